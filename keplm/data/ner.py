@@ -1,0 +1,325 @@
+"""CoNLL-style NER readers and a ``datasets.DatasetDict`` loader.
+
+Supports plain or gzip CoNLL files (CoNLL-2003 4-column, WNUT-17 and NCBI-disease 2-column TSV),
+local directories with auto-detected splits, explicit files, and Hub dataset ids.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import re
+from collections.abc import Iterable, Sequence
+
+import datasets
+
+__all__ = [
+    "read_conll",
+    "load_ner_dataset",
+    "get_label_list",
+    "sort_labels",
+    "find_split_files",
+]
+
+SPLITS = ("train", "validation", "test")
+_PREFIX_ORDER = {"B": 0, "I": 1, "E": 2, "L": 3, "S": 4, "U": 5}
+_IGNORED_SUFFIXES = {
+    ".md",
+    ".json",
+    ".jsonl",
+    ".py",
+    ".zip",
+    ".tar",
+    ".csv",
+    ".pdf",
+    ".html",
+    ".yaml",
+    ".yml",
+}
+_IGNORED_PREFIXES = ("readme", "license", "licence", "source", "copying", "notice", ".")
+
+
+def _open_text(path: str):
+    if str(path).endswith(".gz"):
+        return gzip.open(path, "rt", encoding="utf-8")
+    return open(path, encoding="utf-8")
+
+
+def _split_line(line: str) -> list[str]:
+    # Tab-separated files may hold tokens with inner spaces; otherwise split on any whitespace.
+    if "\t" in line:
+        return [part.strip() for part in line.split("\t") if part.strip()]
+    return line.split()
+
+
+def read_conll(path: str | os.PathLike, tag_column: int = -1) -> list[dict]:
+    """Read a CoNLL file into ``[{"id", "tokens", "ner_tags"}]`` (tags as strings).
+
+    Token is the first column, the tag is ``tag_column`` (default last). Blank or whitespace-only
+    lines separate sentences; ``-DOCSTART-`` lines are skipped.
+    """
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"CoNLL file not found: {path}")
+    sentences: list[dict] = []
+    tokens: list[str] = []
+    tags: list[str] = []
+
+    def flush():
+        if tokens:
+            sentences.append({"id": str(len(sentences)), "tokens": list(tokens), "ner_tags": list(tags)})
+            tokens.clear()
+            tags.clear()
+
+    with _open_text(path) as handle:
+        try:
+            for line_no, raw in enumerate(handle, start=1):
+                line = raw.rstrip("\r\n")
+                if not line.strip():
+                    flush()
+                    continue
+                if line.startswith("-DOCSTART-"):
+                    flush()
+                    continue
+                parts = _split_line(line)
+                if len(parts) < 2:
+                    raise ValueError(
+                        f"{path}, line {line_no}: expected at least 2 columns (token and tag), got {line!r}"
+                    )
+                try:
+                    tag = parts[tag_column]
+                except IndexError:
+                    raise ValueError(
+                        f"{path}, line {line_no}: tag_column={tag_column} out of range for "
+                        f"{len(parts)} columns in {line!r}"
+                    ) from None
+                tokens.append(parts[0])
+                tags.append(tag)
+        except UnicodeDecodeError as err:
+            raise ValueError(f"{path}: not valid UTF-8 text ({err})") from err
+    flush()
+    return sentences
+
+
+def _label_key(label: str) -> tuple:
+    if label == "O":
+        return (0, "", 0)
+    prefix, sep, etype = label.partition("-")
+    if sep and prefix.upper() in _PREFIX_ORDER:
+        return (1, etype, _PREFIX_ORDER[prefix.upper()])
+    return (1, label, -1)  # tag without a BIO prefix (IO scheme)
+
+
+def sort_labels(labels: Iterable[str]) -> list[str]:
+    """Sort tags: ``O`` first, then by entity type, ``B-`` before ``I-`` (then E/L/S/U)."""
+    return sorted(set(labels), key=_label_key)
+
+
+def _classlabel_of(feature) -> datasets.ClassLabel | None:
+    inner = getattr(feature, "feature", None)
+    return inner if isinstance(inner, datasets.ClassLabel) else None
+
+
+def get_label_list(
+    dataset_dict: datasets.DatasetDict | datasets.Dataset, column: str = "ner_tags"
+) -> list[str]:
+    """Label names of ``column``: the ClassLabel names if present, else the sorted unique tags."""
+    splits = dataset_dict.values() if isinstance(dataset_dict, datasets.DatasetDict) else [dataset_dict]
+    labels: set[str] = set()
+    for split in splits:
+        class_label = _classlabel_of(split.features[column])
+        if class_label is not None:
+            return list(class_label.names)
+        for row in split[column]:
+            labels.update(str(tag) for tag in row)
+    return sort_labels(labels)
+
+
+def _classify_file(name: str) -> str | None:
+    lower = name.lower()
+    base = lower[:-3] if lower.endswith(".gz") else lower
+    if base.startswith(_IGNORED_PREFIXES) or os.path.splitext(base)[1] in _IGNORED_SUFFIXES:
+        return None
+    words = re.split(r"[^a-z0-9]+", base)
+    if any(w in ("dev", "devel", "valid", "validation", "val", "testa") for w in words) or re.search(
+        r"(dev|valid)", base
+    ):
+        return "validation"
+    if "train" in base:
+        return "train"
+    if "test" in base:
+        return "test"
+    return None
+
+
+def find_split_files(directory: str | os.PathLike) -> dict[str, str]:
+    """Auto-detect ``{split: path}`` in a directory from file names (train / dev|valid / test)."""
+    directory = os.fspath(directory)
+    found: dict[str, list[str]] = {}
+    for name in sorted(os.listdir(directory)):
+        full = os.path.join(directory, name)
+        if not os.path.isfile(full):
+            continue
+        split = _classify_file(name)
+        if split is not None:
+            found.setdefault(split, []).append(full)
+    result = {}
+    for split, paths in found.items():
+        if len(paths) > 1:
+            raise ValueError(
+                f"{directory}: several candidate {split} files {paths}; pass {split}_file explicitly"
+            )
+        result[split] = paths[0]
+    return result
+
+
+def _resolve(path: str | None, directory: str | None) -> str | None:
+    if path is None:
+        return None
+    if os.path.isfile(path):
+        return path
+    if directory is not None and os.path.isfile(os.path.join(directory, path)):
+        return os.path.join(directory, path)
+    raise FileNotFoundError(f"NER data file not found: {path}")
+
+
+def _build_dataset(rows: list[dict], label_list: Sequence[str]) -> datasets.Dataset:
+    label2id = {label: i for i, label in enumerate(label_list)}
+    features = datasets.Features(
+        {
+            "id": datasets.Value("string"),
+            "tokens": datasets.Sequence(datasets.Value("string")),
+            "ner_tags": datasets.Sequence(datasets.ClassLabel(names=list(label_list))),
+        }
+    )
+    data = {
+        "id": [row["id"] for row in rows],
+        "tokens": [row["tokens"] for row in rows],
+        "ner_tags": [[label2id[tag] for tag in row["ner_tags"]] for row in rows],
+    }
+    return datasets.Dataset.from_dict(data, features=features)
+
+
+def _truncate(dsd: datasets.DatasetDict, limits: dict[str, int | None]) -> datasets.DatasetDict:
+    for split, limit in limits.items():
+        if limit is not None and split in dsd:
+            dsd[split] = dsd[split].select(range(min(limit, len(dsd[split]))))
+    return dsd
+
+
+def _check_labels(split_rows: dict[str, list[dict]], label_list: Sequence[str], files: dict[str, str]):
+    known = set(label_list)
+    for split, rows in split_rows.items():
+        for row in rows:
+            unknown = set(row["ner_tags"]) - known
+            if unknown:
+                raise ValueError(
+                    f"{files[split]}: sentence {row['id']} has tags {sorted(unknown)} not in label_list"
+                )
+
+
+def load_ner_dataset(
+    name_or_path: str | None = None,
+    train_file: str | None = None,
+    validation_file: str | None = None,
+    test_file: str | None = None,
+    max_train_samples: int | None = None,
+    max_eval_samples: int | None = None,
+    max_test_samples: int | None = None,
+    tag_column: int = -1,
+    label_list: Sequence[str] | None = None,
+    tokens_column: str = "tokens",
+    tags_column: str = "ner_tags",
+    **load_kwargs,
+) -> datasets.DatasetDict:
+    """Load NER data as a DatasetDict with ``id``, ``tokens`` and ``ner_tags`` (ClassLabel).
+
+    ``name_or_path`` may be a local directory (splits auto-detected by file name), a single
+    CoNLL file (becomes ``train``), ``None`` with explicit ``*_file`` arguments, or a Hub id
+    (``datasets.load_dataset(name_or_path, **load_kwargs)``). ``label_list`` fixes the label order;
+    otherwise labels are collected from all splits and sorted with :func:`sort_labels`.
+    """
+    limits = {"train": max_train_samples, "validation": max_eval_samples, "test": max_test_samples}
+    explicit = {"train": train_file, "validation": validation_file, "test": test_file}
+    directory = None
+    files: dict[str, str] = {}
+    is_local = name_or_path is None or os.path.exists(os.fspath(name_or_path))
+    if not is_local:
+        return _truncate(
+            _load_hub(name_or_path, tokens_column, tags_column, label_list, **load_kwargs), limits
+        )
+
+    if name_or_path is not None:
+        name_or_path = os.fspath(name_or_path)
+        if os.path.isdir(name_or_path):
+            directory = name_or_path
+            files.update(find_split_files(directory))
+        else:
+            files["train"] = name_or_path
+    for split, path in explicit.items():
+        resolved = _resolve(path, directory)
+        if resolved is not None:
+            files[split] = resolved
+    if not files:
+        where = name_or_path if name_or_path is not None else "the *_file arguments"
+        raise FileNotFoundError(f"No train/validation/test CoNLL files found in {where}")
+
+    split_rows = {
+        split: read_conll(files[split], tag_column=tag_column) for split in SPLITS if split in files
+    }
+    if label_list is None:
+        label_list = sort_labels(
+            tag for rows in split_rows.values() for row in rows for tag in row["ner_tags"]
+        )
+    else:
+        _check_labels(split_rows, label_list, files)
+    dsd = datasets.DatasetDict(
+        {split: _build_dataset(rows, label_list) for split, rows in split_rows.items()}
+    )
+    return _truncate(dsd, limits)
+
+
+def _load_hub(name, tokens_column, tags_column, label_list, **load_kwargs) -> datasets.DatasetDict:
+    dsd = datasets.load_dataset(name, **load_kwargs)
+    if not isinstance(dsd, datasets.DatasetDict):
+        dsd = datasets.DatasetDict({"train": dsd})
+    if "validation" not in dsd:
+        for alias in ("dev", "valid", "devel"):
+            if alias in dsd:
+                dsd["validation"] = dsd.pop(alias)
+                break
+    for split in list(dsd):
+        columns = dsd[split].column_names
+        renames = {
+            old: new for old, new in ((tokens_column, "tokens"), (tags_column, "ner_tags")) if old != new
+        }
+        for old in renames:
+            if old not in columns:
+                raise ValueError(f"Hub dataset {name!r} split {split!r} has no column {old!r}: {columns}")
+        if renames:
+            dsd[split] = dsd[split].rename_columns(renames)
+        for needed in ("tokens", "ner_tags"):
+            if needed not in dsd[split].column_names:
+                raise ValueError(f"Hub dataset {name!r} split {split!r} has no column {needed!r}")
+        if "id" not in dsd[split].column_names:
+            dsd[split] = dsd[split].add_column("id", [str(i) for i in range(len(dsd[split]))])
+    first = next(iter(dsd.values()))
+    if _classlabel_of(first.features["ner_tags"]) is not None:
+        return dsd
+    # String tags: convert to a ClassLabel sequence shared across splits.
+    if label_list is None:
+        label_list = get_label_list(dsd)
+    label2id = {label: i for i, label in enumerate(label_list)}
+    new_feature = datasets.Sequence(datasets.ClassLabel(names=list(label_list)))
+
+    def encode(batch):
+        try:
+            return {"ner_tags": [[label2id[str(t)] for t in tags] for tags in batch["ner_tags"]]}
+        except KeyError as err:
+            raise ValueError(f"Hub dataset {name!r}: tag {err.args[0]!r} not in label_list") from None
+
+    for split in list(dsd):
+        features = dsd[split].features.copy()
+        features["ner_tags"] = new_feature
+        dsd[split] = dsd[split].map(encode, batched=True, features=features)
+    return dsd
