@@ -1,0 +1,176 @@
+"""Per-text knowledge annotations (entity mentions + triplets) and the KALA JSON format.
+
+KALA JSON (as released with KALA, Kang et al. 2022, ``{fold}_{threshold}.json``) is one object keyed
+by example/context id::
+
+    {"0": {"entities": [{"text": "EU", "start": 0, "end": 2, "id": 458}, ...],
+           "triplets": [{"h": 458, "r": "P463", "t": 183}, ...]},
+     ...}
+
+``start``/``end`` are character offsets into the context (for NER: ``" ".join(tokens)``), end
+exclusive. Entity ids are Wikidata ids; the original release stores them as ints (the numeric part of
+``Q<n>``) - they are read as strings (``458`` -> ``"458"``), never re-prefixed. ``r`` is a Wikidata
+property id. A value that is a plain list is read as entities without triplets (KALA's
+``{fold}_entity.json``). Files may be gzip-compressed (``.gz``).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+from dataclasses import dataclass, field
+
+__all__ = ["EntityMention", "Triplet", "KnowledgeAnnotation", "read_kala_annotations", "write_kala_annotations"]
+
+
+def _id_str(value, what: str) -> str:
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        raise ValueError(f"{what} must be a string or int id, got {value!r}")
+    value = str(value)
+    if not value:
+        raise ValueError(f"{what} must be a non-empty id")
+    return value
+
+
+def _int(value, what: str) -> int:
+    if isinstance(value, bool):
+        raise ValueError(f"{what} must be an int, got {value!r}")
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{what} must be an int, got {value!r}") from None
+
+
+@dataclass
+class EntityMention:
+    """A character span ``text[start:end]`` linked to entity ``id`` (None = unknown entity)."""
+
+    text: str
+    start: int
+    end: int
+    id: str | None = None
+
+
+@dataclass
+class Triplet:
+    """A (head id, relation id, tail id) fact."""
+
+    h: str
+    r: str
+    t: str
+
+
+@dataclass
+class KnowledgeAnnotation:
+    """Entity mentions in a text plus the triplets (local knowledge graph) attached to it."""
+
+    entities: list[EntityMention] = field(default_factory=list)
+    triplets: list[Triplet] = field(default_factory=list)
+
+    def validate(self, text: str) -> KnowledgeAnnotation:
+        """Check spans against ``text`` and ids; returns self, raises ValueError naming the problem.
+        Triplet ends need not be mentioned (neighbour nodes are allowed)."""
+        n = len(text)
+        for i, m in enumerate(self.entities):
+            if not isinstance(m.start, int) or not isinstance(m.end, int) or isinstance(m.start, bool):
+                raise ValueError(f"mention {i} ({m.text!r}): start/end must be ints, got {m.start!r}, {m.end!r}")
+            if not 0 <= m.start < m.end <= n:
+                raise ValueError(
+                    f"mention {i} ({m.text!r}): span [{m.start}, {m.end}) out of range for text of length {n}"
+                )
+            if text[m.start : m.end] != m.text:
+                raise ValueError(
+                    f"mention {i}: text[{m.start}:{m.end}] is {text[m.start : m.end]!r} but mention.text is {m.text!r}"
+                )
+            if m.id is not None and (not isinstance(m.id, str) or not m.id):
+                raise ValueError(f"mention {i} ({m.text!r}): id must be a non-empty string or None, got {m.id!r}")
+        for i, tr in enumerate(self.triplets):
+            for key in ("h", "r", "t"):
+                val = getattr(tr, key)
+                if not isinstance(val, str) or not val:
+                    raise ValueError(f"triplet {i}: {key} must be a non-empty string id, got {val!r}")
+        return self
+
+    def to_dict(self) -> dict:
+        return {
+            "entities": [{"text": m.text, "start": m.start, "end": m.end, "id": m.id} for m in self.entities],
+            "triplets": [{"h": t.h, "r": t.r, "t": t.t} for t in self.triplets],
+        }
+
+    @classmethod
+    def from_dict(cls, d) -> KnowledgeAnnotation:
+        """Inverse of :meth:`to_dict`; int ids become strings, a missing ``triplets`` means none."""
+        if isinstance(d, list):
+            d = {"entities": d}
+        if not isinstance(d, dict):
+            raise ValueError(f"annotation must be a dict with 'entities'/'triplets', got {type(d).__name__}")
+        entities = []
+        for i, e in enumerate(d.get("entities") or []):
+            missing = [k for k in ("text", "start", "end") if k not in e]
+            if missing:
+                raise ValueError(f"entity {i} is missing {missing}: {e!r}")
+            eid = e.get("id")
+            entities.append(
+                EntityMention(
+                    text=str(e["text"]),
+                    start=_int(e["start"], f"entity {i} start"),
+                    end=_int(e["end"], f"entity {i} end"),
+                    id=None if eid is None or eid == "" else _id_str(eid, f"entity {i} id"),
+                )
+            )
+        triplets = []
+        for i, t in enumerate(d.get("triplets") or []):
+            missing = [k for k in ("h", "r", "t") if k not in t]
+            if missing:
+                raise ValueError(f"triplet {i} is missing {missing}: {t!r}")
+            triplets.append(
+                Triplet(
+                    h=_id_str(t["h"], f"triplet {i} h"),
+                    r=_id_str(t["r"], f"triplet {i} r"),
+                    t=_id_str(t["t"], f"triplet {i} t"),
+                )
+            )
+        return cls(entities=entities, triplets=triplets)
+
+    def entity_ids(self) -> list[str]:
+        """Unique ids of mentions, then of triplet heads/tails, in first-seen order."""
+        seen: dict[str, None] = {}
+        for m in self.entities:
+            if m.id is not None:
+                seen.setdefault(m.id, None)
+        for t in self.triplets:
+            seen.setdefault(t.h, None)
+            seen.setdefault(t.t, None)
+        return list(seen)
+
+
+def read_kala_annotations(path) -> dict[str, KnowledgeAnnotation]:
+    """Read a KALA JSON file (see module docstring) into ``{context_id: KnowledgeAnnotation}``."""
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"KALA annotation file not found: {path}")
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rt", encoding="utf-8") as f:
+        try:
+            data = json.load(f)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path}: invalid JSON ({e})") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected a JSON object keyed by context id, got {type(data).__name__}")
+    out = {}
+    for key, value in data.items():
+        try:
+            out[str(key)] = KnowledgeAnnotation.from_dict(value)
+        except (ValueError, TypeError) as e:
+            raise ValueError(f"{path}: context {key!r}: {e}") from None
+    return out
+
+
+def write_kala_annotations(annotations: dict[str, KnowledgeAnnotation], path) -> None:
+    """Write ``{context_id: KnowledgeAnnotation}`` as KALA JSON (gzip if ``path`` ends with .gz)."""
+    path = os.fspath(path)
+    data = {str(k): (a.to_dict() if isinstance(a, KnowledgeAnnotation) else a) for k, a in annotations.items()}
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "wt", encoding="utf-8") as f:
+        json.dump(data, f, ensure_ascii=False)

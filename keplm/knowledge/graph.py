@@ -1,0 +1,436 @@
+"""In-memory knowledge graph with CSR adjacency, deterministic subgraph sampling and a JSON/TSV
+on-disk format (``save_pretrained`` / ``from_pretrained``).
+
+Directory layout written by :meth:`KnowledgeGraph.save_pretrained`::
+
+    kg_config.json               {"format_version": 1, "num_entities", "num_relations", "num_triples", "content_hash"}
+    entities.jsonl               {"id", "name", "aliases"} per line, in index order
+    relations.jsonl              {"id", "name"} per line, in index order
+    triples.tsv                  head_id<TAB>relation_id<TAB>tail_id (string ids)
+    entity_vectors.safetensors   optional, tensor "entity_vectors" [num_entities, dim]
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Iterable
+
+import numpy as np
+
+FORMAT_VERSION = 1
+CONFIG_NAME = "kg_config.json"
+ENTITIES_NAME = "entities.jsonl"
+RELATIONS_NAME = "relations.jsonl"
+TRIPLES_NAME = "triples.tsv"
+VECTORS_NAME = "entity_vectors.safetensors"
+_VECTORS_KEY = "entity_vectors"
+
+
+def _check_unique(ids: list[str], what: str) -> dict[str, int]:
+    index: dict[str, int] = {}
+    for i, x in enumerate(ids):
+        if not isinstance(x, str) or not x:
+            raise ValueError(f"{what} id at position {i} must be a non-empty string, got {x!r}")
+        if x in index:
+            raise ValueError(f"duplicate {what} id {x!r} at positions {index[x]} and {i}")
+        index[x] = i
+    return index
+
+
+class KnowledgeGraph:
+    """Entities (id, name, aliases), relations (id, name) and (h, r, t) triples, indexed by position."""
+
+    def __init__(
+        self,
+        entity_ids: list[str],
+        relation_ids: list[str],
+        triples=None,
+        entity_names: list[str] | None = None,
+        entity_aliases: list[list[str]] | None = None,
+        relation_names: list[str] | None = None,
+        entity_vectors: np.ndarray | None = None,
+    ):
+        self.entity_ids = list(entity_ids)
+        self.relation_ids = list(relation_ids)
+        self._entity_index = _check_unique(self.entity_ids, "entity")
+        self._relation_index = _check_unique(self.relation_ids, "relation")
+        n, m = len(self.entity_ids), len(self.relation_ids)
+
+        self.entity_names = list(entity_names) if entity_names is not None else list(self.entity_ids)
+        if len(self.entity_names) != n:
+            raise ValueError(f"entity_names has {len(self.entity_names)} items, expected {n}")
+        if entity_aliases is None:
+            self.entity_aliases = [[] for _ in range(n)]
+        else:
+            self.entity_aliases = [list(a) for a in entity_aliases]
+            if len(self.entity_aliases) != n:
+                raise ValueError(f"entity_aliases has {len(self.entity_aliases)} items, expected {n}")
+        self.relation_names = list(relation_names) if relation_names is not None else list(self.relation_ids)
+        if len(self.relation_names) != m:
+            raise ValueError(f"relation_names has {len(self.relation_names)} items, expected {m}")
+
+        if triples is None:
+            arr = np.zeros((0, 3), dtype=np.int64)
+        else:
+            arr = np.asarray(triples)
+            if arr.size == 0:
+                arr = np.zeros((0, 3), dtype=np.int64)
+            if arr.ndim != 2 or arr.shape[1] != 3:
+                raise ValueError(f"triples must have shape [T, 3], got {arr.shape}")
+            if not np.issubdtype(arr.dtype, np.integer):
+                raise ValueError(f"triples must be integer indices, got dtype {arr.dtype}")
+            arr = arr.astype(np.int64, copy=True)
+        if len(arr):
+            for col, bound, what in ((0, n, "head"), (1, m, "relation"), (2, n, "tail")):
+                bad = np.nonzero((arr[:, col] < 0) | (arr[:, col] >= bound))[0]
+                if len(bad):
+                    raise ValueError(
+                        f"triple {int(bad[0])} has {what} index {int(arr[bad[0], col])} out of range [0, {bound})"
+                    )
+        self.triples = arr
+
+        if entity_vectors is not None:
+            entity_vectors = np.asarray(entity_vectors)
+            if entity_vectors.ndim != 2 or entity_vectors.shape[0] != n:
+                raise ValueError(f"entity_vectors must have shape [{n}, dim], got {entity_vectors.shape}")
+        self.entity_vectors = entity_vectors
+        self._csr: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+        self._degree: np.ndarray | None = None
+
+    # ------------------------------------------------------------------ basics
+    @property
+    def num_entities(self) -> int:
+        return len(self.entity_ids)
+
+    @property
+    def num_relations(self) -> int:
+        return len(self.relation_ids)
+
+    @property
+    def num_triples(self) -> int:
+        return int(self.triples.shape[0])
+
+    def __len__(self) -> int:
+        return self.num_entities
+
+    def __repr__(self) -> str:
+        vec = "" if self.entity_vectors is None else f", vector_dim={self.entity_vectors.shape[1]}"
+        return (
+            f"KnowledgeGraph(num_entities={self.num_entities}, num_relations={self.num_relations}, "
+            f"num_triples={self.num_triples}{vec})"
+        )
+
+    def entity_index(self, entity_id: str) -> int:
+        try:
+            return self._entity_index[entity_id]
+        except (KeyError, TypeError):
+            raise ValueError(f"unknown entity id {entity_id!r} (graph has {self.num_entities} entities)") from None
+
+    def relation_index(self, relation_id: str) -> int:
+        try:
+            return self._relation_index[relation_id]
+        except (KeyError, TypeError):
+            raise ValueError(
+                f"unknown relation id {relation_id!r} (graph has {self.num_relations} relations)"
+            ) from None
+
+    def has_entity(self, entity_id) -> bool:
+        return isinstance(entity_id, str) and entity_id in self._entity_index
+
+    def has_relation(self, relation_id) -> bool:
+        return isinstance(relation_id, str) and relation_id in self._relation_index
+
+    # --------------------------------------------------------------- adjacency
+    def degree(self) -> np.ndarray:
+        """Number of triples touching each entity (a self-loop counts once)."""
+        if self._degree is None:
+            self._build_csr()
+        return self._degree
+
+    def _build_csr(self) -> None:
+        n, t = self.num_entities, self.num_triples
+        h, tl = self.triples[:, 0], self.triples[:, 2]
+        tidx = np.arange(t, dtype=np.int64)
+        not_loop = h != tl
+        ent = np.concatenate([h, tl[not_loop]])
+        other = np.concatenate([tl, h[not_loop]])
+        tri = np.concatenate([tidx, tidx[not_loop]])
+        counts = np.bincount(ent, minlength=n).astype(np.int64)
+        counts.flags.writeable = False
+        self._degree = counts
+        # Rows per entity ordered by neighbour preference: highest degree, then index, then triple index.
+        order = np.lexsort((tri, other, -counts[other], ent))
+        indptr = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(counts, out=indptr[1:])
+        self._csr = (indptr, other[order], tri[order])
+
+    def _rows(self, entity_idx: int) -> tuple[np.ndarray, np.ndarray]:
+        if self._csr is None:
+            self._build_csr()
+        idx = int(entity_idx)
+        if not 0 <= idx < self.num_entities:
+            raise ValueError(f"entity index {entity_idx} out of range [0, {self.num_entities})")
+        indptr, other, tri = self._csr
+        return other[indptr[idx] : indptr[idx + 1]], tri[indptr[idx] : indptr[idx + 1]]
+
+    def neighbors(self, entity_idx: int) -> np.ndarray:
+        """Triples (h, r, t) touching ``entity_idx`` as head or tail, [k, 3] int64."""
+        _, tri = self._rows(entity_idx)
+        return self.triples[np.sort(tri)]
+
+    def _check_idxs(self, entity_idxs) -> np.ndarray:
+        arr = np.asarray(list(entity_idxs) if not isinstance(entity_idxs, np.ndarray) else entity_idxs)
+        if arr.size == 0:
+            return np.zeros(0, dtype=np.int64)
+        if not np.issubdtype(arr.dtype, np.integer):
+            raise ValueError(f"entity indices must be integers, got dtype {arr.dtype}")
+        arr = arr.astype(np.int64).reshape(-1)
+        bad = (arr < 0) | (arr >= self.num_entities)
+        if bad.any():
+            raise ValueError(f"entity index {int(arr[bad][0])} out of range [0, {self.num_entities})")
+        return arr
+
+    def triples_among(self, entity_idxs, hops: int = 1, max_neighbors_per_entity: int | None = 8) -> np.ndarray:
+        """Triples among ``entity_idxs`` plus up to ``max_neighbors_per_entity`` triples per entity to
+        outside neighbours (highest-degree neighbours first, ties by index), expanded ``hops`` times.
+        Returns deduplicated triples sorted by (h, r, t)."""
+        if hops < 0:
+            raise ValueError(f"hops must be >= 0, got {hops}")
+        if max_neighbors_per_entity is not None and max_neighbors_per_entity < 0:
+            raise ValueError(f"max_neighbors_per_entity must be >= 0 or None, got {max_neighbors_per_entity}")
+        seeds = np.unique(self._check_idxs(entity_idxs))
+        if seeds.size == 0 or self.num_triples == 0:
+            return np.zeros((0, 3), dtype=np.int64)
+        known = np.zeros(self.num_entities, dtype=bool)
+        known[seeds] = True
+        picked: list[np.ndarray] = []
+        for e in seeds:  # triples with both ends among the seeds
+            other, tri = self._rows(e)
+            picked.append(tri[known[other]])
+        frontier = seeds
+        cap = max_neighbors_per_entity
+        for _ in range(hops):
+            new: list[np.ndarray] = []
+            for e in frontier:
+                other, tri = self._rows(e)
+                outside = np.nonzero(~known[other])[0]
+                if cap is not None:
+                    outside = outside[:cap]
+                picked.append(tri[outside])
+                new.append(other[outside])
+            if not new:
+                break
+            frontier = np.unique(np.concatenate(new))
+            known[frontier] = True
+            if frontier.size == 0:
+                break
+        tri = np.unique(np.concatenate(picked))
+        if tri.size == 0:
+            return np.zeros((0, 3), dtype=np.int64)
+        return np.unique(self.triples[tri], axis=0)
+
+    def subgraph(self, entity_idxs) -> KnowledgeGraph:
+        """Graph restricted to ``entity_idxs`` (in the given order, duplicates dropped); all relations kept."""
+        idxs = self._check_idxs(entity_idxs)
+        _, first = np.unique(idxs, return_index=True)
+        idxs = idxs[np.sort(first)]
+        remap = np.full(self.num_entities, -1, dtype=np.int64)
+        remap[idxs] = np.arange(len(idxs), dtype=np.int64)
+        keep = (remap[self.triples[:, 0]] >= 0) & (remap[self.triples[:, 2]] >= 0)
+        sub = self.triples[keep].copy()
+        sub[:, 0] = remap[sub[:, 0]]
+        sub[:, 2] = remap[sub[:, 2]]
+        return KnowledgeGraph(
+            [self.entity_ids[i] for i in idxs],
+            self.relation_ids,
+            sub,
+            entity_names=[self.entity_names[i] for i in idxs],
+            entity_aliases=[self.entity_aliases[i] for i in idxs],
+            relation_names=self.relation_names,
+            entity_vectors=None if self.entity_vectors is None else self.entity_vectors[idxs],
+        )
+
+    # ------------------------------------------------------------ persistence
+    def content_hash(self) -> str:
+        """sha256 over ids, names, aliases, relations, triples (and vectors if any)."""
+        h = hashlib.sha256()
+        meta = {
+            "entity_ids": self.entity_ids,
+            "entity_names": self.entity_names,
+            "entity_aliases": self.entity_aliases,
+            "relation_ids": self.relation_ids,
+            "relation_names": self.relation_names,
+        }
+        h.update(json.dumps(meta, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
+        h.update(b"\x00triples")
+        h.update(np.ascontiguousarray(self.triples, dtype="<i8").tobytes())
+        if self.entity_vectors is not None:
+            v = np.ascontiguousarray(self.entity_vectors)
+            v = v.astype(v.dtype.newbyteorder("<"), copy=False)
+            h.update(f"\x00vectors:{v.dtype.str}:{list(v.shape)}".encode())
+            h.update(v.tobytes())
+        return h.hexdigest()
+
+    def save_pretrained(self, directory) -> None:
+        for what, ids in (("entity", self.entity_ids), ("relation", self.relation_ids)):
+            bad = next((x for x in ids if "\t" in x or "\n" in x or "\r" in x), None)
+            if bad is not None:
+                raise ValueError(f"{what} id {bad!r} contains a tab or newline and cannot be saved to TSV")
+        os.makedirs(directory, exist_ok=True)
+        with open(os.path.join(directory, ENTITIES_NAME), "w", encoding="utf-8") as f:
+            for eid, name, aliases in zip(self.entity_ids, self.entity_names, self.entity_aliases):
+                f.write(json.dumps({"id": eid, "name": name, "aliases": aliases}, ensure_ascii=False) + "\n")
+        with open(os.path.join(directory, RELATIONS_NAME), "w", encoding="utf-8") as f:
+            for rid, name in zip(self.relation_ids, self.relation_names):
+                f.write(json.dumps({"id": rid, "name": name}, ensure_ascii=False) + "\n")
+        ents, rels = self.entity_ids, self.relation_ids
+        with open(os.path.join(directory, TRIPLES_NAME), "w", encoding="utf-8") as f:
+            f.writelines(f"{ents[h]}\t{rels[r]}\t{ents[t]}\n" for h, r, t in self.triples.tolist())
+        vec_path = os.path.join(directory, VECTORS_NAME)
+        if self.entity_vectors is not None:
+            from safetensors.numpy import save_file
+
+            save_file({_VECTORS_KEY: np.ascontiguousarray(self.entity_vectors)}, vec_path)
+        elif os.path.exists(vec_path):
+            os.remove(vec_path)
+        config = {
+            "format_version": FORMAT_VERSION,
+            "num_entities": self.num_entities,
+            "num_relations": self.num_relations,
+            "num_triples": self.num_triples,
+            "content_hash": self.content_hash(),
+        }
+        with open(os.path.join(directory, CONFIG_NAME), "w", encoding="utf-8") as f:
+            json.dump(config, f, indent=2)
+            f.write("\n")
+
+    @classmethod
+    def from_pretrained(cls, directory, verify_hash: bool = True) -> KnowledgeGraph:
+        directory = os.fspath(directory)
+        if not os.path.isdir(directory):
+            raise FileNotFoundError(f"knowledge graph directory not found: {directory}")
+        for name in (CONFIG_NAME, ENTITIES_NAME, RELATIONS_NAME, TRIPLES_NAME):
+            if not os.path.isfile(os.path.join(directory, name)):
+                raise FileNotFoundError(f"missing {name} in knowledge graph directory {directory}")
+        config_path = os.path.join(directory, CONFIG_NAME)
+        try:
+            with open(config_path, encoding="utf-8") as f:
+                config = json.load(f)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{config_path}: invalid JSON ({e})") from None
+        if config.get("format_version") != FORMAT_VERSION:
+            raise ValueError(f"{config_path}: unsupported format_version {config.get('format_version')!r}")
+
+        ent_ids, ent_names, ent_aliases = [], [], []
+        for path, lineno, obj in _iter_jsonl(os.path.join(directory, ENTITIES_NAME)):
+            if not isinstance(obj.get("id"), str):
+                raise ValueError(f"{path}:{lineno}: entity line needs a string 'id'")
+            ent_ids.append(obj["id"])
+            ent_names.append(obj.get("name", obj["id"]))
+            ent_aliases.append(list(obj.get("aliases") or []))
+        rel_ids, rel_names = [], []
+        for path, lineno, obj in _iter_jsonl(os.path.join(directory, RELATIONS_NAME)):
+            if not isinstance(obj.get("id"), str):
+                raise ValueError(f"{path}:{lineno}: relation line needs a string 'id'")
+            rel_ids.append(obj["id"])
+            rel_names.append(obj.get("name", obj["id"]))
+        e_index = _check_unique(ent_ids, "entity")
+        r_index = _check_unique(rel_ids, "relation")
+
+        triples = []
+        tpath = os.path.join(directory, TRIPLES_NAME)
+        with open(tpath, encoding="utf-8") as f:
+            for lineno, line in enumerate(f, 1):
+                line = line.rstrip("\r\n")
+                if not line:
+                    continue
+                parts = line.split("\t")
+                if len(parts) != 3:
+                    raise ValueError(f"{tpath}:{lineno}: expected 3 tab-separated fields, got {len(parts)}")
+                try:
+                    triples.append((e_index[parts[0]], r_index[parts[1]], e_index[parts[2]]))
+                except KeyError as e:
+                    raise ValueError(f"{tpath}:{lineno}: unknown id {e.args[0]!r}") from None
+
+        vectors = None
+        vec_path = os.path.join(directory, VECTORS_NAME)
+        if os.path.isfile(vec_path):
+            from safetensors.numpy import load_file
+
+            tensors = load_file(vec_path)
+            if _VECTORS_KEY not in tensors:
+                raise ValueError(f"{vec_path}: no tensor named {_VECTORS_KEY!r}")
+            vectors = tensors[_VECTORS_KEY]
+
+        kg = cls(
+            ent_ids,
+            rel_ids,
+            np.asarray(triples, dtype=np.int64).reshape(-1, 3),
+            entity_names=ent_names,
+            entity_aliases=ent_aliases,
+            relation_names=rel_names,
+            entity_vectors=vectors,
+        )
+        for key in ("num_entities", "num_relations", "num_triples"):
+            if key in config and config[key] != getattr(kg, key):
+                raise ValueError(f"{config_path}: {key}={config[key]} but files hold {getattr(kg, key)}")
+        if verify_hash and config.get("content_hash") != kg.content_hash():
+            raise ValueError(
+                f"content hash mismatch in {directory}: kg_config.json says {config.get('content_hash')!r}, "
+                f"files hash to {kg.content_hash()!r} (files modified or corrupted)"
+            )
+        return kg
+
+    @classmethod
+    def from_triples(
+        cls,
+        triples: Iterable[tuple[str, str, str]],
+        entity_names: dict[str, str] | None = None,
+        entity_aliases: dict[str, list[str]] | None = None,
+        relation_names: dict[str, str] | None = None,
+    ) -> KnowledgeGraph:
+        """Build from string triples; ids get indices in first-seen order (triples first, then ids
+        that only appear in ``entity_names``/``entity_aliases``/``relation_names``)."""
+        e_index: dict[str, int] = {}
+        r_index: dict[str, int] = {}
+        rows = []
+        for i, trip in enumerate(triples):
+            if len(trip) != 3:
+                raise ValueError(f"triple {i} must be (head, relation, tail), got {trip!r}")
+            h, r, t = (str(x) for x in trip)
+            rows.append(
+                (e_index.setdefault(h, len(e_index)), r_index.setdefault(r, len(r_index)),
+                 e_index.setdefault(t, len(e_index)))
+            )
+        entity_names = entity_names or {}
+        entity_aliases = entity_aliases or {}
+        relation_names = relation_names or {}
+        for eid in list(entity_names) + list(entity_aliases):
+            e_index.setdefault(eid, len(e_index))
+        for rid in relation_names:
+            r_index.setdefault(rid, len(r_index))
+        ents, rels = list(e_index), list(r_index)
+        return cls(
+            ents,
+            rels,
+            np.asarray(rows, dtype=np.int64).reshape(-1, 3),
+            entity_names=[entity_names.get(e, e) for e in ents],
+            entity_aliases=[list(entity_aliases.get(e, [])) for e in ents],
+            relation_names=[relation_names.get(r, r) for r in rels],
+        )
+
+
+def _iter_jsonl(path):
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{path}:{lineno}: invalid JSON ({e.msg})") from None
+            if not isinstance(obj, dict):
+                raise ValueError(f"{path}:{lineno}: expected a JSON object")
+            yield path, lineno, obj
