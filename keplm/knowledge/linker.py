@@ -1,0 +1,140 @@
+"""Dictionary entity linker: Aho-Corasick alias matching against a KnowledgeGraph."""
+
+from __future__ import annotations
+
+import re
+
+import ahocorasick
+
+from .annotation import EntityMention, KnowledgeAnnotation, Triplet
+from .graph import KnowledgeGraph
+
+__all__ = ["EntityLinker", "DEFAULT_STOPWORDS"]
+
+DEFAULT_STOPWORDS = frozenset(
+    """
+    a about above after again against all am an and any are as at be because been before being below
+    between both but by can could did do does doing down during each few for from further had has have
+    having he her here hers herself him himself his how i if in into is it its itself just me more most
+    my myself no nor not now of off on once only or other our ours ourselves out over own same she should
+    so some such than that the their theirs them themselves then there these they this those through to
+    too under until up very was we were what when where which while who whom why will with would you your
+    yours yourself yourselves s t d ll m o re ve y mr mrs ms dr st also us one two three first new
+    """.split()
+)
+
+_WORD_RE = re.compile(r"\w+")
+_HAS_LETTER_RE = re.compile(r"[^\W\d_]")
+
+
+def _lower_same_length(s: str) -> str:
+    low = s.lower()
+    if len(low) == len(s):
+        return low
+    return "".join(c if len(c.lower()) != 1 else c.lower() for c in s)
+
+
+class EntityLinker:
+    """Alias matching against a KG's names and aliases (Aho-Corasick via pyahocorasick), word boundaries,
+    longest match, most-connected entity wins ties."""
+
+    def __init__(
+        self,
+        kg: KnowledgeGraph,
+        lowercase: bool = True,
+        min_alias_length: int = 2,
+        max_neighbors_per_entity: int = 8,
+        hops: int = 1,
+        stopwords: set[str] | None = None,
+    ):
+        if hops < 0:
+            raise ValueError(f"hops must be >= 0, got {hops}")
+        self.kg = kg
+        self.lowercase = lowercase
+        self.min_alias_length = min_alias_length
+        self.max_neighbors_per_entity = max_neighbors_per_entity
+        self.hops = hops
+        self.stopwords = frozenset(w.lower() for w in (DEFAULT_STOPWORDS if stopwords is None else stopwords))
+        degree = kg.degree()
+        best: dict[str, int] = {}
+        for idx in range(kg.num_entities):
+            surfaces = [kg.entity_names[idx], *kg.entity_aliases[idx]]
+            for surface in surfaces:
+                key = self._alias_key(surface)
+                if key is None:
+                    continue
+                cur = best.get(key)
+                if cur is None or (-degree[idx], idx) < (-degree[cur], cur):
+                    best[key] = idx
+        self.num_aliases = len(best)
+        self._automaton = ahocorasick.Automaton()
+        for key, idx in best.items():
+            self._automaton.add_word(key, (idx, len(key)))
+        if best:
+            self._automaton.make_automaton()
+
+    def _normalize(self, s: str) -> str:
+        return _lower_same_length(s) if self.lowercase else s
+
+    def _alias_key(self, surface) -> str | None:
+        if not isinstance(surface, str):
+            return None
+        key = self._normalize(" ".join(surface.split()))
+        if len(key) < self.min_alias_length or not _HAS_LETTER_RE.search(key):
+            return None
+        words = _WORD_RE.findall(key.lower())
+        if all(w in self.stopwords for w in words):
+            return None
+        return key
+
+    def _match(self, text: str) -> list[tuple[int, int, int]]:
+        """Non-overlapping (start, end, entity_idx), leftmost then longest, respecting word boundaries."""
+        if self.num_aliases == 0 or not text:
+            return []
+        norm = self._normalize(text)
+        n = len(text)
+        cands = []
+        for last, (idx, length) in self._automaton.iter(norm):
+            start, end = last - length + 1, last + 1
+            if start > 0 and text[start - 1].isalnum():
+                continue
+            if end < n and text[end].isalnum():
+                continue
+            cands.append((start, -length, idx))
+        cands.sort()
+        out = []
+        pos = 0
+        for start, neg_len, idx in cands:
+            if start >= pos:
+                out.append((start, start - neg_len, idx))
+                pos = start - neg_len
+        return out
+
+    def link(self, text: str) -> KnowledgeAnnotation:
+        """Mentions (non-overlapping, longest-leftmost) and the KG triples among/around them."""
+        if not isinstance(text, str):
+            raise ValueError(f"text must be a str, got {type(text).__name__}")
+        kg = self.kg
+        matches = self._match(text)
+        mentions = [EntityMention(text[s:e], s, e, kg.entity_ids[i]) for s, e, i in matches]
+        triplets = []
+        if matches:
+            trip = kg.triples_among([i for _, _, i in matches], self.hops, self.max_neighbors_per_entity)
+            ents, rels = kg.entity_ids, kg.relation_ids
+            triplets = [Triplet(ents[h], rels[r], ents[t]) for h, r, t in trip.tolist()]
+        return KnowledgeAnnotation(entities=mentions, triplets=triplets)
+
+    def link_tokens(self, tokens: list[str]) -> KnowledgeAnnotation:
+        """Link ``" ".join(tokens)``; offsets refer to that string."""
+        if isinstance(tokens, str) or not all(isinstance(t, str) for t in tokens):
+            raise ValueError("tokens must be a list of strings")
+        return self.link(" ".join(tokens))
+
+    def __call__(self, text) -> KnowledgeAnnotation:
+        return self.link(text)
+
+    def __repr__(self) -> str:
+        return (
+            f"EntityLinker(kg={self.kg!r}, aliases={self.num_aliases}, lowercase={self.lowercase}, "
+            f"hops={self.hops}, max_neighbors_per_entity={self.max_neighbors_per_entity})"
+        )
