@@ -1,0 +1,3 @@
+from .assets import KnowledgeAssets
+
+__all__ = ["KnowledgeAssets"]

@@ -1,0 +1,79 @@
+"""Configuration of KALA (Kang et al., 2022, "KALA: Knowledge-Augmented Language Model Adaptation")."""
+
+from __future__ import annotations
+
+from .base import EncoderWrapperConfig
+
+RETRIEVAL_MODES = ("relational", "pointwise", "none")
+
+#: Paper defaults (appendix B.1 / C.4), relative to depth: last layer for QA; layers 9 and 11 of 12 for NER.
+DEFAULT_KFM_LAYERS = {"qa": [-1], "ner": [-4, -2]}
+
+
+class KalaConfig(EncoderWrapperConfig):
+    r"""Configuration for [`KalaModel`] and its heads.
+
+    Args:
+        encoder_config: config of the wrapped encoder (BERT, RoBERTa, ... any post-LayerNorm encoder).
+        kfm_layers: encoder layers whose two LayerNorms get KFM (negative = from the end). Paper: `[-1]`
+            for QA, `[-4, -2]` (layers 9 and 11 of 12) for NER.
+        retrieval_mode: `"relational"` (eq. 3, GNN over the context KG), `"pointwise"` (entity memory only)
+            or `"none"` (no knowledge: the vanilla fine-tuning baseline).
+        entity_vocab_size: rows of the entity memory, the null entity (row 0) included.
+        entity_dim: entity embedding size (paper: the encoder's hidden size); `None` = hidden size.
+        num_relations: size of the relation vocabulary, reserved ids (self loop, unknown) included.
+        relation_dim: relation embedding size (paper: 128).
+        use_inverse_relations: give tail→head edges their own (inverse) relation embedding.
+        gnn_layers: number of relational-retrieval layers (paper: 2).
+        kfm_hidden_size: hidden size of the four γ/β MLPs; `None` = hidden size (paper: 768).
+        knowledge_dropout: dropout in the GNN (paper: 0.1).
+        num_extra_layers: extra transformer layers on top of the encoder (the "+ more params" baseline).
+        classifier_dropout: dropout before the task head; `None` = the encoder's hidden dropout.
+    """
+
+    model_type = "kala"
+
+    kfm_layers: list[int] | None = None
+    retrieval_mode: str = "relational"
+    entity_vocab_size: int = 1
+    entity_dim: int | None = None
+    num_relations: int = 2
+    relation_dim: int = 128
+    use_inverse_relations: bool = True
+    gnn_layers: int = 2
+    kfm_hidden_size: int | None = None
+    knowledge_dropout: float = 0.1
+    num_extra_layers: int = 0
+    classifier_dropout: float | None = None
+
+    def __post_init__(self, **kwargs):
+        super().__post_init__(**kwargs)
+        if self.retrieval_mode not in RETRIEVAL_MODES:
+            raise ValueError(f"retrieval_mode must be one of {RETRIEVAL_MODES}, got {self.retrieval_mode!r}")
+        if self.kfm_layers is None:
+            self.kfm_layers = [-1]
+        self.kfm_layers = [int(layer) for layer in self.kfm_layers]
+        self.resolve_layer_indices(self.kfm_layers)  # validates against the encoder depth
+        if self.entity_vocab_size < 1:
+            raise ValueError("entity_vocab_size must be >= 1 (row 0 is the null entity)")
+        if self.gnn_layers < 1 and self.retrieval_mode == "relational":
+            raise ValueError("relational retrieval needs gnn_layers >= 1")
+        if self.entity_dim is None:
+            self.entity_dim = self.encoder_config.hidden_size
+        if self.kfm_hidden_size is None:
+            self.kfm_hidden_size = self.encoder_config.hidden_size
+
+    @property
+    def uses_knowledge(self) -> bool:
+        return self.retrieval_mode != "none"
+
+    @property
+    def kfm_layer_indices(self) -> list[int]:
+        return self.resolve_layer_indices(self.kfm_layers) if self.uses_knowledge else []
+
+    @property
+    def relation_embedding_size(self) -> int:
+        return 2 * self.num_relations if self.use_inverse_relations else self.num_relations
+
+
+__all__ = ["KalaConfig", "DEFAULT_KFM_LAYERS", "RETRIEVAL_MODES"]

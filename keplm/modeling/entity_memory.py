@@ -1,0 +1,37 @@
+"""Entity memory (KALA, Definition 2 and appendix B.1)."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+NULL_ENTITY_INDEX = 0
+
+
+class EntityMemory(nn.Module):
+    """KALA Def. 2: one embedding per training entity plus the null entity (row 0, always the zero vector)."""
+
+    def __init__(self, num_entities: int, entity_dim: int):
+        super().__init__()
+        self.embeddings = nn.Embedding(num_entities, entity_dim, padding_idx=NULL_ENTITY_INDEX)
+
+    @property
+    def num_entities(self) -> int:
+        return self.embeddings.num_embeddings
+
+    def forward(self, entity_ids: torch.Tensor) -> torch.Tensor:
+        if entity_ids.device.type == "cpu" and entity_ids.numel():  # cheap check where it needs no device sync
+            low, high = int(entity_ids.min()), int(entity_ids.max())
+            if low < 0 or high >= self.num_entities:
+                raise ValueError(
+                    f"entity id {high if high >= self.num_entities else low} is outside the entity memory "
+                    f"(size {self.num_entities}); unknown entities must be mapped to the null entity 0"
+                )
+        return self.embeddings(entity_ids)
+
+    @torch.no_grad()
+    def initialize_rows(self, rows: torch.Tensor, vectors: torch.Tensor) -> None:
+        """Overwrite the given rows (appendix B.1: contextual mention features of the PLM); row 0 stays zero."""
+        rows = rows.to(self.embeddings.weight.device)
+        keep = rows != NULL_ENTITY_INDEX
+        self.embeddings.weight[rows[keep]] = vectors[keep].to(self.embeddings.weight)

@@ -1,0 +1,395 @@
+"""KALA models (Kang et al., 2022): KFM-modulated encoder with entity memory and relational retrieval."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import partial
+
+import torch
+from torch import nn
+from transformers.modeling_outputs import QuestionAnsweringModelOutput, TokenClassifierOutput
+from transformers.utils import ModelOutput
+
+from keplm.configuration.configuration_kala import KalaConfig
+from keplm.hub.assets import KnowledgeAssets
+
+from .base import KeplmPreTrainedModel, build_encoder, encoder_layers, layer_norms
+from .entity_memory import EntityMemory
+from .kfm import KnowledgeFeatureModulation, modulate
+from .relational_retrieval import RelationalAttentionConv, RelationalRetrieval
+
+try:
+    from transformers.masking_utils import create_bidirectional_mask
+except ImportError:  # pragma: no cover - older transformers
+    create_bidirectional_mask = None
+
+
+@dataclass
+class KalaModelOutput(ModelOutput):
+    """Output of [`KalaModel`].
+
+    entity_representations: ``[num_nodes, entity_dim]`` retrieved entity vectors v fed to the last KFM layer
+        (after relational retrieval), one row per node of the batched context graphs.
+    entity_has_knowledge: ``[num_nodes]`` whether v carries knowledge (False: modulation is the identity).
+    """
+
+    last_hidden_state: torch.FloatTensor | None = None
+    hidden_states: tuple[torch.FloatTensor, ...] | None = None
+    attentions: tuple[torch.FloatTensor, ...] | None = None
+    entity_representations: torch.FloatTensor | None = None
+    entity_has_knowledge: torch.BoolTensor | None = None
+
+
+class _KnowledgeState:
+    """Knowledge of the batch being encoded, read by the KFM hooks of the chosen layers."""
+
+    __slots__ = ("token_node_index", "entity_vectors", "has_knowledge", "edge_index", "edge_relation_ids",
+                 "tables", "last_vectors", "last_has_knowledge")
+
+    def __init__(self, token_node_index, entity_vectors, has_knowledge, edge_index, edge_relation_ids):
+        self.token_node_index = token_node_index
+        self.entity_vectors = entity_vectors
+        self.has_knowledge = has_knowledge
+        self.edge_index = edge_index
+        self.edge_relation_ids = edge_relation_ids
+        self.tables = {}
+        self.last_vectors = None
+        self.last_has_knowledge = None
+
+
+def node_context(hidden_states: torch.Tensor, token_node_index: torch.Tensor, num_nodes: int) -> torch.Tensor:
+    """h_e of KALA footnote 3: mean of the token states of each node's mentions (zero for unmentioned nodes)."""
+    hidden = hidden_states.reshape(-1, hidden_states.shape[-1])
+    index = token_node_index.reshape(-1)
+    weight = (index >= 0).to(hidden.dtype)
+    index = index.clamp(min=0)
+    sums = hidden.new_zeros(num_nodes, hidden.shape[-1]).index_add_(0, index, hidden * weight.unsqueeze(-1))
+    counts = hidden.new_zeros(num_nodes).index_add_(0, index, weight)
+    return sums / counts.clamp(min=1).unsqueeze(-1)
+
+
+class KalaKnowledgeLayer(nn.Module):
+    """Function h_l of KALA section 3.1 for one layer: (relational) retrieval, then the four γ/β MLPs."""
+
+    def __init__(self, config: KalaConfig):
+        super().__init__()
+        hidden = config.encoder_config.hidden_size
+        self.retrieval = (
+            RelationalRetrieval(config.entity_dim, config.relation_dim, hidden, config.gnn_layers, config.knowledge_dropout)
+            if config.retrieval_mode == "relational"
+            else None
+        )
+        self.modulation = KnowledgeFeatureModulation(config.entity_dim, hidden, config.kfm_hidden_size)
+
+    def forward(self, hidden_states: torch.Tensor, state: _KnowledgeState, relation_embeddings: nn.Embedding | None):
+        vectors, has_knowledge = state.entity_vectors, state.has_knowledge
+        if self.retrieval is not None:
+            context = node_context(hidden_states, state.token_node_index, vectors.shape[0]).to(vectors.dtype)
+            vectors, has_knowledge = self.retrieval(
+                vectors, context, state.edge_index, relation_embeddings, state.edge_relation_ids, has_knowledge
+            )
+        state.last_vectors, state.last_has_knowledge = vectors, has_knowledge
+        return self.modulation(vectors, has_knowledge)
+
+
+class KalaPreTrainedModel(KeplmPreTrainedModel):
+    config_class = KalaConfig
+    base_model_prefix = "kala"
+
+    def requires_knowledge_assets(self) -> bool:
+        return self.config.uses_knowledge
+
+    @classmethod
+    def config_kwargs_from_assets(cls, assets: KnowledgeAssets | None) -> dict:
+        if assets is None:
+            return {}
+        return {"entity_vocab_size": assets.num_entities, "num_relations": assets.num_relations}
+
+    def check_knowledge_assets(self, assets: KnowledgeAssets) -> None:
+        if not self.config.uses_knowledge:
+            return
+        if assets.num_entities != self.config.entity_vocab_size:
+            raise ValueError(
+                f"entity vocabulary has {assets.num_entities} entries but the entity memory has "
+                f"{self.config.entity_vocab_size} rows"
+            )
+        if assets.num_relations != self.config.num_relations:
+            raise ValueError(
+                f"relation vocabulary has {assets.num_relations} entries but the model has {self.config.num_relations}"
+            )
+
+    @torch.no_grad()
+    def _init_weights(self, module):
+        super()._init_weights(module)
+        std = self.config.encoder_config.initializer_range
+        if isinstance(module, KnowledgeFeatureModulation):
+            module.fc2_weight.normal_(mean=0.0, std=std)
+            module.fc2_bias.zero_()
+        elif isinstance(module, RelationalAttentionConv):
+            module.att.normal_(mean=0.0, std=std)
+
+
+class KalaModel(KalaPreTrainedModel):
+    """A stock HF encoder whose chosen layers get KALA's knowledge-conditioned feature modulation.
+
+    The encoder is not copied: forward hooks modulate the outputs of the two LayerNorms of each KFM layer
+    (eq. 1) and a pre-hook computes that layer's γ/β from its input states (eq. 2-3). Attention backends
+    (SDPA, flash), gradient checkpointing and any post-LN BERT-like encoder keep working.
+    """
+
+    def __init__(self, config: KalaConfig):
+        super().__init__(config)
+        self.encoder = build_encoder(config.encoder_config)
+        layers = encoder_layers(self.encoder, config.encoder_config.num_hidden_layers)
+        self.entity_memory = EntityMemory(config.entity_vocab_size, config.entity_dim) if config.uses_knowledge else None
+        self.relation_embeddings = (
+            nn.Embedding(config.relation_embedding_size, config.relation_dim)
+            if config.retrieval_mode == "relational"
+            else None
+        )
+        self.knowledge_layers = nn.ModuleDict({str(i): KalaKnowledgeLayer(config) for i in config.kfm_layer_indices})
+        self.extra_layers = nn.ModuleList(self._new_layer(layers, len(layers) + i) for i in range(config.num_extra_layers))
+        self._state: _KnowledgeState | None = None
+        for index in config.kfm_layer_indices:
+            layers[index].register_forward_pre_hook(partial(self._compute_modulation, index), with_kwargs=True)
+            for slot, norm in enumerate(layer_norms(layers[index])):
+                norm.register_forward_hook(partial(self._apply_modulation, index, slot))
+        self.post_init()
+
+    def _new_layer(self, layers: nn.ModuleList, layer_idx: int) -> nn.Module:
+        layer_class = type(layers[-1])
+        try:
+            return layer_class(self.config.encoder_config, layer_idx=layer_idx)
+        except TypeError:
+            return layer_class(self.config.encoder_config)
+
+    def get_input_embeddings(self):
+        return self.encoder.get_input_embeddings()
+
+    def set_input_embeddings(self, value):
+        self.encoder.set_input_embeddings(value)
+
+    # ------------------------------------------------------------------ hooks
+    def _compute_modulation(self, layer_index, module, args, kwargs):
+        state = self._state
+        if state is None:
+            return None
+        hidden_states = args[0] if args else kwargs["hidden_states"]
+        state.tables[layer_index] = self.knowledge_layers[str(layer_index)](
+            hidden_states, state, self.relation_embeddings
+        )
+        return None
+
+    def _apply_modulation(self, layer_index, slot, module, args, output):
+        state = self._state
+        if state is None:
+            return output
+        table = state.tables[layer_index]
+        return modulate(output, state.token_node_index, table[2 * slot], table[2 * slot + 1])
+
+    # ------------------------------------------------------------------ forward
+    def _knowledge_state(self, input_shape, device, entity_token_map, node_entity_ids, edge_index, edge_relation_ids):
+        if not self.config.uses_knowledge:
+            return None
+        if entity_token_map is None or node_entity_ids is None:
+            raise ValueError(
+                f"KALA (retrieval_mode={self.config.retrieval_mode!r}) needs entity_token_map and node_entity_ids; "
+                "build inputs with KalaProcessor and KalaDataCollator"
+            )
+        if tuple(entity_token_map.shape) != tuple(input_shape):
+            raise ValueError(f"entity_token_map has shape {tuple(entity_token_map.shape)}, input is {tuple(input_shape)}")
+        num_nodes = node_entity_ids.shape[0]
+        if edge_index is None:
+            edge_index = torch.zeros(2, 0, dtype=torch.long, device=device)
+            edge_relation_ids = torch.zeros(0, dtype=torch.long, device=device)
+        if edge_index.dim() != 2 or edge_index.shape[0] != 2:
+            raise ValueError(f"edge_index must have shape [2, num_edges], got {tuple(edge_index.shape)}")
+        if edge_relation_ids is None or edge_relation_ids.shape[0] != edge_index.shape[1]:
+            raise ValueError("edge_relation_ids must give one relation id per edge of edge_index")
+        if entity_token_map.device.type == "cpu":  # validation that needs no device sync
+            if entity_token_map.numel() and (int(entity_token_map.min()) < -1 or int(entity_token_map.max()) >= num_nodes):
+                raise ValueError(f"entity_token_map points outside the {num_nodes} graph nodes of the batch")
+            if edge_index.numel() and (int(edge_index.min()) < 0 or int(edge_index.max()) >= num_nodes):
+                raise ValueError(f"edge_index points outside the {num_nodes} graph nodes of the batch")
+            limit = self.config.relation_embedding_size
+            if edge_relation_ids.numel() and (int(edge_relation_ids.min()) < 0 or int(edge_relation_ids.max()) >= limit):
+                raise ValueError(f"edge_relation_ids must lie in [0, {limit})")
+        vectors = self.entity_memory(node_entity_ids)
+        return _KnowledgeState(entity_token_map, vectors, node_entity_ids != 0, edge_index, edge_relation_ids)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        entity_token_map: torch.Tensor | None = None,
+        node_entity_ids: torch.Tensor | None = None,
+        edge_index: torch.Tensor | None = None,
+        edge_relation_ids: torch.Tensor | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+        **kwargs,
+    ) -> KalaModelOutput:
+        r"""
+        entity_token_map (`torch.LongTensor` of shape `(batch_size, sequence_length)`):
+            Graph node (index into `node_entity_ids`) of the entity mention each token belongs to, -1 elsewhere.
+        node_entity_ids (`torch.LongTensor` of shape `(num_nodes,)`):
+            Entity-memory row of every node of the batched context graphs (0 = null/unseen entity).
+        edge_index (`torch.LongTensor` of shape `(2, num_edges)`): source/target nodes of each KG fact edge.
+        edge_relation_ids (`torch.LongTensor` of shape `(num_edges,)`): relation id of each edge.
+        """
+        ref = input_ids if input_ids is not None else inputs_embeds[..., 0]
+        state = self._knowledge_state(
+            ref.shape, ref.device, entity_token_map, node_entity_ids, edge_index, edge_relation_ids
+        )
+        self._state = state  # kept after forward so gradient-checkpointing recomputation sees the same knowledge
+        encoder_kwargs = {"token_type_ids": token_type_ids} if token_type_ids is not None else {}
+        outputs = self.encoder(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
+            output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
+            return_dict=True,
+            **encoder_kwargs,
+        )
+        hidden = outputs.last_hidden_state
+        if len(self.extra_layers):
+            mask = self._extra_layer_mask(hidden, attention_mask)
+            for layer in self.extra_layers:
+                out = layer(hidden, attention_mask=mask)
+                hidden = out[0] if isinstance(out, tuple) else out
+        return KalaModelOutput(
+            last_hidden_state=hidden,
+            hidden_states=getattr(outputs, "hidden_states", None),
+            attentions=getattr(outputs, "attentions", None),
+            entity_representations=state.last_vectors if state is not None else None,
+            entity_has_knowledge=state.last_has_knowledge if state is not None else None,
+        )
+
+    def _extra_layer_mask(self, hidden, attention_mask):
+        if attention_mask is None:
+            return None
+        if create_bidirectional_mask is not None:
+            return create_bidirectional_mask(
+                config=self.config.encoder_config, inputs_embeds=hidden, attention_mask=attention_mask
+            )
+        additive = (1.0 - attention_mask[:, None, None, :].to(hidden.dtype)) * torch.finfo(hidden.dtype).min
+        return additive
+
+
+def _knowledge_kwargs(entity_token_map, node_entity_ids, edge_index, edge_relation_ids) -> dict:
+    return {
+        "entity_token_map": entity_token_map,
+        "node_entity_ids": node_entity_ids,
+        "edge_index": edge_index,
+        "edge_relation_ids": edge_relation_ids,
+    }
+
+
+class KalaForTokenClassification(KalaPreTrainedModel):
+    """KALA with a token-classification (NER) head."""
+
+    def __init__(self, config: KalaConfig):
+        super().__init__(config)
+        self.num_labels = config.num_labels
+        self.kala = KalaModel(config)
+        dropout = config.classifier_dropout
+        self.dropout = nn.Dropout(dropout if dropout is not None else config.encoder_config.hidden_dropout_prob)
+        self.classifier = nn.Linear(config.encoder_config.hidden_size, config.num_labels)
+        self.post_init()
+
+    def forward(
+        self,
+        input_ids=None,
+        attention_mask=None,
+        token_type_ids=None,
+        position_ids=None,
+        inputs_embeds=None,
+        entity_token_map=None,
+        node_entity_ids=None,
+        edge_index=None,
+        edge_relation_ids=None,
+        labels: torch.Tensor | None = None,
+        output_attentions=None,
+        output_hidden_states=None,
+        return_dict=None,
+        **kwargs,
+    ) -> TokenClassifierOutput:
+        r"""labels (`torch.LongTensor` of shape `(batch_size, sequence_length)`): tag ids, -100 = ignored."""
+        outputs = self.kala(
+            input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
+            position_ids=position_ids, inputs_embeds=inputs_embeds,
+            output_attentions=output_attentions, output_hidden_states=output_hidden_states,
+            **_knowledge_kwargs(entity_token_map, node_entity_ids, edge_index, edge_relation_ids),
+        )
+        logits = self.classifier(self.dropout(outputs.last_hidden_state))
+        loss = None
+        if labels is not None:
+            loss = nn.functional.cross_entropy(logits.view(-1, self.num_labels).float(), labels.view(-1), ignore_index=-100)
+        return TokenClassifierOutput(
+            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+        )
+
+
+class KalaForQuestionAnswering(KalaPreTrainedModel):
+    """KALA with an extractive-QA span head (start/end logits)."""
+
+    def __init__(self, config: KalaConfig):
+        super().__init__(config)
+        self.kala = KalaModel(config)
+        self.qa_outputs = nn.Linear(config.encoder_config.hidden_size, 2)
+        self.post_init()
+
+    def forward(
+        self,
+        input_ids=None,
+        attention_mask=None,
+        token_type_ids=None,
+        position_ids=None,
+        inputs_embeds=None,
+        entity_token_map=None,
+        node_entity_ids=None,
+        edge_index=None,
+        edge_relation_ids=None,
+        start_positions: torch.Tensor | None = None,
+        end_positions: torch.Tensor | None = None,
+        output_attentions=None,
+        output_hidden_states=None,
+        return_dict=None,
+        **kwargs,
+    ) -> QuestionAnsweringModelOutput:
+        r"""start_positions / end_positions (`torch.LongTensor` of shape `(batch_size,)`): answer token span."""
+        outputs = self.kala(
+            input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
+            position_ids=position_ids, inputs_embeds=inputs_embeds,
+            output_attentions=output_attentions, output_hidden_states=output_hidden_states,
+            **_knowledge_kwargs(entity_token_map, node_entity_ids, edge_index, edge_relation_ids),
+        )
+        logits = self.qa_outputs(outputs.last_hidden_state)
+        start_logits, end_logits = (t.squeeze(-1).contiguous() for t in logits.split(1, dim=-1))
+        loss = None
+        if start_positions is not None and end_positions is not None:
+            ignored = start_logits.shape[1]
+            start_positions = start_positions.view(-1).clamp(0, ignored)
+            end_positions = end_positions.view(-1).clamp(0, ignored)
+            loss_fct = nn.CrossEntropyLoss(ignore_index=ignored)
+            loss = (loss_fct(start_logits.float(), start_positions) + loss_fct(end_logits.float(), end_positions)) / 2
+        return QuestionAnsweringModelOutput(
+            loss=loss, start_logits=start_logits, end_logits=end_logits,
+            hidden_states=outputs.hidden_states, attentions=outputs.attentions,
+        )
+
+
+__all__ = [
+    "KalaModel",
+    "KalaModelOutput",
+    "KalaPreTrainedModel",
+    "KalaForTokenClassification",
+    "KalaForQuestionAnswering",
+    "node_context",
+]

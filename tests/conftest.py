@@ -1,0 +1,62 @@
+"""Shared tiny, offline fixtures: an in-memory vocabulary tokenizer, a toy KG and tiny BERT configs."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import BertConfig, BertTokenizerFast
+
+from keplm.hub.assets import KnowledgeAssets
+from keplm.knowledge import KnowledgeGraph
+
+WORDS = (
+    "paris france berlin germany london england city capital river seine thames rhine europe is a the of in "
+    "and on lives visited john mary works for acme bank river flows through country located who where what "
+    "was born unknownia metropolis new york usa big apple"
+).split()
+
+
+@pytest.fixture(scope="session")
+def tokenizer():
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", ".", ",", "?", "##s", "##ia", *WORDS]
+    return BertTokenizerFast(vocab={token: i for i, token in enumerate(dict.fromkeys(vocab))}, do_lower_case=True)
+
+
+@pytest.fixture(scope="session")
+def kg():
+    triples = [
+        ("Q90", "P17", "Q142"),  # paris country france
+        ("Q90", "P31", "Q515"),  # paris instance-of city
+        ("Q64", "P17", "Q183"),  # berlin country germany
+        ("Q64", "P31", "Q515"),
+        ("Q84", "P17", "Q21"),  # london country england
+        ("Q1471", "P17", "Q142"),  # seine country france
+        ("Q999", "P17", "Q142"),  # unknownia country france (never seen in training)
+        ("Q60", "P17", "Q30"),  # new york country usa
+    ]
+    names = {"Q90": "Paris", "Q142": "France", "Q64": "Berlin", "Q183": "Germany", "Q84": "London",
+             "Q21": "England", "Q515": "city", "Q1471": "Seine", "Q999": "Unknownia", "Q60": "New York",
+             "Q30": "USA"}
+    return KnowledgeGraph.from_triples(
+        triples, entity_names=names, entity_aliases={"Q60": ["big apple"]},
+        relation_names={"P17": "country", "P31": "instance of"},
+    )
+
+
+@pytest.fixture(scope="session")
+def assets(kg):
+    seen = ["Q90", "Q142", "Q64", "Q183", "Q84", "Q21", "Q515", "Q1471", "Q60", "Q30"]
+    return KnowledgeAssets.build(seen, kg=kg)
+
+
+def tiny_encoder_config(tokenizer, layers: int = 2, hidden: int = 32) -> BertConfig:
+    return BertConfig(
+        vocab_size=len(tokenizer), hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=2,
+        intermediate_size=48, max_position_embeddings=128, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+    )
+
+
+@pytest.fixture()
+def encoder_config(tokenizer):
+    torch.manual_seed(0)
+    return tiny_encoder_config(tokenizer)
