@@ -61,10 +61,9 @@ def node_context(hidden_states: torch.Tensor, token_node_index: torch.Tensor, nu
     """h_e of KALA footnote 3: mean of the token states of each node's mentions (zero for unmentioned nodes)."""
     hidden = hidden_states.reshape(-1, hidden_states.shape[-1])
     index = token_node_index.reshape(-1)
-    weight = (index >= 0).to(hidden.dtype)
-    index = index.clamp(min=0)
-    sums = hidden.new_zeros(num_nodes, hidden.shape[-1]).index_add_(0, index, hidden * weight.unsqueeze(-1))
-    counts = hidden.new_zeros(num_nodes).index_add_(0, index, weight)
+    index = torch.where(index >= 0, index, num_nodes)  # tokens outside mentions go to a discarded extra row
+    sums = hidden.new_zeros(num_nodes + 1, hidden.shape[-1]).index_add_(0, index, hidden)[:num_nodes]
+    counts = hidden.new_zeros(num_nodes + 1).index_add_(0, index, hidden.new_ones(index.shape[0]))[:num_nodes]
     return sums / counts.clamp(min=1).unsqueeze(-1)
 
 

@@ -1,0 +1,245 @@
+"""Behaviour of the KALA model: KFM identity, relational retrieval, batching, save/load, Auto classes, errors."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+import torch
+from transformers import AutoConfig, AutoModel, AutoModelForQuestionAnswering, AutoModelForTokenClassification
+
+import keplm  # noqa: F401  (registers the Auto classes)
+from keplm import KalaConfig, KalaForQuestionAnswering, KalaForTokenClassification, KalaModel, KalaProcessor
+from keplm.data.collator import KnowledgeGraphCollator
+from keplm.modeling.kfm import modulate
+
+from .conftest import tiny_encoder_config
+
+TEXTS = ["john visited paris and unknownia in france .", "berlin is a city", "mary works for acme bank in london ."]
+
+
+def make_model(cls, tokenizer, assets, mode="relational", **kwargs):
+    torch.manual_seed(0)
+    config = KalaConfig(
+        encoder_config=tiny_encoder_config(tokenizer), retrieval_mode=mode,
+        entity_vocab_size=assets.num_entities, num_relations=assets.num_relations, **kwargs,
+    )
+    model = cls(config).eval()
+    # the zero-initialised biases would hide bugs: give every new weight a visible value
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if "encoder" not in name and parameter.dim() >= 1 and "embeddings" not in name:
+                parameter.normal_(0, 0.3)
+        if model.base_model.entity_memory is not None:
+            model.base_model.entity_memory.embeddings.weight[1:].normal_(0, 1.0)
+    model.set_knowledge_assets(assets)
+    return model
+
+
+@pytest.fixture()
+def processor(tokenizer, assets):
+    return KalaProcessor(tokenizer, assets)
+
+
+def batch_of(processor, texts, **collator_kwargs):
+    collator = KnowledgeGraphCollator(pad_token_id=processor.pad_token_id, max_entity_id=processor.knowledge_assets.num_entities,
+                                      **collator_kwargs)
+    return collator([processor(t) for t in texts])
+
+
+def test_modulate_is_identity_off_entity_and_shared_within_mention():
+    hidden = torch.randn(1, 6, 4)
+    token_map = torch.tensor([[-1, 0, 0, -1, 1, -1]])
+    gamma, beta = torch.randn(2, 4), torch.randn(2, 4)
+    out = modulate(hidden, token_map, gamma, beta)
+    off = token_map[0] < 0
+    assert torch.equal(out[0, off], hidden[0, off])
+    assert torch.allclose(out[0, 1], gamma[0] * hidden[0, 1] + beta[0])
+    assert torch.allclose(out[0, 2], gamma[0] * hidden[0, 2] + beta[0])  # same node, same γ/β
+    assert torch.allclose(out[0, 4], gamma[1] * hidden[0, 4] + beta[1])
+
+
+@pytest.mark.parametrize("mode", ["relational", "pointwise"])
+def test_kfm_last_layer_leaves_non_entity_tokens_bit_identical(tokenizer, assets, processor, mode):
+    model = make_model(KalaModel, tokenizer, assets, mode, kfm_layers=[-1])
+    batch = batch_of(processor, TEXTS)
+    out = model(**batch).last_hidden_state
+    model._state = None  # the bare encoder with the same weights, no knowledge
+    reference = model.encoder(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                              token_type_ids=batch["token_type_ids"]).last_hidden_state
+    off_entity = batch["entity_token_map"] < 0
+    on_entity = ~off_entity & batch["attention_mask"].bool()
+    assert on_entity.any()
+    assert torch.equal(out[off_entity], reference[off_entity])
+    assert not torch.allclose(out[on_entity], reference[on_entity])
+
+
+def test_null_entity_without_informative_neighbour_is_not_modulated(tokenizer, assets, processor):
+    # "unknownia" is unseen (null row); pointwise retrieval has no way to give it knowledge
+    model = make_model(KalaModel, tokenizer, assets, "pointwise", kfm_layers=[-1])
+    batch = batch_of(processor, ["unknownia is a country"])
+    out = model(**batch)
+    unknownia = batch["node_entity_ids"].tolist().index(0)
+    assert not out.entity_has_knowledge[unknownia]
+    model._state = None
+    reference = model.encoder(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).last_hidden_state
+    assert torch.equal(out.last_hidden_state, reference)
+
+
+def test_unseen_entity_gets_meaning_from_its_neighbours(tokenizer, assets, processor):
+    model = make_model(KalaModel, tokenizer, assets, "relational", kfm_layers=[-1])
+    text = "unknownia is in france"  # the KG says (unknownia, country, france); unknownia is unseen in training
+    features = processor(text)
+    unknownia = features["node_entity_ids"].index(0)
+    batch = KnowledgeGraphCollator()([features])
+    out = model(**batch)
+    assert out.entity_has_knowledge[unknownia]
+    assert out.entity_representations[unknownia].abs().sum() > 0
+    # its tokens now depend on the neighbour's memory row: change France's embedding, unknownia's output moves
+    tokens = batch["entity_token_map"][0] == unknownia
+    before = out.last_hidden_state[0, tokens].clone()
+    with torch.no_grad():
+        model.entity_memory.embeddings.weight[assets.entity_row("Q142")] += 1.0
+    after = model(**batch).last_hidden_state[0, tokens]
+    assert not torch.allclose(before, after)
+    # without its fact the unseen entity is a knowledge-free null node
+    features["edge_index"], features["edge_relation_ids"] = [[], []], []
+    alone = model(**KnowledgeGraphCollator()([features]))
+    assert not alone.entity_has_knowledge[unknownia]
+
+
+@pytest.mark.parametrize("mode", ["relational", "pointwise", "none"])
+def test_padded_batch_equals_single_examples(tokenizer, assets, processor, mode):
+    model = make_model(KalaForTokenClassification, tokenizer, assets, mode, num_labels=3, kfm_layers=[0, 1])
+    batch = batch_of(processor, TEXTS)
+    logits = model(**batch).logits
+    for row, text in enumerate(TEXTS):
+        single = model(**batch_of(processor, [text])).logits[0]
+        assert torch.allclose(logits[row, : single.shape[0]], single, atol=1e-5)
+
+
+def test_graph_padding_does_not_change_outputs(tokenizer, assets, processor):
+    model = make_model(KalaForTokenClassification, tokenizer, assets, num_labels=3)
+    plain = model(**batch_of(processor, TEXTS)).logits
+    padded = model(**batch_of(processor, TEXTS, graph_pad_to_multiple_of=16, pad_to_multiple_of=8)).logits
+    assert torch.allclose(plain, padded[:, : plain.shape[1]], atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "cls,auto,mode,extra",
+    [
+        (KalaForTokenClassification, AutoModelForTokenClassification, "relational", {"num_labels": 5}),
+        (KalaForTokenClassification, AutoModelForTokenClassification, "none", {"num_labels": 5, "num_extra_layers": 1}),
+        (KalaForQuestionAnswering, AutoModelForQuestionAnswering, "relational", {}),
+        (KalaForQuestionAnswering, AutoModelForQuestionAnswering, "pointwise", {}),
+        (KalaModel, AutoModel, "relational", {}),
+    ],
+)
+def test_save_load_round_trip_identical_outputs(tmp_path, tokenizer, assets, processor, cls, auto, mode, extra):
+    model = make_model(cls, tokenizer, assets, mode, **extra)
+    batch = batch_of(processor, TEXTS)
+    before = model(**batch)
+    model.save_pretrained(tmp_path)
+    processor.save_pretrained(tmp_path)
+    assert AutoConfig.from_pretrained(tmp_path).model_type == "kala"
+    for loader in (auto, cls):
+        loaded = loader.from_pretrained(tmp_path).eval()
+        assert type(loaded) is cls
+        after = loaded(**batch)
+        for key in ("logits", "start_logits", "end_logits", "last_hidden_state"):
+            if key in before:
+                assert torch.equal(before[key], after[key]), key
+        if mode != "none":
+            assert loaded.knowledge_assets.entity_vocab == assets.entity_vocab
+            assert loaded.knowledge_assets.kg.content_hash() == assets.kg.content_hash()
+    reloaded = KalaProcessor.from_pretrained(tmp_path)
+    assert reloaded(TEXTS[0]) == processor(TEXTS[0])
+
+
+def test_checkpoint_without_knowledge_files_is_a_clear_error(tmp_path, tokenizer, assets):
+    model = make_model(KalaForTokenClassification, tokenizer, assets, num_labels=3)
+    model.save_pretrained(tmp_path)
+    shutil.rmtree(tmp_path / "knowledge")
+    with pytest.raises(FileNotFoundError, match="knowledge assets"):
+        AutoModelForTokenClassification.from_pretrained(tmp_path)
+
+
+def test_tampered_vocabulary_is_rejected(tmp_path, tokenizer, assets):
+    model = make_model(KalaForTokenClassification, tokenizer, assets, num_labels=3)
+    model.save_pretrained(tmp_path)
+    vocab = tmp_path / "knowledge" / "entity_vocab.json"
+    vocab.write_text(vocab.read_text().replace("Q90", "Q91"))
+    with pytest.raises(ValueError, match="hash"):
+        KalaForTokenClassification.from_pretrained(tmp_path)
+
+
+def test_bad_inputs_give_clear_errors(tokenizer, assets, processor):
+    model = make_model(KalaForTokenClassification, tokenizer, assets, num_labels=3)
+    batch = batch_of(processor, TEXTS)
+    with pytest.raises(ValueError, match="outside the entity memory"):
+        model(**{**batch, "node_entity_ids": batch["node_entity_ids"] + 1000})
+    with pytest.raises(ValueError, match="needs entity_token_map"):
+        model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
+    with pytest.raises(ValueError, match="graph nodes"):
+        model(**{**batch, "entity_token_map": batch["entity_token_map"].clamp(min=0) + 100})
+    with pytest.raises(ValueError, match="edge_index"):
+        model(**{**batch, "edge_index": batch["edge_index"][:1]})
+    features = processor(TEXTS[0])
+    with pytest.raises(ValueError, match="unknown entity id"):
+        KnowledgeGraphCollator(max_entity_id=assets.num_entities)([{**features, "node_entity_ids": [10**6] * 5}])
+    with pytest.raises(ValueError, match="edge"):
+        KnowledgeGraphCollator()([{**features, "edge_relation_ids": []}])
+    with pytest.raises(ValueError):  # mention beyond the text
+        processor("paris", annotation={"entities": [{"text": "paris", "start": 3, "end": 40, "id": "Q90"}], "triplets": []})
+    with pytest.raises(ValueError, match="relation vocabulary|entity vocabulary"):
+        model.set_knowledge_assets(type(assets).build(["Q90"]))
+    with pytest.raises(ValueError, match="out of range"):
+        KalaConfig(encoder_config=tiny_encoder_config(tokenizer), kfm_layers=[5])
+
+
+def test_batch_without_entities_runs_and_keeps_kfm_in_graph(tokenizer, assets, processor):
+    model = make_model(KalaForTokenClassification, tokenizer, assets, num_labels=3).train()
+    batch = batch_of(processor, ["is a the of", "who was"])
+    assert batch["node_entity_ids"].numel() == 0
+    out = model(**batch, labels=torch.zeros_like(batch["input_ids"]))
+    out.loss.backward()
+    unused = [n for n, p in model.named_parameters() if p.requires_grad and p.grad is None]
+    assert not unused, unused
+
+
+def test_tiny_model_learns_a_task_only_knowledge_can_solve(tokenizer, assets):
+    """Mentions have identical surface tokens; only the entity (memory row) tells the label."""
+    torch.manual_seed(0)
+    num = 8
+    rows = torch.arange(1, 1 + num)
+    labels_of = (rows % 2) + 1  # entity type: 1 or 2
+
+    def make_batch(size):
+        pick = torch.randint(0, num, (size,))
+        input_ids = torch.full((size, 6), tokenizer.convert_tokens_to_ids("is"))
+        input_ids[:, 0], input_ids[:, -1] = tokenizer.cls_token_id, tokenizer.sep_token_id
+        input_ids[:, 2] = tokenizer.unk_token_id
+        token_map = torch.full((size, 6), -1)
+        token_map[:, 2] = torch.arange(size)
+        labels = torch.zeros((size, 6), dtype=torch.long)
+        labels[:, 2] = labels_of[pick]
+        return {"input_ids": input_ids, "attention_mask": torch.ones_like(input_ids), "entity_token_map": token_map,
+                "node_entity_ids": rows[pick], "edge_index": torch.zeros(2, 0, dtype=torch.long),
+                "edge_relation_ids": torch.zeros(0, dtype=torch.long), "labels": labels}
+
+    accuracy = {}
+    for mode in ("pointwise", "none"):
+        model = make_model(KalaForTokenClassification, tokenizer, assets, mode, num_labels=3).train()
+        optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+        for _ in range(60):
+            loss = model(**make_batch(16)).loss
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        model.eval()
+        test = make_batch(64)
+        with torch.no_grad():
+            predictions = model(**test).logits.argmax(-1)[:, 2]
+        accuracy[mode] = (predictions == test["labels"][:, 2]).float().mean().item()
+    assert accuracy["pointwise"] > 0.95, accuracy
+    assert accuracy["none"] < 0.8, accuracy
