@@ -1,0 +1,118 @@
+"""Model-card generation shared by all keplm models (huggingface_hub ``ModelCard``).
+
+Knows models only through small interfaces: a config (``model_type``, ``to_dict``), optional knowledge
+assets (sizes, KG hash) and a metrics dict; it never imports ``keplm.modeling``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from huggingface_hub import ModelCard, ModelCardData
+
+PAPERS = {
+    "kala": ("KALA: Knowledge-Augmented Language Model Adaptation (Kang et al., NAACL 2022)",
+             "https://aclanthology.org/2022.naacl-main.379"),
+    "trelm": ("TRELM: Towards Robust and Efficient Pre-training for Knowledge-Enhanced Language Models", ""),
+    "roof_transformer": ("Roof-Transformer: Divided and Joined Understanding with Knowledge Enhancement", ""),
+}
+
+TEMPLATE = """---
+{{ card_data }}
+---
+
+# {{ model_name }}
+
+A **{{ model_type }}** model from [keplm](https://github.com/keplm/keplm): {{ paper }}.
+It was built on `{{ base_model }}`{% if dataset %} and fine-tuned on {{ dataset }}{% endif %}.
+
+## Use
+
+```python
+import keplm  # registers the keplm models with the Auto classes
+from transformers import {{ auto_class }}
+from keplm import {{ processor_class }}
+
+model = {{ auto_class }}.from_pretrained("{{ repo_id }}")
+processor = {{ processor_class }}.from_pretrained("{{ repo_id }}")
+```
+
+The knowledge assets travel with the weights in `knowledge/`: an entity vocabulary of
+{{ num_entities }} rows (row 0 = null entity), {{ num_relations }} relations{% if kg %}, and a knowledge graph of
+{{ kg }}{% endif %}.
+
+## Knowledge settings
+
+| setting | value |
+|---|---|
+{% for key, value in settings.items() %}| {{ key }} | {{ value }} |
+{% endfor %}
+{% if metrics %}
+## Evaluation
+
+| metric | value |
+|---|---|
+{% for key, value in metrics.items() %}| {{ key }} | {{ value }} |
+{% endfor %}
+{% endif %}
+{% if command %}
+## Training command
+
+```bash
+{{ command }}
+```
+{% endif %}
+"""
+
+_SETTINGS = ("retrieval_mode", "kfm_layers", "entity_vocab_size", "entity_dim", "num_relations", "relation_dim",
+             "gnn_layers", "num_extra_layers")
+
+
+def build_model_card(
+    config,
+    knowledge_assets=None,
+    metrics: dict | None = None,
+    base_model: str | None = None,
+    dataset: str | None = None,
+    repo_id: str | None = None,
+    command: str | None = None,
+    auto_class: str = "AutoModel",
+    processor_class: str = "KalaProcessor",
+    license: str | None = None,
+) -> ModelCard:
+    """A model card whose numbers come from the given config, assets and evaluation metrics."""
+    model_type = config.model_type
+    values = config.to_dict()
+    kg = getattr(knowledge_assets, "kg", None)
+    card_data = ModelCardData(
+        library_name="keplm", base_model=base_model, datasets=[dataset] if dataset else None, license=license,
+        tags=["keplm", model_type, "knowledge-enhanced"], model_name=repo_id or model_type,
+    )
+    title, link = PAPERS.get(model_type, (model_type, ""))
+    return ModelCard.from_template(
+        card_data,
+        template_str=TEMPLATE,
+        model_name=repo_id or f"{model_type} model",
+        model_type=model_type,
+        paper=f"[{title}]({link})" if link else title,
+        base_model=base_model or "an encoder",
+        dataset=dataset,
+        repo_id=repo_id or "path/to/checkpoint",
+        auto_class=auto_class,
+        processor_class=processor_class,
+        num_entities=getattr(knowledge_assets, "num_entities", values.get("entity_vocab_size", "n/a")),
+        num_relations=getattr(knowledge_assets, "num_relations", values.get("num_relations", "n/a")),
+        kg=f"{kg.num_entities} entities, {kg.num_relations} relations, {kg.num_triples} triples "
+        f"(sha256 {kg.content_hash()[:12]})" if kg is not None else None,
+        settings={k: values[k] for k in _SETTINGS if k in values},
+        metrics={k: (f"{v:.4f}" if isinstance(v, float) else v) for k, v in (metrics or {}).items()},
+        command=command,
+    )
+
+
+def write_model_card(directory: str | os.PathLike, card: ModelCard) -> Path:
+    """Write README.md into a checkpoint directory (``push_to_hub`` then publishes it)."""
+    path = Path(directory) / "README.md"
+    card.save(path)
+    return path
