@@ -1,0 +1,87 @@
+"""KALA with other encoders, base-checkpoint loading, gradient checkpointing, DataLoader workers."""
+
+from __future__ import annotations
+
+import torch
+from torch.utils.data import DataLoader
+from transformers import BertModel, RobertaConfig
+
+from keplm import KalaConfig, KalaForQuestionAnswering, KalaForTokenClassification, KalaProcessor
+from keplm.data.collator import KnowledgeGraphCollator
+from keplm.hub.assets import KnowledgeAssets
+
+from .conftest import tiny_encoder_config
+
+TEXTS = ["john visited paris and unknownia in france .", "berlin is a city", "mary works for acme bank in london ."]
+
+
+def test_roberta_style_encoder(tokenizer, assets):
+    encoder_config = RobertaConfig(
+        vocab_size=len(tokenizer) + 2, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+        intermediate_size=48, max_position_embeddings=130, pad_token_id=0, type_vocab_size=1,
+    )
+    config = KalaConfig(encoder_config=encoder_config, entity_vocab_size=assets.num_entities,
+                        num_relations=assets.num_relations, num_labels=3, kfm_layers=[0, -1])
+    model = KalaForTokenClassification(config).eval()
+    processor = KalaProcessor(tokenizer, assets)
+    features = [processor(t) for t in TEXTS]
+    for f in features:
+        f.pop("token_type_ids")
+    batch = KnowledgeGraphCollator()(features)
+    assert model(**batch).logits.shape == (3, batch["input_ids"].shape[1], 3)
+    assert type(model.kala.encoder).__name__ == "RobertaModel"
+
+
+def test_from_base_pretrained_keeps_encoder_weights_and_reports_new_modules(tmp_path, tokenizer, assets):
+    torch.manual_seed(1)
+    base = BertModel(tiny_encoder_config(tokenizer))
+    base.save_pretrained(tmp_path / "base")
+    model = KalaForQuestionAnswering.from_base_pretrained(tmp_path / "base", knowledge_assets=assets)
+    for name, tensor in base.state_dict().items():
+        if not name.startswith("pooler."):
+            assert torch.equal(model.kala.encoder.state_dict()[name], tensor), name
+    report = model.loading_report
+    assert "qa_outputs" in report["newly_initialized"]
+    assert any(name.startswith("kala.entity_memory") for name in report["newly_initialized"])
+    assert model.config.entity_vocab_size == assets.num_entities
+    assert model.knowledge_assets is assets
+
+
+def test_gradient_checkpointing_matches(tokenizer, assets):
+    torch.manual_seed(0)
+    config = KalaConfig(encoder_config=tiny_encoder_config(tokenizer), entity_vocab_size=assets.num_entities,
+                        num_relations=assets.num_relations, num_labels=3, kfm_layers=[0, 1],
+                        knowledge_dropout=0.0)
+    model = KalaForTokenClassification(config).train()
+    processor = KalaProcessor(tokenizer, assets)
+    batch = KnowledgeGraphCollator()([processor(t) for t in TEXTS])
+    labels = torch.ones_like(batch["input_ids"])
+    grads = []
+    for checkpointing in (False, True):
+        if checkpointing:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        model.zero_grad()
+        model(**batch, labels=labels).loss.backward()
+        grads.append({n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
+    assert grads[0].keys() == grads[1].keys()
+    for name in grads[0]:
+        assert torch.allclose(grads[0][name], grads[1][name], atol=1e-6), name
+
+
+def test_collator_in_dataloader_workers(tokenizer, assets):
+    processor = KalaProcessor(tokenizer, assets)
+    features = [processor(t) for t in TEXTS * 4]
+    collator = KnowledgeGraphCollator(pad_token_id=0, max_entity_id=assets.num_entities)
+    loader = DataLoader(features, batch_size=4, collate_fn=collator, num_workers=2)
+    batches = list(loader)
+    assert len(batches) == 3
+    for batch in batches:
+        assert batch["entity_token_map"].max() < batch["node_entity_ids"].shape[0]
+
+
+def test_entity_vocabulary_frequency_pruning(kg):
+    mentions = ["Q90"] * 5 + ["Q64"] * 2 + ["Q84"]
+    assets = KnowledgeAssets.build(mentions, kg=kg, min_count=2)
+    assert assets.entity_vocab == ["[NULL]", "Q90", "Q64"]
+    assert assets.entity_row("Q84") == 0  # pruned: treated as unseen
+    assert KnowledgeAssets.build(mentions, max_entities=1).entity_vocab == ["[NULL]", "Q90"]
