@@ -52,6 +52,8 @@ class KeplmPreTrainedModel(PreTrainedModel):
     _supports_attention_backend = True
     #: attribute holding the wrapped HF encoder inside the base model
     encoder_attribute = "encoder"
+    #: losses are per-batch means: the Trainer must scale them for gradient accumulation itself
+    accepts_loss_kwargs = False
 
     knowledge_assets: KnowledgeAssets | None = None
 
