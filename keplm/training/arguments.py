@@ -1,0 +1,182 @@
+"""Command-line arguments shared by the keplm run scripts (``run_scripts/run_ner.py``, ``run_qa.py``).
+
+As in Hugging Face's example scripts, every script parses ``ModelArguments``, a task's data arguments,
+``KnowledgeArguments`` and ``transformers.TrainingArguments`` with ``HfArgumentParser`` (from the command
+line or one ``.json`` file).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, field
+from typing import Literal
+
+import torch
+from transformers import HfArgumentParser, TrainingArguments
+
+SYSTEMS = ("vanilla", "more_params", "pointwise", "relational")
+KNOWLEDGE_SOURCES = ("link", "annotations", "none")
+
+
+@dataclass
+class ModelArguments:
+    model_name_or_path: str = field(
+        metadata={"help": "A base encoder (local dir or Hub id, e.g. a BERT/MiniLM checkpoint) or a keplm checkpoint."}
+    )
+    cache_dir: str | None = field(default=None, metadata={"help": "Where to store downloaded models."})
+    model_revision: str = field(default="main", metadata={"help": "Branch, tag or commit of the model on the Hub."})
+    token: str | None = field(default=None, metadata={"help": "Hub token for private models."})
+
+
+@dataclass
+class KnowledgeArguments:
+    knowledge: Literal["link", "annotations", "none"] = field(
+        default="link",
+        metadata={
+            "help": "Where entity mentions and facts come from: 'link' (dictionary-link the text against --kg), "
+            "'annotations' (precomputed KALA JSON, --annotation_files) or 'none' (no knowledge)."
+        },
+    )
+    kg: str | None = field(
+        default=None,
+        metadata={"help": "Knowledge graph spec for keplm.knowledge.load_kg, e.g. 'fb15k237:<dir>' or 'trex:<dir>'."},
+    )
+    annotation_files: list[str] | None = field(
+        default=None,
+        metadata={"help": "KALA annotation JSON per split as SPLIT=PATH (train=..., validation=..., test=...), "
+                  "keyed by example id."},
+    )
+    system: Literal["vanilla", "more_params", "pointwise", "relational"] = field(
+        default="relational",
+        metadata={
+            "help": "vanilla fine-tuning, more_params (+1 transformer layer, no knowledge), pointwise (entity "
+            "memory only) or relational (KALA: entity memory + relational retrieval)."
+        },
+    )
+    kfm_layers: list[int] | None = field(
+        default=None,
+        metadata={"help": "Encoder layers with knowledge modulation (negative = from the end); default per task."},
+    )
+    entity_min_count: int = field(
+        default=1, metadata={"help": "Entities mentioned fewer times in training are treated as unseen (null)."}
+    )
+    max_entities: int | None = field(default=None, metadata={"help": "Keep at most this many frequent entities."})
+    max_neighbors_per_entity: int = field(
+        default=8, metadata={"help": "KG facts to outside neighbours kept per linked entity ('link' mode)."}
+    )
+    init_entity_memory: bool = field(
+        default=False,
+        metadata={"help": "Initialise the entity memory with the encoder's mean mention states (KALA appendix B.1)."},
+    )
+    graph_pad_to_multiple_of: int | None = field(
+        default=None,
+        metadata={"help": "Pad batched graph nodes/edges to a multiple of this (fewer shapes for torch_compile)."},
+    )
+
+    def __post_init__(self):
+        if self.knowledge == "annotations" and not self.annotation_files:
+            raise ValueError("--knowledge annotations needs --annotation_files train=PATH [validation=PATH ...]")
+        self.annotation_paths()  # validates the SPLIT=PATH entries
+
+    @property
+    def uses_knowledge(self) -> bool:
+        """Whether the chosen system reads knowledge (vanilla and more_params do not)."""
+        return self.system in ("pointwise", "relational") and self.knowledge != "none"
+
+    def annotation_paths(self) -> dict[str, str]:
+        paths = {}
+        for item in self.annotation_files or []:
+            split, sep, path = item.partition("=")
+            if not sep or split not in ("train", "validation", "test"):
+                raise ValueError(f"--annotation_files entries must be train=PATH, validation=PATH or test=PATH; got {item!r}")
+            paths[split] = path
+        return paths
+
+
+@dataclass
+class DataArguments:
+    """Data arguments common to every task."""
+
+    dataset_name: str | None = field(
+        default=None, metadata={"help": "A local data directory/file or a Hub dataset id."}
+    )
+    dataset_config_name: str | None = field(default=None, metadata={"help": "Hub dataset configuration."})
+    train_file: str | None = field(default=None, metadata={"help": "Training file."})
+    validation_file: str | None = field(default=None, metadata={"help": "Evaluation file."})
+    test_file: str | None = field(default=None, metadata={"help": "Prediction (test) file."})
+    max_train_samples: int | None = field(default=None, metadata={"help": "Truncate the training set (debugging)."})
+    max_eval_samples: int | None = field(default=None, metadata={"help": "Truncate the evaluation set."})
+    max_predict_samples: int | None = field(default=None, metadata={"help": "Truncate the prediction set."})
+    preprocessing_num_workers: int | None = field(default=None, metadata={"help": "Processes for datasets.map."})
+    overwrite_cache: bool = field(default=False, metadata={"help": "Recompute cached features."})
+    pad_to_multiple_of: int | None = field(
+        default=None, metadata={"help": "Pad token sequences to a multiple of this (tensor cores, torch_compile)."}
+    )
+
+    def __post_init__(self):
+        if self.dataset_name is None and not (self.train_file or self.validation_file or self.test_file):
+            raise ValueError("pass --dataset_name or at least one of --train_file/--validation_file/--test_file")
+
+
+@dataclass
+class NerDataArguments(DataArguments):
+    max_seq_length: int = field(default=128, metadata={"help": "Maximum tokens per sentence (longer: truncated)."})
+    label_all_tokens: bool = field(
+        default=False, metadata={"help": "Label every sub-token of a word (default: only the first)."}
+    )
+    return_entity_level_metrics: bool = field(default=False, metadata={"help": "Also report per-type F1."})
+    tag_text: str | None = field(
+        default=None,
+        metadata={"help": "After training, reload the saved model from output_dir and print the tags of this text."},
+    )
+
+
+@dataclass
+class QaDataArguments(DataArguments):
+    max_seq_length: int = field(default=384, metadata={"help": "Maximum tokens per question + context window."})
+    doc_stride: int = field(default=128, metadata={"help": "Overlap between context windows."})
+    n_best_size: int = field(default=20, metadata={"help": "Start/end candidates per window in post-processing."})
+    max_answer_length: int = field(default=30, metadata={"help": "Longest answer span in tokens."})
+    train_articles: int | None = field(default=38, metadata={"help": "Articles for train when splitting one file."})
+    validation_articles: int = field(default=5, metadata={"help": "Articles for validation when splitting one file."})
+    test_articles: int = field(default=5, metadata={"help": "Articles for test when splitting one file."})
+
+
+def _launched_distributed() -> bool:
+    return int(os.environ.get("LOCAL_RANK", -1)) != -1 or int(os.environ.get("WORLD_SIZE", 1)) > 1
+
+
+def _has_accelerator() -> bool:
+    if torch.cuda.is_available():
+        return True
+    xpu = getattr(torch, "xpu", None)
+    return bool(xpu is not None and xpu.is_available())
+
+
+def parse_args(data_class: type, args: list[str] | None = None):
+    """Parse ``(ModelArguments, data_class, KnowledgeArguments, TrainingArguments)``.
+
+    A multi-process launch on a machine without GPUs (``accelerate launch --multi_gpu --num_processes 2`` or
+    ``torchrun``) runs as CPU DDP (gloo): without this, accelerate would silently start independent
+    non-distributed processes.
+    """
+    if _launched_distributed() and not _has_accelerator():
+        os.environ.setdefault("ACCELERATE_USE_CPU", "true")
+    parser = HfArgumentParser((ModelArguments, data_class, KnowledgeArguments, TrainingArguments))
+    argv = sys.argv[1:] if args is None else list(args)
+    if len(argv) == 1 and argv[0].endswith(".json"):
+        return parser.parse_json_file(json_file=os.path.abspath(argv[0]))
+    return parser.parse_args_into_dataclasses(args=argv)
+
+
+__all__ = [
+    "SYSTEMS",
+    "KNOWLEDGE_SOURCES",
+    "ModelArguments",
+    "KnowledgeArguments",
+    "DataArguments",
+    "NerDataArguments",
+    "QaDataArguments",
+    "parse_args",
+]
