@@ -18,7 +18,7 @@ import os
 
 import datasets
 import transformers
-from transformers import AutoModelForTokenClassification, Trainer, set_seed
+from transformers import AutoModelForTokenClassification, set_seed
 
 from keplm import KalaForTokenClassification, KalaProcessor, KnowledgeGraphCollator
 from keplm.data import get_label_list, load_ner_dataset
@@ -34,6 +34,7 @@ from keplm.training.knowledge_setup import (
 )
 from keplm.training.runtime import finish_training_args, setup_logging
 from keplm.training.tagging import NerMetrics, argmax_logits, tag_words, word_predictions
+from keplm.training.trainer import OrderedEvalTrainer
 
 logger = logging.getLogger(__name__)
 
@@ -83,6 +84,9 @@ def main(args: list[str] | None = None) -> dict:
             features[split] = featurize(raw[split], featurizer, data_args.preprocessing_num_workers,
                                         data_args.overwrite_cache, desc=f"Linking and tokenising {split}")
 
+    for split, data in features.items():
+        linked = sum(any(i >= 0 for i in row) for row in data["entity_token_map"])
+        logger.info("%s: %d features, %d with at least one entity mention", split, len(data), linked)
     collator = KnowledgeGraphCollator(
         pad_token_id=processor.pad_token_id, pad_to_multiple_of=data_args.pad_to_multiple_of,
         graph_pad_to_multiple_of=knowledge_args.graph_pad_to_multiple_of,
@@ -94,7 +98,7 @@ def main(args: list[str] | None = None) -> dict:
             disable_tqdm=training_args.disable_tqdm,
         )
 
-    trainer = Trainer(
+    trainer = OrderedEvalTrainer(
         model=model, args=training_args, data_collator=collator, processing_class=processor,
         train_dataset=features.get("train") if training_args.do_train else None,
         eval_dataset=features.get("validation") if training_args.do_eval else None,

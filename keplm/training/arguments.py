@@ -65,6 +65,10 @@ class KnowledgeArguments:
     max_neighbors_per_entity: int = field(
         default=8, metadata={"help": "KG facts to outside neighbours kept per linked entity ('link' mode)."}
     )
+    link_case_sensitive: bool = field(
+        default=False,
+        metadata={"help": "Match KG names case-sensitively when linking (fewer false mentions such as 'may')."},
+    )
     init_entity_memory: bool = field(
         default=False,
         metadata={"help": "Initialise the entity memory with the encoder's mean mention states (KALA appendix B.1)."},

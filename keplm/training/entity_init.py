@@ -18,10 +18,11 @@ def initialize_entity_memory_from_encoder(model, dataset, collator, batch_size: 
                                           disable_tqdm: bool = False) -> int:
     """Set every entity-memory row to the mean last-layer state of the tokens of its training mentions.
 
-    The wrapped HF encoder runs alone (no knowledge modulation: the KFM hooks see no knowledge state) over
-    the collated training features; each token inside a mention is credited to the entity-memory row of its
-    graph node (``node_entity_ids[entity_token_map]``). Rows never mentioned, and the null row 0, are left
-    as they are. Returns the number of rows written.
+    ``dataset`` is a ``datasets.Dataset`` of processor features. The wrapped HF encoder runs alone (no
+    knowledge modulation: the KFM hooks see no knowledge state) over the features that have a mention; each
+    token inside a mention is credited to the entity-memory row of its graph node
+    (``node_entity_ids[entity_token_map]``). Rows never mentioned, and the null row 0, are left as they are.
+    Returns the number of rows written.
     """
     base = model.base_model
     memory = getattr(base, "entity_memory", None)
@@ -42,7 +43,11 @@ def initialize_entity_memory_from_encoder(model, dataset, collator, batch_size: 
     was_training = model.training
     model.eval()
     base._state = None  # the KFM hooks become the identity: plain encoder states
-    loader = DataLoader(dataset, batch_size=batch_size, shuffle=False, collate_fn=collator)
+    # only features with a mention matter; length-sorted batches waste little compute on padding
+    lengths = [len(ids) for ids in dataset["input_ids"]]
+    with_mentions = [i for i, row in enumerate(dataset["entity_token_map"]) if max(row, default=-1) >= 0]
+    with_mentions.sort(key=lambda i: lengths[i])
+    loader = DataLoader(dataset.select(with_mentions), batch_size=batch_size, shuffle=False, collate_fn=collator)
     try:
         for batch in tqdm(loader, desc="Initialising entity memory", disable=disable_tqdm):
             token_map = batch["entity_token_map"].to(device)

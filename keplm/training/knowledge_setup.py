@@ -106,7 +106,8 @@ def prepare_processor(
             logger.warning("--kg is ignored: the checkpoint %s brings its own knowledge graph", path)
         return KalaProcessor.from_pretrained(path, **hub)
     tokenizer = AutoTokenizer.from_pretrained(path, **hub)
-    linker_kwargs = {"max_neighbors_per_entity": knowledge_args.max_neighbors_per_entity}
+    linker_kwargs = {"max_neighbors_per_entity": knowledge_args.max_neighbors_per_entity,
+                     "lowercase": not knowledge_args.link_case_sensitive}
     if not knowledge_args.uses_knowledge:
         return KalaProcessor(tokenizer, KnowledgeAssets(), linker_kwargs=linker_kwargs)
     if knowledge_args.knowledge == "link" and not knowledge_args.kg:
@@ -273,10 +274,6 @@ def build_model(model_class, model_args: ModelArguments, knowledge_args: Knowled
         system = system_config(knowledge_args, task)
         assets = processor.knowledge_assets if system["retrieval_mode"] != "none" else None
         model = model_class.from_base_pretrained(path, knowledge_assets=assets, **system, **config_kwargs)
-    # The heads take ``**kwargs`` but compute a mean loss: without this the Trainer would pass them
-    # ``num_items_in_batch`` and then skip the gradient-accumulation division and multiply the loss by the
-    # number of DDP processes (``average_tokens_across_devices``).
-    model.accepts_loss_kwargs = False
     return model
 
 

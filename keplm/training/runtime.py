@@ -19,6 +19,8 @@ def setup_logging(training_args: TrainingArguments) -> None:
         datefmt="%m/%d/%Y %H:%M:%S",
         handlers=[logging.StreamHandler(sys.stdout)],
     )
+    if training_args.should_log:  # as HF's scripts: INFO on the main process unless --log_level says otherwise
+        transformers.utils.logging.set_verbosity_info()
     level = training_args.get_process_log_level()
     logging.getLogger("keplm").setLevel(level)
     logger.setLevel(level)

@@ -11,8 +11,9 @@ import math
 import os
 import time
 
+from torch.utils.data import SequentialSampler
 from transformers import Trainer
-from transformers.trainer_utils import PredictionOutput, speed_metrics
+from transformers.trainer_utils import PredictionOutput, has_length, speed_metrics
 
 from .metrics import squad_references, squad_v1_metrics
 from .qa_postprocessing import postprocess_qa_predictions
@@ -27,7 +28,21 @@ def _model_features(features):
     return features.remove_columns(drop) if drop else features
 
 
-class QuestionAnsweringTrainer(Trainer):
+class OrderedEvalTrainer(Trainer):
+    """``Trainer`` whose evaluation/prediction batches always follow the dataset order.
+
+    The stock ``Trainer`` also groups evaluation samples by length under
+    ``train_sampling_strategy="group_by_length"``, which permutes ``predict()`` outputs; per-example outputs
+    (NER predictions files, QA post-processing of stride windows) need them in dataset order.
+    """
+
+    def _get_eval_sampler(self, eval_dataset):
+        if eval_dataset is None or not has_length(eval_dataset):
+            return None
+        return SequentialSampler(eval_dataset) if self.args.world_size <= 1 else None
+
+
+class QuestionAnsweringTrainer(OrderedEvalTrainer):
     """``Trainer`` whose ``evaluate``/``predict`` take the raw examples beside the features and report EM/F1.
 
     ``eval_dataset`` (and the ``test_dataset`` of ``predict``) are evaluation features with ``example_id`` and
@@ -103,4 +118,4 @@ class QuestionAnsweringTrainer(Trainer):
         return PredictionOutput(predictions=predictions, label_ids=None, metrics=metrics)
 
 
-__all__ = ["QuestionAnsweringTrainer", "POSTPROCESSING_COLUMNS"]
+__all__ = ["OrderedEvalTrainer", "QuestionAnsweringTrainer", "POSTPROCESSING_COLUMNS"]
