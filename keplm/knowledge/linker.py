@@ -46,7 +46,15 @@ class EntityLinker:
         max_neighbors_per_entity: int = 8,
         hops: int = 1,
         stopwords: set[str] | None = None,
+        acronym_max_length: int = 4,
+        ranker=None,
+        mention_filter=None,
     ):
+        """``acronym_max_length``: all-caps aliases up to this length ("US", "UN", "AIDS") match only in
+        capitals, so "us" or "un" in running text are not linked. ``ranker``: optional
+        ``ranker(text, start, end, candidates) -> entity index`` choosing among entities sharing an alias
+        (default: the degree prior). ``mention_filter``: optional ``filter(text, mentions) -> mentions``
+        (e.g. :class:`~keplm.knowledge.construction.SpacyMentionFilter`)."""
         if hops < 0:
             raise ValueError(f"hops must be >= 0, got {hops}")
         self.kg = kg
@@ -54,24 +62,41 @@ class EntityLinker:
         self.min_alias_length = min_alias_length
         self.max_neighbors_per_entity = max_neighbors_per_entity
         self.hops = hops
+        self.acronym_max_length = acronym_max_length
+        self.ranker = ranker
+        self.mention_filter = mention_filter
         self.stopwords = frozenset(w.lower() for w in (DEFAULT_STOPWORDS if stopwords is None else stopwords))
         degree = kg.degree()
-        best: dict[str, int] = {}
+        candidates: dict[str, list[int]] = {}
+        acronyms: dict[str, set[str]] = {}
         for idx in range(kg.num_entities):
             surfaces = [kg.entity_names[idx], *kg.entity_aliases[idx]]
             for surface in surfaces:
                 key = self._alias_key(surface)
                 if key is None:
                     continue
-                cur = best.get(key)
-                if cur is None or (-degree[idx], idx) < (-degree[cur], cur):
-                    best[key] = idx
-        self.num_aliases = len(best)
+                entities = candidates.setdefault(key, [])
+                if idx not in entities:
+                    entities.append(idx)
+                if self._is_acronym(surface):
+                    acronyms.setdefault(key, set()).add(" ".join(surface.split()))
+        # candidates of an alias, best prior first: most connected entity, then lowest index
+        self._candidates = {k: tuple(sorted(v, key=lambda i: (-degree[i], i))) for k, v in candidates.items()}
+        # an acronym alias shared with a lower-case name ("Who"/"WHO") stays case-insensitive
+        self._acronyms = {k: v for k, v in acronyms.items()
+                          if all(kg.entity_names[i].isupper() or any(a.isupper() for a in kg.entity_aliases[i])
+                                 for i in self._candidates[k])}
+        self.num_aliases = len(self._candidates)
         self._automaton = ahocorasick.Automaton()
-        for key, idx in best.items():
-            self._automaton.add_word(key, (idx, len(key)))
-        if best:
+        for key in self._candidates:
+            self._automaton.add_word(key, (key, len(key)))
+        if self._candidates:
             self._automaton.make_automaton()
+
+    def candidates(self, surface: str) -> tuple[int, ...]:
+        """Entity indices sharing this alias, best prior first (empty if unknown)."""
+        key = self._alias_key(surface)
+        return self._candidates.get(key, ()) if key is not None else ()
 
     def _normalize(self, s: str) -> str:
         return _lower_same_length(s) if self.lowercase else s
@@ -83,31 +108,43 @@ class EntityLinker:
         if len(key) < self.min_alias_length or not _HAS_LETTER_RE.search(key):
             return None
         words = _WORD_RE.findall(key.lower())
-        if all(w in self.stopwords for w in words):
-            return None
+        if all(w in self.stopwords for w in words) and not self._is_acronym(surface):
+            return None  # a stopword alias ("us", "who") is only linked as an acronym written in capitals
         return key
 
+    def _is_acronym(self, surface: str) -> bool:
+        surface = " ".join(surface.split())
+        return surface.isupper() and len(surface) <= self.acronym_max_length
+
     def _match(self, text: str) -> list[tuple[int, int, int]]:
-        """Non-overlapping (start, end, entity_idx), leftmost then longest, respecting word boundaries."""
+        """Non-overlapping (start, end, entity_idx), leftmost then longest, respecting word boundaries; among
+        entities sharing the alias the ranker (or the degree prior) picks one."""
         if self.num_aliases == 0 or not text:
             return []
         norm = self._normalize(text)
         n = len(text)
         cands = []
-        for last, (idx, length) in self._automaton.iter(norm):
+        for last, (key, length) in self._automaton.iter(norm):
             start, end = last - length + 1, last + 1
             if start > 0 and text[start - 1].isalnum():
                 continue
             if end < n and text[end].isalnum():
                 continue
-            cands.append((start, -length, idx))
+            if key in self._acronyms and text[start:end] not in self._acronyms[key]:
+                continue
+            cands.append((start, -length, key))
         cands.sort()
         out = []
         pos = 0
-        for start, neg_len, idx in cands:
+        for start, neg_len, key in cands:
             if start >= pos:
-                out.append((start, start - neg_len, idx))
-                pos = start - neg_len
+                end = start - neg_len
+                entities = self._candidates[key]
+                best = entities[0]
+                if self.ranker is not None and len(entities) > 1:
+                    best = self.ranker(text, start, end, entities)
+                out.append((start, end, best))
+                pos = end
         return out
 
     def link(self, text: str) -> KnowledgeAnnotation:
@@ -116,6 +153,8 @@ class EntityLinker:
             raise ValueError(f"text must be a str, got {type(text).__name__}")
         kg = self.kg
         matches = self._match(text)
+        if self.mention_filter is not None and matches:
+            matches = self.mention_filter(text, matches)
         mentions = [EntityMention(text[s:e], s, e, kg.entity_ids[i]) for s, e, i in matches]
         triplets = []
         if matches:
