@@ -20,19 +20,26 @@ import datasets
 import transformers
 from transformers import AutoModelForTokenClassification, set_seed
 
-from keplm import KalaForTokenClassification, KalaProcessor, KnowledgeGraphCollator
+from keplm import KalaForTokenClassification, KalaProcessor
 from keplm.data import get_label_list, load_ner_dataset
 from keplm.training.arguments import NerDataArguments, parse_args
-from keplm.training.entity_init import initialize_entity_memory_from_encoder
 from keplm.training.knowledge_setup import (
     NerFeaturizer,
     build_model,
-    featurize,
     knowledge_source,
     load_annotations,
     prepare_processor,
 )
-from keplm.training.runtime import finish_training_args, setup_logging
+from keplm.training.runtime import (
+    build_collator,
+    build_features,
+    check_splits,
+    finish_training_args,
+    maybe_initialize_entity_memory,
+    record,
+    setup_logging,
+    train_and_save,
+)
 from keplm.training.tagging import NerMetrics, argmax_logits, tag_words, word_predictions
 from keplm.training.trainer import OrderedEvalTrainer
 
@@ -55,10 +62,7 @@ def main(args: list[str] | None = None) -> dict:
     set_seed(training_args.seed)
 
     raw = load_data(data_args)
-    for split, needed in (("train", training_args.do_train), ("validation", training_args.do_eval),
-                          ("test", training_args.do_predict)):
-        if needed and split not in raw:
-            raise ValueError(f"--do_{'predict' if split == 'test' else split[:5]} needs a {split} split; have {list(raw)}")
+    check_splits(raw, training_args)
     label_list = get_label_list(raw)
     annotations = load_annotations(knowledge_args)
     with training_args.main_process_first(desc="knowledge assets"):
@@ -74,58 +78,27 @@ def main(args: list[str] | None = None) -> dict:
     logger.info("System %s (retrieval_mode=%s), knowledge from %s", knowledge_args.system,
                 model.config.retrieval_mode, source)
 
-    features = {}
-    for split in ("train", "validation", "test"):
-        if split not in raw:
-            continue
-        featurizer = NerFeaturizer(processor, source, annotations.get(split), max_length=data_args.max_seq_length,
-                                   label_all_tokens=data_args.label_all_tokens)
-        with training_args.main_process_first(desc=f"{split} features"):
-            features[split] = featurize(raw[split], featurizer, data_args.preprocessing_num_workers,
-                                        data_args.overwrite_cache, desc=f"Linking and tokenising {split}")
-
-    for split, data in features.items():
-        linked = sum(any(i >= 0 for i in row) for row in data["entity_token_map"])
-        logger.info("%s: %d features, %d with at least one entity mention", split, len(data), linked)
-    collator = KnowledgeGraphCollator(
-        pad_token_id=processor.pad_token_id, pad_to_multiple_of=data_args.pad_to_multiple_of,
-        graph_pad_to_multiple_of=knowledge_args.graph_pad_to_multiple_of,
-        max_entity_id=model.config.entity_vocab_size,
-    )
-    if knowledge_args.init_entity_memory and training_args.do_train:
-        initialize_entity_memory_from_encoder(
-            model.to(training_args.device), features["train"], collator, training_args.per_device_eval_batch_size,
-            disable_tqdm=training_args.disable_tqdm,
-        )
+    features = build_features(raw, lambda split: NerFeaturizer(
+        processor, source, annotations.get(split), max_length=data_args.max_seq_length,
+        label_all_tokens=data_args.label_all_tokens,
+    ), data_args, training_args)
+    collator = build_collator(processor, model, data_args, knowledge_args)
+    maybe_initialize_entity_memory(model, features, collator, knowledge_args, training_args)
 
     trainer = OrderedEvalTrainer(
         model=model, args=training_args, data_collator=collator, processing_class=processor,
-        train_dataset=features.get("train") if training_args.do_train else None,
-        eval_dataset=features.get("validation") if training_args.do_eval else None,
+        train_dataset=features.get("train"), eval_dataset=features.get("validation"),
         compute_metrics=NerMetrics(label_list, per_type=data_args.return_entity_level_metrics),
         preprocess_logits_for_metrics=argmax_logits,
     )
     results = {}
     if training_args.do_train:
-        train_result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
-        trainer.save_model()
-        metrics = dict(train_result.metrics, train_samples=len(features["train"]))
-        trainer.log_metrics("train", metrics)
-        trainer.save_metrics("train", metrics)
-        trainer.save_state()
-        results.update(metrics)
+        results.update(train_and_save(trainer, training_args, len(features["train"])))
     if training_args.do_eval:
-        metrics = trainer.evaluate()
-        metrics["eval_samples"] = len(features["validation"])
-        trainer.log_metrics("eval", metrics)
-        trainer.save_metrics("eval", metrics)
-        results.update(metrics)
+        results.update(record(trainer, "eval", dict(trainer.evaluate(), eval_samples=len(features["validation"]))))
     if training_args.do_predict:
         output = trainer.predict(features["test"], metric_key_prefix="predict")
-        metrics = dict(output.metrics, predict_samples=len(features["test"]))
-        trainer.log_metrics("predict", metrics)
-        trainer.save_metrics("predict", metrics)
-        results.update(metrics)
+        results.update(record(trainer, "predict", dict(output.metrics, predict_samples=len(features["test"]))))
         if trainer.is_world_process_zero():
             tags = word_predictions(output.predictions, output.label_ids, label_list)
             with open(os.path.join(training_args.output_dir, "predictions.txt"), "w", encoding="utf-8") as f:

@@ -152,10 +152,21 @@ def _launched_distributed() -> bool:
 
 
 def _has_accelerator() -> bool:
+    """Whether accelerate would find a device for a distributed backend (the devices its state checks)."""
     if torch.cuda.is_available():
         return True
-    xpu = getattr(torch, "xpu", None)
-    return bool(xpu is not None and xpu.is_available())
+    import accelerate.utils as accelerate_utils
+
+    checks = ("is_torch_xla_available", "is_mlu_available", "is_sdaa_available", "is_musa_available",
+              "is_npu_available", "is_hpu_available", "is_xpu_available", "is_neuron_available")
+    for name in checks:
+        check = getattr(accelerate_utils, name, None)
+        try:
+            if check is not None and check():
+                return True
+        except Exception:  # a probe of an absent device stack must not break argument parsing
+            continue
+    return False
 
 
 def parse_args(data_class: type, args: list[str] | None = None):

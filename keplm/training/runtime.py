@@ -47,4 +47,82 @@ def finish_training_args(training_args: TrainingArguments) -> TrainingArguments:
     return training_args
 
 
-__all__ = ["setup_logging", "finish_training_args"]
+
+
+
+# ---------------------------------------------------------------------------------------------- script steps
+SPLIT_FLAGS = (("train", "do_train"), ("validation", "do_eval"), ("test", "do_predict"))
+
+
+def check_splits(raw, training_args: TrainingArguments) -> None:
+    """Every requested stage (--do_train/--do_eval/--do_predict) has its split."""
+    for split, flag in SPLIT_FLAGS:
+        if getattr(training_args, flag) and split not in raw:
+            raise ValueError(f"--{flag} needs a {split} split; the data has {list(raw)}")
+
+
+def build_features(raw, make_featurizer, data_args, training_args: TrainingArguments, splits=None) -> dict:
+    """``{split: features}`` for the requested splits; ``make_featurizer(split)`` gives the map function."""
+    from .knowledge_setup import featurize
+
+    features = {}
+    for split, flag in SPLIT_FLAGS:
+        wanted = split in raw if splits == "all" else getattr(training_args, flag)
+        if not wanted:
+            continue
+        with training_args.main_process_first(desc=f"{split} features"):
+            features[split] = featurize(raw[split], make_featurizer(split), data_args.preprocessing_num_workers,
+                                        data_args.overwrite_cache, desc=f"Linking and tokenising {split}")
+        linked = sum(max(row, default=-1) >= 0 for row in features[split]["entity_token_map"])
+        logger.info("%s: %d examples -> %d features, %d with an entity mention", split, len(raw[split]),
+                    len(features[split]), linked)
+    return features
+
+
+def build_collator(processor, model, data_args, knowledge_args):
+    from keplm.data.collator import KnowledgeGraphCollator
+
+    return KnowledgeGraphCollator(
+        pad_token_id=processor.pad_token_id, pad_to_multiple_of=data_args.pad_to_multiple_of,
+        graph_pad_to_multiple_of=knowledge_args.graph_pad_to_multiple_of,
+        max_entity_id=model.config.entity_vocab_size,
+    )
+
+
+def maybe_initialize_entity_memory(model, features, collator, knowledge_args, training_args) -> None:
+    """``--init_entity_memory``: KALA appendix B.1, before training."""
+    if knowledge_args.init_entity_memory and training_args.do_train:
+        from .entity_init import initialize_entity_memory_from_encoder
+
+        initialize_entity_memory_from_encoder(
+            model.to(training_args.device), features["train"], collator, training_args.per_device_eval_batch_size,
+            disable_tqdm=training_args.disable_tqdm,
+        )
+
+
+def record(trainer, split: str, metrics: dict) -> dict:
+    """Log and save ``{split}_results.json`` (merged into ``all_results.json``), as HF's scripts."""
+    trainer.log_metrics(split, metrics)
+    trainer.save_metrics(split, metrics)
+    return metrics
+
+
+def train_and_save(trainer, training_args: TrainingArguments, num_samples: int) -> dict:
+    """Train, save the model and its processor (tokenizer + knowledge assets) to ``output_dir``."""
+    train_result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+    trainer.save_model()
+    metrics = record(trainer, "train", dict(train_result.metrics, train_samples=num_samples))
+    trainer.save_state()
+    return metrics
+
+
+__all__ = [
+    "setup_logging",
+    "finish_training_args",
+    "check_splits",
+    "build_features",
+    "build_collator",
+    "maybe_initialize_entity_memory",
+    "record",
+    "train_and_save",
+]
