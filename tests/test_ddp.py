@@ -1,0 +1,80 @@
+"""run_ner.py as a 2-process DDP job on CPU, launched exactly as ``accelerate launch --multi_gpu --num_processes 2``.
+
+How this works without GPUs (accelerate 1.x): ``--multi_gpu`` starts the processes with torchrun, but each
+process's accelerate state only picks a distributed backend for an accelerator it finds, so on a CPU-only
+machine the two processes would silently train independently. ``keplm.training.arguments.parse_args``
+therefore sets ``ACCELERATE_USE_CPU`` when it sees a multi-process launch without any accelerator; the
+``TrainingArguments`` then set up ``MULTI_CPU`` DDP with the gloo backend. Checked with accelerate 1.15:
+without that, each of the two processes reports world_size 1; ``--cpu`` together with ``--multi_gpu`` is
+rejected by ``accelerate launch``, and ``accelerate launch --cpu --num_processes 2`` starts a single process.
+``torchrun --nproc_per_node 2 run_scripts/run_ner.py ...`` works the same way as the ``--multi_gpu`` launch.
+The test checks that the run really is a 2-process DDP run.
+
+The first step gives every rank a batch without any entity (no graph nodes at all), and the script keeps
+``ddp_find_unused_parameters=False``: KALA keeps its knowledge modules in the autograd graph for
+entity-free batches, so DDP's reducer sees a gradient for every parameter and does not complain.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from transformers import AutoModelForTokenClassification
+
+import keplm  # noqa: F401
+from keplm.knowledge import EntityLinker
+from tests.test_run_scripts import CONLL, ROOT, write_tiny_files
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _accelerate_launch() -> list[str]:
+    executable = Path(sys.executable).with_name("accelerate")
+    if executable.is_file():
+        return [str(executable), "launch"]
+    return [sys.executable, "-m", "accelerate.commands.launch"]
+
+
+@pytest.mark.slow
+def test_run_ner_ddp_two_processes_on_cpu(tmp_path, tokenizer, kg):
+    tiny = write_tiny_files(tmp_path / "tiny", tokenizer, kg)
+    linker = EntityLinker(kg)
+    assert not any(linker.link(words).entities for words, _ in CONLL["train"][:2])  # entity-free first step
+    out = tmp_path / "ddp"
+    command = _accelerate_launch()
+    command += [
+        "--multi_gpu", "--num_processes", "2", "--num_machines", "1", "--mixed_precision", "no",
+        "--dynamo_backend", "no", "--main_process_port", str(_free_port()),
+        str(ROOT / "run_scripts" / "run_ner.py"),
+        "--model_name_or_path", tiny["model"], "--dataset_name", tiny["conll"], "--output_dir", str(out),
+        "--system", "relational", "--knowledge", "link", "--kg", tiny["kg"],
+        "--do_train", "--do_eval", "--do_predict", "--max_steps", "4", "--per_device_train_batch_size", "1",
+        "--per_device_eval_batch_size", "2", "--train_sampling_strategy", "sequential", "--learning_rate", "1e-3",
+        "--save_strategy", "no", "--report_to", "none", "--disable_tqdm", "1", "--seed", "0",
+    ]
+    env = dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false",
+               HF_HOME=str(tmp_path / "hf_home"),  # no user accelerate config file
+               PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p))
+    result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    log = result.stdout + result.stderr
+    assert result.returncode == 0, log[-6000:]
+    assert "2 process(es), distributed=distributed, find_unused_parameters=False" in log, log[-6000:]
+    assert "Expected to have finished reduction" not in log
+    results = json.loads((out / "all_results.json").read_text())
+    assert {"train_loss", "eval_f1", "predict_f1"} <= set(results)
+    state = json.loads((out / "trainer_state.json").read_text())
+    assert state["global_step"] == 4
+    model = AutoModelForTokenClassification.from_pretrained(out)
+    assert model.config.retrieval_mode == "relational"
+    # predictions of both ranks are gathered back in dataset order
+    assert len((out / "predictions.txt").read_text().splitlines()) == len(CONLL["test"])

@@ -1,0 +1,349 @@
+"""End-to-end smoke tests of run_scripts/run_ner.py and run_qa.py on tiny in-code models and data files.
+
+A tiny BERT checkpoint (conftest's tokenizer + a 4-layer BertConfig), the conftest KG saved as a keplm KG
+directory, and tiny CoNLL / SQuAD files are written to a temporary directory; the scripts run in-process
+through their ``main(args)``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import datasets
+import pytest
+import torch
+from transformers import AutoModelForQuestionAnswering, AutoModelForTokenClassification, BertModel
+
+import keplm  # noqa: F401  (registers the Auto classes)
+from keplm import KalaForTokenClassification, KalaProcessor, KnowledgeGraphCollator
+from keplm.knowledge import KnowledgeAnnotation, write_kala_annotations
+from keplm.training.arguments import KnowledgeArguments, ModelArguments, NerDataArguments, parse_args
+from keplm.training.entity_init import initialize_entity_memory_from_encoder
+from keplm.training.knowledge_setup import NerFeaturizer, features_fingerprint, featurize, prepare_processor
+from keplm.training.tagging import tag_words
+from tests.conftest import tiny_encoder_config
+
+ROOT = Path(__file__).resolve().parent.parent
+SYSTEMS = ("vanilla", "more_params", "pointwise", "relational")
+
+# The first two training sentences mention nothing of the KG: with one sentence per device and sequential
+# sampling, the first step of a 2-process run has an entity-free batch on every rank.
+CONLL = {
+    "train": [
+        ("john works for acme bank .", "B-PER O O B-ORG I-ORG O"),
+        ("mary works for acme bank .", "B-PER O O B-ORG I-ORG O"),
+        ("john lives in paris .", "B-PER O O B-LOC O"),
+        ("mary visited berlin and london .", "B-PER O B-LOC O B-LOC O"),
+        ("the seine flows through france .", "O B-LOC O O B-LOC O"),
+        ("mary lives in new york .", "B-PER O O B-LOC I-LOC O"),
+        ("the big apple is a city in usa .", "O B-LOC I-LOC O O O O B-LOC O"),
+        ("germany is a country in europe .", "B-LOC O O O O B-LOC O"),
+    ],
+    "valid": [
+        ("john visited paris and berlin .", "B-PER O B-LOC O B-LOC O"),
+        ("mary works for acme bank .", "B-PER O O B-ORG I-ORG O"),
+        ("the thames flows through london .", "O B-LOC O O B-LOC O"),
+    ],
+    "test": [
+        ("unknownia is a country .", "B-LOC O O O O"),
+        ("john lives in england .", "B-PER O O B-LOC O"),
+        ("who works for acme bank ?", "O O O B-ORG I-ORG O"),
+    ],
+}
+
+ARTICLES = [
+    ("paris", "paris is the capital of france . the seine flows through paris . john lives in paris and works for "
+              "acme bank .", [("what is the capital of france ?", "paris"), ("who lives in paris ?", "john")]),
+    ("berlin", "berlin is the capital of germany . mary visited berlin and london . the rhine flows through germany .",
+     [("what is the capital of germany ?", "berlin"), ("what flows through germany ?", "the rhine")]),
+    ("london", "london is a city in england . the thames flows through london .",
+     [("where is london ?", "england"), ("what flows through london ?", "the thames")]),
+    ("new york", "new york is a city in usa . it is the big apple . mary lives in new york .",
+     [("who lives in new york ?", "mary"), ("where is new york ?", "usa")]),
+]
+
+
+# ---------------------------------------------------------------------------------------------- fixtures
+def write_tiny_files(root: Path, tokenizer, kg) -> dict[str, str]:
+    """Tiny BERT checkpoint, KG directory, CoNLL and SQuAD files under ``root``; returns their paths."""
+    root.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(0)
+    model_dir = root / "tiny-bert"
+    BertModel(tiny_encoder_config(tokenizer, layers=4), add_pooling_layer=False).save_pretrained(model_dir)
+    tokenizer.save_pretrained(model_dir)
+    kg_dir = root / "kg"
+    kg.save_pretrained(kg_dir)
+    conll_dir = root / "conll"
+    conll_dir.mkdir(exist_ok=True)
+    for split, sentences in CONLL.items():
+        lines = []
+        for words, tags in sentences:
+            lines += [f"{w} X X {t}" for w, t in zip(words.split(), tags.split())] + [""]
+        (conll_dir / f"{split}.txt").write_text("\n".join(lines))
+    squad = {"version": "1.1", "data": []}
+    for a, (title, context, questions) in enumerate(ARTICLES):
+        qas = [{"id": f"q{a}-{i}", "question": q, "answers": [{"text": t, "answer_start": context.index(t)}]}
+               for i, (q, t) in enumerate(questions)]
+        squad["data"].append({"title": title, "paragraphs": [{"context": context, "qas": qas}]})
+    squad_file = root / "squad-dev.json"
+    squad_file.write_text(json.dumps(squad))
+    return {"model": str(model_dir), "kg": str(kg_dir), "conll": str(conll_dir), "squad": str(squad_file)}
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory, tokenizer, kg) -> dict[str, str]:
+    return write_tiny_files(tmp_path_factory.mktemp("tiny"), tokenizer, kg)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def single_thread():
+    """Tiny models gain nothing from intra-op threads, and a busy 2-core machine makes 2-thread ops crawl."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def load_script(name: str):
+    spec = importlib.util.spec_from_file_location(f"keplm_test_{name}", ROOT / "run_scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def ner_args(tiny, out, system="relational", *extra) -> list[str]:
+    args = ["--model_name_or_path", tiny["model"], "--dataset_name", tiny["conll"], "--output_dir", str(out),
+            "--system", system, "--max_steps", "3", "--per_device_train_batch_size", "4",
+            "--per_device_eval_batch_size", "2", "--learning_rate", "1e-3", "--save_strategy", "no",
+            "--report_to", "none", "--disable_tqdm", "1", "--use_cpu", "--seed", "0", *extra]
+    if system in ("pointwise", "relational") and "--knowledge" not in extra:
+        args += ["--knowledge", "link", "--kg", tiny["kg"]]
+    return args
+
+
+def read_json(path) -> dict:
+    return json.loads(Path(path).read_text())
+
+
+# ---------------------------------------------------------------------------------------------- NER
+@pytest.mark.parametrize("system", SYSTEMS)
+def test_run_ner_end_to_end(tiny, tmp_path, system):
+    out = tmp_path / system
+    run_ner = load_script("run_ner")
+    results = run_ner.main(ner_args(
+        tiny, out, system, "--do_train", "--do_eval", "--do_predict", "--tag_text", "john visited paris and unknownia",
+        "--max_predict_samples", "2",
+    ))
+    all_results = read_json(out / "all_results.json")
+    for key in ("train_loss", "train_samples", "eval_f1", "eval_precision", "eval_recall", "eval_accuracy",
+                "eval_loss", "predict_f1", "predict_samples"):
+        assert key in all_results, key
+    assert all_results["predict_samples"] == 2
+    assert read_json(out / "eval_results.json")["eval_f1"] == all_results["eval_f1"]
+    assert len((out / "predictions.txt").read_text().splitlines()) == 2
+    tagged = read_json(out / "tagged_text.json")["tags"]
+    assert [w for w, _ in tagged] == ["john", "visited", "paris", "and", "unknownia"]
+    assert [tuple(pair) for pair in tagged] == [tuple(pair) for pair in results["tagged"]]
+
+    model = AutoModelForTokenClassification.from_pretrained(out)
+    assert isinstance(model, KalaForTokenClassification)
+    expected = {"vanilla": ("none", 0), "more_params": ("none", 1), "pointwise": ("pointwise", 0),
+                "relational": ("relational", 0)}[system]
+    assert (model.config.retrieval_mode, model.config.num_extra_layers) == expected
+    assert model.config.id2label[0] == "O" and len(model.config.id2label) == 6
+    processor = KalaProcessor.from_pretrained(out)
+    if system in ("pointwise", "relational"):
+        assert model.config.kfm_layers == [-4, -2]
+        assert processor.knowledge_assets.kg is not None and (out / "knowledge" / "kg").is_dir()
+        assert "paris" in processor.knowledge_assets.entity_vocab or "Q90" in processor.knowledge_assets.entity_vocab
+        assert model.knowledge_assets.content_hash() == processor.knowledge_assets.content_hash()
+    assert tag_words(model, processor, "john visited paris and unknownia") == [tuple(p) for p in tagged]
+
+
+def test_run_ner_reloads_its_checkpoint(tiny, tmp_path):
+    """A saved KALA checkpoint is a valid --model_name_or_path: same processor/assets, same eval metrics."""
+    run_ner = load_script("run_ner")
+    first = tmp_path / "first"
+    run_ner.main(ner_args(tiny, first, "relational", "--do_train", "--do_eval"))
+    second = tmp_path / "second"
+    args = ner_args(tiny, second, "relational", "--do_eval")
+    args[args.index("--model_name_or_path") + 1] = str(first)
+    run_ner.main(args)
+    before, after = read_json(first / "eval_results.json"), read_json(second / "eval_results.json")
+    for key in ("eval_f1", "eval_accuracy", "eval_loss"):
+        assert after[key] == pytest.approx(before[key], abs=1e-6)
+
+
+def test_run_ner_with_kala_annotations(tiny, tmp_path):
+    """--knowledge annotations reads KALA JSON keyed by example id; no KG needed, relations from the facts."""
+    annotations = {}
+    for i, (words, _) in enumerate(CONLL["train"]):
+        if "paris" in words.split():
+            start = words.index("paris")
+            annotations[str(i)] = KnowledgeAnnotation.from_dict({
+                "entities": [{"text": "paris", "start": start, "end": start + 5, "id": 90}],
+                "triplets": [{"h": 90, "r": "P17", "t": 142}],
+            })
+    path = tmp_path / "train_annotations.json"
+    write_kala_annotations(annotations, path)
+    out = tmp_path / "out"
+    run_ner = load_script("run_ner")
+    run_ner.main(ner_args(tiny, out, "relational", "--knowledge", "annotations", "--annotation_files",
+                          f"train={path}", "--do_train", "--do_eval"))
+    processor = KalaProcessor.from_pretrained(out)
+    assert processor.knowledge_assets.entity_vocab == ["[NULL]", "90"]
+    assert "P17" in processor.knowledge_assets.relation_vocab
+    assert processor.knowledge_assets.kg is None
+    assert "eval_f1" in read_json(out / "all_results.json")
+
+
+@pytest.mark.slow
+def test_run_ner_fused_adamw_compile_and_graph_padding(tiny, tmp_path):
+    """optim=adamw_torch_fused and torch_compile (aot_eager: no C++ toolchain needed) with padded graphs."""
+    out = tmp_path / "compiled"
+    run_ner = load_script("run_ner")
+    run_ner.main(ner_args(
+        tiny, out, "relational", "--do_train", "--do_eval", "--optim", "adamw_torch_fused", "--torch_compile",
+        "--torch_compile_backend", "aot_eager", "--graph_pad_to_multiple_of", "8", "--pad_to_multiple_of", "8",
+    ))
+    results = read_json(out / "all_results.json")
+    assert torch.isfinite(torch.tensor(results["train_loss"]))
+    assert "eval_f1" in results
+
+
+def test_parse_args_from_json_file(tiny, tmp_path):
+    config = {"model_name_or_path": tiny["model"], "dataset_name": tiny["conll"], "output_dir": str(tmp_path),
+              "system": "pointwise", "kg": tiny["kg"], "kfm_layers": [-1], "init_entity_memory": True}
+    path = tmp_path / "args.json"
+    path.write_text(json.dumps(config))
+    model_args, data_args, knowledge_args, training_args = parse_args(NerDataArguments, [str(path)])
+    assert knowledge_args.kfm_layers == [-1] and knowledge_args.init_entity_memory
+    assert data_args.max_seq_length == 128 and training_args.output_dir == str(tmp_path)
+    with pytest.raises(ValueError, match="annotation_files"):
+        KnowledgeArguments(knowledge="annotations")
+
+
+# ---------------------------------------------------------------------------------------------- shared pieces
+def _processor_and_features(tiny, system="relational", **knowledge):
+    data = datasets.DatasetDict({
+        "train": datasets.Dataset.from_dict({
+            "id": [str(i) for i in range(len(CONLL["train"]))],
+            "tokens": [w.split() for w, _ in CONLL["train"]],
+            "ner_tags": [[0] * len(w.split()) for w, _ in CONLL["train"]],
+        })
+    })
+    knowledge_args = KnowledgeArguments(system=system, kg=tiny["kg"], **knowledge)
+    processor = prepare_processor(ModelArguments(tiny["model"]), knowledge_args, data["train"], "ner")
+    return data, processor
+
+
+def test_entity_memory_initialised_with_mean_mention_states(tiny):
+    data, processor = _processor_and_features(tiny)
+    features = featurize(data["train"], NerFeaturizer(processor, "link"))
+    model = KalaForTokenClassification.from_base_pretrained(
+        tiny["model"], knowledge_assets=processor.knowledge_assets, retrieval_mode="relational", num_labels=3
+    )
+    collator = KnowledgeGraphCollator(pad_token_id=processor.pad_token_id)
+    before = model.kala.entity_memory.embeddings.weight.detach().clone()
+    written = initialize_entity_memory_from_encoder(model, features, collator, batch_size=3, disable_tqdm=True)
+    assets = processor.knowledge_assets
+    assert written == assets.num_entities - 1  # every training entity is mentioned
+    after = model.kala.entity_memory.embeddings.weight.detach()
+    assert torch.equal(after[0], before[0]) and not after[0].any()
+    # Paris (Q90): the mean of the encoder's states of its only mention token, over the two sentences
+    row = assets.entity_row("Q90")
+    expected = []
+    for i in (2,):  # "john lives in paris ."
+        batch = collator([features[i]])
+        hidden = model.kala.encoder(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).last_hidden_state
+        token = (batch["entity_token_map"][0] >= 0) & (batch["node_entity_ids"][batch["entity_token_map"][0].clamp(min=0)] == row)
+        expected.append(hidden[0][token])
+    torch.testing.assert_close(after[row], torch.cat(expected).mean(0), atol=1e-5, rtol=1e-5)
+    assert model.kala._state is None
+
+
+def test_features_are_cached_and_fingerprinted(tiny, tmp_path):
+    data, processor = _processor_and_features(tiny)
+    data.save_to_disk(tmp_path / "raw")
+    train = datasets.load_from_disk(tmp_path / "raw")["train"]
+    featurizer = NerFeaturizer(processor, "link", max_length=32)
+    first = featurize(train, featurizer)
+    second = featurize(train, featurizer)
+    assert first.cache_files and first.cache_files == second.cache_files  # reloaded, not recomputed
+    assert features_fingerprint(train, NerFeaturizer(processor, "link", max_length=16)) != first._fingerprint
+    assert features_fingerprint(train, NerFeaturizer(processor, "none", max_length=32)) != first._fingerprint
+    parallel = featurize(train, NerFeaturizer(processor, "link", max_length=32), num_proc=2, overwrite_cache=True)
+    assert parallel["entity_token_map"] == first["entity_token_map"]
+    assert parallel["node_entity_ids"] == first["node_entity_ids"]
+
+
+def test_tag_words_without_knowledge(tiny):
+    _, processor = _processor_and_features(tiny, system="vanilla")
+    assert processor.knowledge_assets.kg is None
+    model = KalaForTokenClassification.from_base_pretrained(
+        tiny["model"], retrieval_mode="none", num_labels=2, id2label={0: "O", 1: "B-LOC"}, label2id={"O": 0, "B-LOC": 1}
+    )
+    tagged = tag_words(model, processor, "  paris   is a city ")
+    assert [w for w, _ in tagged] == ["paris", "is", "a", "city"] and {t for _, t in tagged} <= {"O", "B-LOC"}
+    assert tag_words(model, processor, "   ") == []
+
+
+def test_eval_order_is_kept_under_group_by_length(tiny, tmp_path):
+    from transformers import TrainingArguments
+
+    from keplm.training.trainer import OrderedEvalTrainer
+
+    data, processor = _processor_and_features(tiny, system="vanilla")
+    features = featurize(data["train"], NerFeaturizer(processor, "none"))
+    model = KalaForTokenClassification.from_base_pretrained(tiny["model"], retrieval_mode="none", num_labels=3)
+    args = TrainingArguments(output_dir=str(tmp_path), train_sampling_strategy="group_by_length", use_cpu=True,
+                             report_to="none", per_device_eval_batch_size=3)
+    trainer = OrderedEvalTrainer(model=model, args=args, data_collator=KnowledgeGraphCollator(), processing_class=processor)
+    order = list(trainer.get_test_dataloader(features).sampler)
+    assert order == list(range(len(features)))
+
+
+# ---------------------------------------------------------------------------------------------- QA
+def qa_args(tiny, out, system="relational", *extra) -> list[str]:
+    args = ["--model_name_or_path", tiny["model"], "--dataset_name", tiny["squad"], "--output_dir", str(out),
+            "--system", system, "--train_articles", "2", "--validation_articles", "1", "--test_articles", "1",
+            "--max_seq_length", "32", "--doc_stride", "8", "--max_steps", "3", "--per_device_train_batch_size", "4",
+            "--per_device_eval_batch_size", "3", "--save_strategy", "no", "--report_to", "none",
+            "--disable_tqdm", "1", "--use_cpu", "--seed", "0", *extra]
+    if system in ("pointwise", "relational"):
+        args += ["--knowledge", "link", "--kg", tiny["kg"]]
+    return args
+
+
+@pytest.mark.parametrize("system", SYSTEMS)
+def test_run_qa_end_to_end(tiny, tmp_path, system):
+    out = tmp_path / system
+    run_qa = load_script("run_qa")
+    run_qa.main(qa_args(tiny, out, system, "--do_train", "--do_eval", "--do_predict",
+                        "--train_sampling_strategy", "group_by_length"))
+    results = read_json(out / "all_results.json")
+    for key in ("train_loss", "eval_exact_match", "eval_f1", "eval_samples", "predict_exact_match", "predict_f1"):
+        assert key in results, key
+    assert 0.0 <= results["eval_f1"] <= 100.0
+    predictions = read_json(out / "eval_predictions.json")
+    assert set(predictions) == {"q2-0", "q2-1"}  # one answer per validation question (article 3)
+    context = ARTICLES[2][1]
+    assert all(answer in context for answer in predictions.values())
+    assert set(read_json(out / "predict_predictions.json")) == {"q3-0", "q3-1"}
+    model = AutoModelForQuestionAnswering.from_pretrained(out)
+    assert model.config.retrieval_mode == {"vanilla": "none", "more_params": "none"}.get(system, system)
+    if system in ("pointwise", "relational"):
+        assert model.config.kfm_layers == [-1]
+
+
+def test_run_qa_reloaded_checkpoint_gives_same_answers(tiny, tmp_path):
+    run_qa = load_script("run_qa")
+    first = tmp_path / "first"
+    run_qa.main(qa_args(tiny, first, "relational", "--do_train", "--do_eval"))
+    second = tmp_path / "second"
+    args = qa_args(tiny, second, "relational", "--do_eval")
+    args[args.index("--model_name_or_path") + 1] = str(first)
+    run_qa.main(args)
+    assert read_json(second / "eval_predictions.json") == read_json(first / "eval_predictions.json")
