@@ -22,6 +22,8 @@ class KnowledgeGraphCollator:
     indexes the batched nodes. Scalar fields (``start_positions``) become tensors; other fields (e.g.
     ``example_id``, ``offset_mapping``) are dropped, as the Trainer does with unused columns.
     ``graph_pad_to_multiple_of`` pads nodes/edges with inert null nodes so compiled models see few shapes.
+    An optional per-edge ``edge_labels`` (e.g. relation-extraction targets) is concatenated in edge order and
+    padded with -100.
     Works in ``DataLoader`` worker processes (plain picklable dataclass).
     """
 
@@ -56,7 +58,7 @@ class KnowledgeGraphCollator:
         return batch
 
     def _collate_graphs(self, features: list[dict], batch: dict) -> None:
-        graphs = []
+        graphs, edge_labels = [], []
         for row, feature in enumerate(features):
             nodes = torch.as_tensor(feature["node_entity_ids"], dtype=torch.long).reshape(-1)
             edges = torch.as_tensor(feature["edge_index"], dtype=torch.long).reshape(2, -1)
@@ -76,23 +78,31 @@ class KnowledgeGraphCollator:
                     f"feature {row}: unknown entity id {int(nodes.max())} (entity memory has {self.max_entity_id} rows;"
                     " unseen entities must be mapped to the null entity 0)"
                 )
+            if "edge_labels" in features[0]:
+                edge_labels.append(torch.as_tensor(feature["edge_labels"], dtype=torch.long).reshape(-1))
+                if edge_labels[-1].shape[0] != edges.shape[1]:
+                    raise ValueError(f"feature {row}: {edges.shape[1]} edges but {edge_labels[-1].shape[0]} edge labels")
             graphs.append(Data(x=nodes, edge_index=edges, edge_attr=relations, num_nodes=num_nodes))
         graph = Batch.from_data_list(graphs)
         node_entity_ids, edge_index, edge_relation_ids = graph.x, graph.edge_index, graph.edge_attr
         token_map = batch["entity_token_map"]
         offsets = graph.ptr[:-1].unsqueeze(1)
         batch["entity_token_map"] = torch.where(token_map >= 0, token_map + offsets, token_map)
+        labels = torch.cat(edge_labels) if edge_labels else None
         if self.graph_pad_to_multiple_of:
-            node_entity_ids, edge_index, edge_relation_ids = _pad_graph(
-                node_entity_ids, edge_index, edge_relation_ids, self.graph_pad_to_multiple_of
+            node_entity_ids, edge_index, edge_relation_ids, labels = _pad_graph(
+                node_entity_ids, edge_index, edge_relation_ids, self.graph_pad_to_multiple_of, labels
             )
         batch["node_entity_ids"] = node_entity_ids
         batch["edge_index"] = edge_index
         batch["edge_relation_ids"] = edge_relation_ids
+        if labels is not None:
+            batch["edge_labels"] = labels
 
 
-def _pad_graph(nodes, edges, relations, multiple):
-    """Append null nodes (no mentions) and self-edges on the first of them: they never change any output."""
+def _pad_graph(nodes, edges, relations, multiple, edge_labels=None):
+    """Append null nodes (no mentions) and self-edges on the first of them: they never change any output
+    (their ``edge_labels``, if any, are -100)."""
     num_nodes = -(-(nodes.shape[0] + 1) // multiple) * multiple
     num_edges = -(-max(edges.shape[1], 1) // multiple) * multiple
     pad_node = nodes.shape[0]
@@ -100,4 +110,6 @@ def _pad_graph(nodes, edges, relations, multiple):
     extra = num_edges - edges.shape[1]
     edges = torch.cat([edges, edges.new_full((2, extra), pad_node)], dim=1)
     relations = torch.cat([relations, relations.new_zeros(extra)])
-    return nodes, edges, relations
+    if edge_labels is not None:
+        edge_labels = torch.cat([edge_labels, edge_labels.new_full((extra,), -100)])
+    return nodes, edges, relations, edge_labels
