@@ -17,7 +17,8 @@ import torch
 from transformers import AutoModelForQuestionAnswering, AutoModelForTokenClassification, BertModel
 
 import keplm  # noqa: F401  (registers the Auto classes)
-from keplm import KalaForTokenClassification, KalaProcessor, KnowledgeGraphCollator
+from keplm import KalaForQuestionAnswering, KalaForTokenClassification, KalaProcessor, KnowledgeGraphCollator
+from keplm.data import load_qa_dataset
 from keplm.knowledge import KnowledgeAnnotation, write_kala_annotations
 from keplm.training.arguments import KnowledgeArguments, ModelArguments, NerDataArguments, parse_args
 from keplm.training.entity_init import initialize_entity_memory_from_encoder
@@ -252,16 +253,27 @@ def test_entity_memory_initialised_with_mean_mention_states(tiny):
     assert written == assets.num_entities - 1  # every training entity is mentioned
     after = model.kala.entity_memory.embeddings.weight.detach()
     assert torch.equal(after[0], before[0]) and not after[0].any()
-    # Paris (Q90): the mean of the encoder's states of its only mention token, over the two sentences
+    # Paris (Q90) is mentioned once, in "john lives in paris .": its row is the mean state of that mention's tokens
     row = assets.entity_row("Q90")
-    expected = []
-    for i in (2,):  # "john lives in paris ."
-        batch = collator([features[i]])
-        hidden = model.kala.encoder(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).last_hidden_state
-        token = (batch["entity_token_map"][0] >= 0) & (batch["node_entity_ids"][batch["entity_token_map"][0].clamp(min=0)] == row)
-        expected.append(hidden[0][token])
-    torch.testing.assert_close(after[row], torch.cat(expected).mean(0), atol=1e-5, rtol=1e-5)
+    batch = collator([features[2]])
+    hidden = model.kala.encoder(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).last_hidden_state
+    token_map = batch["entity_token_map"][0]
+    in_paris = (token_map >= 0) & (batch["node_entity_ids"][token_map.clamp(min=0)] == row)
+    assert in_paris.sum() == 1
+    torch.testing.assert_close(after[row], hidden[0][in_paris].mean(0), atol=1e-5, rtol=1e-5)
     assert model.kala._state is None
+
+
+def test_entity_vocabulary_pruned_by_frequency(tiny):
+    _, processor = _processor_and_features(tiny)
+    full = processor.knowledge_assets
+    assert {"Q90", "Q64", "Q84", "Q1471", "Q142", "Q60", "Q515", "Q183"} <= set(full.entity_vocab)
+    # "new york" and its alias "big apple" are the only entity mentioned twice in the training sentences
+    _, pruned = _processor_and_features(tiny, entity_min_count=2)
+    assert pruned.knowledge_assets.entity_vocab == ["[NULL]", "Q60"]
+    _, capped = _processor_and_features(tiny, max_entities=3)
+    assert capped.knowledge_assets.num_entities == 4 and capped.knowledge_assets.entity_vocab[1] == "Q60"
+    assert capped.knowledge_assets.relation_vocab == full.relation_vocab == pruned.knowledge_assets.relation_vocab
 
 
 def test_features_are_cached_and_fingerprinted(tiny, tmp_path):
@@ -303,6 +315,26 @@ def test_eval_order_is_kept_under_group_by_length(tiny, tmp_path):
     trainer = OrderedEvalTrainer(model=model, args=args, data_collator=KnowledgeGraphCollator(), processing_class=processor)
     order = list(trainer.get_test_dataloader(features).sampler)
     assert order == list(range(len(features)))
+
+
+def test_trainer_keeps_knowledge_columns_and_drops_postprocessing_ones(tiny, tmp_path):
+    from transformers import TrainingArguments
+
+    from keplm.tokenization.processing_kala import KNOWLEDGE_COLUMNS
+    from keplm.training.knowledge_setup import QaFeaturizer
+    from keplm.training.trainer import QuestionAnsweringTrainer, _model_features
+
+    raw = load_qa_dataset(tiny["squad"], train_articles=2, validation_articles=1, test_articles=1)
+    knowledge_args = KnowledgeArguments(system="relational", kg=tiny["kg"])
+    processor = prepare_processor(ModelArguments(tiny["model"]), knowledge_args, raw["train"], "qa")
+    features = featurize(raw["validation"], QaFeaturizer(processor, "link", max_length=32, doc_stride=8, training=False))
+    assert {"example_id", "offset_mapping", *KNOWLEDGE_COLUMNS} <= set(features.column_names)
+    model = KalaForQuestionAnswering.from_base_pretrained(tiny["model"], knowledge_assets=processor.knowledge_assets)
+    args = TrainingArguments(output_dir=str(tmp_path), use_cpu=True, report_to="none")
+    trainer = QuestionAnsweringTrainer(model=model, args=args, processing_class=processor,
+                                       data_collator=KnowledgeGraphCollator(pad_token_id=processor.pad_token_id))
+    kept = trainer._remove_unused_columns(_model_features(features))
+    assert set(kept.column_names) == {"input_ids", "token_type_ids", "attention_mask", *KNOWLEDGE_COLUMNS}
 
 
 # ---------------------------------------------------------------------------------------------- QA
