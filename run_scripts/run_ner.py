@@ -105,17 +105,19 @@ def main(args: list[str] | None = None) -> dict:
                 for words, sentence_tags in zip(raw["test"]["tokens"], tags):
                     f.write(" ".join(f"{w}/{t}" for w, t in zip(words, sentence_tags)) + "\n")
     if data_args.tag_text and trainer.is_world_process_zero():
-        results["tagged"] = tag_with_saved_model(training_args.output_dir, data_args.tag_text)
+        saved = training_args.output_dir if training_args.do_train else model_args.model_name_or_path
+        results["tagged"] = tag_with_saved_model(saved, data_args.tag_text, training_args.output_dir)
     return results
 
 
-def tag_with_saved_model(output_dir: str, text: str) -> list[tuple[str, str]]:
-    """Reload the saved model and processor through the Auto API and print the tags of ``text``."""
-    model = AutoModelForTokenClassification.from_pretrained(output_dir)
-    processor = KalaProcessor.from_pretrained(output_dir)
+def tag_with_saved_model(model_dir: str, text: str, output_dir: str) -> list[tuple[str, str]]:
+    """Load a saved model and processor through the Auto API, print the tags of ``text``, save them to JSON."""
+    model = AutoModelForTokenClassification.from_pretrained(model_dir)
+    processor = KalaProcessor.from_pretrained(model_dir)
     tagged = tag_words(model, processor, text)
-    print(f"Tags from {type(model).__name__} reloaded from {output_dir}:")
+    print(f"Tags from {type(model).__name__} loaded from {model_dir}:")
     print("  " + " ".join(f"{word}/{tag}" for word, tag in tagged))
+    os.makedirs(output_dir, exist_ok=True)
     with open(os.path.join(output_dir, "tagged_text.json"), "w", encoding="utf-8") as f:
         json.dump({"text": text, "tags": tagged}, f, indent=2, ensure_ascii=False)
     return tagged

@@ -169,12 +169,16 @@ def test_run_ner_reloads_its_checkpoint(tiny, tmp_path):
     first = tmp_path / "first"
     run_ner.main(ner_args(tiny, first, "relational", "--do_train", "--do_eval"))
     second = tmp_path / "second"
-    args = ner_args(tiny, second, "relational", "--do_eval")
+    args = ner_args(tiny, second, "relational", "--do_eval", "--tag_text", "mary lives in berlin")
     args[args.index("--model_name_or_path") + 1] = str(first)
-    run_ner.main(args)
+    results = run_ner.main(args)
     before, after = read_json(first / "eval_results.json"), read_json(second / "eval_results.json")
     for key in ("eval_f1", "eval_accuracy", "eval_loss"):
         assert after[key] == pytest.approx(before[key], abs=1e-6)
+    # --tag_text without training tags with the given checkpoint
+    model, processor = AutoModelForTokenClassification.from_pretrained(first), KalaProcessor.from_pretrained(first)
+    assert [tuple(p) for p in results["tagged"]] == tag_words(model, processor, "mary lives in berlin")
+    assert (second / "tagged_text.json").is_file()
 
 
 def test_run_ner_with_kala_annotations(tiny, tmp_path):
