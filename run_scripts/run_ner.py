@@ -30,6 +30,7 @@ from keplm.training.knowledge_setup import (
     load_annotations,
     prepare_processor,
 )
+from keplm.training.metrics import align_ner_predictions, ner_metrics
 from keplm.training.runtime import (
     build_collator,
     build_features,
@@ -40,7 +41,8 @@ from keplm.training.runtime import (
     setup_logging,
     train_and_save,
 )
-from keplm.training.tagging import NerMetrics, argmax_logits, tag_words, word_predictions
+from keplm.training.subsets import UnseenEntityCounter, subset_metrics
+from keplm.training.tagging import NerMetrics, argmax_logits, tag_words
 from keplm.training.trainer import OrderedEvalTrainer
 
 logger = logging.getLogger(__name__)
@@ -98,9 +100,14 @@ def main(args: list[str] | None = None) -> dict:
         results.update(record(trainer, "eval", dict(trainer.evaluate(), eval_samples=len(features["validation"]))))
     if training_args.do_predict:
         output = trainer.predict(features["test"], metric_key_prefix="predict")
-        results.update(record(trainer, "predict", dict(output.metrics, predict_samples=len(features["test"]))))
+        metrics = dict(output.metrics, predict_samples=len(features["test"]))
+        tags, references = align_ner_predictions(output.predictions, output.label_ids, label_list)
+        counter = UnseenEntityCounter.from_arguments(knowledge_args, raw, "ner", annotations)
+        if counter is not None:  # KALA 5.4: contexts with >= 3 entities unseen in training vs the rest
+            metrics.update(subset_metrics(lambda p, r: ner_metrics(p, r, per_type=False), tags, references,
+                                          counter.counts("test", raw["test"]), "predict"))
+        results.update(record(trainer, "predict", metrics))
         if trainer.is_world_process_zero():
-            tags = word_predictions(output.predictions, output.label_ids, label_list)
             with open(os.path.join(training_args.output_dir, "predictions.txt"), "w", encoding="utf-8") as f:
                 for words, sentence_tags in zip(raw["test"]["tokens"], tags):
                     f.write(" ".join(f"{w}/{t}" for w, t in zip(words, sentence_tags)) + "\n")

@@ -29,6 +29,7 @@ from keplm.training.knowledge_setup import (
     load_annotations,
     prepare_processor,
 )
+from keplm.training.metrics import squad_references, squad_v1_metrics
 from keplm.training.runtime import (
     build_collator,
     build_features,
@@ -39,6 +40,7 @@ from keplm.training.runtime import (
     setup_logging,
     train_and_save,
 )
+from keplm.training.subsets import UnseenEntityCounter, subset_metrics
 from keplm.training.trainer import QuestionAnsweringTrainer
 
 logger = logging.getLogger(__name__)
@@ -98,7 +100,17 @@ def main(args: list[str] | None = None) -> dict:
         results.update(record(trainer, "eval", dict(trainer.evaluate(), eval_samples=len(raw["validation"]))))
     if training_args.do_predict:
         output = trainer.predict(features["test"], raw["test"], metric_key_prefix="predict")
-        results.update(record(trainer, "predict", dict(output.metrics, predict_samples=len(raw["test"]))))
+        metrics = dict(output.metrics, predict_samples=len(raw["test"]))
+        counter = UnseenEntityCounter.from_arguments(knowledge_args, raw, "qa", annotations)
+        if counter is not None:  # KALA 5.4: contexts with >= 3 entities unseen in training vs the rest
+            ids = list(raw["test"]["id"])
+            references = squad_references(raw["test"])
+            metrics.update(subset_metrics(
+                lambda p, r: squad_v1_metrics(dict(enumerate(p)), dict(enumerate(r))),
+                [output.predictions.get(i, "") for i in ids], [references[i] for i in ids],
+                counter.counts("test", raw["test"]), "predict",
+            ))
+        results.update(record(trainer, "predict", metrics))
     return results
 
 

@@ -119,7 +119,7 @@ def ner_args(tiny, out, system="relational", *extra) -> list[str]:
             "--system", system, "--max_steps", "3", "--per_device_train_batch_size", "4",
             "--per_device_eval_batch_size", "2", "--learning_rate", "1e-3", "--save_strategy", "no",
             "--report_to", "none", "--disable_tqdm", "1", "--use_cpu", "--seed", "0", *extra]
-    if system in ("pointwise", "relational") and "--knowledge" not in extra:
+    if "--knowledge" not in extra:  # baselines too: the KG defines the seen/unseen test subsets
         args += ["--knowledge", "link", "--kg", tiny["kg"]]
     return args
 
@@ -142,6 +142,9 @@ def test_run_ner_end_to_end(tiny, tmp_path, system):
                 "eval_loss", "predict_f1", "predict_samples"):
         assert key in all_results, key
     assert all_results["predict_samples"] == 2
+    # KALA 5.4 subsets, defined by the KG linking alone, so every system reports them
+    assert all_results["predict_seen_examples"] + all_results["predict_unseen_examples"] == 2
+    assert not (out / "training_args.bin").exists() and (out / "training_args.json").exists()  # no pickles
     assert read_json(out / "eval_results.json")["eval_f1"] == all_results["eval_f1"]
     assert len((out / "predictions.txt").read_text().splitlines()) == 2
     tagged = read_json(out / "tagged_text.json")["tags"]
@@ -348,7 +351,7 @@ def qa_args(tiny, out, system="relational", *extra) -> list[str]:
             "--max_seq_length", "32", "--doc_stride", "8", "--max_steps", "3", "--per_device_train_batch_size", "4",
             "--per_device_eval_batch_size", "3", "--save_strategy", "no", "--report_to", "none",
             "--disable_tqdm", "1", "--use_cpu", "--seed", "0", *extra]
-    if system in ("pointwise", "relational"):
+    if "--knowledge" not in extra:  # baselines too: the KG defines the seen/unseen test subsets
         args += ["--knowledge", "link", "--kg", tiny["kg"]]
     return args
 
@@ -368,6 +371,8 @@ def test_run_qa_end_to_end(tiny, tmp_path, system):
     context = ARTICLES[2][1]
     assert all(answer in context for answer in predictions.values())
     assert set(read_json(out / "predict_predictions.json")) == {"q3-0", "q3-1"}
+    results = read_json(out / "all_results.json")
+    assert results["predict_seen_examples"] + results["predict_unseen_examples"] == 2
     model = AutoModelForQuestionAnswering.from_pretrained(out)
     assert model.config.retrieval_mode == {"vanilla": "none", "more_params": "none"}.get(system, system)
     if system in ("pointwise", "relational"):

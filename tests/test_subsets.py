@@ -1,7 +1,8 @@
-from keplm.hub.assets import KnowledgeAssets
+from types import SimpleNamespace
+
 from keplm.knowledge import KnowledgeAnnotation
 from keplm.training.metrics import ner_metrics
-from keplm.training.subsets import count_unseen_entities, subset_metrics
+from keplm.training.subsets import UnseenEntityCounter, subset_metrics
 
 
 def annotation(*ids):
@@ -9,10 +10,14 @@ def annotation(*ids):
         {"entities": [{"text": "x", "start": 0, "end": 1, "id": i} for i in ids], "triplets": []})
 
 
-def test_unseen_entities_are_those_outside_the_entity_vocabulary():
-    assets = KnowledgeAssets.build(["a", "b"])
-    assert count_unseen_entities(annotation("a", "b", "a"), assets) == 0
-    assert count_unseen_entities(annotation("a", "c", "c", "d", None), assets) == 3
+def test_unseen_entities_are_those_never_mentioned_in_training():
+    annotations = {"train": {"0": annotation("a", "b")},
+                   "test": {"0": annotation("a", "b", "a"), "1": annotation("a", "c", "c", "d", None)}}
+    args = SimpleNamespace(knowledge="annotations")
+    raw = {"train": {"id": ["0"]}, "test": {"id": ["0", "1", "2"]}}
+    counter = UnseenEntityCounter.from_arguments(args, raw, "ner", annotations)
+    assert counter.counts("test", raw["test"]) == [0, 3, 0]  # c, d and the id-less mention; "2" has none
+    assert UnseenEntityCounter.from_arguments(SimpleNamespace(knowledge="none", kg=None), raw, "ner", {}) is None
 
 
 def test_subset_metrics_split_by_threshold():

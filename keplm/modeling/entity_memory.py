@@ -20,7 +20,7 @@ class EntityMemory(nn.Module):
         return self.embeddings.num_embeddings
 
     def forward(self, entity_ids: torch.Tensor) -> torch.Tensor:
-        if entity_ids.device.type == "cpu" and entity_ids.numel():  # cheap check where it needs no device sync
+        if entity_ids.device.type == "cpu" and entity_ids.numel() and not torch.compiler.is_compiling():  # no sync
             low, high = int(entity_ids.min()), int(entity_ids.max())
             if low < 0 or high >= self.num_entities:
                 raise ValueError(

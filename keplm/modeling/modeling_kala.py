@@ -205,7 +205,7 @@ class KalaModel(KalaPreTrainedModel):
             raise ValueError(f"edge_index must have shape [2, num_edges], got {tuple(edge_index.shape)}")
         if edge_relation_ids is None or edge_relation_ids.shape[0] != edge_index.shape[1]:
             raise ValueError("edge_relation_ids must give one relation id per edge of edge_index")
-        if entity_token_map.device.type == "cpu":  # validation that needs no device sync
+        if entity_token_map.device.type == "cpu" and not torch.compiler.is_compiling():  # no device sync, no graph break
             if entity_token_map.numel() and (int(entity_token_map.min()) < -1 or int(entity_token_map.max()) >= num_nodes):
                 raise ValueError(f"entity_token_map points outside the {num_nodes} graph nodes of the batch")
             if edge_index.numel() and (int(edge_index.min()) < 0 or int(edge_index.max()) >= num_nodes):

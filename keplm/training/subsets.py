@@ -1,37 +1,13 @@
 """Seen / unseen evaluation subsets (KALA §5.4): a context is "Unseen" when it mentions at least
-``threshold`` (paper: 3) entities that the model's entity memory does not hold, i.e. entities not seen in
-training (or pruned from the memory by frequency); otherwise it is "Seen"."""
+``threshold`` (paper: 3) entities not seen in training; otherwise it is "Seen"."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from keplm.hub.assets import KnowledgeAssets
 from keplm.knowledge import KnowledgeAnnotation
 
 UNSEEN_THRESHOLD = 3
-
-
-def count_unseen_entities(annotation: KnowledgeAnnotation, assets: KnowledgeAssets) -> int:
-    """Distinct mentioned entities outside the entity vocabulary; a mention without an id counts as one."""
-    ids = {m.id for m in annotation.entities if m.id is not None}
-    anonymous = sum(m.id is None for m in annotation.entities)
-    return sum(assets.entity_row(i) == 0 for i in ids) + anonymous
-
-
-def unseen_counts(texts: Sequence, annotations: Sequence[KnowledgeAnnotation | None], processor) -> list[int]:
-    """Unseen-entity count per example; examples without an annotation are linked with the processor's KG
-    (``texts`` are strings, or word lists for NER)."""
-    counts = []
-    for text, annotation in zip(texts, annotations):
-        if annotation is None:
-            if processor.knowledge_assets.kg is None:
-                annotation = KnowledgeAnnotation()
-            else:
-                linker = processor.linker
-                annotation = linker.link(text) if isinstance(text, str) else linker.link_tokens(list(text))
-        counts.append(count_unseen_entities(annotation, processor.knowledge_assets))
-    return counts
 
 
 def subset_metrics(
@@ -54,3 +30,41 @@ def subset_metrics(
             metrics = metric_fn([predictions[i] for i in index], [references[i] for i in index])
             out.update({f"{prefix}_{name}_{k}": v for k, v in metrics.items() if not isinstance(v, dict)})
     return out
+
+
+class UnseenEntityCounter:
+    """Per-example count of distinct mentioned entities never mentioned in the training split.
+
+    It depends only on the knowledge source (KG linking or annotation files) and the training split, not
+    on the system trained, so vanilla, +1 layer, pointwise and relational runs are split identically.
+    """
+
+    def __init__(self, annotate: Callable[[str, object], list[KnowledgeAnnotation]], train_dataset):
+        self.annotate = annotate
+        self.train_ids = {m.id for a in annotate("train", train_dataset) for m in a.entities if m.id is not None}
+
+    @classmethod
+    def from_arguments(cls, knowledge_args, raw, task: str, annotations: dict) -> UnseenEntityCounter | None:
+        """From the run scripts' ``KnowledgeArguments``; None when no knowledge source is configured."""
+        if "train" not in raw:
+            return None
+        if knowledge_args.knowledge == "annotations":
+            def annotate(split, dataset):
+                by_id = annotations.get(split, {})
+                return [by_id.get(str(i), KnowledgeAnnotation()) for i in dataset["id"]]
+        elif knowledge_args.knowledge == "link" and knowledge_args.kg:
+            from keplm.knowledge import EntityLinker, load_kg
+
+            linker = EntityLinker(load_kg(knowledge_args.kg), lowercase=not knowledge_args.link_case_sensitive,
+                                  max_neighbors_per_entity=0)
+            def annotate(split, dataset):
+                if task == "ner":
+                    return [linker.link_tokens(tokens) for tokens in dataset["tokens"]]
+                return [linker.link(context) for context in dataset["context"]]
+        else:
+            return None
+        return cls(annotate, raw["train"])
+
+    def counts(self, split: str, dataset) -> list[int]:
+        return [len({m.id for m in a.entities if m.id is not None} - self.train_ids)
+                + sum(m.id is None for m in a.entities) for a in self.annotate(split, dataset)]

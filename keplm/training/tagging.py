@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import numpy as np
 import torch
 
 from keplm.data.collator import KnowledgeGraphCollator
@@ -30,12 +29,6 @@ def argmax_logits(logits, labels):
     if isinstance(logits, tuple):
         logits = logits[0]
     return logits.argmax(dim=-1)
-
-
-def word_predictions(pred_ids: np.ndarray, label_ids: np.ndarray, label_list: list[str]) -> list[list[str]]:
-    """Predicted tag of every labelled (first sub-token) position, per sentence."""
-    predictions, _ = align_ner_predictions(pred_ids, label_ids, label_list)
-    return predictions
 
 
 def _model_uses_knowledge(model) -> bool:
@@ -81,4 +74,4 @@ def tag_words(model, processor, text: str, max_length: int = 512) -> list[tuple[
     return list(zip(words, tags))
 
 
-__all__ = ["NerMetrics", "argmax_logits", "word_predictions", "tag_words"]
+__all__ = ["NerMetrics", "argmax_logits", "tag_words"]

@@ -41,6 +41,18 @@ class OrderedEvalTrainer(Trainer):
             return None
         return SequentialSampler(eval_dataset) if self.args.world_size <= 1 else None
 
+    def _save(self, output_dir: str | None = None, state_dict=None):
+        """Save as the stock Trainer does, but the training arguments as JSON instead of a pickled
+        ``training_args.bin`` (checkpoints hold no pickles)."""
+        super()._save(output_dir, state_dict=state_dict)
+        output_dir = output_dir if output_dir is not None else self.args.output_dir
+        if self.args.should_save:
+            pickled = os.path.join(output_dir, "training_args.bin")
+            if os.path.exists(pickled):
+                os.remove(pickled)
+            with open(os.path.join(output_dir, "training_args.json"), "w", encoding="utf-8") as f:
+                f.write(self.args.to_json_string())
+
 
 class QuestionAnsweringTrainer(OrderedEvalTrainer):
     """``Trainer`` whose ``evaluate``/``predict`` take the raw examples beside the features and report EM/F1.
