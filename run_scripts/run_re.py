@@ -52,8 +52,13 @@ class RelationModelArguments(ModelArguments):
     bilinear_dim: int = field(default=128, metadata={"help": "Size of the head/tail projections of the bilinear layer."})
     dropout: float | None = field(default=None, metadata={"help": "Entity dropout (default: the encoder's)."})
     max_relations: int = field(default=100, metadata={"help": "Keep the N most frequent training relations (paper: 100)."})
-    top2_threshold: float = field(
-        default=0.1, metadata={"help": "Take the top-2 relation when no_relation is top-1 and top-2 has p above this."}
+    top2_threshold: float | None = field(
+        default=None,
+        metadata={"help": "Take the top-2 relation when no_relation is top-1 and top-2 has p above this (default: "
+                  "the paper's 0.1 for a new model, the saved value for a saved one; 1.0 = top-1 only)."},
+    )
+    head_learning_rate: float | None = field(
+        default=None, metadata={"help": "Learning rate of the new (non-encoder) modules; default: --learning_rate."}
     )
     use_entity_types: bool = field(
         default=False, metadata={"help": "Add a DocRED entity-type embedding (then inference needs the types too)."}
@@ -118,21 +123,41 @@ def build_model(model_args: RelationModelArguments, splits: dict, training_args:
     """A saved relation extractor as it is, or a new one on a base encoder with the training relations."""
     hub = {"cache_dir": model_args.cache_dir, "revision": model_args.model_revision, "token": model_args.token}
     config_dict, _ = PreTrainedConfig.get_config_dict(model_args.model_name_or_path, **hub)
+    threshold = {} if model_args.top2_threshold is None else {"top2_threshold": model_args.top2_threshold}
     if config_dict.get("model_type") == RelationExtractionConfig.model_type:
-        return KeplmForRelationExtraction.from_pretrained(model_args.model_name_or_path, **hub)
+        return KeplmForRelationExtraction.from_pretrained(model_args.model_name_or_path, **hub, **threshold)
     if not training_args.do_train:
         raise ValueError(f"{model_args.model_name_or_path} is not a relation extractor; pass --do_train to train one")
     relations = build_relation_vocab(splits["train"], model_args.max_relations)
     return KeplmForRelationExtraction.from_base_pretrained(
         model_args.model_name_or_path, id2label=dict(enumerate(relations)), bilinear_dim=model_args.bilinear_dim,
-        dropout=model_args.dropout, top2_threshold=model_args.top2_threshold, max_relations=model_args.max_relations,
+        dropout=model_args.dropout, max_relations=model_args.max_relations, **threshold,
         entity_types=list(DOCRED_ENTITY_TYPES) if model_args.use_entity_types else None,
     )
 
 
 class PairEvalTrainer(OrderedEvalTrainer):
     """Evaluation outputs are per candidate pair, not per document: gather them whole (``gather_for_metrics``
-    would cut the last batch to its number of documents). Metrics need a single evaluation process."""
+    would cut the last batch to its number of documents). Metrics need a single evaluation process.
+    ``head_learning_rate`` gives the new modules (everything outside ``backbone.``) their own learning rate."""
+
+    def __init__(self, *args, head_learning_rate: float | None = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.head_learning_rate = head_learning_rate
+        self._head_groups_done = False
+
+    def create_optimizer(self, model=None):
+        optimizer = super().create_optimizer(model)
+        if self.head_learning_rate is not None and not self._head_groups_done:
+            head = {id(p) for name, p in self.model.named_parameters() if not name.startswith("backbone.")}
+            for group in list(optimizer.param_groups):
+                moved = [p for p in group["params"] if id(p) in head]
+                if moved:
+                    group["params"] = [p for p in group["params"] if id(p) not in head]
+                    settings = {k: v for k, v in group.items() if k != "params"}
+                    optimizer.add_param_group({**settings, "params": moved, "lr": self.head_learning_rate})
+            self._head_groups_done = True
+        return optimizer
 
     def evaluation_loop(self, *args, **kwargs):
         if self.args.world_size > 1:
@@ -199,6 +224,7 @@ def main(args: list[str] | None = None) -> dict:
         compute_metrics=(FactMetrics(features["validation"], splits["validation"], config.id2label, no_relation_id)
                          if training_args.do_eval else None),
         preprocess_logits_for_metrics=PredictRelations(config.top2_threshold, no_relation_id),
+        head_learning_rate=model_args.head_learning_rate,
     )
     results = {}
     if training_args.do_train:
@@ -223,11 +249,12 @@ def main(args: list[str] | None = None) -> dict:
         results.update(metrics)
     if trainer.is_world_process_zero():
         os.makedirs(training_args.output_dir, exist_ok=True)
-        counts = {}
-        for fact in (f for row in splits.get("train", []) for f in row["facts"]):
-            counts[fact["r"]] = counts.get(fact["r"], 0) + 1
-        save_relations(os.path.join(training_args.output_dir, "relations.json"), config,
-                       load_relation_names(data_args.relation_names_file), counts)
+        if training_args.do_train:  # beside the saved model
+            counts = {}
+            for fact in (f for row in splits["train"] for f in row["facts"]):
+                counts[fact["r"]] = counts.get(fact["r"], 0) + 1
+            save_relations(os.path.join(training_args.output_dir, "relations.json"), config,
+                           load_relation_names(data_args.relation_names_file), counts)
         with open(os.path.join(training_args.output_dir, "featurization.json"), "w", encoding="utf-8") as f:
             json.dump(reports, f, indent=2)
     return results

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from transformers import BertModel
+from transformers import BertModel, TrainingArguments
 from transformers.trainer_utils import EvalPrediction
 
 from keplm.configuration.configuration_relation_extraction import RelationExtractionConfig
@@ -288,23 +288,37 @@ def test_tiny_model_learns_pair_relations_and_extracts_triplets(tmp_path, tokeni
 
 
 # ---------------------------------------------------------------------------------------------- run_re.py
+def load_run_re():
+    spec = importlib.util.spec_from_file_location("keplm_test_run_re", ROOT / "run_scripts" / "run_re.py")
+    run_re = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = run_re  # its dataclasses resolve their module
+    spec.loader.exec_module(run_re)
+    return run_re
+
+
+def test_head_learning_rate_groups(tmp_path, tokenizer):
+    model = tiny_model(tokenizer)
+    args = TrainingArguments(output_dir=str(tmp_path), learning_rate=1e-4, report_to="none", use_cpu=True)
+    optimizer = load_run_re().PairEvalTrainer(model=model, args=args, head_learning_rate=1e-2).create_optimizer()
+    lr_of = {id(p): group["lr"] for group in optimizer.param_groups for p in group["params"]}
+    assert len(lr_of) == sum(1 for _ in model.parameters())
+    for name, parameter in model.named_parameters():
+        assert lr_of[id(parameter)] == (1e-4 if name.startswith("backbone.") else 1e-2), name
+
+
 def test_run_re_smoke(tmp_path, tokenizer):
     torch.manual_seed(0)
     base = tmp_path / "tiny-bert"
     BertModel(tiny_encoder_config(tokenizer), add_pooling_layer=False).save_pretrained(base)
     tokenizer.save_pretrained(base)
     data = write_docs(tmp_path / "docs.json.gz", DOCS + toy_docs()[:4])
-    spec = importlib.util.spec_from_file_location("keplm_test_run_re", ROOT / "run_scripts" / "run_re.py")
-    run_re = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = run_re  # its dataclasses resolve their module
-    spec.loader.exec_module(run_re)
     out = tmp_path / "out"
-    results = run_re.main([
+    results = load_run_re().main([
         "--model_name_or_path", str(base), "--train_file", str(data), "--validation_docs", "3",
         "--test_file", str(data), "--max_predict_samples", "4", "--negative_ratio", "1", "--max_seq_length", "64",
         "--do_train", "--do_eval", "--do_predict", "--output_dir", str(out), "--max_steps", "3",
         "--per_device_train_batch_size", "2", "--per_device_eval_batch_size", "2", "--learning_rate", "1e-3",
-        "--save_strategy", "no", "--report_to", "none", "--disable_tqdm", "1", "--use_cpu",
+        "--save_strategy", "no", "--report_to", "none", "--disable_tqdm", "1", "--use_cpu", "--head_learning_rate", "1e-2",
     ])
     for key in ("train_loss", "eval_precision", "eval_recall", "eval_f1", "predict_precision", "predict_recall",
                 "predict_f1", "predict_num_gold"):
