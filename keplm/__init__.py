@@ -10,11 +10,17 @@ from transformers import (
     AutoModelForTokenClassification,
 )
 
-from .configuration import KalaConfig
+from .configuration import KalaConfig, RelationExtractionConfig
 from .data.collator import KnowledgeGraphCollator
 from .hub.assets import KnowledgeAssets
 from .knowledge import EntityLinker, KnowledgeAnnotation, KnowledgeGraph
-from .modeling import KalaForQuestionAnswering, KalaForTokenClassification, KalaModel
+from .knowledge.relation_extraction import RelationExtractor
+from .modeling import (
+    KalaForQuestionAnswering,
+    KalaForTokenClassification,
+    KalaModel,
+    KeplmForRelationExtraction,
+)
 from .tokenization import KalaProcessor
 
 __version__ = "0.1.0"
@@ -23,6 +29,9 @@ AutoConfig.register("kala", KalaConfig, exist_ok=True)
 AutoModel.register(KalaConfig, KalaModel, exist_ok=True)
 AutoModelForTokenClassification.register(KalaConfig, KalaForTokenClassification, exist_ok=True)
 AutoModelForQuestionAnswering.register(KalaConfig, KalaForQuestionAnswering, exist_ok=True)
+# pair-level relation extraction (KALA appendix A) has no task-specific Auto class
+AutoConfig.register("keplm_relation_extraction", RelationExtractionConfig, exist_ok=True)
+AutoModel.register(RelationExtractionConfig, KeplmForRelationExtraction, exist_ok=True)
 
 __all__ = [
     "KalaConfig",
@@ -35,4 +44,7 @@ __all__ = [
     "KnowledgeAnnotation",
     "EntityLinker",
     "KnowledgeGraphCollator",
+    "RelationExtractionConfig",
+    "KeplmForRelationExtraction",
+    "RelationExtractor",
 ]

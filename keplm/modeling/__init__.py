@@ -6,6 +6,7 @@ from .modeling_kala import (
     KalaModelOutput,
     KalaPreTrainedModel,
 )
+from .modeling_relation_extraction import KeplmForRelationExtraction, RelationExtractionOutput
 
 __all__ = [
     "KeplmPreTrainedModel",
@@ -14,4 +15,6 @@ __all__ = [
     "KalaPreTrainedModel",
     "KalaForTokenClassification",
     "KalaForQuestionAnswering",
+    "KeplmForRelationExtraction",
+    "RelationExtractionOutput",
 ]
