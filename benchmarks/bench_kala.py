@@ -1,0 +1,286 @@
+"""Training-step benchmark: KALA (relational, pointwise) vs vanilla / +1-layer BERT at the paper's QA setting.
+
+Each system runs in its own subprocess (same seed, same synthetic features batched by the real
+``KnowledgeGraphCollator``) so that peak memory and torch.compile state are measured in isolation; the
+parent prints one side-by-side table. See benchmarks/README.md.
+
+    python benchmarks/bench_kala.py --preset cpu-small --device cpu
+    python benchmarks/bench_kala.py --preset paper --device cuda --dtype bf16 --optim adamw_fused --compile
+    python benchmarks/bench_kala.py --preset cpu-small --device cpu --profile
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import shlex
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import torch  # noqa: E402
+from harness import (  # noqa: E402
+    DEFAULT_SYSTEMS,
+    SYSTEMS,
+    device_name,
+    load_average,
+    make_collator,
+)
+from synthetic import PRESETS, feature_stats, make_features  # noqa: E402
+from workers import WorkerProcess, serve  # noqa: E402
+
+TARGET_TIME, TARGET_MEMORY, TARGET_STOCK = 1.10, 1.15, 0.6
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--preset", choices=sorted(PRESETS), default="cpu-small")
+    p.add_argument("--device", choices=["cuda", "cpu"], default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--dtype", choices=["bf16", "fp32"], default=None, help="autocast dtype (default: bf16 on cuda, fp32 on cpu)")
+    p.add_argument("--optim", choices=["adamw", "adamw_fused"], default="adamw",
+                   help="optimizer of the KALA rows (the stock row always uses plain AdamW)")
+    p.add_argument("--compile", action="store_true", help="torch.compile the KALA models (not the stock reference)")
+    p.add_argument("--compile-dynamic", choices=["auto", "true", "false"], default="auto",
+                   help="dynamic= of torch.compile (auto: static first, dynamic after the first shape change)")
+    p.add_argument("--graph-pad", type=int, default=None,
+                   help="collator graph_pad_to_multiple_of (default: the preset's with --compile, off otherwise; 0 = off)")
+    p.add_argument("--steps", type=int, default=None, help="timed steps (default: 50 paper, 20 cpu-small)")
+    p.add_argument("--warmup", type=int, default=None, help="untimed steps first (default: 10 paper, 5 cpu-small)")
+    p.add_argument("--num-batches", type=int, default=16, help="distinct collated batches, cycled")
+    p.add_argument("--systems", default=",".join(DEFAULT_SYSTEMS), help=f"comma list of {', '.join(SYSTEMS)}")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--collator-seconds", type=float, default=3.0, help="how long to time the collator")
+    p.add_argument("--json", help="write all results to this JSON file")
+    p.add_argument("--markdown", help="also write the markdown report to this file")
+    p.add_argument("--profile", action="store_true", help="count ops/kernels per step instead of timing (profile_kala.py)")
+    p.add_argument("--worker", help=argparse.SUPPRESS)
+    p.add_argument("--rounds", type=int, default=None,
+                   help="timed steps are split into this many round-robin rounds (default: one step per round)")
+    p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads in the workers (default: torch's)")
+    args = p.parse_args(argv)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        p.error("--device cuda but torch.cuda.is_available() is False")
+    args.dtype = args.dtype or ("bf16" if args.device == "cuda" else "fp32")
+    paper = args.preset == "paper"
+    args.steps = args.steps if args.steps is not None else (50 if paper else 20)
+    args.warmup = args.warmup if args.warmup is not None else (10 if paper else 5)
+    if args.graph_pad is None:
+        args.graph_pad = PRESETS[args.preset].graph_pad_multiple if args.compile else 0
+    args.systems = [s.strip() for s in args.systems.split(",") if s.strip()]
+    unknown = [s for s in args.systems if s not in SYSTEMS]
+    if unknown:
+        p.error(f"unknown systems {unknown}; choose from {list(SYSTEMS)}")
+    return args
+
+
+# ---------------------------------------------------------------------- all systems, interleaved rounds
+def run_systems(args: argparse.Namespace, argv: list[str]) -> dict:
+    """Start one worker per system, warm each up in turn, then time them round robin."""
+    workers = {}
+    try:
+        for system in args.systems:  # one at a time: builds and compilations do not overlap
+            workers[system] = WorkerProcess(os.path.abspath(__file__), argv, system)
+            workers[system].request(None)  # "ready"
+            warm = workers[system].request("warmup")
+            if warm:
+                print(f"  {system:<17} warm-up ms: {', '.join(f'{t:.0f}' for t in warm['warmup_ms'])}", flush=True)
+        rounds = max(1, min(args.rounds or args.steps, args.steps))
+        order = list(workers)
+        round_ms = {system: [] for system in workers}
+        for index in range(rounds):
+            count = args.steps // rounds + (1 if index < args.steps % rounds else 0)
+            for system in order:
+                answer = workers[system].request(f"run {count}")
+                if answer:
+                    round_ms[system].append(statistics.fmean(answer["step_ms"]))
+            order = order[1:] + order[:1]
+        results = {}
+        for system, worker in workers.items():
+            result = worker.request("finish")
+            results[system] = result or {"system": system, "label": SYSTEMS[system][0], "error": worker.error}
+            results[system]["round_ms"] = round_ms[system]
+            r = results[system]
+            status = r.get("error", "")[-300:] or f"median {r['step_ms_median']:.1f} ms"
+            print(f"  {system:<17} {status}", flush=True)
+        return results
+    finally:
+        for worker in workers.values():
+            worker.close()
+
+
+# ---------------------------------------------------------------------- collator throughput (parent, 1 thread)
+def measure_collator(args: argparse.Namespace) -> dict:
+    preset = PRESETS[args.preset]
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        features = make_features(preset, 16 * preset.batch_size, seed=args.seed + 1)
+        collator = make_collator(preset, args.graph_pad)
+        chunks = [features[i:i + preset.batch_size] for i in range(0, len(features), preset.batch_size)]
+        collator(chunks[0])
+        count, start = 0, time.perf_counter()
+        while count < 20 or time.perf_counter() - start < args.collator_seconds:
+            collator(chunks[count % len(chunks)])
+            count += 1
+        elapsed = time.perf_counter() - start
+    finally:
+        torch.set_num_threads(threads)
+    return {"batches_per_s": count / elapsed, "ms_per_batch": 1e3 * elapsed / count, "batches": count,
+            "graph_pad": args.graph_pad}
+
+
+# ---------------------------------------------------------------------- report
+def ratio(results: dict, system: str, key: str, base: str = "vanilla") -> float | None:
+    """``key`` of ``system`` over ``base``; step times: median over rounds of the paired per-round ratios."""
+    a, b = results.get(system, {}), results.get(base, {})
+    if a.get(key) is None or not b.get(key):
+        return None
+    if key == "step_ms_median" and a.get("round_ms") and len(a["round_ms"]) == len(b.get("round_ms", [])):
+        return statistics.median(x / y for x, y in zip(a["round_ms"], b["round_ms"]))
+    return a[key] / b[key]
+
+
+def targets(results: dict, compiled: bool) -> list[dict]:
+    rows = []
+    for system in ("relational", "pointwise"):
+        rows.append({"target": f"KALA {system} step time <= {TARGET_TIME:.2f}x vanilla",
+                     "value": ratio(results, system, "step_ms_median"), "limit": TARGET_TIME})
+        rows.append({"target": f"KALA {system} peak memory <= {TARGET_MEMORY:.2f}x vanilla",
+                     "value": ratio(results, system, "peak_memory_mib"), "limit": TARGET_MEMORY})
+    for system in ("relational", "pointwise"):
+        note = "" if compiled else " (this run: eager KALA; the target is for compiled KALA)"
+        rows.append({"target": f"compiled KALA {system} step <= {TARGET_STOCK}x stock vanilla step{note}",
+                     "value": ratio(results, system, "step_ms_median", base="stock-bert"), "limit": TARGET_STOCK})
+    for row in rows:
+        row["result"] = "n/a" if row["value"] is None else ("PASS" if row["value"] <= row["limit"] else "FAIL")
+    return rows
+
+
+def _fmt(value, digits=1, suffix=""):
+    return "n/a" if value is None else f"{value:.{digits}f}{suffix}"
+
+
+def markdown_report(meta: dict, results: dict, collator: dict, target_rows: list[dict]) -> str:
+    cuda = meta["device"] == "cuda"
+    mem_header = "Peak mem (MiB, max_allocated)" if cuda else "Peak RSS Δ (MiB)"
+    lines = [
+        f"# KALA training-step benchmark: preset `{meta['preset']}` on {meta['device_name']}",
+        "",
+        f"- Date: {meta['date']}",
+        f"- Command: `{meta['command']}`",
+        f"- Device: `{meta['device']}` — {meta['device_name']}; load average before/after: {meta['load_before']} / "
+        f"{meta['load_after']}",
+        f"- Software: torch {meta['torch']}, transformers {meta['transformers']}, torch_geometric {meta['pyg']}, "
+        f"Python {meta['python']}",
+        f"- Shape: {meta['shape']}",
+        f"- Synthetic features (mean per context): {meta['feature_stats']}",
+        f"- Settings: dtype {meta['dtype']}, optimizer {meta['optim']} (stock row: plain AdamW, eager), "
+        f"compile {meta['compile']} (dynamic={meta['compile_dynamic']}), graph_pad_to_multiple_of "
+        f"{meta['graph_pad'] or 'off'}, warm-up {meta['warmup']} + {meta['steps']} timed steps in {meta['rounds']} "
+        f"round-robin rounds, torch threads per worker {meta['threads']}, "
+        f"{meta['num_batches']} distinct batches cycled",
+        "- Step = host→device copy + forward + backward + optimizer.step + zero_grad"
+        + (", CUDA-synchronised." if cuda else ".")
+        + ("" if cuda else " Memory: peak RSS during the timed steps minus RSS before the model was built "
+           "(weights, grads, AdamW state, activations, allocator caching; with --compile also compiler memory)."),
+        "- Static MiB = fp32 weights + grads + AdamW m, v (16 B/param), exact and device-independent; the peak "
+        "memory column adds activations and allocator overheads.",
+        "",
+        f"| System | Params (M) | Static MiB | Step mean (ms) | Step median (ms) | min–max (ms) | Samples/s | {mem_header} "
+        "| Time × vanilla | Mem × vanilla | Notes |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for system, r in results.items():
+        if "error" in r:
+            lines.append(f"| {r['label']} | | | | | | | | | | ERROR: {r['error'][-200:].replace('|', '/')} |")
+            continue
+        notes = []
+        if r.get("compiled"):
+            notes.append(f"compiled; 1st step {r['first_step_s']:.1f}s; recompiles warm-up/timed "
+                         f"{r['recompiles_in_warmup']}/{r['recompiles_in_timed_steps']}; graph breaks "
+                         f"{r['graph_breaks']}; graphs {r['unique_graphs']}")
+        if r.get("nodes_per_batch"):
+            notes.append(f"{r['nodes_per_batch']:.0f} nodes/batch")
+        if system == "stock-bert" or r["optim"] != meta["optim"]:
+            notes.append(r["optim"])
+        lines.append(
+            f"| {r['label']} | {r['params_m']:.1f} | {r['static_mib']:.0f} | {r['step_ms_mean']:.1f} | {r['step_ms_median']:.1f} | "
+            f"{r['step_ms_min']:.0f}–{r['step_ms_max']:.0f} | {r['samples_per_s']:.1f} | "
+            f"{_fmt(r['peak_memory_mib'], 0)} | {_fmt(ratio(results, system, 'step_ms_median'), 3, '×')} | "
+            f"{_fmt(ratio(results, system, 'peak_memory_mib'), 3, '×')} | {'; '.join(notes)} |"
+        )
+    lines += ["", "Time ratios: median over the round-robin rounds of (system step / reference step in the same round), "
+              "which cancels slow load drifts; memory ratios: peak over peak. Targets from the issue:", "",
+              "| Target | Value | Result |", "|---|---:|---|"]
+    lines += [f"| {t['target']} | {_fmt(t['value'], 3, '×')} | {t['result']} |" for t in target_rows]
+    step_ref = {s: r["step_ms_median"] for s, r in results.items() if "step_ms_median" in r}
+    lines += ["", f"Collator (`KnowledgeGraphCollator`, one CPU thread, batch {meta['batch_size']}): "
+              f"{collator['batches_per_s']:.0f} batches/s ({collator['ms_per_batch']:.2f} ms/batch)."]
+    if "relational" in step_ref:
+        share = collator["ms_per_batch"] / step_ref["relational"]
+        lines.append(f"Collation takes {share:.3f}× the relational step time on this device "
+                     f"({1 / share:.1f} batches collated per step on one core): "
+                     + ("keeps up with one DataLoader worker." if share < 1 else "does NOT keep up with one worker."))
+    return "\n".join(lines) + "\n"
+
+
+def collect_meta(args: argparse.Namespace, argv: list[str]) -> dict:
+    import torch_geometric
+    import transformers
+
+    preset = PRESETS[args.preset]
+    device = torch.device(args.device)
+    shape = (f"BERT {preset.num_layers} layers, hidden {preset.hidden_size}, {preset.num_heads} heads, FFN "
+             f"{preset.intermediate_size}, vocab {preset.vocab_size}; batch {preset.batch_size} × seq {preset.seq_len}; "
+             f"entity memory {preset.entity_vocab_size} × {preset.hidden_size}; {preset.num_relations} relations "
+             "(+ inverses); KFM on the last layer")
+    stats = feature_stats(make_features(preset, 256, seed=args.seed))
+    return {
+        "date": datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M:%S %Z"),
+        "command": "python benchmarks/bench_kala.py " + " ".join(shlex.quote(a) for a in argv),
+        "device": args.device, "device_name": device_name(device), "preset": args.preset, "shape": shape,
+        "batch_size": preset.batch_size, "dtype": args.dtype, "optim": args.optim, "compile": args.compile,
+        "compile_dynamic": args.compile_dynamic, "graph_pad": args.graph_pad, "steps": args.steps,
+        "warmup": args.warmup, "num_batches": args.num_batches, "rounds": min(args.rounds or args.steps, args.steps),
+        "threads": args.threads or torch.get_num_threads(), "torch": torch.__version__,
+        "transformers": transformers.__version__, "pyg": torch_geometric.__version__,
+        "python": sys.version.split()[0], "load_before": load_average(),
+        "feature_stats": ", ".join(f"{k} {v:.2f}" for k, v in stats.items()),
+    }
+
+
+def main(argv=None) -> None:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parse_args(argv)
+    if args.worker:
+        serve(args, args.worker)
+        return
+    if args.profile:
+        from profile_kala import run_profile
+
+        run_profile(args, argv)
+        return
+    meta = collect_meta(args, argv)
+    print(f"# {meta['date']} — {meta['device_name']} — {meta['command']}", flush=True)
+    results = run_systems(args, argv)
+    collator = measure_collator(args)
+    meta["load_after"] = load_average()
+    target_rows = targets(results, args.compile)
+    report = markdown_report(meta, results, collator, target_rows)
+    print(report)
+    if args.markdown:
+        Path(args.markdown).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.markdown).write_text(report)
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        with open(args.json, "w") as handle:
+            json.dump({"meta": meta, "systems": results, "collator": collator, "targets": target_rows}, handle, indent=1)
+
+
+if __name__ == "__main__":
+    main()

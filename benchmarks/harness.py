@@ -1,0 +1,214 @@
+"""Shared pieces of the KALA benchmarks: the compared systems, batches, optimizer, one training step, memory."""
+
+from __future__ import annotations
+
+import logging
+import os
+import platform
+import re
+import time
+from contextlib import nullcontext
+
+import torch
+from synthetic import Preset, make_features
+
+from keplm.data.collator import KnowledgeGraphCollator
+
+GRAPH_KEYS = ("entity_token_map", "node_entity_ids", "edge_index", "edge_relation_ids")
+
+#: name -> (label, KALA retrieval_mode or None for transformers' own BertForQuestionAnswering, extra layers)
+SYSTEMS = {
+    "stock-bert": ("stock HF BertForQuestionAnswering (AdamW, eager)", None, 0),
+    "vanilla": ("KALA retrieval=none (vanilla)", "none", 0),
+    "plus1": ("KALA retrieval=none +1 layer", "none", 1),
+    "pointwise": ("KALA pointwise", "pointwise", 0),
+    "relational": ("KALA relational", "relational", 0),
+    # opt-in: the suggested fix for the entity-memory cost (sparse embedding grads + SparseAdam for that table)
+    "relational-sparse": ("KALA relational, sparse entity-memory grads + SparseAdam", "relational", 0),
+}
+DEFAULT_SYSTEMS = ("stock-bert", "vanilla", "plus1", "pointwise", "relational")
+PHASES = ("bench_forward", "bench_backward", "bench_optimizer")
+
+
+def uses_knowledge(system: str) -> bool:
+    return SYSTEMS[system][1] not in (None, "none")
+
+
+def is_compiled(system: str, compile_flag: bool) -> bool:
+    """The stock reference is always plain eager AdamW (the issue's baseline); the others follow the flags."""
+    return compile_flag and system != "stock-bert"
+
+
+def build_model(system: str, preset: Preset, seed: int = 0) -> torch.nn.Module:
+    from transformers import BertForQuestionAnswering
+
+    from keplm.configuration.configuration_kala import KalaConfig
+    from keplm.modeling.modeling_kala import KalaForQuestionAnswering
+
+    torch.manual_seed(seed)
+    _, retrieval, extra = SYSTEMS[system]
+    if retrieval is None:
+        return BertForQuestionAnswering(preset.encoder_config())
+    config = KalaConfig(
+        encoder_config=preset.encoder_config(), retrieval_mode=retrieval, num_extra_layers=extra, kfm_layers=[-1],
+        entity_vocab_size=preset.entity_vocab_size, num_relations=preset.num_relations,
+    )
+    model = KalaForQuestionAnswering(config)
+    if system.endswith("-sparse"):  # nn.Embedding attribute only: the model code is unchanged
+        model.kala.entity_memory.embeddings.sparse = True
+    return model
+
+
+class _Optimizers:
+    """AdamW for dense parameters plus SparseAdam for sparse-gradient embeddings, stepped together."""
+
+    def __init__(self, *optimizers):
+        self.optimizers = optimizers
+
+    def step(self):
+        for optimizer in self.optimizers:
+            optimizer.step()
+
+    def zero_grad(self, set_to_none: bool = True):
+        for optimizer in self.optimizers:
+            optimizer.zero_grad(set_to_none=set_to_none)
+
+
+def make_optimizer(model: torch.nn.Module, kind: str):
+    sparse = [m.weight for m in model.modules() if isinstance(m, torch.nn.Embedding) and m.sparse]
+    sparse_ids = {id(p) for p in sparse}
+    params = [p for p in model.parameters() if p.requires_grad and id(p) not in sparse_ids]
+    kwargs = {"fused": True} if kind == "adamw_fused" else {}
+    dense = torch.optim.AdamW(params, lr=3e-5, weight_decay=0.01, **kwargs)
+    return _Optimizers(dense, torch.optim.SparseAdam(sparse, lr=3e-5)) if sparse else dense
+
+
+def make_collator(preset: Preset, graph_pad: int | None) -> KnowledgeGraphCollator:
+    return KnowledgeGraphCollator(pad_token_id=0, pad_to_multiple_of=8, graph_pad_to_multiple_of=graph_pad or None,
+                                  max_entity_id=preset.entity_vocab_size)
+
+
+def make_batches(preset: Preset, num_batches: int, graph_pad: int | None, knowledge: bool, seed: int,
+                 pin: bool = False) -> list[dict]:
+    """``num_batches`` distinct batches built by the real collator (graph sizes vary from batch to batch)."""
+    features = make_features(preset, num_batches * preset.batch_size, seed=seed)
+    collator = make_collator(preset, graph_pad)
+    batches = []
+    for i in range(num_batches):
+        batch = collator(features[i * preset.batch_size:(i + 1) * preset.batch_size])
+        if not knowledge:
+            batch = {k: v for k, v in batch.items() if k not in GRAPH_KEYS}
+        batches.append({k: v.pin_memory() for k, v in batch.items()} if pin else batch)
+    return batches
+
+
+def autocast_context(device: torch.device, dtype: str):
+    return torch.autocast(device.type, dtype=torch.bfloat16) if dtype == "bf16" else nullcontext()
+
+
+def make_step(model, forward, optimizer, device: torch.device, dtype: str, annotate: bool = False):
+    """One training step: host->device copy, forward (autocast), backward, optimizer step, zero_grad."""
+    from torch.profiler import record_function
+
+    def phase(name):
+        return record_function(name) if annotate else nullcontext()
+
+    def step(batch: dict) -> None:
+        batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
+        with phase(PHASES[0]), autocast_context(device, dtype):
+            loss = forward(**batch).loss
+        with phase(PHASES[1]):
+            loss.backward()
+        with phase(PHASES[2]):
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+
+    return step
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def timed(fn, device: torch.device, *args) -> float:
+    synchronize(device)
+    start = time.perf_counter()
+    fn(*args)
+    synchronize(device)
+    return time.perf_counter() - start
+
+
+# ---------------------------------------------------------------------- host memory (Linux)
+def rss_kib() -> int | None:
+    return _status_kib("VmRSS")
+
+
+def peak_rss_kib() -> int | None:
+    return _status_kib("VmHWM")
+
+
+def reset_peak_rss() -> bool:
+    """Reset the kernel's peak-RSS mark (VmHWM) of this process; Linux >= 4.0."""
+    try:
+        with open("/proc/self/clear_refs", "w") as handle:
+            handle.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def _status_kib(field: str) -> int | None:
+    try:
+        with open("/proc/self/status") as handle:
+            match = re.search(rf"^{field}:\s+(\d+)\s+kB", handle.read(), re.MULTILINE)
+        return int(match.group(1)) if match else None
+    except OSError:
+        return None
+
+
+# ---------------------------------------------------------------------- compile bookkeeping
+class RecompileCounter(logging.Handler):
+    """Counts torch._dynamo recompilations (the ``recompiles`` log artifact) and keeps the first reasons."""
+
+    def __init__(self):
+        super().__init__()
+        self.count = 0
+        self.reasons: list[str] = []
+        torch._logging.set_logs(recompiles=True)
+        logging.getLogger("torch._dynamo.guards.__recompiles").addHandler(self)
+
+    def emit(self, record):
+        self.count += 1
+        if len(self.reasons) < 4:
+            message = record.getMessage()
+            self.reasons.append(" ".join(line.strip() for line in message.splitlines()[:4])[:300])
+
+
+def dynamo_counts() -> dict:
+    from torch._dynamo.utils import counters
+
+    return {"graph_breaks": int(sum(counters["graph_break"].values())),
+            "unique_graphs": int(counters["stats"]["unique_graphs"]),
+            "graph_break_reasons": sorted({reason.splitlines()[0][:120] for reason in counters["graph_break"]})}
+
+
+# ---------------------------------------------------------------------- environment
+def device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    model = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as handle:
+            found = re.search(r"^model name\s*:\s*(.+)$", handle.read(), re.MULTILINE)
+        model = found.group(1).strip() if found else model
+    except OSError:
+        pass
+    return f"{model} ({os.cpu_count()} logical CPUs)"
+
+
+def load_average() -> str:
+    try:
+        return " ".join(f"{x:.2f}" for x in os.getloadavg())
+    except OSError:
+        return "n/a"

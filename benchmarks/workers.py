@@ -1,0 +1,186 @@
+"""One process per benchmarked system, driven in interleaved rounds by the parent.
+
+Each worker builds its model, optimizer and batches once, then runs the steps the parent asks for. Systems
+take turns (round robin, order rotated every round), so slow drifts of the machine (other jobs on a shared
+CPU, GPU clocks) hit all of them alike, while memory and torch.compile state stay isolated per process.
+Protocol: the parent writes one command per line on stdin (``warmup``, ``run N``, ``finish``); the worker
+answers one ``@@{json}`` line on stdout. Worker stderr (compile logs) goes to a file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+import torch
+from harness import (
+    SYSTEMS,
+    RecompileCounter,
+    build_model,
+    dynamo_counts,
+    is_compiled,
+    make_batches,
+    make_optimizer,
+    make_step,
+    peak_rss_kib,
+    reset_peak_rss,
+    rss_kib,
+    synchronize,
+    timed,
+    uses_knowledge,
+)
+from synthetic import PRESETS
+
+PREFIX = "@@"
+
+
+class Runner:
+    """Everything one system needs in its own process; the timing loop lives here."""
+
+    def __init__(self, args, system: str):
+        self.args, self.system = args, system
+        self.preset = PRESETS[args.preset]
+        self.device = torch.device(args.device)
+        if args.threads:
+            torch.set_num_threads(args.threads)
+        self.batches = make_batches(self.preset, args.num_batches, args.graph_pad, uses_knowledge(system), args.seed,
+                                    pin=self.device.type == "cuda")
+        self.baseline_kib = rss_kib()
+        self.model = build_model(system, self.preset, args.seed).to(self.device).train()
+        self.optim = "adamw" if system == "stock-bert" else args.optim
+        self.optimizer = make_optimizer(self.model, self.optim)
+        self.compiled = is_compiled(system, args.compile)
+        self.counter = RecompileCounter() if self.compiled else None
+        forward = self.model
+        if self.compiled:
+            forward = torch.compile(self.model, dynamic={"auto": None, "true": True, "false": False}[args.compile_dynamic])
+        self.step = make_step(self.model, forward, self.optimizer, self.device, args.dtype)
+        self.position = 0
+        self.times: list[float] = []
+        self.warmup_times: list[float] = []
+        self.recompiles_in_warmup = 0
+
+    def _run(self, count: int) -> list[float]:
+        out = []
+        for _ in range(count):
+            out.append(timed(self.step, self.device, self.batches[self.position % len(self.batches)]))
+            self.position += 1
+        return out
+
+    def warmup(self) -> dict:
+        self.warmup_times = self._run(self.args.warmup)
+        self.recompiles_in_warmup = self.counter.count if self.counter else 0
+        synchronize(self.device)
+        if self.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(self.device)
+        else:
+            reset_peak_rss()
+        return {"warmup_ms": [1e3 * t for t in self.warmup_times]}
+
+    def run(self, count: int) -> dict:
+        times = self._run(count)
+        self.times += times
+        return {"step_ms": [1e3 * t for t in times]}
+
+    def finish(self) -> dict:
+        times = self.times
+        if self.device.type == "cuda":
+            memory = {"peak_memory_mib": torch.cuda.max_memory_allocated(self.device) / 2**20,
+                      "memory_kind": "torch.cuda.max_memory_allocated during the timed steps"}
+        else:
+            peak = peak_rss_kib()
+            memory = {"peak_memory_mib": (peak - self.baseline_kib) / 1024 if peak and self.baseline_kib else None,
+                      "memory_kind": "peak RSS during the timed steps - RSS before the model was built"}
+        result = {
+            "system": self.system,
+            "label": SYSTEMS[self.system][0],
+            "params_m": sum(p.numel() for p in self.model.parameters()) / 1e6,
+            "static_mib": static_training_mib(self.model),
+            "optim": self.optim,
+            "compiled": self.compiled,
+            "steps": len(times),
+            "step_ms_mean": 1e3 * statistics.fmean(times),
+            "step_ms_median": 1e3 * statistics.median(times),
+            "step_ms_min": 1e3 * min(times),
+            "step_ms_max": 1e3 * max(times),
+            "step_ms_stdev": 1e3 * statistics.stdev(times) if len(times) > 1 else 0.0,
+            "samples_per_s": self.preset.batch_size / statistics.fmean(times),
+            "first_step_s": self.warmup_times[0] if self.warmup_times else None,
+            "warmup_ms": [1e3 * t for t in self.warmup_times],
+            "nodes_per_batch": (statistics.fmean(b["node_entity_ids"].shape[0] for b in self.batches)
+                                if uses_knowledge(self.system) else None),
+            **memory,
+        }
+        if self.compiled:
+            result.update(dynamo_counts(), recompiles_in_warmup=self.recompiles_in_warmup,
+                          recompiles_in_timed_steps=self.counter.count - self.recompiles_in_warmup,
+                          recompile_reasons=self.counter.reasons)
+        return result
+
+
+def static_training_mib(model: torch.nn.Module) -> float:
+    """fp32 weights + grads + AdamW m and v = 16 B/param (12 B for sparse-gradient embeddings)."""
+    sparse = {id(m.weight) for m in model.modules() if isinstance(m, torch.nn.Embedding) and m.sparse}
+    return sum(p.numel() * (12 if id(p) in sparse else 16) for p in model.parameters()) / 2**20
+
+
+def serve(args, system: str) -> None:
+    """Worker main loop (``bench_kala.py --worker SYSTEM``)."""
+    runner = Runner(args, system)
+    _answer({"ready": True})
+    for line in sys.stdin:
+        command = line.split()
+        if not command:
+            continue
+        if command[0] == "warmup":
+            _answer(runner.warmup())
+        elif command[0] == "run":
+            _answer(runner.run(int(command[1])))
+        elif command[0] == "finish":
+            _answer(runner.finish())
+            return
+
+
+def _answer(payload: dict) -> None:
+    sys.stdout.write(PREFIX + json.dumps(payload) + "\n")
+    sys.stdout.flush()
+
+
+class WorkerProcess:
+    """Parent-side handle of one worker process."""
+
+    def __init__(self, script: str, argv: list[str], system: str):
+        self.system = system
+        self.log = tempfile.NamedTemporaryFile("w+", prefix=f"bench-{system}-", suffix=".log", delete=False)
+        self.proc = subprocess.Popen([sys.executable, script, *argv, "--worker", system], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=self.log, text=True, bufsize=1)
+        self.error: str | None = None
+
+    def request(self, command: str | None) -> dict | None:
+        if self.error:
+            return None
+        try:
+            if command is not None:
+                self.proc.stdin.write(command + "\n")
+                self.proc.stdin.flush()
+            for line in self.proc.stdout:
+                if line.startswith(PREFIX):
+                    return json.loads(line[len(PREFIX):])
+        except (BrokenPipeError, OSError):
+            pass
+        self.proc.wait()
+        self.log.flush()
+        with open(self.log.name) as handle:
+            self.error = f"exit {self.proc.returncode}: {handle.read()[-1500:]}"
+        return None
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.stdin.close()
+            self.proc.wait(timeout=60)
+        self.log.close()
+        os.unlink(self.log.name)
