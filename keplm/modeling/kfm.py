@@ -24,30 +24,41 @@ class KnowledgeFeatureModulation(nn.Module):
         self.fc2_bias = nn.Parameter(torch.zeros(4, hidden_size))
 
     def forward(self, entity_vectors: torch.Tensor, has_knowledge: torch.Tensor) -> torch.Tensor:
-        """Return the node-level modulation table ``[4, num_nodes, H]``: (γ1, β1, γ2, β2).
+        """Return the node-level modulation table ``[num_nodes, 4, H]``: (γ1, β1, γ2, β2) per node.
 
         Nodes without knowledge (the null entity with no informative neighbour) get exactly (1, 0, 1, 0),
         i.e. "h returns the zero vector for the null entity".
         """
         num_nodes = entity_vectors.shape[0]
         hidden = torch.relu(self.fc1(entity_vectors)).view(num_nodes, 4, self.mlp_hidden_size)
-        deltas = torch.einsum("nfk,fkh->fnh", hidden, self.fc2_weight) + self.fc2_bias.unsqueeze(1)
-        deltas = deltas * has_knowledge.to(deltas.dtype).view(1, num_nodes, 1)
-        ones = deltas.new_tensor([1.0, 0.0, 1.0, 0.0]).view(4, 1, 1)
-        return deltas + ones
+        deltas = torch.einsum("nfk,fkh->nfh", hidden, self.fc2_weight) + self.fc2_bias
+        deltas = deltas * has_knowledge.to(deltas.dtype).view(num_nodes, 1, 1)
+        return deltas + deltas.new_tensor([1.0, 0.0, 1.0, 0.0]).view(1, 4, 1)
+
+
+def gather_modulation(table: torch.Tensor, token_node_index: torch.Tensor) -> torch.Tensor:
+    """Token rows ``[B, L, 4, H]`` of the node table: one gather per layer serves both LayerNorms.
+
+    Tokens outside mentions (index -1) read row 0; :func:`apply_modulation` ignores them.
+    """
+    if table.shape[0] == 0:  # a batch without any entity: identity rows, still tied to the KFM parameters (DDP)
+        identity = table.new_tensor([1.0, 0.0, 1.0, 0.0]).view(1, 1, 4, 1) + 0.0 * table.sum()
+        return identity.expand(*token_node_index.shape, 4, table.shape[-1])
+    index = token_node_index.clamp(min=0).reshape(-1)
+    return table.index_select(0, index).view(*token_node_index.shape, *table.shape[1:])
+
+
+def apply_modulation(hidden_states: torch.Tensor, in_mention: torch.Tensor, rows: torch.Tensor, slot: int):
+    """γ ⊙ x + β with (γ, β) = rows[..., 2·slot : 2·slot+2] on mention tokens; ``torch.where`` keeps every other
+    token bit-identical to the unmodulated encoder."""
+    gamma = rows[..., 2 * slot, :].to(hidden_states.dtype)
+    beta = rows[..., 2 * slot + 1, :].to(hidden_states.dtype)
+    return torch.where(in_mention.unsqueeze(-1), gamma * hidden_states + beta, hidden_states)
 
 
 def modulate(
     hidden_states: torch.Tensor, token_node_index: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor
 ) -> torch.Tensor:
-    """Apply γ ⊙ x + β to tokens inside a mention (``token_node_index >= 0``); others are returned untouched.
-
-    ``token_node_index`` is ``[B, L]`` with the graph node of each token's entity, or -1. ``torch.where``
-    keeps non-entity tokens bit-identical to the unmodulated encoder.
-    """
-    in_mention = token_node_index >= 0
-    index = token_node_index.clamp(min=0)
-    if gamma.shape[0] == 0:  # a batch without any entity: identity, but keep the KFM in the autograd graph (DDP)
-        return hidden_states + 0.0 * (gamma.sum() + beta.sum()).to(hidden_states.dtype)
-    modulated = gamma[index].to(hidden_states.dtype) * hidden_states + beta[index].to(hidden_states.dtype)
-    return torch.where(in_mention.unsqueeze(-1), modulated, hidden_states)
+    """γ ⊙ x + β for node-level ``gamma``/``beta`` ``[N, H]`` on tokens with ``token_node_index >= 0``."""
+    rows = gather_modulation(torch.stack([gamma, beta, gamma, beta], dim=1), token_node_index)
+    return apply_modulation(hidden_states, token_node_index >= 0, rows, 0)

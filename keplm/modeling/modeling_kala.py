@@ -15,7 +15,7 @@ from keplm.hub.assets import KnowledgeAssets
 
 from .base import KeplmPreTrainedModel, build_encoder, encoder_layers, layer_norms
 from .entity_memory import EntityMemory
-from .kfm import KnowledgeFeatureModulation, modulate
+from .kfm import KnowledgeFeatureModulation, apply_modulation, gather_modulation
 from .relational_retrieval import RelationalAttentionConv, RelationalRetrieval
 
 try:
@@ -43,11 +43,12 @@ class KalaModelOutput(ModelOutput):
 class _KnowledgeState:
     """Knowledge of the batch being encoded, read by the KFM hooks of the chosen layers."""
 
-    __slots__ = ("token_node_index", "entity_vectors", "has_knowledge", "edge_index", "edge_relation_ids",
+    __slots__ = ("token_node_index", "in_mention", "entity_vectors", "has_knowledge", "edge_index", "edge_relation_ids",
                  "tables", "last_vectors", "last_has_knowledge")
 
     def __init__(self, token_node_index, entity_vectors, has_knowledge, edge_index, edge_relation_ids):
         self.token_node_index = token_node_index
+        self.in_mention = token_node_index >= 0
         self.entity_vectors = entity_vectors
         self.has_knowledge = has_knowledge
         self.edge_index = edge_index
@@ -174,17 +175,15 @@ class KalaModel(KalaPreTrainedModel):
         if state is None:
             return None
         hidden_states = args[0] if args else kwargs["hidden_states"]
-        state.tables[layer_index] = self.knowledge_layers[str(layer_index)](
-            hidden_states, state, self.relation_embeddings
-        )
+        table = self.knowledge_layers[str(layer_index)](hidden_states, state, self.relation_embeddings)
+        state.tables[layer_index] = gather_modulation(table, state.token_node_index)
         return None
 
     def _apply_modulation(self, layer_index, slot, module, args, output):
         state = self._state
         if state is None:
             return output
-        table = state.tables[layer_index]
-        return modulate(output, state.token_node_index, table[2 * slot], table[2 * slot + 1])
+        return apply_modulation(output, state.in_mention, state.tables[layer_index], slot)
 
     # ------------------------------------------------------------------ forward
     def _knowledge_state(self, input_shape, device, entity_token_map, node_entity_ids, edge_index, edge_relation_ids):
