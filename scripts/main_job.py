@@ -82,12 +82,13 @@ def command(cfg: dict, system: str) -> list[str]:
         "--train_sampling_strategy", "group_by_length", "--seed", cfg["seed"],
         "--save_strategy", "no", "--logging_steps", "25", "--report_to", "none", "--disable_tqdm", "1",
     ]
+    # every system links against the KG: KALA reads it; for all of them it defines the seen/unseen test subsets
+    cmd += ["--knowledge", "link", "--kg", cfg["kg"]]
+    if cfg["link_case_sensitive"]:
+        cmd += ["--link_case_sensitive"]
     if system in ("pointwise", "relational"):
-        cmd += ["--knowledge", "link", "--kg", cfg["kg"]]
         if cfg["init_entity_memory"]:
             cmd += ["--init_entity_memory"]
-        if cfg["link_case_sensitive"]:
-            cmd += ["--link_case_sensitive"]
         cmd += ["--tag_text", cfg["tag_text"]]
     return cmd
 
@@ -126,7 +127,8 @@ def report(cfg: dict, durations: dict[str, float], total: float) -> dict:
     results = {s: json.loads(Path(cfg["output_dir"], s, "all_results.json").read_text()) for s in cfg["systems"]}
     rows = [("validation F1 (%)", "eval_f1"), ("validation precision", "eval_precision"),
             ("validation recall", "eval_recall"), ("test F1 (%)", "predict_f1"), ("test precision", "predict_precision"),
-            ("test recall", "predict_recall"), ("train loss", "train_loss")]
+            ("test recall", "predict_recall"), ("test F1, seen contexts", "predict_seen_f1"),
+            ("test F1, unseen (>=3)", "predict_unseen_f1"), ("train loss", "train_loss")]
     width = max(12, *(len(s) for s in cfg["systems"]))
     print(f"\nCoNLL-2003: {cfg['train_samples']} train / {cfg['eval_samples']} validation / "
           f"{cfg['predict_samples']} test sentences, {cfg['epochs']} epochs, MiniLM-L6 encoder, KG {cfg['kg']}")
@@ -136,6 +138,9 @@ def report(cfg: dict, durations: dict[str, float], total: float) -> dict:
         print(f"{label:22}" + "".join(f"{scale * results[s].get(key, float('nan')):>{width + 2}.2f}"
                                       for s in cfg["systems"]))
     print(f"{'wall time (s)':22}" + "".join(f"{durations[s]:>{width + 2}.0f}" for s in cfg["systems"]))
+    sizes = {s: (results[s].get("predict_seen_examples"), results[s].get("predict_unseen_examples"))
+             for s in cfg["systems"]}
+    print(f"test contexts seen / unseen (>= 3 entities unseen in training): {sizes[cfg['systems'][0]]}")
     summary = {"settings": cfg, "results": results, "durations_s": durations, "total_s": total}
     for system in cfg["systems"]:
         tagged_file = Path(cfg["output_dir"], system, "tagged_text.json")

@@ -85,3 +85,31 @@ def test_entity_vocabulary_frequency_pruning(kg):
     assert assets.entity_vocab == ["[NULL]", "Q90", "Q64"]
     assert assets.entity_row("Q84") == 0  # pruned: treated as unseen
     assert KnowledgeAssets.build(mentions, max_entities=1).entity_vocab == ["[NULL]", "Q90"]
+
+
+def test_sparse_entity_memory_trains_with_sparse_adam_and_only_batch_rows_move(tokenizer, assets):
+    from keplm.training.optim import SparseDenseOptimizer, split_sparse_parameters
+
+    torch.manual_seed(0)
+    config = KalaConfig(encoder_config=tiny_encoder_config(tokenizer), entity_vocab_size=assets.num_entities,
+                        num_relations=assets.num_relations, num_labels=3, sparse_entity_memory=True)
+    model = KalaForTokenClassification(config).train()
+    optimizer = split_sparse_parameters(torch.optim.AdamW(model.parameters(), lr=1e-2), model, 1e-2, (0.9, 0.999), 1e-8)
+    assert isinstance(optimizer, SparseDenseOptimizer)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 0.5)
+    assert {g["lr"] for g in optimizer.param_groups} == {5e-3}  # the scheduler reaches both optimizers
+    processor = KalaProcessor(tokenizer, assets)
+    batch = KnowledgeGraphCollator()([processor("john visited paris .")])
+    memory = model.kala.entity_memory.embeddings.weight
+    before = memory.detach().clone()
+    model(**batch, labels=torch.ones_like(batch["input_ids"])).loss.backward()
+    assert memory.grad.is_sparse
+    optimizer.step()
+    scheduler.step()
+    optimizer.zero_grad()
+    moved = (memory.detach() != before).any(-1).nonzero().flatten().tolist()
+    touched = sorted(set(batch["node_entity_ids"].tolist()) - {0})  # paris and its KG neighbours
+    assert assets.entity_row("Q90") in touched and len(touched) < assets.num_entities - 1
+    assert moved == touched  # only rows of the batch's graph nodes changed
+    state = optimizer.state_dict()
+    optimizer.load_state_dict(state)

@@ -29,6 +29,8 @@ class KalaConfig(EncoderWrapperConfig):
         knowledge_dropout: dropout in the GNN (paper: 0.1).
         num_extra_layers: extra transformer layers on top of the encoder (the "+ more params" baseline).
         classifier_dropout: dropout before the task head; `None` = the encoder's hidden dropout.
+        sparse_entity_memory: the entity memory emits sparse (row-wise) gradients, updated by SparseAdam
+            (`keplm.training.optim`): much cheaper steps for large memories; lazy Adam, no weight decay there.
     """
 
     model_type = "kala"
@@ -45,6 +47,7 @@ class KalaConfig(EncoderWrapperConfig):
     knowledge_dropout: float = 0.1
     num_extra_layers: int = 0
     classifier_dropout: float | None = None
+    sparse_entity_memory: bool = False
 
     def __post_init__(self, **kwargs):
         super().__post_init__(**kwargs)

@@ -11,9 +11,9 @@ NULL_ENTITY_INDEX = 0
 class EntityMemory(nn.Module):
     """KALA Def. 2: one embedding per training entity plus the null entity (row 0, always the zero vector)."""
 
-    def __init__(self, num_entities: int, entity_dim: int):
+    def __init__(self, num_entities: int, entity_dim: int, sparse: bool = False):
         super().__init__()
-        self.embeddings = nn.Embedding(num_entities, entity_dim, padding_idx=NULL_ENTITY_INDEX)
+        self.embeddings = nn.Embedding(num_entities, entity_dim, padding_idx=NULL_ENTITY_INDEX, sparse=sparse)
 
     @property
     def num_entities(self) -> int:

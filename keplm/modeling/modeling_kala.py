@@ -141,7 +141,11 @@ class KalaModel(KalaPreTrainedModel):
         super().__init__(config)
         self.encoder = build_encoder(config.encoder_config)
         layers = encoder_layers(self.encoder, config.encoder_config.num_hidden_layers)
-        self.entity_memory = EntityMemory(config.entity_vocab_size, config.entity_dim) if config.uses_knowledge else None
+        self.entity_memory = (
+            EntityMemory(config.entity_vocab_size, config.entity_dim, sparse=config.sparse_entity_memory)
+            if config.uses_knowledge
+            else None
+        )
         self.relation_embeddings = (
             nn.Embedding(config.relation_embedding_size, config.relation_dim)
             if config.retrieval_mode == "relational"

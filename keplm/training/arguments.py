@@ -77,6 +77,11 @@ class KnowledgeArguments:
         default=None,
         metadata={"help": "Pad batched graph nodes/edges to a multiple of this (fewer shapes for torch_compile)."},
     )
+    sparse_entity_memory: bool = field(
+        default=False,
+        metadata={"help": "Sparse entity-memory gradients updated by SparseAdam (lazy Adam, no weight decay on the "
+                  "memory): much cheaper steps with large memories. Single process or gloo DDP."},
+    )
 
     def __post_init__(self):
         if self.knowledge == "annotations" and not self.annotation_files:

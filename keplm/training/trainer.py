@@ -16,6 +16,7 @@ from transformers import Trainer
 from transformers.trainer_utils import PredictionOutput, has_length, speed_metrics
 
 from .metrics import squad_references, squad_v1_metrics
+from .optim import split_sparse_parameters
 from .qa_postprocessing import postprocess_qa_predictions
 
 #: columns of evaluation features used by post-processing only (not model inputs)
@@ -40,6 +41,16 @@ class OrderedEvalTrainer(Trainer):
         if eval_dataset is None or not has_length(eval_dataset):
             return None
         return SequentialSampler(eval_dataset) if self.args.world_size <= 1 else None
+
+    def create_optimizer(self, model=None):
+        """The stock optimizer, plus SparseAdam for sparse entity-memory tables (``sparse_entity_memory``)."""
+        if self.optimizer is None:
+            args = self.args
+            self.optimizer = split_sparse_parameters(
+                super().create_optimizer(model), self.model if model is None else model, args.learning_rate,
+                (args.adam_beta1, args.adam_beta2), args.adam_epsilon,
+            )
+        return self.optimizer
 
     def _save(self, output_dir: str | None = None, state_dict=None):
         """Save as the stock Trainer does, but the training arguments as JSON instead of a pickled
