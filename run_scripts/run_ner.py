@@ -40,6 +40,7 @@ from keplm.training.runtime import (
     record,
     setup_logging,
     train_and_save,
+    write_card,
 )
 from keplm.training.subsets import UnseenEntityCounter, subset_metrics
 from keplm.training.tagging import NerMetrics, argmax_logits, tag_words
@@ -111,6 +112,7 @@ def main(args: list[str] | None = None) -> dict:
             with open(os.path.join(training_args.output_dir, "predictions.txt"), "w", encoding="utf-8") as f:
                 for words, sentence_tags in zip(raw["test"]["tokens"], tags):
                     f.write(" ".join(f"{w}/{t}" for w, t in zip(words, sentence_tags)) + "\n")
+    write_card(trainer, model_args, data_args, results, "AutoModelForTokenClassification")
     if data_args.tag_text and trainer.is_world_process_zero():
         saved = training_args.output_dir if training_args.do_train else model_args.model_name_or_path
         results["tagged"] = tag_with_saved_model(saved, data_args.tag_text, training_args.output_dir)

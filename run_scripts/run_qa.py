@@ -39,6 +39,7 @@ from keplm.training.runtime import (
     record,
     setup_logging,
     train_and_save,
+    write_card,
 )
 from keplm.training.subsets import UnseenEntityCounter, subset_metrics
 from keplm.training.trainer import QuestionAnsweringTrainer
@@ -111,6 +112,7 @@ def main(args: list[str] | None = None) -> dict:
                 counter.counts("test", raw["test"]), "predict",
             ))
         results.update(record(trainer, "predict", metrics))
+    write_card(trainer, model_args, data_args, results, "AutoModelForQuestionAnswering")
     return results
 
 

@@ -145,6 +145,8 @@ def test_run_ner_end_to_end(tiny, tmp_path, system):
     # KALA 5.4 subsets, defined by the KG linking alone, so every system reports them
     assert all_results["predict_seen_examples"] + all_results["predict_unseen_examples"] == 2
     assert not (out / "training_args.bin").exists() and (out / "training_args.json").exists()  # no pickles
+    card = (out / "README.md").read_text()  # generated model card with this run's metrics
+    assert "library_name: keplm" in card and f"| predict_f1 | {all_results['predict_f1']:.4f} |" in card
     assert read_json(out / "eval_results.json")["eval_f1"] == all_results["eval_f1"]
     assert len((out / "predictions.txt").read_text().splitlines()) == 2
     tagged = read_json(out / "tagged_text.json")["tags"]

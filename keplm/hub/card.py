@@ -38,9 +38,9 @@ model = {{ auto_class }}.from_pretrained("{{ repo_id }}")
 processor = {{ processor_class }}.from_pretrained("{{ repo_id }}")
 ```
 
-The knowledge assets travel with the weights in `knowledge/`: an entity vocabulary of
+{% if has_knowledge %}The knowledge assets travel with the weights in `knowledge/`: an entity vocabulary of
 {{ num_entities }} rows (row 0 = null entity), {{ num_relations }} relations{% if kg %}, and a knowledge graph of
-{{ kg }}{% endif %}.
+{{ kg }}{% endif %}.{% else %}This checkpoint reads no knowledge (a baseline of the same architecture).{% endif %}
 
 ## Knowledge settings
 
@@ -101,6 +101,7 @@ def build_model_card(
         repo_id=repo_id or "path/to/checkpoint",
         auto_class=auto_class,
         processor_class=processor_class,
+        has_knowledge=knowledge_assets is not None,
         num_entities=getattr(knowledge_assets, "num_entities", values.get("entity_vocab_size", "n/a")),
         num_relations=getattr(knowledge_assets, "num_relations", values.get("num_relations", "n/a")),
         kg=f"{kg.num_entities} entities, {kg.num_relations} relations, {kg.num_triples} triples "

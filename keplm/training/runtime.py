@@ -116,7 +116,28 @@ def train_and_save(trainer, training_args: TrainingArguments, num_samples: int) 
     return metrics
 
 
+def write_card(trainer, model_args, data_args, results: dict, auto_class: str) -> None:
+    """Generate ``README.md`` (huggingface_hub ``ModelCard``) in ``output_dir`` from the run's config, knowledge
+    assets and metrics, so ``push_to_hub`` publishes a card whose numbers come from this run."""
+    if not (trainer.args.do_train and trainer.is_world_process_zero()):
+        return
+    import sys
+
+    from keplm.hub.card import build_model_card, write_model_card
+
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    metrics = {k: v for k, v in results.items() if k.startswith(("eval_", "predict_")) and isinstance(v, (int, float))
+               and not k.endswith(("runtime", "per_second"))}
+    card = build_model_card(
+        model.config, getattr(model, "knowledge_assets", None), metrics=metrics,
+        base_model=model_args.model_name_or_path, dataset=data_args.dataset_name, repo_id=trainer.args.hub_model_id,
+        command="python " + " ".join(sys.argv), auto_class=auto_class,
+    )
+    write_model_card(trainer.args.output_dir, card)
+
+
 __all__ = [
+    "write_card",
     "setup_logging",
     "finish_training_args",
     "check_splits",
