@@ -52,35 +52,18 @@ def build_model(system: str, preset: Preset, seed: int = 0) -> torch.nn.Module:
     config = KalaConfig(
         encoder_config=preset.encoder_config(), retrieval_mode=retrieval, num_extra_layers=extra, kfm_layers=[-1],
         entity_vocab_size=preset.entity_vocab_size, num_relations=preset.num_relations,
+        sparse_entity_memory=system.endswith("-sparse"),
     )
-    model = KalaForQuestionAnswering(config)
-    if system.endswith("-sparse"):  # nn.Embedding attribute only: the model code is unchanged
-        model.kala.entity_memory.embeddings.sparse = True
-    return model
-
-
-class _Optimizers:
-    """AdamW for dense parameters plus SparseAdam for sparse-gradient embeddings, stepped together."""
-
-    def __init__(self, *optimizers):
-        self.optimizers = optimizers
-
-    def step(self):
-        for optimizer in self.optimizers:
-            optimizer.step()
-
-    def zero_grad(self, set_to_none: bool = True):
-        for optimizer in self.optimizers:
-            optimizer.zero_grad(set_to_none=set_to_none)
+    return KalaForQuestionAnswering(config)
 
 
 def make_optimizer(model: torch.nn.Module, kind: str):
-    sparse = [m.weight for m in model.modules() if isinstance(m, torch.nn.Embedding) and m.sparse]
-    sparse_ids = {id(p) for p in sparse}
-    params = [p for p in model.parameters() if p.requires_grad and id(p) not in sparse_ids]
+    """AdamW (fused if asked); sparse entity-memory tables go to SparseAdam via keplm's own optimizer."""
+    from keplm.training.optim import split_sparse_parameters
+
     kwargs = {"fused": True} if kind == "adamw_fused" else {}
-    dense = torch.optim.AdamW(params, lr=3e-5, weight_decay=0.01, **kwargs)
-    return _Optimizers(dense, torch.optim.SparseAdam(sparse, lr=3e-5)) if sparse else dense
+    dense = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=3e-5, weight_decay=0.01, **kwargs)
+    return split_sparse_parameters(dense, model, lr=3e-5, betas=(0.9, 0.999), eps=1e-8)
 
 
 def make_collator(preset: Preset, graph_pad: int | None) -> KnowledgeGraphCollator:
