@@ -19,6 +19,8 @@ from collections.abc import Iterable
 
 import numpy as np
 
+from ._io import iter_jsonl
+
 FORMAT_VERSION = 1
 CONFIG_NAME = "kg_config.json"
 ENTITIES_NAME = "entities.jsonl"
@@ -324,14 +326,14 @@ class KnowledgeGraph:
             raise ValueError(f"{config_path}: unsupported format_version {config.get('format_version')!r}")
 
         ent_ids, ent_names, ent_aliases = [], [], []
-        for path, lineno, obj in _iter_jsonl(os.path.join(directory, ENTITIES_NAME)):
+        for path, lineno, obj in iter_jsonl(os.path.join(directory, ENTITIES_NAME)):
             if not isinstance(obj.get("id"), str):
                 raise ValueError(f"{path}:{lineno}: entity line needs a string 'id'")
             ent_ids.append(obj["id"])
             ent_names.append(obj.get("name", obj["id"]))
             ent_aliases.append(list(obj.get("aliases") or []))
         rel_ids, rel_names = [], []
-        for path, lineno, obj in _iter_jsonl(os.path.join(directory, RELATIONS_NAME)):
+        for path, lineno, obj in iter_jsonl(os.path.join(directory, RELATIONS_NAME)):
             if not isinstance(obj.get("id"), str):
                 raise ValueError(f"{path}:{lineno}: relation line needs a string 'id'")
             rel_ids.append(obj["id"])
@@ -421,16 +423,3 @@ class KnowledgeGraph:
             relation_names=[relation_names.get(r, r) for r in rels],
         )
 
-
-def _iter_jsonl(path):
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{path}:{lineno}: invalid JSON ({e.msg})") from None
-            if not isinstance(obj, dict):
-                raise ValueError(f"{path}:{lineno}: expected a JSON object")
-            yield path, lineno, obj

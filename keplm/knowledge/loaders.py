@@ -7,26 +7,16 @@ Every path may point to a plain or a gzip-compressed file; for the dataset folde
 from __future__ import annotations
 
 import glob
-import gzip
-import json
 import os
 import re
 
 import numpy as np
 
+from ._io import iter_jsonl, open_text
 from .biomedical import load_hpo
 from .graph import CONFIG_NAME, KnowledgeGraph
 
 __all__ = ["load_tsv_kg", "load_fb15k237", "load_wn18rr", "load_trex", "load_jsonl_kg", "load_kg"]
-
-
-def _open_text(path):
-    path = os.fspath(path)
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"file not found: {path}")
-    if path.endswith(".gz"):
-        return gzip.open(path, "rt", encoding="utf-8")
-    return open(path, encoding="utf-8")
 
 
 def _find(directory, name: str, required: bool = True) -> str | None:
@@ -43,7 +33,7 @@ def _find(directory, name: str, required: bool = True) -> str | None:
 
 def _iter_tsv(path, num_fields: int | None):
     """Yield (lineno, fields) for non-blank lines; ValueError with file:line on a wrong field count."""
-    with _open_text(path) as f:
+    with open_text(path) as f:
         for lineno, line in enumerate(f, 1):
             line = line.rstrip("\r\n")
             if not line.strip():
@@ -116,7 +106,9 @@ def _read_names(path) -> dict[str, str]:
     return names
 
 
-def load_tsv_kg(triples_paths, entity_names_path=None, relation_names_path=None, aliases_path=None) -> KnowledgeGraph:
+def load_tsv_kg(
+    triples_paths, entity_names_path=None, relation_names_path=None, aliases_path=None
+) -> KnowledgeGraph:
     """Triples TSV ``h\\tr\\tt``; names TSV ``id\\tname``; aliases TSV ``id\\talias1|alias2``.
     Names/aliases for ids absent from the triples are ignored."""
     if isinstance(triples_paths, (str, os.PathLike)):
@@ -231,38 +223,26 @@ def load_trex(paths_or_directory, include_autoprompt: bool = True) -> KnowledgeG
     for path in files:
         m = _PID_RE.match(os.path.basename(path))
         file_pid = m.group(1) if m else None
-        with _open_text(path) as f:
-            for lineno, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                try:
-                    obj = json.loads(line)
-                except json.JSONDecodeError as e:
-                    raise ValueError(f"{path}:{lineno}: invalid JSON ({e.msg})") from None
-                sub, obj_uri = obj.get("sub_uri"), obj.get("obj_uri")
-                pid = obj.get("predicate_id") or file_pid
-                if not sub or not obj_uri or not pid:
-                    raise ValueError(f"{path}:{lineno}: need sub_uri, obj_uri and predicate_id (or a P*.jsonl file name)")
-                sub, obj_uri = str(sub), str(obj_uri)
-                b.add(sub, str(pid), obj_uri)
-                for eid, label in ((sub, obj.get("sub_label")), (obj_uri, obj.get("obj_label"))):
-                    if label:
-                        if eid not in b.names:
-                            b.names[eid] = label
-                        elif b.names[eid] != label:
-                            b.add_alias(eid, label)
+        for _, lineno, obj in iter_jsonl(path):
+            sub, obj_uri = obj.get("sub_uri"), obj.get("obj_uri")
+            pid = obj.get("predicate_id") or file_pid
+            if not sub or not obj_uri or not pid:
+                raise ValueError(
+                    f"{path}:{lineno}: need sub_uri, obj_uri and predicate_id (or a P*.jsonl file name)"
+                )
+            sub, obj_uri = str(sub), str(obj_uri)
+            b.add(sub, str(pid), obj_uri)
+            for eid, label in ((sub, obj.get("sub_label")), (obj_uri, obj.get("obj_label"))):
+                if label:
+                    if eid not in b.names:
+                        b.names[eid] = label
+                    elif b.names[eid] != label:
+                        b.add_alias(eid, label)
     rel_path = _find_relations_jsonl(search_dirs)
     if rel_path is not None:
-        with _open_text(rel_path) as f:
-            for lineno, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                try:
-                    obj = json.loads(line)
-                except json.JSONDecodeError as e:
-                    raise ValueError(f"{rel_path}:{lineno}: invalid JSON ({e.msg})") from None
-                if obj.get("relation") in b.r_index and obj.get("label"):
-                    b.rel_names[obj["relation"]] = obj["label"]
+        for _, _, obj in iter_jsonl(rel_path):
+            if obj.get("relation") in b.r_index and obj.get("label"):
+                b.rel_names[obj["relation"]] = obj["label"]
     return b.build(dedupe=True)
 
 
@@ -270,39 +250,32 @@ def load_jsonl_kg(path) -> KnowledgeGraph:
     """Lines ``{"h","r","t"}`` plus optional ``{"type":"entity","id","name","aliases"}`` and
     ``{"type":"relation","id","name"}``."""
     b = _Builder()
-    with _open_text(path) as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{path}:{lineno}: invalid JSON ({e.msg})") from None
-            if not isinstance(obj, dict):
-                raise ValueError(f"{path}:{lineno}: expected a JSON object")
-            kind = obj.get("type", "triple")
-            if kind == "entity":
-                if obj.get("id") in (None, ""):
-                    raise ValueError(f"{path}:{lineno}: entity line needs an 'id'")
-                eid = str(obj["id"])
-                b.entity(eid)
-                if obj.get("name"):
-                    b.names[eid] = str(obj["name"])
-                for a in obj.get("aliases") or []:
-                    b.add_alias(eid, str(a))
-            elif kind == "relation":
-                if obj.get("id") in (None, ""):
-                    raise ValueError(f"{path}:{lineno}: relation line needs an 'id'")
-                rid = str(obj["id"])
-                b.relation(rid)
-                if obj.get("name"):
-                    b.rel_names[rid] = str(obj["name"])
-            elif kind == "triple":
-                if any(obj.get(k) in (None, "") for k in ("h", "r", "t")):
-                    raise ValueError(f"{path}:{lineno}: triple line needs 'h', 'r' and 't'")
-                b.add(str(obj["h"]), str(obj["r"]), str(obj["t"]))
-            else:
-                raise ValueError(f"{path}:{lineno}: unknown line type {kind!r} (expected entity, relation or triple)")
+    for _, lineno, obj in iter_jsonl(path):
+        kind = obj.get("type", "triple")
+        if kind == "entity":
+            if obj.get("id") in (None, ""):
+                raise ValueError(f"{path}:{lineno}: entity line needs an 'id'")
+            eid = str(obj["id"])
+            b.entity(eid)
+            if obj.get("name"):
+                b.names[eid] = str(obj["name"])
+            for a in obj.get("aliases") or []:
+                b.add_alias(eid, str(a))
+        elif kind == "relation":
+            if obj.get("id") in (None, ""):
+                raise ValueError(f"{path}:{lineno}: relation line needs an 'id'")
+            rid = str(obj["id"])
+            b.relation(rid)
+            if obj.get("name"):
+                b.rel_names[rid] = str(obj["name"])
+        elif kind == "triple":
+            if any(obj.get(k) in (None, "") for k in ("h", "r", "t")):
+                raise ValueError(f"{path}:{lineno}: triple line needs 'h', 'r' and 't'")
+            b.add(str(obj["h"]), str(obj["r"]), str(obj["t"]))
+        else:
+            raise ValueError(
+                f"{path}:{lineno}: unknown line type {kind!r} (expected entity, relation or triple)"
+            )
     return b.build()
 
 
@@ -339,7 +312,9 @@ def load_kg(spec: str) -> KnowledgeGraph:
             _PID_RE.match(os.path.basename(f)) for f in _jsonl_files(spec)
         ):
             return load_trex(spec)
-        raise ValueError(f"cannot recognise the knowledge graph in directory {spec!r}; accepted: {_LOAD_KG_FORMS}")
+        raise ValueError(
+            f"cannot recognise the knowledge graph in directory {spec!r}; accepted: {_LOAD_KG_FORMS}"
+        )
     if os.path.isfile(spec):
         base = spec[:-3] if spec.endswith(".gz") else spec
         if base.endswith(".jsonl"):
