@@ -9,10 +9,7 @@ inside the token window is a candidate edge, and ``edge_labels`` holds its gold 
 
 from __future__ import annotations
 
-import gzip
-import json
 import logging
-import os
 import zlib
 from collections import Counter
 from collections.abc import Iterable, Sequence
@@ -21,6 +18,7 @@ import datasets
 import numpy as np
 
 from keplm.configuration.configuration_relation_extraction import NO_RELATION
+from keplm.io_utils import read_json
 from keplm.tokenization.alignment import char_spans_to_token_spans, word_offsets
 
 logger = logging.getLogger(__name__)
@@ -52,14 +50,6 @@ DOCRED_FEATURES = datasets.Features({  # [x] = list of x (datasets 3 to 5)
 #: feature columns that count what truncation and the relation vocabulary cost (see :func:`featurization_report`)
 COUNT_COLUMNS = ("num_mentions", "num_dropped_mentions", "num_entities", "num_excluded_entities",
                  "num_shadowed_entities", "num_facts", "num_lost_facts", "num_unknown_relation_facts")
-
-
-def _open_json(path):
-    path = os.fspath(path)
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"DocRED file not found: {path}")
-    with (gzip.open if path.endswith(".gz") else open)(path, "rt", encoding="utf-8") as f:
-        return json.load(f)
 
 
 def docred_document_to_row(doc: dict) -> dict:
@@ -94,7 +84,7 @@ def docred_document_to_row(doc: dict) -> dict:
 
 def read_docred(path) -> list[dict]:
     """Read a DocRED-schema JSON file (plain or ``.gz``) into rows (see :func:`docred_document_to_row`)."""
-    data = _open_json(path)
+    data = read_json(path)
     if not isinstance(data, list):
         raise ValueError(f"{path}: expected a JSON list of documents, got {type(data).__name__}")
     return [docred_document_to_row(doc) for doc in data]
@@ -117,7 +107,7 @@ def load_relation_names(pid2name_path=None) -> dict[str, str]:
     """Relation id → name: FewRel's ``pid2name.json`` (plain or ``.gz``) plus :data:`EXTRA_RELATION_NAMES`."""
     names = dict(EXTRA_RELATION_NAMES)
     if pid2name_path is not None:
-        for pid, value in _open_json(pid2name_path).items():
+        for pid, value in read_json(pid2name_path).items():
             names[pid] = value[0] if isinstance(value, list) else str(value)
     return names
 

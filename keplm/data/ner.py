@@ -6,12 +6,13 @@ local directories with auto-detected splits, explicit files, and Hub dataset ids
 
 from __future__ import annotations
 
-import gzip
 import os
 import re
 from collections.abc import Iterable, Sequence
 
 import datasets
+
+from keplm.io_utils import open_text
 
 __all__ = [
     "read_conll",
@@ -37,12 +38,6 @@ _IGNORED_SUFFIXES = {
     ".yml",
 }
 _IGNORED_PREFIXES = ("readme", "license", "licence", "source", "copying", "notice", ".")
-
-
-def _open_text(path: str):
-    if str(path).endswith(".gz"):
-        return gzip.open(path, "rt", encoding="utf-8")
-    return open(path, encoding="utf-8")
 
 
 def _split_line(line: str) -> list[str]:
@@ -71,7 +66,7 @@ def read_conll(path: str | os.PathLike, tag_column: int = -1) -> list[dict]:
             tokens.clear()
             tags.clear()
 
-    with _open_text(path) as handle:
+    with open_text(path) as handle:
         try:
             for line_no, raw in enumerate(handle, start=1):
                 line = raw.rstrip("\r\n")

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import gzip
-import json
 import os
 
 import datasets
+
+from keplm.io_utils import read_json
 
 __all__ = ["read_squad_json", "squad_article_split", "load_qa_dataset", "QA_FEATURES"]
 
@@ -25,21 +25,12 @@ QA_FEATURES = datasets.Features(
 )
 
 
-def _load_json(path: str):
-    opener = gzip.open if path.endswith(".gz") else open
-    try:
-        with opener(path, "rt", encoding="utf-8") as handle:
-            return json.load(handle)
-    except json.JSONDecodeError as err:
-        raise ValueError(f"{path}: invalid JSON at line {err.lineno}, column {err.colno}: {err.msg}") from err
-
-
 def read_squad_json(path: str | os.PathLike) -> list[dict]:
     """Flatten a SQuAD v1.1 JSON file (plain or .gz) into one row per question, in file order."""
     path = os.fspath(path)
     if not os.path.isfile(path):
         raise FileNotFoundError(f"SQuAD file not found: {path}")
-    payload = _load_json(path)
+    payload = read_json(path)
     if not isinstance(payload, dict) or not isinstance(payload.get("data"), list):
         raise ValueError(f"{path}: expected a SQuAD object with a 'data' list of articles")
     rows = []

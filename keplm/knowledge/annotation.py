@@ -16,10 +16,11 @@ property id. A value that is a plain list is read as entities without triplets (
 
 from __future__ import annotations
 
-import gzip
 import json
 import os
 from dataclasses import dataclass, field
+
+from keplm.io_utils import open_text, read_json
 
 __all__ = ["EntityMention", "Triplet", "KnowledgeAnnotation", "read_kala_annotations", "write_kala_annotations"]
 
@@ -150,12 +151,7 @@ def read_kala_annotations(path) -> dict[str, KnowledgeAnnotation]:
     path = os.fspath(path)
     if not os.path.isfile(path):
         raise FileNotFoundError(f"KALA annotation file not found: {path}")
-    opener = gzip.open if path.endswith(".gz") else open
-    with opener(path, "rt", encoding="utf-8") as f:
-        try:
-            data = json.load(f)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{path}: invalid JSON ({e})") from None
+    data = read_json(path)
     if not isinstance(data, dict):
         raise ValueError(f"{path}: expected a JSON object keyed by context id, got {type(data).__name__}")
     out = {}
@@ -171,6 +167,5 @@ def write_kala_annotations(annotations: dict[str, KnowledgeAnnotation], path) ->
     """Write ``{context_id: KnowledgeAnnotation}`` as KALA JSON (gzip if ``path`` ends with .gz)."""
     path = os.fspath(path)
     data = {str(k): (a.to_dict() if isinstance(a, KnowledgeAnnotation) else a) for k, a in annotations.items()}
-    opener = gzip.open if path.endswith(".gz") else open
-    with opener(path, "wt", encoding="utf-8") as f:
+    with open_text(path, "wt") as f:
         json.dump(data, f, ensure_ascii=False)

@@ -19,7 +19,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from ._io import iter_jsonl
+from keplm.io_utils import iter_jsonl
 
 FORMAT_VERSION = 1
 CONFIG_NAME = "kg_config.json"

@@ -12,7 +12,8 @@ import re
 
 import numpy as np
 
-from ._io import iter_jsonl, open_text
+from keplm.io_utils import iter_jsonl, open_text
+
 from .biomedical import load_hpo
 from .graph import CONFIG_NAME, KnowledgeGraph
 

@@ -1,4 +1,4 @@
-"""Reading text and JSON-lines files (plain or .gz) with errors that name the file and line."""
+"""Reading text, JSON and JSON-lines files (plain or .gz) with errors that name the file (and line)."""
 
 from __future__ import annotations
 
@@ -7,13 +7,24 @@ import json
 import os
 
 
-def open_text(path):
+def open_text(path, mode: str = "rt"):
+    """Open a UTF-8 text file, gzip-compressed when the name ends with ``.gz``; FileNotFoundError when reading
+    a missing file."""
     path = os.fspath(path)
-    if not os.path.isfile(path):
+    if "r" in mode and not os.path.isfile(path):
         raise FileNotFoundError(f"file not found: {path}")
     if path.endswith(".gz"):
-        return gzip.open(path, "rt", encoding="utf-8")
-    return open(path, encoding="utf-8")
+        return gzip.open(path, mode, encoding="utf-8")
+    return open(path, mode.replace("t", ""), encoding="utf-8")
+
+
+def read_json(path):
+    """Parse a whole JSON file; ValueError with line and column on bad JSON."""
+    with open_text(path) as f:
+        try:
+            return json.load(f)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path}: invalid JSON at line {e.lineno}, column {e.colno}: {e.msg}") from None
 
 
 def iter_jsonl(path):
