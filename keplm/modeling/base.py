@@ -43,6 +43,15 @@ def layer_norms(layer: nn.Module) -> list[nn.LayerNorm]:
     return norms
 
 
+def check_index_range(tensor: torch.Tensor | None, low: int, high: int, message: str) -> None:
+    """ValueError(message) if a value lies outside ``[low, high)``; checked only where it costs no device
+    sync or graph break (CPU tensors, not under ``torch.compile``). The collator checks GPU-bound batches."""
+    if tensor is None or not tensor.numel() or tensor.device.type != "cpu" or torch.compiler.is_compiling():
+        return
+    if int(tensor.min()) < low or int(tensor.max()) >= high:
+        raise ValueError(message)
+
+
 class KeplmPreTrainedModel(PreTrainedModel):
     """Base of keplm models: knowledge assets travel with ``save_pretrained``/``from_pretrained``/``push_to_hub``."""
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from .base import check_index_range
+
 NULL_ENTITY_INDEX = 0
 
 
@@ -20,13 +22,8 @@ class EntityMemory(nn.Module):
         return self.embeddings.num_embeddings
 
     def forward(self, entity_ids: torch.Tensor) -> torch.Tensor:
-        if entity_ids.device.type == "cpu" and entity_ids.numel() and not torch.compiler.is_compiling():  # no sync
-            low, high = int(entity_ids.min()), int(entity_ids.max())
-            if low < 0 or high >= self.num_entities:
-                raise ValueError(
-                    f"entity id {high if high >= self.num_entities else low} is outside the entity memory "
-                    f"(size {self.num_entities}); unknown entities must be mapped to the null entity 0"
-                )
+        check_index_range(entity_ids, 0, self.num_entities, f"an entity id is outside the entity memory (size "
+                          f"{self.num_entities}); unknown entities must be mapped to the null entity 0")
         return self.embeddings(entity_ids)
 
     @torch.no_grad()

@@ -13,7 +13,7 @@ from transformers.utils import ModelOutput
 from keplm.configuration.configuration_kala import KalaConfig
 from keplm.hub.assets import KnowledgeAssets
 
-from .base import KeplmPreTrainedModel, build_encoder, encoder_layers, layer_norms
+from .base import KeplmPreTrainedModel, build_encoder, check_index_range, encoder_layers, layer_norms
 from .entity_memory import EntityMemory
 from .kfm import KnowledgeFeatureModulation, apply_modulation, gather_modulation
 from .relational_retrieval import RelationalAttentionConv, RelationalRetrieval
@@ -208,14 +208,11 @@ class KalaModel(KalaPreTrainedModel):
             raise ValueError(f"edge_index must have shape [2, num_edges], got {tuple(edge_index.shape)}")
         if edge_relation_ids is None or edge_relation_ids.shape[0] != edge_index.shape[1]:
             raise ValueError("edge_relation_ids must give one relation id per edge of edge_index")
-        if entity_token_map.device.type == "cpu" and not torch.compiler.is_compiling():  # no device sync, no graph break
-            if entity_token_map.numel() and (int(entity_token_map.min()) < -1 or int(entity_token_map.max()) >= num_nodes):
-                raise ValueError(f"entity_token_map points outside the {num_nodes} graph nodes of the batch")
-            if edge_index.numel() and (int(edge_index.min()) < 0 or int(edge_index.max()) >= num_nodes):
-                raise ValueError(f"edge_index points outside the {num_nodes} graph nodes of the batch")
-            limit = self.config.relation_embedding_size
-            if edge_relation_ids.numel() and (int(edge_relation_ids.min()) < 0 or int(edge_relation_ids.max()) >= limit):
-                raise ValueError(f"edge_relation_ids must lie in [0, {limit})")
+        check_index_range(entity_token_map, -1, num_nodes, f"entity_token_map points outside the {num_nodes} graph "
+                          "nodes of the batch")
+        check_index_range(edge_index, 0, num_nodes, f"edge_index points outside the {num_nodes} graph nodes of the batch")
+        limit = self.config.relation_embedding_size
+        check_index_range(edge_relation_ids, 0, limit, f"edge_relation_ids must lie in [0, {limit})")
         vectors = self.entity_memory(node_entity_ids)
         return _KnowledgeState(entity_token_map, vectors, node_entity_ids != 0, edge_index, edge_relation_ids)
 

@@ -15,7 +15,7 @@ from transformers.utils import ModelOutput
 
 from keplm.configuration.configuration_relation_extraction import RelationExtractionConfig
 
-from .base import KeplmPreTrainedModel, build_encoder
+from .base import KeplmPreTrainedModel, build_encoder, check_index_range
 from .modeling_kala import node_context
 
 
@@ -125,18 +125,15 @@ class KeplmForRelationExtraction(KeplmPreTrainedModel):
         if edge_labels is not None and tuple(edge_labels.shape) != (edge_index.shape[1],):
             raise ValueError(f"edge_labels must have shape [{edge_index.shape[1]}], got {tuple(edge_labels.shape)}")
         num_entities = node_entity_ids.shape[0]
-        if entity_token_map.device.type == "cpu":  # validation that needs no device sync
-            if entity_token_map.numel() and (int(entity_token_map.min()) < -1 or int(entity_token_map.max()) >= num_entities):
-                raise ValueError(f"entity_token_map points outside the {num_entities} entities of the batch")
-            if edge_index.numel() and (int(edge_index.min()) < 0 or int(edge_index.max()) >= num_entities):
-                raise ValueError(f"edge_index points outside the {num_entities} entities of the batch")
-            if edge_labels is not None:
-                valid = edge_labels[edge_labels != -100]
-                if valid.numel() and (int(valid.min()) < 0 or int(valid.max()) >= self.config.num_labels):
-                    raise ValueError(f"edge_labels must lie in [0, {self.config.num_labels}) or be -100")
+        check_index_range(entity_token_map, -1, num_entities, f"entity_token_map points outside the {num_entities} "
+                          "entities of the batch")
+        check_index_range(edge_index, 0, num_entities, f"edge_index points outside the {num_entities} entities of the batch")
+        if edge_labels is not None and edge_labels.device.type == "cpu":
+            check_index_range(edge_labels[edge_labels != -100], 0, self.config.num_labels,
+                              f"edge_labels must lie in [0, {self.config.num_labels}) or be -100")
+        if self.config.num_entity_types:
             limit = self.config.num_entity_types
-            if limit and node_entity_ids.numel() and (int(node_entity_ids.min()) < 0 or int(node_entity_ids.max()) >= limit):
-                raise ValueError(f"node_entity_ids (entity types) must lie in [0, {limit})")
+            check_index_range(node_entity_ids, 0, limit, f"node_entity_ids (entity types) must lie in [0, {limit})")
         return num_entities
 
     def forward(
