@@ -103,7 +103,8 @@ def main(args: list[str] | None = None) -> dict:
         output = trainer.predict(features["test"], metric_key_prefix="predict")
         metrics = dict(output.metrics, predict_samples=len(features["test"]))
         tags, references = align_ner_predictions(output.predictions, output.label_ids, label_list)
-        counter = UnseenEntityCounter.from_arguments(knowledge_args, raw, "ner", annotations)
+        counter = UnseenEntityCounter.from_arguments(knowledge_args, raw, "ner", annotations,
+                                                   kg=processor.knowledge_assets.kg)
         if counter is not None:  # KALA 5.4: contexts with >= 3 entities unseen in training vs the rest
             metrics.update(subset_metrics(lambda p, r: ner_metrics(p, r, per_type=False), tags, references,
                                           counter.counts("test", raw["test"]), "predict"))

@@ -102,7 +102,8 @@ def main(args: list[str] | None = None) -> dict:
     if training_args.do_predict:
         output = trainer.predict(features["test"], raw["test"], metric_key_prefix="predict")
         metrics = dict(output.metrics, predict_samples=len(raw["test"]))
-        counter = UnseenEntityCounter.from_arguments(knowledge_args, raw, "qa", annotations)
+        counter = UnseenEntityCounter.from_arguments(knowledge_args, raw, "qa", annotations,
+                                                   kg=processor.knowledge_assets.kg)
         if counter is not None:  # KALA 5.4: contexts with >= 3 entities unseen in training vs the rest
             ids = list(raw["test"]["id"])
             references = squad_references(raw["test"])

@@ -44,8 +44,9 @@ class UnseenEntityCounter:
         self.train_ids = {m.id for a in annotate("train", train_dataset) for m in a.entities if m.id is not None}
 
     @classmethod
-    def from_arguments(cls, knowledge_args, raw, task: str, annotations: dict) -> UnseenEntityCounter | None:
-        """From the run scripts' ``KnowledgeArguments``; None when no knowledge source is configured."""
+    def from_arguments(cls, knowledge_args, raw, task: str, annotations: dict, kg=None) -> UnseenEntityCounter | None:
+        """From the run scripts' ``KnowledgeArguments``; None when no knowledge source is configured. ``kg``: the
+        already loaded ``--kg`` (e.g. the processor's), so it is not read twice."""
         if "train" not in raw:
             return None
         if knowledge_args.knowledge == "annotations":
@@ -55,7 +56,7 @@ class UnseenEntityCounter:
         elif knowledge_args.knowledge == "link" and knowledge_args.kg:
             from keplm.knowledge import EntityLinker, load_kg
 
-            linker = EntityLinker(load_kg(knowledge_args.kg), lowercase=not knowledge_args.link_case_sensitive,
+            linker = EntityLinker(kg if kg is not None else load_kg(knowledge_args.kg), lowercase=not knowledge_args.link_case_sensitive,
                                   max_neighbors_per_entity=0)
             def annotate(split, dataset):
                 if task == "ner":
