@@ -7,7 +7,7 @@ from .annotation import (
     read_kala_annotations,
     write_kala_annotations,
 )
-from .graph import KnowledgeGraph
+from .graph import KnowledgeGraph, merge_kgs
 from .linker import EntityLinker
 from .loaders import load_fb15k237, load_jsonl_kg, load_kg, load_trex, load_tsv_kg, load_wn18rr
 
@@ -25,4 +25,5 @@ __all__ = [
     "load_trex",
     "load_jsonl_kg",
     "load_kg",
+    "merge_kgs",
 ]

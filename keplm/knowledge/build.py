@@ -157,6 +157,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--relation_source", choices=("kg", "model"), default="kg",
                         help="facts from KG lookup, or from a relation-extraction model (--re_model)")
     parser.add_argument("--re_model", default=None, help="a keplm relation-extraction checkpoint")
+    parser.add_argument("--link_case_sensitive", action="store_true",
+                        help="match KG names case-sensitively (as the run scripts' --link_case_sensitive)")
     parser.add_argument("--spacy_model", default=None, help="keep only mentions inside spaCy entities (optional)")
     parser.add_argument("--no_plot", action="store_true")
 
@@ -168,7 +170,8 @@ def run(args: argparse.Namespace) -> dict:
     start = time.perf_counter()
     kg = load_kg(args.kg)
     logger.info("Loaded %r in %.1fs", kg, time.perf_counter() - start)
-    linker_kwargs = {"hops": args.hops, "max_neighbors_per_entity": args.max_neighbors_per_entity}
+    linker_kwargs = {"hops": args.hops, "max_neighbors_per_entity": args.max_neighbors_per_entity,
+                     "lowercase": not args.link_case_sensitive}
     if args.spacy_model:
         from .construction import SpacyMentionFilter
 

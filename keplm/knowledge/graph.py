@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections import Counter
 from collections.abc import Iterable
 
 import numpy as np
@@ -423,3 +424,60 @@ class KnowledgeGraph:
             relation_names=[relation_names.get(r, r) for r in rels],
         )
 
+
+def merge_kgs(kgs, align_by_name: bool = True) -> KnowledgeGraph:
+    """Union of several KGs (e.g. FB15k-237 names + T-REx Wikidata facts, KALA appendix A's "KG that fits the
+    domain"). Equal ids are one entity/relation. With ``align_by_name``, an entity whose canonical name is held
+    by exactly one entity of the merged graph so far, and by no other entity of its own KG, becomes that entity
+    (its aliases and triples move to it); ambiguous names stay separate entities. Triples are deduplicated."""
+    kgs = list(kgs)
+    if not kgs:
+        raise ValueError("merge_kgs needs at least one knowledge graph")
+    if any(kg.entity_vectors is not None for kg in kgs):
+        raise ValueError("cannot merge knowledge graphs that carry entity vectors; merge before adding vectors")
+    e_index: dict[str, int] = {}
+    names: list[str] = []
+    aliases: list[list[str]] = []
+    r_index: dict[str, int] = {}
+    rel_names: list[str] = []
+    by_name: dict[str, int | None] = {}  # canonical name -> merged index (None: ambiguous)
+    rows = []
+    for kg in kgs:
+        own_counts = Counter(kg.entity_names)
+        e_map = np.empty(kg.num_entities, dtype=np.int64)
+        for i, (eid, name) in enumerate(zip(kg.entity_ids, kg.entity_names)):
+            idx = e_index.get(eid)
+            if idx is None and align_by_name and own_counts[name] == 1 and by_name.get(name) is not None:
+                idx = by_name[name]
+            if idx is None:
+                idx = e_index[eid] = len(names)
+                names.append(name)
+                aliases.append([])
+            else:
+                e_index.setdefault(eid, idx)
+            e_map[i] = idx
+            if by_name.get(name, idx) != idx or own_counts[name] > 1:
+                by_name[name] = None
+            elif name not in by_name:
+                by_name[name] = idx
+            for alias in ([name] if name != names[idx] else []) + kg.entity_aliases[i]:
+                if alias != names[idx] and alias not in aliases[idx]:
+                    aliases[idx].append(alias)
+        r_map = np.empty(kg.num_relations, dtype=np.int64)
+        for j, (rid, rname) in enumerate(zip(kg.relation_ids, kg.relation_names)):
+            if rid not in r_index:
+                r_index[rid] = len(rel_names)
+                rel_names.append(rname)
+            r_map[j] = r_index[rid]
+        if kg.num_triples:
+            rows.append(np.stack([e_map[kg.triples[:, 0]], r_map[kg.triples[:, 1]], e_map[kg.triples[:, 2]]], 1))
+    triples = np.concatenate(rows) if rows else np.zeros((0, 3), dtype=np.int64)
+    if len(triples):
+        _, first = np.unique(triples, axis=0, return_index=True)
+        triples = triples[np.sort(first)]
+    ids = [""] * len(names)
+    for eid, idx in e_index.items():  # the first id given to a merged entity names it
+        if not ids[idx]:
+            ids[idx] = eid
+    return KnowledgeGraph(ids, list(r_index), triples, entity_names=names, entity_aliases=aliases,
+                          relation_names=rel_names)

