@@ -114,6 +114,16 @@ def test_build_kg_cli_writes_annotations_and_report(tmp_path):
     report = json.loads((out / "report.json").read_text())
     assert report["task"] == "ner" and report["linking"]["train"]["examples"] == 2
     assert "Knowledge construction report" in (out / "report.md").read_text()
+    # case-sensitive linking: lower-case "paris" is no mention any more
+    (data / "train.txt").write_text("paris B-LOC\nis O\nin O\nFrance B-LOC\n\n")
+    (tmp_path / "kg.jsonl").write_text(json.dumps({"type": "entity", "id": "Q90", "name": "Paris"}) + "\n"
+                                       + json.dumps({"h": "Q90", "r": "P17", "t": "Q142"}) + "\n"
+                                       + json.dumps({"type": "entity", "id": "Q142", "name": "France"}) + "\n")
+    for flags, expected in (([], ["paris", "France"]), (["--link_case_sensitive"], ["France"])):
+        cli_main(["build-kg", "--task", "ner", "--dataset", str(data), "--kg", f"jsonl:{tmp_path / 'kg.jsonl'}",
+                  "--output_dir", str(out / "cased"), "--no_plot", "--splits", "train", *flags])
+        (annotation,) = read_kala_annotations(out / "cased" / "train.json").values()
+        assert [m.text for m in annotation.entities] == expected
 
 
 @pytest.mark.slow

@@ -19,6 +19,7 @@ from keplm.knowledge import (
     load_trex,
     load_tsv_kg,
     load_wn18rr,
+    merge_kgs,
     read_kala_annotations,
     write_kala_annotations,
 )
@@ -234,6 +235,44 @@ def test_load_jsonl_kg_and_load_kg_dispatch(tmp_path):
         load_jsonl_kg(p)
     with pytest.raises(ValueError, match="accepted"):
         load_kg("nonsense-spec")
+
+
+def test_merge_kgs_aligns_unambiguous_names_and_keeps_ambiguous_ones_apart(tmp_path):
+    wikidata = KnowledgeGraph.from_triples(
+        [("Q90", "P17", "Q142"), ("Q90", "P17", "Q142"), ("Q830149", "P17", "Q16"), ("Q42", "P27", "Q145")],
+        entity_names={"Q90": "Paris", "Q142": "France", "Q830149": "Paris", "Q16": "Canada",
+                      "Q42": "Douglas Adams", "Q145": "United Kingdom"},
+        entity_aliases={"Q142": ["FR"]},
+    )
+    merged = merge_kgs([toy_kg(), wikidata])
+    base = toy_kg()
+    # "France" and "Germany" are unique on both sides: one entity, the first id names it, aliases are unioned
+    fr = merged.entity_index("fr")
+    assert merged.entity_names[fr] == "France" and merged.entity_aliases[fr] == ["French Republic", "FR"]
+    assert not merged.has_entity("Q142")
+    # "Paris" is ambiguous in both graphs: no alignment, all four Paris entities stay
+    assert merged.entity_names.count("Paris") == 4
+    assert merged.has_entity("Q90") and merged.has_entity("Q830149")
+    assert merged.num_entities == base.num_entities + 5  # Q90, Q830149, Q16, Q42, Q145 (Q142 merged into fr)
+    assert merged.num_relations == base.num_relations + 2
+    # triples move to the merged entity and duplicates are dropped
+    q90, p17 = merged.entity_index("Q90"), merged.relation_index("P17")
+    assert [tuple(t) for t in merged.triples.tolist()].count((q90, p17, fr)) == 1
+    assert merged.num_triples == base.num_triples + 3
+    # the '+' spec merges through load_kg, in order
+    def write_jsonl(name, lines):
+        (tmp_path / name).write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+        return f"jsonl:{tmp_path / name}"
+
+    first = write_jsonl("a.jsonl", [{"type": "entity", "id": "/m/0f8l9c", "name": "France"},
+                                    {"h": "/m/05qtj", "r": "/location/country", "t": "/m/0f8l9c"}])
+    second = write_jsonl("b.jsonl", [{"type": "entity", "id": "Q142", "name": "France"},
+                                     {"h": "Q142", "r": "P36", "t": "Q90"}])
+    loaded = load_kg(f"{first}+{second}")
+    assert loaded.entity_ids == ["/m/0f8l9c", "/m/05qtj", "Q90"] and loaded.num_triples == 2
+    assert loaded.triples.tolist() == [[1, 0, 0], [0, 1, 2]]  # both facts hang on the one "France"
+    with pytest.raises(ValueError, match="at least one"):
+        merge_kgs([])
 
 
 # ------------------------------------------------------------------------------------ annotations
