@@ -390,3 +390,33 @@ def test_run_qa_reloaded_checkpoint_gives_same_answers(tiny, tmp_path):
     args[args.index("--model_name_or_path") + 1] = str(first)
     run_qa.main(args)
     assert read_json(second / "eval_predictions.json") == read_json(first / "eval_predictions.json")
+
+
+def test_experiment_presets_build_valid_run_script_commands(monkeypatch):
+    """Every preset of scripts/experiments.py (and the main job) gives a command line the run script parses."""
+    monkeypatch.syspath_prepend(str(ROOT / "scripts"))
+    import experiments
+    import main_job
+
+    from keplm.training.arguments import QaDataArguments
+
+    for preset in experiments.PRESETS:
+        cfg = experiments.make_settings(preset, "/data", model="tiny-model", train="all")
+        assert cfg["dataset"].startswith("/data/") and "{data}" not in cfg["kg"]
+        for system in SYSTEMS:
+            cmd = experiments.command(cfg, system, "7", "/tmp/out")
+            assert cmd[1].endswith("run_ner.py" if cfg["task"] == "ner" else "run_qa.py")
+            data_class = NerDataArguments if cfg["task"] == "ner" else QaDataArguments
+            model_args, data_args, knowledge_args, training_args = parse_args(data_class, cmd[2:])
+            assert knowledge_args.system == system and training_args.seed == 7
+            assert data_args.max_train_samples is None and knowledge_args.kg == cfg["kg"]
+            assert knowledge_args.link_case_sensitive == cfg["case_sensitive"]
+            assert knowledge_args.init_entity_memory == (system in ("pointwise", "relational"))
+    with pytest.raises(ValueError, match="unknown preset"):
+        experiments.make_settings("nope")
+    monkeypatch.setenv("KEPLM_MODEL", "tiny-model")
+    monkeypatch.setenv("KEPLM_TRAIN_SAMPLES", "123")
+    cfg = main_job.settings()
+    assert cfg["train"] == "123" and cfg["systems"] == ["vanilla", "relational"] and cfg["kg"].startswith("fb15k237:")
+    _, data_args, _, _ = parse_args(NerDataArguments, experiments.command(cfg, "relational", cfg["seed"], "/o")[2:])
+    assert data_args.max_train_samples == 123 and data_args.max_predict_samples == 2000
