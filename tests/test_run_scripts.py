@@ -417,6 +417,6 @@ def test_experiment_presets_build_valid_run_script_commands(monkeypatch):
     monkeypatch.setenv("KEPLM_MODEL", "tiny-model")
     monkeypatch.setenv("KEPLM_TRAIN_SAMPLES", "123")
     cfg = main_job.settings()
-    assert cfg["train"] == "123" and cfg["systems"] == ["vanilla", "relational"] and cfg["kg"].startswith("fb15k237:")
+    assert cfg["train"] == "123" and cfg["systems"] == ["vanilla", "relational"] and "+trex:" in cfg["kg"]
     _, data_args, _, _ = parse_args(NerDataArguments, experiments.command(cfg, "relational", cfg["seed"], "/o")[2:])
     assert data_args.max_train_samples == 123 and data_args.max_predict_samples == 2000
