@@ -2,8 +2,9 @@
 """Main job: KALA (relational) vs. the vanilla fine-tuning baseline on CoNLL-2003 NER.
 
 Trains both systems on a CoNLL-2003 subset with the MiniLM encoder (the text is linked against FB15k-237
-merged with the T-REx Wikidata facts by entity name), evaluates them on validation and test subsets, prints their F1 side by side, and tags a raw sentence with
-the KALA model reloaded from its output directory through ``AutoModelForTokenClassification``. The two runs
+merged with the T-REx Wikidata facts by entity name), evaluates them on validation and test subsets, prints
+their F1 side by side, and tags a raw sentence with the KALA model reloaded from its output directory through
+``AutoModelForTokenClassification``. The two runs
 go in parallel, one CPU thread each (on 2 cores, two single-threaded processes are much faster than one
 two-threaded one). Sized to finish within 10 minutes on 2 CPU cores.
 
