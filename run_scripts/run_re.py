@@ -138,26 +138,7 @@ def build_model(model_args: RelationModelArguments, splits: dict, training_args:
 
 class PairEvalTrainer(OrderedEvalTrainer):
     """Evaluation outputs are per candidate pair, not per document: gather them whole (``gather_for_metrics``
-    would cut the last batch to its number of documents). Metrics need a single evaluation process.
-    ``head_learning_rate`` gives the new modules (everything outside ``backbone.``) their own learning rate."""
-
-    def __init__(self, *args, head_learning_rate: float | None = None, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.head_learning_rate = head_learning_rate
-        self._head_groups_done = False
-
-    def create_optimizer(self, model=None):
-        optimizer = super().create_optimizer(model)
-        if self.head_learning_rate is not None and not self._head_groups_done:
-            head = {id(p) for name, p in self.model.named_parameters() if not name.startswith("backbone.")}
-            for group in list(optimizer.param_groups):
-                moved = [p for p in group["params"] if id(p) in head]
-                if moved:
-                    group["params"] = [p for p in group["params"] if id(p) not in head]
-                    settings = {k: v for k, v in group.items() if k != "params"}
-                    optimizer.add_param_group({**settings, "params": moved, "lr": self.head_learning_rate})
-            self._head_groups_done = True
-        return optimizer
+    would cut the last batch to its number of documents). Metrics need a single evaluation process."""
 
     def evaluation_loop(self, *args, **kwargs):
         if self.args.world_size > 1:
@@ -224,7 +205,7 @@ def main(args: list[str] | None = None) -> dict:
         compute_metrics=(FactMetrics(features["validation"], splits["validation"], config.id2label, no_relation_id)
                          if training_args.do_eval else None),
         preprocess_logits_for_metrics=PredictRelations(config.top2_threshold, no_relation_id),
-        head_learning_rate=model_args.head_learning_rate,
+        module_learning_rate=model_args.head_learning_rate, module_filter=lambda name: not name.startswith("backbone."),
     )
     results = {}
     if training_args.do_train:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 from torch.utils.data import DataLoader
 from transformers import BertModel, RobertaConfig
@@ -113,3 +114,37 @@ def test_sparse_entity_memory_trains_with_sparse_adam_and_only_batch_rows_move(t
     assert moved == touched  # only rows of the batch's graph nodes changed
     state = optimizer.state_dict()
     optimizer.load_state_dict(state)
+
+
+def test_knowledge_learning_rate_gets_its_own_param_groups_and_schedule(tmp_path, tokenizer, assets):
+    from transformers import BertForTokenClassification, TrainingArguments
+
+    from keplm.training.optim import SparseDenseOptimizer
+    from keplm.training.trainer import OrderedEvalTrainer
+
+    args = TrainingArguments(output_dir=str(tmp_path), learning_rate=1e-4, weight_decay=0.01, report_to="none",
+                             use_cpu=True, lr_scheduler_type="linear", warmup_steps=0)
+    for sparse in (False, True):
+        config = KalaConfig(encoder_config=tiny_encoder_config(tokenizer), entity_vocab_size=assets.num_entities,
+                            num_relations=assets.num_relations, num_labels=3, sparse_entity_memory=sparse)
+        model = KalaForTokenClassification(config)
+        trainer = OrderedEvalTrainer(model=model, args=args, module_learning_rate=3e-3)
+        trainer.create_optimizer_and_scheduler(num_training_steps=10)
+        optimizer = trainer.optimizer
+        assert isinstance(optimizer, SparseDenseOptimizer) == sparse
+        lr_of = {id(p): (g["lr"], g["weight_decay"] if "weight_decay" in g else None)
+                 for g in optimizer.param_groups for p in g["params"]}
+        names = dict(model.named_parameters())
+        assert len(lr_of) == len(names) == sum(len(g["params"]) for g in optimizer.param_groups)  # each once
+        for name, p in names.items():
+            knowledge = name.startswith(("kala.entity_memory.", "kala.relation_embeddings.", "kala.knowledge_layers."))
+            assert model.is_knowledge_parameter(name) == knowledge
+            assert lr_of[id(p)][0] == (3e-3 if knowledge else 1e-4), name
+        if not sparse:  # weight decay groups survive the split: LayerNorm/bias stay undecayed
+            fc1 = next(n for n in names if n.endswith("modulation.fc1.bias"))[: -len("bias")]
+            assert lr_of[id(names[fc1 + "bias"])][1] == 0.0 and lr_of[id(names[fc1 + "weight"])][1] == 0.01
+        trainer.lr_scheduler.step()  # the linear schedule scales both learning rates alike
+        assert sorted({round(g["lr"], 10) for g in optimizer.param_groups}) == [9e-5, 2.7e-3]
+    plain = BertForTokenClassification(tiny_encoder_config(tokenizer))
+    with pytest.raises(ValueError, match="no knowledge modules"):
+        OrderedEvalTrainer(model=plain, args=args, module_learning_rate=3e-3)

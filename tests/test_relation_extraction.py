@@ -299,7 +299,9 @@ def load_run_re():
 def test_head_learning_rate_groups(tmp_path, tokenizer):
     model = tiny_model(tokenizer)
     args = TrainingArguments(output_dir=str(tmp_path), learning_rate=1e-4, report_to="none", use_cpu=True)
-    optimizer = load_run_re().PairEvalTrainer(model=model, args=args, head_learning_rate=1e-2).create_optimizer()
+    trainer = load_run_re().PairEvalTrainer(model=model, args=args, module_learning_rate=1e-2,
+                                            module_filter=lambda name: not name.startswith("backbone."))
+    optimizer = trainer.create_optimizer()
     lr_of = {id(p): group["lr"] for group in optimizer.param_groups for p in group["params"]}
     assert len(lr_of) == sum(1 for _ in model.parameters())
     for name, parameter in model.named_parameters():

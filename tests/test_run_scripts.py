@@ -172,7 +172,7 @@ def test_run_ner_reloads_its_checkpoint(tiny, tmp_path):
     """A saved KALA checkpoint is a valid --model_name_or_path: same processor/assets, same eval metrics."""
     run_ner = load_script("run_ner")
     first = tmp_path / "first"
-    run_ner.main(ner_args(tiny, first, "relational", "--do_train", "--do_eval"))
+    run_ner.main(ner_args(tiny, first, "relational", "--do_train", "--do_eval", "--knowledge_learning_rate", "1e-3"))
     second = tmp_path / "second"
     args = ner_args(tiny, second, "relational", "--do_eval", "--tag_text", "mary lives in berlin")
     args[args.index("--model_name_or_path") + 1] = str(first)

@@ -118,6 +118,13 @@ class KalaPreTrainedModel(KeplmPreTrainedModel):
                 f"relation vocabulary has {assets.num_relations} entries but the model has {self.config.num_relations}"
             )
 
+    #: module names of KALA's knowledge part (section 3): entity memory, relation embeddings, KFM + retrieval
+    knowledge_module_names = ("entity_memory", "relation_embeddings", "knowledge_layers")
+
+    def is_knowledge_parameter(self, name: str) -> bool:
+        """Whether parameter ``name`` (as in ``named_parameters()``) belongs to the knowledge modules."""
+        return any(part in self.knowledge_module_names for part in name.split(".")[:2])
+
     @torch.no_grad()
     def _init_weights(self, module):
         super()._init_weights(module)

@@ -73,6 +73,11 @@ class KnowledgeArguments:
         default=False,
         metadata={"help": "Initialise the entity memory with the encoder's mean mention states (KALA appendix B.1)."},
     )
+    knowledge_learning_rate: float | None = field(
+        default=None,
+        metadata={"help": "Learning rate of KALA's knowledge modules (entity memory, KFM, relational retrieval); "
+                  "default: --learning_rate."},
+    )
     graph_pad_to_multiple_of: int | None = field(
         default=None,
         metadata={"help": "Pad batched graph nodes/edges to a multiple of this (fewer shapes for torch_compile)."},

@@ -42,13 +42,38 @@ class OrderedEvalTrainer(Trainer):
             return None
         return SequentialSampler(eval_dataset) if self.args.world_size <= 1 else None
 
+    def __init__(self, *args, module_learning_rate: float | None = None, module_filter=None, **kwargs):
+        """``module_learning_rate``: the learning rate of the parameters whose name passes ``module_filter``
+        (default: the model's ``is_knowledge_parameter``, i.e. KALA's knowledge modules), as the KALA paper gives
+        its knowledge module an optimizer of its own for T5 (appendix, fine-tuning setup). Weight decay groups
+        and the LR schedule apply to them as to the rest."""
+        super().__init__(*args, **kwargs)
+        if module_learning_rate is not None and module_filter is None:
+            module_filter = getattr(self.model, "is_knowledge_parameter", None)
+            if module_filter is None:
+                raise ValueError(f"{type(self.model).__name__} has no knowledge modules for module_learning_rate")
+        self.module_learning_rate, self.module_filter = module_learning_rate, module_filter
+
     def create_optimizer(self, model=None):
-        """The stock optimizer, plus SparseAdam for sparse entity-memory tables (``sparse_entity_memory``)."""
+        """The stock optimizer (with ``module_learning_rate`` groups), plus SparseAdam for sparse entity-memory
+        tables (``sparse_entity_memory``)."""
         if self.optimizer is None:
             args = self.args
+            model = self.model if model is None else model
+            optimizer = super().create_optimizer(model)
+            if self.module_learning_rate is not None:
+                chosen = {id(p) for name, p in model.named_parameters() if self.module_filter(name)}
+                if not chosen:
+                    raise ValueError("module_learning_rate is set but no parameter matches its filter")
+                for group in list(optimizer.param_groups):
+                    moved = [p for p in group["params"] if id(p) in chosen]
+                    if moved:
+                        group["params"] = [p for p in group["params"] if id(p) not in chosen]
+                        settings = {k: v for k, v in group.items() if k != "params"}
+                        optimizer.add_param_group({**settings, "params": moved, "lr": self.module_learning_rate})
+            sparse_lr = args.learning_rate if self.module_learning_rate is None else self.module_learning_rate
             self.optimizer = split_sparse_parameters(
-                super().create_optimizer(model), self.model if model is None else model, args.learning_rate,
-                (args.adam_beta1, args.adam_beta2), args.adam_epsilon,
+                optimizer, model, sparse_lr, (args.adam_beta1, args.adam_beta2), args.adam_epsilon,
             )
         return self.optimizer
 
