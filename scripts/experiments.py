@@ -7,8 +7,8 @@
 Presets size each dataset for the project's 2-core CPU machine (about 4 core-minutes per run); ``--train``,
 ``--epochs`` etc. override them (``all`` = the whole split). Runs go through ``run_scripts/run_ner.py`` or
 ``run_scripts/run_qa.py``; ``--jobs`` of them at once, one thread each (on 2 cores, two single-threaded runs
-are much faster than one two-threaded run). Every system links the text against the same KG, so the seen/unseen
-test subsets (paper 5.4) are the same for all. Each seed's results land in ``<output_dir>/seed<N>/summary.json``.
+are much faster than one two-threaded run; ``KEPLM_THREADS`` overrides the thread count). Every system links
+the text against the same KG, so the seen/unseen test subsets (paper 5.4) are the same for all. Each seed's results land in ``<output_dir>/seed<N>/summary.json``.
 """
 
 from __future__ import annotations
@@ -89,7 +89,7 @@ def command(cfg: dict, system: str, seed: str, output_dir: str) -> list[str]:
 
 def run_queue(jobs: list[tuple[str, list[str], str]], parallel: int) -> dict[str, float]:
     """Run ``(name, command, log file)`` jobs, ``parallel`` at a time with one thread each; exit on a failure."""
-    threads = max(1, (os.cpu_count() or 2) // max(1, parallel))
+    threads = int(os.environ.get("KEPLM_THREADS") or max(1, (os.cpu_count() or 2) // max(1, parallel)))
     child_env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads),
                      TOKENIZERS_PARALLELISM="false", HF_HUB_OFFLINE=os.environ.get("HF_HUB_OFFLINE", "1"))
     child_env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
