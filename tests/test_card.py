@@ -17,3 +17,13 @@ def test_model_card_reports_config_assets_and_metrics(tmp_path, tokenizer, asset
     assert 'AutoModelForTokenClassification.from_pretrained("org/kala-tiny")' in text
     path = write_model_card(tmp_path, card)
     assert path.read_text() == text
+
+
+def test_model_card_keeps_local_paths_out_of_hub_metadata(tmp_path, tokenizer, assets):
+    config = KalaConfig(encoder_config=tiny_encoder_config(tokenizer), entity_vocab_size=assets.num_entities,
+                        num_relations=assets.num_relations)
+    card = build_model_card(config, assets, base_model=str(tmp_path), dataset="../shared/data/conll2003")
+    assert card.data.base_model is None and card.data.datasets is None  # the Hub takes repo ids only
+    assert f"built on `{tmp_path}`" in str(card) and "fine-tuned on ../shared/data/conll2003" in str(card)
+    card = build_model_card(config, assets, base_model="org/bert", dataset="conll2003")
+    assert card.data.base_model == "org/bert" and card.data.datasets == ["conll2003"]

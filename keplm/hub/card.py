@@ -69,6 +69,14 @@ _SETTINGS = ("retrieval_mode", "kfm_layers", "entity_vocab_size", "entity_dim", 
              "gnn_layers", "num_extra_layers")
 
 
+def _hub_id(value: str | None) -> str | None:
+    """``value`` if it can be a Hub repo id; None for local paths (the Hub's ``base_model``/``datasets`` metadata
+    accepts repo ids only; the card's text still names the path)."""
+    if not value or os.path.exists(value) or value.startswith(("/", ".", "~")):
+        return None
+    return value
+
+
 def build_model_card(
     config,
     knowledge_assets=None,
@@ -85,8 +93,9 @@ def build_model_card(
     model_type = config.model_type
     values = config.to_dict()
     kg = getattr(knowledge_assets, "kg", None)
+    base_id, dataset_id = _hub_id(base_model), _hub_id(dataset)
     card_data = ModelCardData(
-        library_name="keplm", base_model=base_model, datasets=[dataset] if dataset else None, license=license,
+        library_name="keplm", base_model=base_id, datasets=[dataset_id] if dataset_id else None, license=license,
         tags=["keplm", model_type, "knowledge-enhanced"], model_name=repo_id or model_type,
     )
     title, link = PAPERS.get(model_type, (model_type, ""))
