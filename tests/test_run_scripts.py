@@ -392,7 +392,7 @@ def test_run_qa_reloaded_checkpoint_gives_same_answers(tiny, tmp_path):
     assert read_json(second / "eval_predictions.json") == read_json(first / "eval_predictions.json")
 
 
-def test_experiment_presets_build_valid_run_script_commands(monkeypatch):
+def test_experiment_presets_build_valid_run_script_commands(monkeypatch, tmp_path):
     """Every preset of scripts/experiments.py (and the main job) gives a command line the run script parses."""
     monkeypatch.syspath_prepend(str(ROOT / "scripts"))
     import experiments
@@ -401,10 +401,10 @@ def test_experiment_presets_build_valid_run_script_commands(monkeypatch):
     from keplm.training.arguments import QaDataArguments
 
     for preset in experiments.PRESETS:
-        cfg = experiments.make_settings(preset, "/data", model="tiny-model", train="all")
-        assert cfg["dataset"].startswith("/data/") and "{data}" not in cfg["kg"]
+        cfg = experiments.make_settings(preset, str(tmp_path), model="tiny-model", train="all")
+        assert cfg["dataset"].startswith(str(tmp_path)) and "{data}" not in cfg["kg"]
         for system in SYSTEMS:
-            cmd = experiments.command(cfg, system, "7", "/tmp/out")
+            cmd = experiments.command(cfg, system, "7", str(tmp_path / "out"))
             assert cmd[1].endswith("run_ner.py" if cfg["task"] == "ner" else "run_qa.py")
             data_class = NerDataArguments if cfg["task"] == "ner" else QaDataArguments
             model_args, data_args, knowledge_args, training_args = parse_args(data_class, cmd[2:])
@@ -412,11 +412,15 @@ def test_experiment_presets_build_valid_run_script_commands(monkeypatch):
             assert data_args.max_train_samples is None and knowledge_args.kg == cfg["kg"]
             assert knowledge_args.link_case_sensitive == cfg["case_sensitive"]
             assert knowledge_args.init_entity_memory == (system in ("pointwise", "relational"))
+    # --extra adds to a preset's own arguments (SQuAD keeps its window size)
+    squad = experiments.make_settings("squad", str(tmp_path), model="tiny-model", extra=["--knowledge_learning_rate", "1e-3"])
+    _, data_args, knowledge_args, _ = parse_args(QaDataArguments, experiments.command(squad, "relational", "1", str(tmp_path))[2:])
+    assert data_args.max_seq_length == 256 and knowledge_args.knowledge_learning_rate == 1e-3
     with pytest.raises(ValueError, match="unknown preset"):
         experiments.make_settings("nope")
     monkeypatch.setenv("KEPLM_MODEL", "tiny-model")
     monkeypatch.setenv("KEPLM_TRAIN_SAMPLES", "123")
     cfg = main_job.settings()
     assert cfg["train"] == "123" and cfg["systems"] == ["vanilla", "relational"] and "+trex:" in cfg["kg"]
-    _, data_args, _, _ = parse_args(NerDataArguments, experiments.command(cfg, "relational", cfg["seed"], "/o")[2:])
+    _, data_args, _, _ = parse_args(NerDataArguments, experiments.command(cfg, "relational", cfg["seed"], str(tmp_path))[2:])
     assert data_args.max_train_samples == 123 and data_args.max_predict_samples == 2000
