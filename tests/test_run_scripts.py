@@ -416,6 +416,17 @@ def test_experiment_presets_build_valid_run_script_commands(monkeypatch, tmp_pat
     squad = experiments.make_settings("squad", str(tmp_path), model="tiny-model", extra=["--knowledge_learning_rate", "1e-3"])
     _, data_args, knowledge_args, _ = parse_args(QaDataArguments, experiments.command(squad, "relational", "1", str(tmp_path))[2:])
     assert data_args.max_seq_length == 256 and knowledge_args.knowledge_learning_rate == 1e-3
+    # --annotations reads build-kg's files instead of linking
+    ann = tmp_path / "ann"
+    ann.mkdir()
+    ncbi = experiments.make_settings("ncbi", str(tmp_path), model="tiny-model", annotations=str(ann))
+    with pytest.raises(FileNotFoundError, match="validation.json"):
+        experiments.command(ncbi, "relational", "1", str(tmp_path))
+    for split in ("train", "validation", "test"):
+        (ann / f"{split}.json").write_text("[]")
+    _, _, knowledge_args, _ = parse_args(NerDataArguments, experiments.command(ncbi, "relational", "1", str(tmp_path))[2:])
+    assert knowledge_args.knowledge == "annotations" and knowledge_args.kg is None
+    assert knowledge_args.annotation_paths()["validation"] == str(ann / "validation.json")
     with pytest.raises(ValueError, match="unknown preset"):
         experiments.make_settings("nope")
     monkeypatch.setenv("KEPLM_MODEL", "tiny-model")

