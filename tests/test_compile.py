@@ -109,3 +109,21 @@ def test_graph_breaks_come_only_from_cpu_index_validation():
         frame = reason.user_stack[-1]
         assert (os.path.basename(frame.filename), frame.name) in allowed, (reason.reason, frame)
         assert "item()" in reason.reason
+
+
+@pytest.mark.parametrize("dynamic, recompiles", [(True, 0), (None, 1)])
+def test_new_graph_sizes_do_not_recompile(dynamic, recompiles):
+    """Batches with new node/edge counts reuse the compiled graphs (dynamic=True: never recompiled; auto: one
+    recompile to dynamic shapes at the first new size). A size baked into a Python value, such as an f-string error message built before the
+    check, makes Dynamo specialise on it and recompile for every batch (seen on an H100, 2026-11-23)."""
+    from torch._dynamo.testing import CompileCounterWithBackend
+
+    torch._dynamo.reset()
+    model = _model().train()
+    counter = CompileCounterWithBackend("aot_eager")
+    compiled = torch.compile(model, backend=counter, dynamic=dynamic)
+    frames = []
+    for batch in _batches():  # 16, 32 and 48 graph nodes
+        compiled(**batch).loss.backward()
+        frames.append(counter.frame_count)
+    assert frames[-1] - frames[0] == recompiles, frames

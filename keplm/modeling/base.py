@@ -44,12 +44,14 @@ def layer_norms(layer: nn.Module) -> list[nn.LayerNorm]:
 
 
 def check_index_range(tensor: torch.Tensor | None, low: int, high: int, message: str) -> None:
-    """ValueError(message) if a value lies outside ``[low, high)``; checked only where it costs no device
-    sync or graph break (CPU tensors, not under ``torch.compile``). The collator checks GPU-bound batches."""
+    """ValueError(message.format(low=low, high=high)) if a value lies outside ``[low, high)``; checked only where
+    it costs no device sync or graph break (CPU tensors, not under ``torch.compile``). The collator checks
+    GPU-bound batches. ``message`` is a template formatted only on failure: formatting a size such as
+    ``node_entity_ids.shape[0]`` eagerly would make torch.compile specialise on it and recompile every batch."""
     if tensor is None or not tensor.numel() or tensor.device.type != "cpu" or torch.compiler.is_compiling():
         return
     if int(tensor.min()) < low or int(tensor.max()) >= high:
-        raise ValueError(message)
+        raise ValueError(message.format(low=low, high=high))
 
 
 class KeplmPreTrainedModel(PreTrainedModel):

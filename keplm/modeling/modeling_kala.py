@@ -215,11 +215,11 @@ class KalaModel(KalaPreTrainedModel):
             raise ValueError(f"edge_index must have shape [2, num_edges], got {tuple(edge_index.shape)}")
         if edge_relation_ids is None or edge_relation_ids.shape[0] != edge_index.shape[1]:
             raise ValueError("edge_relation_ids must give one relation id per edge of edge_index")
-        check_index_range(entity_token_map, -1, num_nodes, f"entity_token_map points outside the {num_nodes} graph "
-                          "nodes of the batch")
-        check_index_range(edge_index, 0, num_nodes, f"edge_index points outside the {num_nodes} graph nodes of the batch")
-        limit = self.config.relation_embedding_size
-        check_index_range(edge_relation_ids, 0, limit, f"edge_relation_ids must lie in [0, {limit})")
+        check_index_range(entity_token_map, -1, num_nodes, "entity_token_map points outside the {high} graph nodes "
+                          "of the batch")
+        check_index_range(edge_index, 0, num_nodes, "edge_index points outside the {high} graph nodes of the batch")
+        check_index_range(edge_relation_ids, 0, self.config.relation_embedding_size,
+                          "edge_relation_ids must lie in [0, {high})")
         vectors = self.entity_memory(node_entity_ids)
         return _KnowledgeState(entity_token_map, vectors, node_entity_ids != 0, edge_index, edge_relation_ids)
 

@@ -125,15 +125,15 @@ class KeplmForRelationExtraction(KeplmPreTrainedModel):
         if edge_labels is not None and tuple(edge_labels.shape) != (edge_index.shape[1],):
             raise ValueError(f"edge_labels must have shape [{edge_index.shape[1]}], got {tuple(edge_labels.shape)}")
         num_entities = node_entity_ids.shape[0]
-        check_index_range(entity_token_map, -1, num_entities, f"entity_token_map points outside the {num_entities} "
-                          "entities of the batch")
-        check_index_range(edge_index, 0, num_entities, f"edge_index points outside the {num_entities} entities of the batch")
+        check_index_range(entity_token_map, -1, num_entities, "entity_token_map points outside the {high} entities of "
+                          "the batch")
+        check_index_range(edge_index, 0, num_entities, "edge_index points outside the {high} entities of the batch")
         if edge_labels is not None and edge_labels.device.type == "cpu":
             check_index_range(edge_labels[edge_labels != -100], 0, self.config.num_labels,
-                              f"edge_labels must lie in [0, {self.config.num_labels}) or be -100")
+                              "edge_labels must lie in [0, {high}) or be -100")
         if self.config.num_entity_types:
             limit = self.config.num_entity_types
-            check_index_range(node_entity_ids, 0, limit, f"node_entity_ids (entity types) must lie in [0, {limit})")
+            check_index_range(node_entity_ids, 0, limit, "node_entity_ids (entity types) must lie in [0, {high})")
         return num_entities
 
     def forward(
