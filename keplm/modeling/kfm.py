@@ -33,7 +33,13 @@ class KnowledgeFeatureModulation(nn.Module):
         hidden = torch.relu(self.fc1(entity_vectors)).view(num_nodes, 4, self.mlp_hidden_size)
         deltas = torch.einsum("nfk,fkh->nfh", hidden, self.fc2_weight) + self.fc2_bias
         deltas = deltas * has_knowledge.to(deltas.dtype).view(num_nodes, 1, 1)
-        return deltas + deltas.new_tensor([1.0, 0.0, 1.0, 0.0]).view(1, 4, 1)
+        return deltas + _identity_slots(deltas).view(1, 4, 1)
+
+
+def _identity_slots(like: torch.Tensor) -> torch.Tensor:
+    """(1, 0, 1, 0) for the (γ1, β1, γ2, β2) slots, made on ``like``'s device by a kernel: no host-to-device copy
+    of a Python list (which the GPU profile showed as a host sync point in every step)."""
+    return (torch.arange(4, device=like.device) % 2 == 0).to(like.dtype)
 
 
 def gather_modulation(table: torch.Tensor, token_node_index: torch.Tensor) -> torch.Tensor:
@@ -42,7 +48,7 @@ def gather_modulation(table: torch.Tensor, token_node_index: torch.Tensor) -> to
     Tokens outside mentions (index -1) read row 0; :func:`apply_modulation` ignores them.
     """
     if table.shape[0] == 0:  # a batch without any entity: identity rows, still tied to the KFM parameters (DDP)
-        identity = table.new_tensor([1.0, 0.0, 1.0, 0.0]).view(1, 1, 4, 1) + 0.0 * table.sum()
+        identity = _identity_slots(table).view(1, 1, 4, 1) + 0.0 * table.sum()
         return identity.expand(*token_node_index.shape, 4, table.shape[-1])
     index = token_node_index.clamp(min=0).reshape(-1)
     return table.index_select(0, index).view(*token_node_index.shape, *table.shape[1:])
