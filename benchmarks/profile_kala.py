@@ -94,6 +94,7 @@ def count_events(prof) -> dict:
     all_aten = 0
     syncs = collections.Counter()
     kernels = memcpy = launches = 0
+    kernel_us = collections.Counter()  # GPU time per kernel name: where the device time of a step goes
     for event in events:
         name = event.name
         if event.device_type == DeviceType.CUDA:
@@ -101,6 +102,7 @@ def count_events(prof) -> dict:
                 memcpy += 1
             else:
                 kernels += 1
+                kernel_us[name[:100]] += event.time_range.end - event.time_range.start
             continue
         if name in LAUNCH_API:
             launches += 1
@@ -116,7 +118,7 @@ def count_events(prof) -> dict:
     phase_ms = {name.replace("bench_", ""): (end - begin) / 1e3 for name, (begin, end) in ranges.items()}
     return {"ops": sum(names.values()), "aten_events": all_aten, "per_phase": dict(per_phase), "phase_ms": phase_ms,
             "op_names": dict(names), "sync_ops": dict(syncs), "cuda_kernels": kernels, "cuda_memcpy_memset": memcpy,
-            "launch_calls": launches}
+            "launch_calls": launches, "kernel_us": dict(kernel_us)}
 
 
 def profile_system(args, system: str) -> dict:
@@ -171,7 +173,7 @@ def _markdown(args, results: dict, argv) -> str:
     header = ("| System | fwd ops | bwd ops | optim ops | total | Δ vs vanilla | Δ fwd+bwd | all aten events | sync ops "
               "| fwd / bwd / optim ms (profiled) |")
     if cuda:
-        header += " GPU kernels | Δ kernels | launch calls | memcpy/memset | sync-debug warnings |"
+        header += " GPU kernels | Δ kernels | GPU kernel ms | launch calls | memcpy/memset | sync-debug warnings |"
     lines += [header, "|" + "---|" * (header.count("|") - 1)]
     for system, r in results.items():
         phase = r["per_phase"]
@@ -180,6 +182,7 @@ def _markdown(args, results: dict, argv) -> str:
                f"{sum(r['sync_ops'].values())} | {_phase_times(r)} |")
         if cuda:
             row += (f" {r['cuda_kernels']} | {r['cuda_kernels'] - base.get('cuda_kernels', 0):+d} | "
+                    f"{sum(r['kernel_us'].values()) / 1e3:.1f} | "
                     f"{r['launch_calls']} | {r['cuda_memcpy_memset']} | {sum(r['sync_debug_warnings'].values())} |")
         lines.append(row)
     for system in results:
@@ -190,6 +193,11 @@ def _markdown(args, results: dict, argv) -> str:
         extra = [(n, c) for n, c in diff.most_common() if c > 0][:15]
         lines += ["", f"Ops {system} adds over vanilla (top 15): "
                   + ", ".join(f"`{n}` +{c}" for n, c in extra)]
+        if cuda:  # GPU time by kernel name, system minus vanilla: which kernels the extra device time is spent in
+            time_diff = collections.Counter(results[system]["kernel_us"])
+            time_diff.subtract(base["kernel_us"])
+            lines += ["", f"GPU kernel time {system} adds over vanilla (top 10, µs): "
+                      + ", ".join(f"`{n}` +{us:.0f}" for n, us in time_diff.most_common(10) if us > 0)]
     for system, r in results.items():
         sites = r["sync_ops"] | r.get("sync_debug_warnings", {})
         if sites:
