@@ -188,8 +188,9 @@ def markdown_report(meta: dict, results: dict, collator: dict, target_rows: list
         + (", CUDA-synchronised." if cuda else ".")
         + ("" if cuda else " Memory: peak RSS during the timed steps minus RSS before the model was built "
            "(weights, grads, AdamW state, activations, allocator caching; with --compile also compiler memory)."),
-        "- Static MiB = fp32 weights + grads + AdamW m, v (16 B/param), exact and device-independent; the peak "
-        "memory column adds activations and allocator overheads.",
+        "- Static MiB = fp32 weights + dense grads + the optimizer state tensors as allocated (AdamW m, v: 16 B/param "
+        "in all; sparse tables: no dense grad, SparseAdam 8 B/weight or row-wise AdaGrad 4 B/row), exact and "
+        "device-independent; the peak memory column adds activations and allocator overheads.",
         "",
         f"| System | Params (M) | Static MiB | Step mean (ms) | Step median (ms) | min–max (ms) | Samples/s | {mem_header} "
         "| Time × vanilla | Mem × vanilla | Notes |",

@@ -127,7 +127,7 @@ def profile_system(args, system: str) -> dict:
     batches = make_batches(preset, max(args.warmup, 2) + 1, args.graph_pad, uses_knowledge(system), args.seed,
                            pin=device.type == "cuda")
     model = build_model(system, preset, args.seed).to(device).train()
-    optimizer = make_optimizer(model, args.optim)
+    optimizer = make_optimizer(model, args.optim, system)
     forward = torch.compile(model) if is_compiled(system, args.compile) else model
     step = make_step(model, forward, optimizer, device, args.dtype, annotate=True)
     for batch in batches[:-1]:

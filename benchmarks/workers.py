@@ -52,7 +52,7 @@ class Runner:
         self.baseline_kib = rss_kib()
         self.model = build_model(system, self.preset, args.seed).to(self.device).train()
         self.optim = "adamw" if system == "stock-bert" else args.optim
-        self.optimizer = make_optimizer(self.model, self.optim)
+        self.optimizer = make_optimizer(self.model, self.optim, system)
         self.compiled = is_compiled(system, args.compile)
         self.counter = RecompileCounter() if self.compiled else None
         forward = self.model
@@ -99,7 +99,7 @@ class Runner:
             "system": self.system,
             "label": SYSTEMS[self.system][0],
             "params_m": sum(p.numel() for p in self.model.parameters()) / 1e6,
-            "static_mib": static_training_mib(self.model),
+            "static_mib": static_training_mib(self.model, self.optimizer),
             "optim": self.optim,
             "compiled": self.compiled,
             "steps": len(times),
@@ -122,10 +122,15 @@ class Runner:
         return result
 
 
-def static_training_mib(model: torch.nn.Module) -> float:
-    """fp32 weights + grads + AdamW m and v = 16 B/param (12 B for sparse-gradient embeddings)."""
+def static_training_mib(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> float:
+    """fp32 weights + dense gradients (sparse-gradient tables have none to speak of) + every tensor in the
+    optimizer's state as allocated (AdamW: m and v, 8 B/param; row-wise AdaGrad: 4 B per table row)."""
     sparse = {id(m.weight) for m in model.modules() if isinstance(m, torch.nn.Embedding) and m.sparse}
-    return sum(p.numel() * (12 if id(p) in sparse else 16) for p in model.parameters()) / 2**20
+    total = sum(p.numel() * p.element_size() * (1 if id(p) in sparse else 2) for p in model.parameters())
+    for part in (getattr(optimizer, "dense", optimizer), getattr(optimizer, "sparse", None)):
+        for state in (part.state.values() if part is not None else ()):
+            total += sum(v.numel() * v.element_size() for v in state.values() if torch.is_tensor(v) and v.dim() > 0)
+    return total / 2**20
 
 
 def serve(args, system: str) -> None:

@@ -91,6 +91,8 @@ def main(args: list[str] | None = None) -> dict:
     trainer = OrderedEvalTrainer(
         model=model, args=training_args, data_collator=collator, processing_class=processor,
         module_learning_rate=knowledge_args.knowledge_learning_rate if knowledge_args.uses_knowledge else None,
+        memory_optimizer=knowledge_args.entity_memory_optimizer,
+        memory_learning_rate=knowledge_args.entity_memory_learning_rate,
         train_dataset=features.get("train"), eval_dataset=features.get("validation"),
         compute_metrics=NerMetrics(label_list, per_type=data_args.return_entity_level_metrics),
         preprocess_logits_for_metrics=argmax_logits,

@@ -91,6 +91,8 @@ def main(args: list[str] | None = None) -> dict:
     trainer = QuestionAnsweringTrainer(
         model=model, args=training_args, data_collator=collator, processing_class=processor,
         module_learning_rate=knowledge_args.knowledge_learning_rate if knowledge_args.uses_knowledge else None,
+        memory_optimizer=knowledge_args.entity_memory_optimizer,
+        memory_learning_rate=knowledge_args.entity_memory_learning_rate,
         train_dataset=features.get("train"), eval_dataset=features.get("validation"),
         eval_examples=raw["validation"] if training_args.do_eval else None,
         n_best_size=data_args.n_best_size, max_answer_length=data_args.max_answer_length,

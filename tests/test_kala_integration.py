@@ -116,6 +116,74 @@ def test_sparse_entity_memory_trains_with_sparse_adam_and_only_batch_rows_move(t
     optimizer.load_state_dict(state)
 
 
+def test_rowwise_adagrad_matches_its_formula_for_sparse_and_dense_gradients():
+    from keplm.training.optim import RowwiseAdagrad
+
+    torch.manual_seed(0)
+    weights = {kind: torch.nn.Parameter(torch.randn(6, 4)) for kind in ("sparse", "dense")}
+    start = weights["dense"].detach().clone()
+    weights["sparse"].data.copy_(start)
+    optimizers = {kind: RowwiseAdagrad([w], lr=0.1, eps=1e-8) for kind, w in weights.items()}
+    expected, accumulator = start.clone(), torch.zeros(6)
+    for rows in ([1, 3, 3], [0, 3]):  # row 3 twice in one step: its gradients add up
+        grad_rows = torch.randn(len(rows), 4)
+        dense = torch.zeros(6, 4).index_add_(0, torch.tensor(rows), grad_rows)
+        weights["sparse"].grad = torch.sparse_coo_tensor(torch.tensor([rows]), grad_rows, (6, 4))
+        weights["dense"].grad = dense.clone()
+        for optimizer in optimizers.values():
+            optimizer.step()
+        touched = sorted(set(rows))
+        accumulator[touched] += dense[touched].pow(2).mean(1)
+        expected[touched] -= 0.1 * dense[touched] / (accumulator[touched].sqrt() + 1e-8).unsqueeze(1)
+    for kind, weight in weights.items():
+        torch.testing.assert_close(weight.detach(), expected, msg=kind)
+        assert torch.equal(weight.detach()[[2, 4, 5]], start[[2, 4, 5]])  # rows never in a batch do not move
+        state = optimizers[kind].state[weight]["sum"]
+        assert state.shape == (6,) and state.dtype == torch.float32  # one value per row
+    with pytest.raises(ValueError, match="2-d"):
+        RowwiseAdagrad([torch.nn.Parameter(torch.zeros(3))])
+
+
+def test_clip_grad_norm_sparse_equals_torch_clipping_of_the_dense_gradients():
+    from keplm.training.optim import clip_grad_norm_sparse_
+
+    torch.manual_seed(0)
+    table, other = torch.nn.Parameter(torch.zeros(5, 3)), torch.nn.Parameter(torch.zeros(4))
+    rows, values = torch.tensor([[1, 3, 1]]), torch.randn(3, 3)
+    dense_table = torch.zeros(5, 3).index_add_(0, rows[0], values)
+    table.grad, other.grad = torch.sparse_coo_tensor(rows, values, (5, 3)), torch.randn(4)
+    reference = [torch.nn.Parameter(torch.zeros(5, 3)), torch.nn.Parameter(torch.zeros(4))]
+    reference[0].grad, reference[1].grad = dense_table.clone(), other.grad.clone()
+    want = torch.nn.utils.clip_grad_norm_(reference, 0.5)
+    got = clip_grad_norm_sparse_([table, other], 0.5)
+    torch.testing.assert_close(got, want)
+    assert want > 0.5  # clipping happened
+    torch.testing.assert_close(table.grad.to_dense(), reference[0].grad)
+    torch.testing.assert_close(other.grad, reference[1].grad)
+
+
+def test_entity_memory_optimizer_choice_reaches_the_trainer(tmp_path, tokenizer, assets):
+    from transformers import TrainingArguments
+
+    from keplm.training.arguments import KnowledgeArguments
+    from keplm.training.optim import RowwiseAdagrad, split_sparse_parameters
+    from keplm.training.trainer import OrderedEvalTrainer
+
+    args = TrainingArguments(output_dir=str(tmp_path), learning_rate=1e-4, report_to="none", use_cpu=True)
+    config = KalaConfig(encoder_config=tiny_encoder_config(tokenizer), entity_vocab_size=assets.num_entities,
+                        num_relations=assets.num_relations, num_labels=3, sparse_entity_memory=True)
+    model = KalaForTokenClassification(config)
+    trainer = OrderedEvalTrainer(model=model, args=args, memory_optimizer="rowwise_adagrad", memory_learning_rate=0.05)
+    trainer.create_optimizer_and_scheduler(num_training_steps=10)
+    assert isinstance(trainer.optimizer.sparse, RowwiseAdagrad)
+    assert trainer.optimizer.sparse.param_groups[0]["params"][0] is model.kala.entity_memory.embeddings.weight
+    assert trainer.optimizer.sparse.param_groups[0]["lr"] == 0.05
+    with pytest.raises(ValueError, match="needs --sparse_entity_memory"):
+        KnowledgeArguments(entity_memory_optimizer="rowwise_adagrad")
+    with pytest.raises(ValueError, match="unknown memory_optimizer"):
+        split_sparse_parameters(torch.optim.AdamW(model.parameters()), model, 1e-3, (0.9, 0.999), 1e-8, "sgd")
+
+
 def test_knowledge_learning_rate_gets_its_own_param_groups_and_schedule(tmp_path, tokenizer, assets):
     from transformers import BertForTokenClassification, TrainingArguments
 

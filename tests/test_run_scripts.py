@@ -223,6 +223,18 @@ def test_run_ner_fused_adamw_compile_and_graph_padding(tiny, tmp_path):
     assert "eval_f1" in results
 
 
+def test_run_ner_sparse_entity_memory_with_rowwise_adagrad(tiny, tmp_path):
+    """--sparse_entity_memory through the Trainer: gradient clipping (max_grad_norm 1.0 by default) takes the
+    sparse table gradient, and row-wise AdaGrad trains the table."""
+    out = tmp_path / "sparse"
+    load_script("run_ner").main(ner_args(
+        tiny, out, "relational", "--do_train", "--sparse_entity_memory", "--entity_memory_optimizer",
+        "rowwise_adagrad", "--entity_memory_learning_rate", "0.05", "--max_grad_norm", "0.01",
+    ))
+    results = read_json(out / "all_results.json")
+    assert torch.isfinite(torch.tensor(results["train_loss"]))
+
+
 def test_parse_args_from_json_file(tiny, tmp_path):
     config = {"model_name_or_path": tiny["model"], "dataset_name": tiny["conll"], "output_dir": str(tmp_path),
               "system": "pointwise", "kg": tiny["kg"], "kfm_layers": [-1], "init_entity_memory": True}

@@ -16,7 +16,7 @@ from transformers import Trainer
 from transformers.trainer_utils import PredictionOutput, has_length, speed_metrics
 
 from .metrics import squad_references, squad_v1_metrics
-from .optim import split_sparse_parameters
+from .optim import clip_grad_norm_sparse_, split_sparse_parameters
 from .qa_postprocessing import postprocess_qa_predictions
 
 #: columns of evaluation features used by post-processing only (not model inputs)
@@ -42,12 +42,15 @@ class OrderedEvalTrainer(Trainer):
             return None
         return SequentialSampler(eval_dataset) if self.args.world_size <= 1 else None
 
-    def __init__(self, *args, module_learning_rate: float | None = None, module_filter=None, **kwargs):
+    def __init__(self, *args, module_learning_rate: float | None = None, module_filter=None,
+                 memory_optimizer: str = "adam", memory_learning_rate: float | None = None, **kwargs):
         """``module_learning_rate``: the learning rate of the parameters whose name passes ``module_filter``
         (default: the model's ``is_knowledge_parameter``, i.e. KALA's knowledge modules), as the KALA paper gives
         its knowledge module an optimizer of its own for T5 (appendix, fine-tuning setup). Weight decay groups
-        and the LR schedule apply to them as to the rest."""
+        and the LR schedule apply to them as to the rest. ``memory_optimizer`` / ``memory_learning_rate``: the
+        optimizer of sparse entity-memory tables (``keplm.training.optim.split_sparse_parameters``)."""
         super().__init__(*args, **kwargs)
+        self.memory_optimizer, self.memory_learning_rate = memory_optimizer, memory_learning_rate
         if module_learning_rate is not None and module_filter is None:
             module_filter = getattr(self.model, "is_knowledge_parameter", None)
             if module_filter is None:
@@ -55,8 +58,8 @@ class OrderedEvalTrainer(Trainer):
         self.module_learning_rate, self.module_filter = module_learning_rate, module_filter
 
     def create_optimizer(self, model=None):
-        """The stock optimizer (with ``module_learning_rate`` groups), plus SparseAdam for sparse entity-memory
-        tables (``sparse_entity_memory``)."""
+        """The stock optimizer (with ``module_learning_rate`` groups), plus SparseAdam or row-wise AdaGrad for
+        sparse entity-memory tables (``sparse_entity_memory``)."""
         if self.optimizer is None:
             args = self.args
             model = self.model if model is None else model
@@ -74,8 +77,17 @@ class OrderedEvalTrainer(Trainer):
             sparse_lr = args.learning_rate if self.module_learning_rate is None else self.module_learning_rate
             self.optimizer = split_sparse_parameters(
                 optimizer, model, sparse_lr, (args.adam_beta1, args.adam_beta2), args.adam_epsilon,
+                memory_optimizer=self.memory_optimizer, memory_learning_rate=self.memory_learning_rate,
             )
         return self.optimizer
+
+    def _clip_grad_norm(self, model):
+        """The stock clipping, except when an entity memory has sparse gradients (``sparse_entity_memory``), which
+        ``torch.nn.utils.clip_grad_norm_`` cannot take: then the same L2 clipping over dense and sparse gradients."""
+        if not any(p.grad is not None and p.grad.is_sparse for p in model.parameters()):
+            return super()._clip_grad_norm(model)
+        self.accelerator.unscale_gradients()
+        return clip_grad_norm_sparse_(model.parameters(), self.args.max_grad_norm)
 
     def _save(self, output_dir: str | None = None, state_dict=None):
         """Save as the stock Trainer does, but the training arguments as JSON instead of a pickled
