@@ -79,11 +79,16 @@ def clip_grad_norm_sparse_(parameters, max_norm: float) -> torch.Tensor:
     for p in parameters:
         if p.grad.is_sparse:
             p.grad = p.grad.coalesce()
-    values = [p.grad._values() if p.grad.is_sparse else p.grad for p in parameters]
-    total = torch.stack([v.float().norm(2.0).to(values[0].device) for v in values]).norm(2.0)
+    dense = [p.grad for p in parameters if not p.grad.is_sparse]
+    values = [p.grad._values() for p in parameters if p.grad.is_sparse]
+    norms = [*(torch._foreach_norm(dense, 2.0) if dense else ()), *(v.norm(2.0) for v in values)]
+    device = parameters[0].grad.device
+    total = torch.stack([n.float().to(device) for n in norms]).norm(2.0)
     scale = (max_norm / (total + 1e-6)).clamp(max=1.0)
+    if dense:
+        torch._foreach_mul_(dense, scale.to(dense[0].dtype))
     for v in values:
-        v.mul_(scale.to(v.device, v.dtype))
+        v.mul_(scale.to(v.dtype))
     return total
 
 
