@@ -32,10 +32,11 @@ export PYTHONPATH="/tmp/site:$PWD"
 
 bench="python3 benchmarks/bench_kala.py --preset paper --device cuda --dtype bf16"
 if [ "$phase" = bench ]; then
-    timeout 160 $bench --markdown "$OUT/bench-eager.md" --json "$OUT/bench-eager.json" 2>&1 | tee "$OUT/bench.log"
-    timeout 100 $bench --optim adamw_fused --systems stock-bert,vanilla,pointwise,relational \
+    timeout 180 $bench --systems stock-bert,vanilla,plus1,pointwise,relational,relational-rowwise \
+        --markdown "$OUT/bench-eager.md" --json "$OUT/bench-eager.json" 2>&1 | tee "$OUT/bench.log"
+    timeout 110 $bench --optim adamw_fused --systems stock-bert,vanilla,pointwise,relational,relational-rowwise \
         --markdown "$OUT/bench-fused.md" 2>&1 | tee -a "$OUT/bench.log"
-    timeout 50 $bench --profile --systems vanilla,relational 2>&1 | tee "$OUT/bench-profile.md"
+    timeout 60 $bench --profile --systems vanilla,pointwise,relational 2>&1 | tee "$OUT/bench-profile.md"
     exit 0
 fi
 if [ "$phase" = bench-compiled ]; then  # one dynamic compile per model (tests/test_compile.py: no recompiles)
