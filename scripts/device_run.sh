@@ -34,7 +34,7 @@ bench="python3 benchmarks/bench_kala.py --preset paper --device cuda --dtype bf1
 if [ "$phase" = bench ]; then
     timeout 180 $bench --systems stock-bert,vanilla,plus1,pointwise,relational,relational-rowwise \
         --markdown "$OUT/bench-eager.md" --json "$OUT/bench-eager.json" 2>&1 | tee "$OUT/bench.log"
-    timeout 110 $bench --optim adamw_fused --systems stock-bert,vanilla,pointwise,relational,relational-rowwise \
+    timeout 140 $bench --optim adamw_fused --systems stock-bert,vanilla,pointwise,relational,relational-rowwise \
         --markdown "$OUT/bench-fused.md" 2>&1 | tee -a "$OUT/bench.log"
     timeout 60 $bench --profile --systems vanilla,pointwise,relational 2>&1 | tee "$OUT/bench-profile.md"
     exit 0
