@@ -47,6 +47,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--compile", action="store_true", help="torch.compile the KALA models (not the stock reference)")
     p.add_argument("--compile-dynamic", choices=["auto", "true", "false"], default="auto",
                    help="dynamic= of torch.compile (auto: static first, dynamic after the first shape change)")
+    p.add_argument("--compile-mode", choices=["default", "reduce-overhead", "max-autotune-no-cudagraphs"],
+                   default="default", help="mode= of torch.compile (reduce-overhead: CUDA graphs, one per graph shape)")
     p.add_argument("--graph-pad", type=int, default=None,
                    help="collator graph_pad_to_multiple_of (default: the preset's with --compile, off otherwise; 0 = off)")
     p.add_argument("--steps", type=int, default=None, help="timed steps (default: 50 paper, 20 cpu-small)")
@@ -180,7 +182,8 @@ def markdown_report(meta: dict, results: dict, collator: dict, target_rows: list
         f"- Shape: {meta['shape']}",
         f"- Synthetic features (mean per context): {meta['feature_stats']}",
         f"- Settings: dtype {meta['dtype']}, optimizer {meta['optim']} (stock row: plain AdamW, eager), "
-        f"compile {meta['compile']} (dynamic={meta['compile_dynamic']}), graph_pad_to_multiple_of "
+        f"compile {meta['compile']} (dynamic={meta['compile_dynamic']}, mode={meta['compile_mode']}), "
+        f"graph_pad_to_multiple_of "
         f"{meta['graph_pad'] or 'off'}, warm-up {meta['warmup']} + {meta['steps']} timed steps in {meta['rounds']} "
         f"round-robin rounds, torch threads per worker {meta['threads']}, "
         f"{meta['num_batches']} distinct batches cycled",
@@ -246,7 +249,8 @@ def collect_meta(args: argparse.Namespace, argv: list[str]) -> dict:
         "command": "python benchmarks/bench_kala.py " + " ".join(shlex.quote(a) for a in argv),
         "device": args.device, "device_name": device_name(device), "preset": args.preset, "shape": shape,
         "batch_size": preset.batch_size, "dtype": args.dtype, "optim": args.optim, "compile": args.compile,
-        "compile_dynamic": args.compile_dynamic, "graph_pad": args.graph_pad, "steps": args.steps,
+        "compile_dynamic": args.compile_dynamic, "compile_mode": args.compile_mode, "graph_pad": args.graph_pad,
+        "steps": args.steps,
         "warmup": args.warmup, "num_batches": args.num_batches, "rounds": min(args.rounds or args.steps, args.steps),
         "threads": args.threads or torch.get_num_threads(), "torch": torch.__version__,
         "transformers": transformers.__version__, "pyg": torch_geometric.__version__,

@@ -128,7 +128,7 @@ def profile_system(args, system: str) -> dict:
                            pin=device.type == "cuda")
     model = build_model(system, preset, args.seed).to(device).train()
     optimizer = make_optimizer(model, args.optim, system)
-    forward = torch.compile(model) if is_compiled(system, args.compile) else model
+    forward = torch.compile(model, mode=args.compile_mode) if is_compiled(system, args.compile) else model
     step = make_step(model, forward, optimizer, device, args.dtype, annotate=True)
     for batch in batches[:-1]:
         step(batch)
