@@ -114,8 +114,9 @@ def test_graph_breaks_come_only_from_cpu_index_validation():
 @pytest.mark.parametrize("dynamic, recompiles", [(True, 0), (None, 1)])
 def test_new_graph_sizes_do_not_recompile(dynamic, recompiles):
     """Batches with new node/edge counts reuse the compiled graphs (dynamic=True: never recompiled; auto: one
-    recompile to dynamic shapes at the first new size). A size baked into a Python value, such as an f-string error message built before the
-    check, makes Dynamo specialise on it and recompile for every batch (seen on an H100, 2026-11-23)."""
+    recompile to dynamic shapes at the first new size). A size baked into a Python value, such as an f-string
+    error message built before the check, makes Dynamo specialise on it and recompile for every batch (seen on
+    an H100, 2026-11-23)."""
     from torch._dynamo.testing import CompileCounterWithBackend
 
     torch._dynamo.reset()

@@ -16,7 +16,7 @@ from transformers import Trainer
 from transformers.trainer_utils import PredictionOutput, has_length, speed_metrics
 
 from .metrics import squad_references, squad_v1_metrics
-from .optim import clip_grad_norm_sparse_, split_sparse_parameters
+from .optim import SparseDenseOptimizer, clip_grad_norm_sparse_, split_sparse_parameters
 from .qa_postprocessing import postprocess_qa_predictions
 
 #: columns of evaluation features used by post-processing only (not model inputs)
@@ -51,6 +51,7 @@ class OrderedEvalTrainer(Trainer):
         optimizer of sparse entity-memory tables (``keplm.training.optim.split_sparse_parameters``)."""
         super().__init__(*args, **kwargs)
         self.memory_optimizer, self.memory_learning_rate = memory_optimizer, memory_learning_rate
+        self._sparse_tables = False  # set by create_optimizer: whether sparse entity-memory tables are trained
         if module_learning_rate is not None and module_filter is None:
             module_filter = getattr(self.model, "is_knowledge_parameter", None)
             if module_filter is None:
@@ -79,12 +80,14 @@ class OrderedEvalTrainer(Trainer):
                 optimizer, model, sparse_lr, (args.adam_beta1, args.adam_beta2), args.adam_epsilon,
                 memory_optimizer=self.memory_optimizer, memory_learning_rate=self.memory_learning_rate,
             )
+            # the Trainer wraps self.optimizer later (accelerate): remember what it is now
+            self._sparse_tables = isinstance(self.optimizer, SparseDenseOptimizer)
         return self.optimizer
 
     def _clip_grad_norm(self, model):
         """The stock clipping, except when an entity memory has sparse gradients (``sparse_entity_memory``), which
         ``torch.nn.utils.clip_grad_norm_`` cannot take: then the same L2 clipping over dense and sparse gradients."""
-        if not any(p.grad is not None and p.grad.is_sparse for p in model.parameters()):
+        if not self._sparse_tables:  # decided once by create_optimizer, not by scanning the gradients every step
             return super()._clip_grad_norm(model)
         self.accelerator.unscale_gradients()
         return clip_grad_norm_sparse_(model.parameters(), self.args.max_grad_norm)
