@@ -108,6 +108,50 @@ def test_unseen_entity_gets_meaning_from_its_neighbours(tokenizer, assets, proce
     assert not alone.entity_has_knowledge[unknownia]
 
 
+def _eq3_by_hand(retrieval, x, context, edges, relation_vectors, informative):
+    """KALA eq. (3) node by node with the W blocks read out of the merged products: per target i, a softmax of
+    aᵀ LeakyReLU(W [e_i ‖ r_ij ‖ e_j ‖ h_i]) over its informative sources j (self loop: relation 0)."""
+    d = x.shape[1]
+    edges = edges + [(i, i, 0) for i in range(x.shape[0])]
+    for depth, layer in enumerate(retrieval.layers):
+        w_target, w_source = layer.lin_nodes.weight[:d], layer.lin_nodes.weight[d:]
+        block = slice(depth * d, (depth + 1) * d)
+        w_relation, w_context = retrieval.lin_relation.weight[block], retrieval.lin_context.weight[block]
+        out, has = torch.zeros_like(x), torch.zeros(x.shape[0], dtype=torch.bool)
+        for i in range(x.shape[0]):
+            sources = [(j, r) for j, t, r in edges if t == i and informative[j]]
+            if not sources:
+                continue
+            scores = torch.stack([layer.att @ torch.nn.functional.leaky_relu(
+                w_target @ x[i] + w_source @ x[j] + w_relation @ relation_vectors[r] + w_context @ context[i]
+                + retrieval.lin_context.bias[block], 0.2) for j, r in sources])
+            out[i] = (scores.softmax(0).unsqueeze(-1) * torch.stack([x[j] for j, _ in sources])).sum(0)
+            has[i] = True
+        x, informative = (torch.relu(out) if depth < len(retrieval.layers) - 1 else out), has
+    return x, informative
+
+
+def test_relational_retrieval_is_eq3_with_null_sources_masked():
+    from keplm.modeling.relational_retrieval import RelationalRetrieval
+
+    torch.manual_seed(0)
+    retrieval = RelationalRetrieval(entity_dim=6, relation_dim=4, context_dim=5, num_layers=2, dropout=0.0)
+    for parameter in retrieval.parameters():
+        torch.nn.init.normal_(parameter)
+    relations = torch.nn.Embedding(5, 4)
+    informative = torch.tensor([True, False, True, False, False, True])  # nodes 1, 3, 4: null entities
+    x = torch.randn(6, 6) * informative.unsqueeze(-1)
+    context = torch.randn(6, 5)
+    # node 1 (null) hears node 0; node 3 (null) hears only null node 4 in layer 1, then node 1 in layer 2
+    edges = [(0, 1, 2), (4, 3, 1), (1, 3, 3), (2, 0, 4), (5, 0, 1), (0, 5, 2)]
+    edge_index = torch.tensor([[h for h, _, _ in edges], [t for _, t, _ in edges]])
+    got, got_has = retrieval(x, context, edge_index, relations, torch.tensor([r for _, _, r in edges]), informative)
+    want, want_has = _eq3_by_hand(retrieval, x, context, edges, relations.weight, informative)
+    assert got_has.tolist() == want_has.tolist() == [True, True, True, True, False, True]
+    torch.testing.assert_close(got, want)
+    assert torch.equal(got[4], torch.zeros(6))  # no informative neighbour within two hops: exactly zero
+
+
 @pytest.mark.parametrize("mode", ["relational", "pointwise", "none"])
 def test_padded_batch_equals_single_examples(tokenizer, assets, processor, mode):
     model = make_model(KalaForTokenClassification, tokenizer, assets, mode, num_labels=3, kfm_layers=[0, 1])

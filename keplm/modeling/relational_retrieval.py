@@ -6,58 +6,57 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from torch_geometric.nn import MessagePassing
-from torch_geometric.utils import scatter, softmax
+from torch_geometric.utils import softmax
 
 
 class RelationalAttentionConv(MessagePassing):
     """KALA eq. (3): v_i = Σ_j α_ij e_j with α_ij = softmax_j(aᵀ σ(W [e_i ‖ r_ij ‖ e_j ‖ h_{e_i}])).
 
-    W is split by blocks so the e_i, e_j and h_{e_i} projections run once per node and only their sum
-    runs per edge. Edges whose source is an entity without knowledge (the null entity) are masked out of
-    the softmax (appendix B.1), so a node only attends to informative neighbours.
+    W is split by blocks: the e_i and e_j blocks run as one product per node, the r_ij and h_{e_i} blocks
+    arrive precomputed (``relation_term``, ``context_term``, see :class:`RelationalRetrieval`), and only
+    their sum runs per edge. Edges whose source is an entity without knowledge (the null entity) are
+    masked out of the softmax (appendix B.1), so a node only attends to informative neighbours.
     """
 
-    def __init__(self, entity_dim: int, relation_dim: int, context_dim: int, negative_slope: float = 0.2):
+    def __init__(self, entity_dim: int, negative_slope: float = 0.2):
         super().__init__(aggr="add", node_dim=0)
-        self.lin_target = nn.Linear(entity_dim, entity_dim, bias=False)
-        self.lin_source = nn.Linear(entity_dim, entity_dim, bias=False)
-        self.lin_relation = nn.Linear(relation_dim, entity_dim, bias=False)
-        self.lin_context = nn.Linear(context_dim, entity_dim, bias=True)
+        self.entity_dim = entity_dim
+        self.lin_nodes = nn.Linear(entity_dim, 2 * entity_dim, bias=False)  # [W_{e_i}; W_{e_j}]
         self.att = nn.Parameter(torch.empty(entity_dim))
         self.negative_slope = negative_slope
 
-    def forward(self, x, context, edge_index, relation_features, has_knowledge):
-        query = self.lin_target(x) + self.lin_context(context)
-        key = self.lin_source(x)
-        return self.propagate(
-            edge_index,
-            query=query,
-            key=key,
-            x=x,
-            relation=self.lin_relation(relation_features),
-            valid=has_knowledge.to(x.dtype).unsqueeze(-1),
-            size=(x.shape[0], x.shape[0]),
-        )
+    def forward(self, x, context_term, relation_term, edge_index, has_knowledge):
+        """Return (v ``[N, d]``, has-knowledge ``[N]``): a node is informative once any node it attends to is."""
+        target, source = self.lin_nodes(x).chunk(2, dim=-1)
+        # one gather per edge source serves the key, the entity vector and the informative flag
+        source = torch.cat([source, x, has_knowledge.unsqueeze(-1)], dim=-1)
+        out = self.propagate(edge_index, query=target + context_term, source=source, relation=relation_term,
+                             size=(x.shape[0], x.shape[0]))
+        return out[:, :-1], out[:, -1] > 0
 
-    def message(self, query_i, key_j, relation, x_j, valid_j, index, ptr, size_i):
-        score = (F.leaky_relu(query_i + key_j + relation, self.negative_slope) * self.att).sum(-1, keepdim=True)
-        score = score.masked_fill(valid_j == 0, torch.finfo(score.dtype).min)
-        alpha = softmax(score, index, ptr, size_i) * valid_j
-        return alpha * x_j
+    def message(self, query_i, source_j, relation, index, ptr, size_i):
+        key_j, x_j, valid_j = source_j.split([self.entity_dim, self.entity_dim, 1], dim=-1)
+        score = (F.leaky_relu(query_i + key_j + relation, self.negative_slope) * self.att).sum(-1)
+        score = score.masked_fill(valid_j.squeeze(-1) == 0, torch.finfo(score.dtype).min)
+        alpha = (softmax(score, index, ptr, size_i) * valid_j.squeeze(-1)).unsqueeze(-1)
+        # last column: how many informative neighbours each target node has (summed by the aggregation)
+        return torch.cat([alpha * x_j, valid_j], dim=-1)
 
 
 class RelationalRetrieval(nn.Module):
     """KALA section 3.3: stacked relational attention layers (paper: 2, ReLU, dropout 0.1) over the context KG.
 
     Every node gets a self loop (relation id 0) so a seen entity keeps its own embedding in the weighted
-    average; an unseen (null) entity is represented only by its informative neighbours.
+    average; an unseen (null) entity is represented only by its informative neighbours. The relation and
+    context blocks of every layer's W see the same inputs in all layers, so each is one product for all
+    layers (``lin_relation``, ``lin_context``), sliced per layer.
     """
 
     def __init__(self, entity_dim: int, relation_dim: int, context_dim: int, num_layers: int, dropout: float):
         super().__init__()
-        self.layers = nn.ModuleList(
-            RelationalAttentionConv(entity_dim, relation_dim, context_dim) for _ in range(num_layers)
-        )
+        self.layers = nn.ModuleList(RelationalAttentionConv(entity_dim) for _ in range(num_layers))
+        self.lin_relation = nn.Linear(relation_dim, num_layers * entity_dim, bias=False)  # W_r of every layer
+        self.lin_context = nn.Linear(context_dim, num_layers * entity_dim)  # W_h (+ bias) of every layer
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, entity_vectors, context, edge_index, relation_embeddings, edge_relation_ids, has_knowledge):
@@ -65,15 +64,13 @@ class RelationalRetrieval(nn.Module):
         num_nodes = entity_vectors.shape[0]
         loops = torch.arange(num_nodes, device=edge_index.device)
         full_edges = torch.cat([edge_index, loops.unsqueeze(0).expand(2, -1)], dim=1)
-        relation_ids = torch.cat([edge_relation_ids, torch.zeros_like(loops)])
-        relation_features = relation_embeddings(relation_ids)
-        x = entity_vectors
+        relation_ids = F.pad(edge_relation_ids, (0, num_nodes))  # relation id 0 on the self loops
+        relation_terms = self.lin_relation(relation_embeddings(relation_ids)).chunk(len(self.layers), dim=-1)
+        context_terms = self.lin_context(context).chunk(len(self.layers), dim=-1)
+        x, knowledge = entity_vectors, has_knowledge.to(entity_vectors.dtype)
         for depth, layer in enumerate(self.layers):
-            x = layer(x, context, full_edges, relation_features, has_knowledge)
-            # a node is informative once any node it attends to is (null nodes stay exactly zero otherwise)
-            has_knowledge = scatter(
-                has_knowledge[full_edges[0]].to(x.dtype), full_edges[1], 0, dim_size=num_nodes, reduce="max"
-            ) > 0
+            x, has_knowledge = layer(x, context_terms[depth], relation_terms[depth], full_edges, knowledge)
             if depth < len(self.layers) - 1:
                 x = self.dropout(torch.relu(x))
+                knowledge = has_knowledge.to(x.dtype)
         return x, has_knowledge
