@@ -59,6 +59,21 @@ def test_modulate_is_identity_off_entity_and_shared_within_mention():
     assert torch.allclose(out[0, 4], gamma[1] * hidden[0, 4] + beta[1])
 
 
+def test_small_modulation_survives_a_bf16_table():
+    """The node table holds γ − 1 and is promoted to the residual stream's dtype before the 1 is added: a bf16
+    table (autocast) keeps a small h(v), which 1 + 1e-3 in bf16 would round away."""
+    from keplm.modeling.kfm import apply_modulation, gather_modulation
+
+    hidden = torch.randn(1, 3, 8)
+    table = torch.zeros(2, 4, 8, dtype=torch.bfloat16)
+    table[1, 0] = 1e-3  # node 1: γ1 − 1
+    delta, beta, _, _ = gather_modulation(table, torch.tensor([[1, -1, 0]]), torch.promote_types(table.dtype, hidden.dtype))
+    out = apply_modulation(hidden, torch.tensor([[True, False, True]]), delta, beta)
+    assert out.dtype == hidden.dtype
+    torch.testing.assert_close(out[0, 0], hidden[0, 0] * (1 + float(torch.tensor(1e-3, dtype=torch.bfloat16))))
+    assert torch.equal(out[0, 1], hidden[0, 1]) and torch.equal(out[0, 2], hidden[0, 2])
+
+
 @pytest.mark.parametrize("mode", ["relational", "pointwise"])
 def test_kfm_last_layer_leaves_non_entity_tokens_bit_identical(tokenizer, assets, processor, mode):
     model = make_model(KalaModel, tokenizer, assets, mode, kfm_layers=[-1])

@@ -24,47 +24,47 @@ class KnowledgeFeatureModulation(nn.Module):
         self.fc2_bias = nn.Parameter(torch.zeros(4, hidden_size))
 
     def forward(self, entity_vectors: torch.Tensor, has_knowledge: torch.Tensor) -> torch.Tensor:
-        """Return the node-level modulation table ``[num_nodes, 4, H]``: (γ1, β1, γ2, β2) per node.
+        """Return the node-level table ``[num_nodes, 4, H]`` of h1..h4(v) = (γ1 − 1, β1, γ2 − 1, β2) per node.
 
-        Nodes without knowledge (the null entity with no informative neighbour) get exactly (1, 0, 1, 0),
-        i.e. "h returns the zero vector for the null entity".
+        The table holds γ − 1, not γ: in bf16, 1 + h(v) would round h(v) to steps of 2⁻⁸; the 1 is added in the
+        residual stream's dtype (:func:`apply_modulation`). Nodes without knowledge (the null entity with no informative neighbour) get exactly
+        zero rows (γ = 1, β = 0), i.e. "h returns the zero vector for the null entity".
         """
         num_nodes = entity_vectors.shape[0]
         hidden = torch.relu(self.fc1(entity_vectors)).view(num_nodes, 4, self.mlp_hidden_size)
         deltas = torch.einsum("nfk,fkh->nfh", hidden, self.fc2_weight) + self.fc2_bias
-        deltas = deltas * has_knowledge.to(deltas.dtype).view(num_nodes, 1, 1)
-        return deltas + _identity_slots(deltas).view(1, 4, 1)
+        return deltas * has_knowledge.view(num_nodes, 1, 1)  # bool mask: promoted inside the kernel, no cast
 
 
-def _identity_slots(like: torch.Tensor) -> torch.Tensor:
-    """(1, 0, 1, 0) for the (γ1, β1, γ2, β2) slots, made on ``like``'s device by a kernel: no host-to-device copy
-    of a Python list (which the GPU profile showed as a host sync point in every step)."""
-    return (torch.arange(4, device=like.device) % 2 == 0).to(like.dtype)
+def gather_modulation(table: torch.Tensor, token_node_index: torch.Tensor, dtype: torch.dtype | None = None):
+    """Token rows of the node table as four ``[B, L, H]`` tensors (γ1 − 1, β1, γ2 − 1, β2).
 
-
-def gather_modulation(table: torch.Tensor, token_node_index: torch.Tensor) -> torch.Tensor:
-    """Token rows ``[B, L, 4, H]`` of the node table: one gather per layer serves both LayerNorms.
-
+    One gather per layer serves both LayerNorms, and one ``unbind`` (backward: one ``stack``) splits it. ``dtype``
+    (the residual stream's, fp32 under bf16 autocast) is applied to the small node table, before the gather.
     Tokens outside mentions (index -1) read row 0; :func:`apply_modulation` ignores them.
     """
-    if table.shape[0] == 0:  # a batch without any entity: identity rows, still tied to the KFM parameters (DDP)
-        identity = _identity_slots(table).view(1, 1, 4, 1) + 0.0 * table.sum()
-        return identity.expand(*token_node_index.shape, 4, table.shape[-1])
-    index = token_node_index.clamp(min=0).reshape(-1)
-    return table.index_select(0, index).view(*token_node_index.shape, *table.shape[1:])
+    if dtype is not None:
+        table = table.to(dtype)
+    if table.shape[0] == 0:  # a batch without any entity: zero rows, still tied to the KFM parameters (DDP)
+        rows = (0.0 * table.sum()).expand(*token_node_index.shape, 4, table.shape[-1])
+    else:
+        index = token_node_index.clamp(min=0).reshape(-1)
+        rows = table.index_select(0, index).view(*token_node_index.shape, *table.shape[1:])
+    return rows.unbind(-2)
 
 
-def apply_modulation(hidden_states: torch.Tensor, in_mention: torch.Tensor, rows: torch.Tensor, slot: int):
-    """γ ⊙ x + β with (γ, β) = rows[..., 2·slot : 2·slot+2] on mention tokens; ``torch.where`` keeps every other
-    token bit-identical to the unmodulated encoder."""
-    gamma = rows[..., 2 * slot, :].to(hidden_states.dtype)
-    beta = rows[..., 2 * slot + 1, :].to(hidden_states.dtype)
-    return torch.where(in_mention.unsqueeze(-1), gamma * hidden_states + beta, hidden_states)
+def apply_modulation(hidden_states: torch.Tensor, in_mention: torch.Tensor, delta: torch.Tensor, beta: torch.Tensor):
+    """γ ⊙ x + β with γ = 1 + ``delta`` on mention tokens; ``torch.where`` keeps every other token bit-identical to
+    the unmodulated encoder."""
+    modulated = hidden_states * (delta + 1) + beta
+    if modulated.dtype != hidden_states.dtype:  # e.g. fp16 states with an fp32 table: keep the stream's dtype
+        modulated = modulated.to(hidden_states.dtype)
+    return torch.where(in_mention.unsqueeze(-1), modulated, hidden_states)
 
 
 def modulate(
     hidden_states: torch.Tensor, token_node_index: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor
 ) -> torch.Tensor:
     """γ ⊙ x + β for node-level ``gamma``/``beta`` ``[N, H]`` on tokens with ``token_node_index >= 0``."""
-    rows = gather_modulation(torch.stack([gamma, beta, gamma, beta], dim=1), token_node_index)
-    return apply_modulation(hidden_states, token_node_index >= 0, rows, 0)
+    delta, beta, _, _ = gather_modulation(torch.stack([gamma - 1, beta, gamma - 1, beta], dim=1), token_node_index)
+    return apply_modulation(hidden_states, token_node_index >= 0, delta, beta)

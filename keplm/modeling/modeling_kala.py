@@ -164,7 +164,7 @@ class KalaModel(KalaPreTrainedModel):
         for index in config.kfm_layer_indices:
             layers[index].register_forward_pre_hook(partial(self._compute_modulation, index), with_kwargs=True)
             for slot, norm in enumerate(layer_norms(layers[index])):
-                norm.register_forward_hook(partial(self._apply_modulation, index, slot))
+                norm.register_forward_hook(partial(self._apply_modulation, index, slot, layers[index]))
         self.post_init()
 
     def _new_layer(self, layers: nn.ModuleList, layer_idx: int) -> nn.Module:
@@ -187,14 +187,19 @@ class KalaModel(KalaPreTrainedModel):
             return None
         hidden_states = args[0] if args else kwargs["hidden_states"]
         table = self.knowledge_layers[str(layer_index)](hidden_states, state, self.relation_embeddings)
-        state.tables[layer_index] = gather_modulation(table, state.token_node_index)
+        dtype = torch.promote_types(table.dtype, hidden_states.dtype)  # fp32 stream under bf16 autocast
+        state.tables[layer_index] = gather_modulation(table, state.token_node_index, dtype)
         return None
 
-    def _apply_modulation(self, layer_index, slot, module, args, output):
+    def _apply_modulation(self, layer_index, slot, layer, module, args, output):
         state = self._state
         if state is None:
             return output
-        return apply_modulation(output, state.in_mention, state.tables[layer_index], slot)
+        # the token rows are freed after the layer's second LayerNorm, unless gradient checkpointing may run the
+        # layer's forward again without its pre-hook (recent transformers checkpoint forward, not __call__)
+        keep = slot == 0 or (layer.training and getattr(layer, "gradient_checkpointing", False))
+        rows = state.tables[layer_index] if keep else state.tables.pop(layer_index)
+        return apply_modulation(output, state.in_mention, rows[2 * slot], rows[2 * slot + 1])
 
     # ------------------------------------------------------------------ forward
     def _knowledge_state(self, input_shape, device, entity_token_map, node_entity_ids, edge_index, edge_relation_ids):
