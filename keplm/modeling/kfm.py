@@ -26,9 +26,10 @@ class KnowledgeFeatureModulation(nn.Module):
     def forward(self, entity_vectors: torch.Tensor, has_knowledge: torch.Tensor) -> torch.Tensor:
         """Return the node-level table ``[num_nodes, 4, H]`` of h1..h4(v) = (γ1 − 1, β1, γ2 − 1, β2) per node.
 
-        The table holds γ − 1, not γ: in bf16, 1 + h(v) would round h(v) to steps of 2⁻⁷ near 1; the 1 is added in the
-        residual stream's dtype (:func:`apply_modulation`). Nodes without knowledge (the null entity with no informative neighbour) get exactly
-        zero rows (γ = 1, β = 0), i.e. "h returns the zero vector for the null entity".
+        The table holds γ − 1, not γ: in bf16, 1 + h(v) would round h(v) to steps of 2⁻⁷ near 1; the 1 is added
+        in the residual stream's dtype (:func:`apply_modulation`). Nodes without knowledge (the null entity with no
+        informative neighbour) get exactly zero rows (γ = 1, β = 0), i.e. "h returns the zero vector for the null
+        entity".
         """
         num_nodes = entity_vectors.shape[0]
         hidden = torch.relu(self.fc1(entity_vectors)).view(num_nodes, 4, self.mlp_hidden_size)
