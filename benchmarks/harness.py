@@ -27,9 +27,14 @@ SYSTEMS = {
     "relational-sparse": ("KALA relational, sparse entity-memory grads + SparseAdam", "relational", 0),
     # opt-in: sparse grads + row-wise AdaGrad for the table (4 B of optimizer state per row instead of 8 B per weight)
     "relational-rowwise": ("KALA relational, sparse entity-memory grads + row-wise AdaGrad", "relational", 0),
+    # opt-in: dense grads + row-wise AdaGrad (the memory-saving variant that torch.compile can compile)
+    "relational-rowwise-dense": ("KALA relational, entity memory on row-wise AdaGrad", "relational", 0),
 }
-#: systems whose entity memory has sparse gradients -> the optimizer of that table
-SPARSE_MEMORY = {"relational-sparse": "adam", "relational-rowwise": "rowwise_adagrad"}
+#: systems whose entity memory has sparse gradients
+SPARSE_MEMORY = {"relational-sparse", "relational-rowwise"}
+#: systems whose entity memory has its own optimizer -> that optimizer (keplm.training.optim.split_memory_tables)
+MEMORY_OPTIMIZER = {"relational-sparse": "adam", "relational-rowwise": "rowwise_adagrad",
+                    "relational-rowwise-dense": "rowwise_adagrad"}
 DEFAULT_SYSTEMS = ("stock-bert", "vanilla", "plus1", "pointwise", "relational")
 PHASES = ("bench_forward", "bench_backward", "bench_optimizer")
 
@@ -62,14 +67,14 @@ def build_model(system: str, preset: Preset, seed: int = 0) -> torch.nn.Module:
 
 
 def make_optimizer(model: torch.nn.Module, kind: str, system: str = ""):
-    """AdamW (fused if asked); sparse entity-memory tables go to SparseAdam or row-wise AdaGrad
-    (``SPARSE_MEMORY``) via keplm's own optimizer."""
-    from keplm.training.optim import split_sparse_parameters
+    """AdamW (fused if asked); the entity memory goes to SparseAdam or row-wise AdaGrad (``MEMORY_OPTIMIZER``) via
+    keplm's own optimizer."""
+    from keplm.training.optim import split_memory_tables
 
     kwargs = {"fused": True} if kind == "adamw_fused" else {}
     dense = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=3e-5, weight_decay=0.01, **kwargs)
-    return split_sparse_parameters(dense, model, lr=3e-5, betas=(0.9, 0.999), eps=1e-8,
-                                   memory_optimizer=SPARSE_MEMORY.get(system, "adam"))
+    return split_memory_tables(dense, model, lr=3e-5, betas=(0.9, 0.999), eps=1e-8,
+                                   memory_optimizer=MEMORY_OPTIMIZER.get(system, "adam"))
 
 
 def make_collator(preset: Preset, graph_pad: int | None) -> KnowledgeGraphCollator:

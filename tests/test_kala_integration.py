@@ -89,14 +89,14 @@ def test_entity_vocabulary_frequency_pruning(kg):
 
 
 def test_sparse_entity_memory_trains_with_sparse_adam_and_only_batch_rows_move(tokenizer, assets):
-    from keplm.training.optim import SparseDenseOptimizer, split_sparse_parameters
+    from keplm.training.optim import MemoryTableOptimizer, split_memory_tables
 
     torch.manual_seed(0)
     config = KalaConfig(encoder_config=tiny_encoder_config(tokenizer), entity_vocab_size=assets.num_entities,
                         num_relations=assets.num_relations, num_labels=3, sparse_entity_memory=True)
     model = KalaForTokenClassification(config).train()
-    optimizer = split_sparse_parameters(torch.optim.AdamW(model.parameters(), lr=1e-2), model, 1e-2, (0.9, 0.999), 1e-8)
-    assert isinstance(optimizer, SparseDenseOptimizer)
+    optimizer = split_memory_tables(torch.optim.AdamW(model.parameters(), lr=1e-2), model, 1e-2, (0.9, 0.999), 1e-8)
+    assert isinstance(optimizer, MemoryTableOptimizer)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 0.5)
     assert {g["lr"] for g in optimizer.param_groups} == {5e-3}  # the scheduler reaches both optimizers
     processor = KalaProcessor(tokenizer, assets)
@@ -162,32 +162,45 @@ def test_clip_grad_norm_sparse_equals_torch_clipping_of_the_dense_gradients():
     torch.testing.assert_close(other.grad, reference[1].grad)
 
 
-def test_entity_memory_optimizer_choice_reaches_the_trainer(tmp_path, tokenizer, assets):
+@pytest.mark.parametrize("sparse", [True, False])
+def test_entity_memory_optimizer_choice_reaches_the_trainer(tmp_path, tokenizer, assets, sparse):
+    """Row-wise AdaGrad takes the entity memory with sparse or dense gradients (dense: the model still compiles);
+    either way only the rows of the batch's entities move, and the rest stays with the Trainer's AdamW."""
     from transformers import TrainingArguments
 
     from keplm.training.arguments import KnowledgeArguments
-    from keplm.training.optim import RowwiseAdagrad, split_sparse_parameters
+    from keplm.training.optim import RowwiseAdagrad, split_memory_tables
     from keplm.training.trainer import OrderedEvalTrainer
 
     args = TrainingArguments(output_dir=str(tmp_path), learning_rate=1e-4, report_to="none", use_cpu=True)
     config = KalaConfig(encoder_config=tiny_encoder_config(tokenizer), entity_vocab_size=assets.num_entities,
-                        num_relations=assets.num_relations, num_labels=3, sparse_entity_memory=True)
-    model = KalaForTokenClassification(config)
+                        num_relations=assets.num_relations, num_labels=3, sparse_entity_memory=sparse)
+    model = KalaForTokenClassification(config).train()
     trainer = OrderedEvalTrainer(model=model, args=args, memory_optimizer="rowwise_adagrad", memory_learning_rate=0.05)
     trainer.create_optimizer_and_scheduler(num_training_steps=10)
-    assert isinstance(trainer.optimizer.sparse, RowwiseAdagrad)
-    assert trainer.optimizer.sparse.param_groups[0]["params"][0] is model.kala.entity_memory.embeddings.weight
-    assert trainer.optimizer.sparse.param_groups[0]["lr"] == 0.05
-    with pytest.raises(ValueError, match="needs --sparse_entity_memory"):
-        KnowledgeArguments(entity_memory_optimizer="rowwise_adagrad")
+    memory = model.kala.entity_memory.embeddings.weight
+    assert isinstance(trainer.optimizer.tables, RowwiseAdagrad)
+    assert trainer.optimizer.tables.param_groups[0]["params"] == [memory]
+    assert trainer.optimizer.tables.param_groups[0]["lr"] == 0.05
+    assert all(p is not memory for g in trainer.optimizer.dense.param_groups for p in g["params"])
+    assert trainer._sparse_tables == sparse  # stock gradient clipping unless a gradient is sparse
+    batch = KnowledgeGraphCollator()([KalaProcessor(tokenizer, assets)("john visited paris .")])
+    before = memory.detach().clone()
+    model(**batch, labels=torch.ones_like(batch["input_ids"])).loss.backward()
+    assert memory.grad.is_sparse == sparse
+    trainer.optimizer.step()
+    moved = (memory.detach() != before).any(dim=1)
+    rows = sorted(set(batch["node_entity_ids"].tolist()) - {0})
+    assert rows and moved.nonzero().flatten().tolist() == rows
+    assert KnowledgeArguments(entity_memory_optimizer="rowwise_adagrad").entity_memory_optimizer == "rowwise_adagrad"
     with pytest.raises(ValueError, match="unknown memory_optimizer"):
-        split_sparse_parameters(torch.optim.AdamW(model.parameters()), model, 1e-3, (0.9, 0.999), 1e-8, "sgd")
+        split_memory_tables(torch.optim.AdamW(model.parameters()), model, 1e-3, (0.9, 0.999), 1e-8, "sgd")
 
 
 def test_knowledge_learning_rate_gets_its_own_param_groups_and_schedule(tmp_path, tokenizer, assets):
     from transformers import BertForTokenClassification, TrainingArguments
 
-    from keplm.training.optim import SparseDenseOptimizer
+    from keplm.training.optim import MemoryTableOptimizer
     from keplm.training.trainer import OrderedEvalTrainer
 
     args = TrainingArguments(output_dir=str(tmp_path), learning_rate=1e-4, weight_decay=0.01, report_to="none",
@@ -199,7 +212,7 @@ def test_knowledge_learning_rate_gets_its_own_param_groups_and_schedule(tmp_path
         trainer = OrderedEvalTrainer(model=model, args=args, module_learning_rate=3e-3)
         trainer.create_optimizer_and_scheduler(num_training_steps=10)
         optimizer = trainer.optimizer
-        assert isinstance(optimizer, SparseDenseOptimizer) == sparse
+        assert isinstance(optimizer, MemoryTableOptimizer) == sparse
         lr_of = {id(p): (g["lr"], g["weight_decay"] if "weight_decay" in g else None)
                  for g in optimizer.param_groups for p in g["params"]}
         names = dict(model.named_parameters())

@@ -211,12 +211,14 @@ def test_run_ner_with_kala_annotations(tiny, tmp_path):
 
 @pytest.mark.slow
 def test_run_ner_fused_adamw_compile_and_graph_padding(tiny, tmp_path):
-    """optim=adamw_torch_fused and torch_compile (aot_eager: no C++ toolchain needed) with padded graphs."""
+    """optim=adamw_torch_fused and torch_compile (aot_eager: no C++ toolchain needed) with padded graphs, and the
+    entity memory (dense gradients) on row-wise AdaGrad."""
     out = tmp_path / "compiled"
     run_ner = load_script("run_ner")
     run_ner.main(ner_args(
         tiny, out, "relational", "--do_train", "--do_eval", "--optim", "adamw_torch_fused", "--torch_compile",
         "--torch_compile_backend", "aot_eager", "--graph_pad_to_multiple_of", "8", "--pad_to_multiple_of", "8",
+        "--entity_memory_optimizer", "rowwise_adagrad",
     ))
     results = read_json(out / "all_results.json")
     assert torch.isfinite(torch.tensor(results["train_loss"]))

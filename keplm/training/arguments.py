@@ -89,19 +89,19 @@ class KnowledgeArguments:
     )
     entity_memory_optimizer: str = field(
         default="adam",
-        metadata={"help": "Optimizer of the sparse entity memory: 'adam' (SparseAdam) or 'rowwise_adagrad' (one "
-                  "accumulator per row: the table's optimizer state shrinks from 8 B per weight to 4 B per row). "
-                  "Needs --sparse_entity_memory.", "choices": ["adam", "rowwise_adagrad"]},
+        metadata={"help": "Optimizer of the entity memory: 'adam' (the Trainer's optimizer; SparseAdam with "
+                  "--sparse_entity_memory) or 'rowwise_adagrad' (its own optimizer, one accumulator per row: the "
+                  "table's optimizer state shrinks from 8 B per weight to 4 B per row; with dense gradients the "
+                  "model still compiles with --torch_compile).", "choices": ["adam", "rowwise_adagrad"]},
     )
     entity_memory_learning_rate: float | None = field(
         default=None,
-        metadata={"help": "Learning rate of the sparse entity memory (default: --knowledge_learning_rate, else "
+        metadata={"help": "Learning rate of the entity memory when it has its own optimizer (SparseAdam or "
+                  "row-wise AdaGrad; default: --knowledge_learning_rate, else "
                   "--learning_rate). Row-wise AdaGrad usually wants a larger one than Adam."},
     )
 
     def __post_init__(self):
-        if self.entity_memory_optimizer != "adam" and not self.sparse_entity_memory:
-            raise ValueError(f"--entity_memory_optimizer {self.entity_memory_optimizer} needs --sparse_entity_memory")
         if self.knowledge == "annotations" and not self.annotation_files:
             raise ValueError("--knowledge annotations needs --annotation_files train=PATH [validation=PATH ...]")
         self.annotation_paths()  # validates the SPLIT=PATH entries

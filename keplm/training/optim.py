@@ -1,11 +1,12 @@
-"""Optimizer for models whose entity memory has sparse (row-wise) gradients.
+"""Optimizers for the entity-memory tables.
 
 A 62.8k-row entity memory with a dense gradient costs a full-table zero-fill, scatter and AdamW update on
-every step although a batch touches a few hundred rows (``benchmarks/results``). With
-``KalaConfig(sparse_entity_memory=True)`` the memory emits sparse gradients; this optimizer updates those
-tables with ``torch.optim.SparseAdam`` (lazy Adam: only the rows in the batch move, no weight decay) or
-:class:`RowwiseAdagrad` (one accumulator per row instead of Adam's two values per weight), and everything else
-with the Trainer's usual optimizer.
+every step although a batch touches a few hundred rows, and AdamW's two states per weight cost more memory
+than the issue's budget allows (``benchmarks/results``). :func:`split_memory_tables` takes the tables out of
+the Trainer's optimizer and gives them their own: ``torch.optim.SparseAdam`` for sparse gradients
+(``KalaConfig(sparse_entity_memory=True)``; lazy Adam: only the rows in the batch move, no weight decay) or
+:class:`RowwiseAdagrad` (one accumulator per row instead of Adam's two values per weight), for sparse or dense
+gradients (dense: the model stays compilable with ``torch.compile``).
 """
 
 from __future__ import annotations
@@ -17,6 +18,19 @@ from torch import nn
 def sparse_parameters(model: nn.Module) -> list[nn.Parameter]:
     """Weights of ``nn.Embedding(sparse=True)`` tables that are trained."""
     return [m.weight for m in model.modules() if isinstance(m, nn.Embedding) and m.sparse and m.weight.requires_grad]
+
+
+def memory_tables(model: nn.Module, memory_optimizer: str) -> list[nn.Parameter]:
+    """The tables :func:`split_memory_tables` moves: every sparse table, and for ``"rowwise_adagrad"`` also the
+    trained entity-memory tables with dense gradients."""
+    from keplm.modeling.entity_memory import EntityMemory
+
+    tables = sparse_parameters(model)
+    if memory_optimizer == "rowwise_adagrad":
+        known = {id(p) for p in tables}
+        tables += [m.embeddings.weight for m in model.modules() if isinstance(m, EntityMemory)
+                   and m.embeddings.weight.requires_grad and id(m.embeddings.weight) not in known]
+    return tables
 
 
 class RowwiseAdagrad(torch.optim.Optimizer):
@@ -56,7 +70,8 @@ class RowwiseAdagrad(torch.optim.Optimizer):
                     rows, values = grad.indices()[0], grad.values()
                 else:
                     rows, values = None, grad
-                squares = values.float().pow(2).mean(dim=1)
+                # mean of g² per row as a reduction: no table-sized temporary for the squares
+                squares = torch.linalg.vector_norm(values, dim=1, dtype=torch.float32).square_().div_(values.shape[1])
                 if rows is None:
                     state["sum"].add_(squares)
                     scale = state["sum"].sqrt().add_(group["eps"])
@@ -96,12 +111,13 @@ def clip_grad_norm_sparse_(parameters, max_norm: float) -> torch.Tensor:
 MEMORY_OPTIMIZERS = ("adam", "rowwise_adagrad")
 
 
-class SparseDenseOptimizer(torch.optim.Optimizer):
-    """Steps a dense optimizer and a sparse-table one together; ``param_groups`` holds both optimizers' groups
-    (the same dicts), so LR schedulers and the Trainer see one optimizer."""
+class MemoryTableOptimizer(torch.optim.Optimizer):
+    """Steps the model's optimizer (``dense``) and the entity-memory tables' one (``tables``) together;
+    ``param_groups`` holds both optimizers' groups (the same dicts), so LR schedulers and the Trainer see one
+    optimizer."""
 
-    def __init__(self, dense: torch.optim.Optimizer, sparse: torch.optim.Optimizer):  # noqa: D107
-        self.dense, self.sparse = dense, sparse
+    def __init__(self, dense: torch.optim.Optimizer, tables: torch.optim.Optimizer):  # noqa: D107
+        self.dense, self.tables = dense, tables
         self.defaults = dense.defaults
         self.state = dense.state  # the Trainer only inspects it for logging; both states are in state_dict()
         self._optimizer_step_pre_hooks, self._optimizer_step_post_hooks = {}, {}
@@ -110,43 +126,44 @@ class SparseDenseOptimizer(torch.optim.Optimizer):
 
     @property
     def param_groups(self):
-        return self.dense.param_groups + self.sparse.param_groups
+        return self.dense.param_groups + self.tables.param_groups
 
     @torch.no_grad()
     def step(self, closure=None):
         loss = self.dense.step(closure)
-        self.sparse.step()
+        self.tables.step()
         return loss
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         self.dense.zero_grad(set_to_none=set_to_none)
-        self.sparse.zero_grad(set_to_none=set_to_none)
+        self.tables.zero_grad(set_to_none=set_to_none)
 
     def state_dict(self) -> dict:
-        return {"dense": self.dense.state_dict(), "sparse": self.sparse.state_dict()}
+        return {"dense": self.dense.state_dict(), "tables": self.tables.state_dict()}
 
     def load_state_dict(self, state_dict: dict) -> None:
         self.dense.load_state_dict(state_dict["dense"])
-        self.sparse.load_state_dict(state_dict["sparse"])
+        self.tables.load_state_dict(state_dict["tables"])
 
     def __repr__(self) -> str:
-        return f"SparseDenseOptimizer(dense={self.dense!r}, sparse={self.sparse!r})"
+        return f"MemoryTableOptimizer(dense={self.dense!r}, tables={self.tables!r})"
 
 
-def split_sparse_parameters(optimizer: torch.optim.Optimizer, model: nn.Module, lr: float, betas, eps: float,
-                            memory_optimizer: str = "adam", memory_learning_rate: float | None = None):
-    """Move the sparse tables out of ``optimizer`` into a ``SparseAdam`` (``memory_optimizer="adam"``) or a
-    :class:`RowwiseAdagrad` (``"rowwise_adagrad"``, at ``memory_learning_rate``, default ``lr``); return the
-    combined optimizer (or the optimizer unchanged when the model has none)."""
+def split_memory_tables(optimizer: torch.optim.Optimizer, model: nn.Module, lr: float, betas, eps: float,
+                        memory_optimizer: str = "adam", memory_learning_rate: float | None = None):
+    """Move the entity-memory tables (:func:`memory_tables`) out of ``optimizer`` into a ``SparseAdam``
+    (``memory_optimizer="adam"``: the sparse tables only; dense ones stay with ``optimizer``) or a
+    :class:`RowwiseAdagrad` (``"rowwise_adagrad"``: sparse and dense tables), at ``memory_learning_rate`` (default
+    ``lr``); return the combined optimizer, or ``optimizer`` unchanged when no table moves."""
     if memory_optimizer not in MEMORY_OPTIMIZERS:
         raise ValueError(f"unknown memory_optimizer {memory_optimizer!r}; choose from {MEMORY_OPTIMIZERS}")
-    sparse = sparse_parameters(model)
-    if not sparse:  # e.g. the vanilla baseline of a comparison run with --sparse_entity_memory: no memory at all
+    tables = memory_tables(model, memory_optimizer)
+    if not tables:  # e.g. the vanilla baseline of a comparison run: no memory at all
         return optimizer
-    ids = {id(p) for p in sparse}
+    ids = {id(p) for p in tables}
     for group in optimizer.param_groups:
         group["params"] = [p for p in group["params"] if id(p) not in ids]
     memory_lr = lr if memory_learning_rate is None else memory_learning_rate
     if memory_optimizer == "rowwise_adagrad":
-        return SparseDenseOptimizer(optimizer, RowwiseAdagrad(sparse, lr=memory_lr, eps=eps))
-    return SparseDenseOptimizer(optimizer, torch.optim.SparseAdam(sparse, lr=memory_lr, betas=betas, eps=eps))
+        return MemoryTableOptimizer(optimizer, RowwiseAdagrad(tables, lr=memory_lr, eps=eps))
+    return MemoryTableOptimizer(optimizer, torch.optim.SparseAdam(tables, lr=memory_lr, betas=betas, eps=eps))

@@ -16,7 +16,7 @@ from transformers import Trainer
 from transformers.trainer_utils import PredictionOutput, has_length, speed_metrics
 
 from .metrics import squad_references, squad_v1_metrics
-from .optim import SparseDenseOptimizer, clip_grad_norm_sparse_, split_sparse_parameters
+from .optim import clip_grad_norm_sparse_, sparse_parameters, split_memory_tables
 from .qa_postprocessing import postprocess_qa_predictions
 
 #: columns of evaluation features used by post-processing only (not model inputs)
@@ -48,7 +48,7 @@ class OrderedEvalTrainer(Trainer):
         (default: the model's ``is_knowledge_parameter``, i.e. KALA's knowledge modules), as the KALA paper gives
         its knowledge module an optimizer of its own for T5 (appendix, fine-tuning setup). Weight decay groups
         and the LR schedule apply to them as to the rest. ``memory_optimizer`` / ``memory_learning_rate``: the
-        optimizer of sparse entity-memory tables (``keplm.training.optim.split_sparse_parameters``)."""
+        optimizer of the entity-memory tables (``keplm.training.optim.split_memory_tables``)."""
         super().__init__(*args, **kwargs)
         self.memory_optimizer, self.memory_learning_rate = memory_optimizer, memory_learning_rate
         self._sparse_tables = False  # set by create_optimizer: whether sparse entity-memory tables are trained
@@ -59,8 +59,8 @@ class OrderedEvalTrainer(Trainer):
         self.module_learning_rate, self.module_filter = module_learning_rate, module_filter
 
     def create_optimizer(self, model=None):
-        """The stock optimizer (with ``module_learning_rate`` groups), plus SparseAdam or row-wise AdaGrad for
-        sparse entity-memory tables (``sparse_entity_memory``)."""
+        """The stock optimizer (with ``module_learning_rate`` groups), plus SparseAdam for sparse entity-memory
+        tables (``sparse_entity_memory``) or row-wise AdaGrad for the entity memory (``memory_optimizer``)."""
         if self.optimizer is None:
             args = self.args
             model = self.model if model is None else model
@@ -75,13 +75,12 @@ class OrderedEvalTrainer(Trainer):
                         group["params"] = [p for p in group["params"] if id(p) not in chosen]
                         settings = {k: v for k, v in group.items() if k != "params"}
                         optimizer.add_param_group({**settings, "params": moved, "lr": self.module_learning_rate})
-            sparse_lr = args.learning_rate if self.module_learning_rate is None else self.module_learning_rate
-            self.optimizer = split_sparse_parameters(
-                optimizer, model, sparse_lr, (args.adam_beta1, args.adam_beta2), args.adam_epsilon,
+            memory_lr = args.learning_rate if self.module_learning_rate is None else self.module_learning_rate
+            self.optimizer = split_memory_tables(
+                optimizer, model, memory_lr, (args.adam_beta1, args.adam_beta2), args.adam_epsilon,
                 memory_optimizer=self.memory_optimizer, memory_learning_rate=self.memory_learning_rate,
             )
-            # the Trainer wraps self.optimizer later (accelerate): remember what it is now
-            self._sparse_tables = isinstance(self.optimizer, SparseDenseOptimizer)
+            self._sparse_tables = bool(sparse_parameters(model))
         return self.optimizer
 
     def _clip_grad_norm(self, model):
