@@ -44,6 +44,9 @@ VIEW_OPS = {"aten::view", "aten::_unsafe_view", "aten::as_strided", "aten::t", "
             "aten::is_coalesced", "aten::detach_", "aten::set_", "aten::resize_"}
 #: ops that copy only sometimes (no-op casts, already-contiguous tensors): they count when a child does work
 MAYBE_COPY_OPS = {"aten::to", "aten::contiguous", "aten::reshape", "aten::type_as", "aten::flatten"}
+#: allocation-only ops: no kernel when they have no child op
+ALLOC_OPS = {"aten::new_empty", "aten::new_empty_strided", "aten::to", "aten::contiguous", "aten::reshape",
+             "aten::type_as", "aten::flatten"}
 PHASE_NAMES = ("forward", "backward", "optimizer")
 LAUNCH_API = ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernelEx", "cudaGraphLaunch")
 
@@ -74,6 +77,13 @@ def _does_work(event) -> bool:
     if event.name in MAYBE_COPY_OPS:
         return any(_does_work(child) for child in event.cpu_children if child.name.startswith("aten::"))
     return True
+
+
+def _is_leaf_kernel(event) -> bool:
+    """An op that calls no other (non-view) op and is not a view or allocation: one kernel, on a GPU."""
+    if event.name in VIEW_OPS or event.name in ALLOC_OPS:
+        return False
+    return not any(child.name.startswith("aten::") and child.name not in VIEW_OPS for child in event.cpu_children)
 
 
 def _is_top_level(event) -> bool:
@@ -112,6 +122,8 @@ def count_events(prof) -> dict:
         if not name.startswith("aten::"):
             continue
         all_aten += 1
+        if _is_leaf_kernel(event):  # composite ops (linear + autocast casts, index_select_backward, ...) by parts
+            per_phase[f"leaf_{_phase_of(event, ranges)}"] += 1
         if _is_top_level(event) and _does_work(event):
             names[name] += 1
             per_phase[_phase_of(event, ranges)] += 1
@@ -153,9 +165,9 @@ def profile_system(args, system: str) -> dict:
     return counts
 
 
-def _fwd_bwd(result: dict) -> int:
+def _fwd_bwd(result: dict, prefix: str = "") -> int:
     phase = result.get("per_phase", {})
-    return phase.get("forward", 0) + phase.get("backward", 0)
+    return phase.get(f"{prefix}forward", 0) + phase.get(f"{prefix}backward", 0)
 
 
 def _phase_times(result: dict) -> str:
@@ -169,16 +181,19 @@ def _markdown(args, results: dict, argv) -> str:
              f"- Command: `python benchmarks/bench_kala.py {' '.join(argv)}`; load average {load_average()}",
              f"- dtype {args.dtype}, optimizer {args.optim}, compile {args.compile}; one profiled step after warm-up",
              "- ops = top-level `aten::` calls (issued by Python or by an autograd node, not by another op), "
-             "views/metadata ops and no-op casts excluded: ≈ kernel launches in eager mode", ""]
-    header = ("| System | fwd ops | bwd ops | optim ops | total | Δ vs vanilla | Δ fwd+bwd | all aten events | sync ops "
-              "| fwd / bwd / optim ms (profiled) |")
+             "views/metadata ops and no-op casts excluded: ≈ kernel launches in eager mode; leaf ops = ops that call "
+             "no other op (composites such as `linear` with its autocast casts counted by parts), views and "
+             "allocations excluded: a closer kernel count (on CPU it also counts CPU-only dtype copies)", ""]
+    header = ("| System | fwd ops | bwd ops | optim ops | total | Δ vs vanilla | Δ fwd+bwd | leaf ops fwd+bwd | Δ leaf "
+              "| all aten events | sync ops | fwd / bwd / optim ms (profiled) |")
     if cuda:
         header += " GPU kernels | Δ kernels | GPU kernel ms | launch calls | memcpy/memset | sync-debug warnings |"
     lines += [header, "|" + "---|" * (header.count("|") - 1)]
     for system, r in results.items():
         phase = r["per_phase"]
         row = (f"| {system} | {phase.get('forward', 0)} | {phase.get('backward', 0)} | {phase.get('optimizer', 0)} | "
-               f"{r['ops']} | {r['ops'] - base.get('ops', 0):+d} | {_fwd_bwd(r) - _fwd_bwd(base):+d} | {r['aten_events']} | "
+               f"{r['ops']} | {r['ops'] - base.get('ops', 0):+d} | {_fwd_bwd(r) - _fwd_bwd(base):+d} | "
+               f"{_fwd_bwd(r, 'leaf_')} | {_fwd_bwd(r, 'leaf_') - _fwd_bwd(base, 'leaf_'):+d} | {r['aten_events']} | "
                f"{sum(r['sync_ops'].values())} | {_phase_times(r)} |")
         if cuda:
             row += (f" {r['cuda_kernels']} | {r['cuda_kernels'] - base.get('cuda_kernels', 0):+d} | "
