@@ -29,8 +29,10 @@ class KalaConfig(EncoderWrapperConfig):
         knowledge_dropout: dropout in the GNN (paper: 0.1).
         num_extra_layers: extra transformer layers on top of the encoder (the "+ more params" baseline).
         classifier_dropout: dropout before the task head; `None` = the encoder's hidden dropout.
-        sparse_entity_memory: the entity memory emits sparse (row-wise) gradients, updated by SparseAdam
-            (`keplm.training.optim`): much cheaper steps for large memories; lazy Adam, no weight decay there.
+        sparse_entity_memory: the entity memory emits sparse (row-wise) gradients, updated by SparseAdam or
+            row-wise AdaGrad (`keplm.training.optim`): much cheaper steps for large memories, no weight decay
+            there; under torch.compile the sparse lookup falls back to eager (row-wise AdaGrad with dense
+            gradients compiles).
     """
 
     model_type = "kala"

@@ -15,6 +15,8 @@ from typing import Literal
 import torch
 from transformers import HfArgumentParser, TrainingArguments
 
+from .optim import MEMORY_OPTIMIZERS
+
 SYSTEMS = ("vanilla", "more_params", "pointwise", "relational")
 KNOWLEDGE_SOURCES = ("link", "annotations", "none")
 
@@ -84,15 +86,16 @@ class KnowledgeArguments:
     )
     sparse_entity_memory: bool = field(
         default=False,
-        metadata={"help": "Sparse entity-memory gradients updated by SparseAdam (lazy Adam, no weight decay on the "
-                  "memory): much cheaper steps with large memories. Single process or gloo DDP."},
+        metadata={"help": "Sparse entity-memory gradients updated by SparseAdam (lazy Adam) or row-wise AdaGrad "
+                  "(--entity_memory_optimizer), no weight decay on the memory: much cheaper steps with large "
+                  "memories. Single process or gloo DDP; under --torch_compile the lookup falls back to eager."},
     )
     entity_memory_optimizer: str = field(
         default="adam",
         metadata={"help": "Optimizer of the entity memory: 'adam' (the Trainer's optimizer; SparseAdam with "
                   "--sparse_entity_memory) or 'rowwise_adagrad' (its own optimizer, one accumulator per row: the "
                   "table's optimizer state shrinks from 8 B per weight to 4 B per row; with dense gradients the "
-                  "model still compiles with --torch_compile).", "choices": ["adam", "rowwise_adagrad"]},
+                  "model still compiles with --torch_compile).", "choices": list(MEMORY_OPTIMIZERS)},
     )
     entity_memory_learning_rate: float | None = field(
         default=None,

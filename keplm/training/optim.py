@@ -14,6 +14,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from keplm.modeling.entity_memory import EntityMemory
+
 
 def sparse_parameters(model: nn.Module) -> list[nn.Parameter]:
     """Weights of ``nn.Embedding(sparse=True)`` tables that are trained."""
@@ -23,8 +25,6 @@ def sparse_parameters(model: nn.Module) -> list[nn.Parameter]:
 def memory_tables(model: nn.Module, memory_optimizer: str) -> list[nn.Parameter]:
     """The tables :func:`split_memory_tables` moves: every sparse table, and for ``"rowwise_adagrad"`` also the
     trained entity-memory tables with dense gradients."""
-    from keplm.modeling.entity_memory import EntityMemory
-
     tables = sparse_parameters(model)
     if memory_optimizer == "rowwise_adagrad":
         known = {id(p) for p in tables}
@@ -107,7 +107,7 @@ def clip_grad_norm_sparse_(parameters, max_norm: float) -> torch.Tensor:
     return total
 
 
-#: ``memory_optimizer`` choices of :func:`split_sparse_parameters`
+#: ``memory_optimizer`` choices of :func:`split_memory_tables`
 MEMORY_OPTIMIZERS = ("adam", "rowwise_adagrad")
 
 
