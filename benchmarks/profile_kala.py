@@ -26,6 +26,7 @@ from harness import (
     make_step,
     uses_knowledge,
 )
+from report_paths import command_line, portable_frame
 from synthetic import PRESETS
 from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile
@@ -58,7 +59,7 @@ def _user_frame(event) -> str:
         name = parent.name
         if "): " in name and not name.startswith("<built-in"):
             if "torch/" not in name or "torch_geometric/" in name or "torch/optim/" in name:
-                return name[name.index("torch/optim/"):] if "torch/optim/" in name else name
+                return name[name.index("torch/optim/"):] if "torch/optim/" in name else portable_frame(name)
         parent = parent.cpu_parent
     return "?"
 
@@ -181,7 +182,7 @@ def _markdown(args, results: dict, argv) -> str:
     cuda = args.device == "cuda"
     base = results.get("vanilla", {})
     lines = [f"# Ops per training step: preset `{args.preset}` on {device_name(torch.device(args.device))}", "",
-             f"- Command: `python benchmarks/bench_kala.py {' '.join(argv)}`; load average {load_average()}",
+             f"- Command: `{command_line('benchmarks/bench_kala.py', argv)}`; load average {load_average()}",
              f"- dtype {args.dtype}, optimizer {args.optim}, compile {args.compile}; one profiled step after warm-up",
              "- ops = top-level `aten::` calls (issued by Python or by an autograd node, not by another op), "
              "views/metadata ops and no-op casts excluded: ≈ kernel launches in eager mode; leaf ops = ops that call "
@@ -237,6 +238,9 @@ def run_profile(args, argv) -> dict:
     results = {system: profile_system(args, system) for system in systems}
     report = _markdown(args, results, argv)
     print(report)
+    for path in (args.markdown, args.json):
+        if path:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
     if args.markdown:
         Path(args.markdown).write_text(report)
     if args.json:

