@@ -1,4 +1,9 @@
-"""Evaluation metrics: seqeval entity-level NER scores and the official SQuAD v1.1 EM/F1."""
+"""Evaluation metrics as pure functions: seqeval entity-level NER scores, the official SQuAD v1.1 EM/F1, the
+GLUE task metrics (Roof-Transformer) and LAMA-style P@k (TRELM).
+
+Each formula is written once, here. :mod:`keplm.training.evaluate_metrics` wraps them as ``evaluate.Metric``
+subclasses (``add_batch``/``compute``, ``evaluate.combine``, offline) and as the run scripts' ``compute_metrics``.
+"""
 
 from __future__ import annotations
 
@@ -17,6 +22,15 @@ __all__ = [
     "squad_f1",
     "squad_v1_metrics",
     "squad_references",
+    "accuracy",
+    "binary_f1",
+    "matthews_correlation",
+    "average_ranks",
+    "pearson_correlation",
+    "spearman_correlation",
+    "GLUE_TASKS",
+    "glue_metrics",
+    "precision_at_k",
 ]
 
 
@@ -174,3 +188,180 @@ def squad_references(examples) -> dict[str, list[str]]:
     if hasattr(examples, "column_names"):
         return {qid: list(ans["text"]) for qid, ans in zip(examples["id"], examples["answers"])}
     return {ex["id"]: list(ex["answers"]["text"]) for ex in examples}
+
+
+# --------------------------------------------------------------------------- GLUE (Roof-Transformer)
+
+
+def _as_vector(name: str, values, integral: bool) -> np.ndarray:
+    """One input as a 1-d int64 (class ids) or float64 (scores) array; a clear error rather than numpy's silent
+    truncation of 0.7 to class 0, or NaN correlations from non-finite scores."""
+    array = np.asarray(values).reshape(-1)
+    if array.dtype.kind not in "biuf":
+        raise ValueError(f"{name}: expected numbers, got an array of dtype {array.dtype}")
+    if not np.isfinite(array.astype(np.float64)).all():
+        raise ValueError(f"{name}: predictions and references must be finite numbers")
+    if integral:
+        if array.dtype.kind == "f" and not np.array_equal(array, np.round(array)):
+            raise ValueError(f"{name}: class ids must be integers")
+        return array.astype(np.int64)
+    return array.astype(np.float64)
+
+
+def _paired_arrays(name: str, predictions, references, integral: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Both inputs as 1-d arrays, with a clear error on mismatched lengths or empty input."""
+    preds, refs = _as_vector(name, predictions, integral), _as_vector(name, references, integral)
+    if preds.shape != refs.shape:
+        raise ValueError(f"{name}: {preds.size} predictions vs {refs.size} references")
+    if preds.size == 0:
+        raise ValueError(f"{name}: no examples given")
+    return preds, refs
+
+
+def accuracy(predictions, references) -> float:
+    """Fraction of exact label matches (SST-2, QNLI, RTE, MNLI, ...)."""
+    preds, refs = _paired_arrays("accuracy", predictions, references, integral=True)
+    return float((preds == refs).mean())
+
+
+def binary_f1(predictions, references, positive_label: int = 1) -> float:
+    """F1 of the positive class, ``2 TP / (2 TP + FP + FN)`` (MRPC, QQP); 0.0 when there is no positive at all,
+    as scikit-learn's ``f1_score(average="binary", zero_division=0)``. Labels must be 0/1: a third class would
+    make "binary" F1 silently ignore it."""
+    preds, refs = _paired_arrays("binary_f1", predictions, references, integral=True)
+    bad = np.setdiff1d(np.union1d(preds, refs), [0, 1])
+    if bad.size:
+        raise ValueError(f"binary_f1: labels must be 0 or 1, got {bad.tolist()}")
+    pred_pos, ref_pos = preds == positive_label, refs == positive_label
+    tp = int(np.sum(pred_pos & ref_pos))
+    denominator = int(pred_pos.sum()) + int(ref_pos.sum())  # = 2 TP + FP + FN
+    return 2.0 * tp / denominator if denominator else 0.0
+
+
+def matthews_correlation(predictions, references) -> float:
+    """Matthews correlation coefficient (CoLA), in its multi-class form (Gorodkin's R_K, as scikit-learn's
+    ``matthews_corrcoef``), which reduces to ``(TP TN - FP FN) / sqrt(...)`` for two classes. 0.0 when undefined
+    (a constant prediction or reference), as scikit-learn."""
+    preds, refs = _paired_arrays("matthews_correlation", predictions, references, integral=True)
+    classes, index = np.unique(np.concatenate([refs, preds]), return_inverse=True)
+    ref_idx, pred_idx = index[: refs.size], index[refs.size :]
+    confusion = np.zeros((classes.size, classes.size), dtype=np.float64)
+    np.add.at(confusion, (ref_idx, pred_idx), 1.0)
+    true_counts, pred_counts = confusion.sum(axis=1), confusion.sum(axis=0)
+    correct, total = np.trace(confusion), confusion.sum()
+    covariance = correct * total - pred_counts @ true_counts
+    denominator = (total**2 - pred_counts @ pred_counts) * (total**2 - true_counts @ true_counts)
+    return float(covariance / np.sqrt(denominator)) if denominator > 0 else 0.0
+
+
+def average_ranks(values) -> np.ndarray:
+    """1-based ranks of ``values``, ties sharing the mean of their ranks (scipy's ``rankdata(method="average")``):
+    what Spearman's correlation needs for tied scores, e.g. STS-B's many equal gold similarities."""
+    x = np.asarray(values, dtype=np.float64).reshape(-1)
+    order = np.argsort(x, kind="mergesort")
+    sorted_x = x[order]
+    starts_group = np.concatenate([[True], sorted_x[1:] != sorted_x[:-1]])
+    group = np.cumsum(starts_group) - 1
+    starts = np.flatnonzero(starts_group)
+    ends = np.append(starts[1:], x.size)  # exclusive
+    ranks = np.empty(x.size, dtype=np.float64)
+    ranks[order] = ((starts + 1 + ends) / 2.0)[group]  # mean of the 1-based ranks starts+1 .. ends
+    return ranks
+
+
+def pearson_correlation(predictions, references) -> float:
+    """Pearson's r (STS-B). NaN when undefined (fewer than two examples or a constant input), as scipy."""
+    preds, refs = _paired_arrays("pearson_correlation", predictions, references, integral=False)
+    dp, dr = preds - preds.mean(), refs - refs.mean()
+    denominator = np.sqrt((dp @ dp) * (dr @ dr))
+    if preds.size < 2 or denominator == 0.0:
+        return float("nan")
+    return float(np.clip((dp @ dr) / denominator, -1.0, 1.0))
+
+
+def spearman_correlation(predictions, references) -> float:
+    """Spearman's rho (STS-B): Pearson's r of the average ranks (ties get the mean rank, as scipy's ``spearmanr``)."""
+    preds, refs = _paired_arrays("spearman_correlation", predictions, references, integral=False)
+    return pearson_correlation(average_ranks(preds), average_ranks(refs))
+
+
+#: GLUE task -> the metrics reported for it (the Hub ``glue`` metric's config names and result keys)
+GLUE_TASKS: dict[str, tuple[str, ...]] = {
+    "cola": ("matthews_correlation",),
+    "sst2": ("accuracy",),
+    "mrpc": ("accuracy", "f1"),
+    "qqp": ("accuracy", "f1"),
+    "stsb": ("pearson", "spearmanr"),
+    "mnli": ("accuracy",),
+    "mnli_matched": ("accuracy",),
+    "mnli_mismatched": ("accuracy",),
+    "qnli": ("accuracy",),
+    "rte": ("accuracy",),
+    "wnli": ("accuracy",),
+    "hans": ("accuracy",),
+}
+
+_GLUE_FORMULAS = {
+    "accuracy": accuracy,
+    "f1": binary_f1,
+    "matthews_correlation": matthews_correlation,
+    "pearson": pearson_correlation,
+    "spearmanr": spearman_correlation,
+}
+
+
+def glue_metrics(task: str, predictions, references) -> dict[str, float]:
+    """The official metrics of one GLUE task as fractions in [0, 1] (or [-1, 1] for correlations), keyed as the
+    Hub ``glue`` metric: ``accuracy``, ``f1`` (positive class 1), ``matthews_correlation``, ``pearson``,
+    ``spearmanr``. Predictions are class ids, or similarity scores for ``stsb``."""
+    if task not in GLUE_TASKS:
+        raise ValueError(f"glue_metrics: unknown GLUE task {task!r}; expected one of {sorted(GLUE_TASKS)}")
+    return {name: _GLUE_FORMULAS[name](predictions, references) for name in GLUE_TASKS[task]}
+
+
+# --------------------------------------------------------------------------- P@k (TRELM, LAMA probing)
+
+
+def precision_at_k(
+    predictions: Sequence[Sequence[str] | str],
+    references: Sequence[str],
+    k: int = 1,
+    relations: Sequence[str] | None = None,
+    ignore_case: bool = False,
+    per_relation: bool = True,
+) -> dict[str, float]:
+    """LAMA-style precision at k: the fraction of facts whose gold object is among the top ``k`` predictions.
+
+    ``predictions`` holds one ranked candidate list (best first) or one top-1 string per fact. Without
+    ``relations``, ``precision_at_{k}`` is the mean over facts. With ``relations`` (one relation id per fact) it is
+    the macro average over relations, as LAMA and TRELM report "mean P@1", ``precision_at_{k}_micro`` is the mean
+    over facts and ``{relation}_precision_at_{k}`` the per-relation value (with ``per_relation=True``).
+    """
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+        raise ValueError(f"precision_at_k: k must be a positive integer, got {k!r}")
+    if len(predictions) != len(references):
+        raise ValueError(f"precision_at_k: {len(predictions)} predictions vs {len(references)} references")
+    if not references:
+        raise ValueError("precision_at_k: no examples given")
+    if relations is not None and len(relations) != len(references):
+        raise ValueError(f"precision_at_k: {len(relations)} relations vs {len(references)} references")
+
+    def fold(token: str) -> str:
+        return token.casefold() if ignore_case else token
+
+    hits = []
+    for ranked, gold in zip(predictions, references):
+        candidates = [ranked] if isinstance(ranked, str) else list(ranked)
+        hits.append(fold(gold) in {fold(c) for c in candidates[:k]})
+    key = f"precision_at_{int(k)}"
+    micro = float(np.mean(hits))
+    if relations is None:
+        return {key: micro}
+    by_relation: dict[str, list[bool]] = {}
+    for relation, hit in zip(relations, hits):
+        by_relation.setdefault(relation, []).append(hit)
+    per = {relation: float(np.mean(values)) for relation, values in by_relation.items()}
+    result = {key: float(np.mean(list(per.values()))), f"{key}_micro": micro}
+    if per_relation:
+        result.update({f"{relation}_{key}": value for relation, value in sorted(per.items())})
+    return result
