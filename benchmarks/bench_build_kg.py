@@ -29,9 +29,9 @@ def main() -> None:
         from transformers import AutoTokenizer
 
         from keplm import KalaProcessor, KnowledgeAssets
+        from keplm.commands.build_kg import build_knowledge
         from keplm.data import load_ner_dataset
         from keplm.knowledge import EntityLinker, load_kg
-        from keplm.knowledge.build import build_knowledge
 
         datasets.disable_caching()
         encoder = args.encoder

@@ -1,7 +1,7 @@
 """Training-step benchmark: KALA (relational, pointwise) vs vanilla / +1-layer BERT at the paper's QA setting.
 
 Each system runs in its own subprocess (same seed, same synthetic features batched by the real
-``KnowledgeGraphCollator``) so that peak memory and torch.compile state are measured in isolation; the
+``KeplmDataCollator``) so that peak memory and torch.compile state are measured in isolation; the
 parent prints one side-by-side table. See benchmarks/README.md.
 
     python benchmarks/bench_kala.py --preset cpu-small --device cpu
@@ -15,7 +15,6 @@ import argparse
 import datetime
 import json
 import os
-import shlex
 import statistics
 import sys
 import time
@@ -32,6 +31,7 @@ from harness import (  # noqa: E402
     load_average,
     make_collator,
 )
+from report_paths import command_line  # noqa: E402
 from synthetic import PRESETS, feature_stats, make_features  # noqa: E402
 from workers import WorkerProcess, serve  # noqa: E402
 
@@ -42,7 +42,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--preset", choices=sorted(PRESETS), default="cpu-small")
     p.add_argument("--device", choices=["cuda", "cpu"], default="cuda" if torch.cuda.is_available() else "cpu")
-    p.add_argument("--dtype", choices=["bf16", "fp32"], default=None, help="autocast dtype (default: bf16 on cuda, fp32 on cpu)")
+    p.add_argument("--dtype", choices=["bf16", "fp32"], default=None,
+                   help="autocast dtype (default: bf16 on cuda, fp32 on cpu)")
     p.add_argument("--optim", choices=["adamw", "adamw_fused"], default="adamw",
                    help="optimizer of the KALA rows (the stock row always uses plain AdamW)")
     p.add_argument("--compile", action="store_true", help="torch.compile the KALA models (not the stock reference)")
@@ -51,7 +52,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--compile-mode", choices=["default", "reduce-overhead", "max-autotune-no-cudagraphs"],
                    default="default", help="mode= of torch.compile (reduce-overhead: CUDA graphs, one per graph shape)")
     p.add_argument("--graph-pad", type=int, default=None,
-                   help="collator graph_pad_to_multiple_of (default: the preset's with --compile, off otherwise; 0 = off)")
+                   help="collator graph_pad_to_multiple_of (default: the preset's with --compile, off otherwise; "
+                   "0 = off)")
     p.add_argument("--steps", type=int, default=None, help="timed steps (default: 50 paper, 20 cpu-small)")
     p.add_argument("--warmup", type=int, default=None, help="untimed steps first (default: 10 paper, 5 cpu-small)")
     p.add_argument("--num-batches", type=int, default=16, help="distinct collated batches, cycled")
@@ -60,7 +62,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--collator-seconds", type=float, default=3.0, help="how long to time the collator")
     p.add_argument("--json", help="write all results to this JSON file")
     p.add_argument("--markdown", help="also write the markdown report to this file")
-    p.add_argument("--profile", action="store_true", help="count ops/kernels per step instead of timing (profile_kala.py)")
+    p.add_argument("--profile", action="store_true",
+                   help="count ops/kernels per step instead of timing (profile_kala.py)")
     p.add_argument("--worker", help=argparse.SUPPRESS)
     p.add_argument("--rounds", type=int, default=None,
                    help="timed steps are split into this many round-robin rounds (default: one step per round)")
@@ -199,7 +202,8 @@ def markdown_report(meta: dict, results: dict, collator: dict, target_rows: list
         "in all; sparse tables: no dense grad, SparseAdam 8 B/weight or row-wise AdaGrad 4 B/row), exact and "
         "device-independent; the peak memory column adds activations and allocator overheads.",
         "",
-        f"| System | Params (M) | Static MiB | Step mean (ms) | Step median (ms) | min–max (ms) | Samples/s | {mem_header} "
+        "| System | Params (M) | Static MiB | Step mean (ms) | Step median (ms) | min–max (ms) | Samples/s | "
+        f"{mem_header} "
         "| Time × vanilla | Mem × vanilla | Notes |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
@@ -217,17 +221,19 @@ def markdown_report(meta: dict, results: dict, collator: dict, target_rows: list
         if system == "stock-bert" or r["optim"] != meta["optim"]:
             notes.append(r["optim"])
         lines.append(
-            f"| {r['label']} | {r['params_m']:.1f} | {r['static_mib']:.0f} | {r['step_ms_mean']:.1f} | {r['step_ms_median']:.1f} | "
+            f"| {r['label']} | {r['params_m']:.1f} | {r['static_mib']:.0f} | {r['step_ms_mean']:.1f} | "
+            f"{r['step_ms_median']:.1f} | "
             f"{r['step_ms_min']:.0f}–{r['step_ms_max']:.0f} | {r['samples_per_s']:.1f} | "
             f"{_fmt(r['peak_memory_mib'], 0)} | {_fmt(ratio(results, system, 'step_ms_median'), 3, '×')} | "
             f"{_fmt(ratio(results, system, 'peak_memory_mib'), 3, '×')} | {'; '.join(notes)} |"
         )
-    lines += ["", "Time ratios: median over the round-robin rounds of (system step / reference step in the same round), "
+    lines += ["", "Time ratios: median over the round-robin rounds of (system step / reference step in the same "
+              "round), "
               "which cancels slow load drifts; memory ratios: peak over peak. Targets from the issue:", "",
               "| Target | Value | Result |", "|---|---:|---|"]
     lines += [f"| {t['target']} | {_fmt(t['value'], 3, '×')} | {t['result']} |" for t in target_rows]
     step_ref = {s: r["step_ms_median"] for s, r in results.items() if "step_ms_median" in r}
-    lines += ["", f"Collator (`KnowledgeGraphCollator`, one CPU thread, batch {meta['batch_size']}): "
+    lines += ["", f"Collator (`KeplmDataCollator`, one CPU thread, batch {meta['batch_size']}): "
               f"{collator['batches_per_s']:.0f} batches/s ({collator['ms_per_batch']:.2f} ms/batch)."]
     if "relational" in step_ref:
         share = collator["ms_per_batch"] / step_ref["relational"]
@@ -244,13 +250,14 @@ def collect_meta(args: argparse.Namespace, argv: list[str]) -> dict:
     preset = PRESETS[args.preset]
     device = torch.device(args.device)
     shape = (f"BERT {preset.num_layers} layers, hidden {preset.hidden_size}, {preset.num_heads} heads, FFN "
-             f"{preset.intermediate_size}, vocab {preset.vocab_size}; batch {preset.batch_size} × seq {preset.seq_len}; "
+             f"{preset.intermediate_size}, vocab {preset.vocab_size}; batch {preset.batch_size} × seq "
+             f"{preset.seq_len}; "
              f"entity memory {preset.entity_vocab_size} × {preset.hidden_size}; {preset.num_relations} relations "
              "(+ inverses); KFM on the last layer")
     stats = feature_stats(make_features(preset, 256, seed=args.seed))
     return {
         "date": datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M:%S %Z"),
-        "command": "python benchmarks/bench_kala.py " + " ".join(shlex.quote(a) for a in argv),
+        "command": command_line("benchmarks/bench_kala.py", argv),  # no machine paths (report_paths.portable_path)
         "device": args.device, "device_name": device_name(device), "preset": args.preset, "shape": shape,
         "batch_size": preset.batch_size, "dtype": args.dtype, "optim": args.optim, "compile": args.compile,
         "compile_dynamic": args.compile_dynamic, "compile_mode": args.compile_mode, "graph_pad": args.graph_pad,
@@ -288,7 +295,8 @@ def main(argv=None) -> None:
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         with open(args.json, "w") as handle:
-            json.dump({"meta": meta, "systems": results, "collator": collator, "targets": target_rows}, handle, indent=1)
+            json.dump({"meta": meta, "systems": results, "collator": collator, "targets": target_rows}, handle,
+                      indent=1)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,8 @@ from contextlib import nullcontext
 import torch
 from synthetic import Preset, make_features
 
-from keplm.data.collator import KnowledgeGraphCollator
+from keplm.data.collator import KeplmDataCollator
+from keplm.tokenization.processing_kala import KalaProcessor
 
 GRAPH_KEYS = ("entity_token_map", "node_entity_ids", "edge_index", "edge_relation_ids")
 
@@ -32,7 +33,7 @@ SYSTEMS = {
 }
 #: systems whose entity memory has sparse gradients
 SPARSE_MEMORY = {"relational-sparse", "relational-rowwise"}
-#: systems whose entity memory has its own optimizer -> that optimizer (keplm.training.optim.split_memory_tables)
+#: systems whose entity memory has its own optimizer -> KALA's entity_memory_optimizer option
 MEMORY_OPTIMIZER = {"relational-sparse": "adam", "relational-rowwise": "rowwise_adagrad",
                     "relational-rowwise-dense": "rowwise_adagrad"}
 DEFAULT_SYSTEMS = ("stock-bert", "vanilla", "plus1", "pointwise", "relational")
@@ -67,19 +68,23 @@ def build_model(system: str, preset: Preset, seed: int = 0) -> torch.nn.Module:
 
 
 def make_optimizer(model: torch.nn.Module, kind: str, system: str = ""):
-    """AdamW (fused if asked); the entity memory goes to SparseAdam or row-wise AdaGrad (``MEMORY_OPTIMIZER``) via
-    keplm's own optimizer."""
-    from keplm.training.optim import split_memory_tables
+    """AdamW (fused if asked), with the model's parameter groups applied as the KeplmTrainer applies them: the
+    entity memory goes to SparseAdam or row-wise AdaGrad (``MEMORY_OPTIMIZER``)."""
+    from keplm.training.optim import apply_parameter_groups
 
     kwargs = {"fused": True} if kind == "adamw_fused" else {}
     dense = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=3e-5, weight_decay=0.01, **kwargs)
-    return split_memory_tables(dense, model, lr=3e-5, betas=(0.9, 0.999), eps=1e-8,
-                                   memory_optimizer=MEMORY_OPTIMIZER.get(system, "adam"))
+    hook = getattr(model, "parameter_groups", None)
+    if hook is None:  # the stock BERT reference
+        return dense
+    groups = hook(3e-5, entity_memory_optimizer=MEMORY_OPTIMIZER.get(system, "adam")) if uses_knowledge(system) else []
+    return apply_parameter_groups(dense, groups, 3e-5, betas=(0.9, 0.999), eps=1e-8)
 
 
-def make_collator(preset: Preset, graph_pad: int | None) -> KnowledgeGraphCollator:
-    return KnowledgeGraphCollator(pad_token_id=0, pad_to_multiple_of=8, graph_pad_to_multiple_of=graph_pad or None,
-                                  max_entity_id=preset.entity_vocab_size)
+def make_collator(preset: Preset, graph_pad: int | None, knowledge: bool = True) -> KeplmDataCollator:
+    return KeplmDataCollator(pad_token_id=0, pad_to_multiple_of=8, graph_pad_to_multiple_of=graph_pad or None,
+                             sequence_families=KalaProcessor.sequence_families, graph=knowledge,
+                             entity_vocab_size=preset.entity_vocab_size)
 
 
 def make_batches(preset: Preset, num_batches: int, graph_pad: int | None, knowledge: bool, seed: int,

@@ -57,8 +57,8 @@ class Runner:
         self.counter = RecompileCounter() if self.compiled else None
         forward = self.model
         if self.compiled:
-            forward = torch.compile(self.model, dynamic={"auto": None, "true": True, "false": False}[args.compile_dynamic],
-                                    mode=args.compile_mode)
+            dynamic = {"auto": None, "true": True, "false": False}[args.compile_dynamic]
+            forward = torch.compile(self.model, dynamic=dynamic, mode=args.compile_mode)
         self.step = make_step(self.model, forward, self.optimizer, self.device, args.dtype)
         self.position = 0
         self.times: list[float] = []

@@ -1,6 +1,6 @@
 """keplm: knowledge-enhanced language models native to Hugging Face transformers.
 
-Importing keplm registers its configs and models with the Auto classes.
+Importing keplm registers its configs, models and processors with the Auto classes.
 """
 
 from transformers import (
@@ -8,20 +8,21 @@ from transformers import (
     AutoModel,
     AutoModelForQuestionAnswering,
     AutoModelForTokenClassification,
+    AutoProcessor,
 )
 
-from .configuration import KalaConfig, RelationExtractionConfig
-from .data.collator import KnowledgeGraphCollator
-from .hub.assets import KnowledgeAssets
-from .knowledge import EntityLinker, KnowledgeAnnotation, KnowledgeGraph
-from .knowledge.relation_extraction import RelationExtractor
+from .configuration import KalaConfig, KeplmConfig, RelationExtractionConfig
+from .data.collator import KeplmDataCollator
+from .knowledge import EntityLinker, KnowledgeAnnotation, KnowledgeAssets, KnowledgeGraph
 from .modeling import (
     KalaForQuestionAnswering,
     KalaForTokenClassification,
     KalaModel,
     KeplmForRelationExtraction,
+    KeplmPreTrainedModel,
+    RelationExtractor,
 )
-from .tokenization import KalaProcessor
+from .tokenization import KalaProcessor, KeplmProcessor
 
 __version__ = "0.1.0"
 
@@ -29,11 +30,27 @@ AutoConfig.register("kala", KalaConfig, exist_ok=True)
 AutoModel.register(KalaConfig, KalaModel, exist_ok=True)
 AutoModelForTokenClassification.register(KalaConfig, KalaForTokenClassification, exist_ok=True)
 AutoModelForQuestionAnswering.register(KalaConfig, KalaForQuestionAnswering, exist_ok=True)
+AutoProcessor.register(KalaConfig, KalaProcessor, exist_ok=True)
 # pair-level relation extraction (KALA appendix A) has no task-specific Auto class
 AutoConfig.register("keplm_relation_extraction", RelationExtractionConfig, exist_ok=True)
 AutoModel.register(RelationExtractionConfig, KeplmForRelationExtraction, exist_ok=True)
 
+
+
+def __getattr__(name: str):
+    if name == "KeplmTrainer":  # imported on use: the Trainer pulls in accelerate and the training stack
+        from .training.trainer import KeplmTrainer
+
+        return KeplmTrainer
+    raise AttributeError(f"module 'keplm' has no attribute {name!r}")
+
+
 __all__ = [
+    "KeplmConfig",
+    "KeplmPreTrainedModel",
+    "KeplmProcessor",
+    "KeplmDataCollator",
+    "KeplmTrainer",
     "KalaConfig",
     "KalaModel",
     "KalaForTokenClassification",
@@ -43,7 +60,6 @@ __all__ = [
     "KnowledgeGraph",
     "KnowledgeAnnotation",
     "EntityLinker",
-    "KnowledgeGraphCollator",
     "RelationExtractionConfig",
     "KeplmForRelationExtraction",
     "RelationExtractor",

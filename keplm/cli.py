@@ -10,7 +10,7 @@ import sys
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="keplm", description="keplm command-line tools")
     commands = parser.add_subparsers(dest="command", required=True)
-    from keplm.knowledge import build
+    from keplm.commands import build_kg as build
 
     build.add_arguments(commands.add_parser("build-kg", help="annotate a dataset with KALA knowledge + report"))
     args = parser.parse_args(argv)

@@ -1,8 +1,10 @@
-"""Reading text, JSON and JSON-lines files (plain or .gz) with errors that name the file (and line)."""
+"""Reading text, JSON and JSON-lines files (plain or .gz) with errors that name the file (and line), and the
+one content-derived cache fingerprint of ``datasets.map`` calls."""
 
 from __future__ import annotations
 
 import gzip
+import hashlib
 import json
 import os
 
@@ -40,3 +42,21 @@ def iter_jsonl(path):
             if not isinstance(obj, dict):
                 raise ValueError(f"{path}:{lineno}: expected a JSON object")
             yield path, lineno, obj
+
+
+def content_fingerprint(dataset, **signature) -> str:
+    """A ``datasets`` cache fingerprint from the input data's fingerprint and everything else that determines a
+    ``map``'s output (``signature``: hashes of vocabularies, KG, tokenizer, arguments). Hashing the map function
+    itself with ``dill`` (what ``datasets`` does by default) would hash a whole KG on every call."""
+    payload = json.dumps({"data": dataset._fingerprint, **signature}, sort_keys=True, default=str)
+    return hashlib.sha256(payload.encode()).hexdigest()[:32]
+
+
+def fingerprinted_map(dataset, function, signature: dict, num_proc: int | None = None, overwrite_cache: bool = False,
+                      **map_kwargs):
+    """``dataset.map(function, batched=True)`` cached under :func:`content_fingerprint` of ``signature``."""
+    return dataset.map(
+        function, batched=True, num_proc=num_proc if num_proc and num_proc > 1 else None,
+        load_from_cache_file=not overwrite_cache, new_fingerprint=content_fingerprint(dataset, **signature),
+        **map_kwargs,
+    )

@@ -15,19 +15,21 @@ from __future__ import annotations
 import json
 import logging
 import os
+import sys
 
 import datasets
 import transformers
-from transformers import AutoModelForTokenClassification, set_seed
+from transformers import AutoModelForTokenClassification, AutoProcessor, set_seed
 
-from keplm import KalaForTokenClassification, KalaProcessor
+from keplm import KalaForTokenClassification
 from keplm.data import get_label_list, load_ner_dataset
 from keplm.training.arguments import NerDataArguments, parse_args
+from keplm.training.evaluate_metrics import NerComputeMetrics
 from keplm.training.knowledge_setup import (
-    NerFeaturizer,
+    Featurizer,
+    add_knowledge,
+    build_entity_vocabulary,
     build_model,
-    knowledge_source,
-    load_annotations,
     prepare_processor,
 )
 from keplm.training.metrics import align_ner_predictions, ner_metrics
@@ -35,41 +37,41 @@ from keplm.training.runtime import (
     build_collator,
     build_features,
     check_splits,
-    finish_training_args,
+    linked_share,
     maybe_initialize_entity_memory,
     record,
     setup_logging,
     train_and_save,
-    write_card,
 )
 from keplm.training.subsets import UnseenEntityCounter, subset_metrics
-from keplm.training.tagging import NerMetrics, argmax_logits, tag_words
-from keplm.training.trainer import OrderedEvalTrainer
+from keplm.training.tagging import argmax_logits, tag_words
+from keplm.training.trainer import KeplmTrainer
 
 logger = logging.getLogger(__name__)
 
 
 def load_data(data_args: NerDataArguments) -> datasets.DatasetDict:
     extra = {"name": data_args.dataset_config_name} if data_args.dataset_config_name else {}
+    limits = data_args.sample_limits()
     return load_ner_dataset(
         data_args.dataset_name, train_file=data_args.train_file, validation_file=data_args.validation_file,
-        test_file=data_args.test_file, max_train_samples=data_args.max_train_samples,
-        max_eval_samples=data_args.max_eval_samples, max_test_samples=data_args.max_predict_samples, **extra,
+        test_file=data_args.test_file, max_train_samples=limits["train"], max_eval_samples=limits["validation"],
+        max_test_samples=limits["test"], **extra,
     )
 
 
 def main(args: list[str] | None = None) -> dict:
     model_args, data_args, knowledge_args, training_args = parse_args(NerDataArguments, args)
     setup_logging(training_args)
-    finish_training_args(training_args)
     set_seed(training_args.seed)
 
     raw = load_data(data_args)
     check_splits(raw, training_args)
     label_list = get_label_list(raw)
-    annotations = load_annotations(knowledge_args)
-    with training_args.main_process_first(desc="knowledge assets"):
-        processor = prepare_processor(model_args, knowledge_args, raw.get("train"), "ner", annotations)
+    with training_args.main_process_first(desc="knowledge"):
+        processor = prepare_processor(model_args, knowledge_args)
+        raw = add_knowledge(raw, processor, knowledge_args, "ner", data_args.preprocessing_num_workers)
+        processor = build_entity_vocabulary(processor, raw, model_args, knowledge_args, "ner")
     model = build_model(
         KalaForTokenClassification, model_args, knowledge_args, processor, "ner", num_labels=len(label_list),
         id2label=dict(enumerate(label_list)), label2id={label: i for i, label in enumerate(label_list)},
@@ -77,24 +79,26 @@ def main(args: list[str] | None = None) -> dict:
     model_labels = [model.config.id2label[i] for i in range(model.config.num_labels)]
     if model_labels != label_list:
         raise ValueError(f"the model's labels {model_labels} differ from the dataset's {label_list}")
-    source = knowledge_source(knowledge_args, processor, model.config)
+    uses_knowledge = model.config.uses_knowledge
+    if not uses_knowledge:
+        processor = processor.without_knowledge()  # the baseline's checkpoint carries no KG
     logger.info("System %s (retrieval_mode=%s), knowledge from %s", knowledge_args.system,
-                model.config.retrieval_mode, source)
+                model.config.retrieval_mode, knowledge_args.knowledge if uses_knowledge else "none")
 
-    features = build_features(raw, lambda split: NerFeaturizer(
-        processor, source, annotations.get(split), max_length=data_args.max_seq_length,
+    features = build_features(raw, lambda split: Featurizer(
+        processor, "prepare_ner_features", with_knowledge=uses_knowledge, max_length=data_args.max_seq_length,
         label_all_tokens=data_args.label_all_tokens,
     ), data_args, training_args)
     collator = build_collator(processor, model, data_args, knowledge_args)
     maybe_initialize_entity_memory(model, features, collator, knowledge_args, training_args)
 
-    trainer = OrderedEvalTrainer(
+    trainer = KeplmTrainer(
         model=model, args=training_args, data_collator=collator, processing_class=processor,
-        module_learning_rate=knowledge_args.knowledge_learning_rate if knowledge_args.uses_knowledge else None,
-        memory_optimizer=knowledge_args.entity_memory_optimizer,
-        memory_learning_rate=knowledge_args.entity_memory_learning_rate,
+        parameter_group_options=knowledge_args.parameter_group_options(),
+        card_data={"base_model": model_args.model_name_or_path, "dataset": data_args.dataset_name,
+                   "command": ["python", *sys.argv]},
         train_dataset=features.get("train"), eval_dataset=features.get("validation"),
-        compute_metrics=NerMetrics(label_list, per_type=data_args.return_entity_level_metrics),
+        compute_metrics=NerComputeMetrics(label_list, per_type=data_args.return_entity_level_metrics),
         preprocess_logits_for_metrics=argmax_logits,
     )
     results = {}
@@ -104,19 +108,20 @@ def main(args: list[str] | None = None) -> dict:
         results.update(record(trainer, "eval", dict(trainer.evaluate(), eval_samples=len(features["validation"]))))
     if training_args.do_predict:
         output = trainer.predict(features["test"], metric_key_prefix="predict")
-        metrics = dict(output.metrics, predict_samples=len(features["test"]))
+        metrics = dict(output.metrics, predict_samples=len(features["test"]),
+                       predict_linked_share=linked_share(raw["test"]))
         tags, references = align_ner_predictions(output.predictions, output.label_ids, label_list)
-        counter = UnseenEntityCounter.from_arguments(knowledge_args, raw, "ner", annotations,
-                                                   kg=processor.knowledge_assets.kg)
+        counter = UnseenEntityCounter.from_splits(raw) if knowledge_args.knowledge != "none" else None
         if counter is not None:  # KALA 5.4: contexts with >= 3 entities unseen in training vs the rest
             metrics.update(subset_metrics(lambda p, r: ner_metrics(p, r, per_type=False), tags, references,
-                                          counter.counts("test", raw["test"]), "predict"))
+                                          counter.counts(raw["test"]["knowledge"]), "predict"))
         results.update(record(trainer, "predict", metrics))
         if trainer.is_world_process_zero():
             with open(os.path.join(training_args.output_dir, "predictions.txt"), "w", encoding="utf-8") as f:
                 for words, sentence_tags in zip(raw["test"]["tokens"], tags):
                     f.write(" ".join(f"{w}/{t}" for w, t in zip(words, sentence_tags)) + "\n")
-    write_card(trainer, model_args, data_args, results, "AutoModelForTokenClassification")
+    if training_args.do_train:
+        trainer.create_model_card()
     if data_args.tag_text and trainer.is_world_process_zero():
         saved = training_args.output_dir if training_args.do_train else model_args.model_name_or_path
         results["tagged"] = tag_with_saved_model(saved, data_args.tag_text, training_args.output_dir)
@@ -126,7 +131,7 @@ def main(args: list[str] | None = None) -> dict:
 def tag_with_saved_model(model_dir: str, text: str, output_dir: str) -> list[tuple[str, str]]:
     """Load a saved model and processor through the Auto API, print the tags of ``text``, save them to JSON."""
     model = AutoModelForTokenClassification.from_pretrained(model_dir)
-    processor = KalaProcessor.from_pretrained(model_dir)
+    processor = AutoProcessor.from_pretrained(model_dir)
     tagged = tag_words(model, processor, text)
     print(f"Tags from {type(model).__name__} loaded from {model_dir}:")
     print("  " + " ".join(f"{word}/{tag}" for word, tag in tagged))

@@ -20,15 +20,15 @@ from __future__ import annotations
 import json
 import logging
 import os
-import sys
 from dataclasses import dataclass, field
 
 import datasets
 import transformers
-from transformers import AutoTokenizer, HfArgumentParser, PreTrainedConfig, TrainingArguments, set_seed
+from transformers import AutoTokenizer, PreTrainedConfig, TrainingArguments, set_seed
 
 from keplm.configuration.configuration_relation_extraction import RelationExtractionConfig
-from keplm.data.collator import KnowledgeGraphCollator
+from keplm.data import limit_samples
+from keplm.data.collator import KeplmDataCollator
 from keplm.data.docred import (
     DOCRED_ENTITY_TYPES,
     DOCRED_FEATURES,
@@ -40,18 +40,20 @@ from keplm.data.docred import (
     read_docred,
 )
 from keplm.modeling.modeling_relation_extraction import KeplmForRelationExtraction, select_relations
-from keplm.training.arguments import ModelArguments
-from keplm.training.runtime import finish_training_args, setup_logging
-from keplm.training.trainer import OrderedEvalTrainer
+from keplm.training.arguments import ModelArguments, parse_args
+from keplm.training.runtime import setup_logging
+from keplm.training.trainer import KeplmTrainer
 
 logger = logging.getLogger(__name__)
 
 
 @dataclass
 class RelationModelArguments(ModelArguments):
-    bilinear_dim: int = field(default=128, metadata={"help": "Size of the head/tail projections of the bilinear layer."})
+    bilinear_dim: int = field(default=128,
+                              metadata={"help": "Size of the head/tail projections of the bilinear layer."})
     dropout: float | None = field(default=None, metadata={"help": "Entity dropout (default: the encoder's)."})
-    max_relations: int = field(default=100, metadata={"help": "Keep the N most frequent training relations (paper: 100)."})
+    max_relations: int = field(default=100,
+                               metadata={"help": "Keep the N most frequent training relations (paper: 100)."})
     top2_threshold: float | None = field(
         default=None,
         metadata={"help": "Take the top-2 relation when no_relation is top-1 and top-2 has p above this (default: "
@@ -86,14 +88,6 @@ class RelationDataArguments:
     preprocessing_num_workers: int | None = field(default=None, metadata={"help": "Processes for datasets.map."})
 
 
-def parse_args(args: list[str] | None = None):
-    parser = HfArgumentParser((RelationModelArguments, RelationDataArguments, TrainingArguments))
-    argv = sys.argv[1:] if args is None else list(args)
-    if len(argv) == 1 and argv[0].endswith(".json"):
-        return parser.parse_json_file(json_file=os.path.abspath(argv[0]))
-    return parser.parse_args_into_dataclasses(args=argv)
-
-
 def load_splits(data_args: RelationDataArguments, training_args: TrainingArguments) -> dict[str, list[dict]]:
     """Rows per split: train (minus the held-out tail), validation, test."""
     splits: dict[str, list[dict]] = {}
@@ -109,19 +103,16 @@ def load_splits(data_args: RelationDataArguments, training_args: TrainingArgumen
         splits["validation"] = read_docred(data_args.validation_file)
     if data_args.test_file:
         splits["test"] = read_docred(data_args.test_file)
-    limits = {"train": data_args.max_train_samples, "validation": data_args.max_eval_samples,
-              "test": data_args.max_predict_samples}
     for split, flag in (("train", "do_train"), ("validation", "do_eval"), ("test", "do_predict")):
         if getattr(training_args, flag) and split not in splits:
             raise ValueError(f"--{flag} needs {split} documents (see --train_file/--validation_file/--test_file)")
-        if split in splits and limits[split] is not None:
-            splits[split] = splits[split][: limits[split]]
-    return splits
+    return limit_samples(splits, {"train": data_args.max_train_samples, "validation": data_args.max_eval_samples,
+                                  "test": data_args.max_predict_samples})
 
 
 def build_model(model_args: RelationModelArguments, splits: dict, training_args: TrainingArguments):
     """A saved relation extractor as it is, or a new one on a base encoder with the training relations."""
-    hub = {"cache_dir": model_args.cache_dir, "revision": model_args.model_revision, "token": model_args.token}
+    hub = model_args.hub_kwargs()
     config_dict, _ = PreTrainedConfig.get_config_dict(model_args.model_name_or_path, **hub)
     threshold = {} if model_args.top2_threshold is None else {"top2_threshold": model_args.top2_threshold}
     if config_dict.get("model_type") == RelationExtractionConfig.model_type:
@@ -136,7 +127,7 @@ def build_model(model_args: RelationModelArguments, splits: dict, training_args:
     )
 
 
-class PairEvalTrainer(OrderedEvalTrainer):
+class PairEvalTrainer(KeplmTrainer):
     """Evaluation outputs are per candidate pair, not per document: gather them whole (``gather_for_metrics``
     would cut the last batch to its number of documents). Metrics need a single evaluation process."""
 
@@ -166,17 +157,16 @@ def save_relations(path: str, config: RelationExtractionConfig, names: dict[str,
 
 
 def main(args: list[str] | None = None) -> dict:
-    model_args, data_args, training_args = parse_args(args)
+    model_args, data_args, training_args = parse_args((RelationModelArguments, RelationDataArguments,
+                                                       TrainingArguments), args)
     setup_logging(training_args)
-    finish_training_args(training_args)
     if training_args.label_names is None:
         training_args.label_names = ["edge_labels"]
     set_seed(training_args.seed)
 
     splits = load_splits(data_args, training_args)
     model = build_model(model_args, splits, training_args)
-    tokenizer = AutoTokenizer.from_pretrained(model_args.model_name_or_path, cache_dir=model_args.cache_dir,
-                                              revision=model_args.model_revision, token=model_args.token)
+    tokenizer = AutoTokenizer.from_pretrained(model_args.model_name_or_path, **model_args.hub_kwargs())
     if not tokenizer.is_fast:
         raise ValueError("relation extraction needs a fast tokenizer (character offsets)")
     config = model.config
@@ -197,7 +187,7 @@ def main(args: list[str] | None = None) -> dict:
                                       num_proc=data_args.preprocessing_num_workers, desc=f"Tokenising {split}")
         reports[split] = featurization_report(features[split], split)
 
-    collator = KnowledgeGraphCollator(pad_token_id=tokenizer.pad_token_id, max_entity_id=max(config.num_entity_types, 1))
+    collator = KeplmDataCollator.from_processor(featurizer, model, entity_vocab_size=max(config.num_entity_types, 1))
     trainer = PairEvalTrainer(
         model=model, args=training_args, data_collator=collator, processing_class=tokenizer,
         train_dataset=features.get("train") if training_args.do_train else None,
@@ -205,7 +195,7 @@ def main(args: list[str] | None = None) -> dict:
         compute_metrics=(FactMetrics(features["validation"], splits["validation"], config.id2label, no_relation_id)
                          if training_args.do_eval else None),
         preprocess_logits_for_metrics=PredictRelations(config.top2_threshold, no_relation_id),
-        module_learning_rate=model_args.head_learning_rate, module_filter=lambda name: not name.startswith("backbone."),
+        parameter_group_options={"head_learning_rate": model_args.head_learning_rate},
     )
     results = {}
     if training_args.do_train:

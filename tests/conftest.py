@@ -6,8 +6,9 @@ import pytest
 import torch
 from transformers import BertConfig, BertTokenizerFast
 
-from keplm.hub.assets import KnowledgeAssets
-from keplm.knowledge import KnowledgeGraph
+from keplm.knowledge import KnowledgeAssets, KnowledgeGraph
+
+from .hub_fixtures import hub_env, hub_server  # noqa: F401  (a Hub-API server on 127.0.0.1 for push/pull tests)
 
 WORDS = (
     "paris france berlin germany london england city capital river seine thames rhine europe is a the of in "

@@ -15,8 +15,9 @@ import pytest
 import torch
 from transformers import BertConfig
 
+from keplm import KalaProcessor
 from keplm.configuration.configuration_kala import KalaConfig
-from keplm.data.collator import KnowledgeGraphCollator
+from keplm.data.collator import KeplmDataCollator
 from keplm.modeling.modeling_kala import KalaForQuestionAnswering
 
 LENGTH = 24
@@ -55,7 +56,8 @@ def _feature(rng: np.random.Generator, num_nodes: int, num_edges: int) -> dict:
 
 def _batches() -> list[dict]:
     rng = np.random.default_rng(0)
-    collator = KnowledgeGraphCollator(graph_pad_to_multiple_of=8)
+    collator = KeplmDataCollator(graph=True, sequence_families=KalaProcessor.sequence_families,
+                                 graph_pad_to_multiple_of=8)
     return [collator([_feature(rng, *size) for size in sizes]) for sizes in GRAPH_SIZES]
 
 

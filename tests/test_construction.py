@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from keplm.cli import main as cli_main
+from keplm.commands.build_kg import gold_spans
 from keplm.knowledge import EntityLinker, KnowledgeAnnotation, KnowledgeGraph, read_kala_annotations
-from keplm.knowledge.build import gold_spans
 from keplm.knowledge.construction import (
     ContextSimilarityRanker,
     SpacyMentionFilter,

@@ -8,8 +8,8 @@ from torch.utils.data import DataLoader
 from transformers import BertModel, RobertaConfig
 
 from keplm import KalaConfig, KalaForQuestionAnswering, KalaForTokenClassification, KalaProcessor
-from keplm.data.collator import KnowledgeGraphCollator
-from keplm.hub.assets import KnowledgeAssets
+from keplm.data.collator import KeplmDataCollator
+from keplm.knowledge import KnowledgeAssets
 
 from .conftest import tiny_encoder_config
 
@@ -28,7 +28,7 @@ def test_roberta_style_encoder(tokenizer, assets):
     features = [processor(t) for t in TEXTS]
     for f in features:
         f.pop("token_type_ids")
-    batch = KnowledgeGraphCollator()(features)
+    batch = KeplmDataCollator.from_processor(processor)(features)
     assert model(**batch).logits.shape == (3, batch["input_ids"].shape[1], 3)
     assert type(model.kala.encoder).__name__ == "RobertaModel"
 
@@ -55,7 +55,7 @@ def test_gradient_checkpointing_matches(tokenizer, assets):
                         knowledge_dropout=0.0)
     model = KalaForTokenClassification(config).train()
     processor = KalaProcessor(tokenizer, assets)
-    batch = KnowledgeGraphCollator()([processor(t) for t in TEXTS])
+    batch = KeplmDataCollator.from_processor(processor)([processor(t) for t in TEXTS])
     labels = torch.ones_like(batch["input_ids"])
     grads = []
     for checkpointing in (False, True):
@@ -72,7 +72,7 @@ def test_gradient_checkpointing_matches(tokenizer, assets):
 def test_collator_in_dataloader_workers(tokenizer, assets):
     processor = KalaProcessor(tokenizer, assets)
     features = [processor(t) for t in TEXTS * 4]
-    collator = KnowledgeGraphCollator(pad_token_id=0, max_entity_id=assets.num_entities)
+    collator = KeplmDataCollator.from_processor(processor, entity_vocab_size=assets.num_entities)
     loader = DataLoader(features, batch_size=4, collate_fn=collator, num_workers=2)
     batches = list(loader)
     assert len(batches) == 3
@@ -88,25 +88,39 @@ def test_entity_vocabulary_frequency_pruning(kg):
     assert KnowledgeAssets.build(mentions, max_entities=1).entity_vocab == ["[NULL]", "Q90"]
 
 
-def test_sparse_entity_memory_trains_with_sparse_adam_and_only_batch_rows_move(tokenizer, assets):
-    from keplm.training.optim import MemoryTableOptimizer, split_memory_tables
+def _trainer(tmp_path, model, **options):
+    from transformers import TrainingArguments
+
+    from keplm.training.trainer import KeplmTrainer
+
+    args = TrainingArguments(output_dir=str(tmp_path), learning_rate=1e-4, weight_decay=0.01, report_to="none",
+                             use_cpu=True, lr_scheduler_type="linear", warmup_steps=0)
+    trainer = KeplmTrainer(model=model, args=args, parameter_group_options=options)
+    trainer.create_optimizer_and_scheduler(num_training_steps=10)
+    return trainer
+
+
+def test_sparse_entity_memory_trains_with_sparse_adam_and_only_batch_rows_move(tmp_path, tokenizer, assets):
+    """A sparse entity memory gets SparseAdam through the model's parameter groups; only the batch's rows move,
+    the LR schedule reaches both optimizers and the combined state round-trips."""
+    from keplm.training.optim import CombinedOptimizer
 
     torch.manual_seed(0)
     config = KalaConfig(encoder_config=tiny_encoder_config(tokenizer), entity_vocab_size=assets.num_entities,
                         num_relations=assets.num_relations, num_labels=3, sparse_entity_memory=True)
     model = KalaForTokenClassification(config).train()
-    optimizer = split_memory_tables(torch.optim.AdamW(model.parameters(), lr=1e-2), model, 1e-2, (0.9, 0.999), 1e-8)
-    assert isinstance(optimizer, MemoryTableOptimizer)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 0.5)
-    assert {g["lr"] for g in optimizer.param_groups} == {5e-3}  # the scheduler reaches both optimizers
+    trainer = _trainer(tmp_path, model)
+    optimizer = trainer.optimizer
+    assert isinstance(optimizer, CombinedOptimizer) and isinstance(optimizer.others[0], torch.optim.SparseAdam)
+    trainer.lr_scheduler.step()
+    assert {round(g["lr"], 12) for g in optimizer.param_groups} == {9e-5}  # the schedule reaches both optimizers
     processor = KalaProcessor(tokenizer, assets)
-    batch = KnowledgeGraphCollator()([processor("john visited paris .")])
+    batch = KeplmDataCollator.from_processor(processor)([processor("john visited paris .")])
     memory = model.kala.entity_memory.embeddings.weight
     before = memory.detach().clone()
     model(**batch, labels=torch.ones_like(batch["input_ids"])).loss.backward()
     assert memory.grad.is_sparse
     optimizer.step()
-    scheduler.step()
     optimizer.zero_grad()
     moved = (memory.detach() != before).any(-1).nonzero().flatten().tolist()
     touched = sorted(set(batch["node_entity_ids"].tolist()) - {0})  # paris and its KG neighbours
@@ -166,25 +180,22 @@ def test_clip_grad_norm_sparse_equals_torch_clipping_of_the_dense_gradients():
 def test_entity_memory_optimizer_choice_reaches_the_trainer(tmp_path, tokenizer, assets, sparse):
     """Row-wise AdaGrad takes the entity memory with sparse or dense gradients (dense: the model still compiles);
     either way only the rows of the batch's entities move, and the rest stays with the Trainer's AdamW."""
-    from transformers import TrainingArguments
-
     from keplm.training.arguments import KnowledgeArguments
-    from keplm.training.optim import RowwiseAdagrad, split_memory_tables
-    from keplm.training.trainer import OrderedEvalTrainer
+    from keplm.training.optim import RowwiseAdagrad
 
-    args = TrainingArguments(output_dir=str(tmp_path), learning_rate=1e-4, report_to="none", use_cpu=True)
     config = KalaConfig(encoder_config=tiny_encoder_config(tokenizer), entity_vocab_size=assets.num_entities,
                         num_relations=assets.num_relations, num_labels=3, sparse_entity_memory=sparse)
     model = KalaForTokenClassification(config).train()
-    trainer = OrderedEvalTrainer(model=model, args=args, memory_optimizer="rowwise_adagrad", memory_learning_rate=0.05)
-    trainer.create_optimizer_and_scheduler(num_training_steps=10)
+    options = KnowledgeArguments(entity_memory_optimizer="rowwise_adagrad", entity_memory_learning_rate=0.05)
+    trainer = _trainer(tmp_path, model, **options.parameter_group_options())
     memory = model.kala.entity_memory.embeddings.weight
-    assert isinstance(trainer.optimizer.tables, RowwiseAdagrad)
-    assert trainer.optimizer.tables.param_groups[0]["params"] == [memory]
-    assert trainer.optimizer.tables.param_groups[0]["lr"] == 0.05
-    assert all(p is not memory for g in trainer.optimizer.dense.param_groups for p in g["params"])
-    assert trainer._sparse_tables == sparse  # stock gradient clipping unless a gradient is sparse
-    batch = KnowledgeGraphCollator()([KalaProcessor(tokenizer, assets)("john visited paris .")])
+    tables = trainer.optimizer.others[0]
+    assert isinstance(tables, RowwiseAdagrad)
+    assert tables.param_groups[0]["params"] == [memory] and tables.param_groups[0]["lr"] == 0.05
+    assert all(p is not memory for g in trainer.optimizer.main.param_groups for p in g["params"])
+    assert trainer._sparse_gradients == sparse  # stock gradient clipping unless a gradient is sparse
+    batch = KeplmDataCollator.from_processor(KalaProcessor(tokenizer, assets))(
+        [KalaProcessor(tokenizer, assets)("john visited paris .")])
     before = memory.detach().clone()
     model(**batch, labels=torch.ones_like(batch["input_ids"])).loss.backward()
     assert memory.grad.is_sparse == sparse
@@ -192,27 +203,24 @@ def test_entity_memory_optimizer_choice_reaches_the_trainer(tmp_path, tokenizer,
     moved = (memory.detach() != before).any(dim=1)
     rows = sorted(set(batch["node_entity_ids"].tolist()) - {0})
     assert rows and moved.nonzero().flatten().tolist() == rows
-    assert KnowledgeArguments(entity_memory_optimizer="rowwise_adagrad").entity_memory_optimizer == "rowwise_adagrad"
-    with pytest.raises(ValueError, match="unknown memory_optimizer"):
-        split_memory_tables(torch.optim.AdamW(model.parameters()), model, 1e-3, (0.9, 0.999), 1e-8, "sgd")
+    with pytest.raises(ValueError, match="unknown entity_memory_optimizer"):
+        _trainer(tmp_path, model, entity_memory_optimizer="sgd")
 
 
 def test_knowledge_learning_rate_gets_its_own_param_groups_and_schedule(tmp_path, tokenizer, assets):
-    from transformers import BertForTokenClassification, TrainingArguments
+    """The model's parameter-group hook drives the Trainer: KALA's knowledge modules get their learning rate (with
+    the weight-decay split kept) and the LR schedule; a model that knows no such option rejects it."""
+    from transformers import BertForTokenClassification
 
-    from keplm.training.optim import MemoryTableOptimizer
-    from keplm.training.trainer import OrderedEvalTrainer
+    from keplm.training.optim import CombinedOptimizer
 
-    args = TrainingArguments(output_dir=str(tmp_path), learning_rate=1e-4, weight_decay=0.01, report_to="none",
-                             use_cpu=True, lr_scheduler_type="linear", warmup_steps=0)
     for sparse in (False, True):
         config = KalaConfig(encoder_config=tiny_encoder_config(tokenizer), entity_vocab_size=assets.num_entities,
                             num_relations=assets.num_relations, num_labels=3, sparse_entity_memory=sparse)
         model = KalaForTokenClassification(config)
-        trainer = OrderedEvalTrainer(model=model, args=args, module_learning_rate=3e-3)
-        trainer.create_optimizer_and_scheduler(num_training_steps=10)
+        trainer = _trainer(tmp_path, model, knowledge_learning_rate=3e-3)
         optimizer = trainer.optimizer
-        assert isinstance(optimizer, MemoryTableOptimizer) == sparse
+        assert isinstance(optimizer, CombinedOptimizer) == sparse
         lr_of = {id(p): (g["lr"], g["weight_decay"] if "weight_decay" in g else None)
                  for g in optimizer.param_groups for p in g["params"]}
         names = dict(model.named_parameters())
@@ -226,6 +234,7 @@ def test_knowledge_learning_rate_gets_its_own_param_groups_and_schedule(tmp_path
             assert lr_of[id(names[fc1 + "bias"])][1] == 0.0 and lr_of[id(names[fc1 + "weight"])][1] == 0.01
         trainer.lr_scheduler.step()  # the linear schedule scales both learning rates alike
         assert sorted({round(g["lr"], 10) for g in optimizer.param_groups}) == [9e-5, 2.7e-3]
-    plain = BertForTokenClassification(tiny_encoder_config(tokenizer))
-    with pytest.raises(ValueError, match="no knowledge modules"):
-        OrderedEvalTrainer(model=plain, args=args, module_learning_rate=3e-3)
+    with pytest.raises(ValueError, match="has no parameter groups"):
+        _trainer(tmp_path, BertForTokenClassification(tiny_encoder_config(tokenizer)), knowledge_learning_rate=3e-3)
+    with pytest.raises(TypeError, match="unexpected keyword"):
+        _trainer(tmp_path, KalaForTokenClassification(config), knowledge_lr=3e-3)

@@ -10,7 +10,7 @@ from transformers import AutoConfig, AutoModel, AutoModelForQuestionAnswering, A
 
 import keplm  # noqa: F401  (registers the Auto classes)
 from keplm import KalaConfig, KalaForQuestionAnswering, KalaForTokenClassification, KalaModel, KalaProcessor
-from keplm.data.collator import KnowledgeGraphCollator
+from keplm.data.collator import KeplmDataCollator
 from keplm.modeling.kfm import modulate
 
 from .conftest import tiny_encoder_config
@@ -42,8 +42,8 @@ def processor(tokenizer, assets):
 
 
 def batch_of(processor, texts, **collator_kwargs):
-    collator = KnowledgeGraphCollator(pad_token_id=processor.pad_token_id, max_entity_id=processor.knowledge_assets.num_entities,
-                                      **collator_kwargs)
+    collator = KeplmDataCollator.from_processor(processor, entity_vocab_size=processor.knowledge_assets.num_entities,
+                                                **collator_kwargs)
     return collator([processor(t) for t in texts])
 
 
@@ -67,7 +67,8 @@ def test_small_modulation_survives_a_bf16_table():
     hidden = torch.randn(1, 3, 8)
     table = torch.zeros(2, 4, 8, dtype=torch.bfloat16)
     table[1, 0] = 1e-3  # node 1: γ1 − 1
-    delta, beta, _, _ = gather_modulation(table, torch.tensor([[1, -1, 0]]), torch.promote_types(table.dtype, hidden.dtype))
+    dtype = torch.promote_types(table.dtype, hidden.dtype)
+    delta, beta, _, _ = gather_modulation(table, torch.tensor([[1, -1, 0]]), dtype)
     out = apply_modulation(hidden, torch.tensor([[True, False, True]]), delta, beta)
     assert out.dtype == hidden.dtype
     torch.testing.assert_close(out[0, 0], hidden[0, 0] * (1 + float(torch.tensor(1e-3, dtype=torch.bfloat16))))
@@ -106,7 +107,7 @@ def test_unseen_entity_gets_meaning_from_its_neighbours(tokenizer, assets, proce
     text = "unknownia is in france"  # the KG says (unknownia, country, france); unknownia is unseen in training
     features = processor(text)
     unknownia = features["node_entity_ids"].index(0)
-    batch = KnowledgeGraphCollator()([features])
+    batch = KeplmDataCollator.from_processor(processor)([features])
     out = model(**batch)
     assert out.entity_has_knowledge[unknownia]
     assert out.entity_representations[unknownia].abs().sum() > 0
@@ -119,7 +120,7 @@ def test_unseen_entity_gets_meaning_from_its_neighbours(tokenizer, assets, proce
     assert not torch.allclose(before, after)
     # without its fact the unseen entity is a knowledge-free null node
     features["edge_index"], features["edge_relation_ids"] = [[], []], []
-    alone = model(**KnowledgeGraphCollator()([features]))
+    alone = model(**KeplmDataCollator.from_processor(processor)([features]))
     assert not alone.entity_has_knowledge[unknownia]
 
 
@@ -245,11 +246,13 @@ def test_bad_inputs_give_clear_errors(tokenizer, assets, processor):
         model(**{**batch, "edge_index": batch["edge_index"][:1]})
     features = processor(TEXTS[0])
     with pytest.raises(ValueError, match="unknown entity id"):
-        KnowledgeGraphCollator(max_entity_id=assets.num_entities)([{**features, "node_entity_ids": [10**6] * 5}])
+        collator = KeplmDataCollator.from_processor(processor, entity_vocab_size=assets.num_entities)
+        collator([{**features, "node_entity_ids": [10**6] * 5}])
     with pytest.raises(ValueError, match="edge"):
-        KnowledgeGraphCollator()([{**features, "edge_relation_ids": []}])
+        KeplmDataCollator.from_processor(processor)([{**features, "edge_relation_ids": []}])
     with pytest.raises(ValueError):  # mention beyond the text
-        processor("paris", annotation={"entities": [{"text": "paris", "start": 3, "end": 40, "id": "Q90"}], "triplets": []})
+        processor("paris", annotation={"entities": [{"text": "paris", "start": 3, "end": 40, "id": "Q90"}],
+                                       "triplets": []})
     with pytest.raises(ValueError, match="relation vocabulary|entity vocabulary"):
         model.set_knowledge_assets(type(assets).build(["Q90"]))
     with pytest.raises(ValueError, match="out of range"):

@@ -16,7 +16,7 @@ from transformers import BertModel, TrainingArguments
 from transformers.trainer_utils import EvalPrediction
 
 from keplm.configuration.configuration_relation_extraction import RelationExtractionConfig
-from keplm.data.collator import KnowledgeGraphCollator
+from keplm.data.collator import KeplmDataCollator
 from keplm.data.docred import (
     DocREDFeaturizer,
     FactMetrics,
@@ -27,8 +27,11 @@ from keplm.data.docred import (
     read_docred,
 )
 from keplm.knowledge import EntityMention, KnowledgeAnnotation, Triplet
-from keplm.knowledge.relation_extraction import RelationExtractor
-from keplm.modeling.modeling_relation_extraction import KeplmForRelationExtraction, select_relations
+from keplm.modeling.modeling_relation_extraction import (
+    KeplmForRelationExtraction,
+    RelationExtractor,
+    select_relations,
+)
 
 from .conftest import tiny_encoder_config
 
@@ -80,8 +83,8 @@ def write_docs(path: Path, docs=DOCS) -> Path:
 
 def tiny_model(tokenizer, **kwargs) -> KeplmForRelationExtraction:
     torch.manual_seed(0)
-    config = RelationExtractionConfig(encoder_config=tiny_encoder_config(tokenizer), id2label=dict(enumerate(RELATIONS)),
-                                      bilinear_dim=8, **kwargs)
+    config = RelationExtractionConfig(encoder_config=tiny_encoder_config(tokenizer),
+                                      id2label=dict(enumerate(RELATIONS)), bilinear_dim=8, **kwargs)
     return KeplmForRelationExtraction(config).eval()
 
 
@@ -90,8 +93,13 @@ def read_docred_rows(docs=DOCS) -> list[dict]:
 
 
 def collate(tokenizer, rows, **kwargs):
-    features = [DocREDFeaturizer(tokenizer, LABEL2ID, **kwargs).featurize(row) for row in rows]
-    return features, KnowledgeGraphCollator(pad_token_id=tokenizer.pad_token_id)(features)
+    featurizer = DocREDFeaturizer(tokenizer, LABEL2ID, **kwargs)
+    features = [featurizer.featurize(row) for row in rows]
+    return features, collator_of(featurizer)(features)
+
+
+def collator_of(featurizer, **kwargs) -> KeplmDataCollator:
+    return KeplmDataCollator.from_processor(featurizer, **kwargs)
 
 
 # ---------------------------------------------------------------------------------------------- reading
@@ -125,7 +133,8 @@ def test_entity_token_map_covers_exactly_the_mention_tokens(tokenizer):
     offsets = tokenizer(row["text"], return_offsets_mapping=True)["offset_mapping"]
     for token, ((start, end), entity) in enumerate(zip(offsets, feature["entity_token_map"])):
         owners = [e for e, spans in enumerate(row["entity_spans"]) for a, b in spans if end > start and a <= start < b]
-        assert entity == (owners[0] if owners else -1), (token, tokenizer.convert_ids_to_tokens(feature["input_ids"])[token])
+        token_text = tokenizer.convert_ids_to_tokens(feature["input_ids"])[token]
+        assert entity == (owners[0] if owners else -1), (token, token_text)
     assert feature["entity_token_map"].count(1) == 2  # "acme bank": two tokens
     # all 6 ordered pairs are candidates; the two gold ones labelled
     pairs = dict(zip(zip(*feature["edge_index"]), feature["edge_labels"]))
@@ -170,12 +179,14 @@ def test_collator_offsets_and_pads_edge_labels(tokenizer):
     assert batch["edge_index"].tolist() == [[0, 1, 2, 2, 3, 3, 4, 4], [1, 0, 3, 4, 2, 4, 2, 3]]
     assert batch["edge_labels"].tolist() == features[0]["edge_labels"] + features[1]["edge_labels"]
     assert set(batch["entity_token_map"][1].tolist()) == {-1, 2, 3, 4}
-    padded = KnowledgeGraphCollator(pad_token_id=0, graph_pad_to_multiple_of=16)(features)
-    assert padded["edge_labels"].shape == padded["edge_relation_ids"].shape == (16,)
-    assert padded["edge_labels"][8:].eq(-100).all() and padded["edge_labels"][:8].tolist() == batch["edge_labels"].tolist()
+    featurizer = DocREDFeaturizer(tokenizer, LABEL2ID)
+    padded = collator_of(featurizer, graph_pad_to_multiple_of=16)(features)
+    assert padded["edge_labels"].shape == (16,) and "edge_relation_ids" not in padded  # no dummy relation ids
+    assert padded["edge_labels"][8:].eq(-100).all()
+    assert padded["edge_labels"][:8].tolist() == batch["edge_labels"].tolist()
     broken = [dict(features[0], edge_labels=features[0]["edge_labels"][:-1]), features[1]]
-    with pytest.raises(ValueError, match="edge labels"):
-        KnowledgeGraphCollator(pad_token_id=0)(broken)
+    with pytest.raises(ValueError, match="edge_labels"):
+        collator_of(featurizer)(broken)
 
 
 # ---------------------------------------------------------------------------------------------- model
@@ -183,11 +194,11 @@ def test_loss_ignores_padding_and_save_load_keeps_logits(tmp_path, tokenizer):
     model = tiny_model(tokenizer, entity_types=["PER", "ORG", "LOC"])
     with torch.no_grad():  # visible values for the zero-initialised biases
         for name, parameter in model.named_parameters():
-            if not name.startswith("backbone."):
+            if not name.startswith("encoder."):
                 parameter.normal_(0, 0.5)
-    features = [DocREDFeaturizer(tokenizer, LABEL2ID, entity_types=["PER", "ORG", "LOC"]).featurize(r)
-                for r in read_docred_rows()[:2]]
-    batch = KnowledgeGraphCollator(pad_token_id=0, graph_pad_to_multiple_of=8)(features)
+    featurizer = DocREDFeaturizer(tokenizer, LABEL2ID, entity_types=["PER", "ORG", "LOC"])
+    features = [featurizer.featurize(r) for r in read_docred_rows()[:2]]
+    batch = collator_of(featurizer, graph_pad_to_multiple_of=8)(features)
     assert batch["node_entity_ids"].tolist()[:3] == [1, 2, 3]
     out = model(**batch)
     labelled = batch["edge_labels"] != -100
@@ -238,7 +249,8 @@ def test_config_demands_no_relation_first(tokenizer):
 def test_fact_metrics_deduplicate_rows_and_count_lost_facts(tokenizer):
     rows = read_docred_rows()[:3]
     features = [DocREDFeaturizer(tokenizer, {**LABEL2ID, "P1376": 4}).featurize(r) for r in rows]
-    metrics = FactMetrics({"edge_index": [f["edge_index"] for f in features]}, rows, {**dict(enumerate(RELATIONS)), 4: "P1376"})
+    metrics = FactMetrics({"edge_index": [f["edge_index"] for f in features]}, rows,
+                          {**dict(enumerate(RELATIONS)), 4: "P1376"})
     labels = np.concatenate([f["edge_labels"] for f in features])
     perfect = metrics(EvalPrediction(predictions=labels, label_ids=labels))
     assert perfect["precision"] == perfect["recall"] == perfect["f1"] == 1.0 and perfect["num_gold"] == 6
@@ -252,13 +264,15 @@ def test_fact_metrics_deduplicate_rows_and_count_lost_facts(tokenizer):
 # ---------------------------------------------------------------------------------------------- learning + extractor
 def toy_docs():
     people, orgs, cities = ["john", "mary"], ["acme bank", "acme"], ["paris", "berlin", "london", "france"]
-    return [person_doc(i, p, o, c) for i, (p, o, c) in enumerate((p, o, c) for p in people for o in orgs for c in cities)]
+    combinations = ((p, o, c) for p in people for o in orgs for c in cities)
+    return [person_doc(i, p, o, c) for i, (p, o, c) in enumerate(combinations)]
 
 
 def test_tiny_model_learns_pair_relations_and_extracts_triplets(tmp_path, tokenizer):
     rows = read_docred_rows(toy_docs())
-    features = [DocREDFeaturizer(tokenizer, LABEL2ID).featurize(r) for r in rows]
-    collator = KnowledgeGraphCollator(pad_token_id=0)
+    featurizer = DocREDFeaturizer(tokenizer, LABEL2ID)
+    features = [featurizer.featurize(r) for r in rows]
+    collator = collator_of(featurizer)
     model = tiny_model(tokenizer).train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
     for step in range(120):
@@ -299,13 +313,13 @@ def load_run_re():
 def test_head_learning_rate_groups(tmp_path, tokenizer):
     model = tiny_model(tokenizer)
     args = TrainingArguments(output_dir=str(tmp_path), learning_rate=1e-4, report_to="none", use_cpu=True)
-    trainer = load_run_re().PairEvalTrainer(model=model, args=args, module_learning_rate=1e-2,
-                                            module_filter=lambda name: not name.startswith("backbone."))
+    trainer = load_run_re().PairEvalTrainer(model=model, args=args,
+                                            parameter_group_options={"head_learning_rate": 1e-2})
     optimizer = trainer.create_optimizer()
     lr_of = {id(p): group["lr"] for group in optimizer.param_groups for p in group["params"]}
     assert len(lr_of) == sum(1 for _ in model.parameters())
     for name, parameter in model.named_parameters():
-        assert lr_of[id(parameter)] == (1e-4 if name.startswith("backbone.") else 1e-2), name
+        assert lr_of[id(parameter)] == (1e-4 if name.startswith("encoder.") else 1e-2), name
 
 
 def test_run_re_smoke(tmp_path, tokenizer):
@@ -320,7 +334,8 @@ def test_run_re_smoke(tmp_path, tokenizer):
         "--test_file", str(data), "--max_predict_samples", "4", "--negative_ratio", "1", "--max_seq_length", "64",
         "--do_train", "--do_eval", "--do_predict", "--output_dir", str(out), "--max_steps", "3",
         "--per_device_train_batch_size", "2", "--per_device_eval_batch_size", "2", "--learning_rate", "1e-3",
-        "--save_strategy", "no", "--report_to", "none", "--disable_tqdm", "1", "--use_cpu", "--head_learning_rate", "1e-2",
+        "--save_strategy", "no", "--report_to", "none", "--disable_tqdm", "1", "--use_cpu",
+        "--head_learning_rate", "1e-2",
     ])
     for key in ("train_loss", "eval_precision", "eval_recall", "eval_f1", "predict_precision", "predict_recall",
                 "predict_f1", "predict_num_gold"):

@@ -17,12 +17,19 @@ import torch
 from transformers import AutoModelForQuestionAnswering, AutoModelForTokenClassification, BertModel
 
 import keplm  # noqa: F401  (registers the Auto classes)
-from keplm import KalaForQuestionAnswering, KalaForTokenClassification, KalaProcessor, KnowledgeGraphCollator
+from keplm import KalaForQuestionAnswering, KalaForTokenClassification, KalaProcessor, KeplmDataCollator
 from keplm.data import load_qa_dataset
+from keplm.io_utils import content_fingerprint
 from keplm.knowledge import KnowledgeAnnotation, write_kala_annotations
 from keplm.training.arguments import KnowledgeArguments, ModelArguments, NerDataArguments, parse_args
 from keplm.training.entity_init import initialize_entity_memory_from_encoder
-from keplm.training.knowledge_setup import NerFeaturizer, features_fingerprint, featurize, prepare_processor
+from keplm.training.knowledge_setup import (
+    Featurizer,
+    add_knowledge,
+    build_entity_vocabulary,
+    featurize,
+    prepare_processor,
+)
 from keplm.training.tagging import tag_words
 from tests.conftest import tiny_encoder_config
 
@@ -259,17 +266,23 @@ def _processor_and_features(tiny, system="relational", **knowledge):
         })
     })
     knowledge_args = KnowledgeArguments(system=system, kg=tiny["kg"], **knowledge)
-    processor = prepare_processor(ModelArguments(tiny["model"]), knowledge_args, data["train"], "ner")
-    return data, processor
+    model_args = ModelArguments(tiny["model"])
+    processor = prepare_processor(model_args, knowledge_args)
+    data = add_knowledge(data, processor, knowledge_args, "ner")
+    return data, build_entity_vocabulary(processor, data, model_args, knowledge_args, "ner")
+
+
+def ner_featurizer(processor, with_knowledge=True, **arguments) -> Featurizer:
+    return Featurizer(processor, "prepare_ner_features", with_knowledge=with_knowledge, **arguments)
 
 
 def test_entity_memory_initialised_with_mean_mention_states(tiny):
     data, processor = _processor_and_features(tiny)
-    features = featurize(data["train"], NerFeaturizer(processor, "link"))
+    features = featurize(data["train"], ner_featurizer(processor))
     model = KalaForTokenClassification.from_base_pretrained(
         tiny["model"], knowledge_assets=processor.knowledge_assets, retrieval_mode="relational", num_labels=3
     )
-    collator = KnowledgeGraphCollator(pad_token_id=processor.pad_token_id)
+    collator = KeplmDataCollator.from_processor(processor, model)
     before = model.kala.entity_memory.embeddings.weight.detach().clone()
     written = initialize_entity_memory_from_encoder(model, features, collator, batch_size=3, disable_tqdm=True)
     assets = processor.knowledge_assets
@@ -303,20 +316,21 @@ def test_features_are_cached_and_fingerprinted(tiny, tmp_path):
     data, processor = _processor_and_features(tiny)
     data.save_to_disk(tmp_path / "raw")
     train = datasets.load_from_disk(tmp_path / "raw")["train"]
-    featurizer = NerFeaturizer(processor, "link", max_length=32)
+    featurizer = ner_featurizer(processor, max_length=32)
     first = featurize(train, featurizer)
     second = featurize(train, featurizer)
     assert first.cache_files and first.cache_files == second.cache_files  # reloaded, not recomputed
-    assert features_fingerprint(train, NerFeaturizer(processor, "link", max_length=16)) != first._fingerprint
-    assert features_fingerprint(train, NerFeaturizer(processor, "none", max_length=32)) != first._fingerprint
-    parallel = featurize(train, NerFeaturizer(processor, "link", max_length=32), num_proc=2, overwrite_cache=True)
+    for other in (ner_featurizer(processor, max_length=16), ner_featurizer(processor, False, max_length=32)):
+        assert content_fingerprint(train, **other.signature()) != first._fingerprint
+    parallel = featurize(train, ner_featurizer(processor, max_length=32), num_proc=2, overwrite_cache=True)
     assert parallel["entity_token_map"] == first["entity_token_map"]
     assert parallel["node_entity_ids"] == first["node_entity_ids"]
 
 
 def test_tag_words_without_knowledge(tiny):
     _, processor = _processor_and_features(tiny, system="vanilla")
-    assert processor.knowledge_assets.kg is None
+    processor = processor.without_knowledge()  # what a vanilla run saves
+    assert processor.kg is None
     model = KalaForTokenClassification.from_base_pretrained(
         tiny["model"], retrieval_mode="none", num_labels=2, id2label={0: "O", 1: "B-LOC"}, label2id={"O": 0, "B-LOC": 1}
     )
@@ -328,14 +342,15 @@ def test_tag_words_without_knowledge(tiny):
 def test_eval_order_is_kept_under_group_by_length(tiny, tmp_path):
     from transformers import TrainingArguments
 
-    from keplm.training.trainer import OrderedEvalTrainer
+    from keplm.training.trainer import KeplmTrainer
 
     data, processor = _processor_and_features(tiny, system="vanilla")
-    features = featurize(data["train"], NerFeaturizer(processor, "none"))
+    features = featurize(data["train"], ner_featurizer(processor, with_knowledge=False))
     model = KalaForTokenClassification.from_base_pretrained(tiny["model"], retrieval_mode="none", num_labels=3)
     args = TrainingArguments(output_dir=str(tmp_path), train_sampling_strategy="group_by_length", use_cpu=True,
                              report_to="none", per_device_eval_batch_size=3)
-    trainer = OrderedEvalTrainer(model=model, args=args, data_collator=KnowledgeGraphCollator(), processing_class=processor)
+    trainer = KeplmTrainer(model=model, args=args, data_collator=KeplmDataCollator.from_processor(processor, model),
+                           processing_class=processor)
     order = list(trainer.get_test_dataloader(features).sampler)
     assert order == list(range(len(features)))
 
@@ -344,18 +359,21 @@ def test_trainer_keeps_knowledge_columns_and_drops_postprocessing_ones(tiny, tmp
     from transformers import TrainingArguments
 
     from keplm.tokenization.processing_kala import KNOWLEDGE_COLUMNS
-    from keplm.training.knowledge_setup import QaFeaturizer
     from keplm.training.trainer import QuestionAnsweringTrainer, _model_features
 
     raw = load_qa_dataset(tiny["squad"], train_articles=2, validation_articles=1, test_articles=1)
     knowledge_args = KnowledgeArguments(system="relational", kg=tiny["kg"])
-    processor = prepare_processor(ModelArguments(tiny["model"]), knowledge_args, raw["train"], "qa")
-    features = featurize(raw["validation"], QaFeaturizer(processor, "link", max_length=32, doc_stride=8, training=False))
+    model_args = ModelArguments(tiny["model"])
+    processor = prepare_processor(model_args, knowledge_args)
+    raw = add_knowledge(raw, processor, knowledge_args, "qa")
+    processor = build_entity_vocabulary(processor, raw, model_args, knowledge_args, "qa")
+    features = featurize(raw["validation"], Featurizer(processor, "prepare_qa_features", max_length=32, doc_stride=8,
+                                                       training=False, question_annotation_column=None))
     assert {"example_id", "offset_mapping", *KNOWLEDGE_COLUMNS} <= set(features.column_names)
     model = KalaForQuestionAnswering.from_base_pretrained(tiny["model"], knowledge_assets=processor.knowledge_assets)
     args = TrainingArguments(output_dir=str(tmp_path), use_cpu=True, report_to="none")
     trainer = QuestionAnsweringTrainer(model=model, args=args, processing_class=processor,
-                                       data_collator=KnowledgeGraphCollator(pad_token_id=processor.pad_token_id))
+                                       data_collator=KeplmDataCollator.from_processor(processor, model))
     kept = trainer._remove_unused_columns(_model_features(features))
     assert set(kept.column_names) == {"input_ids", "token_type_ids", "attention_mask", *KNOWLEDGE_COLUMNS}
 
@@ -427,8 +445,10 @@ def test_experiment_presets_build_valid_run_script_commands(monkeypatch, tmp_pat
             assert knowledge_args.link_case_sensitive == cfg["case_sensitive"]
             assert knowledge_args.init_entity_memory == (system in ("pointwise", "relational"))
     # --extra adds to a preset's own arguments (SQuAD keeps its window size)
-    squad = experiments.make_settings("squad", str(tmp_path), model="tiny-model", extra=["--knowledge_learning_rate", "1e-3"])
-    _, data_args, knowledge_args, _ = parse_args(QaDataArguments, experiments.command(squad, "relational", "1", str(tmp_path))[2:])
+    squad = experiments.make_settings("squad", str(tmp_path), model="tiny-model",
+                                      extra=["--knowledge_learning_rate", "1e-3"])
+    command = experiments.command(squad, "relational", "1", str(tmp_path))
+    _, data_args, knowledge_args, _ = parse_args(QaDataArguments, command[2:])
     assert data_args.max_seq_length == 256 and knowledge_args.knowledge_learning_rate == 1e-3
     # --annotations reads build-kg's files instead of linking
     ann = tmp_path / "ann"
@@ -438,7 +458,8 @@ def test_experiment_presets_build_valid_run_script_commands(monkeypatch, tmp_pat
         experiments.command(ncbi, "relational", "1", str(tmp_path))
     for split in ("train", "validation", "test"):
         (ann / f"{split}.json").write_text("[]")
-    _, _, knowledge_args, _ = parse_args(NerDataArguments, experiments.command(ncbi, "relational", "1", str(tmp_path))[2:])
+    command = experiments.command(ncbi, "relational", "1", str(tmp_path))
+    _, _, knowledge_args, _ = parse_args(NerDataArguments, command[2:])
     assert knowledge_args.knowledge == "annotations" and knowledge_args.kg is None
     assert knowledge_args.annotation_paths()["validation"] == str(ann / "validation.json")
     with pytest.raises(ValueError, match="unknown preset"):
@@ -447,5 +468,6 @@ def test_experiment_presets_build_valid_run_script_commands(monkeypatch, tmp_pat
     monkeypatch.setenv("KEPLM_TRAIN_SAMPLES", "123")
     cfg = main_job.settings()
     assert cfg["train"] == "123" and cfg["systems"] == ["vanilla", "relational"] and "+trex:" in cfg["kg"]
-    _, data_args, _, _ = parse_args(NerDataArguments, experiments.command(cfg, "relational", cfg["seed"], str(tmp_path))[2:])
+    command = experiments.command(cfg, "relational", cfg["seed"], str(tmp_path))
+    _, data_args, _, _ = parse_args(NerDataArguments, command[2:])
     assert data_args.max_train_samples == 123 and data_args.max_predict_samples == 2000

@@ -1,6 +1,7 @@
-from types import SimpleNamespace
+from datasets import Dataset, DatasetDict
 
 from keplm.knowledge import KnowledgeAnnotation
+from keplm.training.knowledge_setup import attach_annotations
 from keplm.training.metrics import ner_metrics
 from keplm.training.subsets import UnseenEntityCounter, subset_metrics
 
@@ -11,13 +12,18 @@ def annotation(*ids):
 
 
 def test_unseen_entities_are_those_never_mentioned_in_training():
-    annotations = {"train": {"0": annotation("a", "b")},
-                   "test": {"0": annotation("a", "b", "a"), "1": annotation("a", "c", "c", "d", None)}}
-    args = SimpleNamespace(knowledge="annotations")
-    raw = {"train": {"id": ["0"]}, "test": {"id": ["0", "1", "2"]}}
-    counter = UnseenEntityCounter.from_arguments(args, raw, "ner", annotations)
-    assert counter.counts("test", raw["test"]) == [0, 3, 0]  # c, d and the id-less mention; "2" has none
-    assert UnseenEntityCounter.from_arguments(SimpleNamespace(knowledge="none", kg=None), raw, "ner", {}) is None
+    """Counts come from the splits' ``knowledge`` columns (the run's one linking pass)."""
+    raw = DatasetDict({
+        "train": Dataset.from_dict({"id": ["0"]}),
+        "test": Dataset.from_dict({"id": ["0", "1", "2"]}),
+    })
+    raw = DatasetDict({split: attach_annotations(data, by_id, None) for split, (data, by_id) in {
+        "train": (raw["train"], {"0": annotation("a", "b")}),
+        "test": (raw["test"], {"0": annotation("a", "b", "a"), "1": annotation("a", "c", "c", "d", None)}),
+    }.items()})
+    counter = UnseenEntityCounter.from_splits(raw)
+    assert counter.counts(raw["test"]["knowledge"]) == [0, 3, 0]  # c, d and the id-less mention; "2" has none
+    assert UnseenEntityCounter.from_splits(DatasetDict({"test": raw["test"]})) is None
 
 
 def test_subset_metrics_split_by_threshold():

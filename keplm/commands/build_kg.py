@@ -4,50 +4,28 @@
         --output_dir annotations/conll2003 --num_proc 2
 
 writes ``<split>.json`` (KALA annotation JSON keyed by example id, readable by ``--knowledge annotations``
-of the run scripts), ``report.json`` / ``report.md`` (linking coverage, seen/unseen entities between splits,
-facts per context) and ``entity_frequency.png`` (when matplotlib is installed). Linking runs through
-``datasets.map`` (cached, ``num_proc`` workers, progress bars).
+of the run scripts; every question of a QA context gets the context's annotation), ``report.json`` /
+``report.md`` (linking coverage, seen/unseen entities between splits, facts per context) and
+``entity_frequency.png`` (when matplotlib is installed). Linking is the run scripts' linking pass
+(:func:`keplm.knowledge.link_dataset`: ``datasets.map``, cached, ``num_proc`` workers, progress bars).
 """
 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import logging
 import time
 from pathlib import Path
 
-from .annotation import KnowledgeAnnotation, write_kala_annotations
-from .construction import knowledge_report, linking_report, plot_entity_frequency
-from .linker import EntityLinker
-from .loaders import load_kg
+from keplm.data import TEXT_COLUMNS
+from keplm.knowledge.annotation import KnowledgeAnnotation, write_kala_annotations
+from keplm.knowledge.construction import knowledge_report, linking_report, plot_entity_frequency
+from keplm.knowledge.linker import link_dataset
+from keplm.knowledge.loaders import load_kg
 
 logger = logging.getLogger(__name__)
 
-
-class LinkFunction:
-    """Picklable ``datasets.map`` function: each worker builds its own linker from the KG once."""
-
-    def __init__(self, kg, task: str, linker_kwargs: dict, relation_extractor=None):
-        self.kg, self.task, self.linker_kwargs = kg, task, linker_kwargs
-        self.relation_extractor = relation_extractor
-        self._linker = None
-
-    def __getstate__(self):
-        return {**self.__dict__, "_linker": None}
-
-    def __call__(self, batch: dict) -> dict:
-        if self._linker is None:
-            self._linker = EntityLinker(self.kg, **self.linker_kwargs)
-        texts = [" ".join(t) for t in batch["tokens"]] if self.task == "ner" else batch["context"]
-        out = []
-        for text in texts:
-            annotation = self._linker.link(text)
-            if self.relation_extractor is not None:
-                annotation.triplets = self.relation_extractor.extract(text, annotation)
-            out.append(annotation.to_dict())
-        return {"knowledge": out}
 
 
 def gold_spans(tokens: list[str], tags: list[str]) -> list[tuple[int, int, str]]:
@@ -65,31 +43,25 @@ def gold_spans(tokens: list[str], tags: list[str]) -> list[tuple[int, int, str]]
     return spans
 
 
-def _fingerprint(dataset, kg, args: dict) -> str:
-    payload = json.dumps({"data": dataset._fingerprint, "kg": kg.content_hash(), "args": args}, sort_keys=True)
-    return hashlib.sha256(payload.encode()).hexdigest()[:32]
-
-
 def build_knowledge(task: str, dataset, kg, output_dir, num_proc: int = 1, linker_kwargs: dict | None = None,
                     relation_extractor=None, splits=None, plot: bool = True) -> dict:
     """Annotate every split, write KALA JSON per split and the reports; return the report dict."""
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
-    linker_kwargs = dict(linker_kwargs or {})
-    function = LinkFunction(kg, task, linker_kwargs, relation_extractor)
+    column, words = TEXT_COLUMNS[task]
+    annotate = relation_extractor.annotate if relation_extractor is not None else None
     timings, annotated = {}, {}
     for split in splits or list(dataset):
-        data = dataset[split]
-        if task == "qa":  # contexts repeat over questions: link each once
-            data = data.select(sorted({c: i for i, c in reversed(list(enumerate(data["context"])))}.values()))
         start = time.perf_counter()
-        fingerprint = _fingerprint(data, kg, {**linker_kwargs, "task": task, "re": relation_extractor is not None})
-        data = data.map(function, batched=True, batch_size=256, num_proc=num_proc if num_proc > 1 else None,
-                        desc=f"Linking {split}", new_fingerprint=fingerprint)
+        data = link_dataset(dataset[split], kg, dict(linker_kwargs or {}), column, split_into_words=words,
+                            annotate=annotate, annotate_signature=repr(relation_extractor), num_proc=num_proc,
+                            desc=f"Linking {split}")
         timings[split] = time.perf_counter() - start
-        annotated[split] = data
         annotations = {str(i): KnowledgeAnnotation.from_dict(k) for i, k in zip(data["id"], data["knowledge"])}
         write_kala_annotations(annotations, output_dir / f"{split}.json")
+        if task == "qa":  # the report counts every context once, not once per question
+            data = data.select(sorted({c: i for i, c in reversed(list(enumerate(data["context"])))}.values()))
+        annotated[split] = data
     report = _report(task, dataset, annotated)
     report["seconds"] = timings
     report["kg"] = {"entities": kg.num_entities, "relations": kg.num_relations, "triples": kg.num_triples,
@@ -125,7 +97,8 @@ def report_markdown(report: dict) -> str:
     lines = ["# Knowledge construction report", "",
              f"KG: {report['kg']['entities']} entities, {report['kg']['relations']} relations, "
              f"{report['kg']['triples']} triples (sha256 {report['kg']['content_hash'][:12]})", "",
-             "| split | examples | mentions/example | char coverage | facts/example | seconds |", "|---|---|---|---|---|---|"]
+             "| split | examples | mentions/example | char coverage | facts/example | seconds |",
+             "|---|---|---|---|---|---|"]
     for split, r in report["linking"].items():
         lines.append(f"| {split} | {r['examples']} | {r['mentions_per_example']:.2f} | {r['character_coverage']:.1%} "
                      f"| {r['facts_per_example']:.1f} | {report['seconds'][split]:.1f} |")
@@ -137,7 +110,8 @@ def report_markdown(report: dict) -> str:
               "|---|---|---|---|---|---|"]
     for split, r in knowledge["splits"].items():
         lines.append(f"| {split} | {r['contexts']} | {r['entities']} | {r['unseen_entities']} | "
-                     f"{r['contexts_with_3+_unseen']} | {r['facts_per_context_mean']:.1f} ({r['facts_per_context_max']}) |")
+                     f"{r['contexts_with_3+_unseen']} | {r['facts_per_context_mean']:.1f} "
+                     f"({r['facts_per_context_max']}) |")
     for split, r in report["linking"].items():
         if "gold_entities_linked" in r:
             shares = ", ".join(f"{k} {v['share']:.0%}" for k, v in r["gold_entities_linked"].items())
@@ -173,14 +147,14 @@ def run(args: argparse.Namespace) -> dict:
     linker_kwargs = {"hops": args.hops, "max_neighbors_per_entity": args.max_neighbors_per_entity,
                      "lowercase": not args.link_case_sensitive}
     if args.spacy_model:
-        from .construction import SpacyMentionFilter
+        from keplm.knowledge.construction import SpacyMentionFilter
 
         linker_kwargs["mention_filter"] = SpacyMentionFilter(args.spacy_model)
     extractor = None
     if args.relation_source == "model":
         if not args.re_model:
             raise ValueError("--relation_source model needs --re_model <checkpoint>")
-        from .relation_extraction import RelationExtractor
+        from keplm.modeling.modeling_relation_extraction import RelationExtractor
 
         extractor = RelationExtractor.from_pretrained(args.re_model)
     report = build_knowledge(args.task, dataset, kg, args.output_dir, args.num_proc, linker_kwargs, extractor,
@@ -189,4 +163,4 @@ def run(args: argparse.Namespace) -> dict:
     return report
 
 
-__all__ = ["build_knowledge", "gold_spans", "LinkFunction", "report_markdown"]
+__all__ = ["build_knowledge", "gold_spans", "report_markdown", "add_arguments", "run"]

@@ -1,5 +1,5 @@
-from .base import EncoderWrapperConfig
+from .base import KeplmConfig
 from .configuration_kala import DEFAULT_KFM_LAYERS, KalaConfig
 from .configuration_relation_extraction import RelationExtractionConfig
 
-__all__ = ["EncoderWrapperConfig", "KalaConfig", "DEFAULT_KFM_LAYERS", "RelationExtractionConfig"]
+__all__ = ["KeplmConfig", "KalaConfig", "DEFAULT_KFM_LAYERS", "RelationExtractionConfig"]

@@ -1,19 +1,30 @@
-"""Shared configuration base: a keplm config that wraps (nests) the text encoder's own config."""
+"""Shared configuration base: a keplm config nests the configs of one or several named encoders."""
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from transformers import AutoConfig, PreTrainedConfig
 
 try:  # transformers >= 5.20 declares nested configs through SubConfigSpec
     from transformers.configuration_utils import SubConfigSpec
-
-    _ENCODER_SUBCONFIG: dict[str, Any] = {
-        "sub_configs_defaults": {"encoder_config": SubConfigSpec(config_class=AutoConfig, model_type="bert")}
-    }
 except ImportError:  # transformers 5.0 - 5.19
-    _ENCODER_SUBCONFIG = {"sub_configs": {"encoder_config": AutoConfig}}
+    SubConfigSpec = None
+
+
+def encoder_subconfigs(*names: str) -> dict[str, Any]:
+    """Class attributes declaring ``<name>_config`` of every named encoder as a nested (sub-)config.
+
+    Use inside a config class body: ``locals().update(encoder_subconfigs("encoder", "knowledge_encoder"))``; the
+    first encoder is required, the others are optional (``None`` = a copy of the first encoder's config).
+    """
+    if SubConfigSpec is None:
+        return {"sub_configs": {f"{name}_config": AutoConfig for name in names}}
+    return {"sub_configs_defaults": {
+        f"{name}_config": SubConfigSpec(config_class=AutoConfig, model_type="bert", optional=i > 0)
+        for i, name in enumerate(names)
+    }}
 
 
 def as_encoder_config(value: PreTrainedConfig | dict | None) -> PreTrainedConfig:
@@ -26,25 +37,41 @@ def as_encoder_config(value: PreTrainedConfig | dict | None) -> PreTrainedConfig
         value = dict(value)
         model_type = value.pop("model_type", None)
         if model_type is None:
-            raise ValueError("encoder_config dict has no 'model_type'; pass the encoder's config (e.g. BertConfig)")
+            raise ValueError("encoder config dict has no 'model_type'; pass the encoder's config (e.g. BertConfig)")
         return AutoConfig.for_model(model_type, **value)
-    raise ValueError(f"encoder_config must be a PreTrainedConfig or a dict, got {type(value).__name__}")
+    raise ValueError(f"an encoder config must be a PreTrainedConfig or a dict, got {type(value).__name__}")
 
 
-class EncoderWrapperConfig(PreTrainedConfig):
-    """Base for keplm configs: nests the text encoder's config as ``encoder_config``.
+class KeplmConfig(PreTrainedConfig):
+    """Base of keplm configs: the configs of the model's named encoders, ``<name>_config`` for each name in
+    ``encoder_names`` (one encoder: ``encoder_config``; Roof-Transformer: ``encoder_config`` and
+    ``knowledge_encoder_config``).
 
-    ``hidden_size`` and ``num_hidden_layers`` mirror the encoder's so tools that read them (Trainer,
-    DeepSpeed, PEFT) keep working.
+    ``hidden_size`` and ``num_hidden_layers`` mirror the first encoder's, so tools that read them (Trainer,
+    DeepSpeed, PEFT) keep working. ``card_settings`` names the fields the model card lists.
     """
 
-    locals().update(_ENCODER_SUBCONFIG)
+    #: names of the model's encoders; each has a nested config ``<name>_config``
+    encoder_names = ("encoder",)
+    #: config fields listed in the model card's settings table
+    card_settings = ()
+
+    locals().update(encoder_subconfigs("encoder"))
 
     encoder_config: PreTrainedConfig | dict | None = None
 
     def __post_init__(self, **kwargs):
-        self.encoder_config = as_encoder_config(self.encoder_config)
+        first = f"{self.encoder_names[0]}_config"
+        setattr(self, first, as_encoder_config(getattr(self, first)))
+        for name in self.encoder_names[1:]:
+            value = getattr(self, f"{name}_config")
+            value = copy.deepcopy(getattr(self, first)) if value is None else value
+            setattr(self, f"{name}_config", as_encoder_config(value))
         super().__post_init__(**kwargs)
+
+    def encoder_configs(self) -> dict[str, PreTrainedConfig]:
+        """``{encoder name: its config}`` in ``encoder_names`` order."""
+        return {name: getattr(self, f"{name}_config") for name in self.encoder_names}
 
     @property
     def hidden_size(self) -> int:
@@ -54,9 +81,19 @@ class EncoderWrapperConfig(PreTrainedConfig):
     def num_hidden_layers(self) -> int:
         return self.encoder_config.num_hidden_layers
 
-    def resolve_layer_indices(self, layers: list[int]) -> list[int]:
+    @property
+    def uses_knowledge_assets(self) -> bool:
+        """Whether the model reads knowledge assets (``knowledge/``) saved beside its weights."""
+        return False
+
+    @property
+    def reads_graph(self) -> bool:
+        """Whether the model's inputs include batched graphs (``node_entity_ids``, ``edge_index``, ...)."""
+        return False
+
+    def resolve_layer_indices(self, layers: list[int], depth: int | None = None) -> list[int]:
         """Map layer indices that may count from the end (-1 = last layer) to sorted 0-based indices."""
-        depth = self.num_hidden_layers
+        depth = self.num_hidden_layers if depth is None else depth
         resolved = []
         for layer in layers:
             index = layer + depth if layer < 0 else layer
@@ -66,3 +103,6 @@ class EncoderWrapperConfig(PreTrainedConfig):
         if len(set(resolved)) != len(resolved):
             raise ValueError(f"layer indices {layers} name the same layer twice (encoder depth {depth})")
         return sorted(resolved)
+
+
+__all__ = ["KeplmConfig", "encoder_subconfigs", "as_encoder_config"]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .base import EncoderWrapperConfig
+from .base import KeplmConfig
 
 RETRIEVAL_MODES = ("relational", "pointwise", "none")
 
@@ -10,7 +10,7 @@ RETRIEVAL_MODES = ("relational", "pointwise", "none")
 DEFAULT_KFM_LAYERS = {"qa": [-1], "ner": [-4, -2]}
 
 
-class KalaConfig(EncoderWrapperConfig):
+class KalaConfig(KeplmConfig):
     r"""Configuration for [`KalaModel`] and its heads.
 
     Args:
@@ -23,7 +23,9 @@ class KalaConfig(EncoderWrapperConfig):
         entity_dim: entity embedding size (paper: the encoder's hidden size); `None` = hidden size.
         num_relations: size of the relation vocabulary, reserved ids (self loop, unknown) included.
         relation_dim: relation embedding size (paper: 128).
-        use_inverse_relations: give tail→head edges their own (inverse) relation embedding.
+        use_inverse_relations: every fact (h, r, t) also sends a message head → tail with its own (inverse) relation
+            embedding r + num_relations, besides the tail → head message with r (eq. 3: a head e_i hears its tail
+            e_j through r_ij). Must agree with the processor's (checked when they meet).
         gnn_layers: number of relational-retrieval layers (paper: 2).
         kfm_hidden_size: hidden size of the four γ/β MLPs; `None` = hidden size (paper: 768).
         knowledge_dropout: dropout in the GNN (paper: 0.1).
@@ -36,6 +38,8 @@ class KalaConfig(EncoderWrapperConfig):
     """
 
     model_type = "kala"
+    card_settings = ("retrieval_mode", "kfm_layers", "entity_vocab_size", "entity_dim", "num_relations",
+                     "relation_dim", "use_inverse_relations", "gnn_layers", "num_extra_layers")
 
     kfm_layers: list[int] | None = None
     retrieval_mode: str = "relational"
@@ -71,6 +75,14 @@ class KalaConfig(EncoderWrapperConfig):
     @property
     def uses_knowledge(self) -> bool:
         return self.retrieval_mode != "none"
+
+    @property
+    def uses_knowledge_assets(self) -> bool:
+        return self.uses_knowledge
+
+    @property
+    def reads_graph(self) -> bool:
+        return self.uses_knowledge
 
     @property
     def kfm_layer_indices(self) -> list[int]:

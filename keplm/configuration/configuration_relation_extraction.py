@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from .base import EncoderWrapperConfig
+from .base import KeplmConfig
 
 NO_RELATION = "no_relation"
 
 
-class RelationExtractionConfig(EncoderWrapperConfig):
+class RelationExtractionConfig(KeplmConfig):
     r"""Configuration for [`KeplmForRelationExtraction`]: an encoder with a bilinear layer over entity pairs.
 
     ``id2label`` / ``label2id`` are the relation vocabulary: id 0 is ``no_relation_label``, the others are
@@ -26,6 +26,7 @@ class RelationExtractionConfig(EncoderWrapperConfig):
 
     model_type = "keplm_relation_extraction"
     keys_to_ignore_at_inference = ["entity_representations"]
+    card_settings = ("bilinear_dim", "top2_threshold", "max_relations", "entity_types")
 
     bilinear_dim: int = 128
     dropout: float | None = None
@@ -54,6 +55,10 @@ class RelationExtractionConfig(EncoderWrapperConfig):
         self.label2id = {name: i for i, name in labels.items()}
         if self.entity_types is not None:
             self.entity_types = [str(t) for t in self.entity_types]
+
+    @property
+    def reads_graph(self) -> bool:
+        return True
 
     @property
     def num_entity_types(self) -> int:

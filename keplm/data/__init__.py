@@ -1,8 +1,12 @@
 """Dataset readers and loaders (CoNLL NER, SQuAD v1.1 QA)."""
 
 from .docred import DocREDFeaturizer, FactMetrics, build_relation_vocab, load_docred_dataset, read_docred
-from .ner import find_split_files, get_label_list, load_ner_dataset, read_conll, sort_labels
+from .ner import get_label_list, load_ner_dataset, read_conll, sort_labels
+from .splits import find_split_files, limit_samples
 from .squad import load_qa_dataset, read_squad_json, squad_article_split
+
+#: the text of each task's examples that gets linked: (column, whether it holds a list of words)
+TEXT_COLUMNS = {"ner": ("tokens", True), "qa": ("context", False)}
 
 __all__ = [
     "DocREDFeaturizer",
@@ -11,6 +15,8 @@ __all__ = [
     "load_docred_dataset",
     "read_docred",
     "find_split_files",
+    "limit_samples",
+    "TEXT_COLUMNS",
     "get_label_list",
     "load_ner_dataset",
     "read_conll",

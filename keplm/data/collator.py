@@ -1,115 +1,205 @@
-"""Batching: pad text fields and merge per-example knowledge graphs into one disjoint-union graph."""
+"""Batching: pad every sequence family of the features and merge per-example graphs into one graph."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from numbers import Number
 
 import numpy as np
 import torch
 from torch_geometric.data import Batch, Data
 
-GRAPH_COLUMNS = ("entity_token_map", "node_entity_ids", "edge_index", "edge_relation_ids")
-_PAD_VALUES = {"attention_mask": 0, "token_type_ids": 0, "labels": -100, "entity_token_map": -1, "special_tokens_mask": 1}
+#: token-level keys padded when nothing else is declared (a plain text model)
+DEFAULT_SEQUENCE_FAMILIES = {
+    "input_ids": ("input_ids", "attention_mask", "token_type_ids", "special_tokens_mask", "labels"),
+}
+DEFAULT_POSITION_KEYS = {"start_positions": "input_ids", "end_positions": "input_ids"}
+#: per-example graph keys: nodes, edges, optional per-edge relation ids and per-edge labels
+GRAPH_KEYS = ("node_entity_ids", "edge_index", "edge_relation_ids", "edge_labels")
+#: key that maps tokens to graph nodes (offset to the batched graph's node numbering)
+NODE_MAP_KEY = "entity_token_map"
+
+
+def pad_value(key: str, pad_token_id: int) -> int:
+    """Padding of a token-level key by its name: token ids get the pad token, labels -100, token → node maps -1,
+    special-token masks 1, attention masks and token types 0."""
+    if key.endswith("input_ids"):
+        return pad_token_id
+    if key.endswith("labels"):
+        return -100
+    if key.endswith("token_map"):
+        return -1
+    if key.endswith("special_tokens_mask"):
+        return 1
+    return 0
 
 
 @dataclass
-class KnowledgeGraphCollator:
+class KeplmDataCollator:
     """Collate processor features into model inputs.
 
-    Token-level lists are right-padded (``input_ids`` with ``pad_token_id``, ``labels`` with -100,
-    ``entity_token_map`` with -1); each example's graph becomes a torch-geometric ``Data`` and the batch a
-    ``Batch`` (node indices offset per example), and ``entity_token_map`` is offset the same way so that it
-    indexes the batched nodes. Scalar fields (``start_positions``) become tensors; other fields (e.g.
-    ``example_id``, ``offset_mapping``) are dropped, as the Trainer does with unused columns.
-    ``graph_pad_to_multiple_of`` pads nodes/edges with inert null nodes so compiled models see few shapes.
-    An optional per-edge ``edge_labels`` (e.g. relation-extraction targets) is concatenated in edge order and
-    padded with -100.
-    Works in ``DataLoader`` worker processes (plain picklable dataclass).
+    * Every sequence family (``sequence_families``: the key of a family's token ids → its token-level keys, e.g.
+      ``input_ids`` with ``attention_mask``, ``labels``, ``entity_token_map``, and Roof-Transformer's
+      ``knowledge_input_ids`` with ``knowledge_attention_mask``) is padded to its longest member (rounded up to
+      ``pad_to_multiple_of``) on ``padding_side``. Scalar token positions (``position_keys``, e.g. QA
+      ``start_positions``) move with left padding; other scalars become tensors.
+    * ``graph=True`` (models that read a graph): each example's graph becomes a torch-geometric ``Data`` and the
+      batch a ``Batch`` (node indices offset per example), ``entity_token_map`` is offset the same way,
+      ``edge_relation_ids`` / ``edge_labels`` are optional per-edge values; ``graph_pad_to_multiple_of`` pads
+      nodes and edges with inert null nodes so compiled models see few shapes; ``entity_vocab_size`` (the number of
+      entity-memory rows) rejects unknown entity ids.
+    * A feature key that is neither declared nor a scalar is a ValueError: nothing is dropped silently.
+
+    Build it with :meth:`from_processor`. Works in ``DataLoader`` worker processes (plain picklable dataclass).
     """
 
     pad_token_id: int = 0
+    padding_side: str = "right"
     pad_to_multiple_of: int | None = None
+    sequence_families: dict[str, tuple[str, ...]] = field(default_factory=lambda: dict(DEFAULT_SEQUENCE_FAMILIES))
+    position_keys: dict[str, str] = field(default_factory=lambda: dict(DEFAULT_POSITION_KEYS))
+    graph: bool = False
     graph_pad_to_multiple_of: int | None = None
-    max_entity_id: int | None = None  # entity-memory size, to reject unknown ids at batching time
+    entity_vocab_size: int | None = None
+
+    def __post_init__(self):
+        if self.padding_side not in ("left", "right"):
+            raise ValueError(f"padding_side must be 'left' or 'right', got {self.padding_side!r}")
+        self._family_of = {key: family for family, keys in self.sequence_families.items() for key in keys}
+
+    @classmethod
+    def from_processor(cls, processor, model=None, **kwargs) -> KeplmDataCollator:
+        """The collator of a keplm processor's features (its tokenizer's pad token and padding side, its
+        sequence families); ``graph`` follows what ``model`` reads (``config.reads_graph``), or without a model
+        whether the processor makes graphs."""
+        tokenizer = processor.tokenizer
+        defaults = {
+            "pad_token_id": tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0,
+            "padding_side": tokenizer.padding_side,
+            "sequence_families": dict(processor.sequence_families),
+            "position_keys": dict(processor.position_keys),
+        }
+        defaults["graph"] = bool(processor.graph_keys)
+        if model is not None:
+            defaults["graph"] = bool(getattr(model.config, "reads_graph", False))
+            if defaults["graph"] and getattr(model.config, "uses_knowledge_assets", False):
+                defaults["entity_vocab_size"] = model.config.entity_vocab_size
+        return cls(**(defaults | kwargs))
 
     def __call__(self, features: list[dict]) -> dict[str, torch.Tensor]:
         if not features:
             raise ValueError("cannot collate an empty list of features")
+        keys = list(features[0])
+        graph_keys = [k for k in keys if k in GRAPH_KEYS]
+        if graph_keys and not self.graph:
+            raise ValueError(f"the features carry graph fields {graph_keys} but this collator was built for a model "
+                             "that reads no graph (graph=False)")
+        if self.graph and "node_entity_ids" not in keys:
+            raise ValueError("the model reads a graph but the features have no node_entity_ids (build them with the "
+                             "model's processor)")
+        scalars = {k for k in keys if isinstance(features[0][k], (Number, np.number))}
+        unknown = [k for k in keys if k not in self._family_of and k not in GRAPH_KEYS and k not in scalars]
+        if unknown:
+            raise ValueError(f"feature fields {unknown} are neither token-level fields of a declared sequence family "
+                             f"({sorted(self._family_of)}) nor scalars: declare them or remove them before batching")
         batch: dict[str, torch.Tensor] = {}
-        sequence_keys = [k for k in ("input_ids", "attention_mask", "token_type_ids", "labels", "entity_token_map")
-                         if k in features[0]]
-        length = max(len(f["input_ids"]) for f in features)
-        if self.pad_to_multiple_of:
-            length = -(-length // self.pad_to_multiple_of) * self.pad_to_multiple_of
-        for key in sequence_keys:
-            pad = self.pad_token_id if key == "input_ids" else _PAD_VALUES.get(key, 0)
-            array = np.full((len(features), length), pad, dtype=np.int64)
-            for row, feature in enumerate(features):
-                values = feature[key]
-                if len(values) != len(feature["input_ids"]):
-                    raise ValueError(f"feature {row}: {key} has {len(values)} entries for {len(feature['input_ids'])} tokens")
-                array[row, : len(values)] = values
-            batch[key] = torch.from_numpy(array)
-        for key in ("start_positions", "end_positions"):
-            if key in features[0]:
-                batch[key] = torch.tensor([f[key] for f in features], dtype=torch.long)
-        if "node_entity_ids" in features[0]:
+        shifts = {}
+        for family in self.sequence_families:
+            if family in keys:
+                family_keys = [k for k in keys if self._family_of.get(k) == family and k not in scalars]
+                shifts[family] = self._pad_family(features, family, family_keys, batch)
+            elif any(self._family_of.get(k) == family and k not in scalars for k in keys):
+                raise ValueError(f"features have fields of the {family!r} family but no {family!r}")
+        for key in keys:
+            if key in batch or key in GRAPH_KEYS:
+                continue
+            values = torch.tensor([f[key] for f in features])
+            family = self.position_keys.get(key)
+            if family is not None and family in shifts:
+                values = torch.where(values >= 0, values + shifts[family], values)
+            batch[key] = values
+        if self.graph:
             self._collate_graphs(features, batch)
         return batch
 
+    def _pad_family(self, features: list[dict], family: str, family_keys: list[str], batch: dict) -> torch.Tensor:
+        """Pad one family's keys into ``batch``; return each row's left-padding shift."""
+        lengths = [len(f[family]) for f in features]
+        length = max(lengths)
+        if self.pad_to_multiple_of:
+            length = -(-length // self.pad_to_multiple_of) * self.pad_to_multiple_of
+        shift = torch.tensor([length - n if self.padding_side == "left" else 0 for n in lengths])
+        for key in family_keys:
+            array = np.full((len(features), length), pad_value(key, self.pad_token_id), dtype=np.int64)
+            for row, feature in enumerate(features):
+                values = feature[key]
+                if len(values) != lengths[row]:
+                    raise ValueError(f"feature {row}: {key} has {len(values)} entries for {lengths[row]} {family}")
+                start = int(shift[row])
+                array[row, start : start + len(values)] = values
+            batch[key] = torch.from_numpy(array)
+        return shift
+
     def _collate_graphs(self, features: list[dict], batch: dict) -> None:
-        graphs, edge_labels = [], []
+        graphs = []
+        has_relations = "edge_relation_ids" in features[0]
+        has_labels = "edge_labels" in features[0]
         for row, feature in enumerate(features):
             nodes = torch.as_tensor(feature["node_entity_ids"], dtype=torch.long).reshape(-1)
             edges = torch.as_tensor(feature["edge_index"], dtype=torch.long).reshape(2, -1)
-            relations = torch.as_tensor(feature["edge_relation_ids"], dtype=torch.long).reshape(-1)
             num_nodes = nodes.shape[0]
-            if relations.shape[0] != edges.shape[1]:
-                raise ValueError(f"feature {row}: {edges.shape[1]} edges but {relations.shape[0]} edge relation ids")
+            data = Data(x=nodes, edge_index=edges, num_nodes=num_nodes)
+            for key, attribute in (("edge_relation_ids", "edge_attr"), ("edge_labels", "edge_labels")):
+                if (key == "edge_relation_ids" and has_relations) or (key == "edge_labels" and has_labels):
+                    values = torch.as_tensor(feature[key], dtype=torch.long).reshape(-1)
+                    if values.shape[0] != edges.shape[1]:
+                        raise ValueError(f"feature {row}: {edges.shape[1]} edges but {values.shape[0]} {key}")
+                    data[attribute] = values
             if edges.numel() and (int(edges.min()) < 0 or int(edges.max()) >= num_nodes):
                 raise ValueError(f"feature {row}: edge_index refers to nodes outside its {num_nodes} nodes")
-            token_map = np.asarray(feature["entity_token_map"])
+            token_map = np.asarray(feature.get(NODE_MAP_KEY, []))
             if token_map.size and (token_map.min() < -1 or token_map.max() >= num_nodes):
-                raise ValueError(f"feature {row}: entity_token_map refers to nodes outside its {num_nodes} nodes")
-            if self.max_entity_id is not None and nodes.numel() and (
-                int(nodes.min()) < 0 or int(nodes.max()) >= self.max_entity_id
+                raise ValueError(f"feature {row}: {NODE_MAP_KEY} refers to nodes outside its {num_nodes} nodes")
+            if self.entity_vocab_size is not None and nodes.numel() and (
+                int(nodes.min()) < 0 or int(nodes.max()) >= self.entity_vocab_size
             ):
                 raise ValueError(
-                    f"feature {row}: unknown entity id {int(nodes.max())} (entity memory has {self.max_entity_id} rows;"
-                    " unseen entities must be mapped to the null entity 0)"
+                    f"feature {row}: unknown entity id {int(nodes.max())} (the entity memory has "
+                    f"{self.entity_vocab_size} rows; unseen entities must be mapped to the null entity 0)"
                 )
-            if "edge_labels" in features[0]:
-                edge_labels.append(torch.as_tensor(feature["edge_labels"], dtype=torch.long).reshape(-1))
-                if edge_labels[-1].shape[0] != edges.shape[1]:
-                    raise ValueError(f"feature {row}: {edges.shape[1]} edges but {edge_labels[-1].shape[0]} edge labels")
-            graphs.append(Data(x=nodes, edge_index=edges, edge_attr=relations, num_nodes=num_nodes))
+            graphs.append(data)
         graph = Batch.from_data_list(graphs)
-        node_entity_ids, edge_index, edge_relation_ids = graph.x, graph.edge_index, graph.edge_attr
-        token_map = batch["entity_token_map"]
-        offsets = graph.ptr[:-1].unsqueeze(1)
-        batch["entity_token_map"] = torch.where(token_map >= 0, token_map + offsets, token_map)
-        labels = torch.cat(edge_labels) if edge_labels else None
+        nodes, edges = graph.x, graph.edge_index
+        relations = graph.edge_attr if has_relations else None
+        labels = graph.edge_labels if has_labels else None
+        if NODE_MAP_KEY in batch:
+            token_map = batch[NODE_MAP_KEY]
+            offsets = graph.ptr[:-1].unsqueeze(1)
+            batch[NODE_MAP_KEY] = torch.where(token_map >= 0, token_map + offsets, token_map)
         if self.graph_pad_to_multiple_of:
-            node_entity_ids, edge_index, edge_relation_ids, labels = _pad_graph(
-                node_entity_ids, edge_index, edge_relation_ids, self.graph_pad_to_multiple_of, labels
-            )
-        batch["node_entity_ids"] = node_entity_ids
-        batch["edge_index"] = edge_index
-        batch["edge_relation_ids"] = edge_relation_ids
+            nodes, edges, relations, labels = _pad_graph(nodes, edges, relations, labels, self.graph_pad_to_multiple_of)
+        batch["node_entity_ids"] = nodes
+        batch["edge_index"] = edges
+        if relations is not None:
+            batch["edge_relation_ids"] = relations
         if labels is not None:
             batch["edge_labels"] = labels
 
 
-def _pad_graph(nodes, edges, relations, multiple, edge_labels=None):
+def _pad_graph(nodes, edges, relations, edge_labels, multiple):
     """Append null nodes (no mentions) and self-edges on the first of them: they never change any output
-    (their ``edge_labels``, if any, are -100)."""
+    (their relation id is 0, their ``edge_labels`` -100)."""
     num_nodes = -(-(nodes.shape[0] + 1) // multiple) * multiple
     num_edges = -(-max(edges.shape[1], 1) // multiple) * multiple
     pad_node = nodes.shape[0]
     nodes = torch.cat([nodes, nodes.new_zeros(num_nodes - nodes.shape[0])])
     extra = num_edges - edges.shape[1]
     edges = torch.cat([edges, edges.new_full((2, extra), pad_node)], dim=1)
-    relations = torch.cat([relations, relations.new_zeros(extra)])
+    if relations is not None:
+        relations = torch.cat([relations, relations.new_zeros(extra)])
     if edge_labels is not None:
         edge_labels = torch.cat([edge_labels, edge_labels.new_full((extra,), -100)])
     return nodes, edges, relations, edge_labels
+
+
+__all__ = ["KeplmDataCollator", "GRAPH_KEYS", "pad_value"]

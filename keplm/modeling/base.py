@@ -1,20 +1,27 @@
-"""Pieces every keplm model shares: wrapping a stock HF encoder, loading it from a base checkpoint, and
-saving/loading the knowledge assets (vocabularies, KG) beside the weights."""
+"""What every keplm model shares: stock HF encoders built from (and loaded into) named slots, extra transformer
+layers on top of them, the optimizer parameter-group hook, and knowledge assets saved and loaded beside the
+weights."""
 
 from __future__ import annotations
 
+import copy
 import logging
 import os
+from dataclasses import dataclass, field
 
 import torch
 from torch import nn
 from transformers import AutoConfig, AutoModel, PreTrainedModel
 
-from keplm.hub.assets import KnowledgeAssets
+from keplm.file_utils import hub_kwargs
+from keplm.knowledge.assets import KnowledgeAssets
+
+try:
+    from transformers.masking_utils import create_bidirectional_mask
+except ImportError:  # pragma: no cover - older transformers
+    create_bidirectional_mask = None
 
 logger = logging.getLogger(__name__)
-
-_HUB_KWARGS = ("revision", "token", "cache_dir", "local_files_only")
 
 
 def build_encoder(encoder_config) -> PreTrainedModel:
@@ -25,8 +32,9 @@ def build_encoder(encoder_config) -> PreTrainedModel:
         return AutoModel.from_config(encoder_config)
 
 
-def encoder_layers(encoder: nn.Module, depth: int) -> nn.ModuleList:
+def encoder_layers(encoder: nn.Module, depth: int | None = None) -> nn.ModuleList:
     """The encoder's list of transformer blocks (``encoder.layer`` for BERT-likes)."""
+    depth = encoder.config.num_hidden_layers if depth is None else depth
     for module in encoder.modules():
         if isinstance(module, nn.ModuleList) and len(module) == depth:
             return module
@@ -54,36 +62,130 @@ def check_index_range(tensor: torch.Tensor | None, low: int, high: int, message:
         raise ValueError(message.format(low=low, high=high))
 
 
+class ExtraLayers(nn.ModuleList):
+    """Transformer layers of an encoder's own class stacked on top of its output (a ``ModuleList`` of them).
+
+    KALA's "+ more params" baseline uses randomly initialised ones; Roof-Transformer's roof copies the last
+    layers of a pretrained encoder (``copy_from``: the encoder's name), which
+    :meth:`KeplmPreTrainedModel.from_base_pretrained` does after loading the pretrained weights.
+    """
+
+    def __init__(self, encoder: PreTrainedModel, num_layers: int, copy_from: str | None = None):
+        layer_class = type(encoder_layers(encoder)[-1])
+        first = encoder.config.num_hidden_layers
+        super().__init__(_new_layer(layer_class, encoder.config, first + i) for i in range(num_layers))
+        self.layer_config = encoder.config
+        self.copy_from = copy_from
+
+    @torch.no_grad()
+    def copy_last_layers(self, encoder: nn.Module) -> None:
+        """Load the weights of the encoder's last ``len(self)`` layers, in order."""
+        source = encoder_layers(encoder)
+        if len(self) > len(source):
+            raise ValueError(f"cannot copy the last {len(self)} layers of an encoder with {len(source)} layers")
+        for target, layer in zip(self, list(source)[len(source) - len(self):]):
+            target.load_state_dict(layer.state_dict())
+
+    def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Run the layers; ``attention_mask`` is the ``[batch, length]`` padding mask (1 = token)."""
+        mask = None
+        if attention_mask is not None:
+            if create_bidirectional_mask is not None:
+                mask = create_bidirectional_mask(config=self.layer_config, inputs_embeds=hidden_states,
+                                                 attention_mask=attention_mask)
+            else:
+                mask = (1.0 - attention_mask[:, None, None, :].to(hidden_states.dtype)) * torch.finfo(
+                    hidden_states.dtype).min
+        for layer in self:
+            out = layer(hidden_states, attention_mask=mask)
+            hidden_states = out[0] if isinstance(out, tuple) else out
+        return hidden_states
+
+
+def _new_layer(layer_class, config, layer_idx: int) -> nn.Module:
+    try:
+        return layer_class(config, layer_idx=layer_idx)
+    except TypeError:
+        return layer_class(config)
+
+
+@dataclass
+class ParameterGroup:
+    """Parameters that train differently from the rest: their own learning rate and/or their own optimizer.
+
+    ``learning_rate=None`` keeps the Trainer's; ``optimizer=None`` keeps the Trainer's optimizer (the group joins
+    it, split by weight decay as the stock groups are), ``"sparse_adam"`` or ``"rowwise_adagrad"`` gives the
+    group an optimizer of its own (``keplm.training.optim``). Returned by
+    :meth:`KeplmPreTrainedModel.parameter_groups`.
+    """
+
+    name: str
+    parameters: list[nn.Parameter] = field(default_factory=list)
+    learning_rate: float | None = None
+    optimizer: str | None = None
+
+
 class KeplmPreTrainedModel(PreTrainedModel):
-    """Base of keplm models: knowledge assets travel with ``save_pretrained``/``from_pretrained``/``push_to_hub``."""
+    """Base of keplm models.
+
+    * Encoders: ``config.encoder_names`` name the stock HF encoders of the model; each lives at
+      ``base_model.<name>`` and :meth:`from_base_pretrained` loads a pretrained checkpoint into each.
+    * Training: :meth:`parameter_groups` is the one hook through which a model tells the Trainer which of its
+      parameters train at another learning rate or with another optimizer; ``ddp_find_unused_parameters`` is
+      the model's answer to DDP's unused-parameter question.
+    * Knowledge assets (vocabularies, KG) travel with ``save_pretrained``/``from_pretrained``/``push_to_hub``.
+    """
 
     supports_gradient_checkpointing = True
     _supports_sdpa = True
     _supports_flash_attn = True
     _supports_attention_backend = True
-    #: attribute holding the wrapped HF encoder inside the base model
-    encoder_attribute = "encoder"
     #: losses are per-batch means: the Trainer must scale them for gradient accumulation itself
     accepts_loss_kwargs = False
+    #: whether DDP must look for parameters without gradient (None: let the Trainer decide)
+    ddp_find_unused_parameters: bool | None = None
 
     knowledge_assets: KnowledgeAssets | None = None
 
-    def requires_knowledge_assets(self) -> bool:
-        return True
+    # ------------------------------------------------------------------ encoders
+    def named_encoders(self) -> dict[str, PreTrainedModel]:
+        """``{name: encoder module}`` for every encoder in ``config.encoder_names``."""
+        return {name: getattr(self.base_model, name) for name in self.config.encoder_names}
+
+    def get_input_embeddings(self):
+        return self.named_encoders()[self.config.encoder_names[0]].get_input_embeddings()
+
+    def set_input_embeddings(self, value):
+        self.named_encoders()[self.config.encoder_names[0]].set_input_embeddings(value)
+
+    # ------------------------------------------------------------------ training hooks
+    def parameter_groups(self, learning_rate: float, **options) -> list[ParameterGroup]:
+        """Groups of parameters that train differently from the rest (none by default); ``options`` are the
+        model's own training options (e.g. KALA's ``knowledge_learning_rate``), passed by the Trainer's
+        ``parameter_group_options``. A model rejects options it does not know."""
+        if options:
+            raise ValueError(f"{type(self).__name__} takes no parameter-group options, got {sorted(options)}")
+        return []
 
     # ------------------------------------------------------------------ saving / loading
     def save_pretrained(self, save_directory, *args, **kwargs):
         super().save_pretrained(save_directory, *args, **kwargs)
         if self.knowledge_assets is not None and kwargs.get("is_main_process", True):
-            self.knowledge_assets.save_pretrained(save_directory)
+            self.knowledge_assets.save_pretrained(save_directory, overwrite=True)
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
-        hub_kwargs = {k: kwargs[k] for k in _HUB_KWARGS if k in kwargs}
+        """As ``PreTrainedModel.from_pretrained``; the knowledge assets are loaded (and their hashes checked)
+        before the weights, so a checkpoint without them fails before downloading the weights."""
+        location = hub_kwargs(kwargs)
+        assets = None
+        config = cls.config_class.from_pretrained(pretrained_model_name_or_path, **location)
+        if getattr(config, "uses_knowledge_assets", False):
+            assets = KnowledgeAssets.from_pretrained(pretrained_model_name_or_path, **location)
         loaded = super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
         model = loaded[0] if isinstance(loaded, tuple) else loaded
-        if isinstance(model, KeplmPreTrainedModel) and model.requires_knowledge_assets():
-            model.set_knowledge_assets(KnowledgeAssets.from_pretrained(pretrained_model_name_or_path, **hub_kwargs))
+        if assets is not None and isinstance(model, KeplmPreTrainedModel) and model.config.uses_knowledge_assets:
+            model.set_knowledge_assets(assets)
         return loaded
 
     def set_knowledge_assets(self, assets: KnowledgeAssets) -> None:
@@ -95,43 +197,88 @@ class KeplmPreTrainedModel(PreTrainedModel):
         return None
 
     @classmethod
+    def config_kwargs_from_assets(cls, assets: KnowledgeAssets | None) -> dict:
+        return {}
+
+    @classmethod
     def from_base_pretrained(
         cls,
-        base_model_name_or_path: str | os.PathLike,
+        base_model_name_or_path: str | os.PathLike | dict[str, str | os.PathLike],
         knowledge_assets: KnowledgeAssets | None = None,
         dtype: torch.dtype = torch.float32,
         **config_kwargs,
     ):
-        """Build this model around a pretrained encoder (a local directory or Hub id, e.g. MiniLM or BERT).
+        """Build this model around pretrained encoders: one checkpoint (a local directory or Hub id, e.g. MiniLM
+        or BERT) for every encoder, or ``{encoder name: checkpoint}``; each encoder gets its own copy of the
+        weights. Extra layers declared to copy an encoder's last layers get them.
 
-        The encoder keeps its pretrained weights; every other module is newly initialised, and the report of
-        what is new is logged and kept in ``model.loading_report``.
+        Every other module is newly initialised; the report of what is new is logged and kept in
+        ``model.loading_report``.
         """
-        encoder_config = AutoConfig.from_pretrained(base_model_name_or_path)
-        config_kwargs = cls.config_kwargs_from_assets(knowledge_assets) | config_kwargs
-        config = cls.config_class(encoder_config=encoder_config, **config_kwargs)
-        model = cls(config)
-        pretrained = AutoModel.from_pretrained(base_model_name_or_path, dtype=dtype)
-        encoder = getattr(model.base_model, cls.encoder_attribute)
-        missing, unexpected = encoder.load_state_dict(pretrained.state_dict(), strict=False)
-        unexpected = [k for k in unexpected if not k.startswith("pooler.")]
-        if unexpected:
-            raise ValueError(f"{base_model_name_or_path} does not fit the encoder: unexpected weights {unexpected[:5]}")
-        new_modules = sorted(
-            {name.split(".")[0] if not name.startswith(model.base_model_prefix) else ".".join(name.split(".")[:2])
-             for name, _ in model.named_parameters()
-             if not name.startswith(f"{model.base_model_prefix}.{cls.encoder_attribute}.")}
-        )
-        model.loading_report = {"base_model": str(base_model_name_or_path), "newly_initialized": new_modules,
-                                "encoder_missing": list(missing)}
+        names = cls.config_class.encoder_names
+        if isinstance(base_model_name_or_path, dict):
+            unknown = sorted(set(base_model_name_or_path) - set(names))
+            if unknown or set(names) - set(base_model_name_or_path):
+                raise ValueError(f"base checkpoints must be given for the encoders {list(names)}, got "
+                                 f"{sorted(base_model_name_or_path)}")
+            sources = {name: base_model_name_or_path[name] for name in names}
+        else:
+            sources = dict.fromkeys(names, base_model_name_or_path)
+        configs = {f"{name}_config": AutoConfig.from_pretrained(path) for name, path in sources.items()}
+        config_kwargs = cls.config_kwargs_from_assets(knowledge_assets) | configs | config_kwargs
+        model = cls(cls.config_class(**config_kwargs))
+        pretrained_cache: dict[str, dict] = {}
+        missing_weights = {}
+        for name, path in sources.items():
+            key = str(path)
+            if key not in pretrained_cache:
+                pretrained_cache[key] = AutoModel.from_pretrained(path, dtype=dtype).state_dict()
+            encoder = model.named_encoders()[name]
+            missing, unexpected = encoder.load_state_dict(copy.copy(pretrained_cache[key]), strict=False)
+            unexpected = [k for k in unexpected if not k.startswith("pooler.")]
+            if unexpected:
+                raise ValueError(f"{path} does not fit the {name}: unexpected weights {unexpected[:5]}")
+            if missing:
+                missing_weights[name] = list(missing)
+        copied = []
+        for module_name, module in model.named_modules():
+            if isinstance(module, ExtraLayers) and module.copy_from is not None:
+                module.copy_last_layers(model.named_encoders()[module.copy_from])
+                copied.append(module_name)
+        encoder_prefixes = tuple(f"{_prefixed(model, name)}." for name in names)
+        new_modules = sorted({
+            ".".join(name.split(".")[:2]) if name.startswith(f"{model.base_model_prefix}.") else name.split(".")[0]
+            for name, _ in model.named_parameters()
+            if not name.startswith(encoder_prefixes) and not any(name.startswith(f"{c}.") for c in copied)
+        })
+        model.loading_report = {"base_model": {n: str(p) for n, p in sources.items()}, "newly_initialized": new_modules,
+                                "copied_from_encoder_layers": copied, "encoder_missing": missing_weights}
         logger.warning(
-            "Built %s on %s: newly initialised modules %s%s", cls.__name__, base_model_name_or_path, new_modules,
-            f"; encoder weights missing from the checkpoint: {list(missing)}" if missing else "",
+            "Built %s on %s: newly initialised modules %s%s%s", cls.__name__, _describe(sources), new_modules,
+            f"; copied from the encoders' last layers: {copied}" if copied else "",
+            f"; encoder weights missing from the checkpoint: {missing_weights}" if missing_weights else "",
         )
         if knowledge_assets is not None:
             model.set_knowledge_assets(knowledge_assets)
         return model.to(dtype)
 
-    @classmethod
-    def config_kwargs_from_assets(cls, assets: KnowledgeAssets | None) -> dict:
-        return {}
+
+def _prefixed(model: PreTrainedModel, name: str) -> str:
+    """The parameter-name prefix of encoder ``name`` in ``model`` (with the base-model prefix if any)."""
+    return f"{model.base_model_prefix}.{name}" if model.base_model is not model else name
+
+
+def _describe(sources: dict[str, str]) -> str:
+    unique = set(map(str, sources.values()))
+    return next(iter(unique)) if len(unique) == 1 else ", ".join(f"{n}={p}" for n, p in sources.items())
+
+
+__all__ = [
+    "KeplmPreTrainedModel",
+    "ParameterGroup",
+    "ExtraLayers",
+    "build_encoder",
+    "encoder_layers",
+    "layer_norms",
+    "check_index_range",
+]

@@ -9,10 +9,9 @@ from torch import nn
 class KnowledgeFeatureModulation(nn.Module):
     """KALA eq. (1)-(2): γ = 1 + h1(v), β = h2(v) after LN1; γ' = 1 + h3(v), β' = h4(v) after LN2.
 
-    h1..h4 are four independent 2-layer ReLU MLPs. They are computed as one batched product per layer
-    (a [d, 4k] projection and a [4, k, H] block-diagonal one), which is mathematically the same as four
-    separate MLPs but costs two kernels instead of eight. They run on graph nodes (one row per entity
-    of the context), not on tokens; tokens then gather their entity's row.
+    h1..h4 are four independent 2-layer ReLU MLPs, stored as one [d, 4k] first layer and one [4, k, H]
+    block-diagonal second layer (mathematically four separate MLPs). They run on graph nodes (one row per
+    entity of the context), not on tokens; tokens then gather their entity's row.
     """
 
     def __init__(self, entity_dim: int, hidden_size: int, mlp_hidden_size: int):

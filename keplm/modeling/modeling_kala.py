@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from functools import partial
 
@@ -11,17 +12,26 @@ from transformers.modeling_outputs import QuestionAnsweringModelOutput, TokenCla
 from transformers.utils import ModelOutput
 
 from keplm.configuration.configuration_kala import KalaConfig
-from keplm.hub.assets import KnowledgeAssets
+from keplm.knowledge.assets import KnowledgeAssets
 
-from .base import KeplmPreTrainedModel, build_encoder, check_index_range, encoder_layers, layer_norms
+from .base import (
+    ExtraLayers,
+    KeplmPreTrainedModel,
+    ParameterGroup,
+    build_encoder,
+    check_index_range,
+    encoder_layers,
+    layer_norms,
+)
 from .entity_memory import EntityMemory
 from .kfm import KnowledgeFeatureModulation, apply_modulation, gather_modulation
 from .relational_retrieval import RelationalAttentionConv, RelationalRetrieval
 
-try:
-    from transformers.masking_utils import create_bidirectional_mask
-except ImportError:  # pragma: no cover - older transformers
-    create_bidirectional_mask = None
+logger = logging.getLogger(__name__)
+
+#: optimizers of the entity memory (``parameter_groups(entity_memory_optimizer=...)``): the Trainer's Adam (or
+#: SparseAdam for a sparse memory), or row-wise AdaGrad (one accumulator per row instead of two per weight)
+ENTITY_MEMORY_OPTIMIZERS = ("adam", "rowwise_adagrad")
 
 
 @dataclass
@@ -75,7 +85,8 @@ class KalaKnowledgeLayer(nn.Module):
         super().__init__()
         hidden = config.encoder_config.hidden_size
         self.retrieval = (
-            RelationalRetrieval(config.entity_dim, config.relation_dim, hidden, config.gnn_layers, config.knowledge_dropout)
+            RelationalRetrieval(config.entity_dim, config.relation_dim, hidden, config.gnn_layers,
+                                config.knowledge_dropout)
             if config.retrieval_mode == "relational"
             else None
         )
@@ -95,9 +106,10 @@ class KalaKnowledgeLayer(nn.Module):
 class KalaPreTrainedModel(KeplmPreTrainedModel):
     config_class = KalaConfig
     base_model_prefix = "kala"
-
-    def requires_knowledge_assets(self) -> bool:
-        return self.config.uses_knowledge
+    #: every parameter takes part in every step: the entity memory, relational retrieval and KFM stay in the
+    #: autograd graph even for a batch without any entity (they contribute ``0 * sum``), so DDP does not need
+    #: the extra graph traversal that ``find_unused_parameters=True`` costs
+    ddp_find_unused_parameters = False
 
     @classmethod
     def config_kwargs_from_assets(cls, assets: KnowledgeAssets | None) -> dict:
@@ -124,6 +136,36 @@ class KalaPreTrainedModel(KeplmPreTrainedModel):
     def is_knowledge_parameter(self, name: str) -> bool:
         """Whether parameter ``name`` (as in ``named_parameters()``) belongs to the knowledge modules."""
         return any(part in self.knowledge_module_names for part in name.split(".")[:2])
+
+    def parameter_groups(self, learning_rate: float, knowledge_learning_rate: float | None = None,
+                         entity_memory_optimizer: str = "adam",
+                         entity_memory_learning_rate: float | None = None) -> list[ParameterGroup]:
+        """KALA's training options: ``knowledge_learning_rate`` for the knowledge modules (entity memory, KFM,
+        relational retrieval; the paper gives its knowledge module an optimizer of its own for T5), and the
+        entity memory's optimizer: ``"adam"`` (the Trainer's; SparseAdam for a ``sparse_entity_memory``) or
+        ``"rowwise_adagrad"``, at ``entity_memory_learning_rate`` (default: the knowledge learning rate)."""
+        if entity_memory_optimizer not in ENTITY_MEMORY_OPTIMIZERS:
+            raise ValueError(f"unknown entity_memory_optimizer {entity_memory_optimizer!r}; choose from "
+                             f"{ENTITY_MEMORY_OPTIMIZERS}")
+        if not self.config.uses_knowledge:
+            if knowledge_learning_rate is not None or entity_memory_optimizer != "adam":
+                logger.warning("retrieval_mode='none': the model has no knowledge modules, so the knowledge "
+                               "learning rate and the entity-memory optimizer do not apply")
+            return []
+        groups = []
+        table = self.base_model.entity_memory.embeddings
+        own_optimizer = "rowwise_adagrad" if entity_memory_optimizer == "rowwise_adagrad" else (
+            "sparse_adam" if table.sparse else None)
+        if own_optimizer is not None and table.weight.requires_grad:
+            memory_lr = next(lr for lr in (entity_memory_learning_rate, knowledge_learning_rate, learning_rate)
+                             if lr is not None)
+            groups.append(ParameterGroup("entity_memory", [table.weight], memory_lr, own_optimizer))
+        if knowledge_learning_rate is not None:
+            grouped = {id(p) for group in groups for p in group.parameters}
+            parameters = [p for name, p in self.named_parameters()
+                          if self.is_knowledge_parameter(name) and p.requires_grad and id(p) not in grouped]
+            groups.append(ParameterGroup("knowledge", parameters, knowledge_learning_rate))
+        return groups
 
     @torch.no_grad()
     def _init_weights(self, module):
@@ -159,26 +201,13 @@ class KalaModel(KalaPreTrainedModel):
             else None
         )
         self.knowledge_layers = nn.ModuleDict({str(i): KalaKnowledgeLayer(config) for i in config.kfm_layer_indices})
-        self.extra_layers = nn.ModuleList(self._new_layer(layers, len(layers) + i) for i in range(config.num_extra_layers))
+        self.extra_layers = ExtraLayers(self.encoder, config.num_extra_layers)
         self._state: _KnowledgeState | None = None
         for index in config.kfm_layer_indices:
             layers[index].register_forward_pre_hook(partial(self._compute_modulation, index), with_kwargs=True)
             for slot, norm in enumerate(layer_norms(layers[index])):
                 norm.register_forward_hook(partial(self._apply_modulation, index, slot, layers[index]))
         self.post_init()
-
-    def _new_layer(self, layers: nn.ModuleList, layer_idx: int) -> nn.Module:
-        layer_class = type(layers[-1])
-        try:
-            return layer_class(self.config.encoder_config, layer_idx=layer_idx)
-        except TypeError:
-            return layer_class(self.config.encoder_config)
-
-    def get_input_embeddings(self):
-        return self.encoder.get_input_embeddings()
-
-    def set_input_embeddings(self, value):
-        self.encoder.set_input_embeddings(value)
 
     # ------------------------------------------------------------------ hooks
     def _compute_modulation(self, layer_index, module, args, kwargs):
@@ -208,10 +237,11 @@ class KalaModel(KalaPreTrainedModel):
         if entity_token_map is None or node_entity_ids is None:
             raise ValueError(
                 f"KALA (retrieval_mode={self.config.retrieval_mode!r}) needs entity_token_map and node_entity_ids; "
-                "build inputs with KalaProcessor and KalaDataCollator"
+                "build inputs with KalaProcessor and KeplmDataCollator"
             )
         if tuple(entity_token_map.shape) != tuple(input_shape):
-            raise ValueError(f"entity_token_map has shape {tuple(entity_token_map.shape)}, input is {tuple(input_shape)}")
+            raise ValueError(f"entity_token_map has shape {tuple(entity_token_map.shape)}, the input "
+                             f"{tuple(input_shape)}")
         num_nodes = node_entity_ids.shape[0]
         if edge_index is None:
             edge_index = torch.zeros(2, 0, dtype=torch.long, device=device)
@@ -270,10 +300,7 @@ class KalaModel(KalaPreTrainedModel):
         )
         hidden = outputs.last_hidden_state
         if len(self.extra_layers):
-            mask = self._extra_layer_mask(hidden, attention_mask)
-            for layer in self.extra_layers:
-                out = layer(hidden, attention_mask=mask)
-                hidden = out[0] if isinstance(out, tuple) else out
+            hidden = self.extra_layers(hidden, attention_mask)
         return KalaModelOutput(
             last_hidden_state=hidden,
             hidden_states=getattr(outputs, "hidden_states", None),
@@ -281,16 +308,6 @@ class KalaModel(KalaPreTrainedModel):
             entity_representations=state.last_vectors if state is not None else None,
             entity_has_knowledge=state.last_has_knowledge if state is not None else None,
         )
-
-    def _extra_layer_mask(self, hidden, attention_mask):
-        if attention_mask is None:
-            return None
-        if create_bidirectional_mask is not None:
-            return create_bidirectional_mask(
-                config=self.config.encoder_config, inputs_embeds=hidden, attention_mask=attention_mask
-            )
-        additive = (1.0 - attention_mask[:, None, None, :].to(hidden.dtype)) * torch.finfo(hidden.dtype).min
-        return additive
 
 
 def _knowledge_kwargs(entity_token_map, node_entity_ids, edge_index, edge_relation_ids) -> dict:
@@ -341,7 +358,8 @@ class KalaForTokenClassification(KalaPreTrainedModel):
         logits = self.classifier(self.dropout(outputs.last_hidden_state))
         loss = None
         if labels is not None:
-            loss = nn.functional.cross_entropy(logits.view(-1, self.num_labels).float(), labels.view(-1), ignore_index=-100)
+            loss = nn.functional.cross_entropy(logits.view(-1, self.num_labels).float(), labels.view(-1),
+                                               ignore_index=-100)
         return TokenClassifierOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
         )
@@ -397,6 +415,7 @@ class KalaForQuestionAnswering(KalaPreTrainedModel):
 
 
 __all__ = [
+    "ENTITY_MEMORY_OPTIMIZERS",
     "KalaModel",
     "KalaModelOutput",
     "KalaPreTrainedModel",

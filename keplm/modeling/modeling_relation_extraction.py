@@ -2,20 +2,27 @@
 
 An encoder gives every entity the mean state of its mention tokens (``node_context``); tanh projections of
 head and tail feed one bilinear layer that scores every relation of the vocabulary for each candidate pair.
+:class:`RelationExtractor` runs a trained model over the linked mentions of a text (``keplm build-kg
+--relation_source model``).
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import torch
 from torch import nn
+from transformers import AutoTokenizer
 from transformers import initialization as init
 from transformers.utils import ModelOutput
 
 from keplm.configuration.configuration_relation_extraction import RelationExtractionConfig
+from keplm.file_utils import hub_kwargs
+from keplm.knowledge.annotation import KnowledgeAnnotation, Triplet
+from keplm.tokenization.alignment import encode_entities
 
-from .base import KeplmPreTrainedModel, build_encoder, check_index_range
+from .base import KeplmPreTrainedModel, ParameterGroup, build_encoder, check_index_range
 from .modeling_kala import node_context
 
 
@@ -69,16 +76,18 @@ class KeplmForRelationExtraction(KeplmPreTrainedModel):
     """An encoder with a bilinear relation classifier over candidate (head, tail) entity pairs.
 
     Inputs are batched like KALA's: ``entity_token_map`` marks the mention tokens of each entity (an index into
-    the batch's entities, as [`KnowledgeGraphCollator`] builds it) and ``edge_index`` lists the candidate pairs.
-    It needs no knowledge assets. The encoder sits at ``backbone.encoder`` (the keplm base-loading layout).
+    the batch's entities, as [`KeplmDataCollator`] builds it) and ``edge_index`` lists the candidate pairs.
+    It needs no knowledge assets.
     """
 
     config_class = RelationExtractionConfig
-    base_model_prefix = "backbone"
+    base_model_prefix = "relation_extraction"  # no separate base model: the encoder is ``self.encoder``
+    #: every parameter takes part in every step (the type embedding, when configured, in every forward)
+    ddp_find_unused_parameters = False
 
     def __init__(self, config: RelationExtractionConfig):
         super().__init__(config)
-        self.backbone = nn.ModuleDict({"encoder": build_encoder(config.encoder_config)})
+        self.encoder = build_encoder(config.encoder_config)
         hidden = config.encoder_config.hidden_size
         dropout = config.dropout if config.dropout is not None else config.encoder_config.hidden_dropout_prob
         self.entity_type_embeddings = (
@@ -87,18 +96,20 @@ class KeplmForRelationExtraction(KeplmPreTrainedModel):
         self.scorer = BilinearPairScorer(hidden, config.bilinear_dim, config.num_labels, dropout)
         self.post_init()
 
-    def requires_knowledge_assets(self) -> bool:
-        return False
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
+        """As ``PreTrainedModel.from_pretrained``; checkpoints saved before the encoder moved from ``backbone.encoder``
+        to ``encoder`` load with their weights renamed."""
+        kwargs.setdefault("key_mapping", {r"^backbone\.encoder\.": "encoder."})
+        return super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
 
-    @property
-    def encoder(self) -> nn.Module:
-        return self.backbone["encoder"]
-
-    def get_input_embeddings(self):
-        return self.encoder.get_input_embeddings()
-
-    def set_input_embeddings(self, value):
-        self.encoder.set_input_embeddings(value)
+    def parameter_groups(self, learning_rate: float, head_learning_rate: float | None = None) -> list[ParameterGroup]:
+        """``head_learning_rate``: the learning rate of everything but the encoder (projections, bilinear layer,
+        entity-type embedding)."""
+        if head_learning_rate is None:
+            return []
+        head = [p for name, p in self.named_parameters() if not name.startswith("encoder.") and p.requires_grad]
+        return [ParameterGroup("head", head, head_learning_rate)]
 
     @torch.no_grad()
     def _init_weights(self, module):
@@ -117,9 +128,10 @@ class KeplmForRelationExtraction(KeplmPreTrainedModel):
     def _check_inputs(self, input_shape, entity_token_map, node_entity_ids, edge_index, edge_labels) -> int:
         if entity_token_map is None or node_entity_ids is None or edge_index is None:
             raise ValueError("relation extraction needs entity_token_map, node_entity_ids and edge_index "
-                             "(build batches with keplm.data.docred and KnowledgeGraphCollator)")
+                             "(build batches with keplm.data.docred and KeplmDataCollator)")
         if tuple(entity_token_map.shape) != tuple(input_shape):
-            raise ValueError(f"entity_token_map has shape {tuple(entity_token_map.shape)}, input is {tuple(input_shape)}")
+            raise ValueError(f"entity_token_map has shape {tuple(entity_token_map.shape)}, the input "
+                             f"{tuple(input_shape)}")
         if edge_index.dim() != 2 or edge_index.shape[0] != 2:
             raise ValueError(f"edge_index must have shape [2, num_pairs], got {tuple(edge_index.shape)}")
         if edge_labels is not None and tuple(edge_labels.shape) != (edge_index.shape[1],):
@@ -146,7 +158,6 @@ class KeplmForRelationExtraction(KeplmPreTrainedModel):
         entity_token_map: torch.Tensor | None = None,
         node_entity_ids: torch.Tensor | None = None,
         edge_index: torch.Tensor | None = None,
-        edge_relation_ids: torch.Tensor | None = None,
         edge_labels: torch.Tensor | None = None,
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
@@ -159,7 +170,6 @@ class KeplmForRelationExtraction(KeplmPreTrainedModel):
         node_entity_ids (`torch.LongTensor` of shape `(num_entities,)`):
             Entity-type id of every entity of the batch (0 = unknown); used only if `config.entity_types` is set.
         edge_index (`torch.LongTensor` of shape `(2, num_pairs)`): head and tail entity of each candidate pair.
-        edge_relation_ids: accepted and ignored (the collator's graph batching always provides it).
         edge_labels (`torch.LongTensor` of shape `(num_pairs,)`): gold relation id per pair (0 = no_relation,
             -100 = ignored). A pair with several gold relations appears once per relation.
         """
@@ -196,7 +206,73 @@ def pair_loss(logits: torch.Tensor, edge_labels: torch.Tensor) -> torch.Tensor:
     return (losses * labelled).sum() / labelled.sum().clamp(min=1)
 
 
+class RelationExtractor:
+    """Predict facts between the linked entities of a text.
+
+    Every distinct mention id is one entity (mentions without an id are ignored); every ordered pair of
+    entities with a mention inside the first ``max_length`` tokens is scored, and a pair gets its top-1
+    relation, or its top-2 one when no_relation wins but the runner-up has probability above ``threshold``
+    (default: the model's ``top2_threshold``).
+    """
+
+    def __init__(self, model: KeplmForRelationExtraction, tokenizer, threshold: float | None = None,
+                 max_length: int | None = None):
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.threshold = model.config.top2_threshold if threshold is None else threshold
+        positions = model.config.encoder_config.max_position_embeddings
+        self.max_length = min(max_length or positions, positions)
+
+    @classmethod
+    def from_pretrained(cls, path: str | os.PathLike, threshold: float | None = None, **kwargs) -> RelationExtractor:
+        """Load the model and tokenizer saved together in ``path`` (a directory or Hub id)."""
+        model = KeplmForRelationExtraction.from_pretrained(path, **kwargs)
+        return cls(model, AutoTokenizer.from_pretrained(path, **hub_kwargs(kwargs)), threshold=threshold)
+
+    @torch.no_grad()
+    def extract(self, text: str, annotation: KnowledgeAnnotation,
+                entity_types: dict[str, str] | None = None) -> list[Triplet]:
+        """Facts between the mentioned entities of ``text``; ``entity_types`` maps entity id → type name
+        (used only by models trained with entity types)."""
+        spans: dict[str, list[list[int]]] = {}
+        for mention in annotation.validate(text).entities:
+            if mention.id is not None:
+                spans.setdefault(mention.id, []).append([mention.start, mention.end])
+        ids = list(spans)
+        if len(ids) < 2:
+            return []
+        encoded = encode_entities(self.tokenizer, text, list(spans.values()), self.max_length)
+        kept = [i for i, keep in enumerate(encoded["entity_kept"]) if keep]
+        pairs = [(h, t) for h in kept for t in kept if h != t]
+        if not pairs:
+            return []
+        config = self.model.config
+        type_ids = {name: i + 1 for i, name in enumerate(config.entity_types or ())}
+        device = self.model.device
+        inputs = {key: torch.tensor([encoded[key]], device=device)
+                  for key in ("input_ids", "attention_mask", "token_type_ids", "entity_token_map") if key in encoded}
+        logits = self.model(
+            **inputs,
+            node_entity_ids=torch.tensor([type_ids.get((entity_types or {}).get(i, ""), 0) for i in ids],
+                                         device=device),
+            edge_index=torch.tensor(pairs, device=device).T,
+        ).logits
+        relations, _ = self.model.predict_relations(logits, self.threshold)
+        no_relation = config.label2id[config.no_relation_label]
+        return [Triplet(h=ids[h], r=config.id2label[r], t=ids[t])
+                for (h, t), r in zip(pairs, relations.tolist()) if r != no_relation]
+
+    def annotate(self, text: str, annotation: KnowledgeAnnotation, **kwargs) -> KnowledgeAnnotation:
+        """A copy of ``annotation`` whose triplets are the extracted facts (the KALA relation-extraction source)."""
+        return KnowledgeAnnotation(entities=list(annotation.entities),
+                                   triplets=self.extract(text, annotation, **kwargs))
+
+    def __repr__(self) -> str:  # names the extractor in linking cache fingerprints
+        return f"RelationExtractor({self.model.config.name_or_path!r}, threshold={self.threshold})"
+
+
 __all__ = [
+    "RelationExtractor",
     "KeplmForRelationExtraction",
     "RelationExtractionOutput",
     "BilinearPairScorer",

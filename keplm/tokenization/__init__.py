@@ -1,4 +1,5 @@
-from .alignment import char_spans_to_token_spans, word_offsets
+from .alignment import char_spans_to_token_spans, encode_entities, word_offsets
 from .processing_kala import KalaProcessor
+from .processing_utils import KeplmProcessor
 
-__all__ = ["KalaProcessor", "char_spans_to_token_spans", "word_offsets"]
+__all__ = ["KeplmProcessor", "KalaProcessor", "char_spans_to_token_spans", "encode_entities", "word_offsets"]

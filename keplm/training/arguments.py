@@ -1,8 +1,8 @@
-"""Command-line arguments shared by the keplm run scripts (``run_scripts/run_ner.py``, ``run_qa.py``).
+"""Command-line arguments shared by the keplm run scripts (``run_scripts/run_ner.py``, ``run_qa.py``, ...).
 
-As in Hugging Face's example scripts, every script parses ``ModelArguments``, a task's data arguments,
-``KnowledgeArguments`` and ``transformers.TrainingArguments`` with ``HfArgumentParser`` (from the command
-line or one ``.json`` file).
+As in Hugging Face's example scripts, every script parses its argument dataclasses (``ModelArguments``, a task's
+data arguments, ``KnowledgeArguments``, ``transformers.TrainingArguments``) with ``HfArgumentParser`` from the
+command line or one ``.json`` file (:func:`parse_args`).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Literal
 import torch
 from transformers import HfArgumentParser, TrainingArguments
 
-from .optim import MEMORY_OPTIMIZERS
+from keplm.modeling.modeling_kala import ENTITY_MEMORY_OPTIMIZERS
 
 SYSTEMS = ("vanilla", "more_params", "pointwise", "relational")
 KNOWLEDGE_SOURCES = ("link", "annotations", "none")
@@ -29,6 +29,10 @@ class ModelArguments:
     cache_dir: str | None = field(default=None, metadata={"help": "Where to store downloaded models."})
     model_revision: str = field(default="main", metadata={"help": "Branch, tag or commit of the model on the Hub."})
     token: str | None = field(default=None, metadata={"help": "Hub token for private models."})
+
+    def hub_kwargs(self) -> dict:
+        """Where ``from_pretrained`` finds the model: ``cache_dir``, ``revision`` and ``token``."""
+        return {"cache_dir": self.cache_dir, "revision": self.model_revision, "token": self.token}
 
 
 @dataclass
@@ -95,7 +99,7 @@ class KnowledgeArguments:
         metadata={"help": "Optimizer of the entity memory: 'adam' (the Trainer's optimizer; SparseAdam with "
                   "--sparse_entity_memory) or 'rowwise_adagrad' (its own optimizer, one accumulator per row: the "
                   "table's optimizer state shrinks from 8 B per weight to 4 B per row; with dense gradients the "
-                  "model still compiles with --torch_compile).", "choices": list(MEMORY_OPTIMIZERS)},
+                  "model still compiles with --torch_compile).", "choices": list(ENTITY_MEMORY_OPTIMIZERS)},
     )
     entity_memory_learning_rate: float | None = field(
         default=None,
@@ -114,12 +118,19 @@ class KnowledgeArguments:
         """Whether the chosen system reads knowledge (vanilla and more_params do not)."""
         return self.system in ("pointwise", "relational") and self.knowledge != "none"
 
+    def parameter_group_options(self) -> dict:
+        """The KALA model's training options (``KalaPreTrainedModel.parameter_groups``) set on the command line."""
+        return {"knowledge_learning_rate": self.knowledge_learning_rate,
+                "entity_memory_optimizer": self.entity_memory_optimizer,
+                "entity_memory_learning_rate": self.entity_memory_learning_rate}
+
     def annotation_paths(self) -> dict[str, str]:
         paths = {}
         for item in self.annotation_files or []:
             split, sep, path = item.partition("=")
             if not sep or split not in ("train", "validation", "test"):
-                raise ValueError(f"--annotation_files entries must be train=PATH, validation=PATH or test=PATH; got {item!r}")
+                raise ValueError("--annotation_files entries must be train=PATH, validation=PATH or test=PATH; "
+                                 f"got {item!r}")
             paths[split] = path
         return paths
 
@@ -147,6 +158,11 @@ class DataArguments:
     def __post_init__(self):
         if self.dataset_name is None and not (self.train_file or self.validation_file or self.test_file):
             raise ValueError("pass --dataset_name or at least one of --train_file/--validation_file/--test_file")
+
+    def sample_limits(self) -> dict[str, int | None]:
+        """``--max_*_samples`` by split."""
+        return {"train": self.max_train_samples, "validation": self.max_eval_samples,
+                "test": self.max_predict_samples}
 
 
 @dataclass
@@ -195,8 +211,9 @@ def _has_accelerator() -> bool:
     return False
 
 
-def parse_args(data_class: type, args: list[str] | None = None):
-    """Parse ``(ModelArguments, data_class, KnowledgeArguments, TrainingArguments)``.
+def parse_args(data_class: type | tuple[type, ...], args: list[str] | None = None):
+    """Parse ``(ModelArguments, data_class, KnowledgeArguments, TrainingArguments)``, or the given tuple of
+    argument dataclasses, from ``args`` (default: the command line) or from one ``.json`` file.
 
     A multi-process launch on a machine without GPUs (``accelerate launch --multi_gpu --num_processes 2`` or
     ``torchrun``) runs as CPU DDP (gloo): without this, accelerate would silently start independent
@@ -204,7 +221,9 @@ def parse_args(data_class: type, args: list[str] | None = None):
     """
     if _launched_distributed() and not _has_accelerator():
         os.environ.setdefault("ACCELERATE_USE_CPU", "true")
-    parser = HfArgumentParser((ModelArguments, data_class, KnowledgeArguments, TrainingArguments))
+    classes = data_class if isinstance(data_class, tuple) else (ModelArguments, data_class, KnowledgeArguments,
+                                                                  TrainingArguments)
+    parser = HfArgumentParser(classes)
     argv = sys.argv[1:] if args is None else list(args)
     if len(argv) == 1 and argv[0].endswith(".json"):
         return parser.parse_json_file(json_file=os.path.abspath(argv[0]))

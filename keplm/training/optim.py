@@ -1,12 +1,9 @@
-"""Optimizers for the entity-memory tables.
+"""Optimizers for parameter groups that a model trains apart from the rest (``ParameterGroup.optimizer``).
 
-A 62.8k-row entity memory with a dense gradient costs a full-table zero-fill, scatter and AdamW update on
-every step although a batch touches a few hundred rows, and AdamW's two states per weight cost more memory
-than the issue's budget allows (``benchmarks/results``). :func:`split_memory_tables` takes the tables out of
-the Trainer's optimizer and gives them their own: ``torch.optim.SparseAdam`` for sparse gradients
-(``KalaConfig(sparse_entity_memory=True)``; lazy Adam: only the rows in the batch move, no weight decay) or
-:class:`RowwiseAdagrad` (one accumulator per row instead of Adam's two values per weight), for sparse or dense
-gradients (dense: the model stays compilable with ``torch.compile``).
+``"sparse_adam"`` is ``torch.optim.SparseAdam`` (lazy Adam for tables with sparse gradients: only the rows of
+the batch move, no weight decay); ``"rowwise_adagrad"`` is :class:`RowwiseAdagrad` (one accumulator per row
+instead of Adam's two values per weight, for sparse or dense gradients). :class:`CombinedOptimizer` steps them
+together with the Trainer's optimizer, so LR schedulers, checkpoints and the Trainer see one optimizer.
 """
 
 from __future__ import annotations
@@ -14,23 +11,10 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from keplm.modeling.entity_memory import EntityMemory
-
 
 def sparse_parameters(model: nn.Module) -> list[nn.Parameter]:
     """Weights of ``nn.Embedding(sparse=True)`` tables that are trained."""
     return [m.weight for m in model.modules() if isinstance(m, nn.Embedding) and m.sparse and m.weight.requires_grad]
-
-
-def memory_tables(model: nn.Module, memory_optimizer: str) -> list[nn.Parameter]:
-    """The tables :func:`split_memory_tables` moves: every sparse table, and for ``"rowwise_adagrad"`` also the
-    trained entity-memory tables with dense gradients."""
-    tables = sparse_parameters(model)
-    if memory_optimizer == "rowwise_adagrad":
-        known = {id(p) for p in tables}
-        tables += [m.embeddings.weight for m in model.modules() if isinstance(m, EntityMemory)
-                   and m.embeddings.weight.requires_grad and id(m.embeddings.weight) not in known]
-    return tables
 
 
 class RowwiseAdagrad(torch.optim.Optimizer):
@@ -107,63 +91,84 @@ def clip_grad_norm_sparse_(parameters, max_norm: float) -> torch.Tensor:
     return total
 
 
-#: ``memory_optimizer`` choices of :func:`split_memory_tables`
-MEMORY_OPTIMIZERS = ("adam", "rowwise_adagrad")
+#: optimizers a parameter group can ask for by name
+GROUP_OPTIMIZERS = ("sparse_adam", "rowwise_adagrad")
 
 
-class MemoryTableOptimizer(torch.optim.Optimizer):
-    """Steps the model's optimizer (``dense``) and the entity-memory tables' one (``tables``) together;
-    ``param_groups`` holds both optimizers' groups (the same dicts), so LR schedulers and the Trainer see one
-    optimizer."""
+def build_group_optimizer(name: str, parameters: list[nn.Parameter], lr: float, betas, eps: float):
+    """The optimizer called ``name`` (:data:`GROUP_OPTIMIZERS`) over ``parameters``."""
+    if name == "rowwise_adagrad":
+        return RowwiseAdagrad(parameters, lr=lr, eps=eps)
+    if name == "sparse_adam":
+        return torch.optim.SparseAdam(parameters, lr=lr, betas=betas, eps=eps)
+    raise ValueError(f"unknown parameter-group optimizer {name!r}; choose from {GROUP_OPTIMIZERS}")
 
-    def __init__(self, dense: torch.optim.Optimizer, tables: torch.optim.Optimizer):  # noqa: D107
-        self.dense, self.tables = dense, tables
-        self.defaults = dense.defaults
-        self.state = dense.state  # the Trainer only inspects it for logging; both states are in state_dict()
+
+def apply_parameter_groups(optimizer: torch.optim.Optimizer, groups, learning_rate: float, betas, eps: float):
+    """Move the parameters of the model's :class:`~keplm.modeling.base.ParameterGroup` s out of ``optimizer``'s
+    groups: into new groups of ``optimizer`` at the group's learning rate (each keeps the settings, e.g. weight
+    decay, of the group it left), or into the group's own optimizer. Returns ``optimizer`` or a
+    :class:`CombinedOptimizer` of it and the groups' own optimizers."""
+    owner: dict[int, str] = {}
+    for group in groups:
+        for parameter in group.parameters:
+            if id(parameter) in owner:
+                raise ValueError(f"a parameter is in both parameter groups {owner[id(parameter)]!r} and {group.name!r}")
+            owner[id(parameter)] = group.name
+    others = []
+    for group in groups:
+        ids = {id(p) for p in group.parameters}
+        lr = learning_rate if group.learning_rate is None else group.learning_rate
+        for stock in list(optimizer.param_groups):
+            moved = [p for p in stock["params"] if id(p) in ids]
+            if not moved:
+                continue
+            stock["params"] = [p for p in stock["params"] if id(p) not in ids]
+            if group.optimizer is None:
+                optimizer.add_param_group({**{k: v for k, v in stock.items() if k != "params"}, "params": moved,
+                                           "lr": lr})
+        if group.optimizer is not None and group.parameters:
+            others.append(build_group_optimizer(group.optimizer, group.parameters, lr, betas, eps))
+    return CombinedOptimizer(optimizer, others) if others else optimizer
+
+
+class CombinedOptimizer(torch.optim.Optimizer):
+    """Steps the Trainer's optimizer (``main``) and the parameter groups' own optimizers (``others``) together;
+    ``param_groups`` holds all their groups (the same dicts), so LR schedulers and the Trainer see one optimizer."""
+
+    def __init__(self, main: torch.optim.Optimizer, others: list[torch.optim.Optimizer]):  # noqa: D107
+        self.main, self.others = main, list(others)
+        self.defaults = main.defaults
+        self.state = main.state  # the Trainer only inspects it for logging; every state is in state_dict()
         self._optimizer_step_pre_hooks, self._optimizer_step_post_hooks = {}, {}
         self._optimizer_state_dict_pre_hooks, self._optimizer_state_dict_post_hooks = {}, {}
         self._optimizer_load_state_dict_pre_hooks, self._optimizer_load_state_dict_post_hooks = {}, {}
 
     @property
     def param_groups(self):
-        return self.dense.param_groups + self.tables.param_groups
+        return [group for optimizer in (self.main, *self.others) for group in optimizer.param_groups]
 
     @torch.no_grad()
     def step(self, closure=None):
-        loss = self.dense.step(closure)
-        self.tables.step()
+        loss = self.main.step(closure)
+        for optimizer in self.others:
+            optimizer.step()
         return loss
 
     def zero_grad(self, set_to_none: bool = True) -> None:
-        self.dense.zero_grad(set_to_none=set_to_none)
-        self.tables.zero_grad(set_to_none=set_to_none)
+        for optimizer in (self.main, *self.others):
+            optimizer.zero_grad(set_to_none=set_to_none)
 
     def state_dict(self) -> dict:
-        return {"dense": self.dense.state_dict(), "tables": self.tables.state_dict()}
+        return {"main": self.main.state_dict(), "others": [o.state_dict() for o in self.others]}
 
     def load_state_dict(self, state_dict: dict) -> None:
-        self.dense.load_state_dict(state_dict["dense"])
-        self.tables.load_state_dict(state_dict["tables"])
+        if len(state_dict.get("others", ())) != len(self.others):
+            raise ValueError(f"the saved optimizer state has {len(state_dict.get('others', ()))} group optimizers, "
+                             f"this training has {len(self.others)}: resume with the same parameter-group options")
+        self.main.load_state_dict(state_dict["main"])
+        for optimizer, state in zip(self.others, state_dict["others"]):
+            optimizer.load_state_dict(state)
 
     def __repr__(self) -> str:
-        return f"MemoryTableOptimizer(dense={self.dense!r}, tables={self.tables!r})"
-
-
-def split_memory_tables(optimizer: torch.optim.Optimizer, model: nn.Module, lr: float, betas, eps: float,
-                        memory_optimizer: str = "adam", memory_learning_rate: float | None = None):
-    """Move the entity-memory tables (:func:`memory_tables`) out of ``optimizer`` into a ``SparseAdam``
-    (``memory_optimizer="adam"``: the sparse tables only; dense ones stay with ``optimizer``) or a
-    :class:`RowwiseAdagrad` (``"rowwise_adagrad"``: sparse and dense tables), at ``memory_learning_rate`` (default
-    ``lr``); return the combined optimizer, or ``optimizer`` unchanged when no table moves."""
-    if memory_optimizer not in MEMORY_OPTIMIZERS:
-        raise ValueError(f"unknown memory_optimizer {memory_optimizer!r}; choose from {MEMORY_OPTIMIZERS}")
-    tables = memory_tables(model, memory_optimizer)
-    if not tables:  # e.g. the vanilla baseline of a comparison run: no memory at all
-        return optimizer
-    ids = {id(p) for p in tables}
-    for group in optimizer.param_groups:
-        group["params"] = [p for p in group["params"] if id(p) not in ids]
-    memory_lr = lr if memory_learning_rate is None else memory_learning_rate
-    if memory_optimizer == "rowwise_adagrad":
-        return MemoryTableOptimizer(optimizer, RowwiseAdagrad(tables, lr=memory_lr, eps=eps))
-    return MemoryTableOptimizer(optimizer, torch.optim.SparseAdam(tables, lr=memory_lr, betas=betas, eps=eps))
+        return f"CombinedOptimizer(main={self.main!r}, others={self.others!r})"

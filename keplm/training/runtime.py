@@ -1,4 +1,5 @@
-"""Logging and TrainingArguments defaults shared by the run scripts."""
+"""The steps every run script shares: logging, split checks, features, entity-memory initialisation, training and
+saving, recording metrics."""
 
 from __future__ import annotations
 
@@ -31,25 +32,6 @@ def setup_logging(training_args: TrainingArguments) -> None:
     transformers.utils.logging.enable_explicit_format()
 
 
-def finish_training_args(training_args: TrainingArguments) -> TrainingArguments:
-    """Defaults that suit KALA models, applied only where the user left the Trainer's choice open.
-
-    ``ddp_find_unused_parameters``: every parameter of a KALA model takes part in every step — the entity
-    memory, relational retrieval and KFM stay in the autograd graph even for a batch without any entity
-    (they contribute ``0 * sum``) — so DDP does not need the extra graph traversal that ``True`` costs.
-    """
-    if training_args.ddp_find_unused_parameters is None:
-        training_args.ddp_find_unused_parameters = False
-    logger.info(
-        "device %s, %d process(es), distributed=%s, find_unused_parameters=%s", training_args.device,
-        training_args.world_size, training_args.parallel_mode.value, training_args.ddp_find_unused_parameters,
-    )
-    return training_args
-
-
-
-
-
 # ---------------------------------------------------------------------------------------------- script steps
 SPLIT_FLAGS = (("train", "do_train"), ("validation", "do_eval"), ("test", "do_predict"))
 
@@ -61,32 +43,34 @@ def check_splits(raw, training_args: TrainingArguments) -> None:
             raise ValueError(f"--{flag} needs a {split} split; the data has {list(raw)}")
 
 
-def build_features(raw, make_featurizer, data_args, training_args: TrainingArguments, splits=None) -> dict:
+def linked_share(dataset) -> float:
+    """Share of a split's examples whose ``knowledge`` column holds at least one entity mention."""
+    rows = dataset["knowledge"] if "knowledge" in dataset.column_names else []
+    return sum(bool(row["entities"]) for row in rows) / len(rows) if rows else 0.0
+
+
+def build_features(raw, make_featurizer, data_args, training_args: TrainingArguments) -> dict:
     """``{split: features}`` for the requested splits; ``make_featurizer(split)`` gives the map function."""
     from .knowledge_setup import featurize
 
     features = {}
     for split, flag in SPLIT_FLAGS:
-        wanted = split in raw if splits == "all" else getattr(training_args, flag)
-        if not wanted:
+        if not getattr(training_args, flag):
             continue
         with training_args.main_process_first(desc=f"{split} features"):
             features[split] = featurize(raw[split], make_featurizer(split), data_args.preprocessing_num_workers,
-                                        data_args.overwrite_cache, desc=f"Linking and tokenising {split}")
-        linked = sum(max(row, default=-1) >= 0 for row in features[split]["entity_token_map"])
-        logger.info("%s: %d examples -> %d features, %d with an entity mention", split, len(raw[split]),
-                    len(features[split]), linked)
+                                        data_args.overwrite_cache, desc=f"Tokenising {split}")
+        logger.info("%s: %d examples -> %d features; %.1f%% of the examples have a linked entity mention", split,
+                    len(raw[split]), len(features[split]), 100 * linked_share(raw[split]))
     return features
 
 
 def build_collator(processor, model, data_args, knowledge_args):
-    from keplm.data.collator import KnowledgeGraphCollator
+    """The collator of the processor's features for ``model`` (graph batching only if the model reads one)."""
+    from keplm.data.collator import KeplmDataCollator
 
-    return KnowledgeGraphCollator(
-        pad_token_id=processor.pad_token_id, pad_to_multiple_of=data_args.pad_to_multiple_of,
-        graph_pad_to_multiple_of=knowledge_args.graph_pad_to_multiple_of,
-        max_entity_id=model.config.entity_vocab_size,
-    )
+    return KeplmDataCollator.from_processor(processor, model, pad_to_multiple_of=data_args.pad_to_multiple_of,
+                                            graph_pad_to_multiple_of=knowledge_args.graph_pad_to_multiple_of)
 
 
 def maybe_initialize_entity_memory(model, features, collator, knowledge_args, training_args) -> None:
@@ -116,30 +100,9 @@ def train_and_save(trainer, training_args: TrainingArguments, num_samples: int) 
     return metrics
 
 
-def write_card(trainer, model_args, data_args, results: dict, auto_class: str) -> None:
-    """Generate ``README.md`` (huggingface_hub ``ModelCard``) in ``output_dir`` from the run's config, knowledge
-    assets and metrics, so ``push_to_hub`` publishes a card whose numbers come from this run."""
-    if not (trainer.args.do_train and trainer.is_world_process_zero()):
-        return
-    import sys
-
-    from keplm.hub.card import build_model_card, write_model_card
-
-    model = trainer.accelerator.unwrap_model(trainer.model)
-    metrics = {k: v for k, v in results.items() if k.startswith(("eval_", "predict_")) and isinstance(v, (int, float))
-               and not k.endswith(("runtime", "per_second"))}
-    card = build_model_card(
-        model.config, getattr(model, "knowledge_assets", None), metrics=metrics,
-        base_model=model_args.model_name_or_path, dataset=data_args.dataset_name, repo_id=trainer.args.hub_model_id,
-        command="python " + " ".join(sys.argv), auto_class=auto_class,
-    )
-    write_model_card(trainer.args.output_dir, card)
-
-
 __all__ = [
-    "write_card",
     "setup_logging",
-    "finish_training_args",
+    "linked_share",
     "check_splits",
     "build_features",
     "build_collator",

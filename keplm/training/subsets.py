@@ -3,9 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-
-from keplm.knowledge import KnowledgeAnnotation
+from collections.abc import Callable, Iterable, Sequence
 
 UNSEEN_THRESHOLD = 3
 
@@ -35,37 +33,21 @@ def subset_metrics(
 class UnseenEntityCounter:
     """Per-example count of distinct mentioned entities never mentioned in the training split.
 
-    It depends only on the knowledge source (KG linking or annotation files) and the training split, not
-    on the system trained, so vanilla, +1 layer, pointwise and relational runs are split identically.
+    It reads the ``knowledge`` columns of the run's linking pass (or of its annotation files), which depend only
+    on the knowledge source and the data, not on the system trained: vanilla, +1 layer, pointwise and relational
+    runs are split identically. Mentions without an entity id count as unseen.
     """
 
-    def __init__(self, annotate: Callable[[str, object], list[KnowledgeAnnotation]], train_dataset):
-        self.annotate = annotate
-        self.train_ids = {m.id for a in annotate("train", train_dataset) for m in a.entities if m.id is not None}
+    def __init__(self, train_annotations: Iterable[dict]):
+        self.train_ids = {m["id"] for row in train_annotations for m in row["entities"] if m["id"] is not None}
 
     @classmethod
-    def from_arguments(cls, knowledge_args, raw, task: str, annotations: dict, kg=None) -> UnseenEntityCounter | None:
-        """From the run scripts' ``KnowledgeArguments``; None when no knowledge source is configured. ``kg``: the
-        already loaded ``--kg`` (e.g. the processor's), so it is not read twice."""
-        if "train" not in raw:
+    def from_splits(cls, raw) -> UnseenEntityCounter | None:
+        """From a DatasetDict whose splits carry ``knowledge`` columns; None without a linked training split."""
+        if "train" not in raw or "knowledge" not in raw["train"].column_names:
             return None
-        if knowledge_args.knowledge == "annotations":
-            def annotate(split, dataset):
-                by_id = annotations.get(split, {})
-                return [by_id.get(str(i), KnowledgeAnnotation()) for i in dataset["id"]]
-        elif knowledge_args.knowledge == "link" and knowledge_args.kg:
-            from keplm.knowledge import EntityLinker, load_kg
+        return cls(raw["train"]["knowledge"])
 
-            linker = EntityLinker(kg if kg is not None else load_kg(knowledge_args.kg), lowercase=not knowledge_args.link_case_sensitive,
-                                  max_neighbors_per_entity=0)
-            def annotate(split, dataset):
-                if task == "ner":
-                    return [linker.link_tokens(tokens) for tokens in dataset["tokens"]]
-                return [linker.link(context) for context in dataset["context"]]
-        else:
-            return None
-        return cls(annotate, raw["train"])
-
-    def counts(self, split: str, dataset) -> list[int]:
-        return [len({m.id for m in a.entities if m.id is not None} - self.train_ids)
-                + sum(m.id is None for m in a.entities) for a in self.annotate(split, dataset)]
+    def counts(self, annotations: Iterable[dict]) -> list[int]:
+        return [len({m["id"] for m in row["entities"] if m["id"] is not None} - self.train_ids)
+                + sum(m["id"] is None for m in row["entities"]) for row in annotations]

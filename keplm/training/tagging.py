@@ -1,27 +1,15 @@
-"""NER helpers for the run scripts: Trainer metrics, word-level predictions and tagging raw text."""
+"""NER helpers for the run scripts: predicted ids between evaluation batches, and tagging raw text."""
 
 from __future__ import annotations
 
+import logging
+
 import torch
 
-from keplm.data.collator import KnowledgeGraphCollator
+from keplm.data.collator import KeplmDataCollator
 from keplm.knowledge import KnowledgeAnnotation
 
-from .metrics import align_ner_predictions, ner_metrics
-
-
-class NerMetrics:
-    """``compute_metrics`` for the Trainer: seqeval P/R/F1 and accuracy over first sub-tokens."""
-
-    def __init__(self, label_list: list[str], per_type: bool = False):
-        self.label_list = list(label_list)
-        self.per_type = per_type
-
-    def __call__(self, eval_prediction) -> dict[str, float]:
-        predictions, references = align_ner_predictions(
-            eval_prediction.predictions, eval_prediction.label_ids, self.label_list
-        )
-        return ner_metrics(predictions, references, per_type=self.per_type)
+logger = logging.getLogger(__name__)
 
 
 def argmax_logits(logits, labels):
@@ -45,15 +33,15 @@ def tag_words(model, processor, text: str, max_length: int = 512) -> list[tuple[
     words = text.split()
     if not words:
         return []
-    if _model_uses_knowledge(model) and processor.knowledge_assets.kg is not None:
-        annotation = processor.linker.link_tokens(words)
-    else:
-        annotation = KnowledgeAnnotation()
-    features = processor.prepare_ner_features(
-        {"tokens": [words], "knowledge": [annotation]}, label_column=None, max_length=max_length
-    )
+    with_knowledge = _model_uses_knowledge(model)
+    examples = {"tokens": [words]}
+    if with_knowledge and processor.kg is None:  # e.g. a model trained on annotation files without a KG
+        logger.warning("the processor holds no KG to link raw text against: the text is tagged without knowledge")
+        examples["knowledge"] = [KnowledgeAnnotation()]
+    features = processor.prepare_ner_features(examples, label_column=None, max_length=max_length,
+                                              with_knowledge=with_knowledge)
     feature = {key: values[0] for key, values in features.items()}
-    collator = KnowledgeGraphCollator(pad_token_id=processor.pad_token_id)
+    collator = KeplmDataCollator.from_processor(processor, model)
     device = next(model.parameters()).device
     batch = {key: value.to(device) for key, value in collator([feature]).items()}
     was_training = model.training
@@ -74,4 +62,4 @@ def tag_words(model, processor, text: str, max_length: int = 512) -> list[tuple[
     return list(zip(words, tags))
 
 
-__all__ = ["NerMetrics", "argmax_logits", "tag_words"]
+__all__ = ["argmax_logits", "tag_words"]

@@ -1,12 +1,9 @@
-"""A Trainer for extractive QA: evaluation/prediction end with n-best post-processing and SQuAD v1.1 EM/F1.
-
-The stock ``Trainer`` computes metrics from per-feature logits; QA needs the stride windows of each
-question pooled back into one answer string first (as Hugging Face's ``QuestionAnsweringTrainer``).
-"""
+"""The Trainer of every keplm model, and its extractive-QA variant (n-best post-processing, SQuAD v1.1 EM/F1)."""
 
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import time
@@ -15,9 +12,11 @@ from torch.utils.data import SequentialSampler
 from transformers import Trainer
 from transformers.trainer_utils import PredictionOutput, has_length, speed_metrics
 
-from .metrics import squad_references, squad_v1_metrics
-from .optim import clip_grad_norm_sparse_, sparse_parameters, split_memory_tables
+from .evaluate_metrics import SquadV1, squad_metric_inputs
+from .optim import apply_parameter_groups, clip_grad_norm_sparse_, sparse_parameters
 from .qa_postprocessing import postprocess_qa_predictions
+
+logger = logging.getLogger(__name__)
 
 #: columns of evaluation features used by post-processing only (not model inputs)
 POSTPROCESSING_COLUMNS = ("example_id", "offset_mapping")
@@ -29,64 +28,79 @@ def _model_features(features):
     return features.remove_columns(drop) if drop else features
 
 
-class OrderedEvalTrainer(Trainer):
-    """``Trainer`` whose evaluation/prediction batches always follow the dataset order.
+def unwrap(model):
+    """The model inside DDP / ``torch.compile`` wrappers."""
+    while True:
+        inner = getattr(model, "module", None) or getattr(model, "_orig_mod", None)
+        if inner is None:
+            return model
+        model = inner
 
-    The stock ``Trainer`` also groups evaluation samples by length under
-    ``train_sampling_strategy="group_by_length"``, which permutes ``predict()`` outputs; per-example outputs
-    (NER predictions files, QA post-processing of stride windows) need them in dataset order.
+
+class KeplmTrainer(Trainer):
+    """``Trainer`` for keplm models; what it adds to the stock one:
+
+    * **Parameter groups from the model.** ``create_optimizer`` asks the model's
+      :meth:`~keplm.modeling.base.KeplmPreTrainedModel.parameter_groups` (with ``parameter_group_options``, e.g.
+      KALA's ``knowledge_learning_rate``) which parameters train at another learning rate (a group of the
+      Trainer's optimizer, split by weight decay like the stock groups) or with an optimizer of their own
+      (``keplm.training.optim``); the Trainer knows no module name.
+    * **DDP**: ``ddp_find_unused_parameters`` left open is the model's answer (``model.ddp_find_unused_parameters``).
+    * **Evaluation order**: evaluation/prediction batches follow the dataset order (the stock ``Trainer`` groups
+      them by length under ``train_sampling_strategy="group_by_length"``, which permutes per-example outputs).
+    * **No pickles**: the training arguments are saved as ``training_args.json``, not ``training_args.bin``.
+    * **Model card**: ``create_model_card`` (called by ``push_to_hub`` too) writes keplm's card from the model's
+      config and knowledge assets and the metrics recorded with ``save_metrics``; ``card_data`` adds the base
+      model, the dataset and the training command.
+    * The processor (``processing_class``) is checked against the model (``processor.check_model``).
     """
+
+    def __init__(self, *args, parameter_group_options: dict | None = None, card_data: dict | None = None, **kwargs):
+        model = kwargs.get("model", args[0] if args else None)
+        training_args = kwargs.get("args", args[1] if len(args) > 1 else None)
+        answer = getattr(model, "ddp_find_unused_parameters", None)
+        if training_args is not None and training_args.ddp_find_unused_parameters is None and answer is not None:
+            training_args.ddp_find_unused_parameters = answer
+        super().__init__(*args, **kwargs)
+        logger.info("device %s, %d process(es), distributed=%s, find_unused_parameters=%s%s", self.args.device,
+                    self.args.world_size, self.args.parallel_mode.value, self.args.ddp_find_unused_parameters,
+                    " (the model's answer)" if answer is not None else "")
+        processor = self.processing_class
+        if model is not None and hasattr(processor, "check_model"):
+            processor.check_model(unwrap(model))
+        self.parameter_group_options = dict(parameter_group_options or {})
+        self.card_data = dict(card_data or {})
+        self.results: dict = {}  # every metric recorded with save_metrics (the card's numbers)
+        self._sparse_gradients = False  # set by create_optimizer: whether any trained table has sparse gradients
 
     def _get_eval_sampler(self, eval_dataset):
         if eval_dataset is None or not has_length(eval_dataset):
             return None
         return SequentialSampler(eval_dataset) if self.args.world_size <= 1 else None
 
-    def __init__(self, *args, module_learning_rate: float | None = None, module_filter=None,
-                 memory_optimizer: str = "adam", memory_learning_rate: float | None = None, **kwargs):
-        """``module_learning_rate``: the learning rate of the parameters whose name passes ``module_filter``
-        (default: the model's ``is_knowledge_parameter``, i.e. KALA's knowledge modules), as the KALA paper gives
-        its knowledge module an optimizer of its own for T5 (appendix, fine-tuning setup). Weight decay groups
-        and the LR schedule apply to them as to the rest. ``memory_optimizer`` / ``memory_learning_rate``: the
-        optimizer of the entity-memory tables (``keplm.training.optim.split_memory_tables``)."""
-        super().__init__(*args, **kwargs)
-        self.memory_optimizer, self.memory_learning_rate = memory_optimizer, memory_learning_rate
-        self._sparse_tables = False  # set by create_optimizer: whether sparse entity-memory tables are trained
-        if module_learning_rate is not None and module_filter is None:
-            module_filter = getattr(self.model, "is_knowledge_parameter", None)
-            if module_filter is None:
-                raise ValueError(f"{type(self.model).__name__} has no knowledge modules for module_learning_rate")
-        self.module_learning_rate, self.module_filter = module_learning_rate, module_filter
-
     def create_optimizer(self, model=None):
-        """The stock optimizer (with ``module_learning_rate`` groups), plus SparseAdam for sparse entity-memory
-        tables (``sparse_entity_memory``) or row-wise AdaGrad for the entity memory (``memory_optimizer``)."""
-        if self.optimizer is None:
-            args = self.args
-            model = self.model if model is None else model
-            optimizer = super().create_optimizer(model)
-            if self.module_learning_rate is not None:
-                chosen = {id(p) for name, p in model.named_parameters() if self.module_filter(name)}
-                if not chosen:
-                    raise ValueError("module_learning_rate is set but no parameter matches its filter")
-                for group in list(optimizer.param_groups):
-                    moved = [p for p in group["params"] if id(p) in chosen]
-                    if moved:
-                        group["params"] = [p for p in group["params"] if id(p) not in chosen]
-                        settings = {k: v for k, v in group.items() if k != "params"}
-                        optimizer.add_param_group({**settings, "params": moved, "lr": self.module_learning_rate})
-            memory_lr = args.learning_rate if self.module_learning_rate is None else self.module_learning_rate
-            self.optimizer = split_memory_tables(
-                optimizer, model, memory_lr, (args.adam_beta1, args.adam_beta2), args.adam_epsilon,
-                memory_optimizer=self.memory_optimizer, memory_learning_rate=self.memory_learning_rate,
-            )
-            self._sparse_tables = bool(sparse_parameters(model))
+        """The stock optimizer, with the model's parameter groups moved into groups (or optimizers) of their own."""
+        if self.optimizer is not None:
+            return self.optimizer
+        model = self.model if model is None else model
+        optimizer = super().create_optimizer(model)
+        keplm_model = unwrap(model)
+        hook = getattr(keplm_model, "parameter_groups", None)
+        if hook is None:
+            if self.parameter_group_options:
+                raise ValueError(f"{type(keplm_model).__name__} has no parameter groups for the options "
+                                 f"{sorted(self.parameter_group_options)}")
+            return optimizer
+        groups = hook(self.args.learning_rate, **self.parameter_group_options)
+        self.optimizer = apply_parameter_groups(optimizer, groups, self.args.learning_rate,
+                                                (self.args.adam_beta1, self.args.adam_beta2), self.args.adam_epsilon)
+        self._sparse_gradients = bool(sparse_parameters(keplm_model))
         return self.optimizer
 
     def _clip_grad_norm(self, model):
-        """The stock clipping, except when an entity memory has sparse gradients (``sparse_entity_memory``), which
+        """The stock clipping, except when a table has sparse gradients (e.g. ``sparse_entity_memory``), which
         ``torch.nn.utils.clip_grad_norm_`` cannot take: then the same L2 clipping over dense and sparse gradients."""
-        if not self._sparse_tables:  # decided once by create_optimizer, not by scanning the gradients every step
+        if not self._sparse_gradients:  # decided once by create_optimizer, not by scanning the gradients every step
             return super()._clip_grad_norm(model)
         self.accelerator.unscale_gradients()
         return clip_grad_norm_sparse_(model.parameters(), self.args.max_grad_norm)
@@ -103,8 +117,33 @@ class OrderedEvalTrainer(Trainer):
             with open(os.path.join(output_dir, "training_args.json"), "w", encoding="utf-8") as f:
                 f.write(self.args.to_json_string())
 
+    def save_metrics(self, split, metrics, combined=True):
+        super().save_metrics(split, metrics, combined=combined)
+        self.results.update(metrics)
 
-class QuestionAnsweringTrainer(OrderedEvalTrainer):
+    def create_model_card(self, language=None, license=None, tags=None, model_name=None, finetuned_from=None,
+                          tasks=None, dataset_tags=None, dataset=None, dataset_args=None, **kwargs):
+        """Write keplm's model card (``README.md`` in ``output_dir``) from the model's config, its knowledge assets
+        and the recorded metrics; ``push_to_hub`` publishes it with the model."""
+        if not self.is_world_process_zero():
+            return
+        from keplm.hub.card import build_model_card, format_command, write_model_card
+
+        model = unwrap(self.model)
+        command = self.card_data.get("command")
+        if isinstance(command, (list, tuple)):
+            command = format_command(command)
+        metrics = {k: v for k, v in self.results.items() if k.startswith(("eval_", "predict_"))
+                   and isinstance(v, (int, float)) and not k.endswith(("runtime", "per_second"))}
+        card = build_model_card(
+            model, metrics=metrics, base_model=self.card_data.get("base_model", finetuned_from),
+            dataset=self.card_data.get("dataset", dataset), repo_id=self.args.hub_model_id or model_name,
+            command=command, processor=self.processing_class, license=license,
+        )
+        write_model_card(self.args.output_dir, card)
+
+
+class QuestionAnsweringTrainer(KeplmTrainer):
     """``Trainer`` whose ``evaluate``/``predict`` take the raw examples beside the features and report EM/F1.
 
     ``eval_dataset`` (and the ``test_dataset`` of ``predict``) are evaluation features with ``example_id`` and
@@ -125,7 +164,9 @@ class QuestionAnsweringTrainer(OrderedEvalTrainer):
             examples, features, start_logits, end_logits, n_best_size=self.n_best_size,
             max_answer_length=self.max_answer_length, disable_tqdm=self.args.disable_tqdm,
         )
-        metrics = {f"{prefix}_{k}": v for k, v in squad_v1_metrics(predictions, squad_references(examples)).items()}
+        answers, references = squad_metric_inputs(predictions, examples)
+        scores = SquadV1(keep_in_memory=True).compute(predictions=answers, references=references)
+        metrics = {f"{prefix}_{k}": v for k, v in scores.items()}
         if self.args.should_save:
             os.makedirs(self.args.output_dir, exist_ok=True)
             with open(os.path.join(self.args.output_dir, f"{prefix}_predictions.json"), "w", encoding="utf-8") as f:
@@ -180,4 +221,4 @@ class QuestionAnsweringTrainer(OrderedEvalTrainer):
         return PredictionOutput(predictions=predictions, label_ids=None, metrics=metrics)
 
 
-__all__ = ["OrderedEvalTrainer", "QuestionAnsweringTrainer", "POSTPROCESSING_COLUMNS"]
+__all__ = ["KeplmTrainer", "QuestionAnsweringTrainer", "POSTPROCESSING_COLUMNS", "unwrap"]

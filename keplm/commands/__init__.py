@@ -1,0 +1,1 @@
+"""The ``keplm`` command-line tools (``keplm <command> --help``)."""

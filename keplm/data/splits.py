@@ -1,0 +1,79 @@
+"""Splits of a local dataset: which file is train / validation / test, explicit file paths, and sample limits.
+Shared by every dataset loader and run script."""
+
+from __future__ import annotations
+
+import os
+import re
+
+SPLITS = ("train", "validation", "test")
+
+_IGNORED_SUFFIXES = {".md", ".json", ".jsonl", ".py", ".zip", ".tar", ".csv", ".pdf", ".html", ".yaml", ".yml"}
+_IGNORED_PREFIXES = ("readme", "license", "licence", "source", "copying", "notice", ".")
+_VALIDATION_WORDS = ("dev", "devel", "valid", "validation", "val", "testa")
+
+
+def split_of_file(name: str) -> str | None:
+    """The split a data file's name announces (``train``, ``dev``/``valid``/``testa`` → validation, ``test``)."""
+    base = name.lower()
+    base = base[:-3] if base.endswith(".gz") else base
+    words = re.split(r"[^a-z0-9]+", base)
+    if any(w in _VALIDATION_WORDS for w in words) or re.search(r"(dev|valid)", base):
+        return "validation"
+    if "train" in base:
+        return "train"
+    if "test" in base:
+        return "test"
+    return None
+
+
+def find_split_files(directory: str | os.PathLike, extensions: tuple[str, ...] | None = None) -> dict[str, str]:
+    """Auto-detect ``{split: path}`` in a directory from file names.
+
+    ``extensions`` (e.g. ``(".json",)``, compressed ``.gz`` variants included) selects the data files; without it,
+    every file but documentation, code and archives is a candidate (CoNLL files have no fixed extension).
+    Several candidates for one split are a ValueError naming them.
+    """
+    directory = os.fspath(directory)
+    found: dict[str, list[str]] = {}
+    for name in sorted(os.listdir(directory)):
+        full = os.path.join(directory, name)
+        if not os.path.isfile(full):
+            continue
+        base = name.lower()[:-3] if name.lower().endswith(".gz") else name.lower()
+        suffix = os.path.splitext(base)[1]
+        if extensions is not None:
+            if suffix not in extensions:
+                continue
+        elif base.startswith(_IGNORED_PREFIXES) or suffix in _IGNORED_SUFFIXES:
+            continue
+        split = split_of_file(name)
+        if split is not None:
+            found.setdefault(split, []).append(full)
+    for split, paths in found.items():
+        if len(paths) > 1:
+            raise ValueError(f"{directory}: several candidate {split} files {paths}; pass {split}_file explicitly")
+    return {split: paths[0] for split, paths in found.items()}
+
+
+def resolve_data_file(path: str | None, directory: str | None, what: str = "data") -> str | None:
+    """``path`` as given or relative to ``directory``; FileNotFoundError when it is neither."""
+    if path is None:
+        return None
+    if os.path.isfile(path):
+        return path
+    if directory is not None and os.path.isfile(os.path.join(directory, path)):
+        return os.path.join(directory, path)
+    raise FileNotFoundError(f"{what} file not found: {path}")
+
+
+def limit_samples(splits: dict, limits: dict[str, int | None]) -> dict:
+    """Keep the first ``limits[split]`` examples of each split (a ``datasets.Dataset`` or a list of rows)."""
+    for split, limit in limits.items():
+        if limit is not None and split in splits:
+            data = splits[split]
+            splits[split] = data[:limit] if isinstance(data, list) else data.select(range(min(limit, len(data))))
+    return splits
+
+
+__all__ = ["SPLITS", "split_of_file", "find_split_files", "resolve_data_file", "limit_samples"]

@@ -1,0 +1,108 @@
+"""File names of everything keplm saves beside a model, the one asset format version, and Hub access.
+
+A keplm checkpoint directory (or Hub repo) holds the stock HF files (``config.json``, ``model.safetensors``,
+tokenizer files) plus::
+
+    processor_config.json            the processor's settings (``processor_class`` lets AutoProcessor find it)
+    knowledge/assets_config.json     sizes, content hashes, format version of the knowledge assets
+    knowledge/entity_vocab.json      entity-memory rows (row 0 = null entity) and their training counts
+    knowledge/relation_vocab.json    relation ids (0 = self loop, 1 = unknown relation)
+    knowledge/kg/                    the knowledge graph (``KnowledgeGraph.save_pretrained``):
+        kg_config.json, entities.jsonl, relations.jsonl, triples.tsv, entity_vectors.safetensors (optional)
+
+Every module reads these names from here, and every loader that accepts a Hub repo filters its keyword
+arguments through :func:`hub_kwargs`.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+#: version of every keplm file format (knowledge assets and KG); bumped when a saved layout changes
+FORMAT_VERSION = 1
+
+PROCESSOR_CONFIG_NAME = "processor_config.json"
+ASSETS_DIR = "knowledge"
+ASSETS_CONFIG_NAME = "assets_config.json"
+ENTITY_VOCAB_NAME = "entity_vocab.json"
+RELATION_VOCAB_NAME = "relation_vocab.json"
+KG_DIR = "kg"
+KG_CONFIG_NAME = "kg_config.json"
+KG_ENTITIES_NAME = "entities.jsonl"
+KG_RELATIONS_NAME = "relations.jsonl"
+KG_TRIPLES_NAME = "triples.tsv"
+KG_VECTORS_NAME = "entity_vectors.safetensors"
+
+#: keyword arguments of ``from_pretrained`` that concern where files come from (Hub or cache), not the object
+HUB_KWARGS = ("revision", "token", "cache_dir", "local_files_only", "force_download", "subfolder")
+
+
+def hub_kwargs(kwargs: dict) -> dict:
+    """The Hub-download keyword arguments among ``kwargs`` (``None`` values dropped)."""
+    return {key: kwargs[key] for key in HUB_KWARGS if kwargs.get(key) is not None}
+
+
+def check_format_version(config: dict, path) -> None:
+    """ValueError naming the file and what to do when a saved file has another format version."""
+    version = config.get("format_version")
+    if version != FORMAT_VERSION:
+        raise ValueError(
+            f"{path}: format_version {version!r}, but this keplm reads format_version {FORMAT_VERSION}. "
+            "Load it with the keplm release that saved it and save it again, or rebuild the knowledge assets."
+        )
+
+
+def resolve_folder(name_or_path: str | os.PathLike, folder: str, **kwargs) -> Path:
+    """Local ``<dir>/<folder>``, or the ``<folder>/`` files of a Hub repo downloaded into the cache.
+
+    Hub downloads honour ``revision``, ``token``, ``cache_dir``, ``local_files_only`` and ``force_download``;
+    pass an already resolved commit as ``revision`` so that the folder comes from the same commit as the weights.
+    """
+    options = hub_kwargs(kwargs)
+    subfolder = options.pop("subfolder", None)
+    if os.path.isdir(name_or_path):
+        root = Path(name_or_path) / subfolder if subfolder else Path(name_or_path)
+        return root / folder
+    from huggingface_hub import snapshot_download
+
+    prefix = f"{subfolder}/{folder}" if subfolder else folder
+    root = snapshot_download(str(name_or_path), allow_patterns=[f"{prefix}/*", f"{prefix}/**"], **options)
+    return Path(root) / prefix
+
+
+def resolve_file(name_or_path: str | os.PathLike, filename: str, **kwargs) -> Path | None:
+    """Local ``<dir>/<filename>`` or the file downloaded from a Hub repo; ``None`` when it does not exist."""
+    options = hub_kwargs(kwargs)
+    subfolder = options.pop("subfolder", None)
+    if os.path.isdir(name_or_path):
+        path = Path(name_or_path, subfolder or "", filename)
+        return path if path.is_file() else None
+    from huggingface_hub import hf_hub_download
+    from huggingface_hub.errors import EntryNotFoundError
+
+    try:
+        return Path(hf_hub_download(str(name_or_path), filename, subfolder=subfolder, **options))
+    except EntryNotFoundError:
+        return None
+
+
+__all__ = [
+    "FORMAT_VERSION",
+    "PROCESSOR_CONFIG_NAME",
+    "ASSETS_DIR",
+    "ASSETS_CONFIG_NAME",
+    "ENTITY_VOCAB_NAME",
+    "RELATION_VOCAB_NAME",
+    "KG_DIR",
+    "KG_CONFIG_NAME",
+    "KG_ENTITIES_NAME",
+    "KG_RELATIONS_NAME",
+    "KG_TRIPLES_NAME",
+    "KG_VECTORS_NAME",
+    "HUB_KWARGS",
+    "hub_kwargs",
+    "check_format_version",
+    "resolve_folder",
+    "resolve_file",
+]

@@ -1,0 +1,213 @@
+"""Knowledge assets saved beside a model: entity vocabulary, relation vocabulary and the knowledge graph.
+
+They live in ``knowledge/`` of a checkpoint (file names in :mod:`keplm.file_utils`; plain JSON/TSV files, no
+pickles). A model and its processor hold the same assets and both save them: :func:`save_knowledge_assets`
+writes them once per folder, and a processor never overwrites assets that differ from its own (those of the
+model saved there), so a checkpoint never pairs a model with a processor built from other vocabularies.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from keplm.file_utils import (
+    ASSETS_CONFIG_NAME,
+    ASSETS_DIR,
+    ENTITY_VOCAB_NAME,
+    FORMAT_VERSION,
+    KG_DIR,
+    RELATION_VOCAB_NAME,
+    check_format_version,
+    resolve_folder,
+)
+from keplm.io_utils import read_json
+
+from .graph import KnowledgeGraph
+
+NULL_ENTITY = "[NULL]"
+SELF_RELATION = "[SELF]"
+UNKNOWN_RELATION = "[UNK]"
+
+
+def _hash_json(obj) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
+
+
+@dataclass
+class KnowledgeAssets:
+    """Entity/relation vocabularies of a knowledge-augmented model, and the KG it reads."""
+
+    entity_vocab: list[str] = field(default_factory=lambda: [NULL_ENTITY])
+    relation_vocab: list[str] = field(default_factory=lambda: [SELF_RELATION, UNKNOWN_RELATION])
+    entity_counts: list[int] | None = None
+    kg: KnowledgeGraph | None = None
+
+    def __post_init__(self):
+        if not self.entity_vocab or self.entity_vocab[0] != NULL_ENTITY:
+            raise ValueError(f"entity_vocab must start with the null entity {NULL_ENTITY!r}")
+        if self.relation_vocab[:2] != [SELF_RELATION, UNKNOWN_RELATION]:
+            raise ValueError(f"relation_vocab must start with {SELF_RELATION!r}, {UNKNOWN_RELATION!r}")
+        if len(set(self.entity_vocab)) != len(self.entity_vocab):
+            raise ValueError("entity_vocab has duplicate ids")
+        if len(set(self.relation_vocab)) != len(self.relation_vocab):
+            raise ValueError("relation_vocab has duplicate ids")
+        if self.entity_counts is not None and len(self.entity_counts) != len(self.entity_vocab):
+            raise ValueError("entity_counts must have one count per entity_vocab row")
+        self._entity_rows = {e: i for i, e in enumerate(self.entity_vocab)}
+        self._relation_rows = {r: i for i, r in enumerate(self.relation_vocab)}
+
+    # ------------------------------------------------------------------ lookups
+    @property
+    def num_entities(self) -> int:
+        return len(self.entity_vocab)
+
+    @property
+    def num_relations(self) -> int:
+        return len(self.relation_vocab)
+
+    def entity_row(self, entity_id: str | None) -> int:
+        """Entity-memory row of an entity id; unknown (unseen in training) entities map to the null row 0."""
+        return self._entity_rows.get(entity_id, 0) if entity_id is not None else 0
+
+    def relation_row(self, relation_id: str) -> int:
+        """Relation-vocabulary id; relations unseen in training map to the unknown relation (1)."""
+        return self._relation_rows.get(relation_id, 1)
+
+    def with_kg(self, kg: KnowledgeGraph | None) -> KnowledgeAssets:
+        """The same vocabularies with another KG (e.g. a KG-only processor getting its entity vocabulary)."""
+        return KnowledgeAssets(self.entity_vocab, self.relation_vocab, self.entity_counts, kg)
+
+    # ------------------------------------------------------------------ building
+    @classmethod
+    def build(
+        cls,
+        entity_ids: Iterable[str | None],
+        relation_ids: Iterable[str] = (),
+        kg: KnowledgeGraph | None = None,
+        min_count: int = 1,
+        max_entities: int | None = None,
+    ) -> KnowledgeAssets:
+        """Entity vocabulary from training mentions (with repetition), pruned by frequency (KALA appendix C.2).
+
+        Entities seen fewer than ``min_count`` times (and beyond the ``max_entities`` most frequent) are left
+        out and will be treated as unseen (null) entities.
+        """
+        counts: dict[str, int] = {}
+        for entity in entity_ids:
+            if entity is not None and entity != NULL_ENTITY:
+                counts[entity] = counts.get(entity, 0) + 1
+        ranked = sorted((e for e, c in counts.items() if c >= min_count), key=lambda e: (-counts[e], e))
+        if max_entities is not None:
+            ranked = ranked[:max_entities]
+        relations = sorted(set(relation_ids) - {SELF_RELATION, UNKNOWN_RELATION})
+        if kg is not None:
+            relations = sorted(set(relations) | set(kg.relation_ids))
+        return cls(
+            entity_vocab=[NULL_ENTITY, *ranked],
+            relation_vocab=[SELF_RELATION, UNKNOWN_RELATION, *relations],
+            entity_counts=[0, *(counts[e] for e in ranked)],
+            kg=kg,
+        )
+
+    # ------------------------------------------------------------------ files
+    def content_hash(self) -> str:
+        """sha256 of the vocabularies (what the model's tables are indexed by)."""
+        return _hash_json({"entities": self.entity_vocab, "relations": self.relation_vocab})
+
+    def save_pretrained(self, save_directory: str | os.PathLike, overwrite: bool = True) -> None:
+        """Write ``knowledge/`` into ``save_directory`` (see :func:`save_knowledge_assets`)."""
+        save_knowledge_assets(save_directory, self, overwrite=overwrite)
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path: str | os.PathLike, **kwargs) -> KnowledgeAssets:
+        """Load from a checkpoint directory or a Hub repo id (downloads only ``knowledge/``)."""
+        directory = resolve_folder(pretrained_model_name_or_path, ASSETS_DIR, **kwargs)
+        config_file = directory / ASSETS_CONFIG_NAME
+        if not config_file.is_file():
+            raise FileNotFoundError(
+                f"{pretrained_model_name_or_path} has no {ASSETS_DIR}/{ASSETS_CONFIG_NAME}: this checkpoint was saved "
+                "without its knowledge assets (entity/relation vocabulary, KG). Save it with keplm's save_pretrained."
+            )
+        config = read_json(config_file)
+        check_format_version(config, config_file)
+        for name in (ENTITY_VOCAB_NAME, RELATION_VOCAB_NAME):
+            if not (directory / name).is_file():
+                raise FileNotFoundError(f"knowledge asset {directory / name} is missing")
+        entity_data = read_json(directory / ENTITY_VOCAB_NAME)
+        relation_data = read_json(directory / RELATION_VOCAB_NAME)
+        kg = None
+        if config.get("kg_hash"):
+            kg_dir = directory / KG_DIR
+            if not kg_dir.is_dir():
+                raise FileNotFoundError(f"knowledge graph directory {kg_dir} is missing (assets_config names a KG)")
+            kg = KnowledgeGraph.from_pretrained(kg_dir)
+            if kg.content_hash() != config["kg_hash"]:
+                raise ValueError(f"knowledge graph in {kg_dir} does not match the hash recorded in {config_file}")
+        assets = cls(entity_data["entities"], relation_data["relations"], entity_data.get("counts"), kg)
+        if assets.content_hash() != config["vocab_hash"]:
+            raise ValueError(f"entity/relation vocabularies in {directory} do not match the hash in {config_file}")
+        return assets
+
+
+def _assets_config(assets: KnowledgeAssets) -> dict:
+    return {
+        "format_version": FORMAT_VERSION,
+        "num_entities": assets.num_entities,
+        "num_relations": assets.num_relations,
+        "vocab_hash": assets.content_hash(),
+        "kg_hash": assets.kg.content_hash() if assets.kg is not None else None,
+    }
+
+
+def save_knowledge_assets(save_directory: str | os.PathLike, assets: KnowledgeAssets, overwrite: bool = True) -> None:
+    """Write ``knowledge/`` into ``save_directory``; a folder that already holds the same assets is left as it is.
+
+    ``overwrite=False`` (a processor's save) makes different assets already in the folder a ValueError: they
+    belong to the model saved there, and a processor built from other vocabularies or another KG must not be
+    paired with it. A model's save (``overwrite=True``) replaces them: its weights are indexed by its own assets.
+    """
+    directory = Path(save_directory) / ASSETS_DIR
+    config = _assets_config(assets)
+    config_file = directory / ASSETS_CONFIG_NAME
+    if config_file.is_file():
+        try:
+            existing = read_json(config_file)
+        except ValueError:
+            existing = {}
+        same = all(existing.get(key) == config[key] for key in ("format_version", "vocab_hash", "kg_hash"))
+        if same:
+            return
+        if overwrite:
+            config_file.unlink()  # an interrupted rewrite must not leave the old config beside new files
+        else:
+            raise ValueError(
+                f"{directory} already holds other knowledge assets (vocabulary hash {existing.get('vocab_hash')!r}, "
+                f"KG hash {existing.get('kg_hash')!r}) than the processor being saved ({config['vocab_hash']!r}, "
+                f"{config['kg_hash']!r}): the model saved there and this processor disagree; save them from the "
+                "same assets or into separate folders"
+            )
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / ENTITY_VOCAB_NAME).write_text(
+        json.dumps({"entities": assets.entity_vocab, "counts": assets.entity_counts}, ensure_ascii=False)
+    )
+    (directory / RELATION_VOCAB_NAME).write_text(json.dumps({"relations": assets.relation_vocab}, ensure_ascii=False))
+    if assets.kg is not None:
+        assets.kg.save_pretrained(directory / KG_DIR)
+    elif (directory / KG_DIR).is_dir():
+        shutil.rmtree(directory / KG_DIR)  # another model's KG must not travel with this one
+    config_file.write_text(json.dumps(config, indent=2))  # last: a folder without it was not saved completely
+
+
+__all__ = [
+    "KnowledgeAssets",
+    "save_knowledge_assets",
+    "NULL_ENTITY",
+    "SELF_RELATION",
+    "UNKNOWN_RELATION",
+]

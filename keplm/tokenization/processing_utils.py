@@ -1,0 +1,403 @@
+"""The processor base shared by every keplm model: tokenizer + knowledge → model inputs.
+
+:class:`KeplmProcessor` alone owns the knowledge graph and its entity linker (one linking pass per split,
+:meth:`KeplmProcessor.link_dataset`), maps character spans of entity mentions to token spans, aligns word-level
+NER labels, cuts QA contexts into stride windows, and saves/loads itself (``AutoProcessor`` finds it through
+``processor_config.json``). A model's processor subclass adds only what its model reads from the knowledge
+(:meth:`KeplmProcessor.knowledge_features`): KALA a graph per feature, Roof-Transformer a knowledge sequence,
+TRELM entity positions.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+
+import numpy as np
+from transformers import AutoConfig, AutoTokenizer, PreTrainedTokenizerBase
+
+from keplm.file_utils import (
+    FORMAT_VERSION,
+    PROCESSOR_CONFIG_NAME,
+    check_format_version,
+    hub_kwargs,
+    resolve_file,
+)
+from keplm.io_utils import read_json
+from keplm.knowledge.annotation import KnowledgeAnnotation
+from keplm.knowledge.assets import KnowledgeAssets
+from keplm.knowledge.linker import EntityLinker, link_dataset, linker_signature
+
+from .alignment import char_spans_to_token_spans, word_offsets
+
+logger = logging.getLogger(__name__)
+
+#: file name of the processor settings before format 1 named it (still read)
+LEGACY_PROCESSOR_CONFIG_NAME = "keplm_processor_config.json"
+#: every keplm processor class by name (``processor_class`` in ``processor_config.json``)
+PROCESSOR_CLASSES: dict[str, type[KeplmProcessor]] = {}
+
+
+def as_annotation(value) -> KnowledgeAnnotation | None:
+    """An annotation from a dict (a dataset row), an annotation, or None (= link the text)."""
+    if value is None or isinstance(value, KnowledgeAnnotation):
+        return value
+    return KnowledgeAnnotation.from_dict(value)
+
+
+def _resolve_revision(name_or_path, kwargs: dict) -> dict:
+    """Hub keyword arguments with the revision resolved to one commit, so that every file of a load comes from
+    the same repository state (transformers >= 5.20; older versions keep the given revision)."""
+    location = hub_kwargs(kwargs)
+    if os.path.isdir(name_or_path):
+        return location
+    try:
+        from transformers.utils.hub import resolve_revision
+    except ImportError:
+        return location
+    location["revision"] = resolve_revision(name_or_path, location.get("revision"), token=location.get("token"),
+                                            local_files_only=location.get("local_files_only", False),
+                                            cache_dir=location.get("cache_dir"))
+    return location
+
+
+class KeplmProcessor:
+    """Turns text (and questions) with entity mentions into model inputs; the base of every keplm processor.
+
+    Args:
+        tokenizer: a fast tokenizer (offset mappings map character spans to tokens).
+        knowledge_assets: entity/relation vocabularies and the KG (``KnowledgeAssets(kg=kg)`` for a KG alone).
+        linker_kwargs: settings of the :class:`~keplm.knowledge.EntityLinker` built from the KG on first use.
+
+    Subclasses set the class attributes that describe their features and override
+    :meth:`knowledge_features`; ``model_input_names`` are the inputs their model's ``forward`` takes.
+    """
+
+    model_input_names = ["input_ids", "token_type_ids", "attention_mask"]
+    #: token-level feature keys by sequence family (a family is named by the key of its token ids): the collator
+    #: pads each key to its family's length
+    sequence_families: dict[str, tuple[str, ...]] = {
+        "input_ids": ("input_ids", "attention_mask", "token_type_ids", "special_tokens_mask", "labels"),
+    }
+    #: scalar features holding a token position in a family (they move when the collator pads on the left)
+    position_keys: dict[str, str] = {"start_positions": "input_ids", "end_positions": "input_ids"}
+    #: per-example graph features (batched by the collator into one graph); empty for models without graphs
+    graph_keys: tuple[str, ...] = ()
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        PROCESSOR_CLASSES[cls.__name__] = cls
+
+    def __init__(
+        self,
+        tokenizer: PreTrainedTokenizerBase,
+        knowledge_assets: KnowledgeAssets | None = None,
+        linker_kwargs: dict | None = None,
+    ):
+        if not getattr(tokenizer, "is_fast", False):
+            raise ValueError(f"{type(self).__name__} needs a fast tokenizer (offset mappings), got "
+                             f"{type(tokenizer).__name__}")
+        self.tokenizer = tokenizer
+        self.knowledge_assets = knowledge_assets if knowledge_assets is not None else KnowledgeAssets()
+        self.linker_kwargs = dict(linker_kwargs or {})
+        self._linker = None
+
+    def processor_config(self) -> dict:
+        """The settings saved in ``processor_config.json`` (the constructor's keyword arguments)."""
+        return {"linker_kwargs": self.linker_kwargs}
+
+    def __getstate__(self):  # ship the processor to worker processes without its built linker automaton
+        return {**self.__dict__, "_linker": None}
+
+    # ------------------------------------------------------------------ basics
+    @property
+    def kg(self):
+        return self.knowledge_assets.kg
+
+    @property
+    def pad_token_id(self) -> int:
+        return self.tokenizer.pad_token_id
+
+    def without_knowledge(self) -> KeplmProcessor:
+        """A copy without KG and vocabularies (the processor of a baseline that reads no knowledge)."""
+        return type(self)(self.tokenizer, **{**self.processor_config(), "knowledge_assets": KnowledgeAssets()})
+
+    def signature(self) -> dict:
+        """Everything about the processor that determines its features (for ``datasets`` cache fingerprints)."""
+        from datasets.fingerprint import Hasher
+
+        assets = self.knowledge_assets
+        return {"processor": type(self).__name__, "config": self.processor_config(), "vocab": assets.content_hash(),
+                "kg": self.kg.content_hash() if self.kg is not None else None,
+                "tokenizer": Hasher.hash(self.tokenizer)}
+
+    # ------------------------------------------------------------------ linking
+    @property
+    def linker(self) -> EntityLinker:
+        """The entity linker over the KG, built on first use."""
+        if self._linker is None:
+            if self.kg is None:
+                raise ValueError("no annotation given and the processor holds no KG to link the text against")
+            self._linker = EntityLinker(self.kg, **self.linker_kwargs)
+        return self._linker
+
+    def link(self, text: str) -> KnowledgeAnnotation:
+        return self.linker.link(text)
+
+    def link_dataset(self, dataset, column: str, split_into_words: bool = False, num_proc: int | None = None,
+                     desc: str | None = None):
+        """The dataset with a ``knowledge`` column: the linking pass of a split, read by everything after it
+        (entity vocabulary, seen/unseen subsets, features). ``split_into_words``: the column holds word lists."""
+        if self.kg is None:
+            raise ValueError("linking needs a knowledge graph, and the processor holds none")
+        return link_dataset(dataset, self.kg, self.linker_kwargs, column, split_into_words=split_into_words,
+                            linker=self._linker, num_proc=num_proc, desc=desc)
+
+    def linking_signature(self) -> dict:
+        return linker_signature(self.kg, self.linker_kwargs) if self.kg is not None else {}
+
+    # ------------------------------------------------------------------ alignment
+    @staticmethod
+    def mention_spans(offsets, masks, annotations) -> list[tuple[int, int, object]]:
+        """``(first token, last token, mention)`` of every mention that has a token in the feature.
+
+        ``annotations[i]`` refers to the text part whose tokens ``masks[i]`` selects (e.g. context and question
+        of a QA window); ``offsets`` are the feature's character offsets into that text.
+        """
+        spans = []
+        for annotation, mask in zip(annotations, masks):
+            if annotation is None or not annotation.entities:
+                continue
+            token_spans = char_spans_to_token_spans(offsets, [(m.start, m.end) for m in annotation.entities], mask)
+            spans.extend((int(first), int(last), mention)
+                         for mention, (first, last) in zip(annotation.entities, token_spans) if first >= 0)
+        return spans
+
+    def knowledge_features(self, offsets, masks, annotations) -> dict:
+        """The knowledge inputs of one feature (none in the base class); see :meth:`mention_spans`."""
+        return {}
+
+    # ------------------------------------------------------------------ one text
+    def __call__(self, text: str, annotation=None, max_length: int = 512, truncation: bool = True,
+                 with_knowledge: bool = True, **kwargs) -> dict:
+        """Encode one text; links it against the KG when no annotation is given."""
+        encoding = self.tokenizer(text, max_length=max_length, truncation=truncation, return_offsets_mapping=True,
+                                  **kwargs)
+        offsets = encoding.pop("offset_mapping")
+        features = dict(encoding)
+        if with_knowledge:
+            annotation = as_annotation(annotation)
+            annotation = (self.link(text) if annotation is None else annotation).validate(text)
+            features.update(self.knowledge_features(offsets, [[s == 0 for s in encoding.sequence_ids()]], [annotation]))
+        return features
+
+    # ------------------------------------------------------------------ NER
+    def prepare_ner_features(
+        self,
+        examples: dict,
+        label_column: str | None = "ner_tags",
+        annotation_column: str | None = "knowledge",
+        max_length: int = 128,
+        label_all_tokens: bool = False,
+        with_knowledge: bool = True,
+    ) -> dict:
+        """``datasets.map(batched=True)`` function for word-level NER data (``tokens`` + tags).
+
+        Mention offsets refer to ``" ".join(tokens)``. The first sub-token of each word carries the label (every
+        sub-token with ``label_all_tokens``); special tokens get -100.
+        """
+        words_batch = examples["tokens"]
+        encoding = self.tokenizer(words_batch, is_split_into_words=True, truncation=True, max_length=max_length,
+                                  return_offsets_mapping=True)
+        annotations = examples.get(annotation_column) if annotation_column and with_knowledge else None
+        out: dict[str, list] = {}
+        for i, words in enumerate(words_batch):
+            word_ids = encoding.word_ids(i)
+            if with_knowledge:
+                starts = word_offsets(words)[:, 0]
+                local = np.asarray(encoding["offset_mapping"][i], dtype=np.int64)
+                offsets = np.zeros_like(local)
+                for position, word in enumerate(word_ids):
+                    if word is not None:
+                        offsets[position] = local[position] + starts[word]
+                annotation = as_annotation(annotations[i]) if annotations is not None else None
+                text = " ".join(words)
+                annotation = (self.linker.link(text) if annotation is None else annotation).validate(text)
+                knowledge = self.knowledge_features(offsets, [[w is not None for w in word_ids]], [annotation])
+                for key, value in knowledge.items():
+                    out.setdefault(key, []).append(value)
+            if label_column is not None:
+                out.setdefault("labels", []).append(
+                    align_word_labels(examples[label_column][i], word_ids, label_all_tokens))
+        encoding.pop("offset_mapping")
+        return {**encoding, **out}
+
+    # ------------------------------------------------------------------ QA
+    def prepare_qa_features(
+        self,
+        examples: dict,
+        max_length: int = 384,
+        doc_stride: int = 128,
+        training: bool = True,
+        annotation_column: str | None = "knowledge",
+        question_annotation_column: str | None = "question_knowledge",
+        with_knowledge: bool = True,
+    ) -> dict:
+        """``datasets.map(batched=True)`` function for SQuAD-style data with stride windows over the context.
+
+        Every window keeps the context mentions (and the question mentions) that fall inside it. Training
+        features carry start/end positions (CLS when the answer is outside the window); evaluation features
+        carry ``example_id`` and context-only ``offset_mapping``.
+        """
+        pad_right = self.tokenizer.padding_side == "right"
+        questions = [q.lstrip() for q in examples["question"]]
+        encoding = self.tokenizer(
+            questions if pad_right else examples["context"],
+            examples["context"] if pad_right else questions,
+            truncation="only_second" if pad_right else "only_first",
+            max_length=max_length,
+            stride=doc_stride,
+            return_overflowing_tokens=True,
+            return_offsets_mapping=True,
+        )
+        context_part = 1 if pad_right else 0
+        sample_map = encoding.pop("overflow_to_sample_mapping")
+        context_annotations = examples.get(annotation_column) if annotation_column and with_knowledge else None
+        question_annotations = (examples.get(question_annotation_column)
+                                if question_annotation_column and with_knowledge else None)
+        cache: dict[int, tuple] = {}
+        out: dict[str, list] = {}
+        extra = {"start_positions": [], "end_positions": []} if training else {"example_id": [], "offset_mapping": []}
+        for i, offsets in enumerate(encoding["offset_mapping"]):
+            sample = sample_map[i]
+            sequence_ids = encoding.sequence_ids(i)
+            context_mask = [s == context_part for s in sequence_ids]
+            if with_knowledge:
+                if sample not in cache:
+                    context = examples["context"][sample]
+                    annotation = as_annotation(context_annotations[sample]) if context_annotations is not None else None
+                    annotation = (self.link(context) if annotation is None else annotation).validate(context)
+                    question = (as_annotation(question_annotations[sample])
+                                if question_annotations is not None else None)
+                    cache[sample] = (annotation, question)
+                question_mask = [s == 1 - context_part for s in sequence_ids]
+                knowledge = self.knowledge_features(offsets, [context_mask, question_mask], list(cache[sample]))
+                for key, value in knowledge.items():
+                    out.setdefault(key, []).append(value)
+            if training:
+                start, end = answer_token_positions(examples["answers"][sample], offsets, context_mask)
+                extra["start_positions"].append(start)
+                extra["end_positions"].append(end)
+            else:
+                extra["example_id"].append(examples["id"][sample])
+                extra["offset_mapping"].append([o if m else None for o, m in zip(offsets, context_mask)])
+        encoding.pop("offset_mapping")
+        return {**encoding, **out, **extra}
+
+    # ------------------------------------------------------------------ agreement with a model
+    def check_config(self, config) -> None:
+        """ValueError when a model config's settings contradict the processor's (overridden per processor)."""
+        return None
+
+    def check_model(self, model) -> None:
+        """ValueError when ``model`` cannot read this processor's features: a tokenizer larger than the model's
+        vocabulary, or knowledge assets other than the model's (their content hashes differ)."""
+        vocab_size = getattr(model.config, "encoder_config", model.config).vocab_size
+        if len(self.tokenizer) > vocab_size:
+            raise ValueError(f"the tokenizer has {len(self.tokenizer)} tokens but the model's embeddings only "
+                             f"{vocab_size}: the processor and the model come from different checkpoints")
+        self.check_config(model.config)
+        model_assets = getattr(model, "knowledge_assets", None)
+        if getattr(model.config, "uses_knowledge_assets", False):
+            if model_assets is None:
+                raise ValueError(f"{type(model).__name__} reads knowledge but has no knowledge assets attached")
+            if model_assets.content_hash() != self.knowledge_assets.content_hash():
+                raise ValueError(
+                    f"the processor's entity/relation vocabularies ({self.knowledge_assets.num_entities} entities, "
+                    f"hash {self.knowledge_assets.content_hash()[:12]}) differ from the model's "
+                    f"({model_assets.num_entities} entities, hash {model_assets.content_hash()[:12]}): their ids "
+                    "would index the wrong rows"
+                )
+
+    # ------------------------------------------------------------------ saving / loading
+    def save_pretrained(self, save_directory: str | os.PathLike, **kwargs) -> None:
+        """Write the tokenizer, ``processor_config.json`` and the knowledge assets (shared with the model saved in
+        the same folder, see :func:`~keplm.knowledge.assets.save_knowledge_assets`)."""
+        directory = Path(save_directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        self.tokenizer.save_pretrained(directory)
+        self.knowledge_assets.save_pretrained(directory, overwrite=False)
+        config = {"processor_class": type(self).__name__, "format_version": FORMAT_VERSION, **self.processor_config()}
+        (directory / PROCESSOR_CONFIG_NAME).write_text(json.dumps(config, indent=2, default=repr))
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path: str | os.PathLike, **kwargs) -> KeplmProcessor:
+        """Load a processor saved with :meth:`save_pretrained` (a directory or a Hub repo id; ``revision``,
+        ``token``, ``cache_dir``, ``local_files_only``, ``force_download`` as for models). Called on the base
+        class (or through ``AutoProcessor``) it returns the saved processor's class."""
+        path = pretrained_model_name_or_path
+        location = _resolve_revision(path, kwargs)
+        config_file = resolve_file(path, PROCESSOR_CONFIG_NAME, **location)
+        legacy = config_file is None
+        if legacy:
+            config_file = resolve_file(path, LEGACY_PROCESSOR_CONFIG_NAME, **location)
+        if config_file is None:
+            raise FileNotFoundError(f"{path} has no {PROCESSOR_CONFIG_NAME}: it holds no saved keplm processor")
+        config = read_json(config_file)
+        if not legacy:
+            check_format_version(config, config_file)
+        config.pop("format_version", None)
+        name = config.pop("processor_class", cls.__name__)
+        klass = PROCESSOR_CLASSES.get(name)
+        if klass is None or not issubclass(klass, cls):
+            raise ValueError(f"{config_file} names processor class {name!r}, which is not a {cls.__name__}")
+        tokenizer = AutoTokenizer.from_pretrained(path, **location)
+        assets = KnowledgeAssets.from_pretrained(path, **location)
+        processor = klass(tokenizer, assets, **config)
+        if resolve_file(path, "config.json", **location) is not None:  # a model saved beside it: do they agree?
+            try:
+                model_config = AutoConfig.from_pretrained(path, **location)
+            except (OSError, ValueError):
+                model_config = None
+            if model_config is not None:
+                processor.check_config(model_config)
+        return processor
+
+
+def align_word_labels(tags, word_ids, label_all_tokens: bool = False) -> list[int]:
+    """Token labels from word labels: the first sub-token of a word gets its tag (every sub-token with
+    ``label_all_tokens``), other sub-tokens and special tokens -100."""
+    labels, previous = [], None
+    for word in word_ids:
+        if word is None:
+            labels.append(-100)
+        elif word != previous or label_all_tokens:
+            labels.append(tags[word])
+        else:
+            labels.append(-100)
+        previous = word
+    return labels
+
+
+def answer_token_positions(answers: dict, offsets, context_mask) -> tuple[int, int]:
+    """Token span of the first answer in one window, ``(0, 0)`` (CLS) when it is not fully inside the window."""
+    if not answers["answer_start"]:
+        return 0, 0
+    start_char = answers["answer_start"][0]
+    end_char = start_char + len(answers["text"][0])
+    (first, last), = char_spans_to_token_spans(offsets, [(start_char, end_char)], context_mask)
+    context_positions = [i for i, m in enumerate(context_mask) if m]
+    if first < 0 or offsets[context_positions[0]][0] > start_char or offsets[context_positions[-1]][1] < end_char:
+        return 0, 0
+    return int(first), int(last)
+
+
+__all__ = [
+    "KeplmProcessor",
+    "PROCESSOR_CLASSES",
+    "as_annotation",
+    "align_word_labels",
+    "answer_token_positions",
+]

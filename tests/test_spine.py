@@ -1,0 +1,206 @@
+"""The spine every keplm model is built on: the processor base without a graph, AutoProcessor, the collator's
+sequence families, and a multi-encoder model built with ``from_base_pretrained``."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from torch import nn
+from transformers import AutoProcessor, BertModel
+
+import keplm  # noqa: F401  (registers the Auto classes)
+from keplm import KalaConfig, KalaForTokenClassification, KalaProcessor, KeplmProcessor
+from keplm.configuration import KeplmConfig
+from keplm.configuration.base import encoder_subconfigs
+from keplm.data.collator import KeplmDataCollator
+from keplm.file_utils import PROCESSOR_CONFIG_NAME
+from keplm.knowledge import KnowledgeAnnotation, KnowledgeAssets
+from keplm.modeling.base import ExtraLayers, KeplmPreTrainedModel, encoder_layers
+
+from .conftest import tiny_encoder_config
+
+CONTEXT = "john lives in new york . mary visited berlin and paris . the seine flows through paris ."
+
+
+# ---------------------------------------------------------------------------------------------- processor base
+def test_processor_base_without_graph_aligns_labels_spans_and_windows(tokenizer, kg):
+    """The base processor makes no knowledge inputs of its own, yet aligns NER labels to first sub-tokens, maps
+    character spans to token spans, and cuts QA contexts into stride windows with answer positions."""
+    processor = KeplmProcessor(tokenizer, KnowledgeAssets(kg=kg))
+    ner = processor.prepare_ner_features({"tokens": [["rivers", "is", "a", "city"]], "ner_tags": [[1, 0, 0, 2]]},
+                                         annotation_column=None)
+    assert set(ner) == {"input_ids", "token_type_ids", "attention_mask", "labels"}  # no graph, no token map
+    tokens = tokenizer.convert_ids_to_tokens(ner["input_ids"][0])
+    assert tokens == ["[CLS]", "river", "##s", "is", "a", "city", "[SEP]"]
+    assert ner["labels"][0] == [-100, 1, -100, 0, 0, 2, -100]  # the second sub-token of a word is not scored
+
+    encoding = tokenizer(CONTEXT, return_offsets_mapping=True)
+    annotation = processor.link(CONTEXT)
+    spans = processor.mention_spans(encoding["offset_mapping"], [[s == 0 for s in encoding.sequence_ids()]],
+                                    [annotation])
+    by_text = {mention.text: (first, last) for first, last, mention in spans}
+    first, last = by_text["new york"]
+    assert tokenizer.convert_ids_to_tokens(encoding["input_ids"][first : last + 1]) == ["new", "york"]
+
+    start = CONTEXT.index("berlin")
+    examples = {"id": ["q"], "question": ["where did mary go ?"], "context": [CONTEXT],
+                "answers": [{"text": ["berlin"], "answer_start": [start]}]}
+    qa = processor.prepare_qa_features(examples, max_length=20, doc_stride=6, training=True, annotation_column=None,
+                                       question_annotation_column=None)
+    assert len(qa["input_ids"]) > 1  # several windows
+    hits = [i for i, (s, e) in enumerate(zip(qa["start_positions"], qa["end_positions"])) if (s, e) != (0, 0)]
+    assert hits, "the answer must lie fully inside at least one window"
+    for i in hits:
+        span = qa["input_ids"][i][qa["start_positions"][i] : qa["end_positions"][i] + 1]
+        answer = tokenizer.convert_ids_to_tokens(span)
+        assert answer == ["berlin"]
+    assert "entity_token_map" not in qa
+    windows = processor.prepare_qa_features(examples, max_length=20, doc_stride=6, training=False,
+                                            annotation_column=None, question_annotation_column=None)
+    assert windows["example_id"] == ["q"] * len(qa["input_ids"])
+
+
+def test_processor_validates_annotations_of_ner_data(tokenizer, assets):
+    """A precomputed NER annotation whose span text disagrees with the sentence is an error, not a silent
+    mislink."""
+    processor = KalaProcessor(tokenizer, assets)
+    bad = KnowledgeAnnotation.from_dict({"entities": [{"text": "berlin", "start": 0, "end": 5, "id": "Q64"}]})
+    with pytest.raises(ValueError, match="mention.text"):
+        processor.prepare_ner_features({"tokens": [["paris", "is", "a", "city"]], "knowledge": [bad]},
+                                       label_column=None)
+
+
+def test_auto_processor_round_trip_and_agreement_checks(tmp_path, tokenizer, assets):
+    """``AutoProcessor.from_pretrained`` returns the saved processor class with its KG and settings; a processor and
+    a model that disagree are caught where they meet."""
+    model = KalaForTokenClassification(KalaConfig(encoder_config=tiny_encoder_config(tokenizer), num_labels=2,
+                                                  entity_vocab_size=assets.num_entities,
+                                                  num_relations=assets.num_relations))
+    model.set_knowledge_assets(assets)
+    processor = KalaProcessor(tokenizer, assets, linker_kwargs={"lowercase": True})
+    model.save_pretrained(tmp_path)
+    processor.save_pretrained(tmp_path)
+    config = json.loads((tmp_path / PROCESSOR_CONFIG_NAME).read_text())
+    assert config["processor_class"] == "KalaProcessor" and config["format_version"] == 1
+    loaded = AutoProcessor.from_pretrained(tmp_path)
+    assert type(loaded) is KalaProcessor and loaded.linker_kwargs == {"lowercase": True}
+    assert loaded.knowledge_assets.content_hash() == assets.content_hash()
+    assert loaded.kg.content_hash() == assets.kg.content_hash()
+    assert loaded("paris is a city") == processor("paris is a city")
+    loaded.check_model(model)
+
+    other = KnowledgeAssets.build(["Q90"], kg=assets.kg)
+    with pytest.raises(ValueError, match="differ from the model's"):
+        KalaProcessor(tokenizer, other).check_model(model)
+    with pytest.raises(ValueError, match="use_inverse_relations"):
+        KalaProcessor(tokenizer, assets, use_inverse_relations=False).check_model(model)
+    with pytest.raises(ValueError, match="other knowledge assets"):  # would pair the model with wrong assets
+        KalaProcessor(tokenizer, other).save_pretrained(tmp_path)
+    (tmp_path / PROCESSOR_CONFIG_NAME).write_text(json.dumps({**config, "use_inverse_relations": False}))
+    with pytest.raises(ValueError, match="use_inverse_relations"):  # checked against config.json on load
+        AutoProcessor.from_pretrained(tmp_path)
+
+
+def test_processor_saved_before_format_1_still_loads(tmp_path, tokenizer, assets):
+    """Checkpoints saved before the processor settings were renamed to processor_config.json load as before."""
+    KalaProcessor(tokenizer, assets).save_pretrained(tmp_path)
+    config = json.loads((tmp_path / PROCESSOR_CONFIG_NAME).read_text())
+    (tmp_path / PROCESSOR_CONFIG_NAME).unlink()
+    config.pop("format_version")
+    (tmp_path / "keplm_processor_config.json").write_text(json.dumps(config))
+    assert type(KeplmProcessor.from_pretrained(tmp_path)) is KalaProcessor
+    config["format_version"] = 7
+    (tmp_path / PROCESSOR_CONFIG_NAME).write_text(json.dumps(config))
+    with pytest.raises(ValueError, match="format_version 7"):
+        KeplmProcessor.from_pretrained(tmp_path)
+
+
+# ---------------------------------------------------------------------------------------------- collator
+@pytest.mark.parametrize("side", ["right", "left"])
+def test_collator_pads_two_sequence_families_on_either_side(side):
+    """Each family is padded to its own longest member on the tokenizer's side, with its own pad values; token
+    positions move with left padding; an undeclared token-level field is an error, not a silent drop."""
+    families = {"input_ids": ("input_ids", "attention_mask", "labels"),
+                "knowledge_input_ids": ("knowledge_input_ids", "knowledge_attention_mask")}
+    collator = KeplmDataCollator(pad_token_id=9, padding_side=side, sequence_families=families)
+    features = [
+        {"input_ids": [1, 2, 3], "attention_mask": [1, 1, 1], "labels": [0, 1, 0],
+         "knowledge_input_ids": [5], "knowledge_attention_mask": [1], "start_positions": 2, "score": 0.5},
+        {"input_ids": [1, 2], "attention_mask": [1, 1], "labels": [1, 1],
+         "knowledge_input_ids": [5, 6, 7, 8], "knowledge_attention_mask": [1, 1, 1, 1], "start_positions": 1,
+         "score": 1.5},
+    ]
+    batch = collator(features)
+    assert batch["input_ids"].shape == (2, 3) and batch["knowledge_input_ids"].shape == (2, 4)
+    if side == "right":
+        assert batch["input_ids"][1].tolist() == [1, 2, 9] and batch["labels"][1].tolist() == [1, 1, -100]
+        assert batch["knowledge_input_ids"][0].tolist() == [5, 9, 9, 9]
+        assert batch["start_positions"].tolist() == [2, 1]
+    else:
+        assert batch["input_ids"][1].tolist() == [9, 1, 2] and batch["labels"][1].tolist() == [-100, 1, 1]
+        assert batch["knowledge_attention_mask"][0].tolist() == [0, 0, 0, 1]
+        assert batch["start_positions"].tolist() == [2, 2]  # the second row moved right by one pad token
+    assert batch["score"].dtype == torch.float32 and batch["score"].tolist() == [0.5, 1.5]
+    with pytest.raises(ValueError, match="knowledge_token_type_ids"):
+        collator([{**features[0], "knowledge_token_type_ids": [0]}])
+    with pytest.raises(ValueError, match="no graph"):
+        collator([{**features[0], "node_entity_ids": [0], "edge_index": [[], []]}])
+
+
+# ---------------------------------------------------------------------------------------------- two encoders
+class TwoEncoderConfig(KeplmConfig):
+    """A test model with a text encoder, a second encoder and a one-layer top copied from the text encoder."""
+
+    model_type = "keplm_test_two_encoders"
+    encoder_names = ("encoder", "knowledge_encoder")
+    locals().update(encoder_subconfigs("encoder", "knowledge_encoder"))
+    knowledge_encoder_config: dict | None = None
+
+
+class TwoEncoderModel(KeplmPreTrainedModel):
+    config_class = TwoEncoderConfig
+    base_model_prefix = "two"
+
+    def __init__(self, config):
+        super().__init__(config)
+        from keplm.modeling.base import build_encoder
+
+        self.encoder = build_encoder(config.encoder_config)
+        self.knowledge_encoder = build_encoder(config.knowledge_encoder_config)
+        self.top = ExtraLayers(self.encoder, 1, copy_from="encoder")
+        self.head = nn.Linear(config.hidden_size, 2)
+        self.post_init()
+
+    def forward(self, input_ids, knowledge_input_ids):
+        text = self.encoder(input_ids=input_ids).last_hidden_state
+        knowledge = self.knowledge_encoder(input_ids=knowledge_input_ids).last_hidden_state
+        return self.head(self.top(torch.cat([text, knowledge], dim=1)))
+
+
+def test_two_encoders_from_one_checkpoint_have_separate_weights(tmp_path, tokenizer):
+    torch.manual_seed(0)
+    base = BertModel(tiny_encoder_config(tokenizer))
+    base.save_pretrained(tmp_path / "base")
+    model = TwoEncoderModel.from_base_pretrained(tmp_path / "base")
+    reference = {k: v for k, v in base.state_dict().items() if not k.startswith("pooler.")}
+    for name in ("encoder", "knowledge_encoder"):
+        loaded = model.named_encoders()[name].state_dict()
+        assert all(torch.equal(loaded[k], v) for k, v in reference.items()), name
+    last = encoder_layers(base)[-1].state_dict()
+    assert all(torch.equal(model.top[0].state_dict()[k], v) for k, v in last.items())  # the roof-style copy
+    assert model.loading_report["newly_initialized"] == ["head"]
+    assert model.loading_report["copied_from_encoder_layers"] == ["top"]
+    with torch.no_grad():
+        model.encoder.embeddings.word_embeddings.weight.add_(1.0)
+    assert not torch.equal(model.encoder.embeddings.word_embeddings.weight,
+                           model.knowledge_encoder.embeddings.word_embeddings.weight)  # separate copies
+    assert model.config.knowledge_encoder_config.hidden_size == model.config.encoder_config.hidden_size
+    model.save_pretrained(tmp_path / "saved")
+    reloaded = TwoEncoderModel.from_pretrained(tmp_path / "saved")
+    ids = torch.tensor([[2, 10, 11, 3]])
+    knowledge_ids = torch.tensor([[2, 12, 3]])
+    torch.testing.assert_close(reloaded.eval()(ids, knowledge_ids), model.eval()(ids, knowledge_ids))
+    with pytest.raises(ValueError, match="base checkpoints must be given"):
+        TwoEncoderModel.from_base_pretrained({"encoder": tmp_path / "base"})
