@@ -1,6 +1,7 @@
 """Dataset readers and loaders (CoNLL NER, SQuAD v1.1 QA)."""
 
 from .docred import DocREDFeaturizer, FactMetrics, build_relation_vocab, load_docred_dataset, read_docred
+from .glue import GLUE_TASKS, GlueTask, load_glue_dataset  # noqa: F401  (GLUE tasks, keplm.data.glue)
 from .ner import get_label_list, load_ner_dataset, read_conll, sort_labels
 from .splits import find_split_files, limit_samples
 from .squad import load_qa_dataset, read_squad_json, squad_article_split
