@@ -170,7 +170,7 @@ def test_squad_article_split_counts():
     assert {s: len(d) for s, d in dsd.items()} == {"train": 8582, "validation": 1032, "test": 956}
     assert set(dsd["train"]["article_index"]) == set(range(38))
     assert set(dsd["test"]["article_index"]) == set(range(43, 48))
-    loaded = load_qa_dataset(os.path.dirname(path))
+    loaded = load_qa_dataset(os.path.dirname(path), split_by_article=(38, 5, 5))
     assert {s: len(d) for s, d in loaded.items()} == {"train": 8582, "validation": 1032, "test": 956}
     first = loaded["train"][0]
     assert first["context"][first["answers"]["answer_start"][0] :].startswith(first["answers"]["text"][0])

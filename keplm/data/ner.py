@@ -23,6 +23,8 @@ __all__ = [
 ]
 
 _PREFIX_ORDER = {"B": 0, "I": 1, "E": 2, "L": 3, "S": 4, "U": 5}
+
+
 def _split_line(line: str) -> list[str]:
     # Tab-separated files may hold tokens with inner spaces; otherwise split on any whitespace.
     if "\t" in line:
@@ -34,7 +36,11 @@ def read_conll(path: str | os.PathLike, tag_column: int = -1) -> list[dict]:
     """Read a CoNLL file into ``[{"id", "tokens", "ner_tags"}]`` (tags as strings).
 
     Token is the first column, the tag is ``tag_column`` (default last). Blank or whitespace-only
-    lines separate sentences; ``-DOCSTART-`` lines are skipped.
+    lines separate sentences; ``-DOCSTART-`` lines are skipped. Every token line of a file must have the
+    column count of its first token line (CoNLL-2003: 4, WNUT-17 / NCBI-disease: 2): a line that lost its
+    NER column (``paris NNP B-NP``) would otherwise be read with a chunk tag as its label, and a
+    space-separated multi-word token (``New York B-LOC``) would lose a word. A mismatch is a ValueError
+    naming the file and line.
     """
     path = os.fspath(path)
     if not os.path.isfile(path):
@@ -42,6 +48,7 @@ def read_conll(path: str | os.PathLike, tag_column: int = -1) -> list[dict]:
     sentences: list[dict] = []
     tokens: list[str] = []
     tags: list[str] = []
+    columns: tuple[int, int] | None = None  # (column count, line of the first token line)
 
     def flush():
         if tokens:
@@ -63,6 +70,14 @@ def read_conll(path: str | os.PathLike, tag_column: int = -1) -> list[dict]:
                 if len(parts) < 2:
                     raise ValueError(
                         f"{path}, line {line_no}: expected at least 2 columns (token and tag), got {line!r}"
+                    )
+                if columns is None:
+                    columns = (len(parts), line_no)
+                elif len(parts) != columns[0]:
+                    raise ValueError(
+                        f"{path}, line {line_no}: {len(parts)} columns in {line!r}, but the file's first token "
+                        f"line ({columns[1]}) has {columns[0]}; every token line must have the same columns "
+                        "(token ... tag; tab-separate tokens that contain spaces)"
                     )
                 try:
                     tag = parts[tag_column]
@@ -188,6 +203,9 @@ def load_ner_dataset(
     split_rows = {
         split: read_conll(files[split], tag_column=tag_column) for split in SPLITS if split in files
     }
+    for split, rows in split_rows.items():
+        if not rows:
+            raise ValueError(f"the {split} split is empty: {files[split]} holds no sentence")
     if label_list is None:
         label_list = sort_labels(
             tag for rows in split_rows.values() for row in rows for tag in row["ner_tags"]
@@ -210,6 +228,8 @@ def _load_hub(name, tokens_column, tags_column, label_list, **load_kwargs) -> da
                 dsd["validation"] = dsd.pop(alias)
                 break
     for split in list(dsd):
+        if len(dsd[split]) == 0:
+            raise ValueError(f"Hub dataset {name!r}: the {split} split is empty")
         columns = dsd[split].column_names
         renames = {
             old: new for old, new in ((tokens_column, "tokens"), (tags_column, "ner_tags")) if old != new
