@@ -79,6 +79,52 @@ class KnowledgeAssets:
         """Relation-vocabulary id; relations unseen in training map to the unknown relation (1)."""
         return self._relation_rows.get(relation_id, 1)
 
+    def entity_coverage(self, annotations, max_examples: int = 5) -> dict:
+        """Counts of how the entity ids of ``annotations`` (a ``knowledge`` column of dicts, or
+        :class:`~keplm.knowledge.KnowledgeAnnotation` objects) meet the KG and the entity memory.
+
+        Both an id missing from the KG (``unknown``: another KG's id, a typo in an annotation file) and an id in
+        the KG but not in the entity memory (``unseen``: not among the training mentions, or pruned) are read as
+        the null row; only the second is the paper's unseen entity. For mentions and for fact ends (``h``/``t``,
+        counted per occurrence): ``total``, ``without_id``, ``in_memory``, ``unseen`` (in the KG, not in the
+        memory), ``unknown`` (not in the KG; None without a KG), ``unknown_in_memory`` (of those, how many have a
+        memory row) and the first ``unknown_examples``. Returns a JSON-ready dict.
+        """
+        kg = self.kg
+
+        def empty() -> dict:
+            return {"total": 0, "without_id": 0, "in_memory": 0, "unseen": 0, "unknown": 0 if kg is not None else None,
+                    "unknown_in_memory": 0 if kg is not None else None, "unknown_examples": []}
+
+        report = {"mentions": empty(), "fact_entities": empty(), "kg": kg is not None}
+
+        def count(part: dict, entity_id) -> None:
+            part["total"] += 1
+            if entity_id is None or entity_id == "":
+                part["without_id"] += 1
+                return
+            entity_id = str(entity_id)
+            in_memory = entity_id in self._entity_rows and entity_id != NULL_ENTITY
+            part["in_memory"] += in_memory
+            if kg is not None and not kg.has_entity(entity_id):
+                part["unknown"] += 1
+                part["unknown_in_memory"] += in_memory
+                if len(part["unknown_examples"]) < max_examples and entity_id not in part["unknown_examples"]:
+                    part["unknown_examples"].append(entity_id)
+            elif not in_memory:
+                part["unseen"] += 1
+
+        for annotation in annotations:
+            if annotation is None:
+                continue
+            as_dict = annotation if isinstance(annotation, dict) else annotation.to_dict()
+            for mention in as_dict.get("entities") or []:
+                count(report["mentions"], mention.get("id"))
+            for fact in as_dict.get("triplets") or []:
+                count(report["fact_entities"], fact.get("h"))
+                count(report["fact_entities"], fact.get("t"))
+        return report
+
     def with_kg(self, kg: KnowledgeGraph | None) -> KnowledgeAssets:
         """The same vocabularies with another KG (e.g. a KG-only processor getting its entity vocabulary)."""
         return KnowledgeAssets(self.entity_vocab, self.relation_vocab, self.entity_counts, kg)
