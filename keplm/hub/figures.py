@@ -1,0 +1,235 @@
+"""Figures for model cards (PNG, matplotlib): entity-frequency long tail, KFM γ/β magnitudes, training curves and a
+comparison of systems over seeds.
+
+matplotlib is optional (the ``reports`` extra): without it :func:`matplotlib_available` is False, the card builder
+logs one line saying the figures were skipped, and the card is written without them. Every function writes one PNG
+and returns its path; the PNGs carry no software-version metadata, so regenerating them with the same inputs does
+not churn committed files.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Sequence
+from pathlib import Path
+
+logger = logging.getLogger(__name__)
+
+#: file names of the figures inside a card's figures folder
+ENTITY_FREQUENCY_PNG = "entity_frequency.png"
+MODULATION_PNG = "kfm_modulation.png"
+TRAINING_CURVES_PNG = "training_curves.png"
+COMPARISON_PNG = "systems.png"
+
+_MODULATION_PARTS = ("γ₁ − 1 (after LN 1)", "β₁ (after LN 1)", "γ₂ − 1 (after LN 2)", "β₂ (after LN 2)")
+
+
+def matplotlib_available() -> bool:
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _save(figure, path: Path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110, metadata={"Software": None})
+    _pyplot().close(figure)
+    return path
+
+
+# --------------------------------------------------------------------------------------------- entity frequency
+def entity_frequency_figure(counts: Sequence[int], path, title: str = "Entity memory: mentions per entity") -> Path:
+    """Rank/frequency (log-log) and a log2-bucket histogram of the training mentions of each entity-memory row
+    (the null row and zero counts left out), as KALA appendix Fig. 13-14."""
+    frequencies = sorted((int(c) for c in counts if c and c > 0), reverse=True)
+    if not frequencies:
+        raise ValueError("no entity with a training mention: nothing to plot")
+    plt = _pyplot()
+    figure, (rank_axis, hist_axis) = plt.subplots(1, 2, figsize=(9, 3.4))
+    rank_axis.loglog(range(1, len(frequencies) + 1), frequencies, marker=".", linestyle="none", markersize=3)
+    rank_axis.set_xlabel("entity rank")
+    rank_axis.set_ylabel("training mentions")
+    rank_axis.set_title("rank / frequency")
+    buckets: dict[int, int] = {}
+    for frequency in frequencies:
+        bucket = int(math.log2(frequency))
+        buckets[bucket] = buckets.get(bucket, 0) + 1
+    keys = list(range(0, max(buckets) + 1))
+    labels = [f"{2 ** k}" if k == 0 else f"{2 ** k}-{2 ** (k + 1) - 1}" for k in keys]
+    hist_axis.bar(range(len(keys)), [buckets.get(k, 0) for k in keys], color="tab:blue")
+    hist_axis.set_xticks(range(len(keys)), labels, rotation=45, ha="right", fontsize=8)
+    hist_axis.set_xlabel("training mentions")
+    hist_axis.set_ylabel("entities")
+    once = sum(f == 1 for f in frequencies)
+    hist_axis.set_title(f"{len(frequencies):,} entities, {once:,} seen once")
+    figure.suptitle(title, fontsize=10)
+    return _save(figure, path)
+
+
+# --------------------------------------------------------------------------------------------- KFM modulation
+def kfm_modulation_table(model) -> dict[int, object]:
+    """``{encoder layer index: tensor [rows, 4, hidden]}``: h1..h4(v) (γ₁ − 1, β₁, γ₂ − 1, β₂) of every entity-memory
+    row but the null one, passed through each KFM layer's MLPs.
+
+    This is the *pointwise* view of the memory (KALA eq. 2 with v = the row itself): with relational retrieval the
+    vector a token meets is the GNN's aggregate over its context graph, which differs per context. Found by duck
+    typing (``base_model.entity_memory`` and ``base_model.knowledge_layers[*].modulation``); ``{}`` for a model
+    without them (a baseline, another method).
+    """
+    import torch
+
+    base = getattr(model, "base_model", model)
+    memory = getattr(base, "entity_memory", None)
+    layers = getattr(base, "knowledge_layers", None)
+    embeddings = getattr(memory, "embeddings", None)
+    if embeddings is None or not layers:
+        return {}
+    rows = embeddings.weight.detach()[1:]
+    if rows.shape[0] == 0:
+        return {}
+    tables = {}
+    with torch.no_grad():
+        for name, layer in layers.items():
+            modulation = getattr(layer, "modulation", None)
+            if modulation is None:
+                continue
+            knows = torch.ones(rows.shape[0], dtype=torch.bool, device=rows.device)
+            tables[int(name)] = modulation(rows.to(next(modulation.parameters()).dtype), knows).float().cpu()
+    return dict(sorted(tables.items()))
+
+
+def modulation_summary(tables: dict) -> dict[int, dict[str, float]]:
+    """Per KFM layer: the median over entity rows of mean |h_k(v)| for k = γ₁ − 1, β₁, γ₂ − 1, β₂."""
+    summary = {}
+    for layer, table in tables.items():
+        magnitude = table.abs().mean(dim=-1)  # [rows, 4]
+        medians = magnitude.median(dim=0).values.tolist()
+        summary[layer] = dict(zip(("gamma1", "beta1", "gamma2", "beta2"), medians))
+    return summary
+
+
+def modulation_figure(tables: dict, path, num_layers: int | None = None) -> Path:
+    """One panel per KFM layer: histograms over entity rows of mean |h_k(v)| for the four modulations."""
+    if not tables:
+        raise ValueError("no KFM layer to plot")
+    plt = _pyplot()
+    figure, axes = plt.subplots(1, len(tables), figsize=(max(6.0, 4.2 * len(tables)), 3.6), squeeze=False)
+    for axis, (layer, table) in zip(axes[0], tables.items()):
+        magnitude = table.abs().mean(dim=-1).numpy()  # [rows, 4]
+        high = float(magnitude.max()) or 1.0
+        for k, label in enumerate(_MODULATION_PARTS):
+            axis.hist(magnitude[:, k], bins=40, range=(0.0, high), histtype="step", label=label)
+        depth = f" of {num_layers}" if num_layers else ""
+        axis.set_title(f"KFM on encoder layer {layer + 1}{depth}")
+        axis.set_xlabel("mean |h(v)| over hidden units")
+        axis.set_ylabel("entity-memory rows")
+    axes[0][0].legend(fontsize=7)
+    figure.suptitle(f"KFM modulation of the {next(iter(tables.values())).shape[0]:,} entity-memory rows\n"
+                    "(γ = 1 + h, β = h; h = 0: no change)", fontsize=10)
+    return _save(figure, path)
+
+
+# --------------------------------------------------------------------------------------------- training curves
+def curves_from_log_history(log_history: Sequence[dict]) -> dict[str, list[tuple[float, float]]]:
+    """``{name: [(step, value), ...]}`` of the training loss, the learning rate(s) and every ``eval_*`` metric
+    logged more than once (``trainer_state.json``'s ``log_history``)."""
+    curves: dict[str, list[tuple[float, float]]] = {}
+    for entry in log_history:
+        step = entry.get("step")
+        if step is None:
+            continue
+        for key, value in entry.items():
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or key in ("step", "epoch"):
+                continue
+            if key in ("loss", "learning_rate") or (key.startswith("eval_") and not key.endswith(
+                    ("runtime", "per_second", "samples"))):
+                curves.setdefault(key, []).append((float(step), float(value)))
+    return {key: points for key, points in curves.items() if len(points) > 1 or key == "loss"}
+
+
+def training_curves_figure(log_history: Sequence[dict], path) -> Path:
+    """Training loss and learning rate against the optimizer step, and the evaluation metrics if logged."""
+    curves = curves_from_log_history(log_history)
+    if not curves.get("loss"):
+        raise ValueError("the log history has no training loss")
+    evals = [key for key in curves if key.startswith("eval_")]
+    panels = 2 + bool(evals) if "learning_rate" in curves else 1 + bool(evals)
+    plt = _pyplot()
+    figure, axes = plt.subplots(1, panels, figsize=(4.2 * panels, 3.2), squeeze=False)
+    axes = list(axes[0])
+    steps, values = zip(*curves["loss"])
+    axes[0].plot(steps, values, marker="." if len(steps) < 30 else None)
+    axes[0].set_title("training loss")
+    axes[0].set_xlabel("step")
+    index = 1
+    if "learning_rate" in curves:
+        steps, values = zip(*curves["learning_rate"])
+        axes[index].plot(steps, values)
+        axes[index].set_title("learning rate")
+        axes[index].set_xlabel("step")
+        index += 1
+    if evals:
+        for key in evals:
+            steps, values = zip(*curves[key])
+            axes[index].plot(steps, values, marker=".", label=key[len("eval_"):])
+        axes[index].set_title("evaluation")
+        axes[index].set_xlabel("step")
+        axes[index].legend(fontsize=7)
+    return _save(figure, path)
+
+
+# --------------------------------------------------------------------------------------------- systems compared
+def comparison_figure(groups: dict[str, dict[str, tuple[float, float | None]]], path, metric_label: str,
+                      highlight: str | None = None, runs: int | None = None) -> Path:
+    """Dot-and-whisker chart: for every group (e.g. "test", "unseen subset") the mean ± std of each system.
+
+    ``groups`` is ``{group: {system: (mean, std)}}``; ``highlight`` names the card's own system.
+    """
+    if not groups:
+        raise ValueError("nothing to compare")
+    plt = _pyplot()
+    figure, axes = plt.subplots(1, len(groups), figsize=(3.6 * len(groups), 3.0), squeeze=False)
+    for axis, (group, systems) in zip(axes[0], groups.items()):
+        names = list(systems)
+        for i, name in enumerate(names):
+            mean, std = systems[name]
+            color = "tab:red" if name == highlight else "tab:blue"
+            axis.errorbar([mean], [i], xerr=[std or 0.0], fmt="o", color=color, capsize=3)
+        axis.set_yticks(range(len(names)), names, fontsize=8)
+        axis.invert_yaxis()
+        axis.set_title(group, fontsize=9)
+        axis.set_xlabel(metric_label)
+        axis.grid(axis="x", alpha=0.3)
+    if runs:
+        figure.suptitle(f"mean ± std over {runs} seeds", fontsize=9)
+    return _save(figure, path)
+
+
+__all__ = [
+    "matplotlib_available",
+    "entity_frequency_figure",
+    "kfm_modulation_table",
+    "modulation_summary",
+    "modulation_figure",
+    "curves_from_log_history",
+    "training_curves_figure",
+    "comparison_figure",
+    "ENTITY_FREQUENCY_PNG",
+    "MODULATION_PNG",
+    "TRAINING_CURVES_PNG",
+    "COMPARISON_PNG",
+]
