@@ -22,6 +22,7 @@ from .modeling import (
     KeplmPreTrainedModel,
     RelationExtractor,
 )
+from .pipelines import register_pipelines
 from .tokenization import KalaProcessor, KeplmProcessor
 
 __version__ = "0.1.0"
@@ -34,6 +35,7 @@ AutoProcessor.register(KalaConfig, KalaProcessor, exist_ok=True)
 # pair-level relation extraction (KALA appendix A) has no task-specific Auto class
 AutoConfig.register("keplm_relation_extraction", RelationExtractionConfig, exist_ok=True)
 AutoModel.register(RelationExtractionConfig, KeplmForRelationExtraction, exist_ok=True)
+register_pipelines()  # pipeline("keplm-ner", ...), pipeline("keplm-qa", ...)
 
 
 

@@ -43,6 +43,23 @@ def hub_kwargs(kwargs: dict) -> dict:
     return {key: kwargs[key] for key in HUB_KWARGS if kwargs.get(key) is not None}
 
 
+def pinned_location(name_or_path: str | os.PathLike, kwargs: dict) -> dict:
+    """The Hub keyword arguments of ``kwargs`` with the revision resolved to one commit, so that every file of a
+    load (config, knowledge assets, weights, tokenizer) comes from the same repository state even if the repo moves
+    on meanwhile (transformers >= 5.20 provides the resolution; older versions keep the given revision)."""
+    location = hub_kwargs(kwargs)
+    if os.path.isdir(name_or_path):
+        return location
+    try:
+        from transformers.utils.hub import resolve_revision
+    except ImportError:
+        return location
+    location["revision"] = resolve_revision(name_or_path, location.get("revision"), token=location.get("token"),
+                                            local_files_only=location.get("local_files_only", False),
+                                            cache_dir=location.get("cache_dir"))
+    return location
+
+
 def check_format_version(config: dict, path) -> None:
     """ValueError naming the file and what to do when a saved file has another format version."""
     version = config.get("format_version")
@@ -102,6 +119,7 @@ __all__ = [
     "KG_VECTORS_NAME",
     "HUB_KWARGS",
     "hub_kwargs",
+    "pinned_location",
     "check_format_version",
     "resolve_folder",
     "resolve_file",

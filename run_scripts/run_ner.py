@@ -30,6 +30,8 @@ from keplm.training.knowledge_setup import (
     add_knowledge,
     build_entity_vocabulary,
     build_model,
+    load_for_inference,
+    maybe_add_lora,
     prepare_processor,
 )
 from keplm.training.metrics import align_ner_predictions, ner_metrics
@@ -91,6 +93,7 @@ def main(args: list[str] | None = None) -> dict:
     ), data_args, training_args)
     collator = build_collator(processor, model, data_args, knowledge_args)
     maybe_initialize_entity_memory(model, features, collator, knowledge_args, training_args)
+    model = maybe_add_lora(model, model_args)
 
     trainer = KeplmTrainer(
         model=model, args=training_args, data_collator=collator, processing_class=processor,
@@ -124,6 +127,8 @@ def main(args: list[str] | None = None) -> dict:
                     f.write(" ".join(f"{w}/{t}" for w, t in zip(words, sentence_tags)) + "\n")
     if training_args.do_train:
         trainer.create_model_card()
+        if training_args.push_to_hub:  # the final push carries the card with every split's results
+            trainer.push_to_hub()
     if data_args.tag_text and trainer.is_world_process_zero():
         saved = training_args.output_dir if training_args.do_train else model_args.model_name_or_path
         results["tagged"] = tag_with_saved_model(saved, data_args.tag_text, training_args.output_dir)
@@ -132,7 +137,7 @@ def main(args: list[str] | None = None) -> dict:
 
 def tag_with_saved_model(model_dir: str, text: str, output_dir: str) -> list[tuple[str, str]]:
     """Load a saved model and processor through the Auto API, print the tags of ``text``, save them to JSON."""
-    model = AutoModelForTokenClassification.from_pretrained(model_dir)
+    model = load_for_inference(model_dir, AutoModelForTokenClassification)
     processor = AutoProcessor.from_pretrained(model_dir)
     tagged = tag_words(model, processor, text)
     print(f"Tags from {type(model).__name__} loaded from {model_dir}:")

@@ -28,6 +28,7 @@ from keplm.training.knowledge_setup import (
     add_knowledge,
     build_entity_vocabulary,
     build_model,
+    maybe_add_lora,
     prepare_processor,
 )
 from keplm.training.metrics import squad_references, squad_v1_metrics
@@ -84,6 +85,7 @@ def main(args: list[str] | None = None) -> dict:
     ), data_args, training_args)
     collator = build_collator(processor, model, data_args, knowledge_args)
     maybe_initialize_entity_memory(model, features, collator, knowledge_args, training_args)
+    model = maybe_add_lora(model, model_args)
 
     trainer = QuestionAnsweringTrainer(
         model=model, args=training_args, data_collator=collator, processing_class=processor,
@@ -115,6 +117,8 @@ def main(args: list[str] | None = None) -> dict:
         results.update(record(trainer, "predict", metrics))
     if training_args.do_train:
         trainer.create_model_card()
+        if training_args.push_to_hub:  # the final push carries the card with every split's results
+            trainer.push_to_hub()
     return results
 
 

@@ -175,6 +175,36 @@ def test_run_ner_end_to_end(tiny, tmp_path, system):
     assert tag_words(model, processor, "john visited paris and unknownia") == [tuple(p) for p in tagged]
 
 
+def test_run_ner_pushes_to_the_hub_without_pickles(tiny, tmp_path, hub_server):
+    """--push_to_hub uploads the model, processor, knowledge/ and keplm's card (with the evaluation results) in
+    every push; no pickle reaches the Hub, neither in the final push nor in the checkpoint pushes."""
+    from huggingface_hub import HfApi, ModelCard
+
+    run_ner = load_script("run_ner")
+    run_ner.main(ner_args(tiny, tmp_path / "out", "relational", "--do_train", "--do_eval", "--push_to_hub",
+                          "--hub_model_id", "org/ner-run", "--save_strategy", "steps", "--save_steps", "2",
+                          "--hub_strategy", "checkpoint"))
+    files = set(HfApi().list_repo_files("org/ner-run"))
+    assert {"model.safetensors", "README.md", "processor_config.json", "knowledge/kg/triples.tsv",
+            "training_args.json", "last-checkpoint/model.safetensors"} <= files
+    assert not [f for f in files if f.endswith((".bin", ".pt", ".pth", ".pkl"))], files
+    card = ModelCard.load("org/ner-run")
+    assert card.data.library_name == "keplm" and "eval_f1" in str(card)
+
+
+def test_run_ner_with_lora_trains_adapters_and_reloads_them(tiny, tmp_path):
+    """--lora_r trains LoRA adapters on the encoder with the knowledge modules in full; the output folder holds the
+    adapter, the keplm config and knowledge/, and --tag_text reloads it onto its base."""
+    run_ner = load_script("run_ner")
+    out = tmp_path / "lora"
+    results = run_ner.main(ner_args(tiny, out, "relational", "--do_train", "--do_eval", "--lora_r", "4",
+                                    "--tag_text", "john lives in paris ."))
+    assert (out / "adapter_model.safetensors").is_file() and (out / "adapter_config.json").is_file()
+    assert (out / "config.json").is_file() and (out / "knowledge" / "kg" / "triples.tsv").is_file()
+    assert not (out / "model.safetensors").exists()
+    assert "eval_f1" in results and [w for w, _ in results["tagged"]] == ["john", "lives", "in", "paris", "."]
+
+
 def test_run_ner_reloads_its_checkpoint(tiny, tmp_path):
     """A saved KALA checkpoint is a valid --model_name_or_path: same processor/assets, same eval metrics."""
     run_ner = load_script("run_ner")

@@ -13,7 +13,7 @@ import torch
 from torch import nn
 from transformers import AutoConfig, AutoModel, PreTrainedModel
 
-from keplm.file_utils import hub_kwargs
+from keplm.file_utils import pinned_location
 from keplm.knowledge.assets import KnowledgeAssets
 
 try:
@@ -175,9 +175,12 @@ class KeplmPreTrainedModel(PreTrainedModel):
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
-        """As ``PreTrainedModel.from_pretrained``; the knowledge assets are loaded (and their hashes checked)
-        before the weights, so a checkpoint without them fails before downloading the weights."""
-        location = hub_kwargs(kwargs)
+        """As ``PreTrainedModel.from_pretrained``, with the knowledge assets: the revision is resolved to one commit
+        first, so config, assets and weights come from the same commit; the assets are loaded (and their hashes
+        checked) before the weights, so a checkpoint without them fails before downloading the weights."""
+        location = pinned_location(pretrained_model_name_or_path, kwargs)
+        if "revision" in location:
+            kwargs["revision"] = location["revision"]
         assets = None
         config = cls.config_class.from_pretrained(pretrained_model_name_or_path, **location)
         if getattr(config, "uses_knowledge_assets", False):
@@ -187,6 +190,25 @@ class KeplmPreTrainedModel(PreTrainedModel):
         if assets is not None and isinstance(model, KeplmPreTrainedModel) and model.config.uses_knowledge_assets:
             model.set_knowledge_assets(assets)
         return loaded
+
+    def push_to_hub(self, repo_id: str, *, commit_message: str | None = None, commit_description: str | None = None,
+                    private: bool | None = None, token: bool | str | None = None, revision: str | None = None,
+                    create_pr: bool = False, max_shard_size: int | str | None = "50GB", tags: list[str] | None = None):
+        """Upload the model (config, safetensors weights, ``knowledge/`` with its nested KG folder) to ``repo_id`` in
+        one commit, with keplm's model card when the repo has none yet. Push the processor too
+        (``processor.push_to_hub(repo_id)``), or push with the Trainer, which saves both."""
+        from keplm.hub.card import build_model_card, write_model_card
+        from keplm.hub.push import push_folder
+
+        def card(folder: str) -> None:
+            model_card = build_model_card(self, repo_id=repo_id)
+            model_card.data.tags = list(dict.fromkeys([*(model_card.data.tags or []), *(tags or [])]))
+            write_model_card(folder, model_card)
+
+        return push_folder(lambda folder: self.save_pretrained(folder, max_shard_size=max_shard_size), repo_id,
+                           write_card=card, commit_message=commit_message, commit_description=commit_description,
+                           private=private, token=token, revision=revision, create_pr=create_pr,
+                           default_message=f"Upload {type(self).__name__}")
 
     def set_knowledge_assets(self, assets: KnowledgeAssets) -> None:
         """Attach vocabularies/KG; their sizes must match the model's tables."""
@@ -227,40 +249,50 @@ class KeplmPreTrainedModel(PreTrainedModel):
         configs = {f"{name}_config": AutoConfig.from_pretrained(path) for name, path in sources.items()}
         config_kwargs = cls.config_kwargs_from_assets(knowledge_assets) | configs | config_kwargs
         model = cls(cls.config_class(**config_kwargs))
+        model.load_base_encoders(sources, dtype=dtype)
+        if knowledge_assets is not None:
+            model.set_knowledge_assets(knowledge_assets)
+        return model.to(dtype)
+
+    def load_base_encoders(self, sources: str | os.PathLike | dict, dtype: torch.dtype = torch.float32) -> dict:
+        """Load pretrained weights into every encoder (one checkpoint for all, or ``{encoder name: checkpoint}``),
+        then copy encoder layers into the ``ExtraLayers`` that ask for it; returns (and keeps in
+        ``loading_report``) what was loaded, copied and newly initialised."""
+        names = self.config.encoder_names
+        if not isinstance(sources, dict):
+            sources = dict.fromkeys(names, sources)
         pretrained_cache: dict[str, dict] = {}
         missing_weights = {}
         for name, path in sources.items():
             key = str(path)
             if key not in pretrained_cache:
                 pretrained_cache[key] = AutoModel.from_pretrained(path, dtype=dtype).state_dict()
-            encoder = model.named_encoders()[name]
-            missing, unexpected = encoder.load_state_dict(copy.copy(pretrained_cache[key]), strict=False)
+            missing, unexpected = self.named_encoders()[name].load_state_dict(copy.copy(pretrained_cache[key]),
+                                                                              strict=False)
             unexpected = [k for k in unexpected if not k.startswith("pooler.")]
             if unexpected:
                 raise ValueError(f"{path} does not fit the {name}: unexpected weights {unexpected[:5]}")
             if missing:
                 missing_weights[name] = list(missing)
         copied = []
-        for module_name, module in model.named_modules():
+        for module_name, module in self.named_modules():
             if isinstance(module, ExtraLayers) and module.copy_from is not None:
-                module.copy_last_layers(model.named_encoders()[module.copy_from])
+                module.copy_last_layers(self.named_encoders()[module.copy_from])
                 copied.append(module_name)
-        encoder_prefixes = tuple(f"{_prefixed(model, name)}." for name in names)
+        encoder_prefixes = tuple(f"{_prefixed(self, name)}." for name in names)
         new_modules = sorted({
-            ".".join(name.split(".")[:2]) if name.startswith(f"{model.base_model_prefix}.") else name.split(".")[0]
-            for name, _ in model.named_parameters()
+            ".".join(name.split(".")[:2]) if name.startswith(f"{self.base_model_prefix}.") else name.split(".")[0]
+            for name, _ in self.named_parameters()
             if not name.startswith(encoder_prefixes) and not any(name.startswith(f"{c}.") for c in copied)
         })
-        model.loading_report = {"base_model": {n: str(p) for n, p in sources.items()}, "newly_initialized": new_modules,
-                                "copied_from_encoder_layers": copied, "encoder_missing": missing_weights}
+        self.loading_report = {"base_model": {n: str(p) for n, p in sources.items()}, "newly_initialized": new_modules,
+                               "copied_from_encoder_layers": copied, "encoder_missing": missing_weights}
         logger.warning(
-            "Built %s on %s: newly initialised modules %s%s%s", cls.__name__, _describe(sources), new_modules,
+            "Built %s on %s: newly initialised modules %s%s%s", type(self).__name__, _describe(sources), new_modules,
             f"; copied from the encoders' last layers: {copied}" if copied else "",
             f"; encoder weights missing from the checkpoint: {missing_weights}" if missing_weights else "",
         )
-        if knowledge_assets is not None:
-            model.set_knowledge_assets(knowledge_assets)
-        return model.to(dtype)
+        return self.loading_report
 
 
 def _prefixed(model: PreTrainedModel, name: str) -> str:

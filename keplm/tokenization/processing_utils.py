@@ -22,7 +22,7 @@ from keplm.file_utils import (
     FORMAT_VERSION,
     PROCESSOR_CONFIG_NAME,
     check_format_version,
-    hub_kwargs,
+    pinned_location,
     resolve_file,
 )
 from keplm.io_utils import read_json
@@ -45,22 +45,6 @@ def as_annotation(value) -> KnowledgeAnnotation | None:
     if value is None or isinstance(value, KnowledgeAnnotation):
         return value
     return KnowledgeAnnotation.from_dict(value)
-
-
-def _resolve_revision(name_or_path, kwargs: dict) -> dict:
-    """Hub keyword arguments with the revision resolved to one commit, so that every file of a load comes from
-    the same repository state (transformers >= 5.20; older versions keep the given revision)."""
-    location = hub_kwargs(kwargs)
-    if os.path.isdir(name_or_path):
-        return location
-    try:
-        from transformers.utils.hub import resolve_revision
-    except ImportError:
-        return location
-    location["revision"] = resolve_revision(name_or_path, location.get("revision"), token=location.get("token"),
-                                            local_files_only=location.get("local_files_only", False),
-                                            cache_dir=location.get("cache_dir"))
-    return location
 
 
 class KeplmProcessor:
@@ -332,13 +316,24 @@ class KeplmProcessor:
         config = {"processor_class": type(self).__name__, "format_version": FORMAT_VERSION, **self.processor_config()}
         (directory / PROCESSOR_CONFIG_NAME).write_text(json.dumps(config, indent=2, default=repr))
 
+    def push_to_hub(self, repo_id: str, *, commit_message: str | None = None, commit_description: str | None = None,
+                    private: bool | None = None, token: bool | str | None = None, revision: str | None = None,
+                    create_pr: bool = False):
+        """Upload the processor (tokenizer, ``processor_config.json``, ``knowledge/``) to ``repo_id`` in one commit;
+        ``from_pretrained(repo_id)`` / ``AutoProcessor`` load it back."""
+        from keplm.hub.push import push_folder
+
+        return push_folder(self.save_pretrained, repo_id, commit_message=commit_message,
+                           commit_description=commit_description, private=private, token=token, revision=revision,
+                           create_pr=create_pr, default_message=f"Upload {type(self).__name__}")
+
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path: str | os.PathLike, **kwargs) -> KeplmProcessor:
         """Load a processor saved with :meth:`save_pretrained` (a directory or a Hub repo id; ``revision``,
         ``token``, ``cache_dir``, ``local_files_only``, ``force_download`` as for models). Called on the base
         class (or through ``AutoProcessor``) it returns the saved processor's class."""
         path = pretrained_model_name_or_path
-        location = _resolve_revision(path, kwargs)
+        location = pinned_location(path, kwargs)
         config_file = resolve_file(path, PROCESSOR_CONFIG_NAME, **location)
         legacy = config_file is None
         if legacy:

@@ -30,6 +30,18 @@ class ModelArguments:
     model_revision: str = field(default="main", metadata={"help": "Branch, tag or commit of the model on the Hub."})
     token: str | None = field(default=None, metadata={"help": "Hub token for private models."})
 
+    lora_r: int | None = field(
+        default=None,
+        metadata={"help": "Train LoRA adapters of this rank (peft) on the encoder instead of the full encoder; the "
+                  "knowledge modules and the task head still train fully. Saved as an adapter with the KG."},
+    )
+    lora_alpha: int = field(default=16, metadata={"help": "LoRA scaling alpha."})
+    lora_dropout: float = field(default=0.05, metadata={"help": "Dropout on the LoRA path."})
+    lora_target_modules: list[str] = field(
+        default_factory=lambda: ["query", "value"],
+        metadata={"help": "Encoder modules (name suffixes) that get LoRA adapters, e.g. query key value dense."},
+    )
+
     def hub_kwargs(self) -> dict:
         """Where ``from_pretrained`` finds the model: ``cache_dir``, ``revision`` and ``token``."""
         return {"cache_dir": self.cache_dir, "revision": self.model_revision, "token": self.token}

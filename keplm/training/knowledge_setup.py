@@ -189,7 +189,34 @@ def build_model(model_class, model_args: ModelArguments, knowledge_args: Knowled
                                             use_inverse_relations=processor.use_inverse_relations, **config_kwargs)
 
 
+def maybe_add_lora(model, model_args: ModelArguments):
+    """``--lora_r``: LoRA adapters on the encoder (peft), the knowledge modules and head trained fully."""
+    if model_args.lora_r is None:
+        return model
+    from keplm.modeling.lora import add_lora
+
+    peft_model = add_lora(model, r=model_args.lora_r, alpha=model_args.lora_alpha, dropout=model_args.lora_dropout,
+                          target_modules=model_args.lora_target_modules)
+    trainable = sum(p.numel() for p in peft_model.parameters() if p.requires_grad)
+    logger.info("LoRA r=%d on %s: %d of %d parameters train", model_args.lora_r, model_args.lora_target_modules,
+                trainable, sum(p.numel() for p in peft_model.parameters()))
+    return peft_model
+
+
+def load_for_inference(model_dir: str, auto_class):
+    """A saved model through its Auto class, or a saved LoRA adapter rebuilt on its base (``load_lora``)."""
+    import os
+
+    if os.path.isfile(os.path.join(model_dir, "adapter_config.json")):
+        from keplm.modeling.lora import load_lora
+
+        return load_lora(model_dir)
+    return auto_class.from_pretrained(model_dir)
+
+
 __all__ = [
+    "maybe_add_lora",
+    "load_for_inference",
     "is_keplm_checkpoint",
     "system_config",
     "prepare_processor",

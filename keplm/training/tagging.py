@@ -8,6 +8,7 @@ import torch
 
 from keplm.data.collator import KeplmDataCollator
 from keplm.knowledge import KnowledgeAnnotation
+from keplm.pipelines import word_tags
 
 logger = logging.getLogger(__name__)
 
@@ -25,7 +26,8 @@ def _model_uses_knowledge(model) -> bool:
 
 @torch.no_grad()
 def tag_words(model, processor, text: str, max_length: int = 512) -> list[tuple[str, str]]:
-    """Tag a raw text: split it on whitespace, link it with the processor's KG, return ``[(word, tag)]``.
+    """Tag a raw text: split it on whitespace, link it with the processor's KG, return ``[(word, tag)]`` (what
+    ``run_ner.py --tag_text`` prints; ``pipeline("keplm-ner")`` is the general raw-text entry point).
 
     A model that reads no knowledge (the vanilla baseline), or a processor without a KG, gets no entities.
     Words past ``max_length`` sub-tokens are tagged ``"O"``.
@@ -47,19 +49,12 @@ def tag_words(model, processor, text: str, max_length: int = 512) -> list[tuple[
     was_training = model.training
     model.eval()
     try:
-        logits = model(**batch).logits[0]
+        probabilities = model(**batch).logits[0].float().softmax(-1).cpu().numpy()
     finally:
         model.train(was_training)
-    pred_ids = logits.argmax(dim=-1).tolist()
     word_ids = processor.tokenizer(words, is_split_into_words=True, truncation=True, max_length=max_length).word_ids()
-    id2label = model.config.id2label
-    tags = ["O"] * len(words)
-    seen = set()
-    for position, word in enumerate(word_ids):
-        if word is not None and word not in seen:
-            seen.add(word)
-            tags[word] = id2label[pred_ids[position]]
-    return list(zip(words, tags))
+    tags = word_tags(probabilities, [-1 if w is None else w for w in word_ids], len(words), model.config.id2label)
+    return [(word, tag if tag is not None else "O") for word, (tag, _) in zip(words, tags)]
 
 
 __all__ = ["argmax_logits", "tag_words"]

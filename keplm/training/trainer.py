@@ -6,11 +6,13 @@ import json
 import logging
 import math
 import os
+import shutil
 import time
+from pathlib import Path
 
 from torch.utils.data import SequentialSampler
 from transformers import Trainer
-from transformers.trainer_utils import PredictionOutput, has_length, speed_metrics
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, PredictionOutput, has_length, speed_metrics
 
 from .evaluate_metrics import SquadV1, squad_metric_inputs
 from .optim import apply_parameter_groups, clip_grad_norm_sparse_, sparse_parameters
@@ -29,8 +31,11 @@ def _model_features(features):
 
 
 def unwrap(model):
-    """The model inside DDP / ``torch.compile`` wrappers."""
+    """The keplm model inside DDP / ``torch.compile`` / peft wrappers."""
     while True:
+        if callable(getattr(model, "get_base_model", None)):  # a peft PeftModel (LoRA)
+            model = model.get_base_model()
+            continue
         inner = getattr(model, "module", None) or getattr(model, "_orig_mod", None)
         if inner is None:
             return model
@@ -110,12 +115,87 @@ class KeplmTrainer(Trainer):
         ``training_args.bin`` (checkpoints hold no pickles)."""
         super()._save(output_dir, state_dict=state_dict)
         output_dir = output_dir if output_dir is not None else self.args.output_dir
+        if self.args.should_save and callable(getattr(self.model, "get_base_model", None)):
+            from keplm.modeling.lora import save_lora  # a LoRA model: the adapter with its config and assets
+
+            save_lora(self.model, output_dir)
         if self.args.should_save:
             pickled = os.path.join(output_dir, "training_args.bin")
             if os.path.exists(pickled):
                 os.remove(pickled)
             with open(os.path.join(output_dir, "training_args.json"), "w", encoding="utf-8") as f:
                 f.write(self.args.to_json_string())
+
+    def push_to_hub(self, commit_message: str | None = "End of training", blocking: bool = True,
+                    token: str | None = None, revision: str | None = None, private: bool | None = None, **kwargs):
+        """As the stock ``Trainer.push_to_hub`` (save, keplm's model card, one upload of ``output_dir`` in one
+        commit, nested ``knowledge/`` included), but no pickle is ever uploaded."""
+        from transformers.utils.hub import hf_api
+
+        from keplm.hub.push import PICKLE_PATTERNS
+
+        self.callback_handler.on_push_begin(self.args, self.state, self.control)
+        model_name = kwargs.pop("model_name", None)
+        if model_name is None and self.args.should_save:
+            model_name = (self.args.hub_model_id or Path(self.args.output_dir).name).split("/")[-1]
+        token = token if token is not None else self.args.hub_token
+        if self.hub_model_id is None:
+            self.init_hf_repo(token=token, private=private)
+        self.save_model(_internal_call=True)
+        if not self.is_world_process_zero():
+            return None
+        self.create_model_card(model_name=model_name, **kwargs)
+        self._finish_current_push()
+        return hf_api().upload_folder(
+            repo_id=self.hub_model_id, folder_path=self.args.output_dir, commit_message=commit_message, token=token,
+            run_as_future=not blocking, ignore_patterns=["_*", f"{PREFIX_CHECKPOINT_DIR}-*", *PICKLE_PATTERNS],
+            revision=revision if revision is not None else self.args.hub_revision,
+        )
+
+    def _push_from_checkpoint(self, checkpoint_folder: str) -> None:
+        """As the stock checkpoint push (``hub_strategy``): the saved model, its ``knowledge/`` and the processor
+        are copied to ``output_dir`` and uploaded in the background, with the training arguments as JSON; files
+        that are pickles (the stock optimizer/scheduler/RNG state) are not uploaded."""
+        from transformers.trainer_utils import HubStrategy, SaveStrategy
+        from transformers.utils.hub import PushInProgress, hf_api
+
+        from keplm.file_utils import ASSETS_DIR
+        from keplm.hub.push import PICKLE_PATTERNS
+
+        if not self.is_world_process_zero() or self.args.hub_strategy == HubStrategy.END:
+            return
+        if not self.args.hub_always_push and self.push_in_progress is not None and not self.push_in_progress.is_done():
+            return
+        self.callback_handler.on_push_begin(self.args, self.state, self.control)
+        output_dir = self.args.output_dir
+        for name in os.listdir(checkpoint_folder):
+            source = os.path.join(checkpoint_folder, name)
+            if name == ASSETS_DIR:
+                shutil.copytree(source, os.path.join(output_dir, name), dirs_exist_ok=True)
+            elif name == "config.json" or name.endswith((".safetensors", ".safetensors.index.json")):
+                shutil.copy(source, os.path.join(output_dir, name))
+        if self.processing_class is not None:
+            self.processing_class.save_pretrained(output_dir)
+        with open(os.path.join(output_dir, "training_args.json"), "w", encoding="utf-8") as f:
+            f.write(self.args.to_json_string())
+        step = (f"step {self.state.global_step}" if self.args.save_strategy == SaveStrategy.STEPS
+                else f"epoch {int(self.state.epoch)}")
+        ignore = ["_*", f"{PREFIX_CHECKPOINT_DIR}-*", *PICKLE_PATTERNS]
+        jobs = [hf_api().upload_folder(repo_id=self.hub_model_id, folder_path=output_dir, ignore_patterns=ignore,
+                                       commit_message=f"Training in progress, {step}", token=self.args.hub_token,
+                                       run_as_future=True, revision=self.args.hub_revision)]
+        if self.args.hub_strategy in (HubStrategy.CHECKPOINT, HubStrategy.ALL_CHECKPOINTS):
+            path_in_repo = ("last-checkpoint" if self.args.hub_strategy == HubStrategy.CHECKPOINT
+                            else Path(checkpoint_folder).name)
+            jobs.append(hf_api().upload_folder(
+                repo_id=self.hub_model_id, folder_path=checkpoint_folder, path_in_repo=path_in_repo,
+                commit_message=f"Training in progress, {step}, checkpoint", token=self.args.hub_token,
+                ignore_patterns=list(PICKLE_PATTERNS), run_as_future=True, revision=self.args.hub_revision,
+            ))
+        if self.push_in_progress is None or self.push_in_progress.is_done():
+            self.push_in_progress = PushInProgress(jobs)
+        else:
+            self.push_in_progress.jobs.extend(jobs)
 
     def save_metrics(self, split, metrics, combined=True):
         super().save_metrics(split, metrics, combined=combined)

@@ -1,0 +1,73 @@
+"""Pushing a saved keplm folder to the Hub in one commit (shared by models, processors and the Trainer).
+
+transformers' ``push_to_hub`` uploads the files a save changed one folder deep, so a model with its nested
+``knowledge/kg/`` folder cannot be pushed that way; keplm saves into a temporary folder and uploads the whole folder
+with ``HfApi.upload_folder`` (large files through the LFS path, as the Hub decides). Nothing pickled is uploaded.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+#: file patterns that are Python pickles (``torch.save``, ``pickle``): never uploaded by keplm
+PICKLE_PATTERNS = ("*.bin", "*.pt", "*.pth", "*.pkl", "*.pickle", "*.ckpt")
+
+
+def pickled_files(folder: str | os.PathLike) -> list[str]:
+    """Paths (relative to ``folder``) of the files whose names mark them as pickles."""
+    root = Path(folder)
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*")
+                  if p.is_file() and any(fnmatch.fnmatch(p.name, pattern) for pattern in PICKLE_PATTERNS))
+
+
+def repo_has_file(repo_id: str, filename: str, token=None, revision: str | None = None) -> bool:
+    """Whether the Hub repo holds ``filename`` (False for a repo that does not exist yet)."""
+    from huggingface_hub import HfApi
+    from huggingface_hub.errors import EntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError
+
+    try:
+        return HfApi().file_exists(repo_id, filename, revision=revision, token=token)
+    except (EntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError):
+        return False
+
+
+def push_folder(
+    save: Callable[[str], None],
+    repo_id: str,
+    *,
+    write_card: Callable[[str], None] | None = None,
+    commit_message: str | None = None,
+    commit_description: str | None = None,
+    private: bool | None = None,
+    token: bool | str | None = None,
+    revision: str | None = None,
+    create_pr: bool = False,
+    default_message: str = "Upload with keplm",
+):
+    """Create ``repo_id`` if needed, ``save`` into a temporary folder and upload that folder in one commit.
+
+    ``write_card(folder)`` writes ``README.md`` when the repo has no card yet (a card already on the Hub, e.g. the
+    Trainer's with its results, is kept). A saved pickle is a ValueError naming it. Returns the ``CommitInfo``.
+    """
+    from huggingface_hub import HfApi
+
+    api = HfApi()
+    repo_id = api.create_repo(repo_id, private=private, token=token, exist_ok=True).repo_id
+    with tempfile.TemporaryDirectory() as folder:
+        save(folder)
+        if write_card is not None and not os.path.exists(os.path.join(folder, "README.md")) and not repo_has_file(
+                repo_id, "README.md", token=token, revision=revision):
+            write_card(folder)
+        pickles = pickled_files(folder)
+        if pickles:
+            raise ValueError(f"refusing to push pickled files {pickles} to {repo_id}: keplm saves no pickles")
+        return api.upload_folder(repo_id=repo_id, folder_path=folder, commit_message=commit_message or default_message,
+                                 commit_description=commit_description, token=token, revision=revision,
+                                 create_pr=create_pr)
+
+
+__all__ = ["push_folder", "pickled_files", "repo_has_file", "PICKLE_PATTERNS"]

@@ -1,0 +1,247 @@
+"""Raw text in, answers out: transformers pipelines for keplm models, registered as tasks of keplm's own.
+
+After ``import keplm``, ``pipeline("keplm-ner", model=repo_or_dir)`` and ``pipeline("keplm-qa", model=repo_or_dir)``
+load the model and its processor (with the model's KG, from the same commit), link the raw text against that KG,
+and return what HF pipelines return: entity groups with character offsets and scores for NER, answer / score /
+start / end for QA (long contexts in stride windows). ``batch_size`` batches through keplm's collator. transformers
+5 removed the ``question-answering`` pipeline task, hence keplm's own task names.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+import numpy as np
+from torch.utils.data import DataLoader
+from transformers import AutoModelForQuestionAnswering, AutoModelForTokenClassification, Pipeline
+from transformers.pipelines import PIPELINE_REGISTRY
+from transformers.pipelines.base import ChunkPipeline
+from transformers.pipelines.pt_utils import (
+    PipelineChunkIterator,
+    PipelineDataset,
+    PipelineIterator,
+    PipelinePackIterator,
+)
+
+from keplm.data.collator import KeplmDataCollator
+from keplm.tokenization.processing_utils import KeplmProcessor
+from keplm.training.qa_postprocessing import postprocess_qa_predictions
+
+NER_TASK = "keplm-ner"
+QA_TASK = "keplm-qa"
+#: per-example values a pipeline carries from ``preprocess`` to ``postprocess`` (not model inputs)
+PASSTHROUGH = ("text", "word_offsets", "word_ids", "offset_mapping", "example_id", "is_last", "context")
+
+
+class _KeplmPipeline:
+    """What keplm's pipelines share: the processor (loaded with the model unless given), model-aware batching."""
+
+    _load_processor = False  # KeplmProcessor is not a ProcessorMixin: loaded here, from the model's own commit
+    _load_tokenizer = False
+    _load_image_processor = False
+    _load_feature_extractor = False
+
+    def _init_processor(self, processor):
+        if processor is None:
+            commit = getattr(self.model.config, "_commit_hash", None)
+            processor = KeplmProcessor.from_pretrained(self.model.name_or_path, revision=commit)
+        if not isinstance(processor, KeplmProcessor):
+            raise ValueError(f"keplm pipelines need a keplm processor, got {type(processor).__name__}")
+        processor.check_model(self.model)
+        self.processor = processor
+        self.tokenizer = processor.tokenizer
+        self.with_knowledge = bool(getattr(self.model.config, "uses_knowledge", False))
+        self.collator = KeplmDataCollator.from_processor(processor, self.model)
+
+    def _collate(self, items: list[dict], unbatched: bool = False) -> dict:
+        """Model inputs through keplm's collator; the pass-through values as lists, which the pipeline's iterator
+        unbatches, or as the values themselves for ``unbatched`` batches of one (the iterator does not unbatch
+        those: transformers turns ``batch_size=1`` unrolling off)."""
+        batch = self.collator([{k: v for k, v in item.items() if k not in PASSTHROUGH} for item in items])
+        for key in PASSTHROUGH:
+            if key in items[0]:
+                batch[key] = items[0][key] if unbatched else [item[key] for item in items]
+        return batch
+
+    def _loader(self, dataset, num_workers: int, batch_size: int) -> DataLoader:
+        return DataLoader(dataset, num_workers=num_workers, batch_size=batch_size,
+                          collate_fn=partial(self._collate, unbatched=batch_size == 1))
+
+    def _run_model(self, inputs: dict) -> dict:
+        """Model outputs first (the pipeline reads the batch size from the first value), then pass-through."""
+        model_inputs = {k: v for k, v in inputs.items() if k not in PASSTHROUGH}
+        outputs = self.model(**model_inputs)
+        result = {key: getattr(outputs, key) for key in ("logits", "start_logits", "end_logits")
+                  if getattr(outputs, key, None) is not None}
+        result["attention_mask"] = model_inputs["attention_mask"]
+        result.update({k: v for k, v in inputs.items() if k in PASSTHROUGH})
+        return result
+
+
+class KeplmTokenClassificationPipeline(_KeplmPipeline, Pipeline):
+    """Named-entity recognition on raw text with a keplm token-classification model (task ``"keplm-ner"``).
+
+    The text is split into words by the tokenizer's pre-tokenizer (whitespace and punctuation, as CoNLL-style
+    training data), linked with the processor's KG, and tagged word by word from each word's first sub-token
+    (how keplm trains NER). ``aggregation_strategy="simple"`` (default) merges B-/I- tags into entity groups
+    ``{"entity_group", "score", "word", "start", "end"}``; ``"none"`` returns one dict per word not tagged ``O``.
+    Words beyond ``max_length`` sub-tokens are not tagged (logged).
+    """
+
+    def __init__(self, *args, processor=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._init_processor(processor)
+
+    def _sanitize_parameters(self, aggregation_strategy=None, max_length=None, **kwargs):
+        preprocess = {"max_length": max_length} if max_length is not None else {}
+        postprocess = {"aggregation_strategy": aggregation_strategy} if aggregation_strategy is not None else {}
+        return preprocess, {}, postprocess
+
+    def preprocess(self, text: str, max_length: int = 512) -> dict:
+        if not isinstance(text, str):
+            raise ValueError(f"{NER_TASK} takes a string, got {type(text).__name__}")
+        pieces = self.tokenizer.backend_tokenizer.pre_tokenizer.pre_tokenize_str(text)
+        words = [word for word, _ in pieces] or [""]
+        features = self.processor.prepare_ner_features({"tokens": [words]}, label_column=None, max_length=max_length,
+                                                       annotation_column=None, with_knowledge=self.with_knowledge)
+        feature = {key: values[0] for key, values in features.items()}
+        word_ids = self.tokenizer(words, is_split_into_words=True, truncation=True, max_length=max_length).word_ids()
+        return {**feature, "text": text, "word_offsets": [list(span) for _, span in pieces],
+                "word_ids": [-1 if w is None else w for w in word_ids]}
+
+    def get_iterator(self, inputs, num_workers, batch_size, preprocess_params, forward_params, postprocess_params):
+        loader = self._loader(PipelineDataset(inputs, self.preprocess, preprocess_params), num_workers, batch_size)
+        model_iterator = PipelineIterator(loader, self.forward, forward_params, loader_batch_size=batch_size)
+        return PipelineIterator(model_iterator, self.postprocess, postprocess_params)
+
+    def run_single(self, inputs, preprocess_params, forward_params, postprocess_params):
+        batch = self._collate([self.preprocess(inputs, **preprocess_params)], unbatched=True)
+        return self.postprocess(self.forward(batch, **forward_params), **postprocess_params)
+
+    def _forward(self, inputs: dict) -> dict:
+        return self._run_model(inputs)
+
+    def postprocess(self, outputs: dict, aggregation_strategy: str = "simple") -> list[dict]:
+        if aggregation_strategy not in ("simple", "none"):
+            raise ValueError(f"aggregation_strategy must be 'simple' or 'none', got {aggregation_strategy!r}")
+        tokens = outputs["attention_mask"][0].bool()  # the feature's own tokens, whichever side was padded
+        probabilities = outputs["logits"][0][tokens].float().softmax(-1).numpy()
+        text, offsets, word_ids = outputs["text"], outputs["word_offsets"], outputs["word_ids"]
+        id2label = self.model.config.id2label
+        words = word_tags(probabilities, word_ids, len(offsets), id2label)
+        tagged = [{"entity": tag, "score": score, "index": i, "word": text[offsets[i][0]:offsets[i][1]],
+                   "start": offsets[i][0], "end": offsets[i][1]} for i, (tag, score) in enumerate(words)
+                  if tag is not None and tag != "O"]
+        return tagged if aggregation_strategy == "none" else group_entities(tagged, text)
+
+
+def word_tags(probabilities: np.ndarray, word_ids: list[int], num_words: int, id2label) -> list[tuple]:
+    """``(tag, score)`` of each word from its first sub-token's class probabilities; ``(None, 0.0)`` for a word
+    with no sub-token in the window (truncated, or a character the tokenizer drops)."""
+    words: list[tuple] = [(None, 0.0)] * num_words
+    seen = set()
+    for position, word in enumerate(word_ids):
+        if word >= 0 and word not in seen:
+            seen.add(word)
+            label = int(probabilities[position].argmax())
+            words[word] = (id2label[label], float(probabilities[position][label]))
+    return words
+
+
+def group_entities(tagged: list[dict], text: str) -> list[dict]:
+    """Merge consecutive word tags of one type (B-X then I-X ..., or IO tags) into entity groups with the mean
+    word score and the character span covering them."""
+    groups: list[dict] = []
+    for item in tagged:
+        prefix, _, kind = item["entity"].partition("-")
+        if not kind:
+            prefix, kind = "I", item["entity"]
+        last = groups[-1] if groups else None
+        continues = last is not None and prefix in ("I", "E") and last["entity_group"] == kind
+        if continues and last["_next"] == item["index"]:
+            last["end"], last["_next"] = item["end"], item["index"] + 1
+            last["_scores"].append(item["score"])
+            continue
+        groups.append({"entity_group": kind, "start": item["start"], "end": item["end"], "_scores": [item["score"]],
+                       "_next": item["index"] + 1})
+    return [{"entity_group": g["entity_group"], "score": float(np.mean(g["_scores"])),
+             "word": text[g["start"]:g["end"]], "start": g["start"], "end": g["end"]} for g in groups]
+
+
+class KeplmQuestionAnsweringPipeline(_KeplmPipeline, ChunkPipeline):
+    """Extractive QA on a raw question and context with a keplm QA model (task ``"keplm-qa"``).
+
+    The context is linked with the processor's KG once and cut into stride windows (``max_length``,
+    ``doc_stride``); answers are pooled over windows by keplm's n-best post-processing
+    (:func:`keplm.training.qa_postprocessing.postprocess_qa_predictions`). Returns ``{"answer", "score", "start",
+    "end"}`` (``top_k > 1``: a list of them, best first).
+    """
+
+    def __init__(self, *args, processor=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._init_processor(processor)
+
+    def _sanitize_parameters(self, max_length=None, doc_stride=None, top_k=None, max_answer_length=None,
+                             n_best_size=None, **kwargs):
+        preprocess = {k: v for k, v in (("max_length", max_length), ("doc_stride", doc_stride)) if v is not None}
+        postprocess = {k: v for k, v in (("top_k", top_k), ("max_answer_length", max_answer_length),
+                                         ("n_best_size", n_best_size)) if v is not None}
+        return preprocess, {}, postprocess
+
+    def __call__(self, *args, **kwargs):
+        if "question" in kwargs and "context" in kwargs and not args:
+            args = ({"question": kwargs.pop("question"), "context": kwargs.pop("context")},)
+        return super().__call__(*args, **kwargs)
+
+    def preprocess(self, example: dict, max_length: int = 384, doc_stride: int = 128):
+        if not isinstance(example, dict) or not {"question", "context"} <= set(example):
+            raise ValueError(f'{QA_TASK} takes {{"question": ..., "context": ...}}, got {example!r}')
+        features = self.processor.prepare_qa_features(
+            {"id": ["0"], "question": [example["question"]], "context": [example["context"]]}, max_length=max_length,
+            doc_stride=doc_stride, training=False, annotation_column=None, question_annotation_column=None,
+            with_knowledge=self.with_knowledge)
+        count = len(features["input_ids"])
+        for i in range(count):
+            feature = {key: values[i] for key, values in features.items()}
+            feature["context"] = example["context"]
+            feature["is_last"] = i == count - 1
+            yield feature
+
+    def get_iterator(self, inputs, num_workers, batch_size, preprocess_params, forward_params, postprocess_params):
+        loader = self._loader(PipelineChunkIterator(inputs, self.preprocess, preprocess_params), min(num_workers, 1),
+                              batch_size)
+        model_iterator = PipelinePackIterator(loader, self.forward, forward_params, loader_batch_size=batch_size)
+        return PipelineIterator(model_iterator, self.postprocess, postprocess_params)
+
+    def run_single(self, inputs, preprocess_params, forward_params, postprocess_params):
+        windows = [self.forward(self._collate([feature], unbatched=True), **forward_params)
+                   for feature in self.preprocess(inputs, **preprocess_params)]
+        return self.postprocess(windows, **postprocess_params)
+
+    def _forward(self, inputs: dict) -> dict:
+        return self._run_model(inputs)
+
+    def postprocess(self, windows: list[dict], top_k: int = 1, max_answer_length: int = 30, n_best_size: int = 20):
+        tokens = [w["attention_mask"][0].bool() for w in windows]  # each window's own tokens, whichever padding side
+        starts = [w["start_logits"][0][t].float().numpy() for w, t in zip(windows, tokens)]
+        ends = [w["end_logits"][0][t].float().numpy() for w, t in zip(windows, tokens)]
+        features = [{"example_id": "0", "offset_mapping": w["offset_mapping"]} for w in windows]
+        _, nbest = postprocess_qa_predictions([{"id": "0", "context": windows[0]["context"]}], features, starts, ends,
+                                              n_best_size=max(n_best_size, top_k),
+                                              max_answer_length=max_answer_length, return_nbest=True,
+                                              disable_tqdm=True)
+        answers = [{"answer": c["text"], "score": c["probability"], "start": c["start"], "end": c["end"]}
+                   for c in nbest["0"][:top_k]]
+        return answers[0] if top_k == 1 else answers
+
+
+def register_pipelines() -> None:
+    """Register ``keplm-ner`` and ``keplm-qa`` with transformers' pipeline registry (done by ``import keplm``)."""
+    PIPELINE_REGISTRY.register_pipeline(NER_TASK, pipeline_class=KeplmTokenClassificationPipeline,
+                                        pt_model=AutoModelForTokenClassification, type="text")
+    PIPELINE_REGISTRY.register_pipeline(QA_TASK, pipeline_class=KeplmQuestionAnsweringPipeline,
+                                        pt_model=AutoModelForQuestionAnswering, type="text")
+
+
+__all__ = ["KeplmTokenClassificationPipeline", "KeplmQuestionAnsweringPipeline", "register_pipelines", "word_tags",
+           "group_entities", "NER_TASK", "QA_TASK"]

@@ -1,0 +1,84 @@
+"""LoRA with peft: adapters on the encoder, KALA's knowledge modules and head trained fully, frozen weights
+untouched by training, and an adapter saved/pushed with its KG that loads onto its base with identical outputs."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import BertModel, TrainingArguments
+
+import keplm  # noqa: F401
+from keplm import KalaForTokenClassification, KalaProcessor, KeplmTrainer
+from keplm.data.collator import KeplmDataCollator
+from keplm.modeling.lora import add_lora, fully_trained_modules, load_lora, push_lora, save_lora
+
+from .conftest import tiny_encoder_config
+
+TEXTS = ["john visited paris and unknownia in france .", "berlin is a city", "mary works for acme bank in london ."]
+
+
+@pytest.fixture()
+def base_dir(tmp_path, tokenizer):
+    torch.manual_seed(0)
+    BertModel(tiny_encoder_config(tokenizer)).save_pretrained(tmp_path / "base")
+    return tmp_path / "base"
+
+
+def _model(base_dir, assets):
+    torch.manual_seed(1)
+    return KalaForTokenClassification.from_base_pretrained(base_dir, knowledge_assets=assets, num_labels=3,
+                                                           retrieval_mode="relational", kfm_layers=[-1])
+
+
+def _batch(processor, model):
+    batch = KeplmDataCollator.from_processor(processor, model)([processor(t) for t in TEXTS])
+    return batch, torch.ones_like(batch["input_ids"])
+
+
+def test_lora_trains_adapters_and_knowledge_modules_only(tmp_path, base_dir, tokenizer, assets):
+    model = _model(base_dir, assets)
+    assert {"kala.entity_memory.embeddings", "kala.relation_embeddings", "classifier"} <= set(
+        fully_trained_modules(model))
+    peft_model = add_lora(model, r=4, alpha=8, dropout=0.0)
+    processor = KalaProcessor(tokenizer, assets)
+    batch, labels = _batch(processor, model)
+    trainable = {n for n, p in peft_model.named_parameters() if p.requires_grad}
+    assert any("lora_A" in n for n in trainable) and any("entity_memory" in n for n in trainable)
+    assert not [n for n in trainable if ".encoder." in n and "lora_" not in n]  # encoder weights are frozen
+    frozen = {n: p.detach().clone() for n, p in peft_model.named_parameters() if not p.requires_grad}
+    args = TrainingArguments(output_dir=str(tmp_path / "out"), learning_rate=1e-2, use_cpu=True, report_to="none")
+    trainer = KeplmTrainer(model=peft_model, args=args, processing_class=processor,
+                           parameter_group_options={"knowledge_learning_rate": 5e-2})
+    trainer.create_optimizer_and_scheduler(num_training_steps=3)
+    trained = {n: p.detach().clone() for n, p in peft_model.named_parameters() if p.requires_grad}
+    for _ in range(3):
+        trainer.optimizer.zero_grad()
+        peft_model(**batch, labels=labels).loss.backward()
+        trainer.optimizer.step()
+    for name, parameter in peft_model.named_parameters():
+        if name in frozen:
+            assert torch.equal(parameter, frozen[name]), name  # bit-identical after the optimizer steps
+    assert any(not torch.equal(p, trained[n]) for n, p in peft_model.named_parameters() if n in trained and
+               "modules_to_save" in n and "entity_memory" in n)  # the knowledge modules do train
+    knowledge_lrs = {g["lr"] for g in trainer.optimizer.param_groups
+                     if any(p is q for p in g["params"] for n, q in peft_model.named_parameters() if "knowledge" in n)}
+    assert 5e-2 in knowledge_lrs  # KALA's parameter groups still apply under peft
+
+
+def test_saved_and_pushed_adapter_loads_onto_its_base(hub_server, tmp_path, base_dir, tokenizer, assets):
+    peft_model = add_lora(_model(base_dir, assets), r=4, alpha=8, dropout=0.0)
+    with torch.no_grad():  # adapters and fully trained modules away from their initial values
+        for name, parameter in peft_model.named_parameters():
+            if parameter.requires_grad:
+                parameter.add_(torch.randn_like(parameter) * 0.1)
+    processor = KalaProcessor(tokenizer, assets)
+    batch, _ = _batch(processor, peft_model.get_base_model())
+    expected = peft_model.eval()(**batch).logits
+    save_lora(peft_model, tmp_path / "adapter")
+    assert (tmp_path / "adapter" / "knowledge" / "kg" / "triples.tsv").is_file()
+    local = load_lora(tmp_path / "adapter").eval()
+    torch.testing.assert_close(local(**batch).logits, expected)
+    push_lora(peft_model, "org/kala-lora")
+    pulled = load_lora("org/kala-lora", base_model_name_or_path=str(base_dir)).eval()
+    torch.testing.assert_close(pulled(**batch).logits, expected)
+    assert pulled.get_base_model().knowledge_assets.content_hash() == assets.content_hash()

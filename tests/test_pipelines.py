@@ -1,0 +1,79 @@
+"""Raw text in one call: the keplm-ner and keplm-qa pipelines on tiny saved models (and from a Hub repo)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import pipeline
+
+import keplm  # noqa: F401  (registers the pipelines)
+from keplm import KalaForQuestionAnswering, KalaForTokenClassification, KalaProcessor
+from keplm.training.tagging import tag_words
+
+from .test_kala_model import make_model
+
+LABELS = {0: "O", 1: "B-LOC", 2: "I-LOC"}
+TEXTS = ["john visited paris and new york .", "berlin is a city in germany", "mary works for acme bank ."]
+CONTEXT = ("paris is the capital of france . the seine flows through paris . john lives in paris and works for acme "
+           "bank . berlin is the capital of germany . mary visited berlin and london .")
+
+
+@pytest.fixture()
+def ner_dir(tmp_path, tokenizer, assets):
+    model = make_model(KalaForTokenClassification, tokenizer, assets, "relational", num_labels=3, id2label=LABELS,
+                       label2id={v: k for k, v in LABELS.items()})
+    with torch.no_grad():  # entity-like words (mentions) lean to B-LOC, the rest to O: a tagger with both tags
+        model.classifier.bias.copy_(torch.tensor([0.5, 0.0, -1.0]))
+    model.save_pretrained(tmp_path / "ner")
+    KalaProcessor(tokenizer, assets).save_pretrained(tmp_path / "ner")
+    return tmp_path / "ner"
+
+
+@pytest.fixture()
+def qa_dir(tmp_path, tokenizer, assets):
+    model = make_model(KalaForQuestionAnswering, tokenizer, assets, "relational")
+    model.save_pretrained(tmp_path / "qa")
+    KalaProcessor(tokenizer, assets).save_pretrained(tmp_path / "qa")
+    return tmp_path / "qa"
+
+
+def test_ner_pipeline_tags_raw_text_with_offsets_and_batches_like_singles(ner_dir):
+    tagger = pipeline("keplm-ner", model=str(ner_dir))
+    singles = [tagger(text) for text in TEXTS]
+    batched = tagger(TEXTS, batch_size=2)  # batching changes nothing but float rounding of the scores
+    assert [[{k: v for k, v in g.items() if k != "score"} for g in groups] for groups in batched] == \
+        [[{k: v for k, v in g.items() if k != "score"} for g in groups] for groups in singles]
+    for text, groups in zip(TEXTS, singles):
+        for group in groups:
+            assert text[group["start"]:group["end"]] == group["word"] and 0 < group["score"] <= 1
+            assert group["entity_group"] == "LOC"
+    words = tagger(TEXTS[0], aggregation_strategy="none")
+    by_word = {w["word"]: w["entity"] for w in words}
+    expected = {word: tag for word, tag in tag_words(tagger.model, tagger.processor, TEXTS[0]) if tag != "O"}
+    assert by_word == expected  # the same word tags as run_ner's --tag_text helper
+    assert any(singles), "the tiny tagger should find at least one entity"
+
+
+def test_qa_pipeline_answers_from_stride_windows_and_batches_like_singles(qa_dir):
+    reader = pipeline("keplm-qa", model=str(qa_dir), max_length=24, doc_stride=8)
+    questions = ["what is the capital of france ?", "who visited berlin ?"]
+    singles = [reader(question=q, context=CONTEXT) for q in questions]
+    batched = reader([{"question": q, "context": CONTEXT} for q in questions], batch_size=3)
+    for one, many in zip(singles, batched):  # padding in a batch moves scores by float rounding only
+        assert {k: v for k, v in one.items() if k != "score"} == {k: v for k, v in many.items() if k != "score"}
+        assert one["score"] == pytest.approx(many["score"], rel=1e-5)
+    for answer in singles:
+        assert CONTEXT[answer["start"]:answer["end"]] == answer["answer"] and 0 < answer["score"] <= 1
+    top = reader(question=questions[0], context=CONTEXT, top_k=3)
+    assert len(top) == 3 and top[0] == singles[0] and top[0]["score"] >= top[1]["score"] >= top[2]["score"]
+    with pytest.raises(ValueError, match="question"):
+        reader("no context given")
+
+
+def test_pipeline_from_a_hub_repo(hub_server, ner_dir):
+    from huggingface_hub import HfApi
+
+    HfApi().create_repo("org/ner-pipe")
+    HfApi().upload_folder(repo_id="org/ner-pipe", folder_path=ner_dir)
+    local = pipeline("keplm-ner", model=str(ner_dir))(TEXTS[0])
+    assert pipeline("keplm-ner", model="org/ner-pipe")(TEXTS[0]) == local
