@@ -1,6 +1,7 @@
 """Model cards (``keplm.hub.card``): Hub metadata and model-index that parse back, results tables with the metric
 names readers expect, no machine path and no URL outside the allow-list, a usage snippet that runs against a saved
-checkpoint, figures written next to the card, and the Trainer's ``create_model_card``.
+checkpoint, figures written next to the card, the Trainer's ``create_model_card``, and ``model_cards/`` as
+``scripts/make_cards.py`` writes it.
 
 The Hub's ``/api/validate-yaml`` is not reachable here, so ``ModelCard.validate()`` is never called: the metadata
 is checked by parsing the card back (``ModelCard(text).data``) and with ``model_index_to_eval_results``.
@@ -9,6 +10,7 @@ is checked by parsing the card back (``ModelCard(text).data``) and with ``model_
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import io
 import json
 import logging
@@ -228,6 +230,23 @@ def test_no_machine_paths_or_invented_urls_and_a_runnable_command(tmp_path, toke
     assert format_command(["python", "x.py", "--kg", kg]) == "python x.py --kg hpo:+tsv:.../t.tsv"
 
 
+@pytest.mark.parametrize("name", sorted(p.name for p in (ROOT / "model_cards").glob("*.md")))
+def test_committed_model_cards_are_publishable(name):
+    """Every card in model_cards/ has no machine path or unknown URL, and its metadata parses back."""
+    text = (ROOT / "model_cards" / name).read_text()
+    assert_publishable(text)
+    for link in re.findall(r"!\[[^\]]*\]\(([^)]+)\)", text):  # figures exist next to the card
+        assert (ROOT / "model_cards" / link).is_file(), link
+    if name == "README.md":
+        return
+    data = ModelCard(text).data
+    assert data.library_name == "keplm" and data.license and data.language == "en"
+    assert "weights of this model were not kept" in text and "## Where the numbers come from" in text
+    if data.to_dict().get("model-index"):
+        _, results = model_index_to_eval_results(data.to_dict()["model-index"])
+        assert results and all(isinstance(r.metric_value, float) for r in results)
+
+
 # ---------------------------------------------------------------------------------------------- usage snippet
 def _run_snippet(code: str) -> str:
     out = io.StringIO()
@@ -366,6 +385,28 @@ def test_trainer_create_model_card_writes_card_and_figures(tmp_path, tokenizer, 
         assert (out / "figures" / name).is_file() and f"(figures/{name})" in text, name
     assert_publishable(text, str(tmp_path))
 
+
+# ---------------------------------------------------------------------------------------------- model_cards/
+def test_model_cards_folder_is_what_make_cards_writes(tmp_path):
+    """``python scripts/make_cards.py`` regenerates model_cards/ from committed files: the same cards, the index."""
+    pytest.importorskip("matplotlib")
+    spec = importlib.util.spec_from_file_location("make_cards_under_test", ROOT / "scripts" / "make_cards.py")
+    make_cards = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(make_cards)
+    written = make_cards.generate(tmp_path)
+    names = sorted(p.name for p in written)
+    assert names == sorted(p.name for p in (ROOT / "model_cards").glob("*.md"))
+    for path in written:
+        assert path.read_text() == (ROOT / "model_cards" / path.name).read_text(), path.name
+    index = (tmp_path / "README.md").read_text()
+    for path in written:
+        if path.name != "README.md":
+            assert f"]({path.name})" in index, path.name
+    conll = (tmp_path / "kala-minilm-conll2003-relational.md").read_text()
+    assert "| test | F1 | 85.94 ± 0.36 | **86.45 ± 0.19** | 86.05 ± 0.23 | 86.30 ± 0.25 |" in conll  # docs/results.md
+    assert "docs/runs/gpu-2026-11-23/conll/seed{1,2,3}/summary.json" in conll and "H100" in conll
+    re_card = (tmp_path / "re-minilm-redocred.md").read_text()  # docs/relation_extraction.md's table, parsed
+    assert "| test | 500 | 28.10 | 19.50 | 50.00 |" in re_card and "| test | F1 | 28.10 | **37.50** |" in re_card
 
 
 def test_a_lora_model_is_described_by_the_keplm_model_inside(tokenizer, assets):
