@@ -18,7 +18,6 @@ import re
 import shlex
 import statistics
 import sys
-from collections import OrderedDict
 from pathlib import Path
 
 import pytest
@@ -266,10 +265,12 @@ def test_usage_snippet_runs_against_a_saved_checkpoint(tmp_path, tokenizer, asse
                                 example_text="john visited paris and unknownia"))
     code = python_block(text)
     assert '.from_pretrained("org/kala-tiny")' in code and "import keplm" in code
-    printed = _run_snippet(code.replace('"org/kala-tiny"', json.dumps(str(checkpoint))))
-    tags = [tuple(pair) for pair in eval(printed.strip())]  # noqa: S307 - the snippet prints a Python list
+    printed = _run_snippet(code.replace('"org/kala-tiny"', json.dumps(str(checkpoint)))).strip().splitlines()
+    tags = [tuple(pair) for pair in eval(printed[0])]  # noqa: S307 - the snippet prints Python literals
     assert [word for word, _ in tags] == ["john", "visited", "paris", "and", "unknownia"]
     assert all(tag in LABELS for _, tag in tags)
+    groups = eval(printed[1])  # noqa: S307 - the keplm-ner pipeline's entity groups
+    assert all({"entity_group", "score", "word", "start", "end"} <= set(group) for group in groups)
 
     checkpoint = tmp_path / "kala-qa"
     model = _qa_model(tokenizer, assets)
@@ -277,8 +278,10 @@ def test_usage_snippet_runs_against_a_saved_checkpoint(tmp_path, tokenizer, asse
     processor.save_pretrained(checkpoint)
     code = python_block(str(build_model_card(model, repo_id="org/kala-qa", processor=processor)))
     printed = _run_snippet(code.replace('"org/kala-qa"', json.dumps(str(checkpoint))))
-    answers = eval(printed.strip(), {"OrderedDict": OrderedDict})  # noqa: S307
-    assert set(answers) == {"q0"} and answers["q0"] in "John lives in Paris, the capital of France."
+    answer = eval(printed.strip())  # noqa: S307 - the keplm-qa pipeline's answer
+    context = "John lives in Paris, the capital of France."
+    assert set(answer) == {"answer", "score", "start", "end"}
+    assert context[answer["start"]:answer["end"]] == answer["answer"]
 
 
 # ---------------------------------------------------------------------------------------------- figures

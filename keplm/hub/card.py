@@ -1018,37 +1018,31 @@ def _usage_section(spec: ModelCardSpec) -> list[str]:
                                  else None)
     lines = ["## How to use", ""]
     if spec.task == "token-classification":
-        lines += ["```python", "import keplm  # registers the keplm models and processors with the Auto classes",
-                  "from transformers import AutoModelForTokenClassification, AutoProcessor",
+        lines += ["```python", "import keplm  # registers keplm's models, processors and pipelines with transformers",
+                  "from transformers import AutoModelForTokenClassification, AutoProcessor, pipeline",
                   "from keplm.training.tagging import tag_words", "",
                   f"model = {spec.auto_class}.from_pretrained({_q(repo)})",
                   f"processor = AutoProcessor.from_pretrained({_q(repo)})  # tokenizer + entity vocabulary + KG",
-                  f"print(tag_words(model, processor, {_q(text)}))  # [(word, tag), ...]",
+                  f"print(tag_words(model, processor, {_q(text)}))  # [(word, tag), ...]", "",
+                  'ner = pipeline("keplm-ner", model=model, processor=processor)',
+                  f"print(ner({_q(text)}))  # entity groups with character offsets and scores",
                   "```", ""]
         if spec.uses_knowledge and spec.knowledge.mode != "annotations":
-            lines += ["`tag_words` splits the text on whitespace, links it against the KG shipped in the checkpoint "
-                      "(`knowledge/`) with the processor's entity linker, and tags every word.", ""]
+            lines += ["Both link the raw text against the KG shipped in the checkpoint (`knowledge/`) with the "
+                      "processor's entity linker: `tag_words` tags every whitespace-separated word, the "
+                      "`keplm-ner` pipeline returns entity groups like transformers' token-classification "
+                      "pipeline.", ""]
     elif spec.task == "question-answering":
-        lines += ["```python", "import torch", "",
-                  "import keplm  # registers the keplm models and processors with the Auto classes",
-                  "from transformers import AutoModelForQuestionAnswering, AutoProcessor",
-                  "from keplm import KeplmDataCollator",
-                  "from keplm.training.qa_postprocessing import postprocess_qa_predictions", "",
-                  f"model = AutoModelForQuestionAnswering.from_pretrained({_q(repo)}).eval()",
+        lines += ["```python", "import keplm  # registers keplm's models, processors and pipelines with transformers",
+                  "from transformers import AutoModelForQuestionAnswering, AutoProcessor, pipeline", "",
+                  f"model = AutoModelForQuestionAnswering.from_pretrained({_q(repo)})",
                   f"processor = AutoProcessor.from_pretrained({_q(repo)})  # tokenizer + entity vocabulary + KG",
-                  'question, context = "Where does John live?", "John lives in Paris, the capital of France."',
-                  "features = processor.prepare_qa_features(  # stride windows; links the context with the model's KG",
-                  '    {"id": ["q0"], "question": [question], "context": [context]}, training=False,',
-                  "    with_knowledge=model.config.uses_knowledge)",
-                  "windows = [dict(zip(features, values)) for values in zip(*features.values())]",
-                  'inputs = [{k: v for k, v in w.items() if k not in ("example_id", "offset_mapping")}',
-                  "          for w in windows]",
-                  "with torch.no_grad():",
-                  "    output = model(**KeplmDataCollator.from_processor(processor, model)(inputs))",
-                  'answers = postprocess_qa_predictions([{"id": "q0", "context": context}], windows,',
-                  "                                     output.start_logits, output.end_logits)",
-                  'print(answers)  # {"q0": "<answer text>"}',
-                  "```", ""]
+                  'qa = pipeline("keplm-qa", model=model, processor=processor)',
+                  'print(qa(question="Where does John live?", context="John lives in Paris, the capital of France."))',
+                  "```", "",
+                  "The `keplm-qa` pipeline links the context against the model's KG, reads long contexts in stride "
+                  "windows and returns `answer`, `score`, `start` and `end` (transformers 5 has no "
+                  "`question-answering` pipeline task).", ""]
     else:
         lines += ["```python", "import keplm  # registers the keplm models with the Auto classes",
                   f"from transformers import {spec.auto_class}", "",
