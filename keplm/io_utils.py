@@ -1,5 +1,5 @@
-"""Reading text, JSON and JSON-lines files (plain or .gz) with errors that name the file (and line), and the
-one content-derived cache fingerprint of ``datasets.map`` calls."""
+"""Reading text, JSON and JSON-lines files (plain or .gz) with errors that name the file (and line), progress bars
+for long reads, and the one content-derived cache fingerprint of ``datasets.map`` calls."""
 
 from __future__ import annotations
 
@@ -42,6 +42,15 @@ def iter_jsonl(path):
             if not isinstance(obj, dict):
                 raise ValueError(f"{path}:{lineno}: expected a JSON object")
             yield path, lineno, obj
+
+
+def progress(iterable, desc: str, total: int | None = None, unit: str = "it"):
+    """``iterable`` behind a tqdm progress bar that shows only after 2 s (quick steps stay silent) and follows the
+    ``datasets`` switch for progress bars (``datasets.disable_progress_bars()``)."""
+    from datasets.utils.logging import is_progress_bar_enabled
+    from tqdm.auto import tqdm
+
+    return tqdm(iterable, desc=desc, total=total, unit=unit, delay=2, disable=not is_progress_bar_enabled())
 
 
 def content_fingerprint(dataset, **signature) -> str:

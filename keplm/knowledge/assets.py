@@ -187,15 +187,29 @@ class KnowledgeAssets:
                 raise FileNotFoundError(f"knowledge asset {directory / name} is missing")
         entity_data = read_json(directory / ENTITY_VOCAB_NAME)
         relation_data = read_json(directory / RELATION_VOCAB_NAME)
+        for name, data, key in ((ENTITY_VOCAB_NAME, entity_data, "entities"),
+                                (RELATION_VOCAB_NAME, relation_data, "relations")):
+            if not isinstance(data, dict) or not isinstance(data.get(key), list):
+                raise ValueError(f"{directory / name}: expected a JSON object with a {key!r} list")
         kg = None
+        kg_dir = directory / KG_DIR
         if config.get("kg_hash"):
-            kg_dir = directory / KG_DIR
             if not kg_dir.is_dir():
                 raise FileNotFoundError(f"knowledge graph directory {kg_dir} is missing (assets_config names a KG)")
             kg = KnowledgeGraph.from_pretrained(kg_dir)
             if kg.content_hash() != config["kg_hash"]:
                 raise ValueError(f"knowledge graph in {kg_dir} does not match the hash recorded in {config_file}")
-        assets = cls(entity_data["entities"], relation_data["relations"], entity_data.get("counts"), kg)
+        elif kg_dir.is_dir() and any(kg_dir.iterdir()):
+            # keplm removes kg/ when it saves assets without a KG: files there with no hash are not ours to trust
+            raise ValueError(
+                f"{config_file} records no knowledge graph (kg_hash {config.get('kg_hash')!r}) but {kg_dir} holds "
+                "KG files: the folder is inconsistent (edited by hand, or files copied in); restore the kg_hash the "
+                "KG was saved with, or remove the kg/ folder to load the checkpoint without a KG"
+            )
+        entity_counts = entity_data.get("counts")
+        if "counts_hash" in config and _hash_json(entity_counts) != config["counts_hash"]:
+            raise ValueError(f"entity counts in {directory / ENTITY_VOCAB_NAME} do not match the hash in {config_file}")
+        assets = cls(entity_data["entities"], relation_data["relations"], entity_counts, kg)
         if assets.content_hash() != config["vocab_hash"]:
             raise ValueError(f"entity/relation vocabularies in {directory} do not match the hash in {config_file}")
         return assets
@@ -208,6 +222,9 @@ def _assets_config(assets: KnowledgeAssets) -> dict:
         "num_relations": assets.num_relations,
         "vocab_hash": assets.content_hash(),
         "kg_hash": assets.kg.content_hash() if assets.kg is not None else None,
+        # the entity counts (frequency pruning, reports) are hashed apart from the vocabularies: folders saved
+        # before this key existed have none and load unchecked
+        "counts_hash": _hash_json(assets.entity_counts),
     }
 
 
@@ -226,7 +243,8 @@ def save_knowledge_assets(save_directory: str | os.PathLike, assets: KnowledgeAs
             existing = read_json(config_file)
         except ValueError:
             existing = {}
-        same = all(existing.get(key) == config[key] for key in ("format_version", "vocab_hash", "kg_hash"))
+        same = all(existing.get(key) == config[key] for key in ("format_version", "vocab_hash", "kg_hash")) and (
+            existing.get("counts_hash", config["counts_hash"]) == config["counts_hash"] or not overwrite)
         if same:
             return
         if overwrite:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 from collections import Counter
 from collections.abc import Iterable
@@ -29,7 +30,9 @@ from keplm.file_utils import (
     KG_VECTORS_NAME,
     check_format_version,
 )
-from keplm.io_utils import iter_jsonl
+from keplm.io_utils import iter_jsonl, read_json
+
+logger = logging.getLogger(__name__)
 
 _VECTORS_KEY = "entity_vectors"
 
@@ -70,7 +73,7 @@ class KnowledgeGraph:
         if entity_aliases is None:
             self.entity_aliases = [[] for _ in range(n)]
         else:
-            self.entity_aliases = [list(a) for a in entity_aliases]
+            self.entity_aliases = [alias_list(a, f"entity_aliases[{i}]") for i, a in enumerate(entity_aliases)]
             if len(self.entity_aliases) != n:
                 raise ValueError(f"entity_aliases has {len(self.entity_aliases)} items, expected {n}")
         self.relation_names = list(relation_names) if relation_names is not None else list(self.relation_ids)
@@ -104,6 +107,8 @@ class KnowledgeGraph:
         self.entity_vectors = entity_vectors
         self._csr: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         self._degree: np.ndarray | None = None
+        #: what the loader merged (KnowledgeGraphBuilder.report); empty for a graph built or loaded otherwise
+        self.build_report: dict = {}
 
     # ------------------------------------------------------------------ basics
     @property
@@ -321,11 +326,9 @@ class KnowledgeGraph:
             if not os.path.isfile(os.path.join(directory, name)):
                 raise FileNotFoundError(f"missing {name} in knowledge graph directory {directory}")
         config_path = os.path.join(directory, KG_CONFIG_NAME)
-        try:
-            with open(config_path, encoding="utf-8") as f:
-                config = json.load(f)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{config_path}: invalid JSON ({e})") from None
+        config = read_json(config_path)
+        if not isinstance(config, dict):
+            raise ValueError(f"{config_path}: expected a JSON object, got {type(config).__name__}")
         check_format_version(config, config_path)
 
         ent_ids, ent_names, ent_aliases = [], [], []
@@ -334,7 +337,7 @@ class KnowledgeGraph:
                 raise ValueError(f"{path}:{lineno}: entity line needs a string 'id'")
             ent_ids.append(obj["id"])
             ent_names.append(obj.get("name", obj["id"]))
-            ent_aliases.append(list(obj.get("aliases") or []))
+            ent_aliases.append(alias_list(obj.get("aliases"), f"{path}:{lineno}"))
         rel_ids, rel_names = [], []
         for path, lineno, obj in iter_jsonl(os.path.join(directory, KG_RELATIONS_NAME)):
             if not isinstance(obj.get("id"), str):
@@ -398,35 +401,77 @@ class KnowledgeGraph:
     ) -> KnowledgeGraph:
         """Build from string triples; ids get indices in first-seen order (triples first, then ids
         that only appear in ``entity_names``/``entity_aliases``/``relation_names``)."""
-        b = KnowledgeGraphBuilder()
+        b = KnowledgeGraphBuilder("from_triples")
         for i, trip in enumerate(triples):
             if len(trip) != 3:
                 raise ValueError(f"triple {i} must be (head, relation, tail), got {trip!r}")
-            b.add(*(str(x) for x in trip))
+            b.add(*(str(x) for x in trip), where=("triple", i))
         for eid in [*(entity_names or {}), *(entity_aliases or {})]:
             b.entity(eid)
         for rid in relation_names or {}:
             b.relation(rid)
         b.names = dict(entity_names or {})
-        b.aliases = {e: list(a) for e, a in (entity_aliases or {}).items()}
+        b.aliases = {e: alias_list(a, f"entity_aliases[{e!r}]") for e, a in (entity_aliases or {}).items()}
         b.rel_names = dict(relation_names or {})
         return b.build()
+
+
+def alias_list(value, where: str = "aliases") -> list[str]:
+    """Aliases as a list of strings: a string is one alias (``"Paname"``, not five letters), None none; anything
+    else but a list/tuple of strings is a ValueError naming ``where``."""
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, (list, tuple)) and all(isinstance(a, str) for a in value):
+        return list(value)
+    raise ValueError(f"{where}: aliases must be a string or a list of strings, got {value!r}")
+
+
+#: what :class:`KnowledgeGraphBuilder` merges and counts (``KnowledgeGraph.build_report``)
+DUPLICATE_KINDS = {
+    "duplicate_triples": "repeated (head, relation, tail) facts dropped",
+    "entity_redeclared": "entities declared again (merged into the first declaration)",
+    "names_kept_as_aliases": "other names of an entity that already had one (kept as aliases)",
+    "relation_redeclared": "relations declared again (merged into the first declaration)",
+    "relation_names_dropped": "other names of a relation that already had one (the first name is kept)",
+}
+_SHOWN = 5
 
 
 class KnowledgeGraphBuilder:
     """Accumulates string triples, names and aliases, then builds a :class:`KnowledgeGraph`.
 
-    The one place where string ids get their positions (first seen, first indexed): the loaders,
-    :meth:`KnowledgeGraph.from_triples` and :func:`merge_kgs` all index ids through it.
+    The one place where string ids get their positions (first seen, first indexed) and where duplicates get one
+    policy for every loader: **merged and counted**. A repeated fact is kept once; an entity declared again keeps
+    its first name, and a different later name becomes an alias (nothing is lost whichever line comes first); a
+    relation keeps its first name. :meth:`build` puts the counts and the first offenders (``file:line``) in
+    ``KnowledgeGraph.build_report`` and logs them at WARNING (at INFO for a source whose files overlap by design,
+    ``expected_duplicates=True``: the LAMA T-REx files repeat facts).
     """
 
-    def __init__(self):
+    def __init__(self, source: str = "knowledge graph", expected_duplicates: bool = False):
+        self.source = source
+        self.expected_duplicates = expected_duplicates
         self.e_index: dict[str, int] = {}
         self.r_index: dict[str, int] = {}
         self.rows: list[tuple[int, int, int]] = []
+        self._row_set: set[tuple[int, int, int]] = set()
         self.names: dict[str, str] = {}
         self.aliases: dict[str, list[str]] = {}
         self.rel_names: dict[str, str] = {}
+        self._declared: set[str] = set()
+        self._declared_relations: set[str] = set()
+        self.counts: dict[str, int] = dict.fromkeys(DUPLICATE_KINDS, 0)
+        self.examples: dict[str, list[str]] = {kind: [] for kind in DUPLICATE_KINDS}
+
+    def _count(self, kind: str, what: str, where) -> None:
+        """Count one merged duplicate; ``where`` is a string or a ``(file, line)`` pair, formatted only when shown."""
+        self.counts[kind] += 1
+        if len(self.examples[kind]) < _SHOWN:
+            if isinstance(where, tuple):
+                where = f"{where[0]}:{where[1]}"
+            self.examples[kind].append(f"{where}: {what}" if where else what)
 
     def entity(self, eid: str) -> int:
         return self.e_index.setdefault(eid, len(self.e_index))
@@ -434,8 +479,52 @@ class KnowledgeGraphBuilder:
     def relation(self, rid: str) -> int:
         return self.r_index.setdefault(rid, len(self.r_index))
 
-    def add(self, h: str, r: str, t: str) -> None:
-        self.rows.append((self.entity(h), self.relation(r), self.entity(t)))
+    def add(self, h: str, r: str, t: str, where=None) -> None:
+        """Add the fact (h, r, t); a repeated fact is counted and kept once."""
+        row = (self.entity(h), self.relation(r), self.entity(t))
+        if row in self._row_set:
+            self._count("duplicate_triples", f"{h} {r} {t}", where)
+            return
+        self._row_set.add(row)
+        self.rows.append(row)
+
+    def set_name(self, eid: str, name, where=None) -> None:
+        """Name ``eid``; when it already has another name, this one becomes an alias (counted)."""
+        name = str(name) if name is not None else ""
+        if not name.strip():
+            return
+        if eid not in self.names:
+            self.names[eid] = name
+        elif self.names[eid] != name:
+            self._count("names_kept_as_aliases", f"{eid} {name!r} (name {self.names[eid]!r})", where)
+            self.add_alias(eid, name)
+
+    def declare_entity(self, eid: str, name=None, aliases=None, where=None) -> None:
+        """An entity declaration (JSONL ``{"type": "entity"}``): a second one for the same id is merged into the
+        first and counted."""
+        if eid in self._declared:
+            self._count("entity_redeclared", eid, where)
+        self._declared.add(eid)
+        self.entity(eid)
+        self.set_name(eid, name, where)
+        for alias in alias_list(aliases, f"{where[0]}:{where[1]}" if isinstance(where, tuple) else where or eid):
+            self.add_alias(eid, alias)
+
+    def set_relation_name(self, rid: str, name, where=None) -> None:
+        name = str(name) if name is not None else ""
+        if not name.strip():
+            return
+        if rid not in self.rel_names:
+            self.rel_names[rid] = name
+        elif self.rel_names[rid] != name:
+            self._count("relation_names_dropped", f"{rid} {name!r} (name {self.rel_names[rid]!r})", where)
+
+    def declare_relation(self, rid: str, name=None, where=None) -> None:
+        if rid in self._declared_relations:
+            self._count("relation_redeclared", rid, where)
+        self._declared_relations.add(rid)
+        self.relation(rid)
+        self.set_relation_name(rid, name, where)
 
     def add_alias(self, eid: str, alias: str) -> None:
         alias = " ".join(alias.split())
@@ -445,21 +534,32 @@ class KnowledgeGraphBuilder:
         if alias != self.names.get(eid) and alias not in lst:
             lst.append(alias)
 
-    def build(self, dedupe: bool = False) -> KnowledgeGraph:
-        rows = self.rows
-        if dedupe:
-            rows = list(dict.fromkeys(rows))
+    def report(self) -> dict:
+        """What was merged: counts per kind (:data:`DUPLICATE_KINDS`) and the first offenders of each."""
+        return {"source": self.source, **self.counts,
+                "examples": {kind: list(found) for kind, found in self.examples.items() if found}}
+
+    def build(self, dedupe: bool = True) -> KnowledgeGraph:
+        """The graph; repeated facts are already dropped (``dedupe`` is kept for callers of the earlier API)."""
         ents, rels = list(self.e_index), list(self.r_index)
         names = [self.names.get(e, e) for e in ents]
         aliases = [[a for a in self.aliases.get(e, []) if a != n] for e, n in zip(ents, names)]
-        return KnowledgeGraph(
+        kg = KnowledgeGraph(
             ents,
             rels,
-            np.asarray(rows, dtype=np.int64).reshape(-1, 3),
+            np.asarray(self.rows, dtype=np.int64).reshape(-1, 3),
             entity_names=names,
             entity_aliases=aliases,
             relation_names=[self.rel_names.get(r, r) for r in rels],
         )
+        kg.build_report = self.report()
+        merged = {kind: count for kind, count in self.counts.items() if count}
+        if merged:
+            level = logging.INFO if self.expected_duplicates else logging.WARNING
+            logger.log(level, "%s: merged duplicates %s (e.g. %s)", self.source,
+                       ", ".join(f"{count} {DUPLICATE_KINDS[kind]}" for kind, count in merged.items()),
+                       {kind: self.examples[kind][:3] for kind in merged})
+        return kg
 
 
 def merge_kgs(kgs, align_by_name: bool = True) -> KnowledgeGraph:
@@ -509,12 +609,17 @@ def merge_kgs(kgs, align_by_name: bool = True) -> KnowledgeGraph:
         if kg.num_triples:
             rows.append(np.stack([e_map[kg.triples[:, 0]], r_map[kg.triples[:, 1]], e_map[kg.triples[:, 2]]], 1))
     triples = np.concatenate(rows) if rows else np.zeros((0, 3), dtype=np.int64)
+    shared = 0
     if len(triples):
         _, first = np.unique(triples, axis=0, return_index=True)
+        shared = len(triples) - len(first)
         triples = triples[np.sort(first)]
     ids = [""] * len(names)
     for eid, idx in e_index.items():  # the first id given to a merged entity names it
         if not ids[idx]:
             ids[idx] = eid
-    return KnowledgeGraph(ids, list(r_index), triples, entity_names=names, entity_aliases=aliases,
-                          relation_names=rel_names)
+    merged = KnowledgeGraph(ids, list(r_index), triples, entity_names=names, entity_aliases=aliases,
+                            relation_names=rel_names)
+    merged.build_report = {"source": "merge_kgs", "facts_in_several_parts": int(shared),
+                           "parts": [kg.build_report for kg in kgs]}
+    return merged

@@ -1,22 +1,28 @@
-"""Loaders for public knowledge graphs (FB15k-237, WN18RR, LAMA T-REx) and simple TSV/JSONL formats.
+"""Loaders for public knowledge graphs (FB15k-237, WN18RR, LAMA T-REx, HPO) and simple TSV/JSONL formats.
 
 Every path may point to a plain or a gzip-compressed file; for the dataset folders, ``name`` and
-``name.gz`` are both looked up.
+``name.gz`` are both looked up. Every loader indexes ids through :class:`KnowledgeGraphBuilder`, so duplicates
+(repeated facts, an entity or a name declared twice) are merged and counted the same way everywhere
+(``KnowledgeGraph.build_report``). Long reads show a progress bar.
 """
 
 from __future__ import annotations
 
 import glob
+import logging
 import os
 import re
+import time
 
 from keplm.file_utils import KG_CONFIG_NAME
-from keplm.io_utils import iter_jsonl, open_text
+from keplm.io_utils import iter_jsonl, open_text, progress
 
 from .biomedical import load_hpo
 from .graph import KnowledgeGraph, KnowledgeGraphBuilder, merge_kgs
 
-__all__ = ["load_tsv_kg", "load_fb15k237", "load_wn18rr", "load_trex", "load_jsonl_kg", "load_kg"]
+__all__ = ["load_tsv_kg", "load_fb15k237", "load_wn18rr", "load_trex", "load_jsonl_kg", "load_kg", "split_kg_spec"]
+
+logger = logging.getLogger(__name__)
 
 
 def _find(directory, name: str, required: bool = True) -> str | None:
@@ -34,7 +40,7 @@ def _find(directory, name: str, required: bool = True) -> str | None:
 def _iter_tsv(path, num_fields: int | None):
     """Yield (lineno, fields) for non-blank lines; ValueError with file:line on a wrong field count."""
     with open_text(path) as f:
-        for lineno, line in enumerate(f, 1):
+        for lineno, line in enumerate(progress(f, f"Reading {os.path.basename(path)}", unit=" lines"), 1):
             line = line.rstrip("\r\n")
             if not line.strip():
                 continue
@@ -48,11 +54,25 @@ def _iter_tsv(path, num_fields: int | None):
             yield lineno, parts
 
 
-def _read_names(path) -> dict[str, str]:
-    names: dict[str, str] = {}
-    for _, (key, name) in _iter_tsv(path, 2):
-        names.setdefault(key, name.strip())
-    return names
+def _read_names(path):
+    """``(key, name, (path, line))`` of every line of an ``id<TAB>name`` file."""
+    for lineno, (key, name) in _iter_tsv(path, 2):
+        yield key, name.strip(), (path, lineno)
+
+
+def _add_triples(b: KnowledgeGraphBuilder, path) -> None:
+    for lineno, (h, r, t) in _iter_tsv(path, 3):
+        b.add(h, r, t, where=(path, lineno))
+
+
+def _add_names(b: KnowledgeGraphBuilder, path, relations: bool = False) -> None:
+    """Names of the ids the triples use (others are ignored); a second name of an id goes through the
+    builder's duplicate policy."""
+    for key, name, where in _read_names(path):
+        if relations and key in b.r_index:
+            b.set_relation_name(key, name, where)
+        elif not relations and key in b.e_index:
+            b.set_name(key, name, where)
 
 
 def load_tsv_kg(
@@ -62,14 +82,13 @@ def load_tsv_kg(
     Names/aliases for ids absent from the triples are ignored."""
     if isinstance(triples_paths, (str, os.PathLike)):
         triples_paths = [triples_paths]
-    b = KnowledgeGraphBuilder()
+    b = KnowledgeGraphBuilder(", ".join(os.fspath(p) for p in triples_paths))
     for path in triples_paths:
-        for _, (h, r, t) in _iter_tsv(path, 3):
-            b.add(h, r, t)
+        _add_triples(b, path)
     if entity_names_path is not None:
-        b.names = {k: v for k, v in _read_names(entity_names_path).items() if k in b.e_index}
+        _add_names(b, entity_names_path)
     if relation_names_path is not None:
-        b.rel_names = {k: v for k, v in _read_names(relation_names_path).items() if k in b.r_index}
+        _add_names(b, relation_names_path, relations=True)
     if aliases_path is not None:
         for _, (key, aliases) in _iter_tsv(aliases_path, 2):
             if key in b.e_index:
@@ -92,18 +111,17 @@ def load_fb15k237(directory, splits=("train", "valid", "test")) -> KnowledgeGrap
         raise FileNotFoundError(f"FB15k-237 directory not found: {directory}")
     triple_files = [_find(directory, _FB_SPLITS[s]) for s in splits]
     alias_path = _find(directory, "FB15k_mid2name.txt", required=False)
-    b = KnowledgeGraphBuilder()
+    b = KnowledgeGraphBuilder(f"FB15k-237 {directory}")
     for path in triple_files:
-        for _, (h, r, t) in _iter_tsv(path, 3):
-            b.add(h, r, t)
-    b.names = {k: v for k, v in _read_names(_find(directory, "entity2text.txt")).items() if k in b.e_index}
+        _add_triples(b, path)
+    _add_names(b, _find(directory, "entity2text.txt"))
     if alias_path is not None:
-        for key, alias in _read_names(alias_path).items():
+        for key, alias, _ in _read_names(alias_path):
             if key in b.e_index:
                 b.add_alias(key, alias.replace("_", " "))
     rel_path = _find(directory, "relation2text.txt", required=False)
     if rel_path is not None:
-        b.rel_names = {k: v for k, v in _read_names(rel_path).items() if k in b.r_index}
+        _add_names(b, rel_path, relations=True)
     return b.build()
 
 
@@ -111,17 +129,16 @@ def load_wn18rr(directory) -> KnowledgeGraph:
     """WN18RR (synset offsets); entity name = lemma before the first comma of entity2text."""
     if not os.path.isdir(directory):
         raise FileNotFoundError(f"WN18RR directory not found: {directory}")
-    b = KnowledgeGraphBuilder()
+    b = KnowledgeGraphBuilder(f"WN18RR {directory}")
     for split in ("train.tsv", "dev.tsv", "test.tsv"):
-        for _, (h, r, t) in _iter_tsv(_find(directory, split), 3):
-            b.add(h, r, t)
+        _add_triples(b, _find(directory, split))
     text_path = _find(directory, "entity2text.txt")
-    for _, parts in _iter_tsv(text_path, 2):
-        if parts[0] in b.e_index and parts[0] not in b.names:
-            b.names[parts[0]] = parts[1].split(",", 1)[0].strip()
+    for lineno, parts in _iter_tsv(text_path, 2):
+        if parts[0] in b.e_index:
+            b.set_name(parts[0], parts[1].split(",", 1)[0].strip(), (text_path, lineno))
     rel_path = _find(directory, "relation2text.txt", required=False)
     if rel_path is not None:
-        b.rel_names = {k: v for k, v in _read_names(rel_path).items() if k in b.r_index}
+        _add_names(b, rel_path, relations=True)
     return b.build()
 
 
@@ -168,8 +185,9 @@ def load_trex(paths_or_directory, include_autoprompt: bool = True) -> KnowledgeG
                 raise FileNotFoundError(f"T-REx file not found: {f}")
         search_dirs = sorted({os.path.dirname(os.path.abspath(f)) for f in files})
 
-    b = KnowledgeGraphBuilder()
-    for path in files:
+    # the LAMA files repeat facts by design (T-REx test facts reappear in AutoPrompt's train/dev): counted, at INFO
+    b = KnowledgeGraphBuilder(f"T-REx {paths_or_directory}", expected_duplicates=True)
+    for path in progress(files, "Reading T-REx files", unit=" files"):
         m = _PID_RE.match(os.path.basename(path))
         file_pid = m.group(1) if m else None
         for _, lineno, obj in iter_jsonl(path):
@@ -180,47 +198,39 @@ def load_trex(paths_or_directory, include_autoprompt: bool = True) -> KnowledgeG
                     f"{path}:{lineno}: need sub_uri, obj_uri and predicate_id (or a P*.jsonl file name)"
                 )
             sub, obj_uri = str(sub), str(obj_uri)
-            b.add(sub, str(pid), obj_uri)
+            b.add(sub, str(pid), obj_uri, where=(path, lineno))
             for eid, label in ((sub, obj.get("sub_label")), (obj_uri, obj.get("obj_label"))):
                 if label:
-                    if eid not in b.names:
-                        b.names[eid] = label
-                    elif b.names[eid] != label:
-                        b.add_alias(eid, label)
+                    b.set_name(eid, label, (path, lineno))
     rel_path = _find_relations_jsonl(search_dirs)
     if rel_path is not None:
-        for _, _, obj in iter_jsonl(rel_path):
+        for path, lineno, obj in iter_jsonl(rel_path):
             if obj.get("relation") in b.r_index and obj.get("label"):
-                b.rel_names[obj["relation"]] = obj["label"]
-    return b.build(dedupe=True)
+                b.set_relation_name(obj["relation"], obj["label"], (path, lineno))
+    return b.build()
 
 
 def load_jsonl_kg(path) -> KnowledgeGraph:
     """Lines ``{"h","r","t"}`` plus optional ``{"type":"entity","id","name","aliases"}`` and
-    ``{"type":"relation","id","name"}``."""
-    b = KnowledgeGraphBuilder()
+    ``{"type":"relation","id","name"}``. ``aliases`` is a list of strings or one string (one alias). An entity or
+    relation declared twice is merged into its first declaration (a different later name becomes an alias), and
+    a repeated fact is kept once: counted in ``build_report`` and logged."""
+    b = KnowledgeGraphBuilder(os.fspath(path))
     for _, lineno, obj in iter_jsonl(path):
         kind = obj.get("type", "triple")
+        where = (path, lineno)
         if kind == "entity":
             if obj.get("id") in (None, ""):
                 raise ValueError(f"{path}:{lineno}: entity line needs an 'id'")
-            eid = str(obj["id"])
-            b.entity(eid)
-            if obj.get("name"):
-                b.names[eid] = str(obj["name"])
-            for a in obj.get("aliases") or []:
-                b.add_alias(eid, str(a))
+            b.declare_entity(str(obj["id"]), obj.get("name"), obj.get("aliases"), where)
         elif kind == "relation":
             if obj.get("id") in (None, ""):
                 raise ValueError(f"{path}:{lineno}: relation line needs an 'id'")
-            rid = str(obj["id"])
-            b.relation(rid)
-            if obj.get("name"):
-                b.rel_names[rid] = str(obj["name"])
+            b.declare_relation(str(obj["id"]), obj.get("name"), where)
         elif kind == "triple":
             if any(obj.get(k) in (None, "") for k in ("h", "r", "t")):
                 raise ValueError(f"{path}:{lineno}: triple line needs 'h', 'r' and 't'")
-            b.add(str(obj["h"]), str(obj["r"]), str(obj["t"]))
+            b.add(str(obj["h"]), str(obj["r"]), str(obj["t"]), where)
         else:
             raise ValueError(
                 f"{path}:{lineno}: unknown line type {kind!r} (expected entity, relation or triple)"
@@ -236,24 +246,70 @@ _LOAD_KG_FORMS = (
 )
 
 
+_LOADERS = {
+    "fb15k237": load_fb15k237,
+    "wn18rr": load_wn18rr,
+    "trex": load_trex,
+    "tsv": load_tsv_kg,
+    "jsonl": load_jsonl_kg,
+    "pretrained": KnowledgeGraph.from_pretrained,
+    "hpo": load_hpo,
+}
+
+
+def _is_one_spec(spec: str) -> bool:
+    """Whether ``spec`` names one KG that exists: a path, ``prefix:<existing path>`` or an ``hpo:`` form."""
+    if os.path.exists(spec):
+        return True
+    prefix, sep, rest = spec.partition(":")
+    if not sep or prefix.lower() not in _LOADERS:
+        return False
+    return rest in ("", "terms", "all") if prefix.lower() == "hpo" else os.path.exists(rest)
+
+
+def split_kg_spec(spec: str) -> list[str]:
+    """The KG specs joined by ``+`` in ``spec``. A ``+`` inside a path that exists is part of the path (a whole
+    spec that exists wins; otherwise the longest run of ``+``-joined pieces that names an existing KG is one
+    part). A piece that names nothing that exists is a FileNotFoundError naming it."""
+    spec = os.fspath(spec)
+    if "+" not in spec or _is_one_spec(spec):
+        return [spec]
+    pieces, parts, start = spec.split("+"), [], 0
+    while start < len(pieces):
+        for stop in range(len(pieces), start, -1):
+            candidate = "+".join(pieces[start:stop])
+            if _is_one_spec(candidate):
+                parts.append(candidate)
+                start = stop
+                break
+        else:
+            raise FileNotFoundError(
+                f"KG spec {spec!r}: {pieces[start]!r} names no existing file or directory (nor does it joined with "
+                f"the pieces after it; '+' joins several specs, a path containing '+' must exist); accepted: "
+                f"{_LOAD_KG_FORMS}"
+            )
+    return parts
+
+
 def load_kg(spec: str) -> KnowledgeGraph:
     """Load a KG from a spec string; see the accepted forms in the error message. Several specs joined by
-    ``+`` (``fb15k237:<dir>+trex:<dir>``) load as one graph merged by entity name (``merge_kgs``)."""
+    ``+`` (``fb15k237:<dir>+trex:<dir>``) load as one graph merged by entity name (``merge_kgs``); a ``+``
+    inside an existing path stays part of it (:func:`split_kg_spec`). Logs what it loads and how long it took."""
     spec = os.fspath(spec)
-    if "+" in spec and not os.path.exists(spec):
-        return merge_kgs([load_kg(part) for part in spec.split("+")])
+    parts = split_kg_spec(spec)
+    if len(parts) > 1:
+        return merge_kgs([load_kg(part) for part in parts])
+    start = time.perf_counter()
+    logger.info("Loading the knowledge graph %s", spec)
+    kg = _load_one(spec)
+    logger.info("Loaded %r from %s in %.1fs", kg, spec, time.perf_counter() - start)
+    return kg
+
+
+def _load_one(spec: str) -> KnowledgeGraph:
     prefix, sep, rest = spec.partition(":")
-    loaders = {
-        "fb15k237": load_fb15k237,
-        "wn18rr": load_wn18rr,
-        "trex": load_trex,
-        "tsv": load_tsv_kg,
-        "jsonl": load_jsonl_kg,
-        "pretrained": KnowledgeGraph.from_pretrained,
-        "hpo": load_hpo,
-    }
-    if sep and prefix.lower() in loaders:
-        return loaders[prefix.lower()](rest)
+    if sep and prefix.lower() in _LOADERS:
+        return _LOADERS[prefix.lower()](rest)
     if os.path.isdir(spec):
         if os.path.isfile(os.path.join(spec, KG_CONFIG_NAME)):
             return KnowledgeGraph.from_pretrained(spec)
