@@ -7,6 +7,7 @@ import gzip
 import hashlib
 import json
 import os
+from contextlib import contextmanager
 
 
 def open_text(path, mode: str = "rt"):
@@ -27,6 +28,17 @@ def read_json(path):
             return json.load(f)
         except json.JSONDecodeError as e:
             raise ValueError(f"{path}: invalid JSON at line {e.lineno}, column {e.colno}: {e.msg}") from None
+
+
+@contextmanager
+def named_json_errors(where):
+    """Turn a bare ``json.JSONDecodeError`` raised inside the block (by a library reading JSON files, e.g.
+    ``AutoTokenizer.from_pretrained`` on a truncated ``tokenizer.json``) into a ValueError naming ``where``."""
+    try:
+        yield
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{where}: invalid JSON in one of its files at line {e.lineno}, column {e.colno}: "
+                         f"{e.msg} (a truncated or hand-edited file?)") from e
 
 
 def iter_jsonl(path):

@@ -25,7 +25,7 @@ def test_jsonl_entity_declared_twice_keeps_both_names_and_says_so(tmp_path, capl
         {"type": "entity", "id": "Q90", "name": "Paname"},
         {"h": "Q90", "r": "P17", "t": "Q142"},
     ])
-    with caplog.at_level(logging.WARNING, logger="keplm.knowledge.graph"):
+    with caplog.at_level(logging.WARNING, logger="keplm.knowledge.builder"):
         kg = load_jsonl_kg(path)
     i = kg.entity_index("Q90")
     assert kg.entity_names[i] == "Paris" and kg.entity_aliases[i] == ["City of Light", "Paname"]
@@ -121,6 +121,16 @@ def test_truncated_json_asset_names_its_file(saved, name):
     path.write_text(text[: len(text) // 2].rstrip("\n") + "\n" if name.endswith("l") else text[: len(text) // 2])
     with pytest.raises(ValueError, match=name.replace(".", r"\.") + r".*(invalid JSON|line)"):
         KnowledgeAssets.from_pretrained(folder)
+
+
+def test_json_errors_of_a_library_can_name_the_folder(tmp_path):
+    """The helper for readers keplm does not own (a truncated tokenizer.json gives transformers' bare
+    JSONDecodeError)."""
+    from keplm.io_utils import named_json_errors
+
+    with pytest.raises(ValueError, match=r"checkpoint-7: invalid JSON in one of its files at line 1, column 2"):
+        with named_json_errors("checkpoint-7"):
+            json.loads("{")
 
 
 # --------------------------------------------------------------------------- --kg specs and long loads

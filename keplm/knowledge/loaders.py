@@ -18,7 +18,8 @@ from keplm.file_utils import KG_CONFIG_NAME
 from keplm.io_utils import iter_jsonl, open_text, progress
 
 from .biomedical import load_hpo
-from .graph import KnowledgeGraph, KnowledgeGraphBuilder, merge_kgs
+from .builder import KnowledgeGraphBuilder, merge_kgs
+from .graph import KnowledgeGraph
 
 __all__ = ["load_tsv_kg", "load_fb15k237", "load_wn18rr", "load_trex", "load_jsonl_kg", "load_kg", "split_kg_spec"]
 
