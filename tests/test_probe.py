@@ -142,6 +142,7 @@ def test_scores_match_the_fill_mask_pipeline(tokenizer):
     facts = [fact("P1", sub, "paris") for sub in ("john", "the big apple of new york", "mary", "acme bank")]
     queries, _ = build_queries(facts, tokenizer)
     ours = predict_top_k(model, tokenizer, queries, top_k=5, batch_size=3, progress=False)  # padded batches
+    assert ours == predict_top_k(model, tokenizer, queries, 5, batch_size=3, progress=False, head_at_mask_only=False)
     fill_mask = pipeline("fill-mask", model=model, tokenizer=tokenizer, device="cpu")
     for query, ids in zip(queries, ours):
         text = fill_template(query["template"], facts[query["fact"]]["sub_label"], tokenizer.mask_token)
@@ -263,7 +264,7 @@ def test_run_probe_end_to_end(tmp_path, tokenizer, biased_model):
     assert saved["per_relation"]["P1"]["precision_at_1"] == 1.0 and saved["per_relation"]["P2"]["kept"] == 1
     assert saved["subsets"]["seen"]["num_facts"] == 1 and saved["subsets"]["held_out"]["num_facts"] == 3
     table = (out / "probe_results.md").read_text()
-    assert "| P1 | located in | 3 | 3 | 0 | 0 | 100.00 | 100.00 |" in table
+    assert "| P1 | located in | 3 | 3 | 3 | 0 | 0 | 100.00 | 100.00 |" in table
     assert len((out / "predictions.jsonl").read_text().splitlines()) == 4
 
     pararel = load_run_probe().main([

@@ -361,10 +361,13 @@ def build_queries(facts: Sequence[dict], tokenizer, vocab_ids: Iterable[int] | N
 
 @torch.no_grad()
 def predict_top_k(model, tokenizer, queries: Sequence[dict], top_k: int = 10, batch_size: int = 32,
-                  vocab_ids: Sequence[int] | None = None, progress: bool = True) -> list[list[int]]:
+                  vocab_ids: Sequence[int] | None = None, progress: bool = True,
+                  head_at_mask_only: bool = True) -> list[list[int]]:
     """The ``top_k`` token ids at the mask position of each query, best first: one forward pass per batch of
     ``AutoModelForMaskedLM`` (as ``pipeline("fill-mask")`` scores, without its per-example overhead); with
-    ``vocab_ids`` only those tokens compete (LAMA's common vocabulary)."""
+    ``vocab_ids`` only those tokens compete (LAMA's common vocabulary). ``head_at_mask_only``: the MLM head (a
+    vocabulary-sized product per position, most of the cost of a small encoder) is applied at the mask position
+    only, through a hook on ``model.base_model``; a model whose head ignores it gets the full logits as before."""
     from tqdm.auto import tqdm
 
     model.eval()
@@ -376,25 +379,41 @@ def predict_top_k(model, tokenizer, queries: Sequence[dict], top_k: int = 10, ba
         restrict[torch.as_tensor(list(vocab_ids), device=device)] = 0.0
         top_k = min(top_k, len(vocab_ids))
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    positions = {}
+
+    def mask_states_only(module, args, output):  # one mask per query: its hidden state is all the head needs
+        picked = output[0][positions["rows"], positions["cols"]].unsqueeze(1)
+        if isinstance(output, tuple):
+            return (picked, *output[1:])
+        output["last_hidden_state"] = picked
+        return output
+
+    base = model.base_model if head_at_mask_only and model.base_model is not model else None
+    hook = base.register_forward_hook(mask_states_only) if base is not None else None
     order = sorted(range(len(queries)), key=lambda i: len(queries[i]["input_ids"]))  # less padding
     results: list[list[int]] = [[] for _ in queries]
-    for start in tqdm(range(0, len(order), batch_size), desc="Probing", disable=not progress, unit="batch"):
-        batch_index = order[start:start + batch_size]
-        width = max(len(queries[i]["input_ids"]) for i in batch_index)
-        input_ids = torch.full((len(batch_index), width), pad_id, dtype=torch.long)
-        attention_mask = torch.zeros_like(input_ids)
-        for row, i in enumerate(batch_index):  # right padding: the encoder's positions start at 0
-            ids = queries[i]["input_ids"]
-            input_ids[row, : len(ids)] = torch.as_tensor(ids)
-            attention_mask[row, : len(ids)] = 1
-        input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
-        logits = model(input_ids=input_ids, attention_mask=attention_mask).logits
-        rows, cols = (input_ids == tokenizer.mask_token_id).nonzero(as_tuple=True)
-        scores = logits[rows, cols, :size].float()
-        if restrict is not None:
-            scores = scores + restrict
-        for i, ids in zip(batch_index, scores.topk(min(top_k, size), dim=-1).indices.tolist()):
-            results[i] = ids
+    try:
+        for start in tqdm(range(0, len(order), batch_size), desc="Probing", disable=not progress, unit="batch"):
+            batch_index = order[start:start + batch_size]
+            width = max(len(queries[i]["input_ids"]) for i in batch_index)
+            input_ids = torch.full((len(batch_index), width), pad_id, dtype=torch.long)
+            attention_mask = torch.zeros_like(input_ids)
+            for row, i in enumerate(batch_index):  # right padding: the encoder's positions start at 0
+                ids = queries[i]["input_ids"]
+                input_ids[row, : len(ids)] = torch.as_tensor(ids)
+                attention_mask[row, : len(ids)] = 1
+            input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
+            rows, cols = (input_ids == tokenizer.mask_token_id).nonzero(as_tuple=True)
+            positions.update(rows=rows, cols=cols)
+            logits = model(input_ids=input_ids, attention_mask=attention_mask).logits
+            scores = (logits[:, 0] if logits.shape[1] == 1 else logits[rows, cols])[:, :size].float()
+            if restrict is not None:
+                scores = scores + restrict
+            for i, ids in zip(batch_index, scores.topk(min(top_k, size), dim=-1).indices.tolist()):
+                results[i] = ids
+    finally:
+        if hook is not None:
+            hook.remove()
     return results
 
 
@@ -500,21 +519,24 @@ def probe(model, tokenizer, facts: Sequence[dict], ks: Sequence[int] = (1, 10), 
 
 def results_to_markdown(results: dict, relation_labels: dict[str, str] | None = None,
                         ks: Sequence[int] = (1, 10)) -> str:
-    """A per-relation markdown table (facts, kept, skips, P@k in %) with the macro and micro averages."""
+    """A per-relation markdown table (facts, queries = facts x templates, queries kept, skips, P@k in %) with the
+    macro and micro averages."""
     def pct(value):
         return "–" if value is None else f"{100 * value:.2f}"
 
     labels = relation_labels or {}
-    head = ["relation", "label", "facts", "kept", "multi-token skipped", "other skipped"]
+    head = ["relation", "label", "facts", "queries", "kept", "multi-token skipped", "other skipped"]
     head += [f"P@{k}" for k in ks]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * 2 + "---:|" * (len(head) - 2)]
     for relation, row in results["per_relation"].items():
         multi = row["skipped"].get("multi_token_object", 0)
         other = sum(row["skipped"].values()) - multi
-        cells = [relation, labels.get(relation, ""), str(row["facts"]), str(row["kept"]), str(multi), str(other)]
+        cells = [relation, labels.get(relation, ""), *(str(row[key]) for key in ("facts", "queries", "kept")),
+                 str(multi), str(other)]
         lines.append("| " + " | ".join(cells + [pct(row.get(f"precision_at_{k}")) for k in ks]) + " |")
     for name, suffix in (("macro (mean over relations)", ""), ("micro (mean over queries)", "_micro")):
-        cells = [f"**{name}**", "", str(results["num_facts"]), str(results["num_queries_kept"]), "", ""]
+        cells = [f"**{name}**", "", *(str(results[key]) for key in ("num_facts", "num_queries", "num_queries_kept")),
+                 "", ""]
         lines.append("| " + " | ".join(cells + [pct(results.get(f"precision_at_{k}{suffix}")) for k in ks]) + " |")
     return "\n".join(lines) + "\n"
 
