@@ -31,7 +31,7 @@ import transformers
 from transformers import AutoModelForMaskedLM, AutoTokenizer
 
 import keplm  # noqa: F401  (registers keplm's models with the Auto classes)
-from keplm.data.lama import load_probe, probe, read_common_vocab, read_fact_keys, results_to_markdown
+from keplm.data.lama import load_probe, probe, read_common_vocab, read_fact_keys
 from keplm.training.arguments import ModelArguments, parse_args
 
 logger = logging.getLogger(__name__)
@@ -156,6 +156,27 @@ def main(args: list[str] | None = None) -> dict:
 
 def _pct(value) -> str:
     return "n/a" if value is None else f"{100 * value:.2f}%"
+
+
+def results_to_markdown(results: dict, relation_labels: dict[str, str] | None = None, ks=(1, 10)) -> str:
+    """A per-relation markdown table (facts, queries = facts x templates, queries kept, skips, P@k in %) with the
+    macro and micro averages."""
+    def line(cells, values) -> str:
+        return "| " + " | ".join([*cells, *("–" if v is None else f"{100 * v:.2f}" for v in values)]) + " |"
+
+    labels = relation_labels or {}
+    head = ["relation", "label", "facts", "queries", "kept", "multi-token skipped", "other skipped"]
+    lines = [line(head + [f"P@{k}" for k in ks], []), "|" + "---|" * 2 + "---:|" * (len(head) + len(ks) - 2)]
+    for relation, row in results["per_relation"].items():
+        multi = row["skipped"].get("multi_token_object", 0)
+        cells = [relation, labels.get(relation, ""), str(row["facts"]), str(row["queries"]), str(row["kept"]),
+                 str(multi), str(sum(row["skipped"].values()) - multi)]
+        lines.append(line(cells, [row.get(f"precision_at_{k}") for k in ks]))
+    for name, suffix in (("macro (mean over relations)", ""), ("micro (mean over queries)", "_micro")):
+        cells = [f"**{name}**", "", str(results["num_facts"]), str(results["num_queries"]),
+                 str(results["num_queries_kept"]), "", ""]
+        lines.append(line(cells, [results.get(f"precision_at_{k}{suffix}") for k in ks]))
+    return "\n".join(lines) + "\n"
 
 
 def markdown_report(results: dict, relation_labels: dict[str, str], ks: list[int]) -> str:

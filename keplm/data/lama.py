@@ -517,34 +517,9 @@ def probe(model, tokenizer, facts: Sequence[dict], ks: Sequence[int] = (1, 10), 
     return results, records
 
 
-def results_to_markdown(results: dict, relation_labels: dict[str, str] | None = None,
-                        ks: Sequence[int] = (1, 10)) -> str:
-    """A per-relation markdown table (facts, queries = facts x templates, queries kept, skips, P@k in %) with the
-    macro and micro averages."""
-    def pct(value):
-        return "–" if value is None else f"{100 * value:.2f}"
-
-    labels = relation_labels or {}
-    head = ["relation", "label", "facts", "queries", "kept", "multi-token skipped", "other skipped"]
-    head += [f"P@{k}" for k in ks]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * 2 + "---:|" * (len(head) - 2)]
-    for relation, row in results["per_relation"].items():
-        multi = row["skipped"].get("multi_token_object", 0)
-        other = sum(row["skipped"].values()) - multi
-        cells = [relation, labels.get(relation, ""), *(str(row[key]) for key in ("facts", "queries", "kept")),
-                 str(multi), str(other)]
-        lines.append("| " + " | ".join(cells + [pct(row.get(f"precision_at_{k}")) for k in ks]) + " |")
-    for name, suffix in (("macro (mean over relations)", ""), ("micro (mean over queries)", "_micro")):
-        cells = [f"**{name}**", "", *(str(results[key]) for key in ("num_facts", "num_queries", "num_queries_kept")),
-                 "", ""]
-        lines.append("| " + " | ".join(cells + [pct(results.get(f"precision_at_{k}{suffix}")) for k in ks]) + " |")
-    return "\n".join(lines) + "\n"
-
-
 __all__ = [
     "PROBES", "SKIP_REASONS", "FACT_FEATURES", "check_template", "fill_template", "read_templates",
     "read_fact_file", "read_fact_files", "attach_templates", "attach_uris", "load_probe", "facts_to_dataset",
     "fact_key", "read_fact_keys", "write_fact_keys", "split_held_out", "object_token_id", "common_vocab_ids",
     "read_common_vocab", "build_queries", "predict_top_k", "score_queries", "summarize", "probe",
-    "results_to_markdown",
 ]
