@@ -72,6 +72,11 @@ class ProbeArguments:
     max_seq_length: int = field(default=128, metadata={"help": "Longest query in tokens (longer: truncated)."})
     tokenizer_name: str | None = field(default=None, metadata={"help": "Tokenizer, if not the model's own."})
     device: str | None = field(default=None, metadata={"help": "cuda, cpu, ... (default: cuda when available)."})
+    head_at_mask_only: bool = field(
+        default=True,
+        metadata={"help": "Apply the MLM head at the mask position only (same scores, much cheaper); "
+                  "--no_head_at_mask_only computes the full logits, for a model whose head is not per position."},
+    )
     save_predictions: bool = field(default=False, metadata={"help": "Write predictions.jsonl (top-k per query)."})
     log_level: str = field(default="info", metadata={"help": "Logging level of the script and transformers."})
     disable_tqdm: bool = field(default=False, metadata={"help": "No progress bars."})
@@ -130,7 +135,7 @@ def main(args: list[str] | None = None) -> dict:
     results, records = probe(model, tokenizer, data["facts"], ks=sorted(set(probe_args.top_k)),
                              batch_size=probe_args.batch_size, common_vocab=words,
                              max_length=probe_args.max_seq_length, progress=not probe_args.disable_tqdm,
-                             seen_fact_keys=seen)
+                             seen_fact_keys=seen, head_at_mask_only=probe_args.head_at_mask_only)
     results = {"model_name_or_path": model_args.model_name_or_path, "probe": probe_args.probe,
                "mlm_head": head, "common_vocab": probe_args.common_vocab,
                "skipped_relations": data["skipped_relations"], **results,

@@ -278,7 +278,7 @@ def test_run_probe_end_to_end(tmp_path, tokenizer, biased_model):
     warned = load_run_probe().main([
         "--model_name_or_path", str(headless), "--probe", str(data / "lama" / "TREx"), "--templates_file",
         str(data / "lama" / "relations" / "relations.jsonl"), "--output_dir", str(tmp_path / "headless_out"),
-        "--disable_tqdm"])
+        "--disable_tqdm", "--no_head_at_mask_only"])
     assert warned["mlm_head"]["newly_initialized"] is True
     assert "cls.predictions.bias" in warned["mlm_head"]["missing_head_keys"]
     assert "no trained MLM head" in (tmp_path / "headless_out" / "probe_results.md").read_text()

@@ -382,7 +382,10 @@ def predict_top_k(model, tokenizer, queries: Sequence[dict], top_k: int = 10, ba
     positions = {}
 
     def mask_states_only(module, args, output):  # one mask per query: its hidden state is all the head needs
-        picked = output[0][positions["rows"], positions["cols"]].unsqueeze(1)
+        hidden = output[0] if isinstance(output, (tuple, dict)) else None
+        if hidden is None or hidden.dim() != 3 or hidden.shape[:2] != positions["shape"]:
+            return output  # not the (batch, length, hidden) states of this batch: the head sees everything
+        picked = hidden[positions["rows"], positions["cols"]].unsqueeze(1)
         if isinstance(output, tuple):
             return (picked, *output[1:])
         output["last_hidden_state"] = picked
@@ -404,7 +407,7 @@ def predict_top_k(model, tokenizer, queries: Sequence[dict], top_k: int = 10, ba
                 attention_mask[row, : len(ids)] = 1
             input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
             rows, cols = (input_ids == tokenizer.mask_token_id).nonzero(as_tuple=True)
-            positions.update(rows=rows, cols=cols)
+            positions.update(rows=rows, cols=cols, shape=input_ids.shape)
             logits = model(input_ids=input_ids, attention_mask=attention_mask).logits
             scores = (logits[:, 0] if logits.shape[1] == 1 else logits[rows, cols])[:, :size].float()
             if restrict is not None:
@@ -489,7 +492,7 @@ def summarize(facts: Sequence[dict], queries: Sequence[dict], top_ids: Sequence[
 def probe(model, tokenizer, facts: Sequence[dict], ks: Sequence[int] = (1, 10), batch_size: int = 32,
           common_vocab: Iterable[str] | None = None, max_length: int = 128,
           progress: bool = True, seen_fact_keys: Iterable[tuple[str, str, str]] | None = None,
-          ) -> tuple[dict, list[dict]]:
+          head_at_mask_only: bool = True) -> tuple[dict, list[dict]]:
     """Probe ``model`` (any ``AutoModelForMaskedLM``) on ``facts``: ``(results, predictions)`` with the results
     of :func:`summarize` and one record per scored query (relation, subject, object, template, top-k tokens).
     With ``seen_fact_keys`` (facts used in pre-training) ``results["subsets"]`` also holds the results of the
@@ -499,7 +502,7 @@ def probe(model, tokenizer, facts: Sequence[dict], ks: Sequence[int] = (1, 10), 
         vocab, dropped = common_vocab_ids(tokenizer, common_vocab)
         logger.info("Common vocabulary: %d tokens (%d words are not one token here)", len(vocab), dropped)
     queries, skips = build_queries(facts, tokenizer, vocab, max_length=max_length)
-    top_ids = predict_top_k(model, tokenizer, queries, max(ks), batch_size, vocab, progress)
+    top_ids = predict_top_k(model, tokenizer, queries, max(ks), batch_size, vocab, progress, head_at_mask_only)
     results = summarize(facts, queries, top_ids, skips, tokenizer, ks)
     if vocab is not None:
         results["common_vocab_size"] = len(vocab)
