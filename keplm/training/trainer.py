@@ -6,10 +6,13 @@ import json
 import logging
 import math
 import os
+import random
 import shutil
 import time
 from pathlib import Path
 
+import numpy as np
+import torch
 from torch.utils.data import SequentialSampler
 from transformers import Trainer
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, PredictionOutput, has_length, speed_metrics
@@ -17,6 +20,7 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, PredictionOutput, 
 from .evaluate_metrics import SquadV1, squad_metric_inputs
 from .optim import apply_parameter_groups, clip_grad_norm_sparse_, sparse_parameters
 from .qa_postprocessing import postprocess_qa_predictions
+from .state import has_state, load_state, save_state
 
 logger = logging.getLogger(__name__)
 
@@ -53,7 +57,9 @@ class KeplmTrainer(Trainer):
     * **DDP**: ``ddp_find_unused_parameters`` left open is the model's answer (``model.ddp_find_unused_parameters``).
     * **Evaluation order**: evaluation/prediction batches follow the dataset order (the stock ``Trainer`` groups
       them by length under ``train_sampling_strategy="group_by_length"``, which permutes per-example outputs).
-    * **No pickles**: the training arguments are saved as ``training_args.json``, not ``training_args.bin``.
+    * **No pickles**: the training arguments are saved as ``training_args.json``, not ``training_args.bin``, and
+      checkpoints keep the optimizer, scheduler, RNG and scaler states as safetensors + JSON
+      (:mod:`keplm.training.state`), so ``--resume_from_checkpoint`` restores a run exactly without unpickling.
     * **Model card**: ``create_model_card`` (called by ``push_to_hub`` too) writes keplm's card from the model's
       config and knowledge assets and the metrics recorded with ``save_metrics``; ``card_data`` adds the base
       model, the dataset and the training command.
@@ -196,6 +202,70 @@ class KeplmTrainer(Trainer):
             self.push_in_progress = PushInProgress(jobs)
         else:
             self.push_in_progress.jobs.extend(jobs)
+
+    # ---------------------------------------------------------------- training state without pickles
+    def _plain_checkpoints(self) -> bool:
+        """Whether the checkpoint state is the Trainer's own (not DeepSpeed's, FSDP's or XLA's, which keep theirs)."""
+        from transformers.utils import is_torch_xla_available
+
+        return not (self.is_deepspeed_enabled or self.is_fsdp_enabled or is_torch_xla_available())
+
+    def _save_optimizer_and_scheduler(self, output_dir: str) -> None:
+        """Optimizer and scheduler states as safetensors + JSON (``keplm.training.state``), not ``torch.save``."""
+        if not self._plain_checkpoints():
+            return super()._save_optimizer_and_scheduler(output_dir)
+        if self.args.should_save:
+            save_state(self.optimizer.state_dict(), output_dir, "optimizer")
+            save_state(self.lr_scheduler.state_dict(), output_dir, "scheduler")
+
+    def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:
+        if checkpoint is None:
+            return
+        if not (self._plain_checkpoints() and has_state(checkpoint, "optimizer")):
+            return super()._load_optimizer_and_scheduler(checkpoint)  # a checkpoint saved by the stock Trainer
+        self.optimizer.load_state_dict(load_state(checkpoint, "optimizer"))
+        self.lr_scheduler.load_state_dict(load_state(checkpoint, "scheduler"))
+
+    def _rng_state_name(self) -> str:
+        return "rng_state" if self.args.world_size <= 1 else f"rng_state_{self.args.process_index}"
+
+    def _save_rng_state(self, output_dir: str) -> None:
+        """Python, numpy, torch CPU (and CUDA) generator states, without pickles."""
+        if not self._plain_checkpoints():
+            return super()._save_rng_state(output_dir)
+        states = {"python": random.getstate(), "numpy": np.random.get_state(), "cpu": torch.random.get_rng_state()}
+        if torch.cuda.is_available():
+            states["cuda"] = (torch.cuda.random.get_rng_state_all() if self.args.world_size > 1
+                              else torch.cuda.random.get_rng_state())
+        save_state(states, output_dir, self._rng_state_name())
+
+    def _load_rng_state(self, checkpoint: str | None) -> None:
+        if checkpoint is None:
+            return
+        if not (self._plain_checkpoints() and has_state(checkpoint, self._rng_state_name())):
+            return super()._load_rng_state(checkpoint)
+        states = load_state(checkpoint, self._rng_state_name())
+        random.setstate(states["python"])
+        np.random.set_state(states["numpy"])
+        torch.random.set_rng_state(states["cpu"])
+        if torch.cuda.is_available() and "cuda" in states:
+            if isinstance(states["cuda"], list):
+                torch.cuda.random.set_rng_state_all(states["cuda"])
+            else:
+                torch.cuda.random.set_rng_state(states["cuda"])
+
+    def _save_scaler(self, output_dir: str) -> None:
+        scaler = getattr(self.accelerator, "scaler", None)
+        if scaler is None or not self._plain_checkpoints():
+            return super()._save_scaler(output_dir)
+        if self.args.should_save:
+            save_state(scaler.state_dict(), output_dir, "scaler")
+
+    def _load_scaler(self, checkpoint: str | None) -> None:
+        if checkpoint is not None and has_state(checkpoint, "scaler") and self._plain_checkpoints():
+            self.accelerator.scaler.load_state_dict(load_state(checkpoint, "scaler"))
+            return
+        return super()._load_scaler(checkpoint)
 
     def save_metrics(self, split, metrics, combined=True):
         super().save_metrics(split, metrics, combined=combined)
