@@ -30,15 +30,17 @@ from keplm.training.knowledge_setup import (
     add_knowledge,
     build_entity_vocabulary,
     build_model,
+    is_keplm_checkpoint,
     load_for_inference,
     maybe_add_lora,
     prepare_processor,
 )
-from keplm.training.metrics import align_ner_predictions, ner_metrics
+from keplm.training.metrics import ner_metrics
 from keplm.training.runtime import (
     build_collator,
     build_features,
     check_splits,
+    knowledge_coverage,
     linked_share,
     maybe_initialize_entity_memory,
     record,
@@ -46,7 +48,7 @@ from keplm.training.runtime import (
     train_and_save,
 )
 from keplm.training.subsets import UnseenEntityCounter, subset_metrics
-from keplm.training.tagging import argmax_logits, tag_words
+from keplm.training.tagging import align_labels_to_model, argmax_logits, tag_words, word_level_tags
 from keplm.training.trainer import KeplmTrainer
 
 logger = logging.getLogger(__name__)
@@ -74,13 +76,12 @@ def main(args: list[str] | None = None) -> dict:
         processor = prepare_processor(model_args, knowledge_args)
         raw = add_knowledge(raw, processor, knowledge_args, "ner", data_args.preprocessing_num_workers)
         processor = build_entity_vocabulary(processor, raw, model_args, knowledge_args, "ner")
-    model = build_model(
-        KalaForTokenClassification, model_args, knowledge_args, processor, "ner", num_labels=len(label_list),
-        id2label=dict(enumerate(label_list)), label2id={label: i for i, label in enumerate(label_list)},
-    )
-    model_labels = [model.config.id2label[i] for i in range(model.config.num_labels)]
-    if model_labels != label_list:
-        raise ValueError(f"the model's labels {model_labels} differ from the dataset's {label_list}")
+    # a trained checkpoint keeps its label map (the data is renumbered to it); a new model takes the data's
+    checkpoint = is_keplm_checkpoint(model_args.model_name_or_path, **model_args.hub_kwargs())
+    label_kwargs = {} if checkpoint else {"num_labels": len(label_list), "id2label": dict(enumerate(label_list)),
+                                          "label2id": {label: i for i, label in enumerate(label_list)}}
+    model = build_model(KalaForTokenClassification, model_args, knowledge_args, processor, "ner", **label_kwargs)
+    raw, label_list = align_labels_to_model(raw, label_list, model.config)
     uses_knowledge = model.config.uses_knowledge
     if not uses_knowledge:
         processor = processor.without_knowledge()  # the baseline's checkpoint carries no KG
@@ -107,15 +108,29 @@ def main(args: list[str] | None = None) -> dict:
         preprocess_logits_for_metrics=argmax_logits,
     )
     results = {}
+    data_results = knowledge_coverage(processor, raw, uses_knowledge)
+    if data_results:
+        trainer.save_metrics("data", data_results)
+        results.update(data_results)
     if training_args.do_train:
-        results.update(train_and_save(trainer, training_args, len(features["train"])))
+        results.update(train_and_save(trainer, training_args, len(features["train"]),
+                                      train_linked_share=linked_share(raw["train"])))
     if training_args.do_eval:
         results.update(record(trainer, "eval", dict(trainer.evaluate(), eval_samples=len(features["validation"]))))
     if training_args.do_predict:
         output = trainer.predict(features["test"], metric_key_prefix="predict")
         metrics = dict(output.metrics, predict_samples=len(features["test"]),
                        predict_linked_share=linked_share(raw["test"]))
-        tags, references = align_ner_predictions(output.predictions, output.label_ids, label_list)
+        gold = [[label_list[t] for t in tags] for tags in raw["test"]["ner_tags"]]
+        written, tags, references, counts = word_level_tags(
+            output.label_ids, output.predictions, raw["test"]["tokens"], gold, processor.tokenizer,
+            model.config.id2label, data_args.max_seq_length, data_args.label_all_tokens)
+        metrics.update({f"predict_{k}": v for k, v in ner_metrics(tags, references, per_type=False).items()})
+        metrics.update({f"predict_{k}": v for k, v in counts.items()})
+        if counts["words_without_token"] or counts["words_truncated"]:
+            logger.warning("test: %d words yield no sub-token (predicted O, scored) and %d are cut off by "
+                           "--max_seq_length %d (not scored)", counts["words_without_token"], counts["words_truncated"],
+                           data_args.max_seq_length)
         counter = UnseenEntityCounter.from_splits(raw) if knowledge_args.knowledge != "none" else None
         if counter is not None:  # KALA 5.4: contexts with >= 3 entities unseen in training vs the rest
             metrics.update(subset_metrics(lambda p, r: ner_metrics(p, r, per_type=False), tags, references,
@@ -123,7 +138,7 @@ def main(args: list[str] | None = None) -> dict:
         results.update(record(trainer, "predict", metrics))
         if trainer.is_world_process_zero():
             with open(os.path.join(training_args.output_dir, "predictions.txt"), "w", encoding="utf-8") as f:
-                for words, sentence_tags in zip(raw["test"]["tokens"], tags):
+                for words, sentence_tags in zip(raw["test"]["tokens"], written):
                     f.write(" ".join(f"{w}/{t}" for w, t in zip(words, sentence_tags)) + "\n")
     if training_args.do_train:
         trainer.create_model_card()

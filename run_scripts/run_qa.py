@@ -2,11 +2,12 @@
 """Fine-tune KALA (or a baseline) for extractive QA (SQuAD v1.1), in the style of Hugging Face's ``run_qa.py``.
 
     python run_scripts/run_qa.py --model_name_or_path <encoder> \\
-        --dataset_name ../shared/data/squad_v1.1/dev-v1.1.json.gz --kg trex:../shared/data/lama \\
-        --system relational --do_train --do_eval --do_predict --output_dir outputs/qa
+        --dataset_name ../shared/data/squad_v1.1/dev-v1.1.json.gz --split_by_article 38 5 5 \\
+        --kg trex:../shared/data/lama --system relational --do_train --do_eval --do_predict --output_dir outputs/qa
 
-A single SQuAD file (e.g. the dev-only v1.1 file) is split by article into train/validation/test (38/5/5 by
-default); explicit ``--train_file``/``--validation_file``/``--test_file`` or a Hub dataset id work too.
+A single SQuAD file (e.g. the dev-only v1.1 file) is split by article into train/validation/test with
+``--split_by_article`` (38 5 5 for SQuAD v1.1 dev); explicit ``--train_file``/``--validation_file``/``--test_file``
+or a Hub dataset id work too.
 Contexts are cut into ``--max_seq_length`` windows with ``--doc_stride`` overlap; answers are pooled over
 windows with n-best post-processing and scored with the official SQuAD v1.1 EM/F1.
 """
@@ -36,6 +37,8 @@ from keplm.training.runtime import (
     build_collator,
     build_features,
     check_splits,
+    flatten,
+    knowledge_coverage,
     linked_share,
     maybe_initialize_entity_memory,
     record,
@@ -48,14 +51,15 @@ from keplm.training.trainer import QuestionAnsweringTrainer
 logger = logging.getLogger(__name__)
 
 
-def load_data(data_args: QaDataArguments) -> datasets.DatasetDict:
+def load_data(data_args: QaDataArguments) -> tuple[datasets.DatasetDict, dict]:
+    """The splits, and the loader's report (files, answer-start checks, the article split it made)."""
     extra = {"name": data_args.dataset_config_name} if data_args.dataset_config_name else {}
-    raw = load_qa_dataset(
+    raw, report = load_qa_dataset(
         data_args.dataset_name, train_file=data_args.train_file, validation_file=data_args.validation_file,
-        test_file=data_args.test_file, train_articles=data_args.train_articles,
-        validation_articles=data_args.validation_articles, test_articles=data_args.test_articles, **extra,
+        test_file=data_args.test_file, split_by_article=data_args.article_split(),
+        fix_answer_starts=data_args.fix_answer_starts, return_report=True, **extra,
     )
-    return limit_samples(raw, data_args.sample_limits())
+    return limit_samples(raw, data_args.sample_limits()), report
 
 
 def main(args: list[str] | None = None) -> dict:
@@ -63,7 +67,7 @@ def main(args: list[str] | None = None) -> dict:
     setup_logging(training_args)
     set_seed(training_args.seed)
 
-    raw = load_data(data_args)
+    raw, data_report = load_data(data_args)
     check_splits(raw, training_args)
     with training_args.main_process_first(desc="knowledge"):
         processor = prepare_processor(model_args, knowledge_args)
@@ -98,8 +102,14 @@ def main(args: list[str] | None = None) -> dict:
         n_best_size=data_args.n_best_size, max_answer_length=data_args.max_answer_length,
     )
     results = {}
+    data_results = knowledge_coverage(processor, raw, uses_knowledge)
+    data_results.update(flatten(data_report, "data"))
+    if data_results:
+        trainer.save_metrics("data", data_results)
+        results.update(data_results)
     if training_args.do_train:
-        results.update(train_and_save(trainer, training_args, len(features["train"])))
+        results.update(train_and_save(trainer, training_args, len(features["train"]),
+                                      train_linked_share=linked_share(raw["train"])))
     if training_args.do_eval:
         results.update(record(trainer, "eval", dict(trainer.evaluate(), eval_samples=len(raw["validation"]))))
     if training_args.do_predict:

@@ -36,7 +36,7 @@ PRESETS = {
              "train": "2500", "eval": "all", "predict": "all", "epochs": "2", "lr": "1e-4", "batch": "16"},
     "squad": {"task": "qa", "dataset": "{data}/squad_v1.1/dev-v1.1.json.gz", "kg": NEWS_KG, "case_sensitive": True,
               "train": "600", "eval": "200", "predict": "all", "epochs": "2", "lr": "1e-4", "batch": "16",
-              "extra": ["--max_seq_length", "256", "--doc_stride", "64"]},
+              "extra": ["--max_seq_length", "256", "--doc_stride", "64", "--split_by_article", "38", "5", "5"]},
 }
 DEFAULT_TAG_TEXT = "Barack Obama met Angela Merkel in Berlin before flying to Paris with Air France ."
 

@@ -462,8 +462,11 @@ def load_run_data(task: str, data_args):
     if task == "ner":
         return load_ner_dataset(data_args.dataset_name, **files, max_train_samples=limits["train"],
                                 max_eval_samples=limits["validation"], max_test_samples=limits["test"])
-    raw = load_qa_dataset(data_args.dataset_name, **files, train_articles=data_args.train_articles,
-                          validation_articles=data_args.validation_articles, test_articles=data_args.test_articles)
+    from keplm.data.squad import SQUAD_V11_DEV_ARTICLE_SPLIT
+
+    # the committed QA runs predate --split_by_article and used the SQuAD v1.1 dev split implicitly
+    raw = load_qa_dataset(data_args.dataset_name, **files,
+                          split_by_article=data_args.article_split() or SQUAD_V11_DEV_ARTICLE_SPLIT)
     return limit_samples(raw, limits)
 
 

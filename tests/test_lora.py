@@ -68,7 +68,7 @@ def test_lora_trains_adapters_and_knowledge_modules_only(tmp_path, base_dir, tok
 def test_saved_and_pushed_adapter_loads_onto_its_base(hub_server, tmp_path, base_dir, tokenizer, assets):
     peft_model = add_lora(_model(base_dir, assets), r=4, alpha=8, dropout=0.0)
     with torch.no_grad():  # adapters and fully trained modules away from their initial values
-        for name, parameter in peft_model.named_parameters():
+        for parameter in peft_model.parameters():
             if parameter.requires_grad:
                 parameter.add_(torch.randn_like(parameter) * 0.1)
     processor = KalaProcessor(tokenizer, assets)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import sys
 from pathlib import Path
 
 import datasets
@@ -117,6 +118,7 @@ def single_thread():
 def load_script(name: str):
     spec = importlib.util.spec_from_file_location(f"keplm_test_{name}", ROOT / "run_scripts" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses with postponed annotations look their module up
     spec.loader.exec_module(module)
     return module
 
@@ -221,6 +223,37 @@ def test_run_ner_reloads_its_checkpoint(tiny, tmp_path):
     model, processor = AutoModelForTokenClassification.from_pretrained(first), KalaProcessor.from_pretrained(first)
     assert [tuple(p) for p in results["tagged"]] == tag_words(model, processor, "mary lives in berlin")
     assert (second / "tagged_text.json").is_file()
+
+
+def _conll_dir(root: Path, splits: dict) -> str:
+    root.mkdir(parents=True, exist_ok=True)
+    for split, sentences in splits.items():
+        lines = [line for words, tags in sentences
+                 for line in [*(f"{w} X X {t}" for w, t in zip(words.split(), tags.split())), ""]]
+        (root / f"{split}.txt").write_text("\n".join(lines))
+    return str(root)
+
+
+def test_run_ner_keeps_a_checkpoints_label_map(tiny, tmp_path):
+    """Evaluation data using only some of a checkpoint's labels is renumbered to the model's label ids (the
+    predictions keep the model's label names); a label the model does not know is an error naming it."""
+    run_ner = load_script("run_ner")
+    first = tmp_path / "first"
+    run_ner.main(ner_args(tiny, first, "relational", "--do_train"))
+    subset = _conll_dir(tmp_path / "subset", {"test": [("john lives in paris .", "B-PER O O B-LOC O"),
+                                                       ("mary visited london .", "B-PER O B-LOC O")]})
+    args = ner_args(tiny, tmp_path / "second", "relational", "--do_predict")
+    args[args.index("--model_name_or_path") + 1] = str(first)
+    args[args.index("--dataset_name") + 1] = subset
+    results = run_ner.main(args)
+    assert results["predict_words"] == 9
+    model_labels = set(AutoModelForTokenClassification.from_pretrained(first).config.id2label.values())
+    written = (tmp_path / "second" / "predictions.txt").read_text().split()
+    assert {item.rsplit("/", 1)[1] for item in written} <= model_labels
+    unknown = _conll_dir(tmp_path / "unknown", {"test": [("john lives in paris .", "B-PER O O B-MISC O")]})
+    args[args.index("--dataset_name") + 1] = unknown
+    with pytest.raises(ValueError, match="B-MISC"):
+        run_ner.main(args)
 
 
 def test_run_ner_with_kala_annotations(tiny, tmp_path):
@@ -391,7 +424,7 @@ def test_trainer_keeps_knowledge_columns_and_drops_postprocessing_ones(tiny, tmp
     from keplm.tokenization.processing_kala import KNOWLEDGE_COLUMNS
     from keplm.training.trainer import QuestionAnsweringTrainer, _model_features
 
-    raw = load_qa_dataset(tiny["squad"], train_articles=2, validation_articles=1, test_articles=1)
+    raw = load_qa_dataset(tiny["squad"], split_by_article=(2, 1, 1))
     knowledge_args = KnowledgeArguments(system="relational", kg=tiny["kg"])
     model_args = ModelArguments(tiny["model"])
     processor = prepare_processor(model_args, knowledge_args)
@@ -411,7 +444,7 @@ def test_trainer_keeps_knowledge_columns_and_drops_postprocessing_ones(tiny, tmp
 # ---------------------------------------------------------------------------------------------- QA
 def qa_args(tiny, out, system="relational", *extra) -> list[str]:
     args = ["--model_name_or_path", tiny["model"], "--dataset_name", tiny["squad"], "--output_dir", str(out),
-            "--system", system, "--train_articles", "2", "--validation_articles", "1", "--test_articles", "1",
+            "--system", system, "--split_by_article", "2", "1", "1",
             "--max_seq_length", "32", "--doc_stride", "8", "--max_steps", "3", "--per_device_train_batch_size", "4",
             "--per_device_eval_batch_size", "3", "--save_strategy", "no", "--report_to", "none",
             "--disable_tqdm", "1", "--use_cpu", "--seed", "0", *extra]
@@ -501,3 +534,23 @@ def test_experiment_presets_build_valid_run_script_commands(monkeypatch, tmp_pat
     command = experiments.command(cfg, "relational", cfg["seed"], str(tmp_path))
     _, data_args, _, _ = parse_args(NerDataArguments, command[2:])
     assert data_args.max_train_samples == 123 and data_args.max_predict_samples == 2000
+
+
+def test_word_without_sub_token_keeps_later_tags_in_place(tokenizer):
+    """A word that yields no sub-token (a lone zero-width space) no longer shifts every later tag: predictions map
+    through word_ids, the word is predicted O and scored with its gold tag; words cut off by max_length are
+    counted and left out of the scores."""
+    from keplm.training.tagging import word_level_tags
+
+    id2label = {0: "O", 1: "B-PER", 2: "B-LOC"}
+    words = [["john", "\u200b", "paris"], ["mary", "lives", "in", "berlin"]]
+    gold = [["B-PER", "B-MISC", "B-LOC"], ["B-PER", "O", "O", "B-LOC"]]
+    encoding = tokenizer(words, is_split_into_words=True, truncation=True, max_length=5)
+    assert encoding.word_ids(0) == [None, 0, 2, None]  # the zero-width word has no token
+    labels = [[-100, 1, 2, -100, -100], [-100, 1, 0, 0, -100]]  # "berlin" is cut off by max_length=5
+    predicted = [[0, 1, 2, 0, 0], [0, 1, 0, 0, 0]]
+    written, tags, references, counts = word_level_tags(labels, predicted, words, gold, tokenizer, id2label, 5)
+    assert written == [["B-PER", "O", "B-LOC"], ["B-PER", "O", "O", "O"]]
+    assert tags == [["B-PER", "O", "B-LOC"], ["B-PER", "O", "O"]]
+    assert references == [["B-PER", "B-MISC", "B-LOC"], ["B-PER", "O", "O"]]
+    assert counts == {"words": 7, "words_without_token": 1, "words_truncated": 1}

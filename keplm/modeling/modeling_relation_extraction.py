@@ -174,6 +174,8 @@ class KeplmForRelationExtraction(KeplmPreTrainedModel):
             -100 = ignored). A pair with several gold relations appears once per relation.
         """
         ref = input_ids if input_ids is not None else inputs_embeds[..., 0]
+        check_index_range(input_ids, 0, self.config.encoder_config.vocab_size, "input_ids must lie in [0, {high}), "
+                          "the encoder's vocabulary: were they made by another model's tokenizer?")
         num_entities = self._check_inputs(ref.shape, entity_token_map, node_entity_ids, edge_index, edge_labels)
         encoder_kwargs = {"token_type_ids": token_type_ids} if token_type_ids is not None else {}
         outputs = self.encoder(

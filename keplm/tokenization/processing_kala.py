@@ -47,6 +47,7 @@ class KalaProcessor(KeplmProcessor):
         return {**super().processor_config(), "use_inverse_relations": self.use_inverse_relations}
 
     def check_config(self, config) -> None:
+        super().check_config(config)
         model_inverse = getattr(config, "use_inverse_relations", self.use_inverse_relations)
         if getattr(config, "uses_knowledge", False) and model_inverse != self.use_inverse_relations:
             raise ValueError(

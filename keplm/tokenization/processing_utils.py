@@ -282,16 +282,18 @@ class KeplmProcessor:
 
     # ------------------------------------------------------------------ agreement with a model
     def check_config(self, config) -> None:
-        """ValueError when a model config's settings contradict the processor's (overridden per processor)."""
-        return None
+        """ValueError when a model config contradicts the processor: a tokenizer larger than the encoder's
+        vocabulary (its ids would index past the embeddings); subclasses add their own settings."""
+        encoders = config.encoder_configs() if hasattr(config, "encoder_configs") else {"encoder": config}
+        for name, encoder_config in encoders.items():
+            vocab_size = getattr(encoder_config, "vocab_size", None)
+            if vocab_size is not None and len(self.tokenizer) > vocab_size:
+                raise ValueError(f"the tokenizer has {len(self.tokenizer)} tokens but the model's {name} embeds only "
+                                 f"{vocab_size}: the processor and the model come from different checkpoints")
 
     def check_model(self, model) -> None:
         """ValueError when ``model`` cannot read this processor's features: a tokenizer larger than the model's
         vocabulary, or knowledge assets other than the model's (their content hashes differ)."""
-        vocab_size = getattr(model.config, "encoder_config", model.config).vocab_size
-        if len(self.tokenizer) > vocab_size:
-            raise ValueError(f"the tokenizer has {len(self.tokenizer)} tokens but the model's embeddings only "
-                             f"{vocab_size}: the processor and the model come from different checkpoints")
         self.check_config(model.config)
         model_assets = getattr(model, "knowledge_assets", None)
         if getattr(model.config, "uses_knowledge_assets", False):

@@ -196,9 +196,26 @@ class QaDataArguments(DataArguments):
     doc_stride: int = field(default=128, metadata={"help": "Overlap between context windows."})
     n_best_size: int = field(default=20, metadata={"help": "Start/end candidates per window in post-processing."})
     max_answer_length: int = field(default=30, metadata={"help": "Longest answer span in tokens."})
-    train_articles: int | None = field(default=38, metadata={"help": "Articles for train when splitting one file."})
-    validation_articles: int = field(default=5, metadata={"help": "Articles for validation when splitting one file."})
-    test_articles: int = field(default=5, metadata={"help": "Articles for test when splitting one file."})
+    split_by_article: list[int] | None = field(
+        default=None,
+        metadata={"help": "Split one SQuAD-format file by article into TRAIN VALIDATION TEST article counts (TRAIN "
+                  "-1 = every article left), e.g. 38 5 5 for the SQuAD v1.1 dev file; without it, one file is train "
+                  "only."},
+    )
+    fix_answer_starts: Literal["nearest"] | None = field(
+        default=None,
+        metadata={"help": "An answer_start that does not point at its answer text is an error naming the questions; "
+                  "'nearest' moves it to the nearest occurrence of the text instead (and drops absent answers), "
+                  "counted in data_results.json."},
+    )
+
+    def article_split(self) -> tuple[int | None, int, int] | None:
+        if self.split_by_article is None:
+            return None
+        if len(self.split_by_article) != 3:
+            raise ValueError(f"--split_by_article takes three article counts, got {self.split_by_article}")
+        train, validation, test = self.split_by_article
+        return (None if train < 0 else train, validation, test)
 
 
 def _launched_distributed() -> bool:

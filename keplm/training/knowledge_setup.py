@@ -136,6 +136,10 @@ def build_entity_vocabulary(processor: KeplmProcessor, raw, model_args: ModelArg
     if "train" not in raw:
         raise ValueError("building the entity vocabulary of a new model needs a training split (--do_train)")
     entity_ids = training_entity_ids(raw["train"], task)
+    if not entity_ids:
+        logger.warning("the %s system reads knowledge, but its training split has no linked entity mention: the "
+                       "model will train as the vanilla baseline would (check --kg and the linking settings)",
+                       knowledge_args.system)
     relation_ids = sorted({t["r"] for row in raw["train"]["knowledge"] for t in row["triplets"]})
     assets = KnowledgeAssets.build(entity_ids, relation_ids, kg=processor.kg, min_count=knowledge_args.entity_min_count,
                                    max_entities=knowledge_args.max_entities)

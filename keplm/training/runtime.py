@@ -84,6 +84,27 @@ def maybe_initialize_entity_memory(model, features, collator, knowledge_args, tr
         )
 
 
+def flatten(report: dict, prefix: str) -> dict:
+    """A nested report as flat ``prefix_key_subkey`` numbers (what a results JSON of the Trainer holds)."""
+    flat = {}
+    for key, value in report.items():
+        name = f"{prefix}_{key}"
+        if isinstance(value, dict):
+            flat.update(flatten(value, name))
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            flat[name] = value
+    return flat
+
+
+def knowledge_coverage(processor, raw, uses_knowledge: bool) -> dict:
+    """Per split, how the linked entity ids meet the KG and the entity memory (unknown ids apart from unseen ones,
+    ``KalaProcessor.entity_coverage``), flattened for the results JSON; empty when the model reads no knowledge."""
+    if not uses_knowledge or not hasattr(processor, "entity_coverage"):
+        return {}
+    return {key: value for split in raw if "knowledge" in raw[split].column_names
+            for key, value in flatten(processor.entity_coverage(raw[split]["knowledge"]), f"{split}_entities").items()}
+
+
 def record(trainer, split: str, metrics: dict) -> dict:
     """Log and save ``{split}_results.json`` (merged into ``all_results.json``), as HF's scripts."""
     trainer.log_metrics(split, metrics)
@@ -91,11 +112,12 @@ def record(trainer, split: str, metrics: dict) -> dict:
     return metrics
 
 
-def train_and_save(trainer, training_args: TrainingArguments, num_samples: int) -> dict:
-    """Train, save the model and its processor (tokenizer + knowledge assets) to ``output_dir``."""
+def train_and_save(trainer, training_args: TrainingArguments, num_samples: int, **extra_metrics) -> dict:
+    """Train, save the model and its processor (tokenizer + knowledge assets) to ``output_dir``; the train metrics
+    gain ``extra_metrics`` (e.g. the linked-mention share of the training split)."""
     train_result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     trainer.save_model()
-    metrics = record(trainer, "train", dict(train_result.metrics, train_samples=num_samples))
+    metrics = record(trainer, "train", dict(train_result.metrics, train_samples=num_samples, **extra_metrics))
     trainer.save_state()
     return metrics
 
@@ -103,6 +125,8 @@ def train_and_save(trainer, training_args: TrainingArguments, num_samples: int) 
 __all__ = [
     "setup_logging",
     "linked_share",
+    "flatten",
+    "knowledge_coverage",
     "check_splits",
     "build_features",
     "build_collator",
