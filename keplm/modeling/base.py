@@ -8,6 +8,7 @@ import copy
 import logging
 import os
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -201,7 +202,7 @@ class KeplmPreTrainedModel(PreTrainedModel):
         from keplm.hub.push import push_folder
 
         def card(folder: str) -> None:
-            model_card = build_model_card(self, repo_id=repo_id)
+            model_card = build_model_card(self, repo_id=repo_id, figures_dir=Path(folder) / "figures")
             model_card.data.tags = list(dict.fromkeys([*(model_card.data.tags or []), *(tags or [])]))
             write_model_card(folder, model_card)
 
