@@ -7,11 +7,12 @@ from transformers import (
     AutoConfig,
     AutoModel,
     AutoModelForQuestionAnswering,
+    AutoModelForSequenceClassification,
     AutoModelForTokenClassification,
     AutoProcessor,
 )
 
-from .configuration import KalaConfig, KeplmConfig, RelationExtractionConfig
+from .configuration import KalaConfig, KeplmConfig, RelationExtractionConfig, RoofTransformerConfig
 from .data.collator import KeplmDataCollator
 from .knowledge import EntityLinker, KnowledgeAnnotation, KnowledgeAssets, KnowledgeGraph
 from .modeling import (
@@ -21,9 +22,12 @@ from .modeling import (
     KeplmForRelationExtraction,
     KeplmPreTrainedModel,
     RelationExtractor,
+    RoofTransformerForQuestionAnswering,
+    RoofTransformerForSequenceClassification,
+    RoofTransformerModel,
 )
 from .pipelines import register_pipelines
-from .tokenization import KalaProcessor, KeplmProcessor
+from .tokenization import KalaProcessor, KeplmProcessor, RoofTransformerProcessor
 
 __version__ = "0.1.0"
 
@@ -35,6 +39,12 @@ AutoProcessor.register(KalaConfig, KalaProcessor, exist_ok=True)
 # pair-level relation extraction (KALA appendix A) has no task-specific Auto class
 AutoConfig.register("keplm_relation_extraction", RelationExtractionConfig, exist_ok=True)
 AutoModel.register(RelationExtractionConfig, KeplmForRelationExtraction, exist_ok=True)
+AutoConfig.register("roof_transformer", RoofTransformerConfig, exist_ok=True)
+AutoModel.register(RoofTransformerConfig, RoofTransformerModel, exist_ok=True)
+AutoModelForSequenceClassification.register(RoofTransformerConfig, RoofTransformerForSequenceClassification,
+                                            exist_ok=True)
+AutoModelForQuestionAnswering.register(RoofTransformerConfig, RoofTransformerForQuestionAnswering, exist_ok=True)
+AutoProcessor.register(RoofTransformerConfig, RoofTransformerProcessor, exist_ok=True)
 register_pipelines()  # pipeline("keplm-ner", ...), pipeline("keplm-qa", ...)
 
 
@@ -65,4 +75,9 @@ __all__ = [
     "RelationExtractionConfig",
     "KeplmForRelationExtraction",
     "RelationExtractor",
+    "RoofTransformerConfig",
+    "RoofTransformerModel",
+    "RoofTransformerForSequenceClassification",
+    "RoofTransformerForQuestionAnswering",
+    "RoofTransformerProcessor",
 ]

@@ -17,6 +17,7 @@ from safetensors.torch import load_file
 from keplm.hub.push import pickled_files
 
 from .test_ddp import _accelerate_launch, _free_port
+from .test_run_glue import glue_args, write_glue_files
 from .test_run_scripts import ROOT, _conll_dir, write_tiny_files
 
 #: runs a run script's main in a fresh process; with KEPLM_TEST_KILL_AT=N the process SIGKILLs itself after step N
@@ -124,4 +125,47 @@ def _assert_same_loss_curves(single, ddp, steps: int) -> None:
     assert len(curves[0]) == len(curves[1]) == steps
     assert curves[1] == pytest.approx(curves[0], rel=1e-4)
     assert pickled_files(ddp) == [] and pickled_files(single) == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fusion", ["transformer", "cached"])
+def test_two_process_ddp_roof_follows_the_one_process_loss_curve(tmp_path, tokenizer, kg, fusion):
+    """Roof-Transformer under ``accelerate launch`` (2 CPU processes): every parameter of the TASK encoder, KB encoder
+    (or the frozen cached one) and roof takes part in each step, and the loss curve is the 1-process one."""
+    tiny = write_tiny_files(tmp_path / "tiny", tokenizer, kg)
+    files = write_glue_files(tmp_path / "glue")
+    cached = ["--knowledge_cache_dir", str(tmp_path / "cache"), "--cached_knowledge_encoder"]
+    common = [a for a in glue_args(tiny, files, "unused", "--system", "roof", *(cached if fusion == "cached" else []))
+              if a != "--use_cpu"]
+    common = _replace(common, {"--output_dir": None, "--max_steps": "3", "--per_device_train_batch_size": None})
+    common += ["--train_sampling_strategy", "sequential", "--learning_rate", "1e-2", "--logging_steps", "1"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
+           "HF_HOME": str(tmp_path / "hf_home"), "PYTHONPATH": str(ROOT)}
+    single = tmp_path / "single"
+    _run([*common, "--output_dir", str(single), "--per_device_train_batch_size", "2", "--use_cpu"], script="run_glue")
+    ddp = tmp_path / "ddp"
+    command = [*_accelerate_launch(), "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
+               "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", str(_free_port()),
+               str(ROOT / "run_scripts" / "run_glue.py"), *common, "--output_dir", str(ddp),
+               "--per_device_train_batch_size", "1"]
+    result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    log = result.stdout + result.stderr
+    assert result.returncode == 0, log[-5000:]
+    assert "2 process(es), distributed=distributed, find_unused_parameters=False" in log
+    _assert_same_loss_curves(single, ddp, steps=3)
+
+
+def _replace(args: list[str], values: dict) -> list[str]:
+    """``args`` with each ``--option value`` pair of ``values`` replaced (None: removed)."""
+    out, i = [], 0
+    while i < len(args):
+        if args[i] in values:
+            if values[args[i]] is not None:
+                out += [args[i], values[args[i]]]
+            i += 2
+        else:
+            out.append(args[i])
+            i += 1
+    return out
+
 

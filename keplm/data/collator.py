@@ -21,13 +21,13 @@ NODE_MAP_KEY = "entity_token_map"
 
 
 def pad_value(key: str, pad_token_id: int) -> int:
-    """Padding of a token-level key by its name: token ids get the pad token, labels -100, token → node maps -1,
-    special-token masks 1, attention masks and token types 0."""
+    """Padding of a token-level key by its name: token ids get the pad token, labels -100, token → node maps and
+    token → knowledge-unit maps -1, special-token masks 1, attention masks and token types 0."""
     if key.endswith("input_ids"):
         return pad_token_id
     if key.endswith("labels"):
         return -100
-    if key.endswith("token_map"):
+    if key.endswith(("token_map", "unit_ids")):
         return -1
     if key.endswith("special_tokens_mask"):
         return 1

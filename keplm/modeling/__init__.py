@@ -11,6 +11,11 @@ from .modeling_relation_extraction import (
     RelationExtractionOutput,
     RelationExtractor,
 )
+from .modeling_roof_transformer import (
+    RoofTransformerForQuestionAnswering,
+    RoofTransformerForSequenceClassification,
+    RoofTransformerModel,
+)
 
 __all__ = [
     "KeplmPreTrainedModel",
@@ -24,4 +29,7 @@ __all__ = [
     "KeplmForRelationExtraction",
     "RelationExtractionOutput",
     "RelationExtractor",
+    "RoofTransformerModel",
+    "RoofTransformerForSequenceClassification",
+    "RoofTransformerForQuestionAnswering",
 ]

@@ -150,8 +150,18 @@ class KeplmPreTrainedModel(PreTrainedModel):
 
     # ------------------------------------------------------------------ encoders
     def named_encoders(self) -> dict[str, PreTrainedModel]:
-        """``{name: encoder module}`` for every encoder in ``config.encoder_names``."""
-        return {name: getattr(self.base_model, name) for name in self.config.encoder_names}
+        """``{name: encoder module}`` of every encoder the model has (by default those of ``config.encoder_names``,
+        found on the base model; a head model asks its base model)."""
+        base = self.base_model
+        if base is not self and isinstance(base, KeplmPreTrainedModel):
+            return base.named_encoders()
+        return {name: getattr(self, name) for name in self.config.encoder_names
+                if getattr(self, name, None) is not None}
+
+    @staticmethod
+    def encoder_config_name(name: str) -> str:
+        """The config encoder (``<name>_config``, base checkpoint) an encoder of ``named_encoders`` is built from."""
+        return name
 
     def get_input_embeddings(self):
         return self.named_encoders()[self.config.encoder_names[0]].get_input_embeddings()
@@ -264,12 +274,12 @@ class KeplmPreTrainedModel(PreTrainedModel):
             sources = dict.fromkeys(names, sources)
         pretrained_cache: dict[str, dict] = {}
         missing_weights = {}
-        for name, path in sources.items():
+        for name, encoder in self.named_encoders().items():
+            path = sources[self.encoder_config_name(name)]
             key = str(path)
             if key not in pretrained_cache:
                 pretrained_cache[key] = AutoModel.from_pretrained(path, dtype=dtype).state_dict()
-            missing, unexpected = self.named_encoders()[name].load_state_dict(copy.copy(pretrained_cache[key]),
-                                                                              strict=False)
+            missing, unexpected = encoder.load_state_dict(copy.copy(pretrained_cache[key]), strict=False)
             unexpected = [k for k in unexpected if not k.startswith("pooler.")]
             if unexpected:
                 raise ValueError(f"{path} does not fit the {name}: unexpected weights {unexpected[:5]}")
@@ -280,7 +290,7 @@ class KeplmPreTrainedModel(PreTrainedModel):
             if isinstance(module, ExtraLayers) and module.copy_from is not None:
                 module.copy_last_layers(self.named_encoders()[module.copy_from])
                 copied.append(module_name)
-        encoder_prefixes = tuple(f"{_prefixed(self, name)}." for name in names)
+        encoder_prefixes = tuple(f"{_prefixed(self, name)}." for name in self.named_encoders())
         new_modules = sorted({
             ".".join(name.split(".")[:2]) if name.startswith(f"{self.base_model_prefix}.") else name.split(".")[0]
             for name, _ in self.named_parameters()

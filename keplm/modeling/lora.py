@@ -30,7 +30,7 @@ def fully_trained_modules(model: KeplmPreTrainedModel) -> list[str]:
 
     Modules are wrapped where they hold parameters, not at containers such as ``ModuleDict``: a wrapped module is
     only called, never indexed, so the model's code runs unchanged around the wrappers."""
-    encoders = tuple(f"{_prefixed(model, name)}" for name in model.config.encoder_names)
+    encoders = tuple(f"{_prefixed(model, name)}" for name in model.named_encoders())
     names: list[str] = []
     for name, module in model.named_modules():
         if not name or any(name == e or name.startswith(f"{e}.") for e in encoders):
@@ -51,7 +51,7 @@ def add_lora(model: KeplmPreTrainedModel, r: int = 8, alpha: int = 16, dropout: 
     from peft import LoraConfig, get_peft_model
 
     targets = tuple(target_modules or DEFAULT_TARGET_MODULES)
-    encoders = "|".join(re.escape(_prefixed(model, name)) for name in model.config.encoder_names)
+    encoders = "|".join(re.escape(_prefixed(model, name)) for name in model.named_encoders())
     pattern = rf"^(?:{encoders})\..*\.(?:{'|'.join(re.escape(t) for t in targets)})$"
     if not any(re.match(pattern, name) for name, _ in model.named_modules()):
         raise ValueError(f"no encoder module ends with one of {list(targets)}: choose --lora_target_modules among the "

@@ -1,6 +1,7 @@
 from .alignment import char_spans_to_token_spans, encode_entities, word_offsets
 from .processing_kala import KalaProcessor
-from .processing_roof_transformer import RoofTransformerProcessor  # noqa: F401  (Roof-Transformer knowledge input)
+from .processing_roof_transformer import RoofTransformerProcessor
 from .processing_utils import KeplmProcessor
 
-__all__ = ["KeplmProcessor", "KalaProcessor", "char_spans_to_token_spans", "encode_entities", "word_offsets"]
+__all__ = ["KeplmProcessor", "KalaProcessor", "RoofTransformerProcessor", "char_spans_to_token_spans",
+           "encode_entities", "word_offsets"]

@@ -417,6 +417,9 @@ class RoofTransformerProcessor(KeplmProcessor):
     def check_config(self, config) -> None:
         """ValueError when the knowledge sequence would not fit the KB encoder's positions, or the config records
         another ``max_knowledge_length``."""
+        super().check_config(config)
+        if not getattr(config, "uses_knowledge", True):
+            return
         encoder = getattr(config, "knowledge_encoder_config", None)
         positions = getattr(encoder, "max_position_embeddings", None)
         if positions is not None and self.max_knowledge_length + 1 > positions:
@@ -489,12 +492,16 @@ class RoofTransformerProcessor(KeplmProcessor):
         triples_column: str | None = TRIPLES_COLUMN,
         with_knowledge: bool = True,
         triple_ids: str = "auto",
+        append_knowledge: bool = False,
     ) -> dict:
         """``datasets.map(batched=True)`` function for sentence(-pair) classification / regression (GLUE): one feature
         per example, ``[CLS] s1 [SEP] s2 [SEP]`` truncated to ``max_length`` (one text column: CoLA, SST-2),
         ``labels`` from ``label_column`` (int, or float for STS-B; None: no labels), and the knowledge of both texts.
         Knowledge comes from ``triples_column`` when the batch has it, else from the annotation columns (default
-        ``knowledge``, ``knowledge_2``, ...; see :meth:`link_text_columns`), else from linking the texts."""
+        ``knowledge``, ``knowledge_2``, ...; see :meth:`link_text_columns`), else from linking the texts.
+        ``append_knowledge``: the one-encoder baseline with knowledge (paper §4.6): the verbalised units follow the
+        text in ``input_ids`` (token type B) up to ``max_length`` instead of forming their own sequence; the appended
+        and the cut knowledge tokens are counted per example."""
         if not 1 <= len(text_columns) <= 2:
             raise ValueError(f"text_columns must name one or two columns, got {list(text_columns)}")
         texts = [examples[column] for column in text_columns]
@@ -504,6 +511,7 @@ class RoofTransformerProcessor(KeplmProcessor):
             out["labels"] = list(examples[label_column])
         if not with_knowledge:
             return out
+        appended = append_knowledge
         columns = annotation_columns if annotation_columns is not None else annotation_columns_for(len(texts))
         annotations = [examples[c] if c is not None and c in examples else None for c in columns]
         triples = examples[triples_column] if triples_column is not None and triples_column in examples else None
@@ -512,6 +520,16 @@ class RoofTransformerProcessor(KeplmProcessor):
                 [text[i] for text in texts],
                 [column[i] if column is not None else None for column in annotations],
                 triples[i] if triples is not None else None, max_knowledge_length, triple_ids)
+            if appended:  # one encoder reads the text, then the units: "[CLS] s1 [SEP] s2 [SEP] u1 [SEP] u2 [SEP]"
+                room = max_length - len(out["input_ids"][i])
+                units = knowledge.input_ids[1 : 1 + room]
+                out["input_ids"][i] = out["input_ids"][i] + units
+                out["attention_mask"][i] = out["attention_mask"][i] + [1] * len(units)
+                if "token_type_ids" in out:
+                    out["token_type_ids"][i] = out["token_type_ids"][i] + [1] * len(units)
+                out.setdefault("num_appended_knowledge_tokens", []).append(len(units))
+                out.setdefault("num_cut_knowledge_tokens", []).append(len(knowledge.input_ids) - 1 - len(units))
+                continue
             for key, value in knowledge.features().items():
                 out.setdefault(key, []).append(value)
         return out

@@ -218,6 +218,63 @@ class QaDataArguments(DataArguments):
         return (None if train < 0 else train, validation, test)
 
 
+@dataclass
+class RoofArguments:
+    """Roof-Transformer's settings (paper §3-4, appendix 6.3 for the defaults) and its knowledge source."""
+
+    system: Literal["bert", "bert_with_knowledge", "roof"] = field(
+        default="roof",
+        metadata={"help": "bert (one encoder alone), bert_with_knowledge (one encoder reading the verbalised knowledge "
+                  "after the text) or roof (TASK + KB encoders fused by a roof)."},
+    )
+    kg: str | None = field(default=None, metadata={
+        "help": "Knowledge graph spec for keplm.knowledge.load_kg, e.g. 'trex:../shared/data/lama' or "
+                "'fb15k237:<dir>+trex:<dir>'."})
+    triple_files: list[str] | None = field(
+        default=None,
+        metadata={"help": "Precomputed triple lists per split as SPLIT=PATH (JSON {example id: [[h, r, t], ...]}), "
+                  "instead of selecting triples from --kg."},
+    )
+    selection: Literal["has_tail", "no_tail"] = field(
+        default="has_tail", metadata={"help": "Select triples whose head (has_tail: and tail) occur in the passage."})
+    verbalization: Literal["exp0", "exp1", "exp2"] = field(default="exp2", metadata={"help": "Triple verbalisation."})
+    link_case_sensitive: bool = field(default=False, metadata={"help": "Match KG names case-sensitively."})
+    max_knowledge_length: int = field(default=511, metadata={"help": "Knowledge tokens after [CLS] (paper: 511)."})
+    fusion: Literal["transformer", "transformer_random", "lstm", "linear"] = field(
+        default="transformer", metadata={"help": "The roof: transformer layers copied from the encoder's last "
+                                                 "--fusion_layers layers, random ones, an LSTM or a linear layer."})
+    fusion_layers: int = field(default=3, metadata={"help": "Depth of a transformer roof (paper: 3 GLUE, 4 QA)."})
+    segmentation: Literal["type1", "type2"] = field(default="type2", metadata={"help": "Segment types (paper 4.5)."})
+    cached_knowledge_encoder: bool = field(
+        default=False, metadata={"help": "Frozen KB encoder whose per-triple encodings are cached (paper 4.4)."})
+    knowledge_cache_dir: str | None = field(
+        default=None, metadata={"help": "Where cached encodings live (default $KEPLM_CACHE/knowledge_encodings)."})
+    fusion_lr_multiplier: float = field(
+        default=10.0, metadata={"help": "Learning rate of the roof as a multiple of the encoders' (paper: 10)."})
+    num_text_encoders: int = field(default=1, metadata={"help": "Text encoders for texts longer than one window."})
+
+    @property
+    def uses_knowledge(self) -> bool:
+        return self.system != "bert"
+
+    def triple_paths(self) -> dict[str, str]:
+        paths = {}
+        for item in self.triple_files or []:
+            split, sep, path = item.partition("=")
+            if not sep or split not in ("train", "validation", "test"):
+                raise ValueError(f"--triple_files entries must be SPLIT=PATH (train, validation, test); got {item!r}")
+            paths[split] = path
+        return paths
+
+    def model_config(self) -> dict:
+        """RoofTransformerConfig arguments of the chosen system."""
+        if self.system != "roof":
+            return {"fusion": "none", "knowledge_encoding": "none", "num_text_encoders": self.num_text_encoders}
+        return {"fusion": self.fusion, "fusion_layers": self.fusion_layers, "segmentation": self.segmentation,
+                "knowledge_encoding": "cached" if self.cached_knowledge_encoder else "joint",
+                "max_knowledge_length": self.max_knowledge_length, "num_text_encoders": self.num_text_encoders}
+
+
 def _launched_distributed() -> bool:
     return int(os.environ.get("LOCAL_RANK", -1)) != -1 or int(os.environ.get("WORLD_SIZE", 1)) > 1
 
@@ -240,9 +297,9 @@ def _has_accelerator() -> bool:
     return False
 
 
-def parse_args(data_class: type | tuple[type, ...], args: list[str] | None = None):
+def parse_args(data_class: type | tuple[type, ...], args: list[str] | dict | None = None):
     """Parse ``(ModelArguments, data_class, KnowledgeArguments, TrainingArguments)``, or the given tuple of
-    argument dataclasses, from ``args`` (default: the command line) or from one ``.json`` file.
+    argument dataclasses, from ``args`` (default: the command line), from one ``.json`` file or a dict of settings.
 
     A multi-process launch on a machine without GPUs (``accelerate launch --multi_gpu --num_processes 2`` or
     ``torchrun``) runs as CPU DDP (gloo): without this, accelerate would silently start independent
@@ -253,6 +310,8 @@ def parse_args(data_class: type | tuple[type, ...], args: list[str] | None = Non
     classes = data_class if isinstance(data_class, tuple) else (ModelArguments, data_class, KnowledgeArguments,
                                                                   TrainingArguments)
     parser = HfArgumentParser(classes)
+    if isinstance(args, dict):  # settings already read from a JSON file
+        return parser.parse_dict(args)
     argv = sys.argv[1:] if args is None else list(args)
     if len(argv) == 1 and argv[0].endswith(".json"):
         return parser.parse_json_file(json_file=os.path.abspath(argv[0]))
@@ -267,5 +326,6 @@ __all__ = [
     "DataArguments",
     "NerDataArguments",
     "QaDataArguments",
+    "RoofArguments",
     "parse_args",
 ]

@@ -193,6 +193,65 @@ def build_model(model_class, model_args: ModelArguments, knowledge_args: Knowled
                                             use_inverse_relations=processor.use_inverse_relations, **config_kwargs)
 
 
+# ---------------------------------------------------------------------------------------------- Roof-Transformer
+def prepare_roof_knowledge(model_args: ModelArguments, roof_args, raw, text_columns, num_proc: int | None = None):
+    """The Roof-Transformer processor (a checkpoint's, or the base tokenizer with ``--kg`` and the selection and
+    verbalisation settings) and the splits with what selection reads: the linked ``knowledge`` columns of their
+    text columns (one linking pass per split), or the ``--triple_files`` lists."""
+    from keplm.tokenization.processing_roof_transformer import (
+        RoofTransformerProcessor,
+        add_triples_column,
+        read_triple_lists,
+    )
+
+    path = model_args.model_name_or_path
+    if is_keplm_checkpoint(path, **model_args.hub_kwargs()):
+        processor = KeplmProcessor.from_pretrained(path, **model_args.hub_kwargs())
+        if roof_args.kg:
+            logger.warning("--kg is ignored: the checkpoint %s brings its own knowledge graph", path)
+    else:
+        kg = None
+        if roof_args.uses_knowledge and roof_args.kg:
+            logger.info("Loading the knowledge graph %s", roof_args.kg)
+            kg = load_kg(roof_args.kg)
+            logger.info("Loaded %r", kg)
+        processor = RoofTransformerProcessor(
+            AutoTokenizer.from_pretrained(path, **model_args.hub_kwargs()), KnowledgeAssets(kg=kg),
+            selection=roof_args.selection, verbalization=roof_args.verbalization,
+            max_knowledge_length=roof_args.max_knowledge_length,
+            linker_kwargs={"lowercase": not roof_args.link_case_sensitive})
+    if not roof_args.uses_knowledge:
+        return processor.without_knowledge(), raw
+    files = roof_args.triple_paths()
+    if files:
+        for split in list(raw):
+            if split not in files:
+                raise ValueError(f"--triple_files has no entry for the {split} split")
+            id_column = "idx" if "idx" in raw[split].column_names else "id"
+            raw[split] = add_triples_column(raw[split], read_triple_lists(files[split]), id_column=id_column)
+        return processor, raw
+    if processor.kg is None:
+        raise ValueError("Roof-Transformer's knowledge needs --kg (or --triple_files)")
+    for split in list(raw):
+        raw[split] = processor.link_text_columns(raw[split], list(text_columns), num_proc=num_proc)
+    return processor, raw
+
+
+def build_roof_model(model_class, model_args: ModelArguments, roof_args, processor: KeplmProcessor,
+                     **config_kwargs):
+    """A Roof-Transformer (or baseline) model around ``model_name_or_path``, or the keplm checkpoint itself."""
+    path = model_args.model_name_or_path
+    if is_keplm_checkpoint(path, **model_args.hub_kwargs()):
+        model = model_class.from_pretrained(path, **model_args.hub_kwargs())
+    else:
+        assets = processor.knowledge_assets if roof_args.system == "roof" else None
+        model = model_class.from_base_pretrained(path, knowledge_assets=assets, **roof_args.model_config(),
+                                                 **config_kwargs)
+    if getattr(roof_args, "knowledge_cache_dir", None) and model.knowledge_cache is not None:
+        model.set_knowledge_cache_directory(roof_args.knowledge_cache_dir)
+    return model
+
+
 def maybe_add_lora(model, model_args: ModelArguments):
     """``--lora_r``: LoRA adapters on the encoder (peft), the knowledge modules and head trained fully."""
     if model_args.lora_r is None:
@@ -219,6 +278,8 @@ def load_for_inference(model_dir: str, auto_class):
 
 
 __all__ = [
+    "prepare_roof_knowledge",
+    "build_roof_model",
     "maybe_add_lora",
     "load_for_inference",
     "is_keplm_checkpoint",

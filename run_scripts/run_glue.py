@@ -1,0 +1,132 @@
+#!/usr/bin/env python
+"""Fine-tune Roof-Transformer (or its one-encoder baselines) on a GLUE task, in the style of Hugging Face's
+``run_glue.py``.
+
+    python run_scripts/run_glue.py --model_name_or_path <encoder> --task_name rte --data_dir ../shared/data/glue \\
+        --kg trex:../shared/data/lama --system roof --fusion transformer --fusion_layers 3 \\
+        --do_train --do_eval --output_dir outputs/glue/rte
+
+``--system bert`` trains one encoder alone, ``bert_with_knowledge`` one encoder reading the verbalised knowledge
+after the text, ``roof`` the TASK and KB encoders fused by a roof (paper §3). Knowledge: triples from ``--kg`` whose
+head (``--selection has_tail``: and tail) is linked in the sentences, verbalised with ``--verbalization``, or
+precomputed lists (``--triple_files``). Metrics as GLUE defines them (Matthews for CoLA, F1/accuracy for MRPC,
+Pearson/Spearman for STS-B, accuracy otherwise); the results JSON also reports how much knowledge was selected.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from dataclasses import dataclass, field
+
+import datasets
+import transformers
+from transformers import TrainingArguments, set_seed
+
+from keplm import RoofTransformerForSequenceClassification
+from keplm.data import limit_samples
+from keplm.data.glue import glue_task, load_glue_dataset
+from keplm.tokenization.processing_roof_transformer import knowledge_statistics
+from keplm.training.arguments import DataArguments, ModelArguments, RoofArguments, parse_args
+from keplm.training.evaluate_metrics import GlueComputeMetrics
+from keplm.training.knowledge_setup import Featurizer, build_roof_model, maybe_add_lora, prepare_roof_knowledge
+from keplm.training.runtime import build_features, check_splits, record, setup_logging, train_and_save
+from keplm.training.trainer import KeplmTrainer
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class GlueDataArguments(DataArguments):
+    task_name: str | None = field(default=None, metadata={"help": "cola, sst2, mrpc, stsb or rte."})
+    data_dir: str | None = field(default=None, metadata={"help": "Folder holding the GLUE task folders (CoLA/, ...)."})
+    max_seq_length: int = field(default=128, metadata={"help": "Tokens of the sentence (pair), [CLS]/[SEP] included."})
+
+    def __post_init__(self):
+        if self.task_name is None and self.dataset_name is None and not self.train_file:
+            raise ValueError("pass --task_name (with --data_dir or a Hub copy), --dataset_name or --train_file")
+
+
+def load_data(data_args: GlueDataArguments) -> datasets.DatasetDict:
+    files = data_args.train_file or data_args.validation_file or data_args.test_file
+    source = data_args.dataset_name or (None if files else data_args.task_name)  # files: the task names the schema
+    raw = load_glue_dataset(source, task=data_args.task_name,
+                            data_dir=data_args.data_dir, train_file=data_args.train_file,
+                            validation_file=data_args.validation_file, test_file=data_args.test_file)
+    raw = limit_samples(raw, data_args.sample_limits())
+    if "test" in raw and min(raw["test"]["label"], default=0) < 0:  # an unlabelled test split cannot be scored
+        logger.info("the test split has no labels: it is not scored")
+        del raw["test"]
+    return raw
+
+
+def main(args: list[str] | None = None) -> dict:
+    model_args, data_args, roof_args, training_args = parse_args(
+        (ModelArguments, GlueDataArguments, RoofArguments, TrainingArguments), args)
+    setup_logging(training_args)
+    set_seed(training_args.seed)
+    task = glue_task(data_args.task_name or data_args.dataset_name)
+    raw = load_data(data_args)
+    check_splits(raw, training_args)
+    with training_args.main_process_first(desc="knowledge"):
+        processor, raw = prepare_roof_knowledge(model_args, roof_args, raw, task.text_columns,
+                                                data_args.preprocessing_num_workers)
+    labels = {} if task.is_regression else {"id2label": dict(enumerate(task.label_names)),
+                                            "label2id": {n: i for i, n in enumerate(task.label_names)}}
+    model = build_roof_model(RoofTransformerForSequenceClassification, model_args, roof_args, processor,
+                             num_labels=task.num_labels, **labels)
+    features = build_features(raw, lambda split: Featurizer(
+        processor, "prepare_pair_features", with_knowledge=roof_args.uses_knowledge,
+        text_columns=list(task.text_columns), max_length=data_args.max_seq_length,
+        append_knowledge=roof_args.system == "bert_with_knowledge",
+    ), data_args, training_args)
+    model = maybe_add_lora(model, model_args)
+    trainer = KeplmTrainer(
+        model=model, args=training_args, processing_class=processor,
+        data_collator=_collator(processor, model, data_args),
+        parameter_group_options={"fusion_lr_multiplier": roof_args.fusion_lr_multiplier}
+        if roof_args.system == "roof" else {},
+        card_data={"base_model": model_args.model_name_or_path, "dataset": task.name,
+                   "command": ["python", *sys.argv]},
+        train_dataset=features.get("train"), eval_dataset=features.get("validation"),
+        compute_metrics=GlueComputeMetrics(task.metric),
+    )
+    results = {f"knowledge_{split}_{k}": v for split, data in features.items()
+               for k, v in knowledge_summary(data, roof_args).items()}
+    if training_args.do_train:
+        results.update(train_and_save(trainer, training_args, len(features["train"])))
+    if training_args.do_eval:
+        results.update(record(trainer, "eval", dict(trainer.evaluate(), eval_samples=len(features["validation"]))))
+    if training_args.do_predict and "test" in features:
+        output = trainer.predict(features["test"], metric_key_prefix="predict")
+        results.update(record(trainer, "predict", dict(output.metrics, predict_samples=len(features["test"]))))
+    trainer.save_metrics("knowledge", {k: v for k, v in results.items() if k.startswith("knowledge_")})
+    if training_args.do_train:
+        trainer.create_model_card()
+        if training_args.push_to_hub:
+            trainer.push_to_hub()
+    return results
+
+
+def _collator(processor, model, data_args):
+    from keplm.data.collator import KeplmDataCollator
+
+    return KeplmDataCollator.from_processor(processor, model, pad_to_multiple_of=data_args.pad_to_multiple_of)
+
+
+def knowledge_summary(features, roof_args: RoofArguments) -> dict:
+    """How much knowledge the features carry (selected / kept / cut triples, share of examples with any)."""
+    if roof_args.system == "roof":
+        return knowledge_statistics(features)
+    if roof_args.system == "bert_with_knowledge":
+        appended = list(features["num_appended_knowledge_tokens"])
+        cut = list(features["num_cut_knowledge_tokens"])
+        return {"examples": len(appended), "appended_tokens_per_example": sum(appended) / max(len(appended), 1),
+                "share_with_knowledge": sum(a > 0 for a in appended) / max(len(appended), 1),
+                "cut_tokens": sum(cut)}
+    return {}
+
+
+if __name__ == "__main__":
+    transformers.utils.logging.enable_explicit_format()
+    main()

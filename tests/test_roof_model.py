@@ -1,0 +1,195 @@
+"""Roof-Transformer's model: heads, the roof variants, QA masking, the cached KB encoder, save/load through the Auto
+classes with the KG, the fusion learning rate, and bad input."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import AutoModelForQuestionAnswering, AutoModelForSequenceClassification, AutoProcessor, BertModel
+
+import keplm  # noqa: F401  (registers the Auto classes)
+from keplm import (
+    KeplmDataCollator,
+    RoofTransformerConfig,
+    RoofTransformerForQuestionAnswering,
+    RoofTransformerForSequenceClassification,
+    RoofTransformerProcessor,
+)
+from keplm.knowledge import KnowledgeAssets
+from keplm.modeling.base import encoder_layers
+from keplm.modeling.modeling_roof_transformer import segment_ids
+
+from .conftest import tiny_encoder_config
+
+PAIRS = [("paris is a city in france .", "the seine flows through paris ."),
+         ("john visited berlin .", "berlin is in germany ."),
+         ("mary works for acme bank .", "who works ?")]  # the last pair selects no triple
+KNOWLEDGE = 60
+
+
+def _config(tokenizer, **kwargs) -> RoofTransformerConfig:
+    return RoofTransformerConfig(encoder_config=tiny_encoder_config(tokenizer), max_knowledge_length=KNOWLEDGE,
+                                 fusion_layers=1, **kwargs)
+
+
+def _processor(tokenizer, kg, **kwargs) -> RoofTransformerProcessor:
+    return RoofTransformerProcessor(tokenizer, KnowledgeAssets(kg=kg), **{"selection": "no_tail",
+                                    "max_knowledge_length": KNOWLEDGE, **kwargs})
+
+
+def _batch(processor, model=None, pairs=PAIRS, labels=(0, 1, 1)):
+    features = processor.prepare_pair_features(
+        {"sentence1": [a for a, _ in pairs], "sentence2": [b for _, b in pairs], "label": list(labels)},
+        max_length=40)
+    rows = [{k: v[i] for k, v in features.items() if not k.startswith("num_")} for i in range(len(pairs))]
+    return KeplmDataCollator.from_processor(processor, model)(rows)
+
+
+@pytest.mark.parametrize("fusion", ["transformer", "transformer_random", "lstm", "linear", "none"])
+def test_heads_shapes_and_losses_for_every_roof(tokenizer, kg, fusion):
+    torch.manual_seed(0)
+    encoding = "none" if fusion == "none" else "joint"
+    processor = _processor(tokenizer, kg)
+    batch = _batch(processor)
+    assert batch["knowledge_input_ids"].shape[0] == 3 and batch["knowledge_attention_mask"][2].sum() == 1
+    for num_labels, labels in ((3, batch["labels"]), (1, batch["labels"].float() * 2.5)):
+        model = RoofTransformerForSequenceClassification(
+            _config(tokenizer, fusion=fusion, knowledge_encoding=encoding, num_labels=num_labels))
+        inputs = {k: v for k, v in batch.items() if k != "labels"}
+        if fusion == "none":
+            inputs = {k: v for k, v in inputs.items() if not k.startswith("knowledge_")}
+        out = model(**inputs, labels=labels)
+        assert out.logits.shape == (3, num_labels) and out.loss.ndim == 0 and torch.isfinite(out.loss)
+        out.loss.backward()
+
+
+def test_qa_never_answers_from_knowledge_or_padding(tokenizer, kg):
+    torch.manual_seed(0)
+    model = RoofTransformerForQuestionAnswering(_config(tokenizer)).eval()
+    with torch.no_grad():  # push every logit towards late positions: knowledge and padding would win if unmasked
+        model.qa_outputs.bias.fill_(5.0)
+    processor = _processor(tokenizer, kg)
+    batch = _batch(processor)
+    text_length = batch["input_ids"].shape[1]
+    out = model(**{k: v for k, v in batch.items() if k != "labels"})
+    assert out.start_logits.shape == out.end_logits.shape == (3, text_length)  # text positions only
+    padding = batch["attention_mask"] == 0
+    assert padding.any()
+    assert (out.start_logits[padding] == torch.finfo(torch.float32).min).all()
+    for logits in (out.start_logits, out.end_logits):
+        assert not padding.gather(1, logits.argmax(-1, keepdim=True)).any()
+
+
+def test_cached_encoding_equals_joint_encoding_for_a_single_triple(tokenizer, kg, tmp_path):
+    """With one unit, ``[CLS] unit [SEP]`` alone is exactly the joint input: the cached KB encoder gives the joint
+    encoder's states; the cache survives a restart and is invalidated when the KB encoder's weights change."""
+    torch.manual_seed(0)
+    joint = RoofTransformerForSequenceClassification(_config(tokenizer, num_labels=2)).eval()
+    cached = RoofTransformerForSequenceClassification(_config(tokenizer, num_labels=2,
+                                                              knowledge_encoding="cached")).eval()
+    cached.load_state_dict(joint.state_dict())
+    cached.set_knowledge_cache_directory(tmp_path / "cache")
+    processor = _processor(tokenizer, kg, selection="has_tail")
+    batch = _batch(processor, pairs=[("paris is in france .", "it is a city .")], labels=[0])
+    assert batch["knowledge_unit_ids"].max() == 0  # exactly one unit
+    inputs = (batch["knowledge_input_ids"], batch["knowledge_attention_mask"])
+    with torch.no_grad():
+        want = joint.roof._encode_knowledge(*inputs, None)
+        got = cached.roof._encode_knowledge(*inputs, batch["knowledge_unit_ids"])
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+        inputs_all = {k: v for k, v in batch.items() if k != "labels"}
+        torch.testing.assert_close(cached(**inputs_all).logits, joint(**inputs_all).logits, atol=1e-5, rtol=1e-5)
+    cache = cached.knowledge_cache
+    assert cache.misses == 1 and cache.hits == 1
+    cached.save_pretrained(tmp_path / "saved")  # saving flushes the new encodings to disk
+    assert list((tmp_path / "cache").rglob("*.safetensors"))
+    restarted = RoofTransformerForSequenceClassification(cached.config).eval()
+    restarted.load_state_dict(cached.state_dict())
+    restarted.set_knowledge_cache_directory(tmp_path / "cache")
+    with torch.no_grad():
+        restarted.roof._encode_knowledge(*inputs, batch["knowledge_unit_ids"])
+        assert restarted.knowledge_cache.misses == 0 and restarted.knowledge_cache.hits == 1
+        restarted.roof.knowledge_encoder.embeddings.word_embeddings.weight.add_(0.5)
+        changed = restarted.roof._encode_knowledge(*inputs, batch["knowledge_unit_ids"])
+    assert restarted.knowledge_cache.misses == 1  # new weights, new key
+    assert not torch.allclose(changed, got)
+    assert not any(p.requires_grad for p in cached.roof.knowledge_encoder.parameters())
+
+
+def test_from_base_pretrained_save_load_and_auto_classes(tmp_path, tokenizer, kg):
+    torch.manual_seed(0)
+    base = BertModel(tiny_encoder_config(tokenizer))
+    base.save_pretrained(tmp_path / "base")
+    assets = KnowledgeAssets(kg=kg)
+    model = RoofTransformerForQuestionAnswering.from_base_pretrained(
+        tmp_path / "base", knowledge_assets=assets, fusion_layers=2, max_knowledge_length=KNOWLEDGE)
+    roof = model.roof
+    for name in ("encoder", "knowledge_encoder"):
+        loaded = getattr(roof, name).state_dict()
+        assert all(torch.equal(loaded[k], v) for k, v in base.state_dict().items() if not k.startswith("pooler."))
+    assert roof.encoder.embeddings.word_embeddings.weight.data_ptr() != \
+        roof.knowledge_encoder.embeddings.word_embeddings.weight.data_ptr()  # separate weights
+    for copied, original in zip(roof.fusion.layers, list(encoder_layers(base))[-2:]):
+        assert all(torch.equal(copied.state_dict()[k], v) for k, v in original.state_dict().items())
+    processor = _processor(tokenizer, kg)
+    model.save_pretrained(tmp_path / "saved")
+    processor.save_pretrained(tmp_path / "saved")
+    loaded = AutoModelForQuestionAnswering.from_pretrained(tmp_path / "saved").eval()
+    loaded_processor = AutoProcessor.from_pretrained(tmp_path / "saved")
+    assert type(loaded).__name__ == "RoofTransformerForQuestionAnswering"
+    assert type(loaded_processor) is RoofTransformerProcessor and loaded_processor.selection == "no_tail"
+    batch = {k: v for k, v in _batch(processor).items() if k != "labels"}
+    torch.testing.assert_close(loaded(**batch).start_logits, model.eval()(**batch).start_logits)
+    classifier = RoofTransformerForSequenceClassification.from_base_pretrained(
+        tmp_path / "base", knowledge_assets=assets, max_knowledge_length=KNOWLEDGE, fusion="lstm", num_labels=2)
+    classifier.save_pretrained(tmp_path / "cls")
+    assert type(AutoModelForSequenceClassification.from_pretrained(tmp_path / "cls")).__name__ == \
+        "RoofTransformerForSequenceClassification"
+
+
+def test_fusion_learning_rate_multiplier_reaches_the_optimizer(tmp_path, tokenizer):
+    from transformers import TrainingArguments
+
+    from keplm import KeplmTrainer
+
+    model = RoofTransformerForSequenceClassification(_config(tokenizer, num_labels=2))
+    args = TrainingArguments(output_dir=str(tmp_path), learning_rate=2e-5, use_cpu=True, report_to="none")
+    trainer = KeplmTrainer(model=model, args=args, parameter_group_options={"fusion_lr_multiplier": 10})
+    trainer.create_optimizer()
+    lr_of = {id(p): g["lr"] for g in trainer.optimizer.param_groups for p in g["params"]}
+    for name, parameter in model.named_parameters():
+        assert lr_of[id(parameter)] == pytest.approx(2e-4 if name.startswith("roof.fusion.") else 2e-5), name
+
+
+def test_segmentation_types_and_long_text_over_two_encoders(tokenizer, kg):
+    mask = torch.tensor([[1, 1, 1, 0]])
+    types = torch.tensor([[0, 1, 1, 0]])
+    assert segment_ids("type2", mask, types, knowledge=True).tolist() == [[0, 0, 0, 0]]
+    assert segment_ids("type2", mask, types, knowledge=False).tolist() == [[1, 1, 1, 1]]
+    assert segment_ids("type1", mask, types, knowledge=True).tolist() == [[0, 0, 0, 1]]
+    assert segment_ids("type1", mask, types, knowledge=False).tolist() == [[0, 1, 1, 0]]
+    torch.manual_seed(0)
+    model = RoofTransformerForSequenceClassification(_config(tokenizer, num_labels=2, num_text_encoders=2)).eval()
+    window = model.config.text_window
+    ids = torch.randint(5, len(tokenizer), (1, window + 20))
+    knowledge = torch.tensor([[2]])
+    out = model(input_ids=ids, knowledge_input_ids=knowledge)
+    assert out.logits.shape == (1, 2)
+    with pytest.raises(ValueError, match="text encoder"):
+        model(input_ids=torch.randint(5, len(tokenizer), (1, 2 * window + 1)), knowledge_input_ids=knowledge)
+
+
+def test_bad_input_is_a_clear_error(tokenizer, kg):
+    model = RoofTransformerForSequenceClassification(_config(tokenizer, num_labels=2))
+    ids = torch.tensor([[2, 10, 3]])
+    with pytest.raises(ValueError, match="knowledge_input_ids"):
+        model(input_ids=ids)
+    with pytest.raises(ValueError, match="max_knowledge_length"):
+        model(input_ids=ids, knowledge_input_ids=torch.full((1, KNOWLEDGE + 2), 10))
+    with pytest.raises(ValueError, match="vocabulary"):
+        model(input_ids=torch.tensor([[2, 10_000, 3]]), knowledge_input_ids=torch.tensor([[2]]))
+    with pytest.raises(ValueError, match="max_knowledge_length"):
+        _processor(tokenizer, kg).__class__(tokenizer, KnowledgeAssets(kg=kg), max_knowledge_length=200).check_config(
+            model.config)
+    with pytest.raises(ValueError, match="fusion"):
+        RoofTransformerConfig(encoder_config=tiny_encoder_config(tokenizer), fusion="roofless")

@@ -1,0 +1,104 @@
+"""run_scripts/run_glue.py end to end on a tiny model and tiny RTE-like files: the three systems, the roof variants,
+cached knowledge encoding, and the knowledge statistics in the results."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import pytest
+
+from .test_run_scripts import load_script, write_tiny_files
+
+PAIRS = [("paris is the capital of france .", "paris is in france .", 0),
+         ("berlin is a city in germany .", "berlin is in england .", 1),
+         ("john lives in london .", "london is a city .", 0),
+         ("mary visited new york .", "new york is in usa .", 0),
+         ("the seine flows through paris .", "the thames flows through paris .", 1),
+         ("acme bank is in berlin .", "who works for acme bank ?", 1)]
+
+
+def write_glue_files(root) -> dict[str, str]:
+    """RTE-like train / validation CSV files of PAIRS under ``root``."""
+    root.mkdir(parents=True, exist_ok=True)
+    files = {}
+    for split, rows in (("train", PAIRS), ("validation", PAIRS[:4])):
+        path = root / f"{split}.csv"
+        with open(path, "w", newline="") as f:
+            writer = csv.writer(f)
+            writer.writerow(["sentence1", "sentence2", "label", "idx"])
+            writer.writerows([a, b, label, i] for i, (a, b, label) in enumerate(rows))
+        files[split] = str(path)
+    return files
+
+
+@pytest.fixture(scope="module")
+def glue_files(tmp_path_factory, tokenizer, kg):
+    root = tmp_path_factory.mktemp("glue")
+    return write_tiny_files(root / "tiny", tokenizer, kg), write_glue_files(root)
+
+
+def glue_args(tiny, files, out, *extra):
+    return ["--model_name_or_path", tiny["model"], "--task_name", "rte", "--train_file", files["train"],
+            "--validation_file", files["validation"], "--kg", tiny["kg"], "--output_dir", str(out),
+            "--do_train", "--do_eval", "--max_steps", "2", "--per_device_train_batch_size", "3",
+            "--max_seq_length", "32", "--max_knowledge_length", "48", "--fusion_layers", "1", "--selection", "no_tail",
+            "--save_strategy", "no", "--report_to", "none", "--disable_tqdm", "1", "--use_cpu", "--seed", "0", *extra]
+
+
+@pytest.mark.parametrize("extra", [["--system", "bert"], ["--system", "bert_with_knowledge"],
+                                   ["--system", "roof", "--fusion", "transformer"],
+                                   ["--system", "roof", "--fusion", "lstm", "--segmentation", "type1"],
+                                   ["--system", "roof", "--cached_knowledge_encoder"]])
+def test_run_glue_systems(glue_files, tmp_path, extra):
+    tiny, files = glue_files
+    if "--cached_knowledge_encoder" in extra:
+        extra = [*extra, "--knowledge_cache_dir", str(tmp_path / "cache")]
+    results = load_script("run_glue").main(glue_args(tiny, files, tmp_path / "out", *extra))
+    assert 0.0 <= results["eval_accuracy"] <= 1.0
+    saved = json.loads((tmp_path / "out" / "all_results.json").read_text())
+    if "roof" in extra:
+        assert saved["knowledge_train_share_with_knowledge"] > 0.5 and saved["knowledge_train_kept"] > 0
+    if "bert_with_knowledge" in extra:
+        assert saved["knowledge_train_appended_tokens_per_example"] > 0
+    if "--cached_knowledge_encoder" in extra:
+        assert list((tmp_path / "cache").rglob("*.safetensors"))  # encodings persisted for the next run
+    assert (tmp_path / "out" / "README.md").is_file()
+
+
+def _roof_qa_args(tiny, out, *extra):
+    return ["--model_type", "roof_transformer", "--model_name_or_path", tiny["model"], "--dataset_name", tiny["squad"],
+            "--output_dir", str(out), "--kg", tiny["kg"], "--split_by_article", "2", "1", "1", "--selection", "no_tail",
+            "--max_seq_length", "32", "--doc_stride", "8", "--max_knowledge_length", "24", "--fusion_layers", "1",
+            "--max_steps", "3", "--per_device_train_batch_size", "4", "--per_device_eval_batch_size", "3",
+            "--save_strategy", "no", "--report_to", "none", "--disable_tqdm", "1", "--use_cpu", "--seed", "0", *extra]
+
+
+def test_run_qa_trains_roof_with_squad_post_processing(glue_files, tmp_path):
+    """run_qa --model_type roof_transformer: the SQuAD article split and n-best post-processing of KALA's runs, answers
+    from the context, knowledge statistics per example; the saved checkpoint is found as Roof and gives the same
+    answers when it is evaluated again (model type from its config)."""
+    tiny, _ = glue_files
+    from keplm.io_utils import read_json
+
+    run_qa = load_script("run_qa")
+    out = tmp_path / "roof"
+    results = run_qa.main(_roof_qa_args(tiny, out, "--do_train", "--do_eval", "--do_predict"))
+    assert 0.0 <= results["eval_f1"] <= 100.0 and "predict_exact_match" in results
+    predictions = read_json(out / "eval_predictions.json")
+    assert set(predictions) == {"q2-0", "q2-1"}
+    assert results["knowledge_validation_examples"] == 2  # windows of one question counted once
+    assert results["knowledge_train_windows_examples"] >= 4
+    assert read_json(out / "config.json")["model_type"] == "roof_transformer"
+
+    again = tmp_path / "again"
+    args = _roof_qa_args(tiny, again, "--do_eval")[2:]  # no --model_type: the checkpoint says Roof
+    args[args.index("--model_name_or_path") + 1] = str(out)
+    run_qa.main(args)
+    assert read_json(again / "eval_predictions.json") == predictions
+
+
+def test_run_qa_rejects_appended_knowledge(glue_files, tmp_path):
+    tiny, _ = glue_files
+    with pytest.raises(ValueError, match="bert_with_knowledge"):
+        load_script("run_qa").main(_roof_qa_args(tiny, tmp_path, "--system", "bert_with_knowledge", "--do_train"))
