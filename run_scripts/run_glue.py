@@ -78,7 +78,7 @@ def main(args: list[str] | None = None) -> dict:
     features = build_features(raw, lambda split: Featurizer(
         processor, "prepare_pair_features", with_knowledge=roof_args.uses_knowledge,
         text_columns=list(task.text_columns), max_length=data_args.max_seq_length,
-        append_knowledge=roof_args.system == "bert_with_knowledge",
+        **appended_knowledge(processor, roof_args, data_args),
     ), data_args, training_args)
     model = maybe_add_lora(model, model_args)
     trainer = KeplmTrainer(
@@ -106,6 +106,19 @@ def main(args: list[str] | None = None) -> dict:
         if training_args.push_to_hub:
             trainer.push_to_hub()
     return results
+
+
+def appended_knowledge(processor, roof_args: RoofArguments, data_args: GlueDataArguments) -> dict:
+    """bert_with_knowledge: the text keeps its ``max_seq_length`` and the knowledge its ``max_knowledge_length``
+    after it, as Roof's two encoders read them, within the encoder's positions (``model_max_length``)."""
+    if roof_args.system != "bert_with_knowledge":
+        return {}
+    total = data_args.max_seq_length + roof_args.max_knowledge_length
+    limit = processor.tokenizer.model_max_length
+    if total > limit:
+        logger.warning("text + knowledge = %d tokens exceed the encoder's %d: the knowledge is cut at %d", total,
+                       limit, limit)
+    return {"append_knowledge": True, "max_total_length": min(total, limit)}
 
 
 def _collator(processor, model, data_args):

@@ -3,8 +3,10 @@
 
     python scripts/summarize_runs.py outputs/experiments/wnut/seed*/summary.json
 
-Prints a markdown table: validation and test F1 (and EM for QA), test F1 on the seen / unseen subsets (paper 5.4),
-the unseen subset's size, and each run's wall time.
+Prints a markdown table: validation and test scores (F1, EM for QA, accuracy / F1 / Matthews for GLUE), test F1 on
+the seen / unseen subsets (KALA 5.4) and the unseen subset's size, Roof-Transformer's knowledge selection statistics
+(share of training examples with any triple, triples kept and cut per example, appended tokens), and each run's
+wall time.
 """
 
 from __future__ import annotations
@@ -13,8 +15,16 @@ import json
 import statistics
 import sys
 
-ROWS = [("validation F1", "eval_f1"), ("test EM", "predict_exact_match"), ("test F1", "predict_f1"),
-        ("test F1, seen contexts", "predict_seen_f1"), ("test F1, unseen contexts", "predict_unseen_f1")]
+#: (label, results key, scaled): scaled rows are fractions for seqeval and GLUE, percentages for SQuAD
+ROWS = [("validation accuracy", "eval_accuracy", True), ("validation F1", "eval_f1", True),
+        ("validation Matthews corr.", "eval_matthews_correlation", True), ("validation EM", "eval_exact_match", True),
+        ("test EM", "predict_exact_match", True), ("test F1", "predict_f1", True),
+        ("test F1, seen contexts", "predict_seen_f1", True), ("test F1, unseen contexts", "predict_unseen_f1", True),
+        ("train examples with knowledge (%)", "knowledge_train_share_with_knowledge", "percent"),
+        ("train triples kept per example", "knowledge_train_kept_per_example", False),
+        ("train triples cut per example", "knowledge_train_cut", "per_example"),
+        ("train knowledge tokens appended per example", "knowledge_train_appended_tokens_per_example", False)]
+QA_TASKS = ("qa", "squad")
 
 
 def _cell(values: list[float], digits: int = 2) -> str:
@@ -28,15 +38,24 @@ def main(paths: list[str]) -> None:
     summaries = [json.load(open(p)) for p in paths]
     systems = summaries[0]["settings"]["systems"]
     first = summaries[0]["results"][systems[0]]
-    scale = 1.0 if summaries[0]["settings"].get("task") == "qa" else 100.0  # seqeval gives fractions, SQuAD percent
+    scale = 1.0 if summaries[0]["settings"].get("task") in QA_TASKS else 100.0  # seqeval/GLUE: fractions
     print(f"{len(summaries)} seeds: {[s['settings']['seed'] for s in summaries]}; test contexts seen / unseen: "
           f"{first.get('predict_seen_examples')} / {first.get('predict_unseen_examples')}")
     print("| metric | " + " | ".join(systems) + " |\n|---|" + "---:|" * len(systems))
-    for label, key in ROWS:
+    for label, key, scaled in ROWS:
         if not any(key in s["results"][system] for s in summaries for system in systems):
             continue
-        cells = [_cell([scale * s["results"][system][key] for s in summaries if key in s["results"][system]])
-                 for system in systems]
+        cells = []
+        for system in systems:
+            values = []
+            for s in summaries:
+                result = s["results"][system]
+                if key not in result:
+                    continue
+                factor = {True: scale, False: 1.0, "percent": 100.0,
+                          "per_example": 1.0 / max(result.get("knowledge_train_examples", 1), 1)}[scaled]
+                values.append(factor * result[key])
+            cells.append(_cell(values))
         print(f"| {label} | " + " | ".join(cells) + " |")
     times = [_cell([s["durations_s"][system] for s in summaries if s.get("durations_s", {}).get(system)], 0)
              for system in systems]

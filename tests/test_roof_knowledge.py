@@ -317,6 +317,24 @@ def test_pair_features_select_from_both_sentences(tok, fig_kg):
     assert set(bare) == {"input_ids", "token_type_ids", "attention_mask"}
 
 
+
+def test_appended_knowledge_follows_the_truncated_text_within_the_total_budget(tok, fig_kg):
+    """bert_with_knowledge: the text is cut at max_length as for Roof, the units follow it (type B) up to
+    max_total_length, and what does not fit is counted."""
+    processor = RoofTransformerProcessor(tok, KnowledgeAssets(kg=fig_kg), verbalization="exp1")
+    pair = {"sentence1": ["He studied at Harvard and more words here ."], "sentence2": ["Bill Gates is a founder."],
+            "label": [1]}
+    text = processor.prepare_pair_features(pair, max_length=12, with_knowledge=False)["input_ids"][0]
+    units = processor.knowledge_for_texts([pair["sentence1"][0], pair["sentence2"][0]]).input_ids[1:]
+    appended = processor.prepare_pair_features(pair, max_length=12, append_knowledge=True, max_total_length=12 + 5)
+    assert appended["input_ids"][0] == text + units[:5]
+    assert appended["token_type_ids"][0][len(text):] == [1] * 5
+    assert appended["num_appended_knowledge_tokens"] == [5]
+    assert appended["num_cut_knowledge_tokens"] == [len(units) - 5]
+    whole = processor.prepare_pair_features(pair, max_length=12, append_knowledge=True, max_total_length=64)
+    assert whole["input_ids"][0] == text + units and whole["num_cut_knowledge_tokens"] == [0]
+    assert "knowledge_input_ids" not in whole
+
 def test_qa_windows_share_their_example_knowledge_from_the_context(tok, fig_kg, monkeypatch):
     processor = RoofTransformerProcessor(tok, KnowledgeAssets(kg=fig_kg))
     context = "Bill Gates is a founder of Microsoft and he studied at Harvard " + "the company " * 20

@@ -86,8 +86,10 @@ class KnowledgeEncodingCache:
 
         self.folder.mkdir(parents=True, exist_ok=True)
         index = len(list(self.folder.glob("*.safetensors")))
-        save_file({k: v.detach().cpu().contiguous() for k, v in self._new.items()},
-                  self.folder / f"shard-{index:05d}-{os.getpid()}.safetensors")
+        shard = self.folder / f"shard-{index:05d}-{os.getpid()}.safetensors"
+        partial = shard.with_suffix(".partial")  # renamed when complete: concurrent runs never read half a shard
+        save_file({k: v.detach().cpu().contiguous() for k, v in self._new.items()}, partial)
+        os.replace(partial, shard)
         self._new = {}
 
     def __len__(self) -> int:

@@ -493,6 +493,7 @@ class RoofTransformerProcessor(KeplmProcessor):
         with_knowledge: bool = True,
         triple_ids: str = "auto",
         append_knowledge: bool = False,
+        max_total_length: int | None = None,
     ) -> dict:
         """``datasets.map(batched=True)`` function for sentence(-pair) classification / regression (GLUE): one feature
         per example, ``[CLS] s1 [SEP] s2 [SEP]`` truncated to ``max_length`` (one text column: CoLA, SST-2),
@@ -500,8 +501,9 @@ class RoofTransformerProcessor(KeplmProcessor):
         Knowledge comes from ``triples_column`` when the batch has it, else from the annotation columns (default
         ``knowledge``, ``knowledge_2``, ...; see :meth:`link_text_columns`), else from linking the texts.
         ``append_knowledge``: the one-encoder baseline with knowledge (paper §4.6): the verbalised units follow the
-        text in ``input_ids`` (token type B) up to ``max_length`` instead of forming their own sequence; the appended
-        and the cut knowledge tokens are counted per example."""
+        text in ``input_ids`` (token type B) up to ``max_total_length`` (default ``max_length``: the text is truncated
+        to ``max_length`` first, so knowledge never displaces text) instead of forming their own sequence; the
+        appended and the cut knowledge tokens are counted per example."""
         if not 1 <= len(text_columns) <= 2:
             raise ValueError(f"text_columns must name one or two columns, got {list(text_columns)}")
         texts = [examples[column] for column in text_columns]
@@ -521,7 +523,7 @@ class RoofTransformerProcessor(KeplmProcessor):
                 [column[i] if column is not None else None for column in annotations],
                 triples[i] if triples is not None else None, max_knowledge_length, triple_ids)
             if appended:  # one encoder reads the text, then the units: "[CLS] s1 [SEP] s2 [SEP] u1 [SEP] u2 [SEP]"
-                room = max_length - len(out["input_ids"][i])
+                room = (max_total_length or max_length) - len(out["input_ids"][i])
                 units = knowledge.input_ids[1 : 1 + room]
                 out["input_ids"][i] = out["input_ids"][i] + units
                 out["attention_mask"][i] = out["attention_mask"][i] + [1] * len(units)

@@ -1,0 +1,126 @@
+#!/usr/bin/env python
+"""Roof-Transformer's comparisons (paper §4) on GLUE tasks and SQuAD, several seeds, sized for a 2-core CPU.
+
+    python scripts/roof_experiments.py --preset rte --seeds 1 2 3 --jobs 2
+    python scripts/summarize_runs.py outputs/roof_experiments/rte/seed*/summary.json
+
+Variants: ``bert`` (the text encoder alone), ``bert_with_knowledge`` (one encoder, the verbalised knowledge after
+the text), ``roof`` (TASK + KB encoders, 3-layer pretrained roof, has_tail, joint KB encoding, roof at 10x the
+learning rate) and one-change ablations of ``roof``: ``roof_cached`` (frozen, cached KB encoder), ``roof_no_tail``,
+``roof_lr1x``, ``roof_random`` / ``roof_lstm`` / ``roof_linear`` (the roof). Every run reads the same KG (the
+FB15k-237 names merged with the T-REx facts), links case-sensitively and verbalises with exp2. Cached runs share
+one encoding cache under the output folder, so later seeds reuse the encodings (the paper's point, 4.4). The
+runs go through ``run_scripts/run_glue.py`` / ``run_scripts/run_qa.py`` via ``scripts/experiments.py``'s queue;
+each seed's ``summary.json`` holds the settings (no machine paths), every run's ``all_results.json`` and wall
+times.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from experiments import DEFAULT_MODEL, NEWS_KG, model_path, run_queue, seed_summary  # noqa: E402
+
+ROOF = ["--system", "roof"]
+VARIANTS = {
+    "bert": ["--system", "bert"],
+    "bert_with_knowledge": ["--system", "bert_with_knowledge"],
+    "roof": ROOF,
+    "roof_cached": [*ROOF, "--cached_knowledge_encoder"],
+    "roof_no_tail": [*ROOF, "--selection", "no_tail"],
+    "roof_lr1x": [*ROOF, "--fusion_lr_multiplier", "1"],
+    "roof_random": [*ROOF, "--fusion", "transformer_random"],
+    "roof_lstm": [*ROOF, "--fusion", "lstm"],
+    "roof_linear": [*ROOF, "--fusion", "linear"],
+}
+GLUE = {"train": "1000", "eval": "all", "epochs": "2", "lr": "5e-5", "batch": "16", "max_seq_length": "128",
+        "max_knowledge_length": "64", "fusion_layers": "3", "kg": NEWS_KG}
+PRESETS = {
+    "rte": {**GLUE, "task": "rte", "variants": list(VARIANTS)},
+    "mrpc": {**GLUE, "task": "mrpc", "variants": ["bert", "bert_with_knowledge", "roof", "roof_cached",
+                                                  "roof_no_tail"]},
+    "cola": {**GLUE, "task": "cola", "train": "2000", "max_seq_length": "64",
+             "variants": ["bert", "bert_with_knowledge", "roof", "roof_no_tail"]},
+    # QA: the KALA squad preset's split and sizes; a 4-layer roof (paper 6.3)
+    "squad": {"task": "squad", "dataset": "{data}/squad_v1.1/dev-v1.1.json.gz", "train": "600", "eval": "200",
+              "predict": "all", "epochs": "2", "lr": "1e-4", "batch": "16", "max_seq_length": "256",
+              "max_knowledge_length": "64", "fusion_layers": "4", "kg": NEWS_KG, "variants": ["bert", "roof"]},
+}
+
+
+def make_settings(preset: str, data_dir: str = "../shared/data", **overrides) -> dict:
+    if preset not in PRESETS:
+        raise ValueError(f"unknown preset {preset!r}; choose from {sorted(PRESETS)}")
+    cfg = {key: (value.format(data=data_dir) if isinstance(value, str) else value)
+           for key, value in PRESETS[preset].items()}
+    cfg.update({"preset": preset, "data_dir": data_dir, "model": DEFAULT_MODEL})
+    cfg.update({key: value for key, value in overrides.items() if value is not None})
+    unknown = [v for v in cfg["variants"] if v not in VARIANTS]
+    if unknown:
+        raise ValueError(f"unknown variants {unknown}; choose from {list(VARIANTS)}")
+    return cfg
+
+
+def command(cfg: dict, variant: str, seed: str, output_dir: str, cache_dir: str) -> list[str]:
+    """The run-script command line of one (variant, seed) run."""
+    common = [
+        "--model_name_or_path", model_path(cfg["model"]), "--kg", cfg["kg"], "--link_case_sensitive",
+        "--max_train_samples", cfg["train"], "--do_train", "--do_eval", "--output_dir", output_dir,
+        "--num_train_epochs", cfg["epochs"], "--learning_rate", cfg["lr"], "--warmup_steps", "0.1",
+        "--per_device_train_batch_size", cfg["batch"], "--per_device_eval_batch_size", "64", "--seed", seed,
+        "--max_seq_length", cfg["max_seq_length"], "--max_knowledge_length", cfg["max_knowledge_length"],
+        "--fusion_layers", cfg["fusion_layers"], "--save_strategy", "no", "--logging_steps", "25",
+        "--report_to", "none", "--disable_tqdm", "1", *VARIANTS[variant],
+    ]
+    if "--cached_knowledge_encoder" in VARIANTS[variant]:
+        common += ["--knowledge_cache_dir", cache_dir]
+    if cfg["eval"] != "all":
+        common += ["--max_eval_samples", cfg["eval"]]
+    if cfg["task"] == "squad":
+        return [sys.executable, os.path.join("run_scripts", "run_qa.py"), "--model_type", "roof_transformer",
+                "--dataset_name", cfg["dataset"], "--split_by_article", "38", "5", "5", "--doc_stride", "64",
+                "--do_predict", *(["--max_predict_samples", cfg["predict"]] if cfg["predict"] != "all" else []),
+                *common]
+    return [sys.executable, os.path.join("run_scripts", "run_glue.py"), "--task_name", cfg["task"],
+            "--data_dir", os.path.join(cfg["data_dir"], "glue"), *common]
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--preset", required=True, choices=sorted(PRESETS))
+    parser.add_argument("--variants", default=None, help=f"comma-separated subset of {','.join(VARIANTS)}")
+    parser.add_argument("--seeds", nargs="+", default=["1", "2", "3"])
+    parser.add_argument("--jobs", type=int, default=2, help="runs at once (one thread each on 2 cores)")
+    parser.add_argument("--output_dir", default=None, help="default: outputs/roof_experiments/<preset>")
+    parser.add_argument("--data_dir", default="../shared/data")
+    parser.add_argument("--model", default=None, help=f"encoder (default: {DEFAULT_MODEL})")
+    for key in ("train", "eval", "epochs", "lr", "batch", "kg", "max_seq_length", "max_knowledge_length"):
+        parser.add_argument(f"--{key}", default=None)
+    args = parser.parse_args(argv)
+    overrides = {k: getattr(args, k) for k in ("model", "train", "eval", "epochs", "lr", "batch", "kg",
+                                                "max_seq_length", "max_knowledge_length")}
+    if args.variants:
+        overrides["variants"] = args.variants.split(",")
+    cfg = make_settings(args.preset, args.data_dir, **overrides)
+    output_dir = args.output_dir or f"outputs/roof_experiments/{args.preset}"
+    cache_dir = os.path.join(output_dir, "knowledge_cache")
+    jobs = [(f"seed{seed}/{variant}",
+             command(cfg, variant, seed, os.path.join(output_dir, f"seed{seed}", variant), cache_dir),
+             os.path.join(output_dir, f"seed{seed}", f"{variant}.log"))
+            for seed in args.seeds for variant in cfg["variants"]]
+    start = time.time()
+    durations = run_queue(jobs, args.jobs)
+    for seed in args.seeds:
+        seed_summary(cfg, cfg["variants"], seed, os.path.join(output_dir, f"seed{seed}"), durations)
+    print(f"[roof_experiments] {args.preset}: {len(args.seeds)} seed(s) in {time.time() - start:.0f}s; table: "
+          f"python scripts/summarize_runs.py {output_dir}/seed*/summary.json")
+
+
+if __name__ == "__main__":
+    main()
