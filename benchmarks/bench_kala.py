@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import os
 import statistics
 import sys
 import time
@@ -33,7 +32,7 @@ from harness import (  # noqa: E402
 )
 from report_paths import command_line  # noqa: E402
 from synthetic import PRESETS, feature_stats, make_features  # noqa: E402
-from workers import WorkerProcess, serve  # noqa: E402
+from workers import run_round_robin, serve  # noqa: E402
 
 TARGET_TIME, TARGET_MEMORY, TARGET_STOCK = 1.10, 1.15, 0.6
 
@@ -86,37 +85,9 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 # ---------------------------------------------------------------------- all systems, interleaved rounds
 def run_systems(args: argparse.Namespace, argv: list[str]) -> dict:
-    """Start one worker per system, warm each up in turn, then time them round robin."""
-    workers = {}
-    try:
-        for system in args.systems:  # one at a time: builds and compilations do not overlap
-            workers[system] = WorkerProcess(os.path.abspath(__file__), argv, system)
-            workers[system].request(None)  # "ready"
-            warm = workers[system].request("warmup")
-            if warm:
-                print(f"  {system:<17} warm-up ms: {', '.join(f'{t:.0f}' for t in warm['warmup_ms'])}", flush=True)
-        rounds = max(1, min(args.rounds or args.steps, args.steps))
-        order = list(workers)
-        round_ms = {system: [] for system in workers}
-        for index in range(rounds):
-            count = args.steps // rounds + (1 if index < args.steps % rounds else 0)
-            for system in order:
-                answer = workers[system].request(f"run {count}")
-                if answer:
-                    round_ms[system].append(statistics.fmean(answer["step_ms"]))
-            order = order[1:] + order[:1]
-        results = {}
-        for system, worker in workers.items():
-            result = worker.request("finish")
-            results[system] = result or {"system": system, "label": SYSTEMS[system][0], "error": worker.error}
-            results[system]["round_ms"] = round_ms[system]
-            r = results[system]
-            status = r.get("error", "")[-300:] or f"median {r['step_ms_median']:.1f} ms"
-            print(f"  {system:<17} {status}", flush=True)
-        return results
-    finally:
-        for worker in workers.values():
-            worker.close()
+    """One worker per system, warmed up in turn, then timed round robin (``workers.run_round_robin``)."""
+    return run_round_robin(__file__, argv, args.systems, {s: SYSTEMS[s][0] for s in SYSTEMS}, args.steps,
+                           args.rounds)
 
 
 # ---------------------------------------------------------------------- collator throughput (parent, 1 thread)

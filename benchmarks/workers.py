@@ -134,9 +134,10 @@ def static_training_mib(model: torch.nn.Module, optimizer: torch.optim.Optimizer
     return total / 2**20
 
 
-def serve(args, system: str) -> None:
-    """Worker main loop (``bench_kala.py --worker SYSTEM``)."""
-    runner = Runner(args, system)
+def serve(args, system: str, runner_class=None) -> None:
+    """Worker main loop (``bench_kala.py --worker SYSTEM``); ``runner_class`` (default: KALA's :class:`Runner`)
+    has ``warmup()``, ``run(count)`` and ``finish()``."""
+    runner = (runner_class or Runner)(args, system)
     _answer({"ready": True})
     for line in sys.stdin:
         command = line.split()
@@ -190,3 +191,40 @@ class WorkerProcess:
             self.proc.wait(timeout=60)
         self.log.close()
         os.unlink(self.log.name)
+
+
+def run_round_robin(script: str, argv: list[str], systems: list[str], labels: dict[str, str], steps: int,
+                    rounds: int | None) -> dict:
+    """Start one worker per system, warm each up in turn (builds and compilations do not overlap), then time them
+    round robin: ``rounds`` rounds (default: one step per system per round), order rotated each round. Each
+    result gets ``round_ms``, the mean step of every round, for paired per-round ratios."""
+    workers = {}
+    try:
+        for system in systems:
+            workers[system] = WorkerProcess(os.path.abspath(script), argv, system)
+            workers[system].request(None)  # "ready"
+            warm = workers[system].request("warmup")
+            if warm:
+                print(f"  {system:<17} warm-up ms: {', '.join(f'{t:.0f}' for t in warm['warmup_ms'])}", flush=True)
+        rounds = max(1, min(rounds or steps, steps))
+        order = list(workers)
+        round_ms = {system: [] for system in workers}
+        for index in range(rounds):
+            count = steps // rounds + (1 if index < steps % rounds else 0)
+            for system in order:
+                answer = workers[system].request(f"run {count}")
+                if answer:
+                    round_ms[system].append(statistics.fmean(answer["step_ms"]))
+            order = order[1:] + order[:1]
+        results = {}
+        for system, worker in workers.items():
+            result = worker.request("finish")
+            results[system] = result or {"system": system, "label": labels[system], "error": worker.error}
+            results[system]["round_ms"] = round_ms[system]
+            r = results[system]
+            status = r.get("error", "")[-300:] or f"median {r['step_ms_median']:.1f} ms"
+            print(f"  {system:<17} {status}", flush=True)
+        return results
+    finally:
+        for worker in workers.values():
+            worker.close()

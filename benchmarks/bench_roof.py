@@ -1,0 +1,377 @@
+#!/usr/bin/env python
+"""Training-step benchmark of Roof-Transformer: cached vs joint (uncached) knowledge encoding, Roof vs one encoder
+with the knowledge appended, and the text-only encoder, side by side in one run (see benchmarks/README.md).
+
+    python benchmarks/bench_roof.py --preset cpu-small --device cpu --threads 1
+    python benchmarks/bench_roof.py --preset paper --device cuda --dtype bf16
+
+Each system runs in its own process (isolated peak memory), warmed up in turn, then timed round robin
+(``workers.run_round_robin``). Features are synthetic sentence pairs of the preset's text length with knowledge
+filled to the knowledge budget by verbalised triples drawn from a fixed pool (so they recur across examples, as
+selected triples do), batched by the real ``KeplmDataCollator``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import shutil
+import statistics
+import sys
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+from harness import (  # noqa: E402
+    autocast_context,
+    device_name,
+    load_average,
+    peak_rss_kib,
+    reset_peak_rss,
+    rss_kib,
+    synchronize,
+    timed,
+)
+from report_paths import command_line  # noqa: E402
+from workers import run_round_robin, serve, static_training_mib  # noqa: E402
+
+CLS_ID, SEP_ID, FIRST_WORD_ID = 101, 102, 1000
+TARGET_CACHED = 1.5  # the issue's GPU target: cached >= 1.5x the joint (uncached) training throughput
+
+SYSTEMS = {
+    "bert": "text encoder alone (fusion=none)",
+    "bert-appended": "one encoder, knowledge appended to the text",
+    "roof": "Roof, joint KB encoding (trained)",
+    "roof-cached": "Roof, cached KB encoder (frozen, §4.4)",
+}
+
+
+@dataclass(frozen=True)
+class Preset:
+    name: str
+    hidden_size: int
+    num_layers: int
+    num_heads: int
+    intermediate_size: int
+    batch_size: int
+    text_len: int
+    knowledge_len: int  # knowledge tokens after [CLS] (paper: 511)
+    fusion_layers: int
+    unit_pool: int  # distinct verbalised triples the examples draw from
+    vocab_size: int = 30522
+
+    def encoder_config(self, positions: int):
+        from transformers import BertConfig
+
+        return BertConfig(vocab_size=self.vocab_size, hidden_size=self.hidden_size,
+                          num_hidden_layers=self.num_layers, num_attention_heads=self.num_heads,
+                          intermediate_size=self.intermediate_size, max_position_embeddings=positions)
+
+
+PRESETS = {
+    # BERT-base at the paper's GLUE setting: 512 text + 511 knowledge tokens, a 3-layer roof
+    "paper": Preset("paper", 768, 12, 12, 3072, batch_size=8, text_len=512, knowledge_len=511, fusion_layers=3,
+                    unit_pool=20_000),
+    # shrunk shape for a small CPU: same proportions (text : knowledge 1 : 1)
+    "cpu-small": Preset("cpu-small", 256, 4, 4, 1024, batch_size=4, text_len=128, knowledge_len=127,
+                        fusion_layers=3, unit_pool=2_000),
+}
+
+
+# ---------------------------------------------------------------------- synthetic features
+def make_features(preset: Preset, count: int, seed: int = 0) -> list[dict]:
+    """Sentence-pair features as ``RoofTransformerProcessor.prepare_pair_features`` emits them: full-length text,
+    knowledge ``[CLS] u_1 [SEP] u_2 [SEP] ...`` filled to the budget with units of 8-24 tokens from the pool."""
+    rng = np.random.default_rng(seed)
+    pool = [rng.integers(FIRST_WORD_ID, preset.vocab_size, size=int(rng.integers(8, 25))).tolist()
+            for _ in range(preset.unit_pool)]
+    features = []
+    for _ in range(count):
+        text = rng.integers(FIRST_WORD_ID, preset.vocab_size, size=preset.text_len)
+        half = preset.text_len // 2
+        text[0], text[half], text[-1] = CLS_ID, SEP_ID, SEP_ID
+        knowledge, units = [CLS_ID], [-1]
+        for number, index in enumerate(rng.permutation(len(pool))):
+            unit = pool[index]
+            if len(knowledge) + len(unit) + 1 > preset.knowledge_len + 1:
+                break
+            knowledge += [*unit, SEP_ID]
+            units += [number] * len(unit) + [-1]
+        features.append({
+            "input_ids": text.tolist(), "attention_mask": [1] * preset.text_len,
+            "token_type_ids": [0] * (half + 1) + [1] * (preset.text_len - half - 1),
+            "knowledge_input_ids": knowledge, "knowledge_attention_mask": [1] * len(knowledge),
+            "knowledge_unit_ids": units, "labels": int(rng.integers(0, 2)),
+        })
+    return features
+
+
+def appended(feature: dict) -> dict:
+    """The one-encoder baseline's feature: the knowledge units (without their [CLS]) after the text, type B."""
+    knowledge = feature["knowledge_input_ids"][1:]
+    return {"input_ids": feature["input_ids"] + knowledge, "attention_mask": [1] * (len(feature["input_ids"])
+                                                                                   + len(knowledge)),
+            "token_type_ids": feature["token_type_ids"] + [1] * len(knowledge), "labels": feature["labels"]}
+
+
+def make_batches(preset: Preset, system: str, num_batches: int, seed: int, pin: bool) -> list[dict]:
+    from keplm.data.collator import KeplmDataCollator
+    from keplm.tokenization.processing_roof_transformer import RoofTransformerProcessor
+
+    collator = KeplmDataCollator(pad_token_id=0, pad_to_multiple_of=8,
+                                 sequence_families=dict(RoofTransformerProcessor.sequence_families))
+    features = make_features(preset, num_batches * preset.batch_size, seed)
+    if system == "bert":
+        features = [{k: f[k] for k in ("input_ids", "attention_mask", "token_type_ids", "labels")} for f in features]
+    elif system == "bert-appended":
+        features = [appended(f) for f in features]
+    batches = [collator(features[i * preset.batch_size:(i + 1) * preset.batch_size]) for i in range(num_batches)]
+    return [{k: v.pin_memory() for k, v in b.items()} for b in batches] if pin else batches
+
+
+def build_model(system: str, preset: Preset, seed: int, cache_dir: str):
+    from keplm.configuration.configuration_roof_transformer import RoofTransformerConfig
+    from keplm.modeling.modeling_roof_transformer import RoofTransformerForSequenceClassification
+
+    torch.manual_seed(seed)
+    positions = 512 if system != "bert-appended" else max(512, preset.text_len + preset.knowledge_len)
+    roof = system.startswith("roof")
+    config = RoofTransformerConfig(
+        encoder_config=preset.encoder_config(positions), num_labels=2,
+        fusion="transformer" if roof else "none", fusion_layers=preset.fusion_layers,
+        knowledge_encoding={"roof": "joint", "roof-cached": "cached"}.get(system, "none"),
+        max_knowledge_length=preset.knowledge_len)
+    model = RoofTransformerForSequenceClassification(config)
+    if system == "roof-cached":
+        model.set_knowledge_cache_directory(cache_dir)
+    return model
+
+
+class RoofRunner:
+    """One system in its own process: model, AdamW (the roof at 10x through the model's parameter groups), batches.
+    The cached system first fills its cache over every batch (the first epoch's extra cost, reported apart)."""
+
+    def __init__(self, args, system: str):
+        from keplm.training.optim import apply_parameter_groups
+
+        self.args, self.system, self.preset = args, system, PRESETS[args.preset]
+        self.device = torch.device(args.device)
+        if args.threads:
+            torch.set_num_threads(args.threads)
+        self.batches = make_batches(self.preset, system, args.num_batches, args.seed, self.device.type == "cuda")
+        self.baseline_kib = rss_kib()
+        self.cache_dir = tempfile.mkdtemp(prefix="bench-roof-cache-")
+        self.model = build_model(system, self.preset, args.seed, self.cache_dir).to(self.device).train()
+        trainable = [p for p in self.model.parameters() if p.requires_grad]
+        optimizer = torch.optim.AdamW(trainable, lr=3e-5, weight_decay=0.01)
+        groups = self.model.parameter_groups(3e-5, fusion_lr_multiplier=10) if system.startswith("roof") else []
+        self.optimizer = apply_parameter_groups(optimizer, groups, 3e-5, betas=(0.9, 0.999), eps=1e-8)
+        self.cache_fill_ms = None
+        if system == "roof-cached":
+            self.cache_fill_ms = 1e3 * timed(self._fill_cache, self.device) / len(self.batches)
+        self.position, self.times, self.warmup_times = 0, [], []
+
+    @torch.no_grad()
+    def _fill_cache(self) -> None:
+        for batch in self.batches:
+            batch = {k: v.to(self.device) for k, v in batch.items()}
+            roof = self.model.roof
+            roof.knowledge_cache.encode(roof.knowledge_encoder, batch["knowledge_input_ids"],
+                                        batch["knowledge_attention_mask"], batch["knowledge_unit_ids"])
+
+    def _step(self, batch: dict) -> None:
+        batch = {k: v.to(self.device, non_blocking=True) for k, v in batch.items()}
+        with autocast_context(self.device, self.args.dtype):
+            loss = self.model(**batch).loss
+        loss.backward()
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+
+    def _run(self, count: int) -> list[float]:
+        out = []
+        for _ in range(count):
+            out.append(timed(self._step, self.device, self.batches[self.position % len(self.batches)]))
+            self.position += 1
+        return out
+
+    def warmup(self) -> dict:
+        self.warmup_times = self._run(self.args.warmup)
+        synchronize(self.device)
+        if self.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(self.device)
+        else:
+            reset_peak_rss()
+        return {"warmup_ms": [1e3 * t for t in self.warmup_times]}
+
+    def run(self, count: int) -> dict:
+        times = self._run(count)
+        self.times += times
+        return {"step_ms": [1e3 * t for t in times]}
+
+    def finish(self) -> dict:
+        times = self.times
+        if self.device.type == "cuda":
+            peak = torch.cuda.max_memory_allocated(self.device) / 2**20
+        else:
+            high = peak_rss_kib()
+            peak = (high - self.baseline_kib) / 1024 if high and self.baseline_kib else None
+        cache = self.model.roof.knowledge_cache if self.system.startswith("roof") else None
+        shutil.rmtree(self.cache_dir, ignore_errors=True)
+        return {
+            "system": self.system, "label": SYSTEMS[self.system],
+            "params_m": sum(p.numel() for p in self.model.parameters()) / 1e6,
+            "trainable_m": sum(p.numel() for p in self.model.parameters() if p.requires_grad) / 1e6,
+            "static_mib": static_training_mib(self.model, self.optimizer),
+            "steps": len(times), "step_ms_mean": 1e3 * statistics.fmean(times),
+            "step_ms_median": 1e3 * statistics.median(times), "step_ms_min": 1e3 * min(times),
+            "step_ms_max": 1e3 * max(times), "samples_per_s": self.preset.batch_size / statistics.fmean(times),
+            "tokens_per_example": statistics.fmean(b["input_ids"].shape[1] + b.get(
+                "knowledge_input_ids", torch.empty(0, 0)).shape[1] for b in self.batches),
+            "peak_memory_mib": peak, "cache_fill_ms_per_batch": self.cache_fill_ms,
+            "cache_hits": cache.hits if cache is not None else None,
+            "cache_misses": cache.misses if cache is not None else None,
+        }
+
+
+# ---------------------------------------------------------------------- report
+def ratio(results: dict, system: str, base: str, key: str = "step_ms_median") -> float | None:
+    """``key`` of ``system`` over ``base``; step times: median of the paired per-round ratios."""
+    a, b = results.get(system, {}), results.get(base, {})
+    if a.get(key) is None or not b.get(key):
+        return None
+    if key == "step_ms_median" and a.get("round_ms") and len(a["round_ms"]) == len(b.get("round_ms", [])):
+        return statistics.median(x / y for x, y in zip(a["round_ms"], b["round_ms"]))
+    return a[key] / b[key]
+
+
+def _fmt(value, digits=2, suffix=""):
+    return "n/a" if value is None else f"{value:.{digits}f}{suffix}"
+
+
+def markdown_report(meta: dict, results: dict) -> str:
+    cuda = meta["device"] == "cuda"
+    speedup = ratio(results, "roof", "roof-cached")  # joint step / cached step = cached throughput gain
+    verdict = "n/a" if speedup is None else ("PASS" if speedup >= TARGET_CACHED else "FAIL")
+    lines = [
+        f"# Roof-Transformer training-step benchmark: preset `{meta['preset']}` on {meta['device_name']}", "",
+        f"- Date: {meta['date']}", f"- Command: `{meta['command']}`",
+        f"- Device: `{meta['device']}` — {meta['device_name']}; load average before/after: {meta['load_before']} / "
+        f"{meta['load_after']}",
+        f"- Software: torch {meta['torch']}, transformers {meta['transformers']}, Python {meta['python']}",
+        f"- Shape: {meta['shape']}",
+        f"- Settings: dtype {meta['dtype']}, AdamW (roof at 10x), warm-up {meta['warmup']} + {meta['steps']} timed "
+        f"steps in {meta['rounds']} round-robin rounds, torch threads per worker {meta['threads']}, "
+        f"{meta['num_batches']} distinct batches cycled; the cached system's cache is filled over all batches "
+        "before its warm-up (steady state after the first epoch; the fill is reported per batch).",
+        "- Step = host→device copy + forward + backward + optimizer.step + zero_grad"
+        + (", CUDA-synchronised." if cuda else ".") + " Memory: "
+        + ("torch.cuda.max_memory_allocated during the timed steps." if cuda else
+           "peak RSS during the timed steps minus RSS before the model was built."),
+        "",
+        "| System | Params (M) | Trainable (M) | Static MiB | Tokens/example | Step median (ms) | min–max (ms) | "
+        "Samples/s | Peak mem (MiB) | Time × roof | Mem × roof | Notes |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for system, r in results.items():
+        if "error" in r:
+            lines.append(f"| {r['label']} | | | | | | | | | | | ERROR: {r['error'][-200:].replace('|', '/')} |")
+            continue
+        notes = []
+        if r.get("cache_fill_ms_per_batch") is not None:
+            notes.append(f"cache fill {r['cache_fill_ms_per_batch']:.0f} ms/batch; hits/misses "
+                         f"{r['cache_hits']}/{r['cache_misses']}")
+        lines.append(
+            f"| {r['label']} | {r['params_m']:.1f} | {r['trainable_m']:.1f} | {r['static_mib']:.0f} | "
+            f"{r['tokens_per_example']:.0f} | {r['step_ms_median']:.1f} | {r['step_ms_min']:.0f}–{r['step_ms_max']:.0f}"
+            f" | {r['samples_per_s']:.2f} | {_fmt(r['peak_memory_mib'], 0)} | "
+            f"{_fmt(ratio(results, system, 'roof'), 3, '×')} | "
+            f"{_fmt(ratio(results, system, 'roof', 'peak_memory_mib'), 3, '×')} | {'; '.join(notes)} |")
+    lines += [
+        "", "Time ratios: median over the rounds of (system step / roof step in the same round); memory: peak over "
+        "peak.", "",
+        "| Comparison | Value |", "|---|---:|",
+        f"| cached throughput / joint (uncached) throughput | {_fmt(speedup, 3, '×')} |",
+        f"| Roof (joint) step / one encoder with knowledge appended | "
+        f"{_fmt(ratio(results, 'roof', 'bert-appended'), 3, '×')} |",
+        f"| Roof (cached) step / one encoder with knowledge appended | "
+        f"{_fmt(ratio(results, 'roof-cached', 'bert-appended'), 3, '×')} |",
+        f"| Roof (joint) step / text encoder alone | {_fmt(ratio(results, 'roof', 'bert'), 3, '×')} |",
+        f"| Roof (joint) peak memory / one encoder with knowledge appended | "
+        f"{_fmt(ratio(results, 'roof', 'bert-appended', 'peak_memory_mib'), 3, '×')} |",
+        "",
+        f"Target (GPU, BERT-base shapes): cached ≥ {TARGET_CACHED}× joint throughput — this run: {verdict}"
+        + ("" if cuda else " (CPU, shrunk shape: informative only; the target is checked on the GPU)") + ".",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--preset", choices=sorted(PRESETS), default="cpu-small")
+    p.add_argument("--device", choices=["cuda", "cpu"], default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--dtype", choices=["bf16", "fp32"], default=None, help="default: bf16 on cuda, fp32 on cpu")
+    p.add_argument("--steps", type=int, default=None, help="timed steps (default: 30 paper, 12 cpu-small)")
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--rounds", type=int, default=None, help="round-robin rounds (default: one step per round)")
+    p.add_argument("--num-batches", type=int, default=8, help="distinct collated batches, cycled")
+    p.add_argument("--systems", default=",".join(SYSTEMS), help=f"comma list of {', '.join(SYSTEMS)}")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--json", help="write all results to this JSON file")
+    p.add_argument("--markdown", help="also write the markdown report to this file")
+    p.add_argument("--worker", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        p.error("--device cuda but torch.cuda.is_available() is False")
+    args.dtype = args.dtype or ("bf16" if args.device == "cuda" else "fp32")
+    args.steps = args.steps if args.steps is not None else (30 if args.preset == "paper" else 12)
+    args.systems = [s.strip() for s in args.systems.split(",") if s.strip()]
+    unknown = [s for s in args.systems if s not in SYSTEMS]
+    if unknown:
+        p.error(f"unknown systems {unknown}; choose from {list(SYSTEMS)}")
+    return args
+
+
+def main(argv=None) -> None:
+    import transformers
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parse_args(argv)
+    if args.worker:
+        serve(args, args.worker, RoofRunner)
+        return
+    preset = PRESETS[args.preset]
+    meta = {
+        "date": datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M:%S %Z"),
+        "command": command_line("benchmarks/bench_roof.py", argv), "device": args.device,
+        "device_name": device_name(torch.device(args.device)), "preset": args.preset, "preset_values": asdict(preset),
+        "shape": (f"BERT {preset.num_layers} layers, hidden {preset.hidden_size}, {preset.num_heads} heads, FFN "
+                  f"{preset.intermediate_size}; batch {preset.batch_size}; text {preset.text_len} + knowledge "
+                  f"{preset.knowledge_len} tokens (+[CLS]); roof {preset.fusion_layers} transformer layers; units of "
+                  f"8-24 tokens from a pool of {preset.unit_pool}; the appended baseline reads text + knowledge in one "
+                  "sequence (position embeddings extended where needed)"),
+        "dtype": args.dtype, "steps": args.steps, "warmup": args.warmup, "num_batches": args.num_batches,
+        "rounds": min(args.rounds or args.steps, args.steps), "threads": args.threads or torch.get_num_threads(),
+        "torch": torch.__version__, "transformers": transformers.__version__, "python": sys.version.split()[0],
+        "load_before": load_average(),
+    }
+    print(f"# {meta['date']} — {meta['device_name']} — {meta['command']}", flush=True)
+    results = run_round_robin(__file__, argv, args.systems, SYSTEMS, args.steps, args.rounds)
+    meta["load_after"] = load_average()
+    report = markdown_report(meta, results)
+    print(report)
+    if args.markdown:
+        Path(args.markdown).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.markdown).write_text(report)
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps({"meta": meta, "systems": results}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
