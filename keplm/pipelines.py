@@ -1,10 +1,12 @@
 """Raw text in, answers out: transformers pipelines for keplm models, registered as tasks of keplm's own.
 
-After ``import keplm``, ``pipeline("keplm-ner", model=repo_or_dir)`` and ``pipeline("keplm-qa", model=repo_or_dir)``
-load the model and its processor (with the model's KG, from the same commit), link the raw text against that KG,
-and return what HF pipelines return: entity groups with character offsets and scores for NER, answer / score /
-start / end for QA (long contexts in stride windows). ``batch_size`` batches through keplm's collator. transformers
-5 removed the ``question-answering`` pipeline task, hence keplm's own task names.
+After ``import keplm``, ``pipeline("keplm-ner", model=repo_or_dir)``, ``pipeline("keplm-qa", model=repo_or_dir)``
+and ``pipeline("keplm-text-classification", model=repo_or_dir)`` load the model and its processor (with the
+model's KG, from the same commit), link the raw text against that KG, and return what HF pipelines return: entity
+groups with character offsets and scores for NER, answer / score / start / end for QA (long contexts in stride
+windows), label / score for sentence (pair) classification. ``batch_size`` batches through keplm's collator. KALA
+serves NER and QA, Roof-Transformer QA and classification. transformers 5 removed the ``question-answering``
+pipeline task, hence keplm's own task names.
 """
 
 from __future__ import annotations
@@ -13,7 +15,12 @@ from functools import partial
 
 import numpy as np
 from torch.utils.data import DataLoader
-from transformers import AutoModelForQuestionAnswering, AutoModelForTokenClassification, Pipeline
+from transformers import (
+    AutoModelForQuestionAnswering,
+    AutoModelForSequenceClassification,
+    AutoModelForTokenClassification,
+    Pipeline,
+)
 from transformers.pipelines import PIPELINE_REGISTRY
 from transformers.pipelines.base import ChunkPipeline
 from transformers.pipelines.pt_utils import (
@@ -29,6 +36,7 @@ from keplm.training.qa_postprocessing import postprocess_qa_predictions
 
 NER_TASK = "keplm-ner"
 QA_TASK = "keplm-qa"
+CLASSIFICATION_TASK = "keplm-text-classification"
 #: per-example values a pipeline carries from ``preprocess`` to ``postprocess`` (not model inputs)
 PASSTHROUGH = ("text", "word_offsets", "word_ids", "offset_mapping", "example_id", "is_last", "context")
 
@@ -44,7 +52,9 @@ class _KeplmPipeline:
     def _init_processor(self, processor):
         if processor is None:
             commit = getattr(self.model.config, "_commit_hash", None)
-            processor = KeplmProcessor.from_pretrained(self.model.name_or_path, revision=commit)
+            assets = getattr(self.model, "knowledge_assets", None)  # the model's KG, already loaded, is not read again
+            processor = KeplmProcessor.from_pretrained(self.model.name_or_path, revision=commit,
+                                                       knowledge_assets=assets)
         if not isinstance(processor, KeplmProcessor):
             raise ValueError(f"keplm pipelines need a keplm processor, got {type(processor).__name__}")
         processor.check_model(self.model)
@@ -235,13 +245,70 @@ class KeplmQuestionAnsweringPipeline(_KeplmPipeline, ChunkPipeline):
         return answers[0] if top_k == 1 else answers
 
 
+class KeplmTextClassificationPipeline(_KeplmPipeline, Pipeline):
+    """Sentence or sentence-pair classification (and regression) on raw text with a keplm sequence-classification
+    model, e.g. Roof-Transformer (task ``"keplm-text-classification"``).
+
+    Input: a string, or ``{"text": ..., "text_pair": ...}`` for pairs (GLUE's RTE, MRPC, ...). Both texts are
+    linked with the processor's KG and the model's knowledge is selected from them, as in training. Returns
+    ``{"label", "score"}`` (softmax probability of the best class; ``top_k``: a list, best first, ``top_k=None``
+    every class); a regression model (``num_labels=1``, STS-B) returns its raw output as the score.
+    """
+
+    def __init__(self, *args, processor=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._init_processor(processor)
+
+    def _sanitize_parameters(self, top_k="unset", max_length=None, **kwargs):
+        preprocess = {"max_length": max_length} if max_length is not None else {}
+        return preprocess, {}, {} if top_k == "unset" else {"top_k": top_k}
+
+    def preprocess(self, inputs, max_length: int = 512) -> dict:
+        if isinstance(inputs, str):
+            examples, columns = {"sentence": [inputs]}, ("sentence",)
+        elif isinstance(inputs, dict) and set(inputs) <= {"text", "text_pair"} and "text" in inputs:
+            pair = inputs.get("text_pair") is not None
+            examples = {"sentence1": [inputs["text"]], **({"sentence2": [inputs["text_pair"]]} if pair else {})}
+            columns = ("sentence1", "sentence2") if pair else ("sentence1",)
+        else:
+            raise ValueError(f'{CLASSIFICATION_TASK} takes a string or {{"text": ..., "text_pair": ...}}, got '
+                             f"{inputs!r}")
+        features = self.processor.prepare_pair_features(examples, text_columns=columns, label_column=None,
+                                                        max_length=max_length, with_knowledge=self.with_knowledge)
+        return {key: values[0] for key, values in features.items() if not key.startswith("num_")}
+
+    def get_iterator(self, inputs, num_workers, batch_size, preprocess_params, forward_params, postprocess_params):
+        loader = self._loader(PipelineDataset(inputs, self.preprocess, preprocess_params), num_workers, batch_size)
+        model_iterator = PipelineIterator(loader, self.forward, forward_params, loader_batch_size=batch_size)
+        return PipelineIterator(model_iterator, self.postprocess, postprocess_params)
+
+    def run_single(self, inputs, preprocess_params, forward_params, postprocess_params):
+        batch = self._collate([self.preprocess(inputs, **preprocess_params)], unbatched=True)
+        return self.postprocess(self.forward(batch, **forward_params), **postprocess_params)
+
+    def _forward(self, inputs: dict) -> dict:
+        return self._run_model(inputs)
+
+    def postprocess(self, outputs: dict, top_k: int | None = 1):
+        logits = outputs["logits"][0].float()
+        if logits.numel() == 1:  # regression
+            return {"label": self.model.config.id2label.get(0, "score"), "score": float(logits[0])}
+        probabilities = logits.softmax(-1).numpy()
+        order = np.argsort(-probabilities)[: top_k or len(probabilities)]
+        scores = [{"label": self.model.config.id2label[int(i)], "score": float(probabilities[i])} for i in order]
+        return scores[0] if top_k == 1 else scores
+
+
 def register_pipelines() -> None:
-    """Register ``keplm-ner`` and ``keplm-qa`` with transformers' pipeline registry (done by ``import keplm``)."""
+    """Register ``keplm-ner``, ``keplm-qa`` and ``keplm-text-classification`` with transformers' pipeline registry
+    (done by ``import keplm``)."""
     PIPELINE_REGISTRY.register_pipeline(NER_TASK, pipeline_class=KeplmTokenClassificationPipeline,
                                         pt_model=AutoModelForTokenClassification, type="text")
     PIPELINE_REGISTRY.register_pipeline(QA_TASK, pipeline_class=KeplmQuestionAnsweringPipeline,
                                         pt_model=AutoModelForQuestionAnswering, type="text")
+    PIPELINE_REGISTRY.register_pipeline(CLASSIFICATION_TASK, pipeline_class=KeplmTextClassificationPipeline,
+                                        pt_model=AutoModelForSequenceClassification, type="text")
 
 
-__all__ = ["KeplmTokenClassificationPipeline", "KeplmQuestionAnsweringPipeline", "register_pipelines", "word_tags",
-           "group_entities", "NER_TASK", "QA_TASK"]
+__all__ = ["KeplmTokenClassificationPipeline", "KeplmQuestionAnsweringPipeline", "KeplmTextClassificationPipeline",
+           "register_pipelines", "word_tags", "group_entities", "NER_TASK", "QA_TASK", "CLASSIFICATION_TASK"]

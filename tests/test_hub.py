@@ -78,6 +78,34 @@ def test_push_then_load_in_a_fresh_process_gives_identical_outputs(hub_server, h
     assert loaded["vocab"] == assets.content_hash() and loaded["kg_triples"] == assets.kg.num_triples
 
 
+
+@pytest.mark.parametrize("auto", ["AutoModelForSequenceClassification", "AutoModelForQuestionAnswering"])
+def test_roof_transformer_push_then_load_in_a_fresh_process(hub_server, hub_env, tokenizer, kg, auto):
+    """Roof-Transformer with its KG: pushed model + processor load through the Auto classes in a fresh process and
+    select the same knowledge (the cached KB encoder's encodings are not part of the repo)."""
+    from keplm import RoofTransformerConfig, RoofTransformerProcessor
+    from keplm.modeling.modeling_roof_transformer import (
+        RoofTransformerForQuestionAnswering,
+        RoofTransformerForSequenceClassification,
+    )
+
+    cls = {"AutoModelForSequenceClassification": RoofTransformerForSequenceClassification,
+           "AutoModelForQuestionAnswering": RoofTransformerForQuestionAnswering}[auto]
+    torch.manual_seed(0)
+    processor = RoofTransformerProcessor(tokenizer, KnowledgeAssets(kg=kg), selection="no_tail",
+                                         max_knowledge_length=40)
+    model = cls(RoofTransformerConfig(encoder_config=tiny_encoder_config(tokenizer), max_knowledge_length=40,
+                                      fusion_layers=1, knowledge_encoding="cached", num_labels=3))
+    model.set_knowledge_assets(processor.knowledge_assets)
+    model.push_to_hub("org/roof-tiny")
+    processor.push_to_hub("org/roof-tiny")
+    files = set(HfApi().list_repo_files("org/roof-tiny"))
+    assert {"config.json", "model.safetensors", "processor_config.json", "knowledge/kg/triples.tsv"} <= files
+    assert not [f for f in files if f.endswith((".bin", ".pt", ".pth", ".pkl")) or "knowledge_encodings" in f]
+    loaded = _load_in_fresh_process(hub_env, "org/roof-tiny", auto)
+    torch.testing.assert_close(torch.tensor(loaded["logits"]), _outputs(model, processor))
+    assert loaded["kg_triples"] == kg.num_triples
+
 def test_second_push_and_load_at_the_first_commit(hub_server, hub_env, tokenizer, assets):
     """A load at the first commit's revision returns the first weights and the first KG, also for the processor."""
     model = make_model(KalaForTokenClassification, tokenizer, assets, "relational", num_labels=3)

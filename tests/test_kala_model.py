@@ -269,6 +269,27 @@ def test_batch_without_entities_runs_and_keeps_kfm_in_graph(tokenizer, assets, p
     assert not unused, unused
 
 
+
+@pytest.mark.parametrize("mode", ["pointwise", "relational"])
+def test_inference_without_mention_tokens_skips_the_knowledge_layers_exactly(tokenizer, assets, processor, mode,
+                                                                              monkeypatch):
+    """An inference batch on the CPU whose tokens are in no mention skips retrieval and the γ/β MLPs: the logits are
+    those of the full computation (taken with gradients on), bit for bit; a batch with a mention still runs them."""
+    model = make_model(KalaForTokenClassification, tokenizer, assets, mode, num_labels=3, kfm_layers=[0, -1])
+    free = batch_of(processor, ["is a the of", "who was"])
+    assert not (free["entity_token_map"] >= 0).any()
+    with torch.enable_grad():
+        full = model(**free)
+    calls = []
+    layer = model.base_model.knowledge_layers["0"]
+    monkeypatch.setattr(layer, "forward", lambda *a, **k: calls.append(1) or type(layer).forward(layer, *a, **k))
+    with torch.no_grad():
+        skipped = model(**free)
+    assert calls == [] and torch.equal(skipped.logits, full.logits.detach())
+    with torch.no_grad():
+        model(**batch_of(processor, TEXTS[:1]))
+    assert calls == [1]
+
 def test_tiny_model_learns_a_task_only_knowledge_can_solve(tokenizer, assets):
     """Mentions have identical surface tokens; only the entity (memory row) tells the label."""
     torch.manual_seed(0)

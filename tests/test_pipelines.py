@@ -77,3 +77,82 @@ def test_pipeline_from_a_hub_repo(hub_server, ner_dir):
     HfApi().upload_folder(repo_id="org/ner-pipe", folder_path=ner_dir)
     local = pipeline("keplm-ner", model=str(ner_dir))(TEXTS[0])
     assert pipeline("keplm-ner", model="org/ner-pipe")(TEXTS[0]) == local
+
+
+# ------------------------------------------------------------------------------------------------ Roof-Transformer
+def _roof_dir(path, tokenizer, kg, cls, **config):
+    from keplm import RoofTransformerConfig, RoofTransformerProcessor
+    from keplm.knowledge import KnowledgeAssets
+
+    from .conftest import tiny_encoder_config
+
+    torch.manual_seed(0)
+    processor = RoofTransformerProcessor(tokenizer, KnowledgeAssets(kg=kg), selection="no_tail",
+                                         max_knowledge_length=40)
+    model = cls(RoofTransformerConfig(encoder_config=tiny_encoder_config(tokenizer), max_knowledge_length=40,
+                                      fusion_layers=1, **config))
+    model.set_knowledge_assets(processor.knowledge_assets)
+    model.save_pretrained(path)
+    processor.save_pretrained(path)
+    return path
+
+
+def test_text_classification_pipeline_with_roof_matches_the_model(tmp_path, tokenizer, kg):
+    """Roof-Transformer through keplm-text-classification: the texts are linked, knowledge selected from both
+    sentences, and the label / score are the model's own softmax over the processor's features."""
+    from keplm import RoofTransformerForSequenceClassification
+    from keplm.data.collator import KeplmDataCollator
+
+    labels = {0: "entailment", 1: "not_entailment"}
+    path = _roof_dir(tmp_path / "roof-cls", tokenizer, kg, RoofTransformerForSequenceClassification, num_labels=2,
+                     id2label=labels, label2id={v: k for k, v in labels.items()})
+    classify = pipeline("keplm-text-classification", model=str(path))
+    pairs = [{"text": "paris is a city in france .", "text_pair": "the seine flows through paris ."},
+             {"text": "mary works for acme bank .", "text_pair": "who works ?"}]
+    singles = [classify(pair) for pair in pairs]
+    batched = classify(pairs, batch_size=2)
+    for one, many in zip(singles, batched):
+        assert one["label"] == many["label"] and one["score"] == pytest.approx(many["score"], rel=1e-5)
+    features = classify.processor.prepare_pair_features(
+        {"sentence1": [pairs[0]["text"]], "sentence2": [pairs[0]["text_pair"]]}, label_column=None, max_length=512)
+    assert features["num_selected_triples"][0] > 0  # the pipeline's input carries knowledge
+    batch = KeplmDataCollator.from_processor(classify.processor, classify.model)(
+        [{k: v[0] for k, v in features.items() if not k.startswith("num_")}])
+    with torch.no_grad():
+        probabilities = classify.model(**batch).logits.softmax(-1)[0]
+    assert singles[0] == {"label": labels[int(probabilities.argmax())],
+                          "score": pytest.approx(float(probabilities.max()), rel=1e-5)}
+    every = classify("berlin is in germany .", top_k=None)
+    assert [c["label"] for c in every] != [] and sum(c["score"] for c in every) == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="text_pair"):
+        classify({"premise": "x"})
+
+
+def test_qa_pipeline_with_roof_answers_from_the_context(tmp_path, tokenizer, kg):
+    from keplm import RoofTransformerForQuestionAnswering
+
+    path = _roof_dir(tmp_path / "roof-qa", tokenizer, kg, RoofTransformerForQuestionAnswering)
+    reader = pipeline("keplm-qa", model=str(path), max_length=24, doc_stride=8)
+    questions = ["what is the capital of france ?", "who visited berlin ?"]
+    singles = [reader(question=q, context=CONTEXT) for q in questions]
+    batched = reader([{"question": q, "context": CONTEXT} for q in questions], batch_size=3)
+    for one, many in zip(singles, batched):
+        assert {k: v for k, v in one.items() if k != "score"} == {k: v for k, v in many.items() if k != "score"}
+    for answer in singles:
+        assert CONTEXT[answer["start"]:answer["end"]] == answer["answer"] and 0 < answer["score"] <= 1
+
+
+def test_pipeline_reads_the_saved_kg_once(ner_dir, monkeypatch, assets):
+    """The processor takes the model's already loaded knowledge assets when the folder's hashes are theirs; other
+    assets are never taken for the saved ones."""
+    from keplm.knowledge import KnowledgeAssets, KnowledgeGraph
+
+    reads = []
+    original = KnowledgeGraph.from_pretrained.__func__
+    monkeypatch.setattr(KnowledgeGraph, "from_pretrained",
+                        classmethod(lambda cls, *a, **k: reads.append(a) or original(cls, *a, **k)))
+    tagger = pipeline("keplm-ner", model=str(ner_dir))
+    assert len(reads) == 1 and tagger.processor.knowledge_assets is tagger.model.knowledge_assets
+    other = KnowledgeAssets(assets.entity_vocab[:-1], assets.relation_vocab, assets.entity_counts[:-1], assets.kg)
+    loaded = KnowledgeAssets.from_pretrained(ner_dir, reuse=other)
+    assert loaded is not other and loaded.content_hash() == assets.content_hash() and len(reads) == 2

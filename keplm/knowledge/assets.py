@@ -171,8 +171,11 @@ class KnowledgeAssets:
         save_knowledge_assets(save_directory, self, overwrite=overwrite)
 
     @classmethod
-    def from_pretrained(cls, pretrained_model_name_or_path: str | os.PathLike, **kwargs) -> KnowledgeAssets:
-        """Load from a checkpoint directory or a Hub repo id (downloads only ``knowledge/``)."""
+    def from_pretrained(cls, pretrained_model_name_or_path: str | os.PathLike, reuse: KnowledgeAssets | None = None,
+                        **kwargs) -> KnowledgeAssets:
+        """Load from a checkpoint directory or a Hub repo id (downloads only ``knowledge/``). ``reuse``: assets
+        already in memory (e.g. the model's, loaded from the same folder) returned as they are when the folder's
+        recorded hashes are theirs, so a model and its processor read the KG once."""
         directory = resolve_folder(pretrained_model_name_or_path, ASSETS_DIR, **kwargs)
         config_file = directory / ASSETS_CONFIG_NAME
         if not config_file.is_file():
@@ -182,6 +185,9 @@ class KnowledgeAssets:
             )
         config = read_json(config_file)
         check_format_version(config, config_file)
+        if reuse is not None and all(config.get(key, value) == value for key, value in _assets_config(reuse).items()
+                                     if key in ("format_version", "vocab_hash", "kg_hash", "counts_hash")):
+            return reuse
         for name in (ENTITY_VOCAB_NAME, RELATION_VOCAB_NAME):
             if not (directory / name).is_file():
                 raise FileNotFoundError(f"knowledge asset {directory / name} is missing")

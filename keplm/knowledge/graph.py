@@ -261,7 +261,14 @@ class KnowledgeGraph:
 
     # ------------------------------------------------------------ persistence
     def content_hash(self) -> str:
-        """sha256 over ids, names, aliases, relations, triples (and vectors if any)."""
+        """sha256 over ids, names, aliases, relations, triples (and vectors if any); computed once per graph (a
+        KnowledgeGraph is not changed in place: every operation that edits one builds a new graph)."""
+        cached = self.__dict__.get("_content_hash")
+        if cached is None:
+            cached = self.__dict__["_content_hash"] = self._compute_content_hash()
+        return cached
+
+    def _compute_content_hash(self) -> str:
         h = hashlib.sha256()
         meta = {
             "entity_ids": self.entity_ids,

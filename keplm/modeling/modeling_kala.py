@@ -41,6 +41,8 @@ class KalaModelOutput(ModelOutput):
     entity_representations: ``[num_nodes, entity_dim]`` retrieved entity vectors v fed to the last KFM layer
         (after relational retrieval), one row per node of the batched context graphs.
     entity_has_knowledge: ``[num_nodes]`` whether v carries knowledge (False: modulation is the identity).
+    Both are None for a batch that reads no knowledge, and for an inference batch on the CPU without any mention
+    token (the knowledge layers are skipped there: KFM only changes mention tokens).
     """
 
     last_hidden_state: torch.FloatTensor | None = None
@@ -288,6 +290,8 @@ class KalaModel(KalaPreTrainedModel):
         state = self._knowledge_state(
             ref.shape, ref.device, entity_token_map, node_entity_ids, edge_index, edge_relation_ids
         )
+        if state is not None and _skippable(state, ref.device):
+            state = None  # no token reads knowledge: eq. (1) leaves every state as it is, so skip retrieval and MLPs
         self._state = state  # kept after forward so gradient-checkpointing recomputation sees the same knowledge
         encoder_kwargs = {"token_type_ids": token_type_ids} if token_type_ids is not None else {}
         outputs = self.encoder(
@@ -310,6 +314,13 @@ class KalaModel(KalaPreTrainedModel):
             entity_representations=state.last_vectors if state is not None else None,
             entity_has_knowledge=state.last_has_knowledge if state is not None else None,
         )
+
+
+def _skippable(state: _KnowledgeState, device: torch.device) -> bool:
+    """Whether an inference forward may skip the knowledge layers: no gradient is taken (training keeps the KFM
+    parameters in every step's graph, for DDP) and no token is in a mention; checked on the CPU only, where
+    reading the mask costs no device-to-host synchronisation."""
+    return device.type == "cpu" and not torch.is_grad_enabled() and not bool(state.in_mention.any())
 
 
 def _knowledge_kwargs(entity_token_map, node_entity_ids, edge_index, edge_relation_ids) -> dict:

@@ -330,10 +330,12 @@ class KeplmProcessor:
                            create_pr=create_pr, default_message=f"Upload {type(self).__name__}")
 
     @classmethod
-    def from_pretrained(cls, pretrained_model_name_or_path: str | os.PathLike, **kwargs) -> KeplmProcessor:
+    def from_pretrained(cls, pretrained_model_name_or_path: str | os.PathLike,
+                        knowledge_assets: KnowledgeAssets | None = None, **kwargs) -> KeplmProcessor:
         """Load a processor saved with :meth:`save_pretrained` (a directory or a Hub repo id; ``revision``,
         ``token``, ``cache_dir``, ``local_files_only``, ``force_download`` as for models). Called on the base
-        class (or through ``AutoProcessor``) it returns the saved processor's class."""
+        class (or through ``AutoProcessor``) it returns the saved processor's class. ``knowledge_assets``: assets
+        already loaded (the model's), used instead of reading ``knowledge/`` again when they are the saved ones."""
         path = pretrained_model_name_or_path
         location = pinned_location(path, kwargs)
         config_file = resolve_file(path, PROCESSOR_CONFIG_NAME, **location)
@@ -351,7 +353,7 @@ class KeplmProcessor:
         if klass is None or not issubclass(klass, cls):
             raise ValueError(f"{config_file} names processor class {name!r}, which is not a {cls.__name__}")
         tokenizer = AutoTokenizer.from_pretrained(path, **location)
-        assets = KnowledgeAssets.from_pretrained(path, **location)
+        assets = KnowledgeAssets.from_pretrained(path, reuse=knowledge_assets, **location)
         processor = klass(tokenizer, assets, **config)
         if resolve_file(path, "config.json", **location) is not None:  # a model saved beside it: do they agree?
             try:
