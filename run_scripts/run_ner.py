@@ -40,6 +40,7 @@ from keplm.training.runtime import (
     build_collator,
     build_features,
     check_splits,
+    flatten,
     knowledge_coverage,
     linked_share,
     maybe_initialize_entity_memory,
@@ -74,7 +75,9 @@ def main(args: list[str] | None = None) -> dict:
     label_list = get_label_list(raw)
     with training_args.main_process_first(desc="knowledge"):
         processor = prepare_processor(model_args, knowledge_args)
-        raw = add_knowledge(raw, processor, knowledge_args, "ner", data_args.preprocessing_num_workers)
+        annotation_report = {}
+        raw = add_knowledge(raw, processor, knowledge_args, "ner", data_args.preprocessing_num_workers,
+                            report=annotation_report)
         processor = build_entity_vocabulary(processor, raw, model_args, knowledge_args, "ner")
     # a trained checkpoint keeps its label map (the data is renumbered to it); a new model takes the data's
     checkpoint = is_keplm_checkpoint(model_args.model_name_or_path, **model_args.hub_kwargs())
@@ -109,6 +112,7 @@ def main(args: list[str] | None = None) -> dict:
     )
     results = {}
     data_results = knowledge_coverage(processor, raw, uses_knowledge)
+    data_results.update(flatten(annotation_report, "annotations"))
     if data_results:
         trainer.save_metrics("data", data_results)
         results.update(data_results)

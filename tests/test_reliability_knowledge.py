@@ -133,6 +133,19 @@ def test_json_errors_of_a_library_can_name_the_folder(tmp_path):
             json.loads("{")
 
 
+
+def test_truncated_tokenizer_json_names_the_processor_folder(tmp_path, tokenizer, kg):
+    """A saved processor whose tokenizer.json was cut in half: a ValueError naming the folder, not a bare
+    JSONDecodeError from inside transformers."""
+    from keplm import KalaProcessor
+
+    folder = tmp_path / "proc"
+    KalaProcessor(tokenizer, KnowledgeAssets(kg=kg)).save_pretrained(folder)
+    path = folder / "tokenizer.json"
+    path.write_text(path.read_text()[:200])
+    with pytest.raises(ValueError, match=f"the tokenizer of {folder}: invalid JSON"):
+        KalaProcessor.from_pretrained(folder)
+
 # --------------------------------------------------------------------------- --kg specs and long loads
 
 

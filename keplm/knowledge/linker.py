@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Iterable
+from pathlib import Path
 
 import ahocorasick
 
@@ -15,7 +16,7 @@ from .biomedical import hpo_non_phenotype_branches
 from .graph import KnowledgeGraph
 
 __all__ = ["EntityLinker", "DEFAULT_STOPWORDS", "BRANCH_PRESETS", "LinkFunction", "link_dataset",
-           "linker_signature"]
+           "linker_signature", "linker_settings", "read_word_list"]
 
 DEFAULT_STOPWORDS = frozenset(
     """
@@ -319,6 +320,39 @@ class EntityLinker:
             f"EntityLinker(kg={self.kg!r}, aliases={self.num_aliases}, lowercase={self.lowercase}, "
             f"hops={self.hops}, max_neighbors_per_entity={self.max_neighbors_per_entity}{filters})"
         )
+
+
+def linker_settings(case_sensitive: bool = False, spacy_model: str | None = None,
+                    spacy_labels: Iterable[str] | None = None, drop_aliases: Iterable[str] | None = None,
+                    min_acronym_length: int = 0, exclude_branches: Iterable[str] | None = None, **base) -> dict:
+    """:class:`EntityLinker` keyword arguments from command-line style settings (``keplm build-kg`` and the run
+    scripts share them): ``base`` (e.g. ``hops``, ``max_neighbors_per_entity``), then only the filters that are
+    set, so settings that are off leave processor configs and cache fingerprints as they were. ``drop_aliases``
+    items ``@<file>`` are replaced by the file's non-empty lines."""
+    settings = {**base, "lowercase": not case_sensitive}
+    if spacy_model:
+        settings.update(spacy_model=spacy_model, spacy_labels=list(spacy_labels) if spacy_labels else None)
+    if drop_aliases:
+        settings["drop_aliases"] = read_word_list(drop_aliases)
+    if min_acronym_length:
+        settings["min_acronym_length"] = min_acronym_length
+    if exclude_branches:
+        settings["exclude_branches"] = list(exclude_branches)
+    return settings
+
+
+def read_word_list(items: Iterable[str]) -> list[str]:
+    """Words as given, ``@<file>`` items replaced by the file's non-empty lines."""
+    words = []
+    for item in items:
+        if item.startswith("@"):
+            path = Path(item[1:])
+            if not path.is_file():
+                raise FileNotFoundError(f"word list file not found: {path}")
+            words.extend(line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip())
+        else:
+            words.append(item)
+    return words
 
 
 def linker_signature(kg: KnowledgeGraph, linker_kwargs: dict) -> dict:

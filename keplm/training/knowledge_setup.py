@@ -67,8 +67,7 @@ def prepare_processor(model_args: ModelArguments, knowledge_args: KnowledgeArgum
             logger.warning("--kg is ignored: the checkpoint %s brings its own knowledge graph", path)
         return KeplmProcessor.from_pretrained(path, **hub)
     tokenizer = AutoTokenizer.from_pretrained(path, **hub)
-    linker_kwargs = {"max_neighbors_per_entity": knowledge_args.max_neighbors_per_entity,
-                     "lowercase": not knowledge_args.link_case_sensitive}
+    linker_kwargs = knowledge_args.linker_kwargs(max_neighbors_per_entity=knowledge_args.max_neighbors_per_entity)
     if knowledge_args.knowledge == "link" and not knowledge_args.kg:
         raise ValueError("--knowledge link needs a knowledge graph: pass --kg (e.g. fb15k237:<dir>)")
     kg = None
@@ -80,9 +79,11 @@ def prepare_processor(model_args: ModelArguments, knowledge_args: KnowledgeArgum
 
 
 def add_knowledge(raw, processor: KeplmProcessor, knowledge_args: KnowledgeArguments, task: str,
-                  num_proc: int | None = None):
+                  num_proc: int | None = None, report: dict | None = None):
     """Every split with a ``knowledge`` column: the processor's linking pass (``--knowledge link``), the KALA
-    annotation files (``annotations``, by example id), or empty annotations (``none``)."""
+    annotation files (``annotations``, by example id), or empty annotations (``none``). ``report`` receives, per
+    split read from annotation files, ``{split: {"examples", "missing"}}``: examples without an annotation (each
+    is treated as entity-free and counted in a WARNING)."""
     column, words = TEXT_COLUMNS[task]
     source = knowledge_args.knowledge
     files = knowledge_args.annotation_paths() if source == "annotations" else {}
@@ -91,7 +92,8 @@ def add_knowledge(raw, processor: KeplmProcessor, knowledge_args: KnowledgeArgum
             raw[split] = processor.link_dataset(raw[split], column, split_into_words=words, num_proc=num_proc,
                                                 desc=f"Linking {split}")
         elif source == "annotations" and split in files:
-            raw[split] = attach_annotations(raw[split], read_kala_annotations(files[split]), files[split])
+            raw[split] = attach_annotations(raw[split], read_kala_annotations(files[split]), files[split],
+                                            report=None if report is None else report.setdefault(split, {}))
         else:
             if source == "annotations":
                 logger.warning("no --annotation_files entry for the %s split: its examples get no knowledge", split)
@@ -99,10 +101,14 @@ def add_knowledge(raw, processor: KeplmProcessor, knowledge_args: KnowledgeArgum
     return raw
 
 
-def attach_annotations(dataset, annotations: dict[str, KnowledgeAnnotation], path: str | None):
-    """The dataset with a ``knowledge`` column holding each example's annotation by id (empty when missing)."""
+def attach_annotations(dataset, annotations: dict[str, KnowledgeAnnotation], path: str | None,
+                       report: dict | None = None):
+    """The dataset with a ``knowledge`` column holding each example's annotation by id (empty when missing; every
+    example id is looked up, e.g. every question of a QA context); ``report`` gets the counts."""
     ids = [str(i) for i in dataset["id"]]
     missing = [i for i in ids if i not in annotations]
+    if report is not None:
+        report.update(examples=len(ids), missing=len(missing))
     if path is not None and missing:
         logger.warning("%d of %d examples have no annotation in %s (treated as entity-free), e.g. ids %s",
                        len(missing), len(ids), path, missing[:5])
@@ -219,7 +225,7 @@ def prepare_roof_knowledge(model_args: ModelArguments, roof_args, raw, text_colu
             AutoTokenizer.from_pretrained(path, **model_args.hub_kwargs()), KnowledgeAssets(kg=kg),
             selection=roof_args.selection, verbalization=roof_args.verbalization,
             max_knowledge_length=roof_args.max_knowledge_length,
-            linker_kwargs={"lowercase": not roof_args.link_case_sensitive})
+            linker_kwargs=roof_args.linker_kwargs())
     if not roof_args.uses_knowledge:
         return processor.without_knowledge(), raw
     files = roof_args.triple_paths()

@@ -1,0 +1,93 @@
+"""Issue 11, the training side: a tokenizer that does not fit the model, a knowledge run whose KG links nothing,
+a bad --kg with a baseline system, and the KG read once per run (docs/reliability.md, rows 6, 9, O3, O5)."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+from transformers import BertTokenizerFast, TrainingArguments
+
+from keplm import KalaForTokenClassification, KalaProcessor, RoofTransformerConfig, RoofTransformerProcessor
+from keplm.knowledge import KnowledgeAssets
+from keplm.modeling.modeling_roof_transformer import RoofTransformerForSequenceClassification
+from keplm.training.trainer import KeplmTrainer
+
+from .conftest import tiny_encoder_config
+from .test_kala_model import make_model
+from .test_run_scripts import load_script, ner_args, read_json, write_tiny_files
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory, tokenizer, kg) -> dict[str, str]:
+    return write_tiny_files(tmp_path_factory.mktemp("tiny"), tokenizer, kg)
+
+
+def _bigger_tokenizer(tokenizer, tmp_path):
+    """A copy of ``tokenizer`` with five added tokens."""
+    tokenizer.save_pretrained(tmp_path / "tok")
+    bigger = BertTokenizerFast.from_pretrained(tmp_path / "tok")
+    bigger.add_tokens([f"newword{i}" for i in range(5)])
+    return bigger
+
+
+def test_a_tokenizer_larger_than_the_models_vocabulary_is_refused_where_they_meet(tmp_path, tokenizer, assets):
+    """Row 6: the processor / Trainer / pipeline check (`check_model`) names the encoder and both sizes; ids past
+    the embeddings that reach a forward directly are a ValueError, not a torch IndexError."""
+    model = make_model(KalaForTokenClassification, tokenizer, assets, "relational", num_labels=3)
+    bigger = _bigger_tokenizer(tokenizer, tmp_path)
+    processor = KalaProcessor(bigger, assets)
+    message = rf"the tokenizer has {len(bigger)} tokens but the model's encoder embeds only {len(tokenizer)}"
+    with pytest.raises(ValueError, match=message):
+        processor.check_model(model)
+    with pytest.raises(ValueError, match=message):
+        KeplmTrainer(model=model, args=TrainingArguments(str(tmp_path / "out"), use_cpu=True, report_to="none"),
+                     processing_class=processor)
+    roof = RoofTransformerForSequenceClassification(RoofTransformerConfig(
+        encoder_config=tiny_encoder_config(tokenizer), fusion_layers=1, max_knowledge_length=40))
+    with pytest.raises(ValueError, match=r"embeds only"):
+        RoofTransformerProcessor(bigger, KnowledgeAssets(kg=assets.kg), max_knowledge_length=40).check_model(roof)
+    batch = {k: torch.tensor([v]) for k, v in processor("paris newword3").items()}
+    with pytest.raises(ValueError, match=r"input_ids must lie in \[0, \d+\), the encoder's vocabulary"):
+        model(**batch)
+
+
+def test_a_knowledge_run_whose_kg_links_nothing_warns_and_reports_the_share(tiny, tmp_path, caplog):
+    """Row 9: a relational run whose KG links no training mention is vanilla in disguise: a WARNING says so and
+    the results carry train_linked_share = 0."""
+    from keplm.knowledge import KnowledgeGraph
+
+    empty_dir = tmp_path / "unrelated-kg"
+    KnowledgeGraph.from_triples([("Q1", "P1", "Q2")], entity_names={"Q1": "zanzibarite", "Q2": "quuxland"}
+                                ).save_pretrained(empty_dir)
+    out = tmp_path / "out"
+    args = ner_args(tiny, out, "relational", "--do_train", "--knowledge", "link", "--kg", str(empty_dir))
+    with caplog.at_level(logging.WARNING):
+        load_script("run_ner").main(args)
+    assert any("has no linked entity mention" in r.getMessage() and r.levelno == logging.WARNING
+               for r in caplog.records)
+    assert read_json(out / "all_results.json")["train_linked_share"] == 0.0
+
+
+def test_a_bad_kg_with_a_baseline_fails_before_training(tiny, tmp_path):
+    """Row O3: --system vanilla with a --kg that names nothing fails at the start (the KG defines the seen / unseen
+    subsets of every system), before any training step or output."""
+    out = tmp_path / "out"
+    with pytest.raises(FileNotFoundError, match="no-such-kg"):
+        load_script("run_ner").main(ner_args(tiny, out, "vanilla", "--do_train", "--do_predict", "--knowledge",
+                                             "link", "--kg", f"tsv:{tmp_path / 'no-such-kg.tsv'}"))
+    assert not (out / "trainer_state.json").exists() and not (out / "model.safetensors").exists()
+
+
+def test_a_baseline_run_reads_its_kg_once_and_says_so(tiny, tmp_path, monkeypatch, caplog):
+    """Row O5: the KG is loaded once, at the start, with a log line (no silent reload after prediction)."""
+    import keplm.training.knowledge_setup as setup
+
+    loads = []
+    original = setup.load_kg
+    monkeypatch.setattr(setup, "load_kg", lambda spec, *a, **k: loads.append(spec) or original(spec, *a, **k))
+    with caplog.at_level(logging.INFO, logger="keplm"):
+        load_script("run_ner").main(ner_args(tiny, tmp_path / "out", "vanilla", "--do_train", "--do_predict"))
+    assert loads == [tiny["kg"]]
+    assert any("Loading the knowledge graph" in r.getMessage() for r in caplog.records)
