@@ -12,12 +12,13 @@ FB15k-237 names merged with the T-REx facts), links case-sensitively and verbali
 one encoding cache under the output folder, so later seeds reuse the encodings (the paper's point, 4.4). The
 runs go through ``run_scripts/run_glue.py`` / ``run_scripts/run_qa.py`` via ``scripts/experiments.py``'s queue;
 each seed's ``summary.json`` holds the settings (no machine paths), every run's ``all_results.json`` and wall
-times.
+times (``durations.json`` keeps them across ``--resume``).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
@@ -42,9 +43,10 @@ VARIANTS = {
 GLUE = {"train": "1000", "eval": "all", "epochs": "2", "lr": "5e-5", "batch": "16", "max_seq_length": "128",
         "max_knowledge_length": "64", "fusion_layers": "3", "kg": NEWS_KG}
 PRESETS = {
-    "rte": {**GLUE, "task": "rte", "variants": list(VARIANTS)},
-    "mrpc": {**GLUE, "task": "mrpc", "variants": ["bert", "bert_with_knowledge", "roof", "roof_cached",
-                                                  "roof_no_tail"]},
+    # RTE at this size stays near chance for every system (see docs/results.md): the main comparison only
+    "rte": {**GLUE, "task": "rte", "variants": ["bert", "bert_with_knowledge", "roof", "roof_cached"]},
+    # MRPC is learnable at this size (MiniLM was trained on paraphrases): the ablations run here
+    "mrpc": {**GLUE, "task": "mrpc", "variants": list(VARIANTS)},
     "cola": {**GLUE, "task": "cola", "train": "2000", "max_seq_length": "64",
              "variants": ["bert", "bert_with_knowledge", "roof", "roof_no_tail"]},
     # QA: the KALA squad preset's split and sizes; a 4-layer roof (paper 6.3)
@@ -99,6 +101,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--jobs", type=int, default=2, help="runs at once (one thread each on 2 cores)")
     parser.add_argument("--output_dir", default=None, help="default: outputs/roof_experiments/<preset>")
     parser.add_argument("--data_dir", default="../shared/data")
+    parser.add_argument("--resume", action="store_true",
+                        help="skip runs whose all_results.json exists (their wall times come from durations.json)")
     parser.add_argument("--model", default=None, help=f"encoder (default: {DEFAULT_MODEL})")
     for key in ("train", "eval", "epochs", "lr", "batch", "kg", "max_seq_length", "max_knowledge_length"):
         parser.add_argument(f"--{key}", default=None)
@@ -114,8 +118,14 @@ def main(argv: list[str] | None = None) -> None:
              command(cfg, variant, seed, os.path.join(output_dir, f"seed{seed}", variant), cache_dir),
              os.path.join(output_dir, f"seed{seed}", f"{variant}.log"))
             for seed in args.seeds for variant in cfg["variants"]]
+    durations_file = Path(output_dir, "durations.json")
+    done = json.loads(durations_file.read_text()) if durations_file.is_file() else {}
+    if args.resume:
+        jobs = [job for job in jobs if not Path(job[1][job[1].index("--output_dir") + 1], "all_results.json").is_file()]
     start = time.time()
-    durations = run_queue(jobs, args.jobs)
+    durations = {**done, **run_queue(jobs, args.jobs)}
+    Path(output_dir).mkdir(parents=True, exist_ok=True)
+    durations_file.write_text(json.dumps(durations, indent=1))
     for seed in args.seeds:
         seed_summary(cfg, cfg["variants"], seed, os.path.join(output_dir, f"seed{seed}"), durations)
     print(f"[roof_experiments] {args.preset}: {len(args.seeds)} seed(s) in {time.time() - start:.0f}s; table: "
