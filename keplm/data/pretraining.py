@@ -1,0 +1,536 @@
+"""TRELM's pre-training corpus: sentences with Wikidata entity annotations, and facts held out of it.
+
+TRELM (section 3, knowledge-guided pre-training; section 4, knowledge probing) pre-trains on text whose entity
+mentions are linked to a KG and measures on LAMA how much of the facts it saw it can recall. To tell
+generalisation from memorisation a seeded share of the LAMA T-REx probe facts is *held out*: no sentence expressing
+one enters the corpus and :func:`kg_without_facts` removes them from the injected KG.
+
+Sources (specs as ``kind:path``, read by :func:`load_pretraining_corpus`):
+
+* ``trex:<LAMA root, TREx folder or P*.jsonl(.gz)>`` - every evidence sentence of the LAMA T-REx probe with its
+  ``[MASK]`` restored to ``obj_surface``; subject and object are located as character spans. An evidence with no
+  or several ``[MASK]``, no surface, or whose subject cannot be found apart from the object is skipped and
+  counted by reason (:data:`SKIP_REASONS`).
+* ``fewrel:<val_wiki.json(.gz)>`` - FewRel sentences, detokenized (:func:`detokenize`) with the head/tail token
+  positions turned into character spans; the relation is the P-id key.
+* ``annotations:<file.json or build-kg folder>[|ner:<dataset> or |qa:<dataset>]`` - KALA annotation JSON as
+  ``keplm build-kg`` writes it (``<split>.json`` keyed by example id, no text: the text comes from the NER dataset,
+  ``" ".join(tokens)`` of the same split, or the QA dataset's ``context`` by question id; a build-kg folder's
+  ``report.json`` names the task). Values that carry their own ``"text"`` need no dataset.
+
+Each example is ``{"id", "text", "source", "knowledge", "facts"}``: ``knowledge`` a KALA annotation
+(:data:`~keplm.knowledge.annotation.KNOWLEDGE_FEATURE`: Wikidata-id mentions, the facts as triplets), ``facts``
+the keys ``(sub_uri, predicate_id, obj_uri)`` the text expresses (as ``{"h", "r", "t"}``; for annotation files
+the triplets whose both ends are mentioned). Identical texts of a source are one example: a sentence that is the
+evidence of several facts carries them all, so holding one of them out removes the sentence.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import time
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+import datasets
+import numpy as np
+
+from keplm.io_utils import progress, read_json
+from keplm.knowledge.annotation import KNOWLEDGE_FEATURE, KnowledgeAnnotation
+
+from .lama import _relation_files, read_fact_file, write_fact_keys
+
+logger = logging.getLogger(__name__)
+
+SOURCE_KINDS = ("trex", "fewrel", "annotations")
+#: why an evidence / sentence / annotated example is not in the corpus (all counted per source)
+SKIP_REASONS = ("no_mask", "several_masks", "no_object_surface", "no_subject_surface", "subject_not_found",
+                "subject_overlaps_object", "no_ids", "bad_positions", "empty_mention", "no_text", "span_mismatch")
+FACT_FEATURE = [{"h": datasets.Value("string"), "r": datasets.Value("string"), "t": datasets.Value("string")}]
+CORPUS_FEATURES = datasets.Features({"id": datasets.Value("string"), "text": datasets.Value("string"),
+                                     "source": datasets.Value("string"), "knowledge": KNOWLEDGE_FEATURE,
+                                     "facts": FACT_FEATURE})
+FactKey = tuple[str, str, str]
+
+
+def parse_source_spec(spec: str) -> tuple[str, str, str | None]:
+    """``(kind, path, dataset)`` of a source spec (``dataset``: the ``|...`` part of an ``annotations:`` spec).
+    ValueError for an unknown kind, FileNotFoundError for a missing path, both naming the spec."""
+    kind, sep, rest = os.fspath(spec).partition(":")
+    if not sep or kind not in SOURCE_KINDS:
+        raise ValueError(f"unknown pre-training source {spec!r}: use kind:path with kind one of {list(SOURCE_KINDS)} "
+                         "(trex:<LAMA dir>, fewrel:<val_wiki.json.gz>, annotations:<file or dir>[|ner:<dataset>])")
+    path, _, dataset = rest.partition("|") if kind == "annotations" else (rest, "", "")
+    if not path or not os.path.exists(path):
+        raise FileNotFoundError(f"pre-training source {spec!r}: {path!r} does not exist")
+    return kind, path, dataset or None
+
+
+# --------------------------------------------------------------------------- collecting examples
+
+
+def _new_report(spec: str, kind: str) -> dict:
+    return {"spec": spec, "kind": kind, "read": 0, "kept": 0, "skipped": {}, "deduplicated": 0, "merged": 0,
+            "mentions_dropped_overlap": 0}
+
+
+def _skip(report: dict, reason: str) -> None:
+    report["skipped"][reason] = report["skipped"].get(reason, 0) + 1
+
+
+class _Collector:
+    """Examples of one source keyed by text: a repeated text of the same facts is a duplicate (counted), a text
+    shared by other facts is merged into one example carrying all of them (counted as ``merged``)."""
+
+    def __init__(self, kind: str, report: dict):
+        self.kind, self.report, self.by_text = kind, report, {}
+
+    def add(self, example_id: str, text: str, entities: list[dict], facts: list[FactKey],
+            triplets: list[FactKey] | None = None) -> None:
+        example = self.by_text.get(text)
+        triplets = list(facts) if triplets is None else triplets
+        if example is None:
+            example = self.by_text[text] = {"id": example_id, "text": text, "source": self.kind, "entities": [],
+                                            "facts": [], "triplets": []}
+        elif set(facts) <= set(example["facts"]) and set(triplets) <= set(example["triplets"]):
+            self.report["deduplicated"] += 1
+            return
+        else:
+            self.report["merged"] += 1
+        self.report["kept"] += 1
+        for mention in entities:  # non-overlapping mentions only (the KALA processor expects them)
+            spans = example["entities"]
+            if any(m["start"] == mention["start"] and m["end"] == mention["end"] and m["id"] == mention["id"]
+                   for m in spans):
+                continue
+            if any(m["start"] < mention["end"] and mention["start"] < m["end"] for m in spans):
+                self.report["mentions_dropped_overlap"] += 1
+                continue
+            spans.append(mention)
+        example["facts"].extend(f for f in facts if f not in example["facts"])
+        example["triplets"].extend(t for t in triplets if t not in example["triplets"])
+
+    def examples(self) -> list[dict]:
+        for example in self.by_text.values():
+            example["entities"].sort(key=lambda m: (m["start"], m["end"]))
+        return list(self.by_text.values())
+
+
+def _mention(text: str, start: int, end: int, entity_id: str | None) -> dict:
+    return {"text": text[start:end], "start": start, "end": end, "id": entity_id}
+
+
+# --------------------------------------------------------------------------- T-REx evidences
+
+
+def restore_evidence(evidence: dict, sub_uri: str, obj_uri: str) -> tuple[str, list[dict]] | str:
+    """``(text, mentions)`` of one LAMA evidence (``[MASK]`` replaced by ``obj_surface``; subject and object as
+    character spans), or the skip reason. The subject is its first occurrence outside the object; when it only
+    occurs around the object ("[MASK] Prince Royal" with object "Nissan") the subject mention is kept alone."""
+    masked, obj, sub = evidence.get("masked_sentence") or "", evidence.get("obj_surface"), evidence.get("sub_surface")
+    masks = masked.count("[MASK]")
+    if masks != 1:
+        return "no_mask" if masks == 0 else "several_masks"
+    if not obj:
+        return "no_object_surface"
+    if not sub:
+        return "no_subject_surface"
+    start = masked.index("[MASK]")
+    text = masked[:start] + obj + masked[start + len("[MASK]"):]
+    obj_end = start + len(obj)
+    around = None
+    position = text.find(sub)
+    while position >= 0:
+        end = position + len(sub)
+        if end <= start or position >= obj_end:
+            return text, [_mention(text, position, end, sub_uri), _mention(text, start, obj_end, obj_uri)]
+        if around is None and position <= start and end >= obj_end:
+            around = (position, end)
+        position = text.find(sub, position + 1)
+    if around is not None:
+        return text, [_mention(text, *around, sub_uri)]
+    return "subject_not_found" if sub not in text else "subject_overlaps_object"
+
+
+def _trex_files(path: str) -> list[str]:
+    if os.path.isfile(path):
+        return [path]
+    folder = os.path.join(path, "TREx") if os.path.isdir(os.path.join(path, "TREx")) else path
+    files = _relation_files(folder)
+    if not files:
+        raise FileNotFoundError(f"no LAMA T-REx P*.jsonl(.gz) files in {path}")
+    return files
+
+
+def read_trex_examples(path: str, relations: Sequence[str] | None = None,
+                       spec: str | None = None) -> tuple[list[dict], list[dict], dict]:
+    """``(examples, facts, report)`` of the LAMA T-REx evidences under ``path``: ``facts`` are the probe facts
+    read (``keplm.data.lama.read_fact_file`` dicts), ``report`` counts evidences read, kept, skipped by reason,
+    duplicates of the same fact and sentences shared by several facts (``merged``)."""
+    report = _new_report(spec or f"trex:{path}", "trex")
+    report.update(facts=0, facts_without_ids=0, object_inside_subject=0)
+    collector, facts, keep = _Collector("trex", report), [], set(relations) if relations else None
+    for file in progress(_trex_files(path), "Reading T-REx evidences", unit=" files"):
+        for fact in read_fact_file(file):
+            if keep is not None and fact["relation"] not in keep:
+                continue
+            report["facts"] += 1
+            if not fact["sub_uri"] or not fact["obj_uri"]:  # no key: neither held out nor seen, counted
+                report["facts_without_ids"] += 1
+                report["read"] += len(fact["evidences"])
+                report["skipped"]["no_ids"] = report["skipped"].get("no_ids", 0) + len(fact["evidences"])
+                continue
+            facts.append(fact)
+            key = (str(fact["sub_uri"]), fact["relation"], str(fact["obj_uri"]))
+            for index, evidence in enumerate(fact["evidences"]):
+                report["read"] += 1
+                restored = restore_evidence(evidence, key[0], key[2])
+                if isinstance(restored, str):
+                    _skip(report, restored)
+                    continue
+                text, mentions = restored
+                report["object_inside_subject"] += len(mentions) == 1
+                collector.add(f"trex/{fact['relation']}/{fact['uuid'] or key[0]}/{index}", text, mentions, [key])
+    return collector.examples(), facts, report
+
+
+# --------------------------------------------------------------------------- FewRel
+
+_NO_SPACE_BEFORE = {",", ".", ";", ":", "!", "?", ")", "]", "}", "%", "'", "''", "”", "’", "...", "..",
+                    "'s", "'S", "’s", "n't", "'re", "'ve", "'ll", "'d", "'m"}
+_NO_SPACE_AFTER = {"(", "[", "{", "$", "£", "#", "``", "“", "‘"}
+_JOINERS = {"-", "–", "—", "/"}  # "four - lane" -> "four-lane", "1987 – 1990" -> "1987–1990"
+
+
+def detokenize(tokens: Sequence[str]) -> tuple[str, list[tuple[int, int]]]:
+    """``(text, offsets)``: the tokens joined Moses-style (no space before closing punctuation and clitics, none
+    after opening brackets, none around hyphens, dashes and slashes, straight double quotes alternating open /
+    close) and each token's ``(start, end)`` in the text. Whitespace-only tokens become empty spans."""
+    parts, offsets, length, no_space_next, quote_open = [], [], 0, True, False
+    for token in tokens:
+        if not token.strip():
+            offsets.append((length, length))
+            continue
+        attach = no_space_next or token in _NO_SPACE_BEFORE or token in _JOINERS
+        if token == '"':
+            attach = attach or quote_open  # a closing quote sticks to the word before it
+        if not attach:
+            parts.append(" ")
+            length += 1
+        parts.append(token)
+        offsets.append((length, length + len(token)))
+        length += len(token)
+        no_space_next = token in _NO_SPACE_AFTER or token in _JOINERS or (token == '"' and not quote_open)
+        if token == '"':
+            quote_open = not quote_open
+    return "".join(parts), offsets
+
+
+def read_fewrel_examples(path: str, relations: Sequence[str] | None = None,
+                         spec: str | None = None) -> tuple[list[dict], dict]:
+    """``(examples, report)`` of a FewRel file (``{"P177": [{"tokens", "h": [name, Qid, [[positions]]], "t"}]}``):
+    detokenized text, head/tail mentions (every occurrence) with their Wikidata ids, the fact ``(h, P, t)``."""
+    report = _new_report(spec or f"fewrel:{path}", "fewrel")
+    data = read_json(path)
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected FewRel's JSON object keyed by relation id, got {type(data).__name__}")
+    collector, keep = _Collector("fewrel", report), set(relations) if relations else None
+    for relation in progress(sorted(data, key=lambda r: int(r[1:]) if r[1:].isdigit() else 0), "Reading FewRel",
+                             unit=" relations"):
+        if keep is not None and relation not in keep:
+            continue
+        for index, instance in enumerate(data[relation]):
+            report["read"] += 1
+            try:
+                tokens, (_, head, head_positions), (_, tail, tail_positions) = (instance["tokens"], instance["h"],
+                                                                                 instance["t"])
+            except (KeyError, TypeError, ValueError):
+                raise ValueError(f"{path}: {relation}[{index}]: expected 'tokens', 'h' and 't' as "
+                                 "[name, id, [[positions]]]") from None
+            if not head or not tail:
+                _skip(report, "no_ids")
+                continue
+            text, offsets = detokenize(tokens)
+            mentions, reason = [], None
+            for entity_id, occurrences in ((str(head), head_positions), (str(tail), tail_positions)):
+                for positions in occurrences or [[]]:
+                    if not positions or not all(isinstance(p, int) and 0 <= p < len(tokens) for p in positions):
+                        reason = reason or "bad_positions"
+                        continue
+                    start, end = offsets[min(positions)][0], offsets[max(positions)][1]
+                    if start >= end:
+                        reason = reason or "empty_mention"
+                        continue
+                    mentions.append(_mention(text, start, end, entity_id))
+            if reason is not None:
+                _skip(report, reason)
+                continue
+            collector.add(f"fewrel/{relation}/{index}", text, mentions, [(str(head), relation, str(tail))])
+    return collector.examples(), report
+
+
+# --------------------------------------------------------------------------- KALA annotation files (build-kg)
+
+
+def _annotation_files(path: str) -> tuple[list[str], str | None]:
+    """The annotation files of a file or a build-kg folder, and the task its ``report.json`` names."""
+    if os.path.isfile(path):
+        return [path], None
+    files = sorted(os.path.join(path, n) for n in os.listdir(path)
+                   if n.endswith((".json", ".json.gz")) and not n.startswith(("report.", "corpus_report.")))
+    if not files:
+        raise FileNotFoundError(f"no KALA annotation <split>.json files in {path}")
+    report_path = os.path.join(path, "report.json")
+    task = read_json(report_path).get("task") if os.path.isfile(report_path) else None
+    return files, task
+
+
+def _dataset_texts(dataset_spec: str, task: str | None) -> tuple[str, dict[str, dict[str, str]]]:
+    """``(task, {split: {example id: text}})`` of the dataset an annotation file was built from."""
+    prefix, sep, rest = dataset_spec.partition(":")
+    if sep and prefix in ("ner", "qa"):
+        task, dataset_spec = prefix, rest
+    if task not in ("ner", "qa"):
+        raise ValueError(f"annotation dataset {dataset_spec!r}: name the task as ner:<dataset> or qa:<dataset> "
+                         "(a build-kg folder's report.json names it)")
+    from . import load_ner_dataset, load_qa_dataset
+
+    if task == "ner":
+        data = load_ner_dataset(dataset_spec)
+        return task, {s: {str(i): " ".join(t) for i, t in zip(d["id"], d["tokens"])} for s, d in data.items()}
+    data = load_qa_dataset(dataset_spec)
+    return task, {s: dict(zip(map(str, d["id"]), d["context"])) for s, d in data.items()}
+
+
+def read_annotation_examples(path: str, dataset: str | None = None,
+                             spec: str | None = None) -> tuple[list[dict], dict]:
+    """``(examples, report)`` of KALA annotation JSON (a file or a ``keplm build-kg`` folder). The text of an entry
+    is its own ``"text"`` or, given ``dataset`` (``ner:<path>`` / ``qa:<path>``), the example of that id: for NER in
+    the split named like the file (``train.json`` -> ``train``), for QA in any split (question ids are unique).
+    Every mention span is checked against the text (``span_mismatch`` when it does not match)."""
+    report = _new_report(spec or f"annotations:{path}", "annotations")
+    files, task = _annotation_files(path)
+    task, texts = _dataset_texts(dataset, task) if dataset else (task, {})
+    collector = _Collector("annotations", report)
+    for file in progress(files, "Reading annotation files", unit=" files"):
+        split = os.path.basename(file).split(".")[0]
+        if texts and task == "ner" and split not in texts:
+            raise ValueError(f"{file}: the NER dataset {dataset!r} has no {split!r} split (it has {list(texts)})")
+        lookup = texts.get(split) if task == "ner" else {k: v for split_texts in texts.values()
+                                                         for k, v in split_texts.items()}
+        data = read_json(file)
+        if not isinstance(data, dict):
+            raise ValueError(f"{file}: expected a JSON object keyed by example id, got {type(data).__name__}")
+        for key, value in data.items():
+            report["read"] += 1
+            text = value.get("text") if isinstance(value, dict) else None
+            text = text if isinstance(text, str) else (lookup or {}).get(str(key))
+            if not text:
+                _skip(report, "no_text")
+                continue
+            try:
+                annotation = KnowledgeAnnotation.from_dict(value)
+            except (ValueError, TypeError, AttributeError) as error:  # a malformed file: an error, not a skip
+                raise ValueError(f"{file}: example {key!r}: {error}") from None
+            try:
+                annotation.validate(text)
+            except ValueError as error:
+                logger.debug("%s: example %s: %s", file, key, error)
+                _skip(report, "span_mismatch")
+                continue
+            mentions = [_mention(text, m.start, m.end, m.id) for m in annotation.entities]
+            triplets = [(t.h, t.r, t.t) for t in annotation.triplets]
+            mentioned = {m.id for m in annotation.entities if m.id is not None}
+            facts = [t for t in triplets if t[0] in mentioned and t[2] in mentioned]
+            collector.add(f"annotations/{split}/{key}", text, mentions, facts, triplets)
+    if report["skipped"].get("no_text") == report["read"] and report["read"]:
+        raise ValueError(f"{path}: no annotation has a text: pass the dataset it was built from "
+                         "(annotations:<path>|ner:<dataset> or |qa:<dataset>)")
+    return collector.examples(), report
+
+
+# --------------------------------------------------------------------------- held-out facts
+
+
+def sample_held_out(keys: Iterable[FactKey], fraction: float, seed: int = 0) -> set[FactKey]:
+    """A seeded ``fraction`` of ``keys`` per relation: ``round(fraction * n)`` of each relation's ``n`` facts,
+    at least one and at most ``n - 1`` (every relation keeps seen and held-out facts; a relation with one fact
+    keeps it seen). Each relation's draw depends only on its own facts and the seed."""
+    if not 0 <= fraction < 1:
+        raise ValueError(f"held_out_fraction must be in [0, 1), got {fraction}")
+    by_relation: dict[str, list[FactKey]] = {}
+    for key in set(map(tuple, keys)):
+        by_relation.setdefault(key[1], []).append(key)
+    held_out = set()
+    for relation, items in by_relation.items():
+        if fraction == 0 or len(items) < 2:
+            continue
+        items.sort()
+        random.Random(f"{seed}:{relation}").shuffle(items)
+        held_out.update(items[:min(max(1, round(fraction * len(items))), len(items) - 1)])
+    return held_out
+
+
+def kg_without_facts(kg, keys: Iterable[FactKey], drop_vectors: bool = False):
+    """A new :class:`~keplm.knowledge.KnowledgeGraph` without the triples whose ``(head, relation, tail)`` ids are
+    in ``keys`` (e.g. the held-out facts, so knowledge injection cannot leak them). Entities, names, aliases and
+    relations are kept. Entity vectors are kept unless ``drop_vectors``; when triples are removed from a graph with
+    vectors a WARNING says that vectors trained on the full graph may still encode them (train them on the new
+    graph: ``keplm train-kge``). ``build_report["facts_removed"]`` counts the keys, the triples removed and the keys
+    not in the graph."""
+    from keplm.knowledge import KnowledgeGraph
+
+    keys = set(map(tuple, keys))
+    n, m = kg.num_entities, kg.num_relations
+    wanted = {(kg.entity_index(h), kg.relation_index(r), kg.entity_index(t)) for h, r, t in keys
+              if kg.has_entity(h) and kg.has_relation(r) and kg.has_entity(t)}
+    triples = kg.triples
+    if n * n * max(m, 1) < 2**63:  # one int64 code per triple: a vectorised membership test
+        codes = np.asarray([(h * m + r) * n + t for h, r, t in wanted], dtype=np.int64)
+        remove = np.isin((triples[:, 0] * m + triples[:, 1]) * n + triples[:, 2], codes)
+    else:
+        remove = np.fromiter((tuple(row) in wanted for row in triples.tolist()), dtype=bool, count=len(triples))
+    removed = int(remove.sum())
+    vectors = None if drop_vectors else kg.entity_vectors
+    if vectors is not None and removed:
+        logger.warning("kg_without_facts: %d triples removed but the entity vectors are kept: if they were trained "
+                       "on the full graph they may encode the removed facts (train them on the new graph)", removed)
+    new = KnowledgeGraph(kg.entity_ids, kg.relation_ids, triples[~remove], entity_names=kg.entity_names,
+                         entity_aliases=kg.entity_aliases, relation_names=kg.relation_names, entity_vectors=vectors)
+    counts = {"keys": len(keys), "triples_removed": removed, "keys_not_in_kg": len(keys) - removed}
+    new.build_report = {**kg.build_report, "facts_removed": counts}
+    logger.info("kg_without_facts: removed %d of %d triples (%d of %d keys are not in the graph)",
+                removed, kg.num_triples, counts["keys_not_in_kg"], len(keys))
+    return new
+
+
+# --------------------------------------------------------------------------- the corpus
+
+
+@dataclass
+class PretrainingCorpus:
+    """The corpus (``dataset``: :data:`CORPUS_FEATURES` columns), the fact keys whose sentences it holds
+    (``seen_keys``: every fact any kept example expresses), the LAMA T-REx probe facts without a sentence in it
+    (``held_out_keys``: the seeded sample, plus probe facts that lost every sentence, counted apart as
+    ``report["held_out"]["without_sentence"]``), and the JSON-ready ``report``."""
+
+    dataset: datasets.Dataset
+    seen_keys: set[FactKey] = field(default_factory=set)
+    held_out_keys: set[FactKey] = field(default_factory=set)
+    report: dict = field(default_factory=dict)
+
+    def save(self, directory: str | os.PathLike, save_dataset: bool = False) -> None:
+        """Write ``seen_facts.tsv`` and ``held_out_facts.tsv`` (``keplm.data.lama.write_fact_keys``; the first is
+        what ``run_scripts/run_probe.py --seen_fact_keys`` reads), ``corpus_report.json`` and, with
+        ``save_dataset``, the dataset (``save_to_disk`` in ``dataset/``)."""
+        directory = os.fspath(directory)
+        os.makedirs(directory, exist_ok=True)
+        write_fact_keys(os.path.join(directory, "seen_facts.tsv"), self.seen_keys)
+        write_fact_keys(os.path.join(directory, "held_out_facts.tsv"), self.held_out_keys)
+        with open(os.path.join(directory, "corpus_report.json"), "w", encoding="utf-8") as f:
+            json.dump(self.report, f, indent=2, ensure_ascii=False)
+        if save_dataset:
+            self.dataset.save_to_disk(os.path.join(directory, "dataset"))
+
+
+def _relation_sort_key(relation: str):
+    return (0, int(relation[1:])) if relation[1:].isdigit() else (1, relation)
+
+
+def load_pretraining_corpus(sources: Sequence[str], held_out_fraction: float = 0.2, seed: int = 0,
+                            max_examples: int | None = None,
+                            relations: Sequence[str] | None = None) -> PretrainingCorpus:
+    """Read ``sources`` (see the module docstring), hold out a seeded ``held_out_fraction`` of the LAMA T-REx probe
+    facts per relation (:func:`sample_held_out`) and drop every example expressing one (and any example of the same
+    text); the probe facts left without a sentence count as held out too (:class:`PretrainingCorpus`), and held-out
+    facts among the triplets of annotation files are removed from them. ``max_examples`` keeps a seeded sample of
+    that many examples (in corpus order); ``relations`` restricts T-REx and FewRel to those P-ids. Long reads show
+    progress bars (off with ``datasets.disable_progress_bars()``) and each source's counts are logged."""
+    start_time = time.perf_counter()
+    if isinstance(sources, str):
+        sources = [sources]
+    if not sources:
+        raise ValueError("load_pretraining_corpus: no sources given")
+    parsed = [(spec, *parse_source_spec(spec)) for spec in sources]  # every spec checked before reading anything
+    groups, reports, probe_facts = [], [], []
+    for spec, kind, path, dataset in parsed:
+        if kind == "trex":
+            examples, facts, report = read_trex_examples(path, relations, spec)
+            probe_facts.extend(facts)
+        elif kind == "fewrel":
+            examples, report = read_fewrel_examples(path, relations, spec)
+        else:
+            examples, report = read_annotation_examples(path, dataset, spec)
+        logger.info("%s: read %d, kept %d as %d examples, skipped %s, %d duplicates, %d merged", spec,
+                    report["read"], report["kept"], len(examples), report["skipped"] or "none",
+                    report["deduplicated"], report["merged"])
+        if report["skipped"]:
+            logger.warning("%s: skipped %s", spec, report["skipped"])
+        groups.append(examples)
+        reports.append(report)
+
+    probe_keys = {(str(f["sub_uri"]), f["relation"], str(f["obj_uri"])) for f in probe_facts}
+    sampled = sample_held_out(probe_keys, held_out_fraction, seed)
+    # an example expressing a held-out fact goes, and so does every other example with the same text
+    removed_texts = {ex["text"] for examples in groups for ex in examples if any(f in sampled for f in ex["facts"])}
+    kept, ids = [], set()
+    for group, (examples, report) in enumerate(zip(groups, reports)):
+        report["held_out"] = report["held_out_triplets_removed"] = 0
+        for ex in examples:
+            if ex["text"] in removed_texts:
+                report["held_out"] += 1
+                continue
+            example_id = ex["id"] if ex["id"] not in ids else f"{ex['id']}#{group}"  # two sources, same ids
+            ids.add(example_id)
+            kept.append({**ex, "id": example_id, "group": group})
+    dropped_by_cap = 0
+    if max_examples is not None and len(kept) > max_examples:
+        chosen = sorted(random.Random(seed).sample(range(len(kept)), max_examples))
+        dropped_by_cap, kept = len(kept) - max_examples, [kept[i] for i in chosen]
+
+    seen_keys = {f for ex in kept for f in ex["facts"]}
+    held_out_keys = probe_keys - seen_keys
+    for ex in kept:  # a held-out fact listed as context knowledge (annotation files' neighbours) is removed too
+        triplets = [t for t in ex["triplets"] if t not in held_out_keys]
+        reports[ex["group"]]["held_out_triplets_removed"] += len(ex["triplets"]) - len(triplets)
+        ex["triplets"] = triplets
+    for group, report in enumerate(reports):
+        rows = [ex for ex in kept if ex["group"] == group]
+        per_relation = Counter(r for ex in rows for r in {f[1] for f in ex["facts"]})
+        report["examples"] = len(rows)
+        report["examples_per_relation"] = {r: per_relation[r] for r in sorted(per_relation, key=_relation_sort_key)}
+    per_relation = {}
+    for relation in sorted({k[1] for k in probe_keys}, key=_relation_sort_key):
+        in_relation = {k for k in probe_keys if k[1] == relation}
+        per_relation[relation] = {"probe_facts": len(in_relation), "sampled": len(in_relation & sampled),
+                                  "held_out": len(in_relation & held_out_keys), "seen": len(in_relation & seen_keys)}
+    report = {
+        "sources": reports,
+        "held_out": {"fraction": held_out_fraction, "seed": seed, "probe_facts": len(probe_keys),
+                     "sampled": len(sampled), "without_sentence": len(held_out_keys - sampled),
+                     "held_out_facts": len(held_out_keys), "seen_probe_facts": len(probe_keys & seen_keys),
+                     "per_relation": per_relation},
+        "seen_facts": len(seen_keys), "examples": len(kept), "max_examples": max_examples,
+        "dropped_by_max_examples": dropped_by_cap, "relations": list(relations) if relations else None,
+    }
+    dataset = datasets.Dataset.from_dict({
+        "id": [ex["id"] for ex in kept], "text": [ex["text"] for ex in kept],
+        "source": [ex["source"] for ex in kept],
+        "knowledge": [{"entities": ex["entities"], "triplets": [dict(zip("hrt", t)) for t in ex["triplets"]]}
+                      for ex in kept],
+        "facts": [[dict(zip("hrt", f)) for f in ex["facts"]] for ex in kept],
+    }, features=CORPUS_FEATURES)
+    report["seconds"] = round(time.perf_counter() - start_time, 1)
+    logger.info("Pre-training corpus: %d examples, %d facts seen, %d of %d probe facts held out (%d sampled, %d "
+                "without a sentence) in %.1fs", len(kept), len(seen_keys), len(held_out_keys), len(probe_keys),
+                len(sampled), len(held_out_keys - sampled), report["seconds"])
+    return PretrainingCorpus(dataset, seen_keys, held_out_keys, report)
+
+
+__all__ = ["SOURCE_KINDS", "SKIP_REASONS", "CORPUS_FEATURES", "parse_source_spec", "restore_evidence",
+           "read_trex_examples", "detokenize", "read_fewrel_examples", "read_annotation_examples", "sample_held_out",
+           "kg_without_facts", "PretrainingCorpus", "load_pretraining_corpus"]
