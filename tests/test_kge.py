@@ -1,0 +1,201 @@
+"""KG embeddings for TRELM (keplm.knowledge.kge, ``keplm train-kge``): determinism, learning, ranking on a KG with a
+clear structure, save/load round trip, the command, vector look-up with missing ids, bad arguments. Tiny, CPU."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from keplm.cli import main
+from keplm.knowledge import KnowledgeGraph
+from keplm.knowledge.kge import check_kge_settings, kge_vectors, split_triples, train_kge
+
+FAST = dict(dim=16, epochs=20, batch_size=32, progress=False)
+
+
+def clustered_kg() -> KnowledgeGraph:
+    """4 countries of 8 cities each; every city has its country, language, currency and continent (two countries per
+    continent). Any one of a city's facts follows from the other three: held-out tails are predictable."""
+    triples = []
+    for k in range(4):
+        for i in range(8):
+            city = f"c{k}_{i}"
+            triples += [(city, "country", f"k{k}"), (city, "language", f"l{k}"), (city, "currency", f"m{k}"),
+                        (city, "continent", f"z{k % 2}")]
+    return KnowledgeGraph.from_triples(triples, entity_names={"k0": "Country zero"},
+                                       entity_aliases={"k1": ["Country one"]})
+
+
+@pytest.fixture(scope="module")
+def kg():
+    return clustered_kg()
+
+
+@pytest.fixture(scope="module")
+def trained(kg):
+    return train_kge(kg, model="transe", dim=32, epochs=50, batch_size=32, valid_fraction=0.15, seed=0,
+                     progress=False)
+
+
+def test_training_is_deterministic_for_a_seed_and_leaves_the_global_rng_alone(kg):
+    torch.manual_seed(123)
+    before = torch.rand(3)
+    torch.manual_seed(123)
+    first, report = train_kge(kg, seed=7, **FAST)
+    assert torch.equal(torch.rand(3), before)  # the caller's RNG stream is untouched
+    second, again = train_kge(kg, seed=7, **FAST)
+    assert np.array_equal(first.entity_vectors, second.entity_vectors)
+    assert report["losses"] == again["losses"] and report["metrics"] == again["metrics"]
+    assert first.content_hash() == second.content_hash()
+    other, _ = train_kge(kg, seed=8, **FAST)
+    assert not np.array_equal(first.entity_vectors, other.entity_vectors)
+
+
+def test_loss_decreases_and_transe_ranks_held_out_tails_far_above_chance(kg, trained):
+    out, report = trained
+    losses = report["losses"]
+    assert len(losses) == 50 and losses[-1] < 0.6 * losses[0]
+    metrics = report["metrics"]
+    assert report["triples"] == {"total": 128, "train": 109, "valid": 19, "valid_requested": 19, "ranked": 19}
+    assert metrics["triples"] == 19 and "raw" in metrics["protocol"]
+    assert metrics["chance_mrr"] == pytest.approx(np.sum(1 / np.arange(1, 47)) / 46)
+    assert metrics["mrr"] > 4 * metrics["chance_mrr"]  # chance ~0.096; TransE reaches ~0.6-0.9 here
+    assert metrics["hits@10"] >= 0.8 and metrics["hits@1"] <= metrics["hits@10"]
+    assert 1.0 <= metrics["mean_rank"] < 10
+
+
+def test_returned_kg_has_vectors_and_round_trips(kg, trained, tmp_path):
+    out, report = trained
+    assert kg.entity_vectors is None  # the input is not changed
+    assert out.entity_vectors.dtype == np.float32 and out.entity_vectors.shape == (46, 32)
+    assert out.entity_ids == kg.entity_ids and out.entity_names == kg.entity_names
+    assert out.entity_aliases == kg.entity_aliases and np.array_equal(out.triples, kg.triples)
+    # TransE's score sees L1-normalised entity vectors: those are what is stored
+    assert np.allclose(np.abs(out.entity_vectors).sum(1), 1.0, atol=1e-5)
+    assert out.content_hash() != kg.content_hash() and report["kg"]["content_hash"] == out.content_hash()
+    assert report["kg"]["input_content_hash"] == kg.content_hash()
+    out.save_pretrained(tmp_path / "kg")
+    assert (tmp_path / "kg" / "entity_vectors.safetensors").is_file()
+    loaded = KnowledgeGraph.from_pretrained(tmp_path / "kg")
+    assert np.array_equal(loaded.entity_vectors, out.entity_vectors)
+    assert loaded.content_hash() == out.content_hash()
+    json.dumps(report)  # JSON-ready
+
+
+@pytest.mark.parametrize("model, width", [("distmult", 16), ("complex", 16), ("rotate", 16)])
+def test_other_models_store_vectors_of_the_asked_width(kg, model, width):
+    out, report = train_kge(kg, model=model, dim=width, epochs=3, batch_size=64, progress=False)
+    assert out.entity_vectors.shape == (kg.num_entities, width) and np.isfinite(out.entity_vectors).all()
+    assert report["hidden_channels"] == (width // 2 if model in ("complex", "rotate") else width)
+    assert ("imaginary" in report["vectors"]) == (model in ("complex", "rotate"))
+
+
+def test_dense_gradients_follow_the_torch_geometric_example_optimizers(kg):
+    _, report = train_kge(kg, model="distmult", sparse=False, **FAST)
+    assert (report["optimizer"], report["lr"], report["weight_decay"]) == ("adam", 1e-4, 1e-6)
+    _, report = train_kge(kg, model="transe", **FAST)
+    assert (report["optimizer"], report["weight_decay"], report["sparse_gradients"]) == ("sparse_adam", 0.0, True)
+    with pytest.raises(ValueError, match="weight_decay=0.1 needs dense gradients"):
+        train_kge(kg, weight_decay=0.1, **FAST)
+
+
+def test_held_out_triples_keep_their_entities_in_training(kg):
+    train, valid = split_triples(kg.triples, 0.3, seed=3)
+    assert len(np.intersect1d(train, valid)) == 0 and len(train) + len(valid) == kg.num_triples
+    seen = set(kg.triples[train][:, [0, 2]].ravel())
+    assert all(h in seen and t in seen for h, _, t in kg.triples[valid])
+    assert np.array_equal(split_triples(kg.triples, 0.3, seed=3)[1], valid)
+    # a star: every leaf has one triple, so none can be held out without losing its entity
+    star = KnowledgeGraph.from_triples([("hub", "r", f"leaf{i}") for i in range(10)])
+    assert len(split_triples(star.triples, 0.5, seed=0)[1]) == 0
+    _, report = train_kge(star, valid_fraction=0.5, **FAST)
+    assert report["metrics"] is None and report["triples"]["valid_requested"] == 5
+
+
+def test_max_eval_triples_ranks_a_sample(kg):
+    _, report = train_kge(kg, valid_fraction=0.15, max_eval_triples=5, **FAST)
+    assert report["triples"]["valid"] == 19 and report["triples"]["ranked"] == 5 and report["metrics"]["triples"] == 5
+
+
+def test_kge_vectors_name_missing_ids_or_skip_and_count_them(trained):
+    out, _ = trained
+    rows = kge_vectors(out, ["k0", "l1"])
+    assert np.array_equal(rows.vectors, out.entity_vectors[[out.entity_index("k0"), out.entity_index("l1")]])
+    assert rows.positions.tolist() == [0, 1] and rows.missing == []
+    with pytest.raises(ValueError, match=r"2 of 4 entity ids missing from the KGE table.*'Q404'.*'Q405'"):
+        kge_vectors(out, ["k0", "Q404", "l1", "Q405"])
+    skipped = kge_vectors(out, ["k0", "Q404", "l1", "Q404"], missing="skip")
+    assert skipped.missing == ["Q404", "Q404"] and skipped.positions.tolist() == [0, 2]
+    assert np.array_equal(skipped.vectors, rows.vectors)
+    assert kge_vectors(out, [], missing="skip").vectors.shape == (0, 32)
+    with pytest.raises(ValueError, match="no entity vectors.*train-kge"):
+        kge_vectors(clustered_kg(), ["k0"])
+    with pytest.raises(ValueError, match="missing must be 'error' or 'skip'"):
+        kge_vectors(out, ["k0"], missing="zero")
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(model="transh"), "unknown KGE model 'transh'"),
+    (dict(dim=0), "dim must be a positive integer"),
+    (dict(dim=-4), "dim must be a positive integer"),
+    (dict(model="complex", dim=15), "dim must be even"),
+    (dict(epochs=0), "epochs must be a positive integer"),
+    (dict(valid_fraction=1.0), r"valid_fraction must be in \[0, 1\)"),
+    (dict(model="complex", margin=2.0), "complex takes no 'margin'"),
+    (dict(model="distmult", p_norm=2.0), "distmult takes no 'p_norm'"),
+    (dict(margin=-1.0), "margin must be a positive number"),
+    (dict(lr=0.0), "lr must be > 0"),
+    (dict(max_eval_triples=0), "max_eval_triples must be a positive integer"),
+])
+def test_bad_arguments_are_clear_errors(kg, kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        train_kge(kg, **{**FAST, **kwargs})
+
+
+def test_an_empty_kg_is_a_clear_error():
+    with pytest.raises(ValueError, match="no triples to train KG embeddings on"):
+        train_kge(KnowledgeGraph(["a", "b"], ["r"]), **FAST)
+    with pytest.raises(ValueError, match="no triples"):
+        train_kge(KnowledgeGraph([], []), **FAST)
+    assert check_kge_settings("TransE", 8) == "transe"
+
+
+def test_cli_writes_the_kg_folder_and_report(kg, tmp_path, capsys):
+    kg.save_pretrained(tmp_path / "source")
+    out_dir = tmp_path / "kge"
+    spec = f"pretrained:{tmp_path / 'source'}"
+    assert main(["train-kge", "--kg", spec, "--output_dir", str(out_dir), "--dim", "8", "--epochs", "3",
+                 "--batch_size", "64", "--valid_fraction", "0.1", "--seed", "5", "--no_progress"]) == 0
+    loaded = KnowledgeGraph.from_pretrained(out_dir)
+    assert loaded.entity_vectors.shape == (46, 8) and loaded.num_triples == 128
+    report = json.loads((out_dir / "kge_report.json").read_text())
+    assert report["kg_spec"] == spec and report["model"] == "transe" and report["seed"] == 5
+    assert report["kg"]["content_hash"] == loaded.content_hash() and len(report["losses"]) == 3
+    assert report["triples"]["valid"] == 13 and report["metrics"]["triples"] == 13
+    assert set(report["seconds"]) == {"load_kg", "train", "total"}
+    printed = capsys.readouterr().out
+    assert "# KG embeddings" in printed and "| 13 |" in printed and "TransE dim 8" in printed
+    # the same settings give the same vectors through the command as through the function
+    direct, _ = train_kge(kg, dim=8, epochs=3, batch_size=64, valid_fraction=0.1, seed=5, progress=False)
+    assert np.array_equal(direct.entity_vectors, loaded.entity_vectors)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--model", "transh"], "unknown KGE model"),
+    (["--dim", "0"], "dim must be a positive integer"),
+    (["--num_threads", "0"], "--num_threads must be positive"),
+])
+def test_cli_rejects_bad_settings_before_loading_the_kg(tmp_path, argv, message):
+    missing_kg = str(tmp_path / "no-such-kg")  # never read: the settings are checked first
+    with pytest.raises(ValueError, match=message):
+        main(["train-kge", "--kg", missing_kg, "--output_dir", str(tmp_path / "out"), *argv])
+    assert not (tmp_path / "out").exists()
+
+
+def test_cli_rejects_an_empty_kg(tmp_path):
+    KnowledgeGraph(["a"], ["r"]).save_pretrained(tmp_path / "empty")
+    with pytest.raises(ValueError, match="no triples"):
+        main(["train-kge", "--kg", str(tmp_path / "empty"), "--output_dir", str(tmp_path / "out")])
