@@ -6,13 +6,14 @@ Importing keplm registers its configs, models and processors with the Auto class
 from transformers import (
     AutoConfig,
     AutoModel,
+    AutoModelForMaskedLM,
     AutoModelForQuestionAnswering,
     AutoModelForSequenceClassification,
     AutoModelForTokenClassification,
     AutoProcessor,
 )
 
-from .configuration import KalaConfig, KeplmConfig, RelationExtractionConfig, RoofTransformerConfig
+from .configuration import KalaConfig, KeplmConfig, RelationExtractionConfig, RoofTransformerConfig, TrelmConfig
 from .data.collator import KeplmDataCollator
 from .knowledge import EntityLinker, KnowledgeAnnotation, KnowledgeAssets, KnowledgeGraph
 from .modeling import (
@@ -25,9 +26,11 @@ from .modeling import (
     RoofTransformerForQuestionAnswering,
     RoofTransformerForSequenceClassification,
     RoofTransformerModel,
+    TrelmForMaskedLM,
+    TrelmModel,
 )
 from .pipelines import register_pipelines
-from .tokenization import KalaProcessor, KeplmProcessor, RoofTransformerProcessor
+from .tokenization import KalaProcessor, KeplmProcessor, RoofTransformerProcessor, TrelmProcessor
 
 __version__ = "0.1.0"
 
@@ -45,6 +48,10 @@ AutoModelForSequenceClassification.register(RoofTransformerConfig, RoofTransform
                                             exist_ok=True)
 AutoModelForQuestionAnswering.register(RoofTransformerConfig, RoofTransformerForQuestionAnswering, exist_ok=True)
 AutoProcessor.register(RoofTransformerConfig, RoofTransformerProcessor, exist_ok=True)
+AutoConfig.register("trelm", TrelmConfig, exist_ok=True)
+AutoModel.register(TrelmConfig, TrelmModel, exist_ok=True)
+AutoModelForMaskedLM.register(TrelmConfig, TrelmForMaskedLM, exist_ok=True)
+AutoProcessor.register(TrelmConfig, TrelmProcessor, exist_ok=True)
 register_pipelines()  # pipeline("keplm-ner", ...), pipeline("keplm-qa", ...)
 
 
@@ -80,4 +87,8 @@ __all__ = [
     "RoofTransformerForSequenceClassification",
     "RoofTransformerForQuestionAnswering",
     "RoofTransformerProcessor",
+    "TrelmConfig",
+    "TrelmModel",
+    "TrelmForMaskedLM",
+    "TrelmProcessor",
 ]

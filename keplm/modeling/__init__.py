@@ -16,6 +16,7 @@ from .modeling_roof_transformer import (
     RoofTransformerForSequenceClassification,
     RoofTransformerModel,
 )
+from .modeling_trelm import TrelmForMaskedLM, TrelmMaskedLMOutput, TrelmModel, TrelmPreTrainedModel
 
 __all__ = [
     "KeplmPreTrainedModel",
@@ -32,4 +33,8 @@ __all__ = [
     "RoofTransformerModel",
     "RoofTransformerForSequenceClassification",
     "RoofTransformerForQuestionAnswering",
+    "TrelmModel",
+    "TrelmForMaskedLM",
+    "TrelmMaskedLMOutput",
+    "TrelmPreTrainedModel",
 ]

@@ -1,7 +1,8 @@
 from .alignment import char_spans_to_token_spans, encode_entities, word_offsets
 from .processing_kala import KalaProcessor
 from .processing_roof_transformer import RoofTransformerProcessor
+from .processing_trelm import TrelmProcessor
 from .processing_utils import KeplmProcessor
 
-__all__ = ["KeplmProcessor", "KalaProcessor", "RoofTransformerProcessor", "char_spans_to_token_spans",
+__all__ = ["KeplmProcessor", "KalaProcessor", "RoofTransformerProcessor", "TrelmProcessor", "char_spans_to_token_spans",
            "encode_entities", "word_offsets"]

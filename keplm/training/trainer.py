@@ -64,6 +64,11 @@ class KeplmTrainer(Trainer):
       config and knowledge assets and the metrics recorded with ``save_metrics``; ``card_data`` adds the base
       model, the dataset and the training command.
     * The processor (``processing_class``) is checked against the model (``processor.check_model``).
+    * **Model hooks** (used by TRELM): ``model.before_training_step(inputs, state, optimizer)`` runs before every
+      training step (knowledge routing); the losses the model names in ``logged_losses`` (output fields, e.g.
+      ``mlm_loss`` and ``cka_loss``) are logged beside the total, averaged like it; ``model.training_state()`` /
+      ``load_training_state`` (e.g. the memory bank) are kept in every checkpoint (safetensors + JSON) and
+      restored on resume.
     """
 
     def __init__(self, *args, parameter_group_options: dict | None = None, card_data: dict | None = None, **kwargs):
@@ -266,6 +271,58 @@ class KeplmTrainer(Trainer):
             self.accelerator.scaler.load_state_dict(load_state(checkpoint, "scaler"))
             return
         return super()._load_scaler(checkpoint)
+
+    # ---------------------------------------------------------------- model hooks
+    def training_step(self, model, inputs, num_items_in_batch=None):
+        hook = getattr(unwrap(model), "before_training_step", None)
+        if hook is not None:
+            report = hook(inputs, self.state, self.optimizer) or {}
+            for key, value in report.items():
+                self._extra_logs.setdefault(key, []).append(float(value))
+        return super().training_step(model, inputs, num_items_in_batch)
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        names = getattr(unwrap(model), "logged_losses", ())
+        if not names or not model.training:
+            return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        loss, outputs = super().compute_loss(model, inputs, True, num_items_in_batch)
+        for name in names:
+            value = getattr(outputs, name, None)
+            if value is not None:
+                self._extra_logs.setdefault(name, []).append(float(value.detach()))
+        return (loss, outputs) if return_outputs else loss
+
+    def log(self, logs: dict, start_time: float | None = None) -> None:
+        if "loss" in logs and getattr(self, "_extra_logs", None):  # training logs: the model's own losses beside it
+            logs = {**logs, **{name: round(sum(v) / len(v), 4) for name, v in self._extra_logs.items() if v}}
+            self._extra_logs = {}
+        super().log(logs, start_time)
+
+    @property
+    def _extra_logs(self) -> dict:
+        return self.__dict__.setdefault("_extra_log_values", {})
+
+    @_extra_logs.setter
+    def _extra_logs(self, value: dict) -> None:
+        self.__dict__["_extra_log_values"] = value
+
+    def _save_checkpoint(self, model, trial):
+        super()._save_checkpoint(model, trial)
+        keplm_model = unwrap(self.model)
+        if hasattr(keplm_model, "training_state") and self.args.should_save:
+            folder = os.path.join(self._get_output_dir(trial=trial),
+                                  f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
+            save_state(keplm_model.training_state(), folder, "model_training_state")
+
+    def _load_from_checkpoint(self, resume_from_checkpoint, model=None):
+        super()._load_from_checkpoint(resume_from_checkpoint, model)
+        keplm_model = unwrap(model if model is not None else self.model)
+        if hasattr(keplm_model, "load_training_state"):
+            if not has_state(resume_from_checkpoint, "model_training_state"):
+                raise FileNotFoundError(f"{resume_from_checkpoint} has no model_training_state (the training state of "
+                                        f"{type(keplm_model).__name__}, e.g. TRELM's memory bank): it was not saved "
+                                        "by keplm's Trainer")
+            keplm_model.load_training_state(load_state(resume_from_checkpoint, "model_training_state"))
 
     def save_metrics(self, split, metrics, combined=True):
         super().save_metrics(split, metrics, combined=combined)

@@ -1,0 +1,239 @@
+"""TRELM pre-training (``run_scripts/run_pretraining.py``): its arguments, the importance pass over the corpus, the
+model and the callbacks (λ decay, LAMA probing over training time, a wall-clock budget)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Literal
+
+from transformers import TrainerCallback
+
+from keplm.io_utils import fingerprinted_map
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class PretrainingDataArguments:
+    corpus: list[str] = field(
+        default_factory=lambda: ["trex:../shared/data/lama", "fewrel:../shared/data/fewrel/val_wiki.json.gz"],
+        metadata={"help": "Corpus sources: trex:<lama dir> (T-REx evidence sentences), fewrel:<file>, "
+                  "annotations:<keplm build-kg file or folder>."},
+    )
+    held_out_fraction: float = field(
+        default=0.2, metadata={"help": "Share of the LAMA T-REx probe facts whose sentences never enter pre-training."})
+    max_train_samples: int | None = field(default=None, metadata={"help": "Keep this many corpus sentences."})
+    max_seq_length: int = field(default=128, metadata={"help": "Tokens per sentence (longer: truncated)."})
+    mlm_probability: float = field(default=0.15, metadata={"help": "Share of ordinary tokens masked (BERT)."})
+    preprocessing_num_workers: int | None = field(default=None, metadata={"help": "Processes for datasets.map."})
+    overwrite_cache: bool = field(default=False, metadata={"help": "Recompute cached features."})
+    probe: str = field(default="lama_trex", metadata={"help": "Probe of the P@1 curve (see run_probe.py)."})
+    probe_data_dir: str = field(default="../shared/data", metadata={"help": "Folder with lama/ and pararel/."})
+    probe_relations: list[str] | None = field(default=None, metadata={"help": "Probe only these relations."})
+    probe_max_facts_per_relation: int | None = field(
+        default=100, metadata={"help": "Facts per relation in the P@1 curve (keeps each probe to seconds on a CPU)."})
+    probe_every_steps: int = field(default=0, metadata={"help": "Probe every N steps (0: at the end only)."})
+    probe_batch_size: int = field(default=64, metadata={"help": "Probe queries per forward pass."})
+    max_train_seconds: float | None = field(
+        default=None, metadata={"help": "Stop training after this many seconds of training (probing excluded): "
+                                "the equal-wall-clock budget of a comparison."})
+
+
+@dataclass
+class TrelmArguments:
+    """TRELM's settings (paper 3, 4.6-4.8); ``--system mlm`` is plain MLM continued pre-training (the baseline)."""
+
+    system: Literal["mlm", "trelm"] = field(default="trelm", metadata={"help": "mlm (the baseline) or trelm."})
+    kg: str | None = field(
+        default=None,
+        metadata={"help": "The KG with KG embeddings for injection and entity names for the CKA negatives: a folder "
+                  "written by `keplm train-kge` (or any load_kg spec when injection is off)."},
+    )
+    injection: bool = field(default=True, metadata={"help": "Knowledge injection (3.1); --no_injection: ablation."})
+    injection_mode: Literal["replace", "add"] = field(default="replace", metadata={"help": "Replace or add (3.1)."})
+    injection_selection: Literal["si", "long_tail", "si_long_tail", "all"] = field(
+        default="si_long_tail", metadata={"help": "Which mentions are important (3.1, 4.5)."})
+    si_quantile: float = field(default=0.5, metadata={"help": "SI threshold as a quantile of the corpus scores."})
+    long_tail_quantile: float = field(default=0.5, metadata={"help": "Long-tail count threshold (quantile)."})
+    cka: bool = field(default=True, metadata={"help": "Contrastive knowledge assessing (eq. 2); --no_cka: ablation."})
+    cka_weight: float = field(default=0.5, metadata={"help": "θ of eq. 3 (paper best: 0.5)."})
+    cka_num_negatives: int = field(default=16, metadata={"help": "Negatives per CKA target."})
+    cka_sampler: Literal["uniform", "frequency"] = field(default="uniform", metadata={"help": "Q of eq. 2."})
+    memory_bank: bool = field(default=True, metadata={"help": "Memory bank (3.2); --no_memory_bank: ablation."})
+    memory_window: int = field(default=16, metadata={"help": "Half window k (eq. 4; paper best 16)."})
+    memory_momentum: float = field(default=0.1, metadata={"help": "γ of eq. 5."})
+    memory_lambda: float = field(default=0.5, metadata={"help": "λ of eq. 7 (paper: 0.5)."})
+    memory_decay: float = field(default=2.0, metadata={"help": "β of eq. 8 (paper best: 2)."})
+    routing: bool = field(default=True, metadata={"help": "Knowledge routing (3.3); --no_routing: ablation."})
+    routing_fraction: float = field(default=0.1, metadata={"help": "Share of FFN neurons per layer routed."})
+    routing_steps: int = field(default=20, metadata={"help": "Riemann steps m of eq. 11 (paper: 20)."})
+    routing_interval: int = field(default=100, metadata={"help": "Re-route every N training steps."})
+    entity_masking: bool = field(
+        default=False, metadata={"help": "mlm system: also always mask the tail-entity tokens TRELM decodes (separates "
+                                 "the effect of entity masking from TRELM's mechanisms)."})
+    exclude_held_out_from_kg: bool = field(
+        default=True, metadata={"help": "Remove the held-out facts from the KG (no leak through injection)."})
+
+    @property
+    def uses_knowledge(self) -> bool:
+        return self.system == "trelm" or self.entity_masking
+
+    def model_config(self) -> dict:
+        trelm = self.system == "trelm"
+        return {"use_injection": trelm and self.injection, "injection_mode": self.injection_mode,
+                "use_cka": trelm and self.cka, "cka_weight": self.cka_weight,
+                "cka_num_negatives": self.cka_num_negatives, "cka_sampler": self.cka_sampler,
+                "use_memory_bank": trelm and self.memory_bank, "memory_window": self.memory_window,
+                "memory_momentum": self.memory_momentum, "memory_lambda": self.memory_lambda,
+                "memory_decay": self.memory_decay, "use_routing": trelm and self.routing,
+                "routing_fraction": self.routing_fraction, "routing_steps": self.routing_steps,
+                "routing_interval": self.routing_interval}
+
+
+# ---------------------------------------------------------------------------------------------- importance (3.1)
+class ImportanceScorer:
+    """``datasets.map(batched=True)`` function adding ``si_scores`` (eq. 1 per mention) under the start encoder."""
+
+    def __init__(self, encoder, tokenizer, max_length: int):
+        self.encoder, self.tokenizer, self.max_length = encoder.eval(), tokenizer, max_length
+
+    def __call__(self, batch: dict) -> dict:
+        from keplm.knowledge.annotation import KnowledgeAnnotation
+        from keplm.knowledge.importance import semantic_importance
+
+        annotations = [KnowledgeAnnotation.from_dict(a) for a in batch["knowledge"]]
+        return {"si_scores": semantic_importance(self.encoder, self.tokenizer, batch["text"], annotations,
+                                                 max_length=self.max_length)}
+
+
+def add_importance(dataset, encoder, tokenizer, args: TrelmArguments, max_length: int, encoder_name: str,
+                   num_proc: int | None = None, overwrite_cache: bool = False):
+    """The corpus with ``important`` flags per mention (:func:`keplm.knowledge.importance.select_important`) and
+    the selection report. SI scores are computed once per corpus and start encoder (cached by datasets)."""
+    from datasets.fingerprint import Hasher
+
+    from keplm.knowledge.importance import select_important
+
+    if args.injection_selection in ("si", "si_long_tail"):
+        signature = {"encoder": encoder_name, "tokenizer": Hasher.hash(tokenizer), "max_length": max_length,
+                     "function": "semantic_importance-v1"}
+        dataset = fingerprinted_map(dataset, ImportanceScorer(encoder, tokenizer, max_length), signature,
+                                    num_proc=None, overwrite_cache=overwrite_cache, batch_size=256,
+                                    desc="Semantic importance (TRELM eq. 1)")
+        scores = dataset["si_scores"]
+    else:
+        scores = [[0.0] * len(k["entities"]) for k in dataset["knowledge"]]
+    ids = [[m["id"] for m in k["entities"]] for k in dataset["knowledge"]]
+    counts: dict[str, int] = {}
+    for row in ids:
+        for entity in row:
+            if entity is not None:
+                counts[str(entity)] = counts.get(str(entity), 0) + 1
+    flags, report = select_important(scores, ids, counts, args.injection_selection, args.si_quantile,
+                                     args.long_tail_quantile)
+    if "important" in dataset.column_names:
+        dataset = dataset.remove_columns("important")
+    return dataset.add_column("important", flags), report
+
+
+# ---------------------------------------------------------------------------------------------- callbacks
+class MemoryDecayCallback(TrainerCallback):
+    """Eq. (8): λ of the memory bank decays by β every pre-training epoch."""
+
+    def on_epoch_begin(self, args, state, control, model=None, **kwargs):
+        bank = getattr(getattr(getattr(model, "trelm", None), "memory_bank", None), "set_epoch", None)
+        if bank is not None:
+            lam = bank(int(state.epoch or 0))
+            logger.info("epoch %d: memory-bank λ = %.4f", int(state.epoch or 0), lam)
+
+
+class TrainingClock:
+    """Training seconds since the start, without the time spent in the probe callbacks."""
+
+    def __init__(self):
+        self.start, self.paused = None, 0.0
+
+    def begin(self) -> None:
+        self.start, self.paused = time.perf_counter(), 0.0
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.start - self.paused if self.start is not None else 0.0
+
+
+class TimeBudgetCallback(TrainerCallback):
+    """Stops training once ``max_seconds`` of training (probing excluded) have passed: equal wall-clock budgets."""
+
+    def __init__(self, max_seconds: float, clock: TrainingClock):
+        self.max_seconds, self.clock = max_seconds, clock
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        if self.clock.start is None:
+            self.clock.begin()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.clock.elapsed() >= self.max_seconds:
+            logger.info("training time budget of %.0f s reached at step %d", self.max_seconds, state.global_step)
+            control.should_training_stop = True
+
+
+class ProbeCallback(TrainerCallback):
+    """P@1 over training time: the LAMA probe (seen and held-out facts) every ``every_steps`` steps and at the end,
+    each point ``{"step", "train_seconds", "p_at_1", "seen", "held_out"}`` logged, kept in ``curve`` and written
+    to ``<output_dir>/probe_curve.json``; the probing time is not training time (:class:`TrainingClock`)."""
+
+    def __init__(self, tokenizer, facts, seen_keys, every_steps: int, batch_size: int, clock: TrainingClock,
+                 output_dir: str):
+        self.tokenizer, self.facts, self.seen_keys = tokenizer, facts, seen_keys
+        self.every_steps, self.batch_size, self.clock, self.output_dir = every_steps, batch_size, clock, output_dir
+        self.curve: list[dict] = []
+
+    def on_train_begin(self, args, state, control, model=None, **kwargs):
+        if self.clock.start is None:
+            self.clock.begin()
+        if not self.curve:
+            self.measure(model, state, args)
+
+    def on_step_end(self, args, state, control, model=None, **kwargs):
+        if self.every_steps and state.global_step % self.every_steps == 0:
+            self.measure(model, state, args)
+
+    def on_train_end(self, args, state, control, model=None, **kwargs):
+        if not self.curve or self.curve[-1]["step"] != state.global_step:
+            self.measure(model, state, args)
+
+    def measure(self, model, state, args) -> dict:
+        from keplm.data.lama import probe
+
+        started = time.perf_counter()
+        train_seconds = self.clock.elapsed()
+        was_training = model.training
+        model.eval()
+        try:
+            results, _ = probe(model, self.tokenizer, self.facts, ks=(1,), batch_size=self.batch_size,
+                               progress=False, seen_fact_keys=self.seen_keys)
+        finally:
+            model.train(was_training)
+        subsets = results.get("subsets", {})
+        point = {"step": state.global_step, "train_seconds": round(train_seconds, 2),
+                 "p_at_1": results["precision_at_1"], "seen": subsets.get("seen", {}).get("precision_at_1"),
+                 "held_out": subsets.get("held_out", {}).get("precision_at_1"),
+                 "probe_seconds": round(time.perf_counter() - started, 2)}
+        self.curve.append(point)
+        state.log_history.append({"step": state.global_step, **{f"probe_{k}": v for k, v in point.items()
+                                                                 if k != "step"}})
+        logger.info("probe at step %d (%.0f s of training): P@1 %s (seen %s, held-out %s)", point["step"],
+                    train_seconds, point["p_at_1"], point["seen"], point["held_out"])
+        if args.should_save:
+            os.makedirs(self.output_dir, exist_ok=True)
+            with open(os.path.join(self.output_dir, "probe_curve.json"), "w", encoding="utf-8") as f:
+                json.dump(self.curve, f, indent=1)
+        self.clock.paused += time.perf_counter() - started
+        return point
+
+
+__all__ = ["PretrainingDataArguments", "TrelmArguments", "ImportanceScorer", "add_importance", "MemoryDecayCallback",
+           "TimeBudgetCallback", "ProbeCallback", "TrainingClock"]

@@ -1,0 +1,143 @@
+#!/usr/bin/env python
+"""Knowledge-enhanced masked-LM pre-training with TRELM (or plain MLM, the baseline), in the style of Hugging
+Face's ``run_mlm.py``.
+
+    keplm train-kge --kg trex:../shared/data/lama --output_dir outputs/kge/trex-transe
+    python run_scripts/run_pretraining.py --model_name_or_path <encoder> --system trelm \\
+        --corpus trex:../shared/data/lama fewrel:../shared/data/fewrel/val_wiki.json.gz \\
+        --kg outputs/kge/trex-transe --do_train --output_dir outputs/pretraining/trelm
+
+The corpus is read with its entity annotations (:mod:`keplm.data.pretraining`); a seeded share of the LAMA T-REx
+probe facts is held out (their sentences never enter pre-training, and they are removed from the KG), and
+``seen_facts.tsv`` / ``held_out_facts.tsv`` are written next to the model. ``--system trelm`` scores every mention's
+semantic importance under the start encoder (eq. 1, cached), injects KG embeddings at important mentions, decodes
+each fact's tail entity against sampled negatives (CKA), keeps the memory bank (λ decays per epoch) and routes the
+FFN updates every ``--routing_interval`` steps; ``--no_injection``, ``--no_cka``, ``--no_memory_bank`` and
+``--no_routing`` switch each off (the paper's ablation). ``--system mlm`` is plain MLM on the same corpus
+(``--entity_masking`` also masks the tail entities TRELM decodes). The LAMA probe's P@1 (seen and held-out facts) is
+measured during training (``--probe_every_steps``) and written to ``probe_curve.json``; ``--max_train_seconds``
+gives runs an equal wall-clock budget.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import transformers
+from transformers import AutoModel, AutoTokenizer, TrainingArguments, set_seed
+
+from keplm import TrelmForMaskedLM, TrelmProcessor
+from keplm.data.collator import KeplmDataCollator
+from keplm.data.lama import load_probe
+from keplm.data.masking import MaskedLMCollator
+from keplm.data.pretraining import kg_without_facts, load_pretraining_corpus
+from keplm.knowledge import KnowledgeAssets, load_kg
+from keplm.tokenization.processing_trelm import feature_statistics
+from keplm.training.arguments import ModelArguments, parse_args
+from keplm.training.knowledge_setup import Featurizer, featurize
+from keplm.training.pretraining import (
+    MemoryDecayCallback,
+    PretrainingDataArguments,
+    ProbeCallback,
+    TimeBudgetCallback,
+    TrainingClock,
+    TrelmArguments,
+    add_importance,
+)
+from keplm.training.runtime import flatten, record, setup_logging
+from keplm.training.trainer import KeplmTrainer
+
+logger = logging.getLogger(__name__)
+
+
+def build_assets(corpus, trelm_args: TrelmArguments) -> KnowledgeAssets:
+    """The entity vocabulary of the corpus mentions (with their counts) and the KG (minus the held-out facts)."""
+    if not trelm_args.uses_knowledge:
+        return KnowledgeAssets()
+    if not trelm_args.kg:
+        raise ValueError("--system trelm (and --entity_masking) need --kg: the KG with KG embeddings written by "
+                         "`keplm train-kge` (entity names for the CKA negatives, vectors for injection)")
+    kg = load_kg(trelm_args.kg)
+    if trelm_args.system == "trelm" and trelm_args.injection and kg.entity_vectors is None:
+        raise ValueError(f"--kg {trelm_args.kg} has no KG embeddings: train them with `keplm train-kge --kg ... "
+                         "--output_dir DIR` and pass DIR, or switch injection off (--no_injection)")
+    if trelm_args.exclude_held_out_from_kg:
+        kg = kg_without_facts(kg, corpus.held_out_keys)
+    entity_ids = [str(m["id"]) for k in corpus.dataset["knowledge"] for m in k["entities"] if m["id"] is not None]
+    relation_ids = sorted({t["r"] for k in corpus.dataset["knowledge"] for t in k["triplets"]})
+    return KnowledgeAssets.build(entity_ids, relation_ids, kg=kg)
+
+
+def main(args: list[str] | None = None) -> dict:
+    model_args, data_args, trelm_args, training_args = parse_args(
+        (ModelArguments, PretrainingDataArguments, TrelmArguments, TrainingArguments), args)
+    setup_logging(training_args)
+    set_seed(training_args.seed)
+    path = model_args.model_name_or_path
+    with training_args.main_process_first(desc="corpus"):
+        corpus = load_pretraining_corpus(data_args.corpus, data_args.held_out_fraction, seed=0,
+                                         max_examples=data_args.max_train_samples)
+    if training_args.should_save:
+        corpus.save(training_args.output_dir)
+    assets = build_assets(corpus, trelm_args)
+    tokenizer = AutoTokenizer.from_pretrained(path, **model_args.hub_kwargs())
+    processor = TrelmProcessor(tokenizer, assets)
+    dataset, selection = corpus.dataset, {}
+    if trelm_args.system == "trelm" and trelm_args.injection:
+        with training_args.main_process_first(desc="importance"):
+            encoder = AutoModel.from_pretrained(path, **model_args.hub_kwargs())
+            dataset, selection = add_importance(dataset, encoder, tokenizer, trelm_args, data_args.max_seq_length,
+                                                encoder_name=path, overwrite_cache=data_args.overwrite_cache)
+            del encoder
+    with training_args.main_process_first(desc="features"):
+        features = featurize(dataset, Featurizer(processor, "prepare_pretraining_features",
+                                                 with_knowledge=trelm_args.uses_knowledge,
+                                                 max_length=data_args.max_seq_length),
+                             data_args.preprocessing_num_workers, data_args.overwrite_cache, desc="Tokenising corpus")
+    model = TrelmForMaskedLM.from_base_pretrained(path, knowledge_assets=assets if trelm_args.uses_knowledge else None,
+                                                  **trelm_args.model_config())
+    if model.config.use_cka:
+        model.set_cka_entities(*processor.entity_name_table())
+    if model.config.use_routing:
+        model.enable_knowledge_routing()
+    collator = MaskedLMCollator(KeplmDataCollator.from_processor(processor, model), tokenizer.mask_token_id,
+                                len(tokenizer), data_args.mlm_probability,
+                                mask_knowledge_targets=trelm_args.uses_knowledge,
+                                special_token_ids=tuple(tokenizer.all_special_ids))
+    clock = TrainingClock()
+    probe_data = load_probe(data_args.probe, data_args.probe_data_dir, data_args.probe_relations,
+                            data_args.probe_max_facts_per_relation)
+    callbacks = [MemoryDecayCallback(),
+                 ProbeCallback(tokenizer, probe_data["facts"], corpus.seen_keys, data_args.probe_every_steps,
+                               data_args.probe_batch_size, clock, training_args.output_dir)]
+    if data_args.max_train_seconds:
+        callbacks.append(TimeBudgetCallback(data_args.max_train_seconds, clock))
+    trainer = KeplmTrainer(
+        model=model, args=training_args, data_collator=collator, processing_class=processor,
+        train_dataset=features, callbacks=callbacks,
+        card_data={"base_model": path, "dataset": " + ".join(data_args.corpus), "command": ["python", *sys.argv]},
+    )
+    results = flatten({"corpus": {k: v for k, v in corpus.report.items() if isinstance(v, (int, float, dict))},
+                       "selection": selection, "features": feature_statistics(features) if trelm_args.uses_knowledge
+                       else {"examples": len(features)}, "kge": getattr(model, "kge_coverage", {})}, "data")
+    trainer.save_metrics("data", results)
+    if training_args.do_train:
+        train_result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+        trainer.save_model()
+        curve = callbacks[1].curve
+        metrics = dict(train_result.metrics, train_samples=len(features), train_seconds=round(clock.elapsed(), 2))
+        if curve:
+            metrics.update({"probe_p_at_1": curve[-1]["p_at_1"], "probe_seen_p_at_1": curve[-1]["seen"],
+                            "probe_held_out_p_at_1": curve[-1]["held_out"]})
+        results.update(record(trainer, "train", metrics))
+        trainer.save_state()
+        trainer.create_model_card()
+        if training_args.push_to_hub:
+            trainer.push_to_hub()
+    return results
+
+
+if __name__ == "__main__":
+    transformers.utils.logging.enable_explicit_format()
+    main()

@@ -1,0 +1,170 @@
+"""run_scripts/run_pretraining.py end to end on a tiny model and a tiny T-REx corpus: TRELM and plain MLM, the P@1
+curve over training time, the losses logged apart, checkpoints with the memory bank, resume after a kill."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file
+from transformers import AutoModelForMaskedLM, BertModel, pipeline
+
+import keplm  # noqa: F401  (registers the Auto classes)
+from keplm.knowledge import KnowledgeGraph, load_kg
+from keplm.training.state import load_state
+
+from .conftest import tiny_encoder_config
+from .test_run_scripts import ROOT, load_script
+
+FACTS = [("Q90", "paris", "Q142", "france", "paris is a city in [MASK] ."),
+         ("Q64", "berlin", "Q183", "germany", "berlin is a city in [MASK] ."),
+         ("Q84", "london", "Q21", "england", "london is the capital of [MASK] ."),
+         ("Q1471", "seine", "Q142", "france", "the seine flows through [MASK] ."),
+         ("Q60", "new york", "Q30", "usa", "new york is a city in [MASK] ."),
+         ("Q999", "unknownia", "Q142", "france", "unknownia is a country in [MASK] .")]
+
+
+@pytest.fixture(scope="module")
+def tiny_pretraining(tmp_path_factory, tokenizer):
+    """A LAMA-like folder (TREx/P17.jsonl.gz, relations.jsonl), a tiny BERT without MLM head, a KG with vectors."""
+    root = tmp_path_factory.mktemp("pretraining")
+    lama = root / "data" / "lama"
+    (lama / "TREx").mkdir(parents=True)
+    (lama / "relations").mkdir()
+    with gzip.open(lama / "TREx" / "P17.jsonl.gz", "wt") as f:
+        for sub_uri, sub, obj_uri, obj, masked in FACTS:
+            evidences = [{"sub_surface": sub, "obj_surface": obj, "masked_sentence": masked},
+                         {"sub_surface": sub, "obj_surface": obj, "masked_sentence": f"john visited {masked}"}]
+            f.write(json.dumps({"uuid": sub_uri, "sub_uri": sub_uri, "sub_label": sub, "obj_uri": obj_uri,
+                                "obj_label": obj, "predicate_id": "P17", "evidences": evidences}) + "\n")
+    (lama / "relations" / "relations.jsonl").write_text(json.dumps(
+        {"relation": "P17", "template": "[X] is located in [Y] .", "label": "country"}) + "\n")
+    torch.manual_seed(0)
+    model_dir = root / "tiny-bert"
+    BertModel(tiny_encoder_config(tokenizer), add_pooling_layer=False).save_pretrained(model_dir)
+    tokenizer.save_pretrained(model_dir)
+    kg = load_kg(f"trex:{lama}")
+    vectors = np.random.default_rng(0).normal(size=(kg.num_entities, 8)).astype(np.float32)
+    KnowledgeGraph(kg.entity_ids, kg.relation_ids, kg.triples, entity_names=kg.entity_names,
+                   entity_aliases=kg.entity_aliases, relation_names=kg.relation_names,
+                   entity_vectors=vectors).save_pretrained(root / "kg")
+    return {"model": str(model_dir), "lama": str(lama), "data": str(root / "data"), "kg": str(root / "kg")}
+
+
+def pretraining_args(tiny, out, system="trelm", *extra) -> list[str]:
+    return ["--model_name_or_path", tiny["model"], "--corpus", f"trex:{tiny['lama']}", "--system", system,
+            "--held_out_fraction", "0.34", "--probe_data_dir", tiny["data"], "--output_dir", str(out), "--do_train",
+            "--max_steps", "4", "--per_device_train_batch_size", "4", "--learning_rate", "1e-3", "--logging_steps",
+            "1", "--probe_every_steps", "2", "--memory_window", "2", "--routing_interval", "2", "--routing_steps",
+            "3", "--routing_fraction", "0.25", "--cka_num_negatives", "4", "--save_strategy", "no", "--report_to",
+            "none", "--disable_tqdm", "1", "--use_cpu", "--seed", "0", *(["--kg", tiny["kg"]] if system == "trelm"
+                                                                         else []), *extra]
+
+
+def test_trelm_pretraining_end_to_end(tiny_pretraining, tmp_path):
+    out = tmp_path / "trelm"
+    results = load_script("run_pretraining").main(pretraining_args(tiny_pretraining, out))
+    curve = json.loads((out / "probe_curve.json").read_text())
+    assert [p["step"] for p in curve] == [0, 2, 4]
+    assert all(0.0 <= p["p_at_1"] <= 1.0 for p in curve) and curve[-1]["train_seconds"] > 0
+    assert curve[-1]["seen"] is not None and curve[-1]["held_out"] is not None
+    from keplm.data.lama import read_fact_keys
+
+    assert len(read_fact_keys(out / "held_out_facts.tsv")) == 2  # 34 % of six probe facts
+    history = json.loads((out / "trainer_state.json").read_text())["log_history"]
+    losses = [h for h in history if "loss" in h]
+    assert losses and all("mlm_loss" in h and "cka_loss" in h for h in losses)  # both losses apart (eq. 3)
+    assert any("routing_targets" in h for h in history)  # re-routed at steps 0 and 2
+    assert results["data_selection_mentions"] > 0 and results["data_features_examples_with_cka_target"] > 0
+    model = AutoModelForMaskedLM.from_pretrained(out)
+    assert model.config.use_routing and model.knowledge_assets.kg.entity_vectors is not None
+    assert not [k for k in load_file(out / "model.safetensors") if ".route_" in k]
+    assert len(pipeline("fill-mask", model=str(out), top_k=2)("paris is a city in [MASK] .")) == 2
+
+
+def test_plain_mlm_baseline_needs_no_kg(tiny_pretraining, tmp_path):
+    out = tmp_path / "mlm"
+    load_script("run_pretraining").main(pretraining_args(tiny_pretraining, out, "mlm"))
+    history = json.loads((out / "trainer_state.json").read_text())["log_history"]
+    assert [h for h in history if "loss" in h] and not any("cka_loss" in h for h in history)
+    config = json.loads((out / "config.json").read_text())
+    assert not any(config[k] for k in ("use_injection", "use_cka", "use_memory_bank", "use_routing"))
+
+
+def test_trelm_without_kg_embeddings_is_a_clear_error(tiny_pretraining, tmp_path):
+    args = pretraining_args(tiny_pretraining, tmp_path, "trelm")
+    args[args.index("--kg") + 1] = f"trex:{tiny_pretraining['lama']}"  # a KG without vectors
+    with pytest.raises(ValueError, match="has no KG embeddings: train them with `keplm train-kge"):
+        load_script("run_pretraining").main(args)
+
+
+#: runs run_pretraining.main in a fresh process; with KEPLM_TEST_KILL_AT=N it SIGKILLs itself after step N
+KILLABLE = """
+import os, signal, sys
+sys.path.insert(0, {root!r})
+from transformers import TrainerCallback
+import keplm.training.trainer as trainer_module
+
+class Kill(TrainerCallback):
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step == int(os.environ.get("KEPLM_TEST_KILL_AT", "-1")):
+            os.kill(os.getpid(), signal.SIGKILL)
+
+original = trainer_module.KeplmTrainer.__init__
+def patched(self, *args, **kwargs):
+    original(self, *args, **kwargs)
+    self.add_callback(Kill())
+trainer_module.KeplmTrainer.__init__ = patched
+import importlib.util
+spec = importlib.util.spec_from_file_location("run_pretraining", {script!r})
+module = importlib.util.module_from_spec(spec)
+sys.modules[spec.name] = module
+spec.loader.exec_module(module)
+module.main(sys.argv[1:])
+"""
+
+
+def _run(args, kill_at=None):
+    code = KILLABLE.format(root=str(ROOT), script=str(ROOT / "run_scripts" / "run_pretraining.py"))
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
+           **({"KEPLM_TEST_KILL_AT": str(kill_at)} if kill_at else {})}
+    result = subprocess.run([sys.executable, "-c", code, *args], cwd=ROOT, env=env, capture_output=True, text=True,
+                            timeout=600)
+    if kill_at:
+        assert result.returncode == -signal.SIGKILL, result.stderr[-3000:]
+    else:
+        assert result.returncode == 0, result.stderr[-4000:]
+
+
+@pytest.mark.slow
+def test_resume_after_a_kill_restores_the_memory_bank(tiny_pretraining, tmp_path):
+    """A TRELM run SIGKILLed after step 5 and resumed from checkpoint-4 ends with the weights and the memory bank of
+    the uninterrupted run: the bank (training state, not in the weights) and the routed neurons are in the
+    checkpoint."""
+    def args(out, *extra):
+        base = pretraining_args(tiny_pretraining, out, "trelm", "--probe_every_steps", "0", *extra)
+        base[base.index("--max_steps") + 1] = "6"
+        base[base.index("--save_strategy") + 1] = "steps"
+        return [*base, "--save_steps", "2", "--routing_interval", "3"]
+
+    _run(args(tmp_path / "whole"))
+    _run(args(tmp_path / "killed"), kill_at=5)
+    assert (tmp_path / "killed" / "checkpoint-4").is_dir() and not (tmp_path / "killed" / "checkpoint-6").exists()
+    state = load_state(tmp_path / "killed" / "checkpoint-4", "model_training_state")
+    assert state["memory_bank"]["seen"].any() and len(state["route_indices"]) == 2
+    _run(args(tmp_path / "killed", "--resume_from_checkpoint", str(tmp_path / "killed" / "checkpoint-4")))
+    whole, resumed = (load_file(tmp_path / run / "model.safetensors") for run in ("whole", "killed"))
+    for name, tensor in whole.items():
+        torch.testing.assert_close(resumed[name], tensor, rtol=1e-5, atol=1e-6, msg=name)
+    banks = [load_state(tmp_path / run / "checkpoint-6", "model_training_state") for run in ("whole", "killed")]
+    for key in ("local", "global_sum", "global_count", "seen"):
+        torch.testing.assert_close(banks[1]["memory_bank"][key], banks[0]["memory_bank"][key], rtol=1e-5, atol=1e-6)
+    for a, b in zip(banks[0]["route_indices"], banks[1]["route_indices"]):
+        assert torch.equal(a, b)
