@@ -35,7 +35,7 @@ from keplm.data.pretraining import kg_without_facts, load_pretraining_corpus
 from keplm.knowledge import KnowledgeAssets, load_kg
 from keplm.tokenization.processing_trelm import feature_statistics
 from keplm.training.arguments import ModelArguments, parse_args
-from keplm.training.knowledge_setup import Featurizer, featurize
+from keplm.training.knowledge_setup import Featurizer, featurize, maybe_add_lora
 from keplm.training.pretraining import (
     MemoryDecayCallback,
     PretrainingDataArguments,
@@ -100,7 +100,11 @@ def main(args: list[str] | None = None) -> dict:
     if model.config.use_cka:
         model.set_cka_entities(*processor.entity_name_table())
     if model.config.use_routing:
+        if model_args.lora_r is not None:
+            raise ValueError("--lora_r freezes the encoder while knowledge routing (3.3) trains its FFN paths: use one "
+                             "of them (--no_routing with --lora_r)")
         model.enable_knowledge_routing()
+    model = maybe_add_lora(model, model_args)
     collator = MaskedLMCollator(KeplmDataCollator.from_processor(processor, model), tokenizer.mask_token_id,
                                 len(tokenizer), data_args.mlm_probability,
                                 mask_knowledge_targets=trelm_args.uses_knowledge,

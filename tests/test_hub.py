@@ -172,3 +172,53 @@ def test_relation_extraction_model_push_and_pull(hub_server, hub_env, tokenizer)
     expected = sum(float(p.detach().sum()) for p in model.parameters())
     assert abs(float(result.stdout.strip().splitlines()[-1]) - expected) < 1e-3
     assert ModelCard.load("org/re-tiny").data.library_name == "keplm"
+
+
+#: the fresh process for TRELM: the stock Auto class and processor, the given features, the logits as JSON
+LOAD_AND_RUN_MLM = """
+import json, sys, torch, keplm
+from transformers import AutoModelForMaskedLM, AutoProcessor
+repo, features = sys.argv[1], json.loads(sys.argv[2])
+model = AutoModelForMaskedLM.from_pretrained(repo).eval()
+processor = AutoProcessor.from_pretrained(repo)
+with torch.no_grad():
+    logits = model(**{k: torch.tensor(v) for k, v in features.items()}).logits
+print(json.dumps({"logits": logits.tolist(), "kge": model.knowledge_assets.kg.entity_vectors.tolist(),
+                  "processor": type(processor).__name__}))
+"""
+
+
+def test_trelm_push_then_load_in_a_fresh_process(hub_server, hub_env, tokenizer, kg):
+    """TRELM with its KG embeddings (the injection's input): pushed with routing deltas folded in, loaded through
+    AutoModelForMaskedLM in a fresh process: same logits, same KGE table, the TRELM processor."""
+    from keplm import TrelmProcessor
+
+    from .test_trelm import ANNOTATION, TEXT, features, make_model, with_kge
+
+    assets = with_kge(kg)
+    model = make_model(tokenizer, assets).eval()
+    router = model.enable_knowledge_routing()
+    with torch.no_grad():
+        for parameter in router.delta_parameters():
+            parameter.normal_()
+    processor = TrelmProcessor(tokenizer, assets)
+    batch = {k: v for k, v in features(processor, (TEXT,), (ANNOTATION,)).items()
+             if k not in ("special_tokens_mask", "cka_labels", "cka_token_index")}
+    with torch.no_grad():
+        expected = model(**{k: torch.tensor(v) for k, v in batch.items()}).logits
+    model.push_to_hub("org/trelm-tiny")
+    processor.push_to_hub("org/trelm-tiny")
+    files = set(HfApi().list_repo_files("org/trelm-tiny"))
+    assert {"config.json", "model.safetensors", "README.md", "processor_config.json", "knowledge/kg/triples.tsv",
+            "knowledge/kg/entity_vectors.safetensors"} <= files
+    card = ModelCard.load("org/trelm-tiny")
+    assert card.data.library_name == "keplm" and card.data.pipeline_tag == "fill-mask" and "TRELM" in card.text
+    assert not [f for f in files if f.endswith((".bin", ".pt", ".pth", ".pkl"))]
+    result = subprocess.run([sys.executable, "-c", LOAD_AND_RUN_MLM, "org/trelm-tiny", json.dumps(batch)],
+                            env={**hub_env, "PYTHONPATH": str(ROOT)}, cwd=ROOT, capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 0, result.stderr[-4000:]
+    loaded = json.loads(result.stdout.strip().splitlines()[-1])
+    torch.testing.assert_close(torch.tensor(loaded["logits"]), expected)
+    assert loaded["processor"] == "TrelmProcessor"
+    assert torch.equal(torch.tensor(loaded["kge"]), torch.from_numpy(assets.kg.entity_vectors))

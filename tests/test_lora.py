@@ -82,3 +82,39 @@ def test_saved_and_pushed_adapter_loads_onto_its_base(hub_server, tmp_path, base
     pulled = load_lora("org/kala-lora", base_model_name_or_path=str(base_dir)).eval()
     torch.testing.assert_close(pulled(**batch).logits, expected)
     assert pulled.get_base_model().knowledge_assets.content_hash() == assets.content_hash()
+
+
+def test_lora_on_trelm_trains_injection_and_head_fully_and_freezes_the_encoder(tokenizer, kg):
+    """TRELM under peft: adapters on the encoder; the knowledge injection is trained fully (modules_to_save); the
+    frozen encoder weights stay bit-identical through optimizer steps on the MLM + CKA loss."""
+    from keplm import TrelmProcessor
+    from keplm.data.masking import MaskedLMCollator
+
+    from .test_trelm import ANNOTATION, TEXT, features, make_model, with_kge
+
+    assets = with_kge(kg)
+    model = make_model(tokenizer, assets)
+    assert {"trelm.injection.projection", "lm_head"} <= set(fully_trained_modules(model))
+    peft_model = add_lora(model, r=4, alpha=8, dropout=0.0)
+    trainable = {n for n, p in peft_model.named_parameters() if p.requires_grad}
+    assert any("lora_A" in n for n in trainable) and any(".injection." in n for n in trainable)
+    assert not [n for n in trainable if ".encoder." in n and "lora_" not in n]
+    frozen = {n: p.detach().clone() for n, p in peft_model.named_parameters() if not p.requires_grad}
+    before = {n: p.detach().clone() for n, p in peft_model.named_parameters() if p.requires_grad}
+    processor = TrelmProcessor(tokenizer, assets)
+    rows = features(processor, (TEXT,) * 2, (ANNOTATION,) * 2)
+    collator = MaskedLMCollator(KeplmDataCollator.from_processor(processor), tokenizer.mask_token_id, len(tokenizer),
+                                mlm_probability=0.5)
+    torch.manual_seed(0)
+    batch = collator([{k: v[i] for k, v in rows.items()} for i in range(2)])
+    optimizer = torch.optim.AdamW([p for p in peft_model.parameters() if p.requires_grad], lr=1e-2)
+    peft_model.train()
+    for _ in range(3):
+        optimizer.zero_grad()
+        peft_model(**batch).loss.backward()
+        optimizer.step()
+    for name, parameter in peft_model.named_parameters():
+        if name in frozen:
+            assert torch.equal(parameter, frozen[name]), name
+    assert any(not torch.equal(p, before[n]) for n, p in peft_model.named_parameters()
+               if n in before and ".injection." in n)  # the injection does train

@@ -168,3 +168,19 @@ def test_resume_after_a_kill_restores_the_memory_bank(tiny_pretraining, tmp_path
         torch.testing.assert_close(banks[1]["memory_bank"][key], banks[0]["memory_bank"][key], rtol=1e-5, atol=1e-6)
     for a, b in zip(banks[0]["route_indices"], banks[1]["route_indices"]):
         assert torch.equal(a, b)
+
+
+def test_trelm_pretraining_with_lora(tiny_pretraining, tmp_path):
+    """--lora_r: adapters on the encoder, injection and head trained fully, memory bank and CKA still on; an adapter
+    folder with the KG and its vectors. LoRA and routing both decide what trains: together they are an error."""
+    out = tmp_path / "lora"
+    results = load_script("run_pretraining").main(
+        pretraining_args(tiny_pretraining, out, "trelm", "--no_routing", "--lora_r", "4"))
+    assert results["train_samples"] == 8, sorted(results)
+    assert (out / "adapter_config.json").is_file()
+    assert (out / "knowledge" / "kg" / "entity_vectors.safetensors").is_file()
+    history = json.loads((out / "trainer_state.json").read_text())["log_history"]
+    assert all("cka_loss" in h for h in history if "loss" in h)
+    with pytest.raises(ValueError, match="--lora_r freezes the encoder while knowledge routing"):
+        load_script("run_pretraining").main(pretraining_args(tiny_pretraining, tmp_path / "both", "trelm",
+                                                             "--lora_r", "4"))

@@ -1,11 +1,11 @@
 """LoRA (peft) on a keplm model's encoders, while its knowledge modules and task head train fully.
 
 The encoders get low-rank adapters on their attention projections; every other module that holds parameters of
-its own (KALA's entity memory, relation embeddings, KFM and GNN layers, extra layers, the task head; later
-Roof-Transformer's fusion and TRELM's injection) is peft's ``modules_to_save``: trained fully and saved with the
-adapter. An adapter folder (or Hub repo) holds peft's ``adapter_config.json`` / ``adapter_model.safetensors``,
-the keplm config (the architecture to rebuild) and ``knowledge/``; :func:`load_lora` rebuilds the model around
-its base encoder checkpoint and applies the adapter.
+its own (KALA's entity memory, relation embeddings, KFM and GNN layers, extra layers, the task head;
+Roof-Transformer's fusion; TRELM's injection projection and MLM head) is peft's ``modules_to_save``: trained fully
+and saved with the adapter. An adapter folder (or Hub repo) holds peft's ``adapter_config.json`` /
+``adapter_model.safetensors``, the keplm config (the architecture to rebuild) and ``knowledge/``;
+:func:`load_lora` rebuilds the model around its base encoder checkpoint and applies the adapter.
 """
 
 from __future__ import annotations
