@@ -51,6 +51,23 @@ from keplm.training.trainer import KeplmTrainer
 logger = logging.getLogger(__name__)
 
 
+def check_kge_leak(kg, held_out_keys, trelm_args: TrelmArguments) -> None:
+    """Injected KG embeddings trained on a graph holding held-out facts would leak them into pre-training: the
+    probe's held-out P@1 would no longer measure generalisation. An error naming the fix, unless --allow_kge_leak."""
+    if kg.entity_vectors is None or not (trelm_args.system == "trelm" and trelm_args.injection):
+        return
+    leaked = kg_without_facts(kg, held_out_keys, drop_vectors=True).build_report["facts_removed"]["triples_removed"]
+    if leaked and not trelm_args.allow_kge_leak:
+        raise ValueError(
+            f"--kg {trelm_args.kg}: its KG embeddings were trained on a graph holding {leaked} of the "
+            f"{len(held_out_keys)} held-out facts, so injection would leak them. Write the held-out facts (this "
+            "script without --do_train writes OUTPUT_DIR/held_out_facts.tsv), train the embeddings without them "
+            "(`keplm train-kge --kg ... --exclude_facts OUTPUT_DIR/held_out_facts.tsv`) and pass that folder, or "
+            "accept the leak with --allow_kge_leak")
+    if leaked:
+        logger.warning("--allow_kge_leak: the KG embeddings were trained on %d held-out facts", leaked)
+
+
 def build_assets(corpus, trelm_args: TrelmArguments) -> KnowledgeAssets:
     """The entity vocabulary of the corpus mentions (with their counts) and the KG (minus the held-out facts)."""
     if not trelm_args.uses_knowledge:
@@ -62,6 +79,7 @@ def build_assets(corpus, trelm_args: TrelmArguments) -> KnowledgeAssets:
     if trelm_args.system == "trelm" and trelm_args.injection and kg.entity_vectors is None:
         raise ValueError(f"--kg {trelm_args.kg} has no KG embeddings: train them with `keplm train-kge --kg ... "
                          "--output_dir DIR` and pass DIR, or switch injection off (--no_injection)")
+    check_kge_leak(kg, corpus.held_out_keys, trelm_args)
     if trelm_args.exclude_held_out_from_kg:
         kg = kg_without_facts(kg, corpus.held_out_keys)
     entity_ids = [str(m["id"]) for k in corpus.dataset["knowledge"] for m in k["entities"] if m["id"] is not None]

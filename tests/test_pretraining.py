@@ -17,6 +17,7 @@ from safetensors.torch import load_file
 from transformers import AutoModelForMaskedLM, BertModel, pipeline
 
 import keplm  # noqa: F401  (registers the Auto classes)
+from keplm.data.pretraining import kg_without_facts, load_pretraining_corpus
 from keplm.knowledge import KnowledgeGraph, load_kg
 from keplm.training.state import load_state
 
@@ -50,12 +51,18 @@ def tiny_pretraining(tmp_path_factory, tokenizer):
     model_dir = root / "tiny-bert"
     BertModel(tiny_encoder_config(tokenizer), add_pooling_layer=False).save_pretrained(model_dir)
     tokenizer.save_pretrained(model_dir)
-    kg = load_kg(f"trex:{lama}")
+    # the KG embeddings must not have seen the held-out facts (run_pretraining checks): the KG without them
+    held_out = load_pretraining_corpus([f"trex:{lama}"], 0.34, seed=0).held_out_keys
+    kg = kg_without_facts(load_kg(f"trex:{lama}"), held_out)
     vectors = np.random.default_rng(0).normal(size=(kg.num_entities, 8)).astype(np.float32)
     KnowledgeGraph(kg.entity_ids, kg.relation_ids, kg.triples, entity_names=kg.entity_names,
                    entity_aliases=kg.entity_aliases, relation_names=kg.relation_names,
                    entity_vectors=vectors).save_pretrained(root / "kg")
-    return {"model": str(model_dir), "lama": str(lama), "data": str(root / "data"), "kg": str(root / "kg")}
+    leaky = load_kg(f"trex:{lama}")
+    KnowledgeGraph(leaky.entity_ids, leaky.relation_ids, leaky.triples, entity_names=leaky.entity_names,
+                   entity_vectors=np.zeros((leaky.num_entities, 8), np.float32)).save_pretrained(root / "leaky_kg")
+    return {"model": str(model_dir), "lama": str(lama), "data": str(root / "data"), "kg": str(root / "kg"),
+            "leaky_kg": str(root / "leaky_kg")}
 
 
 def pretraining_args(tiny, out, system="trelm", *extra) -> list[str]:
@@ -184,3 +191,27 @@ def test_trelm_pretraining_with_lora(tiny_pretraining, tmp_path):
     with pytest.raises(ValueError, match="--lora_r freezes the encoder while knowledge routing"):
         load_script("run_pretraining").main(pretraining_args(tiny_pretraining, tmp_path / "both", "trelm",
                                                              "--lora_r", "4"))
+
+
+def test_kg_embeddings_trained_on_held_out_facts_are_refused(tiny_pretraining, tmp_path):
+    """Injection with KG embeddings whose graph held the held-out facts would leak them: a named error pointing at
+    `keplm train-kge --exclude_facts`, whose output then passes; --allow_kge_leak accepts the leak knowingly."""
+    args = pretraining_args(tiny_pretraining, tmp_path / "leak", "trelm")
+    args[args.index("--kg") + 1] = tiny_pretraining["leaky_kg"]
+    with pytest.raises(ValueError, match=r"trained on a graph holding 2 of the 2 held-out facts.*--exclude_facts"):
+        load_script("run_pretraining").main(args)
+    held_out = tmp_path / "leak" / "held_out_facts.tsv"
+    assert held_out.is_file()  # written before the check: the file train-kge needs
+    from keplm.cli import main as keplm_cli
+
+    assert keplm_cli(["train-kge", "--kg", f"pretrained:{tiny_pretraining['leaky_kg']}", "--output_dir",
+                      str(tmp_path / "kge"), "--dim", "8", "--epochs", "2", "--batch_size", "4", "--valid_fraction",
+                      "0", "--exclude_facts", str(held_out), "--no_progress"]) == 0
+    report = json.loads((tmp_path / "kge" / "kge_report.json").read_text())
+    assert report["excluded_facts"]["triples_removed"] == 2 and report["triples"]["total"] == len(FACTS) - 2
+    args[args.index("--kg") + 1] = str(tmp_path / "kge")
+    args[args.index("--output_dir") + 1] = str(tmp_path / "clean")
+    assert load_script("run_pretraining").main(args)["train_samples"] > 0
+    args[args.index("--kg") + 1] = tiny_pretraining["leaky_kg"]
+    args[args.index("--output_dir") + 1] = str(tmp_path / "accepted")
+    assert load_script("run_pretraining").main([*args, "--allow_kge_leak"])["train_samples"] > 0

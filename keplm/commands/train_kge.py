@@ -32,6 +32,10 @@ def report_markdown(report: dict) -> str:
              f"batch {report['batch_size']}, {report['optimizer']} lr {report['lr']:g}, seed {report['seed']}, "
              f"{report['device']}: loss {report['losses'][0]:.4f} -> {report['losses'][-1]:.4f} in "
              f"{report['seconds']['total']:.1f}s"]
+    excluded = report.get("excluded_facts")
+    if excluded:
+        lines += ["", f"Excluded before training: {excluded['triples_removed']} triples of {excluded['keys']} fact "
+                  f"keys ({excluded['keys_not_in_kg']} not in the KG) from {', '.join(excluded['files'])}."]
     metrics = report["metrics"]
     if metrics:
         lines += ["", "| held-out triples | MRR | chance MRR | Hits@1 | Hits@10 | mean rank |",
@@ -61,6 +65,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="triples held out for MRR / Hits@k (0: train on all, no metrics)")
     parser.add_argument("--max_eval_triples", type=int, default=1000,
                         help="rank at most this many held-out triples (a seeded sample; each scores every entity)")
+    parser.add_argument("--exclude_facts", nargs="+", default=None, help=(
+        "fact-key TSV files (sub_uri<TAB>predicate_id<TAB>obj_uri, e.g. run_pretraining's held_out_facts.tsv): "
+        "their triples are removed from the KG before training, so the embeddings cannot encode them"))
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dense", action="store_true", help=(
@@ -83,12 +90,20 @@ def run(args: argparse.Namespace) -> dict:
         torch.set_num_threads(args.num_threads)
     start = time.perf_counter()
     kg = load_kg(args.kg)
+    excluded = None
+    if args.exclude_facts:
+        from keplm.data.lama import read_fact_keys
+        from keplm.data.pretraining import kg_without_facts
+
+        keys = set().union(*(read_fact_keys(path) for path in args.exclude_facts))
+        kg = kg_without_facts(kg, keys, drop_vectors=True)
+        excluded = {"files": list(args.exclude_facts), **kg.build_report["facts_removed"]}
     load_seconds = time.perf_counter() - start
     kg, report = train_kge(kg, model=args.model, dim=args.dim, epochs=args.epochs, batch_size=args.batch_size,
                            lr=args.lr, weight_decay=args.weight_decay, margin=args.margin, p_norm=args.p_norm,
                            valid_fraction=args.valid_fraction, max_eval_triples=args.max_eval_triples,
                            seed=args.seed, device=args.device, sparse=not args.dense, progress=not args.no_progress)
-    report = {"kg_spec": args.kg, **report}  # the spec as given: no machine-specific resolved path
+    report = {"kg_spec": args.kg, "excluded_facts": excluded, **report}  # the specs as given: no resolved paths
     report["seconds"]["load_kg"] = load_seconds
     output_dir = Path(args.output_dir)
     kg.save_pretrained(output_dir)

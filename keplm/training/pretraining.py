@@ -77,6 +77,10 @@ class TrelmArguments:
                                  "the effect of entity masking from TRELM's mechanisms)."})
     exclude_held_out_from_kg: bool = field(
         default=True, metadata={"help": "Remove the held-out facts from the KG (no leak through injection)."})
+    allow_kge_leak: bool = field(
+        default=False, metadata={"help": "Accept KG embeddings trained on a graph that holds held-out facts (by "
+                                 "default an error: train them with `keplm train-kge --exclude_facts "
+                                 "OUTPUT_DIR/held_out_facts.tsv`)."})
 
     @property
     def uses_knowledge(self) -> bool:
