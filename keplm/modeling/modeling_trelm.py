@@ -226,6 +226,16 @@ class TrelmForMaskedLM(TrelmPreTrainedModel):
         """The negative sampler's entity names and frequencies (``TrelmProcessor.entity_name_table``)."""
         self.negative_sampler.set_entities(name_tokens, name_lengths, counts)
 
+    def save_encoder(self, save_directory, tokenizer=None) -> None:
+        """The pre-trained encoder alone as a plain checkpoint of its own type (e.g. ``BertModel``; routing deltas
+        folded in), with ``tokenizer``: what the fine-tuning scripts' ``--model_name_or_path`` and
+        ``from_base_pretrained`` take (task-adaptive pre-training, downstream fine-tuning)."""
+        if self.router is not None:
+            self.router.fold()
+        self.trelm.encoder.save_pretrained(save_directory)
+        if tokenizer is not None:
+            tokenizer.save_pretrained(save_directory)
+
     # ------------------------------------------------------------------ routing
     def enable_knowledge_routing(self) -> KnowledgeRouter:
         """Install :class:`KnowledgeRouter` (3.3): the FFN linear layers train only through their routed rows /

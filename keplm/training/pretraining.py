@@ -31,7 +31,8 @@ class PretrainingDataArguments:
     mlm_probability: float = field(default=0.15, metadata={"help": "Share of ordinary tokens masked (BERT)."})
     preprocessing_num_workers: int | None = field(default=None, metadata={"help": "Processes for datasets.map."})
     overwrite_cache: bool = field(default=False, metadata={"help": "Recompute cached features."})
-    probe: str = field(default="lama_trex", metadata={"help": "Probe of the P@1 curve (see run_probe.py)."})
+    probe: str = field(default="lama_trex", metadata={"help": "Probe of the P@1 curve (see run_probe.py; none: no "
+                                                                "curve, e.g. pre-training on a task's text)."})
     probe_data_dir: str = field(default="../shared/data", metadata={"help": "Folder with lama/ and pararel/."})
     probe_relations: list[str] | None = field(default=None, metadata={"help": "Probe only these relations."})
     probe_max_facts_per_relation: int | None = field(
@@ -77,6 +78,9 @@ class TrelmArguments:
                                  "the effect of entity masking from TRELM's mechanisms)."})
     exclude_held_out_from_kg: bool = field(
         default=True, metadata={"help": "Remove the held-out facts from the KG (no leak through injection)."})
+    export_encoder: bool = field(
+        default=False, metadata={"help": "Also write the pre-trained encoder alone with the tokenizer to OUTPUT_DIR/"
+                                 "encoder, a plain checkpoint the fine-tuning scripts take (TAPT, downstream tasks)."})
     allow_kge_leak: bool = field(
         default=False, metadata={"help": "Accept KG embeddings trained on a graph that holds held-out facts (by "
                                  "default an error: train them with `keplm train-kge --exclude_facts "
