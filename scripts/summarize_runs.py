@@ -36,20 +36,24 @@ def _cell(values: list[float], digits: int = 2) -> str:
 
 def main(paths: list[str]) -> None:
     summaries = [json.load(open(p)) for p in paths]
-    systems = summaries[0]["settings"]["systems"]
+    # systems in first-seen order; a system run with fewer seeds than the others says how many
+    systems = list(dict.fromkeys(system for s in summaries for system in s["settings"]["systems"]))
     first = summaries[0]["results"][systems[0]]
     scale = 1.0 if summaries[0]["settings"].get("task") in QA_TASKS else 100.0  # seqeval/GLUE: fractions
     print(f"{len(summaries)} seeds: {[s['settings']['seed'] for s in summaries]}; test contexts seen / unseen: "
           f"{first.get('predict_seen_examples')} / {first.get('predict_unseen_examples')}")
-    print("| metric | " + " | ".join(systems) + " |\n|---|" + "---:|" * len(systems))
+    seeds = {system: sum(system in s["results"] for s in summaries) for system in systems}
+    headers = [system if seeds[system] == len(summaries) else f"{system} ({seeds[system]} seed"
+               f"{'s' if seeds[system] > 1 else ''})" for system in systems]
+    print("| metric | " + " | ".join(headers) + " |\n|---|" + "---:|" * len(systems))
     for label, key, scaled in ROWS:
-        if not any(key in s["results"][system] for s in summaries for system in systems):
+        if not any(key in s["results"].get(system, {}) for s in summaries for system in systems):
             continue
         cells = []
         for system in systems:
             values = []
             for s in summaries:
-                result = s["results"][system]
+                result = s["results"].get(system, {})
                 if key not in result:
                     continue
                 factor = {True: scale, False: 1.0, "percent": 100.0,

@@ -102,3 +102,31 @@ def test_run_qa_rejects_appended_knowledge(glue_files, tmp_path):
     tiny, _ = glue_files
     with pytest.raises(ValueError, match="bert_with_knowledge"):
         load_script("run_qa").main(_roof_qa_args(tiny, tmp_path, "--system", "bert_with_knowledge", "--do_train"))
+
+
+def test_summarize_runs_handles_ablations_run_with_fewer_seeds(monkeypatch, capsys, tmp_path):
+    """scripts/summarize_runs.py: mean ± std over the seeds that ran a system; a system with fewer seeds (one-seed
+    ablations) says how many in its header; GLUE fractions in %, selection statistics per example."""
+    from .test_run_scripts import ROOT
+
+    monkeypatch.syspath_prepend(str(ROOT / "scripts"))
+    import summarize_runs
+
+    def summary(seed, results):
+        return {"settings": {"task": "mrpc", "seed": seed, "systems": list(results)}, "results": results,
+                "durations_s": {system: 100.0 * seed for system in results}}
+
+    full = {"bert": {"eval_accuracy": 0.7, "eval_f1": 0.8}, "roof": {
+        "eval_accuracy": 0.72, "eval_f1": 0.82, "knowledge_train_share_with_knowledge": 0.1,
+        "knowledge_train_cut": 50, "knowledge_train_examples": 100}}
+    paths = []
+    for seed, results in ((1, {**full, "roof_lstm": {"eval_accuracy": 0.69}}),
+                          (2, {k: {**v, "eval_accuracy": v["eval_accuracy"] + 0.02} for k, v in full.items()})):
+        paths.append(tmp_path / f"seed{seed}.json")
+        paths[-1].write_text(json.dumps(summary(seed, results)))
+    summarize_runs.main([str(p) for p in paths])
+    out = capsys.readouterr().out
+    assert "| metric | bert | roof | roof_lstm (1 seed) |" in out
+    assert "| validation accuracy | 71.00 ± 1.41 | 73.00 ± 1.41 | 69.00 ± 0.00 |" in out
+    assert "| train triples cut per example | n/a | 0.50 ± 0.00 | n/a |" in out
+    assert "| wall time per run (s) | 150 ± 71 | 150 ± 71 | 100 ± 0 |" in out
