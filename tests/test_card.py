@@ -418,3 +418,40 @@ def test_a_lora_model_is_described_by_the_keplm_model_inside(tokenizer, assets):
     card = build_model_card(model, metrics=NER_METRICS)
     assert card.data.pipeline_tag == "token-classification" and {"peft", "lora"} <= set(card.data.tags)
     assert "Class `KalaForTokenClassification`" in str(card) and "LoRA adapter (peft; r = 4" in str(card)
+
+
+def test_roof_and_trelm_cards_describe_the_knowledge_and_cite_the_paper(tokenizer, kg):
+    """Roof-Transformer's card: the KG, the triple selection settings and how often training examples got triples;
+    TRELM's: the KG embeddings it injects, its entity vocabulary, injected / decoded tokens per example. Both cite
+    their paper in BibTeX with only what the paper states (no URL)."""
+    from keplm import KnowledgeAssets, RoofTransformerConfig, RoofTransformerProcessor, TrelmProcessor
+    from keplm.modeling.modeling_roof_transformer import RoofTransformerForSequenceClassification
+
+    from .test_trelm import make_model, with_kge
+
+    processor = RoofTransformerProcessor(tokenizer, KnowledgeAssets(kg=kg), selection="no_tail", verbalization="exp2",
+                                         max_knowledge_length=40)
+    roof = RoofTransformerForSequenceClassification(RoofTransformerConfig(
+        encoder_config=tiny_encoder_config(tokenizer), max_knowledge_length=40, fusion_layers=1, num_labels=2))
+    roof.set_knowledge_assets(processor.knowledge_assets)
+    metrics = {"eval_accuracy": 0.7, "knowledge_train_examples": 200, "knowledge_train_share_with_knowledge": 0.105,
+               "knowledge_train_kept_per_example": 0.66, "knowledge_train_cut": 50}
+    text = str(build_model_card(roof, metrics=metrics, processor=processor, dataset="mrpc",
+                                knowledge_args={"kg": "fb15k237:../shared/data/kg/fb15k-237"}))
+    assert "## Knowledge" in text and "| KG size | 11 entities, 2 relations, 8 triples" in text
+    assert "| triple selection | selection `no_tail`, verbalization `exp2`, at most 40 knowledge tokens |" in text
+    assert "| training examples with any triple | 10.5 % |" in text
+    assert "| triples per training example | 0.66 kept, 0.25 cut by the knowledge budget |" in text
+    assert "entity memory" not in text and '@misc{liao-roof-transformer' in text
+    assert 'author = "Liao, Wei-Lin and Su, Cheng-En and Ma, Wei-Yun"' in text
+
+    assets = with_kge(kg)
+    trelm = make_model(tokenizer, assets)
+    text = str(build_model_card(trelm, processor=TrelmProcessor(tokenizer, assets), metrics={
+        "data_features_examples": 10, "data_features_entity_tokens": 40, "data_features_injected_tokens": 12,
+        "data_features_cka_target_tokens": 5}))
+    assert "| KG embeddings | 11 entity vectors of dimension 4 (`keplm train-kge`)" in text
+    assert "| entity vocabulary | 11 rows (row 0 = null entity), one per entity mentioned in the pre-training" in text
+    assert "| injected tokens (important entities) per pre-training example | 1.20 |" in text
+    assert "@misc{yan-trelm" in text and "title = \"{TRELM}: Towards Robust" in text
+    assert ModelCard(text).data.pipeline_tag == "fill-mask"

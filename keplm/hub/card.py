@@ -76,15 +76,22 @@ KALA = Paper(
     bibtex=KALA_BIBTEX,
     code_url="https://github.com/Nardien/KALA",
 )
-TRELM = Paper(
-    title="TRELM: Towards Robust and Efficient Pre-training for Knowledge-Enhanced Language Models",
-    authors=("Junbing Yan", "Chengyu Wang", "Taolin Zhang", "Xiaofeng He", "Jun Huang", "Longtao Huang", "Hui Xue",
-             "Wei Zhang"),
-)
-ROOF_TRANSFORMER = Paper(
-    title="Roof-Transformer: Divided and Joined Understanding with Knowledge Enhancement",
-    authors=("Wei-Lin Liao", "Cheng-En Su", "Wei-Yun Ma"),
-)
+def _misc_bibtex(key: str, title: str, authors: tuple[str, ...]) -> str:
+    """A BibTeX entry with what the paper's own text states (title, authors), no venue or URL we cannot check."""
+    names = " and ".join(f"{name.rsplit(' ', 1)[1]}, {name.rsplit(' ', 1)[0]}" for name in authors)
+    return f'@misc{{{key},\n    title = "{title}",\n    author = "{names}",\n}}'
+
+
+_TRELM_TITLE = "TRELM: Towards Robust and Efficient Pre-training for Knowledge-Enhanced Language Models"
+_TRELM_AUTHORS = ("Junbing Yan", "Chengyu Wang", "Taolin Zhang", "Xiaofeng He", "Jun Huang", "Longtao Huang", "Hui Xue",
+                  "Wei Zhang")
+TRELM = Paper(title=_TRELM_TITLE, authors=_TRELM_AUTHORS,
+              bibtex=_misc_bibtex("yan-trelm", "{TRELM}: " + _TRELM_TITLE.split(": ", 1)[1], _TRELM_AUTHORS))
+_ROOF_TITLE = "Roof-Transformer: Divided and Joined Understanding with Knowledge Enhancement"
+_ROOF_AUTHORS = ("Wei-Lin Liao", "Cheng-En Su", "Wei-Yun Ma")
+ROOF_TRANSFORMER = Paper(title=_ROOF_TITLE, authors=_ROOF_AUTHORS,
+                         bibtex=_misc_bibtex("liao-roof-transformer", "{Roof-Transformer}: "
+                                             + _ROOF_TITLE.split(": ", 1)[1], _ROOF_AUTHORS))
 
 #: the paper of each model type (the relation extractor is KALA's appendix A)
 PAPERS: dict[str, Paper] = {
@@ -452,6 +459,8 @@ class KnowledgeFacts:
     test_unseen: int | None = None  # ... with >= 3
     case_sensitive: bool | None = None
     max_neighbors: int | None = None
+    kge_vectors: tuple[int, int] | None = None  # (rows, dim) of the KG's entity vectors (TRELM's injection)
+    method_rows: list[tuple[str, str]] = field(default_factory=list)  # Roof selection / TRELM feature statistics
     note: str | None = None  # where these numbers come from, when not from the checkpoint itself
 
     def __post_init__(self):
@@ -567,7 +576,10 @@ def knowledge_facts_from_model(model, processor=None, knowledge_args: dict | Non
     case_sensitive = args.get("link_case_sensitive")
     if case_sensitive is None and "lowercase" in linker:
         case_sensitive = not linker["lowercase"]
+    vectors = getattr(graph, "entity_vectors", None)
     return KnowledgeFacts(
+        kge_vectors=tuple(int(n) for n in vectors.shape) if vectors is not None else None,
+        method_rows=_method_knowledge_rows(getattr(model.config, "model_type", None), processor, metrics),
         kg_spec=kg or args.get("kg"),
         mode=args.get("knowledge"),
         kg_entities=getattr(graph, "num_entities", None),
@@ -583,6 +595,35 @@ def knowledge_facts_from_model(model, processor=None, knowledge_args: dict | Non
         case_sensitive=case_sensitive,
         max_neighbors=args.get("max_neighbors_per_entity", linker.get("max_neighbors_per_entity")),
     )
+
+
+def _method_knowledge_rows(model_type: str | None, processor, metrics: dict) -> list[tuple[str, str]]:
+    """Card rows on how the training data met the knowledge, for Roof-Transformer (triple selection, paper 3.2) and
+    TRELM (injected and decoded entity tokens), from the processor's settings and the run's metrics."""
+    rows = []
+    if model_type == "roof_transformer":
+        settings = [f"{name} `{getattr(processor, name)}`" for name in ("selection", "verbalization")
+                    if getattr(processor, name, None)]
+        if getattr(processor, "max_knowledge_length", None):
+            settings.append(f"at most {processor.max_knowledge_length} knowledge tokens")
+        if settings:
+            rows.append(("triple selection", ", ".join(settings)))
+        examples = metrics.get("knowledge_train_examples")
+        if metrics.get("knowledge_train_share_with_knowledge") is not None:
+            rows.append(("training examples with any triple",
+                         f"{100 * metrics['knowledge_train_share_with_knowledge']:.1f} %"))
+        if metrics.get("knowledge_train_kept_per_example") is not None and examples:
+            rows.append(("triples per training example", f"{metrics['knowledge_train_kept_per_example']:.2f} kept, "
+                                                         f"{metrics.get('knowledge_train_cut', 0) / examples:.2f} cut "
+                                                         "by the knowledge budget"))
+    elif model_type == "trelm":
+        examples = metrics.get("data_features_examples")
+        for label, key in (("entity tokens", "data_features_entity_tokens"),
+                           ("injected tokens (important entities)", "data_features_injected_tokens"),
+                           ("CKA target tokens (tail entities decoded)", "data_features_cka_target_tokens")):
+            if metrics.get(key) is not None and examples:
+                rows.append((f"{label} per pre-training example", f"{metrics[key] / examples:.2f}"))
+    return rows
 
 
 #: training arguments shown in the card: (display name, TrainingArguments attribute)
@@ -1100,7 +1141,7 @@ def _limits_section(spec: ModelCardSpec) -> list[str]:
 
 def _knowledge_section(spec: ModelCardSpec) -> list[str]:
     k = spec.knowledge
-    if spec.model_type != "kala":
+    if spec.model_type not in ("kala", "roof_transformer", "trelm"):
         return []
     lines = ["## Knowledge", ""]
     source = kg_source_name(k.kg_spec)
@@ -1117,6 +1158,9 @@ def _knowledge_section(spec: ModelCardSpec) -> list[str]:
     if k.kg_entities is not None:
         rows.append(("KG size", f"{_fmt(k.kg_entities)} entities, {_fmt(k.kg_relations)} relations, "
                                 f"{_fmt(k.kg_triples)} triples" + (f" (sha256 `{k.kg_hash}`)" if k.kg_hash else "")))
+    if k.kge_vectors is not None:
+        rows.append(("KG embeddings", f"{_fmt(k.kge_vectors[0])} entity vectors of dimension {k.kge_vectors[1]} "
+                                      "(`keplm train-kge`), injected at important entity mentions"))
     if k.mode:
         rows.append(("knowledge source", {"link": "text linked against the KG (dictionary matching of names and "
                                                   "aliases), 1-hop facts of each linked entity",
@@ -1127,10 +1171,13 @@ def _knowledge_section(spec: ModelCardSpec) -> list[str]:
         rows.append(("case-sensitive linking", _fmt(k.case_sensitive)))
     if k.max_neighbors is not None:
         rows.append(("facts per linked entity (max)", _fmt(k.max_neighbors)))
-    if k.entity_rows is not None:
-        rows.append(("entity memory", f"{_fmt(k.entity_rows)} rows (row 0 = null entity), one per entity linked "
-                                      "in the training data"))
-    if k.relation_rows is not None:
+    if k.entity_rows is not None and spec.model_type != "roof_transformer":  # Roof reads triples, no entity rows
+        rows.append(("entity memory" if spec.model_type == "kala" else "entity vocabulary",
+                     f"{_fmt(k.entity_rows)} rows (row 0 = null entity), one per entity "
+                     f"{'linked in the training' if spec.model_type == 'kala' else 'mentioned in the pre-training'} "
+                     "data"))
+    rows += k.method_rows
+    if k.relation_rows is not None and spec.model_type == "kala":
         rows.append(("relation vocabulary", f"{_fmt(k.relation_rows)} ids (self loop and unknown included)"))
     if k.train_mentions is not None:
         rows.append(("training mentions", f"{_fmt(k.train_mentions)} mentions of {_fmt(k.train_entities)} entities; "
@@ -1225,7 +1272,8 @@ def _citation_section(spec: ModelCardSpec) -> list[str]:
         return []
     lines = ["## Citation", ""]
     if paper.bibtex:
-        lines += [f"{paper.title} ({', '.join(paper.authors)}, {paper.venue}):", "", "```bibtex", paper.bibtex, "```"]
+        venue = f", {paper.venue}" if paper.venue else ""
+        lines += [f"{paper.title} ({', '.join(paper.authors)}{venue}):", "", "```bibtex", paper.bibtex, "```"]
     else:
         lines.append(f"*{paper.title}* ({', '.join(paper.authors)}).")
     if paper.code_url:
