@@ -27,18 +27,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
-from harness import (  # noqa: E402
-    autocast_context,
-    device_name,
-    load_average,
-    peak_rss_kib,
-    reset_peak_rss,
-    rss_kib,
-    synchronize,
-    timed,
-)
+from harness import autocast_context, device_name, load_average, rss_kib, timed  # noqa: E402
 from report_paths import command_line  # noqa: E402
-from workers import run_round_robin, serve, static_training_mib  # noqa: E402
+from workers import StepRunner, fmt, ratio, run_round_robin, serve  # noqa: E402
 
 CLS_ID, SEP_ID, FIRST_WORD_ID = 101, 102, 1000
 TARGET_CACHED = 1.5  # the issue's GPU target: cached >= 1.5x the joint (uncached) training throughput
@@ -152,7 +143,7 @@ def build_model(system: str, preset: Preset, seed: int, cache_dir: str):
     return model
 
 
-class RoofRunner:
+class RoofRunner(StepRunner):
     """One system in its own process: model, AdamW (the roof at 10x through the model's parameter groups), batches.
     The cached system first fills its cache over every batch (the first epoch's extra cost, reported apart)."""
 
@@ -160,6 +151,7 @@ class RoofRunner:
         from keplm.training.optim import apply_parameter_groups
 
         self.args, self.system, self.preset = args, system, PRESETS[args.preset]
+        self.batch_size = self.preset.batch_size
         self.device = torch.device(args.device)
         if args.threads:
             torch.set_num_threads(args.threads)
@@ -174,7 +166,6 @@ class RoofRunner:
         self.cache_fill_ms = None
         if system == "roof-cached":
             self.cache_fill_ms = 1e3 * timed(self._fill_cache, self.device) / len(self.batches)
-        self.position, self.times, self.warmup_times = 0, [], []
 
     @torch.no_grad()
     def _fill_cache(self) -> None:
@@ -184,7 +175,7 @@ class RoofRunner:
             roof.knowledge_cache.encode(roof.knowledge_encoder, batch["knowledge_input_ids"],
                                         batch["knowledge_attention_mask"], batch["knowledge_unit_ids"])
 
-    def _step(self, batch: dict) -> None:
+    def step(self, batch: dict) -> None:
         batch = {k: v.to(self.device, non_blocking=True) for k, v in batch.items()}
         with autocast_context(self.device, self.args.dtype):
             loss = self.model(**batch).loss
@@ -192,67 +183,20 @@ class RoofRunner:
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
 
-    def _run(self, count: int) -> list[float]:
-        out = []
-        for _ in range(count):
-            out.append(timed(self._step, self.device, self.batches[self.position % len(self.batches)]))
-            self.position += 1
-        return out
-
-    def warmup(self) -> dict:
-        self.warmup_times = self._run(self.args.warmup)
-        synchronize(self.device)
-        if self.device.type == "cuda":
-            torch.cuda.reset_peak_memory_stats(self.device)
-        else:
-            reset_peak_rss()
-        return {"warmup_ms": [1e3 * t for t in self.warmup_times]}
-
-    def run(self, count: int) -> dict:
-        times = self._run(count)
-        self.times += times
-        return {"step_ms": [1e3 * t for t in times]}
-
     def finish(self) -> dict:
-        times = self.times
-        if self.device.type == "cuda":
-            peak = torch.cuda.max_memory_allocated(self.device) / 2**20
-        else:
-            high = peak_rss_kib()
-            peak = (high - self.baseline_kib) / 1024 if high and self.baseline_kib else None
         cache = self.model.roof.knowledge_cache if self.system.startswith("roof") else None
         shutil.rmtree(self.cache_dir, ignore_errors=True)
         return {
-            "system": self.system, "label": SYSTEMS[self.system],
-            "params_m": sum(p.numel() for p in self.model.parameters()) / 1e6,
-            "trainable_m": sum(p.numel() for p in self.model.parameters() if p.requires_grad) / 1e6,
-            "static_mib": static_training_mib(self.model, self.optimizer),
-            "steps": len(times), "step_ms_mean": 1e3 * statistics.fmean(times),
-            "step_ms_median": 1e3 * statistics.median(times), "step_ms_min": 1e3 * min(times),
-            "step_ms_max": 1e3 * max(times), "samples_per_s": self.preset.batch_size / statistics.fmean(times),
+            **self.timing(), "label": SYSTEMS[self.system],
             "tokens_per_example": statistics.fmean(b["input_ids"].shape[1] + b.get(
                 "knowledge_input_ids", torch.empty(0, 0)).shape[1] for b in self.batches),
-            "peak_memory_mib": peak, "cache_fill_ms_per_batch": self.cache_fill_ms,
+            "cache_fill_ms_per_batch": self.cache_fill_ms,
             "cache_hits": cache.hits if cache is not None else None,
             "cache_misses": cache.misses if cache is not None else None,
         }
 
 
 # ---------------------------------------------------------------------- report
-def ratio(results: dict, system: str, base: str, key: str = "step_ms_median") -> float | None:
-    """``key`` of ``system`` over ``base``; step times: median of the paired per-round ratios."""
-    a, b = results.get(system, {}), results.get(base, {})
-    if a.get(key) is None or not b.get(key):
-        return None
-    if key == "step_ms_median" and a.get("round_ms") and len(a["round_ms"]) == len(b.get("round_ms", [])):
-        return statistics.median(x / y for x, y in zip(a["round_ms"], b["round_ms"]))
-    return a[key] / b[key]
-
-
-def _fmt(value, digits=2, suffix=""):
-    return "n/a" if value is None else f"{value:.{digits}f}{suffix}"
-
-
 def markdown_report(meta: dict, results: dict) -> str:
     cuda = meta["device"] == "cuda"
     speedup = ratio(results, "roof", "roof-cached")  # joint step / cached step = cached throughput gain
@@ -288,21 +232,21 @@ def markdown_report(meta: dict, results: dict) -> str:
         lines.append(
             f"| {r['label']} | {r['params_m']:.1f} | {r['trainable_m']:.1f} | {r['static_mib']:.0f} | "
             f"{r['tokens_per_example']:.0f} | {r['step_ms_median']:.1f} | {r['step_ms_min']:.0f}–{r['step_ms_max']:.0f}"
-            f" | {r['samples_per_s']:.2f} | {_fmt(r['peak_memory_mib'], 0)} | "
-            f"{_fmt(ratio(results, system, 'roof'), 3, '×')} | "
-            f"{_fmt(ratio(results, system, 'roof', 'peak_memory_mib'), 3, '×')} | {'; '.join(notes)} |")
+            f" | {r['samples_per_s']:.2f} | {fmt(r['peak_memory_mib'], 0)} | "
+            f"{fmt(ratio(results, system, 'roof'), 3, '×')} | "
+            f"{fmt(ratio(results, system, 'roof', 'peak_memory_mib'), 3, '×')} | {'; '.join(notes)} |")
     lines += [
         "", "Time ratios: median over the rounds of (system step / roof step in the same round); memory: peak over "
         "peak.", "",
         "| Comparison | Value |", "|---|---:|",
-        f"| cached throughput / joint (uncached) throughput | {_fmt(speedup, 3, '×')} |",
+        f"| cached throughput / joint (uncached) throughput | {fmt(speedup, 3, '×')} |",
         f"| Roof (joint) step / one encoder with knowledge appended | "
-        f"{_fmt(ratio(results, 'roof', 'bert-appended'), 3, '×')} |",
+        f"{fmt(ratio(results, 'roof', 'bert-appended'), 3, '×')} |",
         f"| Roof (cached) step / one encoder with knowledge appended | "
-        f"{_fmt(ratio(results, 'roof-cached', 'bert-appended'), 3, '×')} |",
-        f"| Roof (joint) step / text encoder alone | {_fmt(ratio(results, 'roof', 'bert'), 3, '×')} |",
+        f"{fmt(ratio(results, 'roof-cached', 'bert-appended'), 3, '×')} |",
+        f"| Roof (joint) step / text encoder alone | {fmt(ratio(results, 'roof', 'bert'), 3, '×')} |",
         f"| Roof (joint) peak memory / one encoder with knowledge appended | "
-        f"{_fmt(ratio(results, 'roof', 'bert-appended', 'peak_memory_mib'), 3, '×')} |",
+        f"{fmt(ratio(results, 'roof', 'bert-appended', 'peak_memory_mib'), 3, '×')} |",
         "",
         f"Target (GPU, BERT-base shapes): cached ≥ {TARGET_CACHED}× joint throughput — this run: {verdict}"
         + ("" if cuda else " (CPU, shrunk shape: informative only; the target is checked on the GPU)") + ".",

@@ -38,12 +38,76 @@ from synthetic import PRESETS
 PREFIX = "@@"
 
 
-class Runner:
-    """Everything one system needs in its own process; the timing loop lives here."""
+class StepRunner:
+    """The timing loop every benchmarked system shares. A subclass sets ``args``, ``system``, ``device``,
+    ``batches``, ``batch_size``, ``model``, ``optimizer`` and ``baseline_kib`` (RSS before the model was built) and
+    defines ``step(batch)``; :meth:`timing` is the common part of its ``finish()`` result."""
+
+    position = 0
+    times: list[float]
+    warmup_times: list[float]
+
+    def _run(self, count: int) -> list[float]:
+        out = []
+        for _ in range(count):
+            out.append(timed(self.step, self.device, self.batches[self.position % len(self.batches)]))
+            self.position += 1
+        return out
+
+    def after_warmup(self) -> None:
+        """Hook run once the warm-up steps are done, before the peak-memory mark is reset."""
+
+    def warmup(self) -> dict:
+        self.times = []
+        self.warmup_times = self._run(self.args.warmup)
+        self.after_warmup()
+        synchronize(self.device)
+        if self.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(self.device)
+        else:
+            reset_peak_rss()
+        return {"warmup_ms": [1e3 * t for t in self.warmup_times]}
+
+    def run(self, count: int) -> dict:
+        times = self._run(count)
+        self.times += times
+        return {"step_ms": [1e3 * t for t in times]}
+
+    def timing(self) -> dict:
+        """Step-time statistics, throughput, peak memory of the timed steps, parameter and static sizes."""
+        times = self.times
+        if self.device.type == "cuda":
+            memory = {"peak_memory_mib": torch.cuda.max_memory_allocated(self.device) / 2**20,
+                      "memory_kind": "torch.cuda.max_memory_allocated during the timed steps"}
+        else:
+            peak = peak_rss_kib()
+            memory = {"peak_memory_mib": (peak - self.baseline_kib) / 1024 if peak and self.baseline_kib else None,
+                      "memory_kind": "peak RSS during the timed steps - RSS before the model was built"}
+        return {
+            "system": self.system,
+            "params_m": sum(p.numel() for p in self.model.parameters()) / 1e6,
+            "trainable_m": sum(p.numel() for p in self.model.parameters() if p.requires_grad) / 1e6,
+            "static_mib": static_training_mib(self.model, self.optimizer),
+            "steps": len(times),
+            "step_ms_mean": 1e3 * statistics.fmean(times),
+            "step_ms_median": 1e3 * statistics.median(times),
+            "step_ms_min": 1e3 * min(times),
+            "step_ms_max": 1e3 * max(times),
+            "step_ms_stdev": 1e3 * statistics.stdev(times) if len(times) > 1 else 0.0,
+            "samples_per_s": self.batch_size / statistics.fmean(times),
+            "first_step_s": self.warmup_times[0] if self.warmup_times else None,
+            "warmup_ms": [1e3 * t for t in self.warmup_times],
+            **memory,
+        }
+
+
+class Runner(StepRunner):
+    """KALA's systems (bench_kala.py): model, optimizer, optional torch.compile and batches of one system."""
 
     def __init__(self, args, system: str):
         self.args, self.system = args, system
         self.preset = PRESETS[args.preset]
+        self.batch_size = self.preset.batch_size
         self.device = torch.device(args.device)
         if args.threads:
             torch.set_num_threads(args.threads)
@@ -60,62 +124,21 @@ class Runner:
             dynamic = {"auto": None, "true": True, "false": False}[args.compile_dynamic]
             forward = torch.compile(self.model, dynamic=dynamic, mode=args.compile_mode)
         self.step = make_step(self.model, forward, self.optimizer, self.device, args.dtype)
-        self.position = 0
-        self.times: list[float] = []
-        self.warmup_times: list[float] = []
         self.recompiles_in_warmup = 0
 
-    def _run(self, count: int) -> list[float]:
-        out = []
-        for _ in range(count):
-            out.append(timed(self.step, self.device, self.batches[self.position % len(self.batches)]))
-            self.position += 1
-        return out
-
-    def warmup(self) -> dict:
-        self.warmup_times = self._run(self.args.warmup)
+    def after_warmup(self) -> None:
         self.recompiles_in_warmup = self.counter.count if self.counter else 0
-        synchronize(self.device)
-        if self.device.type == "cuda":
-            torch.cuda.reset_peak_memory_stats(self.device)
-        else:
-            reset_peak_rss()
-        return {"warmup_ms": [1e3 * t for t in self.warmup_times]}
-
-    def run(self, count: int) -> dict:
-        times = self._run(count)
-        self.times += times
-        return {"step_ms": [1e3 * t for t in times]}
 
     def finish(self) -> dict:
-        times = self.times
-        if self.device.type == "cuda":
-            memory = {"peak_memory_mib": torch.cuda.max_memory_allocated(self.device) / 2**20,
-                      "memory_kind": "torch.cuda.max_memory_allocated during the timed steps"}
-        else:
-            peak = peak_rss_kib()
-            memory = {"peak_memory_mib": (peak - self.baseline_kib) / 1024 if peak and self.baseline_kib else None,
-                      "memory_kind": "peak RSS during the timed steps - RSS before the model was built"}
         result = {
-            "system": self.system,
+            **self.timing(),
             "label": SYSTEMS[self.system][0],
-            "params_m": sum(p.numel() for p in self.model.parameters()) / 1e6,
-            "static_mib": static_training_mib(self.model, self.optimizer),
             "optim": self.optim,
             "compiled": self.compiled,
-            "steps": len(times),
-            "step_ms_mean": 1e3 * statistics.fmean(times),
-            "step_ms_median": 1e3 * statistics.median(times),
-            "step_ms_min": 1e3 * min(times),
-            "step_ms_max": 1e3 * max(times),
-            "step_ms_stdev": 1e3 * statistics.stdev(times) if len(times) > 1 else 0.0,
-            "samples_per_s": self.preset.batch_size / statistics.fmean(times),
-            "first_step_s": self.warmup_times[0] if self.warmup_times else None,
-            "warmup_ms": [1e3 * t for t in self.warmup_times],
             "nodes_per_batch": (statistics.fmean(b["node_entity_ids"].shape[0] for b in self.batches)
                                 if uses_knowledge(self.system) else None),
-            **memory,
         }
+        result.pop("trainable_m")
         if self.compiled:
             result.update(dynamo_counts(), recompiles_in_warmup=self.recompiles_in_warmup,
                           recompiles_in_timed_steps=self.counter.count - self.recompiles_in_warmup,
@@ -228,3 +251,17 @@ def run_round_robin(script: str, argv: list[str], systems: list[str], labels: di
     finally:
         for worker in workers.values():
             worker.close()
+
+
+def ratio(results: dict, system: str, base: str, key: str = "step_ms_median") -> float | None:
+    """``key`` of ``system`` over ``base``; step times: the median of the paired per-round ratios (``round_ms``)."""
+    a, b = results.get(system, {}), results.get(base, {})
+    if a.get(key) is None or not b.get(key):
+        return None
+    if key == "step_ms_median" and a.get("round_ms") and len(a["round_ms"]) == len(b.get("round_ms", [])):
+        return statistics.median(x / y for x, y in zip(a["round_ms"], b["round_ms"]))
+    return a[key] / b[key]
+
+
+def fmt(value, digits: int = 2, suffix: str = "") -> str:
+    return "n/a" if value is None else f"{value:.{digits}f}{suffix}"
