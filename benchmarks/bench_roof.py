@@ -14,8 +14,6 @@ selected triples do), batched by the real ``KeplmDataCollator``.
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
 import shutil
 import statistics
 import sys
@@ -27,9 +25,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
-from harness import autocast_context, device_name, load_average, rss_kib, timed  # noqa: E402
-from report_paths import command_line  # noqa: E402
-from workers import StepRunner, fmt, ratio, run_round_robin, serve  # noqa: E402
+from harness import autocast_context, rss_kib, timed  # noqa: E402
+from synthetic import EncoderShape  # noqa: E402
+from workers import (  # noqa: E402
+    StepRunner,
+    fmt,
+    parse_training_step_args,
+    ratio,
+    run_training_step_benchmark,
+    training_step_parser,
+)
 
 CLS_ID, SEP_ID, FIRST_WORD_ID = 101, 102, 1000
 TARGET_CACHED = 1.5  # the GPU target: cached >= 1.5x the joint (uncached) training throughput
@@ -43,12 +48,7 @@ SYSTEMS = {
 
 
 @dataclass(frozen=True)
-class Preset:
-    name: str
-    hidden_size: int
-    num_layers: int
-    num_heads: int
-    intermediate_size: int
+class Preset(EncoderShape):
     batch_size: int
     text_len: int
     knowledge_len: int  # knowledge tokens after [CLS] (paper: 511)
@@ -57,11 +57,7 @@ class Preset:
     vocab_size: int = 30522
 
     def encoder_config(self, positions: int):
-        from transformers import BertConfig
-
-        return BertConfig(vocab_size=self.vocab_size, hidden_size=self.hidden_size,
-                          num_hidden_layers=self.num_layers, num_attention_heads=self.num_heads,
-                          intermediate_size=self.intermediate_size, max_position_embeddings=positions)
+        return self.bert_config(self.vocab_size, positions)
 
 
 PRESETS = {
@@ -255,66 +251,23 @@ def markdown_report(meta: dict, results: dict) -> str:
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--preset", choices=sorted(PRESETS), default="cpu-small")
-    p.add_argument("--device", choices=["cuda", "cpu"], default="cuda" if torch.cuda.is_available() else "cpu")
-    p.add_argument("--dtype", choices=["bf16", "fp32"], default=None, help="default: bf16 on cuda, fp32 on cpu")
-    p.add_argument("--steps", type=int, default=None, help="timed steps (default: 30 paper, 12 cpu-small)")
-    p.add_argument("--warmup", type=int, default=3)
-    p.add_argument("--rounds", type=int, default=None, help="round-robin rounds (default: one step per round)")
-    p.add_argument("--num-batches", type=int, default=8, help="distinct collated batches, cycled")
-    p.add_argument("--systems", default=",".join(SYSTEMS), help=f"comma list of {', '.join(SYSTEMS)}")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--threads", type=int, default=None)
-    p.add_argument("--json", help="write all results to this JSON file")
-    p.add_argument("--markdown", help="also write the markdown report to this file")
-    p.add_argument("--worker", help=argparse.SUPPRESS)
-    args = p.parse_args(argv)
-    if args.device == "cuda" and not torch.cuda.is_available():
-        p.error("--device cuda but torch.cuda.is_available() is False")
-    args.dtype = args.dtype or ("bf16" if args.device == "cuda" else "fp32")
-    args.steps = args.steps if args.steps is not None else (30 if args.preset == "paper" else 12)
-    args.systems = [s.strip() for s in args.systems.split(",") if s.strip()]
-    unknown = [s for s in args.systems if s not in SYSTEMS]
-    if unknown:
-        p.error(f"unknown systems {unknown}; choose from {list(SYSTEMS)}")
-    return args
+    return parse_training_step_args(training_step_parser(__doc__.splitlines()[0], PRESETS, SYSTEMS, 8), argv,
+                                    SYSTEMS)
 
 
 def main(argv=None) -> None:
-    import transformers
-
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
-    if args.worker:
-        serve(args, args.worker, RoofRunner)
-        return
     preset = PRESETS[args.preset]
     meta = {
-        "date": datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M:%S %Z"),
-        "command": command_line("benchmarks/bench_roof.py", argv), "device": args.device,
-        "device_name": device_name(torch.device(args.device)), "preset": args.preset, "preset_values": asdict(preset),
+        "preset_values": asdict(preset),
         "shape": (f"BERT {preset.num_layers} layers, hidden {preset.hidden_size}, {preset.num_heads} heads, FFN "
                   f"{preset.intermediate_size}; batch {preset.batch_size}; text {preset.text_len} + knowledge "
                   f"{preset.knowledge_len} tokens (+[CLS]); roof {preset.fusion_layers} transformer layers; units of "
                   f"8-24 tokens from a pool of {preset.unit_pool}; the appended baseline reads text + knowledge in one "
                   "sequence (position embeddings extended where needed)"),
-        "dtype": args.dtype, "steps": args.steps, "warmup": args.warmup, "num_batches": args.num_batches,
-        "rounds": min(args.rounds or args.steps, args.steps), "threads": args.threads or torch.get_num_threads(),
-        "torch": torch.__version__, "transformers": transformers.__version__, "python": sys.version.split()[0],
-        "load_before": load_average(),
     }
-    print(f"# {meta['date']} — {meta['device_name']} — {meta['command']}", flush=True)
-    results = run_round_robin(__file__, argv, args.systems, SYSTEMS, args.steps, args.rounds)
-    meta["load_after"] = load_average()
-    report = markdown_report(meta, results)
-    print(report)
-    if args.markdown:
-        Path(args.markdown).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.markdown).write_text(report)
-    if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps({"meta": meta, "systems": results}, indent=1))
+    run_training_step_benchmark(__file__, argv, args, SYSTEMS, RoofRunner, meta, markdown_report)
 
 
 if __name__ == "__main__":

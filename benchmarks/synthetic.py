@@ -15,12 +15,25 @@ CLS_ID, SEP_ID, FIRST_WORD_ID = 101, 102, 1000
 
 
 @dataclass(frozen=True)
-class Preset:
+class EncoderShape:
+    """The BERT shape of a benchmark preset (every benchmark's presets extend it)."""
+
     name: str
     hidden_size: int
     num_layers: int
     num_heads: int
     intermediate_size: int
+
+    def bert_config(self, vocab_size: int, positions: int = 512):
+        from transformers import BertConfig
+
+        return BertConfig(vocab_size=vocab_size, hidden_size=self.hidden_size, num_hidden_layers=self.num_layers,
+                          num_attention_heads=self.num_heads, intermediate_size=self.intermediate_size,
+                          max_position_embeddings=positions)
+
+
+@dataclass(frozen=True)
+class Preset(EncoderShape):
     vocab_size: int
     batch_size: int
     seq_len: int
@@ -36,13 +49,7 @@ class Preset:
     reference_len: int = 384  # the per-context statistics above are for contexts of this many tokens
 
     def encoder_config(self):
-        from transformers import BertConfig
-
-        return BertConfig(
-            vocab_size=self.vocab_size, hidden_size=self.hidden_size, num_hidden_layers=self.num_layers,
-            num_attention_heads=self.num_heads, intermediate_size=self.intermediate_size,
-            max_position_embeddings=max(512, self.seq_len),
-        )
+        return self.bert_config(self.vocab_size, max(512, self.seq_len))
 
     def as_dict(self) -> dict:
         return asdict(self)

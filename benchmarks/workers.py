@@ -9,12 +9,14 @@ answers one ``@@{json}`` line on stdout. Worker stderr (compile logs) goes to a 
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import statistics
 import subprocess
 import sys
 import tempfile
+from pathlib import Path
 
 import torch
 from harness import (
@@ -265,3 +267,73 @@ def ratio(results: dict, system: str, base: str, key: str = "step_ms_median") ->
 
 def fmt(value, digits: int = 2, suffix: str = "") -> str:
     return "n/a" if value is None else f"{value:.{digits}f}{suffix}"
+
+
+def write_outputs(args, report: str, payload: dict) -> None:
+    """The markdown report to ``--markdown`` and the JSON payload to ``--json`` (folders created)."""
+    for path, text in ((args.markdown, report), (args.json, json.dumps(payload, indent=1) if args.json else None)):
+        if path:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            Path(path).write_text(text)
+
+
+def training_step_parser(description: str, presets: dict, systems: dict, num_batches: int) -> argparse.ArgumentParser:
+    """The options every training-step benchmark takes (bench_roof.py, bench_trelm.py); add the script's own."""
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--preset", choices=sorted(presets), default="cpu-small")
+    p.add_argument("--device", choices=["cuda", "cpu"], default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--dtype", choices=["bf16", "fp32"], default=None, help="default: bf16 on cuda, fp32 on cpu")
+    p.add_argument("--steps", type=int, default=None, help="timed steps (default: 30 paper, 12 cpu-small)")
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--rounds", type=int, default=None, help="round-robin rounds (default: one step per round)")
+    p.add_argument("--num-batches", type=int, default=num_batches, help="distinct collated batches, cycled")
+    p.add_argument("--systems", default=",".join(systems), help=f"comma list of {', '.join(systems)}")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--json", help="write all results to this JSON file")
+    p.add_argument("--markdown", help="also write the markdown report to this file")
+    p.add_argument("--worker", help=argparse.SUPPRESS)
+    return p
+
+
+def parse_training_step_args(parser: argparse.ArgumentParser, argv, systems: dict) -> argparse.Namespace:
+    args = parser.parse_args(argv)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda but torch.cuda.is_available() is False")
+    args.dtype = args.dtype or ("bf16" if args.device == "cuda" else "fp32")
+    args.steps = args.steps if args.steps is not None else (30 if args.preset == "paper" else 12)
+    args.systems = [s.strip() for s in args.systems.split(",") if s.strip()]
+    unknown = [s for s in args.systems if s not in systems]
+    if unknown:
+        parser.error(f"unknown systems {unknown}; choose from {list(systems)}")
+    return args
+
+
+def run_training_step_benchmark(script: str, argv: list[str], args, systems: dict, runner_class, meta: dict,
+                                markdown_report) -> None:
+    """A worker serves its system; the parent completes ``meta`` (date, command, device, versions, load), times
+    the systems round robin, prints ``markdown_report(meta, results)`` and writes the outputs."""
+    import datetime
+
+    import transformers
+    from harness import device_name, load_average
+    from report_paths import command_line
+
+    if args.worker:
+        serve(args, args.worker, runner_class)
+        return
+    meta = {
+        "date": datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M:%S %Z"),
+        "command": command_line(f"benchmarks/{Path(script).name}", argv), "device": args.device,
+        "device_name": device_name(torch.device(args.device)), "preset": args.preset, **meta,
+        "dtype": args.dtype, "steps": args.steps, "warmup": args.warmup, "num_batches": args.num_batches,
+        "rounds": min(args.rounds or args.steps, args.steps), "threads": args.threads or torch.get_num_threads(),
+        "torch": torch.__version__, "transformers": transformers.__version__, "python": sys.version.split()[0],
+        "load_before": load_average(),
+    }
+    print(f"# {meta['date']} — {meta['device_name']} — {meta['command']}", flush=True)
+    results = run_round_robin(script, argv, args.systems, systems, args.steps, args.rounds)
+    meta["load_after"] = load_average()
+    report = markdown_report(meta, results)
+    print(report)
+    write_outputs(args, report, {"meta": meta, "systems": results})
