@@ -40,7 +40,9 @@ def main(paths: list[str]) -> None:
     systems = list(dict.fromkeys(system for s in summaries for system in s["settings"]["systems"]))
     first = summaries[0]["results"][systems[0]]
     scale = 1.0 if summaries[0]["settings"].get("task") in QA_TASKS else 100.0  # seqeval/GLUE: fractions
-    print(f"{len(summaries)} seeds: {[s['settings']['seed'] for s in summaries]}; test contexts seen / unseen: "
+    count = len(summaries)
+    print(f"{count} seed{'s' if count > 1 else ''}: {[s['settings']['seed'] for s in summaries]}; test contexts seen / "
+          "unseen: "
           f"{first.get('predict_seen_examples')} / {first.get('predict_unseen_examples')}")
     seeds = {system: sum(system in s["results"] for s in summaries) for system in systems}
     headers = [system if seeds[system] == len(summaries) else f"{system} ({seeds[system]} seed"
