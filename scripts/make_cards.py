@@ -39,6 +39,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
+from cards_roof import ROOF_RUNS, ROOF_TASK, roof_card  # noqa: E402
+
 from keplm.hub import card as cards  # noqa: E402
 from keplm.hub.card import (  # noqa: E402
     SYSTEM_NAMES,
@@ -559,6 +561,9 @@ terms are listed in each card.
 def index_row(name: str, spec: ModelCardSpec, source: str) -> str:
     test = next((r for r in spec.results if r.split == "test" and r.subset is None), None)
     f1 = test.scores["f1"].cell() if test and "f1" in test.scores else ""
+    validation = next((r for r in spec.results if r.split == "validation" and r.subset is None), None)
+    if not f1 and validation and "f1" in validation.scores:  # GLUE: no labelled test split
+        f1 = f"{validation.scores['f1'].cell()} (validation)"
     data = cards.dataset_info(spec.training.dataset)
     return f"| [`{name}.md`]({name}.md) | {spec.model_name} | {data.name if data else ''} | {f1} | {source} |"
 
@@ -569,6 +574,8 @@ def generate(out: Path, figures: bool = True) -> list[Path]:
     entries = [(*gpu_card(p), f"`{GPU_RUNS.as_posix()}/{p}/`, H100, 3 seeds") for p in GPU_CARDS]
     entries.append((*main_job_card(), f"`{MAIN_JOB.as_posix()}`, CPU, 1 seed"))
     entries.append((*relation_extraction_card(), f"`{RE_DOC.as_posix()}`, CPU, 1 run"))
+    name, spec = roof_card(MINILM, ENCODER)
+    entries.append((name, spec, f"`{ROOF_RUNS.as_posix()}/{ROOF_TASK}/`, CPU, best of 3 seeds"))
     written = []
     for name, spec, _ in entries:
         if figures:

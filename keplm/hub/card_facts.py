@@ -117,6 +117,11 @@ KNOWN_DATASETS: dict[str, DatasetInfo] = {
                                 "a U.S. Government work (National Library of Medicine), public domain"),
     "squad_v1.1": DatasetInfo("SQuAD v1.1", "rajpurkar/squad", "en", "CC BY-SA 4.0"),
     "docred": DatasetInfo("Re-DocRED", None, "en", "MIT (Re-DocRED and DocRED)", key="re-docred"),
+    "mrpc": DatasetInfo("GLUE MRPC", None, "en", "the Microsoft Research Shared Source License Agreement: "
+                        "non-commercial use and redistribution only", key="glue-mrpc"),
+    "rte": DatasetInfo("GLUE RTE", None, "en", "the RTE challenges' data, for research use", key="glue-rte"),
+    "cola": DatasetInfo("GLUE CoLA", None, "en", "excerpts of published works whose copyright stays with their "
+                        "authors (research use as fair use in the US, per the corpus README)", key="glue-cola"),
 }
 _DATASET_ALIASES = {"wnut_17": "wnut17", "squad": "squad_v1.1"}
 
