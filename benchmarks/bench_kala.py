@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -32,7 +30,7 @@ from harness import (  # noqa: E402
 )
 from report_paths import command_line  # noqa: E402
 from synthetic import PRESETS, feature_stats, make_features  # noqa: E402
-from workers import run_round_robin, serve  # noqa: E402
+from workers import fmt, ratio, run_round_robin, serve, write_outputs  # noqa: E402
 
 TARGET_TIME, TARGET_MEMORY, TARGET_STOCK = 1.10, 1.15, 0.6
 
@@ -112,14 +110,9 @@ def measure_collator(args: argparse.Namespace) -> dict:
 
 
 # ---------------------------------------------------------------------- report
-def ratio(results: dict, system: str, key: str, base: str = "vanilla") -> float | None:
-    """``key`` of ``system`` over ``base``; step times: median over rounds of the paired per-round ratios."""
-    a, b = results.get(system, {}), results.get(base, {})
-    if a.get(key) is None or not b.get(key):
-        return None
-    if key == "step_ms_median" and a.get("round_ms") and len(a["round_ms"]) == len(b.get("round_ms", [])):
-        return statistics.median(x / y for x, y in zip(a["round_ms"], b["round_ms"]))
-    return a[key] / b[key]
+def vs_vanilla(results: dict, system: str, key: str, base: str = "vanilla") -> float | None:
+    """``key`` of ``system`` over ``base`` (``workers.ratio``: step times as the median of paired per-round ratios)."""
+    return ratio(results, system, base, key)
 
 
 def targets(results: dict, compiled: bool) -> list[dict]:
@@ -129,20 +122,17 @@ def targets(results: dict, compiled: bool) -> list[dict]:
     variants = [s for s in MEMORY_OPTIMIZER if s in results]
     for system in ("relational", "pointwise", *variants):
         rows.append({"target": f"KALA {system} step time <= {TARGET_TIME:.2f}x vanilla",
-                     "value": ratio(results, system, "step_ms_median"), "limit": TARGET_TIME})
+                     "value": vs_vanilla(results, system, "step_ms_median"), "limit": TARGET_TIME})
         rows.append({"target": f"KALA {system} peak memory <= {TARGET_MEMORY:.2f}x vanilla",
-                     "value": ratio(results, system, "peak_memory_mib"), "limit": TARGET_MEMORY})
+                     "value": vs_vanilla(results, system, "peak_memory_mib"), "limit": TARGET_MEMORY})
     for system in ("relational", "pointwise", *variants):
         note = "" if compiled else " (this run: eager KALA; the target is for compiled KALA)"
         rows.append({"target": f"compiled KALA {system} step <= {TARGET_STOCK}x stock vanilla step{note}",
-                     "value": ratio(results, system, "step_ms_median", base="stock-bert"), "limit": TARGET_STOCK})
+                     "value": vs_vanilla(results, system, "step_ms_median", base="stock-bert"),
+                     "limit": TARGET_STOCK})
     for row in rows:
         row["result"] = "n/a" if row["value"] is None else ("PASS" if row["value"] <= row["limit"] else "FAIL")
     return rows
-
-
-def _fmt(value, digits=1, suffix=""):
-    return "n/a" if value is None else f"{value:.{digits}f}{suffix}"
 
 
 def markdown_report(meta: dict, results: dict, collator: dict, target_rows: list[dict]) -> str:
@@ -195,14 +185,14 @@ def markdown_report(meta: dict, results: dict, collator: dict, target_rows: list
             f"| {r['label']} | {r['params_m']:.1f} | {r['static_mib']:.0f} | {r['step_ms_mean']:.1f} | "
             f"{r['step_ms_median']:.1f} | "
             f"{r['step_ms_min']:.0f}–{r['step_ms_max']:.0f} | {r['samples_per_s']:.1f} | "
-            f"{_fmt(r['peak_memory_mib'], 0)} | {_fmt(ratio(results, system, 'step_ms_median'), 3, '×')} | "
-            f"{_fmt(ratio(results, system, 'peak_memory_mib'), 3, '×')} | {'; '.join(notes)} |"
+            f"{fmt(r['peak_memory_mib'], 0)} | {fmt(vs_vanilla(results, system, 'step_ms_median'), 3, '×')} | "
+            f"{fmt(vs_vanilla(results, system, 'peak_memory_mib'), 3, '×')} | {'; '.join(notes)} |"
         )
     lines += ["", "Time ratios: median over the round-robin rounds of (system step / reference step in the same "
               "round), "
               "which cancels slow load drifts; memory ratios: peak over peak. Targets from the issue:", "",
               "| Target | Value | Result |", "|---|---:|---|"]
-    lines += [f"| {t['target']} | {_fmt(t['value'], 3, '×')} | {t['result']} |" for t in target_rows]
+    lines += [f"| {t['target']} | {fmt(t['value'], 3, '×')} | {t['result']} |" for t in target_rows]
     step_ref = {s: r["step_ms_median"] for s, r in results.items() if "step_ms_median" in r}
     lines += ["", f"Collator (`KeplmDataCollator`, one CPU thread, batch {meta['batch_size']}): "
               f"{collator['batches_per_s']:.0f} batches/s ({collator['ms_per_batch']:.2f} ms/batch)."]
@@ -260,14 +250,7 @@ def main(argv=None) -> None:
     target_rows = targets(results, args.compile)
     report = markdown_report(meta, results, collator, target_rows)
     print(report)
-    if args.markdown:
-        Path(args.markdown).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.markdown).write_text(report)
-    if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        with open(args.json, "w") as handle:
-            json.dump({"meta": meta, "systems": results, "collator": collator, "targets": target_rows}, handle,
-                      indent=1)
+    write_outputs(args, report, {"meta": meta, "systems": results, "collator": collator, "targets": target_rows})
 
 
 if __name__ == "__main__":
