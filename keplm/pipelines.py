@@ -49,6 +49,13 @@ class _KeplmPipeline:
     _load_image_processor = False
     _load_feature_extractor = False
 
+    def __init__(self, *args, processor=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._init_processor(processor)
+
+    def _forward(self, inputs: dict) -> dict:
+        return self._run_model(inputs)
+
     def _init_processor(self, processor):
         if processor is None:
             commit = getattr(self.model.config, "_commit_hash", None)
@@ -88,7 +95,21 @@ class _KeplmPipeline:
         return result
 
 
-class KeplmTokenClassificationPipeline(_KeplmPipeline, Pipeline):
+class _OneFeaturePipeline(_KeplmPipeline):
+    """Pipelines whose input makes one feature (NER on a text, classification of a text or pair): batched by the
+    DataLoader, the outputs unbatched one per input."""
+
+    def get_iterator(self, inputs, num_workers, batch_size, preprocess_params, forward_params, postprocess_params):
+        loader = self._loader(PipelineDataset(inputs, self.preprocess, preprocess_params), num_workers, batch_size)
+        model_iterator = PipelineIterator(loader, self.forward, forward_params, loader_batch_size=batch_size)
+        return PipelineIterator(model_iterator, self.postprocess, postprocess_params)
+
+    def run_single(self, inputs, preprocess_params, forward_params, postprocess_params):
+        batch = self._collate([self.preprocess(inputs, **preprocess_params)], unbatched=True)
+        return self.postprocess(self.forward(batch, **forward_params), **postprocess_params)
+
+
+class KeplmTokenClassificationPipeline(_OneFeaturePipeline, Pipeline):
     """Named-entity recognition on raw text with a keplm token-classification model (task ``"keplm-ner"``).
 
     The text is split into words by the tokenizer's pre-tokenizer (whitespace and punctuation, as CoNLL-style
@@ -97,10 +118,6 @@ class KeplmTokenClassificationPipeline(_KeplmPipeline, Pipeline):
     ``{"entity_group", "score", "word", "start", "end"}``; ``"none"`` returns one dict per word not tagged ``O``.
     Words beyond ``max_length`` sub-tokens are not tagged (logged).
     """
-
-    def __init__(self, *args, processor=None, **kwargs):
-        super().__init__(*args, **kwargs)
-        self._init_processor(processor)
 
     def _sanitize_parameters(self, aggregation_strategy=None, max_length=None, **kwargs):
         preprocess = {"max_length": max_length} if max_length is not None else {}
@@ -118,18 +135,6 @@ class KeplmTokenClassificationPipeline(_KeplmPipeline, Pipeline):
         word_ids = self.tokenizer(words, is_split_into_words=True, truncation=True, max_length=max_length).word_ids()
         return {**feature, "text": text, "word_offsets": [list(span) for _, span in pieces],
                 "word_ids": [-1 if w is None else w for w in word_ids]}
-
-    def get_iterator(self, inputs, num_workers, batch_size, preprocess_params, forward_params, postprocess_params):
-        loader = self._loader(PipelineDataset(inputs, self.preprocess, preprocess_params), num_workers, batch_size)
-        model_iterator = PipelineIterator(loader, self.forward, forward_params, loader_batch_size=batch_size)
-        return PipelineIterator(model_iterator, self.postprocess, postprocess_params)
-
-    def run_single(self, inputs, preprocess_params, forward_params, postprocess_params):
-        batch = self._collate([self.preprocess(inputs, **preprocess_params)], unbatched=True)
-        return self.postprocess(self.forward(batch, **forward_params), **postprocess_params)
-
-    def _forward(self, inputs: dict) -> dict:
-        return self._run_model(inputs)
 
     def postprocess(self, outputs: dict, aggregation_strategy: str = "simple") -> list[dict]:
         if aggregation_strategy not in ("simple", "none"):
@@ -187,10 +192,6 @@ class KeplmQuestionAnsweringPipeline(_KeplmPipeline, ChunkPipeline):
     "end"}`` (``top_k > 1``: a list of them, best first).
     """
 
-    def __init__(self, *args, processor=None, **kwargs):
-        super().__init__(*args, **kwargs)
-        self._init_processor(processor)
-
     def _sanitize_parameters(self, max_length=None, doc_stride=None, top_k=None, max_answer_length=None,
                              n_best_size=None, **kwargs):
         preprocess = {k: v for k, v in (("max_length", max_length), ("doc_stride", doc_stride)) if v is not None}
@@ -228,9 +229,6 @@ class KeplmQuestionAnsweringPipeline(_KeplmPipeline, ChunkPipeline):
                    for feature in self.preprocess(inputs, **preprocess_params)]
         return self.postprocess(windows, **postprocess_params)
 
-    def _forward(self, inputs: dict) -> dict:
-        return self._run_model(inputs)
-
     def postprocess(self, windows: list[dict], top_k: int = 1, max_answer_length: int = 30, n_best_size: int = 20):
         tokens = [w["attention_mask"][0].bool() for w in windows]  # each window's own tokens, whichever padding side
         starts = [w["start_logits"][0][t].float().numpy() for w, t in zip(windows, tokens)]
@@ -245,7 +243,7 @@ class KeplmQuestionAnsweringPipeline(_KeplmPipeline, ChunkPipeline):
         return answers[0] if top_k == 1 else answers
 
 
-class KeplmTextClassificationPipeline(_KeplmPipeline, Pipeline):
+class KeplmTextClassificationPipeline(_OneFeaturePipeline, Pipeline):
     """Sentence or sentence-pair classification (and regression) on raw text with a keplm sequence-classification
     model, e.g. Roof-Transformer (task ``"keplm-text-classification"``).
 
@@ -254,10 +252,6 @@ class KeplmTextClassificationPipeline(_KeplmPipeline, Pipeline):
     ``{"label", "score"}`` (softmax probability of the best class; ``top_k``: a list, best first, ``top_k=None``
     every class); a regression model (``num_labels=1``, STS-B) returns its raw output as the score.
     """
-
-    def __init__(self, *args, processor=None, **kwargs):
-        super().__init__(*args, **kwargs)
-        self._init_processor(processor)
 
     def _sanitize_parameters(self, top_k="unset", max_length=None, **kwargs):
         preprocess = {"max_length": max_length} if max_length is not None else {}
@@ -276,18 +270,6 @@ class KeplmTextClassificationPipeline(_KeplmPipeline, Pipeline):
         features = self.processor.prepare_pair_features(examples, text_columns=columns, label_column=None,
                                                         max_length=max_length, with_knowledge=self.with_knowledge)
         return {key: values[0] for key, values in features.items() if not key.startswith("num_")}
-
-    def get_iterator(self, inputs, num_workers, batch_size, preprocess_params, forward_params, postprocess_params):
-        loader = self._loader(PipelineDataset(inputs, self.preprocess, preprocess_params), num_workers, batch_size)
-        model_iterator = PipelineIterator(loader, self.forward, forward_params, loader_batch_size=batch_size)
-        return PipelineIterator(model_iterator, self.postprocess, postprocess_params)
-
-    def run_single(self, inputs, preprocess_params, forward_params, postprocess_params):
-        batch = self._collate([self.preprocess(inputs, **preprocess_params)], unbatched=True)
-        return self.postprocess(self.forward(batch, **forward_params), **postprocess_params)
-
-    def _forward(self, inputs: dict) -> dict:
-        return self._run_model(inputs)
 
     def postprocess(self, outputs: dict, top_k: int | None = 1):
         logits = outputs["logits"][0].float()
