@@ -5,10 +5,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
-import signal
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -22,7 +18,8 @@ from keplm.knowledge import KnowledgeGraph, load_kg
 from keplm.training.state import load_state
 
 from .conftest import tiny_encoder_config
-from .test_run_scripts import ROOT, load_script
+from .test_resume_and_ddp import _run as run_script
+from .test_run_scripts import load_script
 
 FACTS = [("Q90", "paris", "Q142", "france", "paris is a city in [MASK] ."),
          ("Q64", "berlin", "Q183", "germany", "berlin is a city in [MASK] ."),
@@ -112,42 +109,10 @@ def test_trelm_without_kg_embeddings_is_a_clear_error(tiny_pretraining, tmp_path
         load_script("run_pretraining").main(args)
 
 
-#: runs run_pretraining.main in a fresh process; with KEPLM_TEST_KILL_AT=N it SIGKILLs itself after step N
-KILLABLE = """
-import os, signal, sys
-sys.path.insert(0, {root!r})
-from transformers import TrainerCallback
-import keplm.training.trainer as trainer_module
-
-class Kill(TrainerCallback):
-    def on_step_end(self, args, state, control, **kwargs):
-        if state.global_step == int(os.environ.get("KEPLM_TEST_KILL_AT", "-1")):
-            os.kill(os.getpid(), signal.SIGKILL)
-
-original = trainer_module.KeplmTrainer.__init__
-def patched(self, *args, **kwargs):
-    original(self, *args, **kwargs)
-    self.add_callback(Kill())
-trainer_module.KeplmTrainer.__init__ = patched
-import importlib.util
-spec = importlib.util.spec_from_file_location("run_pretraining", {script!r})
-module = importlib.util.module_from_spec(spec)
-sys.modules[spec.name] = module
-spec.loader.exec_module(module)
-module.main(sys.argv[1:])
-"""
-
-
 def _run(args, kill_at=None):
-    code = KILLABLE.format(root=str(ROOT), script=str(ROOT / "run_scripts" / "run_pretraining.py"))
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
-           **({"KEPLM_TEST_KILL_AT": str(kill_at)} if kill_at else {})}
-    result = subprocess.run([sys.executable, "-c", code, *args], cwd=ROOT, env=env, capture_output=True, text=True,
-                            timeout=600)
-    if kill_at:
-        assert result.returncode == -signal.SIGKILL, result.stderr[-3000:]
-    else:
-        assert result.returncode == 0, result.stderr[-4000:]
+    """run_pretraining.main in a fresh process (test_resume_and_ddp's killable runner); SIGKILLed after ``kill_at``."""
+    run_script(args, {"KEPLM_TEST_KILL_AT": str(kill_at)} if kill_at else None, expect_kill=bool(kill_at),
+               script="run_pretraining")
 
 
 @pytest.mark.slow
