@@ -143,6 +143,24 @@ def test_memory_bank_updates_and_lambda_schedule():
         MemoryBank(4, 2, 1, 0.5, 0.5, 2.0).load_training_state(state)
 
 
+def test_memory_bank_folds_repeated_mentions_as_one_by_one_in_order():
+    """Eq. 5 applied at once for a batch equals folding its mentions one after the other, in mention order, for
+    entities met several times, seen before or not."""
+    torch.manual_seed(0)
+    bank = MemoryBank(entity_vocab_size=5, hidden_size=3, window=1, momentum=0.3, lam=0.5, decay=2.0)
+    bank.local[2] = torch.tensor([1.0, -1.0, 2.0])
+    bank.seen[2] = True
+    entities = torch.tensor([2, 3, 2, 4, 3, 2, 1])
+    values = torch.randn(len(entities), 3)
+    expected, seen = bank.local.clone(), bank.seen.clone()
+    for e, x in zip(entities.tolist(), values):
+        expected[e] = (1 - 0.3) * expected[e] + 0.3 * x if seen[e] else x
+        seen[e] = True
+    bank._fold_local(entities, values)
+    torch.testing.assert_close(bank.local, expected)
+    assert bank.seen.tolist() == seen.tolist() == [False, True, True, True, True]
+
+
 # ------------------------------------------------------------------------------------------------ eq. 7 injection
 def test_injection_changes_only_the_selected_positions(tokenizer, kge_assets):
     model = make_model(tokenizer, kge_assets).eval()

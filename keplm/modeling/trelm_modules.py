@@ -205,19 +205,34 @@ class MemoryBank(nn.Module):
         window = ((positions >= (first - self.window).unsqueeze(1)) & (positions <= (last + self.window).unsqueeze(1))
                   & attention_mask[rows].bool())
         local = (window.unsqueeze(-1) * states[rows]).sum(1) / window.sum(1, keepdim=True).clamp(min=1)
-        # eq. (5) in mention order; an entity mentioned twice in the batch is folded twice, as two occurrences
-        for index in range(rows.numel()):
-            e = int(entities[index])
-            if self.seen[e]:
-                self.local[e].mul_(1 - self.momentum).add_(local[index], alpha=self.momentum)
-            else:
-                self.local[e].copy_(local[index])
-                self.seen[e] = True
+        self._fold_local(entities, local)
         # eq. (6): once per (context, entity)
         pairs = torch.unique(torch.stack([rows, entities]), dim=1)
         self.global_sum.index_add_(0, pairs[1], states[pairs[0], 0])
         self.global_count.index_add_(0, pairs[1], torch.ones_like(pairs[1], dtype=self.global_count.dtype))
         return rows.numel()
+
+    def _fold_local(self, entities: torch.Tensor, local: torch.Tensor) -> None:
+        """Eq. (5) for every mention at once, as if folded one by one in mention order: an entity met k times in
+        the batch ends at ``(1−γ)^k·M + Σ_j γ(1−γ)^(k−j)·x_j`` (its first occurrence sets M when unseen). No
+        per-mention Python loop or host sync on the training step."""
+        count = entities.numel()
+        unique, inverse, counts = torch.unique(entities, return_inverse=True, return_counts=True)
+        order = torch.argsort(inverse * count + torch.arange(count, device=entities.device))  # by entity, in order
+        starts = torch.cumsum(counts, 0) - counts
+        rank = torch.empty_like(order)
+        rank[order] = torch.arange(count, device=entities.device) - starts[inverse[order]]  # 0-based occurrence
+        keep = 1.0 - self.momentum
+        exponent = (counts[inverse] - 1 - rank).to(local.dtype)
+        weight = self.momentum * keep ** exponent
+        first_sets = (~self.seen[entities]) & (rank == 0)  # an unseen entity's first occurrence replaces M
+        weight = torch.where(first_sets, keep ** exponent, weight)
+        scale = torch.where(self.seen[unique], keep ** counts.to(local.dtype),
+                            torch.zeros_like(counts, dtype=local.dtype))
+        folded = torch.zeros(unique.numel(), local.shape[1], dtype=local.dtype, device=local.device)
+        folded.index_add_(0, inverse, weight.unsqueeze(1) * local)
+        self.local[unique] = scale.unsqueeze(1) * self.local[unique] + folded
+        self.seen[unique] = True
 
     def training_state(self) -> dict[str, torch.Tensor]:
         return {"local": self.local, "seen": self.seen, "global_sum": self.global_sum,
