@@ -269,6 +269,43 @@ def test_batch_without_entities_runs_and_keeps_kfm_in_graph(tokenizer, assets, p
     assert not unused, unused
 
 
+@pytest.mark.parametrize("mode", ["pointwise", "relational"])
+def test_gamma_beta_on_the_nodes_tokens_read_equals_all_nodes(tokenizer, assets, processor, mode, monkeypatch):
+    """On the CPU the γ/β MLPs run only on graph nodes some token reads (neighbour-only nodes are skipped): logits
+    and gradients equal the all-nodes computation used on other devices and under torch.compile."""
+    from keplm.modeling.modeling_kala import _KnowledgeState
+
+    model = make_model(KalaForTokenClassification, tokenizer, assets, mode, num_labels=3, kfm_layers=[0, -1]).train()
+    model.config.knowledge_dropout = 0.0
+    for module in model.modules():
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 0.0
+    batch = batch_of(processor, TEXTS)
+    read = batch["entity_token_map"][batch["entity_token_map"] >= 0].unique()
+    assert 0 < read.numel() < batch["node_entity_ids"].numel()  # some nodes are neighbours only
+    rows_seen = []
+    original = _KnowledgeState.read_rows
+
+    def spy(state):
+        rows_seen.append(original(state)[0])
+        return rows_seen[-1], original(state)[1]
+
+    def run():
+        model.zero_grad()
+        out = model(**batch, labels=torch.zeros_like(batch["input_ids"]))
+        out.loss.backward()
+        return out.logits.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+    monkeypatch.setattr(_KnowledgeState, "read_rows", spy)
+    logits, grads = run()
+    assert torch.equal(rows_seen[0], read)
+    monkeypatch.setattr(_KnowledgeState, "read_rows", lambda state: (None, state.token_node_index))
+    all_logits, all_grads = run()
+    torch.testing.assert_close(logits, all_logits, rtol=1e-5, atol=1e-6)
+    assert grads.keys() == all_grads.keys()
+    for name in grads:
+        torch.testing.assert_close(grads[name], all_grads[name], rtol=1e-4, atol=1e-6, msg=name)
+
 
 @pytest.mark.parametrize("mode", ["pointwise", "relational"])
 def test_inference_without_mention_tokens_skips_the_knowledge_layers_exactly(tokenizer, assets, processor, mode,

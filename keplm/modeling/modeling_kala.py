@@ -56,7 +56,7 @@ class _KnowledgeState:
     """Knowledge of the batch being encoded, read by the KFM hooks of the chosen layers."""
 
     __slots__ = ("token_node_index", "in_mention", "entity_vectors", "has_knowledge", "edge_index", "edge_relation_ids",
-                 "tables", "last_vectors", "last_has_knowledge")
+                 "tables", "last_vectors", "last_has_knowledge", "_read_rows")
 
     def __init__(self, token_node_index, entity_vectors, has_knowledge, edge_index, edge_relation_ids):
         self.token_node_index = token_node_index
@@ -68,6 +68,24 @@ class _KnowledgeState:
         self.tables = {}
         self.last_vectors = None
         self.last_has_knowledge = None
+        self._read_rows = None
+
+    def read_rows(self) -> tuple[torch.Tensor | None, torch.Tensor]:
+        """(the graph nodes some token reads, each token's row among them): the γ/β MLPs need only these rows
+        (a sentence's graph has ~4x more nodes than mentions: neighbours only pass messages). Found on the CPU only,
+        where ``nonzero`` costs no device sync, and not under ``torch.compile`` (data-dependent shape); elsewhere
+        ``(None, token_node_index)``: every node. Tokens outside mentions point at -1 or at any row (ignored)."""
+        if self._read_rows is None:
+            index = self.token_node_index
+            if index.device.type != "cpu" or torch.compiler.is_compiling():
+                self._read_rows = (None, index)
+            else:
+                num_nodes = self.entity_vectors.shape[0]
+                read = torch.zeros(num_nodes + 1, dtype=torch.bool, device=index.device)
+                read[torch.where(self.in_mention, index, num_nodes)] = True  # outside mentions: the extra slot
+                # rank of each read node (the extra slot last, so it shifts none; it keeps a 0-node graph indexable)
+                self._read_rows = (read[:num_nodes].nonzero().squeeze(1), (read.cumsum(0) - 1)[index.clamp(min=0)])
+        return self._read_rows
 
 
 def node_context(hidden_states: torch.Tensor, token_node_index: torch.Tensor, num_nodes: int) -> torch.Tensor:
@@ -102,6 +120,9 @@ class KalaKnowledgeLayer(nn.Module):
                 vectors, context, state.edge_index, relation_embeddings, state.edge_relation_ids, has_knowledge
             )
         state.last_vectors, state.last_has_knowledge = vectors, has_knowledge
+        rows, _ = state.read_rows()
+        if rows is not None:
+            vectors, has_knowledge = vectors.index_select(0, rows), has_knowledge.index_select(0, rows)
         return self.modulation(vectors, has_knowledge)
 
 
@@ -219,7 +240,7 @@ class KalaModel(KalaPreTrainedModel):
         hidden_states = args[0] if args else kwargs["hidden_states"]
         table = self.knowledge_layers[str(layer_index)](hidden_states, state, self.relation_embeddings)
         dtype = torch.promote_types(table.dtype, hidden_states.dtype)  # fp32 stream under bf16 autocast
-        state.tables[layer_index] = gather_modulation(table, state.token_node_index, dtype)
+        state.tables[layer_index] = gather_modulation(table, state.read_rows()[1], dtype)
         return None
 
     def _apply_modulation(self, layer_index, slot, layer, module, args, output):
