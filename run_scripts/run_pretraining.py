@@ -30,7 +30,7 @@ from transformers import AutoModel, AutoTokenizer, TrainingArguments, set_seed
 
 from keplm import TrelmForMaskedLM, TrelmProcessor
 from keplm.data.collator import KeplmDataCollator
-from keplm.data.lama import load_probe
+from keplm.data.lama import fact_key, load_probe
 from keplm.data.masking import MaskedLMCollator
 from keplm.data.pretraining import kg_without_facts, load_pretraining_corpus
 from keplm.knowledge import KnowledgeAssets, load_kg
@@ -135,7 +135,12 @@ def main(args: list[str] | None = None) -> dict:
     if data_args.probe != "none":
         probe_data = load_probe(data_args.probe, data_args.probe_data_dir, data_args.probe_relations,
                                 data_args.probe_max_facts_per_relation)
-        prober = ProbeCallback(tokenizer, probe_data["facts"], corpus.seen_keys, data_args.probe_every_steps,
+        # facts whose sentences only --max_train_samples dropped are neither seen nor held out: not probed
+        facts = [f for f in probe_data["facts"] if fact_key(f) not in corpus.capped_keys]
+        if len(facts) < len(probe_data["facts"]):
+            logger.info("probe: %d of %d facts left out, unseen only because of --max_train_samples",
+                        len(probe_data["facts"]) - len(facts), len(probe_data["facts"]))
+        prober = ProbeCallback(tokenizer, facts, corpus.seen_keys, data_args.probe_every_steps,
                                data_args.probe_batch_size, clock, training_args.output_dir)
         callbacks.append(prober)
     if data_args.max_train_seconds:

@@ -239,8 +239,13 @@ def test_corpus_caps_examples_and_fewrel_sentences_of_held_out_facts_go(sources)
     capped = load_pretraining_corpus(sources, held_out_fraction=0.0, max_examples=5)
     assert len(capped.dataset) == 5 and capped.report["dropped_by_max_examples"] == 6
     assert set(capped.dataset["id"]) <= set(full.dataset["id"])
-    # held out = the probe facts (not FewRel's bridge) whose sentences the cap dropped
-    assert capped.held_out_keys == full.seen_keys - capped.seen_keys - {("Q300", "P177", "Q301")}
+    # the cap holds nothing out: the probe facts (not FewRel's bridge) whose sentences it dropped are apart
+    assert capped.held_out_keys == set()
+    assert capped.capped_keys == full.seen_keys - capped.seen_keys - {("Q300", "P177", "Q301")} != set()
+    assert capped.report["probe_facts_unseen_by_cap"] == len(capped.capped_keys)
+    held = load_pretraining_corpus(sources, held_out_fraction=0.4, seed=3)
+    assert load_pretraining_corpus(sources, held_out_fraction=0.4, seed=3, max_examples=4).held_out_keys == (
+        held.held_out_keys)
     # Q3's birthplace held out: its T-REx sentence and the FewRel sentence expressing it both go
     for seed in range(50):
         corpus = load_pretraining_corpus(sources, held_out_fraction=0.2, seed=seed)

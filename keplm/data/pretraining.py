@@ -473,13 +473,16 @@ def kg_without_facts(kg, keys: Iterable[FactKey], drop_vectors: bool = False):
 class PretrainingCorpus:
     """The corpus (``dataset``: :data:`CORPUS_FEATURES` columns), the fact keys whose sentences it holds
     (``seen_keys``: every fact any kept example expresses), the LAMA T-REx probe facts without a sentence in it
-    (``held_out_keys``: the seeded sample, plus probe facts that lost every sentence, counted apart as
-    ``report["held_out"]["without_sentence"]``), and the JSON-ready ``report``."""
+    (``held_out_keys``: the seeded sample, plus probe facts that lost every sentence with it, counted apart as
+    ``report["held_out"]["without_sentence"]``), the probe facts whose sentences only ``max_examples`` dropped
+    (``capped_keys``: not held out, so they stay in the KG and the probe leaves them out; the held-out set, and so
+    the KG embeddings trained without it, does not depend on the cap), and the JSON-ready ``report``."""
 
     dataset: datasets.Dataset
     seen_keys: set[FactKey] = field(default_factory=set)
     held_out_keys: set[FactKey] = field(default_factory=set)
     report: dict = field(default_factory=dict)
+    capped_keys: set[FactKey] = field(default_factory=set)
 
     def save(self, directory: str | os.PathLike, save_dataset: bool = False) -> None:
         """Write ``seen_facts.tsv`` and ``held_out_facts.tsv`` (``keplm.data.lama.write_fact_keys``; the first is
@@ -547,13 +550,13 @@ def load_pretraining_corpus(sources: Sequence[str], held_out_fraction: float = 0
             example_id = ex["id"] if ex["id"] not in ids else f"{ex['id']}#{group}"  # two sources, same ids
             ids.add(example_id)
             kept.append({**ex, "id": example_id, "group": group})
+    held_out_keys = probe_keys - {f for ex in kept for f in ex["facts"]}  # before the cap: see PretrainingCorpus
     dropped_by_cap = 0
     if max_examples is not None and len(kept) > max_examples:
         chosen = sorted(random.Random(seed).sample(range(len(kept)), max_examples))
         dropped_by_cap, kept = len(kept) - max_examples, [kept[i] for i in chosen]
-
     seen_keys = {f for ex in kept for f in ex["facts"]}
-    held_out_keys = probe_keys - seen_keys
+    capped_keys = probe_keys - held_out_keys - seen_keys
     for ex in kept:  # a held-out fact listed as context knowledge (annotation files' neighbours) is removed too
         triplets = [t for t in ex["triplets"] if t not in held_out_keys]
         reports[ex["group"]]["held_out_triplets_removed"] += len(ex["triplets"]) - len(triplets)
@@ -575,7 +578,7 @@ def load_pretraining_corpus(sources: Sequence[str], held_out_fraction: float = 0
                      "held_out_facts": len(held_out_keys), "seen_probe_facts": len(probe_keys & seen_keys),
                      "per_relation": per_relation},
         "seen_facts": len(seen_keys), "examples": len(kept), "max_examples": max_examples,
-        "dropped_by_max_examples": dropped_by_cap, "relations": list(relations) if relations else None,
+        "dropped_by_max_examples": dropped_by_cap, "probe_facts_unseen_by_cap": len(capped_keys), "relations": list(relations) if relations else None,
     }
     dataset = datasets.Dataset.from_dict({
         "id": [ex["id"] for ex in kept], "text": [ex["text"] for ex in kept],
@@ -586,9 +589,10 @@ def load_pretraining_corpus(sources: Sequence[str], held_out_fraction: float = 0
     }, features=CORPUS_FEATURES)
     report["seconds"] = round(time.perf_counter() - start_time, 1)
     logger.info("Pre-training corpus: %d examples, %d facts seen, %d of %d probe facts held out (%d sampled, %d "
-                "without a sentence) in %.1fs", len(kept), len(seen_keys), len(held_out_keys), len(probe_keys),
-                len(sampled), len(held_out_keys - sampled), report["seconds"])
-    return PretrainingCorpus(dataset, seen_keys, held_out_keys, report)
+                "without a sentence), %d unseen only for --max_train_samples, in %.1fs", len(kept), len(seen_keys),
+                len(held_out_keys), len(probe_keys), len(sampled), len(held_out_keys - sampled), len(capped_keys),
+                report["seconds"])
+    return PretrainingCorpus(dataset, seen_keys, held_out_keys, report, capped_keys)
 
 
 __all__ = ["SOURCE_KINDS", "SKIP_REASONS", "CORPUS_FEATURES", "parse_source_spec", "restore_evidence",
