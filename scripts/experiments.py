@@ -215,6 +215,19 @@ def run_queue(jobs: list[tuple[str, list, str]], parallel: int) -> dict[str, flo
     return durations
 
 
+def run_resumable(jobs: list[tuple[str, list, str]], output_dir: str, parallel: int, resume: bool) -> dict:
+    """:func:`run_queue` with ``output_dir/durations.json`` kept across calls; ``resume`` skips the jobs whose
+    ``--output_dir`` already holds an ``all_results.json`` (their wall times stay those recorded)."""
+    durations_file = Path(output_dir, "durations.json")
+    done = json.loads(durations_file.read_text()) if durations_file.is_file() else {}
+    if resume:
+        jobs = [job for job in jobs if not Path(job[1][job[1].index("--output_dir") + 1], "all_results.json").is_file()]
+    durations = {**done, **run_queue(jobs, parallel)}
+    Path(output_dir).mkdir(parents=True, exist_ok=True)
+    durations_file.write_text(json.dumps(durations, indent=1))
+    return durations
+
+
 def seed_summary(cfg: dict, systems: list[str], seed: str, seed_dir: str, durations: dict[str, float]) -> dict:
     """``seed_dir/summary.json``: settings, every system's ``all_results.json`` and wall times."""
     results = {s: json.loads(Path(seed_dir, s, "all_results.json").read_text()) for s in systems}

@@ -18,7 +18,6 @@ times (``durations.json`` keeps them across ``--resume``).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -26,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from experiments import DEFAULT_MODEL, NEWS_KG, model_path, run_queue, seed_summary  # noqa: E402
+from experiments import DEFAULT_MODEL, NEWS_KG, model_path, run_resumable, seed_summary  # noqa: E402
 
 ROOF = ["--system", "roof"]
 VARIANTS = {
@@ -118,14 +117,8 @@ def main(argv: list[str] | None = None) -> None:
              command(cfg, variant, seed, os.path.join(output_dir, f"seed{seed}", variant), cache_dir),
              os.path.join(output_dir, f"seed{seed}", f"{variant}.log"))
             for seed in args.seeds for variant in cfg["variants"]]
-    durations_file = Path(output_dir, "durations.json")
-    done = json.loads(durations_file.read_text()) if durations_file.is_file() else {}
-    if args.resume:
-        jobs = [job for job in jobs if not Path(job[1][job[1].index("--output_dir") + 1], "all_results.json").is_file()]
     start = time.time()
-    durations = {**done, **run_queue(jobs, args.jobs)}
-    Path(output_dir).mkdir(parents=True, exist_ok=True)
-    durations_file.write_text(json.dumps(durations, indent=1))
+    durations = run_resumable(jobs, output_dir, args.jobs, args.resume)
     for seed in args.seeds:
         seed_summary(cfg, cfg["variants"], seed, os.path.join(output_dir, f"seed{seed}"), durations)
     print(f"[roof_experiments] {args.preset}: {len(args.seeds)} seed(s) in {time.time() - start:.0f}s; table: "

@@ -118,3 +118,57 @@ def test_tapt_pretrains_on_the_runs_own_training_text_then_fine_tunes_as_vanilla
     assert "eval_f1" in summary["results"]["tapt"] and summary["durations_s"]["tapt"] > 0
     log = (tmp_path / "seed1" / "tapt.log").read_text()
     assert "run_pretraining" in log or "Tokenising corpus" in log
+
+
+def test_trelm_experiment_commands_parse_and_differ_by_one_mechanism(monkeypatch, tmp_path):
+    """scripts/trelm_experiments.py: every variant's command line is one run_pretraining.py parses; plain MLM gets
+    no KG, the ablations switch off exactly their mechanism, and all share the time budget and corpus sample."""
+    from transformers import TrainingArguments
+
+    from keplm.training.pretraining import PretrainingDataArguments, TrelmArguments
+
+    monkeypatch.syspath_prepend(str(ROOT / "scripts"))
+    import trelm_experiments
+
+    cfg = {**trelm_experiments.DEFAULTS, "model": "tiny-model", "kg": "kge"}
+    parsed = {}
+    for variant in trelm_experiments.VARIANTS:
+        cmd = trelm_experiments.command(cfg, variant, "3", str(tmp_path / variant))
+        assert cmd[1].endswith("run_pretraining.py")
+        _, data_args, trelm_args, training_args = parse_args(
+            (ModelArguments, PretrainingDataArguments, TrelmArguments, TrainingArguments), cmd[2:])
+        assert training_args.seed == 3 and data_args.max_train_seconds == float(cfg["seconds"])
+        assert data_args.max_train_samples == int(cfg["train"]) and data_args.probe_every_steps > 0
+        parsed[variant] = trelm_args
+    assert parsed["mlm"].system == "mlm" and parsed["mlm"].kg is None
+    assert parsed["trelm"].kg == "kge" and parsed["trelm"].injection and parsed["trelm"].routing
+    assert not parsed["trelm_no_injection"].injection and parsed["trelm_no_injection"].routing
+    assert parsed["trelm_no_routing"].injection and not parsed["trelm_no_routing"].routing
+
+
+def test_trelm_report_tables_final_p_at_1_and_time_to_reach_mlm(monkeypatch, tmp_path):
+    """scripts/trelm_report.py: means over seeds of the last probe point, and the seconds until a variant first
+    reaches the same seed's plain-MLM final P@1 (counted per seed, '-' for none); the plot is written."""
+    import json
+
+    monkeypatch.syspath_prepend(str(ROOT / "scripts"))
+    import trelm_report
+
+    def curve(*points):
+        return [{"step": 10 * i, "train_seconds": float(s), "p_at_1": p, "seen": p, "held_out": p / 2}
+                for i, (s, p) in enumerate(points)]
+
+    runs = {"1": {"mlm": curve((0, 0.0), (50, 0.02), (100, 0.04)), "trelm": curve((0, 0.0), (60, 0.05))},
+            "2": {"mlm": curve((0, 0.0), (100, 0.02)), "trelm": curve((0, 0.0), (40, 0.01), (90, 0.01))}}
+    for seed, curves in runs.items():
+        (tmp_path / f"seed{seed}").mkdir()
+        (tmp_path / f"seed{seed}" / "summary.json").write_text(json.dumps(
+            {"settings": {"seed": seed}, "probe_curves": curves}))
+    assert trelm_report.time_to_reach(runs["1"]["trelm"], 0.04) == 60.0
+    assert trelm_report.time_to_reach(runs["2"]["trelm"], 0.02) is None
+    rows = trelm_report.table(trelm_report.load(str(tmp_path))).splitlines()
+    assert rows[2].startswith("| mlm | 2 | 15 ± 7 | 3.00 ± 1.41 |") and rows[2].endswith("| 100 ± 0 (2 of 2) |")
+    assert rows[3].startswith("| trelm | 2 | 15 ± 7 | 3.00 ± 2.83 | 3.00 ± 2.83 | 1.50 ± 1.41 |")
+    assert rows[3].endswith("| 60 (1 of 2) |")
+    trelm_report.main([str(tmp_path), "--plot", str(tmp_path / "curves.png")])
+    assert (tmp_path / "curves.png").read_bytes()[:4] == b"\x89PNG"

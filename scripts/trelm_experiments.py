@@ -1,0 +1,95 @@
+#!/usr/bin/env python
+"""TRELM vs plain MLM at equal wall-clock (paper §4.2-4.3), several seeds, sized for a 2-core CPU.
+
+    python scripts/trelm_experiments.py --seeds 1 2 3 --jobs 2
+    python scripts/trelm_experiments.py --seeds 1 --variants trelm_no_injection,trelm_no_routing --jobs 2
+    python scripts/trelm_report.py outputs/trelm_experiments --plot docs/figures/trelm-p-at-1.png
+
+Variants: ``mlm`` (plain masked-LM pre-training of the same encoder on the same corpus), ``trelm`` (every mechanism:
+injection of the TransE vectors, CKA loss, memory bank, knowledge routing) and one-change ablations
+``trelm_no_injection`` / ``trelm_no_routing`` (paper Table 6). Every run trains for the same number of seconds
+(``--max_train_seconds``; the probe's time is not counted) on the same corpus sample (T-REx evidences + FewRel,
+the seeded held-out facts removed, ``--max_train_samples`` sentences) and probes LAMA T-REx P@1 on seen and
+held-out facts every ``--probe_every_steps`` steps (``probe_curve.json``). The KG embeddings (``--kg``) must have
+been trained without the held-out facts (``keplm train-kge --exclude_facts``, see docs/trelm.md); the run script
+refuses them otherwise. Runs go through ``run_scripts/run_pretraining.py`` via ``scripts/experiments.py``'s queue;
+each seed's ``summary.json`` holds the settings (no machine paths), every run's ``all_results.json``, probe curve
+and wall time (``durations.json`` keeps them across ``--resume``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from experiments import DEFAULT_MODEL, model_path, run_resumable, seed_summary  # noqa: E402
+
+VARIANTS = {
+    "mlm": ["--system", "mlm"],
+    "trelm": ["--system", "trelm"],
+    "trelm_no_injection": ["--system", "trelm", "--no_injection"],
+    "trelm_no_routing": ["--system", "trelm", "--no_routing"],
+}
+DEFAULTS = {"model": DEFAULT_MODEL, "kg": "outputs/trelm/kge-transe-128", "train": "6000", "seconds": "480",
+            "lr": "2e-4", "batch": "32", "max_seq_length": "128", "probe_every_steps": "20",
+            "variants": ["mlm", "trelm"]}
+
+
+def command(cfg: dict, variant: str, seed: str, output_dir: str) -> list[str]:
+    """The run-script command line of one (variant, seed) run."""
+    cmd = [
+        sys.executable, os.path.join("run_scripts", "run_pretraining.py"),
+        "--model_name_or_path", model_path(cfg["model"]), "--max_train_samples", cfg["train"],
+        "--max_train_seconds", cfg["seconds"], "--num_train_epochs", "100", "--learning_rate", cfg["lr"],
+        "--warmup_steps", "10", "--per_device_train_batch_size", cfg["batch"], "--max_seq_length",
+        cfg["max_seq_length"], "--probe_every_steps", cfg["probe_every_steps"], "--seed", seed, "--do_train",
+        "--output_dir", output_dir, "--save_strategy", "no", "--logging_steps", "10", "--report_to", "none",
+        "--disable_tqdm", "1", "--use_cpu", *VARIANTS[variant],
+    ]
+    return cmd + (["--kg", cfg["kg"]] if variant != "mlm" else [])
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--variants", default=None, help=f"comma-separated subset of {','.join(VARIANTS)}")
+    parser.add_argument("--seeds", nargs="+", default=["1", "2", "3"])
+    parser.add_argument("--jobs", type=int, default=2, help="runs at once (one thread each on 2 cores)")
+    parser.add_argument("--output_dir", default="outputs/trelm_experiments")
+    parser.add_argument("--resume", action="store_true",
+                        help="skip runs whose all_results.json exists (their wall times come from durations.json)")
+    for key, value in DEFAULTS.items():
+        if key != "variants":
+            parser.add_argument(f"--{key}", default=value, help=f"default: {value}")
+    args = parser.parse_args(argv)
+    cfg = {key: getattr(args, key) for key in DEFAULTS if key != "variants"}
+    cfg["variants"] = args.variants.split(",") if args.variants else DEFAULTS["variants"]
+    unknown = [v for v in cfg["variants"] if v not in VARIANTS]
+    if unknown:
+        raise SystemExit(f"unknown variants {unknown}; choose from {list(VARIANTS)}")
+    if any(v != "mlm" for v in cfg["variants"]) and not Path(cfg["kg"]).exists():
+        raise SystemExit(f"--kg {cfg['kg']} does not exist: train the KG embeddings first (docs/trelm.md)")
+    jobs = [(f"seed{seed}/{variant}",
+             command(cfg, variant, seed, os.path.join(args.output_dir, f"seed{seed}", variant)),
+             os.path.join(args.output_dir, f"seed{seed}", f"{variant}.log"))
+            for seed in args.seeds for variant in cfg["variants"]]
+    start = time.time()
+    durations = run_resumable(jobs, args.output_dir, args.jobs, args.resume)
+    for seed in args.seeds:
+        seed_dir = os.path.join(args.output_dir, f"seed{seed}")
+        variants = [v for v in VARIANTS if Path(seed_dir, v, "all_results.json").is_file()]
+        summary = seed_summary(cfg, variants, seed, seed_dir, durations)
+        summary["probe_curves"] = {v: json.loads(Path(seed_dir, v, "probe_curve.json").read_text())
+                                   for v in variants}
+        Path(seed_dir, "summary.json").write_text(json.dumps(summary, indent=2))
+    print(f"[trelm_experiments] {len(args.seeds)} seed(s) in {time.time() - start:.0f}s; table and plot: "
+          f"python scripts/trelm_report.py {args.output_dir}")
+
+
+if __name__ == "__main__":
+    main()
