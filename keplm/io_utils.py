@@ -75,9 +75,19 @@ def content_fingerprint(dataset, **signature) -> str:
 
 def fingerprinted_map(dataset, function, signature: dict, num_proc: int | None = None, overwrite_cache: bool = False,
                       **map_kwargs):
-    """``dataset.map(function, batched=True)`` cached under :func:`content_fingerprint` of ``signature``."""
+    """``dataset.map(function, batched=True)`` cached under :func:`content_fingerprint` of ``signature``.
+
+    ``datasets`` caches a map only next to the input's own cache files; an in-memory input (``Dataset.from_dict``,
+    e.g. the pre-training corpus, whose fingerprint is a hash of its content) would be mapped again by every run,
+    so its result goes to ``<HF_DATASETS_CACHE>/keplm/<fingerprint>.arrow``."""
+    import datasets
+
+    fingerprint = content_fingerprint(dataset, **signature)
+    if not dataset.cache_files and datasets.is_caching_enabled() and "cache_file_name" not in map_kwargs:
+        directory = os.path.join(datasets.config.HF_DATASETS_CACHE, "keplm")
+        os.makedirs(directory, exist_ok=True)
+        map_kwargs["cache_file_name"] = os.path.join(directory, f"{fingerprint}.arrow")
     return dataset.map(
         function, batched=True, num_proc=num_proc if num_proc and num_proc > 1 else None,
-        load_from_cache_file=not overwrite_cache, new_fingerprint=content_fingerprint(dataset, **signature),
-        **map_kwargs,
+        load_from_cache_file=not overwrite_cache, new_fingerprint=fingerprint, **map_kwargs,
     )

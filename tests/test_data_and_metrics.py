@@ -90,6 +90,27 @@ def test_read_conll_malformed_line(tmp_path):
         read_conll(tmp_path / "missing.txt")
 
 
+def test_fingerprinted_map_caches_an_in_memory_dataset_by_content(tmp_path, monkeypatch):
+    """An in-memory input (the pre-training corpus) is mapped once: a rebuilt dataset with the same content and
+    signature reads the cached file (the SI pass over a corpus costs minutes); other content or signature maps again."""
+    from keplm.io_utils import fingerprinted_map
+
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", str(tmp_path))
+    calls = []
+
+    def double(batch):
+        calls.append(len(batch["x"]))
+        return {"y": [2 * v for v in batch["x"]]}
+
+    first = fingerprinted_map(datasets.Dataset.from_dict({"x": [1, 2, 3]}), double, {"v": 1})
+    again = fingerprinted_map(datasets.Dataset.from_dict({"x": [1, 2, 3]}), double, {"v": 1})
+    assert calls == [3] and again["y"] == first["y"] == [2, 4, 6]
+    assert again.cache_files[0]["filename"].startswith(str(tmp_path / "keplm"))
+    fingerprinted_map(datasets.Dataset.from_dict({"x": [1, 2, 4]}), double, {"v": 1})
+    fingerprinted_map(datasets.Dataset.from_dict({"x": [1, 2, 3]}), double, {"v": 2})
+    assert calls == [3, 3, 3]
+
+
 def test_sort_labels_order():
     labels = ["I-PER", "B-ORG", "O", "B-PER", "I-ORG", "B-creative-work", "I-creative-work"]
     assert sort_labels(labels) == [

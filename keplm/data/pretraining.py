@@ -578,7 +578,8 @@ def load_pretraining_corpus(sources: Sequence[str], held_out_fraction: float = 0
                      "held_out_facts": len(held_out_keys), "seen_probe_facts": len(probe_keys & seen_keys),
                      "per_relation": per_relation},
         "seen_facts": len(seen_keys), "examples": len(kept), "max_examples": max_examples,
-        "dropped_by_max_examples": dropped_by_cap, "probe_facts_unseen_by_cap": len(capped_keys), "relations": list(relations) if relations else None,
+        "dropped_by_max_examples": dropped_by_cap, "probe_facts_unseen_by_cap": len(capped_keys),
+        "relations": list(relations) if relations else None,
     }
     dataset = datasets.Dataset.from_dict({
         "id": [ex["id"] for ex in kept], "text": [ex["text"] for ex in kept],
