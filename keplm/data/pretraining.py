@@ -590,13 +590,11 @@ def load_pretraining_corpus(sources: Sequence[str], held_out_fraction: float = 0
     }, features=CORPUS_FEATURES)
     report["seconds"] = round(time.perf_counter() - start_time, 1)
     logger.info("Pre-training corpus: %d examples, %d facts seen, %d of %d probe facts held out (%d sampled, %d "
-                "without a sentence), %d unseen only for --max_train_samples, in %.1fs", len(kept), len(seen_keys),
-                len(held_out_keys), len(probe_keys), len(sampled), len(held_out_keys - sampled), len(capped_keys),
-                report["seconds"])
+                "without a sentence), %d unseen by the cap, in %.1fs", len(kept), len(seen_keys), len(held_out_keys),
+                len(probe_keys), len(sampled), len(held_out_keys - sampled), len(capped_keys), report["seconds"])
     return PretrainingCorpus(dataset, seen_keys, held_out_keys, report, capped_keys)
 
 
-__all__ = ["SOURCE_KINDS", "SKIP_REASONS", "CORPUS_FEATURES", "parse_source_spec", "restore_evidence",
-           "read_task_examples",
-           "read_trex_examples", "detokenize", "read_fewrel_examples", "read_annotation_examples", "sample_held_out",
-           "kg_without_facts", "PretrainingCorpus", "load_pretraining_corpus"]
+__all__ = ["SOURCE_KINDS", "SKIP_REASONS", "CORPUS_FEATURES", "parse_source_spec", "restore_evidence", "detokenize",
+           "read_task_examples", "read_trex_examples", "read_fewrel_examples", "read_annotation_examples",
+           "sample_held_out", "kg_without_facts", "PretrainingCorpus", "load_pretraining_corpus"]
