@@ -129,7 +129,7 @@ def knowledge_facts_from_model(model, processor=None, knowledge_args: dict | Non
     vectors = getattr(graph, "entity_vectors", None)
     return KnowledgeFacts(
         kge_vectors=tuple(int(n) for n in vectors.shape) if vectors is not None else None,
-        method_rows=_method_knowledge_rows(getattr(model.config, "model_type", None), processor, metrics),
+        method_rows=method_knowledge_rows(getattr(model.config, "model_type", None), processor, metrics),
         kg_spec=kg or args.get("kg"),
         mode=args.get("knowledge"),
         kg_entities=getattr(graph, "num_entities", None),
@@ -147,7 +147,7 @@ def knowledge_facts_from_model(model, processor=None, knowledge_args: dict | Non
     )
 
 
-def _method_knowledge_rows(model_type: str | None, processor, metrics: dict) -> list[tuple[str, str]]:
+def method_knowledge_rows(model_type: str | None, processor, metrics: dict) -> list[tuple[str, str]]:
     """Card rows on how the training data met the knowledge, for Roof-Transformer (triple selection, paper 3.2) and
     TRELM (injected and decoded entity tokens), from the processor's settings and the run's metrics."""
     rows = []
@@ -467,4 +467,5 @@ __all__ = [
     "kg_source_name",
     "framework_versions",
     "hyperparameters_from_args",
+    "method_knowledge_rows",
 ]

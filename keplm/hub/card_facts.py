@@ -365,11 +365,7 @@ class ResultRow:
 
     @property
     def label(self) -> str:
-        if self.subset == "unseen":
-            return f"{self.split}, unseen subset"
-        if self.subset == "seen":
-            return f"{self.split}, seen subset"
-        return self.split
+        return f"{self.split}, {self.subset.replace('_', '-')} subset" if self.subset else self.split
 
 
 #: metric-key prefixes of the run scripts: (prefix, split, subset), longest first
