@@ -69,6 +69,12 @@ def check_kge_leak(kg, held_out_keys, trelm_args: TrelmArguments) -> None:
         logger.warning("--allow_kge_leak: the KG embeddings were trained on %d held-out facts", leaked)
 
 
+def corpus_name(sources: list[str]) -> str:
+    """The card's dataset: the source kinds (``trex+fewrel``) for the public corpora, else the first source."""
+    kinds = [source.split(":", 1)[0] for source in sources]
+    return "+".join(kinds) if set(kinds) <= {"trex", "fewrel"} else sources[0]
+
+
 def build_assets(corpus, trelm_args: TrelmArguments) -> KnowledgeAssets:
     """The entity vocabulary of the corpus mentions (with their counts) and the KG (minus the held-out facts)."""
     if not trelm_args.uses_knowledge:
@@ -148,7 +154,7 @@ def main(args: list[str] | None = None) -> dict:
     trainer = KeplmTrainer(
         model=model, args=training_args, data_collator=collator, processing_class=processor,
         train_dataset=features, callbacks=callbacks,
-        card_data={"base_model": path, "dataset": " + ".join(data_args.corpus), "command": ["python", *sys.argv]},
+        card_data={"base_model": path, "dataset": corpus_name(data_args.corpus), "command": ["python", *sys.argv]},
     )
     results = flatten({"corpus": {k: v for k, v in corpus.report.items() if isinstance(v, (int, float, dict))},
                        "selection": selection, "features": feature_statistics(features) if trelm_args.uses_knowledge

@@ -13,6 +13,7 @@ Inputs, all committed:
   systems x three seeds); one card per dataset for KALA relational, the other systems as comparison rows;
 * ``docs/runs/main_job-2026-11-23-653a776.json``: the CPU main job (vanilla vs KALA relational, one seed);
 * ``docs/relation_extraction.md``: the relation-extraction run (its results table is parsed);
+* ``docs/runs/roof-2026-11-23/`` and ``docs/runs/trelm-2026-11-23/``: the Roof-Transformer and TRELM CPU runs;
 * ``docs/runs/build-kg-2026-11-23/*.md``: ``keplm build-kg`` reports of the same data and KG specs (KG size,
   linking coverage, entity frequencies, seen/unseen contexts);
 * ``docs/cards/<card>.json``: each KALA run's entity vocabulary (mentions per entity), recomputed by ``--relink``
@@ -35,7 +36,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
-# the card builders: cards_kala (KALA runs), cards_re (relation extraction), cards_roof (Roof-Transformer);
+# the card builders: cards_kala (KALA runs), cards_re (relation extraction), cards_roof (Roof-Transformer),
+# cards_trelm (TRELM);
 # the --relink recomputation of docs/cards/*.json: cards_relink
 from cards_kala import (  # noqa: E402
     ENCODER,
@@ -49,6 +51,7 @@ from cards_kala import (  # noqa: E402
 from cards_re import RE_DOC, relation_extraction_card  # noqa: E402
 from cards_relink import relink_all  # noqa: E402
 from cards_roof import ROOF_RUNS, ROOF_TASK, roof_card  # noqa: E402
+from cards_trelm import TRELM_RUNS, TRELM_SEED, trelm_card  # noqa: E402
 
 from keplm.hub import card as cards  # noqa: E402
 from keplm.hub.card import ModelCardSpec, add_figures, render_model_card  # noqa: E402
@@ -80,6 +83,9 @@ def index_row(name: str, spec: ModelCardSpec, source: str) -> str:
     validation = next((r for r in spec.results if r.split == "validation" and r.subset is None), None)
     if not f1 and validation and "f1" in validation.scores:  # GLUE: no labelled test split
         f1 = f"{validation.scores['f1'].cell()} (validation)"
+    probe = next((r for r in spec.results if r.subset is None and "p@1" in r.scores), None)
+    if not f1 and probe:  # TRELM: the LAMA probe's P@1
+        f1 = f"{probe.scores['p@1'].cell()} ({probe.split} P@1)"
     data = cards.dataset_info(spec.training.dataset)
     return f"| [`{name}.md`]({name}.md) | {spec.model_name} | {data.name if data else ''} | {f1} | {source} |"
 
@@ -92,6 +98,8 @@ def generate(out: Path, figures: bool = True) -> list[Path]:
     entries.append((*relation_extraction_card(), f"`{RE_DOC.as_posix()}`, CPU, 1 run"))
     name, spec = roof_card(MINILM, ENCODER)
     entries.append((name, spec, f"`{ROOF_RUNS.as_posix()}/{ROOF_TASK}/`, CPU, best of 3 seeds"))
+    name, spec = trelm_card(MINILM, ENCODER)
+    entries.append((name, spec, f"`{TRELM_RUNS.as_posix()}/`, CPU, seed {TRELM_SEED} of 3"))
     written = []
     for name, spec, _ in entries:
         if figures:
@@ -100,8 +108,8 @@ def generate(out: Path, figures: bool = True) -> list[Path]:
         render_model_card(spec).save(path)
         written.append(path)
     index = INDEX_HEADER + "\n".join(index_row(name, spec, source) for name, spec, source in entries) + "\n"
-    index += ("\nTest F1 in % (entity-level F1 for NER, SQuAD F1 for QA, fact F1 for relation extraction); mean ± "
-              "std over seeds where several ran.\n")
+    index += ("\nTest F1 in % (entity-level F1 for NER, SQuAD F1 for QA, fact F1 for relation extraction; TRELM: "
+              "LAMA T-REx P@1); mean ± std over seeds where several ran.\n")
     (out / "README.md").write_text(index)
     return [*written, out / "README.md"]
 

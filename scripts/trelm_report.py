@@ -36,11 +36,12 @@ def time_to_reach(curve: list[dict], target: float) -> float | None:
 
 def load(root: str) -> dict[str, dict]:
     summaries = {}
-    for path in sorted(Path(root).glob("seed*/summary.json")):
+    # an output folder (seed*/summary.json) or its committed copy (docs/runs/...: seed*.json)
+    for path in sorted([*Path(root).glob("seed*/summary.json"), *Path(root).glob("seed*.json")]):
         summary = json.loads(path.read_text())
         summaries[summary["settings"]["seed"]] = summary
     if not summaries:
-        raise SystemExit(f"no seed*/summary.json under {root}")
+        raise SystemExit(f"no seed*/summary.json or seed*.json under {root}")
     return summaries
 
 

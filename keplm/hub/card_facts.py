@@ -122,8 +122,12 @@ KNOWN_DATASETS: dict[str, DatasetInfo] = {
     "rte": DatasetInfo("GLUE RTE", None, "en", "the RTE challenges' data, for research use", key="glue-rte"),
     "cola": DatasetInfo("GLUE CoLA", None, "en", "excerpts of published works whose copyright stays with their "
                         "authors (research use as fair use in the US, per the corpus README)", key="glue-cola"),
+    # TRELM's pre-training corpus (`run_pretraining.py --corpus trex:... fewrel:...`, named by its source kinds)
+    "trex+fewrel": DatasetInfo("T-REx evidence sentences (LAMA) + FewRel 1.0 val_wiki", None, "en",
+                               "T-REx/LAMA: CC BY-NC 4.0; FewRel: the terms of its release", key="trex-fewrel"),
+    "trex": DatasetInfo("T-REx evidence sentences (LAMA)", None, "en", "CC BY-NC 4.0", key="lama-trex"),
 }
-_DATASET_ALIASES = {"wnut_17": "wnut17", "squad": "squad_v1.1"}
+_DATASET_ALIASES = {"wnut_17": "wnut17", "squad": "squad_v1.1", "fewrel+trex": "trex+fewrel"}
 
 
 @dataclass(frozen=True)

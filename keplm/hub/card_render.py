@@ -195,12 +195,13 @@ def _results_section(spec: ModelCardSpec) -> list[str]:
     lines.append("")
     if spec.results:
         metrics = [(k, name) for k, name in info.metrics if any(k in r.scores for r in spec.results)]
-        lines.append("| split | examples | " + " | ".join(name for _, name in metrics) + " |")
-        lines.append("|---|---:|" + "---:|" * len(metrics))
+        counted = any(r.examples is not None for r in spec.results)  # the examples column only where known
+        lines.append("| split | " + ("examples | " if counted else "") + " | ".join(name for _, name in metrics) + " |")
+        lines.append("|---|" + ("---:|" if counted else "") + "---:|" * len(metrics))
         for row in spec.results:
             cells = [row.scores[k].cell() if k in row.scores else "" for k, _ in metrics]
-            lines.append(f"| {row.label} | {_fmt(row.examples) if row.examples is not None else ''} | "
-                         + " | ".join(cells) + " |")
+            count = (f"{_fmt(row.examples) if row.examples is not None else ''} | ") if counted else ""
+            lines.append(f"| {row.label} | {count}" + " | ".join(cells) + " |")
         lines.append("")
     if len(spec.comparison) > 1:
         own = _own_label(spec)
@@ -210,7 +211,7 @@ def _results_section(spec: ModelCardSpec) -> list[str]:
         header = [f"**{s}** (this model)" if s == own else s for s in systems]
         lines.append("| split | metric | " + " | ".join(header) + " |")
         lines.append("|---|---|" + "---:|" * len(systems))
-        keys = [k for k, _ in info.metrics if k in ("f1", "exact_match")]
+        keys = [k for k, _ in info.metrics if k in ("f1", "exact_match", "p@1")]
         order = [(r.split, r.subset) for r in spec.comparison[systems[0]]]
         for split, subset in order:
             for key in keys:
@@ -526,7 +527,7 @@ def eval_results_for(spec: ModelCardSpec) -> list[EvalResult]:
             results.append(EvalResult(
                 task_type=spec.task, task_name=task_name, dataset_type=dataset_type,
                 dataset_name=dataset_name,
-                dataset_split=f"{row.split} ({row.subset} subset)" if row.subset else row.split,
+                dataset_split=f"{row.split} ({row.subset.replace('_', '-')} subset)" if row.subset else row.split,
                 metric_type=key,
                 metric_value=round(score.value, 2), metric_name=metric_name,
             ))
