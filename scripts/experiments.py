@@ -228,11 +228,18 @@ def run_resumable(jobs: list[tuple[str, list, str]], output_dir: str, parallel: 
     return durations
 
 
-def seed_summary(cfg: dict, systems: list[str], seed: str, seed_dir: str, durations: dict[str, float]) -> dict:
-    """``seed_dir/summary.json``: settings, every system's ``all_results.json`` and wall times."""
+def completed_runs(seed_dir: str, names) -> list[str]:
+    """The runs among ``names`` (in their order) that finished in ``seed_dir`` (their ``all_results.json`` exists):
+    a seed's summary lists them all, whichever invocation (``--variants`` subset, ``--resume``) ran each."""
+    return [name for name in names if Path(seed_dir, name, "all_results.json").is_file()]
+
+
+def seed_summary(cfg: dict, systems: list[str], seed: str, seed_dir: str, durations: dict[str, float],
+                 extra: dict | None = None) -> dict:
+    """``seed_dir/summary.json``: settings, every system's ``all_results.json``, wall times and ``extra`` keys."""
     results = {s: json.loads(Path(seed_dir, s, "all_results.json").read_text()) for s in systems}
     summary = {"settings": portable({**cfg, "systems": systems, "seed": seed}), "results": results,
-               "durations_s": {s: durations.get(f"seed{seed}/{s}") for s in systems}}
+               "durations_s": {s: durations.get(f"seed{seed}/{s}") for s in systems}, **(extra or {})}
     Path(seed_dir, "summary.json").write_text(json.dumps(summary, indent=2))
     return summary
 

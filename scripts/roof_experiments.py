@@ -25,7 +25,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from experiments import DEFAULT_MODEL, NEWS_KG, model_path, run_resumable, seed_summary  # noqa: E402
+from experiments import (  # noqa: E402
+    DEFAULT_MODEL,
+    NEWS_KG,
+    completed_runs,
+    model_path,
+    run_resumable,
+    seed_summary,
+)
 
 ROOF = ["--system", "roof"]
 VARIANTS = {
@@ -120,7 +127,8 @@ def main(argv: list[str] | None = None) -> None:
     start = time.time()
     durations = run_resumable(jobs, output_dir, args.jobs, args.resume)
     for seed in args.seeds:
-        seed_summary(cfg, cfg["variants"], seed, os.path.join(output_dir, f"seed{seed}"), durations)
+        seed_dir = os.path.join(output_dir, f"seed{seed}")
+        seed_summary(cfg, completed_runs(seed_dir, VARIANTS), seed, seed_dir, durations)
     print(f"[roof_experiments] {args.preset}: {len(args.seeds)} seed(s) in {time.time() - start:.0f}s; table: "
           f"python scripts/summarize_runs.py {output_dir}/seed*/summary.json")
 

@@ -28,7 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from experiments import DEFAULT_MODEL, model_path, run_resumable, seed_summary  # noqa: E402
+from experiments import DEFAULT_MODEL, completed_runs, model_path, run_resumable, seed_summary  # noqa: E402
 
 VARIANTS = {
     "mlm": ["--system", "mlm"],
@@ -82,11 +82,9 @@ def main(argv: list[str] | None = None) -> None:
     durations = run_resumable(jobs, args.output_dir, args.jobs, args.resume)
     for seed in args.seeds:
         seed_dir = os.path.join(args.output_dir, f"seed{seed}")
-        variants = [v for v in VARIANTS if Path(seed_dir, v, "all_results.json").is_file()]
-        summary = seed_summary(cfg, variants, seed, seed_dir, durations)
-        summary["probe_curves"] = {v: json.loads(Path(seed_dir, v, "probe_curve.json").read_text())
-                                   for v in variants}
-        Path(seed_dir, "summary.json").write_text(json.dumps(summary, indent=2))
+        variants = completed_runs(seed_dir, VARIANTS)
+        curves = {v: json.loads(Path(seed_dir, v, "probe_curve.json").read_text()) for v in variants}
+        seed_summary(cfg, variants, seed, seed_dir, durations, extra={"probe_curves": curves})
     print(f"[trelm_experiments] {len(args.seeds)} seed(s) in {time.time() - start:.0f}s; table and plot: "
           f"python scripts/trelm_report.py {args.output_dir}")
 

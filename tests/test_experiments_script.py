@@ -172,3 +172,24 @@ def test_trelm_report_tables_final_p_at_1_and_time_to_reach_mlm(monkeypatch, tmp
     assert rows[3].endswith("| 60 (1 of 2) |")
     trelm_report.main([str(tmp_path), "--plot", str(tmp_path / "curves.png")])
     assert (tmp_path / "curves.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_seed_summary_lists_every_finished_run_whichever_invocation_ran_it(monkeypatch, tmp_path):
+    """A later ``--variants`` subset must not drop earlier runs from a seed's summary.json: the summary lists every
+    run of the seed folder with an all_results.json, in the scripts' variant order, plus ``extra`` keys."""
+    import json
+
+    monkeypatch.syspath_prepend(str(ROOT / "scripts"))
+    import experiments
+
+    for name, accuracy in (("roof", 0.7), ("bert", 0.6)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "all_results.json").write_text(json.dumps({"eval_accuracy": accuracy}))
+    (tmp_path / "roof_lstm").mkdir()  # started, never finished
+    names = experiments.completed_runs(str(tmp_path), ["bert", "bert_with_knowledge", "roof", "roof_lstm"])
+    assert names == ["bert", "roof"]
+    summary = experiments.seed_summary({"variants": ["roof"]}, names, "2", str(tmp_path), {"seed2/roof": 12.0},
+                                       extra={"probe_curves": {"roof": []}})
+    assert json.loads((tmp_path / "summary.json").read_text()) == summary
+    assert summary["results"] == {"bert": {"eval_accuracy": 0.6}, "roof": {"eval_accuracy": 0.7}}
+    assert summary["durations_s"] == {"bert": None, "roof": 12.0} and summary["probe_curves"] == {"roof": []}
