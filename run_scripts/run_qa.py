@@ -70,7 +70,7 @@ def load_data(data_args: QaDataArguments) -> tuple[datasets.DatasetDict, dict]:
         test_file=data_args.test_file, split_by_article=data_args.article_split(),
         fix_answer_starts=data_args.fix_answer_starts, return_report=True, **extra,
     )
-    return limit_samples(raw, data_args.sample_limits()), report
+    return limit_samples(raw, data_args.sample_limits(), data_args.sample_seeds()), report
 
 
 @dataclass

@@ -10,6 +10,7 @@ import pytest
 from keplm.data import (
     find_split_files,
     get_label_list,
+    limit_samples,
     load_ner_dataset,
     load_qa_dataset,
     read_conll,
@@ -195,6 +196,14 @@ def test_squad_article_split_counts():
     assert {s: len(d) for s, d in loaded.items()} == {"train": 8582, "validation": 1032, "test": 956}
     first = loaded["train"][0]
     assert first["context"][first["answers"]["answer_start"][0] :].startswith(first["answers"]["text"][0])
+    # the first 600 training questions are all of the first article's; a seeded sample spreads over the articles
+    head = limit_samples(dict(loaded), {"train": 600})["train"]
+    assert set(head["article_index"]) == {0}
+    spread = limit_samples(dict(loaded), {"train": 600}, {"train": 0})["train"]
+    again = limit_samples(dict(loaded), {"train": 600}, {"train": 0})["train"]
+    assert len(spread) == 600 and spread["id"] == again["id"] and len(set(spread["article_index"])) > 30
+    assert spread["article_index"] == sorted(spread["article_index"])  # file order kept
+    assert limit_samples({"train": [1, 2, 3]}, {"train": 5}, {"train": 0}) == {"train": [1, 2, 3]}
 
 
 def test_squad_json_errors(tmp_path):

@@ -193,3 +193,39 @@ def test_seed_summary_lists_every_finished_run_whichever_invocation_ran_it(monke
     assert json.loads((tmp_path / "summary.json").read_text()) == summary
     assert summary["results"] == {"bert": {"eval_accuracy": 0.6}, "roof": {"eval_accuracy": 0.7}}
     assert summary["durations_s"] == {"bert": None, "roof": 12.0} and summary["probe_curves"] == {"roof": []}
+
+
+def test_roof_experiment_commands_parse_and_differ_by_one_setting(monkeypatch, tmp_path):
+    """scripts/roof_experiments.py: every preset's variants give command lines run_glue.py / run_qa.py parse, each
+    ablation changes only its own setting, and the SQuAD preset spreads its training questions over the articles."""
+    from transformers import TrainingArguments
+
+    from keplm.training.arguments import QaDataArguments, RoofArguments
+
+    monkeypatch.syspath_prepend(str(ROOT / "scripts"))
+    monkeypatch.syspath_prepend(str(ROOT / "run_scripts"))
+    import roof_experiments
+    from run_glue import GlueDataArguments
+
+    for preset in roof_experiments.PRESETS:
+        cfg = roof_experiments.make_settings(preset, str(tmp_path), model="tiny-model")
+        parsed = {}
+        for variant in cfg["variants"]:
+            cmd = roof_experiments.command(cfg, variant, "4", str(tmp_path / variant), str(tmp_path / "cache"))
+            qa = cfg["task"] == "squad"
+            assert cmd[1].endswith("run_qa.py" if qa else "run_glue.py")
+            argv = cmd[cmd.index("--model_type") + 2:] if qa else cmd[2:]  # run_qa.py reads --model_type first
+            data_class = QaDataArguments if qa else GlueDataArguments
+            _, data_args, roof_args, training_args = parse_args(
+                (ModelArguments, data_class, RoofArguments, TrainingArguments), argv)
+            assert training_args.seed == 4 and data_args.max_train_samples == int(cfg["train"])
+            if qa:
+                assert data_args.train_sample_seed == 0 and data_args.article_split() == (38, 5, 5)
+            parsed[variant] = roof_args
+        if "roof_lstm" in parsed:
+            base = vars(parsed["roof"])
+            for variant, changed in (("roof_lstm", {"fusion": "lstm"}), ("roof_no_tail", {"selection": "no_tail"}),
+                                     ("roof_lr1x", {"fusion_lr_multiplier": 1.0})):
+                diff = {k: v for k, v in vars(parsed[variant]).items() if base[k] != v}
+                assert diff == changed, (variant, diff)
+            assert parsed["roof_cached"].cached_knowledge_encoder and not parsed["roof"].cached_knowledge_encoder

@@ -4,6 +4,7 @@ Shared by every dataset loader and run script."""
 from __future__ import annotations
 
 import os
+import random
 import re
 
 SPLITS = ("train", "validation", "test")
@@ -67,12 +68,21 @@ def resolve_data_file(path: str | None, directory: str | None, what: str = "data
     raise FileNotFoundError(f"{what} file not found: {path}")
 
 
-def limit_samples(splits: dict, limits: dict[str, int | None]) -> dict:
-    """Keep the first ``limits[split]`` examples of each split (a ``datasets.Dataset`` or a list of rows)."""
+def limit_samples(splits: dict, limits: dict[str, int | None], seeds: dict[str, int | None] | None = None) -> dict:
+    """Keep the first ``limits[split]`` examples of each split (a ``datasets.Dataset`` or a list of rows).
+
+    With ``seeds[split]`` set, keep a random sample of that many instead (the order drawn with that seed, kept as in
+    the split), e.g. questions spread over every article of a SQuAD split rather than the first article's.
+    """
     for split, limit in limits.items():
         if limit is not None and split in splits:
             data = splits[split]
-            splits[split] = data[:limit] if isinstance(data, list) else data.select(range(min(limit, len(data))))
+            seed = (seeds or {}).get(split)
+            if seed is None or limit >= len(data):
+                keep = range(min(limit, len(data)))
+            else:
+                keep = sorted(random.Random(seed).sample(range(len(data)), limit))
+            splits[split] = [data[i] for i in keep] if isinstance(data, list) else data.select(keep)
     return splits
 
 

@@ -241,6 +241,16 @@ class QaDataArguments(DataArguments):
                   "counted in data_results.json."},
     )
 
+    train_sample_seed: int | None = field(
+        default=None,
+        metadata={"help": "With --max_train_samples: keep that many training questions drawn at random with this seed "
+                  "(in file order) instead of the first ones, which in SQuAD all come from the first articles."},
+    )
+
+    def sample_seeds(self) -> dict[str, int | None]:
+        """``--train_sample_seed`` by split, for ``limit_samples``."""
+        return {"train": self.train_sample_seed}
+
     def article_split(self) -> tuple[int | None, int, int] | None:
         if self.split_by_article is None:
             return None
