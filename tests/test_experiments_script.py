@@ -222,6 +222,7 @@ def test_roof_experiment_commands_parse_and_differ_by_one_setting(monkeypatch, t
             if qa:
                 assert data_args.train_sample_seed == 0 and data_args.article_split() == (38, 5, 5)
             parsed[variant] = roof_args
+            assert roof_args.kg == (f"wn18rr:{tmp_path}/kg/wn18rr" if variant == "roof_wordnet" else cfg["kg"])
         if "roof_lstm" in parsed:
             base = vars(parsed["roof"])
             for variant, changed in (("roof_lstm", {"fusion": "lstm"}), ("roof_no_tail", {"selection": "no_tail"}),
@@ -229,3 +230,6 @@ def test_roof_experiment_commands_parse_and_differ_by_one_setting(monkeypatch, t
                 diff = {k: v for k, v in vars(parsed[variant]).items() if base[k] != v}
                 assert diff == changed, (variant, diff)
             assert parsed["roof_cached"].cached_knowledge_encoder and not parsed["roof"].cached_knowledge_encoder
+        if "roof_wordnet" in parsed:
+            diff = {k for k, v in vars(parsed["roof_wordnet"]).items() if vars(parsed["roof"])[k] != v}
+            assert diff == {"kg"}
