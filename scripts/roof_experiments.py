@@ -56,7 +56,7 @@ PRESETS = {
     # RTE at this size stays near chance for every system (see docs/results.md): the main comparison only
     "rte": {**GLUE, "task": "rte", "variants": ["bert", "bert_with_knowledge", "roof", "roof_cached"]},
     # MRPC is learnable at this size (MiniLM was trained on paraphrases): the ablations run here
-    "mrpc": {**GLUE, "task": "mrpc", "variants": list(VARIANTS)},
+    "mrpc": {**GLUE, "task": "mrpc", "variants": [v for v in VARIANTS if v not in VARIANT_KG]},
     "cola": {**GLUE, "task": "cola", "train": "2000", "max_seq_length": "64",
              "variants": ["bert", "bert_with_knowledge", "roof", "roof_no_tail", "roof_wordnet"]},
     # QA: the KALA squad preset's split and sizes, but the 600 training questions drawn over all 38 training articles

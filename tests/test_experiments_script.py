@@ -207,6 +207,7 @@ def test_roof_experiment_commands_parse_and_differ_by_one_setting(monkeypatch, t
     import roof_experiments
     from run_glue import GlueDataArguments
 
+    assert "roof_wordnet" not in roof_experiments.PRESETS["mrpc"]["variants"]  # the MRPC runs' variants as they ran
     for preset in roof_experiments.PRESETS:
         cfg = roof_experiments.make_settings(preset, str(tmp_path), model="tiny-model")
         parsed = {}
