@@ -55,6 +55,10 @@ def trelm_card(minilm: str, encoder: dict) -> tuple[str, ModelCardSpec]:
                                      if variant in s.get("probe_curves", {})])
                   for variant, label in TRELM_SYSTEMS.items()
                   if any(variant in s.get("probe_curves", {}) for s in summaries.values())}
+    ran = {label: sorted(seed for seed, s in summaries.items() if variant in s.get("probe_curves", {}))
+           for variant, label in TRELM_SYSTEMS.items()}
+    seed_counts = "; ".join(f"{label.removesuffix(' (all seeds)')}: seed{'s' if len(seeds) > 1 else ''} "
+                            f"{', '.join(seeds)}" for label, seeds in ran.items() if seeds)
     graph = kge["kg"]
     knowledge = KnowledgeFacts(
         kg_spec=KG_SPEC, kg_entities=graph["entities"], kg_relations=graph["relations"],
@@ -93,8 +97,7 @@ def trelm_card(minilm: str, encoder: dict) -> tuple[str, ModelCardSpec]:
         uses_knowledge=True, encoder=encoder, base_model=minilm, license="cc-by-nc-4.0", knowledge=knowledge,
         training=training, results=probe_rows([curve], None), comparison=comparison,
         comparison_intro=f"This checkpoint is seed {TRELM_SEED}. Every variant of the same comparison (same corpus "
-                         "sample, same training seconds), mean ± std over the seeds it ran with (3 for plain MLM "
-                         "and TRELM, seed 1 alone for the two ablations):",
+                         f"sample, same training seconds), mean ± std over the seeds it ran with ({seed_counts}):",
         versions={"keplm": "0.1.0", "transformers": "5.23.0", "torch": "2.13.0+cpu"},
         provenance=[f"Numbers: `{TRELM_RUNS.as_posix()}/seed*.json` (settings, every variant's `all_results.json` "
                     "and probe curve); discussed in `docs/results.md` (\"TRELM\")."],
