@@ -51,14 +51,14 @@ def trelm_card(minilm: str, encoder: dict) -> tuple[str, ModelCardSpec]:
     own = summaries[TRELM_SEED]
     settings, metrics = own["settings"], own["results"]["trelm"]
     kge = json.loads((ROOT / TRELM_RUNS / "kge_report.json").read_text())
-    comparison = {label: probe_rows([s["probe_curves"][variant] for s in summaries.values()
-                                     if variant in s.get("probe_curves", {})])
-                  for variant, label in TRELM_SYSTEMS.items()
-                  if any(variant in s.get("probe_curves", {}) for s in summaries.values())}
-    ran = {label: sorted(seed for seed, s in summaries.items() if variant in s.get("probe_curves", {}))
-           for variant, label in TRELM_SYSTEMS.items()}
-    seed_counts = "; ".join(f"{label.removesuffix(' (all seeds)')}: seed{'s' if len(seeds) > 1 else ''} "
-                            f"{', '.join(seeds)}" for label, seeds in ran.items() if seeds)
+    # the seeds each variant ran with; the comparison averages each variant's final probe points over them
+    ran = {variant: sorted(seed for seed, s in summaries.items() if variant in s.get("probe_curves", {}))
+           for variant in TRELM_SYSTEMS}
+    comparison = {TRELM_SYSTEMS[variant]: probe_rows([summaries[seed]["probe_curves"][variant] for seed in seeds])
+                  for variant, seeds in ran.items() if seeds}
+    seed_counts = "; ".join(f"{TRELM_SYSTEMS[variant].removesuffix(' (all seeds)')}: "
+                            f"seed{'s' if len(seeds) > 1 else ''} {', '.join(seeds)}"
+                            for variant, seeds in ran.items() if seeds)
     graph = kge["kg"]
     knowledge = KnowledgeFacts(
         kg_spec=KG_SPEC, kg_entities=graph["entities"], kg_relations=graph["relations"],
