@@ -3,6 +3,9 @@
 
     python scripts/summarize_runs.py outputs/experiments/wnut/seed*/summary.json
 
+A seed may be split over several summaries (systems run later into another folder, e.g. TAPT beside the four
+systems of a committed table): a system counts the distinct seeds it ran with.
+
 Prints a markdown table: validation and test scores (F1, EM for QA, accuracy / F1 / Matthews for GLUE), test F1 on
 the seen / unseen subsets (KALA 5.4) and the unseen subset's size, Roof-Transformer's knowledge selection statistics
 (share of training examples with any triple, triples kept and cut per example, appended tokens), and each run's
@@ -18,7 +21,9 @@ import sys
 #: (label, results key, scaled): scaled rows are fractions for seqeval and GLUE, percentages for SQuAD
 ROWS = [("validation accuracy", "eval_accuracy", True), ("validation F1", "eval_f1", True),
         ("validation Matthews corr.", "eval_matthews_correlation", True), ("validation EM", "eval_exact_match", True),
+        ("validation macro-F1 (SemEval official)", "eval_macro_f1", True),
         ("test EM", "predict_exact_match", True), ("test F1", "predict_f1", True),
+        ("test macro-F1 (SemEval official)", "predict_macro_f1", True),
         ("test F1, seen contexts", "predict_seen_f1", True), ("test F1, unseen contexts", "predict_unseen_f1", True),
         ("train examples with knowledge (%)", "knowledge_train_share_with_knowledge", "percent"),
         ("train triples kept per example", "knowledge_train_kept_per_example", False),
@@ -40,12 +45,14 @@ def main(paths: list[str]) -> None:
     systems = list(dict.fromkeys(system for s in summaries for system in s["settings"]["systems"]))
     first = summaries[0]["results"][systems[0]]
     scale = 1.0 if summaries[0]["settings"].get("task") in QA_TASKS else 100.0  # seqeval/GLUE: fractions
-    count = len(summaries)
-    print(f"{count} seed{'s' if count > 1 else ''}: {[s['settings']['seed'] for s in summaries]}; test contexts seen / "
+    all_seeds = list(dict.fromkeys(str(s["settings"]["seed"]) for s in summaries))
+    count = len(all_seeds)
+    print(f"{count} seed{'s' if count > 1 else ''}: {all_seeds}; test contexts seen / "
           "unseen: "
           f"{first.get('predict_seen_examples')} / {first.get('predict_unseen_examples')}")
-    seeds = {system: sum(system in s["results"] for s in summaries) for system in systems}
-    headers = [system if seeds[system] == len(summaries) else f"{system} ({seeds[system]} seed"
+    seeds = {system: len({str(s["settings"]["seed"]) for s in summaries if system in s["results"]})
+             for system in systems}
+    headers = [system if seeds[system] == count else f"{system} ({seeds[system]} seed"
                f"{'s' if seeds[system] > 1 else ''})" for system in systems]
     print("| metric | " + " | ".join(headers) + " |\n|---|" + "---:|" * len(systems))
     for label, key, scaled in ROWS:

@@ -23,6 +23,7 @@ from .metrics import (
     glue_metrics,
     ner_metrics,
     precision_at_k,
+    semeval_task8_metrics,
     squad_v1_metrics,
 )
 
@@ -31,9 +32,11 @@ __all__ = [
     "Seqeval",
     "Glue",
     "PrecisionAtK",
+    "SemEvalTask8",
     "squad_metric_inputs",
     "NerComputeMetrics",
     "GlueComputeMetrics",
+    "RelationClassificationComputeMetrics",
 ]
 
 
@@ -361,6 +364,40 @@ class Glue(_KeplmMetric):
         return glue_metrics(self.config_name, predictions, references)
 
 
+_SEMEVAL_CITATION = """\
+@inproceedings{hendrickx-etal-2010-semeval,
+    title = "{S}em{E}val-2010 Task 8: Multi-Way Classification of Semantic Relations between Pairs of Nominals",
+    author = "Hendrickx, Iris and Kim, Su Nam and Kozareva, Zornitsa and Nakov, Preslav and
+      {\'O} S{\'e}aghdha, Diarmuid and Pad{\'o}, Sebastian and Pennacchiotti, Marco and Romano, Lorenza and
+      Szpakowicz, Stan",
+    booktitle = "Proceedings of the 5th International Workshop on Semantic Evaluation",
+    year = "2010",
+    pages = "33--38",
+}
+"""
+
+
+class SemEvalTask8(_KeplmMetric):
+    """The official SemEval-2010 Task 8 score (``semeval_task8_metrics``: macro-F1 over the nine relations without
+    ``Other``, direction counted) of predicted and gold label names such as ``"Cause-Effect(e1,e2)"``."""
+
+    metric_name = "keplm_semeval_task8"
+
+    def _info(self):
+        return evaluate.MetricInfo(
+            description="SemEval-2010 Task 8 relation classification: official macro-F1 (evaluation (iii)), "
+            "micro-F1 and accuracy.",
+            citation=_SEMEVAL_CITATION,
+            inputs_description="predictions, references: label names, e.g. 'Component-Whole(e2,e1)' or 'Other'.",
+            features=datasets.Features({"predictions": datasets.Value("string"),
+                                        "references": datasets.Value("string")}),
+            reference_urls=["https://aclanthology.org/S10-1006/"],
+        )
+
+    def _compute(self, predictions, references, relations=None):
+        return semeval_task8_metrics(list(predictions), list(references), relations=relations)
+
+
 _LAMA_CITATION = """\
 @inproceedings{petroni-etal-2019-language,
     title = "Language Models as Knowledge Bases?",
@@ -521,3 +558,21 @@ class GlueComputeMetrics(_MetricCallable):
         if self.combined_score and len(result) > 1:
             result = {**result, "combined_score": float(np.mean(list(result.values())))}
         return result
+
+
+class RelationClassificationComputeMetrics(_MetricCallable):
+    """``compute_metrics`` for SemEval-2010 Task 8 through ``SemEvalTask8``: the argmax of the logits and the
+    label ids as names (``id2label``), scored over ``relations`` (default: those found)."""
+
+    def __init__(self, id2label: Mapping[int, str], relations=None):
+        self.id2label = {int(i): name for i, name in id2label.items()}
+        self.metric = SemEvalTask8(keep_in_memory=True)
+        self.compute_kwargs = {"relations": list(relations) if relations is not None else None}
+
+    def _inputs(self, eval_prediction) -> dict:
+        predictions = _to_numpy(_logits(eval_prediction.predictions))
+        if predictions.ndim > 1:
+            predictions = predictions.argmax(axis=-1)
+        references = _to_numpy(eval_prediction.label_ids)
+        return {"predictions": [self.id2label[int(i)] for i in predictions.reshape(-1)],
+                "references": [self.id2label[int(i)] for i in references.reshape(-1)]}

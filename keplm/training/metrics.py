@@ -1,5 +1,6 @@
 """Evaluation metrics as pure functions: seqeval entity-level NER scores, the official SQuAD v1.1 EM/F1, the
-GLUE task metrics (Roof-Transformer) and LAMA-style P@k (TRELM).
+GLUE task metrics (Roof-Transformer), the official SemEval-2010 Task 8 score (relation classification) and
+LAMA-style P@k (TRELM).
 
 Each formula is written once, here. :mod:`keplm.training.evaluate_metrics` wraps them as ``evaluate.Metric``
 subclasses (``add_batch``/``compute``, ``evaluate.combine``, offline) and as the run scripts' ``compute_metrics``.
@@ -30,6 +31,7 @@ __all__ = [
     "spearman_correlation",
     "GLUE_TASKS",
     "glue_metrics",
+    "semeval_task8_metrics",
     "precision_at_k",
 ]
 
@@ -317,6 +319,56 @@ def glue_metrics(task: str, predictions, references) -> dict[str, float]:
     if task not in GLUE_TASKS:
         raise ValueError(f"glue_metrics: unknown GLUE task {task!r}; expected one of {sorted(GLUE_TASKS)}")
     return {name: _GLUE_FORMULAS[name](predictions, references) for name in GLUE_TASKS[task]}
+
+
+# --------------------------------------------------------------------------- SemEval-2010 Task 8
+
+
+def _relation_and_direction(label: str) -> tuple[str, str]:
+    relation, _, direction = label.partition("(")
+    return relation, direction
+
+
+def semeval_task8_metrics(predictions: Sequence[str], references: Sequence[str], other: str = "Other",
+                          relations: Sequence[str] | None = None) -> dict[str, float]:
+    """The official SemEval-2010 Task 8 score (scorer v1.2, evaluation (iii)) as fractions: per relation, ignoring
+    ``other``, P = correct / predicted and R = correct / gold, where a relation predicted with the wrong direction
+    counts as predicted and not correct; ``macro_f1`` is the mean of the relations' F1 (the task's official score,
+    relations without gold or predictions included as 0), ``micro_f1`` pools the counts; ``accuracy`` is exact
+    match over all labels, directions and ``other`` included. ``relations`` fixes the relations averaged over
+    (default: those in the inputs); a label of another relation is then a ValueError."""
+    if len(predictions) != len(references):
+        raise ValueError(f"semeval_task8_metrics: {len(predictions)} predictions vs {len(references)} references")
+    if not references:
+        raise ValueError("semeval_task8_metrics: no examples given")
+    found = {_relation_and_direction(label)[0] for label in (*predictions, *references)} - {other}
+    if relations is not None and found - set(relations):
+        raise ValueError(f"semeval_task8_metrics: labels of unknown relations {sorted(found - set(relations))}")
+    relations = list(relations) if relations is not None else sorted(found)
+    counts = {relation: Counter() for relation in relations}
+    for predicted, gold in zip(predictions, references):
+        predicted_relation, gold_relation = _relation_and_direction(predicted)[0], _relation_and_direction(gold)[0]
+        if predicted_relation != other:
+            counts[predicted_relation]["predicted"] += 1
+        if gold_relation != other:
+            counts[gold_relation]["gold"] += 1
+            counts[gold_relation]["correct"] += predicted == gold
+
+    def f1(p: float, r: float) -> float:
+        return 2 * p * r / (p + r) if p + r else 0.0
+
+    per_relation = {}
+    for relation, c in counts.items():
+        p = c["correct"] / c["predicted"] if c["predicted"] else 0.0
+        r = c["correct"] / c["gold"] if c["gold"] else 0.0
+        per_relation[relation] = f1(p, r)
+    total = {key: sum(c[key] for c in counts.values()) for key in ("correct", "predicted", "gold")}
+    micro_p = total["correct"] / total["predicted"] if total["predicted"] else 0.0
+    micro_r = total["correct"] / total["gold"] if total["gold"] else 0.0
+    return {"macro_f1": float(np.mean(list(per_relation.values()))) if per_relation else 0.0,
+            "micro_f1": f1(micro_p, micro_r),
+            "accuracy": sum(p == g for p, g in zip(predictions, references)) / len(references),
+            **{f"f1_{relation}": value for relation, value in per_relation.items()}}
 
 
 # --------------------------------------------------------------------------- P@k (TRELM, LAMA probing)
