@@ -26,8 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from experiments import DEFAULT_MODEL, completed_runs, model_path, run_resumable, seed_summary  # noqa: E402
 
 DEFAULTS = {"model": DEFAULT_MODEL, "pretraining_dir": "outputs/trelm_experiments",
-            "dataset": "../shared/data/semeval2010_task8", "train": "1600", "epochs": "2", "lr": "2e-4",
-            "batch": "32", "variants": "base,mlm,trelm"}
+            "dataset": "../shared/data/semeval2010_task8", "train": "2400", "epochs": "2", "lr": "3e-4",
+            "batch": "16", "variants": "base,mlm,trelm"}
 
 
 def encoder(cfg: dict, variant: str, seed: str) -> str:
