@@ -67,6 +67,23 @@ def test_loss_decreases_and_transe_ranks_held_out_tails_far_above_chance(kg, tra
     assert 1.0 <= metrics["mean_rank"] < 10
 
 
+def test_one_ranking_pass_gives_what_torch_geometric_test_gives_for_each_k():
+    """kge.tail_ranks ranks once for mean rank, MRR, Hits@1 and Hits@10; KGEModel.test ranks anew per k."""
+    from torch_geometric.nn.kge import DistMult
+
+    from keplm.knowledge.kge import _evaluate
+
+    torch.manual_seed(0)
+    model = DistMult(num_nodes=30, num_relations=3, hidden_channels=8)
+    triples = torch.stack([torch.randint(0, 30, (12,)), torch.randint(0, 3, (12,)), torch.randint(0, 30, (12,))], 1)
+    ours = _evaluate(model, triples, batch_size=7, progress=False)
+    for k in (1, 10):
+        mean_rank, mrr, hits = model.test(triples[:, 0], triples[:, 1], triples[:, 2], batch_size=7, k=k, log=False)
+        assert ours[f"hits@{k}"] == pytest.approx(hits)
+    assert ours["mean_rank"] == pytest.approx(mean_rank + 1) and ours["mrr"] == pytest.approx(mrr)
+    assert ours["hits@1"] <= ours["hits@10"] and 0 < ours["hits@10"] < 1  # not all trivially 0 or 1
+
+
 def test_returned_kg_has_vectors_and_round_trips(kg, trained, tmp_path):
     out, report = trained
     assert kg.entity_vectors is None  # the input is not changed
