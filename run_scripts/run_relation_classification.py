@@ -11,7 +11,7 @@ masked-LM checkpoint.
 ``TrelmForMaskedLM`` checkpoint, whose encoder (knowledge-routing deltas folded in) is exported to
 ``output_dir/pretrained_encoder`` first. ``--dataset_name``: the official release's folder or a Hub id
 (``SemEvalWorkshop/sem_eval_2010_task_8``); or ``--train_file`` / ``--test_file``. The release has no validation
-split: the last ``--validation_size`` training sentences are held out. Each nominal is marked in the text
+split: ``--validation_size`` training sentences, drawn with a fixed seed, are held out. Each nominal is marked in the text
 (``@ e1 @``, ``# e2 #``) and the [CLS] representation is classified into the 19 labels; scores are the official
 macro-F1 (nine relations, direction counted, ``Other`` ignored), micro-F1 and accuracy. Sentences cut by
 ``--max_seq_length`` are counted (``{split}_truncated``), never dropped.
@@ -47,8 +47,8 @@ logger = logging.getLogger(__name__)
 @dataclass
 class RelationClassificationDataArguments(DataArguments):
     validation_size: int = field(
-        default=800, metadata={"help": "Hold out the last N training sentences for validation (the release has no "
-                                       "dev set); 0 keeps them for training."}
+        default=800, metadata={"help": "Hold out N training sentences (a fixed seeded sample) for validation (the "
+                                       "release has no dev set); 0 keeps them for training."}
     )
     max_seq_length: int = field(default=128, metadata={"help": "Tokens per marked sentence (longer: cut, counted)."})
     train_sample_seed: int | None = field(

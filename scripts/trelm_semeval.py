@@ -9,7 +9,7 @@ pre-trained with.
 Encoders: ``base`` (the encoder the pre-training runs started from, not pre-trained further) and each pre-training
 variant found in ``--pretraining_dir/seed<N>/<variant>`` (``mlm``, ``trelm``, ablations). Every run fine-tunes the
 same seeded sample of ``--train`` training sentences through ``run_scripts/run_relation_classification.py``,
-validates on the 800 held-out training sentences and scores all 2,717 test sentences (official macro-F1).
+validates on 800 training sentences held out by a fixed seed and scores all 2,717 test sentences (official macro-F1).
 Summaries as ``scripts/experiments.py`` writes them (``seed<N>/summary.json``, no machine paths).
 """
 

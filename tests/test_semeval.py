@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import gzip
 import json
+import random
 
+import datasets
 import numpy as np
 import pytest
 import torch
@@ -44,15 +46,20 @@ def write_release(path, rows, crlf=True, start=1):
     return path
 
 
-def test_release_folder_reads_spans_and_holds_out_the_last_training_sentences(tmp_path):
+def test_release_folder_reads_spans_and_holds_out_a_seeded_sample_of_training_sentences(tmp_path):
     write_release(tmp_path / "SemEval2010_task8_training__TRAIN_FILE.TXT.gz", TOY)
     write_release(tmp_path / "SemEval2010_task8_testing_keys__TEST_FILE_FULL.TXT", TOY[:3], crlf=False, start=9)
     (tmp_path / "SemEval2010_task8_testing_keys__TEST_FILE_KEY.TXT").write_text("9\tOther\n")  # not an example file
     data = load_semeval2010_task8(str(tmp_path), validation_size=2)
     assert list(data) == ["train", "validation", "test"]
     assert [len(data[s]) for s in data] == [6, 2, 3]
-    row = data["validation"][0]
-    assert row["id"] == "7" and row["sentence"] == "john works for acme bank ."
+    held_out = sorted(str(1 + i) for i in random.Random(0).sample(range(8), 2))  # seeded, not the file's tail
+    assert list(data["validation"]["id"]) == held_out
+    assert sorted(list(data["train"]["id"]) + held_out) == sorted(map(str, range(1, 9)))
+    other_seed = load_semeval2010_task8(str(tmp_path), validation_size=2, validation_seed=5)
+    assert list(other_seed["validation"]["id"]) != held_out
+    row = datasets.concatenate_datasets([data["train"], data["validation"]]).filter(lambda r: r["id"] == "7")[0]
+    assert row["sentence"] == "john works for acme bank ."
     assert row["sentence"][row["e1_start"]:row["e1_end"]] == "john"
     assert row["sentence"][row["e2_start"]:row["e2_end"]] == "bank"
     assert data["test"].features["label"].int2str(data["test"][0]["label"]) == "Member-Collection(e1,e2)"
@@ -63,8 +70,6 @@ def test_release_folder_reads_spans_and_holds_out_the_last_training_sentences(tm
 
 def test_hub_copy_is_read_into_the_release_schema(monkeypatch):
     """A Hub id goes through datasets.load_dataset; its tagged sentences and relation names map onto our labels."""
-    import datasets
-
     hub_names = ["Cause-Effect(e1,e2)", "Other", "Member-Collection(e1,e2)"]  # another order than SEMEVAL_LABELS
     features = datasets.Features({"sentence": datasets.Value("string"),
                                   "relation": datasets.ClassLabel(names=hub_names)})

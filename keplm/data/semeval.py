@@ -4,7 +4,8 @@ The official release's files hold 4-line blocks (CRLF in the release): ``id<TAB>
 <e2>..</e2>"``, the label (``Cause-Effect(e1,e2)`` ... or ``Other``), ``Comment: ...``, a blank line. Each example
 becomes ``id`` (str), ``sentence`` (tags removed), the character spans ``e1_start``/``e1_end``/``e2_start``/``e2_end``
 in it and ``label`` (a ``ClassLabel`` over :data:`SEMEVAL_LABELS`, 9 relations x 2 directions + ``Other``).
-The release has no validation split; :func:`load_semeval2010_task8` holds out the last training sentences.
+The release has no validation split; :func:`load_semeval2010_task8` holds out a seeded sample of the training
+sentences.
 The Hub copy (``SemEvalWorkshop/sem_eval_2010_task_8``: tagged ``sentence``, ``relation`` class names) is read
 into the same schema. Malformed blocks are ValueErrors naming ``file:line``.
 """
@@ -12,6 +13,7 @@ into the same schema. Malformed blocks are ValueErrors naming ``file:line``.
 from __future__ import annotations
 
 import os
+import random
 import re
 
 import datasets
@@ -119,10 +121,12 @@ def _from_hub(name: str, **kwargs) -> dict[str, list[dict]]:
 
 
 def load_semeval2010_task8(source: str | None = None, train_file: str | None = None, test_file: str | None = None,
-                           validation_size: int = 800, **hub_kwargs) -> datasets.DatasetDict:
+                           validation_size: int = 800, validation_seed: int = 0, **hub_kwargs) -> datasets.DatasetDict:
     """Train / validation / test splits: ``source`` a release folder, a Hub id, or None with explicit files.
-    ``validation_size`` training sentences (the last ones, as the release has no dev set) become validation;
-    0 keeps them all for training."""
+    The release has no dev set: ``validation_size`` training sentences drawn with ``validation_seed`` (file order
+    kept) become validation, 0 keeps them all for training. Not the last ones: the training file is not shuffled
+    (its last 800 sentences are 31 % ``Other`` and under 2 % each Entity-Destination, Member-Collection and
+    Message-Topic, against 17 % and 9-11 % in the test set)."""
     if source is not None and os.path.isdir(source):
         files = release_files(source)
         splits = {split: read_semeval_file(path) for split, path in files.items()}
@@ -140,7 +144,9 @@ def load_semeval2010_task8(source: str | None = None, train_file: str | None = N
         if not 0 < validation_size < len(train):
             raise ValueError(f"validation_size {validation_size} must leave training sentences (train has "
                              f"{len(train)})")
-        splits["train"], splits["validation"] = train[:-validation_size], train[-validation_size:]
+        held_out = set(random.Random(validation_seed).sample(range(len(train)), validation_size))
+        splits["train"] = [row for i, row in enumerate(train) if i not in held_out]
+        splits["validation"] = [row for i, row in enumerate(train) if i in held_out]
     return datasets.DatasetDict({split: datasets.Dataset.from_list(splits[split], features=SEMEVAL_FEATURES)
                                  for split in SPLITS if split in splits})
 
