@@ -47,9 +47,9 @@ def main(paths: list[str]) -> None:
     scale = 1.0 if summaries[0]["settings"].get("task") in QA_TASKS else 100.0  # seqeval/GLUE: fractions
     all_seeds = list(dict.fromkeys(str(s["settings"]["seed"]) for s in summaries))
     count = len(all_seeds)
-    print(f"{count} seed{'s' if count > 1 else ''}: {all_seeds}; test contexts seen / "
-          "unseen: "
-          f"{first.get('predict_seen_examples')} / {first.get('predict_unseen_examples')}")
+    subsets = (f"; test contexts seen / unseen: {first['predict_seen_examples']} / {first['predict_unseen_examples']}"
+               if "predict_seen_examples" in first else "")  # KALA's seen/unseen split (paper 5.4) only
+    print(f"{count} seed{'s' if count > 1 else ''}: {all_seeds}{subsets}")
     seeds = {system: len({str(s["settings"]["seed"]) for s in summaries if system in s["results"]})
              for system in systems}
     headers = [system if seeds[system] == count else f"{system} ({seeds[system]} seed"
