@@ -93,7 +93,8 @@ def main(args: list[str] | None = None) -> dict:
     setup_logging(training_args)
     set_seed(training_args.seed)
     raw = load_semeval2010_task8(data_args.dataset_name, train_file=data_args.train_file,
-                                 test_file=data_args.test_file, validation_size=data_args.validation_size,
+                                 test_file=data_args.test_file, validation_file=data_args.validation_file,
+                                 validation_size=data_args.validation_size,
                                  **({"name": data_args.dataset_config_name} if data_args.dataset_config_name else {}))
     raw = limit_samples(raw, data_args.sample_limits(), seeds={"train": data_args.train_sample_seed})
     check_splits(raw, training_args)

@@ -149,6 +149,10 @@ def test_run_script_fine_tunes_a_trelm_checkpoint_and_learns_a_toy_task(tmp_path
     assert classifier.config.id2label[0] == "Other" and classifier.config.num_labels == 19
     with pytest.raises(FileNotFoundError, match="no SemEval-2010 Task 8 file"):
         load_semeval2010_task8(str(tmp_path / "out"))
+    with pytest.raises(FileNotFoundError, match="not a folder of the SemEval-2010 Task 8 release"):
+        load_semeval2010_task8(str(tmp_path / "no-such-folder"))  # a missing local path is not taken for a Hub id
+    given = load_semeval2010_task8(train_file=str(train), validation_file=str(test), test_file=str(test))
+    assert [len(given[s]) for s in given] == [32, 8, 8]  # a validation file replaces the held-out sample
 
 
 def test_trelm_semeval_commands_parse_and_fine_tune_the_seeds_own_checkpoint(monkeypatch, tmp_path):

@@ -121,20 +121,24 @@ def _from_hub(name: str, **kwargs) -> dict[str, list[dict]]:
 
 
 def load_semeval2010_task8(source: str | None = None, train_file: str | None = None, test_file: str | None = None,
-                           validation_size: int = 800, validation_seed: int = 0, **hub_kwargs) -> datasets.DatasetDict:
-    """Train / validation / test splits: ``source`` a release folder, a Hub id, or None with explicit files.
-    The release has no dev set: ``validation_size`` training sentences drawn with ``validation_seed`` (file order
-    kept) become validation, 0 keeps them all for training. Not the last ones: the training file is not shuffled
-    (its last 800 sentences are 31 % ``Other`` and under 2 % each Entity-Destination, Member-Collection and
-    Message-Topic, against 17 % and 9-11 % in the test set)."""
-    if source is not None and os.path.isdir(source):
+                           validation_size: int = 800, validation_seed: int = 0, validation_file: str | None = None,
+                           **hub_kwargs) -> datasets.DatasetDict:
+    """Train / validation / test splits: ``source`` a release folder, a Hub id, or None with explicit files (a
+    ``validation_file`` replaces the held-out sample). The release has no dev set: ``validation_size`` training
+    sentences drawn with ``validation_seed`` (file order kept) become validation, 0 keeps them all for training.
+    Not the last ones: the training file is not shuffled (its last 800 sentences are 31 % ``Other`` and under 2 %
+    each Entity-Destination, Member-Collection and Message-Topic, against 17 % and 9-11 % in the test set)."""
+    if source is not None and (os.path.exists(source) or source.startswith((".", "/", "~"))):
+        if not os.path.isdir(source):  # a local path, never a Hub id: say what is wrong with it
+            raise FileNotFoundError(f"{source}: not a folder of the SemEval-2010 Task 8 release (pass a file as "
+                                    "train_file / test_file)")
         files = release_files(source)
         splits = {split: read_semeval_file(path) for split, path in files.items()}
-    elif source is not None and not (train_file or test_file):
+    elif source is not None and not (train_file or validation_file or test_file):
         splits = _from_hub(source, **hub_kwargs)
     else:
         splits = {}
-    for split, path in (("train", train_file), ("test", test_file)):
+    for split, path in (("train", train_file), ("validation", validation_file), ("test", test_file)):
         if path is not None:
             splits[split] = read_semeval_file(path)
     if not splits:
