@@ -24,6 +24,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from experiments import DEFAULT_MODEL, completed_runs, model_path, run_resumable, seed_summary  # noqa: E402
+from trelm_experiments import VARIANTS  # noqa: E402
+
+#: every encoder a seed's summary lists when it was fine-tuned, whichever invocation (``--variants``) ran it
+ENCODERS = ("base", *VARIANTS)
 
 DEFAULTS = {"model": DEFAULT_MODEL, "pretraining_dir": "outputs/trelm_experiments",
             "dataset": "../shared/data/semeval2010_task8", "train": "2400", "epochs": "2", "lr": "3e-4",
@@ -73,7 +77,7 @@ def main(argv: list[str] | None = None) -> None:
     durations = run_resumable(jobs, args.output_dir, args.jobs, args.resume)
     for seed in args.seeds:
         seed_dir = os.path.join(args.output_dir, f"seed{seed}")
-        seed_summary({**cfg, "task": "semeval2010_task8"}, completed_runs(seed_dir, variants), seed, seed_dir,
+        seed_summary({**cfg, "task": "semeval2010_task8"}, completed_runs(seed_dir, ENCODERS), seed, seed_dir,
                      durations)
     print(f"[trelm_semeval] {len(args.seeds)} seed(s) in {time.time() - start:.0f}s; table: "
           f"python scripts/summarize_runs.py {args.output_dir}/seed*/summary.json")

@@ -189,3 +189,20 @@ def test_summarize_runs_merges_a_system_run_later_into_its_seeds(monkeypatch, ca
     out = capsys.readouterr().out
     assert out.startswith("2 seeds: ['1', '2']")
     assert "| metric | vanilla | tapt |" in out and "| test F1 | 51.50 ± 0.71 | 61.50 ± 0.71 |" in out
+
+
+def test_trelm_semeval_summary_keeps_encoders_an_earlier_invocation_fine_tuned(monkeypatch, tmp_path):
+    """A later ``--variants`` subset (here resumed, nothing left to run) must not drop earlier encoders."""
+    monkeypatch.syspath_prepend(str(ROOT / "scripts"))
+    import trelm_semeval
+
+    (tmp_path / "pre" / "seed1" / "trelm_no_routing").mkdir(parents=True)
+    (tmp_path / "pre" / "seed1" / "trelm_no_routing" / "config.json").write_text("{}")
+    for encoder, score in (("base", 0.5), ("trelm_no_routing", 0.6)):
+        (tmp_path / "ft" / "seed1" / encoder).mkdir(parents=True)
+        (tmp_path / "ft" / "seed1" / encoder / "all_results.json").write_text(json.dumps({"predict_macro_f1": score}))
+    trelm_semeval.main(["--seeds", "1", "--variants", "trelm_no_routing", "--resume", "--output_dir",
+                        str(tmp_path / "ft"), "--pretraining_dir", str(tmp_path / "pre"), "--model", "tiny-model"])
+    summary = json.loads((tmp_path / "ft" / "seed1" / "summary.json").read_text())
+    assert list(summary["results"]) == ["base", "trelm_no_routing"]
+    assert summary["settings"]["task"] == "semeval2010_task8"
