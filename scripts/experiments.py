@@ -217,12 +217,13 @@ def run_queue(jobs: list[tuple[str, list, str]], parallel: int) -> dict[str, flo
 
 def run_resumable(jobs: list[tuple[str, list, str]], output_dir: str, parallel: int, resume: bool) -> dict:
     """:func:`run_queue` with ``output_dir/durations.json`` kept across calls; ``resume`` skips the jobs whose
-    ``--output_dir`` already holds an ``all_results.json`` (their wall times stay those recorded)."""
+    ``--output_dir`` already holds an ``all_results.json`` (their wall times stay those recorded). The file is read
+    again after the queue, so another queue on the same folder that finished meanwhile keeps its times."""
     durations_file = Path(output_dir, "durations.json")
-    done = json.loads(durations_file.read_text()) if durations_file.is_file() else {}
     if resume:
         jobs = [job for job in jobs if not Path(job[1][job[1].index("--output_dir") + 1], "all_results.json").is_file()]
-    durations = {**done, **run_queue(jobs, parallel)}
+    new = run_queue(jobs, parallel)
+    durations = {**(json.loads(durations_file.read_text()) if durations_file.is_file() else {}), **new}
     Path(output_dir).mkdir(parents=True, exist_ok=True)
     durations_file.write_text(json.dumps(durations, indent=1))
     return durations

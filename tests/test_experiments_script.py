@@ -234,3 +234,22 @@ def test_roof_experiment_commands_parse_and_differ_by_one_setting(monkeypatch, t
         if "roof_wordnet" in parsed:
             diff = {k for k, v in vars(parsed["roof_wordnet"]).items() if vars(parsed["roof"])[k] != v}
             assert diff == {"kg"}
+
+
+def test_run_resumable_keeps_the_times_another_queue_wrote_meanwhile(monkeypatch, tmp_path):
+    """Two queues on one output folder: the one finishing last must not drop the other's wall times."""
+    import json
+
+    monkeypatch.syspath_prepend(str(ROOT / "scripts"))
+    import experiments
+
+    (tmp_path / "durations.json").write_text(json.dumps({"seed1/a": 1.0}))
+
+    def other_queue_finishes_first(jobs, parallel):
+        (tmp_path / "durations.json").write_text(json.dumps({"seed1/a": 1.0, "seed2/b": 2.0}))
+        return {"seed3/c": 3.0}
+
+    monkeypatch.setattr(experiments, "run_queue", other_queue_finishes_first)
+    durations = experiments.run_resumable([], str(tmp_path), 1, resume=False)
+    assert durations == {"seed1/a": 1.0, "seed2/b": 2.0, "seed3/c": 3.0}
+    assert json.loads((tmp_path / "durations.json").read_text()) == durations
