@@ -57,16 +57,18 @@ class RelationClassificationDataArguments(DataArguments):
     )
 
 
-def encoder_checkpoint(model_args: ModelArguments, output_dir: str) -> str:
-    """What the classifier is built from: the path itself, or a TRELM checkpoint's exported encoder."""
+def encoder_checkpoint(model_args: ModelArguments, output_dir: str, export: bool = True) -> str:
+    """What the classifier is built from: the path itself, or a TRELM checkpoint's exported encoder (written only
+    when ``export``: the local main process; the others read its copy)."""
     path, hub = model_args.model_name_or_path, model_args.hub_kwargs()
     if AutoConfig.from_pretrained(path, **hub).model_type != TrelmConfig.model_type:
         return path
-    from keplm import TrelmForMaskedLM
-
     target = os.path.join(output_dir, "pretrained_encoder")
-    TrelmForMaskedLM.from_pretrained(path, **hub).save_encoder(target, AutoTokenizer.from_pretrained(path, **hub))
-    logger.info("%s is a TRELM checkpoint: its encoder (routing deltas folded in) is exported to %s", path, target)
+    if export:
+        from keplm import TrelmForMaskedLM
+
+        TrelmForMaskedLM.from_pretrained(path, **hub).save_encoder(target, AutoTokenizer.from_pretrained(path, **hub))
+        logger.info("%s is a TRELM checkpoint: its encoder (routing deltas folded in) is exported to %s", path, target)
     return target
 
 
@@ -99,7 +101,8 @@ def main(args: list[str] | None = None) -> dict:
     raw = limit_samples(raw, data_args.sample_limits(), seeds={"train": data_args.train_sample_seed})
     check_splits(raw, training_args)
     with training_args.main_process_first(desc="encoder"):
-        path = encoder_checkpoint(model_args, training_args.output_dir)
+        path = encoder_checkpoint(model_args, training_args.output_dir,
+                                  export=training_args.local_process_index == 0)
     tokenizer = AutoTokenizer.from_pretrained(path, **model_args.hub_kwargs())
     labels = {"id2label": dict(enumerate(SEMEVAL_LABELS)), "label2id": {n: i for i, n in enumerate(SEMEVAL_LABELS)}}
     model = AutoModelForSequenceClassification.from_pretrained(path, num_labels=len(SEMEVAL_LABELS), **labels,
