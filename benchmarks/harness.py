@@ -8,6 +8,7 @@ import platform
 import re
 import time
 from contextlib import nullcontext
+from dataclasses import replace
 
 import torch
 from synthetic import Preset, make_features
@@ -38,10 +39,44 @@ MEMORY_OPTIMIZER = {"relational-sparse": "adam", "relational-rowwise": "rowwise_
                     "relational-rowwise-dense": "rowwise_adagrad"}
 DEFAULT_SYSTEMS = ("stock-bert", "vanilla", "plus1", "pointwise", "relational")
 PHASES = ("bench_forward", "bench_backward", "bench_optimizer")
+_ROWS_SUFFIX = {"": 1, "k": 1_000, "m": 1_000_000}
+
+
+def split_system(name: str) -> tuple[str, int | None]:
+    """``"SYSTEM"`` or ``"SYSTEM@ROWS"`` (a knowledge system with an entity memory of ROWS rows instead of the
+    preset's, e.g. ``relational-rowwise@5M``: the scale of the memory, GPU issue part 2) -> (system, rows or None).
+    Raises ``ValueError`` naming what is wrong."""
+    base, at, rows = name.partition("@")
+    if base not in SYSTEMS:
+        raise ValueError(f"unknown system {base!r}; choose from {list(SYSTEMS)}")
+    if not at:
+        return base, None
+    found = re.fullmatch(r"(\d+(?:\.\d+)?)([kKmM]?)", rows)
+    if not found:
+        raise ValueError(f"{name!r}: the entity memory size after '@' must be a row count such as 500000, 500k or 5M")
+    if not uses_knowledge(base):
+        raise ValueError(f"{name!r}: {base} has no entity memory to resize")
+    count = round(float(found.group(1)) * _ROWS_SUFFIX[found.group(2).lower()])
+    if count < 2:
+        raise ValueError(f"{name!r}: the entity memory needs at least 2 rows (the null entity and one more)")
+    return base, count
+
+
+def system_preset(name: str, preset: Preset) -> tuple[str, Preset]:
+    """The base system of ``name`` and the preset it runs with: ``preset`` with ``entity_vocab_size`` replaced for
+    ``SYSTEM@ROWS``. The synthetic features draw the same graphs either way, only their entity ids spread over the
+    larger table."""
+    base, rows = split_system(name)
+    return base, (preset if rows is None else replace(preset, entity_vocab_size=rows))
+
+
+def system_label(name: str) -> str:
+    base, rows = split_system(name)
+    return SYSTEMS[base][0] + ("" if rows is None else f", {rows:,} entities")
 
 
 def uses_knowledge(system: str) -> bool:
-    return SYSTEMS[system][1] not in (None, "none")
+    return SYSTEMS[system.partition("@")[0]][1] not in (None, "none")
 
 
 def is_compiled(system: str, compile_flag: bool) -> bool:
@@ -56,6 +91,7 @@ def build_model(system: str, preset: Preset, seed: int = 0) -> torch.nn.Module:
     from keplm.modeling.modeling_kala import KalaForQuestionAnswering
 
     torch.manual_seed(seed)
+    system, preset = system_preset(system, preset)
     _, retrieval, extra = SYSTEMS[system]
     if retrieval is None:
         return BertForQuestionAnswering(preset.encoder_config())
@@ -72,6 +108,7 @@ def make_optimizer(model: torch.nn.Module, kind: str, system: str = ""):
     entity memory goes to SparseAdam or row-wise AdaGrad (``MEMORY_OPTIMIZER``)."""
     from keplm.training.optim import apply_parameter_groups
 
+    system = system.partition("@")[0]
     kwargs = {"fused": True} if kind == "adamw_fused" else {}
     dense = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=3e-5, weight_decay=0.01, **kwargs)
     hook = getattr(model, "parameter_groups", None)

@@ -24,6 +24,7 @@ from harness import (
     make_batches,
     make_optimizer,
     make_step,
+    system_preset,
     uses_knowledge,
 )
 from report_paths import command_line, portable_frame
@@ -138,7 +139,7 @@ def count_events(prof) -> dict:
 
 
 def profile_system(args, system: str) -> dict:
-    preset = PRESETS[args.preset]
+    _, preset = system_preset(system, PRESETS[args.preset])
     device = torch.device(args.device)
     batches = make_batches(preset, max(args.warmup, 2) + 1, args.graph_pad, uses_knowledge(system), args.seed,
                            pin=device.type == "cuda")

@@ -20,7 +20,6 @@ from pathlib import Path
 
 import torch
 from harness import (
-    SYSTEMS,
     RecompileCounter,
     build_model,
     dynamo_counts,
@@ -32,6 +31,8 @@ from harness import (
     reset_peak_rss,
     rss_kib,
     synchronize,
+    system_label,
+    system_preset,
     timed,
     uses_knowledge,
 )
@@ -108,7 +109,7 @@ class Runner(StepRunner):
 
     def __init__(self, args, system: str):
         self.args, self.system = args, system
-        self.preset = PRESETS[args.preset]
+        _, self.preset = system_preset(system, PRESETS[args.preset])  # SYSTEM@ROWS: a resized entity memory
         self.batch_size = self.preset.batch_size
         self.device = torch.device(args.device)
         if args.threads:
@@ -134,7 +135,7 @@ class Runner(StepRunner):
     def finish(self) -> dict:
         result = {
             **self.timing(),
-            "label": SYSTEMS[self.system][0],
+            "label": system_label(self.system),
             "optim": self.optim,
             "compiled": self.compiled,
             "nodes_per_batch": (statistics.fmean(b["node_entity_ids"].shape[0] for b in self.batches)
