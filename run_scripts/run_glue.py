@@ -21,13 +21,19 @@ from dataclasses import dataclass, field
 
 import datasets
 import transformers
-from transformers import TrainingArguments, set_seed
+from transformers import set_seed
 
 from keplm import RoofTransformerForSequenceClassification
 from keplm.data import limit_samples
 from keplm.data.glue import glue_task, load_glue_dataset
 from keplm.tokenization.processing_roof_transformer import knowledge_statistics
-from keplm.training.arguments import DataArguments, ModelArguments, RoofArguments, parse_args
+from keplm.training.arguments import (
+    DataArguments,
+    KeplmTrainingArguments,
+    ModelArguments,
+    RoofArguments,
+    parse_args,
+)
 from keplm.training.evaluate_metrics import GlueComputeMetrics
 from keplm.training.knowledge_setup import Featurizer, build_roof_model, maybe_add_lora, prepare_roof_knowledge
 from keplm.training.runtime import build_features, check_splits, record, setup_logging, train_and_save
@@ -62,7 +68,7 @@ def load_data(data_args: GlueDataArguments) -> datasets.DatasetDict:
 
 def main(args: list[str] | None = None) -> dict:
     model_args, data_args, roof_args, training_args = parse_args(
-        (ModelArguments, GlueDataArguments, RoofArguments, TrainingArguments), args)
+        (ModelArguments, GlueDataArguments, RoofArguments, KeplmTrainingArguments), args)
     setup_logging(training_args)
     set_seed(training_args.seed)
     task = glue_task(data_args.task_name or data_args.dataset_name)

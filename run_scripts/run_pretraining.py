@@ -26,7 +26,7 @@ import os
 import sys
 
 import transformers
-from transformers import AutoModel, AutoTokenizer, TrainingArguments, set_seed
+from transformers import AutoModel, AutoTokenizer, set_seed
 
 from keplm import TrelmForMaskedLM, TrelmProcessor
 from keplm.data.collator import KeplmDataCollator
@@ -35,7 +35,7 @@ from keplm.data.masking import MaskedLMCollator
 from keplm.data.pretraining import kg_without_facts, load_pretraining_corpus
 from keplm.knowledge import KnowledgeAssets, load_kg
 from keplm.tokenization.processing_trelm import feature_statistics
-from keplm.training.arguments import ModelArguments, parse_args
+from keplm.training.arguments import KeplmTrainingArguments, ModelArguments, parse_args
 from keplm.training.knowledge_setup import Featurizer, featurize, maybe_add_lora
 from keplm.training.pretraining import (
     MemoryDecayCallback,
@@ -96,7 +96,7 @@ def build_assets(corpus, trelm_args: TrelmArguments) -> KnowledgeAssets:
 
 def main(args: list[str] | None = None) -> dict:
     model_args, data_args, trelm_args, training_args = parse_args(
-        (ModelArguments, PretrainingDataArguments, TrelmArguments, TrainingArguments), args)
+        (ModelArguments, PretrainingDataArguments, TrelmArguments, KeplmTrainingArguments), args)
     setup_logging(training_args)
     set_seed(training_args.seed)
     path = model_args.model_name_or_path

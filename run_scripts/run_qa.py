@@ -24,14 +24,20 @@ from typing import Literal
 
 import datasets
 import transformers
-from transformers import AutoConfig, HfArgumentParser, TrainingArguments, set_seed
+from transformers import AutoConfig, HfArgumentParser, set_seed
 
 from keplm import KalaForQuestionAnswering, RoofTransformerForQuestionAnswering
 from keplm.data import limit_samples, load_qa_dataset
 from keplm.data.collator import KeplmDataCollator
 from keplm.io_utils import read_json
 from keplm.tokenization.processing_roof_transformer import knowledge_statistics
-from keplm.training.arguments import ModelArguments, QaDataArguments, RoofArguments, parse_args
+from keplm.training.arguments import (
+    KeplmTrainingArguments,
+    ModelArguments,
+    QaDataArguments,
+    RoofArguments,
+    parse_args,
+)
 from keplm.training.knowledge_setup import (
     Featurizer,
     add_knowledge,
@@ -186,7 +192,7 @@ def main_roof(args) -> dict:
     """Roof-Transformer (or the one-encoder baseline, ``--system bert``) for QA: the knowledge selected from each
     context is encoded beside every window of it; answers only come from the text positions."""
     model_args, data_args, roof_args, training_args = parse_args(
-        (ModelArguments, QaDataArguments, RoofArguments, TrainingArguments), args)
+        (ModelArguments, QaDataArguments, RoofArguments, KeplmTrainingArguments), args)
     if roof_args.system == "bert_with_knowledge":
         raise ValueError("--system bert_with_knowledge appends knowledge to sentence pairs (run_glue.py); for QA use "
                          "--system bert or roof")

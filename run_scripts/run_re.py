@@ -40,7 +40,7 @@ from keplm.data.docred import (
     read_docred,
 )
 from keplm.modeling.modeling_relation_extraction import KeplmForRelationExtraction, select_relations
-from keplm.training.arguments import ModelArguments, parse_args
+from keplm.training.arguments import KeplmTrainingArguments, ModelArguments, parse_args
 from keplm.training.runtime import setup_logging
 from keplm.training.trainer import KeplmTrainer
 
@@ -158,7 +158,7 @@ def save_relations(path: str, config: RelationExtractionConfig, names: dict[str,
 
 def main(args: list[str] | None = None) -> dict:
     model_args, data_args, training_args = parse_args((RelationModelArguments, RelationDataArguments,
-                                                       TrainingArguments), args)
+                                                       KeplmTrainingArguments), args)
     setup_logging(training_args)
     if training_args.label_names is None:
         training_args.label_names = ["edge_labels"]

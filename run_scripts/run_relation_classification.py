@@ -29,14 +29,13 @@ from transformers import (
     AutoModelForSequenceClassification,
     AutoTokenizer,
     DataCollatorWithPadding,
-    TrainingArguments,
     set_seed,
 )
 
 from keplm.configuration.configuration_trelm import TrelmConfig
 from keplm.data import limit_samples
 from keplm.data.semeval import SEMEVAL_LABELS, SEMEVAL_RELATIONS, load_semeval2010_task8, mark_entities
-from keplm.training.arguments import DataArguments, ModelArguments, parse_args
+from keplm.training.arguments import DataArguments, KeplmTrainingArguments, ModelArguments, parse_args
 from keplm.training.evaluate_metrics import RelationClassificationComputeMetrics
 from keplm.training.runtime import check_splits, record, setup_logging, train_and_save
 from keplm.training.trainer import KeplmTrainer
@@ -91,7 +90,7 @@ class MarkedSentenceFeaturizer:
 
 def main(args: list[str] | None = None) -> dict:
     model_args, data_args, training_args = parse_args(
-        (ModelArguments, RelationClassificationDataArguments, TrainingArguments), args)
+        (ModelArguments, RelationClassificationDataArguments, KeplmTrainingArguments), args)
     setup_logging(training_args)
     set_seed(training_args.seed)
     raw = load_semeval2010_task8(data_args.dataset_name, train_file=data_args.train_file,

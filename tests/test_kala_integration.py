@@ -88,13 +88,13 @@ def test_entity_vocabulary_frequency_pruning(kg):
     assert KnowledgeAssets.build(mentions, max_entities=1).entity_vocab == ["[NULL]", "Q90"]
 
 
-def _trainer(tmp_path, model, **options):
+def _trainer(tmp_path, model, lr_scheduler_type="linear", **options):
     from transformers import TrainingArguments
 
     from keplm.training.trainer import KeplmTrainer
 
     args = TrainingArguments(output_dir=str(tmp_path), learning_rate=1e-4, weight_decay=0.01, report_to="none",
-                             use_cpu=True, lr_scheduler_type="linear", warmup_steps=0)
+                             use_cpu=True, lr_scheduler_type=lr_scheduler_type, warmup_steps=0)
     trainer = KeplmTrainer(model=model, args=args, parameter_group_options=options)
     trainer.create_optimizer_and_scheduler(num_training_steps=10)
     return trainer
@@ -238,3 +238,50 @@ def test_knowledge_learning_rate_gets_its_own_param_groups_and_schedule(tmp_path
         _trainer(tmp_path, BertForTokenClassification(tiny_encoder_config(tokenizer)), knowledge_learning_rate=3e-3)
     with pytest.raises(TypeError, match="unexpected keyword"):
         _trainer(tmp_path, KalaForTokenClassification(config), knowledge_lr=3e-3)
+
+
+@pytest.mark.parametrize("memory_optimizer", ["adam", "rowwise_adagrad"])
+def test_knowledge_modules_warm_up_on_their_own(tmp_path, tokenizer, assets, memory_optimizer):
+    """knowledge_warmup_steps: the knowledge groups (the entity memory too, also in its own optimizer) rise linearly
+    over their own warm-up while the encoder follows the Trainer's schedule (no warm-up here), and both decay to 0
+    at the end; a share < 1 counts training steps; the schedule's state round-trips through the no-pickle
+    checkpoint format; a schedule without warm-up is an error, not a silently ignored option."""
+    from keplm.training.state import load_state, save_state
+
+    config = KalaConfig(encoder_config=tiny_encoder_config(tokenizer), entity_vocab_size=assets.num_entities,
+                        num_relations=assets.num_relations, num_labels=3)
+    model = KalaForTokenClassification(config)
+    knowledge = {id(p) for name, p in model.named_parameters() if model.is_knowledge_parameter(name)}
+
+    def rates(trainer) -> dict[str, set[float]]:
+        found = {}
+        for group in trainer.optimizer.param_groups:
+            if group["params"]:
+                kind = "knowledge" if id(group["params"][0]) in knowledge else "encoder"
+                found.setdefault(kind, set()).add(round(group["lr"], 12))
+        return found
+
+    def run(trainer, steps):
+        seen = []
+        for _ in range(steps):
+            seen.append(rates(trainer))
+            trainer.optimizer.step()  # no gradients: nothing moves; keeps the scheduler's step order
+            trainer.lr_scheduler.step()
+        return seen
+
+    options = {"knowledge_learning_rate": 1e-2, "entity_memory_optimizer": memory_optimizer}
+    trainer = _trainer(tmp_path, model, knowledge_warmup_steps=4, **options)
+    seen = run(trainer, 6)
+    for step, found in enumerate(seen):
+        k = 1e-2 * (step / 4 if step < 4 else (10 - step) / 6)
+        assert found == {"knowledge": {round(k, 12)}, "encoder": {round(1e-4 * (10 - step) / 10, 12)}}, step
+    save_state(trainer.lr_scheduler.state_dict(), tmp_path, "scheduler")
+    resumed = _trainer(tmp_path, model, knowledge_warmup_steps=4, **options)
+    resumed.optimizer.load_state_dict(trainer.optimizer.state_dict())  # as a resume restores both
+    resumed.lr_scheduler.load_state_dict(load_state(tmp_path, "scheduler"))
+    assert run(resumed, 4) == run(trainer, 4)  # steps 6..9 alike after the resume
+
+    share = _trainer(tmp_path, model, knowledge_warmup_steps=0.25, **options)  # ceil(0.25 * 10) = 3 steps
+    assert run(share, 2)[1]["knowledge"] == {round(1e-2 / 3, 12)}
+    with pytest.raises(ValueError, match="constant has no warm-up"):
+        _trainer(tmp_path, model, lr_scheduler_type="constant", knowledge_warmup_steps=4, **options)

@@ -305,14 +305,40 @@ def test_run_ner_fused_adamw_compile_and_graph_padding(tiny, tmp_path):
 
 def test_run_ner_sparse_entity_memory_with_rowwise_adagrad(tiny, tmp_path):
     """--sparse_entity_memory through the Trainer: gradient clipping (max_grad_norm 1.0 by default) takes the
-    sparse table gradient, and row-wise AdaGrad trains the table."""
+    sparse table gradient, and row-wise AdaGrad trains the table; --knowledge_warmup_steps reaches the schedule."""
     out = tmp_path / "sparse"
     load_script("run_ner").main(ner_args(
         tiny, out, "relational", "--do_train", "--sparse_entity_memory", "--entity_memory_optimizer",
         "rowwise_adagrad", "--entity_memory_learning_rate", "0.05", "--max_grad_norm", "0.01",
+        "--knowledge_warmup_steps", "2", "--logging_steps", "1",
     ))
     results = read_json(out / "all_results.json")
     assert torch.isfinite(torch.tensor(results["train_loss"]))
+    # the logged learning rate is the first group's (the encoder's, no warm-up): it starts at 1e-3
+    rates = [h["learning_rate"] for h in read_json(out / "trainer_state.json")["log_history"] if "learning_rate" in h]
+    assert rates[0] == pytest.approx(1e-3)
+
+
+@pytest.mark.parametrize("task", ["ner", "qa"])
+def test_run_stops_early_and_keeps_its_best_checkpoint(tiny, tmp_path, task):
+    """--early_stopping_patience: with a learning rate of 0 validation F1 never improves, so training stops after
+    1 + patience evaluations instead of --max_steps, and the best checkpoint is the model evaluated; without
+    --load_best_model_at_end the option is a clear error."""
+    out = tmp_path / "early"
+    make_args = ner_args if task == "ner" else qa_args
+    every_step = ["--eval_strategy", "steps", "--eval_steps", "1", "--save_steps", "1", "--save_total_limit", "1"]
+    args = make_args(tiny, out, "relational", "--do_train", "--do_eval", "--learning_rate", "0",
+                     "--early_stopping_patience", "2", "--load_best_model_at_end", "--metric_for_best_model", "f1",
+                     *every_step)
+    args[args.index("--max_steps") + 1] = "20"
+    args[args.index("--save_strategy") + 1] = "steps"
+    load_script(f"run_{task}").main(args)
+    state = read_json(out / "trainer_state.json")
+    assert state["global_step"] == 3 and state["max_steps"] == 20
+    assert read_json(out / "all_results.json")["eval_f1"] == state["best_metric"]
+    assert state["best_model_checkpoint"].endswith("checkpoint-1")
+    with pytest.raises(ValueError, match="needs --load_best_model_at_end"):
+        parse_args(NerDataArguments, ner_args(tiny, out, "relational", "--early_stopping_patience", "2"))
 
 
 def test_parse_args_from_json_file(tiny, tmp_path):

@@ -116,14 +116,16 @@ class ParameterGroup:
 
     ``learning_rate=None`` keeps the Trainer's; ``optimizer=None`` keeps the Trainer's optimizer (the group joins
     it, split by weight decay as the stock groups are), ``"sparse_adam"`` or ``"rowwise_adagrad"`` gives the
-    group an optimizer of its own (``keplm.training.optim``). Returned by
-    :meth:`KeplmPreTrainedModel.parameter_groups`.
+    group an optimizer of its own (``keplm.training.optim``). ``warmup_steps`` gives the group a warm-up of its own
+    in the Trainer's schedule (>= 1: steps, < 1: a share of the training steps, as ``--warmup_steps``; None: the
+    Trainer's). Returned by :meth:`KeplmPreTrainedModel.parameter_groups`.
     """
 
     name: str
     parameters: list[nn.Parameter] = field(default_factory=list)
     learning_rate: float | None = None
     optimizer: str | None = None
+    warmup_steps: float | None = None
 
 
 class KeplmPreTrainedModel(PreTrainedModel):

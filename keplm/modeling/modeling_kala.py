@@ -162,18 +162,23 @@ class KalaPreTrainedModel(KeplmPreTrainedModel):
 
     def parameter_groups(self, learning_rate: float, knowledge_learning_rate: float | None = None,
                          entity_memory_optimizer: str = "adam",
-                         entity_memory_learning_rate: float | None = None) -> list[ParameterGroup]:
+                         entity_memory_learning_rate: float | None = None,
+                         knowledge_warmup_steps: float | None = None) -> list[ParameterGroup]:
         """KALA's training options: ``knowledge_learning_rate`` for the knowledge modules (entity memory, KFM,
-        relational retrieval; the paper gives its knowledge module an optimizer of its own for T5), and the
+        relational retrieval; the paper gives its knowledge module an optimizer of its own for T5) and
+        ``knowledge_warmup_steps``, their own warm-up (>= 1: steps, < 1: a share of the training steps); and the
         entity memory's optimizer: ``"adam"`` (the Trainer's; SparseAdam for a ``sparse_entity_memory``) or
         ``"rowwise_adagrad"``, at ``entity_memory_learning_rate`` (default: the knowledge learning rate)."""
         if entity_memory_optimizer not in ENTITY_MEMORY_OPTIMIZERS:
             raise ValueError(f"unknown entity_memory_optimizer {entity_memory_optimizer!r}; choose from "
                              f"{ENTITY_MEMORY_OPTIMIZERS}")
+        if knowledge_warmup_steps is not None and knowledge_warmup_steps < 0:
+            raise ValueError(f"knowledge_warmup_steps must be >= 0, got {knowledge_warmup_steps}")
         if not self.config.uses_knowledge:
-            if knowledge_learning_rate is not None or entity_memory_optimizer != "adam":
+            if knowledge_learning_rate is not None or knowledge_warmup_steps is not None or (
+                    entity_memory_optimizer != "adam"):
                 logger.warning("retrieval_mode='none': the model has no knowledge modules, so the knowledge "
-                               "learning rate and the entity-memory optimizer do not apply")
+                               "learning rate and warm-up and the entity-memory optimizer do not apply")
             return []
         groups = []
         table = self.base_model.entity_memory.embeddings
@@ -182,12 +187,14 @@ class KalaPreTrainedModel(KeplmPreTrainedModel):
         if own_optimizer is not None and table.weight.requires_grad:
             memory_lr = next(lr for lr in (entity_memory_learning_rate, knowledge_learning_rate, learning_rate)
                              if lr is not None)
-            groups.append(ParameterGroup("entity_memory", [table.weight], memory_lr, own_optimizer))
-        if knowledge_learning_rate is not None:
+            groups.append(ParameterGroup("entity_memory", [table.weight], memory_lr, own_optimizer,
+                                         knowledge_warmup_steps))
+        if knowledge_learning_rate is not None or knowledge_warmup_steps is not None:
             grouped = {id(p) for group in groups for p in group.parameters}
             parameters = [p for name, p in self.named_parameters()
                           if self.is_knowledge_parameter(name) and p.requires_grad and id(p) not in grouped]
-            groups.append(ParameterGroup("knowledge", parameters, knowledge_learning_rate))
+            groups.append(ParameterGroup("knowledge", parameters, knowledge_learning_rate,
+                                         warmup_steps=knowledge_warmup_steps))
         return groups
 
     @torch.no_grad()

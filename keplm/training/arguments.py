@@ -1,8 +1,8 @@
 """Command-line arguments shared by the keplm run scripts (``run_scripts/run_ner.py``, ``run_qa.py``, ...).
 
 As in Hugging Face's example scripts, every script parses its argument dataclasses (``ModelArguments``, a task's
-data arguments, ``KnowledgeArguments``, ``transformers.TrainingArguments``) with ``HfArgumentParser`` from the
-command line or one ``.json`` file (:func:`parse_args`).
+data arguments, ``KnowledgeArguments``, ``KeplmTrainingArguments``: ``transformers.TrainingArguments`` with early
+stopping) with ``HfArgumentParser`` from the command line or one ``.json`` file (:func:`parse_args`).
 """
 
 from __future__ import annotations
@@ -152,6 +152,13 @@ class KnowledgeArguments(LinkingArguments):
                   "--learning_rate). Row-wise AdaGrad usually wants a larger one than Adam."},
     )
 
+    knowledge_warmup_steps: float | None = field(
+        default=None,
+        metadata={"help": "A warm-up of the knowledge modules' own (entity memory, KFM, relational retrieval) in the "
+                  "--lr_scheduler_type schedule: >= 1 steps, < 1 a share of the training steps, as --warmup_steps "
+                  "(default: the encoder's --warmup_steps)."},
+    )
+
     def __post_init__(self):
         if self.knowledge == "annotations" and not self.annotation_files:
             raise ValueError("--knowledge annotations needs --annotation_files train=PATH [validation=PATH ...]")
@@ -166,7 +173,8 @@ class KnowledgeArguments(LinkingArguments):
         """The KALA model's training options (``KalaPreTrainedModel.parameter_groups``) set on the command line."""
         return {"knowledge_learning_rate": self.knowledge_learning_rate,
                 "entity_memory_optimizer": self.entity_memory_optimizer,
-                "entity_memory_learning_rate": self.entity_memory_learning_rate}
+                "entity_memory_learning_rate": self.entity_memory_learning_rate,
+                "knowledge_warmup_steps": self.knowledge_warmup_steps}
 
     def annotation_paths(self) -> dict[str, str]:
         paths = {}
@@ -338,8 +346,34 @@ def _has_accelerator() -> bool:
     return False
 
 
+@dataclass
+class KeplmTrainingArguments(TrainingArguments):
+    """``transformers.TrainingArguments`` plus early stopping (transformers' ``EarlyStoppingCallback``, added by
+    ``KeplmTrainer``): every run script parses these."""
+
+    early_stopping_patience: int | None = field(
+        default=None,
+        metadata={"help": "Stop training once --metric_for_best_model has not improved for this many evaluations; "
+                  "needs --load_best_model_at_end (and so an --eval_strategy, with --save_strategy the same): the best "
+                  "checkpoint is the model saved, evaluated and tested."},
+    )
+    early_stopping_threshold: float = field(
+        default=0.0, metadata={"help": "How much --metric_for_best_model must improve to count (early stopping)."})
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.early_stopping_patience is None:
+            return
+        if self.early_stopping_patience < 1:
+            raise ValueError(f"--early_stopping_patience must be >= 1, got {self.early_stopping_patience}")
+        if not self.load_best_model_at_end:
+            raise ValueError("--early_stopping_patience needs --load_best_model_at_end (with an --eval_strategy, the "
+                             "same --save_strategy and a --metric_for_best_model such as f1), so that the run ends "
+                             "with its best checkpoint")
+
+
 def parse_args(data_class: type | tuple[type, ...], args: list[str] | dict | None = None):
-    """Parse ``(ModelArguments, data_class, KnowledgeArguments, TrainingArguments)``, or the given tuple of
+    """Parse ``(ModelArguments, data_class, KnowledgeArguments, KeplmTrainingArguments)``, or the given tuple of
     argument dataclasses, from ``args`` (default: the command line), from one ``.json`` file or a dict of settings.
 
     A multi-process launch on a machine without GPUs (``accelerate launch --multi_gpu --num_processes 2`` or
@@ -349,7 +383,7 @@ def parse_args(data_class: type | tuple[type, ...], args: list[str] | dict | Non
     if _launched_distributed() and not _has_accelerator():
         os.environ.setdefault("ACCELERATE_USE_CPU", "true")
     classes = data_class if isinstance(data_class, tuple) else (ModelArguments, data_class, KnowledgeArguments,
-                                                                  TrainingArguments)
+                                                                  KeplmTrainingArguments)
     parser = HfArgumentParser(classes)
     if isinstance(args, dict):  # settings already read from a JSON file
         return parser.parse_dict(args)
@@ -369,5 +403,6 @@ __all__ = [
     "NerDataArguments",
     "QaDataArguments",
     "RoofArguments",
+    "KeplmTrainingArguments",
     "parse_args",
 ]

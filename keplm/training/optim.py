@@ -8,8 +8,11 @@ together with the Trainer's optimizer, so LR schedulers, checkpoints and the Tra
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import nn
+from torch.optim.lr_scheduler import LambdaLR
 
 
 def sparse_parameters(model: nn.Module) -> list[nn.Parameter]:
@@ -125,11 +128,52 @@ def apply_parameter_groups(optimizer: torch.optim.Optimizer, groups, learning_ra
                 continue
             stock["params"] = [p for p in stock["params"] if id(p) not in ids]
             if group.optimizer is None:
-                optimizer.add_param_group({**{k: v for k, v in stock.items() if k != "params"}, "params": moved,
-                                           "lr": lr})
+                settings = {k: v for k, v in stock.items() if k not in ("params", WARMUP_KEY)}
+                optimizer.add_param_group({**settings, "params": moved, "lr": lr,
+                                           **_warmup_setting(group.warmup_steps)})
         if group.optimizer is not None and group.parameters:
             others.append(build_group_optimizer(group.optimizer, group.parameters, lr, betas, eps))
+            for param_group in others[-1].param_groups:
+                param_group.update(_warmup_setting(group.warmup_steps))
     return CombinedOptimizer(optimizer, others) if others else optimizer
+
+
+#: key of an optimizer param group holding the group's own warm-up (``ParameterGroup.warmup_steps``)
+WARMUP_KEY = "keplm_warmup_steps"
+
+
+def _warmup_setting(warmup_steps: float | None) -> dict:
+    return {} if warmup_steps is None else {WARMUP_KEY: warmup_steps}
+
+
+def warmup_step_count(warmup_steps: float, num_training_steps: int) -> int:
+    """``--warmup_steps`` semantics: >= 1 is a number of steps, < 1 a share of the training steps (rounded up)."""
+    return int(warmup_steps) if warmup_steps >= 1 else math.ceil(num_training_steps * warmup_steps)
+
+
+def schedule_with_group_warmups(optimizer: torch.optim.Optimizer, name: str, num_training_steps: int,
+                                default_warmup_steps: int, scheduler_kwargs: dict | None = None) -> LambdaLR:
+    """transformers' ``get_scheduler(name)`` for every param group, each with its own warm-up (``WARMUP_KEY``;
+    ``default_warmup_steps`` where a group has none): one ``LambdaLR`` with one factor function per group. Raises
+    ``ValueError`` for a schedule that is not a warm-up ``LambdaLR`` (``constant``, ``reduce_lr_on_plateau``, ...),
+    where a group's warm-up would be ignored."""
+    from transformers import get_scheduler
+
+    def factor(warmup: int):
+        probe = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=1.0)
+        scheduler = get_scheduler(name, probe, num_warmup_steps=warmup, num_training_steps=num_training_steps,
+                                  scheduler_specific_kwargs=scheduler_kwargs or {})
+        if not isinstance(scheduler, LambdaLR) or (warmup > 0 and scheduler.lr_lambdas[0](0) >= 1.0):
+            raise ValueError(f"--lr_scheduler_type {getattr(name, 'value', name)} has no warm-up, so a parameter "
+                             "group cannot have a warm-up of its own (e.g. --knowledge_warmup_steps); use linear, "
+                             "cosine, polynomial, ...")
+        return scheduler.lr_lambdas[0]
+
+    lambdas = []
+    for group in optimizer.param_groups:
+        own = group.get(WARMUP_KEY)
+        lambdas.append(factor(default_warmup_steps if own is None else warmup_step_count(own, num_training_steps)))
+    return LambdaLR(optimizer, lambdas)
 
 
 class CombinedOptimizer(torch.optim.Optimizer):

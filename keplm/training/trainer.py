@@ -14,11 +14,17 @@ from pathlib import Path
 import numpy as np
 import torch
 from torch.utils.data import SequentialSampler
-from transformers import Trainer
+from transformers import EarlyStoppingCallback, Trainer
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, PredictionOutput, has_length, speed_metrics
 
 from .evaluate_metrics import SquadV1, squad_metric_inputs
-from .optim import apply_parameter_groups, clip_grad_norm_sparse_, sparse_parameters
+from .optim import (
+    WARMUP_KEY,
+    apply_parameter_groups,
+    clip_grad_norm_sparse_,
+    schedule_with_group_warmups,
+    sparse_parameters,
+)
 from .qa_postprocessing import postprocess_qa_predictions
 from .state import has_state, load_state, save_state
 
@@ -54,6 +60,9 @@ class KeplmTrainer(Trainer):
       KALA's ``knowledge_learning_rate``) which parameters train at another learning rate (a group of the
       Trainer's optimizer, split by weight decay like the stock groups) or with an optimizer of their own
       (``keplm.training.optim``); the Trainer knows no module name.
+    * **Schedule**: a parameter group with a warm-up of its own (``ParameterGroup.warmup_steps``) gets it in the
+      stock schedule type. **Early stopping**: ``KeplmTrainingArguments.early_stopping_patience`` adds
+      transformers' ``EarlyStoppingCallback``.
     * **DDP**: ``ddp_find_unused_parameters`` left open is the model's answer (``model.ddp_find_unused_parameters``).
     * **Evaluation order**: evaluation/prediction batches follow the dataset order (the stock ``Trainer`` groups
       them by length under ``train_sampling_strategy="group_by_length"``, which permutes per-example outputs).
@@ -84,6 +93,9 @@ class KeplmTrainer(Trainer):
         processor = self.processing_class
         if model is not None and hasattr(processor, "check_model"):
             processor.check_model(unwrap(model))
+        patience = getattr(self.args, "early_stopping_patience", None)  # KeplmTrainingArguments
+        if patience is not None:
+            self.add_callback(EarlyStoppingCallback(patience, self.args.early_stopping_threshold))
         self.parameter_group_options = dict(parameter_group_options or {})
         self.card_data = dict(card_data or {})
         self.results: dict = {}  # every metric recorded with save_metrics (the card's numbers)
@@ -112,6 +124,18 @@ class KeplmTrainer(Trainer):
                                                 (self.args.adam_beta1, self.args.adam_beta2), self.args.adam_epsilon)
         self._sparse_gradients = bool(sparse_parameters(keplm_model))
         return self.optimizer
+
+    def create_scheduler(self, num_training_steps: int, optimizer=None):
+        """The stock schedule; when a parameter group has a warm-up of its own (``ParameterGroup.warmup_steps``,
+        e.g. KALA's ``knowledge_warmup_steps``), the same schedule type with one warm-up per group."""
+        optimizer = self.optimizer if optimizer is None else optimizer
+        if self.lr_scheduler is not None or not any(WARMUP_KEY in g for g in optimizer.param_groups):
+            return super().create_scheduler(num_training_steps, optimizer)
+        self.lr_scheduler = schedule_with_group_warmups(
+            optimizer, self.args.lr_scheduler_type, num_training_steps, self.args.get_warmup_steps(num_training_steps),
+            self.args.lr_scheduler_kwargs)
+        self._created_lr_scheduler = True
+        return self.lr_scheduler
 
     def _clip_grad_norm(self, model):
         """The stock clipping, except when a table has sparse gradients (e.g. ``sparse_entity_memory``), which
