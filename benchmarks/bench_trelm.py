@@ -149,7 +149,7 @@ class TrelmRunner(StepRunner):
             processor.knowledge_assets.num_entities), kge_dim=self.preset.kge_dim, use_injection=trelm,
             use_cka=trelm, use_memory_bank=trelm, use_routing=system == "trelm",
             routing_fraction=args.routing_fraction, routing_steps=args.routing_steps,
-            routing_interval=args.routing_interval)
+            routing_batch_steps=args.routing_batch_steps, routing_interval=args.routing_interval)
         self.model = TrelmForMaskedLM(config)
         if trelm:
             self.model.set_knowledge_assets(processor.knowledge_assets)
@@ -260,6 +260,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p = training_step_parser(__doc__.splitlines()[0], PRESETS, SYSTEMS, 4)
     p.add_argument("--routing-fraction", type=float, default=0.1, help="share of FFN neurons routed per layer")
     p.add_argument("--routing-steps", type=int, default=20, help="IG Riemann steps m (paper: 20)")
+    p.add_argument("--routing-batch-steps", type=int, default=None,
+                   help="Riemann steps per batched attribution pass (default: all m at once; the paper preset's "
+                   "batch of 64 x m = 20 copies does not fit one GPU, 4 does)")
     p.add_argument("--routing-interval", type=int, default=100, help="re-route every N steps (amortised cost)")
     p.add_argument("--attribution-repeats", type=int, default=3, help="timed attribution steps (median reported)")
     return parse_training_step_args(p, argv, SYSTEMS)
@@ -276,7 +279,8 @@ def main(argv=None) -> None:
                   f"{preset.seq_len} tokens; four 2-token entity mentions and two facts per example "
                   f"({preset.num_entities} entities, KGE dim {preset.kge_dim}); 15 % MLM masking + CKA targets"),
         "routing": (f"{args.routing_fraction:g} of the FFN neurons per layer, IG with {args.routing_steps} steps in "
-                    f"one batched pass"),
+                    + ("one batched pass" if args.routing_batch_steps is None else
+                       f"batched passes of {args.routing_batch_steps}")),
         "routing_interval": args.routing_interval,
     }
     run_training_step_benchmark(__file__, argv, args, SYSTEMS, TrelmRunner, meta, markdown_report)

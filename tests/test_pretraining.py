@@ -74,7 +74,8 @@ def pretraining_args(tiny, out, system="trelm", *extra) -> list[str]:
 
 def test_trelm_pretraining_end_to_end(tiny_pretraining, tmp_path):
     out = tmp_path / "trelm"
-    results = load_script("run_pretraining").main(pretraining_args(tiny_pretraining, out))
+    results = load_script("run_pretraining").main(pretraining_args(tiny_pretraining, out, "trelm",
+                                                                   "--routing_batch_steps", "2"))
     curve = json.loads((out / "probe_curve.json").read_text())
     assert [p["step"] for p in curve] == [0, 2, 4]
     assert all(0.0 <= p["p_at_1"] <= 1.0 for p in curve) and curve[-1]["train_seconds"] > 0
@@ -89,6 +90,7 @@ def test_trelm_pretraining_end_to_end(tiny_pretraining, tmp_path):
     assert results["data_selection_mentions"] > 0 and results["data_features_examples_with_cka_target"] > 0
     model = AutoModelForMaskedLM.from_pretrained(out)
     assert model.config.use_routing and model.knowledge_assets.kg.entity_vectors is not None
+    assert model.config.routing_batch_steps == 2  # attribution in passes of 2 + 1 of the 3 Riemann steps
     assert not [k for k in load_file(out / "model.safetensors") if ".route_" in k]
     assert len(pipeline("fill-mask", model=str(out), top_k=2)("paris is a city in [MASK] .")) == 2
 

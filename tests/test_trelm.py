@@ -248,6 +248,19 @@ def test_integrated_gradients_riemann_sum_in_closed_form():
     (attribution,) = integrated_gradients(lambda scaled: (w * scaled[0] ** 2).sum(dim=(1, 2)), [v], steps)
     # d/dv of w v² at (k/m) v̄ is 2 w (k/m) v̄; the mean over k of k/m is (m + 1) / (2m)
     torch.testing.assert_close(attribution, w * v ** 2 * (steps + 1) / steps)
+    calls = []
+
+    def function(scaled):
+        calls.append(scaled[0].shape[0])
+        return (w * scaled[0] ** 2).sum(dim=(1, 2))
+
+    for batch_steps in (1, 3, 20):  # the same Riemann sum in passes of batch_steps scales (the last one shorter)
+        calls.clear()
+        (chunked,) = integrated_gradients(function, [v], steps, batch_steps)
+        torch.testing.assert_close(chunked, attribution)
+        assert sum(calls) == steps and max(calls) == batch_steps
+    with pytest.raises(ValueError, match="batch_steps must be >= 1"):
+        integrated_gradients(function, [v], steps, 0)
 
 
 def test_router_attribution_batched_equals_sequential_riemann_steps(tokenizer, kge_assets):
@@ -288,6 +301,12 @@ def test_router_attribution_batched_equals_sequential_riemann_steps(tokenizer, k
             t += g
     for score, r, t in zip(scores, recorded, total):
         torch.testing.assert_close(score, (r * t / 4).sum(0), rtol=1e-4, atol=1e-6)
+    # the config's routing_batch_steps: the same scores from passes of 3 + 1 scales
+    chunked = router.attribute(lambda: model.knowledge_probability(batch, rows, cols, tokens, negatives),
+                               (rows, cols), 4, lambda m: (lambda: model.knowledge_probability(
+                                   batch, rows, cols, tokens, negatives, repeat=m)), batch_steps=3)
+    for score, other in zip(scores, chunked):
+        torch.testing.assert_close(other, score, rtol=1e-4, atol=1e-6)
 
 
 def test_routing_updates_only_knowledge_paths_and_keeps_no_state_for_the_rest(tokenizer, kge_assets):

@@ -31,10 +31,10 @@ class TrelmConfig(KeplmConfig):
             input of important entities with weight λ = `memory_lambda` / `memory_decay`^epoch (eq. 7–8).
             Training state only: never saved with the model.
         use_routing: dynamic knowledge routing (3.3, eq. 9–12): integrated-gradient attribution of the FFN
-            intermediate neurons for the CKA targets, `routing_steps` (m) Riemann steps in one batched pass, every
-            `routing_interval` steps; only the top `routing_fraction` neurons per layer (their input row and bias
-            in the FFN's first linear layer, their column in its second) and the modules named in
-            `routing_always_train` are trained.
+            intermediate neurons for the CKA targets, `routing_steps` (m) Riemann steps in one batched pass (or
+            `routing_batch_steps` at a time: the same sum in less memory), every `routing_interval` steps; only the
+            top `routing_fraction` neurons per layer (their input row and bias in the FFN's first linear layer,
+            their column in its second) and the modules named in `routing_always_train` are trained.
         routing_always_train: parameter-name prefixes that train besides the knowledge paths (default: the MLM
             head transform and the knowledge projection).
     """
@@ -60,6 +60,7 @@ class TrelmConfig(KeplmConfig):
     use_routing: bool = True
     routing_fraction: float = 0.1
     routing_steps: int = 20
+    routing_batch_steps: int | None = None
     routing_interval: int = 100
     routing_always_train: list[str] | None = None
     entity_vocab_size: int = 1
@@ -76,8 +77,8 @@ class TrelmConfig(KeplmConfig):
             value = getattr(self, name)
             if not low <= value <= high:
                 raise ValueError(f"{name} must lie in [{low}, {high}], got {value}")
-        for name in ("cka_num_negatives", "routing_steps", "routing_interval"):
-            if getattr(self, name) < 1:
+        for name in ("cka_num_negatives", "routing_steps", "routing_interval", "routing_batch_steps"):
+            if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.memory_window < 0 or self.memory_decay < 1:
             raise ValueError(f"memory_window must be >= 0 and memory_decay >= 1 (eq. 8), got {self.memory_window}, "

@@ -73,19 +73,25 @@ class RoutedLinear(nn.Linear):
 
 
 def integrated_gradients(function: Callable[[list[torch.Tensor]], torch.Tensor], activations: list[torch.Tensor],
-                         steps: int) -> list[torch.Tensor]:
+                         steps: int, batch_steps: int | None = None) -> list[torch.Tensor]:
     """Eq. (10)–(11), batched: ``v̄ · (1/m) Σ_k ∂F(k/m · v̄)/∂v`` for every activation tensor in ``activations``.
 
-    ``function`` maps the activations, each given with a leading axis of the m scales ``k/m`` (shape [m, *v̄.shape]),
-    to one value per scale ([m]); all m Riemann steps run as one batched call. Returns one attribution per
-    activation, shaped like it.
+    ``function`` maps the activations, each given with a leading axis of scales ``k/m`` (shape [s, *v̄.shape]), to
+    one value per scale ([s]). The m Riemann steps run as one batched call, or ``batch_steps`` at a time (the same
+    sum; a batched call holds the activations of s copies of the batch, so large batches need a smaller s).
+    Returns one attribution per activation, shaped like it.
     """
+    if batch_steps is not None and batch_steps < 1:
+        raise ValueError(f"batch_steps must be >= 1, got {batch_steps}")
     alphas = torch.arange(1, steps + 1, device=activations[0].device, dtype=torch.float32) / steps
-    scaled = [(alphas.view(-1, *([1] * v.dim())) * v.detach().float().unsqueeze(0)).requires_grad_()
-              for v in activations]
-    values = function(scaled)
-    grads = torch.autograd.grad(values.sum(), scaled)
-    return [v.detach().float() * g.mean(0) for v, g in zip(activations, grads)]
+    totals = [torch.zeros_like(v, dtype=torch.float32) for v in activations]
+    for part in alphas.split(batch_steps or steps):
+        scaled = [(part.view(-1, *([1] * v.dim())) * v.detach().float().unsqueeze(0)).requires_grad_()
+                  for v in activations]
+        grads = torch.autograd.grad(function(scaled).sum(), scaled)
+        for total, grad in zip(totals, grads):
+            total.add_(grad.sum(0))
+    return [v.detach().float() * total / steps for v, total in zip(activations, totals)]
 
 
 def ffn_modules(encoder: nn.Module, num_layers: int) -> list[tuple[nn.Module, str, nn.Module, str]]:
@@ -148,13 +154,14 @@ class KnowledgeRouter:
             reset_optimizer_state(optimizer, self.delta_parameters())
 
     def attribute(self, run: Callable[[], torch.Tensor], positions: tuple[torch.Tensor, torch.Tensor], steps: int,
-                  repeat: Callable[[int], Callable[[], torch.Tensor]]) -> list[torch.Tensor]:
+                  repeat: Callable[[int], Callable[[], torch.Tensor]],
+                  batch_steps: int | None = None) -> list[torch.Tensor]:
         """Attribution of every intermediate neuron of every layer ([layers] tensors of [I]).
 
         ``run()`` runs the model on the batch and returns p(y*) per target; ``positions`` (rows, columns) are the
         targets' token positions; ``repeat(m)`` returns a function that runs the batch repeated m times (scale-major)
         and returns p(y*) as [m·N]. The activations at the target positions are recorded by one plain pass, then
-        replaced by their scaled copies in the batched pass.
+        replaced by their scaled copies in the batched pass(es): all ``steps`` at once, or ``batch_steps`` at a time.
         """
         rows, cols = positions
         recorded: list[torch.Tensor] = []
@@ -191,7 +198,7 @@ class KnowledgeRouter:
                     handle.remove()
             return probabilities.view(steps_, -1).sum(-1)
 
-        attributions = integrated_gradients(scaled_run, recorded, steps)
+        attributions = integrated_gradients(scaled_run, recorded, steps, batch_steps)
         scores = [a.sum(0) for a in attributions]  # over the targets of the batch
         if torch.distributed.is_available() and torch.distributed.is_initialized():
             for score in scores:  # every rank routes the same neurons

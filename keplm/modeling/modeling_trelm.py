@@ -295,7 +295,8 @@ class TrelmForMaskedLM(TrelmPreTrainedModel):
             scores = self.router.attribute(
                 lambda: self.knowledge_probability(inputs, rows, cols, tokens, negatives), (rows, cols),
                 self.config.routing_steps,
-                lambda m: (lambda: self.knowledge_probability(inputs, rows, cols, tokens, negatives, repeat=m)))
+                lambda m: (lambda: self.knowledge_probability(inputs, rows, cols, tokens, negatives, repeat=m)),
+                self.config.routing_batch_steps)
             self.router.route(scores, optimizer)
         finally:
             self.train(was_training)

@@ -72,6 +72,9 @@ class TrelmArguments:
     routing: bool = field(default=True, metadata={"help": "Knowledge routing (3.3); --no_routing: ablation."})
     routing_fraction: float = field(default=0.1, metadata={"help": "Share of FFN neurons per layer routed."})
     routing_steps: int = field(default=20, metadata={"help": "Riemann steps m of eq. 11 (paper: 20)."})
+    routing_batch_steps: int | None = field(
+        default=None, metadata={"help": "Riemann steps per batched attribution pass (default: all m in one pass, "
+                                "which holds m copies of the batch's activations; smaller fits large batches)."})
     routing_interval: int = field(default=100, metadata={"help": "Re-route every N training steps."})
     entity_masking: bool = field(
         default=False, metadata={"help": "mlm system: also always mask the tail-entity tokens TRELM decodes (separates "
@@ -99,7 +102,7 @@ class TrelmArguments:
                 "memory_momentum": self.memory_momentum, "memory_lambda": self.memory_lambda,
                 "memory_decay": self.memory_decay, "use_routing": trelm and self.routing,
                 "routing_fraction": self.routing_fraction, "routing_steps": self.routing_steps,
-                "routing_interval": self.routing_interval}
+                "routing_batch_steps": self.routing_batch_steps, "routing_interval": self.routing_interval}
 
 
 # ---------------------------------------------------------------------------------------------- importance (3.1)
