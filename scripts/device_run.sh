@@ -4,8 +4,14 @@
 #   bash scripts/device_run.sh bench     # benchmarks/bench_kala.py at the paper's QA setting: eager, fused, profile
 #   bash scripts/device_run.sh bench-compiled   # the same with fused AdamW + torch.compile (compiles take minutes)
 #   bash scripts/device_run.sh bench-cudagraphs # fused AdamW + torch.compile(mode="reduce-overhead")
+#   bash scripts/device_run.sh bench-scale      # entity memory of 62.8k, 500k and 5M rows (issue part 2)
+#   bash scripts/device_run.sh bench-roof-trelm # bench_roof.py and bench_trelm.py at their paper presets (part 3)
 #   bash scripts/device_run.sh ner       # CoNLL-2003, WNUT-17, NCBI-disease: 4 systems x 3 seeds, full training sets
 #   bash scripts/device_run.sh qa        # SQuAD v1.1 article split: 4 systems x 3 seeds
+#   NER_DATASET=wnut SEEDS="1 2 3 4 5" bash scripts/device_run.sh ner-long
+#        # part 4: one dataset, 4 systems, up to 20 epochs with early stopping on validation F1
+#   NER_DATASET=wnut KNOWLEDGE_LR=2e-4 SEEDS="1 2 3 4 5" bash scripts/device_run.sh ner-long
+#        # part 4's sweep: pointwise and relational with the knowledge modules at KNOWLEDGE_LR, their own warm-up
 #
 # The machine has torch, transformers, accelerate, torch-geometric, peft and pyarrow but no package index, so the
 # call carries `.whl/` (datasets + dill + multiprocess in .whl/new, or .whl/old for pyarrow < 24; evaluate,
@@ -16,7 +22,7 @@
 # Everything else stays in the checkout (.carry/site, .carry/minilm, .carry/data, .carry/ncbi_ann, outputs/gpu), so
 # the run summaries and reports brought back record repo-relative paths, never the machine's folders.
 set -uo pipefail
-phase=${1:?usage: device_run.sh bench|bench-compiled|bench-cudagraphs|ner|qa}
+phase=${1:?usage: device_run.sh bench|bench-compiled|bench-cudagraphs|bench-scale|bench-roof-trelm|ner|qa|ner-long}
 export OUT=${OUT:-outputs/device}  # exported: the benchmarks write output paths under it as `$OUT/...`
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
@@ -58,6 +64,22 @@ if [ "$phase" = bench-cudagraphs ]; then  # compiled + CUDA graphs (one graph pe
         --markdown "$OUT/bench-cudagraphs.md" --json "$OUT/bench-cudagraphs.json" 2>&1 | tee "$OUT/bench-cudagraphs.log"
     exit 0
 fi
+if [ "$phase" = bench-scale ]; then  # part 2: the entity memory at 62.8k (the preset), 500k and 5M rows
+    # sparse gradients + row-wise AdaGrad keep the table's cost at the table itself; relational@500k shows what
+    # dense AdamW costs (at 5M it would hold 4 x 14.3 GiB). All six workers share the GPU: about 45 GiB.
+    scale=relational-rowwise,relational-rowwise@500k,relational-rowwise@5M,relational,relational@500k
+    timeout "${DEVICE_RUN_SECONDS:-540}" $bench --systems vanilla,$scale --markdown "$OUT/bench-scale.md" \
+        --json "$OUT/bench-scale.json" 2>&1 | tee "$OUT/bench-scale.log"
+    exit 0
+fi
+if [ "$phase" = bench-roof-trelm ]; then  # part 3's benchmarks (synthetic data, no carry beyond .whl)
+    timeout 300 python3 benchmarks/bench_roof.py --preset paper --device cuda --dtype bf16 \
+        --markdown "$OUT/bench-roof.md" --json "$OUT/bench-roof.json" 2>&1 | tee "$OUT/bench-roof.log"
+    # the attribution's 20 Riemann steps in passes of 4: all 20 copies of a 64 x 128 batch at once would not fit
+    timeout 220 python3 benchmarks/bench_trelm.py --preset paper --device cuda --dtype bf16 --routing-batch-steps 4 \
+        --markdown "$OUT/bench-trelm.md" --json "$OUT/bench-trelm.json" 2>&1 | tee "$OUT/bench-trelm.log"
+    exit 0
+fi
 
 python3 - <<'EOF' || exit 2
 import torch
@@ -79,6 +101,22 @@ if [ "$phase" = ner ]; then
     timeout "$budget" python3 scripts/experiments.py --preset wnut "${common[@]}" "${ner[@]}" --jobs 3 \
         --output_dir $runs/wnut > "$OUT/wnut.log" 2>&1 &
     wait
+elif [ "$phase" = ner-long ]; then  # part 4: the paper's training length, one dataset per call
+    dataset=${NER_DATASET:?NER_DATASET=conll, wnut or ncbi}
+    read -ra seeds <<< "${SEEDS:-1 2 3 4 5}"
+    systems=vanilla,more_params,pointwise,relational
+    name=$dataset
+    knowledge=()
+    if [ -n "${KNOWLEDGE_LR:-}" ]; then  # the sweep: the knowledge modules' learning rate, warm-up 10 % of steps
+        systems=pointwise,relational name=$dataset-klr$KNOWLEDGE_LR
+        knowledge=(--knowledge_learning_rate "$KNOWLEDGE_LR" --knowledge_warmup_steps 0.1)
+    fi
+    annotations=(); [ "$dataset" = ncbi ] && annotations=(--annotations .carry/ncbi_ann)
+    timeout "$budget" python3 scripts/experiments.py --preset "$dataset" "${common[@]}" --seeds "${seeds[@]}" \
+        --systems $systems --epochs 20 --batch 32 --lr 1e-4 --jobs "${JOBS:-20}" "${annotations[@]}" \
+        --output_dir "$runs/$name" --extra --eval_strategy epoch --save_strategy epoch --save_total_limit 1 \
+        --load_best_model_at_end --metric_for_best_model f1 --early_stopping_patience 3 "${knowledge[@]}" \
+        > "$OUT/$name.log" 2>&1
 elif [ "$phase" = qa ]; then
     timeout "$budget" python3 scripts/experiments.py --preset squad "${common[@]}" --epochs 2 --batch 16 --lr 1e-4 \
         --jobs 12 --output_dir $runs/squad --extra --max_seq_length 384 --doc_stride 128 > "$OUT/squad.log" 2>&1
