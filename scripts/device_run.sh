@@ -9,7 +9,8 @@
 #   bash scripts/device_run.sh ner       # CoNLL-2003, WNUT-17, NCBI-disease: 4 systems x 3 seeds, full training sets
 #   bash scripts/device_run.sh qa        # SQuAD v1.1 article split: 4 systems x 3 seeds
 #   NER_DATASET=wnut SEEDS="1 2 3 4 5" bash scripts/device_run.sh ner-long
-#        # part 4: one dataset, 4 systems, up to 20 epochs with early stopping on validation F1
+#        # part 4: one dataset, 4 systems, up to 20 epochs (EPOCHS) with early stopping on validation F1; the
+#        # epoch checkpoints hold the weights only (20 runs x 20 epochs of optimizer state would be ~100 GB written)
 #   NER_DATASET=wnut KNOWLEDGE_LR=2e-4 SEEDS="1 2 3 4 5" bash scripts/device_run.sh ner-long
 #        # part 4's sweep: pointwise and relational with the knowledge modules at KNOWLEDGE_LR, their own warm-up
 #
@@ -113,9 +114,10 @@ elif [ "$phase" = ner-long ]; then  # part 4: the paper's training length, one d
     fi
     annotations=(); [ "$dataset" = ncbi ] && annotations=(--annotations .carry/ncbi_ann)
     timeout "$budget" python3 scripts/experiments.py --preset "$dataset" "${common[@]}" --seeds "${seeds[@]}" \
-        --systems $systems --epochs 20 --batch 32 --lr 1e-4 --jobs "${JOBS:-20}" "${annotations[@]}" \
+        --systems $systems --epochs "${EPOCHS:-20}" --batch 32 --lr 1e-4 --jobs "${JOBS:-20}" "${annotations[@]}" \
         --output_dir "$runs/$name" --extra --eval_strategy epoch --save_strategy epoch --save_total_limit 1 \
-        --load_best_model_at_end --metric_for_best_model f1 --early_stopping_patience 3 "${knowledge[@]}" \
+        --save_only_model --load_best_model_at_end --metric_for_best_model f1 --early_stopping_patience 3 \
+        "${knowledge[@]}" \
         > "$OUT/$name.log" 2>&1
 elif [ "$phase" = qa ]; then
     timeout "$budget" python3 scripts/experiments.py --preset squad "${common[@]}" --epochs 2 --batch 16 --lr 1e-4 \
@@ -124,7 +126,7 @@ else
     echo "unknown phase $phase" >&2; exit 2
 fi
 # every run's metrics and log (not the saved models), whether or not the budget ran out
-find $runs \( -name all_results.json -o -name summary.json -o -name '*.log' \) -print0 \
+find $runs \( -name all_results.json -o -name summary.json -o -name trainer_state.json -o -name '*.log' \) -print0 \
     | tar czf "$OUT/$phase-runs.tgz" --null -T -
 for dir in $runs/*/; do
     echo "## $(basename "$dir")"; python3 scripts/summarize_runs.py "$dir"/seed*/summary.json
