@@ -111,7 +111,8 @@ def main(args: list[str] | None = None) -> dict:
     dataset, selection = corpus.dataset, {}
     if trelm_args.system == "trelm" and trelm_args.injection:
         with training_args.main_process_first(desc="importance"):
-            encoder = AutoModel.from_pretrained(path, **model_args.hub_kwargs())
+            # scored where training runs: on a GPU the pass over the corpus takes seconds, on 2 CPU cores minutes
+            encoder = AutoModel.from_pretrained(path, **model_args.hub_kwargs()).to(training_args.device)
             dataset, selection = add_importance(dataset, encoder, tokenizer, trelm_args, data_args.max_seq_length,
                                                 encoder_name=path, overwrite_cache=data_args.overwrite_cache)
             del encoder

@@ -103,7 +103,8 @@ def make_settings(preset: str, data_dir: str = "../shared/data", **overrides) ->
     return cfg
 
 
-def _limit(split: str, value: str) -> list[str]:
+def sample_limit(split: str, value: str) -> list[str]:
+    """The run-script option capping a split (``--max_train_samples N``), none for ``"all"``."""
     return [] if value == "all" else [f"--max_{split}_samples", value]
 
 
@@ -125,7 +126,8 @@ def command(cfg: dict, system: str, seed: str, output_dir: str) -> list[str]:
     cmd = [
         sys.executable, os.path.join("run_scripts", script),  # relative to ROOT, the runs' working directory
         "--model_name_or_path", model_path(cfg["model"]), "--dataset_name", cfg["dataset"], "--system", system,
-        *_limit("train", cfg["train"]), *_limit("eval", cfg["eval"]), *_limit("predict", cfg["predict"]),
+        *sample_limit("train", cfg["train"]), *sample_limit("eval", cfg["eval"]),
+        *sample_limit("predict", cfg["predict"]),
         "--do_train", "--do_eval", "--do_predict", "--output_dir", output_dir,
         "--num_train_epochs", cfg["epochs"], "--learning_rate", cfg["lr"], "--warmup_steps", "0.1",
         "--per_device_train_batch_size", cfg["batch"], "--per_device_eval_batch_size", "64", "--seed", seed,

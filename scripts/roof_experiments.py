@@ -31,6 +31,7 @@ from experiments import (  # noqa: E402
     completed_runs,
     model_path,
     run_resumable,
+    sample_limit,
     seed_summary,
 )
 
@@ -86,8 +87,8 @@ def command(cfg: dict, variant: str, seed: str, output_dir: str, cache_dir: str)
     """The run-script command line of one (variant, seed) run."""
     common = [
         "--model_name_or_path", model_path(cfg["model"]), "--kg", cfg.get("variant_kg", {}).get(variant, cfg["kg"]),
-        "--link_case_sensitive",
-        "--max_train_samples", cfg["train"], "--do_train", "--do_eval", "--output_dir", output_dir,
+        "--link_case_sensitive", *sample_limit("train", cfg["train"]), "--do_train", "--do_eval",
+        "--output_dir", output_dir,
         "--num_train_epochs", cfg["epochs"], "--learning_rate", cfg["lr"], "--warmup_steps", "0.1",
         "--per_device_train_batch_size", cfg["batch"], "--per_device_eval_batch_size", "64", "--seed", seed,
         "--max_seq_length", cfg["max_seq_length"], "--max_knowledge_length", cfg["max_knowledge_length"],
@@ -96,13 +97,12 @@ def command(cfg: dict, variant: str, seed: str, output_dir: str, cache_dir: str)
     ]
     if "--cached_knowledge_encoder" in VARIANTS[variant]:
         common += ["--knowledge_cache_dir", cache_dir]
-    if cfg["eval"] != "all":
-        common += ["--max_eval_samples", cfg["eval"]]
+    common += sample_limit("eval", cfg["eval"])
     if cfg["task"] == "squad":
         return [sys.executable, os.path.join("run_scripts", "run_qa.py"), "--model_type", "roof_transformer",
                 "--dataset_name", cfg["dataset"], "--split_by_article", "38", "5", "5", "--doc_stride", "64",
                 "--train_sample_seed", cfg["train_sample_seed"],
-                "--do_predict", *(["--max_predict_samples", cfg["predict"]] if cfg["predict"] != "all" else []),
+                "--do_predict", *sample_limit("predict", cfg["predict"]),
                 *common]
     return [sys.executable, os.path.join("run_scripts", "run_glue.py"), "--task_name", cfg["task"],
             "--data_dir", os.path.join(cfg["data_dir"], "glue"), *common]

@@ -8,9 +8,10 @@
 Variants: ``mlm`` (plain masked-LM pre-training of the same encoder on the same corpus), ``trelm`` (every mechanism:
 injection of the TransE vectors, CKA loss, memory bank, knowledge routing) and one-change ablations
 ``trelm_no_injection`` / ``trelm_no_routing`` (paper Table 6). Every run trains for the same number of seconds
-(``--max_train_seconds``; the probe's time is not counted) on the same corpus sample (T-REx evidences + FewRel,
-the seeded held-out facts removed, ``--max_train_samples`` sentences) and probes LAMA T-REx P@1 on seen and
-held-out facts every ``--probe_every_steps`` steps (``probe_curve.json``). The KG embeddings (``--kg``) must have
+(``--max_train_seconds``; the probe's time is not counted) on the same corpus sample (T-REx evidences + FewRel
+from ``--data_dir``, the seeded held-out facts removed, ``--train`` sentences or ``all``; ``--gpu`` trains on the
+GPU instead of the CPU) and probes LAMA T-REx P@1 on seen and held-out facts every ``--probe_every_steps`` steps
+(``probe_curve.json``). The KG embeddings (``--kg``) must have
 been trained without the held-out facts (``keplm train-kge --exclude_facts``, see docs/trelm.md); the run script
 refuses them otherwise. Runs go through ``run_scripts/run_pretraining.py`` via ``scripts/experiments.py``'s queue;
 each seed's ``summary.json`` holds the settings (no machine paths), every run's ``all_results.json``, probe curve
@@ -28,7 +29,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from experiments import DEFAULT_MODEL, completed_runs, model_path, run_resumable, seed_summary  # noqa: E402
+from experiments import (  # noqa: E402
+    DEFAULT_MODEL,
+    completed_runs,
+    model_path,
+    run_resumable,
+    sample_limit,
+    seed_summary,
+)
 
 VARIANTS = {
     "mlm": ["--system", "mlm"],
@@ -39,18 +47,22 @@ VARIANTS = {
 DEFAULTS = {"model": DEFAULT_MODEL, "kg": "outputs/trelm/kge-transe-128", "train": "6000", "seconds": "480",
             "lr": "2e-4", "batch": "32", "max_seq_length": "128", "probe_every_steps": "20",
             "variants": ["mlm", "trelm"]}
+DATA_DIR = "../shared/data"
 
 
 def command(cfg: dict, variant: str, seed: str, output_dir: str) -> list[str]:
-    """The run-script command line of one (variant, seed) run."""
+    """The run-script command line of one (variant, seed) run: on the CPU unless ``cfg["gpu"]``, reading the corpus
+    (T-REx evidences + FewRel) and the probe from ``cfg["data_dir"]``."""
+    data = cfg.get("data_dir", DATA_DIR)
     cmd = [
         sys.executable, os.path.join("run_scripts", "run_pretraining.py"),
-        "--model_name_or_path", model_path(cfg["model"]), "--max_train_samples", cfg["train"],
+        "--model_name_or_path", model_path(cfg["model"]), *sample_limit("train", cfg["train"]),
+        "--corpus", f"trex:{data}/lama", f"fewrel:{data}/fewrel/val_wiki.json.gz", "--probe_data_dir", data,
         "--max_train_seconds", cfg["seconds"], "--num_train_epochs", "100", "--learning_rate", cfg["lr"],
         "--warmup_steps", "10", "--per_device_train_batch_size", cfg["batch"], "--max_seq_length",
         cfg["max_seq_length"], "--probe_every_steps", cfg["probe_every_steps"], "--seed", seed, "--do_train",
         "--output_dir", output_dir, "--save_strategy", "no", "--logging_steps", "10", "--report_to", "none",
-        "--disable_tqdm", "1", "--use_cpu", *VARIANTS[variant],
+        "--disable_tqdm", "1", *([] if cfg.get("gpu") else ["--use_cpu"]), *VARIANTS[variant],
     ]
     return cmd + (["--kg", cfg["kg"]] if variant != "mlm" else [])
 
@@ -66,8 +78,12 @@ def main(argv: list[str] | None = None) -> None:
     for key, value in DEFAULTS.items():
         if key != "variants":
             parser.add_argument(f"--{key}", default=value, help=f"default: {value}")
+    parser.add_argument("--data_dir", default=DATA_DIR, help="folder with lama/ and fewrel/ (corpus and probe)")
+    parser.add_argument("--gpu", action="store_true",
+                        help="train on the GPU (default: --use_cpu, the CPU runs' equal-wall-clock setting)")
     args = parser.parse_args(argv)
     cfg = {key: getattr(args, key) for key in DEFAULTS if key != "variants"}
+    cfg.update(data_dir=args.data_dir, gpu=args.gpu)
     cfg["variants"] = args.variants.split(",") if args.variants else DEFAULTS["variants"]
     unknown = [v for v in cfg["variants"] if v not in VARIANTS]
     if unknown:

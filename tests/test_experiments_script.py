@@ -144,6 +144,16 @@ def test_trelm_experiment_commands_parse_and_differ_by_one_mechanism(monkeypatch
     assert parsed["trelm"].kg == "kge" and parsed["trelm"].injection and parsed["trelm"].routing
     assert not parsed["trelm_no_injection"].injection and parsed["trelm_no_injection"].routing
     assert parsed["trelm_no_routing"].injection and not parsed["trelm_no_routing"].routing
+    # the CPU runs' defaults: --use_cpu, the shared data folder; --gpu and --data_dir / --train all for the GPU runs
+    cpu = trelm_experiments.command(cfg, "trelm", "3", str(tmp_path / "cpu"))
+    gpu = trelm_experiments.command({**cfg, "gpu": True, "data_dir": ".carry/data", "train": "all"}, "trelm", "3",
+                                    str(tmp_path / "gpu"))
+    _, data_args, _, training_args = parse_args(
+        (ModelArguments, PretrainingDataArguments, TrelmArguments, TrainingArguments), gpu[2:])
+    assert "--use_cpu" in cpu and not training_args.use_cpu and data_args.max_train_samples is None
+    assert data_args.corpus == ["trex:.carry/data/lama", "fewrel:.carry/data/fewrel/val_wiki.json.gz"]
+    assert data_args.probe_data_dir == ".carry/data"
+    assert PretrainingDataArguments().corpus == cpu[cpu.index("--corpus") + 1:cpu.index("--corpus") + 3]
 
 
 def test_trelm_report_tables_final_p_at_1_and_time_to_reach_mlm(monkeypatch, tmp_path):
@@ -234,6 +244,10 @@ def test_roof_experiment_commands_parse_and_differ_by_one_setting(monkeypatch, t
         if "roof_wordnet" in parsed:
             diff = {k for k, v in vars(parsed["roof_wordnet"]).items() if vars(parsed["roof"])[k] != v}
             assert diff == {"kg"}
+    # full training sets (the GPU runs): --train all caps nothing
+    cfg = roof_experiments.make_settings("rte", str(tmp_path), model="tiny-model", train="all")
+    cmd = roof_experiments.command(cfg, "roof", "1", str(tmp_path / "all"), str(tmp_path / "cache"))
+    assert "--max_train_samples" not in cmd and "--max_eval_samples" not in cmd
 
 
 def test_run_resumable_keeps_the_times_another_queue_wrote_meanwhile(monkeypatch, tmp_path):
