@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One experiment on the GPU machine lent through the workplace's device tool (docs/results.md, "GPU runs").
+# One experiment on the GPU machine lent through the workplace's device tool (benchmarks/README.md, "GPU session plan").
 #
 #   bash scripts/device_run.sh bench     # benchmarks/bench_kala.py at the paper's QA setting: eager, fused, profile
 #   bash scripts/device_run.sh bench-compiled   # the same with fused AdamW + torch.compile (compiles take minutes)
