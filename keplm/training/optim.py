@@ -107,6 +107,14 @@ def build_group_optimizer(name: str, parameters: list[nn.Parameter], lr: float, 
     raise ValueError(f"unknown parameter-group optimizer {name!r}; choose from {GROUP_OPTIMIZERS}")
 
 
+#: key of an optimizer param group holding the group's own warm-up (``ParameterGroup.warmup_steps``)
+WARMUP_KEY = "keplm_warmup_steps"
+
+
+def _warmup_setting(warmup_steps: float | None) -> dict:
+    return {} if warmup_steps is None else {WARMUP_KEY: warmup_steps}
+
+
 def apply_parameter_groups(optimizer: torch.optim.Optimizer, groups, learning_rate: float, betas, eps: float):
     """Move the parameters of the model's :class:`~keplm.modeling.base.ParameterGroup` s out of ``optimizer``'s
     groups: into new groups of ``optimizer`` at the group's learning rate (each keeps the settings, e.g. weight
@@ -136,14 +144,6 @@ def apply_parameter_groups(optimizer: torch.optim.Optimizer, groups, learning_ra
             for param_group in others[-1].param_groups:
                 param_group.update(_warmup_setting(group.warmup_steps))
     return CombinedOptimizer(optimizer, others) if others else optimizer
-
-
-#: key of an optimizer param group holding the group's own warm-up (``ParameterGroup.warmup_steps``)
-WARMUP_KEY = "keplm_warmup_steps"
-
-
-def _warmup_setting(warmup_steps: float | None) -> dict:
-    return {} if warmup_steps is None else {WARMUP_KEY: warmup_steps}
 
 
 def warmup_step_count(warmup_steps: float, num_training_steps: int) -> int:
