@@ -46,10 +46,10 @@ def split_system(name: str) -> tuple[str, int | None]:
     """``"SYSTEM"`` or ``"SYSTEM@ROWS"`` (a knowledge system with an entity memory of ROWS rows instead of the
     preset's, e.g. ``relational-rowwise@5M``: the scale of the memory, GPU issue part 2) -> (system, rows or None).
     Raises ``ValueError`` naming what is wrong."""
-    base, at, rows = name.partition("@")
+    base, rows = base_system(name), name.partition("@")[2]
     if base not in SYSTEMS:
         raise ValueError(f"unknown system {base!r}; choose from {list(SYSTEMS)}")
-    if not at:
+    if "@" not in name:
         return base, None
     found = re.fullmatch(r"(\d+(?:\.\d+)?)([kKmM]?)", rows)
     if not found:
@@ -75,8 +75,13 @@ def system_label(name: str) -> str:
     return SYSTEMS[base][0] + ("" if rows is None else f", {rows:,} entities")
 
 
+def base_system(name: str) -> str:
+    """``SYSTEM`` of ``SYSTEM@ROWS`` (the name itself without ``@``)."""
+    return name.partition("@")[0]
+
+
 def uses_knowledge(system: str) -> bool:
-    return SYSTEMS[system.partition("@")[0]][1] not in (None, "none")
+    return SYSTEMS[base_system(system)][1] not in (None, "none")
 
 
 def is_compiled(system: str, compile_flag: bool) -> bool:
@@ -108,7 +113,7 @@ def make_optimizer(model: torch.nn.Module, kind: str, system: str = ""):
     entity memory goes to SparseAdam or row-wise AdaGrad (``MEMORY_OPTIMIZER``)."""
     from keplm.training.optim import apply_parameter_groups
 
-    system = system.partition("@")[0]
+    system = base_system(system)
     kwargs = {"fused": True} if kind == "adamw_fused" else {}
     dense = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=3e-5, weight_decay=0.01, **kwargs)
     hook = getattr(model, "parameter_groups", None)

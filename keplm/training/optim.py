@@ -136,9 +136,8 @@ def apply_parameter_groups(optimizer: torch.optim.Optimizer, groups, learning_ra
                 continue
             stock["params"] = [p for p in stock["params"] if id(p) not in ids]
             if group.optimizer is None:
-                settings = {k: v for k, v in stock.items() if k not in ("params", WARMUP_KEY)}
-                optimizer.add_param_group({**settings, "params": moved, "lr": lr,
-                                           **_warmup_setting(group.warmup_steps)})
+                optimizer.add_param_group({**{k: v for k, v in stock.items() if k != "params"}, "params": moved,
+                                           "lr": lr, **_warmup_setting(group.warmup_steps)})
         if group.optimizer is not None and group.parameters:
             others.append(build_group_optimizer(group.optimizer, group.parameters, lr, betas, eps))
             for param_group in others[-1].param_groups:
