@@ -1,7 +1,8 @@
 """CoNLL-style NER readers and a ``datasets.DatasetDict`` loader.
 
-Supports plain or gzip CoNLL files (CoNLL-2003 4-column, WNUT-17 and NCBI-disease 2-column TSV),
-local directories with auto-detected splits, explicit files, and Hub dataset ids.
+Supports plain or gzip CoNLL files (CoNLL-2003 4-column, WNUT-17 and NCBI-disease 2-column TSV), JSON-lines
+files with ``tokens`` and ``ner_tags`` (as HF's ``run_ner.py`` reads them), local directories with auto-detected
+splits, explicit files, and Hub dataset ids.
 """
 
 from __future__ import annotations
@@ -11,12 +12,13 @@ from collections.abc import Iterable, Sequence
 
 import datasets
 
-from keplm.io_utils import open_text
+from keplm.io_utils import iter_jsonl, open_text
 
 from .splits import SPLITS, find_split_files, limit_samples, resolve_data_file
 
 __all__ = [
     "read_conll",
+    "read_json_ner",
     "load_ner_dataset",
     "get_label_list",
     "sort_labels",
@@ -92,6 +94,35 @@ def read_conll(path: str | os.PathLike, tag_column: int = -1) -> list[dict]:
             raise ValueError(f"{path}: not valid UTF-8 text ({err})") from err
     flush()
     return sentences
+
+
+def read_json_ner(path: str | os.PathLike, tokens_column: str = "tokens", tags_column: str = "ner_tags"
+                  ) -> list[dict]:
+    """Read a JSON-lines NER file (``.json``/``.jsonl``, optionally gzipped): one object per sentence with a list of
+    words ``tokens_column`` and as many string tags ``tags_column``; ``id`` is kept when present. A missing column
+    or a length mismatch is a ValueError naming the file and line."""
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"NER file not found: {path}")
+    rows = []
+    for _, line_no, obj in iter_jsonl(path):
+        tokens, tags = obj.get(tokens_column), obj.get(tags_column)
+        if not isinstance(tokens, list) or not isinstance(tags, list):
+            raise ValueError(f"{path}:{line_no}: needs the lists {tokens_column!r} and {tags_column!r}")
+        if len(tokens) != len(tags):
+            raise ValueError(f"{path}:{line_no}: {len(tokens)} tokens but {len(tags)} tags")
+        if any(not isinstance(t, str) for t in tags):
+            raise ValueError(f"{path}:{line_no}: tags must be strings (e.g. 'B-PER'), got {tags!r}")
+        rows.append({"id": str(obj.get("id", len(rows))), "tokens": [str(t) for t in tokens], "ner_tags": tags})
+    return rows
+
+
+def _read_split(path: str, tag_column: int) -> list[dict]:
+    """A split file: JSON lines for ``.json``/``.jsonl`` (optionally ``.gz``), CoNLL columns otherwise."""
+    base = path[:-3] if path.lower().endswith(".gz") else path
+    if base.lower().endswith((".json", ".jsonl")):
+        return read_json_ner(path)
+    return read_conll(path, tag_column=tag_column)
 
 
 def _label_key(label: str) -> tuple:
@@ -201,7 +232,7 @@ def load_ner_dataset(
         raise FileNotFoundError(f"No train/validation/test CoNLL files found in {where}")
 
     split_rows = {
-        split: read_conll(files[split], tag_column=tag_column) for split in SPLITS if split in files
+        split: _read_split(files[split], tag_column) for split in SPLITS if split in files
     }
     for split, rows in split_rows.items():
         if not rows:
