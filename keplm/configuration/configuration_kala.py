@@ -5,6 +5,10 @@ from __future__ import annotations
 from .base import KeplmConfig
 
 RETRIEVAL_MODES = ("relational", "pointwise", "none")
+#: messages of the relational retrieval: "entity" (KALA eq. 3, e_j) or "composition" (φ(e_j, r_ij), beyond the paper)
+RELATION_MESSAGES = ("entity", "composition")
+#: what a saved config without these keys used: every checkpoint before the options had the paper's settings
+LEGACY_SETTINGS = {"relation_message": "entity", "entity_dropout": 0.0}
 
 #: Paper defaults (appendix B.1 / C.4), relative to depth: last layer for QA; layers 9 and 11 of 12 for NER.
 DEFAULT_KFM_LAYERS = {"qa": [-1], "ner": [-4, -2]}
@@ -27,8 +31,16 @@ class KalaConfig(KeplmConfig):
             embedding r + num_relations, besides the tail → head message with r (eq. 3: a head e_i hears its tail
             e_j through r_ij). Must agree with the processor's (checked when they meet).
         gnn_layers: number of relational-retrieval layers (paper: 2).
+        relation_message: what a neighbour sends in relational retrieval. `"entity"`: the paper's eq. 3, the
+            neighbour's entity vector e_j (the relation r_ij only weighs it in the attention). `"composition"`
+            (keplm's default, beyond the paper): φ(e_j, r_ij) = e_j + W_m r_ij, so a fact's relation reaches the
+            prediction even when the neighbour is the same (docs/knowledge_checks.md). Configs saved before the
+            option existed load as `"entity"`.
         kfm_hidden_size: hidden size of the four γ/β MLPs; `None` = hidden size (paper: 768).
         knowledge_dropout: dropout in the GNN (paper: 0.1).
+        entity_dropout: in training, the share of mentioned entities that read the null row as if unseen, so the
+            model learns to represent a mention from its neighbours and relations, not only from its own memory row
+            (beyond the paper, which has 0; docs/knowledge_checks.md). Configs saved before the option load as 0.
         num_extra_layers: extra transformer layers on top of the encoder (the "+ more params" baseline).
         classifier_dropout: dropout before the task head; `None` = the encoder's hidden dropout.
         sparse_entity_memory: the entity memory emits sparse (row-wise) gradients, updated by SparseAdam or
@@ -39,7 +51,8 @@ class KalaConfig(KeplmConfig):
 
     model_type = "kala"
     card_settings = ("retrieval_mode", "kfm_layers", "entity_vocab_size", "entity_dim", "num_relations",
-                     "relation_dim", "use_inverse_relations", "gnn_layers", "num_extra_layers")
+                     "relation_dim", "use_inverse_relations", "gnn_layers", "relation_message", "entity_dropout",
+                     "num_extra_layers")
 
     kfm_layers: list[int] | None = None
     retrieval_mode: str = "relational"
@@ -49,8 +62,10 @@ class KalaConfig(KeplmConfig):
     relation_dim: int = 128
     use_inverse_relations: bool = True
     gnn_layers: int = 2
+    relation_message: str = "composition"
     kfm_hidden_size: int | None = None
     knowledge_dropout: float = 0.1
+    entity_dropout: float = 0.3
     num_extra_layers: int = 0
     classifier_dropout: float | None = None
     sparse_entity_memory: bool = False
@@ -63,6 +78,10 @@ class KalaConfig(KeplmConfig):
             self.kfm_layers = [-1]
         self.kfm_layers = [int(layer) for layer in self.kfm_layers]
         self.resolve_layer_indices(self.kfm_layers)  # validates against the encoder depth
+        if not 0.0 <= self.entity_dropout < 1.0:
+            raise ValueError(f"entity_dropout must lie in [0, 1), got {self.entity_dropout}")
+        if self.relation_message not in RELATION_MESSAGES:
+            raise ValueError(f"relation_message must be one of {RELATION_MESSAGES}, got {self.relation_message!r}")
         if self.entity_vocab_size < 1:
             raise ValueError("entity_vocab_size must be >= 1 (row 0 is the null entity)")
         if self.gnn_layers < 1 and self.retrieval_mode == "relational":
@@ -71,6 +90,15 @@ class KalaConfig(KeplmConfig):
             self.entity_dim = self.encoder_config.hidden_size
         if self.kfm_hidden_size is None:
             self.kfm_hidden_size = self.encoder_config.hidden_size
+
+    @classmethod
+    def from_dict(cls, config_dict: dict, **kwargs):
+        """A saved config without ``relation_message`` / ``entity_dropout`` was written before the options: it used
+        the paper's settings (:data:`LEGACY_SETTINGS`)."""
+        for key, legacy in LEGACY_SETTINGS.items():
+            if key not in config_dict and key not in kwargs:
+                config_dict = {**config_dict, key: legacy}
+        return super().from_dict(config_dict, **kwargs)
 
     @property
     def uses_knowledge(self) -> bool:
@@ -93,4 +121,4 @@ class KalaConfig(KeplmConfig):
         return 2 * self.num_relations if self.use_inverse_relations else self.num_relations
 
 
-__all__ = ["KalaConfig", "DEFAULT_KFM_LAYERS", "RETRIEVAL_MODES"]
+__all__ = ["KalaConfig", "DEFAULT_KFM_LAYERS", "RELATION_MESSAGES", "RETRIEVAL_MODES"]

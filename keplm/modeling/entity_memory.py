@@ -10,12 +10,16 @@ from .base import check_index_range
 NULL_ENTITY_INDEX = 0
 
 
+class EntityEmbedding(nn.Embedding):
+    """The table of :class:`EntityMemory` (its own class so that ``_init_weights`` can give it its own scale)."""
+
+
 class EntityMemory(nn.Module):
     """KALA Def. 2: one embedding per training entity plus the null entity (row 0, always the zero vector)."""
 
     def __init__(self, num_entities: int, entity_dim: int, sparse: bool = False):
         super().__init__()
-        self.embeddings = nn.Embedding(num_entities, entity_dim, padding_idx=NULL_ENTITY_INDEX, sparse=sparse)
+        self.embeddings = EntityEmbedding(num_entities, entity_dim, padding_idx=NULL_ENTITY_INDEX, sparse=sparse)
 
     @property
     def num_entities(self) -> int:

@@ -23,7 +23,7 @@ from .base import (
     encoder_layers,
     layer_norms,
 )
-from .entity_memory import EntityMemory
+from .entity_memory import NULL_ENTITY_INDEX, EntityEmbedding, EntityMemory
 from .kfm import KnowledgeFeatureModulation, apply_modulation, gather_modulation
 from .relational_retrieval import RelationalAttentionConv, RelationalRetrieval
 
@@ -106,7 +106,7 @@ class KalaKnowledgeLayer(nn.Module):
         hidden = config.encoder_config.hidden_size
         self.retrieval = (
             RelationalRetrieval(config.entity_dim, config.relation_dim, hidden, config.gnn_layers,
-                                config.knowledge_dropout)
+                                config.knowledge_dropout, config.relation_message)
             if config.retrieval_mode == "relational"
             else None
         )
@@ -206,6 +206,13 @@ class KalaPreTrainedModel(KeplmPreTrainedModel):
             module.fc2_bias.zero_()
         elif isinstance(module, RelationalAttentionConv):
             module.att.normal_(mean=0.0, std=std)
+        elif isinstance(module, EntityEmbedding):
+            # rows of unit expected norm (std 1/√d), not the encoder's 0.02: at 0.02 the rows are too small beside
+            # the learned relation terms of composed messages for their differences to be learned (measured in
+            # docs/knowledge_checks.md); the null row stays zero
+            weight = module.weight
+            weight.normal_(mean=0.0, std=weight.shape[1] ** -0.5)
+            weight[NULL_ENTITY_INDEX].zero_()
 
 
 class KalaModel(KalaPreTrainedModel):
@@ -285,8 +292,12 @@ class KalaModel(KalaPreTrainedModel):
         check_index_range(edge_index, 0, num_nodes, "edge_index points outside the {high} graph nodes of the batch")
         check_index_range(edge_relation_ids, 0, self.config.relation_embedding_size,
                           "edge_relation_ids must lie in [0, {high})")
+        has_knowledge = node_entity_ids != 0
+        if self.training and self.config.entity_dropout > 0:
+            node_entity_ids, has_knowledge = entity_dropout(node_entity_ids, entity_token_map,
+                                                            self.config.entity_dropout)
         vectors = self.entity_memory(node_entity_ids)
-        return _KnowledgeState(entity_token_map, vectors, node_entity_ids != 0, edge_index, edge_relation_ids)
+        return _KnowledgeState(entity_token_map, vectors, has_knowledge, edge_index, edge_relation_ids)
 
     def forward(
         self,
@@ -342,6 +353,17 @@ class KalaModel(KalaPreTrainedModel):
             entity_representations=state.last_vectors if state is not None else None,
             entity_has_knowledge=state.last_has_knowledge if state is not None else None,
         )
+
+
+def entity_dropout(node_entity_ids: torch.Tensor, entity_token_map: torch.Tensor, p: float):
+    """Training only (beyond the paper): each mentioned node reads the null row with probability ``p``, as an entity
+    unseen in training does, so the model also learns to represent a mention from its KG neighbours and relations
+    instead of only memorising its own row. Nodes that are only neighbours keep their rows."""
+    mentioned = torch.zeros_like(node_entity_ids, dtype=torch.bool)
+    mentioned[entity_token_map[entity_token_map >= 0]] = True
+    dropped = mentioned & (torch.rand(node_entity_ids.shape, device=node_entity_ids.device) < p)
+    node_entity_ids = node_entity_ids.masked_fill(dropped, 0)
+    return node_entity_ids, node_entity_ids != 0
 
 
 def _skippable(state: _KnowledgeState, device: torch.device) -> bool:
@@ -462,5 +484,6 @@ __all__ = [
     "KalaPreTrainedModel",
     "KalaForTokenClassification",
     "KalaForQuestionAnswering",
+    "entity_dropout",
     "node_context",
 ]

@@ -8,9 +8,14 @@ from torch import nn
 from torch_geometric.nn import MessagePassing
 from torch_geometric.utils import softmax
 
+from keplm.configuration.configuration_kala import RELATION_MESSAGES
+
 
 class RelationalAttentionConv(MessagePassing):
-    """KALA eq. (3): v_i = Σ_j α_ij e_j with α_ij = softmax_j(aᵀ σ(W [e_i ‖ r_ij ‖ e_j ‖ h_{e_i}])).
+    """KALA eq. (3): v_i = Σ_j α_ij m_ij with α_ij = softmax_j(aᵀ σ(W [e_i ‖ r_ij ‖ e_j ‖ h_{e_i}])).
+
+    The message m_ij is the paper's e_j, or with ``relation_message="composition"`` the relation-aware
+    φ(e_j, r_ij) = e_j + W_m r_ij (:func:`compose_message`), whose W_m r_ij block arrives precomputed per edge.
 
     W is split by blocks: the e_i and e_j blocks run as one product per node, the r_ij and h_{e_i} blocks
     arrive precomputed (``relation_term``, ``context_term``, see :class:`RelationalRetrieval`), and only
@@ -25,22 +30,30 @@ class RelationalAttentionConv(MessagePassing):
         self.att = nn.Parameter(torch.empty(entity_dim))
         self.negative_slope = negative_slope
 
-    def forward(self, x, context_term, relation_term, edge_index, has_knowledge):
-        """Return (v ``[N, d]``, has-knowledge ``[N]``): a node is informative once any node it attends to is."""
+    def forward(self, x, context_term, relation_term, edge_index, has_knowledge, message_term=None):
+        """Return (v ``[N, d]``, has-knowledge ``[N]``): a node is informative once any node it attends to is.
+        ``message_term`` ``[E, d]``: W_m r_ij per edge for the composed message, None for eq. 3's e_j."""
         target, source = self.lin_nodes(x).chunk(2, dim=-1)
         # one gather per edge source serves the key, the entity vector and the informative flag
         source = torch.cat([source, x, has_knowledge.unsqueeze(-1)], dim=-1)
         out = self.propagate(edge_index, query=target + context_term, source=source, relation=relation_term,
-                             size=(x.shape[0], x.shape[0]))
+                             message_term=message_term, size=(x.shape[0], x.shape[0]))
         return out[:, :-1], out[:, -1] > 0
 
-    def message(self, query_i, source_j, relation, index, ptr, size_i):
+    def message(self, query_i, source_j, relation, message_term, index, ptr, size_i):
         key_j, x_j, valid_j = source_j.split([self.entity_dim, self.entity_dim, 1], dim=-1)
         score = (F.leaky_relu(query_i + key_j + relation, self.negative_slope) * self.att).sum(-1)
         score = score.masked_fill(valid_j.squeeze(-1) == 0, torch.finfo(score.dtype).min)
         alpha = (softmax(score, index, ptr, size_i) * valid_j.squeeze(-1)).unsqueeze(-1)
         # last column: how many informative neighbours each target node has (summed by the aggregation)
-        return torch.cat([alpha * x_j, valid_j], dim=-1)
+        return torch.cat([alpha * compose_message(x_j, message_term), valid_j], dim=-1)
+
+
+def compose_message(entity_vectors: torch.Tensor, message_term: torch.Tensor | None) -> torch.Tensor:
+    """The value a neighbour sends: e_j (KALA eq. 3) or, beyond the paper, φ(e_j, r_ij) = e_j + W_m r_ij, the
+    translational composition of CompGCN (Vashishth et al., 2020) with a learned W_m, so that two facts that reach
+    the same neighbour through different relations send different values."""
+    return entity_vectors if message_term is None else entity_vectors + message_term
 
 
 class RelationalRetrieval(nn.Module):
@@ -52,10 +65,17 @@ class RelationalRetrieval(nn.Module):
     layers (``lin_relation``, ``lin_context``), sliced per layer.
     """
 
-    def __init__(self, entity_dim: int, relation_dim: int, context_dim: int, num_layers: int, dropout: float):
+    def __init__(self, entity_dim: int, relation_dim: int, context_dim: int, num_layers: int, dropout: float,
+                 relation_message: str = "entity"):
         super().__init__()
+        if relation_message not in RELATION_MESSAGES:
+            raise ValueError(f"relation_message must be one of {RELATION_MESSAGES}, got {relation_message!r}")
+        self.relation_message = relation_message
         self.layers = nn.ModuleList(RelationalAttentionConv(entity_dim) for _ in range(num_layers))
         self.lin_relation = nn.Linear(relation_dim, num_layers * entity_dim, bias=False)  # W_r of every layer
+        # W_m of every layer (composed messages only)
+        self.lin_message = (nn.Linear(relation_dim, num_layers * entity_dim, bias=False)
+                            if relation_message == "composition" else None)
         self.lin_context = nn.Linear(context_dim, num_layers * entity_dim)  # W_h (+ bias) of every layer
         self.dropout = nn.Dropout(dropout)
 
@@ -65,11 +85,15 @@ class RelationalRetrieval(nn.Module):
         loops = torch.arange(num_nodes, device=edge_index.device)
         full_edges = torch.cat([edge_index, loops.unsqueeze(0).expand(2, -1)], dim=1)
         relation_ids = F.pad(edge_relation_ids, (0, num_nodes))  # relation id 0 on the self loops
-        relation_terms = self.lin_relation(relation_embeddings(relation_ids)).chunk(len(self.layers), dim=-1)
+        relations = relation_embeddings(relation_ids)
+        relation_terms = self.lin_relation(relations).chunk(len(self.layers), dim=-1)
+        message_terms = ([None] * len(self.layers) if self.lin_message is None
+                         else self.lin_message(relations).chunk(len(self.layers), dim=-1))
         context_terms = self.lin_context(context).chunk(len(self.layers), dim=-1)
         x, knowledge = entity_vectors, has_knowledge.to(entity_vectors.dtype)
         for depth, layer in enumerate(self.layers):
-            x, has_knowledge = layer(x, context_terms[depth], relation_terms[depth], full_edges, knowledge)
+            x, has_knowledge = layer(x, context_terms[depth], relation_terms[depth], full_edges, knowledge,
+                                     message_terms[depth])
             if depth < len(self.layers) - 1:
                 x = self.dropout(torch.relu(x))
                 knowledge = has_knowledge.to(x.dtype)

@@ -112,6 +112,13 @@ class KnowledgeArguments(LinkingArguments):
         default=None,
         metadata={"help": "Encoder layers with knowledge modulation (negative = from the end); default per task."},
     )
+    relation_message: Literal["entity", "composition"] = field(
+        default="composition",
+        metadata={"help": "What a KG neighbour sends in relational retrieval: 'composition' (the neighbour's vector "
+                  "composed with the fact's relation, e_j + W_m r_ij; keplm's default) or 'entity' (KALA eq. 3: "
+                  "the neighbour's vector only, the relation weighs it). docs/knowledge_checks.md has the "
+                  "measurements."},
+    )
     entity_min_count: int = field(
         default=1, metadata={"help": "Entities mentioned fewer times in training are treated as unseen (null)."}
     )

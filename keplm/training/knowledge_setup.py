@@ -52,7 +52,8 @@ def system_config(knowledge_args: KnowledgeArguments, task: str) -> dict:
         return {"retrieval_mode": "none", "num_extra_layers": 1}
     kfm_layers = knowledge_args.kfm_layers or DEFAULT_KFM_LAYERS[task]
     return {"retrieval_mode": knowledge_args.system, "num_extra_layers": 0, "kfm_layers": list(kfm_layers),
-            "sparse_entity_memory": knowledge_args.sparse_entity_memory}
+            "sparse_entity_memory": knowledge_args.sparse_entity_memory,
+            **({"relation_message": knowledge_args.relation_message} if knowledge_args.system == "relational" else {})}
 
 
 # ---------------------------------------------------------------------------------------------- knowledge
