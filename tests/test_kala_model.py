@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 
 import pytest
@@ -127,7 +128,8 @@ def test_unseen_entity_gets_meaning_from_its_neighbours(tokenizer, assets, proce
 
 def _eq3_by_hand(retrieval, x, context, edges, relation_vectors, informative):
     """KALA eq. (3) node by node with the W blocks read out of the merged products: per target i, a softmax of
-    aᵀ LeakyReLU(W [e_i ‖ r_ij ‖ e_j ‖ h_i]) over its informative sources j (self loop: relation 0)."""
+    aᵀ LeakyReLU(W [e_i ‖ r_ij ‖ e_j ‖ h_i]) over its informative sources j (self loop: relation 0), weighing
+    e_j, or e_j + W_m r_ij for composed messages."""
     d = x.shape[1]
     edges = edges + [(i, i, 0) for i in range(x.shape[0])]
     for depth, layer in enumerate(retrieval.layers):
@@ -142,17 +144,23 @@ def _eq3_by_hand(retrieval, x, context, edges, relation_vectors, informative):
             scores = torch.stack([layer.att @ torch.nn.functional.leaky_relu(
                 w_target @ x[i] + w_source @ x[j] + w_relation @ relation_vectors[r] + w_context @ context[i]
                 + retrieval.lin_context.bias[block], 0.2) for j, r in sources])
-            out[i] = (scores.softmax(0).unsqueeze(-1) * torch.stack([x[j] for j, _ in sources])).sum(0)
+            if retrieval.lin_message is None:
+                values = [x[j] for j, _ in sources]
+            else:
+                values = [x[j] + retrieval.lin_message.weight[block] @ relation_vectors[r] for j, r in sources]
+            out[i] = (scores.softmax(0).unsqueeze(-1) * torch.stack(values)).sum(0)
             has[i] = True
         x, informative = (torch.relu(out) if depth < len(retrieval.layers) - 1 else out), has
     return x, informative
 
 
-def test_relational_retrieval_is_eq3_with_null_sources_masked():
+@pytest.mark.parametrize("relation_message", ["entity", "composition"])
+def test_relational_retrieval_is_eq3_with_null_sources_masked(relation_message):
     from keplm.modeling.relational_retrieval import RelationalRetrieval
 
     torch.manual_seed(0)
-    retrieval = RelationalRetrieval(entity_dim=6, relation_dim=4, context_dim=5, num_layers=2, dropout=0.0)
+    retrieval = RelationalRetrieval(entity_dim=6, relation_dim=4, context_dim=5, num_layers=2, dropout=0.0,
+                                    relation_message=relation_message)
     for parameter in retrieval.parameters():
         torch.nn.init.normal_(parameter)
     relations = torch.nn.Embedding(5, 4)
@@ -167,6 +175,68 @@ def test_relational_retrieval_is_eq3_with_null_sources_masked():
     assert got_has.tolist() == want_has.tolist() == [True, True, True, True, False, True]
     torch.testing.assert_close(got, want)
     assert torch.equal(got[4], torch.zeros(6))  # no informative neighbour within two hops: exactly zero
+
+
+def test_composed_messages_depend_on_the_relation_and_the_paper_messages_do_not():
+    """One informative neighbour: eq. 3 gives v = e_j whatever the relation (α = 1); the composed message moves
+    with the relation by exactly W_m (r_a − r_b)."""
+    from keplm.modeling.relational_retrieval import RelationalRetrieval
+
+    relations = torch.nn.Embedding(4, 3)
+    x = torch.tensor([[0.0] * 5, [1.0, -2.0, 0.5, 0.0, 3.0]])
+    informative = torch.tensor([False, True])
+    edge_index = torch.tensor([[1], [0]])
+    for message in ("entity", "composition"):
+        torch.manual_seed(1)
+        retrieval = RelationalRetrieval(5, 3, 2, num_layers=1, dropout=0.0, relation_message=message)
+        context = torch.randn(2, 2)
+        first = retrieval(x, context, edge_index, relations, torch.tensor([2]), informative)[0][0]
+        second = retrieval(x, context, edge_index, relations, torch.tensor([3]), informative)[0][0]
+        if message == "entity":
+            assert torch.equal(first, x[1]) and torch.equal(second, x[1])
+        else:
+            shift = retrieval.lin_message.weight @ (relations.weight[2] - relations.weight[3])
+            torch.testing.assert_close(first - second, shift)
+            torch.testing.assert_close(first, x[1] + retrieval.lin_message.weight @ relations.weight[2])
+
+
+@pytest.mark.parametrize("p", [0.25, 0.6])
+def test_entity_dropout_nulls_mentioned_nodes_only_in_training(p):
+    from keplm.modeling.modeling_kala import entity_dropout
+
+    torch.manual_seed(0)
+    nodes = torch.arange(1, 2001)
+    token_map = torch.arange(0, 3000).remainder(1000).view(30, 100)  # nodes 0..999 are mentioned, the rest not
+    dropped, has = entity_dropout(nodes, token_map, p)
+    assert torch.equal(dropped[1000:], nodes[1000:])  # neighbour-only nodes keep their rows
+    share = (dropped[:1000] == 0).float().mean().item()
+    assert abs(share - p) < 0.05
+    assert torch.equal(has, dropped != 0)
+
+
+def test_entity_dropout_is_off_in_eval_and_changes_training_forwards(tokenizer, assets, processor):
+    model = make_model(KalaForTokenClassification, tokenizer, assets, num_labels=3, entity_dropout=0.5)
+    batch = batch_of(processor, TEXTS)
+    torch.manual_seed(0)
+    assert torch.equal(model(**batch).logits, model(**batch).logits)  # eval: deterministic
+    model.train()
+    outputs = [model(**batch).logits for _ in range(4)]
+    assert any(not torch.equal(outputs[0], other) for other in outputs[1:])
+
+
+def test_configs_saved_before_the_knowledge_options_keep_the_paper_settings(tmp_path, tokenizer):
+    config = KalaConfig(encoder_config=tiny_encoder_config(tokenizer))
+    assert (config.relation_message, config.entity_dropout) == ("composition", 0.3)
+    config.save_pretrained(tmp_path)
+    data = json.loads((tmp_path / "config.json").read_text())
+    del data["relation_message"], data["entity_dropout"]
+    (tmp_path / "config.json").write_text(json.dumps(data))
+    old = KalaConfig.from_pretrained(tmp_path)
+    assert (old.relation_message, old.entity_dropout) == ("entity", 0.0)
+    with pytest.raises(ValueError, match="relation_message"):
+        KalaConfig(encoder_config=tiny_encoder_config(tokenizer), relation_message="sum")
+    with pytest.raises(ValueError, match="entity_dropout"):
+        KalaConfig(encoder_config=tiny_encoder_config(tokenizer), entity_dropout=1.0)
 
 
 @pytest.mark.parametrize("mode", ["relational", "pointwise", "none"])
