@@ -129,6 +129,30 @@ class KnowledgeAssets:
         """The same vocabularies with another KG (e.g. a KG-only processor getting its entity vocabulary)."""
         return KnowledgeAssets(self.entity_vocab, self.relation_vocab, self.entity_counts, kg)
 
+    def kg_change(self, kg: KnowledgeGraph, max_examples: int = 5) -> dict:
+        """What replacing this KG by ``kg`` changes for a trained model, as a JSON-ready dict: entities and facts
+        added and removed; new entities (no memory row: read as unseen, represented by their neighbours); entities
+        with a memory row that left the KG (their row stays, their facts are gone); facts whose relation is not
+        in the relation vocabulary (read as the unknown relation)."""
+        old = self.kg
+        old_entities = set(old.entity_ids) if old is not None else set()
+        new_entities = set(kg.entity_ids)
+        old_facts = set(old.fact_ids()) if old is not None else set()
+        new_facts = set(kg.fact_ids())
+        added = sorted(new_entities - old_entities)
+        known_relations = set(self.relation_vocab)
+        unknown_relation_facts = [f for f in new_facts if f[1] not in known_relations]
+        return {
+            "entities_added": len(added), "entities_removed": len(old_entities - new_entities),
+            "facts_added": len(new_facts - old_facts), "facts_removed": len(old_facts - new_facts),
+            "added_without_memory_row": sum(e not in self._entity_rows for e in added),
+            "memory_entities_missing_from_kg": sum(e not in new_entities for e in self.entity_vocab[1:]),
+            "facts_with_unknown_relation": len(unknown_relation_facts),
+            "unknown_relations": sorted({f[1] for f in unknown_relation_facts})[:max_examples],
+            "added_examples": added[:max_examples],
+            "old_kg_hash": old.content_hash() if old is not None else None, "new_kg_hash": kg.content_hash(),
+        }
+
     # ------------------------------------------------------------------ building
     @classmethod
     def build(

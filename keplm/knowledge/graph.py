@@ -143,6 +143,11 @@ class KnowledgeGraph:
                 f"unknown relation id {relation_id!r} (graph has {self.num_relations} relations)"
             ) from None
 
+    def fact_ids(self) -> list[tuple[str, str, str]]:
+        """The triples as ``(head id, relation id, tail id)`` strings."""
+        e, r = self.entity_ids, self.relation_ids
+        return [(e[h], r[rel], e[t]) for h, rel, t in self.triples.tolist()]
+
     def has_entity(self, entity_id) -> bool:
         return isinstance(entity_id, str) and entity_id in self._entity_index
 

@@ -108,6 +108,35 @@ class KeplmProcessor:
         """A copy without KG and vocabularies (the processor of a baseline that reads no knowledge)."""
         return type(self)(self.tokenizer, **{**self.processor_config(), "knowledge_assets": KnowledgeAssets()})
 
+    def update_knowledge(self, kg, model=None) -> dict:
+        """Give a trained model a changed or extended KG without retraining: new entities (read as unseen, through
+        their facts to known ones), removed or corrected facts. ``kg``: a :class:`~keplm.knowledge.KnowledgeGraph`
+        or a ``load_kg`` spec. The vocabularies stay (the model's tables are indexed by them), so ``model`` (if
+        given) takes the same assets; the next ``save_pretrained`` / ``push_to_hub`` of both writes the new
+        ``knowledge/`` with its new KG hash. Returns (and logs) :meth:`KnowledgeAssets.kg_change`'s report."""
+        from keplm.knowledge.graph import KnowledgeGraph
+        from keplm.knowledge.loaders import load_kg
+
+        if isinstance(kg, (str, os.PathLike)):
+            kg = load_kg(kg)
+        if not isinstance(kg, KnowledgeGraph):
+            raise ValueError(f"update_knowledge takes a KnowledgeGraph or a KG spec, got {type(kg).__name__}")
+        if model is not None and getattr(model, "knowledge_assets", None) is not None and (
+                model.knowledge_assets.content_hash() != self.knowledge_assets.content_hash()):
+            raise ValueError("the model and the processor hold different vocabularies: update the processor that "
+                             "was saved with this model")
+        report = self.knowledge_assets.kg_change(kg)
+        self.knowledge_assets = self.knowledge_assets.with_kg(kg)
+        self._linker = None  # the linker's dictionary is the old KG's
+        if model is not None:
+            model.set_knowledge_assets(self.knowledge_assets)
+        logger.info("Knowledge updated: %s", {k: v for k, v in report.items() if not k.endswith("_hash")})
+        if report["facts_with_unknown_relation"]:
+            logger.warning("%d facts of the new KG have a relation the model was not trained with (e.g. %s): they "
+                           "are read as the unknown relation", report["facts_with_unknown_relation"],
+                           report["unknown_relations"])
+        return report
+
     def signature(self) -> dict:
         """Everything about the processor that determines its features (for ``datasets`` cache fingerprints)."""
         from datasets.fingerprint import Hasher

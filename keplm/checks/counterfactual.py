@@ -1,0 +1,282 @@
+"""Counterfactual KG edits: how far a trained model's predictions follow one changed fact (no labels needed).
+
+For every example the text is linked once against the processor's KG. Then, one at a time, each fact of the
+annotation that touches a mention is edited (:data:`EDITS`): its relation swapped for another relation, its other
+end swapped for another entity, or the fact removed. The model reads the edited annotation and the prediction is
+compared with the unedited one where the fact can act (NER: the tokens of the mentions the fact touches; QA: the
+start and end distributions; classification: the class distribution):
+
+- ``flip``: the arg-max prediction changed;
+- ``shift``: the total-variation distance ½‖p − q‖₁ between the two probability vectors (0: untouched, 1: disjoint).
+
+A model that does not read its KG scores 0 on both; the report gives both per edit kind and per relation.
+"""
+
+from __future__ import annotations
+
+import copy
+import random
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import torch
+
+from keplm.data.collator import KeplmDataCollator
+
+EDITS = ("relation", "tail", "remove")
+TASKS = ("ner", "qa", "classification")
+
+
+@dataclass
+class EditResult:
+    """One edited fact of one example."""
+
+    example: int
+    edit: str
+    relation: str  # the original fact's relation id
+    new_relation: str | None
+    flip: bool
+    shift: float
+
+
+@dataclass
+class SensitivityReport:
+    """Every edit's result and the summaries :meth:`summary` computes."""
+
+    task: str
+    num_examples: int
+    examples_with_facts: int
+    results: list[EditResult] = field(default_factory=list)
+    relation_names: dict[str, str] = field(default_factory=dict)
+
+    def summary(self) -> dict:
+        """``{"overall": {edit: stats}, "per_relation": {relation: {edit: stats}}}``; stats: ``edits``,
+        ``flip_rate`` and ``mean_shift`` (fractions)."""
+
+        def stats(rows: list[EditResult]) -> dict:
+            return {"edits": len(rows), "flip_rate": sum(r.flip for r in rows) / len(rows),
+                    "mean_shift": sum(r.shift for r in rows) / len(rows)}
+
+        by_edit, by_relation = defaultdict(list), defaultdict(lambda: defaultdict(list))
+        for row in self.results:
+            by_edit[row.edit].append(row)
+            by_relation[row.relation][row.edit].append(row)
+        return {
+            "task": self.task, "examples": self.num_examples, "examples_with_facts": self.examples_with_facts,
+            "overall": {edit: stats(rows) for edit, rows in by_edit.items()},
+            "per_relation": {relation: {"name": self.relation_names.get(relation, relation),
+                                        **{edit: stats(rows) for edit, rows in edits.items()}}
+                             for relation, edits in sorted(by_relation.items())},
+        }
+
+
+# ---------------------------------------------------------------------------------------------- task adapters
+class _Adapter:
+    """How one task shape links its examples, makes features from annotations and reads the predictions."""
+
+    annotation_columns = ("knowledge",)
+
+    def __init__(self, processor, max_length: int):
+        self.processor, self.max_length = processor, max_length
+
+    def link(self, example: dict) -> dict:
+        raise NotImplementedError
+
+    def features(self, example: dict) -> list[dict]:
+        raise NotImplementedError
+
+    def probabilities(self, outputs, batch: dict, feature_index: int, annotation: dict, fact: dict | None
+                      ) -> torch.Tensor:
+        raise NotImplementedError
+
+
+class _NerAdapter(_Adapter):
+    def link(self, example: dict) -> dict:
+        words = example.get("tokens")
+        if words is None:
+            text = example["text"]
+            words = [w for w, _ in self.processor.tokenizer.backend_tokenizer.pre_tokenizer.pre_tokenize_str(text)]
+        return {"tokens": list(words), "knowledge": self.processor.link(" ".join(words)).to_dict()}
+
+    def features(self, example: dict) -> list[dict]:
+        out = self.processor.prepare_ner_features({"tokens": [example["tokens"]], "knowledge": [example["knowledge"]]},
+                                                  label_column=None, max_length=self.max_length)
+        return [{k: v[0] for k, v in out.items()}]
+
+    def probabilities(self, outputs, batch, feature_index, annotation, fact):
+        """Class probabilities of the first token of each mention of the fact's ends (every mention without one)."""
+        ends = None if fact is None else {fact["h"], fact["t"]}
+        token_map = batch["entity_token_map"][feature_index]
+        probs = outputs.logits[feature_index].float().softmax(-1)
+        first = torch.ones_like(token_map, dtype=torch.bool)
+        first[1:] = token_map[1:] != token_map[:-1]
+        rows = (token_map >= 0) & first
+        if ends is not None and batch["input_ids"].shape[0] == 1:
+            rows &= _mention_tokens_of(annotation, ends, self.processor, batch, feature_index)
+        return probs[rows]
+
+
+class _ClassificationAdapter(_Adapter):
+    def link(self, example: dict) -> dict:
+        text = example.get("sentence", example.get("text"))
+        return {"sentence": text, "knowledge": self.processor.link(text).to_dict()}
+
+    def features(self, example: dict) -> list[dict]:
+        out = self.processor.prepare_pair_features({"sentence": [example["sentence"]],
+                                                    "knowledge": [example["knowledge"]]},
+                                                   text_columns=("sentence",), label_column=None,
+                                                   annotation_columns=("knowledge",), max_length=self.max_length)
+        return [{k: v[0] for k, v in out.items() if not k.startswith("num_")}]
+
+    def probabilities(self, outputs, batch, feature_index, annotation, fact):
+        return outputs.logits[feature_index].float().softmax(-1).unsqueeze(0)
+
+
+class _QaAdapter(_Adapter):
+    def link(self, example: dict) -> dict:
+        return {"question": example["question"], "context": example["context"], "id": "0",
+                "knowledge": self.processor.link(example["context"]).to_dict(),
+                "question_knowledge": self.processor.link(example["question"]).to_dict()}
+
+    def features(self, example: dict) -> list[dict]:
+        out = self.processor.prepare_qa_features(
+            {key: [example[key]] for key in ("id", "question", "context", "knowledge", "question_knowledge")},
+            max_length=self.max_length, doc_stride=min(128, self.max_length // 2), training=False)
+        keep = [k for k in out if k not in ("offset_mapping", "example_id")]
+        return [{k: out[k][i] for k in keep} for i in range(len(out["input_ids"]))]
+
+    def probabilities(self, outputs, batch, feature_index, annotation, fact):
+        mask = batch["attention_mask"][feature_index].bool()
+        start = outputs.start_logits[feature_index][mask].float().softmax(-1)
+        end = outputs.end_logits[feature_index][mask].float().softmax(-1)
+        return torch.stack([start, end])
+
+
+_ADAPTERS = {"ner": _NerAdapter, "classification": _ClassificationAdapter, "qa": _QaAdapter}
+
+
+def _mention_tokens_of(annotation, ends, processor, batch, feature_index) -> torch.Tensor:
+    """Tokens of the feature whose mention is one of the entity ids ``ends``. KALA numbers a feature's graph nodes
+    mentions first, one per distinct id (one per id-less mention), in annotation order (``build_graph``), and a
+    one-feature batch keeps that numbering."""
+    token_map = batch["entity_token_map"][feature_index]
+    node_of, nodes = {}, 0
+    wanted = torch.zeros_like(token_map, dtype=torch.bool)
+    for mention in annotation.get("entities", []):
+        entity_id = mention.get("id")
+        if entity_id is None or entity_id not in node_of:
+            node_of[entity_id if entity_id is not None else object()] = nodes
+            if entity_id in ends:
+                wanted |= token_map == nodes
+            nodes += 1
+    return wanted if bool(wanted.any()) else token_map >= 0
+
+
+# ---------------------------------------------------------------------------------------------- the measure
+def edit_fact(annotation: dict, index: int, edit: str, relations: list[str], entities: list[str],
+              rng: random.Random) -> tuple[dict, str | None] | None:
+    """A copy of ``annotation`` with fact ``index`` edited (``relation``, ``tail`` or ``remove``), and the new
+    relation (relation edits); None where the edit has no alternative (a KG with one relation)."""
+    edited = copy.deepcopy(annotation)
+    fact = edited["triplets"][index]
+    mentioned = {m.get("id") for m in edited.get("entities", [])}
+    if edit == "remove":
+        del edited["triplets"][index]
+        return edited, None
+    if edit == "relation":
+        choices = [r for r in relations if r != fact["r"]]
+        if not choices:
+            return None
+        fact["r"] = rng.choice(choices)
+        return edited, fact["r"]
+    end = "t" if fact["h"] in mentioned else "h"  # the end that is not (or not only) a mention
+    choices = [e for e in entities if e not in (fact["h"], fact["t"])]
+    if not choices:
+        return None
+    fact[end] = rng.choice(choices)
+    return edited, None
+
+
+def total_variation(p: torch.Tensor, q: torch.Tensor) -> float:
+    """½‖p − q‖₁ averaged over the rows of two ``[rows, classes]`` probability tables."""
+    if p.numel() == 0:
+        return 0.0
+    return float(0.5 * (p - q).abs().sum(-1).mean())
+
+
+@torch.no_grad()
+def knowledge_sensitivity(model, processor, examples: list[dict], task: str = "ner",
+                          edits: tuple[str, ...] = EDITS, max_facts_per_example: int = 4,
+                          max_length: int = 128, seed: int = 0, progress=None) -> SensitivityReport:
+    """Edit each example's facts one at a time and compare the model's predictions (see the module docstring).
+
+    ``examples``: dicts with ``text`` or ``tokens`` (NER), ``sentence``/``text`` (classification), ``question`` and
+    ``context`` (QA). Replacement relations are the relation vocabulary's (those the model has embeddings for);
+    replacement entities are those with an entity-memory row where the model has one, else the KG's. ``progress``:
+    an optional wrapper of the example iterator (e.g. a tqdm factory).
+    """
+    if task not in _ADAPTERS:
+        raise ValueError(f"task must be one of {TASKS}, got {task!r}")
+    unknown = set(edits) - set(EDITS)
+    if unknown:
+        raise ValueError(f"unknown edits {sorted(unknown)}; choose from {EDITS}")
+    if processor.kg is None:
+        raise ValueError("the counterfactual measure needs a processor with a knowledge graph")
+    if not getattr(model.config, "uses_knowledge", False):
+        raise ValueError(f"{type(model).__name__} reads no knowledge (a baseline): there is nothing to edit")
+    adapter = _ADAPTERS[task](processor, max_length)
+    assets = processor.knowledge_assets
+    reserved = set(assets.relation_vocab[:2])
+    relations = [r for r in assets.relation_vocab if r not in reserved] or list(processor.kg.relation_ids)
+    memory_entities = [e for e in assets.entity_vocab[1:] if processor.kg.has_entity(e)]
+    entities = memory_entities or list(processor.kg.entity_ids)
+    collator = KeplmDataCollator.from_processor(processor, model)
+    rng = random.Random(seed)
+    model.eval()
+    report = SensitivityReport(task, len(examples), 0, relation_names=_relation_names(processor.kg))
+    iterator = progress(examples) if progress is not None else examples
+    for number, example in enumerate(iterator):
+        linked = adapter.link(example)
+        annotation = linked["knowledge"]
+        mentioned = {m.get("id") for m in annotation.get("entities", []) if m.get("id") is not None}
+        facts = [i for i, f in enumerate(annotation.get("triplets", [])) if f["h"] in mentioned or f["t"] in mentioned]
+        if not facts:
+            continue
+        report.examples_with_facts += 1
+        base = _predict(model, collator, adapter, linked)
+        for index in rng.sample(facts, min(max_facts_per_example, len(facts))):
+            fact = annotation["triplets"][index]
+            for edit in edits:
+                made = edit_fact(annotation, index, edit, relations, entities, rng)
+                if made is None:
+                    continue
+                edited, new_relation = made
+                after = _predict(model, collator, adapter, {**linked, "knowledge": edited})
+                p = _read(adapter, base, annotation, fact)
+                q = _read(adapter, after, annotation, fact)
+                if p.shape != q.shape:
+                    raise RuntimeError(f"example {number}: the edit changed the prediction's shape")
+                report.results.append(EditResult(number, edit, fact["r"], new_relation,
+                                                 bool((p.argmax(-1) != q.argmax(-1)).any()), total_variation(p, q)))
+    return report
+
+
+def _predict(model, collator, adapter, linked: dict):
+    features = adapter.features(linked)
+    batch = collator(features)
+    outputs = model(**{k: v for k, v in batch.items() if k not in ("labels",)})
+    return outputs, batch
+
+
+def _read(adapter, prediction, annotation, fact) -> torch.Tensor:
+    outputs, batch = prediction
+    return torch.cat([adapter.probabilities(outputs, batch, i, annotation, fact)
+                      for i in range(batch["input_ids"].shape[0])])
+
+
+def _relation_names(kg) -> dict[str, str]:
+    return dict(zip(kg.relation_ids, kg.relation_names))
+
+
+__all__ = ["EDITS", "TASKS", "EditResult", "SensitivityReport", "edit_fact", "knowledge_sensitivity",
+           "total_variation"]

@@ -1,0 +1,110 @@
+"""Scores of a trained model on the splits of a synthetic knowledge task (:mod:`keplm.checks.synthetic`).
+
+Each split is linked against the processor's KG as it is (for ``test_added``: after
+:meth:`~keplm.tokenization.processing_utils.KeplmProcessor.update_knowledge` with the full KG). Besides accuracy,
+:func:`follow_rate` measures whether a prediction follows an edit of the fact that holds the answer: the typing
+fact of each entity is pointed at another type (its relation swapped for another type's relation, or its anchor
+for an anchor of another type) and the new prediction is compared with that type.
+"""
+
+from __future__ import annotations
+
+import random
+
+import torch
+
+from keplm.data.collator import KeplmDataCollator
+
+from .synthetic import ANCHOR_LABEL, KnowledgeTask
+
+
+def _batches(items: list, size: int):
+    for start in range(0, len(items), size):
+        yield items[start:start + size]
+
+
+@torch.no_grad()
+def ner_type_predictions(model, processor, rows: list[dict], annotations: list[dict] | None = None,
+                         batch_size: int = 32) -> list[str]:
+    """The predicted type (tag without its B-/I- prefix, ``O`` for none) of each row's entity word (its first
+    sub-token). ``annotations``: one knowledge annotation per row, else each row is linked."""
+    model.eval()
+    with_knowledge = bool(getattr(model.config, "uses_knowledge", False))
+    collator = KeplmDataCollator.from_processor(processor, model)
+    id2label = model.config.id2label
+    types = []
+    for start in range(0, len(rows), batch_size):
+        chunk = rows[start:start + batch_size]
+        examples = {"tokens": [r["tokens"] for r in chunk]}
+        if annotations is not None:
+            examples["knowledge"] = annotations[start:start + batch_size]
+        features = processor.prepare_ner_features(examples, label_column=None, with_knowledge=with_knowledge,
+                                                  annotation_column="knowledge" if annotations is not None else None)
+        word_ids = [processor.tokenizer(r["tokens"], is_split_into_words=True).word_ids() for r in chunk]
+        batch = collator([{k: v[i] for k, v in features.items()} for i in range(len(chunk))])
+        logits = model(**batch).logits
+        for i, row in enumerate(chunk):
+            position = word_ids[i].index(row["entity_word"])
+            label = id2label[int(logits[i, position].argmax())]
+            types.append(label.split("-", 1)[-1] if label != "O" else "O")
+    return types
+
+
+def ner_accuracy(model, processor, task: KnowledgeTask, rows: list[dict]) -> float:
+    """Share of rows whose entity gets its own type."""
+    gold = _gold_types(task, rows)
+    predicted = ner_type_predictions(model, processor, rows)
+    return sum(p == g for p, g in zip(predicted, gold)) / max(1, len(rows))
+
+
+def _gold_types(task: KnowledgeTask, rows: list[dict]) -> list[str]:
+    by_id = {e.id: e for e in task.entities}
+    return [ANCHOR_LABEL if by_id[r["entity"]].type < 0 else task.labels[by_id[r["entity"]].type] for r in rows]
+
+
+def retarget_fact(task: KnowledgeTask, entity_id: str, rng: random.Random) -> tuple[tuple[str, str, str], str]:
+    """The entity's typing fact pointed at another type, and that type's label: the relation swapped for another
+    type's (``relation`` tasks) or the anchor for one of another type (``neighbour`` tasks)."""
+    h, r, t = task.informative[entity_id]
+    by_id = {e.id: e for e in task.entities}
+    own = by_id[entity_id].type
+    other = rng.choice([i for i in range(len(task.labels)) if i != own])
+    if task.kind == "relation":
+        return (h, f"R_{task.labels[other]}", t), task.labels[other]
+    anchors = [a.id for a in task.entities if a.group == "anchor"]
+    per_type = len(anchors) // len(task.labels)
+    return (h, r, rng.choice(anchors[other * per_type:(other + 1) * per_type])), task.labels[other]
+
+
+def follow_rate(model, processor, task: KnowledgeTask, rows: list[dict], seed: int = 0) -> float:
+    """Share of rows whose prediction becomes the type that the retargeted typing fact names
+    (:func:`retarget_fact`); every other fact of the row's annotation stays."""
+    rng = random.Random(seed)
+    annotations, targets = [], []
+    for row in rows:
+        annotation = processor.link(" ".join(row["tokens"])).to_dict()
+        fact, target = retarget_fact(task, row["entity"], rng)
+        original = list(task.informative[row["entity"]])
+        annotation["triplets"] = [dict(zip("hrt", fact)) if [f["h"], f["r"], f["t"]] == original else f
+                                  for f in annotation["triplets"]]
+        annotations.append(annotation)
+        targets.append(target)
+    predicted = ner_type_predictions(model, processor, rows, annotations)
+    return sum(p == t for p, t in zip(predicted, targets)) / max(1, len(rows))
+
+
+def qa_accuracy(model, processor, rows: list[dict], max_length: int = 128) -> float:
+    """Share of QA rows whose predicted answer is exactly the gold entity name (the stock-style QA pipeline)."""
+    from transformers import pipeline
+
+    from keplm.pipelines import QA_TASK
+
+    qa = pipeline(QA_TASK, model=model, processor=processor)
+    hits = 0
+    for row in rows:
+        answer = qa(question=row["question"], context=row["context"], max_length=max_length)
+        hits += answer["answer"].strip() == row["answers"]["text"][0]
+    return hits / max(1, len(rows))
+
+
+__all__ = ["follow_rate", "ner_accuracy", "ner_type_predictions", "qa_accuracy", "retarget_fact"]

@@ -1,0 +1,182 @@
+"""``keplm check-knowledge``: does a trained model read its KG? Counterfactual fact edits on your own text.
+
+    keplm check-knowledge --model outputs/ner --data sentences.txt --output_dir outputs/ner/knowledge_check
+    keplm check-knowledge --model org/kala-bert-conll --kg tsv:my_kg.tsv --data my_data.jsonl --max_examples 200
+
+links each example against the model's KG (or ``--kg``: the user's own, through ``processor.update_knowledge``), edits
+each fact that touches a mention one at a time (``--edits``: swap its relation, swap its other end, remove it) and
+measures how often the prediction flips and how far its probabilities move (total variation, 0 to 1). Writes
+``knowledge_sensitivity.json`` and, with matplotlib, ``knowledge_sensitivity.png`` (per relation) into
+``--output_dir``; prints a table. A model that ignores its KG scores 0 everywhere. See
+:mod:`keplm.checks.counterfactual`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+from pathlib import Path
+
+logger = logging.getLogger(__name__)
+
+REPORT_NAME = "knowledge_sensitivity.json"
+PLOT_NAME = "knowledge_sensitivity.png"
+_TASK_OF_ARCHITECTURE = {"TokenClassification": "ner", "QuestionAnswering": "qa",
+                         "SequenceClassification": "classification"}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from keplm.checks.counterfactual import EDITS, TASKS
+
+    parser.add_argument("--model", required=True, help="a keplm checkpoint folder or Hub id (KALA, Roof-Transformer)")
+    parser.add_argument("--data", required=True, help=(
+        "the text to check: a .txt file (one text per line), a .json/.jsonl file (columns: tokens or text for NER, "
+        "sentence or text for classification, question and context for QA), or a datasets Hub id / folder"))
+    parser.add_argument("--split", default="test", help="split of a datasets id or folder (default: test)")
+    parser.add_argument("--text_column", default=None, help="the column holding the text, if not the defaults")
+    parser.add_argument("--kg", default=None, help="check against this KG instead of the model's (a load_kg spec)")
+    parser.add_argument("--task", default=None, choices=list(TASKS), help="default: from the model's architecture")
+    parser.add_argument("--edits", nargs="+", default=list(EDITS), choices=list(EDITS))
+    parser.add_argument("--max_examples", type=int, default=200, help="examples read (default 200)")
+    parser.add_argument("--max_facts_per_example", type=int, default=4)
+    parser.add_argument("--max_length", type=int, default=128)
+    parser.add_argument("--seed", type=int, default=0, help="picks the edited facts and their replacements")
+    parser.add_argument("--output_dir", required=True)
+    parser.add_argument("--revision", default=None)
+    parser.add_argument("--token", default=None)
+
+
+def task_of(config) -> str:
+    for architecture in getattr(config, "architectures", None) or []:
+        for suffix, task in _TASK_OF_ARCHITECTURE.items():
+            if architecture.endswith(f"For{suffix}"):
+                return task
+    raise ValueError(f"cannot tell the task of architectures {config.architectures!r}: pass --task")
+
+
+def check_data_path(path: str) -> None:
+    """A --data that names no file or folder here and cannot be a Hub id (``org/name``) is a FileNotFoundError."""
+    if os.path.exists(path):
+        return
+    looks_like_hub_id = not os.path.isabs(path) and not path.startswith(".") and path.count("/") == 1 and (
+        not path.endswith((".txt", ".json", ".jsonl", ".gz")))
+    if not looks_like_hub_id:
+        raise FileNotFoundError(f"--data {path}: no such file or folder")
+
+
+def read_examples(path: str, split: str, text_column: str | None, task: str, limit: int) -> list[dict]:
+    """The first ``limit`` examples of ``path`` as dicts the counterfactual measure reads."""
+    if os.path.isfile(path) and path.endswith(".txt"):
+        with open(path, encoding="utf-8") as f:
+            texts = [line.strip() for line in f if line.strip()]
+        if not texts:
+            raise ValueError(f"{path} holds no text")
+        key = "sentence" if task == "classification" else "text"
+        return [{key: t} for t in texts[:limit]]
+    import datasets
+
+    if os.path.isfile(path):
+        suffix = path[:-3] if path.endswith(".gz") else path
+        if not suffix.endswith((".json", ".jsonl")):
+            raise ValueError(f"{path}: use a .txt, .json or .jsonl file, a datasets folder or a Hub id")
+        data = datasets.load_dataset("json", data_files=path, split="train")
+    else:
+        data = datasets.load_dataset(path, split=split)
+    data = data.select(range(min(limit, len(data))))
+    wanted = {"ner": ("tokens", "text"), "classification": ("sentence", "text"), "qa": ("question",)}[task]
+    columns = data.column_names
+    if text_column is not None:
+        if text_column not in columns:
+            raise ValueError(f"--text_column {text_column!r} is not a column of {path} ({columns})")
+        key = "tokens" if task == "ner" and isinstance(data[0][text_column], list) else (
+            "sentence" if task == "classification" else "text")
+        return [{key: row[text_column]} for row in data]
+    if task == "qa":
+        missing = {"question", "context"} - set(columns)
+        if missing:
+            raise ValueError(f"{path}: QA examples need the columns question and context; missing {sorted(missing)}")
+        return [{"question": row["question"], "context": row["context"]} for row in data]
+    for column in wanted:
+        if column in columns:
+            key = column if column != "text" else ("sentence" if task == "classification" else "text")
+            return [{key: row[column]} for row in data]
+    raise ValueError(f"{path} has none of the columns {list(wanted)} ({columns}): pass --text_column")
+
+
+def plot(summary: dict, path: str) -> str | None:
+    """Bars of the flip rate and the mean shift of each edit, per relation (the 15 most edited)."""
+    from keplm.hub.figures import _pyplot, matplotlib_available
+
+    if not matplotlib_available():
+        logger.info("matplotlib is not installed (pip install keplm[reports]): no plot")
+        return None
+    plt = _pyplot()
+    relations = sorted(summary["per_relation"].items(), key=lambda kv: -sum(
+        v["edits"] for k, v in kv[1].items() if isinstance(v, dict)))[:15]
+    edits = sorted({e for _, stats in relations for e, v in stats.items() if isinstance(v, dict)})
+    fig, axes = plt.subplots(1, 2, figsize=(11, 0.45 * max(4, len(relations)) + 1.8), sharey=True)
+    width = 0.8 / max(1, len(edits))
+    for ax, metric, title in ((axes[0], "flip_rate", "prediction flips"), (axes[1], "mean_shift", "mean shift (TV)")):
+        for k, edit in enumerate(edits):
+            values = [stats.get(edit, {}).get(metric, 0.0) for _, stats in relations]
+            ax.barh([i + k * width for i in range(len(relations))], values, height=width, label=edit)
+        ax.set_xlim(0, 1)
+        ax.set_title(title)
+    axes[0].set_yticks([i + width * (len(edits) - 1) / 2 for i in range(len(relations))])
+    axes[0].set_yticklabels([stats["name"][:40] for _, stats in relations])
+    axes[0].invert_yaxis()
+    fig.legend(*axes[0].get_legend_handles_labels(), title="edit", loc="lower center", ncol=len(edits))
+    fig.suptitle(f"Knowledge sensitivity: {summary['examples_with_facts']} of {summary['examples']} examples with "
+                 "facts")
+    fig.tight_layout(rect=(0, 0.1, 1, 1))  # room for the legend below
+    fig.savefig(path, dpi=100, metadata={"Software": None})
+    plt.close(fig)
+    return path
+
+
+def markdown(summary: dict) -> str:
+    lines = [f"{summary['examples_with_facts']} of {summary['examples']} examples have a fact on a mention.", "",
+             "| relation | edit | edits | flip rate | mean shift |", "|---|---|---:|---:|---:|"]
+    for edit, stats in summary["overall"].items():
+        lines.append(f"| (all) | {edit} | {stats['edits']} | {stats['flip_rate']:.3f} | {stats['mean_shift']:.3f} |")
+    for by_edit in summary["per_relation"].values():
+        for edit, stats in by_edit.items():
+            if isinstance(stats, dict):
+                lines.append(f"| {by_edit['name']} | {edit} | {stats['edits']} | {stats['flip_rate']:.3f} | "
+                             f"{stats['mean_shift']:.3f} |")
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> dict:
+    import transformers
+
+    import keplm  # noqa: F401  (registers the Auto classes)
+    from keplm.checks.counterfactual import knowledge_sensitivity
+    from keplm.io_utils import progress
+    from keplm.tokenization.processing_utils import KeplmProcessor
+
+    check_data_path(args.data)
+    hub = {k: v for k, v in (("revision", args.revision), ("token", args.token)) if v is not None}
+    config = transformers.AutoConfig.from_pretrained(args.model, **hub)
+    task = args.task or task_of(config)
+    auto_class = getattr(transformers, {"ner": "AutoModelForTokenClassification", "qa": "AutoModelForQuestionAnswering",
+                                        "classification": "AutoModelForSequenceClassification"}[task])
+    model = auto_class.from_pretrained(args.model, **hub)
+    processor = KeplmProcessor.from_pretrained(args.model, knowledge_assets=getattr(model, "knowledge_assets", None),
+                                               **hub)
+    kg_change = processor.update_knowledge(args.kg, model=model) if args.kg else None
+    examples = read_examples(args.data, args.split, args.text_column, task, args.max_examples)
+    report = knowledge_sensitivity(model, processor, examples, task=task, edits=tuple(args.edits),
+                                   max_facts_per_example=args.max_facts_per_example, max_length=args.max_length,
+                                   seed=args.seed, progress=lambda it: progress(it, "knowledge edits", len(examples)))
+    summary = {**report.summary(), "model": args.model, "data": args.data, "kg": args.kg, "kg_change": kg_change,
+               "seed": args.seed}
+    out = Path(args.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / REPORT_NAME).write_text(json.dumps(summary, indent=1))
+    figure = plot(summary, str(out / PLOT_NAME)) if summary["per_relation"] else None
+    print(markdown(summary))
+    print(f"\nReport: {out / REPORT_NAME}" + (f"; plot: {figure}" if figure else ""))
+    return summary

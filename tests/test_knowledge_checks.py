@@ -1,0 +1,271 @@
+"""Knowledge-dependence checks: the synthetic tasks, the counterfactual measure, and tiny KALA models that must
+(or, with the paper's eq. 3 on relation-held types, cannot) read the KG."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from transformers import BertTokenizerFast
+
+from keplm import KalaConfig, KalaForTokenClassification, KalaProcessor, KnowledgeAssets
+from keplm.checks.counterfactual import edit_fact, knowledge_sensitivity, total_variation
+from keplm.checks.scoring import follow_rate, ner_accuracy, retarget_fact
+from keplm.checks.synthetic import ANCHOR_LABEL, load_knowledge_task, make_knowledge_task
+from keplm.data.collator import KeplmDataCollator
+
+from .conftest import tiny_encoder_config
+
+
+# ---------------------------------------------------------------------------------------------- the generator
+@pytest.mark.parametrize("kind", ["neighbour", "relation"])
+def test_types_live_in_the_kg_only(kind):
+    task = make_knowledge_task(kind, num_types=4, train_per_type=8, unseen_per_type=5, added_per_type=5,
+                               anchors_per_type=3, noise_facts=2, seed=3)
+    anchors = {e.id: e for e in task.entities if e.group == "anchor"}
+    typed = [e for e in task.entities if e.type >= 0]
+    assert {e.group for e in typed} == {"train", "unseen", "added"}
+    names = [e.name for e in task.entities]
+    assert len(set(names)) == len(names)
+    for entity in typed:
+        h, r, t = task.informative[entity.id]
+        assert h == entity.id and t in anchors
+        facts = [f for f in task.facts if f[0] == entity.id]
+        assert len(facts) == 3 and sum(f[1] == "R_noise" for f in facts) == 2
+        if kind == "relation":  # the relation names the type; the anchor says nothing
+            assert r == f"R_{task.labels[entity.type]}"
+        else:  # one relation; the anchor's block of the anchor list names the type
+            assert r == "R_link" and int(t[1:]) // 3 == entity.type
+    # the same sentences for every type: no template is used by one type only
+    rows = task.ner_splits()["train"]
+    by_template = {}
+    for row in rows:
+        words = list(row["tokens"])
+        words[row["entity_word"]] = "{e}"
+        by_template.setdefault(" ".join(words), set()).add(row["ner_tags"][row["entity_word"]])
+    typed_templates = [tags for tags in by_template.values() if f"B-{ANCHOR_LABEL}" not in tags]
+    assert sum(len(tags) > 1 for tags in typed_templates) == len(typed_templates)
+
+
+def test_splits_and_knowledge_graphs():
+    task = make_knowledge_task("relation", train_per_type=6, unseen_per_type=4, added_per_type=3, seed=1)
+    splits = task.ner_splits()
+    group_of = {e.id: e.group for e in task.entities}
+    assert {group_of[r["entity"]] for r in splits["train"]} == {"train", "anchor"}
+    assert {group_of[r["entity"]] for r in splits["test_seen"] + splits["validation"]} == {"train"}
+    assert {group_of[r["entity"]] for r in splits["test_unseen"]} == {"unseen"}
+    assert len(splits["test_added"]) == 9
+    train_kg, full_kg = task.kg_train, task.kg_full
+    added = [e.id for e in task.entities if e.group == "added"]
+    assert not any(train_kg.has_entity(e) for e in added) and all(full_kg.has_entity(e) for e in added)
+    assert full_kg.num_triples == train_kg.num_triples + len(added)
+    for row in task.qa_splits()["test_unseen"]:
+        start = row["answers"]["answer_start"][0]
+        assert row["context"][start:start + len(row["answers"]["text"][0])] == row["answers"]["text"][0]
+        assert row["question"].split()[-2] == task.labels[[e for e in task.entities if e.id == row["entity"]][0].type]
+    assert make_knowledge_task("relation", seed=2).entities != make_knowledge_task("relation", seed=1).entities
+
+
+def test_write_and_load(tmp_path):
+    task = make_knowledge_task("neighbour", train_per_type=4, unseen_per_type=2, added_per_type=2, seed=5)
+    paths = task.write(tmp_path)
+    assert load_knowledge_task(tmp_path) == task
+    lines = [json.loads(line) for line in open(paths["kg_full"], encoding="utf-8")]
+    assert sum("h" in line for line in lines) == task.kg_full.num_triples
+    with pytest.raises(FileNotFoundError, match="task.json"):
+        load_knowledge_task(tmp_path / "missing")
+
+
+@pytest.mark.parametrize("kwargs, message", [({"kind": "type"}, "kind"), ({"num_types": 1}, "num_types"),
+                                             ({"train_per_type": 0}, "train_per_type"),
+                                             ({"num_templates": 1}, "num_templates")])
+def test_bad_task_arguments(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        make_knowledge_task(**kwargs)
+
+
+# ---------------------------------------------------------------------------------------------- the measure
+def test_edit_fact_and_total_variation():
+    import random
+
+    annotation = {"entities": [{"text": "X", "start": 0, "end": 1, "id": "E1"}],
+                  "triplets": [{"h": "E1", "r": "R_a", "t": "A1"}, {"h": "A2", "r": "R_a", "t": "E1"}]}
+    rng = random.Random(0)
+    relation, new = edit_fact(annotation, 0, "relation", ["R_a", "R_b"], ["A1", "A2", "A3"], rng)
+    assert relation["triplets"][0]["r"] == new == "R_b" and annotation["triplets"][0]["r"] == "R_a"
+    tail, _ = edit_fact(annotation, 0, "tail", ["R_a"], ["A1", "A2", "A3"], rng)
+    assert tail["triplets"][0]["h"] == "E1" and tail["triplets"][0]["t"] in ("A2", "A3")
+    head, _ = edit_fact(annotation, 1, "tail", ["R_a"], ["A1", "A2", "A3"], rng)  # the mention is the tail here
+    assert head["triplets"][1]["t"] == "E1" and head["triplets"][1]["h"] in ("A1", "A3")
+    assert edit_fact(annotation, 0, "relation", ["R_a"], ["A1"], rng) is None
+    assert len(edit_fact(annotation, 0, "remove", [], [], rng)[0]["triplets"]) == 1
+    p = torch.tensor([[1.0, 0.0, 0.0], [0.5, 0.5, 0.0]])
+    q = torch.tensor([[0.0, 1.0, 0.0], [0.5, 0.25, 0.25]])
+    assert total_variation(p, q) == pytest.approx((1.0 + 0.25) / 2)
+
+
+# ---------------------------------------------------------------------------------------------- tiny models
+def _tiny_setup(kind: str, relation_message: str, seed: int = 0, epochs: int = 20, lr: float = 3e-3):
+    task = make_knowledge_task(kind, num_types=3, train_per_type=12, unseen_per_type=10, added_per_type=10,
+                               anchors_per_type=2, sentences_per_entity=2, seed=seed)
+    splits = task.ner_splits()
+    # entity names are left out of the vocabulary: every name reads [UNK], so only the knowledge tells them apart
+    names = {e.name.lower() for e in task.entities}
+    words = sorted({w.lower() for rows in splits.values() for r in rows for w in r["tokens"]} - names)
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *words]
+    tokenizer = BertTokenizerFast(vocab={w: i for i, w in enumerate(vocab)}, do_lower_case=True)
+    processor = KalaProcessor(tokenizer, KnowledgeAssets(kg=task.kg_train))
+    links = [processor.link(" ".join(r["tokens"])).to_dict() for r in splits["train"]]
+    mentions = [m["id"] for link in links for m in link["entities"]]
+    processor.knowledge_assets = KnowledgeAssets.build(mentions, kg=task.kg_train)
+    labels = ["O", *(f"B-{label}" for label in (*task.labels, ANCHOR_LABEL))]
+    torch.manual_seed(seed)
+    assets = processor.knowledge_assets
+    model = KalaForTokenClassification(KalaConfig(
+        encoder_config=tiny_encoder_config(tokenizer), retrieval_mode="relational", kfm_layers=[-1],
+        entity_vocab_size=assets.num_entities, num_relations=assets.num_relations, relation_message=relation_message,
+        knowledge_dropout=0.0, num_labels=len(labels), id2label=dict(enumerate(labels)),
+        label2id={label: i for i, label in enumerate(labels)}))
+    model.set_knowledge_assets(assets)
+    label2id = model.config.label2id
+    features = processor.prepare_ner_features(
+        {"tokens": [r["tokens"] for r in splits["train"]], "knowledge": links,
+         "ner_tags": [[label2id[t] for t in r["ner_tags"]] for r in splits["train"]]})
+    rows = [{k: v[i] for k, v in features.items()} for i in range(len(splits["train"]))]
+    collator = KeplmDataCollator.from_processor(processor, model)
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    generator = torch.Generator().manual_seed(seed)
+    model.train()
+    for _ in range(epochs):
+        for batch_index in torch.randperm(len(rows), generator=generator).split(16):
+            loss = model(**collator([rows[i] for i in batch_index.tolist()])).loss
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+    model.eval()
+    return task, splits, model, processor
+
+
+def test_composed_messages_read_the_relation_and_follow_its_swap():
+    """Types held by the relation: with relation-aware messages an unseen entity is typed from its fact, the
+    prediction follows a swapped relation, and entities added to the KG after training are typed as well."""
+    task, splits, model, processor = _tiny_setup("relation", "composition")
+    assert ner_accuracy(model, processor, task, splits["test_seen"]) >= 0.9
+    assert ner_accuracy(model, processor, task, splits["test_unseen"]) >= 0.9
+    assert follow_rate(model, processor, task, splits["test_unseen"]) >= 0.9
+    report = knowledge_sensitivity(model, processor, [{"tokens": r["tokens"]} for r in splits["test_unseen"]],
+                                   edits=("relation", "remove"))
+    summary = report.summary()
+    assert summary["examples_with_facts"] == len(splits["test_unseen"])
+    assert summary["overall"]["relation"]["flip_rate"] >= 0.5
+    assert summary["overall"]["relation"]["mean_shift"] > 0.3
+    assert set(summary["per_relation"]) == {f"R_{label}" for label in task.labels}
+    change = processor.update_knowledge(task.kg_full, model=model)
+    assert change["entities_added"] == change["added_without_memory_row"] == len(splits["test_added"])
+    assert ner_accuracy(model, processor, task, splits["test_added"]) >= 0.9
+
+
+def test_paper_messages_cannot_read_a_relation_held_type():
+    """KALA eq. 3 sends the neighbour's vector whatever the relation: with every type linked to the same kind of
+    anchor, an unseen entity's type stays at chance and a relation swap changes nothing."""
+    task, splits, model, processor = _tiny_setup("relation", "entity")
+    assert ner_accuracy(model, processor, task, splits["test_unseen"]) < 0.7
+    report = knowledge_sensitivity(model, processor, [{"tokens": r["tokens"]} for r in splits["test_unseen"]],
+                                   edits=("relation",))
+    assert report.summary()["overall"]["relation"]["flip_rate"] == 0.0
+
+
+@pytest.mark.parametrize("relation_message", ["entity", "composition"])
+def test_neighbour_held_types_pass_either_way(relation_message):
+    """The paper's mechanism: an unseen entity gets its type from its neighbour, and follows a swapped anchor."""
+    task, splits, model, processor = _tiny_setup("neighbour", relation_message, seed=1)
+    assert ner_accuracy(model, processor, task, splits["test_unseen"]) >= 0.9
+    assert follow_rate(model, processor, task, splits["test_unseen"]) >= 0.9
+    rng = __import__("random").Random(0)
+    fact, target = retarget_fact(task, splits["test_unseen"][0]["entity"], rng)
+    assert fact[1] == "R_link" and target != task.labels[
+        [e for e in task.entities if e.id == fact[0]][0].type]
+
+
+# ---------------------------------------------------------------------------------------------- user-facing paths
+@pytest.fixture(scope="module")
+def trained_relation_model():
+    return _tiny_setup("relation", "composition", seed=2)
+
+
+def test_check_knowledge_command(tmp_path, trained_relation_model):
+    """``keplm check-knowledge`` on a saved checkpoint and a JSON-lines file: report, per-relation table, plot; with
+    ``--kg`` the user's KG is read (the update is reported)."""
+    from keplm.checks.synthetic import write_jsonl_kg
+    from keplm.cli import main
+
+    task, splits, model, processor = trained_relation_model
+    model.save_pretrained(tmp_path / "model")
+    processor.save_pretrained(tmp_path / "model")
+    data = tmp_path / "data.jsonl"
+    data.write_text("".join(json.dumps({"tokens": r["tokens"]}) + "\n" for r in splits["test_added"]))
+    write_jsonl_kg(str(tmp_path / "full.jsonl"), task, ("anchor", "train", "unseen", "added"))
+    out = tmp_path / "check"
+    main(["check-knowledge", "--model", str(tmp_path / "model"), "--data", str(data), "--kg",
+          f"jsonl:{tmp_path / 'full.jsonl'}", "--edits", "relation", "tail", "--output_dir", str(out)])
+    report = json.loads((out / "knowledge_sensitivity.json").read_text())
+    assert report["examples"] == report["examples_with_facts"] == len(splits["test_added"])
+    assert report["kg_change"]["entities_added"] == len(splits["test_added"])
+    assert report["overall"]["relation"]["flip_rate"] >= 0.5  # the relation holds the type
+    assert report["overall"]["tail"]["mean_shift"] < report["overall"]["relation"]["mean_shift"]
+    assert {r["name"] for r in report["per_relation"].values()} == set(task.relation_names[f"R_{label}"]
+                                                                       for label in task.labels)
+    assert (out / "knowledge_sensitivity.png").stat().st_size > 1000
+    # without --kg the model's own KG has no added entity: nothing to edit, said plainly
+    main(["check-knowledge", "--model", str(tmp_path / "model"), "--data", str(data), "--output_dir", str(out)])
+    assert json.loads((out / "knowledge_sensitivity.json").read_text())["examples_with_facts"] == 0
+
+
+def test_check_knowledge_refuses_a_baseline_and_bad_data(tmp_path, trained_relation_model, tokenizer):
+    from keplm.cli import main
+
+    _, _, model, processor = trained_relation_model
+    with pytest.raises(FileNotFoundError, match="no such file"):
+        main(["check-knowledge", "--model", "x", "--data", str(tmp_path / "none"), "--task", "ner",
+              "--output_dir", str(tmp_path)])
+    baseline = KalaForTokenClassification(KalaConfig(encoder_config=tiny_encoder_config(tokenizer),
+                                                     retrieval_mode="none", num_labels=2))
+    with pytest.raises(ValueError, match="reads no knowledge"):
+        knowledge_sensitivity(baseline, processor, [{"text": "x"}])
+    (tmp_path / "empty.txt").write_text("\n")
+    model.save_pretrained(tmp_path / "model")
+    processor.save_pretrained(tmp_path / "model")
+    with pytest.raises(ValueError, match="holds no text"):
+        main(["check-knowledge", "--model", str(tmp_path / "model"), "--data", str(tmp_path / "empty.txt"),
+              "--output_dir", str(tmp_path / "out")])
+
+
+def test_knowledge_update_is_saved_and_pushed(tmp_path, hub_server, trained_relation_model):
+    """``processor.update_knowledge(kg, model=model)``: the added entities are typed without retraining, a save
+    writes the new KG with its new hash, and a push makes a new Hub revision that loads with it; the old revision
+    still loads the old KG."""
+    from transformers import AutoModelForTokenClassification, AutoProcessor
+
+    task, splits, model, processor = trained_relation_model
+    model.push_to_hub("org/kala-update")
+    first = processor.push_to_hub("org/kala-update").oid
+    old_hash = processor.kg.content_hash()
+    change = processor.update_knowledge(task.kg_full, model=model)
+    assert change["old_kg_hash"] == old_hash != change["new_kg_hash"] == task.kg_full.content_hash()
+    assert model.knowledge_assets is processor.knowledge_assets
+    added = ner_accuracy(model, processor, task, splits["test_added"])
+    assert added >= 0.9
+    model.save_pretrained(tmp_path / "updated")
+    processor.save_pretrained(tmp_path / "updated")
+    assets = json.loads((tmp_path / "updated" / "knowledge" / "assets_config.json").read_text())
+    assert assets["kg_hash"] == change["new_kg_hash"]
+    model.push_to_hub("org/kala-update")
+    processor.push_to_hub("org/kala-update")
+    pulled_model = AutoModelForTokenClassification.from_pretrained("org/kala-update")
+    pulled = AutoProcessor.from_pretrained("org/kala-update")
+    assert pulled.kg.content_hash() == change["new_kg_hash"]
+    assert ner_accuracy(pulled_model, pulled, task, splits["test_added"]) == added
+    assert AutoProcessor.from_pretrained("org/kala-update", revision=first).kg.content_hash() == old_hash
+    with pytest.raises(ValueError, match="KnowledgeGraph or a KG spec"):
+        processor.update_knowledge(42)
