@@ -25,7 +25,7 @@ from transformers import set_seed
 
 from keplm import RoofTransformerForSequenceClassification
 from keplm.data import limit_samples
-from keplm.data.glue import glue_task, load_glue_dataset
+from keplm.data.glue import glue_task, load_glue_dataset, task_of_dataset
 from keplm.tokenization.processing_roof_transformer import knowledge_statistics
 from keplm.training.arguments import (
     DataArguments,
@@ -71,8 +71,10 @@ def main(args: list[str] | None = None) -> dict:
         (ModelArguments, GlueDataArguments, RoofArguments, KeplmTrainingArguments), args)
     setup_logging(training_args)
     set_seed(training_args.seed)
-    task = glue_task(data_args.task_name or data_args.dataset_name)
     raw = load_data(data_args)
+    named = data_args.task_name or data_args.dataset_name
+    # files without a GLUE task name: the task is what the files hold (their text columns and labels)
+    task = glue_task(named) if named is not None else task_of_dataset(raw)
     check_splits(raw, training_args)
     with training_args.main_process_first(desc="knowledge"):
         processor, raw = prepare_roof_knowledge(model_args, roof_args, raw, task.text_columns,

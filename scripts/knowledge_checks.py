@@ -29,24 +29,54 @@ from experiments import model_path, portable, run_queue
 
 ROOT = Path(__file__).resolve().parent.parent
 KALA_SYSTEMS = ("pointwise", "relational")
-#: the systems compared: run-script --system and extra arguments
+#: the systems compared: run-script --system and extra arguments (KALA's run_ner.py / run_qa.py)
 SYSTEMS = {"vanilla": ("vanilla", []), "pointwise": ("pointwise", []), "relational": ("relational", []),
            "relational_paper": ("relational", ["--relation_message", "entity"])}
+#: Roof-Transformer's (run_glue.py): the text encoder alone, the roof, one encoder reading the verbalised facts.
+#: Selection no_tail (paper §3.3): the facts whose head is in the sentence, since a type's anchor never is.
+ROOF_SYSTEMS = {"vanilla": ("bert", []), "roof": ("roof", ["--selection", "no_tail"]),
+                "bert_with_knowledge": ("bert_with_knowledge", ["--selection", "no_tail"])}
 METRICS = ("seen", "unseen", "added", "follow", "follow_added", "shift")
 
 
 def run_command(args, shape: str, task_dir: str, system: str, seed: str, output_dir: str) -> list[str]:
-    script, ext = {"ner": ("run_ner.py", "jsonl"), "qa": ("run_qa.py", "json")}[shape]
+    script, ext = {"ner": ("run_ner.py", "jsonl"), "qa": ("run_qa.py", "json"),
+                   "classification": ("run_glue.py", "jsonl")}[shape]
+    run_system, extra = (ROOF_SYSTEMS if shape == "classification" else SYSTEMS)[system]
     files = {split: f"{task_dir}/{shape}/{name}.{ext}" for split, name in
              (("train", "train"), ("validation", "validation"), ("test", "test_unseen"))}
     cmd = [sys.executable, os.path.join("run_scripts", script), "--model_name_or_path", model_path(args.model),
            "--train_file", files["train"], "--validation_file", files["validation"], "--test_file", files["test"],
-           "--kg", f"jsonl:{task_dir}/kg_train.jsonl", "--system", SYSTEMS[system][0], "--do_train", "--do_eval",
+           "--kg", f"jsonl:{task_dir}/kg_train.jsonl", "--system", run_system, "--do_train", "--do_eval",
            "--do_predict", "--num_train_epochs", args.epochs, "--seed", seed, "--save_strategy", "no",
-           "--report_to", "none", "--disable_tqdm", "1", "--output_dir", output_dir, *SYSTEMS[system][1]]
-    if SYSTEMS[system][0] in KALA_SYSTEMS:
+           "--report_to", "none", "--disable_tqdm", "1", "--output_dir", output_dir, *extra]
+    if run_system in KALA_SYSTEMS:
         cmd += args.extra or []
     return cmd
+
+
+def score_classification(run_dir: str, task_dir: str, seed: int) -> dict:
+    """Accuracy on the three test splits (``added``: after the KG update) and the relation edit's shift."""
+    from transformers import AutoModelForSequenceClassification, AutoProcessor
+
+    import keplm  # noqa: F401  (registers the Auto classes)
+    from keplm.checks.counterfactual import knowledge_sensitivity
+    from keplm.checks.scoring import classification_accuracy
+    from keplm.knowledge.loaders import load_kg
+
+    rows = {split: [json.loads(line) for line in open(f"{task_dir}/classification/{split}.jsonl", encoding="utf-8")]
+            for split in ("test_seen", "test_unseen", "test_added")}
+    model = AutoModelForSequenceClassification.from_pretrained(run_dir)
+    processor = AutoProcessor.from_pretrained(run_dir)
+    out = {"seen": classification_accuracy(model, processor, rows["test_seen"]),
+           "unseen": classification_accuracy(model, processor, rows["test_unseen"])}
+    if model.config.uses_knowledge:
+        report = knowledge_sensitivity(model, processor, rows["test_unseen"][:60], task="classification",
+                                       edits=("relation",), seed=seed)
+        out["shift"] = report.summary()["overall"].get("relation", {}).get("mean_shift")
+        out["kg_update"] = processor.update_knowledge(load_kg(f"jsonl:{task_dir}/kg_full.jsonl"), model=model)
+    out["added"] = classification_accuracy(model, processor, rows["test_added"])
+    return out
 
 
 def score_qa(run_dir: str, task_dir: str, seed: int) -> dict:
@@ -127,9 +157,12 @@ def table(results: list[dict]) -> str:
 
 def main(argv: list[str] | None = None) -> list[dict]:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--tasks", nargs="+", default=["ner"], choices=["ner", "qa"], help="task shapes to train")
+    parser.add_argument("--tasks", nargs="+", default=["ner"], choices=["ner", "qa", "classification"],
+                        help="task shapes: ner and qa train KALA (run_ner.py, run_qa.py), classification trains "
+                             "Roof-Transformer (run_glue.py; systems vanilla = bert, roof, bert_with_knowledge)")
     parser.add_argument("--kinds", nargs="+", default=["neighbour", "relation"])
-    parser.add_argument("--systems", nargs="+", default=["vanilla", "relational"], choices=list(SYSTEMS), help=(
+    parser.add_argument("--systems", nargs="+", default=["vanilla", "relational"],
+                        choices=sorted({*SYSTEMS, *ROOF_SYSTEMS}), help=(
         "run-script systems; 'relational_paper' is relational with KALA's eq. 3 (--relation_message entity)"))
     parser.add_argument("--seeds", nargs="+", default=["1", "2", "3"])
     parser.add_argument("--epochs", default="2")
@@ -148,7 +181,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
             task_dir = os.path.join(args.output_dir, "data", f"{kind}-seed{seed}")
             make_knowledge_task(kind, seed=int(seed), **task_kwargs).write(task_dir)
             for shape in args.tasks:
-                for system in args.systems:
+                for system in (s for s in args.systems if s in (ROOF_SYSTEMS if shape == "classification"
+                                                                 else SYSTEMS)):
                     run_dir = os.path.join(args.output_dir, f"{shape}-{kind}-seed{seed}", system)
                     name = f"{shape}/{kind}/seed{seed}/{system}"
                     jobs.append((name, run_command(args, shape, task_dir, system, seed, run_dir), f"{run_dir}.log"))
@@ -157,7 +191,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     durations = run_queue(jobs, args.jobs)
     results = []
     for run in runs:
-        scorer = score if run["shape"] == "ner" else score_qa
+        scorer = {"ner": score, "qa": score_qa, "classification": score_classification}[run["shape"]]
         scores = scorer(run["run_dir"], run["task_dir"], run["seed"])
         results.append({**{k: run[k] for k in ("shape", "kind", "seed", "system")}, "scores": scores,
                         "wall_s": durations.get(run["name"])})

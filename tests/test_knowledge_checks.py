@@ -269,3 +269,39 @@ def test_knowledge_update_is_saved_and_pushed(tmp_path, hub_server, trained_rela
     assert AutoProcessor.from_pretrained("org/kala-update", revision=first).kg.content_hash() == old_hash
     with pytest.raises(ValueError, match="KnowledgeGraph or a KG spec"):
         processor.update_knowledge(42)
+
+
+def test_facts_read_by_each_processor(tokenizer, kg, assets):
+    """The counterfactual measure edits what the model reads: KALA the annotation's facts; Roof-Transformer the KG
+    triples it selects for the passage (head linked; has_tail: tail linked too), fed back through its triples
+    column."""
+    from keplm.tokenization.processing_roof_transformer import TRIPLES_COLUMN, RoofTransformerProcessor
+
+    text = "paris is a city in france"
+    kala = KalaProcessor(tokenizer, assets)
+    annotation = kala.link(text).to_dict()
+    assert kala.facts_read(annotation) == (annotation["triplets"], None)
+    for selection, expected in (("no_tail", {("Q90", "P17", "Q142"), ("Q90", "P31", "Q515")}),
+                                ("has_tail", {("Q90", "P17", "Q142"), ("Q90", "P31", "Q515")})):
+        roof = RoofTransformerProcessor(tokenizer, KnowledgeAssets(kg=kg), selection=selection)
+        facts, column = roof.facts_read(roof.link(text).to_dict())
+        assert column == TRIPLES_COLUMN and {(f["h"], f["r"], f["t"]) for f in facts} == expected
+    roof = RoofTransformerProcessor(tokenizer, KnowledgeAssets(kg=kg), selection="has_tail")
+    facts, _ = roof.facts_read(roof.link("paris is nice").to_dict())
+    assert facts == []  # neither tail is in the passage
+
+
+def test_glue_files_without_a_task_name_make_their_own_task(tmp_path):
+    import datasets
+
+    from keplm.data.glue import load_glue_dataset, task_of_dataset
+
+    for split in ("train", "validation"):
+        (tmp_path / f"{split}.jsonl").write_text("".join(
+            json.dumps({"sentence": f"s {i}", "label": i % 3}) + "\n" for i in range(6)))
+    raw = load_glue_dataset(None, train_file=str(tmp_path / "train.jsonl"),
+                            validation_file=str(tmp_path / "validation.jsonl"))
+    task = task_of_dataset(raw)
+    assert task.text_columns == ("sentence",) and task.num_labels == 3 and task.metric == "sst2"
+    with pytest.raises(ValueError, match="no text column"):
+        task_of_dataset(datasets.DatasetDict({"train": datasets.Dataset.from_dict({"x": ["a"]})}))

@@ -99,7 +99,8 @@ class _NerAdapter(_Adapter):
         return {"tokens": list(words), "knowledge": self.processor.link(" ".join(words)).to_dict()}
 
     def features(self, example: dict) -> list[dict]:
-        out = self.processor.prepare_ner_features({"tokens": [example["tokens"]], "knowledge": [example["knowledge"]]},
+        out = self.processor.prepare_ner_features({"tokens": [example["tokens"]], "knowledge": [example["knowledge"]],
+                                                   **_fact_column(example)},
                                                   label_column=None, max_length=self.max_length)
         return [{k: v[0] for k, v in out.items()}]
 
@@ -123,7 +124,7 @@ class _ClassificationAdapter(_Adapter):
 
     def features(self, example: dict) -> list[dict]:
         out = self.processor.prepare_pair_features({"sentence": [example["sentence"]],
-                                                    "knowledge": [example["knowledge"]]},
+                                                    "knowledge": [example["knowledge"]], **_fact_column(example)},
                                                    text_columns=("sentence",), label_column=None,
                                                    annotation_columns=("knowledge",), max_length=self.max_length)
         return [{k: v[0] for k, v in out.items() if not k.startswith("num_")}]
@@ -140,7 +141,8 @@ class _QaAdapter(_Adapter):
 
     def features(self, example: dict) -> list[dict]:
         out = self.processor.prepare_qa_features(
-            {key: [example[key]] for key in ("id", "question", "context", "knowledge", "question_knowledge")},
+            {**{key: [example[key]] for key in ("id", "question", "context", "knowledge", "question_knowledge")},
+             **_fact_column(example)},
             max_length=self.max_length, doc_stride=min(128, self.max_length // 2), training=False)
         keep = [k for k in out if k not in ("offset_mapping", "example_id")]
         return [{k: out[k][i] for k in keep} for i in range(len(out["input_ids"]))]
@@ -150,6 +152,15 @@ class _QaAdapter(_Adapter):
         start = outputs.start_logits[feature_index][mask].float().softmax(-1)
         end = outputs.end_logits[feature_index][mask].float().softmax(-1)
         return torch.stack([start, end])
+
+
+def _fact_column(example: dict) -> dict:
+    """The facts as the feature column the processor reads them from, when that is not the annotation
+    (``KeplmProcessor.facts_read``)."""
+    column = example.get("fact_column")
+    if column is None:
+        return {}
+    return {column: [[[f["h"], f["r"], f["t"]] for f in example["knowledge"]["triplets"]]]}
 
 
 _ADAPTERS = {"ner": _NerAdapter, "classification": _ClassificationAdapter, "qa": _QaAdapter}
@@ -211,9 +222,11 @@ def knowledge_sensitivity(model, processor, examples: list[dict], task: str = "n
     """Edit each example's facts one at a time and compare the model's predictions (see the module docstring).
 
     ``examples``: dicts with ``text`` or ``tokens`` (NER), ``sentence``/``text`` (classification), ``question`` and
-    ``context`` (QA). Replacement relations are the relation vocabulary's (those the model has embeddings for);
-    replacement entities are those with an entity-memory row where the model has one, else the KG's. ``progress``:
-    an optional wrapper of the example iterator (e.g. a tqdm factory).
+    ``context`` (QA). The facts edited are those the processor says its model reads (``facts_read``: the
+    annotation's, or the KG triples a processor selects itself). Replacement relations are the relation
+    vocabulary's (those the model has embeddings for), else the KG's; replacement entities are those with an
+    entity-memory row where the model has one, else the KG's. ``progress``: an optional wrapper of the example
+    iterator (e.g. a tqdm factory).
     """
     if task not in _ADAPTERS:
         raise ValueError(f"task must be one of {TASKS}, got {task!r}")
@@ -238,6 +251,7 @@ def knowledge_sensitivity(model, processor, examples: list[dict], task: str = "n
     for number, example in enumerate(iterator):
         linked = adapter.link(example)
         annotation = linked["knowledge"]
+        annotation["triplets"], linked["fact_column"] = processor.facts_read(annotation)
         mentioned = {m.get("id") for m in annotation.get("entities", []) if m.get("id") is not None}
         facts = [i for i, f in enumerate(annotation.get("triplets", [])) if f["h"] in mentioned or f["t"] in mentioned]
         if not facts:

@@ -93,7 +93,7 @@ def follow_rate(model, processor, task: KnowledgeTask, rows: list[dict], seed: i
     return sum(p == t for p, t in zip(predicted, targets)) / max(1, len(rows))
 
 
-def qa_accuracy(model, processor, rows: list[dict], max_length: int = 128) -> float:
+def qa_accuracy(model, processor, rows: list[dict], max_length: int = 256, doc_stride: int = 64) -> float:
     """Share of QA rows whose predicted answer is exactly the gold entity name (the stock-style QA pipeline)."""
     from transformers import pipeline
 
@@ -102,9 +102,23 @@ def qa_accuracy(model, processor, rows: list[dict], max_length: int = 128) -> fl
     qa = pipeline(QA_TASK, model=model, processor=processor)
     hits = 0
     for row in rows:
-        answer = qa(question=row["question"], context=row["context"], max_length=max_length)
+        answer = qa(question=row["question"], context=row["context"], max_length=max_length, doc_stride=doc_stride)
         hits += answer["answer"].strip() == row["answers"]["text"][0]
     return hits / max(1, len(rows))
 
 
-__all__ = ["follow_rate", "ner_accuracy", "ner_type_predictions", "qa_accuracy", "retarget_fact"]
+def classification_accuracy(model, processor, rows: list[dict], batch_size: int = 32) -> float:
+    """Share of ``{"sentence", "label"}`` rows classified as their label (the keplm text-classification pipeline)."""
+    from transformers import pipeline
+
+    from keplm.pipelines import CLASSIFICATION_TASK
+
+    classify = pipeline(CLASSIFICATION_TASK, model=model, processor=processor)
+    predictions = classify([r["sentence"] for r in rows], batch_size=batch_size)
+    label2id = model.config.label2id
+    return sum(label2id.get(p["label"], -1) == int(r["label"]) or p["label"] == str(r["label"])
+               for p, r in zip(predictions, rows)) / max(1, len(rows))
+
+
+__all__ = ["classification_accuracy", "follow_rate", "ner_accuracy", "ner_type_predictions", "qa_accuracy",
+           "retarget_fact"]

@@ -42,7 +42,7 @@ from keplm.io_utils import open_text
 from .splits import SPLITS, find_split_files, limit_samples, resolve_data_file, split_of_file
 
 __all__ = ["GlueTask", "GLUE_TASKS", "GLUE_HUB_ID", "glue_task", "glue_features", "load_glue_dataset",
-           "read_glue_task_dir"]
+           "read_glue_task_dir", "task_of_dataset"]
 
 #: the Hub dataset a bare task name is loaded from when no local folder is given
 GLUE_HUB_ID = "nyu-mll/glue"
@@ -57,6 +57,7 @@ class GlueTask:
     directory: str
     text_columns: tuple[str, ...]
     label_names: tuple[str, ...] | None  # None: regression (STS-B)
+    metric_config: str | None = None  # the GLUE metric config it is scored with (default: its name)
 
     @property
     def is_regression(self) -> bool:
@@ -68,7 +69,7 @@ class GlueTask:
 
     @property
     def metric(self) -> str:
-        return self.name
+        return self.metric_config or self.name
 
 
 GLUE_TASKS: dict[str, GlueTask] = {
@@ -88,6 +89,19 @@ def glue_task(name: str | GlueTask) -> GlueTask:
     if key not in GLUE_TASKS:
         raise ValueError(f"unknown GLUE task {name!r}; expected one of {sorted(GLUE_TASKS)}")
     return GLUE_TASKS[key]
+
+
+def task_of_dataset(dataset_dict: datasets.DatasetDict, name: str = "custom") -> GlueTask:
+    """The task of GLUE-like data loaded from files without a task name: its text columns (``sentence``, or
+    ``sentence1`` and ``sentence2``) and label names as loaded, scored like SST-2 (accuracy) or, for float labels,
+    like STS-B (Pearson / Spearman)."""
+    first = next(iter(dataset_dict.values()))
+    columns = tuple(c for c in ("sentence", "sentence1", "sentence2") if c in first.column_names)
+    if not columns:
+        raise ValueError(f"no text column (sentence, or sentence1 and sentence2) in {first.column_names}")
+    label = first.features.get("label")
+    names = tuple(label.names) if isinstance(label, datasets.ClassLabel) else None
+    return GlueTask(name, name, columns, names, metric_config="sst2" if names is not None else "stsb")
 
 
 def glue_features(task: GlueTask | str | None = None, text_columns: Sequence[str] | None = None,

@@ -141,7 +141,9 @@ class KnowledgeAssets:
         new_facts = set(kg.fact_ids())
         added = sorted(new_entities - old_entities)
         known_relations = set(self.relation_vocab)
-        unknown_relation_facts = [f for f in new_facts if f[1] not in known_relations]
+        # a vocabulary of the reserved ids alone: a model without relation embeddings (e.g. one reading names)
+        has_relations = len(self.relation_vocab) > 2
+        unknown_relation_facts = [f for f in new_facts if has_relations and f[1] not in known_relations]
         return {
             "entities_added": len(added), "entities_removed": len(old_entities - new_entities),
             "facts_added": len(new_facts - old_facts), "facts_removed": len(old_facts - new_facts),

@@ -438,6 +438,13 @@ class RoofTransformerProcessor(KeplmProcessor):
                              "pass KnowledgeAssets(kg=kg), or precomputed triple lists")
         return name_triples(self.kg, select_triples(self.kg, passage_entity_ids(annotations), self.selection))
 
+    def facts_read(self, annotation: dict) -> tuple[list[dict], str | None]:
+        """The KG's triples selected for a passage (by id), read from the ``knowledge_triples`` column, whatever
+        facts the annotation carries: Roof selects from the KG, not from the annotation."""
+        rows = select_triples(self.kg, passage_entity_ids([as_annotation(annotation)]), self.selection)
+        ents, rels = self.kg.entity_ids, self.kg.relation_ids
+        return [{"h": ents[h], "r": rels[r], "t": ents[t]} for h, r, t in rows], TRIPLES_COLUMN
+
     def build_knowledge(self, triples: Sequence[KnowledgeTriple], max_knowledge_length: int | None = None
                         ) -> KnowledgeInput:
         """Verbalise and fit named triples (in order) into the knowledge budget."""

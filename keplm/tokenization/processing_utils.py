@@ -188,6 +188,12 @@ class KeplmProcessor:
                          for mention, (first, last) in zip(annotation.entities, token_spans) if first >= 0)
         return spans
 
+    def facts_read(self, annotation: dict) -> tuple[list[dict], str | None]:
+        """The facts ``{"h", "r", "t"}`` (KG ids) the model reads for a text with this annotation, and the feature
+        column that carries them when they are not the annotation's own (None: the annotation's ``triplets``).
+        What :mod:`keplm.checks.counterfactual` edits."""
+        return list(annotation.get("triplets") or []), None
+
     def knowledge_features(self, offsets, masks, annotations) -> dict:
         """The knowledge inputs of one feature (none in the base class); see :meth:`mention_spans`."""
         return {}
