@@ -131,9 +131,11 @@ class KnowledgeArguments(LinkingArguments):
         metadata={"help": "Initialise the entity memory with the encoder's mean mention states (KALA appendix B.1)."},
     )
     knowledge_learning_rate: float | None = field(
-        default=None,
-        metadata={"help": "Learning rate of KALA's knowledge modules (entity memory, KFM, relational retrieval); "
-                  "default: --learning_rate."},
+        default=5e-4,
+        metadata={"help": "Learning rate of KALA's knowledge modules (entity memory, KFM, relational retrieval), "
+                  "which start from random weights: at the encoder's rate they barely move in a short fine-tuning "
+                  "and the model ignores its KG (docs/knowledge_checks.md). 0: --learning_rate. Knowledge systems "
+                  "only."},
     )
     graph_pad_to_multiple_of: int | None = field(
         default=None,
@@ -178,7 +180,10 @@ class KnowledgeArguments(LinkingArguments):
 
     def parameter_group_options(self) -> dict:
         """The KALA model's training options (``KalaPreTrainedModel.parameter_groups``) set on the command line."""
-        return {"knowledge_learning_rate": self.knowledge_learning_rate,
+        knowledge_lr = self.knowledge_learning_rate
+        if not self.uses_knowledge or (knowledge_lr is not None and knowledge_lr <= 0):
+            knowledge_lr = None  # the encoder's rate; a baseline has no knowledge modules to give a rate
+        return {"knowledge_learning_rate": knowledge_lr,
                 "entity_memory_optimizer": self.entity_memory_optimizer,
                 "entity_memory_learning_rate": self.entity_memory_learning_rate,
                 "knowledge_warmup_steps": self.knowledge_warmup_steps}
