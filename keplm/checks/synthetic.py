@@ -90,6 +90,7 @@ class KnowledgeTask:
     ner_templates: list[str]
     seed: int
     sentences_per_entity: int = 3
+    qa_contexts_per_entity: int = 8
     informative: dict[str, tuple[str, str, str]] = field(default_factory=dict)  # entity id -> its typing fact
 
     # ------------------------------------------------------------------ knowledge graphs
@@ -147,10 +148,12 @@ class KnowledgeTask:
         return splits
 
     # ------------------------------------------------------------------ QA
-    def qa_splits(self, contexts_per_entity: int = 2) -> dict[str, list[dict]]:
+    def qa_splits(self, contexts_per_entity: int | None = None) -> dict[str, list[dict]]:
         """SQuAD-format rows: a context names one entity of each of three types and an anchor, the question asks
         for the entity of one type (``"Which one is a <label> ?"``), the answer is that entity's name. Splits as
-        :meth:`ner_splits` (all entities of a context from one group)."""
+        :meth:`ner_splits` (all entities of a context from one group); each training entity is in
+        ``contexts_per_entity`` training contexts (default: the task's ``qa_contexts_per_entity``)."""
+        contexts_per_entity = contexts_per_entity or self.qa_contexts_per_entity
         rng = random.Random(self.seed + 2)
         anchors = self.group("anchor")
         splits: dict[str, list[dict]] = {}
@@ -216,6 +219,7 @@ class KnowledgeTask:
                        "entities": [vars(e) for e in self.entities], "facts": [list(f) for f in self.facts],
                        "relation_names": self.relation_names, "ner_templates": self.ner_templates,
                        "sentences_per_entity": self.sentences_per_entity,
+                       "qa_contexts_per_entity": self.qa_contexts_per_entity,
                        "informative": {k: list(v) for k, v in self.informative.items()}}, f, indent=1)
         paths["task"] = os.path.join(directory, "task.json")
         return paths
@@ -239,7 +243,7 @@ def load_knowledge_task(directory: str | os.PathLike) -> KnowledgeTask:
         data = json.load(f)
     return KnowledgeTask(data["kind"], data["labels"], [TaskEntity(**e) for e in data["entities"]],
                          [tuple(f) for f in data["facts"]], data["relation_names"], data["ner_templates"],
-                         data["seed"], data["sentences_per_entity"],
+                         data["seed"], data["sentences_per_entity"], data.get("qa_contexts_per_entity", 8),
                          {k: tuple(v) for k, v in data["informative"].items()})
 
 
@@ -267,6 +271,7 @@ def make_knowledge_task(
     noise_facts: int = 0,
     sentences_per_entity: int = 3,
     num_templates: int = 6,
+    qa_contexts_per_entity: int = 8,
     seed: int = 0,
 ) -> KnowledgeTask:
     """A synthetic task whose entity types live in the KG only (see the module docstring).
@@ -315,7 +320,7 @@ def make_knowledge_task(
         facts.extend((entity.id, "R_noise", rng.choice(anchors).id) for _ in range(noise_facts))
     templates = rng.sample(NER_TEMPLATES, num_templates)
     return KnowledgeTask(kind, labels, entities, facts, relation_names, templates, seed, sentences_per_entity,
-                         informative)
+                         qa_contexts_per_entity, informative)
 
 
 __all__ = ["ANCHOR_LABEL", "KINDS", "KnowledgeTask", "TaskEntity", "load_knowledge_task", "make_knowledge_task",
