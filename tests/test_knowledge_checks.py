@@ -305,3 +305,47 @@ def test_glue_files_without_a_task_name_make_their_own_task(tmp_path):
     assert task.text_columns == ("sentence",) and task.num_labels == 3 and task.metric == "sst2"
     with pytest.raises(ValueError, match="no text column"):
         task_of_dataset(datasets.DatasetDict({"train": datasets.Dataset.from_dict({"x": ["a"]})}))
+
+
+def test_roof_transformer_reads_the_verbalised_relation_and_follows_its_swap():
+    """A tiny Roof-Transformer on relation-held types (names all [UNK], the relations' words known): unseen entities
+    are classified from their verbalised fact, and a swapped relation flips the prediction."""
+    from keplm import RoofTransformerConfig, RoofTransformerForSequenceClassification
+    from keplm.checks.scoring import classification_accuracy
+    from keplm.tokenization.processing_roof_transformer import RoofTransformerProcessor
+
+    task = make_knowledge_task("relation", num_types=3, train_per_type=20, unseen_per_type=10, added_per_type=10,
+                               anchors_per_type=2, sentences_per_entity=3, seed=4)
+    splits = task.classification_splits()
+    names = {e.name.lower() for e in task.entities}
+    words = {w.lower() for rows in splits.values() for r in rows for w in r["sentence"].split()}
+    words |= {w for name in task.relation_names.values() for w in name.split()}
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *sorted(words - names)]
+    tokenizer = BertTokenizerFast(vocab={w: i for i, w in enumerate(vocab)}, do_lower_case=True)
+    processor = RoofTransformerProcessor(tokenizer, KnowledgeAssets(kg=task.kg_train), selection="no_tail",
+                                         max_knowledge_length=24)
+    torch.manual_seed(0)
+    model = RoofTransformerForSequenceClassification(RoofTransformerConfig(
+        encoder_config=tiny_encoder_config(tokenizer), max_knowledge_length=24, fusion_layers=1, num_labels=3,
+        id2label=dict(enumerate(task.labels)), label2id={label: i for i, label in enumerate(task.labels)}))
+    model.set_knowledge_assets(processor.knowledge_assets)
+    train = splits["train"]
+    features = processor.prepare_pair_features({"sentence": [r["sentence"] for r in train],
+                                                "label": [r["label"] for r in train]},
+                                               text_columns=("sentence",), max_length=24)
+    rows = [{k: v[i] for k, v in features.items() if not k.startswith("num_")} for i in range(len(train))]
+    collator = KeplmDataCollator.from_processor(processor, model)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    generator = torch.Generator().manual_seed(0)
+    model.train()
+    for _ in range(30):
+        for index in torch.randperm(len(rows), generator=generator).split(16):
+            model(**collator([rows[i] for i in index.tolist()])).loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+    model.eval()
+    assert classification_accuracy(model, processor, splits["test_unseen"]) >= 0.9
+    report = knowledge_sensitivity(model, processor, [{"sentence": r["sentence"]} for r in splits["test_unseen"]],
+                                   task="classification", edits=("relation", "tail"))
+    summary = report.summary()["overall"]
+    assert summary["relation"]["flip_rate"] >= 0.5 > summary["tail"]["flip_rate"]
