@@ -50,6 +50,8 @@ def run_command(args, shape: str, task_dir: str, system: str, seed: str, output_
            "--kg", f"jsonl:{task_dir}/kg_train.jsonl", "--system", run_system, "--do_train", "--do_eval",
            "--do_predict", "--num_train_epochs", args.epochs, "--seed", seed, "--save_strategy", "no",
            "--report_to", "none", "--disable_tqdm", "1", "--output_dir", output_dir, *extra]
+    if shape == "qa":  # the contexts are two short sentences: 128 tokens hold them whole
+        cmd += ["--max_seq_length", "128", "--doc_stride", "32"]
     if run_system in KALA_SYSTEMS:
         cmd += args.extra or []
     return cmd
@@ -196,7 +198,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
         scores = scorer(run["run_dir"], run["task_dir"], run["seed"])
         results.append({**{k: run[k] for k in ("shape", "kind", "seed", "system")}, "scores": scores,
                         "wall_s": durations.get(run["name"])})
-    summary = {"settings": portable({"epochs": args.epochs, "model": args.model, "task": task_kwargs,
+    summary = {"date": time.strftime("%Y-%m-%d"),
+               "device": f"CPU, {os.cpu_count()} cores, {args.jobs} run(s) at a time",
+               "settings": portable({"epochs": args.epochs, "model": args.model, "task": task_kwargs,
                                      "extra": args.extra or []}),
                "command": ["python", "scripts/knowledge_checks.py", *(argv if argv is not None else sys.argv[1:])],
                "results": results}
