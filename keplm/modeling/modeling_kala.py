@@ -359,8 +359,11 @@ def entity_dropout(node_entity_ids: torch.Tensor, entity_token_map: torch.Tensor
     """Training only (beyond the paper): each mentioned node reads the null row with probability ``p``, as an entity
     unseen in training does, so the model also learns to represent a mention from its KG neighbours and relations
     instead of only memorising its own row. Nodes that are only neighbours keep their rows."""
-    mentioned = torch.zeros_like(node_entity_ids, dtype=torch.bool)
-    mentioned[entity_token_map[entity_token_map >= 0]] = True
+    num_nodes = node_entity_ids.shape[0]
+    # a scatter into an extra slot for tokens outside mentions: no data-dependent shape (torch.compile)
+    slots = torch.where(entity_token_map >= 0, entity_token_map, num_nodes).reshape(-1)
+    mentioned = torch.zeros(num_nodes + 1, dtype=torch.bool, device=node_entity_ids.device).index_fill(
+        0, slots, True)[:num_nodes]
     dropped = mentioned & (torch.rand(node_entity_ids.shape, device=node_entity_ids.device) < p)
     node_entity_ids = node_entity_ids.masked_fill(dropped, 0)
     return node_entity_ids, node_entity_ids != 0
