@@ -119,6 +119,12 @@ class KnowledgeArguments(LinkingArguments):
                   "the neighbour's vector only, the relation weighs it). docs/knowledge_checks.md has the "
                   "measurements."},
     )
+    entity_dropout: float = field(
+        default=0.3,
+        metadata={"help": "In training, the share of mentioned entities that read the null row as unseen ones do, so "
+                  "the model learns to represent a mention from its KG neighbours (keplm's default; the paper has "
+                  "0)."},
+    )
     entity_min_count: int = field(
         default=1, metadata={"help": "Entities mentioned fewer times in training are treated as unseen (null)."}
     )

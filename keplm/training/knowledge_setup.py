@@ -53,6 +53,7 @@ def system_config(knowledge_args: KnowledgeArguments, task: str) -> dict:
     kfm_layers = knowledge_args.kfm_layers or DEFAULT_KFM_LAYERS[task]
     return {"retrieval_mode": knowledge_args.system, "num_extra_layers": 0, "kfm_layers": list(kfm_layers),
             "sparse_entity_memory": knowledge_args.sparse_entity_memory,
+            "entity_dropout": knowledge_args.entity_dropout,
             **({"relation_message": knowledge_args.relation_message} if knowledge_args.system == "relational" else {})}
 
 
