@@ -271,6 +271,28 @@ def test_knowledge_update_is_saved_and_pushed(tmp_path, hub_server, trained_rela
         processor.update_knowledge(42)
 
 
+def test_run_script_kg_updates_a_checkpoint(tmp_path, trained_relation_model):
+    """``run_ner.py --model_name_or_path <keplm checkpoint> --kg <new KG> --do_predict``: the checkpoint predicts with
+    the new graph, without retraining (the entities added to it are typed); without ``--kg`` they are not."""
+    from keplm.checks.synthetic import write_jsonl_kg
+
+    from .test_run_scripts import load_script
+
+    task, splits, model, processor = trained_relation_model
+    model.save_pretrained(tmp_path / "model")
+    processor.save_pretrained(tmp_path / "model")
+    test = tmp_path / "added.jsonl"
+    test.write_text("".join(json.dumps({"tokens": r["tokens"], "ner_tags": r["ner_tags"]}) + "\n"
+                            for r in splits["test_added"]))
+    write_jsonl_kg(str(tmp_path / "full.jsonl"), task, ("anchor", "train", "unseen", "added"))
+    run_ner = load_script("run_ner")
+    common = ["--model_name_or_path", str(tmp_path / "model"), "--test_file", str(test), "--do_predict",
+              "--report_to", "none", "--per_device_eval_batch_size", "16"]
+    before = run_ner.main([*common, "--output_dir", str(tmp_path / "before")])
+    after = run_ner.main([*common, "--output_dir", str(tmp_path / "after"), "--kg", f"jsonl:{tmp_path / 'full.jsonl'}"])
+    assert after["predict_f1"] >= 0.9 and before["predict_f1"] < 0.5 and after["predict_linked_share"] == 1.0
+
+
 def test_facts_read_by_each_processor(tokenizer, kg, assets):
     """The counterfactual measure edits what the model reads: KALA the annotation's facts; Roof-Transformer the KG
     triples it selects for the passage (head linked; has_tail: tail linked too), fed back through its triples

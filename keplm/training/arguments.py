@@ -94,7 +94,9 @@ class KnowledgeArguments(LinkingArguments):
     )
     kg: str | None = field(
         default=None,
-        metadata={"help": "Knowledge graph spec for keplm.knowledge.load_kg, e.g. 'fb15k237:<dir>' or 'trex:<dir>'."},
+        metadata={"help": "Knowledge graph spec for keplm.knowledge.load_kg, e.g. 'fb15k237:<dir>' or 'trex:<dir>'. "
+                  "With a keplm checkpoint: a knowledge update without retraining (the checkpoint's vocabularies, "
+                  "this graph; processor.update_knowledge)."},
     )
     annotation_files: list[str] | None = field(
         default=None,
@@ -297,7 +299,7 @@ class RoofArguments(LinkingArguments):
     )
     kg: str | None = field(default=None, metadata={
         "help": "Knowledge graph spec for keplm.knowledge.load_kg, e.g. 'trex:../shared/data/lama' or "
-                "'fb15k237:<dir>+trex:<dir>'."})
+                "'fb15k237:<dir>+trex:<dir>'. With a keplm checkpoint: a knowledge update without retraining."})
     triple_files: list[str] | None = field(
         default=None,
         metadata={"help": "Precomputed triple lists per split as SPLIT=PATH (JSON {example id: [[h, r, t], ...]}), "

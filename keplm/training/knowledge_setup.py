@@ -65,9 +65,13 @@ def prepare_processor(model_args: ModelArguments, knowledge_args: KnowledgeArgum
     hub = model_args.hub_kwargs()
     if is_keplm_checkpoint(path, **hub):
         logger.info("%s is a keplm checkpoint: using its tokenizer, vocabularies and KG", path)
-        if knowledge_args.kg:
-            logger.warning("--kg is ignored: the checkpoint %s brings its own knowledge graph", path)
-        return KeplmProcessor.from_pretrained(path, **hub)
+        processor = KeplmProcessor.from_pretrained(path, **hub)
+        if knowledge_args.kg and knowledge_args.knowledge != "none":
+            # a knowledge update without retraining: same vocabularies, the new graph (build_model gives the model
+            # the same assets); new entities are read as unseen, through their facts
+            logger.info("--kg %s replaces the checkpoint's knowledge graph", knowledge_args.kg)
+            processor.update_knowledge(load_kg(knowledge_args.kg))
+        return processor
     tokenizer = AutoTokenizer.from_pretrained(path, **hub)
     linker_kwargs = knowledge_args.linker_kwargs(max_neighbors_per_entity=knowledge_args.max_neighbors_per_entity)
     if knowledge_args.knowledge == "link" and not knowledge_args.kg:
@@ -190,11 +194,15 @@ def featurize(dataset, featurizer: Featurizer, num_proc: int | None = None, over
 # ---------------------------------------------------------------------------------------------- model
 def build_model(model_class, model_args: ModelArguments, knowledge_args: KnowledgeArguments,
                 processor: KeplmProcessor, task: str, **config_kwargs):
-    """A KALA model around ``model_name_or_path`` (a base encoder), or the keplm checkpoint itself."""
+    """A KALA model around ``model_name_or_path`` (a base encoder), or the keplm checkpoint itself (with the
+    processor's assets when ``--kg`` updated its knowledge graph)."""
     path = model_args.model_name_or_path
     hub = model_args.hub_kwargs()
     if is_keplm_checkpoint(path, **hub):
-        return model_class.from_pretrained(path, **hub, **config_kwargs)
+        model = model_class.from_pretrained(path, **hub, **config_kwargs)
+        if knowledge_args.kg and getattr(model, "knowledge_assets", None) is not None:
+            model.set_knowledge_assets(processor.knowledge_assets)  # prepare_processor's knowledge update
+        return model
     system = system_config(knowledge_args, task)
     assets = processor.knowledge_assets if system["retrieval_mode"] != "none" else None
     return model_class.from_base_pretrained(path, knowledge_assets=assets, **system,
@@ -215,8 +223,9 @@ def prepare_roof_knowledge(model_args: ModelArguments, roof_args, raw, text_colu
     path = model_args.model_name_or_path
     if is_keplm_checkpoint(path, **model_args.hub_kwargs()):
         processor = KeplmProcessor.from_pretrained(path, **model_args.hub_kwargs())
-        if roof_args.kg:
-            logger.warning("--kg is ignored: the checkpoint %s brings its own knowledge graph", path)
+        if roof_args.kg and roof_args.uses_knowledge:  # a knowledge update without retraining (prepare_processor)
+            logger.info("--kg %s replaces the checkpoint's knowledge graph", roof_args.kg)
+            processor.update_knowledge(load_kg(roof_args.kg))
     else:
         kg = None
         if roof_args.uses_knowledge and roof_args.kg:
@@ -251,6 +260,8 @@ def build_roof_model(model_class, model_args: ModelArguments, roof_args, process
     path = model_args.model_name_or_path
     if is_keplm_checkpoint(path, **model_args.hub_kwargs()):
         model = model_class.from_pretrained(path, **model_args.hub_kwargs())
+        if roof_args.kg and getattr(model, "knowledge_assets", None) is not None:
+            model.set_knowledge_assets(processor.knowledge_assets)  # prepare_roof_knowledge's knowledge update
     else:
         assets = processor.knowledge_assets if roof_args.system == "roof" else None
         model = model_class.from_base_pretrained(path, knowledge_assets=assets, **roof_args.model_config(),
