@@ -1,7 +1,8 @@
 #!/usr/bin/env python
-"""Knowledge-dependence checks: does the KG change the prediction? (synthetic NER tasks, KALA and vanilla)
+"""Knowledge-dependence checks: does the KG change the prediction? (synthetic tasks: KALA, Roof-Transformer, TRELM)
 
     python scripts/knowledge_checks.py --kinds neighbour relation --systems vanilla relational --seeds 1 2 3
+    python scripts/knowledge_checks.py --tasks cloze --systems trelm mlm --seeds 1 2 3
 
 For each kind and seed a new task is generated (``keplm.checks.synthetic``: invented names, type-neutral
 sentences, the type held by a KG neighbour or by the relation), ``run_scripts/run_ner.py`` trains each system with
@@ -13,6 +14,19 @@ fact (``keplm.checks.scoring.follow_rate``); ``shift``: the mean total-variation
 ``keplm.checks.counterfactual``. Chance is 1 / number of types. Results: ``<output_dir>/results.json`` and a
 Markdown table on stdout. ``--extra`` passes more run-script arguments to every KALA system (a hypothesis to
 measure); the checks themselves need none.
+
+``--tasks cloze`` is TRELM's check (``keplm.checks.cloze``; ``--kinds`` does not apply): per seed a cloze task is
+written, ``keplm train-kge`` trains KG embeddings on its KG (every fact, so the unseen subjects' too; the settings
+of :data:`CLOZE_KGE_ARGS`), ``run_scripts/run_pretraining.py`` pre-trains ``--system trelm`` and ``--system mlm``
+on its corpus with the run script's defaults (only the corpus, ``--kg``, ``--probe none``, the epochs and the seed
+are given; ``--extra`` is passed too), and each checkpoint is scored: P@1 among the task's object words on the
+held-out template for training subjects (``seen``) and for subjects whose facts are in the KG only (``unseen``:
+TRELM's entity vocabulary is the training mentions', so they are given entity rows first,
+``keplm.checks.cloze.with_entity_rows``; ``unseen_no_row``: as saved, not injected), ``follow`` / ``follow_seen``:
+share of unseen / seen queries whose prediction moves to another subject's object when that subject's KG vector is
+injected (for ``mlm``, which reads no vector, the level of coincidence), ``kge_nn``: share of unseen facts that the
+nearest training subject in the KG-vector space shares (what the vectors hold). No ``added`` split: a new entity
+would need a vector in the space the model was trained on, and ``keplm train-kge`` trains every vector anew.
 """
 
 from __future__ import annotations
@@ -37,6 +51,14 @@ SYSTEMS = {"vanilla": ("vanilla", []), "pointwise": ("pointwise", []), "relation
 ROOF_SYSTEMS = {"vanilla": ("bert", []), "roof": ("roof", ["--selection", "no_tail"]),
                 "bert_with_knowledge": ("bert_with_knowledge", ["--selection", "no_tail"])}
 METRICS = ("seen", "unseen", "added", "follow", "follow_added", "shift")
+#: TRELM's cloze check: run_pretraining.py --system
+CLOZE_SYSTEMS = ("trelm", "mlm")
+CLOZE_METRICS = ("seen", "unseen", "unseen_no_row", "follow", "follow_seen", "kge_nn")
+#: keplm train-kge on a cloze KG (a few hundred triples): train-kge's defaults (50 epochs of batch 1000) are sized
+#: for large KGs and make 50 steps here, after which the vectors hardly hold the facts (kge_nn 0.28 / 0.40 on seeds
+#: 1 / 2, chance 0.25); 500 epochs of 128 hold them all (kge_nn 1.0, ~5 s). Every fact trains (no held-out
+#: triples: the KG is the answer).
+CLOZE_KGE_ARGS = ("--epochs", "500", "--batch_size", "128", "--valid_fraction", "0")
 
 
 def run_command(args, shape: str, task_dir: str, system: str, seed: str, output_dir: str) -> list[str]:
@@ -55,6 +77,55 @@ def run_command(args, shape: str, task_dir: str, system: str, seed: str, output_
     if run_system in KALA_SYSTEMS:
         cmd += args.extra or []
     return cmd
+
+
+def kge_command(task_dir: str, seed: str) -> list[str]:
+    """``keplm train-kge`` on a cloze task's KG, into ``<task_dir>/kge``."""
+    return [sys.executable, "-m", "keplm.cli", "train-kge", "--kg", f"jsonl:{task_dir}/kg.jsonl", "--output_dir",
+            f"{task_dir}/kge", "--seed", seed, "--no_progress", *CLOZE_KGE_ARGS]
+
+
+def cloze_command(args, task_dir: str, system: str, seed: str, output_dir: str) -> list[str]:
+    """``run_pretraining.py`` with its defaults on a cloze task's corpus (``--system trelm`` or ``mlm``)."""
+    return [sys.executable, os.path.join("run_scripts", "run_pretraining.py"), "--model_name_or_path",
+            model_path(args.model), "--system", system, "--corpus", f"annotations:{task_dir}/corpus.json",
+            "--kg", f"{task_dir}/kge", "--probe", "none", "--do_train", "--num_train_epochs", args.epochs, "--seed",
+            seed, "--save_strategy", "no", "--report_to", "none", "--disable_tqdm", "1", "--output_dir", output_dir,
+            *(args.extra or [])]
+
+
+def score_cloze(run_dir: str, task_dir: str, seed: int) -> dict:
+    """P@1 on the seen and unseen subjects' queries, the injected-vector follow rates and what the KG vectors hold
+    (see the module docstring)."""
+    from transformers import AutoModelForMaskedLM, AutoProcessor
+
+    import keplm  # noqa: F401  (registers the Auto classes)
+    from keplm.checks.cloze import (
+        cloze_accuracy,
+        follow_rate,
+        injected_share,
+        kge_neighbour_accuracy,
+        load_cloze_task,
+        reads_knowledge,
+        with_entity_rows,
+    )
+    from keplm.knowledge.loaders import load_kg
+
+    task = load_cloze_task(task_dir)
+    seen, unseen, candidates = task.queries("train"), task.queries("unseen"), task.candidates
+    model = AutoModelForMaskedLM.from_pretrained(run_dir)
+    processor = AutoProcessor.from_pretrained(run_dir)
+    out = {"seen": cloze_accuracy(model, processor, seen, candidates),
+           "kge_nn": kge_neighbour_accuracy(load_kg(f"{task_dir}/kge"), task)}
+    out["unseen_no_row"] = cloze_accuracy(model, processor, unseen, candidates)
+    out["follow_seen"] = follow_rate(model, processor, seen, candidates, seed=seed)
+    if reads_knowledge(model):
+        out["injected_seen"] = injected_share(processor, seen)
+        model, processor = with_entity_rows(model, processor, [row["sub_uri"] for row in unseen])
+        out["injected_unseen"] = injected_share(processor, unseen)
+    out["unseen"] = cloze_accuracy(model, processor, unseen, candidates)
+    out["follow"] = follow_rate(model, processor, unseen, candidates, seed=seed)
+    return out
 
 
 def score_classification(run_dir: str, task_dir: str, seed: int) -> dict:
@@ -144,27 +215,28 @@ def _cell(values: list[float]) -> str:
     return f"{100 * statistics.mean(values):.1f} ± {100 * statistics.stdev(values):.1f}"
 
 
-def table(results: list[dict]) -> str:
-    lines = ["| task | kind | system | seeds | " + " | ".join(METRICS) + " |",
-             "|---|---|---|---|" + "---:|" * len(METRICS)]
+def table(results: list[dict], metrics=METRICS) -> str:
+    lines = ["| task | kind | system | seeds | " + " | ".join(metrics) + " |",
+             "|---|---|---|---|" + "---:|" * len(metrics)]
     groups: dict[tuple[str, str, str], list[dict]] = {}
     for row in results:
         groups.setdefault((row["shape"], row["kind"], row["system"]), []).append(row)
     for (shape, kind, system), rows in groups.items():
         seeds = ",".join(str(r["seed"]) for r in rows)
         lines.append(f"| {shape} | {kind} | {system} | {seeds} | "
-                     + " | ".join(_cell([r["scores"].get(m) for r in rows]) for m in METRICS) + " |")
+                     + " | ".join(_cell([r["scores"].get(m) for r in rows]) for m in metrics) + " |")
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--tasks", nargs="+", default=["ner"], choices=["ner", "qa", "classification"],
+    parser.add_argument("--tasks", nargs="+", default=["ner"], choices=["ner", "qa", "classification", "cloze"],
                         help="task shapes: ner and qa train KALA (run_ner.py, run_qa.py), classification trains "
-                             "Roof-Transformer (run_glue.py; systems vanilla = bert, roof, bert_with_knowledge)")
+                             "Roof-Transformer (run_glue.py; systems vanilla = bert, roof, bert_with_knowledge), "
+                             "cloze pre-trains TRELM (run_pretraining.py; systems trelm, mlm)")
     parser.add_argument("--kinds", nargs="+", default=["neighbour", "relation"])
     parser.add_argument("--systems", nargs="+", default=["vanilla", "relational"],
-                        choices=sorted({*SYSTEMS, *ROOF_SYSTEMS}), help=(
+                        choices=sorted({*SYSTEMS, *ROOF_SYSTEMS, *CLOZE_SYSTEMS}), help=(
         "run-script systems; 'relational_paper' is relational with KALA's eq. 3 (--relation_message entity)"))
     parser.add_argument("--seeds", nargs="+", default=["1", "2", "3"])
     parser.add_argument("--epochs", default="2")
@@ -173,17 +245,35 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--resume", action="store_true", help="skip the runs whose output folder has results")
     parser.add_argument("--task", default="{}", help="JSON of make_knowledge_task arguments (sizes, noise_facts, ...)")
-    parser.add_argument("--extra", nargs=argparse.REMAINDER, default=None, help="more run-script arguments (last)")
+    parser.add_argument("--cloze_task", default="{}", help="JSON of make_cloze_task arguments (cloze)")
+    parser.add_argument("--extra", nargs=argparse.REMAINDER, default=None, help=(
+        "more run-script arguments (last), for the KALA systems and the cloze systems"))
     args = parser.parse_args(argv)
+    from keplm.checks.cloze import make_cloze_task
     from keplm.checks.synthetic import make_knowledge_task
 
-    start, task_kwargs = time.time(), json.loads(args.task)
-    jobs, runs = [], []
-    for kind in args.kinds:
+    start, task_kwargs, cloze_kwargs = time.time(), json.loads(args.task), json.loads(args.cloze_task)
+    cloze_systems = [s for s in args.systems if s in CLOZE_SYSTEMS]
+    if "cloze" in args.tasks and not cloze_systems:
+        parser.error(f"--tasks cloze: none of --systems {args.systems} pre-trains on it (choose from "
+                     f"{list(CLOZE_SYSTEMS)})")
+    jobs, runs, kge_jobs = [], [], []
+    for seed in args.seeds if "cloze" in args.tasks else []:
+        task_dir = os.path.join(args.output_dir, "data", f"cloze-seed{seed}")
+        make_cloze_task(seed=int(seed), **cloze_kwargs).write(task_dir)
+        if not (args.resume and Path(task_dir, "kge", "kge_report.json").is_file()):
+            kge_jobs.append((f"cloze/seed{seed}/kge", kge_command(task_dir, seed), f"{task_dir}/kge.log"))
+        for system in cloze_systems:
+            run_dir = os.path.join(args.output_dir, f"cloze-seed{seed}", system)
+            name = f"cloze/seed{seed}/{system}"
+            jobs.append((name, cloze_command(args, task_dir, system, seed, run_dir), f"{run_dir}.log"))
+            runs.append({"shape": "cloze", "kind": "cloze", "seed": int(seed), "system": system, "run_dir": run_dir,
+                         "task_dir": task_dir, "name": name})
+    for kind in args.kinds if set(args.tasks) - {"cloze"} else []:
         for seed in args.seeds:
             task_dir = os.path.join(args.output_dir, "data", f"{kind}-seed{seed}")
             make_knowledge_task(kind, seed=int(seed), **task_kwargs).write(task_dir)
-            for shape in args.tasks:
+            for shape in (t for t in args.tasks if t != "cloze"):
                 for system in (s for s in args.systems if s in (ROOF_SYSTEMS if shape == "classification"
                                                                  else SYSTEMS)):
                     run_dir = os.path.join(args.output_dir, f"{shape}-{kind}-seed{seed}", system)
@@ -191,22 +281,28 @@ def main(argv: list[str] | None = None) -> list[dict]:
                     jobs.append((name, run_command(args, shape, task_dir, system, seed, run_dir), f"{run_dir}.log"))
                     runs.append({"shape": shape, "kind": kind, "seed": int(seed), "system": system,
                                  "run_dir": run_dir, "task_dir": task_dir, "name": name})
-    durations = run_resumable(jobs, args.output_dir, args.jobs, args.resume)
+    durations = run_resumable(kge_jobs, args.output_dir, args.jobs, False) if kge_jobs else {}
+    durations = {**durations, **run_resumable(jobs, args.output_dir, args.jobs, args.resume)}
     results = []
     for run in runs:
-        scorer = {"ner": score, "qa": score_qa, "classification": score_classification}[run["shape"]]
+        scorer = {"ner": score, "qa": score_qa, "classification": score_classification,
+                  "cloze": score_cloze}[run["shape"]]
         scores = scorer(run["run_dir"], run["task_dir"], run["seed"])
         results.append({**{k: run[k] for k in ("shape", "kind", "seed", "system")}, "scores": scores,
                         "wall_s": durations.get(run["name"])})
     summary = {"date": time.strftime("%Y-%m-%d"),
                "device": f"CPU, {os.cpu_count()} cores, {args.jobs} run(s) at a time",
                "settings": portable({"epochs": args.epochs, "model": args.model, "task": task_kwargs,
+                                     "cloze_task": cloze_kwargs, "cloze_kge": list(CLOZE_KGE_ARGS),
                                      "extra": args.extra or []}),
                "command": ["python", "scripts/knowledge_checks.py", *(argv if argv is not None else sys.argv[1:])],
                "results": results}
     Path(args.output_dir).mkdir(parents=True, exist_ok=True)
     Path(args.output_dir, "results.json").write_text(json.dumps(summary, indent=1))
-    print(table(results))
+    for rows, metrics in (([r for r in results if r["shape"] != "cloze"], METRICS),
+                          ([r for r in results if r["shape"] == "cloze"], CLOZE_METRICS)):
+        if rows:
+            print(table(rows, metrics))
     print(f"[knowledge_checks] {len(results)} runs in {time.time() - start:.0f}s; {args.output_dir}/results.json")
     return results
 
