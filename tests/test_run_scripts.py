@@ -507,7 +507,7 @@ def test_run_qa_end_to_end(tiny, tmp_path, system):
     model = AutoModelForQuestionAnswering.from_pretrained(out)
     assert model.config.retrieval_mode == {"vanilla": "none", "more_params": "none"}.get(system, system)
     if system in ("pointwise", "relational"):
-        assert model.config.kfm_layers == [-1]
+        assert model.config.kfm_layers == [-4, -2]  # DEFAULT_KFM_LAYERS["qa"]
 
 
 def test_run_qa_reloaded_checkpoint_gives_same_answers(tiny, tmp_path):

@@ -10,8 +10,11 @@ RELATION_MESSAGES = ("entity", "composition")
 #: what a saved config without these keys used: every checkpoint before the options had the paper's settings
 LEGACY_SETTINGS = {"relation_message": "entity", "entity_dropout": 0.0}
 
-#: Paper defaults (appendix B.1 / C.4), relative to depth: last layer for QA; layers 9 and 11 of 12 for NER.
-DEFAULT_KFM_LAYERS = {"qa": [-1], "ner": [-4, -2]}
+#: The run scripts' KFM layers, relative to depth: layers 9 and 11 of 12 for both tasks (appendix B.1: "one to three
+#: KFM layers at the end"). The paper's QA choice, the last layer only (appendix C.4), leaves no attention after the
+#: knowledge enters, and extractive QA must match a candidate's knowledge to the question: with it KALA failed the QA
+#: knowledge check, with [-4, -2] or [-3, -2, -1] it passed (docs/knowledge_checks.md).
+DEFAULT_KFM_LAYERS = {"qa": [-4, -2], "ner": [-4, -2]}
 
 
 class KalaConfig(KeplmConfig):
@@ -20,7 +23,8 @@ class KalaConfig(KeplmConfig):
     Args:
         encoder_config: config of the wrapped encoder (BERT, RoBERTa, ... any post-LayerNorm encoder).
         kfm_layers: encoder layers whose two LayerNorms get KFM (negative = from the end). Paper: `[-1]`
-            for QA, `[-4, -2]` (layers 9 and 11 of 12) for NER.
+            for QA, `[-4, -2]` (layers 9 and 11 of 12) for NER; the run scripts use `[-4, -2]` for both
+            (`DEFAULT_KFM_LAYERS`).
         retrieval_mode: `"relational"` (eq. 3, GNN over the context KG), `"pointwise"` (entity memory only)
             or `"none"` (no knowledge: the vanilla fine-tuning baseline).
         entity_vocab_size: rows of the entity memory, the null entity (row 0) included.
