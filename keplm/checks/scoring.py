@@ -64,7 +64,8 @@ def _gold_types(task: KnowledgeTask, rows: list[dict]) -> list[str]:
 
 def retarget_fact(task: KnowledgeTask, entity_id: str, rng: random.Random) -> tuple[tuple[str, str, str], str]:
     """The entity's typing fact pointed at another type, and that type's label: the relation swapped for another
-    type's (``relation`` tasks) or the anchor for one of another type (``neighbour`` tasks)."""
+    type's (``relation`` tasks) or the anchor for one of another type (``neighbour`` tasks; ``two_hop`` tasks: the
+    bridge's anchor)."""
     h, r, t = task.informative[entity_id]
     by_id = {e.id: e for e in task.entities}
     own = by_id[entity_id].type

@@ -6,7 +6,10 @@ tell its type. The type is held by the knowledge graph in one of two ways (``kin
 - ``"neighbour"``: each type has its own anchor entities, and an entity is linked to an anchor of its type
   through one relation shared by all types (KALA's restenosis example: the neighbour carries the meaning);
 - ``"relation"``: every entity is linked to an anchor from one shared pool, through a relation of its own type
-  (the relation carries the meaning: "X, instance of, city").
+  (the relation carries the meaning: "X, instance of, city");
+- ``"two_hop"``: every entity is linked to a bridge entity of its own, never mentioned anywhere, which is linked to
+  an anchor of the entity's type: the meaning is two hops away, so it reaches the entity only when each context's KG
+  holds the bridge's facts too (``run_ner.py --link_hops 2``) and the relational retrieval has two layers.
 
 ``noise_facts`` adds facts through a noise relation to anchors picked at random, so the informative fact has
 to be found among others. Anchors are mentioned in training (they get entity-memory rows); entities come in
@@ -28,8 +31,10 @@ from dataclasses import dataclass, field
 
 from keplm.knowledge.graph import KnowledgeGraph
 
-KINDS = ("neighbour", "relation")
+KINDS = ("neighbour", "relation", "two_hop")
 GROUPS = ("train", "unseen", "added")
+#: group of a ``two_hop`` entity's bridge: its entity's group and this suffix
+BRIDGE_SUFFIX = "_bridge"
 #: labels of the types (NER tags B-/I-<label>) and of the anchors
 TYPE_LABELS = ("PER", "ORG", "MISC", "EVT", "PRD", "ART")
 ANCHOR_LABEL = "LOC"
@@ -94,8 +99,12 @@ class KnowledgeTask:
     informative: dict[str, tuple[str, str, str]] = field(default_factory=dict)  # entity id -> its typing fact
 
     # ------------------------------------------------------------------ knowledge graphs
+    def members(self, groups) -> set[str]:
+        """Ids of the entities of ``groups``, with the bridges of those groups (``two_hop`` tasks)."""
+        return {e.id for e in self.entities if e.group.removesuffix(BRIDGE_SUFFIX) in groups}
+
     def _kg(self, groups) -> KnowledgeGraph:
-        keep = {e.id for e in self.entities if e.group in groups}
+        keep = self.members(groups)
         names = {e.id: e.name for e in self.entities if e.id in keep}
         return KnowledgeGraph.from_triples([f for f in self.facts if f[0] in keep and f[2] in keep], entity_names=names,
                                            relation_names=self.relation_names)
@@ -249,7 +258,7 @@ def load_knowledge_task(directory: str | os.PathLike) -> KnowledgeTask:
 
 def write_jsonl_kg(path: str, task: KnowledgeTask, groups) -> None:
     """The task's KG restricted to ``groups`` in ``load_jsonl_kg``'s format (``jsonl:<path>``)."""
-    keep = {e.id for e in task.entities if e.group in groups}
+    keep = task.members(groups)
     with open(path, "w", encoding="utf-8") as f:
         for rid, name in task.relation_names.items():
             f.write(json.dumps({"type": "relation", "id": rid, "name": name}) + "\n")
@@ -303,14 +312,23 @@ def make_knowledge_task(
     relation_words = invented_words(num_types + 2, rng, taken, syllables=(1, 2))
     if kind == "neighbour":
         relation_names = {"R_link": f"{relation_words[0].lower()} of"}
+    elif kind == "two_hop":
+        relation_names = {"R_via": f"{relation_words[1].lower()} with", "R_link": f"{relation_words[0].lower()} of"}
     else:
         relation_names = {f"R_{label}": f"{relation_words[i].lower()} of" for i, label in enumerate(labels)}
     relation_names["R_noise"] = f"{relation_words[-1].lower()} near"
-    facts, informative = [], {}
+    facts, informative, bridges = [], {}, []
     for entity in entities:
         if entity.type < 0:
             continue
-        if kind == "neighbour":
+        if kind == "two_hop":  # entity -> its own bridge -> an anchor of its type; the bridge's fact types it
+            name = invented_words(1, rng, taken)[0]
+            bridge = TaskEntity(f"B{len(bridges)}", name, -1, entity.group + BRIDGE_SUFFIX)
+            bridges.append(bridge)
+            facts.append((entity.id, "R_via", bridge.id))
+            anchor = anchors[entity.type * anchors_per_type + rng.randrange(anchors_per_type)]
+            fact = (bridge.id, "R_link", anchor.id)
+        elif kind == "neighbour":
             anchor = anchors[entity.type * anchors_per_type + rng.randrange(anchors_per_type)]
             fact = (entity.id, "R_link", anchor.id)
         else:
@@ -319,8 +337,8 @@ def make_knowledge_task(
         facts.append(fact)
         facts.extend((entity.id, "R_noise", rng.choice(anchors).id) for _ in range(noise_facts))
     templates = rng.sample(NER_TEMPLATES, num_templates)
-    return KnowledgeTask(kind, labels, entities, facts, relation_names, templates, seed, sentences_per_entity,
-                         qa_contexts_per_entity, informative)
+    return KnowledgeTask(kind, labels, entities + bridges, facts, relation_names, templates, seed,
+                         sentences_per_entity, qa_contexts_per_entity, informative)
 
 
 __all__ = ["ANCHOR_LABEL", "KINDS", "KnowledgeTask", "TaskEntity", "load_knowledge_task", "make_knowledge_task",

@@ -74,11 +74,21 @@ class LinkingArguments:
         default=None,
         metadata={"help": "Entity ids whose subtree (is_a) is not linked, or the preset hpo:non-phenotype."},
     )
+    link_hops: int = field(
+        default=1,
+        metadata={"help": "How far from the linked mentions each context's KG reaches: 1 = their facts (KALA "
+                  "appendix A), 2 = also their neighbours' facts (knowledge two hops away; larger graphs)."},
+    )
 
     def linker_kwargs(self, **base) -> dict:
-        """The :class:`~keplm.knowledge.EntityLinker` settings of these arguments (``base`` first)."""
+        """The :class:`~keplm.knowledge.EntityLinker` settings of these arguments (``base`` first; ``hops`` only
+        when it is not the linker's default, so default settings keep their cache fingerprints)."""
         from keplm.knowledge.linker import linker_settings
 
+        if self.link_hops < 0:
+            raise ValueError(f"--link_hops must be >= 0, got {self.link_hops}")
+        if self.link_hops != 1:
+            base = {**base, "hops": self.link_hops}
         return linker_settings(self.link_case_sensitive, self.spacy_model, self.spacy_labels, self.drop_aliases,
                                self.min_acronym_length, self.exclude_branches, **base)
 
