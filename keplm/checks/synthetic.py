@@ -101,7 +101,7 @@ class KnowledgeTask:
     # ------------------------------------------------------------------ knowledge graphs
     def members(self, groups) -> set[str]:
         """Ids of the entities of ``groups``, with the bridges of those groups (``two_hop`` tasks)."""
-        return {e.id for e in self.entities if e.group.removesuffix(BRIDGE_SUFFIX) in groups}
+        return group_members(self.entities, groups)
 
     def _kg(self, groups) -> KnowledgeGraph:
         keep = self.members(groups)
@@ -256,9 +256,14 @@ def load_knowledge_task(directory: str | os.PathLike) -> KnowledgeTask:
                          {k: tuple(v) for k, v in data["informative"].items()})
 
 
+def group_members(entities, groups) -> set[str]:
+    """Ids of the ``entities`` in ``groups``, with the bridges of those groups (``two_hop`` tasks)."""
+    return {e.id for e in entities if e.group.removesuffix(BRIDGE_SUFFIX) in groups}
+
+
 def write_jsonl_kg(path: str, task: KnowledgeTask, groups) -> None:
     """The task's KG restricted to ``groups`` in ``load_jsonl_kg``'s format (``jsonl:<path>``)."""
-    keep = task.members(groups)
+    keep = group_members(task.entities, groups)
     with open(path, "w", encoding="utf-8") as f:
         for rid, name in task.relation_names.items():
             f.write(json.dumps({"type": "relation", "id": rid, "name": name}) + "\n")
