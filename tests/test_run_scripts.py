@@ -229,6 +229,17 @@ def test_run_ner_reloads_its_checkpoint(tiny, tmp_path):
     assert (second / "tagged_text.json").is_file()
 
 
+def test_run_ner_predicts_with_a_baseline_checkpoint(tiny, tmp_path):
+    """A vanilla checkpoint (saved without a KG) predicts from its folder alone: its inputs are not linked."""
+    run_ner = load_script("run_ner")
+    first = tmp_path / "first"
+    run_ner.main(ner_args(tiny, first, "vanilla", "--do_train", "--do_eval"))
+    args = ner_args(tiny, tmp_path / "second", "vanilla", "--do_eval", "--knowledge", "link")
+    args[args.index("--model_name_or_path") + 1] = str(first)
+    results = run_ner.main(args)
+    assert results["eval_f1"] == pytest.approx(read_json(first / "eval_results.json")["eval_f1"], abs=1e-6)
+
+
 def _conll_dir(root: Path, splits: dict) -> str:
     root.mkdir(parents=True, exist_ok=True)
     for split, sentences in splits.items():

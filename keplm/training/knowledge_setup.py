@@ -66,6 +66,11 @@ def prepare_processor(model_args: ModelArguments, knowledge_args: KnowledgeArgum
     if is_keplm_checkpoint(path, **hub):
         logger.info("%s is a keplm checkpoint: using its tokenizer, vocabularies and KG", path)
         processor = KeplmProcessor.from_pretrained(path, **hub)
+        if processor.kg is None and not knowledge_args.kg and knowledge_args.knowledge == "link":
+            # a baseline's checkpoint keeps no KG: nothing to link against, and its model reads no knowledge
+            logger.info("%s holds no knowledge graph: its inputs are not linked (--kg would give the seen/unseen "
+                        "subsets)", path)
+            knowledge_args.knowledge = "none"
         if knowledge_args.kg and knowledge_args.knowledge != "none":
             # a knowledge update without retraining: same vocabularies, the new graph (build_model gives the model
             # the same assets); new entities are read as unseen, through their facts
