@@ -314,6 +314,7 @@ def test_run_script_kg_updates_a_checkpoint(tmp_path, trained_relation_model):
     from .test_run_scripts import load_script
 
     task, splits, model, processor = trained_relation_model
+    processor.update_knowledge(task.kg_train, model=model)  # the training KG (another test updates this fixture)
     model.save_pretrained(tmp_path / "model")
     processor.save_pretrained(tmp_path / "model")
     test = tmp_path / "added.jsonl"
