@@ -4,6 +4,7 @@ must not)."""
 
 from __future__ import annotations
 
+import copy
 import json
 
 import pytest
@@ -202,6 +203,11 @@ def test_with_entity_rows_appends_rows_and_keeps_the_model(trained):
     assert with_entity_rows(extended, extended_processor, unseen) == (extended, extended_processor)
     with pytest.raises(ValueError, match="reads no TRELM knowledge"):
         with_entity_rows(torch.nn.Linear(1, 1), processor, unseen)
+    # the model's own method refuses a vocabulary that reorders its rows
+    reordered = copy.copy(extended_processor.knowledge_assets)
+    reordered.entity_vocab = [vocab[0], *reversed(vocab[1:])]
+    with pytest.raises(ValueError, match="must start with the model's own"):
+        copy.deepcopy(model).extend_entity_vocabulary(reordered)
 
 
 def test_swap_donors_differ_in_subject_and_object():

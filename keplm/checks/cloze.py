@@ -278,18 +278,8 @@ def with_entity_rows(model, processor, entity_ids) -> tuple:
     counts = list(assets.entity_counts) if assets.entity_counts else [0] * assets.num_entities
     extended = KnowledgeAssets([*assets.entity_vocab, *new], list(assets.relation_vocab), counts + [0] * len(new),
                                kg)
-    size, grow = extended.num_entities, len(new)
     model = copy.deepcopy(model)
-    model.config.entity_vocab_size = size
-    bank, injection = model.trelm.memory_bank, model.trelm.injection
-    with torch.no_grad():
-        if bank is not None:
-            for name in ("local", "seen", "global_sum", "global_count"):
-                old = getattr(bank, name)
-                setattr(bank, name, torch.cat([old, old.new_zeros((grow, *old.shape[1:]))]))
-        injection.kge = injection.kge.new_zeros((size, injection.kge.shape[1]))
-        injection.has_kge = injection.has_kge.new_zeros(size)
-    model.set_knowledge_assets(extended)
+    model.extend_entity_vocabulary(extended)
     processor = copy.copy(processor)
     processor.knowledge_assets = extended
     return model, processor

@@ -89,6 +89,23 @@ class TrelmPreTrainedModel(KeplmPreTrainedModel):
                            self.kge_coverage["entities"])
         injection.set_table(torch.from_numpy(table), torch.from_numpy(known))
 
+    def extend_entity_vocabulary(self, assets: KnowledgeAssets) -> None:
+        """Take ``assets`` whose entity vocabulary is this model's with rows appended (the old rows keep their
+        index), e.g. for entities that only the KG holds: TRELM has no trained per-entity weight, so a new row needs
+        only its KG vector (injection table) and an empty memory-bank entry."""
+        old = self.knowledge_assets
+        if old is None or list(assets.entity_vocab[: old.num_entities]) != list(old.entity_vocab):
+            raise ValueError("extend_entity_vocabulary: the new entity vocabulary must start with the model's own")
+        grow = assets.num_entities - old.num_entities
+        if grow:
+            base = self.base_model
+            if base.memory_bank is not None:
+                base.memory_bank.grow(grow)
+            if base.injection is not None:
+                base.injection.grow(grow)
+            self.config.entity_vocab_size = assets.num_entities
+        self.set_knowledge_assets(assets)
+
     def save_pretrained(self, save_directory, *args, **kwargs):
         """Routing deltas are folded into the FFN weights first: a saved TRELM model is a plain encoder + head."""
         router = getattr(self, "router", None)

@@ -27,6 +27,12 @@ class KnowledgeInjection(nn.Module):
         self.register_buffer("kge", torch.zeros(entity_vocab_size, kge_dim or 0), persistent=False)
         self.register_buffer("has_kge", torch.zeros(entity_vocab_size, dtype=torch.bool), persistent=False)
 
+    @torch.no_grad()
+    def grow(self, rows: int) -> None:
+        """``rows`` more entity-vocabulary rows (empty: :meth:`set_table` fills them)."""
+        self.kge = torch.cat([self.kge, self.kge.new_zeros((rows, self.kge.shape[1]))])
+        self.has_kge = torch.cat([self.has_kge, self.has_kge.new_zeros(rows)])
+
     def set_table(self, vectors: torch.Tensor, known: torch.Tensor) -> None:
         if self.projection is None:
             return
@@ -162,6 +168,13 @@ class MemoryBank(nn.Module):
         model's ``_init_weights`` calls this."""
         for buffer in (self.local, self.seen, self.global_sum, self.global_count):
             buffer.zero_()
+
+    @torch.no_grad()
+    def grow(self, rows: int) -> None:
+        """``rows`` more entity-vocabulary rows, empty (nothing seen)."""
+        for name in ("local", "seen", "global_sum", "global_count"):
+            old = getattr(self, name)
+            setattr(self, name, torch.cat([old, old.new_zeros((rows, *old.shape[1:]))]))
 
     def set_epoch(self, epoch: int) -> float:
         """Eq. (8): λ for pre-training epoch ``epoch`` (0-based)."""
