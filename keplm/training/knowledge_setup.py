@@ -58,6 +58,17 @@ def system_config(knowledge_args: KnowledgeArguments, task: str) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------- knowledge
+def checkpoint_processor(path: str, kg: str | None = None, **hub) -> KeplmProcessor:
+    """A keplm checkpoint's processor; with ``kg`` (a ``load_kg`` spec) a knowledge update without retraining: the
+    same vocabularies, the new graph (``processor.update_knowledge``; the model builders give the model the same
+    assets), new entities read as unseen, through their facts."""
+    processor = KeplmProcessor.from_pretrained(path, **hub)
+    if kg:
+        logger.info("--kg %s replaces the checkpoint's knowledge graph", kg)
+        processor.update_knowledge(load_kg(kg))
+    return processor
+
+
 def prepare_processor(model_args: ModelArguments, knowledge_args: KnowledgeArguments) -> KeplmProcessor:
     """The processor of a keplm checkpoint, or a new one: the base encoder's tokenizer and the ``--kg`` graph
     (its entity vocabulary comes later, from the training split: :func:`build_entity_vocabulary`)."""
@@ -65,17 +76,13 @@ def prepare_processor(model_args: ModelArguments, knowledge_args: KnowledgeArgum
     hub = model_args.hub_kwargs()
     if is_keplm_checkpoint(path, **hub):
         logger.info("%s is a keplm checkpoint: using its tokenizer, vocabularies and KG", path)
-        processor = KeplmProcessor.from_pretrained(path, **hub)
-        if processor.kg is None and not knowledge_args.kg and knowledge_args.knowledge == "link":
+        processor = checkpoint_processor(path, knowledge_args.kg if knowledge_args.knowledge != "none" else None,
+                                         **hub)
+        if processor.kg is None and knowledge_args.knowledge == "link":
             # a baseline's checkpoint keeps no KG: nothing to link against, and its model reads no knowledge
             logger.info("%s holds no knowledge graph: its inputs are not linked (--kg would give the seen/unseen "
                         "subsets)", path)
             knowledge_args.knowledge = "none"
-        if knowledge_args.kg and knowledge_args.knowledge != "none":
-            # a knowledge update without retraining: same vocabularies, the new graph (build_model gives the model
-            # the same assets); new entities are read as unseen, through their facts
-            logger.info("--kg %s replaces the checkpoint's knowledge graph", knowledge_args.kg)
-            processor.update_knowledge(load_kg(knowledge_args.kg))
         return processor
     tokenizer = AutoTokenizer.from_pretrained(path, **hub)
     linker_kwargs = knowledge_args.linker_kwargs(max_neighbors_per_entity=knowledge_args.max_neighbors_per_entity)
@@ -227,10 +234,8 @@ def prepare_roof_knowledge(model_args: ModelArguments, roof_args, raw, text_colu
 
     path = model_args.model_name_or_path
     if is_keplm_checkpoint(path, **model_args.hub_kwargs()):
-        processor = KeplmProcessor.from_pretrained(path, **model_args.hub_kwargs())
-        if roof_args.kg and roof_args.uses_knowledge:  # a knowledge update without retraining (prepare_processor)
-            logger.info("--kg %s replaces the checkpoint's knowledge graph", roof_args.kg)
-            processor.update_knowledge(load_kg(roof_args.kg))
+        processor = checkpoint_processor(path, roof_args.kg if roof_args.uses_knowledge else None,
+                                         **model_args.hub_kwargs())
     else:
         kg = None
         if roof_args.uses_knowledge and roof_args.kg:
