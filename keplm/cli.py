@@ -8,7 +8,8 @@ import logging
 import sys
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The ``keplm`` parser with its sub-commands."""
     parser = argparse.ArgumentParser(prog="keplm", description="keplm command-line tools")
     commands = parser.add_subparsers(dest="command", required=True)
     from keplm.commands import build_kg as build
@@ -18,7 +19,14 @@ def main(argv: list[str] | None = None) -> int:
     train_kge.add_arguments(commands.add_parser("train-kge", help="train KG embeddings (TRELM) into a KG folder"))
     check_knowledge.add_arguments(commands.add_parser(
         "check-knowledge", help="how far a trained model's predictions follow edits of its KG (counterfactual)"))
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    from keplm.commands import build_kg as build
+    from keplm.commands import check_knowledge, train_kge
+
+    args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if args.command == "build-kg":
         build.run(args)

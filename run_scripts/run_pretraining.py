@@ -94,6 +94,20 @@ def build_assets(corpus, trelm_args: TrelmArguments) -> KnowledgeAssets:
     return KnowledgeAssets.build(entity_ids, relation_ids, kg=kg)
 
 
+def add_kg_entity_rows(model, processor) -> None:
+    """``--kg_entity_rows``: rows for the KG's entities with a KG vector and none yet, on the model and the processor
+    (``extend_entity_vocabulary``), before saving."""
+    assets = processor.knowledge_assets
+    if not getattr(model.config, "use_injection", False) or assets.kg is None or assets.kg.entity_vectors is None:
+        raise ValueError("--kg_entity_rows needs knowledge injection and a KG with KG embeddings (keplm train-kge)")
+    extended = assets.with_entities(assets.kg.entity_ids)
+    if extended is not assets:
+        logger.info("--kg_entity_rows: %d KG entities get an entity row (%d before)",
+                    extended.num_entities - assets.num_entities, assets.num_entities)
+        model.extend_entity_vocabulary(extended)
+        processor.knowledge_assets = extended
+
+
 def main(args: list[str] | None = None) -> dict:
     model_args, data_args, trelm_args, training_args = parse_args(
         (ModelArguments, PretrainingDataArguments, TrelmArguments, KeplmTrainingArguments), args)
@@ -163,6 +177,8 @@ def main(args: list[str] | None = None) -> dict:
     trainer.save_metrics("data", results)
     if training_args.do_train:
         train_result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+        if trelm_args.kg_entity_rows:
+            add_kg_entity_rows(model, processor)
         trainer.save_model()
         if trelm_args.export_encoder and training_args.should_save:
             model.save_encoder(os.path.join(training_args.output_dir, "encoder"), tokenizer)

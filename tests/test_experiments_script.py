@@ -267,3 +267,38 @@ def test_run_resumable_keeps_the_times_another_queue_wrote_meanwhile(monkeypatch
     durations = experiments.run_resumable([], str(tmp_path), 1, resume=False)
     assert durations == {"seed1/a": 1.0, "seed2/b": 2.0, "seed3/c": 3.0}
     assert json.loads((tmp_path / "durations.json").read_text()) == durations
+
+
+def test_check_knowledge_follows_each_knowledge_run_and_lands_in_its_seed_summary(monkeypatch, tmp_path):
+    """``--check_knowledge N``: a KALA run is followed by ``keplm check-knowledge`` on its model (SQuAD: the same
+    article split and window), a baseline is not; the seed summary reads the report into the run's results and
+    leaves the check's time out of the run's wall time."""
+    import json
+
+    from keplm.cli import build_parser
+
+    monkeypatch.syspath_prepend(str(ROOT / "scripts"))
+    import experiments
+
+    squad = experiments.make_settings("squad", str(tmp_path), model="tiny-model", check_knowledge=50)
+    train, check = experiments.commands(squad, "relational", "1", str(tmp_path / "relational"))
+    assert check[1:4] == ["-m", "keplm.cli", "check-knowledge"]
+    args = build_parser().parse_args(check[3:])
+    assert args.model == str(tmp_path / "relational") and args.max_examples == 50 and args.max_length == 256
+    assert args.split_by_article == [38, 5, 5] and args.data == squad["dataset"] and args.split == "test"
+    assert len(experiments.commands(squad, "vanilla", "1", str(tmp_path / "vanilla"))) == 1
+    assert len(experiments.commands({**squad, "check_knowledge": None}, "relational", "1", str(tmp_path))) == 1
+    for system in ("vanilla", "relational"):
+        (tmp_path / system).mkdir(exist_ok=True)
+        (tmp_path / system / "all_results.json").write_text(json.dumps({"predict_f1": 10.0}))
+    (tmp_path / "relational" / "knowledge_check").mkdir()
+    report = {"examples": 50, "examples_with_facts": 40, "elapsed_s": 30.0,
+              "overall": {"relation": {"edits": 80, "flip_rate": 0.25, "mean_shift": 0.125}}}
+    (tmp_path / "relational" / "knowledge_check" / "knowledge_sensitivity.json").write_text(json.dumps(report))
+    summary = experiments.seed_summary(squad, ["vanilla", "relational"], "1", str(tmp_path),
+                                       {"seed1/vanilla": 100.0, "seed1/relational": 150.0})
+    assert summary["results"]["vanilla"] == {"predict_f1": 10.0}
+    assert summary["results"]["relational"] == {"predict_f1": 10.0, "knowledge_examples_with_facts": 0.8,
+                                                "knowledge_relation_flip_rate": 0.25,
+                                                "knowledge_relation_mean_shift": 0.125}
+    assert summary["durations_s"] == {"vanilla": 100.0, "relational": 120.0}

@@ -95,6 +95,30 @@ def test_trelm_pretraining_end_to_end(tiny_pretraining, tmp_path):
     assert len(pipeline("fill-mask", model=str(out), top_k=2)("paris is a city in [MASK] .")) == 2
 
 
+def test_kg_entity_rows_give_kg_only_entities_their_vectors(tiny_pretraining, tmp_path):
+    """``--kg_entity_rows``: the saved vocabulary is the corpus mentions' then every other KG entity, and the saved
+    injection table holds each new entity's KG vector (TRELM 3.1), so an entity found only in the KG is injected."""
+    plain, rows = tmp_path / "plain", tmp_path / "rows"
+    load_script("run_pretraining").main(pretraining_args(tiny_pretraining, plain, "trelm"))
+    load_script("run_pretraining").main(pretraining_args(tiny_pretraining, rows, "trelm", "--kg_entity_rows"))
+    before = AutoModelForMaskedLM.from_pretrained(plain)
+    after = AutoModelForMaskedLM.from_pretrained(rows)
+    kg = after.knowledge_assets.kg
+    old, vocab = before.knowledge_assets.entity_vocab, after.knowledge_assets.entity_vocab
+    assert vocab[:len(old)] == old and set(vocab[1:]) == set(kg.entity_ids) and len(old) < len(vocab)
+    assert after.config.entity_vocab_size == len(vocab)
+    new = vocab[-1]
+    assert torch.equal(after.trelm.injection.kge[len(vocab) - 1],
+                       torch.from_numpy(kg.entity_vectors[kg.entity_index(new)]))
+    # training is unchanged (the rows are added after it; no saved weight is per entity): the same weights
+    weights = after.state_dict()
+    for key, value in before.state_dict().items():
+        assert torch.allclose(value, weights[key], atol=1e-6), key
+    with pytest.raises(ValueError, match="--kg_entity_rows needs knowledge injection"):
+        load_script("run_pretraining").main(pretraining_args(tiny_pretraining, tmp_path / "x", "trelm",
+                                                             "--no_injection", "--kg_entity_rows"))
+
+
 def test_plain_mlm_baseline_needs_no_kg(tiny_pretraining, tmp_path):
     out = tmp_path / "mlm"
     load_script("run_pretraining").main(pretraining_args(tiny_pretraining, out, "mlm"))

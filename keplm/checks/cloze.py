@@ -43,7 +43,6 @@ import torch
 
 from keplm.data.collator import KeplmDataCollator
 from keplm.data.lama import build_queries, common_vocab_ids, predict_top_k
-from keplm.knowledge.assets import KnowledgeAssets
 from keplm.knowledge.graph import KnowledgeGraph
 
 from .synthetic import TaskEntity, invented_words, write_jsonl_kg
@@ -272,12 +271,9 @@ def with_entity_rows(model, processor, entity_ids) -> tuple:
                          "train-kge`)")
     if not reads_knowledge(model):
         raise ValueError(f"with_entity_rows: {type(model).__name__} reads no TRELM knowledge inputs")
-    new = [e for e in dict.fromkeys(map(str, entity_ids)) if assets.entity_row(e) == 0 and kg.has_entity(e)]
-    if not new:
+    extended = assets.with_entities(entity_ids)
+    if extended is assets:
         return model, processor
-    counts = list(assets.entity_counts) if assets.entity_counts else [0] * assets.num_entities
-    extended = KnowledgeAssets([*assets.entity_vocab, *new], list(assets.relation_vocab), counts + [0] * len(new),
-                               kg)
     model = copy.deepcopy(model)
     model.extend_entity_vocabulary(extended)
     processor = copy.copy(processor)

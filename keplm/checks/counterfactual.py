@@ -118,15 +118,34 @@ class _NerAdapter(_Adapter):
 
 
 class _ClassificationAdapter(_Adapter):
+    """One text (``sentence`` or ``text``) or a GLUE pair (``sentence1`` and ``sentence2``, as MRPC and RTE). A pair's
+    facts are those its processor selects for the whole passage (``facts_read`` with a fact column, as Roof's):
+    the two texts' links are merged into one annotation whose facts are edited."""
+
     def link(self, example: dict) -> dict:
+        if "sentence1" in example and "sentence2" in example:
+            texts = (example["sentence1"], example["sentence2"])
+            annotations = [self.processor.link(text).to_dict() for text in texts]
+            merged = {"entities": [m for a in annotations for m in a.get("entities", [])],
+                      "triplets": [f for a in annotations for f in a.get("triplets", [])]}
+            return {"sentence1": texts[0], "sentence2": texts[1], "knowledge": merged}
         text = example.get("sentence", example.get("text"))
         return {"sentence": text, "knowledge": self.processor.link(text).to_dict()}
 
     def features(self, example: dict) -> list[dict]:
-        out = self.processor.prepare_pair_features({"sentence": [example["sentence"]],
-                                                    "knowledge": [example["knowledge"]], **_fact_column(example)},
-                                                   text_columns=("sentence",), label_column=None,
-                                                   annotation_columns=("knowledge",), max_length=self.max_length)
+        if "sentence1" in example:
+            if example.get("fact_column") is None:
+                raise ValueError(f"{type(self.processor).__name__} reads each text's own annotation, so a sentence "
+                                 "pair's facts cannot be edited as one passage: check single texts")
+            columns = ("sentence1", "sentence2")
+            out = self.processor.prepare_pair_features(
+                {**{c: [example[c]] for c in columns}, **_fact_column(example)}, text_columns=columns,
+                label_column=None, annotation_columns=(None, None), max_length=self.max_length)
+        else:
+            out = self.processor.prepare_pair_features({"sentence": [example["sentence"]],
+                                                        "knowledge": [example["knowledge"]], **_fact_column(example)},
+                                                       text_columns=("sentence",), label_column=None,
+                                                       annotation_columns=("knowledge",), max_length=self.max_length)
         return [{k: v[0] for k, v in out.items() if not k.startswith("num_")}]
 
     def probabilities(self, outputs, batch, feature_index, annotation, fact):
@@ -221,12 +240,12 @@ def knowledge_sensitivity(model, processor, examples: list[dict], task: str = "n
                           max_length: int = 128, seed: int = 0, progress=None) -> SensitivityReport:
     """Edit each example's facts one at a time and compare the model's predictions (see the module docstring).
 
-    ``examples``: dicts with ``text`` or ``tokens`` (NER), ``sentence``/``text`` (classification), ``question`` and
-    ``context`` (QA). The facts edited are those the processor says its model reads (``facts_read``: the
-    annotation's, or the KG triples a processor selects itself). Replacement relations are the relation
-    vocabulary's (those the model has embeddings for), else the KG's; replacement entities are those with an
-    entity-memory row where the model has one, else the KG's. ``progress``: an optional wrapper of the example
-    iterator (e.g. a tqdm factory).
+    ``examples``: dicts with ``text`` or ``tokens`` (NER), ``sentence``/``text`` or ``sentence1`` and ``sentence2``
+    (classification), ``question`` and ``context`` (QA). The facts edited are those the processor says its model
+    reads (``facts_read``: the annotation's, or the KG triples a processor selects itself). Replacement relations
+    are the relation vocabulary's (those the model has embeddings for), else the KG's; replacement entities are
+    those with an entity-memory row where the model has one, else the KG's. ``progress``: an optional wrapper of
+    the example iterator (e.g. a tqdm factory).
     """
     if task not in _ADAPTERS:
         raise ValueError(f"task must be one of {TASKS}, got {task!r}")

@@ -17,6 +17,7 @@ import argparse
 import json
 import logging
 import os
+import time
 from pathlib import Path
 
 logger = logging.getLogger(__name__)
@@ -33,8 +34,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", required=True, help="a keplm checkpoint folder or Hub id (KALA, Roof-Transformer)")
     parser.add_argument("--data", required=True, help=(
         "the text to check: a .txt file (one text per line), a .json/.jsonl file (columns: tokens or text for NER, "
-        "sentence or text for classification, question and context for QA), or a datasets Hub id / folder"))
+        "sentence, text or sentence1 and sentence2 for classification, question and context for QA), the data a run "
+        "script reads (a CoNLL folder or file, a SQuAD file, a GLUE task folder), or a datasets Hub id"))
     parser.add_argument("--split", default="test", help="split of a datasets id or folder (default: test)")
+    parser.add_argument("--split_by_article", type=int, nargs=3, default=None, metavar=("TRAIN", "VAL", "TEST"),
+                        help="QA: split one SQuAD file by article as run_qa.py does (e.g. 38 5 5)")
     parser.add_argument("--text_column", default=None, help="the column holding the text, if not the defaults")
     parser.add_argument("--kg", default=None, help="check against this KG instead of the model's (a load_kg spec)")
     parser.add_argument("--task", default=None, choices=list(TASKS), help="default: from the model's architecture")
@@ -66,7 +70,32 @@ def check_data_path(path: str) -> None:
         raise FileNotFoundError(f"--data {path}: no such file or folder")
 
 
-def read_examples(path: str, split: str, text_column: str | None, task: str, limit: int) -> list[dict]:
+def load_task_split(path: str, split: str, task: str, split_by_article: list[int] | None = None):
+    """``split`` of a local dataset in the form the run scripts read for ``task`` (a CoNLL folder or file for NER, a
+    SQuAD JSON file or folder for QA, split by article as ``run_qa.py --split_by_article``, a GLUE task folder for
+    classification), or None when ``path`` is a Hub id or a flat .json/.jsonl file, read by ``datasets``."""
+    plain = path.endswith((".json", ".jsonl", ".json.gz", ".jsonl.gz")) and task != "qa"
+    if not os.path.exists(path) or plain or (task == "qa" and path.endswith((".jsonl", ".jsonl.gz"))):
+        return None
+    if task == "ner":
+        from keplm.data.ner import load_ner_dataset
+
+        data = load_ner_dataset(path)
+    elif task == "qa":
+        from keplm.data.squad import load_qa_dataset
+
+        data = load_qa_dataset(path, split_by_article=tuple(split_by_article) if split_by_article else None)
+    else:
+        from keplm.data.glue import load_glue_dataset
+
+        data = load_glue_dataset(path)
+    if split not in data:
+        raise ValueError(f"--data {path} has no {split!r} split (it has {sorted(data)}): pass --split")
+    return data[split]
+
+
+def read_examples(path: str, split: str, text_column: str | None, task: str, limit: int,
+                  split_by_article: list[int] | None = None) -> list[dict]:
     """The first ``limit`` examples of ``path`` as dicts the counterfactual measure reads."""
     if os.path.isfile(path) and path.endswith(".txt"):
         with open(path, encoding="utf-8") as f:
@@ -77,12 +106,10 @@ def read_examples(path: str, split: str, text_column: str | None, task: str, lim
         return [{key: t} for t in texts[:limit]]
     import datasets
 
-    if os.path.isfile(path):
-        suffix = path[:-3] if path.endswith(".gz") else path
-        if not suffix.endswith((".json", ".jsonl")):
-            raise ValueError(f"{path}: use a .txt, .json or .jsonl file, a datasets folder or a Hub id")
+    data = load_task_split(path, split, task, split_by_article)
+    if data is None and os.path.isfile(path):
         data = datasets.load_dataset("json", data_files=path, split="train")
-    else:
+    elif data is None:
         data = datasets.load_dataset(path, split=split)
     data = data.select(range(min(limit, len(data))))
     wanted = {"ner": ("tokens", "text"), "classification": ("sentence", "text"), "qa": ("question",)}[task]
@@ -98,6 +125,8 @@ def read_examples(path: str, split: str, text_column: str | None, task: str, lim
         if missing:
             raise ValueError(f"{path}: QA examples need the columns question and context; missing {sorted(missing)}")
         return [{"question": row["question"], "context": row["context"]} for row in data]
+    if task == "classification" and {"sentence1", "sentence2"} <= set(columns):
+        return [{"sentence1": row["sentence1"], "sentence2": row["sentence2"]} for row in data]
     for column in wanted:
         if column in columns:
             key = column if column != "text" else ("sentence" if task == "classification" else "text")
@@ -157,6 +186,7 @@ def run(args: argparse.Namespace) -> dict:
     from keplm.io_utils import progress
     from keplm.tokenization.processing_utils import KeplmProcessor
 
+    start = time.time()
     check_data_path(args.data)
     hub = {k: v for k, v in (("revision", args.revision), ("token", args.token)) if v is not None}
     config = transformers.AutoConfig.from_pretrained(args.model, **hub)
@@ -167,12 +197,13 @@ def run(args: argparse.Namespace) -> dict:
     processor = KeplmProcessor.from_pretrained(args.model, knowledge_assets=getattr(model, "knowledge_assets", None),
                                                **hub)
     kg_change = processor.update_knowledge(args.kg, model=model) if args.kg else None
-    examples = read_examples(args.data, args.split, args.text_column, task, args.max_examples)
+    examples = read_examples(args.data, args.split, args.text_column, task, args.max_examples,
+                             args.split_by_article)
     report = knowledge_sensitivity(model, processor, examples, task=task, edits=tuple(args.edits),
                                    max_facts_per_example=args.max_facts_per_example, max_length=args.max_length,
                                    seed=args.seed, progress=lambda it: progress(it, "knowledge edits", len(examples)))
     summary = {**report.summary(), "model": args.model, "data": args.data, "kg": args.kg, "kg_change": kg_change,
-               "seed": args.seed}
+               "seed": args.seed, "elapsed_s": round(time.time() - start, 1)}
     out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / REPORT_NAME).write_text(json.dumps(summary, indent=1))

@@ -75,6 +75,17 @@ class KnowledgeAssets:
         """Entity-memory row of an entity id; unknown (unseen in training) entities map to the null row 0."""
         return self._entity_rows.get(entity_id, 0) if entity_id is not None else 0
 
+    def with_entities(self, entity_ids: Iterable[str]) -> KnowledgeAssets:
+        """A copy whose vocabulary also has rows (appended, count 0) for those of ``entity_ids`` that the KG holds and
+        the vocabulary lacks; the old rows keep their index. ``self`` when nothing is missing."""
+        if self.kg is None:
+            raise ValueError("with_entities: these knowledge assets have no KG to take the new entities from")
+        new = [e for e in dict.fromkeys(map(str, entity_ids)) if e not in self._entity_rows and self.kg.has_entity(e)]
+        if not new:
+            return self
+        counts = list(self.entity_counts) if self.entity_counts else [0] * self.num_entities
+        return KnowledgeAssets([*self.entity_vocab, *new], list(self.relation_vocab), counts + [0] * len(new), self.kg)
+
     def relation_row(self, relation_id: str) -> int:
         """Relation-vocabulary id; relations unseen in training map to the unknown relation (1)."""
         return self._relation_rows.get(relation_id, 1)

@@ -84,6 +84,11 @@ class TrelmArguments:
     export_encoder: bool = field(
         default=False, metadata={"help": "Also write the pre-trained encoder alone with the tokenizer to OUTPUT_DIR/"
                                  "encoder, a plain checkpoint the fine-tuning scripts take (TAPT, downstream tasks)."})
+    kg_entity_rows: bool = field(
+        default=False, metadata={"help": "After training, give every KG entity with a KG vector an entity row (the "
+                                 "vocabulary is the corpus mentions'), so that entities found only in the KG are "
+                                 "injected when the saved model reads them; training is unchanged "
+                                 "(docs/knowledge_checks.md, TRELM's cloze check)."})
     allow_kge_leak: bool = field(
         default=False, metadata={"help": "Accept KG embeddings trained on a graph that holds held-out facts (by "
                                  "default an error: train them with `keplm train-kge --exclude_facts "
