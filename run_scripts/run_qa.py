@@ -158,11 +158,13 @@ def main_kala(args) -> dict:
     maybe_initialize_entity_memory(model, features, collator, knowledge_args, training_args)
     model = maybe_add_lora(model, model_args)
 
+    group_options = knowledge_args.parameter_group_options(training_args.lr_scheduler_type,
+                                                           training_args.lr_scheduler_kwargs)
     trainer = QuestionAnsweringTrainer(
         model=model, args=training_args, data_collator=collator, processing_class=processor,
-        parameter_group_options=knowledge_args.parameter_group_options(),
+        parameter_group_options=group_options,
         card_data={"base_model": model_args.model_name_or_path, "dataset": data_args.dataset_name,
-                   "command": ["python", *sys.argv], "knowledge_args": vars(knowledge_args),
+                   "command": ["python", *sys.argv], "knowledge_args": {**vars(knowledge_args), **group_options},
                    "train_linked_share": linked_share(raw["train"]) if uses_knowledge and "train" in raw else None},
         train_dataset=features.get("train"), eval_dataset=features.get("validation"),
         eval_examples=raw["validation"] if training_args.do_eval else None,

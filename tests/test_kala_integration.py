@@ -286,3 +286,20 @@ def test_knowledge_modules_warm_up_on_their_own(tmp_path, tokenizer, assets, mem
     assert run(share, 2)[1]["knowledge"] == {round(1e-2 / 3, 12)}
     with pytest.raises(ValueError, match="constant has no warm-up"):
         _trainer(tmp_path, model, lr_scheduler_type="constant", knowledge_warmup_steps=4, **options)
+
+
+def test_knowledge_warmup_default_follows_the_schedule():
+    """--knowledge_warmup_steps unset: half the steps (DEFAULT_KNOWLEDGE_WARMUP) for a knowledge system under a schedule
+    with warm-ups, none under one without (constant: the option would be an error) or for a baseline; a value given
+    is kept."""
+    from keplm.training.arguments import DEFAULT_KNOWLEDGE_WARMUP, KnowledgeArguments
+
+    relational = KnowledgeArguments(system="relational")
+    assert DEFAULT_KNOWLEDGE_WARMUP == 0.5
+    for schedule in ("linear", "cosine", "polynomial", "constant_with_warmup"):
+        assert relational.parameter_group_options(schedule)["knowledge_warmup_steps"] == 0.5, schedule
+    for schedule in ("constant", "reduce_lr_on_plateau"):
+        assert relational.parameter_group_options(schedule)["knowledge_warmup_steps"] is None, schedule
+    assert KnowledgeArguments(system="vanilla").parameter_group_options()["knowledge_warmup_steps"] is None
+    given = KnowledgeArguments(system="pointwise", knowledge_warmup_steps=3)
+    assert given.parameter_group_options("linear")["knowledge_warmup_steps"] == 3

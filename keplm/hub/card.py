@@ -190,6 +190,7 @@ _KNOWLEDGE_OPTIONS = (("system", "system"), ("knowledge source", "knowledge"), (
                       ("entity min count", "entity_min_count"), ("max entities", "max_entities"),
                       ("entity memory initialised from mention states", "init_entity_memory"),
                       ("knowledge learning rate", "knowledge_learning_rate"),
+                      ("knowledge warm-up (steps, or share of the steps)", "knowledge_warmup_steps"),
                       ("entity-memory optimizer", "entity_memory_optimizer"),
                       ("entity-memory learning rate", "entity_memory_learning_rate"),
                       ("sparse entity memory", "sparse_entity_memory"))

@@ -150,6 +150,20 @@ def warmup_step_count(warmup_steps: float, num_training_steps: int) -> int:
     return int(warmup_steps) if warmup_steps >= 1 else math.ceil(num_training_steps * warmup_steps)
 
 
+def schedule_has_warmup(name, scheduler_kwargs: dict | None = None) -> bool:
+    """Whether transformers' ``get_scheduler(name)`` is a ``LambdaLR`` that starts below its peak during a warm-up
+    (linear, cosine, polynomial, ...), so a parameter group can have a warm-up of its own."""
+    from transformers import get_scheduler
+
+    probe = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=1.0)
+    try:
+        scheduler = get_scheduler(name, probe, num_warmup_steps=1, num_training_steps=2,
+                                  scheduler_specific_kwargs=scheduler_kwargs or {})
+    except (TypeError, ValueError):
+        return False
+    return isinstance(scheduler, LambdaLR) and scheduler.lr_lambdas[0](0) < 1.0
+
+
 def schedule_with_group_warmups(optimizer: torch.optim.Optimizer, name: str, num_training_steps: int,
                                 default_warmup_steps: int, scheduler_kwargs: dict | None = None) -> LambdaLR:
     """transformers' ``get_scheduler(name)`` for every param group, each with its own warm-up (``WARMUP_KEY``;
