@@ -267,6 +267,31 @@ def test_check_knowledge_command(tmp_path, trained_relation_model):
     assert json.loads((out / "knowledge_sensitivity.json").read_text())["examples_with_facts"] == 0
 
 
+def test_qa_sensitivity_reads_a_context_longer_than_one_window(trained_relation_model):
+    """A QA context split into windows of different lengths: every window's start / end distributions are compared
+    (padded to one width), an edit that changes nothing scores 0, and the shifts are distances in [0, 1]."""
+    from keplm import KalaForQuestionAnswering
+
+    task, splits, ner_model, processor = trained_relation_model
+    torch.manual_seed(0)
+    model = KalaForQuestionAnswering(ner_model.config)
+    model.set_knowledge_assets(processor.knowledge_assets)
+    def window_lengths(context):
+        return [len(ids) for ids in processor.prepare_qa_features(
+            {"id": ["0"], "question": ["which one is it ?"], "context": [context],
+             "knowledge": [processor.link(context).to_dict()], "question_knowledge": [processor.link("x").to_dict()]},
+            max_length=32, doc_stride=16, training=False)["input_ids"]]
+
+    # the first context of 4+ test sentences (several windows) whose last window is shorter than the others
+    context = next(c for k in range(4, 12) for c in [" ".join(" ".join(r["tokens"]) for r in splits["test_unseen"][:k])]
+                   if len(set(window_lengths(c))) > 1)
+    report = knowledge_sensitivity(model, processor, [{"question": "which one is it ?", "context": context}],
+                                   task="qa", max_length=32)
+    assert report.examples_with_facts == 1 and report.results
+    assert all(0.0 <= r.shift <= 1.0 for r in report.results)
+    assert any(r.shift > 0 for r in report.results)  # the untrained model reads its KG too
+
+
 def test_check_knowledge_refuses_a_baseline_and_bad_data(tmp_path, trained_relation_model, tokenizer):
     from keplm.cli import main
 

@@ -302,9 +302,12 @@ def _predict(model, collator, adapter, linked: dict):
 
 
 def _read(adapter, prediction, annotation, fact) -> torch.Tensor:
+    """The rows of every feature of one example, right-padded with zero probability to one width: QA windows of one
+    context differ in length, and a zero column adds nothing to the total variation."""
     outputs, batch = prediction
-    return torch.cat([adapter.probabilities(outputs, batch, i, annotation, fact)
-                      for i in range(batch["input_ids"].shape[0])])
+    rows = [adapter.probabilities(outputs, batch, i, annotation, fact) for i in range(batch["input_ids"].shape[0])]
+    width = max(row.shape[-1] for row in rows)
+    return torch.cat([torch.nn.functional.pad(row, (0, width - row.shape[-1])) for row in rows])
 
 
 def _relation_names(kg) -> dict[str, str]:
