@@ -187,7 +187,9 @@ def test_entity_memory_optimizer_choice_reaches_the_trainer(tmp_path, tokenizer,
     config = KalaConfig(encoder_config=tiny_encoder_config(tokenizer), entity_vocab_size=assets.num_entities,
                         num_relations=assets.num_relations, num_labels=3, sparse_entity_memory=sparse)
     model = KalaForTokenClassification(config).train()
-    options = KnowledgeArguments(entity_memory_optimizer="rowwise_adagrad", entity_memory_learning_rate=0.05)
+    # no warm-up of the knowledge modules' own (the default's would start the rate at 0): the rate from step 0
+    options = KnowledgeArguments(entity_memory_optimizer="rowwise_adagrad", entity_memory_learning_rate=0.05,
+                                 knowledge_warmup_steps=0)
     trainer = _trainer(tmp_path, model, **options.parameter_group_options())
     memory = model.kala.entity_memory.embeddings.weight
     tables = trainer.optimizer.others[0]
