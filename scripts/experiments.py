@@ -171,18 +171,23 @@ def tapt_pretraining_command(cfg: dict, seed: str, output_dir: str) -> list[str]
     ]
 
 
+def knowledge_check_command(model_dir: str, data: str, max_examples, max_length, split: str = "test",
+                            split_by_article=None) -> list[str]:
+    """``keplm check-knowledge`` on the model in ``model_dir``: counterfactual edits of the facts of the first
+    ``max_examples`` examples of ``data``'s ``split`` (report in ``model_dir/knowledge_check``)."""
+    cmd = [sys.executable, "-m", "keplm.cli", "check-knowledge", "--model", model_dir, "--data", data,
+           "--split", split, "--max_examples", str(max_examples), "--max_length", str(max_length),
+           "--output_dir", os.path.join(model_dir, CHECK_DIR)]
+    return cmd + (["--split_by_article", *map(str, split_by_article)] if split_by_article else [])
+
+
 def check_command(cfg: dict, output_dir: str) -> list[str]:
-    """``keplm check-knowledge`` on a trained knowledge system: counterfactual edits of the facts of the first
-    ``cfg["check_knowledge"]`` test examples (``output_dir/knowledge_check``)."""
+    """:func:`knowledge_check_command` for a KALA run of ``cfg``: its test split, window and article split."""
     extra = list(cfg["extra"])
     max_length = extra[extra.index("--max_seq_length") + 1] if "--max_seq_length" in extra else "128"
-    cmd = [sys.executable, "-m", "keplm.cli", "check-knowledge", "--model", output_dir, "--data", cfg["dataset"],
-           "--split", "test", "--max_examples", str(cfg["check_knowledge"]), "--max_length", max_length,
-           "--output_dir", os.path.join(output_dir, CHECK_DIR)]
-    if "--split_by_article" in extra:
-        at = extra.index("--split_by_article")
-        cmd += ["--split_by_article", *extra[at + 1:at + 4]]
-    return cmd
+    at = extra.index("--split_by_article") if "--split_by_article" in extra else None
+    return knowledge_check_command(output_dir, cfg["dataset"], cfg["check_knowledge"], max_length,
+                                   split_by_article=extra[at + 1:at + 4] if at is not None else None)
 
 
 def commands(cfg: dict, system: str, seed: str, output_dir: str) -> list[list[str]]:
@@ -241,7 +246,11 @@ def run_resumable(jobs: list[tuple[str, list, str]], output_dir: str, parallel: 
     again after the queue, so another queue on the same folder that finished meanwhile keeps its times."""
     durations_file = Path(output_dir, "durations.json")
     if resume:
-        jobs = [job for job in jobs if not Path(job[1][job[1].index("--output_dir") + 1], "all_results.json").is_file()]
+        def output_dir_of(cmds: list) -> str:  # a job's (first) run-script command names its output folder
+            run = cmds[0] if isinstance(cmds[0], list) else cmds
+            return run[run.index("--output_dir") + 1]
+
+        jobs = [job for job in jobs if not Path(output_dir_of(job[1]), "all_results.json").is_file()]
     new = run_queue(jobs, parallel)
     durations = {**(json.loads(durations_file.read_text()) if durations_file.is_file() else {}), **new}
     Path(output_dir).mkdir(parents=True, exist_ok=True)

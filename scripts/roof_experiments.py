@@ -29,6 +29,7 @@ from experiments import (  # noqa: E402
     DEFAULT_MODEL,
     NEWS_KG,
     completed_runs,
+    knowledge_check_command,
     model_path,
     run_resumable,
     sample_limit,
@@ -108,6 +109,26 @@ def command(cfg: dict, variant: str, seed: str, output_dir: str, cache_dir: str)
             "--data_dir", os.path.join(cfg["data_dir"], "glue"), *common]
 
 
+#: GLUE task names as the shared data's folders spell them
+GLUE_FOLDERS = {"rte": "RTE", "mrpc": "MRPC", "cola": "CoLA"}
+
+
+def commands(cfg: dict, variant: str, seed: str, output_dir: str, cache_dir: str) -> list[list[str]]:
+    """The run's command, then, for a variant that reads knowledge and ``cfg["check_knowledge"]``, ``keplm
+    check-knowledge`` on the trained model: GLUE's validation pairs (its test split has no labels, and the check needs
+    none, but the validation split is what the tables report), SQuAD's test questions of the same article split."""
+    run = command(cfg, variant, seed, output_dir, cache_dir)
+    if not cfg.get("check_knowledge") or variant == "bert":
+        return [run]
+    if cfg["task"] == "squad":
+        check = knowledge_check_command(output_dir, cfg["dataset"], cfg["check_knowledge"], cfg["max_seq_length"],
+                                        split_by_article=(38, 5, 5))
+    else:
+        check = knowledge_check_command(output_dir, os.path.join(cfg["data_dir"], "glue", GLUE_FOLDERS[cfg["task"]]),
+                                        cfg["check_knowledge"], cfg["max_seq_length"], split="validation")
+    return [run, check]
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--preset", required=True, choices=sorted(PRESETS))
@@ -119,18 +140,21 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--resume", action="store_true",
                         help="skip runs whose all_results.json exists (their wall times come from durations.json)")
     parser.add_argument("--model", default=None, help=f"encoder (default: {DEFAULT_MODEL})")
+    parser.add_argument("--check_knowledge", type=int, default=None, metavar="N",
+                        help="after each run that reads knowledge, `keplm check-knowledge` on its first N validation "
+                             "pairs (SQuAD: test questions); the report lands in the seed summary")
     for key in ("train", "eval", "epochs", "lr", "batch", "kg", "max_seq_length", "max_knowledge_length"):
         parser.add_argument(f"--{key}", default=None)
     args = parser.parse_args(argv)
     overrides = {k: getattr(args, k) for k in ("model", "train", "eval", "epochs", "lr", "batch", "kg",
-                                                "max_seq_length", "max_knowledge_length")}
+                                                "max_seq_length", "max_knowledge_length", "check_knowledge")}
     if args.variants:
         overrides["variants"] = args.variants.split(",")
     cfg = make_settings(args.preset, args.data_dir, **overrides)
     output_dir = args.output_dir or f"outputs/roof_experiments/{args.preset}"
     cache_dir = os.path.join(output_dir, "knowledge_cache")
     jobs = [(f"seed{seed}/{variant}",
-             command(cfg, variant, seed, os.path.join(output_dir, f"seed{seed}", variant), cache_dir),
+             commands(cfg, variant, seed, os.path.join(output_dir, f"seed{seed}", variant), cache_dir),
              os.path.join(output_dir, f"seed{seed}", f"{variant}.log"))
             for seed in args.seeds for variant in cfg["variants"]]
     start = time.time()

@@ -244,6 +244,18 @@ def test_roof_experiment_commands_parse_and_differ_by_one_setting(monkeypatch, t
         if "roof_wordnet" in parsed:
             diff = {k for k, v in vars(parsed["roof_wordnet"]).items() if vars(parsed["roof"])[k] != v}
             assert diff == {"kg"}
+    # --check_knowledge N: every variant that reads knowledge is followed by keplm check-knowledge on its model
+    from keplm.cli import build_parser
+
+    for preset, split in (("mrpc", "validation"), ("squad", "test")):
+        cfg = roof_experiments.make_settings(preset, str(tmp_path), model="tiny-model", check_knowledge=30)
+        assert len(roof_experiments.commands(cfg, "bert", "1", str(tmp_path / "b"), str(tmp_path / "c"))) == 1
+        run, check = roof_experiments.commands(cfg, "roof", "1", str(tmp_path / "r"), str(tmp_path / "c"))
+        args = build_parser().parse_args(check[3:])
+        assert args.model == str(tmp_path / "r") and args.max_examples == 30 and args.split == split
+        assert args.data == (cfg["dataset"] if preset == "squad" else str(tmp_path / "glue" / "MRPC"))
+        assert args.split_by_article == ([38, 5, 5] if preset == "squad" else None)
+        assert args.max_length == int(cfg["max_seq_length"])
     # full training sets (the GPU runs): --train all caps nothing
     cfg = roof_experiments.make_settings("rte", str(tmp_path), model="tiny-model", train="all")
     cmd = roof_experiments.command(cfg, "roof", "1", str(tmp_path / "all"), str(tmp_path / "cache"))
@@ -302,3 +314,13 @@ def test_check_knowledge_follows_each_knowledge_run_and_lands_in_its_seed_summar
                                                 "knowledge_relation_flip_rate": 0.25,
                                                 "knowledge_relation_mean_shift": 0.125}
     assert summary["durations_s"] == {"vanilla": 100.0, "relational": 120.0}
+    # --resume skips a finished job whether it is one command or a run followed by its knowledge check
+    done, todo = tmp_path / "done", tmp_path / "todo"
+    done.mkdir()
+    (done / "all_results.json").write_text("{}")
+    seen = []
+    monkeypatch.setattr(experiments, "run_queue", lambda jobs, parallel: seen.extend(j[0] for j in jobs) or {})
+    jobs = [("one", ["x", "--output_dir", str(done)], "l"), ("chain", [["x", "--output_dir", str(done)], ["y"]], "l"),
+            ("new", [["x", "--output_dir", str(todo)], ["y"]], "l")]
+    experiments.run_resumable(jobs, str(tmp_path), 1, resume=True)
+    assert seen == ["new"]
