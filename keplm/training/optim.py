@@ -150,18 +150,26 @@ def warmup_step_count(warmup_steps: float, num_training_steps: int) -> int:
     return int(warmup_steps) if warmup_steps >= 1 else math.ceil(num_training_steps * warmup_steps)
 
 
-def schedule_has_warmup(name, scheduler_kwargs: dict | None = None) -> bool:
-    """Whether transformers' ``get_scheduler(name)`` is a ``LambdaLR`` that starts below its peak during a warm-up
-    (linear, cosine, polynomial, ...), so a parameter group can have a warm-up of its own."""
+def _warmup_factor(name, warmup: int, num_training_steps: int, scheduler_kwargs: dict | None):
+    """The factor function of transformers' ``get_scheduler(name)`` with ``warmup`` steps (built on a probe
+    optimizer), or None when that schedule is not a ``LambdaLR`` that starts below its peak during a warm-up."""
     from transformers import get_scheduler
 
     probe = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=1.0)
+    scheduler = get_scheduler(name, probe, num_warmup_steps=warmup, num_training_steps=num_training_steps,
+                              scheduler_specific_kwargs=scheduler_kwargs or {})
+    if not isinstance(scheduler, LambdaLR) or (warmup > 0 and scheduler.lr_lambdas[0](0) >= 1.0):
+        return None
+    return scheduler.lr_lambdas[0]
+
+
+def schedule_has_warmup(name, scheduler_kwargs: dict | None = None) -> bool:
+    """Whether ``get_scheduler(name)`` has warm-ups (linear, cosine, polynomial, ...), so a parameter group can have
+    a warm-up of its own; a schedule that cannot be built with these kwargs has none."""
     try:
-        scheduler = get_scheduler(name, probe, num_warmup_steps=1, num_training_steps=2,
-                                  scheduler_specific_kwargs=scheduler_kwargs or {})
+        return _warmup_factor(name, 1, 2, scheduler_kwargs) is not None
     except (TypeError, ValueError):
         return False
-    return isinstance(scheduler, LambdaLR) and scheduler.lr_lambdas[0](0) < 1.0
 
 
 def schedule_with_group_warmups(optimizer: torch.optim.Optimizer, name: str, num_training_steps: int,
@@ -170,17 +178,14 @@ def schedule_with_group_warmups(optimizer: torch.optim.Optimizer, name: str, num
     ``default_warmup_steps`` where a group has none): one ``LambdaLR`` with one factor function per group. Raises
     ``ValueError`` for a schedule that is not a warm-up ``LambdaLR`` (``constant``, ``reduce_lr_on_plateau``, ...),
     where a group's warm-up would be ignored."""
-    from transformers import get_scheduler
 
     def factor(warmup: int):
-        probe = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=1.0)
-        scheduler = get_scheduler(name, probe, num_warmup_steps=warmup, num_training_steps=num_training_steps,
-                                  scheduler_specific_kwargs=scheduler_kwargs or {})
-        if not isinstance(scheduler, LambdaLR) or (warmup > 0 and scheduler.lr_lambdas[0](0) >= 1.0):
+        found = _warmup_factor(name, warmup, num_training_steps, scheduler_kwargs)
+        if found is None:
             raise ValueError(f"--lr_scheduler_type {getattr(name, 'value', name)} has no warm-up, so a parameter "
                              "group cannot have a warm-up of its own (e.g. --knowledge_warmup_steps); use linear, "
                              "cosine, polynomial, ...")
-        return scheduler.lr_lambdas[0]
+        return found
 
     lambdas = []
     for group in optimizer.param_groups:
