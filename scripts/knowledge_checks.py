@@ -25,8 +25,10 @@ TRELM's entity vocabulary is the training mentions', so they are given entity ro
 ``keplm.checks.cloze.with_entity_rows``; ``unseen_no_row``: as saved, not injected), ``follow`` / ``follow_seen``:
 share of unseen / seen queries whose prediction moves to another subject's object when that subject's KG vector is
 injected (for ``mlm``, which reads no vector, the level of coincidence), ``kge_nn``: share of unseen facts that the
-nearest training subject in the KG-vector space shares (what the vectors hold). No ``added`` split: a new entity
-would need a vector in the space the model was trained on, and ``keplm train-kge`` trains every vector anew.
+nearest training subject in the KG-vector space shares (what the vectors hold). ``added``: subjects whose facts are
+in the updated KG only (``kg_updated.jsonl``): after training, ``keplm train-kge --keep_vectors_from`` fits their
+vectors beside the kept ones (``<task_dir>/kge_updated``) and ``processor.update_knowledge`` gives the trained TRELM
+model the updated KG and their entity rows; ``follow_added`` and ``kge_nn_added`` as above for them.
 """
 
 from __future__ import annotations
@@ -54,7 +56,8 @@ ROOF_SYSTEMS = {"vanilla": ("bert", []), "roof": ("roof", ["--selection", "no_ta
 METRICS = ("seen", "unseen", "added", "follow", "follow_added", "shift")
 #: TRELM's cloze check: run_pretraining.py --system
 CLOZE_SYSTEMS = ("trelm", "mlm")
-CLOZE_METRICS = ("seen", "unseen", "unseen_no_row", "follow", "follow_seen", "kge_nn")
+CLOZE_METRICS = ("seen", "unseen", "added", "unseen_no_row", "follow", "follow_added", "follow_seen", "kge_nn",
+                 "kge_nn_added")
 #: keplm train-kge on a cloze KG (a few hundred triples): train-kge's defaults (50 epochs of batch 1000) are sized
 #: for large KGs and make 50 steps here, after which the vectors hardly hold the facts (kge_nn 0.28 / 0.40 on seeds
 #: 1 / 2, chance 0.25); 500 epochs of 128 hold them all (kge_nn 1.0, ~5 s). Every fact trains (no held-out
@@ -90,10 +93,13 @@ def run_command(args, shape: str, task_dir: str, system: str, seed: str, output_
     return cmd
 
 
-def kge_command(task_dir: str, seed: str) -> list[str]:
-    """``keplm train-kge`` on a cloze task's KG, into ``<task_dir>/kge``."""
-    return [sys.executable, "-m", "keplm.cli", "train-kge", "--kg", f"jsonl:{task_dir}/kg.jsonl", "--output_dir",
-            f"{task_dir}/kge", "--seed", seed, "--no_progress", *CLOZE_KGE_ARGS]
+def kge_command(task_dir: str, seed: str, updated: bool = False) -> list[str]:
+    """``keplm train-kge`` on a cloze task's KG, into ``<task_dir>/kge``; ``updated``: on the updated KG, keeping
+    the vectors of ``<task_dir>/kge``, into ``<task_dir>/kge_updated``."""
+    kg, out = ("kg_updated.jsonl", "kge_updated") if updated else ("kg.jsonl", "kge")
+    keep = ["--keep_vectors_from", f"{task_dir}/kge"] if updated else []
+    return [sys.executable, "-m", "keplm.cli", "train-kge", "--kg", f"jsonl:{task_dir}/{kg}", "--output_dir",
+            f"{task_dir}/{out}", "--seed", seed, "--no_progress", *CLOZE_KGE_ARGS, *keep]
 
 
 def cloze_command(args, task_dir: str, system: str, seed: str, output_dir: str) -> list[str]:
@@ -136,6 +142,16 @@ def score_cloze(run_dir: str, task_dir: str, seed: int) -> dict:
         out["injected_unseen"] = injected_share(processor, unseen)
     out["unseen"] = cloze_accuracy(model, processor, unseen, candidates)
     out["follow"] = follow_rate(model, processor, unseen, candidates, seed=seed)
+    added = task.queries("added")
+    if added:  # the knowledge update after training: the updated KG's vectors keep those the model was trained on
+        updated = load_kg(f"{task_dir}/kge_updated")
+        out["kge_nn_added"] = kge_neighbour_accuracy(updated, task, "added")
+        if reads_knowledge(model):
+            out["update"] = {k: v for k, v in processor.update_knowledge(updated, model=model).items()
+                             if not k.endswith(("_hash", "_examples"))}
+            out["injected_added"] = injected_share(processor, added)
+        out["added"] = cloze_accuracy(model, processor, added, candidates)
+        out["follow_added"] = follow_rate(model, processor, added, candidates, seed=seed)
     return out
 
 
@@ -275,8 +291,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
     for seed in args.seeds if "cloze" in args.tasks else []:
         task_dir = os.path.join(args.output_dir, "data", f"cloze-seed{seed}")
         make_cloze_task(seed=int(seed), **cloze_kwargs).write(task_dir)
-        if not (args.resume and Path(task_dir, "kge", "kge_report.json").is_file()):
-            kge_jobs.append((f"cloze/seed{seed}/kge", kge_command(task_dir, seed), f"{task_dir}/kge.log"))
+        chain = [kge_command(task_dir, seed, updated) for updated, folder in ((False, "kge"), (True, "kge_updated"))
+                 if not (args.resume and Path(task_dir, folder, "kge_report.json").is_file())]
+        if chain:  # the updated vectors keep those of kge/: one job, in order
+            kge_jobs.append((f"cloze/seed{seed}/kge", chain, f"{task_dir}/kge.log"))
         for system in cloze_systems:
             run_dir = os.path.join(args.output_dir, f"cloze-seed{seed}", system)
             name = f"cloze/seed{seed}/{system}"

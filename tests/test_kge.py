@@ -216,3 +216,89 @@ def test_cli_rejects_an_empty_kg(tmp_path):
     KnowledgeGraph(["a"], ["r"]).save_pretrained(tmp_path / "empty")
     with pytest.raises(ValueError, match="no triples"):
         main(["train-kge", "--kg", str(tmp_path / "empty"), "--output_dir", str(tmp_path / "out")])
+
+
+# ---------------------------------------------------------------------------------------------- kept vectors
+def grown_kg(kg: KnowledgeGraph) -> KnowledgeGraph:
+    """``kg`` plus two new cities of country 0 and one of country 3, each with its four facts."""
+    triples = [(kg.entity_ids[h], kg.relation_ids[r], kg.entity_ids[t]) for h, r, t in kg.triples.tolist()]
+    for city, k in (("new_a", 0), ("new_b", 0), ("new_c", 3)):
+        triples += [(city, "country", f"k{k}"), (city, "language", f"l{k}"), (city, "currency", f"m{k}"),
+                    (city, "continent", f"z{k % 2}")]
+    return KnowledgeGraph.from_triples(triples)
+
+
+@pytest.mark.parametrize("model", ["transe", "distmult", "complex", "rotate"])
+def test_kept_vectors_stay_exactly_and_only_new_entities_train(kg, model):
+    old, _ = train_kge(kg, model=model, dim=16, epochs=5, batch_size=32, valid_fraction=0.0, seed=0, progress=False)
+    grown = grown_kg(kg)
+    new, report = train_kge(grown, model=model, dim=16, epochs=5, batch_size=32, valid_fraction=0.0, seed=3,
+                            progress=False, keep_vectors=old)
+    for entity in kg.entity_ids:
+        kept = new.entity_vectors[grown.entity_index(entity)]
+        assert np.array_equal(kept, old.entity_vectors[kg.entity_index(entity)])
+    assert report["kept_vectors"]["entities"] == kg.num_entities and report["kept_vectors"]["trained"] == 3
+    assert report["kept_vectors"]["source_content_hash"] == old.content_hash()
+    fresh, _ = train_kge(grown, model=model, dim=16, epochs=5, batch_size=32, valid_fraction=0.0, seed=3,
+                         progress=False)
+    rows = [grown.entity_index(e) for e in ("new_a", "new_b", "new_c")]
+    assert np.isfinite(new.entity_vectors[rows]).all()
+    assert not np.array_equal(new.entity_vectors[rows], fresh.entity_vectors[rows])  # trained against kept rows
+
+
+def test_new_entities_land_beside_their_kind_in_the_kept_space(kg, trained):
+    """A new city of country 0 gets a TransE vector nearer to country 0's cities than to country 3's: its facts
+    place it in the space the old vectors define (the point of keeping them)."""
+    old, _ = trained
+    grown = grown_kg(kg)
+    new, _ = train_kge(grown, dim=32, epochs=100, batch_size=32, valid_fraction=0.0, seed=1, progress=False,
+                       keep_vectors=old)
+    vectors = new.entity_vectors / np.linalg.norm(new.entity_vectors, axis=1, keepdims=True)
+
+    def mean_cos(entity, k):
+        city = vectors[grown.entity_index(entity)]
+        return float(np.mean([vectors[grown.entity_index(f"c{k}_{i}")] @ city for i in range(8)]))
+
+    assert mean_cos("new_a", 0) > mean_cos("new_a", 3) + 0.2
+    assert mean_cos("new_c", 3) > mean_cos("new_c", 0) + 0.2
+
+
+def test_bad_kept_vectors_are_clear_errors(kg, trained):
+    old, _ = trained
+    with pytest.raises(ValueError, match="width 32, but dim is 16"):
+        train_kge(kg, dim=16, epochs=1, progress=False, keep_vectors=old)
+    with pytest.raises(ValueError, match="with entity vectors"):
+        train_kge(kg, dim=32, epochs=1, progress=False, keep_vectors=kg)
+    other = KnowledgeGraph(["x", "y"], ["r"], np.array([[0, 0, 1]]), entity_vectors=np.ones((2, 32), np.float32))
+    with pytest.raises(ValueError, match="shares no entity"):
+        train_kge(kg, dim=32, epochs=1, progress=False, keep_vectors=other)
+    broken = np.array(old.entity_vectors)
+    broken[3, 0] = np.nan
+    nan_kg = KnowledgeGraph(old.entity_ids, old.relation_ids, old.triples, entity_vectors=broken)
+    with pytest.raises(ValueError, match="NaN"):
+        train_kge(kg, dim=32, epochs=1, progress=False, keep_vectors=nan_kg)
+
+
+def test_cli_keeps_vectors_of_an_earlier_run_and_checks_its_settings(kg, tmp_path, capsys):
+    old_dir, new_dir = tmp_path / "old", tmp_path / "new"
+    kg.save_pretrained(tmp_path / "source")
+    grown_kg(kg).save_pretrained(tmp_path / "grown")
+    common = ["--dim", "8", "--epochs", "3", "--batch_size", "64", "--valid_fraction", "0", "--no_progress"]
+    assert main(["train-kge", "--kg", str(tmp_path / "source"), "--output_dir", str(old_dir), *common]) == 0
+    assert main(["train-kge", "--kg", str(tmp_path / "grown"), "--output_dir", str(new_dir), "--keep_vectors_from",
+                 str(old_dir), *common]) == 0
+    old, new = KnowledgeGraph.from_pretrained(old_dir), KnowledgeGraph.from_pretrained(new_dir)
+    assert all(np.array_equal(new.entity_vectors[new.entity_index(e)], old.entity_vectors[old.entity_index(e)])
+               for e in old.entity_ids)
+    report = json.loads((new_dir / "kge_report.json").read_text())
+    assert report["kept_vectors"]["from"] == str(old_dir) and report["kept_vectors"]["trained"] == 3
+    assert "Kept the stored vectors of 46 entities" in capsys.readouterr().out
+    with pytest.raises(ValueError, match="holds transe vectors of dim 8"):
+        main(["train-kge", "--kg", str(tmp_path / "grown"), "--output_dir", str(tmp_path / "x"),
+              "--keep_vectors_from", str(old_dir), "--dim", "16"])
+    with pytest.raises(ValueError, match="no entity vectors"):
+        main(["train-kge", "--kg", str(tmp_path / "grown"), "--output_dir", str(tmp_path / "x"),
+              "--keep_vectors_from", str(tmp_path / "source")])
+    with pytest.raises(FileNotFoundError, match="no saved KG"):
+        main(["train-kge", "--kg", str(tmp_path / "grown"), "--output_dir", str(tmp_path / "x"),
+              "--keep_vectors_from", str(tmp_path)])

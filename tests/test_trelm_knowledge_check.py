@@ -75,6 +75,25 @@ def test_cloze_task_keeps_unseen_facts_in_the_kg_only(tmp_path):
     assert make_cloze_task(seed=1).entities != make_cloze_task(seed=2).entities
 
 
+def test_added_subjects_are_in_the_updated_kg_only_and_leave_the_other_groups_alone(tmp_path):
+    task = make_cloze_task(num_relations=2, train_subjects=12, unseen_subjects=8, added_subjects=6, noise_facts=1,
+                           seed=4)
+    added = {e.id for e in task.group("added")}
+    assert len(added) == 6 and not {m["id"] for ex in task.corpus().values() for m in ex["entities"]} & added
+    assert not any(task.kg.has_entity(e) for e in added)
+    assert all(task.kg_updated.has_entity(e) for e in added)
+    assert task.kg_updated.num_triples == task.kg.num_triples + 6 * 2  # their facts, no noise facts
+    assert {r["sub_uri"] for r in task.queries("added")} == added
+    without = make_cloze_task(num_relations=2, train_subjects=12, unseen_subjects=8, added_subjects=0, noise_facts=1,
+                              seed=4)
+    assert without.kg.content_hash() == task.kg.content_hash() and without.corpus() == task.corpus()
+    assert without.queries("unseen") == task.queries("unseen") and without.queries("added") == []
+    paths = task.write(tmp_path)
+    lines = [json.loads(line) for line in open(paths["kg_updated"], encoding="utf-8")]
+    assert sum("h" in line for line in lines) == task.kg_updated.num_triples
+    assert sum(1 for _ in open(tmp_path / "cloze" / "test_added.jsonl", encoding="utf-8")) == 12
+
+
 def test_cloze_objects_and_templates():
     for relation, (_, objects, templates) in CLOZE_RELATIONS.items():
         for template in templates:
@@ -92,7 +111,8 @@ def test_cloze_objects_and_templates():
 @pytest.mark.parametrize("kwargs, message", [({"num_relations": 0}, "num_relations"),
                                              ({"objects_per_relation": 9}, "objects_per_relation"),
                                              ({"sentences_per_fact": 5}, "sentences_per_fact"),
-                                             ({"unseen_subjects": 0}, "unseen_subjects")])
+                                             ({"unseen_subjects": 0}, "unseen_subjects"),
+                                             ({"added_subjects": -1}, "added_subjects")])
 def test_bad_cloze_task_arguments(kwargs, message):
     with pytest.raises(ValueError, match=message):
         make_cloze_task(**kwargs)
@@ -115,7 +135,7 @@ def _tiny_trelm(use_injection: bool, seed: int = 0, epochs: int = 20):
     vocabulary, so every subject reads [UNK] and only its KG vector tells it apart. The queries use a corpus
     template: the tiny encoder has never read the held-out template's words (the MiniLM check uses it)."""
     task = make_cloze_task(num_relations=1, objects_per_relation=4, train_subjects=40, unseen_subjects=40,
-                           sentences_per_fact=3, seed=seed)
+                           added_subjects=40, sentences_per_fact=3, seed=seed)
     # unit-L2 TransE vectors (p_norm 2): the tiny projection reads them within seconds
     kg, _ = train_kge(task.kg, dim=16, epochs=200, batch_size=64, valid_fraction=0.0, p_norm=2.0, seed=seed,
                       progress=False)
@@ -175,6 +195,32 @@ def test_trelm_prediction_follows_the_injected_kg_vector(trained):
     assert cloze_accuracy(extended, extended_processor, unseen, candidates) >= 0.9
     assert follow_rate(extended, extended_processor, unseen, candidates) >= 0.9
     assert follow_rate(model, processor, seen, candidates) >= 0.9
+
+
+def test_trelm_reads_entities_added_to_the_kg_after_training(trained):
+    """Knowledge update without retraining: subjects whose facts enter the KG after training get vectors in the
+    trained vector space (``train_kge(keep_vectors=...)``) and entity rows (``TrelmProcessor.update_knowledge``),
+    and are then answered from those vectors like the unseen subjects; the update refuses vectors trained anew."""
+    task, kg, model, processor = trained
+    model, processor = copy.deepcopy(model), copy.deepcopy(processor)
+    candidates, added = task.candidates, task.queries("added")
+    assert not any(kg.has_entity(e.id) for e in task.group("added"))
+    assert cloze_accuracy(model, processor, added, candidates) <= 0.5  # not in the KG: read as text only
+    settings = dict(dim=16, epochs=200, batch_size=64, valid_fraction=0.0, p_norm=2.0, progress=False)
+    updated, _ = train_kge(task.kg_updated, seed=5, keep_vectors=kg, **settings)
+    assert kge_neighbour_accuracy(updated, task, "added") >= 0.9
+    fresh, _ = train_kge(task.kg_updated, seed=5, **settings)  # the same KG, every vector trained anew
+    with pytest.raises(ValueError, match="keep_vectors_from"):
+        copy.deepcopy(processor).update_knowledge(fresh, model=copy.deepcopy(model))
+    rows = processor.knowledge_assets.num_entities
+    report = processor.update_knowledge(updated, model=model)
+    assert report["entities_added"] == report["entity_rows_added"] == len(task.group("added"))
+    assert processor.knowledge_assets.num_entities == model.config.entity_vocab_size == rows + report["entities_added"]
+    assert model.knowledge_assets.content_hash() == processor.knowledge_assets.content_hash()
+    assert injected_share(processor, added) == 1.0
+    assert cloze_accuracy(model, processor, added, candidates) >= 0.9
+    assert follow_rate(model, processor, added, candidates) >= 0.9
+    assert cloze_accuracy(model, processor, task.queries("train"), candidates) >= 0.9  # the seen facts stay
 
 
 def test_no_injection_control_does_not_follow():

@@ -4,23 +4,24 @@ only by the KG (and its KG embeddings) for the others.
 Subjects have invented names (:func:`keplm.checks.synthetic.invented_words`), so the text cannot tell their facts.
 Each subject has one fact per relation of the task; a relation's objects are common uncased words that are one word
 piece in BERT's uncased vocabulary (colours, cities, instruments, ...), so LAMA-style probing can score them
-(:mod:`keplm.data.lama`). Subjects come in two groups:
+(:mod:`keplm.data.lama`). Subjects come in three groups:
 
 - ``train``: their facts are stated in the pre-training corpus (:meth:`ClozeTask.corpus`, KALA annotation JSON that
   ``run_pretraining.py --corpus annotations:<file>`` reads: the subject and the object are mentions and the fact a
   triplet, so TRELM decodes the object against negatives (CKA, eq. 2) and injects the subject's KG embedding, 3.1);
 - ``unseen``: their facts are in the KG only (:meth:`ClozeTask.kg`, so in the vectors ``keplm train-kge`` trains
-  on it), never in the corpus.
+  on it), never in the corpus;
+- ``added``: their facts are in no KG during training, only in the updated KG (:meth:`ClozeTask.kg_updated`). A
+  trained model reads them after ``keplm train-kge --keep_vectors_from`` fits their vectors in the space of the
+  training vectors (the others kept) and ``TrelmProcessor.update_knowledge`` gives them entity rows. They are drawn
+  after everything else, from their own random stream, so a seed's other groups are the same with or without them,
+  and they have no noise facts.
 
 The cloze queries (:meth:`ClozeTask.queries`) are LAMA-style facts (``sub_label``, ``obj_label``, ``templates``
 with ``[X]`` and ``[Y]``) with a template that no corpus sentence uses: ``test_seen`` for training subjects,
-``test_unseen`` for unseen ones. Relations, objects, corpus templates, the query template and the names are drawn
-per seed; ``noise_facts`` adds KG-only facts between subjects (a noise relation), so the vectors hold more than the
-queried facts.
-
-There is no ``added`` split (entities put into the KG after training): TRELM reads an entity through its KG
-embedding, and ``keplm train-kge`` trains every vector anew, so an added entity has no vector in the space the model
-was trained on (the relation vectors, which would place a new head at ``t - r``, are not kept).
+``test_unseen`` / ``test_added`` for the others. Relations, objects, corpus templates, the query template and the
+names are drawn per seed; ``noise_facts`` adds KG-only facts between subjects (a noise relation), so the vectors
+hold more than the queried facts.
 
 Scoring: :func:`cloze_accuracy` (P@1 among the task's object words at the mask; a TRELM model reads the subject's
 KG embedding at its mention, a plain masked LM the text only), :func:`follow_rate` (the subject's injected vector
@@ -47,7 +48,7 @@ from keplm.knowledge.graph import KnowledgeGraph
 
 from .synthetic import TaskEntity, invented_words, write_jsonl_kg
 
-CLOZE_GROUPS = ("train", "unseen")
+CLOZE_GROUPS = ("train", "unseen", "added")
 NOISE_RELATION = "R_noise"
 
 #: relation id -> (KG name, objects, templates). Every object is one word piece of BERT's uncased vocabulary (and
@@ -119,9 +120,20 @@ class ClozeTask:
 
     @property
     def kg(self) -> KnowledgeGraph:
-        """The KG: every fact of the training and unseen subjects (the unseen subjects' only here)."""
-        names = {e.id: e.name for e in self.entities}
-        return KnowledgeGraph.from_triples(self.facts, entity_names=names, relation_names=self.relation_names)
+        """The KG of training time: every fact of the training and unseen subjects (the unseen subjects' only
+        here), none of the added subjects'."""
+        return self._kg(("object", "train", "unseen"))
+
+    @property
+    def kg_updated(self) -> KnowledgeGraph:
+        """The KG after the update: the added subjects and their facts too."""
+        return self._kg(("object", *CLOZE_GROUPS))
+
+    def _kg(self, groups) -> KnowledgeGraph:
+        keep = {e.id: e.name for e in self.entities if e.group in groups}
+        facts = [f for f in self.facts if f[0] in keep and f[2] in keep]
+        relations = {r: name for r, name in self.relation_names.items() if any(f[1] == r for f in facts)}
+        return KnowledgeGraph.from_triples(facts, entity_names=keep, relation_names=relations)
 
     def _facts_of(self, group: str) -> list[tuple[TaskEntity, str, TaskEntity]]:
         by_id = {e.id: e for e in self.entities}
@@ -158,14 +170,15 @@ class ClozeTask:
 
     # ------------------------------------------------------------------ files
     def write(self, directory: str | os.PathLike) -> dict[str, str]:
-        """Write ``kg.jsonl`` (``load_jsonl_kg``'s format: every subject's facts), ``corpus.json`` (the annotation
-        corpus), ``cloze/test_seen.jsonl``, ``cloze/test_unseen.jsonl`` (the queries) and ``cloze_task.json``;
-        returns the paths by name."""
+        """Write ``kg.jsonl`` (``load_jsonl_kg``'s format: the KG of training time), ``kg_updated.jsonl`` (with the
+        added subjects), ``corpus.json`` (the annotation corpus), ``cloze/test_<group>.jsonl`` (the queries) and
+        ``cloze_task.json``; returns the paths by name."""
         directory = os.fspath(directory)
         os.makedirs(os.path.join(directory, "cloze"), exist_ok=True)
-        paths = {"kg": os.path.join(directory, "kg.jsonl"), "corpus": os.path.join(directory, "corpus.json"),
-                 "task": os.path.join(directory, "cloze_task.json")}
-        write_jsonl_kg(paths["kg"], self, ("object", *CLOZE_GROUPS))
+        paths = {"kg": os.path.join(directory, "kg.jsonl"), "kg_updated": os.path.join(directory, "kg_updated.jsonl"),
+                 "corpus": os.path.join(directory, "corpus.json"), "task": os.path.join(directory, "cloze_task.json")}
+        write_jsonl_kg(paths["kg"], self, ("object", "train", "unseen"))
+        write_jsonl_kg(paths["kg_updated"], self, ("object", *CLOZE_GROUPS))
         with open(paths["corpus"], "w", encoding="utf-8") as f:
             json.dump(self.corpus(), f, indent=0)
         for group in CLOZE_GROUPS:
@@ -200,12 +213,14 @@ def make_cloze_task(
     sentences_per_fact: int = 3,
     noise_facts: int = 0,
     seed: int = 0,
+    added_subjects: int = 60,
 ) -> ClozeTask:
     """A cloze task (see the module docstring): ``num_relations`` relations of :data:`CLOZE_RELATIONS`, each with
     ``objects_per_relation`` objects, and one fact per relation for every subject; objects are dealt evenly within
     each group (chance and the majority baseline are both 1 / ``objects_per_relation``). Each relation keeps one of
     its templates for the queries and states the corpus facts with ``sentences_per_fact`` of the others;
-    ``noise_facts``: KG-only facts per subject to random other subjects."""
+    ``noise_facts``: KG-only facts per training or unseen subject to random other subjects; ``added_subjects``:
+    subjects of the updated KG only (drawn last, from their own random stream)."""
     pool = len(next(iter(CLOZE_RELATIONS.values()))[2])
     if not 1 <= num_relations <= len(CLOZE_RELATIONS):
         raise ValueError(f"num_relations must lie in [1, {len(CLOZE_RELATIONS)}], got {num_relations}")
@@ -214,8 +229,9 @@ def make_cloze_task(
     if not 1 <= sentences_per_fact < pool:
         raise ValueError(f"sentences_per_fact must lie in [1, {pool - 1}] (one template is kept for the queries), "
                          f"got {sentences_per_fact}")
-    if train_subjects < objects_per_relation or unseen_subjects < 1 or noise_facts < 0:
-        raise ValueError("train_subjects must be >= objects_per_relation, unseen_subjects >= 1, noise_facts >= 0")
+    if train_subjects < objects_per_relation or unseen_subjects < 1 or noise_facts < 0 or added_subjects < 0:
+        raise ValueError("train_subjects must be >= objects_per_relation, unseen_subjects >= 1, noise_facts >= 0, "
+                         "added_subjects >= 0")
     rng = random.Random(seed)
     relations = rng.sample(sorted(CLOZE_RELATIONS), num_relations)
     taken = {word for _, objects, _ in CLOZE_RELATIONS.values() for word in objects}
@@ -224,17 +240,21 @@ def make_cloze_task(
         for word in rng.sample(CLOZE_RELATIONS[relation][1], objects_per_relation):
             objects.setdefault(relation, []).append(TaskEntity(f"O_{word}", word, -1, "object"))
     entities.extend(o for relation in relations for o in objects[relation])
-    for group, count in (("train", train_subjects), ("unseen", unseen_subjects)):
+
+    def deal(group: str, count: int, draw: random.Random) -> None:
         subjects = [TaskEntity(f"S{len(entities) + i}", name, 0, group)
-                    for i, name in enumerate(invented_words(count, rng, taken))]
+                    for i, name in enumerate(invented_words(count, draw, taken))]
         entities.extend(subjects)
         for relation in relations:
             dealt = [objects[relation][i % objects_per_relation] for i in range(count)]
-            rng.shuffle(dealt)
+            draw.shuffle(dealt)
             facts.extend((s.id, relation, o.id) for s, o in zip(subjects, dealt))
+
+    deal("train", train_subjects, rng)
+    deal("unseen", unseen_subjects, rng)
     relation_names = {r: CLOZE_RELATIONS[r][0] for r in relations}
     if noise_facts:
-        subject_ids = [e.id for e in entities if e.group in CLOZE_GROUPS]
+        subject_ids = [e.id for e in entities if e.group in ("train", "unseen")]
         relation_names[NOISE_RELATION] = "knows"
         for subject in subject_ids:
             others = rng.sample([s for s in subject_ids if s != subject], noise_facts)
@@ -245,6 +265,8 @@ def make_cloze_task(
         rng.shuffle(templates)
         query_templates[relation] = templates[0]
         corpus_templates[relation] = templates[1:]
+    if added_subjects:
+        deal("added", added_subjects, random.Random(f"cloze-added-{seed}"))
     return ClozeTask(entities, facts, relation_names, corpus_templates, query_templates, seed, sentences_per_fact)
 
 

@@ -7,6 +7,15 @@ loads the KG (any :func:`keplm.knowledge.load_kg` spec), trains a torch-geometri
 (``KnowledgeGraph.save_pretrained``, loadable as ``pretrained:DIR`` or ``KnowledgeGraph.from_pretrained(DIR)``) plus
 ``DIR/kge_report.json`` (settings, loss per epoch, raw tail-ranking metrics on the held-out triples, seconds; the KG
 spec recorded as given), and prints a short markdown summary.
+
+After the KG changed (new entities, new facts), a model trained on the old vectors needs the new entities in the
+same vector space, not a new space:
+
+    keplm train-kge --kg jsonl:kg_updated.jsonl --keep_vectors_from outputs/kge/old --output_dir outputs/kge/updated
+
+keeps the stored vectors of every entity the old folder holds and trains only the new ones (same model and
+``--dim`` as the old run, checked against its ``kge_report.json``); ``TrelmProcessor.update_knowledge`` then gives
+a trained TRELM model the new entities.
 """
 
 from __future__ import annotations
@@ -16,6 +25,7 @@ import json
 import time
 from pathlib import Path
 
+from keplm.file_utils import KG_CONFIG_NAME
 from keplm.knowledge.kge import KGE_MODELS, check_kge_settings, train_kge
 from keplm.knowledge.loaders import load_kg
 
@@ -33,6 +43,10 @@ def report_markdown(report: dict) -> str:
              f"{report['device']}: loss {report['losses'][0]:.4f} -> {report['losses'][-1]:.4f} in "
              f"{report['seconds']['total']:.1f}s"]
     excluded = report.get("excluded_facts")
+    kept = report.get("kept_vectors")
+    if kept:
+        lines += ["", f"Kept the stored vectors of {kept['entities']} entities (from `{kept.get('from', '?')}`, sha256 "
+                  f"{kept['source_content_hash'][:12]}); trained {kept['trained']} new entities and every relation."]
     if excluded:
         lines += ["", f"Excluded before training: {excluded['triples_removed']} triples of {excluded['keys']} fact "
                   f"keys ({excluded['keys_not_in_kg']} not in the KG) from {', '.join(excluded['files'])}."]
@@ -68,6 +82,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--exclude_facts", nargs="+", default=None, help=(
         "fact-key TSV files (sub_uri<TAB>predicate_id<TAB>obj_uri, e.g. run_pretraining's held_out_facts.tsv): "
         "their triples are removed from the KG before training, so the embeddings cannot encode them"))
+    parser.add_argument("--keep_vectors_from", default=None, help=(
+        "a `keplm train-kge` output folder (or KG spec with vectors): its entities keep their vectors and only the "
+        "KG's other entities (and the relations) are trained, so a model trained on those vectors can read the new "
+        "entities (same --model and --dim as that run)"))
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dense", action="store_true", help=(
@@ -76,6 +94,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--num_threads", type=int, default=None,
                         help="torch CPU threads (1 avoids thread contention on a busy machine)")
     parser.add_argument("--no_progress", action="store_true", help="no progress bars")
+
+
+def _keep_vectors(args: argparse.Namespace):
+    """The KG of ``--keep_vectors_from``, after checking that its ``kge_report.json`` (when there is one) names the
+    same model and width as this run."""
+    source = args.keep_vectors_from
+    report_path = Path(source) / REPORT_NAME
+    if report_path.is_file():
+        old = json.loads(report_path.read_text())
+        if (old.get("model"), old.get("dim")) != (args.model.lower(), args.dim):
+            raise ValueError(f"--keep_vectors_from {source} holds {old.get('model')} vectors of dim {old.get('dim')}, "
+                             f"but this run trains {args.model} of dim {args.dim}: use the same --model and --dim")
+    elif Path(source).is_dir() and not (Path(source) / KG_CONFIG_NAME).is_file():
+        raise FileNotFoundError(f"--keep_vectors_from {source}: no saved KG in this folder (a `keplm train-kge` "
+                                f"output has kg_config.json and kge_report.json)")
+    kg = load_kg(source)
+    if kg.entity_vectors is None:
+        raise ValueError(f"--keep_vectors_from {source}: this KG has no entity vectors (train them with `keplm "
+                         f"train-kge`)")
+    return kg
 
 
 def run(args: argparse.Namespace) -> dict:
@@ -88,6 +126,7 @@ def run(args: argparse.Namespace) -> dict:
         import torch
 
         torch.set_num_threads(args.num_threads)
+    keep = _keep_vectors(args) if args.keep_vectors_from else None
     start = time.perf_counter()
     kg = load_kg(args.kg)
     excluded = None
@@ -102,7 +141,10 @@ def run(args: argparse.Namespace) -> dict:
     kg, report = train_kge(kg, model=args.model, dim=args.dim, epochs=args.epochs, batch_size=args.batch_size,
                            lr=args.lr, weight_decay=args.weight_decay, margin=args.margin, p_norm=args.p_norm,
                            valid_fraction=args.valid_fraction, max_eval_triples=args.max_eval_triples,
-                           seed=args.seed, device=args.device, sparse=not args.dense, progress=not args.no_progress)
+                           seed=args.seed, device=args.device, sparse=not args.dense, progress=not args.no_progress,
+                           keep_vectors=keep)
+    if keep is not None:
+        report["kept_vectors"]["from"] = args.keep_vectors_from
     report = {"kg_spec": args.kg, "excluded_facts": excluded, **report}  # the specs as given: no resolved paths
     report["seconds"]["load_kg"] = load_seconds
     output_dir = Path(args.output_dir)

@@ -21,6 +21,11 @@ possible; fewer are held out when the graph is too sparse, both numbers are repo
 tail ranking (every entity scored as the tail of ``(h, r, ?)``, other true tails not filtered out), mean rank,
 MRR, Hits@1 and Hits@10. The vectors come from the model trained on the training part;
 ``valid_fraction=0`` trains on every triple and reports no metrics.
+
+Updates: ``keep_vectors`` (a KG with vectors from an earlier run, same model and width) fixes the vectors of the
+entities it shares with ``kg`` at their stored values and trains only the others (the relations are trained anew:
+they are not stored). An entity added to the KG after a model was trained on its vectors thus gets a vector in the
+space that model reads, placed by its facts to the known entities (TransE: near ``t - r``).
 """
 
 from __future__ import annotations
@@ -187,6 +192,7 @@ def train_kge(
     sparse: bool = True,
     eval_batch_size: int = 65536,
     progress: bool = True,
+    keep_vectors: KnowledgeGraph | None = None,
 ) -> tuple[KnowledgeGraph, dict]:
     """Train a torch-geometric KGE model on ``kg``'s triples; return ``(kg with entity_vectors, report)``.
 
@@ -197,7 +203,10 @@ def train_kge(
     at most ``max_eval_triples`` is ranked (``KGEModel.test`` scores every entity per triple: the slow part on a
     large KG; None ranks all). ``sparse``: sparse embedding gradients (only the batch's rows are updated: many
     times faster on a KG with many entities). Deterministic for a ``seed`` on CPU; the caller's global RNG state is
-    left as it was. ``report`` is JSON-ready: settings, loss per epoch, metrics, seconds, triples train/valid.
+    left as it was. ``keep_vectors``: a KG whose entity vectors (of an earlier ``train_kge`` with the same model
+    and ``dim``) the shared entities keep (see the module docstring; :func:`kept_rows`). ``report`` is JSON-ready:
+    settings, loss per epoch, metrics, seconds, triples train/valid, and ``kept_vectors`` (counts and the source
+    KG's hash) when ``keep_vectors`` is given.
     """
     import torch
     from tqdm.auto import tqdm
@@ -226,12 +235,16 @@ def train_kge(
     triples = torch.as_tensor(kg.triples, dtype=torch.long, device=device)
     train, ranked = triples[torch.as_tensor(train_idx)], triples[torch.as_tensor(ranked_idx)]
     hidden = dim // 2 if name in _COMPLEX_VALUED else dim
+    rows, kept = kept_rows(kg, keep_vectors, dim) if keep_vectors is not None else (None, None)
 
     # fork_rng: the seed governs initialisation, shuffling and negative sampling without touching the caller's RNG
     with torch.random.fork_rng(devices=[device.index or 0] if device.type == "cuda" else []):
         torch.manual_seed(seed)
         kge = _model_class(name)(kg.num_entities, kg.num_relations, hidden, sparse=sparse, **model_kwargs)
         kge = kge.to(device)
+        if rows is not None:
+            rows, kept = torch.as_tensor(rows, device=device), torch.as_tensor(kept, device=device)
+            _set_vectors(name, kge, rows, kept)
         optimizer, settings = _optimizer(kge, name, lr, weight_decay, sparse)
         logger.info("Training %s (dim %d, %s) on %d triples (%d held out, %d ranked), %d entities, %d relations, "
                     "%d epochs, batch %d, %s on %s", class_name, dim, model_kwargs or "default hyper-parameters",
@@ -249,6 +262,8 @@ def train_kge(
                 loss = kge.loss(head, rel, tail)
                 loss.backward()
                 optimizer.step()
+                if rows is not None:  # the kept rows go back to their values (sparse optimizers take no row mask)
+                    _set_vectors(name, kge, rows, kept)
                 total += loss.item() * head.numel()
                 count += head.numel()
             losses.append(total / count)
@@ -258,6 +273,8 @@ def train_kge(
         kge.eval()
         metrics = _evaluate(kge, ranked, eval_batch_size, progress) if len(ranked) else None
     vectors = _entity_vectors(name, kge)
+    if rows is not None:  # exactly the stored values (TransE's re-normalisation could move the last bit)
+        vectors[rows.cpu().numpy()] = kept.cpu().numpy()
     seconds = time.perf_counter() - start
     if metrics:
         logger.info("%s on %d held-out triples (raw tail ranking): MRR %.4f (chance %.4f), Hits@1 %.4f, Hits@10 "
@@ -276,11 +293,45 @@ def train_kge(
                     "valid_requested": requested, "ranked": int(len(ranked_idx))},
         "kg": {"entities": kg.num_entities, "relations": kg.num_relations, "input_content_hash": kg.content_hash(),
                "content_hash": out.content_hash()},
+        "kept_vectors": None if rows is None else {
+            "entities": int(len(rows)), "trained": kg.num_entities - int(len(rows)),
+            "source_content_hash": keep_vectors.content_hash()},
         "losses": losses, "metrics": metrics,
         "seconds": {"train": train_seconds, "total": seconds},
         "versions": {"torch": torch.__version__, "torch_geometric": _version("torch_geometric")},
     }
     return out, report
+
+
+def kept_rows(kg: KnowledgeGraph, keep_vectors: KnowledgeGraph, dim: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(rows of kg, their stored vectors)`` for the entities ``kg`` shares with ``keep_vectors``; a ValueError when
+    ``keep_vectors`` has no vectors, vectors of another width, non-finite values, or no entity in common."""
+    if not isinstance(keep_vectors, KnowledgeGraph) or keep_vectors.entity_vectors is None:
+        raise ValueError("keep_vectors must be a KnowledgeGraph with entity vectors (a `keplm train-kge` output)")
+    stored = np.asarray(keep_vectors.entity_vectors, dtype=np.float32)
+    if stored.shape[1] != dim:
+        raise ValueError(f"keep_vectors holds vectors of width {stored.shape[1]}, but dim is {dim}: train with the "
+                         f"same model and dim as the run that made them")
+    if not np.isfinite(stored).all():
+        raise ValueError("keep_vectors holds non-finite (NaN or inf) entity vectors")
+    shared = [(kg.entity_index(e), keep_vectors.entity_index(e)) for e in kg.entity_ids if keep_vectors.has_entity(e)]
+    if not shared:
+        raise ValueError(f"keep_vectors shares no entity with the KG to train ({kg!r}): nothing to keep")
+    rows, sources = (np.asarray(part, dtype=np.int64) for part in zip(*shared))
+    return rows, stored[sources]
+
+
+def _set_vectors(name: str, model, rows, vectors) -> None:
+    """Write stored vectors (as :func:`_entity_vectors` gives them) into the model's entity rows ``rows``."""
+    import torch
+
+    with torch.no_grad():
+        if name in _COMPLEX_VALUED:
+            half = model.node_emb.weight.shape[1]
+            model.node_emb.weight[rows] = vectors[:, :half]
+            model.node_emb_im.weight[rows] = vectors[:, half:]
+        else:  # TransE's stored vector is normalised, and its score normalises anyway: the same model
+            model.node_emb.weight[rows] = vectors
 
 
 _VECTOR_DESCRIPTION = {
@@ -338,5 +389,5 @@ def kge_vectors(kg: KnowledgeGraph, entity_ids, missing: str = "error") -> KGEVe
     return KGEVectors(vectors, np.asarray(positions, dtype=np.int64), absent)
 
 
-__all__ = ["KGE_MODELS", "METRIC_PROTOCOL", "KGEVectors", "check_kge_settings", "kge_vectors", "split_triples",
-           "train_kge"]
+__all__ = ["KGE_MODELS", "METRIC_PROTOCOL", "KGEVectors", "check_kge_settings", "kept_rows", "kge_vectors",
+           "split_triples", "train_kge"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 
 import numpy as np
 import torch
@@ -50,6 +51,52 @@ class TrelmProcessor(KeplmProcessor):
                 and size != self.knowledge_assets.num_entities:
             raise ValueError(f"the processor's entity vocabulary has {self.knowledge_assets.num_entities} rows but "
                              f"the model was built for {size}")
+
+    # ------------------------------------------------------------------ knowledge updates
+    def update_knowledge(self, kg, model=None, add_entities: bool = True) -> dict:
+        """:meth:`KeplmProcessor.update_knowledge` for TRELM, which reads an entity through its KG vector (3.1): the
+        new KG must keep the vectors of the entities the model was trained with (``keplm train-kge
+        --keep_vectors_from``; another vector space is a ValueError), and with ``add_entities`` every entity new to
+        the KG that has a vector gets an entity row, so it is injected (TRELM has no trained per-entity weight:
+        :meth:`~keplm.modeling.modeling_trelm.TrelmPreTrainedModel.extend_entity_vocabulary`). The report adds
+        ``entity_rows_added``."""
+        from keplm.knowledge.loaders import load_kg
+
+        if isinstance(kg, (str, os.PathLike)):
+            kg = load_kg(kg)
+        self._check_same_vectors(kg)
+        old = self.kg
+        report = super().update_knowledge(kg, model=model)
+        report["entity_rows_added"] = 0
+        if add_entities and kg.entity_vectors is not None:
+            new = [e for e in kg.entity_ids if old is None or not old.has_entity(e)]
+            extended = self.knowledge_assets.with_entities(new)
+            report["entity_rows_added"] = extended.num_entities - self.knowledge_assets.num_entities
+            if model is not None:
+                model.extend_entity_vocabulary(extended)
+            self.knowledge_assets = extended
+        logger.info("TRELM entity rows added for new KG entities: %d", report["entity_rows_added"])
+        return report
+
+    def _check_same_vectors(self, kg) -> None:
+        """A ValueError unless ``kg`` has the current KG's vectors for every vocabulary entity the two share."""
+        old = self.kg
+        if old is None or old.entity_vectors is None:
+            return
+        if getattr(kg, "entity_vectors", None) is None:
+            raise ValueError("the model reads KG vectors, but the new KG has none: train them with `keplm train-kge "
+                             "--keep_vectors_from <the old KG folder>`")
+        shared = [e for e in self.knowledge_assets.entity_vocab[1:] if old.has_entity(e) and kg.has_entity(e)]
+        if not shared:
+            return
+        before = np.asarray(old.entity_vectors)[[old.entity_index(e) for e in shared]]
+        after = np.asarray(kg.entity_vectors)[[kg.entity_index(e) for e in shared]]
+        if before.shape != after.shape or not np.allclose(before, after, rtol=0.0, atol=1e-6):
+            moved = len(shared) if before.shape != after.shape else int(
+                (~np.isclose(before, after, rtol=0.0, atol=1e-6)).any(axis=1).sum())
+            raise ValueError(f"the new KG's vectors differ for {moved} of the {len(shared)} entities the model was "
+                             f"trained with: the model reads them as learned, so train the new vectors with `keplm "
+                             f"train-kge --keep_vectors_from <the old KG folder>`")
 
     # ------------------------------------------------------------------ features
     def prepare_pretraining_features(self, examples: dict, text_column: str = "text",
