@@ -12,9 +12,9 @@ import json
 import re
 from pathlib import Path
 
+from keplm.configuration.configuration_kala import SYSTEM_NAMES
 from keplm.hub import card as cards
 from keplm.hub.card import (
-    SYSTEM_NAMES,
     KnowledgeFacts,
     ModelCardSpec,
     TrainingFacts,

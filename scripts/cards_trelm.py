@@ -16,7 +16,7 @@ from keplm.hub.card import (
     Score,
     TrainingFacts,
     format_command,
-    method_knowledge_rows,
+    method_card,
 )
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -67,7 +67,7 @@ def trelm_card(minilm: str, encoder: dict) -> tuple[str, ModelCardSpec]:
                       f"{kge['torch_geometric_class']}, {kge['dim']} dimensions, {kge['epochs']} epochs of `keplm "
                       f"train-kge` on the T-REx facts without the {kge['excluded_facts']['keys']:,} held-out probe "
                       "facts"),
-                     *method_knowledge_rows("trelm", None, metrics)],
+                     *method_card("trelm").knowledge_rows(None, metrics)],
         note="The held-out LAMA facts are in neither the pre-training text nor the KG the embeddings were trained on.")
     command = ["python", "run_scripts/run_pretraining.py", "--model_name_or_path", minilm, "--max_train_samples",
                settings["train"], "--max_train_seconds", settings["seconds"], "--num_train_epochs", "100",

@@ -2,9 +2,31 @@
 
 from __future__ import annotations
 
+from keplm.hub.method_card import MethodCard
+
 from .base import KeplmConfig
+from .configuration_kala import KALA_PAPER
 
 NO_RELATION = "no_relation"
+
+
+class RelationExtractionCard(MethodCard):
+    """The relation extractor's words in its model cards (KALA appendix A): a task without a Hub pipeline."""
+
+    name = noun = "relation extractor (KALA appendix A)"
+    paper = KALA_PAPER
+    task = "relation-extraction"
+
+    def usage_notes(self, spec) -> list[str]:
+        return ["As KALA's fact source: `keplm.RelationExtractor.from_pretrained(<checkpoint>)`, then "
+                "`extractor.annotate(text, annotation)` adds the extracted triplets to an annotation's linked "
+                "mentions (`keplm build-kg --relation_source model --re_model <checkpoint>` does it for a "
+                "dataset).", ""]
+
+    def limits(self, spec) -> list[str]:
+        return ["Predicts at most one relation per ordered entity pair (top-1, or top-2 when `no_relation` "
+                "wins and the runner-up is above the threshold); precision is low with the paper's 0.1 rule "
+                "(see Results)."]
 
 
 class RelationExtractionConfig(KeplmConfig):
@@ -25,6 +47,7 @@ class RelationExtractionConfig(KeplmConfig):
     """
 
     model_type = "keplm_relation_extraction"
+    method_card = RelationExtractionCard()
     keys_to_ignore_at_inference = ["entity_representations"]
     card_settings = ("bilinear_dim", "top2_threshold", "max_relations", "entity_types")
 

@@ -3,11 +3,47 @@ Knowledge Enhancement")."""
 
 from __future__ import annotations
 
+from keplm.hub.method_card import MethodCard, Paper, misc_bibtex
+
 from .base import KeplmConfig, encoder_subconfigs
 
 FUSIONS = ("transformer", "transformer_random", "lstm", "linear", "none")
 SEGMENTATIONS = ("type1", "type2")
 KNOWLEDGE_ENCODINGS = ("joint", "cached", "none")
+
+_TITLE = "Roof-Transformer: Divided and Joined Understanding with Knowledge Enhancement"
+_AUTHORS = ("Wei-Lin Liao", "Cheng-En Su", "Wei-Yun Ma")
+#: the paper as its own text states it (no venue or URL that we could check)
+ROOF_TRANSFORMER_PAPER = Paper(title=_TITLE, authors=_AUTHORS, bibtex=misc_bibtex(
+    "liao-roof-transformer", "{Roof-Transformer}: " + _TITLE.split(": ", 1)[1], _AUTHORS))
+
+
+class RoofTransformerCard(MethodCard):
+    """Roof-Transformer's words in its model cards: it reads selected triples (no entity rows)."""
+
+    name = "Roof-Transformer"
+    noun = "Roof-Transformer model"
+    paper = ROOF_TRANSFORMER_PAPER
+    knowledge_section = True
+
+    def knowledge_rows(self, processor, metrics: dict) -> list[tuple[str, str]]:
+        """Triple selection (paper 3.2) and how often the training examples got triples."""
+        rows = []
+        settings = [f"{name} `{getattr(processor, name)}`" for name in ("selection", "verbalization")
+                    if getattr(processor, name, None)]
+        if getattr(processor, "max_knowledge_length", None):
+            settings.append(f"at most {processor.max_knowledge_length} knowledge tokens")
+        if settings:
+            rows.append(("triple selection", ", ".join(settings)))
+        examples = metrics.get("knowledge_train_examples")
+        if metrics.get("knowledge_train_share_with_knowledge") is not None:
+            rows.append(("training examples with any triple",
+                         f"{100 * metrics['knowledge_train_share_with_knowledge']:.1f} %"))
+        if metrics.get("knowledge_train_kept_per_example") is not None and examples:
+            rows.append(("triples per training example", f"{metrics['knowledge_train_kept_per_example']:.2f} kept, "
+                                                         f"{metrics.get('knowledge_train_cut', 0) / examples:.2f} cut "
+                                                         "by the knowledge budget"))
+        return rows
 
 
 class RoofTransformerConfig(KeplmConfig):
@@ -34,6 +70,7 @@ class RoofTransformerConfig(KeplmConfig):
     """
 
     model_type = "roof_transformer"
+    method_card = RoofTransformerCard()
     encoder_names = ("encoder", "knowledge_encoder")
     card_settings = ("fusion", "fusion_layers", "segmentation", "knowledge_encoding", "max_knowledge_length",
                      "num_text_encoders")

@@ -3,10 +3,42 @@ Language Models")."""
 
 from __future__ import annotations
 
+from keplm.hub.method_card import MethodCard, Paper, misc_bibtex
+
 from .base import KeplmConfig
 
 CKA_SAMPLERS = ("uniform", "frequency")
 INJECTION_MODES = ("replace", "add")
+
+_TITLE = "TRELM: Towards Robust and Efficient Pre-training for Knowledge-Enhanced Language Models"
+_AUTHORS = ("Junbing Yan", "Chengyu Wang", "Taolin Zhang", "Xiaofeng He", "Jun Huang", "Longtao Huang", "Hui Xue",
+            "Wei Zhang")
+#: the paper as its own text states it (no venue or URL that we could check)
+TRELM_PAPER = Paper(title=_TITLE, authors=_AUTHORS,
+                    bibtex=misc_bibtex("yan-trelm", "{TRELM}: " + _TITLE.split(": ", 1)[1], _AUTHORS))
+
+
+class TrelmCard(MethodCard):
+    """TRELM's words in its model cards: the entity vocabulary of the pre-training mentions, injected and decoded
+    tokens."""
+
+    name = "TRELM"
+    noun = "TRELM model"
+    paper = TRELM_PAPER
+    knowledge_section = True
+    entity_rows_label = "entity vocabulary"
+    entity_rows_source = "mentioned in the pre-training"
+
+    def knowledge_rows(self, processor, metrics: dict) -> list[tuple[str, str]]:
+        """Entity, injected (3.1) and CKA target (eq. 2) tokens per pre-training example."""
+        rows = []
+        examples = metrics.get("data_features_examples")
+        for label, key in (("entity tokens", "data_features_entity_tokens"),
+                           ("injected tokens (important entities)", "data_features_injected_tokens"),
+                           ("CKA target tokens (tail entities decoded)", "data_features_cka_target_tokens")):
+            if metrics.get(key) is not None and examples:
+                rows.append((f"{label} per pre-training example", f"{metrics[key] / examples:.2f}"))
+        return rows
 
 
 class TrelmConfig(KeplmConfig):
@@ -40,6 +72,7 @@ class TrelmConfig(KeplmConfig):
     """
 
     model_type = "trelm"
+    method_card = TrelmCard()
     encoder_names = ("encoder",)
     card_settings = ("use_injection", "injection_mode", "use_cka", "cka_weight", "cka_num_negatives", "cka_sampler",
                      "use_memory_bank", "memory_window", "memory_momentum", "memory_lambda", "memory_decay",

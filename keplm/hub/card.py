@@ -38,30 +38,19 @@ from huggingface_hub import ModelCard
 
 # the facts and the renderer, re-exported: ``keplm.hub.card`` is the module every caller imports from
 from .card_facts import (  # noqa: F401
-    ALLOWED_URLS,
     AUTO_CLASSES,
     BASE_PACKAGES,
-    KALA,
-    KALA_BIBTEX,
     KG_SOURCES,
     KNOWN_DATASETS,
     LIBRARY_NAME,
-    METHOD_NAMES,
-    MODEL_NOUNS,
-    MODEL_TASKS,
     PACKAGE_MODEL_PATHS,
-    PAPERS,
     PIPELINE_TAGS,
-    ROOF_TRANSFORMER,
-    SYSTEM_NAMES,
     TASKS,
-    TRELM,
     DatasetInfo,
     Figure,
     KgInfo,
     KnowledgeFacts,
     ModelCardSpec,
-    Paper,
     ResultRow,
     Score,
     TaskInfo,
@@ -85,6 +74,7 @@ from .card_render import (  # noqa: F401
     eval_results_for,
     render_model_card,
 )
+from .method_card import MethodCard, Paper, allowed_urls, method_card  # noqa: F401
 
 logger = logging.getLogger(__name__)
 
@@ -99,16 +89,6 @@ def framework_versions() -> dict[str, str]:
         except importlib.metadata.PackageNotFoundError:
             continue
     return versions
-
-
-def system_of(config) -> str | None:
-    """KALA's system name of a config (``run_scripts --system``); None for other model types."""
-    mode = getattr(config, "retrieval_mode", None)
-    if mode is None:
-        return None
-    if mode == "none":
-        return "more_params" if getattr(config, "num_extra_layers", 0) else "vanilla"
-    return mode
 
 
 def knowledge_facts_from_model(model, processor=None, knowledge_args: dict | None = None,
@@ -129,7 +109,7 @@ def knowledge_facts_from_model(model, processor=None, knowledge_args: dict | Non
     vectors = getattr(graph, "entity_vectors", None)
     return KnowledgeFacts(
         kge_vectors=tuple(int(n) for n in vectors.shape) if vectors is not None else None,
-        method_rows=method_knowledge_rows(getattr(model.config, "model_type", None), processor, metrics),
+        method_rows=method_card(getattr(model.config, "model_type", None)).knowledge_rows(processor, metrics),
         kg_spec=kg or args.get("kg"),
         mode=args.get("knowledge"),
         kg_entities=getattr(graph, "num_entities", None),
@@ -147,35 +127,6 @@ def knowledge_facts_from_model(model, processor=None, knowledge_args: dict | Non
     )
 
 
-def method_knowledge_rows(model_type: str | None, processor, metrics: dict) -> list[tuple[str, str]]:
-    """Card rows on how the training data met the knowledge, for Roof-Transformer (triple selection, paper 3.2) and
-    TRELM (injected and decoded entity tokens), from the processor's settings and the run's metrics."""
-    rows = []
-    if model_type == "roof_transformer":
-        settings = [f"{name} `{getattr(processor, name)}`" for name in ("selection", "verbalization")
-                    if getattr(processor, name, None)]
-        if getattr(processor, "max_knowledge_length", None):
-            settings.append(f"at most {processor.max_knowledge_length} knowledge tokens")
-        if settings:
-            rows.append(("triple selection", ", ".join(settings)))
-        examples = metrics.get("knowledge_train_examples")
-        if metrics.get("knowledge_train_share_with_knowledge") is not None:
-            rows.append(("training examples with any triple",
-                         f"{100 * metrics['knowledge_train_share_with_knowledge']:.1f} %"))
-        if metrics.get("knowledge_train_kept_per_example") is not None and examples:
-            rows.append(("triples per training example", f"{metrics['knowledge_train_kept_per_example']:.2f} kept, "
-                                                         f"{metrics.get('knowledge_train_cut', 0) / examples:.2f} cut "
-                                                         "by the knowledge budget"))
-    elif model_type == "trelm":
-        examples = metrics.get("data_features_examples")
-        for label, key in (("entity tokens", "data_features_entity_tokens"),
-                           ("injected tokens (important entities)", "data_features_injected_tokens"),
-                           ("CKA target tokens (tail entities decoded)", "data_features_cka_target_tokens")):
-            if metrics.get(key) is not None and examples:
-                rows.append((f"{label} per pre-training example", f"{metrics[key] / examples:.2f}"))
-    return rows
-
-
 #: training arguments shown in the card: (display name, TrainingArguments attribute)
 _HYPERPARAMETERS = (("learning rate", "learning_rate"), ("epochs", "num_train_epochs"), ("max steps", "max_steps"),
                     ("batch size per device", "per_device_train_batch_size"),
@@ -183,27 +134,16 @@ _HYPERPARAMETERS = (("learning rate", "learning_rate"), ("epochs", "num_train_ep
                     ("warm-up", "warmup_steps"), ("weight decay", "weight_decay"),
                     ("scheduler", "lr_scheduler_type"), ("optimizer", "optim"),
                     ("sampling", "train_sampling_strategy"))
-#: knowledge options shown in the card: (display name, KnowledgeArguments field)
-_KNOWLEDGE_OPTIONS = (("system", "system"), ("knowledge source", "knowledge"), ("KFM layers", "kfm_layers"),
-                      ("case-sensitive linking", "link_case_sensitive"),
-                      ("facts per linked entity (max)", "max_neighbors_per_entity"),
-                      ("entity min count", "entity_min_count"), ("max entities", "max_entities"),
-                      ("entity memory initialised from mention states", "init_entity_memory"),
-                      ("knowledge learning rate", "knowledge_learning_rate"),
-                      ("knowledge warm-up (steps, or share of the steps)", "knowledge_warmup_steps"),
-                      ("entity-memory optimizer", "entity_memory_optimizer"),
-                      ("entity-memory learning rate", "entity_memory_learning_rate"),
-                      ("sparse entity memory", "sparse_entity_memory"))
-
-
 def _plain(value):
     if isinstance(value, enum.Enum):  # the Trainer's scheduler / optimizer names
         return value.value
     return value
 
 
-def hyperparameters_from_args(args, knowledge_args: dict | None = None, world_size: int | None = None) -> dict:
-    """The card's hyper-parameter table from ``TrainingArguments`` (and the knowledge options of the run)."""
+def hyperparameters_from_args(args, knowledge_args: dict | None = None, world_size: int | None = None,
+                              card: MethodCard | None = None) -> dict:
+    """The card's hyper-parameter table from ``TrainingArguments`` (and the run's knowledge options that the
+    method's card lists, ``card.knowledge_options``)."""
     values: dict[str, Any] = {}
     for label, name in _HYPERPARAMETERS:
         value = _plain(getattr(args, name, None))
@@ -225,9 +165,10 @@ def hyperparameters_from_args(args, knowledge_args: dict | None = None, world_si
     precision = "bf16" if getattr(args, "bf16", False) else "fp16" if getattr(args, "fp16", False) else None
     if precision:
         values["mixed precision"] = precision
-    for label, name in _KNOWLEDGE_OPTIONS:
+    card = card if card is not None else MethodCard()
+    for label, name in card.knowledge_options:
         value = (knowledge_args or {}).get(name)
-        if value not in (None, False, [], "") or (name == "init_entity_memory" and knowledge_args and name in
+        if value not in (None, False, [], "") or (name in card.stated_when_false and knowledge_args and name in
                                                    knowledge_args):
             values[label] = value
     return values
@@ -259,6 +200,7 @@ def spec_from_model(
         adapter = next(iter(model.peft_config.values()), None)
         model = model.get_base_model()
     config = model.config
+    card = method_card(config.model_type)
     auto_class = auto_class_name(model)
     pipeline_tag = pipeline_tag_for(auto_class)
     values = config.to_dict()
@@ -275,11 +217,11 @@ def spec_from_model(
         if isinstance(metrics.get(key), (int, float)):
             training.examples[split] = int(metrics[key])
     if training_args is not None:
-        training.hyperparameters = hyperparameters_from_args(training_args, knowledge_args)
+        training.hyperparameters = hyperparameters_from_args(training_args, knowledge_args, card=card)
         device = getattr(training_args, "device", None)
         training.device = _device_name(device)
     elif knowledge_args:
-        training.hyperparameters = hyperparameters_from_args(None, knowledge_args)
+        training.hyperparameters = hyperparameters_from_args(None, knowledge_args, card=card)
     if training_state is not None:
         training.steps = getattr(training_state, "global_step", None) or None
         epoch = getattr(training_state, "epoch", None)
@@ -303,9 +245,9 @@ def spec_from_model(
         architecture=type(model).__name__,
         auto_class=auto_class,
         pipeline_tag=pipeline_tag,
-        task=pipeline_tag or MODEL_TASKS.get(config.model_type),
+        task=pipeline_tag or card.task,
         processor_class=type(processor).__name__ if processor is not None else None,
-        system=system_of(config),
+        system=card.system(config),
         uses_knowledge=uses_knowledge,
         kfm_layers=kfm if uses_knowledge else [],
         encoder={"model_type": getattr(encoder_config, "model_type", None),
@@ -325,7 +267,7 @@ def spec_from_model(
                                               test_seen=_examples(metrics, "test", "seen"),
                                               test_unseen=_examples(metrics, "test", "unseen")),
         training=training,
-        results=results_from_runs([metrics], pipeline_tag or MODEL_TASKS.get(config.model_type)),
+        results=results_from_runs([metrics], pipeline_tag or card.task),
         raw_metrics=raw,
         versions=framework_versions(),
         example_text=example_text,
@@ -445,9 +387,10 @@ __all__ = [
     "ResultRow",
     "Score",
     "Figure",
+    "MethodCard",
     "Paper",
-    "PAPERS",
-    "ALLOWED_URLS",
+    "allowed_urls",
+    "method_card",
     "KNOWN_DATASETS",
     "KG_SOURCES",
     "build_model_card",
@@ -468,5 +411,4 @@ __all__ = [
     "kg_source_name",
     "framework_versions",
     "hyperparameters_from_args",
-    "method_knowledge_rows",
 ]

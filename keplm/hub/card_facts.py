@@ -1,9 +1,9 @@
 """The facts a keplm model card is made of (see :mod:`keplm.hub.card`): the spec dataclasses (:class:`ModelCardSpec`,
 :class:`KnowledgeFacts`, :class:`TrainingFacts`, :class:`ResultRow`, :class:`Score`, :class:`Figure`), what keplm knows
-about papers, URLs, datasets, KGs, Auto classes and tasks (:data:`PAPERS`, :data:`ALLOWED_URLS`, :data:`KNOWN_DATASETS`,
-:data:`KG_SOURCES`, :data:`TASKS`, :data:`METHOD_NAMES`, ...), the helpers that name paths and commands without a
-machine's path (:func:`describe_path`, :func:`format_command`) and :func:`results_from_runs`. Pure data and helpers:
-it imports neither the renderer nor ``keplm.modeling``.
+about datasets, KGs, Auto classes and tasks (:data:`KNOWN_DATASETS`, :data:`KG_SOURCES`, :data:`TASKS`, ...), the
+helpers that name paths and commands without a machine's path (:func:`describe_path`, :func:`format_command`) and
+:func:`results_from_runs`. Pure data and helpers: it imports neither the renderer nor ``keplm.modeling``, and names
+no method (each method's facts come from its :class:`~keplm.hub.method_card.MethodCard`).
 """
 
 from __future__ import annotations
@@ -18,83 +18,6 @@ from pathlib import Path
 from typing import Any
 
 LIBRARY_NAME = "keplm"
-
-
-# ============================================================================================ papers, URLs
-@dataclass(frozen=True)
-class Paper:
-    title: str
-    authors: tuple[str, ...]
-    venue: str | None = None
-    url: str | None = None
-    bibtex: str | None = None
-    code_url: str | None = None  # the paper authors' own code (not keplm)
-
-
-KALA_BIBTEX = "\n".join((
-    "@inproceedings{kang-etal-2022-kala,",
-    '    title = "{KALA}: Knowledge-Augmented Language Model Adaptation",',
-    '    author = "Kang, Minki and Baek, Jinheon and Hwang, Sung Ju",',
-    '    booktitle = "Proceedings of the 2022 Conference of the North American Chapter of the Association for '
-    'Computational Linguistics: Human Language Technologies",',
-    "    month = jul,",
-    '    year = "2022",',
-    '    address = "Seattle, United States",',
-    '    publisher = "Association for Computational Linguistics",',
-    '    url = "https://aclanthology.org/2022.naacl-main.379",',
-    '    doi = "10.18653/v1/2022.naacl-main.379",',
-    '    pages = "5144--5167",',
-    "}",
-))
-
-KALA = Paper(
-    title="KALA: Knowledge-Augmented Language Model Adaptation",
-    authors=("Minki Kang", "Jinheon Baek", "Sung Ju Hwang"),
-    venue="NAACL 2022",
-    url="https://aclanthology.org/2022.naacl-main.379",
-    bibtex=KALA_BIBTEX,
-    code_url="https://github.com/Nardien/KALA",
-)
-def _misc_bibtex(key: str, title: str, authors: tuple[str, ...]) -> str:
-    """A BibTeX entry with what the paper's own text states (title, authors), no venue or URL we cannot check."""
-    names = " and ".join(f"{name.rsplit(' ', 1)[1]}, {name.rsplit(' ', 1)[0]}" for name in authors)
-    return f'@misc{{{key},\n    title = "{title}",\n    author = "{names}",\n}}'
-
-
-_TRELM_TITLE = "TRELM: Towards Robust and Efficient Pre-training for Knowledge-Enhanced Language Models"
-_TRELM_AUTHORS = ("Junbing Yan", "Chengyu Wang", "Taolin Zhang", "Xiaofeng He", "Jun Huang", "Longtao Huang", "Hui Xue",
-                  "Wei Zhang")
-TRELM = Paper(title=_TRELM_TITLE, authors=_TRELM_AUTHORS,
-              bibtex=_misc_bibtex("yan-trelm", "{TRELM}: " + _TRELM_TITLE.split(": ", 1)[1], _TRELM_AUTHORS))
-_ROOF_TITLE = "Roof-Transformer: Divided and Joined Understanding with Knowledge Enhancement"
-_ROOF_AUTHORS = ("Wei-Lin Liao", "Cheng-En Su", "Wei-Yun Ma")
-ROOF_TRANSFORMER = Paper(title=_ROOF_TITLE, authors=_ROOF_AUTHORS,
-                         bibtex=_misc_bibtex("liao-roof-transformer", "{Roof-Transformer}: "
-                                             + _ROOF_TITLE.split(": ", 1)[1], _ROOF_AUTHORS))
-
-#: the paper of each model type (the relation extractor is KALA's appendix A)
-PAPERS: dict[str, Paper] = {
-    "kala": KALA,
-    "keplm_relation_extraction": KALA,
-    "trelm": TRELM,
-    "roof_transformer": ROOF_TRANSFORMER,
-}
-
-#: every URL a generated card may contain, each one checked by hand:
-ALLOWED_URLS = (
-    "https://aclanthology.org/2022.naacl-main.379",  # KALA in the ACL Anthology (NAACL 2022 proceedings)
-    "https://github.com/Nardien/KALA",  # KALA's authors' code, as printed in the paper's abstract
-)
-
-METHOD_NAMES = {"kala": "KALA", "keplm_relation_extraction": "relation extractor (KALA appendix A)",
-                "trelm": "TRELM", "roof_transformer": "Roof-Transformer"}
-#: how the card's first sentence names a model of each type
-MODEL_NOUNS = {"kala": "KALA model", "keplm_relation_extraction": "relation extractor (KALA appendix A)",
-               "trelm": "TRELM model", "roof_transformer": "Roof-Transformer model"}
-
-#: KALA's systems (``run_scripts --system``) as the paper names them
-SYSTEM_NAMES = {"vanilla": "vanilla fine-tuning", "more_params": "+1 layer", "pointwise": "KALA pointwise",
-                "relational": "KALA relational"}
 
 
 # ============================================================================================ datasets, KGs
@@ -292,10 +215,6 @@ PIPELINE_TAGS = {
     "AutoModelForSequenceClassification": "text-classification",
     "AutoModelForMaskedLM": "fill-mask",
 }
-
-#: tasks of models without a Hub pipeline, by model type
-MODEL_TASKS = {"keplm_relation_extraction": "relation-extraction"}
-
 
 @dataclass(frozen=True)
 class TaskInfo:
@@ -516,7 +435,9 @@ class ModelCardSpec:
 
     @property
     def method(self) -> str:
-        return METHOD_NAMES.get(self.model_type, self.model_type)
+        from .method_card import method_card
+
+        return method_card(self.model_type).name or self.model_type
 
     @property
     def task_info(self) -> TaskInfo | None:
