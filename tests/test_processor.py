@@ -96,3 +96,29 @@ def test_alignment_of_spans_outside_the_window():
     offsets = [(0, 0), (0, 4), (5, 9), (0, 0)]
     assert char_spans_to_token_spans(offsets, [(20, 25)]).tolist() == [[-1, -1]]
     assert char_spans_to_token_spans(offsets, [(5, 9)], [False, True, False, False]).tolist() == [[-1, -1]]
+
+
+def test_pair_features_read_both_texts_knowledge(processor, tokenizer, assets):
+    """The base processor's sentence(-pair) features: one text gives what ``processor(text)`` gives; in a pair the
+    second text's mentions are found at its own tokens, and labels come along."""
+    text = "john visited paris and unknownia in france ."
+    single = processor.prepare_pair_features({"sentence": [text], "label": [1]}, text_columns=("sentence",))
+    alone = processor(text)
+    assert single["labels"] == [1]
+    for key, value in alone.items():
+        assert single[key][0] == value, key
+    pair = processor.prepare_pair_features({"sentence1": ["the weather is fine ."], "sentence2": [text]},
+                                           label_column=None)
+    assert "labels" not in pair
+    groups = mention_tokens({"input_ids": pair["input_ids"][0], "entity_token_map": pair["entity_token_map"][0]},
+                            tokenizer)
+    assert sorted(" ".join(g) for g in groups.values()) == ["france", "paris", "unknownia"]
+    second = pair["token_type_ids"][0]
+    assert all(second[i] == 1 for i, node in enumerate(pair["entity_token_map"][0]) if node >= 0)
+    plain = processor.prepare_pair_features({"sentence1": ["a ."], "sentence2": [text]}, label_column=None,
+                                            with_knowledge=False)
+    assert set(plain) == {"input_ids", "token_type_ids", "attention_mask"}
+    with pytest.raises(ValueError, match="no 'label' column"):
+        processor.prepare_pair_features({"sentence1": ["a ."], "sentence2": [text]})
+    with pytest.raises(ValueError, match="one or two columns"):
+        processor.prepare_pair_features({"a": ["x"], "b": ["y"], "c": ["z"]}, text_columns=("a", "b", "c"))

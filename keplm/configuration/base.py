@@ -82,6 +82,12 @@ class KeplmConfig(PreTrainedConfig):
         return self.encoder_config.num_hidden_layers
 
     @property
+    def uses_knowledge(self) -> bool:
+        """Whether the model reads knowledge when it predicts (linked facts, entity vectors, verbalised triples): the
+        processor then links its inputs, and the knowledge checks have something to edit. A method says when."""
+        return False
+
+    @property
     def uses_knowledge_assets(self) -> bool:
         """Whether the model reads knowledge assets (``knowledge/``) saved beside its weights."""
         return False

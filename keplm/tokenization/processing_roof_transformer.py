@@ -45,7 +45,7 @@ from keplm.knowledge.assets import KnowledgeAssets
 from keplm.knowledge.graph import KnowledgeGraph
 from keplm.knowledge.linker import link_dataset
 
-from .processing_utils import KeplmProcessor, as_annotation
+from .processing_utils import KeplmProcessor, annotation_columns_for, as_annotation
 
 SELECTION_MODES = ("has_tail", "no_tail")
 VERBALIZATIONS = ("exp0", "exp1", "exp2")
@@ -568,11 +568,6 @@ class RoofTransformerProcessor(KeplmProcessor):
         examples = {**examples, _QA_CARRIER: carried}
         return super().prepare_qa_features(examples, max_length=max_length, doc_stride=doc_stride, training=training,
                                            annotation_column=_QA_CARRIER, question_annotation_column=None)
-
-
-def annotation_columns_for(num_texts: int) -> list[str]:
-    """Default annotation columns of an example's texts: ``knowledge``, ``knowledge_2``, ``knowledge_3``, ..."""
-    return ["knowledge"] + [f"knowledge_{i}" for i in range(2, num_texts + 1)]
 
 
 __all__ = [

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -38,6 +39,11 @@ logger = logging.getLogger(__name__)
 LEGACY_PROCESSOR_CONFIG_NAME = "keplm_processor_config.json"
 #: every keplm processor class by name (``processor_class`` in ``processor_config.json``)
 PROCESSOR_CLASSES: dict[str, type[KeplmProcessor]] = {}
+
+
+def annotation_columns_for(num_texts: int) -> list[str]:
+    """Default annotation columns of an example's texts: ``knowledge``, ``knowledge_2``, ``knowledge_3``, ..."""
+    return ["knowledge"] + [f"knowledge_{i}" for i in range(2, num_texts + 1)]
 
 
 def as_annotation(value) -> KnowledgeAnnotation | None:
@@ -253,6 +259,46 @@ class KeplmProcessor:
         encoding.pop("offset_mapping")
         return {**encoding, **out}
 
+    # ------------------------------------------------------------------ sentence (pair) classification
+    def prepare_pair_features(
+        self,
+        examples: dict,
+        text_columns: Sequence[str] = ("sentence1", "sentence2"),
+        label_column: str | None = "label",
+        max_length: int = 128,
+        annotation_columns: Sequence[str | None] | None = None,
+        with_knowledge: bool = True,
+    ) -> dict:
+        """``datasets.map(batched=True)`` function for sentence(-pair) classification / regression: one feature per
+        example, ``[CLS] s1 [SEP] s2 [SEP]`` truncated to ``max_length`` (one text column: one sentence), ``labels``
+        from ``label_column`` (None: no labels), and the knowledge of both texts (:meth:`knowledge_features` over
+        each text's tokens) from ``annotation_columns`` (default ``knowledge``, ``knowledge_2``) or by linking."""
+        if not 1 <= len(text_columns) <= 2:
+            raise ValueError(f"text_columns must name one or two columns, got {list(text_columns)}")
+        for column in (*text_columns, *([label_column] if label_column is not None else [])):
+            if column not in examples:
+                raise ValueError(f"the examples have no {column!r} column (they have {sorted(examples)})")
+        texts = [examples[column] for column in text_columns]
+        encoding = self.tokenizer(*texts, truncation=True, max_length=max_length, return_offsets_mapping=True)
+        offsets_batch = encoding.pop("offset_mapping")
+        out = dict(encoding)
+        if label_column is not None:
+            out["labels"] = list(examples[label_column])
+        if not with_knowledge:
+            return out
+        columns = annotation_columns if annotation_columns is not None else annotation_columns_for(len(texts))
+        given = [examples.get(c) if c is not None else None for c in columns]
+        for i, offsets in enumerate(offsets_batch):
+            sequence_ids = encoding.sequence_ids(i)
+            masks, annotations = [], []
+            for part, text in enumerate(texts):
+                annotation = as_annotation(given[part][i]) if given[part] is not None else None
+                annotations.append((self.link(text[i]) if annotation is None else annotation).validate(text[i]))
+                masks.append([s == part for s in sequence_ids])
+            for key, value in self.knowledge_features(offsets, masks, annotations).items():
+                out.setdefault(key, []).append(value)
+        return out
+
     # ------------------------------------------------------------------ QA
     def prepare_qa_features(
         self,
@@ -432,6 +478,7 @@ def answer_token_positions(answers: dict, offsets, context_mask) -> tuple[int, i
 __all__ = [
     "KeplmProcessor",
     "PROCESSOR_CLASSES",
+    "annotation_columns_for",
     "as_annotation",
     "align_word_labels",
     "answer_token_positions",
