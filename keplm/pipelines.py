@@ -33,6 +33,7 @@ from transformers.pipelines.pt_utils import (
 from keplm.data.collator import KeplmDataCollator
 from keplm.tokenization.processing_utils import KeplmProcessor
 from keplm.training.qa_postprocessing import postprocess_qa_predictions
+from keplm.training.tagging import word_tags
 
 NER_TASK = "keplm-ner"
 QA_TASK = "keplm-qa"
@@ -148,19 +149,6 @@ class KeplmTokenClassificationPipeline(_OneFeaturePipeline, Pipeline):
                    "start": offsets[i][0], "end": offsets[i][1]} for i, (tag, score) in enumerate(words)
                   if tag is not None and tag != "O"]
         return tagged if aggregation_strategy == "none" else group_entities(tagged, text)
-
-
-def word_tags(probabilities: np.ndarray, word_ids: list[int], num_words: int, id2label) -> list[tuple]:
-    """``(tag, score)`` of each word from its first sub-token's class probabilities; ``(None, 0.0)`` for a word
-    with no sub-token in the window (truncated, or a character the tokenizer drops)."""
-    words: list[tuple] = [(None, 0.0)] * num_words
-    seen = set()
-    for position, word in enumerate(word_ids):
-        if word >= 0 and word not in seen:
-            seen.add(word)
-            label = int(probabilities[position].argmax())
-            words[word] = (id2label[label], float(probabilities[position][label]))
-    return words
 
 
 def group_entities(tagged: list[dict], text: str) -> list[dict]:

@@ -437,11 +437,3 @@ def alias_list(value, where: str = "aliases") -> list[str]:
         return list(value)
     raise ValueError(f"{where}: aliases must be a string or a list of strings, got {value!r}")
 
-
-def __getattr__(name):
-    """``KnowledgeGraphBuilder``, ``merge_kgs`` and ``DUPLICATE_KINDS`` live in :mod:`keplm.knowledge.builder`."""
-    if name in ("KnowledgeGraphBuilder", "merge_kgs", "DUPLICATE_KINDS"):
-        from . import builder
-
-        return getattr(builder, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

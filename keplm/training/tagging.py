@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import logging
 
+import numpy as np
 import torch
 
 from keplm.data.collator import KeplmDataCollator
 from keplm.knowledge import KnowledgeAnnotation
-from keplm.pipelines import word_tags
 
 logger = logging.getLogger(__name__)
 
@@ -18,6 +18,19 @@ def argmax_logits(logits, labels):
     if isinstance(logits, tuple):
         logits = logits[0]
     return logits.argmax(dim=-1)
+
+
+def word_tags(probabilities: np.ndarray, word_ids: list[int], num_words: int, id2label) -> list[tuple]:
+    """``(tag, score)`` of each word from its first sub-token's class probabilities; ``(None, 0.0)`` for a word
+    with no sub-token in the window (truncated, or a character the tokenizer drops)."""
+    words: list[tuple] = [(None, 0.0)] * num_words
+    seen = set()
+    for position, word in enumerate(word_ids):
+        if word >= 0 and word not in seen:
+            seen.add(word)
+            label = int(probabilities[position].argmax())
+            words[word] = (id2label[label], float(probabilities[position][label]))
+    return words
 
 
 def _model_uses_knowledge(model) -> bool:
