@@ -18,6 +18,7 @@ from keplm.data.collator import KeplmDataCollator
 from keplm.file_utils import PROCESSOR_CONFIG_NAME
 from keplm.knowledge import KnowledgeAnnotation, KnowledgeAssets
 from keplm.modeling.base import ExtraLayers, KeplmPreTrainedModel, encoder_layers
+from keplm.tokenization.schema import GraphSchema
 
 from .conftest import tiny_encoder_config
 
@@ -147,6 +148,42 @@ def test_collator_pads_two_sequence_families_on_either_side(side):
         collator([{**features[0], "knowledge_token_type_ids": [0]}])
     with pytest.raises(ValueError, match="no graph"):
         collator([{**features[0], "node_entity_ids": [0], "edge_index": [[], []]}])
+
+
+def test_collator_batches_a_graph_under_the_names_the_processor_declares():
+    """A processor declaring its own graph keys (a :class:`GraphSchema`) gets its graphs batched by the stock
+    collator: node indices and the token → node map offset per example, per-edge values concatenated and padded
+    (labels with -100), nothing renamed; the same features under another schema are an error, not a silent drop."""
+
+    class ToyProcessor(KeplmProcessor):
+        sequence_families = {"input_ids": ("input_ids", "attention_mask", "token_nodes")}
+        graph_schema = GraphSchema(nodes="node_ids", edges="edges", edge_values=("edge_types", "edge_labels"),
+                                   node_maps=("token_nodes",))
+
+    from transformers import BertTokenizerFast
+
+    tokenizer = BertTokenizerFast(vocab={w: i for i, w in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "a"])})
+    collator = KeplmDataCollator.from_processor(ToyProcessor(tokenizer), graph_pad_to_multiple_of=4)
+    assert collator.graph and collator.graph_schema is ToyProcessor.graph_schema
+    features = [
+        {"input_ids": [2, 4, 3], "attention_mask": [1, 1, 1], "token_nodes": [-1, 1, -1], "node_ids": [7, 8],
+         "edges": [[0], [1]], "edge_types": [3], "edge_labels": [1]},
+        {"input_ids": [2, 4, 4, 3], "attention_mask": [1, 1, 1, 1], "token_nodes": [-1, 0, 2, -1],
+         "node_ids": [5, 6, 9], "edges": [[2, 0], [0, 1]], "edge_types": [4, 5], "edge_labels": [0, 2]},
+    ]
+    batch = collator(features)
+    assert batch["node_ids"].tolist() == [7, 8, 5, 6, 9, 0, 0, 0]  # two graphs, then null nodes up to 8
+    assert batch["edges"][:, :3].tolist() == [[0, 4, 2], [1, 2, 3]]  # the second graph's nodes start at 2
+    assert batch["edges"].shape == (2, 4) and batch["edges"][:, 3].tolist() == [5, 5]  # a self-edge on a null node
+    assert batch["edge_types"].tolist() == [3, 4, 5, 0] and batch["edge_labels"].tolist() == [1, 0, 2, -100]
+    assert batch["token_nodes"].tolist() == [[-1, 1, -1, -1], [-1, 2, 4, -1]]
+    assert not {"node_entity_ids", "edge_index", "entity_token_map"} & set(batch)
+    with pytest.raises(ValueError, match="no node_entity_ids"):
+        KeplmDataCollator(graph=True, sequence_families=ToyProcessor.sequence_families)(features)
+    with pytest.raises(ValueError, match="2 edges but 1 edge_types"):
+        collator([{**features[1], "edge_types": [4]}])
+    with pytest.raises(ValueError, match="must be a GraphSchema"):
+        KeplmDataCollator(graph_schema=("node_ids", "edges"))
 
 
 # ---------------------------------------------------------------------------------------------- two encoders

@@ -9,15 +9,19 @@ import numpy as np
 import torch
 from torch_geometric.data import Batch, Data
 
+from keplm.tokenization.schema import GraphSchema
+
 #: token-level keys padded when nothing else is declared (a plain text model)
 DEFAULT_SEQUENCE_FAMILIES = {
     "input_ids": ("input_ids", "attention_mask", "token_type_ids", "special_tokens_mask", "labels"),
 }
 DEFAULT_POSITION_KEYS = {"start_positions": "input_ids", "end_positions": "input_ids"}
-#: per-example graph keys: nodes, edges, optional per-edge relation ids and per-edge labels
-GRAPH_KEYS = ("node_entity_ids", "edge_index", "edge_relation_ids", "edge_labels")
-#: key that maps tokens to graph nodes (offset to the batched graph's node numbering)
-NODE_MAP_KEY = "entity_token_map"
+
+
+#: the graph keys of KALA-style features when a processor declares nothing else
+DEFAULT_GRAPH_SCHEMA = GraphSchema()
+GRAPH_KEYS = DEFAULT_GRAPH_SCHEMA.keys
+NODE_MAP_KEY = DEFAULT_GRAPH_SCHEMA.node_maps[0]
 
 
 def pad_value(key: str, pad_token_id: int) -> int:
@@ -43,11 +47,11 @@ class KeplmDataCollator:
       ``knowledge_input_ids`` with ``knowledge_attention_mask``) is padded to its longest member (rounded up to
       ``pad_to_multiple_of``) on ``padding_side``. Scalar token positions (``position_keys``, e.g. QA
       ``start_positions``) move with left padding; other scalars become tensors.
-    * ``graph=True`` (models that read a graph): each example's graph becomes a torch-geometric ``Data`` and the
-      batch a ``Batch`` (node indices offset per example), ``entity_token_map`` is offset the same way,
-      ``edge_relation_ids`` / ``edge_labels`` are optional per-edge values; ``graph_pad_to_multiple_of`` pads
-      nodes and edges with inert null nodes so compiled models see few shapes; ``entity_vocab_size`` (the number of
-      entity-memory rows) rejects unknown entity ids.
+    * ``graph=True`` (models that read a graph): the keys of ``graph_schema`` (the processor's declaration,
+      :class:`GraphSchema`) hold each example's graph, which becomes a torch-geometric ``Data`` and the batch a
+      ``Batch`` (node indices offset per example); the token → node maps are offset the same way, the per-edge
+      values are optional; ``graph_pad_to_multiple_of`` pads nodes and edges with inert null nodes so compiled
+      models see few shapes; ``entity_vocab_size`` (the number of entity-memory rows) rejects unknown node values.
     * A feature key that is neither declared nor a scalar is a ValueError: nothing is dropped silently.
 
     Build it with :meth:`from_processor`. Works in ``DataLoader`` worker processes (plain picklable dataclass).
@@ -59,19 +63,22 @@ class KeplmDataCollator:
     sequence_families: dict[str, tuple[str, ...]] = field(default_factory=lambda: dict(DEFAULT_SEQUENCE_FAMILIES))
     position_keys: dict[str, str] = field(default_factory=lambda: dict(DEFAULT_POSITION_KEYS))
     graph: bool = False
+    graph_schema: GraphSchema = DEFAULT_GRAPH_SCHEMA
     graph_pad_to_multiple_of: int | None = None
     entity_vocab_size: int | None = None
 
     def __post_init__(self):
         if self.padding_side not in ("left", "right"):
             raise ValueError(f"padding_side must be 'left' or 'right', got {self.padding_side!r}")
+        if not isinstance(self.graph_schema, GraphSchema):
+            raise ValueError(f"graph_schema must be a GraphSchema, got {type(self.graph_schema).__name__}")
         self._family_of = {key: family for family, keys in self.sequence_families.items() for key in keys}
 
     @classmethod
     def from_processor(cls, processor, model=None, **kwargs) -> KeplmDataCollator:
         """The collator of a keplm processor's features (its tokenizer's pad token and padding side, its
-        sequence families); ``graph`` follows what ``model`` reads (``config.reads_graph``), or without a model
-        whether the processor makes graphs."""
+        sequence families, position keys and graph schema); ``graph`` follows what ``model`` reads
+        (``config.reads_graph``), or without a model whether the processor makes graphs."""
         tokenizer = processor.tokenizer
         defaults = {
             "pad_token_id": tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0,
@@ -79,7 +86,10 @@ class KeplmDataCollator:
             "sequence_families": dict(processor.sequence_families),
             "position_keys": dict(processor.position_keys),
         }
-        defaults["graph"] = bool(processor.graph_keys)
+        schema = getattr(processor, "graph_schema", None)
+        if schema is not None:
+            defaults["graph_schema"] = schema
+        defaults["graph"] = schema is not None
         if model is not None:
             defaults["graph"] = bool(getattr(model.config, "reads_graph", False))
             if defaults["graph"] and getattr(model.config, "uses_knowledge_assets", False):
@@ -90,15 +100,16 @@ class KeplmDataCollator:
         if not features:
             raise ValueError("cannot collate an empty list of features")
         keys = list(features[0])
-        graph_keys = [k for k in keys if k in GRAPH_KEYS]
+        schema_keys = self.graph_schema.keys
+        graph_keys = [k for k in keys if k in schema_keys]
         if graph_keys and not self.graph:
             raise ValueError(f"the features carry graph fields {graph_keys} but this collator was built for a model "
                              "that reads no graph (graph=False)")
-        if self.graph and "node_entity_ids" not in keys:
-            raise ValueError("the model reads a graph but the features have no node_entity_ids (build them with the "
-                             "model's processor)")
+        if self.graph and self.graph_schema.nodes not in keys:
+            raise ValueError(f"the model reads a graph but the features have no {self.graph_schema.nodes} (build them "
+                             "with the model's processor)")
         scalars = {k for k in keys if isinstance(features[0][k], (Number, np.number))}
-        unknown = [k for k in keys if k not in self._family_of and k not in GRAPH_KEYS and k not in scalars]
+        unknown = [k for k in keys if k not in self._family_of and k not in schema_keys and k not in scalars]
         if unknown:
             raise ValueError(f"feature fields {unknown} are neither token-level fields of a declared sequence family "
                              f"({sorted(self._family_of)}) nor scalars: declare them or remove them before batching")
@@ -111,7 +122,7 @@ class KeplmDataCollator:
             elif any(self._family_of.get(k) == family and k not in scalars for k in keys):
                 raise ValueError(f"features have fields of the {family!r} family but no {family!r}")
         for key in keys:
-            if key in batch or key in GRAPH_KEYS:
+            if key in batch or key in schema_keys:
                 continue
             values = torch.tensor([f[key] for f in features])
             family = self.position_keys.get(key)
@@ -130,7 +141,8 @@ class KeplmDataCollator:
             length = -(-length // self.pad_to_multiple_of) * self.pad_to_multiple_of
         shift = torch.tensor([length - n if self.padding_side == "left" else 0 for n in lengths])
         for key in family_keys:
-            array = np.full((len(features), length), pad_value(key, self.pad_token_id), dtype=np.int64)
+            pad = -1 if key in self.graph_schema.node_maps else pad_value(key, self.pad_token_id)  # off-node
+            array = np.full((len(features), length), pad, dtype=np.int64)
             for row, feature in enumerate(features):
                 values = feature[key]
                 if len(values) != lengths[row]:
@@ -141,25 +153,26 @@ class KeplmDataCollator:
         return shift
 
     def _collate_graphs(self, features: list[dict], batch: dict) -> None:
+        schema = self.graph_schema
+        values_keys = [key for key in schema.edge_values if key in features[0]]
+        maps = [key for key in schema.node_maps if key in batch]
         graphs = []
-        has_relations = "edge_relation_ids" in features[0]
-        has_labels = "edge_labels" in features[0]
         for row, feature in enumerate(features):
-            nodes = torch.as_tensor(feature["node_entity_ids"], dtype=torch.long).reshape(-1)
-            edges = torch.as_tensor(feature["edge_index"], dtype=torch.long).reshape(2, -1)
+            nodes = torch.as_tensor(feature[schema.nodes], dtype=torch.long).reshape(-1)
+            edges = torch.as_tensor(feature[schema.edges], dtype=torch.long).reshape(2, -1)
             num_nodes = nodes.shape[0]
             data = {"x": nodes, "edge_index": edges}
-            for key, attribute in (("edge_relation_ids", "edge_attr"), ("edge_labels", "edge_labels")):
-                if (key == "edge_relation_ids" and has_relations) or (key == "edge_labels" and has_labels):
-                    values = torch.as_tensor(feature[key], dtype=torch.long).reshape(-1)
-                    if values.shape[0] != edges.shape[1]:
-                        raise ValueError(f"feature {row}: {edges.shape[1]} edges but {values.shape[0]} {key}")
-                    data[attribute] = values
+            for key in values_keys:
+                values = torch.as_tensor(feature[key], dtype=torch.long).reshape(-1)
+                if values.shape[0] != edges.shape[1]:
+                    raise ValueError(f"feature {row}: {edges.shape[1]} edges but {values.shape[0]} {key}")
+                data[key] = values
             if edges.numel() and (int(edges.min()) < 0 or int(edges.max()) >= num_nodes):
-                raise ValueError(f"feature {row}: edge_index refers to nodes outside its {num_nodes} nodes")
-            token_map = np.asarray(feature.get(NODE_MAP_KEY, []))
-            if token_map.size and (token_map.min() < -1 or token_map.max() >= num_nodes):
-                raise ValueError(f"feature {row}: {NODE_MAP_KEY} refers to nodes outside its {num_nodes} nodes")
+                raise ValueError(f"feature {row}: {schema.edges} refers to nodes outside its {num_nodes} nodes")
+            for key in maps:
+                token_map = np.asarray(feature.get(key, []))
+                if token_map.size and (token_map.min() < -1 or token_map.max() >= num_nodes):
+                    raise ValueError(f"feature {row}: {key} refers to nodes outside its {num_nodes} nodes")
             if self.entity_vocab_size is not None and nodes.numel() and (
                 int(nodes.min()) < 0 or int(nodes.max()) >= self.entity_vocab_size
             ):
@@ -172,37 +185,30 @@ class KeplmDataCollator:
             graph = graphs[0]
         else:
             graph = Batch.from_data_list([Data(**data, num_nodes=data["x"].shape[0]) for data in graphs])
-            if NODE_MAP_KEY in batch:
-                token_map = batch[NODE_MAP_KEY]
-                offsets = graph.ptr[:-1].unsqueeze(1)
-                batch[NODE_MAP_KEY] = torch.where(token_map >= 0, token_map + offsets, token_map)
+            offsets = graph.ptr[:-1].unsqueeze(1)
+            for key in maps:
+                batch[key] = torch.where(batch[key] >= 0, batch[key] + offsets, batch[key])
         nodes, edges = graph["x"], graph["edge_index"]
-        relations = graph["edge_attr"] if has_relations else None
-        labels = graph["edge_labels"] if has_labels else None
+        values = {key: graph[key] for key in values_keys}
         if self.graph_pad_to_multiple_of:
-            nodes, edges, relations, labels = _pad_graph(nodes, edges, relations, labels, self.graph_pad_to_multiple_of)
-        batch["node_entity_ids"] = nodes
-        batch["edge_index"] = edges
-        if relations is not None:
-            batch["edge_relation_ids"] = relations
-        if labels is not None:
-            batch["edge_labels"] = labels
+            nodes, edges, values = _pad_graph(nodes, edges, values, self.graph_pad_to_multiple_of)
+        batch[schema.nodes] = nodes
+        batch[schema.edges] = edges
+        batch.update(values)
 
 
-def _pad_graph(nodes, edges, relations, edge_labels, multiple):
-    """Append null nodes (no mentions) and self-edges on the first of them: they never change any output
-    (their relation id is 0, their ``edge_labels`` -100)."""
+def _pad_graph(nodes, edges, edge_values: dict, multiple):
+    """Append null nodes (no mentions) and self-edges on the first of them: they never change any output (their
+    per-edge values are 0, labels -100: :func:`pad_value`)."""
     num_nodes = -(-(nodes.shape[0] + 1) // multiple) * multiple
     num_edges = -(-max(edges.shape[1], 1) // multiple) * multiple
     pad_node = nodes.shape[0]
     nodes = torch.cat([nodes, nodes.new_zeros(num_nodes - nodes.shape[0])])
     extra = num_edges - edges.shape[1]
     edges = torch.cat([edges, edges.new_full((2, extra), pad_node)], dim=1)
-    if relations is not None:
-        relations = torch.cat([relations, relations.new_zeros(extra)])
-    if edge_labels is not None:
-        edge_labels = torch.cat([edge_labels, edge_labels.new_full((extra,), -100)])
-    return nodes, edges, relations, edge_labels
+    edge_values = {key: torch.cat([values, values.new_full((extra,), pad_value(key, 0))])
+                   for key, values in edge_values.items()}
+    return nodes, edges, edge_values
 
 
-__all__ = ["KeplmDataCollator", "GRAPH_KEYS", "pad_value"]
+__all__ = ["DEFAULT_GRAPH_SCHEMA", "GRAPH_KEYS", "GraphSchema", "KeplmDataCollator", "pad_value"]

@@ -20,6 +20,7 @@ import numpy as np
 from keplm.configuration.configuration_relation_extraction import NO_RELATION
 from keplm.io_utils import read_json
 from keplm.tokenization.alignment import encode_entities, word_offsets
+from keplm.tokenization.schema import GraphSchema
 
 logger = logging.getLogger(__name__)
 
@@ -135,7 +136,7 @@ class DocREDFeaturizer:
     #: what the features hold, for :meth:`KeplmDataCollator.from_processor`
     sequence_families = {"input_ids": ("input_ids", "attention_mask", "token_type_ids", "entity_token_map")}
     position_keys: dict[str, str] = {}
-    graph_keys = ("node_entity_ids", "edge_index", "edge_labels")
+    graph_schema = GraphSchema(edge_values=("edge_labels",))
 
     def __init__(self, tokenizer, label2id: dict[str, int], max_length: int = 512,
                  negative_ratio: float | None = None, seed: int = 0, entity_types: Sequence[str] | None = None):

@@ -10,6 +10,7 @@ from transformers import PreTrainedTokenizerBase
 from keplm.knowledge.assets import KnowledgeAssets
 
 from .processing_utils import KeplmProcessor
+from .schema import GraphSchema
 
 logger = logging.getLogger(__name__)
 
@@ -31,7 +32,7 @@ class KalaProcessor(KeplmProcessor):
 
     model_input_names = ["input_ids", "token_type_ids", "attention_mask", *KNOWLEDGE_COLUMNS]
     sequence_families = {"input_ids": (*KeplmProcessor.sequence_families["input_ids"], "entity_token_map")}
-    graph_keys = GRAPH_COLUMNS
+    graph_schema = GraphSchema(edge_values=("edge_relation_ids",))
 
     def __init__(
         self,

@@ -32,6 +32,7 @@ from keplm.knowledge.assets import KnowledgeAssets
 from keplm.knowledge.linker import EntityLinker, link_dataset, linker_signature
 
 from .alignment import char_spans_to_token_spans, word_offsets
+from .schema import GraphSchema
 
 logger = logging.getLogger(__name__)
 
@@ -73,8 +74,8 @@ class KeplmProcessor:
     }
     #: scalar features holding a token position in a family (they move when the collator pads on the left)
     position_keys: dict[str, str] = {"start_positions": "input_ids", "end_positions": "input_ids"}
-    #: per-example graph features (batched by the collator into one graph); empty for models without graphs
-    graph_keys: tuple[str, ...] = ()
+    #: which feature keys hold a per-example graph (batched by the collator into one graph); None: no graph
+    graph_schema: GraphSchema | None = None
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
