@@ -15,6 +15,7 @@ from keplm import KnowledgeAssets, TrelmConfig, TrelmForMaskedLM, TrelmProcessor
 from keplm.checks.cloze import (
     CLOZE_RELATIONS,
     cloze_accuracy,
+    cloze_predictions,
     fill,
     follow_rate,
     injected_share,
@@ -197,7 +198,7 @@ def test_trelm_prediction_follows_the_injected_kg_vector(trained):
     assert follow_rate(model, processor, seen, candidates) >= 0.9
 
 
-def test_trelm_reads_entities_added_to_the_kg_after_training(trained):
+def test_trelm_reads_entities_added_to_the_kg_after_training(trained, tmp_path):
     """Knowledge update without retraining: subjects whose facts enter the KG after training get vectors in the
     trained vector space (``train_kge(keep_vectors=...)``) and entity rows (``TrelmProcessor.update_knowledge``),
     and are then answered from those vectors like the unseen subjects; the update refuses vectors trained anew."""
@@ -221,6 +222,14 @@ def test_trelm_reads_entities_added_to_the_kg_after_training(trained):
     assert cloze_accuracy(model, processor, added, candidates) >= 0.9
     assert follow_rate(model, processor, added, candidates) >= 0.9
     assert cloze_accuracy(model, processor, task.queries("train"), candidates) >= 0.9  # the seen facts stay
+    # saved and loaded again: the new rows, their vectors and the new KG travel with the checkpoint
+    model.save_pretrained(tmp_path)
+    processor.save_pretrained(tmp_path)
+    loaded, loaded_processor = TrelmForMaskedLM.from_pretrained(tmp_path), TrelmProcessor.from_pretrained(tmp_path)
+    assert loaded_processor.kg.content_hash() == updated.content_hash() == report["new_kg_hash"]
+    assert loaded_processor.knowledge_assets.content_hash() == processor.knowledge_assets.content_hash()
+    assert cloze_predictions(loaded, loaded_processor, added, candidates) == cloze_predictions(
+        model, processor, added, candidates)
 
 
 def test_no_injection_control_does_not_follow():
