@@ -1,0 +1,62 @@
+"""ToyKG's model: an encoder whose mention tokens get their entity's vector added, and a token classifier. The method
+registers itself with transformers' Auto classes here, once."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from transformers import AutoConfig, AutoModelForTokenClassification, AutoProcessor
+from transformers.modeling_outputs import TokenClassifierOutput
+
+from keplm.modeling.base import KeplmPreTrainedModel, build_encoder
+
+from .configuration_toy_kg import ToyKgConfig
+from .processing_toy_kg import ToyKgProcessor
+
+
+class ToyKgForTokenClassification(KeplmPreTrainedModel):
+    config_class = ToyKgConfig
+    base_model_prefix = "toy"
+
+    def __init__(self, config: ToyKgConfig):
+        super().__init__(config)
+        self.encoder = build_encoder(config.encoder_config)
+        self.entity_embeddings = nn.Embedding(config.entity_vocab_size, config.hidden_size)
+        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+        self.post_init()
+
+    def _init_weights(self, module):
+        if module is self.entity_embeddings:
+            nn.init.normal_(module.weight, std=0.02)
+            with torch.no_grad():
+                module.weight[0].zero_()  # the null entity adds nothing
+        elif module is self.classifier:
+            nn.init.normal_(module.weight, std=0.02)
+            nn.init.zeros_(module.bias)
+        else:
+            super()._init_weights(module)
+
+    def check_knowledge_assets(self, assets) -> None:
+        if assets.num_entities != self.config.entity_vocab_size:
+            raise ValueError(f"{assets.num_entities} entities for a lookup table of {self.config.entity_vocab_size}")
+
+    @classmethod
+    def config_kwargs_from_assets(cls, assets) -> dict:
+        return {"entity_vocab_size": assets.num_entities} if assets is not None else {}
+
+    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, entity_ids=None, labels=None,
+                **kwargs) -> TokenClassifierOutput:
+        hidden = self.encoder(input_ids=input_ids, attention_mask=attention_mask,
+                              token_type_ids=token_type_ids).last_hidden_state
+        if entity_ids is not None:
+            hidden = hidden + self.entity_embeddings(entity_ids)
+        logits = self.classifier(hidden)
+        loss = None
+        if labels is not None:
+            loss = nn.functional.cross_entropy(logits.view(-1, logits.shape[-1]), labels.view(-1), ignore_index=-100)
+        return TokenClassifierOutput(loss=loss, logits=logits)
+
+
+AutoConfig.register(ToyKgConfig.model_type, ToyKgConfig, exist_ok=True)
+AutoModelForTokenClassification.register(ToyKgConfig, ToyKgForTokenClassification, exist_ok=True)
+AutoProcessor.register(ToyKgConfig, ToyKgProcessor, exist_ok=True)

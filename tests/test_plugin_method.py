@@ -1,0 +1,94 @@
+"""A fourth method in three files: ToyKG (tests/plugin_method/: config, model, processor; entity markers read through
+a lookup table of entity vectors) trains with KeplmTrainer, collates with KeplmDataCollator, saves, loads and pushes
+with its knowledge assets over the test Hub server, gets a keplm card with its own knowledge section and runs in the
+keplm-ner pipeline, with no edit of a shared file: nothing in keplm/ names it."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import datasets
+import pytest
+import torch
+from huggingface_hub import HfApi, ModelCard
+from transformers import AutoModelForTokenClassification, AutoProcessor, TrainingArguments, pipeline
+
+import keplm  # noqa: F401  (registers keplm's methods and pipelines)
+from keplm import KeplmDataCollator, KeplmTrainer
+from keplm.hub.card import build_model_card
+
+from .conftest import tiny_encoder_config
+from .plugin_method import ToyKgConfig, ToyKgForTokenClassification, ToyKgProcessor
+
+ROOT = Path(__file__).resolve().parent.parent
+LABELS = ["O", "B-LOC"]
+PLACES = {"paris", "berlin", "france", "seine", "london", "germany"}
+
+
+def test_no_shared_file_names_the_plugin_method():
+    pattern = re.compile(r"toy_?kg|ToyKg|plugin_method", re.IGNORECASE)
+    named = [str(p.relative_to(ROOT)) for p in (ROOT / "keplm").rglob("*.py") if pattern.search(p.read_text())]
+    assert named == []
+
+
+@pytest.fixture()
+def trained(tmp_path, tokenizer, assets):
+    texts = ("john visited paris .", "mary lives in berlin .", "the seine flows through france .",
+             "john works for acme bank in london .", "mary visited germany and paris .")
+    sentences = [text.split() for text in texts]
+    examples = {"tokens": sentences * 4, "ner_tags": [[int(w in PLACES) for w in s] for s in sentences] * 4}
+    processor = ToyKgProcessor(tokenizer, assets)
+    features = datasets.Dataset.from_dict(processor.prepare_ner_features(examples))
+    torch.manual_seed(0)
+    model = ToyKgForTokenClassification(ToyKgConfig(
+        encoder_config=tiny_encoder_config(tokenizer), entity_vocab_size=assets.num_entities, num_labels=2,
+        id2label=dict(enumerate(LABELS)), label2id={label: i for i, label in enumerate(LABELS)}))
+    model.set_knowledge_assets(assets)
+    args = TrainingArguments(output_dir=str(tmp_path / "run"), num_train_epochs=4, per_device_train_batch_size=4,
+                             learning_rate=5e-3, logging_steps=1, report_to="none", use_cpu=True, seed=0,
+                             save_strategy="no", disable_tqdm=True)
+    trainer = KeplmTrainer(model=model, args=args, train_dataset=features, processing_class=processor,
+                           data_collator=KeplmDataCollator.from_processor(processor, model))
+    trainer.train()
+    return trainer, model.eval(), processor
+
+
+def _logits(model, processor, text="mary visited paris and france ."):
+    batch = KeplmDataCollator.from_processor(processor, model)([processor(text)])
+    with torch.no_grad():
+        return model(**batch).logits
+
+
+def test_the_plugin_method_trains_saves_loads_and_tags(trained, tmp_path):
+    trainer, model, processor = trained
+    losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
+    assert losses[-1] < 0.5 * losses[0]
+    features = processor("john visited paris .")
+    assert features["entity_ids"][3] == processor.knowledge_assets.entity_row("Q90")  # [CLS] john visited paris
+    out = tmp_path / "saved"
+    trainer.save_model(str(out))
+    loaded = AutoModelForTokenClassification.from_pretrained(out)
+    loaded_processor = AutoProcessor.from_pretrained(out)
+    assert type(loaded) is ToyKgForTokenClassification and type(loaded_processor) is ToyKgProcessor
+    assert loaded.knowledge_assets.content_hash() == processor.knowledge_assets.content_hash()
+    torch.testing.assert_close(_logits(loaded, loaded_processor), _logits(model, processor))
+    ner = pipeline("keplm-ner", model=loaded, processor=loaded_processor)
+    groups = ner("mary visited paris and france .")
+    assert [g["word"] for g in groups] == ["paris", "france"] and {g["entity_group"] for g in groups} == {"LOC"}
+
+
+def test_the_plugin_method_pushes_with_its_knowledge_and_its_card(trained, hub_server):
+    _, model, processor = trained
+    card = str(build_model_card(model, processor=processor))
+    assert "# ToyKG for NER" in card and "adds a learned vector of each linked entity" in card
+    assert "## Knowledge" in card and "| entity lookup table |" in card and "## Citation" in card
+    model.push_to_hub("org/toy-kg")
+    processor.push_to_hub("org/toy-kg")
+    files = set(HfApi().list_repo_files("org/toy-kg"))
+    assert {"config.json", "model.safetensors", "README.md", "processor_config.json",
+            "knowledge/assets_config.json"} <= files
+    assert "keplm_test_toy_kg" in ModelCard.load("org/toy-kg").data.tags
+    pulled = AutoModelForTokenClassification.from_pretrained("org/toy-kg")
+    pulled_processor = AutoProcessor.from_pretrained("org/toy-kg")
+    torch.testing.assert_close(_logits(pulled, pulled_processor), _logits(model, processor))
