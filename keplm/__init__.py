@@ -1,17 +1,8 @@
 """keplm: knowledge-enhanced language models native to Hugging Face transformers.
 
-Importing keplm registers its configs, models and processors with the Auto classes.
+Importing keplm registers its configs, models and processors with the Auto classes (each method's modeling file
+makes its one ``keplm.registration.register_method`` call) and its pipelines.
 """
-
-from transformers import (
-    AutoConfig,
-    AutoModel,
-    AutoModelForMaskedLM,
-    AutoModelForQuestionAnswering,
-    AutoModelForSequenceClassification,
-    AutoModelForTokenClassification,
-    AutoProcessor,
-)
 
 from .configuration import KalaConfig, KeplmConfig, RelationExtractionConfig, RoofTransformerConfig, TrelmConfig
 from .data.collator import KeplmDataCollator
@@ -34,24 +25,6 @@ from .tokenization import KalaProcessor, KeplmProcessor, RoofTransformerProcesso
 
 __version__ = "0.1.0"
 
-AutoConfig.register("kala", KalaConfig, exist_ok=True)
-AutoModel.register(KalaConfig, KalaModel, exist_ok=True)
-AutoModelForTokenClassification.register(KalaConfig, KalaForTokenClassification, exist_ok=True)
-AutoModelForQuestionAnswering.register(KalaConfig, KalaForQuestionAnswering, exist_ok=True)
-AutoProcessor.register(KalaConfig, KalaProcessor, exist_ok=True)
-# pair-level relation extraction (KALA appendix A) has no task-specific Auto class
-AutoConfig.register("keplm_relation_extraction", RelationExtractionConfig, exist_ok=True)
-AutoModel.register(RelationExtractionConfig, KeplmForRelationExtraction, exist_ok=True)
-AutoConfig.register("roof_transformer", RoofTransformerConfig, exist_ok=True)
-AutoModel.register(RoofTransformerConfig, RoofTransformerModel, exist_ok=True)
-AutoModelForSequenceClassification.register(RoofTransformerConfig, RoofTransformerForSequenceClassification,
-                                            exist_ok=True)
-AutoModelForQuestionAnswering.register(RoofTransformerConfig, RoofTransformerForQuestionAnswering, exist_ok=True)
-AutoProcessor.register(RoofTransformerConfig, RoofTransformerProcessor, exist_ok=True)
-AutoConfig.register("trelm", TrelmConfig, exist_ok=True)
-AutoModel.register(TrelmConfig, TrelmModel, exist_ok=True)
-AutoModelForMaskedLM.register(TrelmConfig, TrelmForMaskedLM, exist_ok=True)
-AutoProcessor.register(TrelmConfig, TrelmProcessor, exist_ok=True)
 register_pipelines()  # pipeline("keplm-ner", ...), pipeline("keplm-qa", ...)
 
 

@@ -92,3 +92,15 @@ def test_the_plugin_method_pushes_with_its_knowledge_and_its_card(trained, hub_s
     pulled = AutoModelForTokenClassification.from_pretrained("org/toy-kg")
     pulled_processor = AutoProcessor.from_pretrained("org/toy-kg")
     torch.testing.assert_close(_logits(pulled, pulled_processor), _logits(model, processor))
+
+
+def test_register_method_refuses_a_model_of_another_config():
+    from transformers import AutoModel
+
+    from keplm import KalaConfig
+    from keplm.registration import REGISTERED_METHODS, register_method
+
+    with pytest.raises(ValueError, match="cannot be registered"):
+        register_method(KalaConfig, {AutoModel: ToyKgForTokenClassification})
+    assert REGISTERED_METHODS[ToyKgConfig.model_type][2] is ToyKgProcessor
+    assert set(REGISTERED_METHODS) >= {"kala", "keplm_relation_extraction", "roof_transformer", "trelm"}

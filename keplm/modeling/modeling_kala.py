@@ -8,11 +8,14 @@ from functools import partial
 
 import torch
 from torch import nn
+from transformers import AutoModel, AutoModelForQuestionAnswering, AutoModelForTokenClassification
 from transformers.modeling_outputs import QuestionAnsweringModelOutput, TokenClassifierOutput
 from transformers.utils import ModelOutput
 
 from keplm.configuration.configuration_kala import KalaConfig
 from keplm.knowledge.assets import KnowledgeAssets
+from keplm.registration import register_method
+from keplm.tokenization.processing_kala import KalaProcessor
 
 from .base import (
     ExtraLayers,
@@ -479,6 +482,10 @@ class KalaForQuestionAnswering(KalaPreTrainedModel):
             hidden_states=outputs.hidden_states, attentions=outputs.attentions,
         )
 
+
+
+register_method(KalaConfig, {AutoModel: KalaModel, AutoModelForTokenClassification: KalaForTokenClassification,
+                             AutoModelForQuestionAnswering: KalaForQuestionAnswering}, processor=KalaProcessor)
 
 __all__ = [
     "ENTITY_MEMORY_OPTIMIZERS",

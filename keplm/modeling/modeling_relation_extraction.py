@@ -13,13 +13,14 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
-from transformers import AutoTokenizer
+from transformers import AutoModel, AutoTokenizer
 from transformers import initialization as init
 from transformers.utils import ModelOutput
 
 from keplm.configuration.configuration_relation_extraction import RelationExtractionConfig
 from keplm.file_utils import hub_kwargs
 from keplm.knowledge.annotation import KnowledgeAnnotation, Triplet
+from keplm.registration import register_method
 from keplm.tokenization.alignment import encode_entities
 
 from .base import KeplmPreTrainedModel, ParameterGroup, build_encoder, check_index_range
@@ -272,6 +273,10 @@ class RelationExtractor:
     def __repr__(self) -> str:  # names the extractor in linking cache fingerprints
         return f"RelationExtractor({self.model.config.name_or_path!r}, threshold={self.threshold})"
 
+
+
+# pair-level relation extraction (KALA appendix A) has no task-specific Auto class
+register_method(RelationExtractionConfig, {AutoModel: KeplmForRelationExtraction})
 
 __all__ = [
     "RelationExtractor",

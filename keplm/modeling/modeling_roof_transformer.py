@@ -8,11 +8,14 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
+from transformers import AutoModel, AutoModelForQuestionAnswering, AutoModelForSequenceClassification
 from transformers.modeling_outputs import QuestionAnsweringModelOutput, SequenceClassifierOutput
 from transformers.utils import ModelOutput
 
 from keplm.configuration.configuration_roof_transformer import RoofTransformerConfig
 from keplm.knowledge.assets import KnowledgeAssets
+from keplm.registration import register_method
+from keplm.tokenization.processing_roof_transformer import RoofTransformerProcessor
 
 from .base import ExtraLayers, KeplmPreTrainedModel, ParameterGroup, build_encoder, check_index_range
 from .knowledge_cache import KnowledgeEncodingCache
@@ -298,6 +301,12 @@ class RoofTransformerForQuestionAnswering(RoofTransformerPreTrainedModel):
                     + loss_fct(end_logits, end_positions.view(-1).clamp(0, ignored))) / 2
         return QuestionAnsweringModelOutput(loss=loss, start_logits=start_logits, end_logits=end_logits)
 
+
+
+register_method(RoofTransformerConfig, {AutoModel: RoofTransformerModel,
+                                        AutoModelForSequenceClassification: RoofTransformerForSequenceClassification,
+                                        AutoModelForQuestionAnswering: RoofTransformerForQuestionAnswering},
+                processor=RoofTransformerProcessor)
 
 __all__ = [
     "RoofTransformerModel",

@@ -9,11 +9,14 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 from torch import nn
+from transformers import AutoModel, AutoModelForMaskedLM
 from transformers.modeling_outputs import BaseModelOutput, MaskedLMOutput
 from transformers.models.bert.modeling_bert import BertLMPredictionHead
 
 from keplm.configuration.configuration_trelm import TrelmConfig
 from keplm.knowledge.assets import KnowledgeAssets
+from keplm.registration import register_method
+from keplm.tokenization.processing_trelm import TrelmProcessor
 
 from .base import KeplmPreTrainedModel, build_encoder, check_index_range
 from .knowledge_routing import KnowledgeRouter, RoutedLinear
@@ -380,5 +383,8 @@ class TrelmForMaskedLM(TrelmPreTrainedModel):
     #: extra losses the Trainer logs beside the total (KeplmTrainer)
     logged_losses = ("mlm_loss", "cka_loss")
 
+
+
+register_method(TrelmConfig, {AutoModel: TrelmModel, AutoModelForMaskedLM: TrelmForMaskedLM}, processor=TrelmProcessor)
 
 __all__ = ["TrelmPreTrainedModel", "TrelmModel", "TrelmForMaskedLM", "TrelmMaskedLMOutput", "RoutedLinear"]

@@ -1,14 +1,15 @@
 """ToyKG's model: an encoder whose mention tokens get their entity's vector added, and a token classifier. The method
-registers itself with transformers' Auto classes here, once."""
+registers itself here, in one call (``keplm.registration.register_method``)."""
 
 from __future__ import annotations
 
 import torch
 from torch import nn
-from transformers import AutoConfig, AutoModelForTokenClassification, AutoProcessor
+from transformers import AutoModelForTokenClassification
 from transformers.modeling_outputs import TokenClassifierOutput
 
 from keplm.modeling.base import KeplmPreTrainedModel, build_encoder
+from keplm.registration import register_method
 
 from .configuration_toy_kg import ToyKgConfig
 from .processing_toy_kg import ToyKgProcessor
@@ -57,6 +58,4 @@ class ToyKgForTokenClassification(KeplmPreTrainedModel):
         return TokenClassifierOutput(loss=loss, logits=logits)
 
 
-AutoConfig.register(ToyKgConfig.model_type, ToyKgConfig, exist_ok=True)
-AutoModelForTokenClassification.register(ToyKgConfig, ToyKgForTokenClassification, exist_ok=True)
-AutoProcessor.register(ToyKgConfig, ToyKgProcessor, exist_ok=True)
+register_method(ToyKgConfig, {AutoModelForTokenClassification: ToyKgForTokenClassification}, processor=ToyKgProcessor)

@@ -1,0 +1,33 @@
+"""One call registers a method with transformers' Auto classes, made by the method's own modeling file."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from transformers import AutoConfig, AutoProcessor
+
+#: model type -> (config class, {Auto class name: model class}, processor class) of every registered method
+REGISTERED_METHODS: dict[str, tuple[type, dict[str, type], type | None]] = {}
+
+
+def register_method(config_class: type, models: Mapping[type, type], processor: type | None = None) -> None:
+    """Register a method: its config under its ``model_type`` (its model-card words, ``config_class.method_card``,
+    come with it), each model class under its Auto class (``{AutoModelForTokenClassification:
+    KalaForTokenClassification}``) and its processor with ``AutoProcessor``. Idempotent; a ValueError when a model
+    class was built for another config."""
+    model_type = getattr(config_class, "model_type", None)
+    if not isinstance(model_type, str) or not model_type:
+        raise ValueError(f"{config_class.__name__} has no model_type to register under")
+    for model_class in models.values():
+        if getattr(model_class, "config_class", None) is not config_class:
+            raise ValueError(f"{model_class.__name__}.config_class is {getattr(model_class, 'config_class', None)}, "
+                             f"not {config_class.__name__}: it cannot be registered for {model_type!r}")
+    AutoConfig.register(model_type, config_class, exist_ok=True)
+    for auto_class, model_class in models.items():
+        auto_class.register(config_class, model_class, exist_ok=True)
+    if processor is not None:
+        AutoProcessor.register(config_class, processor, exist_ok=True)
+    REGISTERED_METHODS[model_type] = (config_class, {a.__name__: m for a, m in models.items()}, processor)
+
+
+__all__ = ["REGISTERED_METHODS", "register_method"]
