@@ -7,13 +7,11 @@ import ast
 import re
 from pathlib import Path
 
-import pytest
 from transformers import AutoConfig
 
 import keplm  # noqa: F401  (registers keplm's methods)
-from keplm.configuration.base import KeplmConfig
 from keplm.hub.card import KnowledgeFacts, ModelCardSpec, hyperparameters_from_args, render_model_card
-from keplm.hub.method_card import MethodCard, Paper, allowed_urls, method_card, registered_method_cards
+from keplm.hub.method_card import allowed_urls, method_card, registered_method_cards
 
 ROOT = Path(__file__).resolve().parent.parent
 METHOD_TYPES = ("kala", "keplm_relation_extraction", "roof_transformer", "trelm")
@@ -50,56 +48,25 @@ def test_knowledge_options_are_the_methods():
 
 
 # ---------------------------------------------------------------------------------------------- a fourth method
-class ToyCard(MethodCard):
-    name = "ToyKG"
-    noun = "ToyKG model"
-    paper = Paper(title="ToyKG: A Test Method", authors=("Ada Lovelace",), bibtex="@misc{toy,\n}")
-    knowledge_section = True
-    entity_rows_label = "lookup table"
-    entity_rows_source = "seen in the training"
-    knowledge_options = (("toy option", "toy_option"),)
+def test_a_method_registered_outside_keplm_gets_its_own_card():
+    """ToyKG (tests/plugin_method, registered on import) gets its words through the hooks of its MethodCard."""
+    from .plugin_method import ToyKgConfig
 
-    def intro(self, spec, cite, venue):
-        return [f"ToyKG ({cite}) adds a KG-embedding lookup at entity markers."]
-
-    def limits(self, spec):
-        return ["Toy limits apply."]
-
-    def knowledge_rows(self, processor, metrics):
-        return [("toy rows", str(metrics.get("toy", 0)))]
-
-    def tags(self, spec):
-        return ["toy-tag"]
-
-
-class ToyConfig(KeplmConfig):
-    model_type = "toy_kg_card_test"
-    method_card = ToyCard()
-
-
-@pytest.fixture(scope="module")
-def toy_registered():
-    AutoConfig.register(ToyConfig.model_type, ToyConfig)
-    yield
-    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
-
-    CONFIG_MAPPING._extra_content.pop(ToyConfig.model_type, None)
-
-
-def test_a_method_registered_outside_keplm_gets_its_own_card(toy_registered):
-    spec = ModelCardSpec(model_type=ToyConfig.model_type, architecture="ToyForTokenClassification",
+    card_hooks = ToyKgConfig.method_card
+    assert method_card(ToyKgConfig.model_type) is card_hooks
+    spec = ModelCardSpec(model_type=ToyKgConfig.model_type, architecture="ToyKgForTokenClassification",
                          auto_class="AutoModelForTokenClassification", pipeline_tag="token-classification",
                          task="token-classification", uses_knowledge=True,
                          knowledge=KnowledgeFacts(entity_rows=11,
-                                                  method_rows=ToyCard().knowledge_rows(None, {"toy": 3})))
+                                                  method_rows=card_hooks.knowledge_rows(None, {"toy_linked": 3})))
     card = render_model_card(spec)
     text = str(card)
     assert "# ToyKG for Token Classification" in text and "A ToyKG model for **token classification**" in text
-    assert "ToyKG (*ToyKG: A Test Method*) adds a KG-embedding lookup at entity markers." in text
+    assert "ToyKG (*ToyKG: A Plug-in Test Method*) adds a learned vector" in text
     assert "- Toy limits apply." in text
-    assert "## Knowledge" in text and "| lookup table | 11 rows (row 0 = null entity), one per entity seen in the " \
-                                      "training data |" in text
-    assert "| toy rows | 3 |" in text and "relation vocabulary" not in text
-    assert "## Citation" in text and "@misc{toy," in text
-    assert {"toy-tag", ToyConfig.model_type, "keplm"} <= set(card.data.tags)
-    assert hyperparameters_from_args(None, {"toy_option": 7, "kfm_layers": [1]}, card=ToyCard()) == {"toy option": 7}
+    assert "## Knowledge" in text and "| entity lookup table | 11 rows (row 0 = null entity), one per entity linked " \
+                                      "in the training data |" in text
+    assert "| linked tokens per example | 3.0 |" in text and "relation vocabulary" not in text
+    assert "## Citation" in text and "@misc{toykg," in text
+    assert {"toy-tag", ToyKgConfig.model_type, "keplm"} <= set(card.data.tags)
+    assert hyperparameters_from_args(None, {"toy_option": 7, "kfm_layers": [1]}, card=card_hooks) == {"toy option": 7}

@@ -511,13 +511,7 @@ class RoofTransformerProcessor(KeplmProcessor):
         text in ``input_ids`` (token type B) up to ``max_total_length`` (default ``max_length``: the text is truncated
         to ``max_length`` first, so knowledge never displaces text) instead of forming their own sequence; the
         appended and the cut knowledge tokens are counted per example."""
-        if not 1 <= len(text_columns) <= 2:
-            raise ValueError(f"text_columns must name one or two columns, got {list(text_columns)}")
-        texts = [examples[column] for column in text_columns]
-        encoding = self.tokenizer(*texts, truncation=True, max_length=max_length)
-        out = dict(encoding)
-        if label_column is not None:
-            out["labels"] = list(examples[label_column])
+        texts, _, out = self.encode_pairs(examples, text_columns, label_column, max_length)
         if not with_knowledge:
             return out
         appended = append_knowledge

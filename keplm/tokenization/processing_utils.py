@@ -274,17 +274,8 @@ class KeplmProcessor:
         example, ``[CLS] s1 [SEP] s2 [SEP]`` truncated to ``max_length`` (one text column: one sentence), ``labels``
         from ``label_column`` (None: no labels), and the knowledge of both texts (:meth:`knowledge_features` over
         each text's tokens) from ``annotation_columns`` (default ``knowledge``, ``knowledge_2``) or by linking."""
-        if not 1 <= len(text_columns) <= 2:
-            raise ValueError(f"text_columns must name one or two columns, got {list(text_columns)}")
-        for column in (*text_columns, *([label_column] if label_column is not None else [])):
-            if column not in examples:
-                raise ValueError(f"the examples have no {column!r} column (they have {sorted(examples)})")
-        texts = [examples[column] for column in text_columns]
-        encoding = self.tokenizer(*texts, truncation=True, max_length=max_length, return_offsets_mapping=True)
-        offsets_batch = encoding.pop("offset_mapping")
-        out = dict(encoding)
-        if label_column is not None:
-            out["labels"] = list(examples[label_column])
+        texts, encoding, out = self.encode_pairs(examples, text_columns, label_column, max_length, offsets=True)
+        offsets_batch = encoding["offset_mapping"]
         if not with_knowledge:
             return out
         columns = annotation_columns if annotation_columns is not None else annotation_columns_for(len(texts))
@@ -299,6 +290,23 @@ class KeplmProcessor:
             for key, value in self.knowledge_features(offsets, masks, annotations).items():
                 out.setdefault(key, []).append(value)
         return out
+
+    def encode_pairs(self, examples: dict, text_columns: Sequence[str], label_column: str | None, max_length: int,
+                     offsets: bool = False) -> tuple[list, object, dict]:
+        """``(texts, tokenizer encoding, features)`` of one or two text columns: ``[CLS] s1 [SEP] s2 [SEP]`` truncated
+        to ``max_length``, ``labels`` from ``label_column``; a ValueError for a missing column. ``offsets``: the
+        encoding keeps its ``offset_mapping`` (the features never do)."""
+        if not 1 <= len(text_columns) <= 2:
+            raise ValueError(f"text_columns must name one or two columns, got {list(text_columns)}")
+        for column in (*text_columns, *([label_column] if label_column is not None else [])):
+            if column not in examples:
+                raise ValueError(f"the examples have no {column!r} column (they have {sorted(examples)})")
+        texts = [examples[column] for column in text_columns]
+        encoding = self.tokenizer(*texts, truncation=True, max_length=max_length, return_offsets_mapping=offsets)
+        out = {key: value for key, value in encoding.items() if key != "offset_mapping"}
+        if label_column is not None:
+            out["labels"] = list(examples[label_column])
+        return texts, encoding, out
 
     # ------------------------------------------------------------------ QA
     def prepare_qa_features(

@@ -13,9 +13,19 @@ class ToyKgCard(MethodCard):
     knowledge_section = True
     entity_rows_label = "entity lookup table"
     entity_rows_source = "linked in the training"
+    knowledge_options = (("toy option", "toy_option"),)
 
     def intro(self, spec, cite, venue):
         return [f"ToyKG ({cite}) adds a learned vector of each linked entity to its tokens' encoder states."]
+
+    def limits(self, spec):
+        return ["Toy limits apply."]
+
+    def knowledge_rows(self, processor, metrics):
+        return [("linked tokens per example", f"{metrics['toy_linked']:.1f}")] if "toy_linked" in metrics else []
+
+    def tags(self, spec):
+        return ["toy-tag"]
 
 
 class ToyKgConfig(KeplmConfig):
