@@ -100,6 +100,10 @@ class KnowledgeGraph:
             entity_vectors = np.asarray(entity_vectors)
             if entity_vectors.ndim != 2 or entity_vectors.shape[0] != n:
                 raise ValueError(f"entity_vectors must have shape [{n}, dim], got {entity_vectors.shape}")
+            bad = non_finite_rows(entity_vectors)
+            if bad:
+                raise ValueError(f"entity_vectors hold NaN or inf in {len(bad)} rows (entities "
+                                 f"{[entity_ids[i] for i in bad[:5]]}{' ...' if len(bad) > 5 else ''})")
         self.entity_vectors = entity_vectors
         self._csr: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         self._degree: np.ndarray | None = None
@@ -379,6 +383,12 @@ class KnowledgeGraph:
             if _VECTORS_KEY not in tensors:
                 raise ValueError(f"{vec_path}: no tensor named {_VECTORS_KEY!r}")
             vectors = tensors[_VECTORS_KEY]
+            if vectors.ndim != 2 or vectors.shape[0] != len(ent_ids):
+                raise ValueError(f"{vec_path}: {_VECTORS_KEY} has shape {tuple(vectors.shape)}, but the KG has "
+                                 f"{len(ent_ids)} entities (one row each)")
+            if non_finite_rows(vectors):
+                raise ValueError(f"{vec_path}: {_VECTORS_KEY} hold NaN or inf in {len(non_finite_rows(vectors))} "
+                                 f"rows (e.g. the KG embeddings diverged): retrain them with `keplm train-kge`")
 
         kg = cls(
             ent_ids,
@@ -424,6 +434,14 @@ class KnowledgeGraph:
         b.aliases = {e: alias_list(a, f"entity_aliases[{e!r}]") for e, a in (entity_aliases or {}).items()}
         b.rel_names = dict(relation_names or {})
         return b.build()
+
+
+def non_finite_rows(vectors) -> list[int]:
+    """Indices of the rows of a float matrix that hold a NaN or an infinity."""
+    vectors = np.asarray(vectors)
+    if not np.issubdtype(vectors.dtype, np.floating):
+        return []
+    return np.nonzero(~np.isfinite(vectors).all(axis=1))[0].tolist()
 
 
 def alias_list(value, where: str = "aliases") -> list[str]:

@@ -303,7 +303,12 @@ class KeplmTrainer(Trainer):
             report = hook(inputs, self.state, self.optimizer) or {}
             for key, value in report.items():
                 self._extra_logs.setdefault(key, []).append(float(value))
-        return super().training_step(model, inputs, num_items_in_batch)
+        loss = super().training_step(model, inputs, num_items_in_batch)
+        # non-finite losses are remembered on the device (no sync per step) and reported at the next log
+        finite = torch.isfinite(loss.detach()).all()
+        previous = self.__dict__.get("_losses_finite")
+        self.__dict__["_losses_finite"] = finite if previous is None else previous & finite
+        return loss
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         names = getattr(unwrap(model), "logged_losses", ())
@@ -317,6 +322,12 @@ class KeplmTrainer(Trainer):
         return (loss, outputs) if return_outputs else loss
 
     def log(self, logs: dict, start_time: float | None = None) -> None:
+        finite = self.__dict__.pop("_losses_finite", None)
+        if finite is not None and not bool(finite):  # the Trainer's logging_nan_inf_filter would hide it
+            raise FloatingPointError(
+                f"the training loss became NaN or infinite before step {self.state.global_step} (learning rate "
+                f"{self.args.learning_rate:g}): check the inputs (e.g. non-finite KG vectors) or lower the learning "
+                "rate")
         if "loss" in logs and getattr(self, "_extra_logs", None):  # training logs: the model's own losses beside it
             logs = {**logs, **{name: round(sum(v) / len(v), 4) for name, v in self._extra_logs.items() if v}}
             self._extra_logs = {}

@@ -1,0 +1,73 @@
+"""Non-finite values are bad input (issue 24): NaN or inf in KG entity vectors, in memory or in a saved KG folder,
+and a training loss that turns NaN, which the Trainer's NaN filter would otherwise hide (train_loss 0.0)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from safetensors.numpy import save_file
+from torch import nn
+from transformers import TrainingArguments
+
+from keplm.knowledge import KnowledgeGraph
+from keplm.training.trainer import KeplmTrainer
+
+
+def _kg(vectors):
+    return KnowledgeGraph(["a", "b", "c"], ["r"], np.array([[0, 0, 1], [1, 0, 2]]), entity_vectors=vectors)
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_non_finite_entity_vectors_are_refused_and_named(bad):
+    vectors = np.ones((3, 4), dtype=np.float32)
+    vectors[1, 2] = bad
+    with pytest.raises(ValueError, match=r"NaN or inf in 1 rows \(entities \['b'\]\)"):
+        _kg(vectors)
+
+
+def test_a_saved_kg_with_non_finite_vectors_names_its_file(tmp_path):
+    _kg(np.ones((3, 4), dtype=np.float32)).save_pretrained(tmp_path / "kg")
+    broken = np.ones((3, 4), dtype=np.float32)
+    broken[0, 0] = np.nan
+    save_file({"entity_vectors": broken}, str(tmp_path / "kg" / "entity_vectors.safetensors"))
+    with pytest.raises(ValueError, match="entity_vectors.safetensors: entity_vectors hold NaN or inf in 1 rows"):
+        KnowledgeGraph.from_pretrained(tmp_path / "kg", verify_hash=False)
+    path = str(tmp_path / "kg" / "entity_vectors.safetensors")
+    save_file({"entity_vectors": np.ones((2, 4), dtype=np.float32)}, path)
+    with pytest.raises(ValueError, match=r"entity_vectors.safetensors: entity_vectors has shape \(2, 4\), but the KG"):
+        KnowledgeGraph.from_pretrained(tmp_path / "kg", verify_hash=False)
+
+
+class _Regression(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(2))
+
+    def forward(self, x, labels):
+        return {"loss": ((x * self.weight).sum(-1) - labels).pow(2).mean()}
+
+
+class _Rows(torch.utils.data.Dataset):
+    def __init__(self, bad_row: int | None):
+        self.rows = [{"x": [1.0, float(i)], "labels": 1.0} for i in range(8)]
+        if bad_row is not None:
+            self.rows[bad_row]["x"] = [float("nan"), 1.0]
+
+    def __len__(self):
+        return len(self.rows)
+
+    def __getitem__(self, i):
+        return {k: torch.tensor(v) for k, v in self.rows[i].items()}
+
+
+@pytest.mark.parametrize("bad_row", [None, 5])
+def test_a_nan_training_loss_stops_the_run_with_a_clear_message(tmp_path, bad_row):
+    args = TrainingArguments(output_dir=str(tmp_path), max_steps=4, per_device_train_batch_size=2, learning_rate=1e-3,
+                             logging_steps=2, report_to="none", use_cpu=True, save_strategy="no", disable_tqdm=True)
+    trainer = KeplmTrainer(model=_Regression(), args=args, train_dataset=_Rows(bad_row))
+    if bad_row is None:
+        assert np.isfinite(trainer.train().training_loss)
+        return
+    with pytest.raises(FloatingPointError, match="loss became NaN or infinite before step [24]"):
+        trainer.train()
