@@ -241,3 +241,9 @@ def test_two_encoders_from_one_checkpoint_have_separate_weights(tmp_path, tokeni
     torch.testing.assert_close(reloaded.eval()(ids, knowledge_ids), model.eval()(ids, knowledge_ids))
     with pytest.raises(ValueError, match="base checkpoints must be given"):
         TwoEncoderModel.from_base_pretrained({"encoder": tmp_path / "base"})
+
+
+def test_from_base_pretrained_returns_an_eval_mode_model_as_from_pretrained_does(tmp_path, tokenizer, assets):
+    BertModel(tiny_encoder_config(tokenizer)).save_pretrained(tmp_path / "base")
+    model = KalaForTokenClassification.from_base_pretrained(tmp_path / "base", knowledge_assets=assets, num_labels=3)
+    assert not model.training and not any(module.training for module in model.modules())

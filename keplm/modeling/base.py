@@ -248,7 +248,7 @@ class KeplmPreTrainedModel(PreTrainedModel):
         weights. Extra layers declared to copy an encoder's last layers get them.
 
         Every other module is newly initialised; the report of what is new is logged and kept in
-        ``model.loading_report``.
+        ``model.loading_report``. The model comes back in eval mode, as ``from_pretrained`` returns it.
         """
         names = cls.config_class.encoder_names
         if isinstance(base_model_name_or_path, dict):
@@ -265,7 +265,7 @@ class KeplmPreTrainedModel(PreTrainedModel):
         model.load_base_encoders(sources, dtype=dtype)
         if knowledge_assets is not None:
             model.set_knowledge_assets(knowledge_assets)
-        return model.to(dtype)
+        return model.to(dtype).eval()  # as from_pretrained returns it; the Trainer switches to training mode
 
     def load_base_encoders(self, sources: str | os.PathLike | dict, dtype: torch.dtype = torch.float32) -> dict:
         """Load pretrained weights into every encoder (one checkpoint for all, or ``{encoder name: checkpoint}``),
