@@ -71,3 +71,20 @@ def test_a_nan_training_loss_stops_the_run_with_a_clear_message(tmp_path, bad_ro
         return
     with pytest.raises(FloatingPointError, match="loss became NaN or infinite before step [24]"):
         trainer.train()
+
+
+@pytest.mark.parametrize("name", ["empty.tsv", "empty.jsonl"])
+def test_an_empty_kg_file_is_a_clear_error(tmp_path, name):
+    from keplm.knowledge import load_kg
+
+    (tmp_path / name).write_text("")
+    with pytest.raises(ValueError, match=f"{name}: the knowledge graph is empty"):
+        load_kg(f"{name.split('.')[1]}:{tmp_path / name}")
+
+
+@pytest.mark.parametrize("seconds", [0, -1, float("nan")])
+def test_a_time_budget_must_be_positive(seconds):
+    from keplm.training.pretraining import PretrainingDataArguments
+
+    with pytest.raises(ValueError, match="--max_train_seconds must be a positive"):
+        PretrainingDataArguments(max_train_seconds=seconds)

@@ -303,6 +303,8 @@ def load_kg(spec: str) -> KnowledgeGraph:
     start = time.perf_counter()
     logger.info("Loading the knowledge graph %s", spec)
     kg = _load_one(spec)
+    if kg.num_entities == 0:
+        raise ValueError(f"{spec}: the knowledge graph is empty (no entity, no triple): check the file or folder")
     logger.info("Loaded %r from %s in %.1fs", kg, spec, time.perf_counter() - start)
     return kg
 

@@ -43,6 +43,13 @@ class PretrainingDataArguments:
         default=None, metadata={"help": "Stop training after this many seconds of training (probing excluded): "
                                 "the equal-wall-clock budget of a comparison."})
 
+    def __post_init__(self):
+        if self.max_train_seconds is not None and not self.max_train_seconds > 0:  # NaN fails too
+            raise ValueError(f"--max_train_seconds must be a positive number of seconds, got {self.max_train_seconds} "
+                             "(leave it out for no time budget)")
+        if self.max_seq_length < 8:
+            raise ValueError(f"--max_seq_length must be at least 8 tokens, got {self.max_seq_length}")
+
 
 @dataclass
 class TrelmArguments:
