@@ -123,6 +123,11 @@ def _without_option(argv: list[str], option: str) -> list[str]:
     return rest
 
 
+#: how a single SQuAD-style file gets its validation and test splits
+SPLIT_HINT = ("one SQuAD-style file has one split: --split_by_article 38 5 5 splits SQuAD v1.1 dev by article, or "
+              "give --validation_file / --test_file")
+
+
 def main(args: list[str] | None = None) -> dict:
     model_type, rest = choose_model_type(args)
     return QA_MODELS[model_type](rest)
@@ -135,7 +140,7 @@ def main_kala(args) -> dict:
     set_seed(training_args.seed)
 
     raw, data_report = load_data(data_args)
-    check_splits(raw, training_args)
+    check_splits(raw, training_args, SPLIT_HINT)
     with training_args.main_process_first(desc="knowledge"):
         processor = prepare_processor(model_args, knowledge_args)
         annotation_report = {}
@@ -201,7 +206,7 @@ def main_roof(args) -> dict:
     setup_logging(training_args)
     set_seed(training_args.seed)
     raw, data_report = load_data(data_args)
-    check_splits(raw, training_args)
+    check_splits(raw, training_args, SPLIT_HINT)
     with training_args.main_process_first(desc="knowledge"):
         processor, raw = prepare_roof_knowledge(model_args, roof_args, raw, ["context"],
                                                 data_args.preprocessing_num_workers)

@@ -88,3 +88,21 @@ def test_a_time_budget_must_be_positive(seconds):
 
     with pytest.raises(ValueError, match="--max_train_seconds must be a positive"):
         PretrainingDataArguments(max_train_seconds=seconds)
+
+
+def test_a_missing_split_names_the_option_that_gives_it():
+    from types import SimpleNamespace
+
+    from keplm.training.runtime import check_splits
+
+    args = SimpleNamespace(do_train=True, do_eval=True, do_predict=False)
+    with pytest.raises(ValueError, match=r"--do_eval needs a validation split; the data has \['train'\] \(give "
+                                         r"--validation_file\)"):
+        check_splits({"train": []}, args)
+    from .test_run_scripts import load_script
+
+    hint = load_script("run_qa").SPLIT_HINT
+    assert "--split_by_article 38 5 5" in hint
+    with pytest.raises(ValueError, match="--split_by_article 38 5 5"):
+        check_splits({"train": []}, args, hint)
+    check_splits({"train": [], "validation": []}, args)

@@ -36,11 +36,13 @@ def setup_logging(training_args: TrainingArguments) -> None:
 SPLIT_FLAGS = (("train", "do_train"), ("validation", "do_eval"), ("test", "do_predict"))
 
 
-def check_splits(raw, training_args: TrainingArguments) -> None:
-    """Every requested stage (--do_train/--do_eval/--do_predict) has its split."""
+def check_splits(raw, training_args: TrainingArguments, hint: str | None = None) -> None:
+    """Every requested stage (--do_train/--do_eval/--do_predict) has its split; ``hint``: the script's way to get
+    the missing split, added to the error."""
     for split, flag in SPLIT_FLAGS:
         if getattr(training_args, flag) and split not in raw:
-            raise ValueError(f"--{flag} needs a {split} split; the data has {list(raw)}")
+            raise ValueError(f"--{flag} needs a {split} split; the data has {list(raw)}"
+                             f" ({hint or f'give --{split}_file'})")
 
 
 def linked_share(dataset) -> float:
