@@ -12,13 +12,69 @@ from contextlib import contextmanager
 
 def open_text(path, mode: str = "rt"):
     """Open a UTF-8 text file, gzip-compressed when the name ends with ``.gz``; FileNotFoundError when reading
-    a missing file."""
+    a missing file; reading bytes that are not UTF-8 is a ValueError naming the file and the line."""
     path = os.fspath(path)
     if "r" in mode and not os.path.isfile(path):
         raise FileNotFoundError(f"file not found: {path}")
-    if path.endswith(".gz"):
-        return gzip.open(path, mode, encoding="utf-8")
-    return open(path, mode.replace("t", ""), encoding="utf-8")
+    handle = gzip.open(path, mode, encoding="utf-8") if path.endswith(".gz") else open(
+        path, mode.replace("t", ""), encoding="utf-8")
+    return _NamedDecodeErrors(handle, path) if "r" in mode else handle
+
+
+def first_non_utf8_line(path) -> int | None:
+    """The 1-based number of the first line of a (possibly gzipped) file that is not valid UTF-8; None if all are."""
+    opener = gzip.open if os.fspath(path).endswith(".gz") else open
+    with opener(path, "rb") as f:
+        for lineno, line in enumerate(f, 1):
+            try:
+                line.decode("utf-8")
+            except UnicodeDecodeError:
+                return lineno
+    return None
+
+
+class _NamedDecodeErrors:
+    """A text file whose UnicodeDecodeError (raised by the decoder a chunk ahead of the line being read) becomes a
+    ValueError naming the file and the first line that is not UTF-8."""
+
+    def __init__(self, handle, path: str):
+        self._handle, self._path = handle, path
+
+    def _named(self, error: UnicodeDecodeError) -> ValueError:
+        line = first_non_utf8_line(self._path)
+        return ValueError(f"{self._path}:{line if line is not None else '?'}: not UTF-8 text ({error.reason}); "
+                          "re-encode the file as UTF-8")
+
+    def __iter__(self):
+        try:
+            yield from self._handle
+        except UnicodeDecodeError as error:
+            raise self._named(error) from None
+
+    def read(self, *args):
+        try:
+            return self._handle.read(*args)
+        except UnicodeDecodeError as error:
+            raise self._named(error) from None
+
+    def readline(self, *args):
+        try:
+            return self._handle.readline(*args)
+        except UnicodeDecodeError as error:
+            raise self._named(error) from None
+
+    def readlines(self, *args):
+        return list(self) if not args else self._handle.readlines(*args)
+
+    def __enter__(self):
+        self._handle.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        return self._handle.__exit__(*exc)
+
+    def __getattr__(self, name):
+        return getattr(self._handle, name)
 
 
 def read_json(path):

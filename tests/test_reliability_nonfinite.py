@@ -106,3 +106,28 @@ def test_a_missing_split_names_the_option_that_gives_it():
     with pytest.raises(ValueError, match="--split_by_article 38 5 5"):
         check_splits({"train": []}, args, hint)
     check_splits({"train": [], "validation": []}, args)
+
+
+@pytest.mark.parametrize("name, text", [("kg.tsv", b"a\tr\tb\nc\tr\td\n\xff\xfe\tr\tc\n"),
+                                        ("kg.jsonl", b'{"h": "a", "r": "r", "t": "b"}\n\n{"h": "\xff"}\n'),
+                                        ("kg.tsv.gz", None)])
+def test_bytes_that_are_not_utf8_name_the_file_and_line(tmp_path, name, text):
+    import gzip
+
+    from keplm.io_utils import read_json
+    from keplm.knowledge import load_kg
+
+    path = tmp_path / name
+    if name.endswith(".gz"):
+        with gzip.open(path, "wb") as f:
+            f.write(b"a\tr\tb\n" * 5000 + b"x\tr\t\xe9t\xe9\n")  # past the decoder's first chunk
+        line = 5001
+    else:
+        path.write_bytes(text)
+        line = 3
+    kind = "jsonl" if ".jsonl" in name else "tsv"
+    with pytest.raises(ValueError, match=f"{name}:{line}: not UTF-8 text"):
+        load_kg(f"{kind}:{path}")
+    (tmp_path / "x.json").write_bytes(b'{"a":\n "\xff"}')
+    with pytest.raises(ValueError, match="x.json:2: not UTF-8 text"):
+        read_json(tmp_path / "x.json")
