@@ -247,3 +247,36 @@ def test_from_base_pretrained_returns_an_eval_mode_model_as_from_pretrained_does
     BertModel(tiny_encoder_config(tokenizer)).save_pretrained(tmp_path / "base")
     model = KalaForTokenClassification.from_base_pretrained(tmp_path / "base", knowledge_assets=assets, num_labels=3)
     assert not model.training and not any(module.training for module in model.modules())
+
+
+@pytest.mark.parametrize("side", ["right", "left"])
+def test_a_sentences_logits_do_not_depend_on_its_batch_on_either_padding_side(side, tokenizer, assets):
+    """Padded = single on both sides: with left padding the collator numbers positions from each row's first token
+    (BERT's absolute position embeddings would otherwise shift); a model that takes no position_ids is refused
+    left padding rather than silently shifted."""
+    from transformers import BertTokenizerFast
+
+    from .test_kala_model import make_model
+
+    left = BertTokenizerFast(vocab=tokenizer.get_vocab(), do_lower_case=True, padding_side=side)
+    model = make_model(KalaForTokenClassification, left, assets, num_labels=3)
+    processor = KalaProcessor(left, assets)
+    collator = KeplmDataCollator.from_processor(processor, model)
+    assert collator.position_ids == (side == "left")
+    short, long = processor("john visited paris ."), processor("mary lives in berlin and john visited paris .")
+    with torch.no_grad():
+        alone = model(**collator([short])).logits[0]
+        batch = collator([short, long])
+        together = model(**batch).logits[0]
+    offset = batch["input_ids"].shape[1] - len(short["input_ids"]) if side == "left" else 0
+    torch.testing.assert_close(together[offset:offset + len(short["input_ids"])], alone, rtol=1e-4, atol=1e-5)
+
+    class NoPositions(nn.Module):
+        config = model.config
+
+        def forward(self, input_ids, attention_mask):
+            return input_ids
+
+    if side == "left":
+        with pytest.raises(ValueError, match="takes no position_ids: left padding would shift"):
+            KeplmDataCollator.from_processor(processor, NoPositions())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass, field
 from numbers import Number
 
@@ -22,6 +23,21 @@ DEFAULT_POSITION_KEYS = {"start_positions": "input_ids", "end_positions": "input
 DEFAULT_GRAPH_SCHEMA = GraphSchema()
 GRAPH_KEYS = DEFAULT_GRAPH_SCHEMA.keys
 NODE_MAP_KEY = DEFAULT_GRAPH_SCHEMA.node_maps[0]
+
+
+#: encoders that number positions from the non-padding tokens themselves (padding_idx + 1 onwards): left padding
+#: leaves their positions alone, and an explicit 0-based position_ids would be wrong for them
+_POSITIONS_FROM_TOKENS = ("roberta", "xlm-roberta", "camembert", "data2vec-text", "longformer", "xmod")
+
+
+def _absolute_positions(model) -> bool:
+    """Whether an encoder of ``model`` embeds absolute positions numbered from the first slot (BERT, ELECTRA, ...),
+    so that left padding would shift them."""
+    config = model.config
+    encoders = config.encoder_configs().values() if hasattr(config, "encoder_configs") else [config]
+    return any(getattr(c, "position_embedding_type", "absolute") == "absolute"
+               and getattr(c, "max_position_embeddings", None) is not None
+               and getattr(c, "model_type", None) not in _POSITIONS_FROM_TOKENS for c in encoders)
 
 
 def pad_value(key: str, pad_token_id: int) -> int:
@@ -66,6 +82,9 @@ class KeplmDataCollator:
     graph_schema: GraphSchema = DEFAULT_GRAPH_SCHEMA
     graph_pad_to_multiple_of: int | None = None
     entity_vocab_size: int | None = None
+    #: with left padding, add ``position_ids`` counting from each row's first token, so absolute position embeddings
+    #: see a sentence as it is alone (set by :meth:`from_processor` for models that take them)
+    position_ids: bool = False
 
     def __post_init__(self):
         if self.padding_side not in ("left", "right"):
@@ -94,6 +113,12 @@ class KeplmDataCollator:
             defaults["graph"] = bool(getattr(model.config, "reads_graph", False))
             if defaults["graph"] and getattr(model.config, "uses_knowledge_assets", False):
                 defaults["entity_vocab_size"] = model.config.entity_vocab_size
+            if kwargs.get("padding_side", defaults["padding_side"]) == "left" and _absolute_positions(model):
+                if "position_ids" not in inspect.signature(model.forward).parameters:
+                    raise ValueError(f"{type(model).__name__} reads absolute positions but takes no position_ids: "
+                                     "left padding would shift every padded sentence; pad on the right "
+                                     "(tokenizer.padding_side = 'right')")
+                defaults["position_ids"] = True
         return cls(**(defaults | kwargs))
 
     def __call__(self, features: list[dict]) -> dict[str, torch.Tensor]:
@@ -131,6 +156,8 @@ class KeplmDataCollator:
             batch[key] = values
         if self.graph:
             self._collate_graphs(features, batch)
+        if self.position_ids and self.padding_side == "left" and "attention_mask" in batch:
+            batch["position_ids"] = (batch["attention_mask"].cumsum(-1) - 1).clamp(min=0)
         return batch
 
     def _pad_family(self, features: list[dict], family: str, family_keys: list[str], batch: dict) -> torch.Tensor:
