@@ -386,9 +386,10 @@ class KnowledgeGraph:
             if vectors.ndim != 2 or vectors.shape[0] != len(ent_ids):
                 raise ValueError(f"{vec_path}: {_VECTORS_KEY} has shape {tuple(vectors.shape)}, but the KG has "
                                  f"{len(ent_ids)} entities (one row each)")
-            if non_finite_rows(vectors):
-                raise ValueError(f"{vec_path}: {_VECTORS_KEY} hold NaN or inf in {len(non_finite_rows(vectors))} "
-                                 f"rows (e.g. the KG embeddings diverged): retrain them with `keplm train-kge`")
+            bad = non_finite_rows(vectors)
+            if bad:
+                raise ValueError(f"{vec_path}: {_VECTORS_KEY} hold NaN or inf in {len(bad)} rows (e.g. the KG "
+                                 "embeddings diverged): retrain them with `keplm train-kge`")
 
         kg = cls(
             ent_ids,

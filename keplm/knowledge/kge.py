@@ -305,15 +305,14 @@ def train_kge(
 
 def kept_rows(kg: KnowledgeGraph, keep_vectors: KnowledgeGraph, dim: int) -> tuple[np.ndarray, np.ndarray]:
     """``(rows of kg, their stored vectors)`` for the entities ``kg`` shares with ``keep_vectors``; a ValueError when
-    ``keep_vectors`` has no vectors, vectors of another width, non-finite values, or no entity in common."""
+    ``keep_vectors`` has no vectors, vectors of another width, or no entity in common (a KnowledgeGraph never holds
+    non-finite vectors)."""
     if not isinstance(keep_vectors, KnowledgeGraph) or keep_vectors.entity_vectors is None:
         raise ValueError("keep_vectors must be a KnowledgeGraph with entity vectors (a `keplm train-kge` output)")
     stored = np.asarray(keep_vectors.entity_vectors, dtype=np.float32)
     if stored.shape[1] != dim:
         raise ValueError(f"keep_vectors holds vectors of width {stored.shape[1]}, but dim is {dim}: train with the "
                          f"same model and dim as the run that made them")
-    if not np.isfinite(stored).all():
-        raise ValueError("keep_vectors holds non-finite (NaN or inf) entity vectors")
     shared = [(kg.entity_index(e), keep_vectors.entity_index(e)) for e in kg.entity_ids if keep_vectors.has_entity(e)]
     if not shared:
         raise ValueError(f"keep_vectors shares no entity with the KG to train ({kg!r}): nothing to keep")

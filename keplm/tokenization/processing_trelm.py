@@ -91,9 +91,9 @@ class TrelmProcessor(KeplmProcessor):
             return
         before = np.asarray(old.entity_vectors)[[old.entity_index(e) for e in shared]]
         after = np.asarray(kg.entity_vectors)[[kg.entity_index(e) for e in shared]]
-        if before.shape != after.shape or not np.allclose(before, after, rtol=0.0, atol=1e-6):
-            moved = len(shared) if before.shape != after.shape else int(
-                (~np.isclose(before, after, rtol=0.0, atol=1e-6)).any(axis=1).sum())
+        moved = len(shared) if before.shape != after.shape else int(
+            (~np.isclose(before, after, rtol=0.0, atol=1e-6)).any(axis=1).sum())
+        if moved:
             raise ValueError(f"the new KG's vectors differ for {moved} of the {len(shared)} entities the model was "
                              f"trained with: the model reads them as learned, so train the new vectors with `keplm "
                              f"train-kge --keep_vectors_from <the old KG folder>`")

@@ -98,6 +98,7 @@ class KeplmTrainer(Trainer):
             self.add_callback(EarlyStoppingCallback(patience, self.args.early_stopping_threshold))
         self.parameter_group_options = dict(parameter_group_options or {})
         self.card_data = dict(card_data or {})
+        self._losses_finite = None  # every training step's loss finite since the last log (a device tensor)
         self.results: dict = {}  # every metric recorded with save_metrics (the card's numbers)
         self._sparse_gradients = False  # set by create_optimizer: whether any trained table has sparse gradients
 
@@ -306,8 +307,7 @@ class KeplmTrainer(Trainer):
         loss = super().training_step(model, inputs, num_items_in_batch)
         # non-finite losses are remembered on the device (no sync per step) and reported at the next log
         finite = torch.isfinite(loss.detach()).all()
-        previous = self.__dict__.get("_losses_finite")
-        self.__dict__["_losses_finite"] = finite if previous is None else previous & finite
+        self._losses_finite = finite if self._losses_finite is None else self._losses_finite & finite
         return loss
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
@@ -322,7 +322,7 @@ class KeplmTrainer(Trainer):
         return (loss, outputs) if return_outputs else loss
 
     def log(self, logs: dict, start_time: float | None = None) -> None:
-        finite = self.__dict__.pop("_losses_finite", None)
+        finite, self._losses_finite = self._losses_finite, None
         if finite is not None and not bool(finite):  # the Trainer's logging_nan_inf_filter would hide it
             raise FloatingPointError(
                 f"the training loss became NaN or infinite before step {self.state.global_step} (learning rate "
