@@ -1,7 +1,7 @@
 """Model cards (``keplm.hub.card``): Hub metadata and model-index that parse back, results tables with the metric
 names readers expect, no machine path and no URL outside the allow-list, a usage snippet that runs against a saved
 checkpoint, figures written next to the card, the Trainer's ``create_model_card``, and ``model_cards/`` as
-``scripts/make_cards.py`` writes it.
+``harness/make_cards.py`` writes it.
 
 The Hub's ``/api/validate-yaml`` is not reachable here, so ``ModelCard.validate()`` is never called: the metadata
 is checked by parsing the card back (``ModelCard(text).data``) and with ``model_index_to_eval_results``.
@@ -10,7 +10,6 @@ is checked by parsing the card back (``ModelCard(text).data``) and with ``model_
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import io
 import json
 import logging
@@ -393,11 +392,10 @@ def test_trainer_create_model_card_writes_card_and_figures(tmp_path, tokenizer, 
 
 # ---------------------------------------------------------------------------------------------- model_cards/
 def test_model_cards_folder_is_what_make_cards_writes(tmp_path):
-    """``python scripts/make_cards.py`` regenerates model_cards/ from committed files: the same cards, the index."""
+    """``python -m harness.make_cards`` regenerates model_cards/ from committed files: the same cards, the index."""
     pytest.importorskip("matplotlib")
-    spec = importlib.util.spec_from_file_location("make_cards_under_test", ROOT / "scripts" / "make_cards.py")
-    make_cards = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(make_cards)
+    from harness import make_cards
+
     written = make_cards.generate(tmp_path)
     names = sorted(p.name for p in written)
     assert names == sorted(p.name for p in (ROOT / "model_cards").glob("*.md"))

@@ -1,4 +1,4 @@
-"""Tests of scripts/experiments.py: its presets give command lines the run scripts parse, and TAPT (the fifth system)
+"""Tests of harness/experiments.py: its presets give command lines the run scripts parse, and TAPT (the fifth system)
 pretrains on the run's own training text, then fine-tunes as vanilla.
 
 The tiny files come from test_run_scripts.py's module-scoped ``tiny`` fixture; its autouse ``single_thread`` fixture
@@ -15,11 +15,8 @@ from .test_run_scripts import ARTICLES, ROOT, SYSTEMS, read_json, single_thread,
 
 
 def test_experiment_presets_build_valid_run_script_commands(monkeypatch, tmp_path):
-    """Every preset of scripts/experiments.py (and the main job) gives a command line the run script parses."""
-    monkeypatch.syspath_prepend(str(ROOT / "scripts"))
-    import experiments
-    import main_job
-
+    """Every preset of harness/experiments.py (and the main job) gives a command line the run script parses."""
+    from harness import experiments, main_job
     from keplm.training.arguments import QaDataArguments
 
     for preset in experiments.PRESETS:
@@ -72,12 +69,10 @@ def test_experiment_presets_build_valid_run_script_commands(monkeypatch, tmp_pat
 
 def test_tapt_pretrains_on_the_runs_own_training_text_then_fine_tunes_as_vanilla(
         monkeypatch, tmp_path, tiny):  # noqa: F811  (the fixture imported above)
-    """scripts/experiments.py's fifth system: run_pretraining.py --system mlm on task:ner:<dataset>|first=N (the
+    """harness/experiments.py's fifth system: run_pretraining.py --system mlm on task:ner:<dataset>|first=N (the
     fine-tuning run's own first N training sentences, no probe), its exported encoder fine-tuned as vanilla; one job,
     two commands, one log. The task source reads exactly the text of those sentences (QA: distinct contexts)."""
-    monkeypatch.syspath_prepend(str(ROOT / "scripts"))
-    import experiments
-
+    from harness import experiments
     from keplm.data import load_ner_dataset
     from keplm.data.pretraining import load_pretraining_corpus
 
@@ -121,14 +116,12 @@ def test_tapt_pretrains_on_the_runs_own_training_text_then_fine_tunes_as_vanilla
 
 
 def test_trelm_experiment_commands_parse_and_differ_by_one_mechanism(monkeypatch, tmp_path):
-    """scripts/trelm_experiments.py: every variant's command line is one run_pretraining.py parses; plain MLM gets
+    """harness/trelm_experiments.py: every variant's command line is one run_pretraining.py parses; plain MLM gets
     no KG, the ablations switch off exactly their mechanism, and all share the time budget and corpus sample."""
     from transformers import TrainingArguments
 
+    from harness import trelm_experiments
     from keplm.training.pretraining import PretrainingDataArguments, TrelmArguments
-
-    monkeypatch.syspath_prepend(str(ROOT / "scripts"))
-    import trelm_experiments
 
     cfg = {**trelm_experiments.DEFAULTS, "model": "tiny-model", "kg": "kge"}
     parsed = {}
@@ -157,12 +150,11 @@ def test_trelm_experiment_commands_parse_and_differ_by_one_mechanism(monkeypatch
 
 
 def test_trelm_report_tables_final_p_at_1_and_time_to_reach_mlm(monkeypatch, tmp_path):
-    """scripts/trelm_report.py: means over seeds of the last probe point, and the seconds until a variant first
+    """harness/trelm_report.py: means over seeds of the last probe point, and the seconds until a variant first
     reaches the same seed's plain-MLM final P@1 (counted per seed, '-' for none); the plot is written."""
     import json
 
-    monkeypatch.syspath_prepend(str(ROOT / "scripts"))
-    import trelm_report
+    from harness import trelm_report
 
     def curve(*points):
         return [{"step": 10 * i, "train_seconds": float(s), "p_at_1": p, "seen": p, "held_out": p / 2}
@@ -189,8 +181,7 @@ def test_seed_summary_lists_every_finished_run_whichever_invocation_ran_it(monke
     run of the seed folder with an all_results.json, in the scripts' variant order, plus ``extra`` keys."""
     import json
 
-    monkeypatch.syspath_prepend(str(ROOT / "scripts"))
-    import experiments
+    from harness import experiments
 
     for name, accuracy in (("roof", 0.7), ("bert", 0.6)):
         (tmp_path / name).mkdir()
@@ -206,16 +197,16 @@ def test_seed_summary_lists_every_finished_run_whichever_invocation_ran_it(monke
 
 
 def test_roof_experiment_commands_parse_and_differ_by_one_setting(monkeypatch, tmp_path):
-    """scripts/roof_experiments.py: every preset's variants give command lines run_glue.py / run_qa.py parse, each
+    """harness/roof_experiments.py: every preset's variants give command lines run_glue.py / run_qa.py parse, each
     ablation changes only its own setting, and the SQuAD preset spreads its training questions over the articles."""
     from transformers import TrainingArguments
 
     from keplm.training.arguments import QaDataArguments, RoofArguments
 
-    monkeypatch.syspath_prepend(str(ROOT / "scripts"))
     monkeypatch.syspath_prepend(str(ROOT / "run_scripts"))
-    import roof_experiments
     from run_glue import GlueDataArguments
+
+    from harness import roof_experiments
 
     assert "roof_wordnet" not in roof_experiments.PRESETS["mrpc"]["variants"]  # the MRPC runs' variants as they ran
     for preset in roof_experiments.PRESETS:
@@ -266,8 +257,7 @@ def test_run_resumable_keeps_the_times_another_queue_wrote_meanwhile(monkeypatch
     """Two queues on one output folder: the one finishing last must not drop the other's wall times."""
     import json
 
-    monkeypatch.syspath_prepend(str(ROOT / "scripts"))
-    import experiments
+    from harness import experiments
 
     (tmp_path / "durations.json").write_text(json.dumps({"seed1/a": 1.0}))
 
@@ -287,10 +277,8 @@ def test_check_knowledge_follows_each_knowledge_run_and_lands_in_its_seed_summar
     leaves the check's time out of the run's wall time."""
     import json
 
+    from harness import experiments
     from keplm.cli import build_parser
-
-    monkeypatch.syspath_prepend(str(ROOT / "scripts"))
-    import experiments
 
     squad = experiments.make_settings("squad", str(tmp_path), model="tiny-model", check_knowledge=50)
     train, check = experiments.commands(squad, "relational", "1", str(tmp_path / "relational"))

@@ -129,14 +129,13 @@ def test_other_text_is_not_a_machine_path(text):
 
 
 def test_run_records_and_benchmark_commands_are_portable(monkeypatch):
-    """The producers write no machine path: scripts/experiments.py records the default encoder by package name
+    """The producers write no machine path: harness/experiments.py records the default encoder by package name
     and checkout paths relative to the root; the benchmarks record output files as ``$OUT/``/``$TMPDIR/``."""
     import os
     import tempfile
 
-    monkeypatch.syspath_prepend(str(ROOT / "scripts"))
     monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
-    import experiments
+    from harness import experiments
 
     settings = experiments.portable({
         "model": experiments.DEFAULT_MODEL, "dataset": str(ROOT.parent / "shared" / "data" / "conll2003"),

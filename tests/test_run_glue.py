@@ -105,12 +105,10 @@ def test_run_qa_rejects_appended_knowledge(glue_files, tmp_path):
 
 
 def test_summarize_runs_handles_ablations_run_with_fewer_seeds(monkeypatch, capsys, tmp_path):
-    """scripts/summarize_runs.py: mean ± std over the seeds that ran a system; a system with fewer seeds (one-seed
+    """harness/summarize_runs.py: mean ± std over the seeds that ran a system; a system with fewer seeds (one-seed
     ablations) says how many in its header; GLUE fractions in %, selection statistics per example."""
-    from .test_run_scripts import ROOT
 
-    monkeypatch.syspath_prepend(str(ROOT / "scripts"))
-    import summarize_runs
+    from harness import summarize_runs
 
     def summary(seed, results):
         return {"settings": {"task": "mrpc", "seed": seed, "systems": list(results)}, "results": results,

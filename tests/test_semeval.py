@@ -1,5 +1,5 @@
 """SemEval-2010 Task 8 (TRELM's downstream task): the release reader, entity marking, the official score against
-hand computations, run_scripts/run_relation_classification.py on a tiny TRELM checkpoint, scripts/trelm_semeval.py
+hand computations, run_scripts/run_relation_classification.py on a tiny TRELM checkpoint, harness/trelm_semeval.py
 and run summaries split over several files."""
 
 from __future__ import annotations
@@ -156,8 +156,7 @@ def test_run_script_fine_tunes_a_trelm_checkpoint_and_learns_a_toy_task(tmp_path
 
 
 def test_trelm_semeval_commands_parse_and_fine_tune_the_seeds_own_checkpoint(monkeypatch, tmp_path):
-    monkeypatch.syspath_prepend(str(ROOT / "scripts"))
-    import trelm_semeval
+    from harness import trelm_semeval
 
     script = load_script("run_relation_classification")
     (tmp_path / "seed2" / "trelm").mkdir(parents=True)
@@ -175,8 +174,7 @@ def test_trelm_semeval_commands_parse_and_fine_tune_the_seeds_own_checkpoint(mon
 
 def test_summarize_runs_merges_a_system_run_later_into_its_seeds(monkeypatch, capsys, tmp_path):
     """A fifth system (TAPT) run into other summaries of the same seeds counts those seeds, not the files."""
-    monkeypatch.syspath_prepend(str(ROOT / "scripts"))
-    import summarize_runs
+    from harness import summarize_runs
 
     paths = []
     for seed in (1, 2):
@@ -193,8 +191,7 @@ def test_summarize_runs_merges_a_system_run_later_into_its_seeds(monkeypatch, ca
 
 def test_trelm_semeval_summary_keeps_encoders_an_earlier_invocation_fine_tuned(monkeypatch, tmp_path):
     """A later ``--variants`` subset (here resumed, nothing left to run) must not drop earlier encoders."""
-    monkeypatch.syspath_prepend(str(ROOT / "scripts"))
-    import trelm_semeval
+    from harness import trelm_semeval
 
     (tmp_path / "pre" / "seed1" / "trelm_no_routing").mkdir(parents=True)
     (tmp_path / "pre" / "seed1" / "trelm_no_routing" / "config.json").write_text("{}")

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
-"""Table and P@1-over-time plot of ``scripts/trelm_experiments.py`` runs.
+"""Table and P@1-over-time plot of ``harness/trelm_experiments.py`` runs.
 
-    python scripts/trelm_report.py outputs/trelm_experiments --plot docs/figures/trelm-p-at-1.png
+    python -m harness.trelm_report outputs/trelm_experiments --plot docs/figures/trelm-p-at-1.png
 
 Per variant over the seeds (mean ± std): optimizer steps in the time budget, final LAMA T-REx P@1 on all / seen /
 held-out facts, and the training seconds until P@1 first reaches the plain-MLM run's final P@1 of the same seed
@@ -97,14 +97,14 @@ def plot(summaries: dict[str, dict], path: str, command: str) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("root", help="the --output_dir of scripts/trelm_experiments.py")
+    parser.add_argument("root", help="the --output_dir of harness/trelm_experiments.py")
     parser.add_argument("--plot", default=None, help="write the P@1 curves to this PNG")
     args = parser.parse_args(argv)
     summaries = load(args.root)
     print(f"{len(summaries)} seed(s): {sorted(summaries)}")
     print(table(summaries))
     if args.plot:
-        plot(summaries, args.plot, "python scripts/trelm_report.py " + " ".join(sys.argv[1:] if argv is None else argv))
+        plot(summaries, args.plot, "python -m harness.trelm_report " + " ".join(sys.argv[1:] if argv is None else argv))
         print(f"plot: {args.plot}")
 
 

@@ -1,8 +1,8 @@
 #!/usr/bin/env python
 """The KALA paper's comparison (vanilla, +1 layer, KALA pointwise, KALA relational, TAPT) on one dataset, seeds.
 
-    python scripts/experiments.py --preset wnut --seeds 1 2 3 --jobs 2
-    python scripts/summarize_runs.py outputs/experiments/wnut/seed*/summary.json
+    python -m harness.experiments --preset wnut --seeds 1 2 3 --jobs 2
+    python -m harness.summarize_runs outputs/experiments/wnut/seed*/summary.json
 
 Presets size each dataset for the project's 2-core CPU machine (about 4 core-minutes per run); ``--train``,
 ``--epochs`` etc. override them (``all`` = the whole split). Runs go through ``run_scripts/run_ner.py`` or
@@ -339,7 +339,7 @@ def main(argv: list[str] | None = None) -> None:
     start = time.time()
     run_experiments(cfg, args.systems.split(","), args.seeds, output_dir, args.jobs)
     print(f"[experiments] {args.preset}: {len(args.seeds)} seed(s) in {time.time() - start:.0f}s; "
-          f"table: python scripts/summarize_runs.py {output_dir}/seed*/summary.json")
+          f"table: python -m harness.summarize_runs {output_dir}/seed*/summary.json")
 
 
 if __name__ == "__main__":

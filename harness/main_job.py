@@ -28,7 +28,7 @@ import os
 import time
 from pathlib import Path
 
-from experiments import command, make_settings, portable, run_queue
+from harness.experiments import command, make_settings, portable, run_queue
 
 BUDGET_S = 600
 

@@ -1,8 +1,8 @@
 #!/usr/bin/env python
 """Roof-Transformer's comparisons (paper §4) on GLUE tasks and SQuAD, several seeds, sized for a 2-core CPU.
 
-    python scripts/roof_experiments.py --preset rte --seeds 1 2 3 --jobs 2
-    python scripts/summarize_runs.py outputs/roof_experiments/rte/seed*/summary.json
+    python -m harness.roof_experiments --preset rte --seeds 1 2 3 --jobs 2
+    python -m harness.summarize_runs outputs/roof_experiments/rte/seed*/summary.json
 
 Variants: ``bert`` (the text encoder alone), ``bert_with_knowledge`` (one encoder, the verbalised knowledge after
 the text), ``roof`` (TASK + KB encoders, 3-layer pretrained roof, has_tail, joint KB encoding, roof at 10x the
@@ -10,7 +10,7 @@ learning rate) and one-change ablations of ``roof``: ``roof_cached`` (frozen, ca
 ``roof_lr1x``, ``roof_random`` / ``roof_lstm`` / ``roof_linear`` (the roof). Every run reads the same KG (the
 FB15k-237 names merged with the T-REx facts), links case-sensitively and verbalises with exp2. Cached runs share
 one encoding cache under the output folder, so later seeds reuse the encodings (the paper's point, 4.4). The
-runs go through ``run_scripts/run_glue.py`` / ``run_scripts/run_qa.py`` via ``scripts/experiments.py``'s queue;
+runs go through ``run_scripts/run_glue.py`` / ``run_scripts/run_qa.py`` via ``harness/experiments.py``'s queue;
 each seed's ``summary.json`` holds the settings (no machine paths), every run's ``all_results.json`` and wall
 times (``durations.json`` keeps them across ``--resume``).
 """
@@ -21,11 +21,8 @@ import argparse
 import os
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from experiments import (  # noqa: E402
+from harness.experiments import (
     DEFAULT_MODEL,
     NEWS_KG,
     completed_runs,
@@ -163,7 +160,7 @@ def main(argv: list[str] | None = None) -> None:
         seed_dir = os.path.join(output_dir, f"seed{seed}")
         seed_summary(cfg, completed_runs(seed_dir, VARIANTS), seed, seed_dir, durations)
     print(f"[roof_experiments] {args.preset}: {len(args.seeds)} seed(s) in {time.time() - start:.0f}s; table: "
-          f"python scripts/summarize_runs.py {output_dir}/seed*/summary.json")
+          f"python -m harness.summarize_runs {output_dir}/seed*/summary.json")
 
 
 if __name__ == "__main__":

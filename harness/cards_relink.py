@@ -1,7 +1,7 @@
-"""The ``--relink`` machinery of ``scripts/make_cards.py``: it recomputes each KALA run's entity vocabulary, linking
+"""The ``--relink`` machinery of ``harness/make_cards.py``: it recomputes each KALA run's entity vocabulary, linking
 coverage and seen/unseen test contexts with the run scripts' own code (data loading, ``prepare_processor``,
 ``add_knowledge``, ``build_entity_vocabulary``) on ``../shared/data``, without training, and writes them to
-``docs/cards/<card>.json``, which the KALA cards (``scripts/cards_kala.py``) read for their knowledge sections and
+``docs/cards/<card>.json``, which the KALA cards (``harness/cards_kala.py``) read for their knowledge sections and
 entity-frequency figures."""
 
 from __future__ import annotations
@@ -10,8 +10,7 @@ import json
 import subprocess
 import tempfile
 
-from cards_kala import GPU_CARDS, GPU_RUNS, MAIN_JOB, MAIN_JOB_CARD, RELINKED, ROOT, read_json, run_command
-
+from harness.cards_kala import GPU_CARDS, GPU_RUNS, MAIN_JOB, MAIN_JOB_CARD, RELINKED, ROOT, read_json, run_command
 from keplm.hub import card as cards
 from keplm.hub.card import format_command
 
@@ -49,7 +48,7 @@ def relink_run(settings: dict, name: str, num_proc: int | None = None) -> dict:
     Annotation-file runs (NCBI-disease) are relinked with the KG and settings that wrote their files."""
     from datetime import datetime, timezone
 
-    import experiments
+    from harness import experiments
 
     from keplm.training.arguments import NerDataArguments, QaDataArguments, parse_args
     from keplm.training.knowledge_setup import add_knowledge, build_entity_vocabulary, prepare_processor
@@ -74,7 +73,7 @@ def relink_run(settings: dict, name: str, num_proc: int | None = None) -> dict:
     kg = processor.kg
     return {
         "card": name, "date": datetime.now(timezone.utc).strftime("%Y-%m-%d"), "commit": _git_head(),
-        "command": format_command(["python", "scripts/make_cards.py", "--relink"]),
+        "command": format_command(["python", "harness/make_cards.py", "--relink"]),
         "kg_spec": kg_spec_of(settings), "case_sensitive": bool(settings.get("case_sensitive")),
         "kg": {"entities": kg.num_entities, "relations": kg.num_relations, "triples": kg.num_triples,
                "content_hash": kg.content_hash()},

@@ -1,9 +1,9 @@
 #!/usr/bin/env python
 """Knowledge updates on real data: CoNLL-2003 test entities left out of the training KG, then added.
 
-    python scripts/knowledge_update_real.py --seeds 42 --output_dir outputs/knowledge_update_real
+    python -m harness.knowledge_update_real --seeds 42 --output_dir outputs/knowledge_update_real
 
-With the main job's settings (``scripts/main_job.py``: the CoNLL-2003 subset, the FB15k-237 + T-REx KG, MiniLM,
+With the main job's settings (``harness/main_job.py``: the CoNLL-2003 subset, the FB15k-237 + T-REx KG, MiniLM,
 ``run_ner.py`` defaults), the test sentences are linked against the KG and every linked entity that no training
 sentence mentions is a *test-only* entity. The KG without them (and their facts) is saved to
 ``<output_dir>/kg_without_test_entities``, and per seed three systems are trained: ``vanilla``,
@@ -24,7 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-from experiments import command, make_settings, model_path, portable, run_resumable
+from harness.experiments import command, make_settings, model_path, portable, run_resumable
 
 ROOT = Path(__file__).resolve().parent.parent
 #: (row name, system trained, KG it reads at prediction time: "train" = its own, "full" = the update)
@@ -141,7 +141,7 @@ def main(argv: list[str] | None = None) -> dict:
         lines.append(f"| {row} | {cells[0]} | {cells[1]} | {_cell(shares) if shares else '–'} |")
     summary = {"date": time.strftime("%Y-%m-%d"),
                "device": f"CPU, {os.cpu_count()} cores, {args.jobs} run(s) at a time",
-               "command": ["python", "scripts/knowledge_update_real.py", *(argv if argv is not None else sys.argv[1:])],
+               "command": ["python", "harness/knowledge_update_real.py", *(argv if argv is not None else sys.argv[1:])],
                "settings": portable({k: cfg[k] for k in ("dataset", "kg", "model", "train", "predict", "epochs", "lr",
                                                          "batch")}),
                "counts": inputs["counts"], "seeds": args.seeds, "results": results, "table": lines,

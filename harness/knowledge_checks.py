@@ -1,8 +1,8 @@
 #!/usr/bin/env python
 """Knowledge-dependence checks: does the KG change the prediction? (synthetic tasks: KALA, Roof-Transformer, TRELM)
 
-    python scripts/knowledge_checks.py --kinds neighbour relation --systems vanilla relational --seeds 1 2 3
-    python scripts/knowledge_checks.py --tasks cloze --systems trelm mlm --seeds 1 2 3
+    python -m harness.knowledge_checks --kinds neighbour relation --systems vanilla relational --seeds 1 2 3
+    python -m harness.knowledge_checks --tasks cloze --systems trelm mlm --seeds 1 2 3
 
 For each kind and seed a new task is generated (``keplm.checks.synthetic``: invented names, type-neutral
 sentences, the type held by a KG neighbour or by the relation), ``run_scripts/run_ner.py`` trains each system with
@@ -41,7 +41,7 @@ import sys
 import time
 from pathlib import Path
 
-from experiments import model_path, portable, run_resumable
+from harness.experiments import model_path, portable, run_resumable
 
 ROOT = Path(__file__).resolve().parent.parent
 KALA_SYSTEMS = ("pointwise", "relational")
@@ -327,7 +327,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
                "settings": portable({"epochs": args.epochs or TASK_EPOCHS, "model": args.model, "task": task_kwargs,
                                      "cloze_task": cloze_kwargs, "cloze_kge": list(CLOZE_KGE_ARGS),
                                      "extra": args.extra or []}),
-               "command": ["python", "scripts/knowledge_checks.py", *(argv if argv is not None else sys.argv[1:])],
+               "command": ["python", "harness/knowledge_checks.py", *(argv if argv is not None else sys.argv[1:])],
                "results": results}
     Path(args.output_dir).mkdir(parents=True, exist_ok=True)
     Path(args.output_dir, "results.json").write_text(json.dumps(summary, indent=1))

@@ -1,16 +1,16 @@
 #!/usr/bin/env python
 """TRELM's downstream check (paper §4.2, relation extraction; CPU-sized): fine-tune the checkpoints of
-``scripts/trelm_experiments.py`` on SemEval-2010 Task 8 relation classification, each with the seed it was
+``harness/trelm_experiments.py`` on SemEval-2010 Task 8 relation classification, each with the seed it was
 pre-trained with.
 
-    python scripts/trelm_semeval.py --seeds 1 2 3 --jobs 2
-    python scripts/summarize_runs.py outputs/trelm_semeval/seed*/summary.json
+    python -m harness.trelm_semeval --seeds 1 2 3 --jobs 2
+    python -m harness.summarize_runs outputs/trelm_semeval/seed*/summary.json
 
 Encoders: ``base`` (the encoder the pre-training runs started from, not pre-trained further) and each pre-training
 variant found in ``--pretraining_dir/seed<N>/<variant>`` (``mlm``, ``trelm``, ablations). Every run fine-tunes the
 same seeded sample of ``--train`` training sentences through ``run_scripts/run_relation_classification.py``,
 validates on 800 training sentences held out by a fixed seed and scores all 2,717 test sentences (official macro-F1).
-Summaries as ``scripts/experiments.py`` writes them (``seed<N>/summary.json``, no machine paths).
+Summaries as ``harness/experiments.py`` writes them (``seed<N>/summary.json``, no machine paths).
 """
 
 from __future__ import annotations
@@ -21,10 +21,8 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from experiments import DEFAULT_MODEL, completed_runs, model_path, run_resumable, seed_summary  # noqa: E402
-from trelm_experiments import VARIANTS  # noqa: E402
+from harness.experiments import DEFAULT_MODEL, completed_runs, model_path, run_resumable, seed_summary
+from harness.trelm_experiments import VARIANTS
 
 #: every encoder a seed's summary lists when it was fine-tuned, whichever invocation (``--variants``) ran it
 ENCODERS = ("base", *VARIANTS)
@@ -41,7 +39,7 @@ def encoder(cfg: dict, variant: str, seed: str) -> str:
     path = os.path.join(cfg["pretraining_dir"], f"seed{seed}", variant)
     if not Path(path, "config.json").is_file():
         raise SystemExit(f"no pre-trained {variant} checkpoint for seed {seed} in {path}: run "
-                         "scripts/trelm_experiments.py first")
+                         "harness/trelm_experiments.py first")
     return path
 
 
@@ -80,7 +78,7 @@ def main(argv: list[str] | None = None) -> None:
         seed_summary({**cfg, "task": "semeval2010_task8"}, completed_runs(seed_dir, ENCODERS), seed, seed_dir,
                      durations)
     print(f"[trelm_semeval] {len(args.seeds)} seed(s) in {time.time() - start:.0f}s; table: "
-          f"python scripts/summarize_runs.py {args.output_dir}/seed*/summary.json")
+          f"python -m harness.summarize_runs {args.output_dir}/seed*/summary.json")
 
 
 if __name__ == "__main__":

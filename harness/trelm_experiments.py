@@ -1,9 +1,9 @@
 #!/usr/bin/env python
 """TRELM vs plain MLM at equal wall-clock (paper §4.2-4.3), several seeds, sized for a 2-core CPU.
 
-    python scripts/trelm_experiments.py --seeds 1 2 3 --jobs 2
-    python scripts/trelm_experiments.py --seeds 1 --variants trelm_no_injection,trelm_no_routing --jobs 2
-    python scripts/trelm_report.py outputs/trelm_experiments --plot docs/figures/trelm-p-at-1.png
+    python -m harness.trelm_experiments --seeds 1 2 3 --jobs 2
+    python -m harness.trelm_experiments --seeds 1 --variants trelm_no_injection,trelm_no_routing --jobs 2
+    python -m harness.trelm_report outputs/trelm_experiments --plot docs/figures/trelm-p-at-1.png
 
 Variants: ``mlm`` (plain masked-LM pre-training of the same encoder on the same corpus), ``trelm`` (every mechanism:
 injection of the TransE vectors, CKA loss, memory bank, knowledge routing) and one-change ablations
@@ -13,7 +13,7 @@ from ``--data_dir``, the seeded held-out facts removed, ``--train`` sentences or
 GPU instead of the CPU) and probes LAMA T-REx P@1 on seen and held-out facts every ``--probe_every_steps`` steps
 (``probe_curve.json``). The KG embeddings (``--kg``) must have
 been trained without the held-out facts (``keplm train-kge --exclude_facts``, see docs/trelm.md); the run script
-refuses them otherwise. Runs go through ``run_scripts/run_pretraining.py`` via ``scripts/experiments.py``'s queue;
+refuses them otherwise. Runs go through ``run_scripts/run_pretraining.py`` via ``harness/experiments.py``'s queue;
 each seed's ``summary.json`` holds the settings (no machine paths), every run's ``all_results.json``, probe curve
 and wall time (``durations.json`` keeps them across ``--resume``).
 """
@@ -27,9 +27,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from experiments import (  # noqa: E402
+from harness.experiments import (
     DEFAULT_MODEL,
     completed_runs,
     model_path,
@@ -102,7 +100,7 @@ def main(argv: list[str] | None = None) -> None:
         curves = {v: json.loads(Path(seed_dir, v, "probe_curve.json").read_text()) for v in variants}
         seed_summary(cfg, variants, seed, seed_dir, durations, extra={"probe_curves": curves})
     print(f"[trelm_experiments] {len(args.seeds)} seed(s) in {time.time() - start:.0f}s; table and plot: "
-          f"python scripts/trelm_report.py {args.output_dir}")
+          f"python -m harness.trelm_report {args.output_dir}")
 
 
 if __name__ == "__main__":
