@@ -49,7 +49,6 @@ def relink_run(settings: dict, name: str, num_proc: int | None = None) -> dict:
     from datetime import datetime, timezone
 
     from harness import experiments
-
     from keplm.training.arguments import NerDataArguments, QaDataArguments, parse_args
     from keplm.training.knowledge_setup import add_knowledge, build_entity_vocabulary, prepare_processor
     from keplm.training.runtime import linked_share
