@@ -95,12 +95,12 @@ def relinked(name: str) -> dict:
 def run_command(settings: dict, system: str, seed: str, output_dir: str) -> list[str]:
     """The run-script command of one run of a summary, as ``harness/experiments.py`` built it; the encoder as the
     pip package's folder and the data under ``../shared/data`` (the GPU runs read copies under ``.carry/``)."""
-    from harness import experiments
+    from harness import kala
 
     cfg = json.loads(json.dumps(settings).replace(".carry/data/", "../shared/data/"))
     cfg["model"] = MINILM if cfg["model"] in (".carry/minilm", MINILM) else cfg["model"]
     annotations = cfg.pop("annotations", None)
-    command = experiments.command(cfg, system, seed, output_dir)
+    command = kala.command(cfg, system, seed, output_dir)
     command[3] = MINILM if cfg["model"] == MINILM else command[3]  # not this machine's folder
     if annotations:  # --knowledge annotations: the files `keplm build-kg` wrote (not in the repository)
         start = command.index("--knowledge")

@@ -48,7 +48,7 @@ def relink_run(settings: dict, name: str, num_proc: int | None = None) -> dict:
     Annotation-file runs (NCBI-disease) are relinked with the KG and settings that wrote their files."""
     from datetime import datetime, timezone
 
-    from harness import experiments
+    from harness import runs
     from keplm.training.arguments import NerDataArguments, QaDataArguments, parse_args
     from keplm.training.knowledge_setup import add_knowledge, build_entity_vocabulary, prepare_processor
     from keplm.training.runtime import linked_share
@@ -59,7 +59,7 @@ def relink_run(settings: dict, name: str, num_proc: int | None = None) -> dict:
     task = settings["task"]
     with tempfile.TemporaryDirectory() as out:
         argv = run_command(settings, "relational", "1", out)[2:]
-        argv[argv.index("--model_name_or_path") + 1] = experiments.default_model()
+        argv[argv.index("--model_name_or_path") + 1] = runs.default_model()
         model_args, data_args, knowledge_args, _ = parse_args(NerDataArguments if task == "ner" else QaDataArguments,
                                                               argv)
         raw = load_run_data(task, data_args)

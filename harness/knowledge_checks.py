@@ -41,7 +41,7 @@ import sys
 import time
 from pathlib import Path
 
-from harness.experiments import model_path, portable, run_resumable
+from harness.runs import model_path, portable, run_resumable
 
 ROOT = Path(__file__).resolve().parent.parent
 KALA_SYSTEMS = ("pointwise", "relational")

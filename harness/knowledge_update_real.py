@@ -24,7 +24,8 @@ import sys
 import time
 from pathlib import Path
 
-from harness.experiments import command, make_settings, model_path, portable, run_resumable
+from harness.kala import command, make_settings
+from harness.runs import model_path, portable, run_resumable
 
 ROOT = Path(__file__).resolve().parent.parent
 #: (row name, system trained, KG it reads at prediction time: "train" = its own, "full" = the update)

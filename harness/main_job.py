@@ -28,7 +28,8 @@ import os
 import time
 from pathlib import Path
 
-from harness.experiments import command, make_settings, portable, run_queue
+from harness.kala import command, make_settings
+from harness.runs import portable, run_queue
 
 BUDGET_S = 600
 

@@ -104,11 +104,11 @@ export KEPLM_THREADS=1
 budget=${DEVICE_RUN_SECONDS:-540}
 if [ "$phase" = ner ]; then
     ner=(--epochs 3 --batch 32 --lr 1e-4)
-    timeout "$budget" python3 -m harness.experiments --preset conll "${common[@]}" "${ner[@]}" --jobs 6 \
+    timeout "$budget" python3 -m harness.experiments kala --preset conll "${common[@]}" "${ner[@]}" --jobs 6 \
         --output_dir $runs/conll > "$OUT/conll.log" 2>&1 &
-    timeout "$budget" python3 -m harness.experiments --preset ncbi "${common[@]}" "${ner[@]}" --jobs 3 \
+    timeout "$budget" python3 -m harness.experiments kala --preset ncbi "${common[@]}" "${ner[@]}" --jobs 3 \
         --annotations .carry/ncbi_ann --output_dir $runs/ncbi > "$OUT/ncbi.log" 2>&1 &
-    timeout "$budget" python3 -m harness.experiments --preset wnut "${common[@]}" "${ner[@]}" --jobs 3 \
+    timeout "$budget" python3 -m harness.experiments kala --preset wnut "${common[@]}" "${ner[@]}" --jobs 3 \
         --output_dir $runs/wnut > "$OUT/wnut.log" 2>&1 &
     wait
 elif [ "$phase" = ner-long ]; then  # part 4: the paper's training length, one dataset per call
@@ -123,7 +123,7 @@ elif [ "$phase" = ner-long ]; then  # part 4: the paper's training length, one d
         knowledge=(--knowledge_learning_rate "$KNOWLEDGE_LR" --knowledge_warmup_steps "${KNOWLEDGE_WARMUP:-0.3}")
     fi
     annotations=(); [ "$dataset" = ncbi ] && annotations=(--annotations .carry/ncbi_ann)
-    timeout "$budget" python3 -m harness.experiments --preset "$dataset" "${common[@]}" --seeds "${seeds[@]}" \
+    timeout "$budget" python3 -m harness.experiments kala --preset "$dataset" "${common[@]}" --seeds "${seeds[@]}" \
         --systems $systems --epochs "${EPOCHS:-20}" --batch 32 --lr 1e-4 --jobs "${JOBS:-20}" "${annotations[@]}" \
         --output_dir "$runs/$name" --extra --eval_strategy epoch --save_strategy epoch --save_total_limit 1 \
         --save_only_model --load_best_model_at_end --metric_for_best_model f1 --early_stopping_patience 3 \
@@ -131,7 +131,7 @@ elif [ "$phase" = ner-long ]; then  # part 4: the paper's training length, one d
         > "$OUT/$name.log" 2>&1
 elif [ "$phase" = roof-glue ]; then  # part 3: full train sets; the three tasks side by side, 4 runs each at once
     for task in rte mrpc cola; do
-        timeout "$budget" python3 -m harness.roof_experiments --preset $task --data_dir .carry/data \
+        timeout "$budget" python3 -m harness.experiments roof --preset $task --data_dir .carry/data \
             --model .carry/minilm --seeds 1 2 3 --train all --eval all --epochs 3 \
             --variants bert,bert_with_knowledge,roof,roof_cached --jobs 4 --output_dir $runs/roof-$task \
             > "$OUT/roof-$task.log" 2>&1 &
@@ -147,13 +147,13 @@ load(['trex:.carry/data/lama', 'fewrel:.carry/data/fewrel/val_wiki.json.gz'], 0.
         --dim 128 --epochs 50 --batch_size 1000 --exclude_facts $trelm/corpus/held_out_facts.tsv --device cuda \
         --valid_fraction 0 > "$OUT/trelm-kge.log" 2>&1 || exit 2
     read -ra seeds <<< "${SEEDS:-1 2 3}"
-    timeout "$budget" python3 -m harness.trelm_experiments --gpu --data_dir .carry/data --model .carry/minilm \
+    timeout "$budget" python3 -m harness.experiments trelm --gpu --data_dir .carry/data --model .carry/minilm \
         --kg $trelm/kge-transe-128 --seeds "${seeds[@]}" --variants mlm,trelm --train all \
         --seconds "${TRELM_SECONDS:-40}" --batch 64 --probe_every_steps 100 --jobs 1 --output_dir $trelm/runs \
         > "$OUT/trelm.log" 2>&1
-    python3 -m harness.trelm_report $trelm/runs --plot "$OUT/trelm-p-at-1.png" > "$OUT/trelm-report.md" 2>&1
+    python3 -m harness.experiments curves $trelm/runs --plot "$OUT/trelm-p-at-1.png" > "$OUT/trelm-report.md" 2>&1
 elif [ "$phase" = qa ]; then
-    timeout "$budget" python3 -m harness.experiments --preset squad "${common[@]}" --epochs 2 --batch 16 --lr 1e-4 \
+    timeout "$budget" python3 -m harness.experiments kala --preset squad "${common[@]}" --epochs 2 --batch 16 --lr 1e-4 \
         --jobs 12 --output_dir $runs/squad --extra --max_seq_length 384 --doc_stride 128 > "$OUT/squad.log" 2>&1
 else
     echo "unknown phase $phase" >&2; exit 2
@@ -163,5 +163,5 @@ find $runs \( -name all_results.json -o -name summary.json -o -name trainer_stat
     -o -name kge_report.json -o -name '*.log' \) -print0 \
     | tar czf "$OUT/$phase-runs.tgz" --null -T -
 for dir in $runs/*/; do
-    echo "## $(basename "$dir")"; python3 -m harness.summarize_runs "$dir"/seed*/summary.json
+    echo "## $(basename "$dir")"; python3 -m harness.experiments table "$dir"/seed*/summary.json
 done 2>&1 | tee "$OUT/$phase-summary.md"

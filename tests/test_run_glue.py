@@ -105,10 +105,11 @@ def test_run_qa_rejects_appended_knowledge(glue_files, tmp_path):
 
 
 def test_summarize_runs_handles_ablations_run_with_fewer_seeds(monkeypatch, capsys, tmp_path):
-    """harness/summarize_runs.py: mean ± std over the seeds that ran a system; a system with fewer seeds (one-seed
+    """python -m harness.experiments table: mean ± std over the seeds that ran a system; a system with fewer seeds
+    (one-seed
     ablations) says how many in its header; GLUE fractions in %, selection statistics per example."""
 
-    from harness import summarize_runs
+    from harness import experiments
 
     def summary(seed, results):
         return {"settings": {"task": "mrpc", "seed": seed, "systems": list(results)}, "results": results,
@@ -122,7 +123,7 @@ def test_summarize_runs_handles_ablations_run_with_fewer_seeds(monkeypatch, caps
                           (2, {k: {**v, "eval_accuracy": v["eval_accuracy"] + 0.02} for k, v in full.items()})):
         paths.append(tmp_path / f"seed{seed}.json")
         paths[-1].write_text(json.dumps(summary(seed, results)))
-    summarize_runs.main([str(p) for p in paths])
+    experiments.main(["table", *map(str, paths)])
     out = capsys.readouterr().out
     assert "| metric | bert | roof | roof_lstm (1 seed) |" in out
     assert "| validation accuracy | 71.00 ± 1.41 | 73.00 ± 1.41 | 69.00 ± 0.00 |" in out

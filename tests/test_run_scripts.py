@@ -5,7 +5,7 @@ directory, and tiny CoNLL / SQuAD files are written to a temporary directory; th
 through their ``main(args)``. Also the featurizer, entity-memory and trainer pieces those runs use, and word-level
 tag mapping. The tiny files, the ``tiny`` and autouse ``single_thread`` fixtures and the helpers here (load_script,
 ner_args, read_json, _conll_dir, CONLL, ARTICLES, SYSTEMS, ROOT) are imported by other test modules;
-harness/experiments.py's tests are in test_experiments_script.py.
+python -m harness.experiments kala's tests are in test_experiments_script.py.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """SemEval-2010 Task 8 (TRELM's downstream task): the release reader, entity marking, the official score against
-hand computations, run_scripts/run_relation_classification.py on a tiny TRELM checkpoint, harness/trelm_semeval.py
-and run summaries split over several files."""
+hand computations, run_scripts/run_relation_classification.py on a tiny TRELM checkpoint, python -m harness.experiments
+trelm-semeval and run summaries split over several files."""
 
 from __future__ import annotations
 
@@ -156,25 +156,25 @@ def test_run_script_fine_tunes_a_trelm_checkpoint_and_learns_a_toy_task(tmp_path
 
 
 def test_trelm_semeval_commands_parse_and_fine_tune_the_seeds_own_checkpoint(monkeypatch, tmp_path):
-    from harness import trelm_semeval
+    from harness import trelm
 
     script = load_script("run_relation_classification")
     (tmp_path / "seed2" / "trelm").mkdir(parents=True)
     (tmp_path / "seed2" / "trelm" / "config.json").write_text("{}")
-    cfg = {**trelm_semeval.DEFAULTS, "model": "tiny-model", "pretraining_dir": str(tmp_path)}
-    cmd = trelm_semeval.command(cfg, "trelm", "2", str(tmp_path / "ft"))
+    cfg = {**trelm.SEMEVAL_DEFAULTS, "model": "tiny-model", "pretraining_dir": str(tmp_path)}
+    cmd = trelm.semeval_command(cfg, "trelm", "2", str(tmp_path / "ft"))
     model_args, data_args, training_args = parse_args(
         (ModelArguments, script.RelationClassificationDataArguments, TrainingArguments), cmd[2:])
     assert model_args.model_name_or_path == str(tmp_path / "seed2" / "trelm") and training_args.seed == 2
     assert data_args.max_train_samples == int(cfg["train"]) and data_args.train_sample_seed == 0
-    assert trelm_semeval.command(cfg, "base", "2", "ft")[3] == "tiny-model"
+    assert trelm.semeval_command(cfg, "base", "2", "ft")[3] == "tiny-model"
     with pytest.raises(SystemExit, match="no pre-trained mlm checkpoint for seed 2"):
-        trelm_semeval.command(cfg, "mlm", "2", "ft")
+        trelm.semeval_command(cfg, "mlm", "2", "ft")
 
 
 def test_summarize_runs_merges_a_system_run_later_into_its_seeds(monkeypatch, capsys, tmp_path):
     """A fifth system (TAPT) run into other summaries of the same seeds counts those seeds, not the files."""
-    from harness import summarize_runs
+    from harness import experiments
 
     paths = []
     for seed in (1, 2):
@@ -183,7 +183,7 @@ def test_summarize_runs_merges_a_system_run_later_into_its_seeds(monkeypatch, ca
             paths[-1].write_text(json.dumps({"settings": {"task": "ner", "seed": str(seed), "systems": [system]},
                                              "results": {system: {"predict_f1": f1 + seed / 100}},
                                              "durations_s": {system: 10.0}}))
-    summarize_runs.main([str(p) for p in paths])
+    experiments.main(["table", *map(str, paths)])
     out = capsys.readouterr().out
     assert out.startswith("2 seeds: ['1', '2']")
     assert "| metric | vanilla | tapt |" in out and "| test F1 | 51.50 ± 0.71 | 61.50 ± 0.71 |" in out
@@ -191,15 +191,15 @@ def test_summarize_runs_merges_a_system_run_later_into_its_seeds(monkeypatch, ca
 
 def test_trelm_semeval_summary_keeps_encoders_an_earlier_invocation_fine_tuned(monkeypatch, tmp_path):
     """A later ``--variants`` subset (here resumed, nothing left to run) must not drop earlier encoders."""
-    from harness import trelm_semeval
+    from harness import experiments
 
     (tmp_path / "pre" / "seed1" / "trelm_no_routing").mkdir(parents=True)
     (tmp_path / "pre" / "seed1" / "trelm_no_routing" / "config.json").write_text("{}")
     for encoder, score in (("base", 0.5), ("trelm_no_routing", 0.6)):
         (tmp_path / "ft" / "seed1" / encoder).mkdir(parents=True)
         (tmp_path / "ft" / "seed1" / encoder / "all_results.json").write_text(json.dumps({"predict_macro_f1": score}))
-    trelm_semeval.main(["--seeds", "1", "--variants", "trelm_no_routing", "--resume", "--output_dir",
-                        str(tmp_path / "ft"), "--pretraining_dir", str(tmp_path / "pre"), "--model", "tiny-model"])
+    experiments.main(["trelm-semeval", "--seeds", "1", "--variants", "trelm_no_routing", "--resume", "--output_dir",
+                      str(tmp_path / "ft"), "--pretraining_dir", str(tmp_path / "pre"), "--model", "tiny-model"])
     summary = json.loads((tmp_path / "ft" / "seed1" / "summary.json").read_text())
     assert list(summary["results"]) == ["base", "trelm_no_routing"]
     assert summary["settings"]["task"] == "semeval2010_task8"

@@ -1,8 +1,4 @@
-#!/usr/bin/env python
 """Roof-Transformer's comparisons (paper §4) on GLUE tasks and SQuAD, several seeds, sized for a 2-core CPU.
-
-    python -m harness.roof_experiments --preset rte --seeds 1 2 3 --jobs 2
-    python -m harness.summarize_runs outputs/roof_experiments/rte/seed*/summary.json
 
 Variants: ``bert`` (the text encoder alone), ``bert_with_knowledge`` (one encoder, the verbalised knowledge after
 the text), ``roof`` (TASK + KB encoders, 3-layer pretrained roof, has_tail, joint KB encoding, roof at 10x the
@@ -10,27 +6,25 @@ learning rate) and one-change ablations of ``roof``: ``roof_cached`` (frozen, ca
 ``roof_lr1x``, ``roof_random`` / ``roof_lstm`` / ``roof_linear`` (the roof). Every run reads the same KG (the
 FB15k-237 names merged with the T-REx facts), links case-sensitively and verbalises with exp2. Cached runs share
 one encoding cache under the output folder, so later seeds reuse the encodings (the paper's point, 4.4). The
-runs go through ``run_scripts/run_glue.py`` / ``run_scripts/run_qa.py`` via ``harness/experiments.py``'s queue;
-each seed's ``summary.json`` holds the settings (no machine paths), every run's ``all_results.json`` and wall
-times (``durations.json`` keeps them across ``--resume``).
+runs go through ``run_scripts/run_glue.py`` / ``run_scripts/run_qa.py``.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import sys
-import time
 
-from harness.experiments import (
+from harness.kala import NEWS_KG
+from harness.runs import (
     DEFAULT_MODEL,
-    NEWS_KG,
-    completed_runs,
+    check_names,
+    fill_preset,
     knowledge_check_command,
     model_path,
-    run_resumable,
+    run_script,
+    run_seeds,
     sample_limit,
-    seed_summary,
+    trainer_options,
 )
 
 ROOF = ["--system", "roof"]
@@ -65,18 +59,18 @@ PRESETS = {
               "predict": "all", "epochs": "2", "lr": "1e-4", "batch": "16", "max_seq_length": "256",
               "max_knowledge_length": "64", "fusion_layers": "4", "kg": NEWS_KG, "variants": ["bert", "roof"]},
 }
+#: GLUE task names as the shared data's folders spell them
+GLUE_FOLDERS = {"rte": "RTE", "mrpc": "MRPC", "cola": "CoLA"}
+OVERRIDES = ("model", "train", "eval", "epochs", "lr", "batch", "kg", "max_seq_length", "max_knowledge_length",
+             "check_knowledge")
 
 
 def make_settings(preset: str, data_dir: str = "../shared/data", **overrides) -> dict:
-    if preset not in PRESETS:
-        raise ValueError(f"unknown preset {preset!r}; choose from {sorted(PRESETS)}")
-    cfg = {key: (value.format(data=data_dir) if isinstance(value, str) else value)
-           for key, value in PRESETS[preset].items()}
+    """A preset with ``{data}`` filled in, then every override that is not None; the variants checked."""
+    cfg = fill_preset(PRESETS, preset, data_dir)
     cfg.update({"preset": preset, "data_dir": data_dir, "model": DEFAULT_MODEL})
     cfg.update({key: value for key, value in overrides.items() if value is not None})
-    unknown = [v for v in cfg["variants"] if v not in VARIANTS]
-    if unknown:
-        raise ValueError(f"unknown variants {unknown}; choose from {list(VARIANTS)}")
+    check_names(cfg["variants"], VARIANTS)
     cfg["variant_kg"] = {v: VARIANT_KG[v].format(data=data_dir) for v in cfg["variants"] if v in VARIANT_KG}
     return cfg
 
@@ -86,28 +80,21 @@ def command(cfg: dict, variant: str, seed: str, output_dir: str, cache_dir: str)
     common = [
         "--model_name_or_path", model_path(cfg["model"]), "--kg", cfg.get("variant_kg", {}).get(variant, cfg["kg"]),
         "--link_case_sensitive", *sample_limit("train", cfg["train"]), "--do_train", "--do_eval",
-        "--output_dir", output_dir,
-        "--num_train_epochs", cfg["epochs"], "--learning_rate", cfg["lr"], "--warmup_steps", "0.1",
-        "--per_device_train_batch_size", cfg["batch"], "--per_device_eval_batch_size", "64", "--seed", seed,
+        "--output_dir", output_dir, *trainer_options(cfg, seed),
         "--max_seq_length", cfg["max_seq_length"], "--max_knowledge_length", cfg["max_knowledge_length"],
-        "--fusion_layers", cfg["fusion_layers"], "--save_strategy", "no", "--logging_steps", "25",
-        "--report_to", "none", "--disable_tqdm", "1", *VARIANTS[variant],
+        "--fusion_layers", cfg["fusion_layers"], *VARIANTS[variant],
     ]
     if "--cached_knowledge_encoder" in VARIANTS[variant]:
         common += ["--knowledge_cache_dir", cache_dir]
     common += sample_limit("eval", cfg["eval"])
     if cfg["task"] == "squad":
-        return [sys.executable, os.path.join("run_scripts", "run_qa.py"), "--model_type", "roof_transformer",
+        return [*run_script("run_qa.py"), "--model_type", "roof_transformer",
                 "--dataset_name", cfg["dataset"], "--split_by_article", "38", "5", "5", "--doc_stride", "64",
                 "--train_sample_seed", cfg["train_sample_seed"],
                 "--do_predict", *sample_limit("predict", cfg["predict"]),
                 *common]
-    return [sys.executable, os.path.join("run_scripts", "run_glue.py"), "--task_name", cfg["task"],
-            "--data_dir", os.path.join(cfg["data_dir"], "glue"), *common]
-
-
-#: GLUE task names as the shared data's folders spell them
-GLUE_FOLDERS = {"rte": "RTE", "mrpc": "MRPC", "cola": "CoLA"}
+    return [*run_script("run_glue.py"), "--task_name", cfg["task"], "--data_dir", os.path.join(cfg["data_dir"], "glue"),
+            *common]
 
 
 def commands(cfg: dict, variant: str, seed: str, output_dir: str, cache_dir: str) -> list[list[str]]:
@@ -126,42 +113,24 @@ def commands(cfg: dict, variant: str, seed: str, output_dir: str, cache_dir: str
     return [run, check]
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Roof-Transformer's options beside the shared ones."""
     parser.add_argument("--preset", required=True, choices=sorted(PRESETS))
     parser.add_argument("--variants", default=None, help=f"comma-separated subset of {','.join(VARIANTS)}")
-    parser.add_argument("--seeds", nargs="+", default=["1", "2", "3"])
-    parser.add_argument("--jobs", type=int, default=2, help="runs at once (one thread each on 2 cores)")
-    parser.add_argument("--output_dir", default=None, help="default: outputs/roof_experiments/<preset>")
-    parser.add_argument("--data_dir", default="../shared/data")
-    parser.add_argument("--resume", action="store_true",
-                        help="skip runs whose all_results.json exists (their wall times come from durations.json)")
-    parser.add_argument("--model", default=None, help=f"encoder (default: {DEFAULT_MODEL})")
     parser.add_argument("--check_knowledge", type=int, default=None, metavar="N",
                         help="after each run that reads knowledge, `keplm check-knowledge` on its first N validation "
                              "pairs (SQuAD: test questions); the report lands in the seed summary")
-    for key in ("train", "eval", "epochs", "lr", "batch", "kg", "max_seq_length", "max_knowledge_length"):
+    for key in OVERRIDES[1:-1]:
         parser.add_argument(f"--{key}", default=None)
-    args = parser.parse_args(argv)
-    overrides = {k: getattr(args, k) for k in ("model", "train", "eval", "epochs", "lr", "batch", "kg",
-                                                "max_seq_length", "max_knowledge_length", "check_knowledge")}
+
+
+def run(args: argparse.Namespace, output_dir: str) -> list[dict]:
+    """Every (variant, seed) run the arguments ask for; the seeds' summaries."""
+    overrides = {key: getattr(args, key) for key in OVERRIDES}
     if args.variants:
         overrides["variants"] = args.variants.split(",")
     cfg = make_settings(args.preset, args.data_dir, **overrides)
-    output_dir = args.output_dir or f"outputs/roof_experiments/{args.preset}"
     cache_dir = os.path.join(output_dir, "knowledge_cache")
-    jobs = [(f"seed{seed}/{variant}",
-             commands(cfg, variant, seed, os.path.join(output_dir, f"seed{seed}", variant), cache_dir),
-             os.path.join(output_dir, f"seed{seed}", f"{variant}.log"))
-            for seed in args.seeds for variant in cfg["variants"]]
-    start = time.time()
-    durations = run_resumable(jobs, output_dir, args.jobs, args.resume)
-    for seed in args.seeds:
-        seed_dir = os.path.join(output_dir, f"seed{seed}")
-        seed_summary(cfg, completed_runs(seed_dir, VARIANTS), seed, seed_dir, durations)
-    print(f"[roof_experiments] {args.preset}: {len(args.seeds)} seed(s) in {time.time() - start:.0f}s; table: "
-          f"python -m harness.summarize_runs {output_dir}/seed*/summary.json")
-
-
-if __name__ == "__main__":
-    main()
+    return run_seeds(cfg, cfg["variants"], args.seeds, output_dir, args.jobs,
+                     lambda variant, seed, run_dir: commands(cfg, variant, seed, run_dir, cache_dir),
+                     resume=args.resume, known=VARIANTS)
