@@ -8,6 +8,7 @@ from functools import partial
 
 import torch
 from torch import nn
+from torch_geometric.utils import scatter
 from transformers import AutoModel, AutoModelForQuestionAnswering, AutoModelForTokenClassification
 from transformers.modeling_outputs import QuestionAnsweringModelOutput, TokenClassifierOutput
 from transformers.utils import ModelOutput
@@ -96,9 +97,7 @@ def node_context(hidden_states: torch.Tensor, token_node_index: torch.Tensor, nu
     hidden = hidden_states.reshape(-1, hidden_states.shape[-1])
     index = token_node_index.reshape(-1)
     index = torch.where(index >= 0, index, num_nodes)  # tokens outside mentions go to a discarded extra row
-    sums = hidden.new_zeros(num_nodes + 1, hidden.shape[-1]).index_add_(0, index, hidden)[:num_nodes]
-    counts = hidden.new_zeros(num_nodes + 1).index_add_(0, index, hidden.new_ones(index.shape[0]))[:num_nodes]
-    return sums / counts.clamp(min=1).unsqueeze(-1)
+    return scatter(hidden, index, dim=0, dim_size=num_nodes + 1, reduce="mean")[:num_nodes]
 
 
 class KalaKnowledgeLayer(nn.Module):
@@ -425,10 +424,8 @@ class KalaForTokenClassification(KalaPreTrainedModel):
             **_knowledge_kwargs(entity_token_map, node_entity_ids, edge_index, edge_relation_ids),
         )
         logits = self.classifier(self.dropout(outputs.last_hidden_state))
-        loss = None
-        if labels is not None:
-            loss = nn.functional.cross_entropy(logits.view(-1, self.num_labels).float(), labels.view(-1),
-                                               ignore_index=-100)
+        # transformers' token-classification loss (cross-entropy in float32, -100 ignored)
+        loss = self.loss_function(logits, labels, self.config) if labels is not None else None
         return TokenClassifierOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
         )
@@ -470,13 +467,8 @@ class KalaForQuestionAnswering(KalaPreTrainedModel):
         )
         logits = self.qa_outputs(outputs.last_hidden_state)
         start_logits, end_logits = (t.squeeze(-1).contiguous() for t in logits.split(1, dim=-1))
-        loss = None
-        if start_positions is not None and end_positions is not None:
-            ignored = start_logits.shape[1]
-            start_positions = start_positions.view(-1).clamp(0, ignored)
-            end_positions = end_positions.view(-1).clamp(0, ignored)
-            loss_fct = nn.CrossEntropyLoss(ignore_index=ignored)
-            loss = (loss_fct(start_logits.float(), start_positions) + loss_fct(end_logits.float(), end_positions)) / 2
+        # transformers' span loss: mean of the start and end cross-entropies, positions beyond the window ignored
+        loss = self.loss_function(start_logits.float(), end_logits.float(), start_positions, end_positions)
         return QuestionAnsweringModelOutput(
             loss=loss, start_logits=start_logits, end_logits=end_logits,
             hidden_states=outputs.hidden_states, attentions=outputs.attentions,

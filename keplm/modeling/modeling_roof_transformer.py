@@ -262,12 +262,8 @@ class RoofTransformerForSequenceClassification(RoofTransformerPreTrainedModel):
         mask = out.attention_mask[:, : out.text_length].unsqueeze(-1).to(text.dtype)
         pooled = (text * mask).sum(1) / mask.sum(1).clamp(min=1)
         logits = self.classifier(self.dropout(pooled))
-        loss = None
-        if labels is not None:
-            if self.num_labels == 1:
-                loss = nn.functional.mse_loss(logits.squeeze(-1).float(), labels.float())
-            else:
-                loss = nn.functional.cross_entropy(logits.float(), labels.long())
+        # transformers' sequence-classification loss: MSE for one label (regression), cross-entropy otherwise
+        loss = self.loss_function(labels, logits.float(), self.config) if labels is not None else None
         return SequenceClassifierOutput(loss=loss, logits=logits)
 
 
@@ -293,12 +289,8 @@ class RoofTransformerForQuestionAnswering(RoofTransformerPreTrainedModel):
         padding = out.attention_mask[:, : out.text_length] == 0
         logits = logits.masked_fill(padding.unsqueeze(-1), torch.finfo(logits.dtype).min)
         start_logits, end_logits = (t.squeeze(-1).contiguous() for t in logits.split(1, dim=-1))
-        loss = None
-        if start_positions is not None and end_positions is not None:
-            ignored = start_logits.shape[1]
-            loss_fct = nn.CrossEntropyLoss(ignore_index=ignored)
-            loss = (loss_fct(start_logits, start_positions.view(-1).clamp(0, ignored))
-                    + loss_fct(end_logits, end_positions.view(-1).clamp(0, ignored))) / 2
+        # transformers' span loss: mean of the start and end cross-entropies, positions beyond the window ignored
+        loss = self.loss_function(start_logits, end_logits, start_positions, end_positions)
         return QuestionAnsweringModelOutput(loss=loss, start_logits=start_logits, end_logits=end_logits)
 
 
