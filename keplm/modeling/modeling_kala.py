@@ -28,6 +28,7 @@ from .base import (
     layer_norms,
 )
 from .entity_memory import NULL_ENTITY_INDEX, EntityEmbedding, EntityMemory
+from .heads import classification_head
 from .kfm import KnowledgeFeatureModulation, apply_modulation, gather_modulation
 from .relational_retrieval import RelationalAttentionConv, RelationalRetrieval
 
@@ -394,35 +395,17 @@ class KalaForTokenClassification(KalaPreTrainedModel):
         super().__init__(config)
         self.num_labels = config.num_labels
         self.kala = KalaModel(config)
-        dropout = config.classifier_dropout
-        self.dropout = nn.Dropout(dropout if dropout is not None else config.encoder_config.hidden_dropout_prob)
-        self.classifier = nn.Linear(config.encoder_config.hidden_size, config.num_labels)
+        self.dropout, self.classifier = classification_head(config)
         self.post_init()
 
-    def forward(
-        self,
-        input_ids=None,
-        attention_mask=None,
-        token_type_ids=None,
-        position_ids=None,
-        inputs_embeds=None,
-        entity_token_map=None,
-        node_entity_ids=None,
-        edge_index=None,
-        edge_relation_ids=None,
-        labels: torch.Tensor | None = None,
-        output_attentions=None,
-        output_hidden_states=None,
-        return_dict=None,
-        **kwargs,
-    ) -> TokenClassifierOutput:
+    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None, inputs_embeds=None,
+                entity_token_map=None, node_entity_ids=None, edge_index=None, edge_relation_ids=None,
+                labels: torch.Tensor | None = None, output_attentions=None, output_hidden_states=None,
+                return_dict=None, **kwargs) -> TokenClassifierOutput:
         r"""labels (`torch.LongTensor` of shape `(batch_size, sequence_length)`): tag ids, -100 = ignored."""
-        outputs = self.kala(
-            input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
-            position_ids=position_ids, inputs_embeds=inputs_embeds,
-            output_attentions=output_attentions, output_hidden_states=output_hidden_states,
-            **_knowledge_kwargs(entity_token_map, node_entity_ids, edge_index, edge_relation_ids),
-        )
+        outputs = self.kala(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
+                            output_attentions=output_attentions, output_hidden_states=output_hidden_states,
+                            **_knowledge_kwargs(entity_token_map, node_entity_ids, edge_index, edge_relation_ids))
         logits = self.classifier(self.dropout(outputs.last_hidden_state))
         # transformers' token-classification loss (cross-entropy in float32, -100 ignored)
         loss = self.loss_function(logits, labels, self.config) if labels is not None else None
@@ -440,31 +423,15 @@ class KalaForQuestionAnswering(KalaPreTrainedModel):
         self.qa_outputs = nn.Linear(config.encoder_config.hidden_size, 2)
         self.post_init()
 
-    def forward(
-        self,
-        input_ids=None,
-        attention_mask=None,
-        token_type_ids=None,
-        position_ids=None,
-        inputs_embeds=None,
-        entity_token_map=None,
-        node_entity_ids=None,
-        edge_index=None,
-        edge_relation_ids=None,
-        start_positions: torch.Tensor | None = None,
-        end_positions: torch.Tensor | None = None,
-        output_attentions=None,
-        output_hidden_states=None,
-        return_dict=None,
-        **kwargs,
-    ) -> QuestionAnsweringModelOutput:
+    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None, inputs_embeds=None,
+                entity_token_map=None, node_entity_ids=None, edge_index=None, edge_relation_ids=None,
+                start_positions: torch.Tensor | None = None, end_positions: torch.Tensor | None = None,
+                output_attentions=None, output_hidden_states=None, return_dict=None,
+                **kwargs) -> QuestionAnsweringModelOutput:
         r"""start_positions / end_positions (`torch.LongTensor` of shape `(batch_size,)`): answer token span."""
-        outputs = self.kala(
-            input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
-            position_ids=position_ids, inputs_embeds=inputs_embeds,
-            output_attentions=output_attentions, output_hidden_states=output_hidden_states,
-            **_knowledge_kwargs(entity_token_map, node_entity_ids, edge_index, edge_relation_ids),
-        )
+        outputs = self.kala(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
+                            output_attentions=output_attentions, output_hidden_states=output_hidden_states,
+                            **_knowledge_kwargs(entity_token_map, node_entity_ids, edge_index, edge_relation_ids))
         logits = self.qa_outputs(outputs.last_hidden_state)
         start_logits, end_logits = (t.squeeze(-1).contiguous() for t in logits.split(1, dim=-1))
         # transformers' span loss: mean of the start and end cross-entropies, positions beyond the window ignored

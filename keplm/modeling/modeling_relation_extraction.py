@@ -149,22 +149,13 @@ class KeplmForRelationExtraction(KeplmPreTrainedModel):
             check_index_range(node_entity_ids, 0, limit, "node_entity_ids (entity types) must lie in [0, {high})")
         return num_entities
 
-    def forward(
-        self,
-        input_ids: torch.Tensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        token_type_ids: torch.Tensor | None = None,
-        position_ids: torch.Tensor | None = None,
-        inputs_embeds: torch.Tensor | None = None,
-        entity_token_map: torch.Tensor | None = None,
-        node_entity_ids: torch.Tensor | None = None,
-        edge_index: torch.Tensor | None = None,
-        edge_labels: torch.Tensor | None = None,
-        output_attentions: bool | None = None,
-        output_hidden_states: bool | None = None,
-        return_dict: bool | None = None,
-        **kwargs,
-    ) -> RelationExtractionOutput:
+    def forward(self, input_ids: torch.Tensor | None = None, attention_mask: torch.Tensor | None = None,
+                token_type_ids: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
+                inputs_embeds: torch.Tensor | None = None, entity_token_map: torch.Tensor | None = None,
+                node_entity_ids: torch.Tensor | None = None, edge_index: torch.Tensor | None = None,
+                edge_labels: torch.Tensor | None = None, output_attentions: bool | None = None,
+                output_hidden_states: bool | None = None, return_dict: bool | None = None,
+                **kwargs) -> RelationExtractionOutput:
         r"""
         entity_token_map (`torch.LongTensor` of shape `(batch_size, sequence_length)`):
             Entity (index into `node_entity_ids`) whose mention each token belongs to, -1 elsewhere.

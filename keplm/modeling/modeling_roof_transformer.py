@@ -18,6 +18,7 @@ from keplm.registration import register_method
 from keplm.tokenization.processing_roof_transformer import RoofTransformerProcessor
 
 from .base import ExtraLayers, KeplmPreTrainedModel, ParameterGroup, build_encoder, check_index_range
+from .heads import classification_head
 from .knowledge_cache import KnowledgeEncodingCache
 
 logger = logging.getLogger(__name__)
@@ -246,9 +247,7 @@ class RoofTransformerForSequenceClassification(RoofTransformerPreTrainedModel):
         super().__init__(config)
         self.num_labels = config.num_labels
         self.roof = RoofTransformerModel(config)
-        dropout = config.classifier_dropout
-        self.dropout = nn.Dropout(dropout if dropout is not None else config.encoder_config.hidden_dropout_prob)
-        self.classifier = nn.Linear(config.encoder_config.hidden_size, config.num_labels)
+        self.dropout, self.classifier = classification_head(config)
         self.post_init()
 
     def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, knowledge_input_ids=None,
