@@ -21,7 +21,13 @@ from .modeling import (
     TrelmModel,
 )
 from .pipelines import register_pipelines
-from .tokenization import KalaProcessor, KeplmProcessor, RoofTransformerProcessor, TrelmProcessor
+from .tokenization import (
+    KalaProcessor,
+    KeplmProcessor,
+    RelationExtractionProcessor,
+    RoofTransformerProcessor,
+    TrelmProcessor,
+)
 
 __version__ = "0.1.0"
 
@@ -55,6 +61,7 @@ __all__ = [
     "RelationExtractionConfig",
     "KeplmForRelationExtraction",
     "RelationExtractor",
+    "RelationExtractionProcessor",
     "RoofTransformerConfig",
     "RoofTransformerModel",
     "RoofTransformerForSequenceClassification",

@@ -31,8 +31,9 @@ import transformers
 from transformers import AutoModelForMaskedLM, AutoTokenizer
 
 import keplm  # noqa: F401  (registers keplm's models with the Auto classes)
-from keplm.data.lama import load_probe, probe, read_common_vocab, read_fact_keys
+from keplm.data.lama import load_probe, read_common_vocab, read_fact_keys
 from keplm.training.arguments import ModelArguments, parse_args
+from keplm.training.probing import probe
 
 logger = logging.getLogger(__name__)
 

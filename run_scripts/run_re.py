@@ -11,8 +11,9 @@ Hugging Face's example scripts.
 Without ``--validation_file`` the last ``--validation_docs`` documents of the training file are held out for
 validation. Metrics are precision/recall/F1 of the predicted facts (top-1 relation, or top-2 when no_relation
 wins but the runner-up exceeds ``--top2_threshold``) against every gold fact, those lost to truncation
-included. The output directory holds the model, its tokenizer, ``relations.json`` and
-``featurization.json`` (what truncation cost per split).
+included. The output directory holds the model, its processor (tokenizer and ``processor_config.json``:
+``AutoProcessor.from_pretrained`` loads it), ``relations.json`` and ``featurization.json`` (what truncation cost per
+split).
 """
 
 from __future__ import annotations
@@ -32,15 +33,15 @@ from keplm.data.collator import KeplmDataCollator
 from keplm.data.docred import (
     DOCRED_ENTITY_TYPES,
     DOCRED_FEATURES,
-    DocREDFeaturizer,
-    FactMetrics,
     build_relation_vocab,
     featurization_report,
     load_relation_names,
     read_docred,
 )
 from keplm.modeling.modeling_relation_extraction import KeplmForRelationExtraction, select_relations
+from keplm.tokenization.processing_relation_extraction import RelationExtractionProcessor
 from keplm.training.arguments import KeplmTrainingArguments, ModelArguments, parse_args
+from keplm.training.evaluate_metrics import FactMetrics
 from keplm.training.runtime import setup_logging
 from keplm.training.trainer import KeplmTrainer
 
@@ -174,22 +175,25 @@ def main(args: list[str] | None = None) -> dict:
     logger.info("%d relations (+ %s), top-2 threshold %.2f", config.num_labels - 1, config.no_relation_label,
                 config.top2_threshold)
 
+    def make_processor(negative_ratio=None) -> RelationExtractionProcessor:
+        """The model's processor, with ``negative_ratio`` no_relation pairs per positive (None: all)."""
+        return RelationExtractionProcessor.from_model_config(tokenizer, config, max_length=data_args.max_seq_length,
+                                                              negative_ratio=negative_ratio, seed=training_args.seed)
+
+    processor = make_processor()  # the saved one: no negative sampling
     features, reports = {}, {}
     for split, rows in splits.items():
-        featurizer = DocREDFeaturizer(
-            tokenizer, config.label2id, max_length=data_args.max_seq_length,
-            negative_ratio=data_args.negative_ratio if split == "train" else None, seed=training_args.seed,
-            entity_types=config.entity_types,
-        )
+        split_processor = make_processor(data_args.negative_ratio) if split == "train" else processor
         raw = datasets.Dataset.from_list(rows, features=DOCRED_FEATURES)
         with training_args.main_process_first(desc=f"{split} features"):
-            features[split] = raw.map(featurizer, batched=True, remove_columns=raw.column_names,
-                                      num_proc=data_args.preprocessing_num_workers, desc=f"Tokenising {split}")
+            features[split] = raw.map(split_processor.prepare_relation_features, batched=True,
+                                      remove_columns=raw.column_names, num_proc=data_args.preprocessing_num_workers,
+                                      desc=f"Tokenising {split}")
         reports[split] = featurization_report(features[split], split)
 
-    collator = KeplmDataCollator.from_processor(featurizer, model, entity_vocab_size=max(config.num_entity_types, 1))
+    collator = KeplmDataCollator.from_processor(processor, model, entity_vocab_size=max(config.num_entity_types, 1))
     trainer = PairEvalTrainer(
-        model=model, args=training_args, data_collator=collator, processing_class=tokenizer,
+        model=model, args=training_args, data_collator=collator, processing_class=processor,
         train_dataset=features.get("train") if training_args.do_train else None,
         eval_dataset=features.get("validation") if training_args.do_eval else None,
         compute_metrics=(FactMetrics(features["validation"], splits["validation"], config.id2label, no_relation_id)

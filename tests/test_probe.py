@@ -1,4 +1,5 @@
-"""LAMA-style probing (keplm.data.lama, run_scripts/run_probe.py) on a tiny in-code masked LM.
+"""LAMA-style probing (keplm.data.lama, keplm.training.probing, run_scripts/run_probe.py) on a tiny in-code
+masked LM.
 
 The tiny BERT's MLM bias is set so that "paris" (then "berlin") always wins: P@k is then known by hand. Real-file
 readers are checked against the counts of ../shared/data's SOURCE.md files (skipped when the folder is absent).
@@ -23,13 +24,12 @@ from keplm.data.lama import (
     fill_template,
     load_probe,
     predict_top_k,
-    probe,
     read_fact_keys,
     read_templates,
     split_held_out,
-    summarize,
     write_fact_keys,
 )
+from keplm.training.probing import probe, summarize
 from tests.conftest import tiny_encoder_config
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,5 +1,6 @@
-"""Relation extraction (KALA appendix A): DocRED reading and featurisation, edge-label batching, the bilinear
-model (save/load, errors, learning), the top-1/top-2 rule, the RelationExtractor and run_scripts/run_re.py."""
+"""Relation extraction (KALA appendix A): DocRED reading, the RelationExtractionProcessor's features (and its
+save/load), edge-label batching, the bilinear model (save/load, errors, learning), the top-1/top-2 rule, the
+RelationExtractor and run_scripts/run_re.py."""
 
 from __future__ import annotations
 
@@ -12,14 +13,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from transformers import BertModel, TrainingArguments
+from transformers import AutoProcessor, BertModel, TrainingArguments
 from transformers.trainer_utils import EvalPrediction
 
 from keplm.configuration.configuration_relation_extraction import RelationExtractionConfig
 from keplm.data.collator import KeplmDataCollator
 from keplm.data.docred import (
-    DocREDFeaturizer,
-    FactMetrics,
     build_relation_vocab,
     docred_document_to_row,
     load_docred_dataset,
@@ -32,6 +31,8 @@ from keplm.modeling.modeling_relation_extraction import (
     RelationExtractor,
     select_relations,
 )
+from keplm.tokenization import RelationExtractionProcessor
+from keplm.training.evaluate_metrics import FactMetrics
 
 from .conftest import tiny_encoder_config
 
@@ -93,13 +94,18 @@ def read_docred_rows(docs=DOCS) -> list[dict]:
 
 
 def collate(tokenizer, rows, **kwargs):
-    featurizer = DocREDFeaturizer(tokenizer, LABEL2ID, **kwargs)
-    features = [featurizer.featurize(row) for row in rows]
-    return features, collator_of(featurizer)(features)
+    processor = RelationExtractionProcessor(tokenizer, label2id=LABEL2ID, **kwargs)
+    features = [processor.document_features(row) for row in rows]
+    return features, collator_of(processor)(features)
 
 
-def collator_of(featurizer, **kwargs) -> KeplmDataCollator:
-    return KeplmDataCollator.from_processor(featurizer, **kwargs)
+def features_of(tokenizer, row, label2id=LABEL2ID, **kwargs) -> dict:
+    """The features of one document row through a processor with these settings."""
+    return RelationExtractionProcessor(tokenizer, label2id=label2id, **kwargs).document_features(row)
+
+
+def collator_of(processor, **kwargs) -> KeplmDataCollator:
+    return KeplmDataCollator.from_processor(processor, **kwargs)
 
 
 # ---------------------------------------------------------------------------------------------- reading
@@ -129,7 +135,7 @@ def test_relation_names_add_the_docred_dates(tmp_path):
 # ---------------------------------------------------------------------------------------------- featurisation
 def test_entity_token_map_covers_exactly_the_mention_tokens(tokenizer):
     row = read_docred_rows()[0]
-    feature = DocREDFeaturizer(tokenizer, LABEL2ID).featurize(row)
+    feature = features_of(tokenizer, row)
     offsets = tokenizer(row["text"], return_offsets_mapping=True)["offset_mapping"]
     for token, ((start, end), entity) in enumerate(zip(offsets, feature["entity_token_map"])):
         owners = [e for e, spans in enumerate(row["entity_spans"]) for a, b in spans if end > start and a <= start < b]
@@ -144,17 +150,17 @@ def test_entity_token_map_covers_exactly_the_mention_tokens(tokenizer):
 
 
 def test_pair_with_two_relations_gets_one_row_per_relation_and_unknown_relations_are_counted(tokenizer):
-    feature = DocREDFeaturizer(tokenizer, LABEL2ID).featurize(read_docred_rows()[2])
+    feature = features_of(tokenizer, read_docred_rows()[2])
     rows = list(zip(zip(*feature["edge_index"]), feature["edge_labels"]))
     assert rows == [((0, 1), LABEL2ID["P17"]), ((1, 0), 0)]  # P1376 is outside the vocabulary
     assert feature["num_unknown_relation_facts"] == 1 and feature["num_lost_facts"] == 0
-    feature = DocREDFeaturizer(tokenizer, {**LABEL2ID, "P1376": 4}).featurize(read_docred_rows()[2])
+    feature = features_of(tokenizer, read_docred_rows()[2], label2id={**LABEL2ID, "P1376": 4})
     assert list(zip(zip(*feature["edge_index"]), feature["edge_labels"])) == [((0, 1), 3), ((0, 1), 4), ((1, 0), 0)]
 
 
 def test_truncation_drops_counts_and_excludes(tokenizer):
     row = read_docred_rows()[0]  # john works for acme bank . | john lives in paris .
-    feature = DocREDFeaturizer(tokenizer, LABEL2ID, max_length=8).featurize(row)  # [CLS] + 6 tokens + [SEP]
+    feature = features_of(tokenizer, row, max_length=8)  # [CLS] + 6 tokens + [SEP]
     assert len(feature["input_ids"]) == 8
     assert feature["num_mentions"] == 4 and feature["num_dropped_mentions"] == 2  # 2nd "john" and "paris"
     assert feature["num_excluded_entities"] == 1 and feature["num_lost_facts"] == 1  # paris and its fact
@@ -165,10 +171,10 @@ def test_truncation_drops_counts_and_excludes(tokenizer):
 
 def test_negative_subsampling_is_seeded(tokenizer):
     rows = read_docred_rows()
-    sample = [DocREDFeaturizer(tokenizer, LABEL2ID, negative_ratio=0.5, seed=s).featurize(rows[0]) for s in (1, 1, 2)]
+    sample = [features_of(tokenizer, rows[0], negative_ratio=0.5, seed=s) for s in (1, 1, 2)]
     assert sample[0]["edge_labels"].count(0) == 1 and sample[0]["edge_labels"].count(LABEL2ID["P108"]) == 1
     assert sample[0]["edge_index"] == sample[1]["edge_index"]
-    with_all = DocREDFeaturizer(tokenizer, LABEL2ID, negative_ratio=10).featurize(rows[0])
+    with_all = features_of(tokenizer, rows[0], negative_ratio=10)
     assert with_all["edge_labels"].count(0) == 4
 
 
@@ -179,14 +185,37 @@ def test_collator_offsets_and_pads_edge_labels(tokenizer):
     assert batch["edge_index"].tolist() == [[0, 1, 2, 2, 3, 3, 4, 4], [1, 0, 3, 4, 2, 4, 2, 3]]
     assert batch["edge_labels"].tolist() == features[0]["edge_labels"] + features[1]["edge_labels"]
     assert set(batch["entity_token_map"][1].tolist()) == {-1, 2, 3, 4}
-    featurizer = DocREDFeaturizer(tokenizer, LABEL2ID)
-    padded = collator_of(featurizer, graph_pad_to_multiple_of=16)(features)
+    processor = RelationExtractionProcessor(tokenizer, label2id=LABEL2ID)
+    padded = collator_of(processor, graph_pad_to_multiple_of=16)(features)
     assert padded["edge_labels"].shape == (16,) and "edge_relation_ids" not in padded  # no dummy relation ids
     assert padded["edge_labels"][8:].eq(-100).all()
     assert padded["edge_labels"][:8].tolist() == batch["edge_labels"].tolist()
     broken = [dict(features[0], edge_labels=features[0]["edge_labels"][:-1]), features[1]]
     with pytest.raises(ValueError, match="edge_labels"):
-        collator_of(featurizer)(broken)
+        collator_of(processor)(broken)
+
+
+def test_processor_saves_loads_and_checks_the_model(tmp_path, tokenizer):
+    processor = RelationExtractionProcessor(tokenizer, label2id=LABEL2ID, max_length=64, negative_ratio=2.0,
+                                            entity_types=["PER", "ORG"])
+    processor.save_pretrained(tmp_path)
+    loaded = AutoProcessor.from_pretrained(tmp_path)
+    assert type(loaded) is RelationExtractionProcessor and loaded.processor_config() == processor.processor_config()
+    row = read_docred_rows()[0]
+    assert loaded.document_features(row) == processor.document_features(row)
+    assert processor(row["text"], row["entity_spans"], facts=row["facts"])["edge_labels"] == features_of(
+        tokenizer, row, max_length=64)["edge_labels"]
+    processor.check_config(tiny_model(tokenizer, entity_types=["PER", "ORG"]).config)
+    with pytest.raises(ValueError, match="relation ids"):
+        RelationExtractionProcessor(tokenizer, label2id={**LABEL2ID, "P1376": 4}).check_config(
+            tiny_model(tokenizer).config)
+    processor = RelationExtractionProcessor.from_model_config(tokenizer, tiny_model(tokenizer).config)
+    with pytest.raises(ValueError, match="entity types"):
+        processor.check_config(tiny_model(tokenizer, entity_types=["PER"]).config)
+    with pytest.raises(ValueError, match="must have id 0"):
+        RelationExtractionProcessor(tokenizer, label2id={"P17": 0, "no_relation": 1})
+    with pytest.raises(ValueError, match="needs 'entity_spans'"):
+        processor.document_features({"text": "john"})
 
 
 # ---------------------------------------------------------------------------------------------- model
@@ -196,9 +225,9 @@ def test_loss_ignores_padding_and_save_load_keeps_logits(tmp_path, tokenizer):
         for name, parameter in model.named_parameters():
             if not name.startswith("encoder."):
                 parameter.normal_(0, 0.5)
-    featurizer = DocREDFeaturizer(tokenizer, LABEL2ID, entity_types=["PER", "ORG", "LOC"])
-    features = [featurizer.featurize(r) for r in read_docred_rows()[:2]]
-    batch = collator_of(featurizer, graph_pad_to_multiple_of=8)(features)
+    processor = RelationExtractionProcessor(tokenizer, label2id=LABEL2ID, entity_types=["PER", "ORG", "LOC"])
+    features = [processor.document_features(r) for r in read_docred_rows()[:2]]
+    batch = collator_of(processor, graph_pad_to_multiple_of=8)(features)
     assert batch["node_entity_ids"].tolist()[:3] == [1, 2, 3]
     out = model(**batch)
     labelled = batch["edge_labels"] != -100
@@ -248,7 +277,7 @@ def test_config_demands_no_relation_first(tokenizer):
 
 def test_fact_metrics_deduplicate_rows_and_count_lost_facts(tokenizer):
     rows = read_docred_rows()[:3]
-    features = [DocREDFeaturizer(tokenizer, {**LABEL2ID, "P1376": 4}).featurize(r) for r in rows]
+    features = [features_of(tokenizer, r, label2id={**LABEL2ID, "P1376": 4}) for r in rows]
     metrics = FactMetrics({"edge_index": [f["edge_index"] for f in features]}, rows,
                           {**dict(enumerate(RELATIONS)), 4: "P1376"})
     labels = np.concatenate([f["edge_labels"] for f in features])
@@ -270,9 +299,9 @@ def toy_docs():
 
 def test_tiny_model_learns_pair_relations_and_extracts_triplets(tmp_path, tokenizer):
     rows = read_docred_rows(toy_docs())
-    featurizer = DocREDFeaturizer(tokenizer, LABEL2ID)
-    features = [featurizer.featurize(r) for r in rows]
-    collator = collator_of(featurizer)
+    processor = RelationExtractionProcessor(tokenizer, label2id=LABEL2ID)
+    features = [processor.document_features(r) for r in rows]
+    collator = collator_of(processor)
     model = tiny_model(tokenizer).train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
     for step in range(120):
@@ -345,5 +374,6 @@ def test_run_re_smoke(tmp_path, tokenizer):
     assert [r["relation"] for r in relations][:3] == ["no_relation", "P108", "P551"]
     assert relations[1]["train_facts"] == 6
     assert json.loads((out / "featurization.json").read_text())["train"]["num_facts"] == 14
+    assert AutoProcessor.from_pretrained(out).label2id == {r["relation"]: r["id"] for r in relations}
     extractor = RelationExtractor.from_pretrained(out)
     assert extractor.model.config.id2label == {i: r["relation"] for i, r in enumerate(relations)}

@@ -14,7 +14,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from keplm.hub.push import pickled_files
+from keplm.push_utils import pickled_files
 
 from .test_ddp import _accelerate_launch, _free_port
 from .test_run_glue import glue_args, write_glue_files

@@ -2,25 +2,23 @@
 
 A document is read into one row: ``text`` is the space-joined tokens of all its sentences, each entity keeps
 the character spans of its mentions, its type (that of its first mention) and the gold facts ``(h, t, r)``
-(entity indices, relation P-id). :class:`DocREDFeaturizer` turns rows into model features for
-``datasets.map(batched=True)``: every entity is a graph node, every ordered pair of entities with a mention
-inside the token window is a candidate edge, and ``edge_labels`` holds its gold relation.
+(entity indices, relation P-id). :class:`~keplm.tokenization.RelationExtractionProcessor` turns rows into model
+features; :func:`featurization_report` sums what truncation and the relation vocabulary cost.
 """
 
 from __future__ import annotations
 
 import logging
-import zlib
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 
 import datasets
 import numpy as np
 
 from keplm.configuration.configuration_relation_extraction import NO_RELATION
 from keplm.io_utils import read_json
-from keplm.tokenization.alignment import encode_entities, word_offsets
-from keplm.tokenization.schema import GraphSchema
+from keplm.tokenization.alignment import word_offsets
+from keplm.tokenization.processing_relation_extraction import COUNT_COLUMNS, document_facts
 
 logger = logging.getLogger(__name__)
 
@@ -47,11 +45,6 @@ DOCRED_FEATURES = datasets.Features({  # [x] = list of x (datasets 3 to 5)
     "entity_types": [datasets.Value("string")],
     "facts": [{"h": datasets.Value("int64"), "t": datasets.Value("int64"), "r": datasets.Value("string")}],
 })
-
-#: feature columns that count what truncation and the relation vocabulary cost (see :func:`featurization_report`)
-COUNT_COLUMNS = ("num_mentions", "num_dropped_mentions", "num_entities", "num_excluded_entities",
-                 "num_shadowed_entities", "num_facts", "num_lost_facts", "num_unknown_relation_facts")
-
 
 def docred_document_to_row(doc: dict) -> dict:
     """One DocRED-schema document as a row (``text``, char spans per entity mention, types, facts)."""
@@ -99,7 +92,7 @@ def load_docred_dataset(path, max_samples: int | None = None) -> datasets.Datase
 
 def build_relation_vocab(rows: Iterable[dict], max_relations: int = 100) -> list[str]:
     """``[no_relation, r_1, ..., r_k]``: the ``max_relations`` most frequent relations (ties: by id)."""
-    counts = Counter(fact["r"] for row in rows for fact in _facts(row))
+    counts = Counter(fact["r"] for row in rows for fact in document_facts(row))
     ranked = sorted(counts, key=lambda r: (-counts[r], r))
     return [NO_RELATION, *ranked[:max_relations]]
 
@@ -111,98 +104,6 @@ def load_relation_names(pid2name_path=None) -> dict[str, str]:
         for pid, value in read_json(pid2name_path).items():
             names[pid] = value[0] if isinstance(value, list) else str(value)
     return names
-
-
-def _facts(row: dict) -> list[dict]:
-    facts = row["facts"]
-    if isinstance(facts, dict):  # a datasets Sequence of dicts comes back as a dict of lists
-        return [{"h": h, "t": t, "r": r} for h, t, r in zip(facts["h"], facts["t"], facts["r"])]
-    return list(facts)
-
-
-class DocREDFeaturizer:
-    """Rows → relation-extraction features, for ``datasets.map(batched=True)``.
-
-    Every ordered pair of distinct entities that keep a mention in the window is a candidate; a pair with
-    several gold relations gets one candidate row per relation (so the loss is cross-entropy against each
-    gold relation), a pair without any gets one row labelled no_relation (0). Entities left without a token
-    (mentions truncated away, or shadowed: see :func:`encode_entities`) are excluded and their gold facts
-    counted in ``num_lost_facts``; facts whose relation
-    is outside ``label2id`` are counted in ``num_unknown_relation_facts`` and their pair is not a candidate
-    (unless it has another, known relation). ``negative_ratio`` keeps, per document, at most that many
-    no_relation pairs per positive pair (at least one), drawn with a seed fixed per document (training only).
-    """
-
-    #: what the features hold, for :meth:`KeplmDataCollator.from_processor`
-    sequence_families = {"input_ids": ("input_ids", "attention_mask", "token_type_ids", "entity_token_map")}
-    position_keys: dict[str, str] = {}
-    graph_schema = GraphSchema(edge_values=("edge_labels",))
-
-    def __init__(self, tokenizer, label2id: dict[str, int], max_length: int = 512,
-                 negative_ratio: float | None = None, seed: int = 0, entity_types: Sequence[str] | None = None):
-        if label2id.get(NO_RELATION, 0) != 0:
-            raise ValueError(f"{NO_RELATION!r} must have id 0")
-        if negative_ratio is not None and negative_ratio < 0:
-            raise ValueError(f"negative_ratio must be >= 0, got {negative_ratio}")
-        self.tokenizer = tokenizer
-        self.label2id = dict(label2id)
-        self.max_length = max_length
-        self.negative_ratio = negative_ratio
-        self.seed = seed
-        self.type_ids = {name: i + 1 for i, name in enumerate(entity_types or ())}
-
-    def __call__(self, batch: dict) -> dict:
-        out: dict[str, list] = {}
-        for i in range(len(batch["text"])):
-            row = {key: batch[key][i] for key in batch}
-            for key, value in self.featurize(row).items():
-                out.setdefault(key, []).append(value)
-        return out
-
-    def featurize(self, row: dict) -> dict:
-        """Features of one document row."""
-        spans = row["entity_spans"]
-        encoded = encode_entities(self.tokenizer, row["text"], spans, self.max_length)
-        kept = encoded.pop("entity_kept")
-        gold: dict[tuple[int, int], list[int]] = {}
-        lost = unknown = 0
-        for fact in _facts(row):
-            h, t = int(fact["h"]), int(fact["t"])
-            if not (kept[h] and kept[t]):
-                lost += 1
-            elif fact["r"] not in self.label2id:
-                unknown += 1
-                gold.setdefault((h, t), [])
-            else:
-                relation = self.label2id[fact["r"]]
-                if relation not in gold.setdefault((h, t), []):
-                    gold[(h, t)].append(relation)
-        entities = np.nonzero(kept)[0]
-        negatives = [(h, t) for h in entities for t in entities if h != t and (h, t) not in gold]
-        negatives = self._sample_negatives(negatives, sum(1 for r in gold.values() if r), row.get("title", ""))
-        pairs = sorted([(h, t, r) for (h, t), rels in gold.items() for r in rels] + [(h, t, 0) for h, t in negatives])
-        types = row.get("entity_types") or [""] * len(spans)
-        encoded.update(
-            node_entity_ids=[self.type_ids.get(name, 0) for name in types],
-            edge_index=[[int(h) for h, _, _ in pairs], [int(t) for _, t, _ in pairs]],
-            edge_labels=[r for _, _, r in pairs],
-            num_entities=len(spans),
-            num_excluded_entities=int((~kept).sum()),
-            num_facts=len(_facts(row)),
-            num_lost_facts=lost,
-            num_unknown_relation_facts=unknown,
-        )
-        return encoded
-
-    def _sample_negatives(self, negatives: list, num_positive: int, title: str) -> list:
-        if self.negative_ratio is None:
-            return negatives
-        limit = max(int(np.ceil(self.negative_ratio * num_positive)), 1)
-        if len(negatives) <= limit:
-            return negatives
-        rng = np.random.default_rng([self.seed, zlib.crc32(title.encode("utf-8"))])
-        chosen = rng.choice(len(negatives), size=limit, replace=False)
-        return [negatives[i] for i in sorted(chosen)]
 
 
 def featurization_report(features: datasets.Dataset, split: str = "") -> dict[str, int]:
@@ -221,56 +122,14 @@ def featurization_report(features: datasets.Dataset, split: str = "") -> dict[st
     return report
 
 
-class FactMetrics:
-    """``compute_metrics``: precision/recall/F1 of predicted facts against all gold facts of the documents.
-
-    ``features`` are the documents' features in order (the Trainer must keep that order, e.g.
-    ``OrderedEvalTrainer``), ``rows`` the documents; predictions are one relation id per candidate row
-    (``PredictRelations`` in ``run_re.py``), rows labelled -100 are padding. Facts are ``(doc, h, t, r)``;
-    duplicate rows of a pair count once, and gold facts lost to truncation count as missed.
-    """
-
-    def __init__(self, features, rows, id2label: dict[int, str], no_relation_id: int = 0):
-        self.pair_keys = [(doc, int(h), int(t)) for doc, edges in enumerate(features["edge_index"])
-                          for h, t in zip(*edges)]
-        self.gold = {(doc, int(f["h"]), int(f["t"]), f["r"]) for doc, row in enumerate(rows) for f in _facts(row)}
-        self.id2label = {int(i): label for i, label in id2label.items()}
-        self.no_relation_id = no_relation_id
-
-    def __call__(self, eval_prediction) -> dict[str, float]:
-        predictions = np.asarray(eval_prediction.predictions).reshape(-1)
-        labels = np.asarray(eval_prediction.label_ids).reshape(-1)
-        predictions = predictions[labels != -100]
-        if len(predictions) != len(self.pair_keys):
-            raise ValueError(f"{len(predictions)} predicted pairs for {len(self.pair_keys)} candidate rows: "
-                             "evaluation must cover the features in order")
-        predicted = {(*key, self.id2label[int(r)]) for key, r in zip(self.pair_keys, predictions)
-                     if int(r) != self.no_relation_id}
-        return fact_scores(predicted, self.gold)
-
-
-def fact_scores(predicted: set, gold: set) -> dict[str, float]:
-    """Precision, recall and F1 of a set of predicted facts against the gold set."""
-    correct = len(predicted & gold)
-    precision = correct / len(predicted) if predicted else 0.0
-    recall = correct / len(gold) if gold else 0.0
-    f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
-    return {"precision": precision, "recall": recall, "f1": f1, "num_predicted": len(predicted),
-            "num_gold": len(gold), "num_correct": correct}
-
-
 __all__ = [
-    "FactMetrics",
-    "fact_scores",
     "DOCRED_ENTITY_TYPES",
     "DOCRED_FEATURES",
     "EXTRA_RELATION_NAMES",
-    "COUNT_COLUMNS",
     "docred_document_to_row",
     "read_docred",
     "load_docred_dataset",
     "build_relation_vocab",
     "load_relation_names",
-    "DocREDFeaturizer",
     "featurization_report",
 ]

@@ -16,6 +16,7 @@ from transformers import AutoConfig, AutoModel, PreTrainedModel
 
 from keplm.file_utils import pinned_location
 from keplm.knowledge.assets import KnowledgeAssets
+from keplm.push_utils import push_folder
 
 try:
     from transformers.masking_utils import create_bidirectional_mask
@@ -211,7 +212,6 @@ class KeplmPreTrainedModel(PreTrainedModel):
         one commit, with keplm's model card when the repo has none yet. Push the processor too
         (``processor.push_to_hub(repo_id)``), or push with the Trainer, which saves both."""
         from keplm.hub.card import build_model_card, write_model_card
-        from keplm.hub.push import push_folder
 
         def card(folder: str) -> None:
             model_card = build_model_card(self, repo_id=repo_id, figures_dir=Path(folder) / "figures")

@@ -18,6 +18,7 @@ from transformers import AutoConfig
 
 from keplm.file_utils import pinned_location
 from keplm.knowledge.assets import KnowledgeAssets, save_knowledge_assets
+from keplm.push_utils import push_folder
 
 from .base import KeplmPreTrainedModel, _prefixed
 
@@ -79,8 +80,6 @@ def save_lora(peft_model, save_directory: str | os.PathLike) -> None:
 
 def push_lora(peft_model, repo_id: str, **kwargs):
     """Upload what :func:`save_lora` writes to ``repo_id`` in one commit (``kwargs`` as ``push_to_hub``'s)."""
-    from keplm.hub.push import push_folder
-
     return push_folder(lambda folder: save_lora(peft_model, folder), repo_id, default_message="Upload LoRA adapter",
                        **kwargs)
 
@@ -90,8 +89,6 @@ def load_lora(adapter_name_or_path: str | os.PathLike, base_model_name_or_path: 
     """Rebuild the keplm model of an adapter around its base encoder checkpoint and apply the adapter; returns the
     ``PeftModel``. ``base_model_name_or_path`` overrides the base recorded in the adapter."""
     from peft import PeftConfig, PeftModel
-
-    import keplm  # noqa: F401  (registers the keplm configs and models)
 
     location = pinned_location(adapter_name_or_path, kwargs)
     config = AutoConfig.from_pretrained(adapter_name_or_path, **location)
@@ -109,7 +106,7 @@ def load_lora(adapter_name_or_path: str | os.PathLike, base_model_name_or_path: 
 
 def _model_class(config):
     """The keplm model class named in ``config.architectures``."""
-    import keplm.modeling as modeling
+    from keplm import modeling
 
     names = config.architectures or []
     for name in names:

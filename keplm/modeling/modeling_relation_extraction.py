@@ -21,7 +21,7 @@ from keplm.configuration.configuration_relation_extraction import RelationExtrac
 from keplm.file_utils import hub_kwargs
 from keplm.knowledge.annotation import KnowledgeAnnotation, Triplet
 from keplm.registration import register_method
-from keplm.tokenization.alignment import encode_entities
+from keplm.tokenization.processing_relation_extraction import RelationExtractionProcessor
 
 from .base import KeplmPreTrainedModel, ParameterGroup, build_encoder, check_index_range
 from .modeling_kala import node_context
@@ -129,7 +129,7 @@ class KeplmForRelationExtraction(KeplmPreTrainedModel):
     def _check_inputs(self, input_shape, entity_token_map, node_entity_ids, edge_index, edge_labels) -> int:
         if entity_token_map is None or node_entity_ids is None or edge_index is None:
             raise ValueError("relation extraction needs entity_token_map, node_entity_ids and edge_index "
-                             "(build batches with keplm.data.docred and KeplmDataCollator)")
+                             "(build batches with RelationExtractionProcessor and KeplmDataCollator)")
         if tuple(entity_token_map.shape) != tuple(input_shape):
             raise ValueError(f"entity_token_map has shape {tuple(entity_token_map.shape)}, the input "
                              f"{tuple(input_shape)}")
@@ -216,6 +216,8 @@ class RelationExtractor:
         self.threshold = model.config.top2_threshold if threshold is None else threshold
         positions = model.config.encoder_config.max_position_embeddings
         self.max_length = min(max_length or positions, positions)
+        self.processor = RelationExtractionProcessor.from_model_config(tokenizer, model.config,
+                                                                      max_length=self.max_length)
 
     @classmethod
     def from_pretrained(cls, path: str | os.PathLike, threshold: float | None = None, **kwargs) -> RelationExtractor:
@@ -235,22 +237,17 @@ class RelationExtractor:
         ids = list(spans)
         if len(ids) < 2:
             return []
-        encoded = encode_entities(self.tokenizer, text, list(spans.values()), self.max_length)
-        kept = [i for i, keep in enumerate(encoded["entity_kept"]) if keep]
-        pairs = [(h, t) for h in kept for t in kept if h != t]
+        types = [(entity_types or {}).get(entity_id, "") for entity_id in ids]
+        features = self.processor(text, list(spans.values()), types)
+        pairs = list(zip(*features["edge_index"]))
         if not pairs:
             return []
         config = self.model.config
-        type_ids = {name: i + 1 for i, name in enumerate(config.entity_types or ())}
         device = self.model.device
-        inputs = {key: torch.tensor([encoded[key]], device=device)
-                  for key in ("input_ids", "attention_mask", "token_type_ids", "entity_token_map") if key in encoded}
-        logits = self.model(
-            **inputs,
-            node_entity_ids=torch.tensor([type_ids.get((entity_types or {}).get(i, ""), 0) for i in ids],
-                                         device=device),
-            edge_index=torch.tensor(pairs, device=device).T,
-        ).logits
+        inputs = {key: torch.tensor(features[key], device=device) for key in ("node_entity_ids", "edge_index")}
+        inputs.update({key: torch.tensor([features[key]], device=device) for key in self.processor.sequence_families[
+            "input_ids"] if key in features})
+        logits = self.model(**inputs).logits
         relations, _ = self.model.predict_relations(logits, self.threshold)
         no_relation = config.label2id[config.no_relation_label]
         return [Triplet(h=ids[h], r=config.id2label[r], t=ids[t])
@@ -267,7 +264,8 @@ class RelationExtractor:
 
 
 # pair-level relation extraction (KALA appendix A) has no task-specific Auto class
-register_method(RelationExtractionConfig, {AutoModel: KeplmForRelationExtraction})
+register_method(RelationExtractionConfig, {AutoModel: KeplmForRelationExtraction},
+                processor=RelationExtractionProcessor)
 
 __all__ = [
     "RelationExtractor",

@@ -1,8 +1,9 @@
 from .alignment import char_spans_to_token_spans, encode_entities, word_offsets
 from .processing_kala import KalaProcessor
+from .processing_relation_extraction import RelationExtractionProcessor
 from .processing_roof_transformer import RoofTransformerProcessor
 from .processing_trelm import TrelmProcessor
 from .processing_utils import KeplmProcessor
 
-__all__ = ["KeplmProcessor", "KalaProcessor", "RoofTransformerProcessor", "TrelmProcessor", "char_spans_to_token_spans",
-           "encode_entities", "word_offsets"]
+__all__ = ["KeplmProcessor", "KalaProcessor", "RelationExtractionProcessor", "RoofTransformerProcessor",
+           "TrelmProcessor", "char_spans_to_token_spans", "encode_entities", "word_offsets"]

@@ -30,6 +30,7 @@ from keplm.io_utils import named_json_errors, read_json
 from keplm.knowledge.annotation import KnowledgeAnnotation
 from keplm.knowledge.assets import KnowledgeAssets
 from keplm.knowledge.linker import EntityLinker, link_dataset, linker_signature
+from keplm.push_utils import push_folder
 
 from .alignment import char_spans_to_token_spans, word_offsets
 from .schema import GraphSchema
@@ -413,8 +414,6 @@ class KeplmProcessor:
                     create_pr: bool = False):
         """Upload the processor (tokenizer, ``processor_config.json``, ``knowledge/``) to ``repo_id`` in one commit;
         ``from_pretrained(repo_id)`` / ``AutoProcessor`` load it back."""
-        from keplm.hub.push import push_folder
-
         return push_folder(self.save_pretrained, repo_id, commit_message=commit_message,
                            commit_description=commit_description, private=private, token=token, revision=revision,
                            create_pr=create_pr, default_message=f"Upload {type(self).__name__}")

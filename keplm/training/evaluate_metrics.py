@@ -1,5 +1,5 @@
 """keplm's metrics as ``evaluate.Metric`` subclasses (``SquadV1``, ``Seqeval``, ``Glue``, ``PrecisionAtK``) and the
-run scripts' ``compute_metrics`` callables built on them.
+run scripts' ``compute_metrics`` callables built on them (and ``FactMetrics``, on :func:`fact_scores`).
 
 They wrap the formulas of :mod:`keplm.training.metrics` so that they also work with ``add_batch``/``compute`` and
 ``evaluate.combine``, fully offline: nothing is loaded from the Hub.
@@ -15,11 +15,14 @@ import datasets
 import evaluate
 import numpy as np
 
+from keplm.tokenization.processing_relation_extraction import document_facts
+
 from .metrics import (
     GLUE_TASKS,
     _as_vector,
     _ground_truths,
     align_ner_predictions,
+    fact_scores,
     glue_metrics,
     ner_metrics,
     precision_at_k,
@@ -37,6 +40,7 @@ __all__ = [
     "NerComputeMetrics",
     "GlueComputeMetrics",
     "RelationClassificationComputeMetrics",
+    "FactMetrics",
 ]
 
 
@@ -576,3 +580,29 @@ class RelationClassificationComputeMetrics(_MetricCallable):
         references = _to_numpy(eval_prediction.label_ids)
         return {"predictions": [self.id2label[int(i)] for i in predictions.reshape(-1)],
                 "references": [self.id2label[int(i)] for i in references.reshape(-1)]}
+
+
+class FactMetrics:
+    """``compute_metrics`` of document-level relation extraction: P/R/F1 of the predicted facts ``(doc, h, t, r)``
+    against all gold facts of the documents (:func:`fact_scores`). ``features`` are the documents' features in
+    order (the Trainer must keep it), ``rows`` the documents; predictions are one relation id per candidate row
+    (``PredictRelations`` in ``run_re.py``), rows labelled -100 are padding. Duplicate rows of a pair count once;
+    gold facts lost to truncation count as missed."""
+
+    def __init__(self, features, rows, id2label: Mapping[int, str], no_relation_id: int = 0):
+        self.pair_keys = [(doc, int(h), int(t)) for doc, edges in enumerate(features["edge_index"])
+                          for h, t in zip(*edges)]
+        self.gold = {(doc, int(f["h"]), int(f["t"]), f["r"]) for doc, row in enumerate(rows)
+                     for f in document_facts(row)}
+        self.id2label = {int(i): label for i, label in id2label.items()}
+        self.no_relation_id = no_relation_id
+
+    def __call__(self, eval_prediction) -> dict[str, float]:
+        predictions = np.asarray(eval_prediction.predictions).reshape(-1)
+        predictions = predictions[np.asarray(eval_prediction.label_ids).reshape(-1) != -100]
+        if len(predictions) != len(self.pair_keys):
+            raise ValueError(f"{len(predictions)} predicted pairs for {len(self.pair_keys)} candidate rows: "
+                             "evaluation must cover the features in order")
+        predicted = {(*key, self.id2label[int(r)]) for key, r in zip(self.pair_keys, predictions)
+                     if int(r) != self.no_relation_id}
+        return fact_scores(predicted, self.gold)

@@ -33,6 +33,7 @@ __all__ = [
     "glue_metrics",
     "semeval_task8_metrics",
     "precision_at_k",
+    "fact_scores",
 ]
 
 
@@ -417,3 +418,16 @@ def precision_at_k(
     if per_relation:
         result.update({f"{relation}_{key}": value for relation, value in sorted(per.items())})
     return result
+
+
+# --------------------------------------------------------------------------- facts (document-level relation extraction)
+
+
+def fact_scores(predicted: set, gold: set) -> dict[str, float]:
+    """Precision, recall and F1 of a set of predicted facts against the gold set."""
+    correct = len(predicted & gold)
+    precision = correct / len(predicted) if predicted else 0.0
+    recall = correct / len(gold) if gold else 0.0
+    f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+    return {"precision": precision, "recall": recall, "f1": f1, "num_predicted": len(predicted),
+            "num_gold": len(gold), "num_correct": correct}

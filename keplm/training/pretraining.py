@@ -229,7 +229,7 @@ class ProbeCallback(TrainerCallback):
             self.measure(model, state, args)
 
     def measure(self, model, state, args) -> dict:
-        from keplm.data.lama import probe
+        from .probing import probe
 
         started = time.perf_counter()
         train_seconds = self.clock.elapsed()

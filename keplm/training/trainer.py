@@ -168,7 +168,7 @@ class KeplmTrainer(Trainer):
         commit, nested ``knowledge/`` included), but no pickle is ever uploaded."""
         from transformers.utils.hub import hf_api
 
-        from keplm.hub.push import PICKLE_PATTERNS
+        from keplm.push_utils import PICKLE_PATTERNS
 
         self.callback_handler.on_push_begin(self.args, self.state, self.control)
         model_name = kwargs.pop("model_name", None)
@@ -196,7 +196,7 @@ class KeplmTrainer(Trainer):
         from transformers.utils.hub import PushInProgress, hf_api
 
         from keplm.file_utils import ASSETS_DIR
-        from keplm.hub.push import PICKLE_PATTERNS
+        from keplm.push_utils import PICKLE_PATTERNS
 
         if not self.is_world_process_zero() or self.args.hub_strategy == HubStrategy.END:
             return

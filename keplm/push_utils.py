@@ -1,4 +1,5 @@
-"""Pushing a saved keplm folder to the Hub in one commit (shared by models, processors and the Trainer).
+"""Pushing a saved keplm folder to the Hub in one commit (shared by models, processors, LoRA adapters and the Trainer;
+below every layer that pushes, like :mod:`keplm.file_utils`).
 
 transformers' ``push_to_hub`` uploads the files a save changed one folder deep, so a model with its nested
 ``knowledge/kg/`` folder cannot be pushed that way; keplm saves into a temporary folder and uploads the whole folder

@@ -1,0 +1,94 @@
+"""keplm's packages import downward only.
+
+Layers, lowest first: the knowledge graph, configurations and the root helpers (``file_utils``, ``io_utils``,
+``push_utils``, ``registration``); the processors (``tokenization``); dataset readers and the collator (``data``)
+beside the models (``modeling``); training, knowledge checks, model cards and pipelines; the command line and the
+package's own ``__init__``. This test parses every module of ``keplm/`` (``ast``: imports inside functions count
+too) and lists each import of a higher layer as ``file:line: module``. ``KNOWN_UPWARD`` names the few that remain,
+each with its reason; an entry that no longer occurs fails too, so the list only shrinks.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parent.parent / "keplm"
+
+#: layer of each top-level part of keplm (a subpackage or a root module); a module may import its own layer or lower
+LAYERS = {
+    "knowledge": 0, "configuration": 0, "file_utils": 0, "io_utils": 0, "push_utils": 0, "registration": 0,
+    "tokenization": 1,
+    "data": 2, "modeling": 2,
+    "training": 3, "checks": 3, "hub": 3, "pipelines": 3,
+    "commands": 4, "cli": 4, "keplm": 4,  # "keplm": the package itself (its __init__ imports everything)
+}
+
+#: (importing file, imported module) → why the upward import stays
+KNOWN_UPWARD = {
+    ("modeling/base.py", "keplm.hub.card"): "push_to_hub writes keplm's model card when the repo has none",
+    **{(f"configuration/configuration_{name}.py", "keplm.hub.method_card"): "a method's config declares its card words"
+       for name in ("kala", "relation_extraction", "roof_transformer", "trelm")},
+}
+
+
+def part_of(module: str) -> str:
+    """The top-level part of keplm a dotted module name belongs to (``keplm`` for the package itself)."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "keplm"
+
+
+def imported_modules(path: Path) -> list[tuple[int, str]]:
+    """``(line, absolute module name)`` of every keplm import in one file, relative imports resolved."""
+    relative = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    package = relative[:-1]  # the package a relative import starts from (also for an __init__)
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = ".".join(package[: len(package) - node.level + 1]) if node.level else ""
+            module = ".".join(filter(None, (base, node.module)))
+            if module == "keplm":  # from keplm import modeling: the subpackage (or a name of the package)
+                found += [(node.lineno, f"keplm.{alias.name}" if alias.name in LAYERS else "keplm")
+                          for alias in node.names]
+            else:
+                found.append((node.lineno, module))
+    return [(line, module) for line, module in found if module == "keplm" or module.startswith("keplm.")]
+
+
+def upward_imports() -> dict[tuple[str, str], int]:
+    """Every import of a higher layer in keplm: ``(file, module) → line``."""
+    upward = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        name = str(path.relative_to(PACKAGE))
+        own = "keplm" if name == "__init__.py" else part_of("keplm." + name.removesuffix(".py").replace("/", "."))
+        for line, module in imported_modules(path):
+            if part_of(module) not in LAYERS or own not in LAYERS:
+                raise ValueError(f"{name}:{line}: {module}: add its part to LAYERS")
+            if LAYERS[part_of(module)] > LAYERS[own]:
+                upward.setdefault((name, module), line)
+    return upward
+
+
+def test_every_part_of_keplm_has_a_layer():
+    parts = {p.stem if p.is_file() else p.name for p in PACKAGE.iterdir()
+             if (p.suffix == ".py" and p.stem != "__init__") or (p / "__init__.py").is_file()}
+    assert parts - set(LAYERS) == set()
+
+
+def test_keplm_imports_only_downward():
+    upward = upward_imports()
+    new = [f"keplm/{name}:{line}: {module}" for (name, module), line in upward.items()
+           if (name, module) not in KNOWN_UPWARD]
+    assert not new, "imports of a higher layer:\n" + "\n".join(new)
+    gone = sorted(set(KNOWN_UPWARD) - set(upward))
+    assert not gone, f"no longer imported upward, drop from KNOWN_UPWARD: {gone}"
+
+
+def test_the_check_sees_a_lazy_upward_import(tmp_path, monkeypatch):
+    package = tmp_path / "keplm"
+    (package / "data").mkdir(parents=True)
+    (package / "data" / "reader.py").write_text("def f():\n    from ..training.metrics import accuracy\n")
+    monkeypatch.setattr(f"{__name__}.PACKAGE", package)
+    assert upward_imports() == {("data/reader.py", "keplm.training.metrics"): 2}
