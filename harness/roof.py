@@ -14,18 +14,8 @@ from __future__ import annotations
 import argparse
 import os
 
+from harness import runs
 from harness.kala import NEWS_KG
-from harness.runs import (
-    DEFAULT_MODEL,
-    check_names,
-    fill_preset,
-    knowledge_check_command,
-    model_path,
-    run_script,
-    run_seeds,
-    sample_limit,
-    trainer_options,
-)
 
 ROOF = ["--system", "roof"]
 VARIANTS = {
@@ -67,10 +57,10 @@ OVERRIDES = ("model", "train", "eval", "epochs", "lr", "batch", "kg", "max_seq_l
 
 def make_settings(preset: str, data_dir: str = "../shared/data", **overrides) -> dict:
     """A preset with ``{data}`` filled in, then every override that is not None; the variants checked."""
-    cfg = fill_preset(PRESETS, preset, data_dir)
-    cfg.update({"preset": preset, "data_dir": data_dir, "model": DEFAULT_MODEL})
+    cfg = runs.fill_preset(PRESETS, preset, data_dir)
+    cfg.update({"preset": preset, "data_dir": data_dir, "model": runs.DEFAULT_MODEL})
     cfg.update({key: value for key, value in overrides.items() if value is not None})
-    check_names(cfg["variants"], VARIANTS)
+    runs.check_names(cfg["variants"], VARIANTS)
     cfg["variant_kg"] = {v: VARIANT_KG[v].format(data=data_dir) for v in cfg["variants"] if v in VARIANT_KG}
     return cfg
 
@@ -78,23 +68,24 @@ def make_settings(preset: str, data_dir: str = "../shared/data", **overrides) ->
 def command(cfg: dict, variant: str, seed: str, output_dir: str, cache_dir: str) -> list[str]:
     """The run-script command line of one (variant, seed) run."""
     common = [
-        "--model_name_or_path", model_path(cfg["model"]), "--kg", cfg.get("variant_kg", {}).get(variant, cfg["kg"]),
-        "--link_case_sensitive", *sample_limit("train", cfg["train"]), "--do_train", "--do_eval",
-        "--output_dir", output_dir, *trainer_options(cfg, seed),
+        "--model_name_or_path", runs.model_path(cfg["model"]),
+        "--kg", cfg.get("variant_kg", {}).get(variant, cfg["kg"]),
+        "--link_case_sensitive", *runs.sample_limit("train", cfg["train"]), "--do_train", "--do_eval",
+        "--output_dir", output_dir, *runs.trainer_options(cfg, seed),
         "--max_seq_length", cfg["max_seq_length"], "--max_knowledge_length", cfg["max_knowledge_length"],
         "--fusion_layers", cfg["fusion_layers"], *VARIANTS[variant],
     ]
     if "--cached_knowledge_encoder" in VARIANTS[variant]:
         common += ["--knowledge_cache_dir", cache_dir]
-    common += sample_limit("eval", cfg["eval"])
+    common += runs.sample_limit("eval", cfg["eval"])
     if cfg["task"] == "squad":
-        return [*run_script("run_qa.py"), "--model_type", "roof_transformer",
+        return [*runs.run_script("run_qa.py"), "--model_type", "roof_transformer",
                 "--dataset_name", cfg["dataset"], "--split_by_article", "38", "5", "5", "--doc_stride", "64",
                 "--train_sample_seed", cfg["train_sample_seed"],
-                "--do_predict", *sample_limit("predict", cfg["predict"]),
+                "--do_predict", *runs.sample_limit("predict", cfg["predict"]),
                 *common]
-    return [*run_script("run_glue.py"), "--task_name", cfg["task"], "--data_dir", os.path.join(cfg["data_dir"], "glue"),
-            *common]
+    return [*runs.run_script("run_glue.py"), "--task_name", cfg["task"],
+            "--data_dir", os.path.join(cfg["data_dir"], "glue"), *common]
 
 
 def commands(cfg: dict, variant: str, seed: str, output_dir: str, cache_dir: str) -> list[list[str]]:
@@ -105,11 +96,12 @@ def commands(cfg: dict, variant: str, seed: str, output_dir: str, cache_dir: str
     if not cfg.get("check_knowledge") or variant == "bert":
         return [run]
     if cfg["task"] == "squad":
-        check = knowledge_check_command(output_dir, cfg["dataset"], cfg["check_knowledge"], cfg["max_seq_length"],
-                                        split_by_article=(38, 5, 5))
+        check = runs.knowledge_check_command(output_dir, cfg["dataset"], cfg["check_knowledge"], cfg["max_seq_length"],
+                                             split_by_article=(38, 5, 5))
     else:
-        check = knowledge_check_command(output_dir, os.path.join(cfg["data_dir"], "glue", GLUE_FOLDERS[cfg["task"]]),
-                                        cfg["check_knowledge"], cfg["max_seq_length"], split="validation")
+        glue = os.path.join(cfg["data_dir"], "glue", GLUE_FOLDERS[cfg["task"]])
+        check = runs.knowledge_check_command(output_dir, glue, cfg["check_knowledge"], cfg["max_seq_length"],
+                                             split="validation")
     return [run, check]
 
 
@@ -131,6 +123,6 @@ def run(args: argparse.Namespace, output_dir: str) -> list[dict]:
         overrides["variants"] = args.variants.split(",")
     cfg = make_settings(args.preset, args.data_dir, **overrides)
     cache_dir = os.path.join(output_dir, "knowledge_cache")
-    return run_seeds(cfg, cfg["variants"], args.seeds, output_dir, args.jobs,
-                     lambda variant, seed, run_dir: commands(cfg, variant, seed, run_dir, cache_dir),
-                     resume=args.resume, known=VARIANTS)
+    return runs.run_seeds(cfg, cfg["variants"], args.seeds, output_dir, args.jobs,
+                          lambda variant, seed, run_dir: commands(cfg, variant, seed, run_dir, cache_dir),
+                          resume=args.resume, known=VARIANTS)

@@ -61,3 +61,13 @@ def tiny_encoder_config(tokenizer, layers: int = 2, hidden: int = 32) -> BertCon
 def encoder_config(tokenizer):
     torch.manual_seed(0)
     return tiny_encoder_config(tokenizer)
+
+
+@pytest.fixture(scope="module")
+def single_thread():
+    """One intra-op thread for a module's tests (``pytestmark = pytest.mark.usefixtures("single_thread")``): tiny
+    models gain nothing from threads, and on a busy 2-core machine 2-thread ops crawl."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

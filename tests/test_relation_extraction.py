@@ -67,13 +67,7 @@ DOCS = [
 ]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def single_thread():
-    """Tiny models gain nothing from intra-op threads on a busy machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("single_thread")  # tests/conftest.py
 
 
 def write_docs(path: Path, docs=DOCS) -> Path:

@@ -110,13 +110,7 @@ def tiny(tmp_path_factory, tokenizer, kg) -> dict[str, str]:
     return write_tiny_files(tmp_path_factory.mktemp("tiny"), tokenizer, kg)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def single_thread():
-    """Tiny models gain nothing from intra-op threads, and a busy 2-core machine makes 2-thread ops crawl."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("single_thread")  # tests/conftest.py
 
 
 def load_script(name: str):

@@ -488,20 +488,13 @@ class RoofTransformerProcessor(KeplmProcessor):
                                    linker=self._linker, num_proc=num_proc)
         return dataset
 
-    def prepare_pair_features(
-        self,
-        examples: dict,
-        text_columns: Sequence[str] = ("sentence1", "sentence2"),
-        label_column: str | None = "label",
-        max_length: int = 128,
-        max_knowledge_length: int | None = None,
-        annotation_columns: Sequence[str | None] | None = None,
-        triples_column: str | None = TRIPLES_COLUMN,
-        with_knowledge: bool = True,
-        triple_ids: str = "auto",
-        append_knowledge: bool = False,
-        max_total_length: int | None = None,
-    ) -> dict:
+    def prepare_pair_features(self, examples: dict, text_columns: Sequence[str] = ("sentence1", "sentence2"),
+                              label_column: str | None = "label", max_length: int = 128,
+                              max_knowledge_length: int | None = None,
+                              annotation_columns: Sequence[str | None] | None = None,
+                              triples_column: str | None = TRIPLES_COLUMN, with_knowledge: bool = True,
+                              triple_ids: str = "auto", append_knowledge: bool = False,
+                              max_total_length: int | None = None) -> dict:
         """``datasets.map(batched=True)`` function for sentence(-pair) classification / regression (GLUE): one feature
         per example, ``[CLS] s1 [SEP] s2 [SEP]`` truncated to ``max_length`` (one text column: CoLA, SST-2),
         ``labels`` from ``label_column`` (int, or float for STS-B; None: no labels), and the knowledge of both texts.
