@@ -77,6 +77,19 @@ class _NamedDecodeErrors:
         return getattr(self._handle, name)
 
 
+def find_file(directory, name: str, required: bool = True) -> str | None:
+    """``directory/name`` or its gzipped twin (``name`` given with or without ``.gz``); a FileNotFoundError naming
+    both when ``required`` and neither exists, else None."""
+    base = name[:-3] if name.endswith(".gz") else name
+    for candidate in (base, base + ".gz"):
+        path = os.path.join(directory, candidate)
+        if os.path.isfile(path):
+            return path
+    if required:
+        raise FileNotFoundError(f"{directory}: no {base} (or {base}.gz)")
+    return None
+
+
 def read_json(path):
     """Parse a whole JSON file; ValueError with line and column on bad JSON."""
     with open_text(path) as f:

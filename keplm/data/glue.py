@@ -37,7 +37,7 @@ from dataclasses import dataclass
 
 import datasets
 
-from keplm.io_utils import open_text
+from keplm.io_utils import find_file, open_text
 
 from .splits import SPLITS, find_split_files, limit_samples, resolve_data_file, split_of_file
 
@@ -118,16 +118,6 @@ def glue_features(task: GlueTask | str | None = None, text_columns: Sequence[str
 
 
 # ---------------------------------------------------------------------------------------------- raw task folders
-def _task_file(directory: str, name: str, required: bool = True) -> str | None:
-    for candidate in (name, name + ".gz"):
-        path = os.path.join(directory, candidate)
-        if os.path.isfile(path):
-            return path
-    if required:
-        raise FileNotFoundError(f"{directory}: no {name} (or {name}.gz)")
-    return None
-
-
 def _tsv_lines(path: str, quoted: bool = False):
     """``(line number, fields)`` of a TSV file, BOM removed; ``quoted``: CSV quoting (RTE's HF export)."""
     with open_text(path) as handle:
@@ -208,10 +198,10 @@ _STSB_HEADER = ("index", "genre", "filename", "year", "old_index", "source1", "s
 
 def _mrpc_test(directory: str) -> list[dict]:
     """GLUE's MRPC test set with the labels of the original ``msr_paraphrase_test.txt`` (matched by id pair)."""
-    path = _task_file(directory, "test.tsv")
+    path = find_file(directory, "test.tsv")
     rows = _read_rows(path, ("index", "#1 ID", "#2 ID", "#1 String", "#2 String"), 5,
                       {"sentence1": 3, "sentence2": 4, "_id1": 1, "_id2": 2}, None, idx=0)
-    labels_path = _task_file(directory, "msr_paraphrase_test.txt", required=False)
+    labels_path = find_file(directory, "msr_paraphrase_test.txt", required=False)
     if labels_path is None:
         raise FileNotFoundError(f"{directory}: no msr_paraphrase_test.txt(.gz) with the labels of the MRPC test set")
     labels = {}
@@ -234,7 +224,7 @@ def read_glue_task_dir(directory: str, task: GlueTask | str | None = None,
     splits: dict[str, list[dict]] = {}
     if task.name == "cola":
         def cola(name):
-            return _read_rows(_task_file(directory, name), None, 4, {"sentence": 3}, 1)
+            return _read_rows(find_file(directory, name), None, 4, {"sentence": 3}, 1)
 
         choices = {"glue": ("in_domain_dev.tsv", "out_of_domain_dev.tsv"), "in_domain": ("in_domain_dev.tsv",),
                    "out_of_domain": ("out_of_domain_dev.tsv",)}
@@ -246,20 +236,20 @@ def read_glue_task_dir(directory: str, task: GlueTask | str | None = None,
             row["idx"] = i
     elif task.name == "sst2":
         for split, name in (("train", "train.tsv"), ("validation", "dev.tsv")):
-            splits[split] = _read_rows(_task_file(directory, name), ("sentence", "label"), 2, {"sentence": 0}, 1)
+            splits[split] = _read_rows(find_file(directory, name), ("sentence", "label"), 2, {"sentence": 0}, 1)
     elif task.name == "mrpc":
         for split, name in (("train", "train.tsv"), ("validation", "dev.tsv")):
-            splits[split] = _read_rows(_task_file(directory, name), _MRPC_HEADER, 5,
+            splits[split] = _read_rows(find_file(directory, name), _MRPC_HEADER, 5,
                                        {"sentence1": 3, "sentence2": 4}, 0)
         splits["test"] = _mrpc_test(directory)
     elif task.name == "stsb":
         for split, name in (("train", "train.tsv"), ("validation", "dev.tsv")):
-            splits[split] = _read_rows(_task_file(directory, name), _STSB_HEADER, 10,
+            splits[split] = _read_rows(find_file(directory, name), _STSB_HEADER, 10,
                                        {"sentence1": 7, "sentence2": 8}, 9, idx=0, regression=True)
     elif task.name == "rte":
         for split, name in (("train", "train.tsv"), ("validation", "dev.tsv"), ("test", "test.tsv")):
             allowed = (-1,) if split == "test" else (0, 1)
-            splits[split] = _read_rows(_task_file(directory, name), ("sentence1", "sentence2", "label", "idx"), 4,
+            splits[split] = _read_rows(find_file(directory, name), ("sentence1", "sentence2", "label", "idx"), 4,
                                        {"sentence1": 0, "sentence2": 1}, 2, idx=3, quoted=True, allowed=allowed)
     return splits
 
@@ -475,7 +465,7 @@ def load_glue_dataset(
             except ValueError:
                 task = None
         raw = task is not None and not any(explicit.values()) and text_columns is None and (
-            _task_file(path, "in_domain_train.tsv" if task.name == "cola" else "train.tsv", required=False))
+            find_file(path, "in_domain_train.tsv" if task.name == "cola" else "train.tsv", required=False))
         if raw:
             split_rows = read_glue_task_dir(path, task, cola_validation)
             return limit_samples(_to_dataset_dict(split_rows, glue_features(task)), limits)

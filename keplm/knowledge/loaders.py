@@ -15,7 +15,7 @@ import re
 import time
 
 from keplm.file_utils import KG_CONFIG_NAME
-from keplm.io_utils import iter_jsonl, open_text, progress
+from keplm.io_utils import find_file, iter_jsonl, open_text, progress
 
 from .biomedical import load_hpo
 from .builder import KnowledgeGraphBuilder, merge_kgs
@@ -24,18 +24,6 @@ from .graph import KnowledgeGraph
 __all__ = ["load_tsv_kg", "load_fb15k237", "load_wn18rr", "load_trex", "load_jsonl_kg", "load_kg", "split_kg_spec"]
 
 logger = logging.getLogger(__name__)
-
-
-def _find(directory, name: str, required: bool = True) -> str | None:
-    """``directory/name`` or ``directory/name.gz`` (or without .gz if ``name`` has it)."""
-    base = name[:-3] if name.endswith(".gz") else name
-    for cand in (base, base + ".gz"):
-        path = os.path.join(directory, cand)
-        if os.path.isfile(path):
-            return path
-    if required:
-        raise FileNotFoundError(f"missing {base} (or {base}.gz) in {directory}")
-    return None
 
 
 def _iter_tsv(path, num_fields: int | None):
@@ -110,17 +98,17 @@ def load_fb15k237(directory, splits=("train", "valid", "test")) -> KnowledgeGrap
         raise ValueError(f"unknown FB15k-237 split(s) {unknown}; choose from {list(_FB_SPLITS)}")
     if not os.path.isdir(directory):
         raise FileNotFoundError(f"FB15k-237 directory not found: {directory}")
-    triple_files = [_find(directory, _FB_SPLITS[s]) for s in splits]
-    alias_path = _find(directory, "FB15k_mid2name.txt", required=False)
+    triple_files = [find_file(directory, _FB_SPLITS[s]) for s in splits]
+    alias_path = find_file(directory, "FB15k_mid2name.txt", required=False)
     b = KnowledgeGraphBuilder(f"FB15k-237 {directory}")
     for path in triple_files:
         _add_triples(b, path)
-    _add_names(b, _find(directory, "entity2text.txt"))
+    _add_names(b, find_file(directory, "entity2text.txt"))
     if alias_path is not None:
         for key, alias, _ in _read_names(alias_path):
             if key in b.e_index:
                 b.add_alias(key, alias.replace("_", " "))
-    rel_path = _find(directory, "relation2text.txt", required=False)
+    rel_path = find_file(directory, "relation2text.txt", required=False)
     if rel_path is not None:
         _add_names(b, rel_path, relations=True)
     return b.build()
@@ -132,12 +120,12 @@ def load_wn18rr(directory) -> KnowledgeGraph:
         raise FileNotFoundError(f"WN18RR directory not found: {directory}")
     b = KnowledgeGraphBuilder(f"WN18RR {directory}")
     for split in ("train.tsv", "dev.tsv", "test.tsv"):
-        _add_triples(b, _find(directory, split))
-    text_path = _find(directory, "entity2text.txt")
+        _add_triples(b, find_file(directory, split))
+    text_path = find_file(directory, "entity2text.txt")
     for lineno, parts in _iter_tsv(text_path, 2):
         if parts[0] in b.e_index:
             b.set_name(parts[0], parts[1].split(",", 1)[0].strip(), (text_path, lineno))
-    rel_path = _find(directory, "relation2text.txt", required=False)
+    rel_path = find_file(directory, "relation2text.txt", required=False)
     if rel_path is not None:
         _add_names(b, rel_path, relations=True)
     return b.build()
@@ -154,7 +142,7 @@ def _jsonl_files(directory) -> list[str]:
 def _find_relations_jsonl(start_dirs) -> str | None:
     for d in start_dirs:
         for cand in (d, os.path.dirname(d), os.path.dirname(os.path.dirname(d))):
-            path = _find(os.path.join(cand, "relations"), "relations.jsonl", required=False)
+            path = find_file(os.path.join(cand, "relations"), "relations.jsonl", required=False)
             if path is not None:
                 return path
     return None
@@ -316,9 +304,9 @@ def _load_one(spec: str) -> KnowledgeGraph:
     if os.path.isdir(spec):
         if os.path.isfile(os.path.join(spec, KG_CONFIG_NAME)):
             return KnowledgeGraph.from_pretrained(spec)
-        if _find(spec, "entity2text.txt", required=False) and _find(spec, "train.txt", required=False):
+        if find_file(spec, "entity2text.txt", required=False) and find_file(spec, "train.txt", required=False):
             return load_fb15k237(spec)
-        if _find(spec, "entity2text.txt", required=False) and _find(spec, "train.tsv", required=False):
+        if find_file(spec, "entity2text.txt", required=False) and find_file(spec, "train.tsv", required=False):
             return load_wn18rr(spec)
         if os.path.isdir(os.path.join(spec, "TREx")) or any(
             _PID_RE.match(os.path.basename(f)) for f in _jsonl_files(spec)
