@@ -1,18 +1,23 @@
-"""Shared pieces of the KALA benchmarks: the compared systems, batches, optimizer, one training step, memory."""
+"""The benchmark harness: KALA's compared systems (models, batches, optimizers) and what every training-step
+benchmark shares: one training step, timing, host memory, compile bookkeeping, and the machine and software a run
+records."""
 
 from __future__ import annotations
 
+import datetime
 import logging
 import os
 import platform
 import re
+import sys
 import time
 from contextlib import nullcontext
-from dataclasses import replace
+from dataclasses import asdict, replace
 
 import torch
-from synthetic import Preset, make_features
 
+from benchmarks.report_paths import command_line
+from benchmarks.synthetic import Preset, make_features
 from keplm.data.collator import KeplmDataCollator
 from keplm.tokenization.processing_kala import KalaProcessor
 
@@ -253,3 +258,21 @@ def load_average() -> str:
         return " ".join(f"{x:.2f}" for x in os.getloadavg())
     except OSError:
         return "n/a"
+
+
+def run_meta(benchmark: str, argv: list[str], args, preset) -> dict:
+    """What a training-step report records of its run: date, command line (no machine paths), device, preset (name,
+    values and shape as ``preset.describe()`` writes it), the step settings, library versions and the load average
+    before the run."""
+    import transformers
+
+    return {
+        "date": datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M:%S %Z"),
+        "command": command_line(benchmark, argv), "device": args.device,
+        "device_name": device_name(torch.device(args.device)), "preset": args.preset,
+        "preset_values": asdict(preset), "shape": preset.describe(), "dtype": args.dtype,
+        "steps": args.steps, "warmup": args.warmup, "num_batches": args.num_batches,
+        "rounds": min(args.rounds or args.steps, args.steps), "threads": args.threads or torch.get_num_threads(),
+        "torch": torch.__version__, "transformers": transformers.__version__, "python": sys.version.split()[0],
+        "load_before": load_average(),
+    }

@@ -1,5 +1,5 @@
-"""Measurements of the raw-text pipeline benchmark (``bench_pipeline.py``) on pipelines already built in this
-process: interleaved throughput rounds (relational and vanilla in turn, order rotated each round, paired per-round
+"""Measurements of the raw-text pipeline benchmark (``python -m benchmarks pipeline``) on pipelines already built in
+this process: interleaved throughput rounds (relational and vanilla in turn, order rotated each round, paired per-round
 ratios), the stage breakdown of instrumented passes (``Stages`` wraps one pipeline instance's preprocess, linking,
 graph features, collation, forward and postprocess and hooks the KALA knowledge modules, changing nothing in keplm),
 and the cProfile summaries (hottest functions by own time, keplm functions by cumulative time, paths made portable),
@@ -13,14 +13,13 @@ import statistics
 import time
 from pathlib import Path
 
-from pipeline_setup import SYSTEMS
-from report_paths import portable_frame
+from benchmarks.pipeline_setup import SYSTEMS
+from benchmarks.report_paths import portable_frame
 
 KNOWLEDGE_INPUTS = "knowledge inputs (index checks + entity memory)"
 KNOWLEDGE_LAYERS = "knowledge layers"
-GNN = "relational GNN"
-MLPS = "γ/β MLPs"
-NODE_CONTEXT = "node context + bookkeeping"
+#: the three parts of the knowledge layers' time (the last one derived: what the first two leave)
+GNN, MLPS, NODE_CONTEXT = "relational GNN", "γ/β MLPs", "node context + bookkeeping"
 ENCODER = "encoder + head + KFM hooks"
 OVERHEAD = "pipeline overhead (iterators, DataLoader, unbatching)"
 TOP_STAGES = ("linking", "graph features", "tokenisation + alignment", "collation", "model forward", "postprocess")
@@ -38,27 +37,38 @@ def timed_pass(pipe, inputs, batch_size: int) -> float:
     return elapsed
 
 
+def interleaved(rounds: int, measure, pipes: dict, task: str, texts: list, batch_size: int) -> dict[str, list]:
+    """``rounds`` rounds of ``measure(pipe, texts, batch_size)`` on every system's ``task`` pipeline, the order
+    rotated each round (relational and vanilla alternate which goes first); the measurements per system."""
+    results = {system: [] for system in SYSTEMS}
+    order = list(SYSTEMS)
+    for _ in range(rounds):
+        for system in order:
+            results[system].append(measure(pipes[(task, system)], texts, batch_size))
+        order = order[1:] + order[:1]
+    return results
+
+
+def cases(args) -> list[tuple[str, int]]:
+    """(task, batch size) of every measured case."""
+    return [(task, batch_size) for task in args.tasks for batch_size in args.batch_sizes]
+
+
 def measure_throughput(args, pipes: dict, inputs: dict) -> dict:
     results = {}
-    for task in args.tasks:
-        for batch_size in args.batch_sizes:
-            times = {system: [] for system in SYSTEMS}
-            order = list(SYSTEMS)
-            for _ in range(args.rounds):
-                for system in order:
-                    times[system].append(timed_pass(pipes[(task, system)], inputs[task], batch_size))
-                order = order[1:] + order[:1]
-            count = len(inputs[task])
-            rates = {system: [count / t for t in times[system]] for system in SYSTEMS}
-            paired = [r / v for r, v in zip(rates["relational"], rates["vanilla"])]
-            results[f"{task}/bs{batch_size}"] = {
-                "task": task, "batch_size": batch_size, "examples": count, "seconds": times,
-                "per_s": rates, "per_s_median": {s: statistics.median(rates[s]) for s in SYSTEMS},
-                "ratio_rounds": paired, "ratio_median": statistics.median(paired),
-                "ratio_min": min(paired), "ratio_max": max(paired)}
-            print(f"  {task} bs={batch_size}: relational {statistics.median(rates['relational']):.1f}/s, vanilla "
-                  f"{statistics.median(rates['vanilla']):.1f}/s, ratio {statistics.median(paired):.3f} "
-                  f"(rounds {', '.join(f'{x:.2f}' for x in paired)})", flush=True)
+    for task, batch_size in cases(args):
+        times = interleaved(args.rounds, timed_pass, pipes, task, inputs[task], batch_size)
+        count = len(inputs[task])
+        rates = {system: [count / t for t in times[system]] for system in SYSTEMS}
+        paired = [r / v for r, v in zip(rates["relational"], rates["vanilla"])]
+        results[f"{task}/bs{batch_size}"] = {
+            "task": task, "batch_size": batch_size, "examples": count, "seconds": times,
+            "per_s": rates, "per_s_median": {s: statistics.median(rates[s]) for s in SYSTEMS},
+            "ratio_rounds": paired, "ratio_median": statistics.median(paired),
+            "ratio_min": min(paired), "ratio_max": max(paired)}
+        print(f"  {task} bs={batch_size}: relational {statistics.median(rates['relational']):.1f}/s, vanilla "
+              f"{statistics.median(rates['vanilla']):.1f}/s, ratio {statistics.median(paired):.3f} "
+              f"(rounds {', '.join(f'{x:.2f}' for x in paired)})", flush=True)
     return results
 
 
@@ -175,26 +185,20 @@ def measure_stages(args, pipes: dict, inputs: dict) -> dict:
     """``--stage-rounds`` instrumented passes per task, batch size and system, relational and vanilla alternating;
     per-stage medians over the rounds, and the share of each relational pass spent in knowledge-only stages."""
     results = {}
-    for task in args.tasks:
-        for batch_size in args.batch_sizes:
-            runs = {system: [] for system in SYSTEMS}
-            order = list(SYSTEMS)
-            for _ in range(args.stage_rounds):
-                for system in order:
-                    runs[system].append(instrumented_pass(pipes[(task, system)], inputs[task], batch_size))
-                order = order[::-1]
-            entry = {}
-            for system, passes in runs.items():
-                keys = {k for r in passes for k in r["seconds"]}
-                entry[system] = {"total_s": statistics.median(r["total_s"] for r in passes),
-                                 "seconds": {k: statistics.median(r["seconds"].get(k, 0.0) for r in passes)
-                                             for k in keys},
-                                 "counts": passes[0]["counts"], "examples": len(inputs[task]),
-                                 "rounds": [{"total_s": r["total_s"], "seconds": r["seconds"]} for r in passes]}
-            shares = [sum(r["seconds"].get(k, 0.0) for k in KNOWLEDGE_ONLY) / r["total_s"] for r in runs["relational"]]
-            entry["knowledge_share"] = statistics.median(shares)
-            entry["knowledge_share_rounds"] = shares
-            results[f"{task}/bs{batch_size}"] = entry
+    for task, batch_size in cases(args):
+        runs = interleaved(args.stage_rounds, instrumented_pass, pipes, task, inputs[task], batch_size)
+        entry = {}
+        for system, passes in runs.items():
+            keys = {k for r in passes for k in r["seconds"]}
+            entry[system] = {"total_s": statistics.median(r["total_s"] for r in passes),
+                             "seconds": {k: statistics.median(r["seconds"].get(k, 0.0) for r in passes)
+                                         for k in keys},
+                             "counts": passes[0]["counts"], "examples": len(inputs[task]),
+                             "rounds": [{"total_s": r["total_s"], "seconds": r["seconds"]} for r in passes]}
+        shares = [sum(r["seconds"].get(k, 0.0) for k in KNOWLEDGE_ONLY) / r["total_s"] for r in runs["relational"]]
+        entry["knowledge_share"] = statistics.median(shares)
+        entry["knowledge_share_rounds"] = shares
+        results[f"{task}/bs{batch_size}"] = entry
     return results
 
 

@@ -1,10 +1,10 @@
-"""Setup of the raw-text pipeline benchmark (``bench_pipeline.py``): the inputs and everything built before the
-throughput is timed. It reads the measured texts (CoNLL-2003 sentences, SQuAD v1.1 questions with their contexts) and
-the texts linked for the entity memories, saves the relational and vanilla checkpoints per task (model, processor and
-``knowledge/``), and times ``pipeline(task, model=dir)`` plus its first call in fresh processes: ``measure_builds``
-re-runs ``bench_pipeline.py`` with the hidden ``--worker-build TASK DIR`` (and ``--worker-profile``) options, which
-``worker_build`` serves and answers with one ``@@{json}`` line on stdout. Heavy imports (torch, transformers, keplm)
-stay inside the functions, so that a build worker times them itself.
+"""Setup of the raw-text pipeline benchmark (``python -m benchmarks pipeline``): the inputs and everything built
+before the throughput is timed. It reads the measured texts (CoNLL-2003 sentences, SQuAD v1.1 questions with their
+contexts) and the texts linked for the entity memories, saves the relational and vanilla checkpoints per task (model,
+processor and ``knowledge/``), and times ``pipeline(task, model=dir)`` plus its first call in fresh processes:
+``measure_builds`` re-runs ``python -m benchmarks pipeline`` with the hidden ``--worker-build TASK DIR`` (and
+``--worker-profile``) options, which ``worker_build`` serves and answers with one ``@@{json}`` line on stdout. Heavy
+imports (torch, transformers, keplm) stay inside the functions, so that a build worker times them itself.
 """
 
 from __future__ import annotations
@@ -13,9 +13,10 @@ import json
 import os
 import statistics
 import subprocess
-import sys
 import time
 from pathlib import Path
+
+from benchmarks import worker_command
 
 SYSTEMS = ("relational", "vanilla")
 TASKS = {"ner": "keplm-ner", "qa": "keplm-qa"}
@@ -23,8 +24,6 @@ CONLL_LABELS = ["O", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC", "B-MI
 KFM_LAYERS = {"ner": [-4, -2], "qa": [-1]}
 NER_PROBE = "EU rejects German call to boycott British lamb ."
 PREFIX = "@@"
-#: the CLI entry the build workers re-run with ``--worker-build`` (not this module)
-SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bench_pipeline.py")
 
 
 # ---------------------------------------------------------------------- data
@@ -146,7 +145,7 @@ def worker_build(args) -> None:
     if args.worker_profile:  # where the build + first call spend their time (cProfile slows Python code down)
         import cProfile
 
-        from pipeline_measure import profile_summary
+        from benchmarks.pipeline_measure import profile_summary
 
         profiler = cProfile.Profile()
         profiler.enable()
@@ -170,31 +169,29 @@ def worker_build(args) -> None:
     print(PREFIX + json.dumps(result), flush=True)
 
 
+def run_build_worker(argv: list[str], task: str, folder: str, *extra: str) -> dict:
+    """One fresh-process build (``worker_build``) of the pipeline saved in ``folder``; its ``@@{json}`` answer."""
+    command, env = worker_command("pipeline", strip_outputs(argv), "--worker-build", task, folder, *extra)
+    done = subprocess.run(command, capture_output=True, text=True, env=env)
+    lines = [line for line in done.stdout.splitlines() if line.startswith(PREFIX)]
+    if done.returncode or not lines:
+        raise RuntimeError(f"build worker {task} {' '.join(extra)} ({folder}) failed:\n{done.stderr[-3000:]}")
+    return json.loads(lines[-1][len(PREFIX):])
+
+
 def measure_builds(args, argv, dirs: dict) -> dict:
-    """``--build-repeats`` fresh-process builds per task and system, relational and vanilla alternating."""
-    results, profiles = {key: [] for key in dirs}, {}
+    """``--build-repeats`` fresh-process builds per task and system, relational and vanilla alternating, and one
+    profiled build of each relational pipeline."""
+    results = {key: [] for key in dirs}
     for repeat in range(args.build_repeats):
         for task in args.tasks:
-            order = SYSTEMS if repeat % 2 == 0 else SYSTEMS[::-1]
-            for system in order:
-                command = [sys.executable, SCRIPT, *strip_outputs(argv), "--worker-build", task,
-                           dirs[(task, system)]]
-                done = subprocess.run(command, capture_output=True, text=True)
-                lines = [line for line in done.stdout.splitlines() if line.startswith(PREFIX)]
-                if done.returncode or not lines:
-                    raise RuntimeError(f"build worker {task}/{system} failed:\n{done.stderr[-3000:]}")
-                results[(task, system)].append(json.loads(lines[-1][len(PREFIX):]))
-                r = results[(task, system)][-1]
+            for system in SYSTEMS if repeat % 2 == 0 else SYSTEMS[::-1]:
+                r = run_build_worker(argv, task, dirs[(task, system)])
+                results[(task, system)].append(r)
                 print(f"  build {task}/{system}: pipeline {r['pipeline_s']:.2f} s + first call "
                       f"{r['first_call_s']:.2f} s (imports {r['imports_s']:.1f} s)", flush=True)
-    for task in args.tasks:
-        command = [sys.executable, SCRIPT, *strip_outputs(argv), "--worker-build", task,
-                   dirs[(task, "relational")], "--worker-profile"]
-        done = subprocess.run(command, capture_output=True, text=True)
-        lines = [line for line in done.stdout.splitlines() if line.startswith(PREFIX)]
-        if done.returncode or not lines:
-            raise RuntimeError(f"profiled build worker {task} failed:\n{done.stderr[-3000:]}")
-        profiles[task] = json.loads(lines[-1][len(PREFIX):])
+    profiles = {task: run_build_worker(argv, task, dirs[(task, "relational")], "--worker-profile")
+                for task in args.tasks}
     summary = {}
     for (task, system), runs in results.items():
         summary[f"{task}/{system}"] = {

@@ -1,4 +1,5 @@
-"""``bench_kala.py --profile``: ops / kernel launches per training step and host syncs, vanilla vs KALA.
+"""``python -m benchmarks kala --profile`` (or ``profile-kala``): ops / kernel launches per training step and host
+syncs, vanilla vs KALA.
 
 On CUDA it counts GPU kernels and kernel-launch API calls per step (and runs one step under
 ``torch.cuda.set_sync_debug_mode("warn")``); on CPU it counts profiler op events. Ops that force a
@@ -10,12 +11,14 @@ from __future__ import annotations
 
 import collections
 import gc
-import json
 import warnings
 from pathlib import Path
 
 import torch
-from harness import (
+from torch.autograd import DeviceType
+from torch.profiler import ProfilerActivity, profile
+
+from benchmarks.harness import (
     PHASES,
     build_model,
     device_name,
@@ -27,10 +30,9 @@ from harness import (
     system_preset,
     uses_knowledge,
 )
-from report_paths import command_line, portable_frame
-from synthetic import PRESETS
-from torch.autograd import DeviceType
-from torch.profiler import ProfilerActivity, profile
+from benchmarks.report import write_outputs
+from benchmarks.report_paths import command_line, portable_frame
+from benchmarks.synthetic import PRESETS
 
 #: ops that wait for the device when their input lives on a GPU (.item()/int()/bool() all end in _local_scalar_dense)
 SYNC_OPS = {"aten::_local_scalar_dense", "aten::nonzero", "aten::masked_select",
@@ -183,7 +185,7 @@ def _markdown(args, results: dict, argv) -> str:
     cuda = args.device == "cuda"
     base = results.get("vanilla", {})
     lines = [f"# Ops per training step: preset `{args.preset}` on {device_name(torch.device(args.device))}", "",
-             f"- Command: `{command_line('benchmarks/bench_kala.py', argv)}`; load average {load_average()}",
+             f"- Command: `{command_line('kala', argv)}`; load average {load_average()}",
              f"- dtype {args.dtype}, optimizer {args.optim}, compile {args.compile}; one profiled step after warm-up",
              "- ops = top-level `aten::` calls (issued by Python or by an autograd node, not by another op), "
              "views/metadata ops and no-op casts excluded: ≈ kernel launches in eager mode; leaf ops = ops that call "
@@ -233,17 +235,21 @@ def _markdown(args, results: dict, argv) -> str:
 
 
 def run_profile(args, argv) -> dict:
+    """Profile vanilla and every other system of ``--systems`` in this process; print and write the report."""
     if args.threads:
         torch.set_num_threads(args.threads)
     systems = ["vanilla"] + [s for s in args.systems if s != "vanilla"]
     results = {system: profile_system(args, system) for system in systems}
     report = _markdown(args, results, argv)
     print(report)
-    for path in (args.markdown, args.json):
-        if path:
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
-    if args.markdown:
-        Path(args.markdown).write_text(report)
-    if args.json:
-        Path(args.json).write_text(json.dumps({"profile": results}, indent=1))
+    write_outputs(args, report, {"profile": results})
     return results
+
+
+def main(argv=None) -> None:
+    """``python -m benchmarks profile-kala [kala options]``: the KALA benchmark's ``--profile`` mode."""
+    import sys
+
+    from benchmarks import kala
+
+    kala.main([*(sys.argv[1:] if argv is None else argv), "--profile"])

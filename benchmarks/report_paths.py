@@ -35,9 +35,10 @@ def portable_path(path: str) -> str:
     return path
 
 
-def command_line(script: str, argv: list[str]) -> str:
-    """``python <script> <argv>`` for a report, shell-quoted, every path in it made portable (``portable_path``;
-    its ``$OUT``/``$TMPDIR``/``~`` prefixes stay unquoted so that the line still runs in a shell)."""
+def command_line(benchmark: str, argv: list[str]) -> str:
+    """``python -m benchmarks <benchmark> <argv>`` for a report, shell-quoted, every path in it made portable
+    (``portable_path``; its ``$OUT``/``$TMPDIR``/``~`` prefixes stay unquoted so that the line still runs in a
+    shell)."""
 
     def quote(arg: str) -> str:
         option, eq, value = arg.partition("=") if arg.startswith("--") else ("", "", arg)
@@ -47,7 +48,7 @@ def command_line(script: str, argv: list[str]) -> str:
                 return shlex.quote(option + eq) * bool(eq) + prefix + shlex.quote(value[len(prefix):])
         return shlex.quote(option + eq + value)
 
-    return " ".join(["python", script, *(quote(arg) for arg in argv)])
+    return " ".join(["python -m benchmarks", benchmark, *(quote(arg) for arg in argv)])
 
 
 def portable_frame(frame: str) -> str:

@@ -24,6 +24,11 @@ class EncoderShape:
     num_heads: int
     intermediate_size: int
 
+    def encoder(self) -> str:
+        """The encoder's shape as the reports write it (the start of a preset's ``describe()``)."""
+        return (f"BERT {self.num_layers} layers, hidden {self.hidden_size}, {self.num_heads} heads, FFN "
+                f"{self.intermediate_size}")
+
     def bert_config(self, vocab_size: int, positions: int = 512):
         from transformers import BertConfig
 
@@ -50,6 +55,11 @@ class Preset(EncoderShape):
 
     def encoder_config(self):
         return self.bert_config(self.vocab_size, max(512, self.seq_len))
+
+    def describe(self) -> str:
+        return (f"{self.encoder()}, vocab {self.vocab_size}; batch {self.batch_size} × seq {self.seq_len}; entity "
+                f"memory {self.entity_vocab_size} × {self.hidden_size}; {self.num_relations} relations (+ inverses); "
+                "KFM on the last layer")
 
     def as_dict(self) -> dict:
         return asdict(self)

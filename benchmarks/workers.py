@@ -3,8 +3,10 @@
 Each worker builds its model, optimizer and batches once, then runs the steps the parent asks for. Systems
 take turns (round robin, order rotated every round), so slow drifts of the machine (other jobs on a shared
 CPU, GPU clocks) hit all of them alike, while memory and torch.compile state stay isolated per process.
-Protocol: the parent writes one command per line on stdin (``warmup``, ``run N``, ``finish``); the worker
-answers one ``@@{json}`` line on stdout. Worker stderr (compile logs) goes to a file.
+A worker is the parent's own command line with ``--worker SYSTEM`` added (``python -m benchmarks <name> ...``,
+``benchmarks.worker_command``), so it parses exactly the options its parent was given. Protocol: the parent writes
+one command per line on stdin (``warmup``, ``run N``, ``finish``); the worker answers one ``@@{json}`` line on
+stdout. Worker stderr (compile logs) goes to a file.
 """
 
 from __future__ import annotations
@@ -16,39 +18,58 @@ import statistics
 import subprocess
 import sys
 import tempfile
-from pathlib import Path
 
 import torch
-from harness import (
-    RecompileCounter,
-    build_model,
-    dynamo_counts,
-    is_compiled,
-    make_batches,
-    make_optimizer,
+
+from benchmarks import worker_command
+from benchmarks.harness import (
+    autocast_context,
+    load_average,
     make_step,
     peak_rss_kib,
     reset_peak_rss,
-    rss_kib,
+    run_meta,
     synchronize,
-    system_label,
-    system_preset,
     timed,
-    uses_knowledge,
 )
-from synthetic import PRESETS
+from benchmarks.report import write_outputs
 
 PREFIX = "@@"
 
 
 class StepRunner:
-    """The timing loop every benchmarked system shares. A subclass sets ``args``, ``system``, ``device``,
-    ``batches``, ``batch_size``, ``model``, ``optimizer`` and ``baseline_kib`` (RSS before the model was built) and
-    defines ``step(batch)``; :meth:`timing` is the common part of its ``finish()`` result."""
+    """The timing loop every benchmarked system shares. A subclass calls :meth:`setup`, then sets ``batches``,
+    ``model``, ``optimizer`` and ``baseline_kib`` (RSS before the model was built), and ``forward`` where the step
+    calls something else than the model (a compiled model); :meth:`timing` is the common part of its ``finish()``
+    result."""
 
     position = 0
+    forward = None
+    _step = None
     times: list[float]
     warmup_times: list[float]
+
+    def setup(self, args, system: str, preset) -> None:
+        """The system's options, preset, device and torch threads (``--threads``)."""
+        self.args, self.system, self.preset = args, system, preset
+        self.batch_size = preset.batch_size
+        self.device = torch.device(args.device)
+        if args.threads:
+            torch.set_num_threads(args.threads)
+
+    def on_device(self, batch: dict) -> dict:
+        return {k: v.to(self.device, non_blocking=True) for k, v in batch.items()}
+
+    def autocast(self):
+        return autocast_context(self.device, self.args.dtype)
+
+    def step(self, batch: dict) -> None:
+        """One training step (``harness.make_step``): host->device copy, forward under autocast, backward,
+        optimizer step, zero_grad."""
+        if self._step is None:
+            self._step = make_step(self.model, self.forward or self.model, self.optimizer, self.device,
+                                   self.args.dtype)
+        self._step(batch)
 
     def _run(self, count: int) -> list[float]:
         out = []
@@ -104,51 +125,6 @@ class StepRunner:
         }
 
 
-class Runner(StepRunner):
-    """KALA's systems (bench_kala.py): model, optimizer, optional torch.compile and batches of one system."""
-
-    def __init__(self, args, system: str):
-        self.args, self.system = args, system
-        _, self.preset = system_preset(system, PRESETS[args.preset])  # SYSTEM@ROWS: a resized entity memory
-        self.batch_size = self.preset.batch_size
-        self.device = torch.device(args.device)
-        if args.threads:
-            torch.set_num_threads(args.threads)
-        self.batches = make_batches(self.preset, args.num_batches, args.graph_pad, uses_knowledge(system), args.seed,
-                                    pin=self.device.type == "cuda")
-        self.baseline_kib = rss_kib()
-        self.model = build_model(system, self.preset, args.seed).to(self.device).train()
-        self.optim = "adamw" if system == "stock-bert" else args.optim
-        self.optimizer = make_optimizer(self.model, self.optim, system)
-        self.compiled = is_compiled(system, args.compile)
-        self.counter = RecompileCounter() if self.compiled else None
-        forward = self.model
-        if self.compiled:
-            dynamic = {"auto": None, "true": True, "false": False}[args.compile_dynamic]
-            forward = torch.compile(self.model, dynamic=dynamic, mode=args.compile_mode)
-        self.step = make_step(self.model, forward, self.optimizer, self.device, args.dtype)
-        self.recompiles_in_warmup = 0
-
-    def after_warmup(self) -> None:
-        self.recompiles_in_warmup = self.counter.count if self.counter else 0
-
-    def finish(self) -> dict:
-        result = {
-            **self.timing(),
-            "label": system_label(self.system),
-            "optim": self.optim,
-            "compiled": self.compiled,
-            "nodes_per_batch": (statistics.fmean(b["node_entity_ids"].shape[0] for b in self.batches)
-                                if uses_knowledge(self.system) else None),
-        }
-        result.pop("trainable_m")
-        if self.compiled:
-            result.update(dynamo_counts(), recompiles_in_warmup=self.recompiles_in_warmup,
-                          recompiles_in_timed_steps=self.counter.count - self.recompiles_in_warmup,
-                          recompile_reasons=self.counter.reasons)
-        return result
-
-
 def static_training_mib(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> float:
     """fp32 weights + dense gradients (sparse-gradient tables have none to speak of) + every tensor in the
     optimizer's state as allocated (AdamW: m and v, 8 B/param; row-wise AdaGrad: 4 B per table row)."""
@@ -160,10 +136,10 @@ def static_training_mib(model: torch.nn.Module, optimizer: torch.optim.Optimizer
     return total / 2**20
 
 
-def serve(args, system: str, runner_class=None) -> None:
-    """Worker main loop (``bench_kala.py --worker SYSTEM``); ``runner_class`` (default: KALA's :class:`Runner`)
-    has ``warmup()``, ``run(count)`` and ``finish()``."""
-    runner = (runner_class or Runner)(args, system)
+def serve(args, system: str, runner_class) -> None:
+    """Worker main loop (``python -m benchmarks <name> ... --worker SYSTEM``); ``runner_class(args, system)`` has
+    ``warmup()``, ``run(count)`` and ``finish()``."""
+    runner = runner_class(args, system)
     _answer({"ready": True})
     for line in sys.stdin:
         command = line.split()
@@ -186,11 +162,12 @@ def _answer(payload: dict) -> None:
 class WorkerProcess:
     """Parent-side handle of one worker process."""
 
-    def __init__(self, script: str, argv: list[str], system: str):
+    def __init__(self, benchmark: str, argv: list[str], system: str):
         self.system = system
         self.log = tempfile.NamedTemporaryFile("w+", prefix=f"bench-{system}-", suffix=".log", delete=False)
-        self.proc = subprocess.Popen([sys.executable, script, *argv, "--worker", system], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=self.log, text=True, bufsize=1)
+        command, env = worker_command(benchmark, argv, "--worker", system)
+        self.proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log,
+                                     text=True, bufsize=1, env=env)
         self.error: str | None = None
 
     def request(self, command: str | None) -> dict | None:
@@ -219,7 +196,7 @@ class WorkerProcess:
         os.unlink(self.log.name)
 
 
-def run_round_robin(script: str, argv: list[str], systems: list[str], labels: dict[str, str], steps: int,
+def run_round_robin(benchmark: str, argv: list[str], systems: list[str], labels: dict[str, str], steps: int,
                     rounds: int | None) -> dict:
     """Start one worker per system, warm each up in turn (builds and compilations do not overlap), then time them
     round robin: ``rounds`` rounds (default: one step per system per round), order rotated each round. Each
@@ -227,7 +204,7 @@ def run_round_robin(script: str, argv: list[str], systems: list[str], labels: di
     workers = {}
     try:
         for system in systems:
-            workers[system] = WorkerProcess(os.path.abspath(script), argv, system)
+            workers[system] = WorkerProcess(benchmark, argv, system)
             workers[system].request(None)  # "ready"
             warm = workers[system].request("warmup")
             if warm:
@@ -256,85 +233,69 @@ def run_round_robin(script: str, argv: list[str], systems: list[str], labels: di
             worker.close()
 
 
-def ratio(results: dict, system: str, base: str, key: str = "step_ms_median") -> float | None:
-    """``key`` of ``system`` over ``base``; step times: the median of the paired per-round ratios (``round_ms``)."""
-    a, b = results.get(system, {}), results.get(base, {})
-    if a.get(key) is None or not b.get(key):
-        return None
-    if key == "step_ms_median" and a.get("round_ms") and len(a["round_ms"]) == len(b.get("round_ms", [])):
-        return statistics.median(x / y for x, y in zip(a["round_ms"], b["round_ms"]))
-    return a[key] / b[key]
-
-
-def fmt(value, digits: int = 2, suffix: str = "") -> str:
-    return "n/a" if value is None else f"{value:.{digits}f}{suffix}"
-
-
-def write_outputs(args, report: str, payload: dict) -> None:
-    """The markdown report to ``--markdown`` and the JSON payload to ``--json`` (folders created)."""
-    for path, text in ((args.markdown, report), (args.json, json.dumps(payload, indent=1) if args.json else None)):
-        if path:
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
-            Path(path).write_text(text)
-
-
-def training_step_parser(description: str, presets: dict, systems: dict, num_batches: int) -> argparse.ArgumentParser:
-    """The options every training-step benchmark takes (bench_roof.py, bench_trelm.py); add the script's own."""
-    p = argparse.ArgumentParser(description=description)
+def training_step_parser(benchmark: str, description: str, presets: dict, systems: dict, num_batches: int,
+                         steps: str = "30 paper, 12 cpu-small", warmup: str = "3",
+                         default_systems=None, systems_help: str = "") -> argparse.ArgumentParser:
+    """The options every training-step benchmark takes (kala, roof, trelm); the benchmark adds its own. ``steps``
+    and ``warmup`` are their defaults per preset as help text (``parse_training_step_args`` applies them)."""
+    p = argparse.ArgumentParser(prog=f"python -m benchmarks {benchmark}", description=description)
     p.add_argument("--preset", choices=sorted(presets), default="cpu-small")
     p.add_argument("--device", choices=["cuda", "cpu"], default="cuda" if torch.cuda.is_available() else "cpu")
-    p.add_argument("--dtype", choices=["bf16", "fp32"], default=None, help="default: bf16 on cuda, fp32 on cpu")
-    p.add_argument("--steps", type=int, default=None, help="timed steps (default: 30 paper, 12 cpu-small)")
-    p.add_argument("--warmup", type=int, default=3)
-    p.add_argument("--rounds", type=int, default=None, help="round-robin rounds (default: one step per round)")
+    p.add_argument("--dtype", choices=["bf16", "fp32"], default=None,
+                   help="autocast dtype (default: bf16 on cuda, fp32 on cpu)")
+    p.add_argument("--steps", type=int, default=None, help=f"timed steps (default: {steps})")
+    p.add_argument("--warmup", type=int, default=None, help=f"untimed steps first (default: {warmup})")
+    p.add_argument("--rounds", type=int, default=None,
+                   help="timed steps are split into this many round-robin rounds (default: one step per round)")
     p.add_argument("--num-batches", type=int, default=num_batches, help="distinct collated batches, cycled")
-    p.add_argument("--systems", default=",".join(systems), help=f"comma list of {', '.join(systems)}")
+    p.add_argument("--systems", default=",".join(default_systems or systems),
+                   help=f"comma list of {', '.join(systems)}{systems_help}")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads in the workers (default: torch's)")
     p.add_argument("--json", help="write all results to this JSON file")
     p.add_argument("--markdown", help="also write the markdown report to this file")
     p.add_argument("--worker", help=argparse.SUPPRESS)
     return p
 
 
-def parse_training_step_args(parser: argparse.ArgumentParser, argv, systems: dict) -> argparse.Namespace:
+def parse_training_step_args(parser: argparse.ArgumentParser, argv, systems: dict, check_system=None,
+                             steps=(30, 12), warmup=(3, 3)) -> argparse.Namespace:
+    """Parsed options with the defaults filled in: dtype by device, ``steps`` and ``warmup`` as (paper, other
+    presets), ``--systems`` as a list, each one of ``systems`` or, with ``check_system(name)`` (raises
+    ``ValueError``), whatever that accepts."""
     args = parser.parse_args(argv)
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda but torch.cuda.is_available() is False")
     args.dtype = args.dtype or ("bf16" if args.device == "cuda" else "fp32")
-    args.steps = args.steps if args.steps is not None else (30 if args.preset == "paper" else 12)
+    paper = args.preset == "paper"
+    args.steps = args.steps if args.steps is not None else steps[not paper]
+    args.warmup = args.warmup if args.warmup is not None else warmup[not paper]
     args.systems = [s.strip() for s in args.systems.split(",") if s.strip()]
-    unknown = [s for s in args.systems if s not in systems]
-    if unknown:
-        parser.error(f"unknown systems {unknown}; choose from {list(systems)}")
+    for system in args.systems:
+        try:
+            if check_system is not None:
+                check_system(system)
+            elif system not in systems:
+                raise ValueError(f"unknown system {system!r}; choose from {list(systems)}")
+        except ValueError as error:
+            parser.error(str(error))
     return args
 
 
-def run_training_step_benchmark(script: str, argv: list[str], args, systems: dict, runner_class, meta: dict,
-                                markdown_report) -> None:
-    """A worker serves its system; the parent completes ``meta`` (date, command, device, versions, load), times
-    the systems round robin, prints ``markdown_report(meta, results)`` and writes the outputs."""
-    import datetime
-
-    import transformers
-    from harness import device_name, load_average
-    from report_paths import command_line
-
+def run_training_step_benchmark(benchmark: str, argv: list[str], args, preset, labels: dict, runner_class,
+                                meta: dict, markdown_report, measure_more=None) -> None:
+    """A worker serves its system; the parent adds ``meta`` (the benchmark's own) to what every run records
+    (``harness.run_meta`` of the run's ``preset``), times the systems round robin, runs ``measure_more(results)``
+    (a dict of further results, or nothing), prints ``markdown_report(meta, results, **more)`` and writes the
+    outputs."""
     if args.worker:
         serve(args, args.worker, runner_class)
         return
-    meta = {
-        "date": datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M:%S %Z"),
-        "command": command_line(f"benchmarks/{Path(script).name}", argv), "device": args.device,
-        "device_name": device_name(torch.device(args.device)), "preset": args.preset, **meta,
-        "dtype": args.dtype, "steps": args.steps, "warmup": args.warmup, "num_batches": args.num_batches,
-        "rounds": min(args.rounds or args.steps, args.steps), "threads": args.threads or torch.get_num_threads(),
-        "torch": torch.__version__, "transformers": transformers.__version__, "python": sys.version.split()[0],
-        "load_before": load_average(),
-    }
+    meta = {**run_meta(benchmark, argv, args, preset), **meta}
     print(f"# {meta['date']} — {meta['device_name']} — {meta['command']}", flush=True)
-    results = run_round_robin(script, argv, args.systems, systems, args.steps, args.rounds)
+    results = run_round_robin(benchmark, argv, args.systems, labels, args.steps, args.rounds)
+    more = measure_more(results) if measure_more else {}
     meta["load_after"] = load_average()
-    report = markdown_report(meta, results)
+    report = markdown_report(meta, results, **more)
     print(report)
-    write_outputs(args, report, {"meta": meta, "systems": results})
+    write_outputs(args, report, {"meta": meta, "systems": results, **more})

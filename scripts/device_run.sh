@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # One experiment on the GPU machine lent through the workplace's device tool (benchmarks/README.md, "GPU session plan").
 #
-#   bash scripts/device_run.sh bench     # benchmarks/bench_kala.py at the paper's QA setting: eager, fused, profile
+#   bash scripts/device_run.sh bench     # python3 -m benchmarks kala at the paper's QA setting: eager, fused, profile
 #   bash scripts/device_run.sh bench-compiled   # the same with fused AdamW + torch.compile (compiles take minutes)
 #   bash scripts/device_run.sh bench-cudagraphs # fused AdamW + torch.compile(mode="reduce-overhead")
 #   bash scripts/device_run.sh bench-scale      # entity memory of 62.8k, 500k and 5M rows (issue part 2)
-#   bash scripts/device_run.sh bench-roof-trelm # bench_roof.py and bench_trelm.py at their paper presets (part 3)
+#   bash scripts/device_run.sh bench-roof-trelm # python3 -m benchmarks roof / trelm at their paper presets (part 3)
 #   bash scripts/device_run.sh ner       # CoNLL-2003, WNUT-17, NCBI-disease: 4 systems x 3 seeds, full training sets
 #   bash scripts/device_run.sh qa        # SQuAD v1.1 article split: 4 systems x 3 seeds
 #   NER_DATASET=wnut SEEDS="1 2 3 4 5" bash scripts/device_run.sh ner-long
@@ -46,7 +46,7 @@ export PYTHONPATH="$PWD/.carry/site:$PWD"
         'torch_geometric', 'peft', 'huggingface_hub', 'datasets', 'pyarrow', 'fsspec')})"
 } 2>&1 | tee "$OUT/env.txt"
 
-bench="python3 benchmarks/bench_kala.py --preset paper --device cuda --dtype bf16"
+bench="python3 -m benchmarks kala --preset paper --device cuda --dtype bf16"
 if [ "$phase" = bench ]; then
     rowwise=relational-rowwise,relational-rowwise-dense
     timeout 210 $bench --systems stock-bert,vanilla,plus1,pointwise,relational,$rowwise \
@@ -80,10 +80,10 @@ if [ "$phase" = bench-scale ]; then  # part 2: the entity memory at 62.8k (the p
     exit 0
 fi
 if [ "$phase" = bench-roof-trelm ]; then  # part 3's benchmarks (synthetic data, no carry beyond .whl)
-    timeout 300 python3 benchmarks/bench_roof.py --preset paper --device cuda --dtype bf16 \
+    timeout 300 python3 -m benchmarks roof --preset paper --device cuda --dtype bf16 \
         --markdown "$OUT/bench-roof.md" --json "$OUT/bench-roof.json" 2>&1 | tee "$OUT/bench-roof.log"
     # the attribution's 20 Riemann steps in passes of 4: all 20 copies of a 64 x 128 batch at once would not fit
-    timeout 220 python3 benchmarks/bench_trelm.py --preset paper --device cuda --dtype bf16 --routing-batch-steps 4 \
+    timeout 220 python3 -m benchmarks trelm --preset paper --device cuda --dtype bf16 --routing-batch-steps 4 \
         --markdown "$OUT/bench-trelm.md" --json "$OUT/bench-trelm.json" 2>&1 | tee "$OUT/bench-trelm.log"
     exit 0
 fi

@@ -1,23 +1,17 @@
-"""The KALA benchmark's entity-memory scale option (``SYSTEM@ROWS``): parsing, the resized preset and model, and
-the memory-growth target it reports."""
+"""The benchmarks package: its one entry point (``python -m benchmarks <name>``) and worker command line, the shared
+report table, and the KALA benchmark's entity-memory scale option (``SYSTEM@ROWS``): parsing, the resized preset and
+model, and the memory-growth target it reports."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture()
-def bench(monkeypatch):
-    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
-    import bench_kala
-    import harness
-    import synthetic
+def bench():
+    from benchmarks import harness, kala, synthetic
 
-    return harness, synthetic, bench_kala
+    return harness, synthetic, kala
 
 
 def test_system_at_rows_parses_and_names_what_is_wrong(bench):
@@ -53,15 +47,55 @@ def test_resized_memory_keeps_the_graphs_and_spreads_ids_over_the_table(bench):
 
 
 def test_table_growth_is_peak_growth_over_the_fp32_table_growth(bench):
-    _, _, bench_kala = bench
+    _, _, kala = bench
     table_params_m = 2.0  # 2M more fp32 weights = 7.63 MiB
     results = {"relational-rowwise": {"params_m": 1.0, "peak_memory_mib": 100.0},
                "relational-rowwise@9M": {"params_m": 1.0 + table_params_m, "peak_memory_mib": 100.0 + 2e6 * 4 / 2**20}}
-    assert bench_kala.table_growth(results, "relational-rowwise@9M") == pytest.approx(1.0)
-    assert bench_kala.table_growth(results, "relational-rowwise") is None
-    rows = {r["target"]: r for r in bench_kala.targets(results, compiled=False)}
+    assert kala.table_growth(results, "relational-rowwise@9M") == pytest.approx(1.0)
+    assert kala.table_growth(results, "relational-rowwise") is None
+    rows = {r["target"]: r for r in kala.check_targets(results, compiled=False)}
     growth = next(r for t, r in rows.items() if "relational-rowwise@9M peak-memory growth" in t)
     assert growth["result"] == "PASS"
     del results["relational-rowwise"]  # no same-run reference at the preset's size: not measured, not guessed
-    growth = next(r for r in bench_kala.targets(results, compiled=False) if "growth" in r["target"])
+    growth = next(r for r in kala.check_targets(results, compiled=False) if "growth" in r["target"])
     assert growth["result"] == "n/a"
+
+
+def test_one_entry_point_lists_every_benchmark_and_imports_as_a_package(capsys):
+    """``python -m benchmarks --help`` lists each benchmark with one line; each names a module of the package with a
+    ``main(argv)``; no benchmark module puts folders on ``sys.path`` (they import as ``benchmarks.*``)."""
+    import importlib.util
+    from pathlib import Path
+
+    from benchmarks import BENCHMARKS
+    from benchmarks.__main__ import main
+
+    assert main(["--help"]) == 0
+    listed = capsys.readouterr().out
+    for name, (module, summary) in BENCHMARKS.items():
+        assert f"  {name} " in listed and summary in listed
+        assert importlib.util.find_spec(f"benchmarks.{module}") is not None
+    assert main(["no-such-benchmark"]) == 2 and "unknown benchmark" in capsys.readouterr().err
+    folder = Path(__file__).resolve().parent.parent / "benchmarks"
+    assert not [p.name for p in folder.glob("*.py") if "sys.path" in p.read_text()]
+
+
+def test_worker_command_reruns_the_entry_point_with_the_root_importable():
+    import os
+    import sys
+    from pathlib import Path
+
+    from benchmarks import worker_command
+
+    command, env = worker_command("roof", ["--preset", "cpu-small"], "--worker", "bert")
+    assert command == [sys.executable, "-m", "benchmarks", "roof", "--preset", "cpu-small", "--worker", "bert"]
+    assert env["PYTHONPATH"].split(os.pathsep)[0] == str(Path(__file__).resolve().parent.parent)
+
+
+def test_system_table_gives_a_failed_worker_an_error_row():
+    from benchmarks.report import system_table
+
+    lines = system_table("| System | A | B | Notes |", "|---|---:|---:|---|",
+                         {"x": {"label": "X", "a": 1}, "y": {"label": "Y", "error": "exit 1: boom | bang"}},
+                         lambda system, r: f"| {r['label']} | {r['a']} | | |")
+    assert lines[2:] == ["| X | 1 | | |", "| Y | | | ERROR: exit 1: boom / bang |"]

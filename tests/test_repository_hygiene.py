@@ -135,7 +135,7 @@ def test_run_records_and_benchmark_commands_are_portable(monkeypatch):
     import os
     import tempfile
 
-    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    from benchmarks import report_paths
     from harness import kala, runs
 
     settings = runs.portable({
@@ -149,13 +149,12 @@ def test_run_records_and_benchmark_commands_are_portable(monkeypatch):
     cfg = kala.make_settings("conll", model="tiny-model")
     assert kala.command(cfg, "vanilla", "1", "out")[1:4] == ["run_scripts/run_ner.py", "--model_name_or_path",
                                                                     "tiny-model"]
-    import report_paths
     out = Path(tempfile.gettempdir(), "device-out")
     monkeypatch.setenv("OUT", str(out))
-    line = report_paths.command_line("benchmarks/bench_kala.py", [
+    line = report_paths.command_line("kala", [
         "--systems", "", "--markdown", str(out / "b.md"), f"--json={Path(tempfile.gettempdir(), 'r', 'x y.json')}",
         "--other", str(ROOT / "outputs" / "c.md")])
-    assert line == ("python benchmarks/bench_kala.py --systems '' --markdown $OUT/b.md --json=$TMPDIR/'r/x y.json' "
+    assert line == ("python -m benchmarks kala --systems '' --markdown $OUT/b.md --json=$TMPDIR/'r/x y.json' "
                     f"--other {os.path.join('outputs', 'c.md')}")
     assert not machine_paths(line) and not machine_paths(json.dumps(settings))
     frame = report_paths.portable_frame(f"{ROOT / 'keplm' / 'modeling' / 'modeling_kala.py'}(190): _knowledge_state")

@@ -4,7 +4,7 @@ Target (issue "knowledge construction"): linked and graphed in <= 60 s on 2 CPU 
 per-sentence facts (linker) and the model-ready graph features (KalaProcessor). No cache is reused: each
 run uses a fresh datasets cache directory.
 
-    python benchmarks/bench_build_kg.py [--data ../shared/data] [--num_proc 2] [--encoder <tokenizer dir>]
+    python -m benchmarks build-kg [--data ../shared/data] [--num_proc 2] [--encoder <tokenizer dir>]
 """
 
 from __future__ import annotations
@@ -17,12 +17,12 @@ import tempfile
 import time
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--data", default=os.path.join("..", "shared", "data"))
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks build-kg", description=__doc__.splitlines()[0])
+    parser.add_argument("--data", default=os.path.join("..", "shared", "data"), help="the shared data folder")
     parser.add_argument("--num_proc", type=int, default=2)
     parser.add_argument("--encoder", default=None, help="tokenizer for the graph features (default: MiniLM)")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as cache:
         os.environ["HF_DATASETS_CACHE"] = cache
         import datasets
@@ -65,7 +65,3 @@ def main() -> None:
     for step, seconds in timings.items():
         print(f"| {step} | {seconds:.1f} |")
     print(f"| **total** | **{total:.1f}** (target <= 60: {'PASS' if total <= 60 else 'FAIL'}) |")
-
-
-if __name__ == "__main__":
-    main()

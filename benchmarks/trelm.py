@@ -1,9 +1,8 @@
-#!/usr/bin/env python
 """Training-step benchmark of TRELM pre-training: plain MLM vs TRELM without and with knowledge routing, and the
 cost of the routing attribution step, side by side in one run (see benchmarks/README.md).
 
-    python benchmarks/bench_trelm.py --preset cpu-small --device cpu --threads 1
-    python benchmarks/bench_trelm.py --preset paper --device cuda --dtype bf16
+    python -m benchmarks trelm --preset cpu-small --device cpu --threads 1
+    python -m benchmarks trelm --preset paper --device cuda --dtype bf16
 
 Each system runs in its own process (isolated peak memory), warmed up in turn, then timed round robin
 (``workers.run_round_robin``). The features come from the real path: synthetic sentences over an in-memory
@@ -20,23 +19,15 @@ import argparse
 import ctypes
 import statistics
 import sys
-from dataclasses import asdict, dataclass
-from pathlib import Path
+from dataclasses import dataclass
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+import numpy as np
+import torch
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-from harness import autocast_context, rss_kib, timed  # noqa: E402
-from synthetic import EncoderShape  # noqa: E402
-from workers import (  # noqa: E402
-    StepRunner,
-    fmt,
-    parse_training_step_args,
-    ratio,
-    run_training_step_benchmark,
-    training_step_parser,
-)
+from benchmarks.harness import rss_kib, timed
+from benchmarks.report import comparison_lines, fmt, header_lines, ratio, system_table, verdict
+from benchmarks.synthetic import EncoderShape
+from benchmarks.workers import StepRunner, parse_training_step_args, run_training_step_benchmark, training_step_parser
 
 TARGET_ROUTING = 1.3  # the issue's GPU target: TRELM step with routing <= 1.3x the plain MLM step
 
@@ -57,6 +48,11 @@ class Preset(EncoderShape):
 
     def encoder_config(self):
         return self.bert_config(self.vocab_size)
+
+    def describe(self) -> str:
+        return (f"{self.encoder()}, vocabulary {self.vocab_size}; batch {self.batch_size} × {self.seq_len} tokens; "
+                f"four 2-token entity mentions and two facts per example ({self.num_entities} entities, KGE dim "
+                f"{self.kge_dim}); 15 % MLM masking + CKA targets")
 
 
 PRESETS = {
@@ -135,11 +131,7 @@ class TrelmRunner(StepRunner):
     def __init__(self, args, system: str):
         from keplm import TrelmConfig, TrelmForMaskedLM
 
-        self.args, self.system, self.preset = args, system, PRESETS[args.preset]
-        self.batch_size = self.preset.batch_size
-        self.device = torch.device(args.device)
-        if args.threads:
-            torch.set_num_threads(args.threads)
+        self.setup(args, system, PRESETS[args.preset])
         processor, self.batches = make_batches(self.preset, system, args.num_batches, args.seed,
                                                self.device.type == "cuda")
         self.baseline_kib = rss_kib()
@@ -170,21 +162,11 @@ class TrelmRunner(StepRunner):
             except OSError:
                 pass
 
-    def _on_device(self, batch: dict) -> dict:
-        return {k: v.to(self.device, non_blocking=True) for k, v in batch.items()}
-
     def _reroute(self, batch: dict) -> None:
         from transformers import TrainerState
 
-        with autocast_context(self.device, self.args.dtype):
-            self.model.before_training_step(self._on_device(batch), TrainerState(global_step=0), self.optimizer)
-
-    def step(self, batch: dict) -> None:
-        with autocast_context(self.device, self.args.dtype):
-            loss = self.model(**self._on_device(batch)).loss
-        loss.backward()
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
+        with self.autocast():
+            self.model.before_training_step(self.on_device(batch), TrainerState(global_step=0), self.optimizer)
 
     def finish(self) -> dict:
         result = {**self.timing(), "label": SYSTEMS[self.system],
@@ -205,59 +187,35 @@ def markdown_report(meta: dict, results: dict) -> str:
     trelm = results.get("trelm", {})
     amortised = (trelm["amortised_step_ms"] / results["mlm"]["step_ms_median"]
                  if trelm.get("amortised_step_ms") and results.get("mlm", {}).get("step_ms_median") else None)
-    verdict = "n/a" if routed is None else ("PASS" if routed <= TARGET_ROUTING else "FAIL")
-    lines = [
-        f"# TRELM pre-training step benchmark: preset `{meta['preset']}` on {meta['device_name']}", "",
-        f"- Date: {meta['date']}", f"- Command: `{meta['command']}`",
-        f"- Device: `{meta['device']}` — {meta['device_name']}; load average before/after: {meta['load_before']} / "
-        f"{meta['load_after']}",
-        f"- Software: torch {meta['torch']}, transformers {meta['transformers']}, Python {meta['python']}",
-        f"- Shape: {meta['shape']}",
+    lines = header_lines("TRELM pre-training step benchmark", meta, [
         f"- Settings: dtype {meta['dtype']}, AdamW over the trainable parameters, warm-up {meta['warmup']} + "
         f"{meta['steps']} timed steps in {meta['rounds']} round-robin rounds, torch threads per worker "
-        f"{meta['threads']}, {meta['num_batches']} distinct batches cycled; routing: {meta['routing']}.",
-        "- Step = host→device copy + forward + backward + optimizer.step + zero_grad"
-        + (", CUDA-synchronised." if cuda else ".") + " Memory: "
-        + ("torch.cuda.max_memory_allocated during the timed steps." if cuda else
-           "peak RSS during the timed steps minus RSS before the model was built (freed heap returned with "
-           "malloc_trim after the warm-up, so the attribution pass before it does not count)."),
-        "",
+        f"{meta['threads']}, {meta['num_batches']} distinct batches cycled; routing: {meta['routing']}."],
+        " (freed heap returned with malloc_trim after the warm-up, so the attribution pass before it does not count)")
+    lines += system_table(
         "| System | Params (M) | Trainable (M) | Optimizer state (MiB) | Step median (ms) | min–max (ms) | "
         "Samples/s | Peak mem (MiB) | Time × MLM | Mem × MLM | Attribution step (ms) |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
-    ]
-    for system, r in results.items():
-        if "error" in r:
-            lines.append(f"| {r['label']} | | | | | | | | | | ERROR: {r['error'][-200:].replace('|', '/')} |")
-            continue
-        lines.append(
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|", results, lambda system, r: (
             f"| {r['label']} | {r['params_m']:.1f} | {r['trainable_m']:.2f} | {r['optimizer_state_mib']:.0f} | "
             f"{r['step_ms_median']:.1f} | {r['step_ms_min']:.0f}–{r['step_ms_max']:.0f} | {r['samples_per_s']:.2f} | "
             f"{fmt(r['peak_memory_mib'], 0)} | {fmt(ratio(results, system, 'mlm'), 3, '×')} | "
-            f"{fmt(ratio(results, system, 'mlm', 'peak_memory_mib'), 3, '×')} | {fmt(r.get('attribution_ms'), 0)} |")
+            f"{fmt(ratio(results, system, 'mlm', 'peak_memory_mib'), 3, '×')} | {fmt(r.get('attribution_ms'), 0)} |"))
     attribution = trelm.get("attribution_ms")
-    lines += [
-        "", "Time ratios: median over the rounds of (system step / MLM step in the same round); memory: peak over "
-        "peak.", "",
-        "| Comparison | Value |", "|---|---:|",
-        f"| TRELM with routing step / plain MLM step | {fmt(routed, 3, '×')} |",
-        f"| TRELM with routing step / TRELM without routing step | "
-        f"{fmt(ratio(results, 'trelm', 'trelm-no-routing'), 3, '×')} |",
-        f"| TRELM without routing step / plain MLM step | {fmt(ratio(results, 'trelm-no-routing', 'mlm'), 3, '×')} |",
-        f"| attribution step / TRELM with routing step | "
-        f"{fmt(attribution / trelm['step_ms_median'] if attribution else None, 2, '×')} |",
-        f"| TRELM with routing, re-routed every {meta['routing_interval']} steps (amortised) / plain MLM step | "
-        f"{fmt(amortised, 3, '×')} |",
-        "",
-        f"Target (GPU, BERT-base bs 64 × 128): TRELM step with routing ≤ {TARGET_ROUTING}× plain MLM — this run: "
-        f"{verdict}" + ("" if cuda else " (CPU, shrunk shape: informative only; the target is checked on the GPU)")
-        + ".",
-    ]
+    lines += comparison_lines("MLM", [
+        ("TRELM with routing step / plain MLM step", routed, 3),
+        ("TRELM with routing step / TRELM without routing step", ratio(results, "trelm", "trelm-no-routing"), 3),
+        ("TRELM without routing step / plain MLM step", ratio(results, "trelm-no-routing", "mlm"), 3),
+        ("attribution step / TRELM with routing step",
+         attribution / trelm["step_ms_median"] if attribution else None, 2),
+        (f"TRELM with routing, re-routed every {meta['routing_interval']} steps (amortised) / plain MLM step",
+         amortised, 3),
+    ], f"(GPU, BERT-base bs 64 × 128): TRELM step with routing ≤ {TARGET_ROUTING}× plain MLM",
+        verdict(routed, TARGET_ROUTING), cuda)
     return "\n".join(lines) + "\n"
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = training_step_parser(__doc__.splitlines()[0], PRESETS, SYSTEMS, 4)
+    p = training_step_parser("trelm", __doc__.splitlines()[0], PRESETS, SYSTEMS, 4)
     p.add_argument("--routing-fraction", type=float, default=0.1, help="share of FFN neurons routed per layer")
     p.add_argument("--routing-steps", type=int, default=20, help="IG Riemann steps m (paper: 20)")
     p.add_argument("--routing-batch-steps", type=int, default=None,
@@ -271,20 +229,10 @@ def parse_args(argv=None) -> argparse.Namespace:
 def main(argv=None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
-    preset = PRESETS[args.preset]
     meta = {
-        "preset_values": asdict(preset),
-        "shape": (f"BERT {preset.num_layers} layers, hidden {preset.hidden_size}, {preset.num_heads} heads, FFN "
-                  f"{preset.intermediate_size}, vocabulary {preset.vocab_size}; batch {preset.batch_size} × "
-                  f"{preset.seq_len} tokens; four 2-token entity mentions and two facts per example "
-                  f"({preset.num_entities} entities, KGE dim {preset.kge_dim}); 15 % MLM masking + CKA targets"),
         "routing": (f"{args.routing_fraction:g} of the FFN neurons per layer, IG with {args.routing_steps} steps in "
                     + ("one batched pass" if args.routing_batch_steps is None else
                        f"batched passes of {args.routing_batch_steps}")),
         "routing_interval": args.routing_interval,
     }
-    run_training_step_benchmark(__file__, argv, args, SYSTEMS, TrelmRunner, meta, markdown_report)
-
-
-if __name__ == "__main__":
-    main()
+    run_training_step_benchmark("trelm", argv, args, PRESETS[args.preset], SYSTEMS, TrelmRunner, meta, markdown_report)
