@@ -8,7 +8,8 @@ import json
 import statistics
 from pathlib import Path
 
-from keplm.hub.card import KnowledgeFacts, ModelCardSpec, TrainingFacts, format_command, results_from_runs
+from harness.card_facts import command_line
+from keplm.hub.card import KnowledgeFacts, ModelCardSpec, TrainingFacts, results_from_runs
 
 ROOT = Path(__file__).resolve().parent.parent
 ROOF_RUNS = Path("docs/runs/roof-2026-11-23")
@@ -67,7 +68,7 @@ def roof_card(minilm: str, encoder: dict) -> tuple[str, ModelCardSpec]:
                          "batch size per device": settings["batch"], "seed": best_seed, "warm-up": "0.1",
                          "fusion learning rate": "10x the encoders' (paper 4.5, appendix 6.3)",
                          "training subset": f"the first {settings['train']} MRPC training pairs"},
-        command=format_command(command),
+        command=command_line(command),
         command_note="Run by `python -m harness.roof_experiments --preset mrpc --seeds 1 2 3` (one command per seed "
                      "and variant, two at a time with one thread each).",
         epochs=float(roof[0]["epoch"]), device="CPU, a 2-core AMD EPYC VM", date="2026-11-23",

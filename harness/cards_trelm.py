@@ -9,13 +9,13 @@ import json
 import statistics
 from pathlib import Path
 
+from harness.card_facts import command_line
 from keplm.hub.card import (
     KnowledgeFacts,
     ModelCardSpec,
     ResultRow,
     Score,
     TrainingFacts,
-    format_command,
     method_card,
 )
 
@@ -84,7 +84,7 @@ def trelm_card(minilm: str, encoder: dict) -> tuple[str, ModelCardSpec]:
                          "seed": TRELM_SEED, "warm-up steps": 10, "training time budget": f"{settings['seconds']} s",
                          "corpus": f"{settings['train']} sentences of T-REx evidences + FewRel, held-out facts removed",
                          "mechanisms": "injection, CKA loss (θ 0.5), memory bank (k 16), knowledge routing (10 %)"},
-        command=format_command(command),
+        command=command_line(command),
         command_note="Run by `python -m harness.trelm_experiments --seeds 1 2 3 --jobs 2` (two runs at a time with "
                      "one thread each). The KG embeddings come from `keplm train-kge` (see docs/trelm.md).",
         steps=curve[-1]["step"], device="CPU, a 2-core AMD EPYC VM", date="2026-11-23",

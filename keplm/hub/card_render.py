@@ -15,14 +15,12 @@ from pathlib import Path
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
 from .card_facts import (
-    BASE_PACKAGES,
     KG_SOURCES,
     LIBRARY_NAME,
     ModelCardSpec,
     ResultRow,
     _hub_id,
     _package_of,
-    dataset_info,
     describe_path,
     kg_parts,
     kg_source_name,
@@ -63,7 +61,7 @@ def _fmt(value) -> str:
 
 
 def _dataset_name(spec: ModelCardSpec) -> str | None:
-    info = dataset_info(spec.training.dataset)
+    info = spec.training.dataset_info
     return info.name if info else describe_path(spec.training.dataset)
 
 
@@ -130,13 +128,13 @@ def _base_phrase(spec: ModelCardSpec) -> str:
         shape = f" ({encoder['model_type']}, {encoder.get('layers')} layers, hidden size {encoder.get('hidden_size')})"
     if not base:
         return f"an encoder{shape}"
+    held = spec.base_model_description
     package = _package_of(str(base))
     if package:
-        held = BASE_PACKAGES.get(package)
         return f"the encoder of the `{package}` pip package{f', {held}' if held else shape}"
     if _hub_id(base):
-        return f"`{base}`{shape}"
-    return f"a local encoder (`{describe_path(base)}`){shape}"
+        return f"`{base}`{f', {held}' if held else shape}"
+    return f"a local encoder (`{describe_path(base)}`){f', {held}' if held else shape}"
 
 
 def _results(spec: ModelCardSpec) -> list[str]:
@@ -211,7 +209,7 @@ _INTENDED_USE = {"token-classification": "tagging entities in text like the trai
 
 def _data_terms(spec: ModelCardSpec) -> list[str]:
     """The terms of the training data and of the KG sources whose licence binds the model's uses."""
-    info = dataset_info(spec.training.dataset)
+    info = spec.training.dataset_info
     terms = [f"{info.name}: {info.terms}"] if info and info.terms else []
     return terms + [f"{KG_SOURCES[k].name}: {KG_SOURCES[k].description}" for k in kg_parts(spec.knowledge.kg_spec)
                     if spec.uses_knowledge and "CC" in KG_SOURCES[k].description]
@@ -285,7 +283,7 @@ def _training_data(spec: ModelCardSpec) -> str:
         return ""
     source = ""
     if t.dataset and not _hub_id(t.dataset):
-        source = " (read from a local copy of the public dataset)" if dataset_info(t.dataset) else " (local files)"
+        source = " (read from a local copy of the public dataset)" if t.dataset_info else " (local files)"
     sizes = ", ".join(f"{_fmt(n)} {split}" for split, n in t.examples.items())
     line = f"Data: {dataset}{source}" + (f"; {sizes} examples" if sizes else "") + "."
     if spec.labels:
@@ -322,7 +320,7 @@ def _lines(lines: list[str]) -> str:
 def template_values(spec: ModelCardSpec) -> dict:
     """What the card template (``templates/modelcard_template.md``) fills in: every value computed from ``spec``."""
     card = method_card(spec.model_type)
-    info = dataset_info(spec.training.dataset)
+    info = spec.training.dataset_info
     paper = card.paper
     text = spec.example_text or ("Barack Obama met Angela Merkel in Berlin ." if spec.task == "token-classification"
                                  else None)
@@ -356,7 +354,7 @@ def template_values(spec: ModelCardSpec) -> dict:
 
 def card_data_for(spec: ModelCardSpec) -> ModelCardData:
     """The card's YAML metadata (``ModelCardData``) with the model-index of the spec's own results."""
-    info = dataset_info(spec.training.dataset)
+    info = spec.training.dataset_info
     dataset_hub = _hub_id(spec.training.dataset) if not info else info.hub_id
     language = spec.language or (info.language if info else None)
     tags = [LIBRARY_NAME, spec.model_type, "knowledge-enhanced", *method_card(spec.model_type).tags(spec)]
@@ -385,7 +383,7 @@ def eval_results_for(spec: ModelCardSpec) -> list[EvalResult]:
     info = spec.task_info
     if info is None:
         return []
-    dataset = dataset_info(spec.training.dataset)
+    dataset = spec.training.dataset_info
     dataset_type = ((dataset.hub_id or dataset.key) if dataset else None) or _hub_id(spec.training.dataset) \
         or describe_path(spec.training.dataset) or "custom"
     dataset_name = _dataset_name(spec) or dataset_type
