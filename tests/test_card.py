@@ -351,6 +351,7 @@ def test_trainer_create_model_card_writes_card_and_figures(tmp_path, tokenizer, 
     from keplm import KeplmDataCollator
     from keplm.training.arguments import KnowledgeArguments
     from keplm.training.evaluate_metrics import NerComputeMetrics
+    from keplm.training.model_card import KeplmCardCallback
     from keplm.training.tagging import argmax_logits
     from keplm.training.trainer import KeplmTrainer
 
@@ -375,8 +376,14 @@ def test_trainer_create_model_card_writes_card_and_figures(tmp_path, tokenizer, 
                    "command": ["python", "run_scripts/run_ner.py", "--tag_text", "a b"],
                    "knowledge_args": knowledge_args, "train_linked_share": 2 / 3, "language": "en"},
     )
+    assert any(isinstance(callback, KeplmCardCallback) for callback in trainer.callback_handler.callbacks)
     trainer.train()
-    trainer.save_metrics("eval", dict(trainer.evaluate(), eval_samples=3))
+    recorded = trainer.card_data  # what the callback recorded as training happened
+    assert recorded.steps == 4 and recorded.hyperparameters["seed"] == 7 and recorded.device == "CPU"
+    assert recorded.train_runtime > 0 and any("loss" in entry for entry in recorded.log_history)
+    metrics = trainer.evaluate()
+    assert recorded.metrics["eval_f1"] == metrics["eval_f1"] and "eval_runtime" not in recorded.metrics  # on_evaluate
+    trainer.save_metrics("eval", dict(metrics, eval_samples=3))
     trainer.create_model_card(license="apache-2.0", tags=["from-test"])
     out = tmp_path / "out"
     text = (out / "README.md").read_text()
@@ -389,7 +396,7 @@ def test_trainer_create_model_card_writes_card_and_figures(tmp_path, tokenizer, 
                 "| case-sensitive linking | yes |", "| batch size per device | 2 |"):
         assert row in text, row
     assert "66.7 % of the training examples have at least one linked mention" in text
-    assert "Run: 4 optimizer steps" in text and "on CPU" in text
+    assert "Run: 4 optimizer steps" in text and "on CPU" in text and " s of training." in text
     assert "python run_scripts/run_ner.py --tag_text 'a b'" in text
     for name in ("entity_frequency.png", "kfm_modulation.png", "training_curves.png"):
         assert (out / "figures" / name).is_file() and f"(figures/{name})" in text, name
