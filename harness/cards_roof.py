@@ -8,7 +8,8 @@ import json
 import statistics
 from pathlib import Path
 
-from keplm.hub.card import KnowledgeFacts, ModelCardSpec, TrainingFacts, format_command, results_from_runs
+from harness.card_facts import CPU_MACHINE, CPU_RUN_VERSIONS, MINILM, command_line, cpu_scale_note, reference_spec
+from keplm.hub.card import KnowledgeFacts, ModelCardSpec, TrainingFacts, results_from_runs
 
 ROOT = Path(__file__).resolve().parent.parent
 ROOF_RUNS = Path("docs/runs/roof-2026-11-23")
@@ -21,7 +22,7 @@ ROOF_SYSTEMS = {"bert": "MiniLM alone", "bert_with_knowledge": "MiniLM, knowledg
 KG_SIZE = {"kg_entities": 80_693, "kg_relations": 278, "kg_triples": 371_889}
 
 
-def roof_card(minilm: str, encoder: dict) -> tuple[str, ModelCardSpec]:
+def roof_card() -> tuple[str, ModelCardSpec]:
     paths = sorted((ROOT / ROOF_RUNS / ROOF_TASK).glob("seed*.json"))
     summaries = [json.loads(p.read_text()) for p in paths]
     summaries = [s for s in summaries if "roof" in s["results"]]
@@ -53,7 +54,7 @@ def roof_card(minilm: str, encoder: dict) -> tuple[str, ModelCardSpec]:
                       f"{100 * mean('knowledge_validation_share_with_knowledge'):.1f} %")],
         note="KG size as the runs' logs report it; selection statistics are means over the seeds' run summaries.")
     command = ["python", "run_scripts/run_glue.py", "--task_name", ROOF_TASK, "--data_dir", "../shared/data/glue",
-               "--model_name_or_path", minilm, "--kg", settings["kg"], "--link_case_sensitive",
+               "--model_name_or_path", MINILM, "--kg", settings["kg"], "--link_case_sensitive",
                "--max_train_samples", settings["train"], "--do_train", "--do_eval",
                "--output_dir", f"outputs/roof_experiments/{ROOF_TASK}/seed{best_seed}/roof",
                "--num_train_epochs", settings["epochs"], "--learning_rate", settings["lr"], "--warmup_steps", "0.1",
@@ -67,31 +68,30 @@ def roof_card(minilm: str, encoder: dict) -> tuple[str, ModelCardSpec]:
                          "batch size per device": settings["batch"], "seed": best_seed, "warm-up": "0.1",
                          "fusion learning rate": "10x the encoders' (paper 4.5, appendix 6.3)",
                          "training subset": f"the first {settings['train']} MRPC training pairs"},
-        command=format_command(command),
+        command=command_line(command),
         command_note="Run by `python -m harness.roof_experiments --preset mrpc --seeds 1 2 3` (one command per seed "
                      "and variant, two at a time with one thread each).",
-        epochs=float(roof[0]["epoch"]), device="CPU, a 2-core AMD EPYC VM", date="2026-11-23",
+        epochs=float(roof[0]["epoch"]), device=CPU_MACHINE, date="2026-11-23",
         wall_time=f"{summaries[best]['durations_s']['roof']:.0f} s (two runs sharing the 2 cores)",
     )
-    spec = ModelCardSpec(
+    spec = reference_spec(
         model_type="roof_transformer", architecture="RoofTransformerForSequenceClassification",
         auto_class="AutoModelForSequenceClassification", pipeline_tag="text-classification",
         task="text-classification", processor_class="RoofTransformerProcessor", system="roof",
         model_name="Roof-Transformer (MiniLM-L6) for paraphrase detection on GLUE MRPC",
-        uses_knowledge=True, encoder=encoder,
+        uses_knowledge=True,
         settings={"fusion": "transformer", "fusion_layers": int(settings["fusion_layers"]), "segmentation": "type2",
                   "knowledge_encoding": "joint", "max_knowledge_length": int(settings["max_knowledge_length"]),
                   "num_text_encoders": 1},
-        base_model=minilm, license="cc-by-nc-4.0", knowledge=knowledge, training=training,
+        license="cc-by-nc-4.0", knowledge=knowledge, training=training,
         results=results_from_runs([roof[best]], "text-classification"), comparison=rows,
         comparison_intro=f"This checkpoint is seed {best_seed}, the best of the Roof runs with seeds {seeds}. Every "
                          "system of the same runs (same data and KG), mean ± std over those seeds — Roof's column is "
                          "the mean of its runs, not this checkpoint:",
-        versions={"keplm": "0.1.0", "transformers": "5.23.0", "torch": "2.13.0+cpu"},
+        versions=CPU_RUN_VERSIONS,
         provenance=[f"Numbers: `{ROOF_RUNS.as_posix()}/{ROOF_TASK}/seed*.json` (settings, every variant's "
                     "`all_results.json`, wall times); discussed in `docs/results.md` (\"Roof-Transformer\")."],
-        weights_available=False, example_text=None,
-        notes=["A CPU-scale run (1,000 training pairs, 2 epochs, MiniLM-L6): its scores say how the implementation "
-               "compares with its baselines at this size, not what the paper's BERT-base runs reach."],
+        notes=[cpu_scale_note("1,000 training pairs, 2 epochs, MiniLM-L6", "scores say", "its baselines at this size",
+                              "BERT-base")],
     )
     return ROOF_CARD, spec

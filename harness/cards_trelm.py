@@ -9,13 +9,13 @@ import json
 import statistics
 from pathlib import Path
 
+from harness.card_facts import CPU_MACHINE, CPU_RUN_VERSIONS, MINILM, command_line, cpu_scale_note, reference_spec
 from keplm.hub.card import (
     KnowledgeFacts,
     ModelCardSpec,
     ResultRow,
     Score,
     TrainingFacts,
-    format_command,
     method_card,
 )
 
@@ -45,7 +45,7 @@ def probe_rows(curves: list[list[dict]], facts: int | None = None) -> list[Resul
     return rows
 
 
-def trelm_card(minilm: str, encoder: dict) -> tuple[str, ModelCardSpec]:
+def trelm_card() -> tuple[str, ModelCardSpec]:
     summaries = {s["settings"]["seed"]: s for s in
                  (json.loads(p.read_text()) for p in sorted((ROOT / TRELM_RUNS).glob("seed*.json")))}
     own = summaries[TRELM_SEED]
@@ -69,7 +69,7 @@ def trelm_card(minilm: str, encoder: dict) -> tuple[str, ModelCardSpec]:
                       "facts"),
                      *method_card("trelm").knowledge_rows(None, metrics)],
         note="The held-out LAMA facts are in neither the pre-training text nor the KG the embeddings were trained on.")
-    command = ["python", "run_scripts/run_pretraining.py", "--model_name_or_path", minilm, "--max_train_samples",
+    command = ["python", "run_scripts/run_pretraining.py", "--model_name_or_path", MINILM, "--max_train_samples",
                settings["train"], "--max_train_seconds", settings["seconds"], "--num_train_epochs", "100",
                "--learning_rate", settings["lr"], "--warmup_steps", "10", "--per_device_train_batch_size",
                settings["batch"], "--max_seq_length", settings["max_seq_length"], "--probe_every_steps",
@@ -84,25 +84,24 @@ def trelm_card(minilm: str, encoder: dict) -> tuple[str, ModelCardSpec]:
                          "seed": TRELM_SEED, "warm-up steps": 10, "training time budget": f"{settings['seconds']} s",
                          "corpus": f"{settings['train']} sentences of T-REx evidences + FewRel, held-out facts removed",
                          "mechanisms": "injection, CKA loss (θ 0.5), memory bank (k 16), knowledge routing (10 %)"},
-        command=format_command(command),
+        command=command_line(command),
         command_note="Run by `python -m harness.trelm_experiments --seeds 1 2 3 --jobs 2` (two runs at a time with "
                      "one thread each). The KG embeddings come from `keplm train-kge` (see docs/trelm.md).",
-        steps=curve[-1]["step"], device="CPU, a 2-core AMD EPYC VM", date="2026-11-23",
+        steps=curve[-1]["step"], device=CPU_MACHINE, date="2026-11-23",
         wall_time=f"{metrics['train_seconds']:.0f} s of training (probing excluded)",
     )
-    spec = ModelCardSpec(
+    spec = reference_spec(
         model_type="trelm", architecture="TrelmForMaskedLM", auto_class="AutoModelForMaskedLM",
         pipeline_tag="fill-mask", task="fill-mask", processor_class="TrelmProcessor", system="trelm",
         model_name="TRELM (MiniLM-L6) pre-trained on T-REx and FewRel sentences, CPU scale",
-        uses_knowledge=True, encoder=encoder, base_model=minilm, license="cc-by-nc-4.0", knowledge=knowledge,
+        uses_knowledge=True, license="cc-by-nc-4.0", knowledge=knowledge,
         training=training, results=probe_rows([curve], None), comparison=comparison,
         comparison_intro=f"This checkpoint is seed {TRELM_SEED}. Every variant of the same comparison (same corpus "
                          f"sample, same training seconds), mean ± std over the seeds it ran with ({seed_counts}):",
-        versions={"keplm": "0.1.0", "transformers": "5.23.0", "torch": "2.13.0+cpu"},
+        versions=CPU_RUN_VERSIONS,
         provenance=[f"Numbers: `{TRELM_RUNS.as_posix()}/seed*.json` (settings, every variant's `all_results.json` "
                     "and probe curve); discussed in `docs/results.md` (\"TRELM\")."],
-        weights_available=False, example_text=None,
-        notes=["A CPU-scale run (minutes of pre-training from an encoder without an MLM head): its P@1 says how the "
-               "implementation compares with plain MLM at this budget, not what the paper's BERT/RoBERTa runs reach."],
+        notes=[cpu_scale_note("minutes of pre-training from an encoder without an MLM head", "P@1 says",
+                              "plain MLM at this budget", "BERT/RoBERTa")],
     )
     return TRELM_CARD, spec

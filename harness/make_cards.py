@@ -32,14 +32,14 @@ import sys
 import tempfile
 from pathlib import Path
 
+from harness.card_facts import with_project_facts
+
 # the card builders: cards_kala (KALA runs), cards_re (relation extraction), cards_roof (Roof-Transformer),
 # cards_trelm (TRELM); the --relink recomputation of docs/cards/*.json: cards_relink
 from harness.cards_kala import (
-    ENCODER,
     GPU_CARDS,
     GPU_RUNS,
     MAIN_JOB,
-    MINILM,
     gpu_card,
     main_job_card,
 )
@@ -47,7 +47,6 @@ from harness.cards_re import RE_DOC, relation_extraction_card
 from harness.cards_relink import relink_all
 from harness.cards_roof import ROOF_RUNS, ROOF_TASK, roof_card
 from harness.cards_trelm import TRELM_RUNS, TRELM_SEED, trelm_card
-from keplm.hub import card as cards
 from keplm.hub.card import ModelCardSpec, add_figures, render_model_card
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -81,7 +80,7 @@ def index_row(name: str, spec: ModelCardSpec, source: str) -> str:
     probe = next((r for r in spec.results if r.subset is None and "p@1" in r.scores), None)
     if not f1 and probe:  # TRELM: the LAMA probe's P@1
         f1 = f"{probe.scores['p@1'].cell()} ({probe.split} P@1)"
-    data = cards.dataset_info(spec.training.dataset)
+    data = spec.training.dataset_info
     return f"| [`{name}.md`]({name}.md) | {spec.model_name} | {data.name if data else ''} | {f1} | {source} |"
 
 
@@ -91,10 +90,11 @@ def generate(out: Path, figures: bool = True) -> list[Path]:
     entries = [(*gpu_card(p), f"`{GPU_RUNS.as_posix()}/{p}/`, H100, 3 seeds") for p in GPU_CARDS]
     entries.append((*main_job_card(), f"`{MAIN_JOB.as_posix()}`, CPU, 1 seed"))
     entries.append((*relation_extraction_card(), f"`{RE_DOC.as_posix()}`, CPU, 1 run"))
-    name, spec = roof_card(MINILM, ENCODER)
+    name, spec = roof_card()
     entries.append((name, spec, f"`{ROOF_RUNS.as_posix()}/{ROOF_TASK}/`, CPU, best of 3 seeds"))
-    name, spec = trelm_card(MINILM, ENCODER)
+    name, spec = trelm_card()
     entries.append((name, spec, f"`{TRELM_RUNS.as_posix()}/`, CPU, seed {TRELM_SEED} of 3"))
+    entries = [(name, with_project_facts(spec), source) for name, spec, source in entries]
     written = []
     for name, spec, _ in entries:
         if figures:

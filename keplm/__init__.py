@@ -35,11 +35,16 @@ register_pipelines()  # pipeline("keplm-ner", ...), pipeline("keplm-qa", ...)
 
 
 
-def __getattr__(name: str):
-    if name == "KeplmTrainer":  # imported on use: the Trainer pulls in accelerate and the training stack
-        from .training.trainer import KeplmTrainer
+#: imported on use: the Trainer and its card callback pull in accelerate and the training stack
+_LAZY = {"KeplmTrainer": ".training.trainer", "KeplmModelCardData": ".training.model_card",
+         "KeplmCardCallback": ".training.model_card"}
 
-        return KeplmTrainer
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name], __name__), name)
     raise AttributeError(f"module 'keplm' has no attribute {name!r}")
 
 
@@ -49,6 +54,8 @@ __all__ = [
     "KeplmProcessor",
     "KeplmDataCollator",
     "KeplmTrainer",
+    "KeplmModelCardData",
+    "KeplmCardCallback",
     "KalaConfig",
     "KalaModel",
     "KalaForTokenClassification",

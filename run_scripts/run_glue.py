@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import datasets
 import transformers
@@ -36,8 +37,12 @@ from keplm.training.arguments import (
 )
 from keplm.training.evaluate_metrics import GlueComputeMetrics
 from keplm.training.knowledge_setup import Featurizer, build_roof_model, maybe_add_lora, prepare_roof_knowledge
+from keplm.training.model_card import KeplmModelCardData
 from keplm.training.runtime import build_features, check_splits, record, setup_logging, train_and_save
 from keplm.training.trainer import KeplmTrainer
+
+#: this project's card facts (its datasets' public names, the MiniLM package), for the model card
+CARD_FACTS = Path(__file__).resolve().parents[1] / "harness" / "card_facts.json"
 
 logger = logging.getLogger(__name__)
 
@@ -94,8 +99,8 @@ def main(args: list[str] | None = None) -> dict:
         data_collator=_collator(processor, model, data_args),
         parameter_group_options={"fusion_lr_multiplier": roof_args.fusion_lr_multiplier}
         if roof_args.system == "roof" else {},
-        card_data={"base_model": model_args.model_name_or_path, "dataset": task.name,
-                   "command": ["python", *sys.argv]},
+        card_data=KeplmModelCardData(base_model=model_args.model_name_or_path, dataset=task.name,
+                                     command=["python", *sys.argv], card_facts=CARD_FACTS),
         train_dataset=features.get("train"), eval_dataset=features.get("validation"),
         compute_metrics=GlueComputeMetrics(task.metric),
     )

@@ -16,6 +16,7 @@ import json
 import logging
 import os
 import sys
+from pathlib import Path
 
 import datasets
 import transformers
@@ -36,6 +37,7 @@ from keplm.training.knowledge_setup import (
     prepare_processor,
 )
 from keplm.training.metrics import ner_metrics
+from keplm.training.model_card import KeplmModelCardData
 from keplm.training.runtime import (
     build_collator,
     build_features,
@@ -51,6 +53,9 @@ from keplm.training.runtime import (
 from keplm.training.subsets import UnseenEntityCounter, subset_metrics
 from keplm.training.tagging import align_labels_to_model, argmax_logits, tag_words, word_level_tags
 from keplm.training.trainer import KeplmTrainer
+
+#: this project's card facts (its datasets' public names, the MiniLM package), for the model card
+CARD_FACTS = Path(__file__).resolve().parents[1] / "harness" / "card_facts.json"
 
 logger = logging.getLogger(__name__)
 
@@ -104,10 +109,11 @@ def main(args: list[str] | None = None) -> dict:
     trainer = KeplmTrainer(
         model=model, args=training_args, data_collator=collator, processing_class=processor,
         parameter_group_options=group_options,
-        card_data={"base_model": model_args.model_name_or_path, "dataset": data_args.dataset_name,
-                   "command": ["python", *sys.argv], "knowledge_args": {**vars(knowledge_args), **group_options},
-                   "train_linked_share": linked_share(raw["train"]) if uses_knowledge and "train" in raw else None,
-                   "example_text": data_args.tag_text},
+        card_data=KeplmModelCardData(
+            base_model=model_args.model_name_or_path, dataset=data_args.dataset_name, command=["python", *sys.argv],
+            knowledge_args={**vars(knowledge_args), **group_options}, example_text=data_args.tag_text,
+            train_linked_share=linked_share(raw["train"]) if uses_knowledge and "train" in raw else None,
+            card_facts=CARD_FACTS),
         train_dataset=features.get("train"), eval_dataset=features.get("validation"),
         compute_metrics=NerComputeMetrics(label_list, per_type=data_args.return_entity_level_metrics),
         preprocess_logits_for_metrics=argmax_logits,

@@ -24,6 +24,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from pathlib import Path
 
 import transformers
 from transformers import AutoModel, AutoTokenizer, set_seed
@@ -37,6 +38,7 @@ from keplm.knowledge import KnowledgeAssets, load_kg
 from keplm.tokenization.processing_trelm import feature_statistics
 from keplm.training.arguments import KeplmTrainingArguments, ModelArguments, parse_args
 from keplm.training.knowledge_setup import Featurizer, featurize, maybe_add_lora
+from keplm.training.model_card import KeplmModelCardData
 from keplm.training.pretraining import (
     MemoryDecayCallback,
     PretrainingDataArguments,
@@ -48,6 +50,9 @@ from keplm.training.pretraining import (
 )
 from keplm.training.runtime import flatten, record, setup_logging
 from keplm.training.trainer import KeplmTrainer
+
+#: this project's card facts (its datasets' public names, the MiniLM package), for the model card
+CARD_FACTS = Path(__file__).resolve().parents[1] / "harness" / "card_facts.json"
 
 logger = logging.getLogger(__name__)
 
@@ -169,7 +174,8 @@ def main(args: list[str] | None = None) -> dict:
     trainer = KeplmTrainer(
         model=model, args=training_args, data_collator=collator, processing_class=processor,
         train_dataset=features, callbacks=callbacks,
-        card_data={"base_model": path, "dataset": corpus_name(data_args.corpus), "command": ["python", *sys.argv]},
+        card_data=KeplmModelCardData(base_model=path, dataset=corpus_name(data_args.corpus),
+                                     command=["python", *sys.argv], card_facts=CARD_FACTS),
     )
     results = flatten({"corpus": {k: v for k, v in corpus.report.items() if isinstance(v, (int, float, dict))},
                        "selection": selection, "features": feature_statistics(features) if trelm_args.uses_knowledge

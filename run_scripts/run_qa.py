@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Literal
 
 import datasets
@@ -50,6 +51,7 @@ from keplm.training.knowledge_setup import (
     prepare_roof_knowledge,
 )
 from keplm.training.metrics import squad_references, squad_v1_metrics
+from keplm.training.model_card import KeplmModelCardData
 from keplm.training.runtime import (
     build_collator,
     build_features,
@@ -64,6 +66,9 @@ from keplm.training.runtime import (
 )
 from keplm.training.subsets import UnseenEntityCounter, subset_metrics
 from keplm.training.trainer import QuestionAnsweringTrainer
+
+#: this project's card facts (its datasets' public names, the MiniLM package), for the model card
+CARD_FACTS = Path(__file__).resolve().parents[1] / "harness" / "card_facts.json"
 
 logger = logging.getLogger(__name__)
 
@@ -168,9 +173,11 @@ def main_kala(args) -> dict:
     trainer = QuestionAnsweringTrainer(
         model=model, args=training_args, data_collator=collator, processing_class=processor,
         parameter_group_options=group_options,
-        card_data={"base_model": model_args.model_name_or_path, "dataset": data_args.dataset_name,
-                   "command": ["python", *sys.argv], "knowledge_args": {**vars(knowledge_args), **group_options},
-                   "train_linked_share": linked_share(raw["train"]) if uses_knowledge and "train" in raw else None},
+        card_data=KeplmModelCardData(
+            base_model=model_args.model_name_or_path, dataset=data_args.dataset_name, command=["python", *sys.argv],
+            knowledge_args={**vars(knowledge_args), **group_options},
+            train_linked_share=linked_share(raw["train"]) if uses_knowledge and "train" in raw else None,
+            card_facts=CARD_FACTS),
         train_dataset=features.get("train"), eval_dataset=features.get("validation"),
         eval_examples=raw["validation"] if training_args.do_eval else None,
         n_best_size=data_args.n_best_size, max_answer_length=data_args.max_answer_length,
@@ -223,8 +230,8 @@ def main_roof(args) -> dict:
         data_collator=KeplmDataCollator.from_processor(processor, model,
                                                        pad_to_multiple_of=data_args.pad_to_multiple_of),
         parameter_group_options={"fusion_lr_multiplier": roof_args.fusion_lr_multiplier} if uses_knowledge else {},
-        card_data={"base_model": model_args.model_name_or_path, "dataset": data_args.dataset_name,
-                   "command": ["python", *sys.argv]},
+        card_data=KeplmModelCardData(base_model=model_args.model_name_or_path, dataset=data_args.dataset_name,
+                                     command=["python", *sys.argv], card_facts=CARD_FACTS),
         train_dataset=features.get("train"), eval_dataset=features.get("validation"),
         eval_examples=raw["validation"] if training_args.do_eval else None,
         n_best_size=data_args.n_best_size, max_answer_length=data_args.max_answer_length,

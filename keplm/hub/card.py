@@ -39,13 +39,11 @@ from huggingface_hub import ModelCard
 # the facts and the renderer, re-exported: ``keplm.hub.card`` is the module every caller imports from
 from .card_facts import (  # noqa: F401
     AUTO_CLASSES,
-    BASE_PACKAGES,
     KG_SOURCES,
-    KNOWN_DATASETS,
     LIBRARY_NAME,
-    PACKAGE_MODEL_PATHS,
     PIPELINE_TAGS,
     TASKS,
+    CardFacts,
     DatasetInfo,
     Figure,
     KgInfo,
@@ -57,7 +55,6 @@ from .card_facts import (  # noqa: F401
     TrainingFacts,
     _examples,
     auto_class_name,
-    dataset_info,
     describe_path,
     format_command,
     kg_parts,
@@ -192,9 +189,12 @@ def spec_from_model(
     training_args=None,
     training_state=None,
     example_text: str | None = None,
+    card_facts: CardFacts | None = None,
 ) -> ModelCardSpec:
     """Everything the card says about a live model: config, knowledge assets, Auto class, the run's metrics and
-    arguments. A peft model (LoRA) is described by the keplm model inside it, with a note on the adapter."""
+    arguments, and what ``card_facts`` (the project's) say about its dataset and base model. A peft model (LoRA) is
+    described by the keplm model inside it, with a note on the adapter."""
+    facts = card_facts if card_facts is not None else CardFacts()
     adapter = None
     if callable(getattr(model, "get_base_model", None)) and hasattr(model, "peft_config"):
         adapter = next(iter(model.peft_config.values()), None)
@@ -211,8 +211,8 @@ def spec_from_model(
         labels = [config.id2label[i] for i in sorted(config.id2label)]
     metrics = dict(metrics or {})
     if isinstance(command, (list, tuple)):
-        command = format_command(command)
-    training = TrainingFacts(dataset=dataset, command=command)
+        command = format_command(command, facts.command_aliases)
+    training = TrainingFacts(dataset=dataset, dataset_info=facts.dataset(dataset), command=command)
     for split, key in (("train", "train_samples"), ("validation", "eval_samples"), ("test", "predict_samples")):
         if isinstance(metrics.get(key), (int, float)):
             training.examples[split] = int(metrics[key])
@@ -257,6 +257,7 @@ def spec_from_model(
         labels=labels,
         num_parameters=num_parameters,
         base_model=base_model,
+        base_model_description=facts.base_model(base_model),
         repo_id=repo_id,
         model_name=model_name,
         language=language,
@@ -361,9 +362,9 @@ def build_model_card(
     """A model card whose numbers come from the model's config and knowledge assets and the given metrics.
 
     ``facts`` go to :func:`spec_from_model` (``language``, ``tags``, ``model_name``, ``knowledge_args``,
-    ``train_linked_share``, ``kg``, ``training_args``, ``training_state``, ``example_text``). With ``figures_dir``
-    the figures are drawn there and linked relative to ``card_dir`` (default: ``figures_dir``'s parent, where
-    ``write_model_card`` is expected to write ``README.md``).
+    ``train_linked_share``, ``kg``, ``training_args``, ``training_state``, ``example_text``, ``card_facts``). With
+    ``figures_dir`` the figures are drawn there and linked relative to ``card_dir`` (default: ``figures_dir``'s
+    parent, where ``write_model_card`` is expected to write ``README.md``).
     """
     spec = spec_from_model(model, metrics, base_model, dataset, repo_id, command, processor, license, **facts)
     if figures_dir is not None:
@@ -391,7 +392,8 @@ __all__ = [
     "Paper",
     "allowed_urls",
     "method_card",
-    "KNOWN_DATASETS",
+    "CardFacts",
+    "DatasetInfo",
     "KG_SOURCES",
     "build_model_card",
     "render_model_card",
@@ -406,7 +408,6 @@ __all__ = [
     "portable_argument",
     "auto_class_name",
     "pipeline_tag_for",
-    "dataset_info",
     "kg_spec_name",
     "kg_source_name",
     "framework_versions",

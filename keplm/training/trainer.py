@@ -18,6 +18,7 @@ from transformers import EarlyStoppingCallback, Trainer
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, PredictionOutput, has_length, speed_metrics
 
 from .evaluate_metrics import SquadV1, squad_metric_inputs
+from .model_card import KeplmCardCallback, KeplmModelCardData
 from .optim import (
     WARMUP_KEY,
     apply_parameter_groups,
@@ -69,9 +70,11 @@ class KeplmTrainer(Trainer):
     * **No pickles**: the training arguments are saved as ``training_args.json``, not ``training_args.bin``, and
       checkpoints keep the optimizer, scheduler, RNG and scaler states as safetensors + JSON
       (:mod:`keplm.training.state`), so ``--resume_from_checkpoint`` restores a run exactly without unpickling.
-    * **Model card**: ``create_model_card`` (called by ``push_to_hub`` too) writes keplm's card from the model's
-      config and knowledge assets and the metrics recorded with ``save_metrics``; ``card_data`` adds the base
-      model, the dataset and the training command.
+    * **Model card**: ``create_model_card`` (called by ``push_to_hub`` and every checkpoint push, so the first
+      upload has it) writes keplm's card from the model's config and knowledge assets and ``card_data``
+      (:class:`~keplm.training.model_card.KeplmModelCardData`: the base model, dataset and command the caller
+      gives, the hyper-parameters, metrics and log that :class:`~keplm.training.model_card.KeplmCardCallback`
+      records as training happens).
     * The processor (``processing_class``) is checked against the model (``processor.check_model``).
     * **Model hooks** (used by TRELM): ``model.before_training_step(inputs, state, optimizer)`` runs before every
       training step (knowledge routing); the losses the model names in ``logged_losses`` (output fields, e.g.
@@ -80,7 +83,8 @@ class KeplmTrainer(Trainer):
       restored on resume.
     """
 
-    def __init__(self, *args, parameter_group_options: dict | None = None, card_data: dict | None = None, **kwargs):
+    def __init__(self, *args, parameter_group_options: dict | None = None,
+                 card_data: KeplmModelCardData | dict | None = None, **kwargs):
         model = kwargs.get("model", args[0] if args else None)
         training_args = kwargs.get("args", args[1] if len(args) > 1 else None)
         answer = getattr(model, "ddp_find_unused_parameters", None)
@@ -97,9 +101,11 @@ class KeplmTrainer(Trainer):
         if patience is not None:
             self.add_callback(EarlyStoppingCallback(patience, self.args.early_stopping_threshold))
         self.parameter_group_options = dict(parameter_group_options or {})
-        self.card_data = dict(card_data or {})
+        # the card's facts: the caller's, and the run's as KeplmCardCallback records them
+        self.card_data = card_data if isinstance(card_data, KeplmModelCardData) else \
+            KeplmModelCardData(**(card_data or {}))
+        self.add_callback(KeplmCardCallback(self.card_data))
         self._losses_finite = None  # every training step's loss finite since the last log (a device tensor)
-        self.results: dict = {}  # every metric recorded with save_metrics (the card's numbers)
         self._sparse_gradients = False  # set by create_optimizer: whether any trained table has sparse gradients
 
     def _get_eval_sampler(self, eval_dataset):
@@ -214,6 +220,7 @@ class KeplmTrainer(Trainer):
             self.processing_class.save_pretrained(output_dir)
         with open(os.path.join(output_dir, "training_args.json"), "w", encoding="utf-8") as f:
             f.write(self.args.to_json_string())
+        self.create_model_card()  # the card goes up with the first upload, the run's facts so far
         step = (f"step {self.state.global_step}" if self.args.save_strategy == SaveStrategy.STEPS
                 else f"epoch {int(self.state.epoch)}")
         ignore = ["_*", f"{PREFIX_CHECKPOINT_DIR}-*", *PICKLE_PATTERNS]
@@ -361,7 +368,7 @@ class KeplmTrainer(Trainer):
 
     def save_metrics(self, split, metrics, combined=True):
         super().save_metrics(split, metrics, combined=combined)
-        self.results.update(metrics)
+        self.card_data.record_metrics(metrics)  # the run scripts' own numbers too (split sizes, subsets)
 
     def create_model_card(self, language=None, license=None, tags=None, model_name=None, finetuned_from=None,
                           tasks=None, dataset_tags=None, dataset=None, dataset_args=None, **kwargs):
@@ -369,37 +376,28 @@ class KeplmTrainer(Trainer):
         (PNG, when matplotlib is installed), which ``push_to_hub`` uploads with the model.
 
         The card is read from the model (config, knowledge assets, Auto class, KFM weights for the figures), the
-        processor, the training arguments and log history, and the metrics recorded with ``save_metrics``;
-        ``card_data`` (the run scripts) adds the base model, the dataset, the command, the run's knowledge arguments
-        (``knowledge_args``), the training data's linking coverage (``train_linked_share``) and an example text.
-        The arguments of transformers' ``Trainer.create_model_card`` keep their meaning where keplm has one
-        (``language``, ``license``, ``tags``, ``model_name``, ``finetuned_from`` = the base model's Hub id,
-        ``dataset`` = a dataset id or path); ``tasks``, ``dataset_tags`` and ``dataset_args`` are derived instead.
+        processor and :attr:`card_data` (:class:`~keplm.training.model_card.KeplmModelCardData`): what the caller
+        gave (the base model, the dataset, the command, the run's knowledge arguments, the project's card facts)
+        and what :class:`~keplm.training.model_card.KeplmCardCallback` recorded (hyper-parameters, device, steps,
+        log history, the metrics of ``evaluate``/``predict`` and ``save_metrics``). The arguments of transformers'
+        ``Trainer.create_model_card`` keep their meaning where keplm has one (``language``, ``license``, ``tags``,
+        ``model_name``, ``finetuned_from`` = the base model's Hub id, ``dataset`` = a dataset id or path);
+        ``tasks``, ``dataset_tags`` and ``dataset_args`` are derived instead.
         """
         if not self.is_world_process_zero():
             return
-        from keplm.hub.card import build_model_card, write_model_card
+        from keplm.hub.card import write_model_card
 
-        data = dict(self.card_data)
-        metrics = {k: v for k, v in self.results.items() if k.startswith(("eval_", "predict_", "test_", "train_"))
-                   and isinstance(v, (int, float)) and not k.endswith(("runtime", "per_second", "_flos"))}
-        if isinstance(tags, str):
-            tags = [tags]
+        if not self.card_data.hyperparameters:  # no training ran: the arguments as they stand
+            self.card_data.record_arguments(self.args, unwrap(self.model))
         if model_name == os.path.basename(os.path.normpath(self.args.output_dir)):
             model_name = None  # push_to_hub's default name, the output folder's: the card titles itself instead
-        output_dir = self.args.output_dir
-        card = build_model_card(
-            unwrap(self.model), metrics=metrics, base_model=finetuned_from or data.get("base_model"),
-            dataset=(dataset if isinstance(dataset, str) else None) or data.get("dataset"),
-            repo_id=getattr(self, "hub_model_id", None) or self.args.hub_model_id or data.get("repo_id"),
-            command=data.get("command"), processor=self.processing_class, license=license or data.get("license"),
-            language=language or data.get("language"), tags=[*(data.get("tags") or []), *(tags or [])],
-            model_name=model_name or data.get("model_name"), knowledge_args=data.get("knowledge_args"),
-            train_linked_share=data.get("train_linked_share"), kg=data.get("kg"), training_args=self.args,
-            training_state=self.state, example_text=data.get("example_text"),
-            figures_dir=os.path.join(output_dir, "figures"), card_dir=output_dir, log_history=self.state.log_history,
-        )
-        write_model_card(output_dir, card)
+        card = self.card_data.build(
+            unwrap(self.model), self.processing_class, self.args.output_dir, language=language, license=license,
+            tags=[tags] if isinstance(tags, str) else tags, model_name=model_name, base_model=finetuned_from,
+            dataset=dataset if isinstance(dataset, str) else None,
+            repo_id=getattr(self, "hub_model_id", None) or self.args.hub_model_id)
+        write_model_card(self.args.output_dir, card)
 
 
 class QuestionAnsweringTrainer(KeplmTrainer):
