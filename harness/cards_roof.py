@@ -1,6 +1,6 @@
 """The Roof-Transformer reference card of ``model_cards/`` (``harness/make_cards.py`` writes it): the best Roof
 configuration of the committed CPU runs, from their saved summaries (``docs/runs/roof-2026-11-23/<task>/seed*.json``,
-written by ``harness/roof_experiments.py``); the weights were not kept."""
+written by ``python -m harness.experiments roof``); the weights were not kept."""
 
 from __future__ import annotations
 
@@ -69,7 +69,7 @@ def roof_card() -> tuple[str, ModelCardSpec]:
                          "fusion learning rate": "10x the encoders' (paper 4.5, appendix 6.3)",
                          "training subset": f"the first {settings['train']} MRPC training pairs"},
         command=command_line(command),
-        command_note="Run by `python -m harness.roof_experiments --preset mrpc --seeds 1 2 3` (one command per seed "
+        command_note="Run by `python -m harness.experiments roof --preset mrpc --seeds 1 2 3` (one command per seed "
                      "and variant, two at a time with one thread each).",
         epochs=float(roof[0]["epoch"]), device=CPU_MACHINE, date="2026-11-23",
         wall_time=f"{summaries[best]['durations_s']['roof']:.0f} s (two runs sharing the 2 cores)",

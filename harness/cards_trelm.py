@@ -1,6 +1,6 @@
 """The TRELM reference card of ``model_cards/`` (``harness/make_cards.py`` writes it): the seed-1 TRELM checkpoint of
 the committed CPU comparison with plain MLM at equal wall-clock, from the runs' saved summaries
-(``docs/runs/trelm-2026-11-23/seed*.json``, written by ``harness/trelm_experiments.py``); the weights were not kept
+(``docs/runs/trelm-2026-11-23/seed*.json``, written by ``python -m harness.experiments trelm``); the weights were not kept
 in the repository."""
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ def trelm_card() -> tuple[str, ModelCardSpec]:
                          "corpus": f"{settings['train']} sentences of T-REx evidences + FewRel, held-out facts removed",
                          "mechanisms": "injection, CKA loss (θ 0.5), memory bank (k 16), knowledge routing (10 %)"},
         command=command_line(command),
-        command_note="Run by `python -m harness.trelm_experiments --seeds 1 2 3 --jobs 2` (two runs at a time with "
+        command_note="Run by `python -m harness.experiments trelm --seeds 1 2 3 --jobs 2` (two runs at a time with "
                      "one thread each). The KG embeddings come from `keplm train-kge` (see docs/trelm.md).",
         steps=curve[-1]["step"], device=CPU_MACHINE, date="2026-11-23",
         wall_time=f"{metrics['train_seconds']:.0f} s of training (probing excluded)",

@@ -29,7 +29,7 @@ ROWS = [("validation accuracy", "eval_accuracy", True), ("validation F1", "eval_
         ("train triples kept per example", "knowledge_train_kept_per_example", False),
         ("train triples cut per example", "knowledge_train_cut", "per_example"),
         ("train knowledge tokens appended per example", "knowledge_train_appended_tokens_per_example", False),
-        # keplm check-knowledge on the trained model (harness/experiments.py --check_knowledge N)
+        # keplm check-knowledge on the trained model (python -m harness.experiments kala --check_knowledge N)
         ("checked test examples with a fact on a mention (%)", "knowledge_examples_with_facts", "percent"),
         ("KG edit, relation swapped: prediction flips (%)", "knowledge_relation_flip_rate", "percent"),
         ("KG edit, relation swapped: mean shift (TV, %)", "knowledge_relation_mean_shift", "percent"),

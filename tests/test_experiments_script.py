@@ -154,7 +154,7 @@ def test_trelm_experiment_commands_parse_and_differ_by_one_mechanism(monkeypatch
     assert PretrainingDataArguments().corpus == cpu[cpu.index("--corpus") + 1:cpu.index("--corpus") + 3]
 
 
-def test_trelm_report_tables_final_p_at_1_and_time_to_reach_mlm(monkeypatch, tmp_path):
+def test_curves_table_gives_final_p_at_1_and_time_to_reach_mlm(monkeypatch, tmp_path):
     """python -m harness.experiments curves: means over seeds of the last probe point, and the seconds until a variant
     first reaches the same seed's plain-MLM final P@1 (counted per seed, '-' for none); the plot is written."""
     import json

@@ -104,7 +104,7 @@ def test_run_qa_rejects_appended_knowledge(glue_files, tmp_path):
         load_script("run_qa").main(_roof_qa_args(tiny, tmp_path, "--system", "bert_with_knowledge", "--do_train"))
 
 
-def test_summarize_runs_handles_ablations_run_with_fewer_seeds(monkeypatch, capsys, tmp_path):
+def test_table_handles_ablations_run_with_fewer_seeds(monkeypatch, capsys, tmp_path):
     """python -m harness.experiments table: mean ± std over the seeds that ran a system; a system with fewer seeds
     (one-seed
     ablations) says how many in its header; GLUE fractions in %, selection statistics per example."""

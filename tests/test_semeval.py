@@ -172,7 +172,7 @@ def test_trelm_semeval_commands_parse_and_fine_tune_the_seeds_own_checkpoint(mon
         trelm.semeval_command(cfg, "mlm", "2", "ft")
 
 
-def test_summarize_runs_merges_a_system_run_later_into_its_seeds(monkeypatch, capsys, tmp_path):
+def test_table_merges_a_system_run_later_into_its_seeds(monkeypatch, capsys, tmp_path):
     """A fifth system (TAPT) run into other summaries of the same seeds counts those seeds, not the files."""
     from harness import experiments
 
