@@ -1,7 +1,7 @@
 """The TRELM reference card of ``model_cards/`` (``harness/make_cards.py`` writes it): the seed-1 TRELM checkpoint of
 the committed CPU comparison with plain MLM at equal wall-clock, from the runs' saved summaries
-(``docs/runs/trelm-2026-11-23/seed*.json``, written by ``python -m harness.experiments trelm``); the weights were not kept
-in the repository."""
+(``docs/runs/trelm-2026-11-23/seed*.json``, written by ``python -m harness.experiments trelm``); the weights were not
+kept in the repository."""
 
 from __future__ import annotations
 
