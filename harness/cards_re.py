@@ -71,7 +71,7 @@ def relation_extraction_card() -> tuple[str, ModelCardSpec]:
         versions={"keplm": "0.1.0 (commit `3fa476c` plus the change committed as `cad8669`)", "transformers": "5.23.0",
                   "torch": "2.13.0+cpu", "datasets": "5.2.0"},
         provenance=[
-            f"Numbers: `{RE_DOC.as_posix()}` (\"Real run (CPU)\": command, machine, wall time, truncation costs and "
+            f'Numbers: `{RE_DOC.as_posix()}` ("Real run (CPU)": command, machine, wall time, truncation costs and '
             "the results table this card parses), committed in `03376aa`.",
             "Run: 2026-11-22, started 23:57:17 UTC, on the project's 2-core CPU machine (AMD EPYC VM, 23 GiB RAM, "
             "load average about 4 from other jobs).",

@@ -90,7 +90,7 @@ def roof_card() -> tuple[str, ModelCardSpec]:
                          "the mean of its runs, not this checkpoint:",
         versions=CPU_RUN_VERSIONS,
         provenance=[f"Numbers: `{ROOF_RUNS.as_posix()}/{ROOF_TASK}/seed*.json` (settings, every variant's "
-                    "`all_results.json`, wall times); discussed in `docs/results.md` (\"Roof-Transformer\")."],
+                    '`all_results.json`, wall times); discussed in `docs/results.md` ("Roof-Transformer").'],
         notes=[cpu_scale_note("1,000 training pairs, 2 epochs, MiniLM-L6", "scores say", "its baselines at this size",
                               "BERT-base")],
     )

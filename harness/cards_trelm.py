@@ -100,7 +100,7 @@ def trelm_card() -> tuple[str, ModelCardSpec]:
                          f"sample, same training seconds), mean ± std over the seeds it ran with ({seed_counts}):",
         versions=CPU_RUN_VERSIONS,
         provenance=[f"Numbers: `{TRELM_RUNS.as_posix()}/seed*.json` (settings, every variant's `all_results.json` "
-                    "and probe curve); discussed in `docs/results.md` (\"TRELM\")."],
+                    'and probe curve); discussed in `docs/results.md` ("TRELM").'],
         notes=[cpu_scale_note("minutes of pre-training from an encoder without an MLM head", "P@1 says",
                               "plain MLM at this budget", "BERT/RoBERTa")],
     )

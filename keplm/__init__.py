@@ -34,7 +34,6 @@ __version__ = "0.1.0"
 register_pipelines()  # pipeline("keplm-ner", ...), pipeline("keplm-qa", ...)
 
 
-
 #: imported on use: the Trainer and its card callback pull in accelerate and the training stack
 _LAZY = {"KeplmTrainer": ".training.trainer", "KeplmModelCardData": ".training.model_card",
          "KeplmCardCallback": ".training.model_card"}

@@ -455,7 +455,7 @@ def test_roof_and_trelm_cards_describe_the_knowledge_and_cite_the_paper(tokenize
     assert "| triple selection | selection `no_tail`, verbalization `exp2`, at most 40 knowledge tokens |" in text
     assert "| training examples with any triple | 10.5 % |" in text
     assert "| triples per training example | 0.66 kept, 0.25 cut by the knowledge budget |" in text
-    assert "entity memory" not in text and '@misc{liao-roof-transformer' in text
+    assert "entity memory" not in text and "@misc{liao-roof-transformer" in text
     assert 'author = "Liao, Wei-Lin and Su, Cheng-En and Ma, Wei-Yun"' in text
 
     assets = with_kge(kg)
@@ -466,5 +466,5 @@ def test_roof_and_trelm_cards_describe_the_knowledge_and_cite_the_paper(tokenize
     assert "| KG embeddings | 11 entity vectors of dimension 4 (`keplm train-kge`)" in text
     assert "| entity vocabulary | 11 rows (row 0 = null entity), one per entity mentioned in the pre-training" in text
     assert "| injected tokens (important entities) per pre-training example | 1.20 |" in text
-    assert "@misc{yan-trelm" in text and "title = \"{TRELM}: Towards Robust" in text
+    assert "@misc{yan-trelm" in text and 'title = "{TRELM}: Towards Robust' in text
     assert ModelCard(text).data.pipeline_tag == "fill-mask"

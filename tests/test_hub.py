@@ -78,7 +78,6 @@ def test_push_then_load_in_a_fresh_process_gives_identical_outputs(hub_server, h
     assert loaded["vocab"] == assets.content_hash() and loaded["kg_triples"] == assets.kg.num_triples
 
 
-
 @pytest.mark.parametrize("auto", ["AutoModelForSequenceClassification", "AutoModelForQuestionAnswering"])
 def test_roof_transformer_push_then_load_in_a_fresh_process(hub_server, hub_env, tokenizer, kg, auto):
     """Roof-Transformer with its KG: pushed model + processor load through the Auto classes in a fresh process and
@@ -105,6 +104,7 @@ def test_roof_transformer_push_then_load_in_a_fresh_process(hub_server, hub_env,
     loaded = _load_in_fresh_process(hub_env, "org/roof-tiny", auto)
     torch.testing.assert_close(torch.tensor(loaded["logits"]), _outputs(model, processor))
     assert loaded["kg_triples"] == kg.num_triples
+
 
 def test_second_push_and_load_at_the_first_commit(hub_server, hub_env, tokenizer, assets):
     """A load at the first commit's revision returns the first weights and the first KG, also for the processor."""

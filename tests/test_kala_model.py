@@ -398,6 +398,7 @@ def test_inference_without_mention_tokens_skips_the_knowledge_layers_exactly(tok
         model(**batch_of(processor, TEXTS[:1]))
     assert calls == [1]
 
+
 def test_tiny_model_learns_a_task_only_knowledge_can_solve(tokenizer, assets):
     """Mentions have identical surface tokens; only the entity (memory row) tells the label."""
     torch.manual_seed(0)

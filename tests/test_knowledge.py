@@ -260,6 +260,7 @@ def test_merge_kgs_aligns_unambiguous_names_and_keeps_ambiguous_ones_apart(tmp_p
     assert [tuple(t) for t in merged.triples.tolist()].count((q90, p17, fr)) == 1
     assert merged.num_triples == base.num_triples + 3
     # the '+' spec merges through load_kg, in order
+
     def write_jsonl(name, lines):
         (tmp_path / name).write_text("\n".join(json.dumps(x) for x in lines) + "\n")
         return f"jsonl:{tmp_path / name}"

@@ -276,6 +276,7 @@ def test_qa_sensitivity_reads_a_context_longer_than_one_window(trained_relation_
     torch.manual_seed(0)
     model = KalaForQuestionAnswering(ner_model.config)
     model.set_knowledge_assets(processor.knowledge_assets)
+
     def window_lengths(context):
         return [len(ids) for ids in processor.prepare_qa_features(
             {"id": ["0"], "question": ["which one is it ?"], "context": [context],

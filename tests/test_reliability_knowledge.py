@@ -133,7 +133,6 @@ def test_json_errors_of_a_library_can_name_the_folder(tmp_path):
             json.loads("{")
 
 
-
 def test_truncated_tokenizer_json_names_the_processor_folder(tmp_path, tokenizer, kg):
     """A saved processor whose tokenizer.json was cut in half: a ValueError naming the folder, not a bare
     JSONDecodeError from inside transformers."""

@@ -159,3 +159,29 @@ def test_run_records_and_benchmark_commands_are_portable(monkeypatch):
     assert not machine_paths(line) and not machine_paths(json.dumps(settings))
     frame = report_paths.portable_frame(f"{ROOT / 'keplm' / 'modeling' / 'modeling_kala.py'}(190): _knowledge_state")
     assert frame == "keplm/modeling/modeling_kala.py(190): _knowledge_state"
+
+
+#: Markdown files written by hand (the generated model cards and their index, and run records, are not)
+PROSE_FILES = ("README.md", "docs/*.md", "benchmarks/README.md", "tests/plugin_method/*.md")
+LINE_LENGTH = 120  # the code's (pyproject.toml [tool.ruff])
+
+
+def long_prose_lines(text: str) -> list[int]:
+    """Lines over LINE_LENGTH outside fenced code blocks and tables (which cannot wrap)."""
+    found, in_code = [], False
+    for number, line in enumerate(text.splitlines(), 1):
+        if line.lstrip().startswith("```"):
+            in_code = not in_code
+        elif not in_code and not line.lstrip().startswith("|") and len(line) > LINE_LENGTH:
+            found.append(number)
+    return found
+
+
+def test_docs_prose_keeps_the_code_line_length():
+    """The hand-written docs wrap their prose at the code's line length (tables and code blocks are exempt)."""
+    assert long_prose_lines("a\n```\n" + "x" * 130 + "\n```\n| " + "y" * 130 + " |\n" + "z" * 121) == [6]
+    files = sorted({path for pattern in PROSE_FILES for path in ROOT.glob(pattern)})
+    assert files
+    too_long = {str(path.relative_to(ROOT)): lines for path in files
+                if (lines := long_prose_lines(path.read_text(encoding="utf-8")))}
+    assert not too_long, f"prose lines over {LINE_LENGTH} characters: {too_long}"

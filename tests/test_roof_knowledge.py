@@ -317,7 +317,6 @@ def test_pair_features_select_from_both_sentences(tok, fig_kg):
     assert set(bare) == {"input_ids", "token_type_ids", "attention_mask"}
 
 
-
 def test_appended_knowledge_follows_the_truncated_text_within_the_total_budget(tok, fig_kg):
     """bert_with_knowledge: the text is cut at max_length as for Roof, the units follow it (type B) up to
     max_total_length, and what does not fit is counted."""
@@ -334,6 +333,7 @@ def test_appended_knowledge_follows_the_truncated_text_within_the_total_budget(t
     whole = processor.prepare_pair_features(pair, max_length=12, append_knowledge=True, max_total_length=64)
     assert whole["input_ids"][0] == text + units and whole["num_cut_knowledge_tokens"] == [0]
     assert "knowledge_input_ids" not in whole
+
 
 def test_qa_windows_share_their_example_knowledge_from_the_context(tok, fig_kg, monkeypatch):
     processor = RoofTransformerProcessor(tok, KnowledgeAssets(kg=fig_kg))

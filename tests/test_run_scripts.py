@@ -526,7 +526,6 @@ def test_run_qa_reloaded_checkpoint_gives_same_answers(tiny, tmp_path):
     assert read_json(second / "eval_predictions.json") == read_json(first / "eval_predictions.json")
 
 
-
 @needs_spacy
 def test_run_ner_links_through_the_spacy_filter(tiny, tmp_path):
     """--spacy_model reaches the linker of a run script: the saved processor (what the reloaded model links at

@@ -88,7 +88,7 @@ def test_hub_copy_is_read_into_the_release_schema(monkeypatch):
 @pytest.mark.parametrize("block, message", [
     ('1\t"no tags here"\r\nOther\r\n', r"bad\.txt:1: needs one <e1>"),
     ('1\t"<e1>a</e1> <e2>b</e2>"\r\nPart-Of(e1,e2)\r\n', r"bad\.txt:2: unknown label 'Part-Of\(e1,e2\)'"),
-    ('1\t<e1>a</e1> <e2>b</e2>\r\nOther\r\n', r"bad\.txt:1: the sentence must be in double quotes"),
+    ("1\t<e1>a</e1> <e2>b</e2>\r\nOther\r\n", r"bad\.txt:1: the sentence must be in double quotes"),
     ('x\t"<e1>a</e1> <e2>b</e2>"\r\nOther\r\n', r"bad\.txt:1: expected 'id<TAB>"),
     ('1\t"<e1>a <e2>b</e1></e2>"\r\nOther\r\n', r"bad\.txt:1: <e1> and <e2> overlap"),
     ('1\t"<e1>a</e1> <e2>b</e2>"\r\nOther\r\n\r\n1\t"<e1>a</e1> <e2>b</e2>"\r\nOther\r\n', "ids repeat"),

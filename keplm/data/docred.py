@@ -46,6 +46,7 @@ DOCRED_FEATURES = datasets.Features({  # [x] = list of x (datasets 3 to 5)
     "facts": [{"h": datasets.Value("int64"), "t": datasets.Value("int64"), "r": datasets.Value("string")}],
 })
 
+
 def docred_document_to_row(doc: dict) -> dict:
     """One DocRED-schema document as a row (``text``, char spans per entity mention, types, facts)."""
     sentence_starts = np.cumsum([0] + [len(s) for s in doc["sents"]])

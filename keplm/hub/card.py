@@ -131,6 +131,8 @@ _HYPERPARAMETERS = (("learning rate", "learning_rate"), ("epochs", "num_train_ep
                     ("warm-up", "warmup_steps"), ("weight decay", "weight_decay"),
                     ("scheduler", "lr_scheduler_type"), ("optimizer", "optim"),
                     ("sampling", "train_sampling_strategy"))
+
+
 def _plain(value):
     if isinstance(value, enum.Enum):  # the Trainer's scheduler / optimizer names
         return value.value

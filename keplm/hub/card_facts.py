@@ -52,6 +52,7 @@ KG_SOURCES: dict[str, KgInfo] = {
     "pretrained": KgInfo("saved keplm KG", "custom-kg", "a KG saved by keplm"),
 }
 
+
 @dataclass
 class CardFacts:
     """What a project knows about the data and encoders its runs read from local copies, which a card cannot
@@ -214,6 +215,7 @@ PIPELINE_TAGS = {
     "AutoModelForSequenceClassification": "text-classification",
     "AutoModelForMaskedLM": "fill-mask",
 }
+
 
 @dataclass(frozen=True)
 class TaskInfo:

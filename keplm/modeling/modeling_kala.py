@@ -442,7 +442,6 @@ class KalaForQuestionAnswering(KalaPreTrainedModel):
         )
 
 
-
 register_method(KalaConfig, {AutoModel: KalaModel, AutoModelForTokenClassification: KalaForTokenClassification,
                              AutoModelForQuestionAnswering: KalaForQuestionAnswering}, processor=KalaProcessor)
 

@@ -262,7 +262,6 @@ class RelationExtractor:
         return f"RelationExtractor({self.model.config.name_or_path!r}, threshold={self.threshold})"
 
 
-
 # pair-level relation extraction (KALA appendix A) has no task-specific Auto class
 register_method(RelationExtractionConfig, {AutoModel: KeplmForRelationExtraction},
                 processor=RelationExtractionProcessor)

@@ -293,7 +293,6 @@ class RoofTransformerForQuestionAnswering(RoofTransformerPreTrainedModel):
         return QuestionAnsweringModelOutput(loss=loss, start_logits=start_logits, end_logits=end_logits)
 
 
-
 register_method(RoofTransformerConfig, {AutoModel: RoofTransformerModel,
                                         AutoModelForSequenceClassification: RoofTransformerForSequenceClassification,
                                         AutoModelForQuestionAnswering: RoofTransformerForQuestionAnswering},

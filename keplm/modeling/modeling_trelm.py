@@ -384,7 +384,6 @@ class TrelmForMaskedLM(TrelmPreTrainedModel):
     logged_losses = ("mlm_loss", "cka_loss")
 
 
-
 register_method(TrelmConfig, {AutoModel: TrelmModel, AutoModelForMaskedLM: TrelmForMaskedLM}, processor=TrelmProcessor)
 
 __all__ = ["TrelmPreTrainedModel", "TrelmModel", "TrelmForMaskedLM", "TrelmMaskedLMOutput", "RoutedLinear"]
