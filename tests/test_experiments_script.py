@@ -1,8 +1,8 @@
 """Tests of the harness's experiments tool (python -m harness.experiments): its presets give command lines the run
 scripts parse, and TAPT (KALA's fifth system) pretrains on the run's own training text, then fine-tunes as vanilla.
 
-The tiny files come from test_run_scripts.py's module-scoped ``tiny`` fixture; its autouse ``single_thread`` fixture
-is imported so it applies here too.
+The tiny files come from test_run_scripts.py's module-scoped ``tiny`` fixture; conftest's ``single_thread`` fixture
+keeps the runs on one thread.
 """
 
 from __future__ import annotations
@@ -11,7 +11,9 @@ import pytest
 
 from keplm.training.arguments import ModelArguments, NerDataArguments, parse_args
 
-from .test_run_scripts import ARTICLES, ROOT, SYSTEMS, read_json, single_thread, tiny  # noqa: F401
+from .test_run_scripts import ARTICLES, ROOT, SYSTEMS, read_json, tiny  # noqa: F401
+
+pytestmark = pytest.mark.usefixtures("single_thread")  # tests/conftest.py
 
 
 def test_experiment_presets_build_valid_run_script_commands(monkeypatch, tmp_path):

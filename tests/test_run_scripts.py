@@ -3,7 +3,7 @@
 A tiny BERT checkpoint (conftest's tokenizer + a 4-layer BertConfig), the conftest KG saved as a keplm KG
 directory, and tiny CoNLL / SQuAD files are written to a temporary directory; the scripts run in-process
 through their ``main(args)``. Also the featurizer, entity-memory and trainer pieces those runs use, and word-level
-tag mapping. The tiny files, the ``tiny`` and autouse ``single_thread`` fixtures and the helpers here (load_script,
+tag mapping. The tiny files, the ``tiny`` fixture and the helpers here (load_script,
 ner_args, read_json, _conll_dir, CONLL, ARTICLES, SYSTEMS, ROOT) are imported by other test modules;
 python -m harness.experiments kala's tests are in test_experiments_script.py.
 """
