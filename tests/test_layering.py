@@ -27,8 +27,6 @@ LAYERS = {
 #: (importing file, imported module) → why the upward import stays
 KNOWN_UPWARD = {
     ("modeling/base.py", "keplm.hub.card"): "push_to_hub writes keplm's model card when the repo has none",
-    **{(f"configuration/configuration_{name}.py", "keplm.hub.method_card"): "a method's config declares its card words"
-       for name in ("kala", "relation_extraction", "roof_transformer", "trelm")},
 }
 
 

@@ -1,5 +1,6 @@
-"""The card hooks of a method (keplm.hub.method_card): the hub names no method, a method's own config file gives its
-card its words, and a method registered from outside keplm gets its own card without an edit to keplm/hub."""
+"""The card hooks of a method (keplm.configuration.method_card): the hub names no method, a method's own config file
+gives its card its words, and a method registered from outside keplm gets its own card without an edit to
+keplm/hub."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ from pathlib import Path
 from transformers import AutoConfig
 
 import keplm  # noqa: F401  (registers keplm's methods)
+from keplm.configuration.method_card import allowed_urls, method_card, registered_method_cards
 from keplm.hub.card import KnowledgeFacts, ModelCardSpec, hyperparameters_from_args, render_model_card
-from keplm.hub.method_card import allowed_urls, method_card, registered_method_cards
 
 ROOT = Path(__file__).resolve().parent.parent
 METHOD_TYPES = ("kala", "keplm_relation_extraction", "roof_transformer", "trelm")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from keplm.hub.method_card import LINKING_DETAIL_OPTIONS, LINKING_OPTIONS, MethodCard, Paper
+from keplm.configuration.method_card import LINKING_DETAIL_OPTIONS, LINKING_OPTIONS, MethodCard, Paper
 
 from .base import KeplmConfig
 

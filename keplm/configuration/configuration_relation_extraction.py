@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from keplm.hub.method_card import MethodCard
+from keplm.configuration.method_card import MethodCard
 
 from .base import KeplmConfig
 from .configuration_kala import KALA_PAPER

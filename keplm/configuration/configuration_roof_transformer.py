@@ -3,7 +3,7 @@ Knowledge Enhancement")."""
 
 from __future__ import annotations
 
-from keplm.hub.method_card import MethodCard, Paper, misc_bibtex
+from keplm.configuration.method_card import MethodCard, Paper, misc_bibtex
 
 from .base import KeplmConfig, encoder_subconfigs
 

@@ -36,6 +36,8 @@ from typing import Any
 
 from huggingface_hub import ModelCard
 
+from keplm.configuration.method_card import MethodCard, Paper, allowed_urls, method_card  # noqa: F401
+
 # the facts and the renderer, re-exported: ``keplm.hub.card`` is the module every caller imports from
 from .card_facts import (  # noqa: F401
     AUTO_CLASSES,
@@ -71,7 +73,6 @@ from .card_render import (  # noqa: F401
     eval_results_for,
     render_model_card,
 )
-from .method_card import MethodCard, Paper, allowed_urls, method_card  # noqa: F401
 
 logger = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ about its KG loaders, Auto classes and tasks (:data:`KG_SOURCES`, :data:`TASKS`,
 its data and encoders (:class:`CardFacts`, passed in: keplm names no dataset), the helpers that name paths and
 commands without a machine's path (:func:`describe_path`, :func:`format_command`) and :func:`results_from_runs`. Pure
 data and helpers: it imports neither the renderer nor ``keplm.modeling``, and names no method (each method's facts
-come from its :class:`~keplm.hub.method_card.MethodCard`).
+come from its :class:`~keplm.configuration.method_card.MethodCard`).
 """
 
 from __future__ import annotations
@@ -438,7 +438,7 @@ class ModelCardSpec:
 
     @property
     def method(self) -> str:
-        from .method_card import method_card
+        from keplm.configuration.method_card import method_card
 
         return method_card(self.model_type).name or self.model_type
 

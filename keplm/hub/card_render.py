@@ -14,6 +14,8 @@ from pathlib import Path
 
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
+from keplm.configuration.method_card import method_card
+
 from .card_facts import (
     KG_SOURCES,
     LIBRARY_NAME,
@@ -26,7 +28,6 @@ from .card_facts import (
     kg_source_name,
     kg_spec_name,
 )
-from .method_card import method_card
 
 
 # ============================================================================================ systems compared

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from keplm.configuration.base import KeplmConfig
-from keplm.hub.method_card import MethodCard, Paper
+from keplm.configuration.method_card import MethodCard, Paper
 
 
 class ToyKgCard(MethodCard):
