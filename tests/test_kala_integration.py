@@ -67,7 +67,7 @@ def test_gradient_checkpointing_matches(tokenizer, assets):
         grads.append({n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
     assert grads[0].keys() == grads[1].keys()
     for name in grads[0]:
-        assert torch.allclose(grads[0][name], grads[1][name], atol=1e-6), name
+        assert torch.allclose(grads[0][name], grads[1][name], atol=1e-5), name
 
 
 def test_collator_in_dataloader_workers(tokenizer, assets):

@@ -259,7 +259,7 @@ def test_top2_rule_on_hand_set_logits():
     ])
     chosen, p = select_relations(probs.clamp(min=1e-9).log(), threshold=0.1)
     assert chosen.tolist() == [1, 0, 2, 1]
-    assert torch.allclose(p, torch.tensor([0.20, 0.85, 0.60, 0.50]), atol=1e-6)
+    assert torch.allclose(p, torch.tensor([0.20, 0.85, 0.60, 0.50]), atol=1e-5)
     assert select_relations(probs.clamp(min=1e-9).log(), threshold=0.25)[0].tolist() == [0, 0, 2, 1]
 
 

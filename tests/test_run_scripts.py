@@ -216,7 +216,7 @@ def test_run_ner_reloads_its_checkpoint(tiny, tmp_path):
     results = run_ner.main(args)
     before, after = read_json(first / "eval_results.json"), read_json(second / "eval_results.json")
     for key in ("eval_f1", "eval_accuracy", "eval_loss"):
-        assert after[key] == pytest.approx(before[key], abs=1e-6)
+        assert after[key] == pytest.approx(before[key], abs=1e-5)
     # --tag_text without training tags with the given checkpoint
     model, processor = AutoModelForTokenClassification.from_pretrained(first), KalaProcessor.from_pretrained(first)
     assert [tuple(p) for p in results["tagged"]] == tag_words(model, processor, "mary lives in berlin")
@@ -231,7 +231,7 @@ def test_run_ner_predicts_with_a_baseline_checkpoint(tiny, tmp_path):
     args = ner_args(tiny, tmp_path / "second", "vanilla", "--do_eval", "--knowledge", "link")
     args[args.index("--model_name_or_path") + 1] = str(first)
     results = run_ner.main(args)
-    assert results["eval_f1"] == pytest.approx(read_json(first / "eval_results.json")["eval_f1"], abs=1e-6)
+    assert results["eval_f1"] == pytest.approx(read_json(first / "eval_results.json")["eval_f1"], abs=1e-5)
 
 
 def _conll_dir(root: Path, splits: dict) -> str:
