@@ -41,6 +41,7 @@ from keplm.training.model_card import KeplmModelCardData
 from keplm.training.runtime import (
     build_collator,
     build_features,
+    check_max_seq_length,
     check_splits,
     flatten,
     knowledge_coverage,
@@ -89,6 +90,7 @@ def main(args: list[str] | None = None) -> dict:
     label_kwargs = {} if checkpoint else {"num_labels": len(label_list), "id2label": dict(enumerate(label_list)),
                                           "label2id": {label: i for i, label in enumerate(label_list)}}
     model = build_model(KalaForTokenClassification, model_args, knowledge_args, processor, "ner", **label_kwargs)
+    check_max_seq_length(data_args.max_seq_length, model)
     raw, label_list = align_labels_to_model(raw, label_list, model.config)
     uses_knowledge = model.config.uses_knowledge
     if not uses_knowledge:

@@ -48,7 +48,7 @@ from keplm.training.pretraining import (
     TrelmArguments,
     add_importance,
 )
-from keplm.training.runtime import flatten, record, setup_logging
+from keplm.training.runtime import check_max_seq_length, flatten, record, setup_logging
 from keplm.training.trainer import KeplmTrainer
 
 #: this project's card facts (its datasets' public names, the MiniLM package), for the model card
@@ -142,6 +142,7 @@ def main(args: list[str] | None = None) -> dict:
                              data_args.preprocessing_num_workers, data_args.overwrite_cache, desc="Tokenising corpus")
     model = TrelmForMaskedLM.from_base_pretrained(path, knowledge_assets=assets if trelm_args.uses_knowledge else None,
                                                   **trelm_args.model_config())
+    check_max_seq_length(data_args.max_seq_length, model)
     if model.config.use_cka:
         model.set_cka_entities(*processor.entity_name_table())
     if model.config.use_routing:

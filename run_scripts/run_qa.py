@@ -55,6 +55,7 @@ from keplm.training.model_card import KeplmModelCardData
 from keplm.training.runtime import (
     build_collator,
     build_features,
+    check_max_seq_length,
     check_splits,
     flatten,
     knowledge_coverage,
@@ -154,6 +155,7 @@ def main_kala(args) -> dict:
         processor = build_entity_vocabulary(processor, raw, model_args, knowledge_args, "qa")
     check_window(processor, data_args)
     model = build_model(KalaForQuestionAnswering, model_args, knowledge_args, processor, "qa")
+    check_max_seq_length(data_args.max_seq_length, model)
     uses_knowledge = model.config.uses_knowledge
     if not uses_knowledge:
         processor = processor.without_knowledge()  # the baseline's checkpoint carries no KG
@@ -219,6 +221,7 @@ def main_roof(args) -> dict:
                                                 data_args.preprocessing_num_workers)
     check_window(processor, data_args)
     model = build_roof_model(RoofTransformerForQuestionAnswering, model_args, roof_args, processor)
+    check_max_seq_length(data_args.max_seq_length, model)
     uses_knowledge = model.config.uses_knowledge
     features = build_features(raw, lambda split: Featurizer(
         processor, "prepare_qa_features", with_knowledge=uses_knowledge, max_length=data_args.max_seq_length,

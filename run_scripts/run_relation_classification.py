@@ -37,7 +37,7 @@ from keplm.data import limit_samples
 from keplm.data.semeval import SEMEVAL_LABELS, SEMEVAL_RELATIONS, load_semeval2010_task8, mark_entities
 from keplm.training.arguments import DataArguments, KeplmTrainingArguments, ModelArguments, parse_args
 from keplm.training.evaluate_metrics import RelationClassificationComputeMetrics
-from keplm.training.runtime import check_splits, record, setup_logging, train_and_save
+from keplm.training.runtime import check_max_seq_length, check_splits, record, setup_logging, train_and_save
 from keplm.training.trainer import KeplmTrainer
 
 logger = logging.getLogger(__name__)
@@ -109,6 +109,7 @@ def main(args: list[str] | None = None) -> dict:
     if [model.config.id2label[i] for i in range(model.config.num_labels)] != list(SEMEVAL_LABELS):
         raise ValueError(f"{path} classifies into {list(model.config.id2label.values())}, not the SemEval-2010 Task 8 "
                          "labels")
+    check_max_seq_length(data_args.max_seq_length, model)
     featurizer = MarkedSentenceFeaturizer(tokenizer, data_args.max_seq_length)
     features, results = {}, {}
     for split in raw:

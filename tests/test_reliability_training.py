@@ -91,3 +91,29 @@ def test_a_baseline_run_reads_its_kg_once_and_says_so(tiny, tmp_path, monkeypatc
         load_script("run_ner").main(ner_args(tiny, tmp_path / "out", "vanilla", "--do_train", "--do_predict"))
     assert loads == [tiny["kg"]]
     assert any("Loading the knowledge graph" in r.getMessage() for r in caplog.records)
+
+
+def test_max_seq_length_beyond_the_encoders_positions_fails_before_featurizing(tiny, tmp_path):
+    """--max_seq_length above the tiny encoder's 128 positions is refused where the model is built, before any
+    featurizing or training (a torch index error at the first long batch otherwise); the limit itself is allowed,
+    and a Roof-Transformer reading its text in two windows allows twice its positions."""
+    from types import SimpleNamespace
+
+    from keplm.configuration import RoofTransformerConfig
+    from keplm.training.runtime import check_max_seq_length
+
+    out = tmp_path / "out"
+    with pytest.raises(ValueError, match="--max_seq_length 256 exceeds the 128 text tokens"):
+        load_script("run_ner").main(ner_args(tiny, out, "relational", "--do_train", "--max_seq_length", "256"))
+    assert not (out / "trainer_state.json").exists()
+    bert = SimpleNamespace(config=SimpleNamespace(max_position_embeddings=128))  # a plain encoder (no keplm config)
+    check_max_seq_length(128, bert)
+    with pytest.raises(ValueError, match="129 exceeds the 128"):
+        check_max_seq_length(129, bert)
+    encoder = {"model_type": "bert", "hidden_size": 8, "num_hidden_layers": 1, "num_attention_heads": 2,
+               "intermediate_size": 16, "max_position_embeddings": 128}
+    roof = SimpleNamespace(config=RoofTransformerConfig(encoder_config=encoder, num_text_encoders=2, fusion_layers=1,
+                                                        max_knowledge_length=64))
+    check_max_seq_length(256, roof)
+    with pytest.raises(ValueError, match="257 exceeds the 256"):
+        check_max_seq_length(257, roof)

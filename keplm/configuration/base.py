@@ -82,6 +82,12 @@ class KeplmConfig(PreTrainedConfig):
         return self.encoder_config.num_hidden_layers
 
     @property
+    def max_text_length(self) -> int | None:
+        """Most text tokens one input may hold: the text encoder's positions (a method reading a text in several windows
+        says more)."""
+        return getattr(self.encoder_config, "max_position_embeddings", None)
+
+    @property
     def uses_knowledge(self) -> bool:
         """Whether the model reads knowledge when it predicts (linked facts, entity vectors, verbalised triples): the
         processor then links its inputs, and the knowledge checks have something to edit. A method says when."""

@@ -122,5 +122,10 @@ class RoofTransformerConfig(KeplmConfig):
         """Tokens one text encoder reads."""
         return self.encoder_config.max_position_embeddings
 
+    @property
+    def max_text_length(self) -> int:
+        """Tokens of a text: one window per text encoder (paper 3.1)."""
+        return self.text_window * self.num_text_encoders
+
 
 __all__ = ["RoofTransformerConfig", "FUSIONS", "SEGMENTATIONS", "KNOWLEDGE_ENCODINGS"]

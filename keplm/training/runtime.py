@@ -45,6 +45,17 @@ def check_splits(raw, training_args: TrainingArguments, hint: str | None = None)
                              f" ({hint or f'give --{split}_file'})")
 
 
+def check_max_seq_length(max_seq_length: int, model, option: str = "--max_seq_length") -> None:
+    """ValueError, before any featurizing, when ``max_seq_length`` text tokens exceed what the model reads (a keplm
+    config's ``max_text_length``, else the encoder's positions): a torch index error at the first long batch
+    otherwise."""
+    config = model.config
+    limit = getattr(config, "max_text_length", None) or getattr(config, "max_position_embeddings", None)
+    if limit is not None and max_seq_length > limit:
+        raise ValueError(f"{option} {max_seq_length} exceeds the {limit} text tokens the model reads (its encoder's "
+                         f"positions): use at most {limit}")
+
+
 def linked_share(dataset) -> float:
     """Share of a split's examples whose ``knowledge`` column holds at least one entity mention."""
     rows = dataset["knowledge"] if "knowledge" in dataset.column_names else []
