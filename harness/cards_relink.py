@@ -72,7 +72,7 @@ def relink_run(settings: dict, name: str, num_proc: int | None = None) -> dict:
     kg = processor.kg
     return {
         "card": name, "date": datetime.now(timezone.utc).strftime("%Y-%m-%d"), "commit": _git_head(),
-        "command": command_line(["python", "harness/make_cards.py", "--relink"]),
+        "command": command_line(["python", "-m", "harness.cards", "--relink"]),
         "kg_spec": kg_spec_of(settings), "case_sensitive": bool(settings.get("case_sensitive")),
         "kg": {"entities": kg.num_entities, "relations": kg.num_relations, "triples": kg.num_triples,
                "content_hash": kg.content_hash()},
