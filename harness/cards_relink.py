@@ -1,8 +1,7 @@
-"""The ``--relink`` machinery of ``harness/make_cards.py``: it recomputes each KALA run's entity vocabulary, linking
-coverage and seen/unseen test contexts with the run scripts' own code (data loading, ``prepare_processor``,
-``add_knowledge``, ``build_entity_vocabulary``) on ``../shared/data``, without training, and writes them to
-``docs/cards/<card>.json``, which the KALA cards (``harness/cards_kala.py``) read for their knowledge sections and
-entity-frequency figures."""
+"""The ``--relink`` step of ``harness/cards.py``: it recomputes each KALA run's KG, entity vocabulary, linking coverage
+and seen/unseen test contexts with the run scripts' own code (data loading, ``prepare_processor``, ``add_knowledge``,
+``build_entity_vocabulary``) on ``../shared/data``, without training, and writes them to ``docs/cards/<card>.json``,
+which the KALA cards read for their knowledge sections and entity-frequency figures."""
 
 from __future__ import annotations
 
@@ -11,8 +10,9 @@ import subprocess
 import tempfile
 
 from harness.card_facts import command_line
-from harness.cards_kala import GPU_CARDS, GPU_RUNS, MAIN_JOB, MAIN_JOB_CARD, RELINKED, ROOT, read_json, run_command
-from keplm.hub import card as cards
+from harness.card_presets import PRESETS
+from harness.cards import RELINKED, ROOT, read_summaries, run_command
+from keplm.hub.card import kg_spec_name
 
 
 # ============================================================================================ relinking
@@ -72,7 +72,7 @@ def relink_run(settings: dict, name: str, num_proc: int | None = None) -> dict:
     kg = processor.kg
     return {
         "card": name, "date": datetime.now(timezone.utc).strftime("%Y-%m-%d"), "commit": _git_head(),
-        "command": command_line(["python", "harness/make_cards.py", "--relink"]),
+        "command": command_line(["python", "-m", "harness.cards", "--relink"]),
         "kg_spec": kg_spec_of(settings), "case_sensitive": bool(settings.get("case_sensitive")),
         "kg": {"entities": kg.num_entities, "relations": kg.num_relations, "triples": kg.num_triples,
                "content_hash": kg.content_hash()},
@@ -87,7 +87,7 @@ def relink_run(settings: dict, name: str, num_proc: int | None = None) -> dict:
 
 
 def kg_spec_of(settings: dict) -> str:
-    return cards.kg_spec_name(settings["kg"]) or ""
+    return kg_spec_name(settings["kg"]) or ""
 
 
 def relink_json(result: dict) -> str:
@@ -97,13 +97,13 @@ def relink_json(result: dict) -> str:
 
 
 def relink_all(num_proc: int | None) -> None:
-    jobs = [(GPU_CARDS[p][0], json.loads((ROOT / GPU_RUNS / p / "seed1" / "summary.json").read_text())["settings"])
-            for p in GPU_CARDS]
-    jobs.append((MAIN_JOB_CARD, read_json(MAIN_JOB)["settings"]))
+    """Recompute ``docs/cards/<card>.json`` of every card whose knowledge section reads it, from its card's run."""
     (ROOT / RELINKED).mkdir(parents=True, exist_ok=True)
-    for name, settings in jobs:
-        print(f"[make_cards] relinking {name} ...", flush=True)
-        result = relink_run(settings, name, num_proc)
-        (ROOT / RELINKED / f"{name}.json").write_text(relink_json(result))
-        print(f"[make_cards] {name}: {result['entity_rows']} entity rows, {result['relation_rows']} relations, "
+    for preset in PRESETS:
+        if preset.knowledge != "linking":
+            continue
+        print(f"[cards] relinking {preset.name} ...", flush=True)
+        result = relink_run(read_summaries(preset)[0]["settings"], preset.name, num_proc)
+        (ROOT / RELINKED / f"{preset.name}.json").write_text(relink_json(result))
+        print(f"[cards] {preset.name}: {result['entity_rows']} entity rows, {result['relation_rows']} relations, "
               f"test seen/unseen {result['test_seen']}/{result['test_unseen']}", flush=True)

@@ -1,7 +1,7 @@
 """Model cards (``keplm.hub.card``): Hub metadata and model-index that parse back, results tables with the metric
 names readers expect, no machine path and no URL outside the allow-list, a usage snippet that runs against a saved
 checkpoint, figures written next to the card, the Trainer's ``create_model_card``, and ``model_cards/`` as
-``harness/make_cards.py`` writes it.
+``harness/cards.py`` writes it.
 
 The Hub's ``/api/validate-yaml`` is not reachable here, so ``ModelCard.validate()`` is never called: the metadata
 is checked by parsing the card back (``ModelCard(text).data``) and with ``model_index_to_eval_results``.
@@ -404,12 +404,12 @@ def test_trainer_create_model_card_writes_card_and_figures(tmp_path, tokenizer, 
 
 
 # ---------------------------------------------------------------------------------------------- model_cards/
-def test_model_cards_folder_is_what_make_cards_writes(tmp_path):
-    """``python -m harness.make_cards`` regenerates model_cards/ from committed files: the same cards, the index."""
+def test_model_cards_folder_is_what_the_card_builder_writes(tmp_path):
+    """``python -m harness.cards`` regenerates model_cards/ from committed files: the same cards, the index."""
     pytest.importorskip("matplotlib")
-    from harness import make_cards
+    from harness import cards as card_builder
 
-    written = make_cards.generate(tmp_path)
+    written = card_builder.generate(tmp_path)
     names = sorted(p.name for p in written)
     assert names == sorted(p.name for p in (ROOT / "model_cards").glob("*.md"))
     for path in written:

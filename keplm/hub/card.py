@@ -7,7 +7,7 @@ Two ways in:
 
 * :func:`build_model_card` (the Trainer's ``create_model_card``, ``model.push_to_hub``): the spec is read from a live
   model, its processor and a metrics dict (:func:`spec_from_model`); figures are drawn from the model itself.
-* :func:`render_model_card` on a spec written by hand, e.g. ``harness/make_cards.py`` for reference models whose
+* :func:`render_model_card` on a spec written by hand, e.g. ``harness/cards.py`` for reference models whose
   weights are gone and only a run summary is left.
 
 The card's YAML holds ``library_name: keplm``, the ``pipeline_tag`` of the model's Auto class, ``language``,
