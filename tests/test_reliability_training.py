@@ -117,3 +117,38 @@ def test_max_seq_length_beyond_the_encoders_positions_fails_before_featurizing(t
     check_max_seq_length(256, roof)
     with pytest.raises(ValueError, match="257 exceeds the 256"):
         check_max_seq_length(257, roof)
+
+
+def test_resume_from_a_checkpoint_with_a_missing_or_truncated_state_file_names_the_file(tiny, tmp_path):
+    """A checkpoint without its optimizer or RNG state, or with a truncated one, is refused with the file's name
+    (the stock Trainer would silently restart the optimizer or the random streams)."""
+    import shutil
+
+    run_ner = load_script("run_ner")
+    out = tmp_path / "out"
+    run_ner.main(ner_args(tiny, out, "vanilla", "--do_train", "--save_strategy", "steps", "--save_steps", "3"))
+    saved = out / "checkpoint-3"
+    assert (saved / "optimizer.json").is_file() and (saved / "rng_state.safetensors").is_file()
+
+    def resume(edit, error, match):
+        checkpoint = tmp_path / f"edited-{edit.__name__}"
+        shutil.copytree(saved, checkpoint)
+        edit(checkpoint)
+        args = ner_args(tiny, tmp_path / f"resumed-{edit.__name__}", "vanilla", "--do_train", "--max_steps", "5",
+                        "--resume_from_checkpoint", str(checkpoint))
+        with pytest.raises(error, match=match):
+            run_ner.main(args)
+
+    def no_optimizer(folder):
+        (folder / "optimizer.safetensors").unlink()
+
+    def no_rng(folder):
+        (folder / "rng_state.json").unlink()
+
+    def truncated_scheduler(folder):
+        path = folder / "scheduler.json"
+        path.write_text(path.read_text()[:5])
+
+    resume(no_optimizer, FileNotFoundError, r"its optimizer state \(optimizer.safetensors\) is missing")
+    resume(no_rng, FileNotFoundError, r"its rng_state state \(rng_state.json\) is missing")
+    resume(truncated_scheduler, ValueError, r"scheduler.json is unreadable")

@@ -82,9 +82,29 @@ def load_state(directory: str | os.PathLike, name: str):
     for suffix in STATE_SUFFIXES:
         if not os.path.isfile(os.path.join(directory, name + suffix)):
             raise FileNotFoundError(f"training state file {os.path.join(directory, name + suffix)} is missing")
-    with open(os.path.join(directory, f"{name}.json"), encoding="utf-8") as f:
-        structure = json.load(f)
-    return _decode(structure, load_file(os.path.join(directory, f"{name}.safetensors")))
+    path = os.path.join(directory, f"{name}.json")
+    try:
+        with open(path, encoding="utf-8") as f:
+            structure = json.load(f)
+        path = os.path.join(directory, f"{name}.safetensors")
+        tensors = load_file(path)
+    except (ValueError, OSError, RuntimeError) as err:  # json's and safetensors' errors (truncated, corrupt)
+        raise ValueError(f"training state file {path} is unreadable (truncated or corrupt?): {err}") from err
+    return _decode(structure, tensors)
 
 
-__all__ = ["save_state", "load_state", "has_state"]
+def require_state(directory: str | os.PathLike, name: str, stock_files: tuple[str, ...] = ()) -> bool:
+    """Whether ``directory`` holds the state ``name`` as keplm saves it (True) or only as the stock Trainer's pickle
+    ``stock_files`` (False); a FileNotFoundError naming the missing files when it holds neither, since resuming
+    without it would silently start that state afresh."""
+    if has_state(directory, name):
+        return True
+    if stock_files and all(os.path.isfile(os.path.join(directory, f)) for f in stock_files):
+        return False
+    missing = [name + suffix for suffix in STATE_SUFFIXES if not os.path.isfile(os.path.join(directory, name + suffix))]
+    raise FileNotFoundError(f"cannot resume from {directory}: its {name} state ({', '.join(missing)}) is missing, and "
+                            "resuming without it would start it afresh; resume from another checkpoint, or start a new "
+                            "run from the weights (--model_name_or_path)")
+
+
+__all__ = ["save_state", "load_state", "has_state", "require_state"]

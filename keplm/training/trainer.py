@@ -15,6 +15,7 @@ import numpy as np
 import torch
 from torch.utils.data import SequentialSampler
 from transformers import EarlyStoppingCallback, Trainer
+from transformers.trainer import OPTIMIZER_NAME, SCHEDULER_NAME
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, PredictionOutput, has_length, speed_metrics
 
 from .evaluate_metrics import SquadV1, squad_metric_inputs
@@ -27,7 +28,7 @@ from .optim import (
     sparse_parameters,
 )
 from .qa_postprocessing import postprocess_qa_predictions
-from .state import has_state, load_state, save_state
+from .state import has_state, load_state, require_state, save_state
 
 logger = logging.getLogger(__name__)
 
@@ -258,7 +259,7 @@ class KeplmTrainer(Trainer):
     def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:
         if checkpoint is None:
             return
-        if not (self._plain_checkpoints() and has_state(checkpoint, "optimizer")):
+        if not (self._plain_checkpoints() and require_state(checkpoint, "optimizer", (OPTIMIZER_NAME, SCHEDULER_NAME))):
             return super()._load_optimizer_and_scheduler(checkpoint)  # a checkpoint saved by the stock Trainer
         self.optimizer.load_state_dict(load_state(checkpoint, "optimizer"))
         self.lr_scheduler.load_state_dict(load_state(checkpoint, "scheduler"))
@@ -277,9 +278,13 @@ class KeplmTrainer(Trainer):
         save_state(states, output_dir, self._rng_state_name())
 
     def _load_rng_state(self, checkpoint: str | None) -> None:
-        if checkpoint is None:
-            return
-        if not (self._plain_checkpoints() and has_state(checkpoint, self._rng_state_name())):
+        if checkpoint is None or not self._plain_checkpoints():
+            return super()._load_rng_state(checkpoint)
+        if self.args.world_size > 1:  # the saving run may have had another process count: the stock Trainer warns
+            ours = has_state(checkpoint, self._rng_state_name())
+        else:  # one process: its RNG state must be there
+            ours = require_state(checkpoint, self._rng_state_name(), ("rng_state.pth",))
+        if not ours:
             return super()._load_rng_state(checkpoint)
         states = load_state(checkpoint, self._rng_state_name())
         random.setstate(states["python"])
