@@ -121,7 +121,8 @@ def test_max_seq_length_beyond_the_encoders_positions_fails_before_featurizing(t
 
 def test_resume_from_a_checkpoint_with_a_missing_or_truncated_state_file_names_the_file(tiny, tmp_path):
     """A checkpoint without its optimizer or RNG state, or with a truncated one, is refused with the file's name
-    (the stock Trainer would silently restart the optimizer or the random streams)."""
+    (the stock Trainer would silently restart the optimizer or the random streams); an intact one resumes, and the
+    results say which steps train_loss covers."""
     import shutil
 
     run_ner = load_script("run_ner")
@@ -129,6 +130,11 @@ def test_resume_from_a_checkpoint_with_a_missing_or_truncated_state_file_names_t
     run_ner.main(ner_args(tiny, out, "vanilla", "--do_train", "--save_strategy", "steps", "--save_steps", "3"))
     saved = out / "checkpoint-3"
     assert (saved / "optimizer.json").is_file() and (saved / "rng_state.safetensors").is_file()
+    assert read_json(out / "all_results.json")["train_loss_steps"] == 3
+    # an intact checkpoint resumes, and its train_loss says it covers the resumed steps only
+    resumed = run_ner.main(ner_args(tiny, tmp_path / "resumed", "vanilla", "--do_train", "--max_steps", "5",
+                                    "--resume_from_checkpoint", str(saved)))
+    assert resumed["train_resumed_from_step"] == 3 and resumed["train_loss_steps"] == 2
 
     def resume(edit, error, match):
         checkpoint = tmp_path / f"edited-{edit.__name__}"

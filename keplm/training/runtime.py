@@ -130,6 +130,13 @@ def train_and_save(trainer, training_args: TrainingArguments, num_samples: int, 
     gain ``extra_metrics`` (e.g. the linked-mention share of the training split)."""
     train_result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     trainer.save_model()
+    # the stock train_loss averages the steps this run trained: after a resume, not the whole run (say which steps)
+    resumed_from = getattr(trainer, "_initial_global_step", 0) or 0
+    extra_metrics["train_loss_steps"] = trainer.state.global_step - resumed_from
+    if resumed_from:
+        extra_metrics["train_resumed_from_step"] = resumed_from
+        logger.info("train_loss covers the %d steps after the checkpoint's step %d, not the whole run",
+                    trainer.state.global_step - resumed_from, resumed_from)
     metrics = record(trainer, "train", dict(train_result.metrics, train_samples=num_samples, **extra_metrics))
     trainer.save_state()
     return metrics
@@ -141,6 +148,7 @@ __all__ = [
     "flatten",
     "knowledge_coverage",
     "check_splits",
+    "check_max_seq_length",
     "build_features",
     "build_collator",
     "maybe_initialize_entity_memory",
