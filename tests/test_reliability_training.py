@@ -158,3 +158,17 @@ def test_resume_from_a_checkpoint_with_a_missing_or_truncated_state_file_names_t
     resume(no_optimizer, FileNotFoundError, r"its optimizer state \(optimizer.safetensors\) is missing")
     resume(no_rng, FileNotFoundError, r"its rng_state state \(rng_state.json\) is missing")
     resume(truncated_scheduler, ValueError, r"scheduler.json is unreadable")
+
+
+def test_accelerate_cpu_launch_of_several_processes_that_starts_one_warns(caplog):
+    """`accelerate launch --cpu --num_processes 2` runs its simple launcher: one process, with MASTER_ADDR set but no
+    WORLD_SIZE. The run scripts warn and name the working form; a torchrun-started process or a plain run does not."""
+    from keplm.training.runtime import warn_single_process_launch
+
+    simple = {"ACCELERATE_USE_CPU": "True", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}
+    with caplog.at_level(logging.WARNING, logger="keplm"):
+        assert warn_single_process_launch(simple)
+    assert any("--multi_gpu --num_processes N" in r.getMessage() for r in caplog.records)
+    assert not warn_single_process_launch({**simple, "WORLD_SIZE": "2", "RANK": "0"})
+    assert not warn_single_process_launch({"ACCELERATE_USE_CPU": "True"})  # --cpu, one process asked for
+    assert not warn_single_process_launch({})

@@ -4,6 +4,7 @@ saving, recording metrics."""
 from __future__ import annotations
 
 import logging
+import os
 import sys
 
 import datasets
@@ -30,6 +31,20 @@ def setup_logging(training_args: TrainingArguments) -> None:
     transformers.utils.logging.set_verbosity(level)
     transformers.utils.logging.enable_default_handler()
     transformers.utils.logging.enable_explicit_format()
+    warn_single_process_launch()
+
+
+def warn_single_process_launch(environ=None) -> bool:
+    """Warn (and return True) when ``accelerate launch --cpu --num_processes N`` started this one process: its simple
+    launcher sets MASTER_ADDR for N > 1 but starts a single process, so the run is not the N-process run asked for."""
+    environ = os.environ if environ is None else environ
+    cpu = environ.get("ACCELERATE_USE_CPU", "").lower() in ("1", "true", "yes")
+    if not (cpu and "MASTER_ADDR" in environ and "WORLD_SIZE" not in environ):
+        return False
+    logger.warning("accelerate launch --cpu --num_processes N starts ONE process (accelerate's simple launcher): this "
+                   "run trains on one process. For N CPU processes launch with `accelerate launch --multi_gpu "
+                   "--num_processes N` (torchrun; gloo on the CPU), without --cpu.")
+    return True
 
 
 # ---------------------------------------------------------------------------------------------- script steps
@@ -144,6 +159,7 @@ def train_and_save(trainer, training_args: TrainingArguments, num_samples: int, 
 
 __all__ = [
     "setup_logging",
+    "warn_single_process_launch",
     "linked_share",
     "flatten",
     "knowledge_coverage",
