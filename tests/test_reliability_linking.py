@@ -94,6 +94,33 @@ def test_build_kg_reports_what_the_alias_filters_dropped(tmp_path):
         out / "report.md").read_text()
 
 
+
+def test_ambiguous_aliases_are_counted_with_the_rule_that_decides_them(tmp_path):
+    """Several KG ids sharing a name all went to one id without a word: the alias report counts the ambiguous aliases
+    and names the rule (most KG facts, then KG order), and build-kg reports how many mentions it decided."""
+    kg = KnowledgeGraph.from_triples(
+        [("Q90", "P17", "Q142"), ("Q90", "P1376", "Q142"), ("Q167646", "P31", "Q5")],
+        entity_names={"Q90": "Paris", "Q142": "France", "Q167646": "Paris", "Q5": "human"})
+    linker = EntityLinker(kg)
+    report = linker.alias_report()
+    assert report["ambiguous_aliases"] == 1 and report["ambiguous_examples"] == [["paris", ["Q90", "Q167646"]]]
+    assert "most KG facts" in report["ambiguity_rule"]
+    assert linked(linker, "Paris is in France") == [("Paris", "Q90"), ("France", "Q142")]
+    assert linker.ambiguous_occurrences(["Paris is in France", "paris, again Paris"]) == {"paris": 3}
+    ranked = EntityLinker(kg, ranker=lambda text, start, end, candidates: candidates[-1])
+    assert ranked.alias_report()["ambiguity_rule"].startswith("the ranker's choice")
+
+    data = tmp_path / "ner"
+    data.mkdir()
+    (data / "train.txt").write_text("Paris B-LOC\nin O\nFrance B-LOC\n", encoding="utf-8")
+    out = tmp_path / "out"
+    kg.save_pretrained(tmp_path / "kg")
+    cli_main(["build-kg", "--task", "ner", "--dataset", str(data), "--kg", f"pretrained:{tmp_path / 'kg'}",
+              "--output_dir", str(out), "--no_plot"])
+    filters = json.loads((out / "report.json").read_text())["alias_filter"]
+    assert filters["ambiguous_occurrences"] == 1 and filters["top_ambiguous"] == [["paris", 1, ["Q90", "Q167646"]]]
+    assert "Ambiguous aliases: 1 shared by several entities" in (out / "report.md").read_text()
+
 # --------------------------------------------------------------------------- spaCy filter and gold precision (item 15)
 
 

@@ -114,6 +114,13 @@ def alias_filter_report(linker: EntityLinker, texts) -> dict:
     report["top_dropped"] = [[alias, count, linker._dropped[alias]] for alias, count in occurrences.most_common(
         TOP_DROPPED)]
     report["dropped_occurrences"] = int(sum(occurrences.values()))
+    ambiguous = linker.ambiguous_occurrences(texts)
+    report["ambiguous_occurrences"] = int(sum(ambiguous.values()))
+    report["top_ambiguous"] = [[alias, count, [linker.kg.entity_ids[i] for i in linker.candidates(alias)]]
+                               for alias, count in ambiguous.most_common(TOP_DROPPED)]
+    if report["ambiguous_occurrences"]:
+        logger.info("%d mentions of %d ambiguous aliases (several entities share them) linked by %s; most often %s",
+                    report["ambiguous_occurrences"], len(ambiguous), linker.ambiguity_rule, report["top_ambiguous"][:5])
     filtered = {reason: report["dropped_pairs"][reason] for reason in ("stop_list", "short_acronym", "excluded_branch")
                 if report["dropped_pairs"][reason]}
     if filtered:
@@ -164,6 +171,12 @@ def report_markdown(report: dict) -> str:
             top = ", ".join(f"{alias!r} {count}× ({reason})" for alias, count, reason in filters["top_dropped"][:10])
             lines.append(f"Dropped aliases most frequent in the text ({filters['dropped_occurrences']} occurrences "
                          f"kept out): {top}")
+    if filters and filters.get("ambiguous_aliases"):
+        top = ", ".join(f"{alias!r} {count}× ({' / '.join(ids[:3])}{' / ...' if len(ids) > 3 else ''})"
+                        for alias, count, ids in filters.get("top_ambiguous", [])[:10])
+        lines.append(f"\nAmbiguous aliases: {filters['ambiguous_aliases']} shared by several entities; each mention "
+                     f"goes to {filters['ambiguity_rule']}. {filters.get('ambiguous_occurrences', 0)} mentions in the "
+                     "text" + (f", most often: {top}" if top else ""))
     return "\n".join(lines) + "\n"
 
 

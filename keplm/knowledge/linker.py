@@ -203,13 +203,36 @@ class EntityLinker:
             return "short_acronym"
         return None
 
-    def alias_report(self) -> dict:
+    def alias_report(self, max_examples: int = 5) -> dict:
         """What the alias filters dropped: ``(alias, entity)`` pairs per reason (:data:`DROP_REASONS`), aliases that
-        no entity can be linked through any more, per reason, and the entities of excluded branches."""
+        no entity can be linked through any more, per reason, and the entities of excluded branches; and the
+        ambiguous aliases (shared by several entities), the rule that picks one, and the first few with their
+        entity ids, best first."""
         unlinkable = Counter(self._dropped.values())
+        ambiguous = [key for key, entities in self._candidates.items() if len(entities) > 1]
         return {"aliases": self.num_aliases, "dropped_pairs": dict(self._drop_counts),
                 "dropped_aliases": {reason: unlinkable[reason] for reason in DROP_REASONS},
-                "excluded_branches": list(self.excluded_roots), "excluded_entities": self.excluded_entities}
+                "excluded_branches": list(self.excluded_roots), "excluded_entities": self.excluded_entities,
+                "ambiguous_aliases": len(ambiguous), "ambiguity_rule": self.ambiguity_rule,
+                "ambiguous_examples": [[key, [self.kg.entity_ids[i] for i in self._candidates[key]]]
+                                       for key in ambiguous[:max_examples]]}
+
+    @property
+    def ambiguity_rule(self) -> str:
+        """How a mention of an alias several entities share is linked."""
+        if self.ranker is not None:
+            return "the ranker's choice among the entities sharing the alias"
+        return "the entity with the most KG facts (degree), then the one listed first in the KG"
+
+    def ambiguous_occurrences(self, texts: Iterable[str]) -> Counter:
+        """How often each ambiguous alias is linked in ``texts`` (the mentions that :attr:`ambiguity_rule` decided)."""
+        counts: Counter = Counter()
+        for text in texts:
+            for start, end, _ in self._match(text):
+                key = self._alias_key(text[start:end])
+                if len(self._candidates.get(key, ())) > 1:
+                    counts[key] += 1
+        return counts
 
     def dropped_alias_occurrences(self, texts: Iterable[str], reasons=_FILTER_REASONS) -> Counter:
         """How often the aliases the filters dropped (``reasons``) occur in ``texts`` (word-bounded, as the linker
