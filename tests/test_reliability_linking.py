@@ -94,7 +94,6 @@ def test_build_kg_reports_what_the_alias_filters_dropped(tmp_path):
         out / "report.md").read_text()
 
 
-
 def test_ambiguous_aliases_are_counted_with_the_rule_that_decides_them(tmp_path):
     """Several KG ids sharing a name all went to one id without a word: the alias report counts the ambiguous aliases
     and names the rule (most KG facts, then KG order), and build-kg reports how many mentions it decided."""
