@@ -53,6 +53,32 @@ def test_a_tokenizer_larger_than_the_models_vocabulary_is_refused_where_they_mee
         model(**batch)
 
 
+
+def test_a_tokenizer_other_than_the_trained_one_is_refused_even_when_it_fits(tmp_path, tokenizer, assets):
+    """The Trainer records the tokenizer's fingerprint (vocabulary and normaliser) in the config; a processor with
+    another tokenizer, even one no larger than the model's vocabulary (a reordered vocabulary, or the cased twin of an
+    uncased one), is refused where processor and model meet, also after save / load."""
+    from keplm.tokenization import tokenizer_fingerprint
+
+    model = make_model(KalaForTokenClassification, tokenizer, assets, "relational", num_labels=3)
+    assert model.config.tokenizer_hash is None
+    KeplmTrainer(model=model, args=TrainingArguments(str(tmp_path / "out"), use_cpu=True, report_to="none"),
+                 processing_class=KalaProcessor(tokenizer, assets))
+    assert model.config.tokenizer_hash == tokenizer_fingerprint(tokenizer)
+    vocab = sorted(tokenizer.get_vocab(), key=tokenizer.get_vocab().get)
+    shuffled = BertTokenizerFast(vocab={t: i for i, t in enumerate([*vocab[:5], *reversed(vocab[5:])])},
+                                 do_lower_case=True)
+    cased = BertTokenizerFast(vocab=tokenizer.get_vocab(), do_lower_case=False)
+    for other in (shuffled, cased):
+        assert len(other) == len(tokenizer)
+        with pytest.raises(ValueError, match="is not the one the model was trained with"):
+            KalaProcessor(other, assets).check_model(model)
+    model.save_pretrained(tmp_path / "saved")
+    reloaded = KalaForTokenClassification.from_pretrained(tmp_path / "saved")
+    KalaProcessor(tokenizer, assets).check_model(reloaded)
+    with pytest.raises(ValueError, match="another vocabulary or casing"):
+        KalaProcessor(cased, assets).check_model(reloaded)
+
 def test_a_knowledge_run_whose_kg_links_nothing_warns_and_reports_the_share(tiny, tmp_path, caplog):
     """Row 9: a relational run whose KG links no training mention is vanilla in disguise: a WARNING says so and
     the results carry train_linked_share = 0."""

@@ -59,6 +59,9 @@ class KeplmConfig(PreTrainedConfig):
     locals().update(encoder_subconfigs("encoder"))
 
     encoder_config: PreTrainedConfig | dict | None = None
+    #: fingerprint of the tokenizer the model was trained with (``keplm.tokenization.tokenizer_fingerprint``; set by
+    #: keplm's Trainer), so a processor with another tokenizer is refused where the two meet
+    tokenizer_hash: str | None = None
 
     def __post_init__(self, **kwargs):
         first = f"{self.encoder_names[0]}_config"

@@ -10,6 +10,7 @@ TRELM entity positions.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -381,6 +382,12 @@ class KeplmProcessor:
             if vocab_size is not None and len(self.tokenizer) > vocab_size:
                 raise ValueError(f"the tokenizer has {len(self.tokenizer)} tokens but the model's {name} embeds only "
                                  f"{vocab_size}: the processor and the model come from different checkpoints")
+        recorded = getattr(config, "tokenizer_hash", None)
+        if recorded is not None and recorded != tokenizer_fingerprint(self.tokenizer):
+            raise ValueError(f"the processor's tokenizer (fingerprint {tokenizer_fingerprint(self.tokenizer)[:12]}) is "
+                             f"not the one the model was trained with ({recorded[:12]}: another vocabulary or casing): "
+                             "load the processor saved with the model (set config.tokenizer_hash = None if the "
+                             "tokenizer was changed on purpose)")
 
     def check_model(self, model) -> None:
         """ValueError when ``model`` cannot read this processor's features: a tokenizer larger than the model's
@@ -455,6 +462,16 @@ class KeplmProcessor:
         return processor
 
 
+def tokenizer_fingerprint(tokenizer) -> str:
+    """sha256 of what decides a tokenizer's ids: its vocabulary (token → id, added tokens included) and, for a fast
+    tokenizer, its normalizer (lower-casing, accent stripping), so another vocabulary or casing differs."""
+    digest = hashlib.sha256(json.dumps(sorted(tokenizer.get_vocab().items())).encode("utf-8"))
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is not None:
+        digest.update(json.dumps(json.loads(backend.to_str()).get("normalizer"), sort_keys=True).encode("utf-8"))
+    return digest.hexdigest()
+
+
 def align_word_labels(tags, word_ids, label_all_tokens: bool = False) -> list[int]:
     """Token labels from word labels: the first sub-token of a word gets its tag (every sub-token with
     ``label_all_tokens``), other sub-tokens and special tokens -100."""
@@ -490,4 +507,5 @@ __all__ = [
     "as_annotation",
     "align_word_labels",
     "answer_token_positions",
+    "tokenizer_fingerprint",
 ]

@@ -18,6 +18,8 @@ from transformers import EarlyStoppingCallback, Trainer
 from transformers.trainer import OPTIMIZER_NAME, SCHEDULER_NAME
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, PredictionOutput, has_length, speed_metrics
 
+from keplm.tokenization.processing_utils import tokenizer_fingerprint
+
 from .evaluate_metrics import SquadV1, squad_metric_inputs
 from .model_card import KeplmCardCallback, KeplmModelCardData
 from .optim import (
@@ -98,6 +100,9 @@ class KeplmTrainer(Trainer):
         processor = self.processing_class
         if model is not None and hasattr(processor, "check_model"):
             processor.check_model(unwrap(model))
+            config = unwrap(model).config
+            if hasattr(config, "tokenizer_hash") and config.tokenizer_hash is None:  # saved with the model from now on
+                config.tokenizer_hash = tokenizer_fingerprint(processor.tokenizer)
         patience = getattr(self.args, "early_stopping_patience", None)  # KeplmTrainingArguments
         if patience is not None:
             self.add_callback(EarlyStoppingCallback(patience, self.args.early_stopping_threshold))
