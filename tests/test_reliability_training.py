@@ -53,7 +53,6 @@ def test_a_tokenizer_larger_than_the_models_vocabulary_is_refused_where_they_mee
         model(**batch)
 
 
-
 def test_a_tokenizer_other_than_the_trained_one_is_refused_even_when_it_fits(tmp_path, tokenizer, assets):
     """The Trainer records the tokenizer's fingerprint (vocabulary and normaliser) in the config; a processor with
     another tokenizer, even one no larger than the model's vocabulary (a reordered vocabulary, or the cased twin of an
@@ -78,6 +77,7 @@ def test_a_tokenizer_other_than_the_trained_one_is_refused_even_when_it_fits(tmp
     KalaProcessor(tokenizer, assets).check_model(reloaded)
     with pytest.raises(ValueError, match="another vocabulary or casing"):
         KalaProcessor(cased, assets).check_model(reloaded)
+
 
 def test_a_knowledge_run_whose_kg_links_nothing_warns_and_reports_the_share(tiny, tmp_path, caplog):
     """Row 9: a relational run whose KG links no training mention is vanilla in disguise: a WARNING says so and
