@@ -280,3 +280,35 @@ def test_a_sentences_logits_do_not_depend_on_its_batch_on_either_padding_side(si
     if side == "left":
         with pytest.raises(ValueError, match="takes no position_ids: left padding would shift"):
             KeplmDataCollator.from_processor(processor, NoPositions())
+
+
+def test_processor_call_with_return_tensors_feeds_the_model_as_the_collator_would(tokenizer, assets, kg):
+    """The HF processor convention: ``model(**processor(text, return_tensors="pt"))`` runs, with the same inputs
+    (and logits) as the collator's batch of that one example, for a graph-reading model (KALA, one graph of the
+    text's facts, none when nothing links) and for Roof-Transformer's second sequence family."""
+    from keplm import RoofTransformerConfig, RoofTransformerForSequenceClassification, RoofTransformerProcessor
+
+    from .test_kala_model import make_model
+
+    model = make_model(KalaForTokenClassification, tokenizer, assets, num_labels=3)
+    processor = KalaProcessor(tokenizer, assets)
+    collator = KeplmDataCollator.from_processor(processor, model)
+    for text in ("john visited paris in france .", "nothing here links"):
+        inputs = processor(text, return_tensors="pt")
+        batch = collator([processor(text)])
+        assert inputs.keys() == batch.keys()
+        for key in inputs:
+            torch.testing.assert_close(inputs[key], batch[key], msg=key)
+        with torch.no_grad():
+            torch.testing.assert_close(model(**inputs).logits, model(**batch).logits)
+    assert processor("john visited paris .", return_tensors="pt")["edge_index"].shape[0] == 2
+    with pytest.raises(ValueError, match="return_tensors must be None or 'pt'"):
+        processor("paris", return_tensors="np")
+
+    roof_processor = RoofTransformerProcessor(tokenizer, KnowledgeAssets(kg=kg), max_knowledge_length=40)
+    roof = RoofTransformerForSequenceClassification(RoofTransformerConfig(
+        encoder_config=tiny_encoder_config(tokenizer), max_knowledge_length=40, fusion_layers=1, num_labels=2)).eval()
+    inputs = roof_processor("paris is a city in france .", return_tensors="pt")
+    assert inputs["knowledge_input_ids"].dim() == 2 and inputs["input_ids"].shape[0] == 1
+    with torch.no_grad():
+        assert roof(**inputs).logits.shape == (1, 2)

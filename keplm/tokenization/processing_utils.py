@@ -209,8 +209,11 @@ class KeplmProcessor:
 
     # ------------------------------------------------------------------ one text
     def __call__(self, text: str, annotation=None, max_length: int = 512, truncation: bool = True,
-                 with_knowledge: bool = True, **kwargs) -> dict:
-        """Encode one text; links it against the KG when no annotation is given."""
+                 with_knowledge: bool = True, return_tensors: str | None = None, **kwargs) -> dict:
+        """Encode one text; links it against the KG when no annotation is given. ``return_tensors="pt"``: the model's
+        inputs as a batch of one (``model(**processor(text, return_tensors="pt"))``), else lists."""
+        if return_tensors not in (None, "pt"):
+            raise ValueError(f"return_tensors must be None or 'pt' (PyTorch), got {return_tensors!r}")
         encoding = self.tokenizer(text, max_length=max_length, truncation=truncation, return_offsets_mapping=True,
                                   **kwargs)
         offsets = encoding.pop("offset_mapping")
@@ -219,7 +222,27 @@ class KeplmProcessor:
             annotation = as_annotation(annotation)
             annotation = (self.link(text) if annotation is None else annotation).validate(text)
             features.update(self.knowledge_features(offsets, [[s == 0 for s in encoding.sequence_ids()]], [annotation]))
-        return features
+        return features if return_tensors is None else self.as_tensors(features)
+
+    def as_tensors(self, features: dict) -> dict:
+        """One example's features as a batch of one, in PyTorch tensors: the keys of every declared sequence family
+        gain a batch dimension; a declared graph stays one graph (nodes, ``[2, E]`` edges, per-edge values), as the
+        collator would batch a single example."""
+        import torch
+
+        token_keys = {key for family in self.sequence_families.values() for key in family}
+        graph_keys = set(self.graph_schema.keys) if self.graph_schema is not None else set()
+        tensors = {}
+        for key, value in features.items():
+            if key in token_keys:
+                tensors[key] = torch.tensor([value], dtype=torch.long)
+            elif key == getattr(self.graph_schema, "edges", None):
+                tensors[key] = torch.tensor(value, dtype=torch.long).reshape(2, -1)
+            elif key in graph_keys:
+                tensors[key] = torch.tensor(value, dtype=torch.long)
+            else:
+                tensors[key] = torch.tensor(value)
+        return tensors
 
     # ------------------------------------------------------------------ NER
     def prepare_ner_features(
