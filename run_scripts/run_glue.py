@@ -71,6 +71,18 @@ def load_data(data_args: GlueDataArguments) -> datasets.DatasetDict:
     return raw
 
 
+def check_labelled(raw, training_args) -> None:
+    """ValueError, before any linking or training, when a split the run trains or evaluates on has rows without a
+    label (a file without the label column, or empty / -1 labels): they would reach the loss as class -1."""
+    for split, used in (("train", training_args.do_train), ("validation", training_args.do_eval)):
+        if used and split in raw:
+            unlabelled = sum(1 for label in raw[split]["label"] if label < 0)
+            if unlabelled:
+                raise ValueError(f"the {split} split has {unlabelled} of {len(raw[split])} rows without a label (no "
+                                 "label column in its file, or empty / -1 labels): it cannot be trained or evaluated "
+                                 "on; give labelled data or leave out --do_train / --do_eval")
+
+
 def main(args: list[str] | None = None) -> dict:
     model_args, data_args, roof_args, training_args = parse_args(
         (ModelArguments, GlueDataArguments, RoofArguments, KeplmTrainingArguments), args)
@@ -81,6 +93,7 @@ def main(args: list[str] | None = None) -> dict:
     # files without a GLUE task name: the task is what the files hold (their text columns and labels)
     task = glue_task(named) if named is not None else task_of_dataset(raw)
     check_splits(raw, training_args)
+    check_labelled(raw, training_args)
     with training_args.main_process_first(desc="knowledge"):
         processor, raw = prepare_roof_knowledge(model_args, roof_args, raw, task.text_columns,
                                                 data_args.preprocessing_num_workers)

@@ -129,3 +129,19 @@ def test_table_handles_ablations_run_with_fewer_seeds(monkeypatch, capsys, tmp_p
     assert "| validation accuracy | 71.00 ± 1.41 | 73.00 ± 1.41 | 69.00 ± 0.00 |" in out
     assert "| train triples cut per example | n/a | 0.50 ± 0.00 | n/a |" in out
     assert "| wall time per run (s) | 150 ± 71 | 150 ± 71 | 100 ± 0 |" in out
+
+
+def test_run_glue_refuses_unlabelled_training_data_before_linking(glue_files, tmp_path):
+    """A training file without its label column loads as unlabelled (-1) rows: the run stops before linking and
+    training with the split and the count, instead of a class -1 reaching the loss; labels outside the task's label
+    set name the file and line."""
+    tiny, files = glue_files
+    unlabelled = tmp_path / "train.csv"
+    unlabelled.write_text("sentence1,sentence2\nparis is in france .,france has paris .\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"the train split has 1 of 1 rows without a label"):
+        load_script("run_glue").main(glue_args(tiny, {**files, "train": str(unlabelled)}, tmp_path / "out"))
+    assert not (tmp_path / "out" / "all_results.json").exists()
+    outside = tmp_path / "outside.csv"
+    outside.write_text("sentence1,sentence2,label\nparis is in france .,france has paris .,7\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"outside.csv:2: label '7' is neither a class id below 2"):
+        load_script("run_glue").main(glue_args(tiny, {**files, "train": str(outside)}, tmp_path / "out2"))
