@@ -392,3 +392,12 @@ def test_real_corpus_counts_all_relations(monkeypatch):
     assert len(corpus.dataset) == 81289 and len(corpus.seen_keys) == 29092
     kg = kg_without_facts(load_kg("trex:../shared/data/lama"), corpus.held_out_keys)
     assert (kg.num_triples, kg.build_report["facts_removed"]["triples_removed"]) == (56839, 4934)
+
+
+def test_an_empty_corpus_is_an_error_with_each_sources_counts(tmp_path):
+    """A corpus whose sources give no example (here an annotation file of no example) is refused when it is read,
+    with what each source read and kept, instead of a trainer on zero examples."""
+    empty = tmp_path / "empty.json"
+    empty.write_text("{}", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"the pre-training corpus is empty: .*empty.json: read 0, kept 0"):
+        load_pretraining_corpus([f"annotations:{empty}"], held_out_fraction=0)

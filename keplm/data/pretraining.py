@@ -550,6 +550,10 @@ def load_pretraining_corpus(sources: Sequence[str], held_out_fraction: float = 0
             example_id = ex["id"] if ex["id"] not in ids else f"{ex['id']}#{group}"  # two sources, same ids
             ids.add(example_id)
             kept.append({**ex, "id": example_id, "group": group})
+    if not kept:
+        counts = "; ".join(f"{r['spec']}: read {r['read']}, kept {r['kept']}, held out {r['held_out']}, skipped "
+                           f"{r['skipped'] or 'none'}" for r in reports)
+        raise ValueError(f"the pre-training corpus is empty: no source gave an example to train on ({counts})")
     held_out_keys = probe_keys - {f for ex in kept for f in ex["facts"]}  # before the cap: see PretrainingCorpus
     dropped_by_cap = 0
     if max_examples is not None and len(kept) > max_examples:
