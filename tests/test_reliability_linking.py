@@ -204,3 +204,26 @@ def test_build_kg_names_a_missing_or_empty_split(tmp_path):
         build_knowledge("ner", data, kg, tmp_path / "out", plot=False)
     with pytest.raises(ValueError, match=r"no \['validation'\] split in the dataset"):
         build_knowledge("ner", data, kg, tmp_path / "out", splits=["validation"], plot=False)
+
+
+def test_text_written_without_spaces_is_linked_and_reaches_roofs_chinese_verbalisation(tokenizer):
+    """A CJK mention has no spaces around it: the word-boundary rule applies per script, so raw Chinese text links to
+    a Chinese KG and Roof-Transformer's Chinese verbalisation ("巴黎的首都是法国") is reachable from it; in spaced
+    scripts a mention inside a word still does not link."""
+    from keplm.knowledge import KnowledgeAssets
+    from keplm.tokenization.processing_roof_transformer import RoofTransformerProcessor, verbalize
+
+    kg = KnowledgeGraph.from_triples([("Q90", "P1376", "Q142"), ("Q1490", "P1376", "Q17")],
+                                     entity_names={"Q90": "巴黎", "Q142": "法国", "Q1490": "东京", "Q17": "日本"},
+                                     relation_names={"P1376": "首都"})
+    linker = EntityLinker(kg)
+    assert linked(linker, "巴黎是法国的首都。东京在日本") == [("巴黎", "Q90"), ("法国", "Q142"), ("东京", "Q1490"),
+                                                              ("日本", "Q17")]
+    assert linked(linker, "我去了巴黎") == [("巴黎", "Q90")]
+    latin = EntityLinker(KnowledgeGraph.from_triples([("a", "r", "b")], entity_names={"a": "paris", "b": "france"}))
+    assert linked(latin, "parisian france") == [("france", "b")]
+    assert linked(latin, "paris巴黎") == [("paris", "a")]  # the ideograph after it is no part of a Latin word
+    processor = RoofTransformerProcessor(tokenizer, KnowledgeAssets(kg=kg), selection="no_tail")
+    triples = processor.select([linker.link("巴黎是法国的首都")])
+    assert [(t.head, t.relation, t.tail) for t in triples] == [("巴黎", "首都", "法国")]
+    assert verbalize(triples)[0].clauses == ("巴黎的首都是法国",)
