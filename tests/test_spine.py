@@ -73,6 +73,25 @@ def test_processor_validates_annotations_of_ner_data(tokenizer, assets):
                                        label_column=None)
 
 
+def test_qa_features_check_the_answer_offset_and_the_question_annotation(tokenizer, assets):
+    """``prepare_qa_features`` itself checks that ``answer_start`` points at the answer text (data from any source,
+    not only the file readers), and validates a question annotation against the question as it does the context's."""
+    processor = KalaProcessor(tokenizer, assets)
+    examples = {"id": ["q1"], "question": ["where is paris ?"], "context": ["paris is a city in france ."],
+                "answers": [{"text": ["france"], "answer_start": [19]}]}
+    ok = processor.prepare_qa_features(examples, max_length=32, doc_stride=8)
+    assert ok["start_positions"][0] > 0
+    shifted = {**examples, "answers": [{"text": ["france"], "answer_start": [17]}]}
+    with pytest.raises(ValueError, match=r"QA example q1: answer_start 17 does not point at the answer 'france'"):
+        processor.prepare_qa_features(shifted, max_length=32, doc_stride=8)
+    processor.prepare_qa_features(shifted, max_length=32, doc_stride=8, training=False)  # no labels: not checked
+    question = KnowledgeAnnotation.from_dict({"entities": [{"text": "paris", "start": 0, "end": 5, "id": "Q90"}]})
+    with pytest.raises(ValueError, match=r"mention 0: text\[0:5\] is 'where' but mention.text is 'paris'"):
+        processor.prepare_qa_features({**examples, "question_knowledge": [question]}, max_length=32, doc_stride=8)
+    good = KnowledgeAnnotation.from_dict({"entities": [{"text": "paris", "start": 9, "end": 14, "id": "Q90"}]})
+    processor.prepare_qa_features({**examples, "question_knowledge": [good]}, max_length=32, doc_stride=8)
+
+
 def test_auto_processor_round_trip_and_agreement_checks(tmp_path, tokenizer, assets):
     """``AutoProcessor.from_pretrained`` returns the saved processor class with its KG and settings; a processor and
     a model that disagree are caught where they meet."""

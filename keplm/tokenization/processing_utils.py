@@ -367,6 +367,7 @@ class KeplmProcessor:
         question_annotations = (examples.get(question_annotation_column)
                                 if question_annotation_column and with_knowledge else None)
         cache: dict[int, tuple] = {}
+        checked: set[int] = set()
         out: dict[str, list] = {}
         extra = {"start_positions": [], "end_positions": []} if training else {"example_id": [], "offset_mapping": []}
         for i, offsets in enumerate(encoding["offset_mapping"]):
@@ -380,12 +381,16 @@ class KeplmProcessor:
                     annotation = (self.link(context) if annotation is None else annotation).validate(context)
                     question = (as_annotation(question_annotations[sample])
                                 if question_annotations is not None else None)
+                    question = question.validate(questions[sample]) if question is not None else None
                     cache[sample] = (annotation, question)
                 question_mask = [s == 1 - context_part for s in sequence_ids]
                 knowledge = self.knowledge_features(offsets, [context_mask, question_mask], list(cache[sample]))
                 for key, value in knowledge.items():
                     out.setdefault(key, []).append(value)
             if training:
+                if sample not in checked:
+                    check_answer(examples, sample)
+                    checked.add(sample)
                 start, end = answer_token_positions(examples["answers"][sample], offsets, context_mask)
                 extra["start_positions"].append(start)
                 extra["end_positions"].append(end)
@@ -508,6 +513,20 @@ def align_word_labels(tags, word_ids, label_all_tokens: bool = False) -> list[in
             labels.append(-100)
         previous = word
     return labels
+
+
+def check_answer(examples: dict, sample: int) -> None:
+    """ValueError naming the example when its first answer's ``answer_start`` does not point at the answer text in
+    its context (a training label on the wrong tokens otherwise)."""
+    answers, context = examples["answers"][sample], examples["context"][sample]
+    if not answers["answer_start"]:
+        return
+    start, text = answers["answer_start"][0], answers["text"][0]
+    if context[start:start + len(text)] != text:
+        name = examples["id"][sample] if "id" in examples else f"#{sample} of the batch"
+        raise ValueError(f"QA example {name}: answer_start {start} does not point at the answer {text!r} (the context "
+                         f"holds {context[start:start + len(text)]!r} there); fix the data, or load SQuAD files with "
+                         "fix_answer_starts='nearest'")
 
 
 def answer_token_positions(answers: dict, offsets, context_mask) -> tuple[int, int]:
