@@ -435,3 +435,30 @@ def test_tiny_model_learns_a_task_only_knowledge_can_solve(tokenizer, assets):
         accuracy[mode] = (predictions == test["labels"][:, 2]).float().mean().item()
     assert accuracy["pointwise"] > 0.95, accuracy
     assert accuracy["none"] < 0.8, accuracy
+
+
+def test_a_tag_or_class_id_outside_the_label_set_is_a_value_error_naming_it(tokenizer, assets, processor):
+    """Labels given through the API are checked against the model's label count (-100 ignored), for KALA's tags and
+    Roof-Transformer's classes; a regression's float scores are not ids."""
+    from keplm import RoofTransformerConfig, RoofTransformerForSequenceClassification
+
+    from .conftest import tiny_encoder_config
+
+    model = make_model(KalaForTokenClassification, tokenizer, assets, num_labels=3)
+    batch = batch_of(processor, TEXTS[:1])
+    labels = torch.full_like(batch["input_ids"], -100)
+    labels[0, 1], labels[0, 2] = 2, 7
+    with pytest.raises(ValueError, match=r"labels hold id 7 outside \[0, 3\)"):
+        model(**batch, labels=labels)
+    labels[0, 2] = 0
+    assert model(**batch, labels=labels).loss is not None
+    roof = RoofTransformerForSequenceClassification(RoofTransformerConfig(
+        encoder_config=tiny_encoder_config(tokenizer), fusion_layers=1, max_knowledge_length=40, num_labels=2,
+        knowledge_encoding="none", fusion="none"))
+    inputs = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
+    with pytest.raises(ValueError, match=r"labels hold id -1 outside \[0, 2\)"):
+        roof(**inputs, labels=torch.tensor([-1]))
+    regression = RoofTransformerForSequenceClassification(RoofTransformerConfig(
+        encoder_config=tiny_encoder_config(tokenizer), fusion_layers=1, max_knowledge_length=40, num_labels=1,
+        knowledge_encoding="none", fusion="none"))
+    assert regression(**inputs, labels=torch.tensor([3.5])).loss is not None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import torch
 from torch import nn
 
 
@@ -11,3 +12,17 @@ def classification_head(config) -> tuple[nn.Dropout, nn.Linear]:
     dropout = config.classifier_dropout
     dropout = dropout if dropout is not None else config.encoder_config.hidden_dropout_prob
     return nn.Dropout(dropout), nn.Linear(config.encoder_config.hidden_size, config.num_labels)
+
+
+def check_labels(labels: torch.Tensor | None, num_labels: int) -> None:
+    """ValueError naming the first class / tag id outside ``[0, num_labels)`` (-100 = ignored; a regression's scores,
+    ``num_labels == 1`` or float labels, are not ids): a cross-entropy index error deep in torch otherwise. Checked
+    where it costs no device sync or graph break (CPU tensors, not under ``torch.compile``)."""
+    if (labels is None or num_labels <= 1 or labels.is_floating_point() or not labels.numel()
+            or labels.device.type != "cpu" or torch.compiler.is_compiling()):
+        return
+    ids = labels[labels != -100]
+    bad = ids[(ids < 0) | (ids >= num_labels)]
+    if bad.numel():
+        raise ValueError(f"labels hold id {int(bad[0])} outside [0, {num_labels}) (-100 = ignored): a tag or class "
+                         f"id must index the model's {num_labels} labels (config.id2label)")

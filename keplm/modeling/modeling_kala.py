@@ -28,7 +28,7 @@ from .base import (
     layer_norms,
 )
 from .entity_memory import NULL_ENTITY_INDEX, EntityEmbedding, EntityMemory
-from .heads import classification_head
+from .heads import check_labels, classification_head
 from .kfm import KnowledgeFeatureModulation, apply_modulation, gather_modulation
 from .relational_retrieval import RelationalAttentionConv, RelationalRetrieval
 
@@ -408,6 +408,7 @@ class KalaForTokenClassification(KalaPreTrainedModel):
                             **_knowledge_kwargs(entity_token_map, node_entity_ids, edge_index, edge_relation_ids))
         logits = self.classifier(self.dropout(outputs.last_hidden_state))
         # transformers' token-classification loss (cross-entropy in float32, -100 ignored)
+        check_labels(labels, self.num_labels)
         loss = self.loss_function(logits, labels, self.config) if labels is not None else None
         return TokenClassifierOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions

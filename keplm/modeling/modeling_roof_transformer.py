@@ -18,7 +18,7 @@ from keplm.registration import register_method
 from keplm.tokenization.processing_roof_transformer import RoofTransformerProcessor
 
 from .base import ExtraLayers, KeplmPreTrainedModel, ParameterGroup, build_encoder, check_index_range
-from .heads import classification_head
+from .heads import check_labels, classification_head
 from .knowledge_cache import KnowledgeEncodingCache
 
 logger = logging.getLogger(__name__)
@@ -262,6 +262,7 @@ class RoofTransformerForSequenceClassification(RoofTransformerPreTrainedModel):
         pooled = (text * mask).sum(1) / mask.sum(1).clamp(min=1)
         logits = self.classifier(self.dropout(pooled))
         # transformers' sequence-classification loss: MSE for one label (regression), cross-entropy otherwise
+        check_labels(labels, self.num_labels)
         loss = self.loss_function(labels, logits.float(), self.config) if labels is not None else None
         return SequenceClassifierOutput(loss=loss, logits=logits)
 
