@@ -198,3 +198,17 @@ def test_accelerate_cpu_launch_of_several_processes_that_starts_one_warns(caplog
     assert not warn_single_process_launch({**simple, "WORLD_SIZE": "2", "RANK": "0"})
     assert not warn_single_process_launch({"ACCELERATE_USE_CPU": "True"})  # --cpu, one process asked for
     assert not warn_single_process_launch({})
+
+
+def test_a_baseline_trained_into_a_knowledge_models_folder_fails_before_training(tiny, tmp_path):
+    """A reused --output_dir that holds a KALA model: a vanilla run there would only fail after training, when its
+    processor's save meets the other model's knowledge assets; now it fails before the first step. Rerunning the same
+    system into its own folder still works."""
+    run_ner = load_script("run_ner")
+    out = tmp_path / "out"
+    run_ner.main(ner_args(tiny, out, "relational", "--do_train"))
+    first = (out / "model.safetensors").stat().st_mtime_ns
+    with pytest.raises(ValueError, match="holds another run's model .* this run would fail when it saves"):
+        run_ner.main(ner_args(tiny, out, "vanilla", "--do_train"))
+    assert (out / "model.safetensors").stat().st_mtime_ns == first  # nothing trained or written
+    run_ner.main(ner_args(tiny, out, "relational", "--do_train"))

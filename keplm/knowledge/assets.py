@@ -271,6 +271,28 @@ def _assets_config(assets: KnowledgeAssets) -> dict:
     }
 
 
+def assets_conflict(save_directory: str | os.PathLike, assets: KnowledgeAssets | None,
+                    counts: bool = False) -> str | None:
+    """What is wrong when ``save_directory`` already holds other knowledge assets than ``assets`` (``None``: none
+    should be there) would be saved as, else None; ``counts``: entity counts differing count too."""
+    config_file = Path(save_directory) / ASSETS_DIR / ASSETS_CONFIG_NAME
+    if not config_file.is_file():
+        return None
+    try:
+        existing = read_json(config_file)
+    except ValueError:
+        existing = {}
+    config = _assets_config(assets) if assets is not None else {"vocab_hash": None, "kg_hash": None}
+    keys = ("format_version", "vocab_hash", "kg_hash") if assets is not None else ("vocab_hash", "kg_hash")
+    same = all(existing.get(key) == config[key] for key in keys) and (
+        not counts or existing.get("counts_hash", config.get("counts_hash")) == config.get("counts_hash"))
+    if same:
+        return None
+    return (f"{config_file.parent} already holds other knowledge assets (vocabulary hash "
+            f"{existing.get('vocab_hash')!r}, KG hash {existing.get('kg_hash')!r}) than the ones being saved "
+            f"({config['vocab_hash']!r}, {config['kg_hash']!r})")
+
+
 def save_knowledge_assets(save_directory: str | os.PathLike, assets: KnowledgeAssets, overwrite: bool = True) -> None:
     """Write ``knowledge/`` into ``save_directory``; a folder that already holds the same assets is left as it is.
 
@@ -282,23 +304,14 @@ def save_knowledge_assets(save_directory: str | os.PathLike, assets: KnowledgeAs
     config = _assets_config(assets)
     config_file = directory / ASSETS_CONFIG_NAME
     if config_file.is_file():
-        try:
-            existing = read_json(config_file)
-        except ValueError:
-            existing = {}
-        same = all(existing.get(key) == config[key] for key in ("format_version", "vocab_hash", "kg_hash")) and (
-            existing.get("counts_hash", config["counts_hash"]) == config["counts_hash"] or not overwrite)
-        if same:
+        conflict = assets_conflict(save_directory, assets, counts=overwrite)
+        if conflict is None:
             return
         if overwrite:
             config_file.unlink()  # an interrupted rewrite must not leave the old config beside new files
         else:
-            raise ValueError(
-                f"{directory} already holds other knowledge assets (vocabulary hash {existing.get('vocab_hash')!r}, "
-                f"KG hash {existing.get('kg_hash')!r}) than the processor being saved ({config['vocab_hash']!r}, "
-                f"{config['kg_hash']!r}): the model saved there and this processor disagree; save them from the "
-                "same assets or into separate folders"
-            )
+            raise ValueError(f"{conflict}: the model saved there and this processor disagree; save them from the "
+                             "same assets or into separate folders")
     directory.mkdir(parents=True, exist_ok=True)
     (directory / ENTITY_VOCAB_NAME).write_text(
         json.dumps({"entities": assets.entity_vocab, "counts": assets.entity_counts}, ensure_ascii=False)
@@ -314,6 +327,7 @@ def save_knowledge_assets(save_directory: str | os.PathLike, assets: KnowledgeAs
 __all__ = [
     "KnowledgeAssets",
     "save_knowledge_assets",
+    "assets_conflict",
     "NULL_ENTITY",
     "SELF_RELATION",
     "UNKNOWN_RELATION",

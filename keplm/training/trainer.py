@@ -18,6 +18,7 @@ from transformers import EarlyStoppingCallback, Trainer
 from transformers.trainer import OPTIMIZER_NAME, SCHEDULER_NAME
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, PredictionOutput, has_length, speed_metrics
 
+from keplm.knowledge.assets import assets_conflict
 from keplm.tokenization.processing_utils import tokenizer_fingerprint
 
 from .evaluate_metrics import SquadV1, squad_metric_inputs
@@ -118,6 +119,20 @@ class KeplmTrainer(Trainer):
         if eval_dataset is None or not has_length(eval_dataset):
             return None
         return SequentialSampler(eval_dataset) if self.args.world_size <= 1 else None
+
+    def train(self, *args, **kwargs):
+        """The stock ``train``, after checking that ``output_dir`` holds no other run's knowledge assets that the
+        processor's save would have to refuse (a baseline trained into a knowledge model's folder): the run fails now,
+        not after training."""
+        model, processor = unwrap(self.model), self.processing_class
+        if self.args.should_save and not getattr(model.config, "uses_knowledge_assets", False) \
+                and hasattr(processor, "knowledge_assets"):
+            conflict = assets_conflict(self.args.output_dir, processor.knowledge_assets)
+            if conflict is not None:
+                raise ValueError(f"output_dir {self.args.output_dir} holds another run's model ({conflict}): this run "
+                                 "would fail when it saves its processor after training; use another output_dir or "
+                                 "empty this one")
+        return super().train(*args, **kwargs)
 
     def create_optimizer(self, model=None):
         """The stock optimizer, with the model's parameter groups moved into groups (or optimizers) of their own."""
