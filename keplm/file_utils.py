@@ -38,6 +38,20 @@ KG_VECTORS_NAME = "entity_vectors.safetensors"
 HUB_KWARGS = ("revision", "token", "cache_dir", "local_files_only", "force_download", "subfolder")
 
 
+def portable_paths(value, root: str | os.PathLike | None = None):
+    """``value`` as a saved or pushed file may hold it: every absolute path string (in dicts and lists too) relative to
+    ``root`` (default: the working directory) when inside it, else its last component, so no machine path leaves the
+    run."""
+    if isinstance(value, dict):
+        return {key: portable_paths(item, root) for key, item in value.items()}
+    if isinstance(value, list):
+        return [portable_paths(item, root) for item in value]
+    if not isinstance(value, str) or not os.path.isabs(value):
+        return value
+    relative = os.path.relpath(value, root or os.getcwd())
+    return os.path.basename(value.rstrip(os.sep)) if relative.startswith(os.pardir) else relative
+
+
 def hub_kwargs(kwargs: dict) -> dict:
     """The Hub-download keyword arguments among ``kwargs`` (``None`` values dropped)."""
     return {key: kwargs[key] for key in HUB_KWARGS if kwargs.get(key) is not None}

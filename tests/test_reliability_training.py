@@ -212,3 +212,27 @@ def test_a_baseline_trained_into_a_knowledge_models_folder_fails_before_training
         run_ner.main(ner_args(tiny, out, "vanilla", "--do_train"))
     assert (out / "model.safetensors").stat().st_mtime_ns == first  # nothing trained or written
     run_ner.main(ner_args(tiny, out, "relational", "--do_train"))
+
+
+def test_saved_configs_and_training_arguments_hold_no_machine_path(tiny, tmp_path, monkeypatch):
+    """config.json kept the base encoder's absolute folder as the nested encoder config's ``_name_or_path`` and
+    training_args.json the absolute output folder: both are machine paths in every saved or pushed folder. The nested
+    name is dropped (as transformers drops the top level's) and argument paths are made relative or cut to their last
+    component."""
+    import os
+
+    from keplm.file_utils import portable_paths
+
+    from .test_repository_hygiene import machine_paths
+
+    (tmp_path / "cwd").mkdir()
+    monkeypatch.chdir(tmp_path / "cwd")
+    out = tmp_path / "absolute-out"  # outside the working directory: cut to its last component
+    load_script("run_ner").main(ner_args(tiny, out, "relational", "--do_train"))
+    config_text = (out / "config.json").read_text()
+    assert os.path.isabs(tiny["model"]) and tiny["model"] not in config_text and "_name_or_path" not in config_text
+    saved_args = read_json(out / "training_args.json")
+    assert saved_args["output_dir"] == "absolute-out"
+    assert not machine_paths((out / "training_args.json").read_text())
+    assert portable_paths({"a": [str(tmp_path / "x" / "y")], "b": "org/name", "c": 3}, root=tmp_path) == {
+        "a": [os.path.join("x", "y")], "b": "org/name", "c": 3}

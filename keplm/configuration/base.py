@@ -72,6 +72,15 @@ class KeplmConfig(PreTrainedConfig):
             setattr(self, f"{name}_config", as_encoder_config(value))
         super().__post_init__(**kwargs)
 
+    def to_diff_dict(self) -> dict[str, Any]:
+        """The stock diff, without the ``_name_or_path`` of the nested encoder configs (transformers drops the top
+        level's but keeps theirs: the absolute path of a local base encoder in every saved or pushed config.json)."""
+        output = super().to_diff_dict()
+        for name in self.encoder_names:
+            if isinstance(output.get(f"{name}_config"), dict):
+                output[f"{name}_config"].pop("_name_or_path", None)
+        return output
+
     def encoder_configs(self) -> dict[str, PreTrainedConfig]:
         """``{encoder name: its config}`` in ``encoder_names`` order."""
         return {name: getattr(self, f"{name}_config") for name in self.encoder_names}

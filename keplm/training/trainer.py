@@ -18,6 +18,7 @@ from transformers import EarlyStoppingCallback, Trainer
 from transformers.trainer import OPTIMIZER_NAME, SCHEDULER_NAME
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, PredictionOutput, has_length, speed_metrics
 
+from keplm.file_utils import portable_paths
 from keplm.knowledge.assets import assets_conflict
 from keplm.tokenization.processing_utils import tokenizer_fingerprint
 
@@ -186,8 +187,12 @@ class KeplmTrainer(Trainer):
             pickled = os.path.join(output_dir, "training_args.bin")
             if os.path.exists(pickled):
                 os.remove(pickled)
-            with open(os.path.join(output_dir, "training_args.json"), "w", encoding="utf-8") as f:
-                f.write(self.args.to_json_string())
+            self._write_training_args(output_dir)
+
+    def _write_training_args(self, output_dir: str) -> None:
+        """``training_args.json``: the arguments as JSON (not a pickle), absolute paths made portable."""
+        with open(os.path.join(output_dir, "training_args.json"), "w", encoding="utf-8") as f:
+            json.dump(portable_paths(json.loads(self.args.to_json_string())), f, indent=2)
 
     def push_to_hub(self, commit_message: str | None = "End of training", blocking: bool = True,
                     token: str | None = None, revision: str | None = None, private: bool | None = None, **kwargs):
@@ -239,8 +244,7 @@ class KeplmTrainer(Trainer):
                 shutil.copy(source, os.path.join(output_dir, name))
         if self.processing_class is not None:
             self.processing_class.save_pretrained(output_dir)
-        with open(os.path.join(output_dir, "training_args.json"), "w", encoding="utf-8") as f:
-            f.write(self.args.to_json_string())
+        self._write_training_args(output_dir)
         self.create_model_card()  # the card goes up with the first upload, the run's facts so far
         step = (f"step {self.state.global_step}" if self.args.save_strategy == SaveStrategy.STEPS
                 else f"epoch {int(self.state.epoch)}")
