@@ -16,6 +16,14 @@ from pathlib import Path
 
 #: file patterns that are Python pickles (``torch.save``, ``pickle``): never uploaded by keplm
 PICKLE_PATTERNS = ("*.bin", "*.pt", "*.pth", "*.pkl", "*.pickle", "*.ckpt")
+#: what loading a saved model needs, and its card: what a training run's push uploads from its output folder (the
+#: checkpoints' optimizer / scheduler / RNG states and the run's result files stay local unless the user asks for
+#: checkpoints on the Hub, ``hub_strategy``)
+LOADING_PATTERNS = ("config.json", "generation_config.json", "model.safetensors", "model-*.safetensors",
+                    "model.safetensors.index.json", "adapter_model.safetensors", "adapter_config.json",
+                    "processor_config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                    "added_tokens.json", "vocab.txt", "vocab.json", "merges.txt", "*.model", "knowledge/**",
+                    "README.md", "figures/**")
 
 
 def pickled_files(folder: str | os.PathLike) -> list[str]:
@@ -71,4 +79,4 @@ def push_folder(
                                  create_pr=create_pr)
 
 
-__all__ = ["push_folder", "pickled_files", "repo_has_file", "PICKLE_PATTERNS"]
+__all__ = ["push_folder", "pickled_files", "repo_has_file", "LOADING_PATTERNS", "PICKLE_PATTERNS"]

@@ -177,7 +177,8 @@ def test_run_ner_end_to_end(tiny, tmp_path, system):
 
 def test_run_ner_pushes_to_the_hub_without_pickles(tiny, tmp_path, hub_server):
     """--push_to_hub uploads the model, processor, knowledge/ and keplm's card (with the evaluation results) in
-    every push; no pickle reaches the Hub, neither in the final push nor in the checkpoint pushes."""
+    every push, and nothing else at the repo's root (no optimizer / scheduler / RNG state, no result files); no pickle
+    reaches the Hub, neither in the final push nor in the checkpoint pushes."""
     from huggingface_hub import HfApi, ModelCard
 
     run_ner = load_script("run_ner")
@@ -186,8 +187,12 @@ def test_run_ner_pushes_to_the_hub_without_pickles(tiny, tmp_path, hub_server):
                           "--hub_strategy", "checkpoint"))
     files = set(HfApi().list_repo_files("org/ner-run"))
     assert {"model.safetensors", "README.md", "processor_config.json", "knowledge/kg/triples.tsv",
-            "training_args.json", "last-checkpoint/model.safetensors"} <= files
+            "last-checkpoint/model.safetensors", "last-checkpoint/optimizer.safetensors"} <= files
     assert not [f for f in files if f.endswith((".bin", ".pt", ".pth", ".pkl"))], files
+    # the repo root holds what loading needs and the card; the training state only in the checkpoint asked for
+    root = {f for f in files if not f.startswith(("last-checkpoint/", "knowledge/", "figures/", "."))}
+    assert root <= {"model.safetensors", "config.json", "README.md", "processor_config.json", "tokenizer.json",
+                    "tokenizer_config.json", "special_tokens_map.json", "vocab.txt"}, root
     card = ModelCard.load("org/ner-run")
     assert card.data.library_name == "keplm" and "eval_f1" in str(card)
 

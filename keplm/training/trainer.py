@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import logging
 import math
@@ -200,7 +201,7 @@ class KeplmTrainer(Trainer):
         commit, nested ``knowledge/`` included), but no pickle is ever uploaded."""
         from transformers.utils.hub import hf_api
 
-        from keplm.push_utils import PICKLE_PATTERNS
+        from keplm.push_utils import LOADING_PATTERNS, PICKLE_PATTERNS
 
         self.callback_handler.on_push_begin(self.args, self.state, self.control)
         model_name = kwargs.pop("model_name", None)
@@ -216,7 +217,7 @@ class KeplmTrainer(Trainer):
         self._finish_current_push()
         return hf_api().upload_folder(
             repo_id=self.hub_model_id, folder_path=self.args.output_dir, commit_message=commit_message, token=token,
-            run_as_future=not blocking, ignore_patterns=["_*", f"{PREFIX_CHECKPOINT_DIR}-*", *PICKLE_PATTERNS],
+            run_as_future=not blocking, allow_patterns=list(LOADING_PATTERNS), ignore_patterns=list(PICKLE_PATTERNS),
             revision=revision if revision is not None else self.args.hub_revision,
         )
 
@@ -228,7 +229,7 @@ class KeplmTrainer(Trainer):
         from transformers.utils.hub import PushInProgress, hf_api
 
         from keplm.file_utils import ASSETS_DIR
-        from keplm.push_utils import PICKLE_PATTERNS
+        from keplm.push_utils import LOADING_PATTERNS, PICKLE_PATTERNS
 
         if not self.is_world_process_zero() or self.args.hub_strategy == HubStrategy.END:
             return
@@ -240,16 +241,16 @@ class KeplmTrainer(Trainer):
             source = os.path.join(checkpoint_folder, name)
             if name == ASSETS_DIR:
                 shutil.copytree(source, os.path.join(output_dir, name), dirs_exist_ok=True)
-            elif name == "config.json" or name.endswith((".safetensors", ".safetensors.index.json")):
-                shutil.copy(source, os.path.join(output_dir, name))
+            elif any(fnmatch.fnmatch(name, pattern) for pattern in LOADING_PATTERNS if "/" not in pattern):
+                shutil.copy(source, os.path.join(output_dir, name))  # the model's files, not the training state
         if self.processing_class is not None:
             self.processing_class.save_pretrained(output_dir)
         self._write_training_args(output_dir)
         self.create_model_card()  # the card goes up with the first upload, the run's facts so far
         step = (f"step {self.state.global_step}" if self.args.save_strategy == SaveStrategy.STEPS
                 else f"epoch {int(self.state.epoch)}")
-        ignore = ["_*", f"{PREFIX_CHECKPOINT_DIR}-*", *PICKLE_PATTERNS]
-        jobs = [hf_api().upload_folder(repo_id=self.hub_model_id, folder_path=output_dir, ignore_patterns=ignore,
+        jobs = [hf_api().upload_folder(repo_id=self.hub_model_id, folder_path=output_dir,
+                                       allow_patterns=list(LOADING_PATTERNS), ignore_patterns=list(PICKLE_PATTERNS),
                                        commit_message=f"Training in progress, {step}", token=self.args.hub_token,
                                        run_as_future=True, revision=self.args.hub_revision)]
         if self.args.hub_strategy in (HubStrategy.CHECKPOINT, HubStrategy.ALL_CHECKPOINTS):
