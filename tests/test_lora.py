@@ -79,6 +79,10 @@ def test_saved_and_pushed_adapter_loads_onto_its_base(hub_server, tmp_path, base
     local = load_lora(tmp_path / "adapter").eval()
     torch.testing.assert_close(local(**batch).logits, expected)
     push_lora(peft_model, "org/kala-lora")
+    from huggingface_hub import ModelCard
+
+    card = ModelCard.load("org/kala-lora")  # keplm's card with its knowledge section, not peft's template
+    assert card.data.library_name == "keplm" and "knowledge" in card.text.lower() and "peft" in str(card).lower()
     pulled = load_lora("org/kala-lora", base_model_name_or_path=str(base_dir)).eval()
     torch.testing.assert_close(pulled(**batch).logits, expected)
     assert pulled.get_base_model().knowledge_assets.content_hash() == assets.content_hash()

@@ -211,17 +211,22 @@ class KeplmPreTrainedModel(PreTrainedModel):
         """Upload the model (config, safetensors weights, ``knowledge/`` with its nested KG folder) to ``repo_id`` in
         one commit, with keplm's model card when the repo has none yet. Push the processor too
         (``processor.push_to_hub(repo_id)``), or push with the Trainer, which saves both."""
-        from keplm.hub.card import build_model_card, write_model_card
-
-        def card(folder: str) -> None:
-            model_card = build_model_card(self, repo_id=repo_id, figures_dir=Path(folder) / "figures")
-            model_card.data.tags = list(dict.fromkeys([*(model_card.data.tags or []), *(tags or [])]))
-            write_model_card(folder, model_card)
-
         return push_folder(lambda folder: self.save_pretrained(folder, max_shard_size=max_shard_size), repo_id,
-                           write_card=card, commit_message=commit_message, commit_description=commit_description,
+                           write_card=lambda folder: self.write_model_card(folder, repo_id, tags),
+                           commit_message=commit_message, commit_description=commit_description,
                            private=private, token=token, revision=revision, create_pr=create_pr,
                            default_message=f"Upload {type(self).__name__}")
+
+    def write_model_card(self, folder: str | os.PathLike, repo_id: str | None = None, tags: list[str] | None = None,
+                         model=None) -> None:
+        """keplm's model card of ``model`` (default: this model; e.g. the peft model around it) as ``README.md`` in
+        ``folder``, its figures in ``folder/figures``; ``tags`` added to the card's."""
+        from keplm.hub.card import build_model_card, write_model_card
+
+        card = build_model_card(model if model is not None else self, repo_id=repo_id,
+                                figures_dir=Path(folder) / "figures")
+        card.data.tags = list(dict.fromkeys([*(card.data.tags or []), *(tags or [])]))
+        write_model_card(folder, card)
 
     def set_knowledge_assets(self, assets: KnowledgeAssets) -> None:
         """Attach vocabularies/KG; their sizes must match the model's tables."""

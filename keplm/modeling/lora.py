@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import re
+from pathlib import Path
 
 import torch
 from transformers import AutoConfig
@@ -79,9 +80,16 @@ def save_lora(peft_model, save_directory: str | os.PathLike) -> None:
 
 
 def push_lora(peft_model, repo_id: str, **kwargs):
-    """Upload what :func:`save_lora` writes to ``repo_id`` in one commit (``kwargs`` as ``push_to_hub``'s)."""
-    return push_folder(lambda folder: save_lora(peft_model, folder), repo_id, default_message="Upload LoRA adapter",
-                       **kwargs)
+    """Upload what :func:`save_lora` writes to ``repo_id`` in one commit (``kwargs`` as ``push_to_hub``'s), with
+    keplm's model card (knowledge section included) instead of peft's template card."""
+    base = peft_model.get_base_model()
+
+    def save(folder: str) -> None:
+        save_lora(peft_model, folder)
+        Path(folder, "README.md").unlink(missing_ok=True)  # peft's template (library_name peft, no knowledge)
+
+    return push_folder(save, repo_id, default_message="Upload LoRA adapter",
+                       write_card=lambda folder: base.write_model_card(folder, repo_id, model=peft_model), **kwargs)
 
 
 def load_lora(adapter_name_or_path: str | os.PathLike, base_model_name_or_path: str | None = None,
