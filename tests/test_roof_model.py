@@ -193,3 +193,34 @@ def test_bad_input_is_a_clear_error(tokenizer, kg):
             model.config)
     with pytest.raises(ValueError, match="fusion"):
         RoofTransformerConfig(encoder_config=tiny_encoder_config(tokenizer), fusion="roofless")
+
+
+def test_a_transformer_roof_is_copied_from_the_last_layers_of_a_deeper_encoder(tmp_path, tokenizer):
+    """Paper 3.2: the roof's k layers are copies of the encoder's last k layers; with a 4-layer encoder and k = 2 the
+    roof equals layers 2 and 3 and not layers 0 and 1 (a 2-layer encoder could not tell first from last)."""
+    torch.manual_seed(0)
+    BertModel(tiny_encoder_config(tokenizer, layers=4)).save_pretrained(tmp_path / "deep")
+    base = BertModel.from_pretrained(tmp_path / "deep")
+    model = RoofTransformerForSequenceClassification.from_base_pretrained(
+        tmp_path / "deep", fusion_layers=2, max_knowledge_length=KNOWLEDGE, num_labels=2)
+    layers = list(encoder_layers(base))
+    for copied, index in zip(model.roof.fusion.layers, (2, 3)):
+        state = copied.state_dict()
+        assert all(torch.equal(state[k], v) for k, v in layers[index].state_dict().items())
+        assert not all(torch.equal(state[k], v) for k, v in layers[index - 2].state_dict().items())
+
+
+def test_the_second_text_encoder_reads_the_second_window_only(tokenizer):
+    """With two text encoders, the second encoder's weights change the prediction of a text longer than one window
+    and leave a text within the first window untouched: it reads the second window, and only that."""
+    torch.manual_seed(0)
+    model = RoofTransformerForSequenceClassification(_config(tokenizer, num_labels=2, num_text_encoders=2)).eval()
+    window, knowledge = model.config.text_window, torch.tensor([[2]])
+    short, long = (torch.randint(5, len(tokenizer), (1, n)) for n in (window - 4, window + 20))
+    with torch.no_grad():
+        before = [model(input_ids=ids, knowledge_input_ids=knowledge).logits for ids in (short, long)]
+        for parameter in model.roof.extra_text_encoders[0].parameters():
+            parameter.add_(torch.randn_like(parameter) * 0.5)
+        after = [model(input_ids=ids, knowledge_input_ids=knowledge).logits for ids in (short, long)]
+    assert torch.equal(before[0], after[0])
+    assert not torch.allclose(before[1], after[1], atol=1e-4)

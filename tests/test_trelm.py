@@ -373,3 +373,21 @@ def test_save_load_auto_round_trip_and_fill_mask(tmp_path, tokenizer, kge_assets
     fill = pipeline("fill-mask", model=str(tmp_path), top_k=3)
     answers = fill("john visited [MASK] in france .")
     assert len(answers) == 3 and all("token_str" in a for a in answers)
+
+
+@pytest.mark.parametrize("theta", [0.2, 0.9])
+def test_total_loss_mixes_mlm_and_cka_by_theta(tokenizer, kge_assets, theta):
+    """Eq. 3 at θ ≠ 0.5 (where a swapped or constant mix would still pass): the total loss is θ·MLM + (1−θ)·CKA of
+    the same forward, in training mode with knowledge targets masked."""
+    processor = TrelmProcessor(tokenizer, kge_assets)
+    out = features(processor, texts=[TEXT] * 4, annotations=[ANNOTATION] * 4)
+    rows = [{k: v[i] for k, v in out.items()} for i in range(4)]
+    collator = MaskedLMCollator(KeplmDataCollator.from_processor(processor), tokenizer.mask_token_id, len(tokenizer),
+                                mlm_probability=0.5)
+    torch.manual_seed(0)
+    batch = collator(rows)
+    model = make_model(tokenizer, kge_assets, cka_weight=theta).train()
+    output = model(**batch)
+    assert output.cka_loss is not None and float(output.cka_loss) != pytest.approx(float(output.mlm_loss))
+    expected = theta * output.mlm_loss + (1 - theta) * output.cka_loss
+    torch.testing.assert_close(output.loss, expected)
