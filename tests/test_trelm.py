@@ -218,14 +218,19 @@ def test_entities_without_kg_embedding_are_never_injected_and_counted(tokenizer,
 
 
 # ------------------------------------------------------------------------------------------------ batches
-def test_masking_collator_always_masks_targets_and_never_injected_or_special_tokens(tokenizer, kge_assets):
-    processor = TrelmProcessor(tokenizer, kge_assets)
-    out = features(processor, texts=[TEXT] * 8, annotations=[ANNOTATION] * 8)
-    rows = [{k: v[i] for k, v in out.items()} for i in range(8)]
+def masked_batch(tokenizer, assets, count: int, mlm_probability: float):
+    """``count`` copies of TEXT, featurized and masked (seed 0), with the rows they came from."""
+    processor = TrelmProcessor(tokenizer, assets)
+    out = features(processor, texts=[TEXT] * count, annotations=[ANNOTATION] * count)
+    rows = [{k: v[i] for k, v in out.items()} for i in range(count)]
     collator = MaskedLMCollator(KeplmDataCollator.from_processor(processor), tokenizer.mask_token_id, len(tokenizer),
-                                mlm_probability=0.9)
+                                mlm_probability=mlm_probability)
     torch.manual_seed(0)
-    batch = collator(rows)
+    return processor, rows, collator(rows)
+
+
+def test_masking_collator_always_masks_targets_and_never_injected_or_special_tokens(tokenizer, kge_assets):
+    processor, rows, batch = masked_batch(tokenizer, kge_assets, 8, 0.9)
     targets = batch["cka_labels"] != -100
     assert (batch["input_ids"][targets] == tokenizer.mask_token_id).all()
     assert (batch["labels"][targets] == batch["cka_labels"][targets]).all()
@@ -379,13 +384,7 @@ def test_save_load_auto_round_trip_and_fill_mask(tmp_path, tokenizer, kge_assets
 def test_total_loss_mixes_mlm_and_cka_by_theta(tokenizer, kge_assets, theta):
     """Eq. 3 at θ ≠ 0.5 (where a swapped or constant mix would still pass): the total loss is θ·MLM + (1−θ)·CKA of
     the same forward, in training mode with knowledge targets masked."""
-    processor = TrelmProcessor(tokenizer, kge_assets)
-    out = features(processor, texts=[TEXT] * 4, annotations=[ANNOTATION] * 4)
-    rows = [{k: v[i] for k, v in out.items()} for i in range(4)]
-    collator = MaskedLMCollator(KeplmDataCollator.from_processor(processor), tokenizer.mask_token_id, len(tokenizer),
-                                mlm_probability=0.5)
-    torch.manual_seed(0)
-    batch = collator(rows)
+    _, _, batch = masked_batch(tokenizer, kge_assets, 4, 0.5)
     model = make_model(tokenizer, kge_assets, cka_weight=theta).train()
     output = model(**batch)
     assert output.cka_loss is not None and float(output.cka_loss) != pytest.approx(float(output.mlm_loss))
