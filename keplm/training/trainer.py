@@ -126,8 +126,8 @@ class KeplmTrainer(Trainer):
         """The stock ``train``, after checking that ``output_dir`` holds no other run's knowledge assets that the
         processor's save would have to refuse (a baseline trained into a knowledge model's folder): the run fails now,
         not after training."""
-        model, processor = unwrap(self.model), self.processing_class
-        if self.args.should_save and not getattr(model.config, "uses_knowledge_assets", False) \
+        config, processor = getattr(unwrap(self.model), "config", None), self.processing_class
+        if self.args.should_save and not getattr(config, "uses_knowledge_assets", False) \
                 and hasattr(processor, "knowledge_assets"):
             conflict = assets_conflict(self.args.output_dir, processor.knowledge_assets)
             if conflict is not None:
