@@ -19,7 +19,9 @@ class KnowledgeFeatureModulation(nn.Module):
         self.hidden_size = hidden_size
         self.mlp_hidden_size = mlp_hidden_size
         self.fc1 = nn.Linear(entity_dim, 4 * mlp_hidden_size)
-        self.fc2_weight = nn.Parameter(torch.empty(4, mlp_hidden_size, hidden_size))
+        # zeros until the model's _init_weights draws them (a module built alone holds no uninitialised memory, and
+        # no random draw here shifts the seeded initialisation of the rest of the model)
+        self.fc2_weight = nn.Parameter(torch.zeros(4, mlp_hidden_size, hidden_size))
         self.fc2_bias = nn.Parameter(torch.zeros(4, hidden_size))
 
     def forward(self, entity_vectors: torch.Tensor, has_knowledge: torch.Tensor) -> torch.Tensor:

@@ -27,7 +27,10 @@ class RelationalAttentionConv(MessagePassing):
         super().__init__(aggr="add", node_dim=0)
         self.entity_dim = entity_dim
         self.lin_nodes = nn.Linear(entity_dim, 2 * entity_dim, bias=False)  # [W_{e_i}; W_{e_j}]
-        self.att = nn.Parameter(torch.empty(entity_dim))
+        # zeros until the model's _init_weights draws it: uninitialised memory made a standalone layer's attention
+        # scores arbitrary (even -inf, which silenced every neighbour); no random draw here shifts the seeded
+        # initialisation of the rest of the model
+        self.att = nn.Parameter(torch.zeros(entity_dim))
         self.negative_slope = negative_slope
 
     def forward(self, x, context_term, relation_term, edge_index, has_knowledge, message_term=None):
