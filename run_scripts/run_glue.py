@@ -35,7 +35,7 @@ from keplm.training.arguments import (
     RoofArguments,
     parse_args,
 )
-from keplm.training.evaluate_metrics import GlueComputeMetrics
+from keplm.training.compute_metrics import GlueComputeMetrics
 from keplm.training.knowledge_setup import Featurizer, build_roof_model, maybe_add_lora, prepare_roof_knowledge
 from keplm.training.model_card import KeplmModelCardData
 from keplm.training.runtime import build_features, check_splits, record, setup_logging, train_and_save

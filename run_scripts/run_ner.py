@@ -25,7 +25,7 @@ from transformers import AutoModelForTokenClassification, AutoProcessor, set_see
 from keplm import KalaForTokenClassification
 from keplm.data import get_label_list, load_ner_dataset
 from keplm.training.arguments import NerDataArguments, parse_args
-from keplm.training.evaluate_metrics import NerComputeMetrics
+from keplm.training.compute_metrics import NerComputeMetrics
 from keplm.training.knowledge_setup import (
     Featurizer,
     add_knowledge,

@@ -41,7 +41,7 @@ from keplm.data.docred import (
 from keplm.modeling.modeling_relation_extraction import KeplmForRelationExtraction, select_relations
 from keplm.tokenization.processing_relation_extraction import RelationExtractionProcessor
 from keplm.training.arguments import KeplmTrainingArguments, ModelArguments, parse_args
-from keplm.training.evaluate_metrics import FactMetrics
+from keplm.training.compute_metrics import FactMetrics
 from keplm.training.runtime import setup_logging
 from keplm.training.trainer import KeplmTrainer
 

@@ -36,7 +36,7 @@ from keplm.configuration.configuration_trelm import TrelmConfig
 from keplm.data import limit_samples
 from keplm.data.semeval import SEMEVAL_LABELS, SEMEVAL_RELATIONS, load_semeval2010_task8, mark_entities
 from keplm.training.arguments import DataArguments, KeplmTrainingArguments, ModelArguments, parse_args
-from keplm.training.evaluate_metrics import RelationClassificationComputeMetrics
+from keplm.training.compute_metrics import RelationClassificationComputeMetrics
 from keplm.training.runtime import check_max_seq_length, check_splits, record, setup_logging, train_and_save
 from keplm.training.trainer import KeplmTrainer
 

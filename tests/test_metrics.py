@@ -14,15 +14,8 @@ import numpy as np
 import pytest
 from transformers import EvalPrediction
 
-from keplm.training.evaluate_metrics import (
-    Glue,
-    GlueComputeMetrics,
-    NerComputeMetrics,
-    PrecisionAtK,
-    Seqeval,
-    SquadV1,
-    squad_metric_inputs,
-)
+from keplm.training.compute_metrics import GlueComputeMetrics, NerComputeMetrics
+from keplm.training.evaluate_metrics import Glue, PrecisionAtK, Seqeval, SquadV1, squad_metric_inputs
 from keplm.training.metrics import (
     GLUE_TASKS,
     accuracy,

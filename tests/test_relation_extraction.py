@@ -32,7 +32,7 @@ from keplm.modeling.modeling_relation_extraction import (
     select_relations,
 )
 from keplm.tokenization import RelationExtractionProcessor
-from keplm.training.evaluate_metrics import FactMetrics
+from keplm.training.compute_metrics import FactMetrics
 
 from .conftest import tiny_encoder_config
 

@@ -17,7 +17,7 @@ from transformers import AutoModelForSequenceClassification, EvalPrediction, Tra
 from keplm import TrelmProcessor
 from keplm.data.semeval import SEMEVAL_LABELS, SEMEVAL_RELATIONS, load_semeval2010_task8, mark_entities
 from keplm.training.arguments import ModelArguments, parse_args
-from keplm.training.evaluate_metrics import RelationClassificationComputeMetrics
+from keplm.training.compute_metrics import RelationClassificationComputeMetrics
 from keplm.training.metrics import semeval_task8_metrics
 
 from .test_run_scripts import load_script
