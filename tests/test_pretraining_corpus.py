@@ -12,17 +12,9 @@ import numpy as np
 import pytest
 
 from keplm.cli import main as cli_main
+from keplm.data.corpus_sources import detokenize, read_fewrel_examples, read_trex_examples, restore_evidence
 from keplm.data.lama import fact_key, read_fact_files, read_fact_keys, split_held_out
-from keplm.data.pretraining import (
-    CORPUS_FEATURES,
-    detokenize,
-    kg_without_facts,
-    load_pretraining_corpus,
-    read_fewrel_examples,
-    read_trex_examples,
-    restore_evidence,
-    sample_held_out,
-)
+from keplm.data.pretraining import CORPUS_FEATURES, kg_without_facts, load_pretraining_corpus, sample_held_out
 from keplm.knowledge import KnowledgeGraph, load_kg
 from keplm.knowledge.annotation import KnowledgeAnnotation
 from keplm.knowledge.loaders import load_trex
