@@ -105,7 +105,8 @@ def test_ambiguous_aliases_are_counted_with_the_rule_that_decides_them(tmp_path)
     assert report["ambiguous_aliases"] == 1 and report["ambiguous_examples"] == [["paris", ["Q90", "Q167646"]]]
     assert "most KG facts" in report["ambiguity_rule"]
     assert linked(linker, "Paris is in France") == [("Paris", "Q90"), ("France", "Q142")]
-    assert linker.ambiguous_occurrences(["Paris is in France", "paris, again Paris"]) == {"paris": 3}
+    mentions = [m.text for text in ("Paris is in France", "paris, again Paris") for m in linker.link(text).entities]
+    assert linker.ambiguous_occurrences(mentions) == {"paris": 3}
     ranked = EntityLinker(kg, ranker=lambda text, start, end, candidates: candidates[-1])
     assert ranked.alias_report()["ambiguity_rule"].startswith("the ranker's choice")
 

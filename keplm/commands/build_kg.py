@@ -78,7 +78,8 @@ def build_knowledge(task: str, dataset, kg, output_dir, num_proc: int = 1, linke
     report["seconds"] = timings
     report["kg"] = {"entities": kg.num_entities, "relations": kg.num_relations, "triples": kg.num_triples,
                     "content_hash": kg.content_hash(), "merged_on_load": kg.build_report}
-    report["alias_filter"] = alias_filter_report(linker, texts)
+    mentions = [m["text"] for data in annotated.values() for k in data["knowledge"] for m in k["entities"]]
+    report["alias_filter"] = alias_filter_report(linker, texts, mentions)
     frequencies = report["knowledge"].pop("_frequencies")
     if plot:
         try:
@@ -106,15 +107,16 @@ def _report(task: str, dataset, annotated: dict) -> dict:
     return {"task": task, "linking": linking, "knowledge": knowledge_report(splits, train_split=train)}
 
 
-def alias_filter_report(linker: EntityLinker, texts) -> dict:
+def alias_filter_report(linker: EntityLinker, texts, mentions=()) -> dict:
     """The linker's :meth:`~keplm.knowledge.EntityLinker.alias_report` with the aliases its optional filters
-    dropped that occur most often in ``texts`` (what the filters kept out of the annotations); logged."""
+    dropped that occur most often in ``texts`` (what the filters kept out of the annotations) and the ambiguous aliases
+    most often among the linked ``mentions`` (surface texts from the annotations, not linked again); logged."""
     report = linker.alias_report()
     occurrences = linker.dropped_alias_occurrences(texts)
     report["top_dropped"] = [[alias, count, linker._dropped[alias]] for alias, count in occurrences.most_common(
         TOP_DROPPED)]
     report["dropped_occurrences"] = int(sum(occurrences.values()))
-    ambiguous = linker.ambiguous_occurrences(texts)
+    ambiguous = linker.ambiguous_occurrences(mentions)
     report["ambiguous_occurrences"] = int(sum(ambiguous.values()))
     report["top_ambiguous"] = [[alias, count, [linker.kg.entity_ids[i] for i in linker.candidates(alias)]]
                                for alias, count in ambiguous.most_common(TOP_DROPPED)]

@@ -237,14 +237,14 @@ class EntityLinker:
             return "the ranker's choice among the entities sharing the alias"
         return "the entity with the most KG facts (degree), then the one listed first in the KG"
 
-    def ambiguous_occurrences(self, texts: Iterable[str]) -> Counter:
-        """How often each ambiguous alias is linked in ``texts`` (the mentions that :attr:`ambiguity_rule` decided)."""
+    def ambiguous_occurrences(self, mentions: Iterable[str]) -> Counter:
+        """How often each ambiguous alias occurs among linked ``mentions`` (their surface texts, as the annotations
+        hold them): the mentions that :attr:`ambiguity_rule` decided."""
         counts: Counter = Counter()
-        for text in texts:
-            for start, end, _ in self._match(text):
-                key = self._alias_key(text[start:end])
-                if len(self._candidates.get(key, ())) > 1:
-                    counts[key] += 1
+        for surface in mentions:
+            key = self._alias_key(surface)
+            if len(self._candidates.get(key, ())) > 1:
+                counts[key] += 1
         return counts
 
     def dropped_alias_occurrences(self, texts: Iterable[str], reasons=_FILTER_REASONS) -> Counter:
