@@ -46,13 +46,8 @@ import numpy as np
 
 from keplm.knowledge.annotation import KNOWLEDGE_FEATURE
 
-from .corpus_sources import (
-    FactKey,
-    read_annotation_examples,
-    read_fewrel_examples,
-    read_task_examples,
-    read_trex_examples,
-)
+from . import corpus_sources as readers
+from .corpus_sources import FactKey
 from .lama import write_fact_keys
 
 logger = logging.getLogger(__name__)
@@ -192,14 +187,14 @@ def load_pretraining_corpus(sources: Sequence[str], held_out_fraction: float = 0
     groups, reports, probe_facts = [], [], []
     for spec, kind, path, dataset in parsed:
         if kind == "trex":
-            examples, facts, report = read_trex_examples(path, relations, spec)
+            examples, facts, report = readers.read_trex_examples(path, relations, spec)
             probe_facts.extend(facts)
         elif kind == "fewrel":
-            examples, report = read_fewrel_examples(path, relations, spec)
+            examples, report = readers.read_fewrel_examples(path, relations, spec)
         elif kind == "task":
-            examples, report = read_task_examples(path, dataset, spec)
+            examples, report = readers.read_task_examples(path, dataset, spec)
         else:
-            examples, report = read_annotation_examples(path, dataset, spec)
+            examples, report = readers.read_annotation_examples(path, dataset, spec)
         logger.info("%s: read %d, kept %d as %d examples, skipped %s, %d duplicates, %d merged", spec,
                     report["read"], report["kept"], len(examples), report["skipped"] or "none",
                     report["deduplicated"], report["merged"])
