@@ -67,8 +67,9 @@ class StepRunner:
         """One training step (``harness.make_step``): host->device copy, forward under autocast, backward,
         optimizer step, zero_grad."""
         if self._step is None:
-            self._step = make_step(self.model, self.forward or self.model, self.optimizer, self.device,
-                                   self.args.dtype)
+            # `is not None`, not `or`: a compiled module's truth value calls __len__, which raises on torch 2.13
+            forward = self.forward if self.forward is not None else self.model
+            self._step = make_step(self.model, forward, self.optimizer, self.device, self.args.dtype)
         self._step(batch)
 
     def _run(self, count: int) -> list[float]:

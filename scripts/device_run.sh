@@ -6,6 +6,9 @@
 #   bash scripts/device_run.sh bench-cudagraphs # fused AdamW + torch.compile(mode="reduce-overhead")
 #   bash scripts/device_run.sh bench-scale      # entity memory of 62.8k, 500k and 5M rows (issue part 2)
 #   bash scripts/device_run.sh bench-roof-trelm # python3 -m benchmarks roof / trelm at their paper presets (part 3)
+#   bash scripts/device_run.sh bench-session    # a 15-minute lease: eager, scale, compiled and fused in one call of
+#                                               # 575 s (timeout_s 600); the profile of 2026-11-23 stands
+#   bash scripts/device_run.sh bench-session2   # what such a lease has left, on the warm machine: Roof, TRELM
 #   bash scripts/device_run.sh ner       # CoNLL-2003, WNUT-17, NCBI-disease: 4 systems x 3 seeds, full training sets
 #   bash scripts/device_run.sh qa        # SQuAD v1.1 article split: 4 systems x 3 seeds
 #   NER_DATASET=wnut SEEDS="1 2 3 4 5" bash scripts/device_run.sh ner-long
@@ -29,7 +32,7 @@
 # Everything else stays in the checkout (.carry/site, .carry/minilm, .carry/data, .carry/ncbi_ann, outputs/gpu), so
 # the run summaries and reports brought back record repo-relative paths, never the machine's folders.
 set -uo pipefail
-phase=${1:?usage: device_run.sh bench|bench-compiled|bench-cudagraphs|bench-scale|bench-roof-trelm|ner|qa|ner-long|roof-glue|trelm}
+phase=${1:?usage: device_run.sh bench|bench-compiled|bench-session|bench-session2|bench-cudagraphs|bench-scale|bench-roof-trelm|ner|qa|ner-long|roof-glue|trelm}
 export OUT=${OUT:-outputs/device}  # exported: the benchmarks write output paths under it as `$OUT/...`
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
@@ -46,7 +49,30 @@ export PYTHONPATH="$PWD/.carry/site:$PWD"
         'torch_geometric', 'peft', 'huggingface_hub', 'datasets', 'pyarrow', 'fsspec')})"
 } 2>&1 | tee "$OUT/env.txt"
 
-bench="python3 -m benchmarks kala --preset paper --device cuda --dtype bf16"
+shape=${BENCH_SHAPE:---preset paper --device cuda --dtype bf16}  # BENCH_SHAPE: a CPU smoke test of the phases
+bench="python3 -m benchmarks kala $shape"
+if [ "$phase" = bench-session ]; then  # every report straight under $OUT: a cut call still brings back what ran
+    t=${BENCH_SECONDS:-125,150,210,90}; IFS=, read -r t_eager t_scale t_compiled t_fused <<< "$t"
+    timeout "$t_eager" $bench --steps 40 --warmup 5 \
+        --systems stock-bert,vanilla,pointwise,relational,relational-rowwise-dense \
+        --markdown "$OUT/bench-eager.md" 2>&1 | tee "$OUT/session.log"
+    timeout "$t_scale" $bench --steps 30 --warmup 5 \
+        --systems vanilla,relational-rowwise,relational-rowwise@500k,relational-rowwise@5M \
+        --markdown "$OUT/bench-scale.md" 2>&1 | tee -a "$OUT/session.log"
+    timeout "$t_compiled" $bench --optim adamw_fused --compile --compile-dynamic true --steps 30 --warmup 6 \
+        --systems stock-bert,relational --markdown "$OUT/bench-compiled.md" 2>&1 | tee -a "$OUT/session.log"
+    timeout "$t_fused" $bench --optim adamw_fused --steps 40 --warmup 5 \
+        --systems stock-bert,vanilla,pointwise,relational --markdown "$OUT/bench-fused.md" 2>&1 | tee -a "$OUT/session.log"
+    exit 0
+fi
+if [ "$phase" = bench-session2 ]; then
+    t=${BENCH_SECONDS:-70,80}; IFS=, read -r t_roof t_trelm <<< "$t"
+    timeout "$t_roof" python3 -m benchmarks roof $shape --systems roof,roof-cached --steps 20 \
+        --markdown "$OUT/bench-roof.md" 2>&1 | tee "$OUT/session2.log"
+    timeout "$t_trelm" python3 -m benchmarks trelm $shape --systems mlm,trelm --steps 20 --routing-batch-steps 4 \
+        --markdown "$OUT/bench-trelm.md" 2>&1 | tee -a "$OUT/session2.log"
+    exit 0
+fi
 if [ "$phase" = bench ]; then
     rowwise=relational-rowwise,relational-rowwise-dense
     timeout 210 $bench --systems stock-bert,vanilla,plus1,pointwise,relational,$rowwise \

