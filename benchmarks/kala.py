@@ -78,7 +78,8 @@ class KalaRunner(StepRunner):
         self.batches = make_batches(self.preset, args.num_batches, args.graph_pad, uses_knowledge(system), args.seed,
                                     pin=self.device.type == "cuda")
         self.baseline_kib = rss_kib()
-        self.model = build_model(system, self.preset, args.seed).to(self.device).train()
+        with self.device:  # initialised where it runs: a 5M x 768 table takes minutes to fill on one CPU thread
+            self.model = build_model(system, self.preset, args.seed).train()
         self.optim = "adamw" if system == "stock-bert" else args.optim
         self.optimizer = make_optimizer(self.model, self.optim, system)
         self.compiled = is_compiled(system, args.compile)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import math
 import statistics
 import sys
 from dataclasses import dataclass
@@ -76,14 +77,19 @@ def make_processor_and_texts(preset: Preset, count: int, seed: int):
     specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
     words = [f"w{i}" for i in range(preset.vocab_size - len(specials))]
     tokenizer = BertTokenizerFast(vocab={t: i for i, t in enumerate(specials + words)}, do_lower_case=True)
-    names = {f"Q{e}": f"{words[2 * e]} {words[2 * e + 1]}" for e in range(preset.num_entities)}
+    # two-word names from 2k name words (k^2 >= entities distinct pairs), the rest of the vocabulary is filler
+    k = math.isqrt(preset.num_entities - 1) + 1
+    if 2 * k >= len(words) // 2:
+        raise ValueError(f"preset {preset.name!r}: a vocabulary of {preset.vocab_size} leaves too few filler words "
+                         f"beside {2 * k} entity-name words")
+    names = {f"Q{e}": f"{words[e // k]} {words[k + e % k]}" for e in range(preset.num_entities)}
     triples = [(f"Q{h}", f"P{int(r)}", f"Q{t}") for h, r, t in zip(
         rng.integers(0, preset.num_entities, 4 * preset.num_entities), rng.integers(0, 20, 4 * preset.num_entities),
         rng.integers(0, preset.num_entities, 4 * preset.num_entities)) if h != t]
     kg = KnowledgeGraph.from_triples(triples, entity_names=names)
     kg = KnowledgeGraph(kg.entity_ids, kg.relation_ids, kg.triples, entity_names=kg.entity_names,
                         entity_vectors=rng.normal(size=(kg.num_entities, preset.kge_dim)).astype(np.float32))
-    filler = words[2 * preset.num_entities:]
+    filler = words[2 * k:]
     texts, annotations, mentioned = [], [], []
     for _ in range(count):
         entities = [f"Q{e}" for e in rng.choice(preset.num_entities, 4, replace=False)]
