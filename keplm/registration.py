@@ -8,13 +8,18 @@ from transformers import AutoConfig, AutoProcessor
 
 #: model type -> (config class, {Auto class name: model class}, processor class) of every registered method
 REGISTERED_METHODS: dict[str, tuple[type, dict[str, type], type | None]] = {}
+#: model type -> the method's run recipe for the task scripts (``keplm.training.run_recipe.RunRecipe``): a class, or
+#: ``"package.module:Class"``, imported when a script first asks for it
+RUN_RECIPES: dict[str, type | str] = {}
 
 
-def register_method(config_class: type, models: Mapping[type, type], processor: type | None = None) -> None:
+def register_method(config_class: type, models: Mapping[type, type], processor: type | None = None,
+                    run_recipe: type | str | None = None) -> None:
     """Register a method: its config under its ``model_type`` (its model-card words, ``config_class.method_card``,
     come with it), each model class under its Auto class (``{AutoModelForTokenClassification:
-    KalaForTokenClassification}``) and its processor with ``AutoProcessor``. Idempotent; a ValueError when a model
-    class was built for another config."""
+    KalaForTokenClassification}``), its processor with ``AutoProcessor`` and its run recipe (its options and steps in
+    ``run_ner.py`` / ``run_qa.py`` / ``run_glue.py``, ``--model_type <model_type>``). Idempotent; a ValueError when a
+    model class was built for another config."""
     model_type = getattr(config_class, "model_type", None)
     if not isinstance(model_type, str) or not model_type:
         raise ValueError(f"{config_class.__name__} has no model_type to register under")
@@ -28,6 +33,8 @@ def register_method(config_class: type, models: Mapping[type, type], processor: 
     if processor is not None:
         AutoProcessor.register(config_class, processor, exist_ok=True)
     REGISTERED_METHODS[model_type] = (config_class, {a.__name__: m for a, m in models.items()}, processor)
+    if run_recipe is not None:
+        RUN_RECIPES[model_type] = run_recipe
 
 
-__all__ = ["REGISTERED_METHODS", "register_method"]
+__all__ = ["REGISTERED_METHODS", "RUN_RECIPES", "register_method"]

@@ -24,20 +24,13 @@ import datasets
 import transformers
 from transformers import set_seed
 
-from keplm import RoofTransformerForSequenceClassification
 from keplm.data import limit_samples
 from keplm.data.glue import glue_task, load_glue_dataset, task_of_dataset
-from keplm.tokenization.processing_roof_transformer import knowledge_statistics
-from keplm.training.arguments import (
-    DataArguments,
-    KeplmTrainingArguments,
-    ModelArguments,
-    RoofArguments,
-    parse_args,
-)
+from keplm.training.arguments import DataArguments, KeplmTrainingArguments, ModelArguments, parse_args
 from keplm.training.compute_metrics import GlueComputeMetrics
-from keplm.training.knowledge_setup import Featurizer, build_roof_model, maybe_add_lora, prepare_roof_knowledge
+from keplm.training.knowledge_setup import Featurizer, maybe_add_lora
 from keplm.training.model_card import KeplmModelCardData
+from keplm.training.run_recipe import choose_recipe
 from keplm.training.runtime import build_features, check_splits, record, setup_logging, train_and_save
 from keplm.training.trainer import KeplmTrainer
 
@@ -84,8 +77,12 @@ def check_labelled(raw, training_args) -> None:
 
 
 def main(args: list[str] | None = None) -> dict:
-    model_args, data_args, roof_args, training_args = parse_args(
-        (ModelArguments, GlueDataArguments, RoofArguments, KeplmTrainingArguments), args)
+    """Train / evaluate / predict one method (``--model_type``, default: the checkpoint's, else Roof-Transformer) on
+    a GLUE task or sentence (pair) classification files; the task's metric scores it."""
+    model_type, recipe_class, rest = choose_recipe(args, default="roof_transformer")
+    model_args, data_args, method_args, training_args = parse_args(
+        (ModelArguments, GlueDataArguments, recipe_class.arguments, KeplmTrainingArguments), rest)
+    recipe = recipe_class(model_type, model_args, method_args, "sequence_classification")
     setup_logging(training_args)
     set_seed(training_args.seed)
     raw = load_data(data_args)
@@ -95,75 +92,46 @@ def main(args: list[str] | None = None) -> dict:
     check_splits(raw, training_args)
     check_labelled(raw, training_args)
     with training_args.main_process_first(desc="knowledge"):
-        processor, raw = prepare_roof_knowledge(model_args, roof_args, raw, task.text_columns,
-                                                data_args.preprocessing_num_workers)
+        processor, raw = recipe.prepare(raw, list(task.text_columns), data_args.preprocessing_num_workers)
     labels = {} if task.is_regression else {"id2label": dict(enumerate(task.label_names)),
                                             "label2id": {n: i for i, n in enumerate(task.label_names)}}
-    model = build_roof_model(RoofTransformerForSequenceClassification, model_args, roof_args, processor,
-                             num_labels=task.num_labels, **labels)
+    model = recipe.build_model(processor, num_labels=task.num_labels, **labels)
+    processor = recipe.finish(processor, model)
     features = build_features(raw, lambda split: Featurizer(
-        processor, "prepare_pair_features", with_knowledge=roof_args.uses_knowledge,
+        processor, "prepare_pair_features", with_knowledge=recipe.reads_knowledge(model),
         text_columns=list(task.text_columns), max_length=data_args.max_seq_length,
-        **appended_knowledge(processor, roof_args, data_args),
+        **recipe.feature_options(processor, data_args),
     ), data_args, training_args)
+    collator = recipe.collator(processor, model, data_args)
+    recipe.before_training(model, features, collator, training_args)
     model = maybe_add_lora(model, model_args)
+    group_options = recipe.parameter_group_options(training_args)
     trainer = KeplmTrainer(
-        model=model, args=training_args, processing_class=processor,
-        data_collator=_collator(processor, model, data_args),
-        parameter_group_options={"fusion_lr_multiplier": roof_args.fusion_lr_multiplier}
-        if roof_args.system == "roof" else {},
+        model=model, args=training_args, processing_class=processor, data_collator=collator,
+        parameter_group_options=group_options,
         card_data=KeplmModelCardData(base_model=model_args.model_name_or_path, dataset=task.name,
-                                     command=["python", *sys.argv], card_facts=CARD_FACTS),
+                                     command=["python", *sys.argv], card_facts=CARD_FACTS,
+                                     **recipe.card_options(raw, model, group_options)),
         train_dataset=features.get("train"), eval_dataset=features.get("validation"),
         compute_metrics=GlueComputeMetrics(task.metric),
     )
-    results = {f"knowledge_{split}_{k}": v for split, data in features.items()
-               for k, v in knowledge_summary(data, roof_args).items()}
+    knowledge = recipe.data_results(processor, raw, features, model)
+    results = dict(knowledge)
     if training_args.do_train:
-        results.update(train_and_save(trainer, training_args, len(features["train"])))
+        results.update(train_and_save(trainer, training_args, len(features["train"]),
+                                      **recipe.split_results(raw, "train", "train")))
     if training_args.do_eval:
         results.update(record(trainer, "eval", dict(trainer.evaluate(), eval_samples=len(features["validation"]))))
     if training_args.do_predict and "test" in features:
         output = trainer.predict(features["test"], metric_key_prefix="predict")
-        results.update(record(trainer, "predict", dict(output.metrics, predict_samples=len(features["test"]))))
-    trainer.save_metrics("knowledge", {k: v for k, v in results.items() if k.startswith("knowledge_")})
+        results.update(record(trainer, "predict", dict(output.metrics, predict_samples=len(features["test"]),
+                                                       **recipe.split_results(raw, "test", "predict"))))
+    trainer.save_metrics("knowledge", knowledge)
     if training_args.do_train:
         trainer.create_model_card()
         if training_args.push_to_hub:
             trainer.push_to_hub()
     return results
-
-
-def appended_knowledge(processor, roof_args: RoofArguments, data_args: GlueDataArguments) -> dict:
-    """bert_with_knowledge: the text keeps its ``max_seq_length`` and the knowledge its ``max_knowledge_length``
-    after it, as Roof's two encoders read them, within the encoder's positions (``model_max_length``)."""
-    if roof_args.system != "bert_with_knowledge":
-        return {}
-    total = data_args.max_seq_length + roof_args.max_knowledge_length
-    limit = processor.tokenizer.model_max_length
-    if total > limit:
-        logger.warning("text + knowledge = %d tokens exceed the encoder's %d: the knowledge is cut at %d", total,
-                       limit, limit)
-    return {"append_knowledge": True, "max_total_length": min(total, limit)}
-
-
-def _collator(processor, model, data_args):
-    from keplm.data.collator import KeplmDataCollator
-
-    return KeplmDataCollator.from_processor(processor, model, pad_to_multiple_of=data_args.pad_to_multiple_of)
-
-
-def knowledge_summary(features, roof_args: RoofArguments) -> dict:
-    """How much knowledge the features carry (selected / kept / cut triples, share of examples with any)."""
-    if roof_args.system == "roof":
-        return knowledge_statistics(features)
-    if roof_args.system == "bert_with_knowledge":
-        appended = list(features["num_appended_knowledge_tokens"])
-        cut = list(features["num_cut_knowledge_tokens"])
-        return {"examples": len(appended), "appended_tokens_per_example": sum(appended) / max(len(appended), 1),
-                "share_with_knowledge": sum(a > 0 for a in appended) / max(len(appended), 1),
-                "cut_tokens": sum(cut)}
-    return {}
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 #!/usr/bin/env python
-"""Fine-tune KALA (or a baseline) for named-entity recognition, in the style of Hugging Face's ``run_ner.py``.
+"""Fine-tune KALA (or a baseline) for named-entity recognition, in the style of Hugging Face's ``run_ner.py``; another
+registered method with a run recipe through ``--model_type`` (``--help`` lists the chosen method's options).
 
     python run_scripts/run_ner.py --model_name_or_path <encoder> --dataset_name ../shared/data/conll2003 \\
         --kg fb15k237:../shared/data/kg/fb15k-237 --system relational \\
@@ -22,36 +23,22 @@ import datasets
 import transformers
 from transformers import AutoModelForTokenClassification, AutoProcessor, set_seed
 
-from keplm import KalaForTokenClassification
 from keplm.data import get_label_list, load_ner_dataset
-from keplm.training.arguments import NerDataArguments, parse_args
+from keplm.training.arguments import KeplmTrainingArguments, ModelArguments, NerDataArguments, parse_args
 from keplm.training.compute_metrics import NerComputeMetrics
-from keplm.training.knowledge_setup import (
-    Featurizer,
-    add_knowledge,
-    build_entity_vocabulary,
-    build_model,
-    is_keplm_checkpoint,
-    load_for_inference,
-    maybe_add_lora,
-    prepare_processor,
-)
+from keplm.training.knowledge_setup import Featurizer, load_for_inference, maybe_add_lora
 from keplm.training.metrics import ner_metrics
 from keplm.training.model_card import KeplmModelCardData
+from keplm.training.run_recipe import choose_recipe
 from keplm.training.runtime import (
-    build_collator,
     build_features,
     check_max_seq_length,
     check_splits,
-    flatten,
-    knowledge_coverage,
-    linked_share,
-    maybe_initialize_entity_memory,
     record,
     setup_logging,
     train_and_save,
 )
-from keplm.training.subsets import UnseenEntityCounter, subset_metrics
+from keplm.training.subsets import subset_metrics
 from keplm.training.tagging import align_labels_to_model, argmax_logits, tag_words, word_level_tags
 from keplm.training.trainer import KeplmTrainer
 
@@ -72,7 +59,12 @@ def load_data(data_args: NerDataArguments) -> datasets.DatasetDict:
 
 
 def main(args: list[str] | None = None) -> dict:
-    model_args, data_args, knowledge_args, training_args = parse_args(NerDataArguments, args)
+    """Train / evaluate / predict one method (``--model_type``, default: the checkpoint's, else KALA) on NER: its run
+    recipe prepares the knowledge and builds the model; labels, word-level tags and seqeval scores are the task's."""
+    model_type, recipe_class, rest = choose_recipe(args, default="kala")
+    model_args, data_args, method_args, training_args = parse_args(
+        (ModelArguments, NerDataArguments, recipe_class.arguments, KeplmTrainingArguments), rest)
+    recipe = recipe_class(model_type, model_args, method_args, "ner")
     setup_logging(training_args)
     set_seed(training_args.seed)
 
@@ -80,61 +72,50 @@ def main(args: list[str] | None = None) -> dict:
     check_splits(raw, training_args)
     label_list = get_label_list(raw)
     with training_args.main_process_first(desc="knowledge"):
-        processor = prepare_processor(model_args, knowledge_args)
-        annotation_report = {}
-        raw = add_knowledge(raw, processor, knowledge_args, "ner", data_args.preprocessing_num_workers,
-                            report=annotation_report)
-        processor = build_entity_vocabulary(processor, raw, model_args, knowledge_args, "ner")
+        processor, raw = recipe.prepare(raw, ["tokens"], data_args.preprocessing_num_workers)
     # a trained checkpoint keeps its label map (the data is renumbered to it); a new model takes the data's
-    checkpoint = is_keplm_checkpoint(model_args.model_name_or_path, **model_args.hub_kwargs())
-    label_kwargs = {} if checkpoint else {"num_labels": len(label_list), "id2label": dict(enumerate(label_list)),
-                                          "label2id": {label: i for i, label in enumerate(label_list)}}
-    model = build_model(KalaForTokenClassification, model_args, knowledge_args, processor, "ner", **label_kwargs)
+    label_kwargs = {} if recipe.is_checkpoint() else {
+        "num_labels": len(label_list), "id2label": dict(enumerate(label_list)),
+        "label2id": {label: i for i, label in enumerate(label_list)}}
+    model = recipe.build_model(processor, **label_kwargs)
     check_max_seq_length(data_args.max_seq_length, model)
     raw, label_list = align_labels_to_model(raw, label_list, model.config)
-    uses_knowledge = model.config.uses_knowledge
-    if not uses_knowledge:
-        processor = processor.without_knowledge()  # the baseline's checkpoint carries no KG
-    logger.info("System %s (retrieval_mode=%s), knowledge from %s", knowledge_args.system,
-                model.config.retrieval_mode, knowledge_args.knowledge if uses_knowledge else "none")
+    processor = recipe.finish(processor, model)
 
     features = build_features(raw, lambda split: Featurizer(
-        processor, "prepare_ner_features", with_knowledge=uses_knowledge, max_length=data_args.max_seq_length,
-        label_all_tokens=data_args.label_all_tokens,
+        processor, "prepare_ner_features", with_knowledge=recipe.reads_knowledge(model),
+        max_length=data_args.max_seq_length, label_all_tokens=data_args.label_all_tokens,
+        **recipe.feature_options(processor, data_args),
     ), data_args, training_args)
-    collator = build_collator(processor, model, data_args, knowledge_args)
-    maybe_initialize_entity_memory(model, features, collator, knowledge_args, training_args)
+    collator = recipe.collator(processor, model, data_args)
+    recipe.before_training(model, features, collator, training_args)
     model = maybe_add_lora(model, model_args)
 
-    group_options = knowledge_args.parameter_group_options(training_args.lr_scheduler_type,
-                                                           training_args.lr_scheduler_kwargs)
+    group_options = recipe.parameter_group_options(training_args)
     trainer = KeplmTrainer(
         model=model, args=training_args, data_collator=collator, processing_class=processor,
         parameter_group_options=group_options,
         card_data=KeplmModelCardData(
             base_model=model_args.model_name_or_path, dataset=data_args.dataset_name, command=["python", *sys.argv],
-            knowledge_args={**vars(knowledge_args), **group_options}, example_text=data_args.tag_text,
-            train_linked_share=linked_share(raw["train"]) if uses_knowledge and "train" in raw else None,
-            card_facts=CARD_FACTS),
+            example_text=data_args.tag_text, card_facts=CARD_FACTS, **recipe.card_options(raw, model, group_options)),
         train_dataset=features.get("train"), eval_dataset=features.get("validation"),
         compute_metrics=NerComputeMetrics(label_list, per_type=data_args.return_entity_level_metrics),
         preprocess_logits_for_metrics=argmax_logits,
     )
     results = {}
-    data_results = knowledge_coverage(processor, raw, uses_knowledge)
-    data_results.update(flatten(annotation_report, "annotations"))
+    data_results = recipe.data_results(processor, raw, features, model)
     if data_results:
         trainer.save_metrics("data", data_results)
         results.update(data_results)
     if training_args.do_train:
         results.update(train_and_save(trainer, training_args, len(features["train"]),
-                                      train_linked_share=linked_share(raw["train"])))
+                                      **recipe.split_results(raw, "train", "train")))
     if training_args.do_eval:
         results.update(record(trainer, "eval", dict(trainer.evaluate(), eval_samples=len(features["validation"]))))
     if training_args.do_predict:
         output = trainer.predict(features["test"], metric_key_prefix="predict")
         metrics = dict(output.metrics, predict_samples=len(features["test"]),
-                       predict_linked_share=linked_share(raw["test"]))
+                       **recipe.split_results(raw, "test", "predict"))
         gold = [[label_list[t] for t in tags] for tags in raw["test"]["ner_tags"]]
         written, tags, references, counts = word_level_tags(
             output.label_ids, output.predictions, raw["test"]["tokens"], gold, processor.tokenizer,
@@ -145,10 +126,10 @@ def main(args: list[str] | None = None) -> dict:
             logger.warning("test: %d words yield no sub-token (predicted O, scored) and %d are cut off by "
                            "--max_seq_length %d (not scored)", counts["words_without_token"], counts["words_truncated"],
                            data_args.max_seq_length)
-        counter = UnseenEntityCounter.from_splits(raw) if knowledge_args.knowledge != "none" else None
-        if counter is not None:  # KALA 5.4: contexts with >= 3 entities unseen in training vs the rest
-            metrics.update(subset_metrics(lambda p, r: ner_metrics(p, r, per_type=False), tags, references,
-                                          counter.counts(raw["test"]["knowledge"]), "predict"))
+        counts = recipe.unseen_entity_counts(raw, "test")
+        if counts is not None:  # KALA 5.4: contexts with >= 3 entities unseen in training vs the rest
+            metrics.update(subset_metrics(lambda p, r: ner_metrics(p, r, per_type=False), tags, references, counts,
+                                          "predict"))
         results.update(record(trainer, "predict", metrics))
         if trainer.is_world_process_zero():
             with open(os.path.join(training_args.output_dir, "predictions.txt"), "w", encoding="utf-8") as f:

@@ -28,7 +28,8 @@ PLACES = {"paris", "berlin", "france", "seine", "london", "germany"}
 
 def test_no_shared_file_names_the_plugin_method():
     pattern = re.compile(r"toy_?kg|ToyKg|plugin_method", re.IGNORECASE)
-    named = [str(p.relative_to(ROOT)) for p in (ROOT / "keplm").rglob("*.py") if pattern.search(p.read_text())]
+    shared = [*(ROOT / "keplm").rglob("*.py"), *(ROOT / "run_scripts").glob("*.py")]
+    named = [str(p.relative_to(ROOT)) for p in shared if pattern.search(p.read_text())]
     assert named == []
 
 
@@ -104,3 +105,43 @@ def test_register_method_refuses_a_model_of_another_config():
         register_method(KalaConfig, {AutoModel: ToyKgForTokenClassification})
     assert REGISTERED_METHODS[ToyKgConfig.model_type][2] is ToyKgProcessor
     assert set(REGISTERED_METHODS) >= {"kala", "keplm_relation_extraction", "roof_transformer", "trelm"}
+
+
+def test_the_plugin_method_trains_in_run_ner_with_its_own_options(tmp_path, tokenizer, kg, capsys):
+    """run_ner.py --model_type <ToyKG's model type> takes ToyKG's own options (``--toy_kg``, from the recipe its
+    modeling file registers), links, trains, evaluates and predicts, and saves a model that loads through the Auto
+    class; ``--help`` lists those options. No script or shared file names ToyKG."""
+    from .test_run_scripts import load_script, write_tiny_files
+
+    tiny = write_tiny_files(tmp_path / "tiny", tokenizer, kg)
+    run_ner = load_script("run_ner")
+    out = tmp_path / "toy-run"
+    results = run_ner.main([
+        "--model_type", ToyKgConfig.model_type, "--model_name_or_path", tiny["model"], "--dataset_name", tiny["conll"],
+        "--toy_kg", tiny["kg"], "--output_dir", str(out), "--max_steps", "3", "--per_device_train_batch_size", "4",
+        "--learning_rate", "1e-3", "--save_strategy", "no", "--report_to", "none", "--disable_tqdm", "1",
+        "--use_cpu", "--seed", "0", "--do_train", "--do_eval", "--do_predict"])
+    assert results["toy_entity_rows"] > 1  # the null row and the entities linked in training
+    assert {"train_loss", "eval_f1", "predict_f1"} <= set(results)
+    model = AutoModelForTokenClassification.from_pretrained(out)
+    assert isinstance(model, ToyKgForTokenClassification)
+    assert model.config.entity_vocab_size == results["toy_entity_rows"]
+    assert isinstance(AutoProcessor.from_pretrained(out), ToyKgProcessor)
+    capsys.readouterr()
+    with pytest.raises(SystemExit):
+        run_ner.main(["--model_type", ToyKgConfig.model_type, "--help"])
+    shown = capsys.readouterr().out
+    assert "--toy_kg" in shown and "--toy_min_count" in shown and "--num_train_epochs" in shown
+    assert "--kfm_layers" not in shown  # KALA's options belong to KALA's recipe
+
+
+def test_a_method_without_the_task_is_refused_by_name(tmp_path):
+    """run_glue.py with a method that trains no sequence classification: a ValueError naming the method and what it
+    trains, before any data is read."""
+    from .test_run_scripts import load_script
+
+    with pytest.raises(ValueError, match=r"'keplm_test_toy_kg' does not train the sequence_classification task"):
+        load_script("run_glue").main(["--model_type", ToyKgConfig.model_type, "--model_name_or_path", "unused",
+                                      "--toy_kg", "unused", "--task_name", "rte", "--output_dir", str(tmp_path)])
+    with pytest.raises(ValueError, match="has no run recipe"):
+        load_script("run_glue").main(["--model_type", "no_such_method", "--model_name_or_path", "unused"])

@@ -444,7 +444,8 @@ class KalaForQuestionAnswering(KalaPreTrainedModel):
 
 
 register_method(KalaConfig, {AutoModel: KalaModel, AutoModelForTokenClassification: KalaForTokenClassification,
-                             AutoModelForQuestionAnswering: KalaForQuestionAnswering}, processor=KalaProcessor)
+                             AutoModelForQuestionAnswering: KalaForQuestionAnswering}, processor=KalaProcessor,
+                run_recipe="keplm.training.recipes.kala:KalaRunRecipe")
 
 __all__ = [
     "ENTITY_MEMORY_OPTIMIZERS",

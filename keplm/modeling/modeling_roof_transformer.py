@@ -297,7 +297,8 @@ class RoofTransformerForQuestionAnswering(RoofTransformerPreTrainedModel):
 register_method(RoofTransformerConfig, {AutoModel: RoofTransformerModel,
                                         AutoModelForSequenceClassification: RoofTransformerForSequenceClassification,
                                         AutoModelForQuestionAnswering: RoofTransformerForQuestionAnswering},
-                processor=RoofTransformerProcessor)
+                processor=RoofTransformerProcessor,
+                run_recipe="keplm.training.recipes.roof_transformer:RoofTransformerRunRecipe")
 
 __all__ = [
     "RoofTransformerModel",

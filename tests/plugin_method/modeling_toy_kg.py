@@ -1,15 +1,20 @@
-"""ToyKG's model: an encoder whose mention tokens get their entity's vector added, and a token classifier. The method
-registers itself here, in one call (``keplm.registration.register_method``)."""
+"""ToyKG's model: an encoder whose mention tokens get their entity's vector added, and a token classifier; and its run
+recipe (its options and steps in the task scripts). The method registers itself here, in one call
+(``keplm.registration.register_method``)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import torch
 from torch import nn
-from transformers import AutoModelForTokenClassification
+from transformers import AutoModelForTokenClassification, AutoTokenizer
 from transformers.modeling_outputs import TokenClassifierOutput
 
+from keplm.knowledge import KnowledgeAssets, load_kg
 from keplm.modeling.base import KeplmPreTrainedModel, build_encoder
 from keplm.registration import register_method
+from keplm.training.run_recipe import RunRecipe
 
 from .configuration_toy_kg import ToyKgConfig
 from .processing_toy_kg import ToyKgProcessor
@@ -58,4 +63,37 @@ class ToyKgForTokenClassification(KeplmPreTrainedModel):
         return TokenClassifierOutput(loss=loss, logits=logits)
 
 
-register_method(ToyKgConfig, {AutoModelForTokenClassification: ToyKgForTokenClassification}, processor=ToyKgProcessor)
+@dataclass
+class ToyKgArguments:
+    """ToyKG's options in the task scripts."""
+
+    toy_kg: str = field(metadata={"help": "The knowledge graph whose entities get a learned vector (a load_kg spec)."})
+    toy_min_count: int = field(default=1, metadata={"help": "Training mentions an entity needs for its own row."})
+
+
+class ToyKgRunRecipe(RunRecipe):
+    """Links every split against ``--toy_kg`` and gives each entity linked in training a row of the lookup table."""
+
+    arguments = ToyKgArguments
+    tasks = ("ner",)
+
+    def prepare(self, raw, text_columns, num_proc=None):
+        kg = load_kg(self.args.toy_kg)
+        tokenizer = AutoTokenizer.from_pretrained(self.model_args.model_name_or_path)
+        processor = ToyKgProcessor(tokenizer, KnowledgeAssets(kg=kg))
+        for split in list(raw):
+            raw[split] = processor.link_dataset(raw[split], text_columns[0], split_into_words=True)
+        mentions = [m["id"] for row in raw["train"]["knowledge"] for m in row["entities"] if m["id"] is not None]
+        processor.knowledge_assets = KnowledgeAssets.build(mentions, [], kg=kg, min_count=self.args.toy_min_count)
+        return processor, raw
+
+    def build_model(self, processor, **config_kwargs):
+        return self.model_class.from_base_pretrained(self.model_args.model_name_or_path,
+                                                     knowledge_assets=processor.knowledge_assets, **config_kwargs)
+
+    def data_results(self, processor, raw, features, model) -> dict:
+        return {"toy_entity_rows": processor.knowledge_assets.num_entities}
+
+
+register_method(ToyKgConfig, {AutoModelForTokenClassification: ToyKgForTokenClassification}, processor=ToyKgProcessor,
+                run_recipe=ToyKgRunRecipe)
