@@ -49,8 +49,19 @@ def relink_run(settings: dict, name: str, num_proc: int | None = None) -> dict:
     from datetime import datetime, timezone
 
     from harness import runs
-    from keplm.training.arguments import NerDataArguments, QaDataArguments, parse_args
-    from keplm.training.knowledge_setup import add_knowledge, build_entity_vocabulary, prepare_processor
+    from keplm.training.arguments import (
+        KeplmTrainingArguments,
+        ModelArguments,
+        NerDataArguments,
+        QaDataArguments,
+        parse_args,
+    )
+    from keplm.training.recipes.kala import (
+        KnowledgeArguments,
+        add_knowledge,
+        build_entity_vocabulary,
+        prepare_processor,
+    )
     from keplm.training.runtime import linked_share
     from keplm.training.subsets import UNSEEN_THRESHOLD, UnseenEntityCounter
 
@@ -60,8 +71,9 @@ def relink_run(settings: dict, name: str, num_proc: int | None = None) -> dict:
     with tempfile.TemporaryDirectory() as out:
         argv = run_command(settings, "relational", "1", out)[2:]
         argv[argv.index("--model_name_or_path") + 1] = runs.default_model()
-        model_args, data_args, knowledge_args, _ = parse_args(NerDataArguments if task == "ner" else QaDataArguments,
-                                                              argv)
+        data_class = NerDataArguments if task == "ner" else QaDataArguments
+        model_args, data_args, knowledge_args, _ = parse_args(
+            (ModelArguments, data_class, KnowledgeArguments, KeplmTrainingArguments), argv)
         raw = load_run_data(task, data_args)
         processor = prepare_processor(model_args, knowledge_args)
         raw = add_knowledge(raw, processor, knowledge_args, task, num_proc)

@@ -42,7 +42,7 @@ def test_only_entities(cfg: dict) -> tuple:
     from keplm import KalaProcessor, KnowledgeAssets
     from keplm.data.ner import load_ner_dataset
     from keplm.knowledge import load_kg
-    from keplm.training.arguments import KnowledgeArguments
+    from keplm.training.recipes.kala import KnowledgeArguments
 
     limit = {key: None if cfg[key] == "all" else int(cfg[key]) for key in ("train", "predict")}
     raw = load_ner_dataset(cfg["dataset"], max_train_samples=limit["train"], max_test_samples=limit["predict"])

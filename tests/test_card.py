@@ -349,9 +349,9 @@ def test_trainer_create_model_card_writes_card_and_figures(tmp_path, tokenizer, 
     from transformers import TrainingArguments
 
     from keplm import KeplmDataCollator
-    from keplm.training.arguments import KnowledgeArguments
     from keplm.training.compute_metrics import NerComputeMetrics
     from keplm.training.model_card import KeplmCardCallback
+    from keplm.training.recipes.kala import KnowledgeArguments
     from keplm.training.tagging import argmax_logits
     from keplm.training.trainer import KeplmTrainer
 

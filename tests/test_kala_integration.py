@@ -181,8 +181,8 @@ def test_clip_grad_norm_sparse_equals_torch_clipping_of_the_dense_gradients():
 def test_entity_memory_optimizer_choice_reaches_the_trainer(tmp_path, tokenizer, assets, sparse):
     """Row-wise AdaGrad takes the entity memory with sparse or dense gradients (dense: the model still compiles);
     either way only the rows of the batch's entities move, and the rest stays with the Trainer's AdamW."""
-    from keplm.training.arguments import KnowledgeArguments
     from keplm.training.optim import RowwiseAdagrad
+    from keplm.training.recipes.kala import KnowledgeArguments
 
     config = KalaConfig(encoder_config=tiny_encoder_config(tokenizer), entity_vocab_size=assets.num_entities,
                         num_relations=assets.num_relations, num_labels=3, sparse_entity_memory=sparse)
@@ -294,7 +294,7 @@ def test_knowledge_warmup_default_follows_the_schedule():
     """--knowledge_warmup_steps unset: half the steps (DEFAULT_KNOWLEDGE_WARMUP) for a knowledge system under a schedule
     with warm-ups, none under one without (constant: the option would be an error) or for a baseline; a value given
     is kept."""
-    from keplm.training.arguments import DEFAULT_KNOWLEDGE_WARMUP, KnowledgeArguments
+    from keplm.training.recipes.kala import DEFAULT_KNOWLEDGE_WARMUP, KnowledgeArguments
 
     relational = KnowledgeArguments(system="relational")
     assert DEFAULT_KNOWLEDGE_WARMUP == 0.5

@@ -455,7 +455,7 @@ def test_roof_transformer_reads_the_verbalised_relation_and_follows_its_swap():
 def test_link_hops_argument():
     """``--link_hops``: the linker's ``hops`` when not 1 (default settings keep their cache fingerprints); < 0 is
     refused."""
-    from keplm.training.arguments import KnowledgeArguments
+    from keplm.training.recipes.kala import KnowledgeArguments
 
     assert "hops" not in KnowledgeArguments().linker_kwargs(max_neighbors_per_entity=8)
     assert KnowledgeArguments(link_hops=2).linker_kwargs()["hops"] == 2

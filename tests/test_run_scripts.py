@@ -25,21 +25,18 @@ from keplm import KalaForQuestionAnswering, KalaForTokenClassification, KalaProc
 from keplm.data import load_qa_dataset
 from keplm.io_utils import content_fingerprint
 from keplm.knowledge import KnowledgeAnnotation, write_kala_annotations
-from keplm.training.arguments import KnowledgeArguments, ModelArguments, NerDataArguments, parse_args
+from keplm.training.arguments import KeplmTrainingArguments, ModelArguments, NerDataArguments, parse_args
 from keplm.training.entity_init import initialize_entity_memory_from_encoder
-from keplm.training.knowledge_setup import (
-    Featurizer,
-    add_knowledge,
-    build_entity_vocabulary,
-    featurize,
-    prepare_processor,
-)
+from keplm.training.knowledge_setup import Featurizer, featurize
+from keplm.training.recipes.kala import KnowledgeArguments, add_knowledge, build_entity_vocabulary, prepare_processor
 from keplm.training.tagging import tag_words
 from tests.conftest import tiny_encoder_config
 from tests.test_reliability_linking import SPACY_MODEL, needs_spacy
 
 ROOT = Path(__file__).resolve().parent.parent
 SYSTEMS = ("vanilla", "more_params", "pointwise", "relational")
+#: what run_ner.py parses for KALA (its run recipe's options beside the script's)
+KALA_ARGUMENTS = (ModelArguments, NerDataArguments, KnowledgeArguments, KeplmTrainingArguments)
 
 # The first two training sentences mention nothing of the KG: with one sentence per device and sequential
 # sampling, the first step of a 2-process run has an entity-free batch on every rank.
@@ -348,7 +345,7 @@ def test_run_stops_early_and_keeps_its_best_checkpoint(tiny, tmp_path, task):
     assert read_json(out / "all_results.json")["eval_f1"] == state["best_metric"]
     assert state["best_model_checkpoint"].endswith("checkpoint-1")
     with pytest.raises(ValueError, match="needs --load_best_model_at_end"):
-        parse_args(NerDataArguments, ner_args(tiny, out, "relational", "--early_stopping_patience", "2"))
+        parse_args(KALA_ARGUMENTS, ner_args(tiny, out, "relational", "--early_stopping_patience", "2"))
 
 
 def test_parse_args_from_json_file(tiny, tmp_path):
@@ -356,7 +353,7 @@ def test_parse_args_from_json_file(tiny, tmp_path):
               "system": "pointwise", "kg": tiny["kg"], "kfm_layers": [-1], "init_entity_memory": True}
     path = tmp_path / "args.json"
     path.write_text(json.dumps(config))
-    model_args, data_args, knowledge_args, training_args = parse_args(NerDataArguments, [str(path)])
+    model_args, data_args, knowledge_args, training_args = parse_args(KALA_ARGUMENTS, [str(path)])
     assert knowledge_args.kfm_layers == [-1] and knowledge_args.init_entity_memory
     assert data_args.max_seq_length == 128 and training_args.output_dir == str(tmp_path)
     with pytest.raises(ValueError, match="annotation_files"):

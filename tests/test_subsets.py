@@ -1,8 +1,8 @@
 from datasets import Dataset, DatasetDict
 
 from keplm.knowledge import KnowledgeAnnotation
-from keplm.training.knowledge_setup import attach_annotations
 from keplm.training.metrics import ner_metrics
+from keplm.training.recipes.kala import attach_annotations
 from keplm.training.subsets import UnseenEntityCounter, subset_metrics
 
 

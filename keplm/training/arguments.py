@@ -1,8 +1,9 @@
 """Command-line arguments shared by the keplm run scripts (``run_scripts/run_ner.py``, ``run_qa.py``, ...).
 
 As in Hugging Face's example scripts, every script parses its argument dataclasses (``ModelArguments``, a task's
-data arguments, ``KnowledgeArguments``, ``KeplmTrainingArguments``: ``transformers.TrainingArguments`` with early
-stopping) with ``HfArgumentParser`` from the command line or one ``.json`` file (:func:`parse_args`).
+data arguments, the method's own arguments from its run recipe, ``KeplmTrainingArguments``:
+``transformers.TrainingArguments`` with early stopping) with ``HfArgumentParser`` from the command line or one
+``.json`` file (:func:`parse_args`). ``LinkingArguments`` holds the entity-linking options methods share.
 """
 
 from __future__ import annotations
@@ -14,15 +15,6 @@ from typing import Literal
 
 import torch
 from transformers import HfArgumentParser, TrainingArguments
-
-from keplm.modeling.modeling_kala import ENTITY_MEMORY_OPTIMIZERS
-
-SYSTEMS = ("vanilla", "more_params", "pointwise", "relational")
-KNOWLEDGE_SOURCES = ("link", "annotations", "none")
-#: the knowledge modules' own warm-up, a share of the training steps (--knowledge_warmup_steps): at 0.1, the encoder's,
-#: the 5e-4 knowledge rate cost 8 F1 points on WNUT-17 (29.3 vs 37.2 before it); at 0.5 it got 38.1 and 38.6 (seeds 1,
-#: 2) and the synthetic checks still pass (docs/knowledge_checks.md)
-DEFAULT_KNOWLEDGE_WARMUP = 0.5
 
 
 @dataclass
@@ -95,138 +87,6 @@ class LinkingArguments:
             base = {**base, "hops": self.link_hops}
         return linker_settings(self.link_case_sensitive, self.spacy_model, self.spacy_labels, self.drop_aliases,
                                self.min_acronym_length, self.exclude_branches, **base)
-
-
-@dataclass
-class KnowledgeArguments(LinkingArguments):
-    knowledge: Literal["link", "annotations", "none"] = field(
-        default="link",
-        metadata={
-            "help": "Where entity mentions and facts come from: 'link' (dictionary-link the text against --kg), "
-            "'annotations' (precomputed KALA JSON, --annotation_files) or 'none' (no knowledge)."
-        },
-    )
-    kg: str | None = field(
-        default=None,
-        metadata={"help": "Knowledge graph spec for keplm.knowledge.load_kg, e.g. 'fb15k237:<dir>' or 'trex:<dir>'. "
-                  "With a keplm checkpoint: a knowledge update without retraining (the checkpoint's vocabularies, "
-                  "this graph; processor.update_knowledge)."},
-    )
-    annotation_files: list[str] | None = field(
-        default=None,
-        metadata={"help": "KALA annotation JSON per split as SPLIT=PATH (train=..., validation=..., test=...), "
-                  "keyed by example id."},
-    )
-    system: Literal["vanilla", "more_params", "pointwise", "relational"] = field(
-        default="relational",
-        metadata={
-            "help": "vanilla fine-tuning, more_params (+1 transformer layer, no knowledge), pointwise (entity "
-            "memory only) or relational (KALA: entity memory + relational retrieval)."
-        },
-    )
-    kfm_layers: list[int] | None = field(
-        default=None,
-        metadata={"help": "Encoder layers with knowledge modulation (negative = from the end); default per task."},
-    )
-    relation_message: Literal["entity", "composition"] = field(
-        default="composition",
-        metadata={"help": "What a KG neighbour sends in relational retrieval: 'composition' (the neighbour's vector "
-                  "composed with the fact's relation, e_j + W_m r_ij; keplm's default) or 'entity' (KALA eq. 3: "
-                  "the neighbour's vector only, the relation weighs it). docs/knowledge_checks.md has the "
-                  "measurements."},
-    )
-    entity_dropout: float = field(
-        default=0.3,
-        metadata={"help": "In training, the share of mentioned entities that read the null row as unseen ones do, so "
-                  "the model learns to represent a mention from its KG neighbours (keplm's default; the paper has "
-                  "0)."},
-    )
-    entity_min_count: int = field(
-        default=1, metadata={"help": "Entities mentioned fewer times in training are treated as unseen (null)."}
-    )
-    max_entities: int | None = field(default=None, metadata={"help": "Keep at most this many frequent entities."})
-    max_neighbors_per_entity: int = field(
-        default=8, metadata={"help": "KG facts to outside neighbours kept per linked entity ('link' mode)."}
-    )
-    init_entity_memory: bool = field(
-        default=False,
-        metadata={"help": "Initialise the entity memory with the encoder's mean mention states (KALA appendix B.1)."},
-    )
-    knowledge_learning_rate: float | None = field(
-        default=5e-4,
-        metadata={"help": "Learning rate of KALA's knowledge modules (entity memory, KFM, relational retrieval), "
-                  "which start from random weights: at the encoder's rate they barely move in a short fine-tuning "
-                  "and the model ignores its KG (docs/knowledge_checks.md). 0: --learning_rate. Knowledge systems "
-                  "only."},
-    )
-    graph_pad_to_multiple_of: int | None = field(
-        default=None,
-        metadata={"help": "Pad batched graph nodes/edges to a multiple of this (fewer shapes for torch_compile)."},
-    )
-    sparse_entity_memory: bool = field(
-        default=False,
-        metadata={"help": "Sparse entity-memory gradients updated by SparseAdam (lazy Adam) or row-wise AdaGrad "
-                  "(--entity_memory_optimizer), no weight decay on the memory: much cheaper steps with large "
-                  "memories. Single process or gloo DDP; under --torch_compile the lookup falls back to eager."},
-    )
-    entity_memory_optimizer: str = field(
-        default="adam",
-        metadata={"help": "Optimizer of the entity memory: 'adam' (the Trainer's optimizer; SparseAdam with "
-                  "--sparse_entity_memory) or 'rowwise_adagrad' (its own optimizer, one accumulator per row: the "
-                  "table's optimizer state shrinks from 8 B per weight to 4 B per row; with dense gradients the "
-                  "model still compiles with --torch_compile).", "choices": list(ENTITY_MEMORY_OPTIMIZERS)},
-    )
-    entity_memory_learning_rate: float | None = field(
-        default=None,
-        metadata={"help": "Learning rate of the entity memory when it has its own optimizer (SparseAdam or "
-                  "row-wise AdaGrad; default: --knowledge_learning_rate, else "
-                  "--learning_rate). Row-wise AdaGrad usually wants a larger one than Adam."},
-    )
-
-    knowledge_warmup_steps: float | None = field(
-        default=None,
-        metadata={"help": "A warm-up of the knowledge modules' own (entity memory, KFM, relational retrieval) in the "
-                  "--lr_scheduler_type schedule: >= 1 steps, < 1 a share of the training steps, as --warmup_steps. "
-                  f"Default: {DEFAULT_KNOWLEDGE_WARMUP} (half the steps) with a schedule that has warm-ups (linear, "
-                  "cosine, ...), which keeps the 5e-4 knowledge rate from hurting noisy real data "
-                  "(docs/knowledge_checks.md); with other schedules none. Knowledge systems only."},
-    )
-
-    def __post_init__(self):
-        if self.knowledge == "annotations" and not self.annotation_files:
-            raise ValueError("--knowledge annotations needs --annotation_files train=PATH [validation=PATH ...]")
-        self.annotation_paths()  # validates the SPLIT=PATH entries
-
-    @property
-    def uses_knowledge(self) -> bool:
-        """Whether the chosen system reads knowledge (vanilla and more_params do not)."""
-        return self.system in ("pointwise", "relational") and self.knowledge != "none"
-
-    def parameter_group_options(self, lr_scheduler_type="linear", lr_scheduler_kwargs: dict | None = None) -> dict:
-        """The KALA model's training options (``KalaPreTrainedModel.parameter_groups``) set on the command line, the
-        knowledge warm-up defaulting to :data:`DEFAULT_KNOWLEDGE_WARMUP` where ``lr_scheduler_type`` has warm-ups."""
-        from keplm.training.optim import schedule_has_warmup
-
-        knowledge_lr = self.knowledge_learning_rate
-        if not self.uses_knowledge or (knowledge_lr is not None and knowledge_lr <= 0):
-            knowledge_lr = None  # the encoder's rate; a baseline has no knowledge modules to give a rate
-        warmup = self.knowledge_warmup_steps
-        if warmup is None and self.uses_knowledge and schedule_has_warmup(lr_scheduler_type, lr_scheduler_kwargs):
-            warmup = DEFAULT_KNOWLEDGE_WARMUP
-        return {"knowledge_learning_rate": knowledge_lr,
-                "entity_memory_optimizer": self.entity_memory_optimizer,
-                "entity_memory_learning_rate": self.entity_memory_learning_rate,
-                "knowledge_warmup_steps": warmup}
-
-    def annotation_paths(self) -> dict[str, str]:
-        paths = {}
-        for item in self.annotation_files or []:
-            split, sep, path = item.partition("=")
-            if not sep or split not in ("train", "validation", "test"):
-                raise ValueError("--annotation_files entries must be train=PATH, validation=PATH or test=PATH; "
-                                 f"got {item!r}")
-            paths[split] = path
-        return paths
 
 
 @dataclass
@@ -310,62 +170,6 @@ class QaDataArguments(DataArguments):
         return (None if train < 0 else train, validation, test)
 
 
-@dataclass
-class RoofArguments(LinkingArguments):
-    """Roof-Transformer's settings (paper §3-4, appendix 6.3 for the defaults) and its knowledge source."""
-
-    system: Literal["bert", "bert_with_knowledge", "roof"] = field(
-        default="roof",
-        metadata={"help": "bert (one encoder alone), bert_with_knowledge (one encoder reading the verbalised knowledge "
-                  "after the text) or roof (TASK + KB encoders fused by a roof)."},
-    )
-    kg: str | None = field(default=None, metadata={
-        "help": "Knowledge graph spec for keplm.knowledge.load_kg, e.g. 'trex:../shared/data/lama' or "
-                "'fb15k237:<dir>+trex:<dir>'. With a keplm checkpoint: a knowledge update without retraining."})
-    triple_files: list[str] | None = field(
-        default=None,
-        metadata={"help": "Precomputed triple lists per split as SPLIT=PATH (JSON {example id: [[h, r, t], ...]}), "
-                  "instead of selecting triples from --kg."},
-    )
-    selection: Literal["has_tail", "no_tail"] = field(
-        default="has_tail", metadata={"help": "Select triples whose head (has_tail: and tail) occur in the passage."})
-    verbalization: Literal["exp0", "exp1", "exp2"] = field(default="exp2", metadata={"help": "Triple verbalisation."})
-    max_knowledge_length: int = field(default=511, metadata={"help": "Knowledge tokens after [CLS] (paper: 511)."})
-    fusion: Literal["transformer", "transformer_random", "lstm", "linear"] = field(
-        default="transformer", metadata={"help": "The roof: transformer layers copied from the encoder's last "
-                                                 "--fusion_layers layers, random ones, an LSTM or a linear layer."})
-    fusion_layers: int = field(default=3, metadata={"help": "Depth of a transformer roof (paper: 3 GLUE, 4 QA)."})
-    segmentation: Literal["type1", "type2"] = field(default="type2", metadata={"help": "Segment types (paper 4.5)."})
-    cached_knowledge_encoder: bool = field(
-        default=False, metadata={"help": "Frozen KB encoder whose per-triple encodings are cached (paper 4.4)."})
-    knowledge_cache_dir: str | None = field(
-        default=None, metadata={"help": "Where cached encodings live (default $KEPLM_CACHE/knowledge_encodings)."})
-    fusion_lr_multiplier: float = field(
-        default=10.0, metadata={"help": "Learning rate of the roof as a multiple of the encoders' (paper: 10)."})
-    num_text_encoders: int = field(default=1, metadata={"help": "Text encoders for texts longer than one window."})
-
-    @property
-    def uses_knowledge(self) -> bool:
-        return self.system != "bert"
-
-    def triple_paths(self) -> dict[str, str]:
-        paths = {}
-        for item in self.triple_files or []:
-            split, sep, path = item.partition("=")
-            if not sep or split not in ("train", "validation", "test"):
-                raise ValueError(f"--triple_files entries must be SPLIT=PATH (train, validation, test); got {item!r}")
-            paths[split] = path
-        return paths
-
-    def model_config(self) -> dict:
-        """RoofTransformerConfig arguments of the chosen system."""
-        if self.system != "roof":
-            return {"fusion": "none", "knowledge_encoding": "none", "num_text_encoders": self.num_text_encoders}
-        return {"fusion": self.fusion, "fusion_layers": self.fusion_layers, "segmentation": self.segmentation,
-                "knowledge_encoding": "cached" if self.cached_knowledge_encoder else "joint",
-                "max_knowledge_length": self.max_knowledge_length, "num_text_encoders": self.num_text_encoders}
-
-
 def _launched_distributed() -> bool:
     return int(os.environ.get("LOCAL_RANK", -1)) != -1 or int(os.environ.get("WORLD_SIZE", 1)) > 1
 
@@ -414,18 +218,20 @@ class KeplmTrainingArguments(TrainingArguments):
                              "with its best checkpoint")
 
 
-def parse_args(data_class: type | tuple[type, ...], args: list[str] | dict | None = None):
-    """Parse ``(ModelArguments, data_class, KnowledgeArguments, KeplmTrainingArguments)``, or the given tuple of
-    argument dataclasses, from ``args`` (default: the command line), from one ``.json`` file or a dict of settings.
+def parse_args(classes: tuple[type, ...], args: list[str] | dict | None = None):
+    """Parse the given argument dataclasses (e.g. ``(ModelArguments, NerDataArguments, <the method's arguments>,
+    KeplmTrainingArguments)``) from ``args`` (default: the command line), from one ``.json`` file or a dict of
+    settings.
 
     A multi-process launch on a machine without GPUs (``accelerate launch --multi_gpu --num_processes 2`` or
     ``torchrun``) runs as CPU DDP (gloo): without this, accelerate would silently start independent
     non-distributed processes.
     """
+    if not isinstance(classes, tuple):
+        raise TypeError("parse_args takes a tuple of argument dataclasses, e.g. (ModelArguments, NerDataArguments, "
+                        "KnowledgeArguments, KeplmTrainingArguments)")
     if _launched_distributed() and not _has_accelerator():
         os.environ.setdefault("ACCELERATE_USE_CPU", "true")
-    classes = data_class if isinstance(data_class, tuple) else (ModelArguments, data_class, KnowledgeArguments,
-                                                                  KeplmTrainingArguments)
     parser = HfArgumentParser(classes)
     if isinstance(args, dict):  # settings already read from a JSON file
         return parser.parse_dict(args)
@@ -436,15 +242,11 @@ def parse_args(data_class: type | tuple[type, ...], args: list[str] | dict | Non
 
 
 __all__ = [
-    "SYSTEMS",
-    "KNOWLEDGE_SOURCES",
     "ModelArguments",
     "LinkingArguments",
-    "KnowledgeArguments",
     "DataArguments",
     "NerDataArguments",
     "QaDataArguments",
-    "RoofArguments",
     "KeplmTrainingArguments",
     "parse_args",
 ]

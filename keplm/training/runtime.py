@@ -93,25 +93,6 @@ def build_features(raw, make_featurizer, data_args, training_args: TrainingArgum
     return features
 
 
-def build_collator(processor, model, data_args, knowledge_args):
-    """The collator of the processor's features for ``model`` (graph batching only if the model reads one)."""
-    from keplm.data.collator import KeplmDataCollator
-
-    return KeplmDataCollator.from_processor(processor, model, pad_to_multiple_of=data_args.pad_to_multiple_of,
-                                            graph_pad_to_multiple_of=knowledge_args.graph_pad_to_multiple_of)
-
-
-def maybe_initialize_entity_memory(model, features, collator, knowledge_args, training_args) -> None:
-    """``--init_entity_memory``: KALA appendix B.1, before training."""
-    if knowledge_args.init_entity_memory and training_args.do_train:
-        from .entity_init import initialize_entity_memory_from_encoder
-
-        initialize_entity_memory_from_encoder(
-            model.to(training_args.device), features["train"], collator, training_args.per_device_eval_batch_size,
-            disable_tqdm=training_args.disable_tqdm,
-        )
-
-
 def flatten(report: dict, prefix: str) -> dict:
     """A nested report as flat ``prefix_key_subkey`` numbers (what a results JSON of the Trainer holds)."""
     flat = {}
@@ -122,15 +103,6 @@ def flatten(report: dict, prefix: str) -> dict:
         elif isinstance(value, (int, float)) and not isinstance(value, bool):
             flat[name] = value
     return flat
-
-
-def knowledge_coverage(processor, raw, uses_knowledge: bool) -> dict:
-    """Per split, how the linked entity ids meet the KG and the entity memory (unknown ids apart from unseen ones,
-    ``KalaProcessor.entity_coverage``), flattened for the results JSON; empty when the model reads no knowledge."""
-    if not uses_knowledge or not hasattr(processor, "entity_coverage"):
-        return {}
-    return {key: value for split in raw if "knowledge" in raw[split].column_names
-            for key, value in flatten(processor.entity_coverage(raw[split]["knowledge"]), f"{split}_entities").items()}
 
 
 def record(trainer, split: str, metrics: dict) -> dict:
@@ -162,12 +134,9 @@ __all__ = [
     "warn_single_process_launch",
     "linked_share",
     "flatten",
-    "knowledge_coverage",
     "check_splits",
     "check_max_seq_length",
     "build_features",
-    "build_collator",
-    "maybe_initialize_entity_memory",
     "record",
     "train_and_save",
 ]

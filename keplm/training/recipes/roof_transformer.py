@@ -5,15 +5,135 @@ the selection statistics."""
 from __future__ import annotations
 
 import logging
-from typing import ClassVar
+from dataclasses import dataclass, field
+from typing import ClassVar, Literal
 
+from transformers import AutoTokenizer
+
+from keplm.knowledge import KnowledgeAssets, load_kg
+from keplm.tokenization import KeplmProcessor
 from keplm.tokenization.processing_roof_transformer import knowledge_statistics
 
-from ..arguments import RoofArguments
-from ..knowledge_setup import build_roof_model, prepare_roof_knowledge
+from ..arguments import LinkingArguments, ModelArguments
+from ..knowledge_setup import checkpoint_processor, is_keplm_checkpoint
 from ..run_recipe import RunRecipe
 
 logger = logging.getLogger(__name__)
+
+
+@dataclass
+class RoofArguments(LinkingArguments):
+    """Roof-Transformer's settings (paper §3-4, appendix 6.3 for the defaults) and its knowledge source."""
+
+    system: Literal["bert", "bert_with_knowledge", "roof"] = field(
+        default="roof",
+        metadata={"help": "bert (one encoder alone), bert_with_knowledge (one encoder reading the verbalised knowledge "
+                  "after the text) or roof (TASK + KB encoders fused by a roof)."},
+    )
+    kg: str | None = field(default=None, metadata={
+        "help": "Knowledge graph spec for keplm.knowledge.load_kg, e.g. 'trex:../shared/data/lama' or "
+                "'fb15k237:<dir>+trex:<dir>'. With a keplm checkpoint: a knowledge update without retraining."})
+    triple_files: list[str] | None = field(
+        default=None,
+        metadata={"help": "Precomputed triple lists per split as SPLIT=PATH (JSON {example id: [[h, r, t], ...]}), "
+                  "instead of selecting triples from --kg."},
+    )
+    selection: Literal["has_tail", "no_tail"] = field(
+        default="has_tail", metadata={"help": "Select triples whose head (has_tail: and tail) occur in the passage."})
+    verbalization: Literal["exp0", "exp1", "exp2"] = field(default="exp2", metadata={"help": "Triple verbalisation."})
+    max_knowledge_length: int = field(default=511, metadata={"help": "Knowledge tokens after [CLS] (paper: 511)."})
+    fusion: Literal["transformer", "transformer_random", "lstm", "linear"] = field(
+        default="transformer", metadata={"help": "The roof: transformer layers copied from the encoder's last "
+                                                 "--fusion_layers layers, random ones, an LSTM or a linear layer."})
+    fusion_layers: int = field(default=3, metadata={"help": "Depth of a transformer roof (paper: 3 GLUE, 4 QA)."})
+    segmentation: Literal["type1", "type2"] = field(default="type2", metadata={"help": "Segment types (paper 4.5)."})
+    cached_knowledge_encoder: bool = field(
+        default=False, metadata={"help": "Frozen KB encoder whose per-triple encodings are cached (paper 4.4)."})
+    knowledge_cache_dir: str | None = field(
+        default=None, metadata={"help": "Where cached encodings live (default $KEPLM_CACHE/knowledge_encodings)."})
+    fusion_lr_multiplier: float = field(
+        default=10.0, metadata={"help": "Learning rate of the roof as a multiple of the encoders' (paper: 10)."})
+    num_text_encoders: int = field(default=1, metadata={"help": "Text encoders for texts longer than one window."})
+
+    @property
+    def uses_knowledge(self) -> bool:
+        return self.system != "bert"
+
+    def triple_paths(self) -> dict[str, str]:
+        paths = {}
+        for item in self.triple_files or []:
+            split, sep, path = item.partition("=")
+            if not sep or split not in ("train", "validation", "test"):
+                raise ValueError(f"--triple_files entries must be SPLIT=PATH (train, validation, test); got {item!r}")
+            paths[split] = path
+        return paths
+
+    def model_config(self) -> dict:
+        """RoofTransformerConfig arguments of the chosen system."""
+        if self.system != "roof":
+            return {"fusion": "none", "knowledge_encoding": "none", "num_text_encoders": self.num_text_encoders}
+        return {"fusion": self.fusion, "fusion_layers": self.fusion_layers, "segmentation": self.segmentation,
+                "knowledge_encoding": "cached" if self.cached_knowledge_encoder else "joint",
+                "max_knowledge_length": self.max_knowledge_length, "num_text_encoders": self.num_text_encoders}
+
+
+def prepare_roof_knowledge(model_args: ModelArguments, roof_args, raw, text_columns, num_proc: int | None = None):
+    """The Roof-Transformer processor (a checkpoint's, or the base tokenizer with ``--kg`` and the selection and
+    verbalisation settings) and the splits with what selection reads: the linked ``knowledge`` columns of their
+    text columns (one linking pass per split), or the ``--triple_files`` lists."""
+    from keplm.tokenization.processing_roof_transformer import (
+        RoofTransformerProcessor,
+        add_triples_column,
+        read_triple_lists,
+    )
+
+    path = model_args.model_name_or_path
+    if is_keplm_checkpoint(path, **model_args.hub_kwargs()):
+        processor = checkpoint_processor(path, roof_args.kg if roof_args.uses_knowledge else None,
+                                         **model_args.hub_kwargs())
+    else:
+        kg = None
+        if roof_args.uses_knowledge and roof_args.kg:
+            logger.info("Loading the knowledge graph %s", roof_args.kg)
+            kg = load_kg(roof_args.kg)
+            logger.info("Loaded %r", kg)
+        processor = RoofTransformerProcessor(
+            AutoTokenizer.from_pretrained(path, **model_args.hub_kwargs()), KnowledgeAssets(kg=kg),
+            selection=roof_args.selection, verbalization=roof_args.verbalization,
+            max_knowledge_length=roof_args.max_knowledge_length,
+            linker_kwargs=roof_args.linker_kwargs())
+    if not roof_args.uses_knowledge:
+        return processor.without_knowledge(), raw
+    files = roof_args.triple_paths()
+    if files:
+        for split in list(raw):
+            if split not in files:
+                raise ValueError(f"--triple_files has no entry for the {split} split")
+            id_column = "idx" if "idx" in raw[split].column_names else "id"
+            raw[split] = add_triples_column(raw[split], read_triple_lists(files[split]), id_column=id_column)
+        return processor, raw
+    if processor.kg is None:
+        raise ValueError("Roof-Transformer's knowledge needs --kg (or --triple_files)")
+    for split in list(raw):
+        raw[split] = processor.link_text_columns(raw[split], list(text_columns), num_proc=num_proc)
+    return processor, raw
+
+
+def build_roof_model(model_class, model_args: ModelArguments, roof_args, processor: KeplmProcessor,
+                     **config_kwargs):
+    """A Roof-Transformer (or baseline) model around ``model_name_or_path``, or the keplm checkpoint itself."""
+    path = model_args.model_name_or_path
+    if is_keplm_checkpoint(path, **model_args.hub_kwargs()):
+        model = model_class.from_pretrained(path, **model_args.hub_kwargs())
+        if roof_args.kg and getattr(model, "knowledge_assets", None) is not None:
+            model.set_knowledge_assets(processor.knowledge_assets)  # prepare_roof_knowledge's knowledge update
+    else:
+        assets = processor.knowledge_assets if roof_args.system == "roof" else None
+        model = model_class.from_base_pretrained(path, knowledge_assets=assets, **roof_args.model_config(),
+                                                 **config_kwargs)
+    if getattr(roof_args, "knowledge_cache_dir", None) and model.knowledge_cache is not None:
+        model.set_knowledge_cache_directory(roof_args.knowledge_cache_dir)
+    return model
 
 
 class RoofTransformerRunRecipe(RunRecipe):
