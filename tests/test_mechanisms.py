@@ -34,8 +34,11 @@ def _layer_norm(norm, x):
     return (x - mean) / torch.sqrt(var + norm.eps) * norm.weight + norm.bias
 
 
-def _bert_layer_with_kfm(layer, x, attention_mask, rows, on):
-    """BertLayer written out, with eq. (1): γ ⊙ LN(·) + β after each LayerNorm, on mention tokens only."""
+def bert_layer_by_hand(layer, x, attention_mask, rows=None, on=None):
+    """BertLayer written out, with eq. (1): γ ⊙ LN(·) + β after each LayerNorm, on mention tokens only (``on``, with
+    the node-table ``rows`` of each token); without ``rows`` the plain layer (padding masked as keys)."""
+    if rows is None:
+        rows, on = x.new_zeros(*x.shape[:2], 4, x.shape[-1]), torch.zeros_like(x[..., :1], dtype=torch.bool)
     attention = layer.attention.self
     batch, length, _ = x.shape
     heads, size = attention.num_attention_heads, attention.attention_head_size
@@ -74,7 +77,7 @@ def test_kfm_last_layer_by_hand(tokenizer, assets, mode):
     on = (token_map >= 0).unsqueeze(-1)
     assert (table.abs() > 0.05).any() and on.sum() > 3 and len(out.hidden_states) == 3
     rows = table[token_map.clamp(min=0)]  # [B, L, 4, H]
-    want = _bert_layer_with_kfm(layer, out.hidden_states[-2], batch["attention_mask"], rows, on)
+    want = bert_layer_by_hand(layer, out.hidden_states[-2], batch["attention_mask"], rows, on)
     torch.testing.assert_close(out.last_hidden_state, want, atol=1e-5, rtol=1e-5)
 
 
