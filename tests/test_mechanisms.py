@@ -11,10 +11,11 @@ import torch
 import torch.nn.functional as F
 
 import keplm.data.collator as collators
-from keplm import KalaForTokenClassification, KalaModel, KalaProcessor
+from keplm import KalaConfig, KalaForTokenClassification, KalaModel, KalaProcessor
 from keplm.modeling.modeling_kala import node_context
 from keplm.training.entity_init import initialize_entity_memory_from_encoder
 
+from .conftest import tiny_encoder_config
 from .test_kala_model import TEXTS, batch_of, make_model
 
 
@@ -34,8 +35,11 @@ def _layer_norm(norm, x):
     return (x - mean) / torch.sqrt(var + norm.eps) * norm.weight + norm.bias
 
 
-def _bert_layer_with_kfm(layer, x, attention_mask, rows, on):
-    """BertLayer written out, with eq. (1): γ ⊙ LN(·) + β after each LayerNorm, on mention tokens only."""
+def bert_layer_by_hand(layer, x, attention_mask, rows=None, on=None):
+    """BertLayer written out, with eq. (1): γ ⊙ LN(·) + β after each LayerNorm, on mention tokens only (``on``, with
+    the node-table ``rows`` of each token); without ``rows`` the plain layer (padding masked as keys)."""
+    if rows is None:
+        rows, on = x.new_zeros(*x.shape[:2], 4, x.shape[-1]), torch.zeros_like(x[..., :1], dtype=torch.bool)
     attention = layer.attention.self
     batch, length, _ = x.shape
     heads, size = attention.num_attention_heads, attention.attention_head_size
@@ -74,8 +78,61 @@ def test_kfm_last_layer_by_hand(tokenizer, assets, mode):
     on = (token_map >= 0).unsqueeze(-1)
     assert (table.abs() > 0.05).any() and on.sum() > 3 and len(out.hidden_states) == 3
     rows = table[token_map.clamp(min=0)]  # [B, L, 4, H]
-    want = _bert_layer_with_kfm(layer, out.hidden_states[-2], batch["attention_mask"], rows, on)
+    want = bert_layer_by_hand(layer, out.hidden_states[-2], batch["attention_mask"], rows, on)
     torch.testing.assert_close(out.last_hidden_state, want, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("kfm_layers", [[0, 2], [-3, -2, -1]])
+def test_kfm_modulates_both_layernorms_of_every_chosen_layer_and_no_other(tokenizer, assets, kfm_layers):
+    """With several KFM layers in a 4-layer encoder, the output of each LayerNorm of every chosen layer (the first
+    ones too, not only the last) is γ ⊙ LN(x) + β on mention tokens, with γ = 1 + h1(v) / 1 + h3(v) and β = h2(v) /
+    h4(v) of that layer's own MLPs written out from its weights (pointwise: v is the node's entity-memory row, zero
+    table for the null entity); tokens outside mentions, and every token of the other layers, read LN(x) alone."""
+    torch.manual_seed(0)
+    config = KalaConfig(encoder_config=tiny_encoder_config(tokenizer, layers=4), retrieval_mode="pointwise",
+                        entity_vocab_size=assets.num_entities, num_relations=assets.num_relations,
+                        kfm_layers=kfm_layers, entity_dropout=0.0)
+    model = KalaModel(config).eval()
+    with torch.no_grad():  # visible values everywhere: zero MLP biases and unit LayerNorms would hide a missing term
+        for name, parameter in model.named_parameters():
+            if "knowledge_layers" in name or "LayerNorm" in name:
+                parameter.normal_(0, 0.3)
+        model.entity_memory.embeddings.weight[1:].normal_(0, 1.0)
+    model.set_knowledge_assets(assets)
+    chosen = {i % 4 for i in kfm_layers}
+    seen = {}
+    layers = model.encoder.encoder.layer
+    for index, layer in enumerate(layers):  # registered after KFM's hooks: they see the modulated output
+        for slot, norm in enumerate((layer.attention.output.LayerNorm, layer.output.LayerNorm)):
+            norm.register_forward_hook(lambda m, args, out, key=(index, slot): seen.update({key: (args[0], out)}))
+    batch = batch_of(KalaProcessor(tokenizer, assets), [*TEXTS, "the big apple is new york"])
+    with torch.no_grad():
+        model(**batch)
+    token_map, nodes = batch["entity_token_map"], batch["node_entity_ids"]
+    on = (token_map >= 0).unsqueeze(-1)
+    memory = model.entity_memory.embeddings.weight
+    vectors, has_knowledge = memory[nodes], (nodes != 0).float()[:, None]  # the null row reads no knowledge
+    assert 0 < has_knowledge.sum() < len(nodes) and on.sum() > 3
+    checked = 0
+    for index, layer in enumerate(layers):
+        for slot in (0, 1):
+            x, out = seen[(index, slot)]
+            norm = (layer.attention.output.LayerNorm, layer.output.LayerNorm)[slot]
+            plain = _layer_norm(norm, x)
+            if index not in chosen:
+                torch.testing.assert_close(out, plain, atol=1e-5, rtol=1e-5)
+                continue
+            kfm = model.knowledge_layers[str(index)].modulation
+            k = kfm.mlp_hidden_size
+            hidden = torch.relu(vectors @ kfm.fc1.weight.T + kfm.fc1.bias)  # h1..h4 share the input, not weights
+            h = [(hidden[:, f * k:(f + 1) * k] @ kfm.fc2_weight[f] + kfm.fc2_bias[f]) * has_knowledge
+                 for f in range(4)]
+            gamma, beta = 1 + h[2 * slot][token_map.clamp(min=0)], h[2 * slot + 1][token_map.clamp(min=0)]
+            want = torch.where(on, gamma * plain + beta, plain)
+            assert (want - plain).abs().max() > 0.1  # the modulation is visible at this layer
+            torch.testing.assert_close(out, want, atol=1e-5, rtol=1e-5)
+            checked += 1
+    assert checked == 2 * len(chosen)
 
 
 def test_node_context_is_the_mean_over_all_tokens_of_all_mentions():

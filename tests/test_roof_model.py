@@ -3,6 +3,7 @@ classes with the KG, the fusion learning rate, and bad input."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 from transformers import AutoModelForQuestionAnswering, AutoModelForSequenceClassification, AutoProcessor, BertModel
@@ -20,6 +21,7 @@ from keplm.modeling.base import encoder_layers
 from keplm.modeling.modeling_roof_transformer import segment_ids
 
 from .conftest import tiny_encoder_config
+from .test_mechanisms import bert_layer_by_hand
 
 PAIRS = [("paris is a city in france .", "the seine flows through paris ."),
          ("john visited berlin .", "berlin is in germany ."),
@@ -29,7 +31,7 @@ KNOWLEDGE = 60
 
 def _config(tokenizer, **kwargs) -> RoofTransformerConfig:
     return RoofTransformerConfig(encoder_config=tiny_encoder_config(tokenizer), max_knowledge_length=KNOWLEDGE,
-                                 fusion_layers=1, **kwargs)
+                                 **{"fusion_layers": 1, **kwargs})
 
 
 def _processor(tokenizer, kg, **kwargs) -> RoofTransformerProcessor:
@@ -224,3 +226,71 @@ def test_the_second_text_encoder_reads_the_second_window_only(tokenizer):
         after = [model(input_ids=ids, knowledge_input_ids=knowledge).logits for ids in (short, long)]
     assert torch.equal(before[0], after[0])
     assert not torch.allclose(before[1], after[1], atol=1e-4)
+
+
+def _lstm_by_hand(lstm, states, mask):
+    """A one-layer bidirectional LSTM written out in float64 (gates i, f, g, o, PyTorch's weight layout), run per row
+    over the row's tokens only, in order (the text's padding sits between its text and its knowledge tokens); zero
+    at padding positions."""
+    def weights(suffix):
+        return [getattr(lstm, f"{name}_l0{suffix}").detach().double().numpy()
+                for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")]
+
+    def run(sequence, w_ih, w_hh, b_ih, b_hh):
+        h, c, outputs = np.zeros(w_hh.shape[1]), np.zeros(w_hh.shape[1]), []
+        for x in sequence:
+            i, f, g, o = np.split(w_ih @ x + b_ih + w_hh @ h + b_hh, 4)
+            c = 1 / (1 + np.exp(-f)) * c + 1 / (1 + np.exp(-i)) * np.tanh(g)
+            h = 1 / (1 + np.exp(-o)) * np.tanh(c)
+            outputs.append(h)
+        return np.stack(outputs)
+
+    states, out = states.detach().double().numpy(), np.zeros(states.shape)
+    for row in range(states.shape[0]):
+        tokens = np.flatnonzero(mask[row].numpy())
+        sequence = states[row, tokens]
+        forward, backward = run(sequence, *weights("")), run(sequence[::-1], *weights("_reverse"))[::-1]
+        out[row, tokens] = np.concatenate([forward, backward], axis=1)
+    return torch.from_numpy(out).float()
+
+
+def _roof_by_hand(fusion, states, mask):
+    if fusion.kind == "linear":  # GELU (erf form, BERT's "gelu") of one linear layer, at every position
+        x = states @ fusion.linear.weight.T + fusion.linear.bias
+        return 0.5 * x * (1 + torch.erf(x / 2**0.5))
+    if fusion.kind == "lstm":
+        return _lstm_by_hand(fusion.lstm, states, mask)
+    for layer in fusion.layers:  # the roof's transformer layers in order, padding masked as keys
+        states = bert_layer_by_hand(layer, states, mask)
+    return states
+
+
+@pytest.mark.parametrize("fusion, layers", [("linear", 1), ("lstm", 1), ("transformer_random", 2)])
+def test_each_roof_computes_its_function_of_the_concatenated_states(tokenizer, kg, fusion, layers):
+    """The roof's output values (paper 3.1, 4.5) from its own weights, by hand, on a batch whose rows have text
+    padding between text and knowledge tokens: the linear roof is GELU(W·s + b) per position; the LSTM roof a
+    bidirectional LSTM over each row's tokens only, in order (text then knowledge: the same states whatever the
+    batch's padding, zero at padding); the random-transformer roof its BERT layers in order with padding masked.
+    The classifier then reads the mean of the fused text states."""
+    torch.manual_seed(0)
+    model = RoofTransformerForSequenceClassification(
+        _config(tokenizer, fusion=fusion, fusion_layers=layers, num_labels=2)).eval()
+    with torch.no_grad():  # zero biases and unit LayerNorms would hide a missing term
+        for parameter in model.roof.fusion.parameters():
+            parameter.add_(0.2 * torch.randn_like(parameter))
+    batch = {k: v for k, v in _batch(_processor(tokenizer, kg)).items() if k != "labels"}
+    seen = {}
+    model.roof.fusion.register_forward_pre_hook(lambda module, args: seen.update(states=args[0], mask=args[1]))
+    with torch.no_grad():
+        fused = model.roof(**batch)
+        logits = model(**batch).logits
+    states, mask = seen["states"], seen["mask"]
+    text_length = batch["input_ids"].shape[1]
+    assert torch.equal(mask, torch.cat([batch["attention_mask"], batch["knowledge_attention_mask"]], dim=1))
+    assert (mask[:, :text_length] == 0).any(dim=1).sum() == 2  # two rows with padding inside the fused sequence
+    want = _roof_by_hand(model.roof.fusion, states, mask)
+    torch.testing.assert_close(fused.last_hidden_state, want, atol=1e-5, rtol=1e-5)
+    text, text_mask = want[:, :text_length], batch["attention_mask"].unsqueeze(-1).float()
+    pooled = (text * text_mask).sum(1) / text_mask.sum(1)
+    torch.testing.assert_close(logits, pooled @ model.classifier.weight.T + model.classifier.bias, atol=1e-5,
+                               rtol=1e-5)

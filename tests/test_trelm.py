@@ -41,7 +41,7 @@ def with_kge(kg) -> KnowledgeAssets:
 def make_model(tokenizer, assets, **kwargs) -> TrelmForMaskedLM:
     torch.manual_seed(0)
     config = TrelmConfig(encoder_config=tiny_encoder_config(tokenizer), entity_vocab_size=assets.num_entities,
-                         kge_dim=4, memory_window=1, routing_fraction=0.25, routing_steps=4, **kwargs)
+                         **{"kge_dim": 4, "memory_window": 1, "routing_fraction": 0.25, "routing_steps": 4, **kwargs})
     model = TrelmForMaskedLM(config)
     model.set_knowledge_assets(assets)
     return model

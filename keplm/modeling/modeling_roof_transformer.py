@@ -44,7 +44,8 @@ class RoofFusion(nn.Module):
     ``transformer``: transformer layers of the encoder's class (copies of the text encoder's last ``fusion_layers``
     layers after ``from_base_pretrained``, paper appendix 6.3; ``transformer_random``: randomly initialised);
     ``lstm``: a bidirectional LSTM (hidden/2 per direction); ``linear``: one linear layer with the encoder's
-    activation. Padding positions are masked in the transformer's attention.
+    activation. Padding positions are masked in the transformer's attention; the LSTM reads each row's tokens only
+    (text then knowledge, skipping the text's padding between them) and gives zero at padding.
     """
 
     def __init__(self, config: RoofTransformerConfig, encoder: nn.Module):
@@ -66,10 +67,18 @@ class RoofFusion(nn.Module):
         if self.kind.startswith("transformer"):
             return self.layers(states, attention_mask)
         if self.kind == "lstm":
-            lengths = attention_mask.sum(-1).clamp(min=1).cpu()
-            packed = nn.utils.rnn.pack_padded_sequence(states, lengths, batch_first=True, enforce_sorted=False)
+            # the LSTM reads each row's tokens only, in order: a row's text padding lies between its text and its
+            # knowledge tokens, so the tokens are first moved to the front (a stable sort keeps their order), and
+            # the outputs moved back to their positions (zero at padding)
+            keep = attention_mask.bool()
+            order = torch.argsort((~keep).to(torch.uint8), dim=1, stable=True)
+            index = order.unsqueeze(-1).expand(-1, -1, states.shape[-1])
+            lengths = keep.sum(-1).clamp(min=1).cpu()
+            packed = nn.utils.rnn.pack_padded_sequence(states.gather(1, index), lengths, batch_first=True,
+                                                       enforce_sorted=False)
             out, _ = self.lstm(packed)
-            return nn.utils.rnn.pad_packed_sequence(out, batch_first=True, total_length=states.shape[1])[0]
+            out = nn.utils.rnn.pad_packed_sequence(out, batch_first=True, total_length=states.shape[1])[0]
+            return torch.empty_like(out).scatter_(1, index, out)
         return self.activation(self.linear(states))
 
 
