@@ -19,6 +19,8 @@ from transformers import HfArgumentParser, TrainingArguments
 
 @dataclass
 class ModelArguments:
+    _argument_group_name = "model"  # the --help group
+
     model_name_or_path: str = field(
         metadata={"help": "A base encoder (local dir or Hub id, e.g. a BERT/MiniLM checkpoint) or a keplm checkpoint."}
     )
@@ -92,6 +94,7 @@ class LinkingArguments:
 @dataclass
 class DataArguments:
     """Data arguments common to every task."""
+    _argument_group_name = "data"  # the --help group
 
     dataset_name: str | None = field(
         default=None, metadata={"help": "A local data directory/file or a Hub dataset id."}

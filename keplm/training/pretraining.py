@@ -19,6 +19,8 @@ logger = logging.getLogger(__name__)
 
 @dataclass
 class PretrainingDataArguments:
+    _argument_group_name = "data"  # the --help group
+
     corpus: list[str] = field(
         default_factory=lambda: ["trex:../shared/data/lama", "fewrel:../shared/data/fewrel/val_wiki.json.gz"],
         metadata={"help": "Corpus sources: trex:<lama dir> (T-REx evidence sentences), fewrel:<file>, "
@@ -54,6 +56,7 @@ class PretrainingDataArguments:
 @dataclass
 class TrelmArguments:
     """TRELM's settings (paper 3, 4.6-4.8); ``--system mlm`` is plain MLM continued pre-training (the baseline)."""
+    _argument_group_name = "TRELM: knowledge and systems"  # the --help group
 
     system: Literal["mlm", "trelm"] = field(default="trelm", metadata={"help": "mlm (the baseline) or trelm."})
     kg: str | None = field(

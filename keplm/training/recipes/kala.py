@@ -41,6 +41,8 @@ DEFAULT_KNOWLEDGE_WARMUP = 0.5
 
 @dataclass
 class KnowledgeArguments(LinkingArguments):
+    _argument_group_name = "KALA (--model_type kala): knowledge and systems"  # the --help group
+
     knowledge: Literal["link", "annotations", "none"] = field(
         default="link",
         metadata={

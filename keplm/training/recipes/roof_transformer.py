@@ -24,6 +24,7 @@ logger = logging.getLogger(__name__)
 @dataclass
 class RoofArguments(LinkingArguments):
     """Roof-Transformer's settings (paper §3-4, appendix 6.3 for the defaults) and its knowledge source."""
+    _argument_group_name = "Roof-Transformer (--model_type roof_transformer): knowledge and systems"  # the --help group
 
     system: Literal["bert", "bert_with_knowledge", "roof"] = field(
         default="roof",
