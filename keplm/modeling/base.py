@@ -305,7 +305,9 @@ class KeplmPreTrainedModel(PreTrainedModel):
         })
         self.loading_report = {"base_model": {n: str(p) for n, p in sources.items()}, "newly_initialized": new_modules,
                                "copied_from_encoder_layers": copied, "encoder_missing": missing_weights}
-        logger.warning(
+        # new modules are the expected state of a model built on an encoder (INFO); missing encoder weights are not
+        logger.log(
+            logging.WARNING if missing_weights else logging.INFO,
             "Built %s on %s: newly initialised modules %s%s%s", type(self).__name__, _describe(sources), new_modules,
             f"; copied from the encoders' last layers: {copied}" if copied else "",
             f"; encoder weights missing from the checkpoint: {missing_weights}" if missing_weights else "",

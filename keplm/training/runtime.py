@@ -14,6 +14,12 @@ from transformers import TrainingArguments
 logger = logging.getLogger(__name__)
 
 
+#: transformers' loggers whose INFO lines print every config, processor and weights file loaded (a capped NER run:
+#: 15 config dumps, ~200 of its 328 lines); quiet unless --log_level debug
+QUIET_BELOW_DEBUG = ("transformers.configuration_utils", "transformers.modeling_utils",
+                     "transformers.tokenization_utils_base", "transformers.processing_utils")
+
+
 def setup_logging(training_args: TrainingArguments) -> None:
     """HF example-script logging: INFO on the main process, warnings elsewhere."""
     logging.basicConfig(
@@ -29,6 +35,8 @@ def setup_logging(training_args: TrainingArguments) -> None:
     logging.getLogger("__main__").setLevel(level)
     datasets.utils.logging.set_verbosity(level)
     transformers.utils.logging.set_verbosity(level)
+    for name in QUIET_BELOW_DEBUG:  # their INFO lines dump whole configs: shown with --log_level debug
+        logging.getLogger(name).setLevel(level if level <= logging.DEBUG else max(level, logging.WARNING))
     transformers.utils.logging.enable_default_handler()
     transformers.utils.logging.enable_explicit_format()
     warn_single_process_launch()

@@ -1,0 +1,44 @@
+"""Quiet by default, loud on request: what a run script logs at the default level and with --log_level debug."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+from transformers import BertModel
+
+from keplm import KalaForTokenClassification
+from keplm.training.arguments import KeplmTrainingArguments
+from keplm.training.runtime import QUIET_BELOW_DEBUG, setup_logging
+
+from .conftest import tiny_encoder_config
+
+
+@pytest.fixture()
+def restore_levels():
+    names = ("keplm", *QUIET_BELOW_DEBUG, "transformers")
+    levels = {name: logging.getLogger(name).level for name in names}
+    yield
+    for name, level in levels.items():
+        logging.getLogger(name).setLevel(level)
+
+
+@pytest.mark.parametrize("log_level, config_dumps", [("passive", False), ("info", False), ("debug", True)])
+def test_config_dumps_only_at_debug(tmp_path, restore_levels, log_level, config_dumps):
+    """transformers' loading loggers (every config printed whole) stay quiet at INFO and speak at DEBUG, while
+    the Trainer's own INFO lines keep their level."""
+    args = KeplmTrainingArguments(output_dir=str(tmp_path), log_level=log_level, report_to="none", use_cpu=True)
+    setup_logging(args)
+    for name in QUIET_BELOW_DEBUG:
+        assert logging.getLogger(name).isEnabledFor(logging.INFO) is config_dumps
+    assert logging.getLogger("transformers.trainer").isEnabledFor(logging.INFO)
+
+
+def test_new_modules_of_a_model_built_on_an_encoder_are_info_not_warning(tmp_path, tokenizer, caplog):
+    """Building on an encoder always makes new modules: said at INFO; a warning only for missing encoder weights."""
+    BertModel(tiny_encoder_config(tokenizer), add_pooling_layer=False).save_pretrained(tmp_path / "enc")
+    tokenizer.save_pretrained(tmp_path / "enc")
+    with caplog.at_level(logging.INFO, logger="keplm"):
+        KalaForTokenClassification.from_base_pretrained(str(tmp_path / "enc"), retrieval_mode="none", num_labels=2)
+    built = [r for r in caplog.records if r.getMessage().startswith("Built KalaForTokenClassification")]
+    assert [r.levelno for r in built] == [logging.INFO]
