@@ -41,14 +41,14 @@ QA_TASKS = ("qa", "squad")
 REFERENCE = "mlm"  # the curves table's reference variant: the seconds until a variant reaches its final P@1
 
 
-def cell(values: list[float], digits: int = 2, empty: str = "n/a", plain_single: bool = False) -> str:
-    """``mean ± std`` of ``values`` (``empty`` without any; a lone value bare when ``plain_single``)."""
+def cell(values: list[float], digits: int = 2, empty: str = "n/a") -> str:
+    """``mean ± std`` of ``values``; a lone value bare (one seed has no spread, not a spread of 0); ``empty``
+    without any."""
     if not values:
         return empty
-    if plain_single and len(values) == 1:
+    if len(values) == 1:
         return f"{values[0]:.{digits}f}"
-    spread = statistics.stdev(values) if len(values) > 1 else 0.0
-    return f"{statistics.mean(values):.{digits}f} ± {spread:.{digits}f}"
+    return f"{statistics.mean(values):.{digits}f} ± {statistics.stdev(values):.{digits}f}"
 
 
 def load_summaries(paths: list[str]) -> list[dict]:
@@ -107,7 +107,7 @@ def summary_table(summaries: list[dict]) -> str:
 
 def _pcell(values: list[float], scale: float = 100.0, digits: int = 2) -> str:
     """A curves-table cell: the values scaled, ``-`` without any, a lone value bare."""
-    return cell([v * scale for v in values if v is not None], digits, empty="-", plain_single=True)
+    return cell([v * scale for v in values if v is not None], digits, empty="-")
 
 
 def time_to_reach(curve: list[dict], target: float) -> float | None:
