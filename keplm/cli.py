@@ -15,10 +15,14 @@ def build_parser() -> argparse.ArgumentParser:
     from keplm.commands import build_kg as build
     from keplm.commands import check_knowledge, train_kge
 
-    build.add_arguments(commands.add_parser("build-kg", help="annotate a dataset with KALA knowledge + report"))
-    train_kge.add_arguments(commands.add_parser("train-kge", help="train KG embeddings (TRELM) into a KG folder"))
+    shown = {"formatter_class": argparse.ArgumentDefaultsHelpFormatter}  # every option's default in --help
+    build.add_arguments(commands.add_parser("build-kg", help="annotate a dataset with KALA knowledge + report",
+                                            **shown))
+    train_kge.add_arguments(commands.add_parser("train-kge", help="train KG embeddings (TRELM) into a KG folder",
+                                                **shown))
     check_knowledge.add_arguments(commands.add_parser(
-        "check-knowledge", help="how far a trained model's predictions follow edits of its KG (counterfactual)"))
+        "check-knowledge", help="how far a trained model's predictions follow edits of its KG (counterfactual)",
+        **shown))
     return parser
 
 
