@@ -209,7 +209,8 @@ class KeplmPreTrainedModel(PreTrainedModel):
                     private: bool | None = None, token: bool | str | None = None, revision: str | None = None,
                     create_pr: bool = False, max_shard_size: int | str | None = "50GB", tags: list[str] | None = None):
         """Upload the model (config, safetensors weights, ``knowledge/`` with its nested KG folder) to ``repo_id`` in
-        one commit, with keplm's model card when the repo has none yet. Push the processor too
+        one commit, with keplm's model card of this model (a card on the Hub is kept only while it still describes
+        the pushed files: :func:`keplm.push_utils.card_is_current`). Push the processor too
         (``processor.push_to_hub(repo_id)``), or push with the Trainer, which saves both."""
         return push_folder(lambda folder: self.save_pretrained(folder, max_shard_size=max_shard_size), repo_id,
                            write_card=lambda folder: self.write_model_card(folder, repo_id, tags),
