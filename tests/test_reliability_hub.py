@@ -3,7 +3,10 @@ the Auto classes (docs/reliability.md, Round 3). Pushes go to the local Hub-API 
 
 from __future__ import annotations
 
+import re
+
 import pytest
+import torch
 from huggingface_hub import HfApi, ModelCard, hf_hub_download
 
 import keplm  # noqa: F401  (registers the Auto classes)
@@ -113,3 +116,83 @@ def test_run_script_base_model_id_names_the_cards_base_model(tiny, tmp_path):
     with pytest.raises(ValueError, match="--base_model_id must be a Hub repo id.*'/models/my-encoder'"):
         run_ner.main(ner_args(tiny, tmp_path / "bad", "relational", "--do_train", "--base_model_id",
                               "/models/my-encoder"))
+
+
+# ------------------------------------------------------------------------------------------------ LoRA adapters
+@pytest.fixture()
+def adapter(tmp_path, tokenizer, assets):
+    """A KALA LoRA adapter (trained-looking: adapters and fully trained modules moved off their initial values),
+    saved to ``tmp_path/adapter``, with a batch and the PeftModel's logits on it."""
+    from transformers import BertModel
+
+    from keplm import KalaProcessor
+    from keplm.data.collator import KeplmDataCollator
+    from keplm.modeling.lora import add_lora, save_lora
+
+    from .conftest import tiny_encoder_config
+
+    torch.manual_seed(0)
+    BertModel(tiny_encoder_config(tokenizer)).save_pretrained(tmp_path / "base")
+    model = KalaForTokenClassification.from_base_pretrained(tmp_path / "base", knowledge_assets=assets, num_labels=3,
+                                                            retrieval_mode="relational", kfm_layers=[-1])
+    peft_model = add_lora(model, r=4, alpha=8, dropout=0.0)
+    with torch.no_grad():
+        for parameter in peft_model.parameters():
+            if parameter.requires_grad:
+                parameter.add_(torch.randn_like(parameter) * 0.1)
+    save_lora(peft_model, tmp_path / "adapter")
+    processor = KalaProcessor(tokenizer, assets)
+    batch = KeplmDataCollator.from_processor(processor, model)(
+        [processor(t) for t in ("john visited paris and unknownia in france .", "berlin is a city")])
+    with torch.no_grad():
+        expected = peft_model.eval()(**batch).logits
+    return {"peft_model": peft_model, "folder": tmp_path / "adapter", "batch": batch, "logits": expected}
+
+
+def _check_an_adapter_loads_merged(load, adapter, assets) -> None:
+    """``load(cls_or_auto)`` of the adapter: the task class gives the merged model with the PeftModel's outputs;
+    the base model's class is a ValueError naming load_lora and the class that loads it."""
+    model = load("task")
+    assert isinstance(model, KalaForTokenClassification) and not model.training
+    assert not any("lora_" in name or "modules_to_save" in name for name, _ in model.named_parameters())
+    assert model.knowledge_assets.content_hash() == assets.content_hash()
+    with torch.no_grad():
+        torch.testing.assert_close(model(**adapter["batch"]).logits, adapter["logits"], rtol=1e-4, atol=1e-5)
+    with pytest.raises(ValueError, match="LoRA adapter of KalaForTokenClassification") as error:
+        load("base")
+    assert "keplm.modeling.lora.load_lora(" in str(error.value)
+    assert "AutoModelForTokenClassification.from_pretrained(" in str(error.value)
+
+
+def test_auto_classes_load_a_lora_adapter_folder_onto_its_base(adapter, assets):
+    """The task's Auto class loads a folder saved by ``save_lora`` as peft + transformers load a plain adapter: the
+    base encoder, then the adapter (merged, so the model is a plain keplm model with the adapter's outputs);
+    ``AutoModel`` (another architecture) is a ValueError naming ``load_lora`` and the Auto class that loads it."""
+    from transformers import AutoModel, AutoModelForTokenClassification
+
+    auto = {"task": AutoModelForTokenClassification, "base": AutoModel}
+    _check_an_adapter_loads_merged(lambda kind: auto[kind].from_pretrained(adapter["folder"]), adapter, assets)
+    base = adapter["folder"].parent / "base"  # the base encoder folder the adapter names, moved away
+    moved = base.rename(base.with_name("elsewhere"))
+    with pytest.raises(ValueError, match=f"names the base encoder {re.escape(str(base))}.*not on this machine"):
+        AutoModelForTokenClassification.from_pretrained(adapter["folder"])
+    model = AutoModelForTokenClassification.from_pretrained(adapter["folder"], base_model_name_or_path=str(moved))
+    with torch.no_grad():
+        torch.testing.assert_close(model(**adapter["batch"]).logits, adapter["logits"], rtol=1e-4, atol=1e-5)
+
+
+def test_a_lora_adapter_repo_loads_through_the_keplm_class_and_the_card_says_how(hub_server, adapter, assets):
+    """A repo pushed with ``push_lora`` loads through the keplm classes as a folder does (KalaModel: the ValueError
+    naming ``load_lora``). transformers' Auto classes resolve a Hub repo holding ``adapter_config.json`` to the
+    plain encoder the adapter names before keplm is called, so the card's usage snippet loads a LoRA repo with
+    ``load_lora`` rather than an Auto class."""
+    from keplm import KalaModel
+    from keplm.modeling.lora import load_lora, push_lora
+
+    push_lora(adapter["peft_model"], "org/kala-adapter")
+    classes = {"task": KalaForTokenClassification, "base": KalaModel}
+    _check_an_adapter_loads_merged(lambda kind: classes[kind].from_pretrained("org/kala-adapter"), adapter, assets)
+    with torch.no_grad():
+        torch.testing.assert_close(load_lora("org/kala-adapter").eval()(**adapter["batch"]).logits, adapter["logits"])
+    usage = hub_card("org/kala-adapter").split("## How to use", 1)[1].split("\n## ", 1)[0]
+    assert 'model = load_lora("org/kala-adapter").merge_and_unload()' in usage and "AutoModelFor" not in usage

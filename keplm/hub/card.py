@@ -247,6 +247,7 @@ def spec_from_model(
                      "frozen, the knowledge modules and the head trained fully.")
     return ModelCardSpec(
         notes=notes,
+        lora=adapter is not None,
         model_type=config.model_type,
         architecture=type(model).__name__,
         auto_class=auto_class,

@@ -445,6 +445,7 @@ class ModelCardSpec:
     modulation: dict[int, dict[str, float]] | None = None
     example_text: str | None = None
     notes: list[str] = field(default_factory=list)  # extra paragraphs for "Limits"
+    lora: bool = False  # a LoRA adapter (peft) of the model: the usage snippet loads it with load_lora
 
     @property
     def method(self) -> str:

@@ -191,10 +191,19 @@ class KeplmPreTrainedModel(PreTrainedModel):
     def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
         """As ``PreTrainedModel.from_pretrained``, with the knowledge assets: the revision is resolved to one commit
         first, so config, assets and weights come from the same commit; the assets are loaded (and their hashes
-        checked) before the weights, so a checkpoint without them fails before downloading the weights."""
+        checked) before the weights, so a checkpoint without them fails before downloading the weights. A LoRA
+        adapter saved by keplm (``keplm.modeling.lora``) loads onto its base encoder (``base_model_name_or_path``:
+        another copy of it), merged."""
+        from .lora import is_adapter, load_merged_adapter
+
         location = pinned_location(pretrained_model_name_or_path, kwargs)
         if "revision" in location:
             kwargs["revision"] = location["revision"]
+        if is_adapter(pretrained_model_name_or_path, location):
+            dtype = kwargs.get("dtype", kwargs.get("torch_dtype"))
+            return load_merged_adapter(cls, pretrained_model_name_or_path,
+                                       dtype=dtype if isinstance(dtype, torch.dtype) else None,
+                                       base_model_name_or_path=kwargs.get("base_model_name_or_path"), **location)
         assets = None
         config = cls.config_class.from_pretrained(pretrained_model_name_or_path, **location)
         if getattr(config, "uses_knowledge_assets", False):
