@@ -1,12 +1,14 @@
-"""Issue 24, linking and featurising: mention spans that cut through a word (docs/reliability.md, Round 3)."""
+"""Issue 24, linking and featurising: mention spans that cut through a word, label ids outside the model's labels
+(docs/reliability.md, Round 3)."""
 
 from __future__ import annotations
 
 import logging
 
 import pytest
+import torch
 
-from keplm import KalaProcessor, KnowledgeAnnotation
+from keplm import KalaProcessor, KnowledgeAnnotation, TrelmProcessor
 
 pytestmark = pytest.mark.usefixtures("single_thread")  # tests/conftest.py
 
@@ -43,3 +45,35 @@ def test_text_written_without_spaces_is_not_widened():
     text = "我住在巴黎市中心"
     annotation = KnowledgeAnnotation.from_dict({"entities": [{"text": "巴黎", "start": 3, "end": 5, "id": "Q90"}]})
     assert annotation.widened_to_words(text)[1] == 0
+
+
+def test_an_mlm_or_relation_label_outside_the_vocabulary_is_a_value_error_naming_the_id(tokenizer, kg):
+    """TRELM's MLM and CKA targets are token ids of the vocabulary; relation extraction's edge labels relation ids:
+    an id outside is a ValueError naming it (-100 ignored), not an index error deep in torch."""
+    from keplm.modeling import KeplmForRelationExtraction
+
+    from .test_relation_extraction import tiny_model
+    from .test_trelm import make_model as make_trelm
+    from .test_trelm import with_kge
+
+    assets = with_kge(kg)
+    trelm = make_trelm(tokenizer, assets).train()
+    inputs = TrelmProcessor(tokenizer, assets)("john visited paris in france .", return_tensors="pt")
+    labels = torch.full_like(inputs["input_ids"], -100)
+    labels[0, 2] = len(tokenizer) + 3
+    for mode in (trelm.train, trelm.eval):
+        mode()
+        with pytest.raises(ValueError, match=rf"labels hold id {len(tokenizer) + 3} outside \[0, {len(tokenizer)}\)"):
+            trelm(**inputs, labels=labels)
+    labels[0, 2] = 5
+    cka = torch.full_like(labels, -100)
+    cka[0, 3] = -7
+    with pytest.raises(ValueError, match=r"cka_labels hold id -7 outside"):
+        trelm.train()(**inputs, labels=labels, cka_labels=cka)
+
+    model: KeplmForRelationExtraction = tiny_model(tokenizer)
+    batch = {"input_ids": torch.tensor([[2, 30, 31, 3]]), "attention_mask": torch.ones(1, 4, dtype=torch.long),
+             "entity_token_map": torch.tensor([[-1, 0, 1, -1]]), "node_entity_ids": torch.zeros(2, dtype=torch.long),
+             "edge_index": torch.tensor([[0], [1]])}
+    with pytest.raises(ValueError, match=rf"edge_labels hold id 99 outside \[0, {model.config.num_labels}\)"):
+        model(**batch, edge_labels=torch.tensor([99]))
