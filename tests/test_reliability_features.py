@@ -1,5 +1,5 @@
-"""Issue 24, linking and featurising: mention spans that cut through a word, label ids outside the model's labels
-(docs/reliability.md, Round 3)."""
+"""Issue 24, linking and featurising: mention spans that cut through a word, label ids outside the model's labels,
+facts naming a relation the KG lacks (docs/reliability.md, Round 3)."""
 
 from __future__ import annotations
 
@@ -77,3 +77,22 @@ def test_an_mlm_or_relation_label_outside_the_vocabulary_is_a_value_error_naming
              "edge_index": torch.tensor([[0], [1]])}
     with pytest.raises(ValueError, match=rf"edge_labels hold id 99 outside \[0, {model.config.num_labels}\)"):
         model(**batch, edge_labels=torch.tensor([99]))
+
+
+def test_facts_naming_a_relation_the_kg_lacks_are_counted_and_reported(tokenizer, assets, caplog):
+    """Annotation facts whose relation is not in the KG are read as the unknown relation: counted (with examples)
+    in the coverage report the run scripts write to their results, and logged, not silently mapped."""
+    knowledge = [{"entities": [{"text": "paris", "start": 0, "end": 5, "id": "Q90"}],
+                  "triplets": [{"h": "Q90", "r": "P17", "t": "Q142"}, {"h": "Q90", "r": "P-typo", "t": "Q142"},
+                               {"h": "Q90", "r": "P-typo", "t": "Q515"}]}]
+    processor = KalaProcessor(tokenizer, assets)
+    with caplog.at_level(logging.WARNING, logger="keplm.tokenization.processing_kala"):
+        report = processor.entity_coverage(knowledge)
+    assert report["fact_relations"] == {"total": 3, "unknown": 2, "outside_vocabulary": 2,
+                                        "unknown_examples": ["P-typo"]}
+    assert "2 of 3 facts have a relation that is not in the knowledge graph (e.g. ['P-typo'])" in caplog.text
+    from keplm.training.runtime import flatten
+
+    assert flatten(report, "test_entities")["test_entities_fact_relations_unknown"] == 2
+    graph = processor("paris", annotation=knowledge[0])
+    assert sorted(set(graph["edge_relation_ids"]) & {1}) == [1]  # the unknown relation's row, as counted
