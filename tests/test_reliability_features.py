@@ -1,5 +1,5 @@
 """Issue 24, linking and featurising: mention spans that cut through a word, label ids outside the model's labels,
-facts naming a relation the KG lacks (docs/reliability.md, Round 3)."""
+facts naming a relation the KG lacks, and the HF processor call for every processor (docs/reliability.md, Round 3)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,10 @@ import logging
 import pytest
 import torch
 
-from keplm import KalaProcessor, KnowledgeAnnotation, TrelmProcessor
+from keplm import KalaForTokenClassification, KalaProcessor, KnowledgeAnnotation, TrelmProcessor
+from keplm.data.collator import KeplmDataCollator
+
+from .test_kala_model import make_model
 
 pytestmark = pytest.mark.usefixtures("single_thread")  # tests/conftest.py
 
@@ -96,3 +99,38 @@ def test_facts_naming_a_relation_the_kg_lacks_are_counted_and_reported(tokenizer
     assert flatten(report, "test_entities")["test_entities_fact_relations_unknown"] == 2
     graph = processor("paris", annotation=knowledge[0])
     assert sorted(set(graph["edge_relation_ids"]) & {1}) == [1]  # the unknown relation's row, as counted
+
+
+def test_every_processor_call_with_return_tensors_feeds_its_model(tokenizer, kg, assets):
+    """``model(**processor(text, return_tensors="pt"))`` for TRELM reads the text's knowledge (entity rows and the
+    injection mask of its mentions, as pre-training features give them), and relation extraction's processor takes
+    ``return_tensors`` too."""
+    from keplm import RelationExtractionProcessor
+
+    from .test_relation_extraction import LABEL2ID, tiny_model
+    from .test_trelm import make_model as make_trelm
+    from .test_trelm import with_kge
+
+    trelm_assets = with_kge(kg)
+    processor = TrelmProcessor(tokenizer, trelm_assets)
+    text = "john visited paris in france ."
+    inputs = processor(text, return_tensors="pt")
+    expected = processor.prepare_pretraining_features({"text": [text]}, knowledge_targets=False)
+    for key in ("entity_ids", "mention_token_map", "inject_mask"):
+        assert inputs[key].tolist() == [expected[key][0]], key
+    assert int(inputs["inject_mask"].sum()) > 0
+    model = make_trelm(tokenizer, trelm_assets).eval()
+    with torch.no_grad():
+        assert model(**inputs).logits.shape[:2] == inputs["input_ids"].shape
+
+    re_processor = RelationExtractionProcessor(tokenizer, label2id=LABEL2ID)
+    re_inputs = re_processor("john visited paris .", entity_spans=[[[0, 4]], [[13, 18]]], return_tensors="pt")
+    assert re_inputs["input_ids"].dim() == 2 and re_inputs["edge_index"].shape[0] == 2
+    with torch.no_grad():
+        assert tiny_model(tokenizer)(**re_inputs).logits.shape[0] == re_inputs["edge_index"].shape[1]
+
+    kala = make_model(KalaForTokenClassification, tokenizer, assets, num_labels=3)
+    kala_processor = KalaProcessor(tokenizer, assets)
+    batch = KeplmDataCollator.from_processor(kala_processor, kala)([kala_processor(text)])
+    with torch.no_grad():
+        torch.testing.assert_close(kala(**kala_processor(text, return_tensors="pt")).logits, kala(**batch).logits)

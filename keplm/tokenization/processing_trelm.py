@@ -127,6 +127,13 @@ class TrelmProcessor(KeplmProcessor):
                 out.setdefault(key, []).append(value)
         return out
 
+    def knowledge_features(self, offsets, masks, annotations) -> dict:
+        """The knowledge inputs of one text (``processor(text)``, ``return_tensors="pt"``): entity rows, mention map
+        and injection mask of its mentions, every mention important and none a CKA target, as
+        ``prepare_pretraining_features(..., knowledge_targets=False)`` gives them."""
+        feature = self.entity_features([0] * len(offsets), offsets, masks[0], annotations[0], knowledge_targets=False)
+        return {key: feature[key] for key in KNOWLEDGE_COLUMNS}
+
     def entity_features(self, input_ids, offsets, mask, annotation, important=None, knowledge_targets=True) -> dict:
         length = len(input_ids)
         entity_ids = np.zeros(length, dtype=np.int64)
