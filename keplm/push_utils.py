@@ -9,6 +9,7 @@ with ``HfApi.upload_folder`` (large files through the LFS path, as the Hub decid
 from __future__ import annotations
 
 import fnmatch
+import hashlib
 import os
 import tempfile
 from collections.abc import Callable
@@ -44,6 +45,44 @@ def repo_has_file(repo_id: str, filename: str, token=None, revision: str | None 
         return False
 
 
+def _file_hashes(path: Path) -> tuple[str, str]:
+    """``(git blob id, sha256)`` of a file: what the Hub lists for a regular file and for an LFS file."""
+    blob, sha256 = hashlib.sha1(b"blob %d\0" % path.stat().st_size), hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            blob.update(chunk)
+            sha256.update(chunk)
+    return blob.hexdigest(), sha256.hexdigest()
+
+
+def card_is_current(repo_id: str, folder: str | os.PathLike, token=None, revision: str | None = None) -> bool:
+    """Whether the repo's ``README.md`` still describes what ``folder`` pushes: the repo has a card and holds every
+    file of ``folder`` (the card and its figures aside) with the same content, so the push changes nothing the card
+    describes (weights, config, knowledge). False for a repo or revision that does not exist yet."""
+    from huggingface_hub import HfApi
+    from huggingface_hub.errors import EntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError
+
+    try:
+        listed = {entry.path: entry for entry in HfApi().list_repo_tree(repo_id, recursive=True, revision=revision,
+                                                                        token=token) if hasattr(entry, "blob_id")}
+    except (EntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError):
+        return False
+    if "README.md" not in listed:
+        return False
+    root = Path(folder)
+    for path in root.rglob("*"):
+        name = path.relative_to(root).as_posix()
+        if not path.is_file() or name == "README.md" or name.startswith("figures/"):
+            continue
+        entry = listed.get(name)
+        if entry is None:
+            return False
+        blob, sha256 = _file_hashes(path)
+        if (entry.lfs.sha256 if entry.lfs is not None else entry.blob_id) != (sha256 if entry.lfs else blob):
+            return False
+    return True
+
+
 def push_folder(
     save: Callable[[str], None],
     repo_id: str,
@@ -59,8 +98,10 @@ def push_folder(
 ):
     """Create ``repo_id`` if needed, ``save`` into a temporary folder and upload that folder in one commit.
 
-    ``write_card(folder)`` writes ``README.md`` when the repo has no card yet (a card already on the Hub, e.g. the
-    Trainer's with its results, is kept). A saved pickle is a ValueError naming it. Returns the ``CommitInfo``.
+    ``write_card(folder)`` writes ``README.md`` (and its figures) from what is pushed, unless the repo's card still
+    describes it (:func:`card_is_current`: a re-push of the same files keeps the card on the Hub, e.g. the Trainer's
+    with its results; a re-push with other weights or another KG gets the card of what it pushes). A saved pickle is
+    a ValueError naming it. Returns the ``CommitInfo``.
     """
     from huggingface_hub import HfApi
 
@@ -68,8 +109,8 @@ def push_folder(
     repo_id = api.create_repo(repo_id, private=private, token=token, exist_ok=True).repo_id
     with tempfile.TemporaryDirectory() as folder:
         save(folder)
-        if write_card is not None and not os.path.exists(os.path.join(folder, "README.md")) and not repo_has_file(
-                repo_id, "README.md", token=token, revision=revision):
+        if write_card is not None and not os.path.exists(os.path.join(folder, "README.md")) and not card_is_current(
+                repo_id, folder, token=token, revision=revision):
             write_card(folder)
         pickles = pickled_files(folder)
         if pickles:
@@ -79,4 +120,5 @@ def push_folder(
                                  create_pr=create_pr)
 
 
-__all__ = ["push_folder", "pickled_files", "repo_has_file", "LOADING_PATTERNS", "PICKLE_PATTERNS"]
+__all__ = ["push_folder", "pickled_files", "repo_has_file", "card_is_current", "LOADING_PATTERNS",
+           "PICKLE_PATTERNS"]

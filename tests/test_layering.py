@@ -26,7 +26,7 @@ LAYERS = {
 
 #: (importing file, imported module) → why the upward import stays
 KNOWN_UPWARD = {
-    ("modeling/base.py", "keplm.hub.card"): "push_to_hub writes keplm's model card when the repo has none",
+    ("modeling/base.py", "keplm.hub.card"): "push_to_hub writes keplm's model card of what it pushes",
 }
 
 

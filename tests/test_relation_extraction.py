@@ -238,7 +238,7 @@ def test_loss_ignores_padding_and_save_load_keeps_logits(tmp_path, tokenizer):
 @pytest.mark.parametrize("change, message", [
     (lambda b: b.update(edge_index=b["edge_index"] + 100), "edge_index points outside"),
     (lambda b: b.update(entity_token_map=b["entity_token_map"] + 100), "entity_token_map points outside"),
-    (lambda b: b.update(edge_labels=b["edge_labels"] + 10), "edge_labels must lie"),
+    (lambda b: b.update(edge_labels=b["edge_labels"] + 10), r"edge_labels hold id \d+ outside \[0, 4\)"),
     (lambda b: b.update(edge_labels=b["edge_labels"][:-1]), "edge_labels must have shape"),
     (lambda b: b.update(edge_index=b["edge_index"][0]), r"edge_index must have shape \[2"),
     (lambda b: b.pop("edge_index"), "needs entity_token_map, node_entity_ids and edge_index"),

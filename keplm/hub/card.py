@@ -11,7 +11,8 @@ Two ways in:
   weights are gone and only a run summary is left.
 
 The card's YAML holds ``library_name: keplm``, the ``pipeline_tag`` of the model's Auto class, ``language``,
-``license``, ``tags``, ``base_model`` (Hub ids only), ``datasets`` (Hub ids only) and a ``model-index`` in the Hub's
+``license``, ``tags``, ``base_model`` (Hub ids only: a packaged or local encoder is named by the Hub id it copies,
+given or from the project's :class:`CardFacts`), ``datasets`` (Hub ids only) and a ``model-index`` in the Hub's
 format (``eval_results``), so the Hub renders the evaluation results. The text never holds a machine path (commands
 go through :func:`format_command`, names through :func:`describe_path`) and links only the URLs in
 :data:`ALLOWED_URLS`. The module knows models through small interfaces only (config, knowledge assets, the Auto
@@ -193,10 +194,12 @@ def spec_from_model(
     training_state=None,
     example_text: str | None = None,
     card_facts: CardFacts | None = None,
+    base_model_id: str | None = None,
 ) -> ModelCardSpec:
     """Everything the card says about a live model: config, knowledge assets, Auto class, the run's metrics and
     arguments, and what ``card_facts`` (the project's) say about its dataset and base model. A peft model (LoRA) is
-    described by the keplm model inside it, with a note on the adapter."""
+    described by the keplm model inside it, with a note on the adapter. ``base_model_id``: the Hub id of the card's
+    ``base_model`` metadata (default: what ``card_facts`` say a packaged or local ``base_model`` copies)."""
     facts = card_facts if card_facts is not None else CardFacts()
     adapter = None
     if callable(getattr(model, "get_base_model", None)) and hasattr(model, "peft_config"):
@@ -244,6 +247,7 @@ def spec_from_model(
                      "frozen, the knowledge modules and the head trained fully.")
     return ModelCardSpec(
         notes=notes,
+        lora=adapter is not None,
         model_type=config.model_type,
         architecture=type(model).__name__,
         auto_class=auto_class,
@@ -261,6 +265,7 @@ def spec_from_model(
         num_parameters=num_parameters,
         base_model=base_model,
         base_model_description=facts.base_model(base_model),
+        base_model_id=base_model_id or facts.base_model_id(base_model),
         repo_id=repo_id,
         model_name=model_name,
         language=language,
@@ -365,7 +370,8 @@ def build_model_card(
     """A model card whose numbers come from the model's config and knowledge assets and the given metrics.
 
     ``facts`` go to :func:`spec_from_model` (``language``, ``tags``, ``model_name``, ``knowledge_args``,
-    ``train_linked_share``, ``kg``, ``training_args``, ``training_state``, ``example_text``, ``card_facts``). With
+    ``train_linked_share``, ``kg``, ``training_args``, ``training_state``, ``example_text``, ``card_facts``,
+    ``base_model_id``). With
     ``figures_dir`` the figures are drawn there and linked relative to ``card_dir`` (default: ``figures_dir``'s
     parent, where ``write_model_card`` is expected to write ``README.md``).
     """

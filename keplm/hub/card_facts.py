@@ -68,6 +68,9 @@ class CardFacts:
     base_models: dict[str, str] = field(default_factory=dict)
     #: command-line tokens (as :func:`portable_argument` writes them) -> the shell text that finds them
     command_aliases: dict[str, str] = field(default_factory=dict)
+    #: the Hub id a packaged or local base model copies, by the same keys as ``base_models`` (the card's
+    #: ``base_model`` metadata, which takes Hub ids only)
+    base_model_ids: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def from_json(cls, path: str | os.PathLike) -> CardFacts:
@@ -76,7 +79,7 @@ class CardFacts:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
         datasets = {key: DatasetInfo(**value) for key, value in data.get("datasets", {}).items()}
         return cls(datasets, dict(data.get("dataset_aliases", {})), dict(data.get("base_models", {})),
-                   dict(data.get("command_aliases", {})))
+                   dict(data.get("command_aliases", {})), dict(data.get("base_model_ids", {})))
 
     def dataset(self, value: str | None) -> DatasetInfo | None:
         """The facts of a dataset given as a local path (any folder or file name on it), a short name or its Hub
@@ -98,6 +101,12 @@ class CardFacts:
             return None
         name = _package_of(str(value)) or Path(str(value)).name
         return self.base_models.get(name)
+
+    def base_model_id(self, value: str | None) -> str | None:
+        """The Hub id the base model at ``value`` (a path, ``pip:<package>``) copies, if the facts say."""
+        if not value:
+            return None
+        return self.base_model_ids.get(_package_of(str(value)) or Path(str(value)).name)
 
 
 def kg_parts(spec: str | None) -> list[str]:
@@ -414,6 +423,7 @@ class ModelCardSpec:
     num_parameters: int | None = None
     base_model: str | None = None
     base_model_description: str | None = None  # what the base model holds (from CardFacts)
+    base_model_id: str | None = None  # the Hub id of the card's base_model metadata (given, or from CardFacts)
     repo_id: str | None = None
     model_name: str | None = None
     language: str | list[str] | None = None
@@ -435,6 +445,7 @@ class ModelCardSpec:
     modulation: dict[int, dict[str, float]] | None = None
     example_text: str | None = None
     notes: list[str] = field(default_factory=list)  # extra paragraphs for "Limits"
+    lora: bool = False  # a LoRA adapter (peft) of the model: the usage snippet loads it with load_lora
 
     @property
     def method(self) -> str:

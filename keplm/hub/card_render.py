@@ -130,6 +130,8 @@ def _base_phrase(spec: ModelCardSpec) -> str:
     if not base:
         return f"an encoder{shape}"
     held = spec.base_model_description
+    if not held and spec.base_model_id and spec.base_model_id != base:
+        held = f"a copy of `{spec.base_model_id}`{shape}"
     package = _package_of(str(base))
     if package:
         return f"the encoder of the `{package}` pip package{f', {held}' if held else shape}"
@@ -318,6 +320,16 @@ def _lines(lines: list[str]) -> str:
     return "\n".join(lines).strip()
 
 
+def _loading(spec: ModelCardSpec) -> dict:
+    """The usage snippet's model line and the import it needs: the Auto class, or for a LoRA adapter ``load_lora``
+    (transformers' Auto classes resolve a Hub repo with ``adapter_config.json`` to the plain encoder it names)."""
+    if spec.lora:
+        return {"lora": True, "load_import": "from keplm.modeling.lora import load_lora\n",
+                "load_model": f"load_lora({_q(_repo(spec))}).merge_and_unload()  # the base encoder named in "
+                              "adapter_config.json, with this adapter"}
+    return {"lora": False, "load_import": "", "load_model": f"{spec.auto_class}.from_pretrained({_q(_repo(spec))})"}
+
+
 def template_values(spec: ModelCardSpec) -> dict:
     """What the card template (``templates/modelcard_template.md``) fills in: every value computed from ``spec``."""
     card = method_card(spec.model_type)
@@ -334,6 +346,7 @@ def template_values(spec: ModelCardSpec) -> dict:
         "method_intro": _lines(_method_intro(spec)),
         "results": _lines(_results(spec)), "results_figures": _figures(spec, "results"),
         "task": spec.task, "repo": _q(_repo(spec)), "example_text": _q(text) if text else None,
+        **_loading(spec),
         "links_raw_text": spec.uses_knowledge and spec.knowledge.mode != "annotations",
         "usage_notes": _lines(card.usage_notes(spec)),
         "intended_use": _INTENDED_USE.get(spec.task or "", "the task it was trained for"),
@@ -372,7 +385,8 @@ def card_data_for(spec: ModelCardSpec) -> ModelCardData:
         language=language,
         license=spec.license,
         tags=tags,
-        base_model=_hub_id(spec.base_model) if spec.base_model and not _package_of(spec.base_model) else None,
+        base_model=spec.base_model_id or (_hub_id(spec.base_model) if spec.base_model and not _package_of(
+            spec.base_model) else None),
         datasets=[dataset_hub] if dataset_hub else None,
         model_name=name,
         eval_results=eval_results_for(spec) or None,

@@ -18,14 +18,15 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, field
+import re
+from dataclasses import dataclass, field, replace
 
 import datasets
 
 from keplm.io_utils import open_text, read_json
 
 __all__ = ["EntityMention", "Triplet", "KnowledgeAnnotation", "KNOWLEDGE_FEATURE", "read_kala_annotations",
-           "write_kala_annotations"]
+           "write_kala_annotations", "inside_word", "word_span"]
 
 
 #: ``datasets`` feature of an annotation column (``KnowledgeAnnotation.to_dict`` rows); declared so that a batch
@@ -35,6 +36,34 @@ KNOWLEDGE_FEATURE = {
                   "id": datasets.Value("string")}],
     "triplets": [{"h": datasets.Value("string"), "r": datasets.Value("string"), "t": datasets.Value("string")}],
 }
+
+
+#: scripts written without spaces between words (Thai, Lao, Myanmar, Khmer, kana, CJK ideographs): a mention next to
+#: one of their characters needs no word boundary there
+_UNSPACED_RE = re.compile("[\u0e00-\u0eff\u1000-\u109f\u1780-\u17ff\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff"
+                          "\uf900-\ufaff\U00020000-\U0002ebef]")
+
+
+def _joined(text: str, outside: int, inside: int) -> bool:
+    """Whether ``text[outside]`` continues the word of its neighbour ``text[inside]``: alphanumeric, and neither in a
+    script written without spaces."""
+    return text[outside].isalnum() and not (_UNSPACED_RE.match(text[outside]) or _UNSPACED_RE.match(text[inside]))
+
+
+def inside_word(text: str, start: int, end: int) -> bool:
+    """Whether ``text[start:end]`` continues a word on either side: an alphanumeric neighbour, unless the neighbour or
+    the mention's own edge character belongs to a script written without spaces (CJK, Thai, ...). The linker's
+    word-boundary rule."""
+    return (start > 0 and _joined(text, start - 1, start)) or (end < len(text) and _joined(text, end, end - 1))
+
+
+def word_span(text: str, start: int, end: int) -> tuple[int, int]:
+    """``[start, end)`` widened to the boundaries of the words it cuts through (by :func:`inside_word`'s rule)."""
+    while start > 0 and _joined(text, start - 1, start):
+        start -= 1
+    while end < len(text) and _joined(text, end, end - 1):
+        end += 1
+    return start, end
 
 
 def _id_str(value, what: str) -> str:
@@ -104,6 +133,18 @@ class KnowledgeAnnotation:
                 if not isinstance(val, str) or not val:
                     raise ValueError(f"triplet {i}: {key} must be a non-empty string id, got {val!r}")
         return self
+
+    def widened_to_words(self, text: str) -> tuple[KnowledgeAnnotation, int]:
+        """``(annotation, count)``: a copy whose mentions that cut through a word of ``text`` ("unknown" of
+        "unknownia") cover the whole word (:func:`word_span`), and how many were widened; ``(self, 0)`` when none
+        is. Call after :meth:`validate`."""
+        mentions = []
+        for mention in self.entities:
+            start, end = word_span(text, mention.start, mention.end)
+            mentions.append(mention if (start, end) == (mention.start, mention.end)
+                            else replace(mention, text=text[start:end], start=start, end=end))
+        widened = sum(new is not old for new, old in zip(mentions, self.entities))
+        return (KnowledgeAnnotation(mentions, list(self.triplets)), widened) if widened else (self, 0)
 
     def to_dict(self) -> dict:
         return {

@@ -99,7 +99,10 @@ class KnowledgeAssets:
         the null row; only the second is the paper's unseen entity. For mentions and for fact ends (``h``/``t``,
         counted per occurrence): ``total``, ``without_id``, ``in_memory``, ``unseen`` (in the KG, not in the
         memory), ``unknown`` (not in the KG; None without a KG), ``unknown_in_memory`` (of those, how many have a
-        memory row) and the first ``unknown_examples``. Returns a JSON-ready dict.
+        memory row) and the first ``unknown_examples``. For the facts' relations (``fact_relations``): ``total``,
+        ``unknown`` (not a relation of the KG; None without a KG), ``outside_vocabulary`` (no row in the relation
+        vocabulary: read as the unknown relation; None for a vocabulary without relations) and the first
+        ``unknown_examples``. Returns a JSON-ready dict.
         """
         kg = self.kg
 
@@ -108,6 +111,10 @@ class KnowledgeAssets:
                     "unknown_in_memory": 0 if kg is not None else None, "unknown_examples": []}
 
         report = {"mentions": empty(), "fact_entities": empty(), "kg": kg is not None}
+        has_relations = len(self.relation_vocab) > 2  # beyond the reserved ids: the model reads relation ids
+        relations = report["fact_relations"] = {"total": 0, "unknown": 0 if kg is not None else None,
+                                                "outside_vocabulary": 0 if has_relations else None,
+                                                "unknown_examples": []}
 
         def count(part: dict, entity_id) -> None:
             part["total"] += 1
@@ -134,6 +141,15 @@ class KnowledgeAssets:
             for fact in as_dict.get("triplets") or []:
                 count(report["fact_entities"], fact.get("h"))
                 count(report["fact_entities"], fact.get("t"))
+                relation = str(fact.get("r"))
+                relations["total"] += 1
+                if has_relations and relation not in self._relation_rows:
+                    relations["outside_vocabulary"] += 1
+                if kg is not None and not kg.has_relation(relation):
+                    relations["unknown"] += 1
+                    if len(relations["unknown_examples"]) < max_examples and relation not in relations[
+                            "unknown_examples"]:
+                        relations["unknown_examples"].append(relation)
         return report
 
     def with_kg(self, kg: KnowledgeGraph | None) -> KnowledgeAssets:

@@ -11,7 +11,7 @@ import ahocorasick
 
 from keplm.io_utils import fingerprinted_map
 
-from .annotation import KNOWLEDGE_FEATURE, EntityMention, KnowledgeAnnotation, Triplet
+from .annotation import KNOWLEDGE_FEATURE, EntityMention, KnowledgeAnnotation, Triplet, inside_word
 from .biomedical import hpo_non_phenotype_branches
 from .graph import KnowledgeGraph
 
@@ -38,19 +38,6 @@ BRANCH_PRESETS = {"hpo:non-phenotype": hpo_non_phenotype_branches}
 DROP_REASONS = ("not_text", "too_short", "stopwords", "stop_list", "short_acronym", "excluded_branch")
 _FILTER_REASONS = ("stop_list", "short_acronym", "excluded_branch")
 _HAS_LETTER_RE = re.compile(r"[^\W\d_]")
-#: scripts written without spaces between words (Thai, Lao, Myanmar, Khmer, kana, CJK ideographs): a mention next to
-#: one of their characters needs no word boundary there
-_UNSPACED_RE = re.compile("[\u0e00-\u0eff\u1000-\u109f\u1780-\u17ff\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff"
-                          "\uf900-\ufaff\U00020000-\U0002ebef]")
-
-
-def _inside_word(text: str, start: int, end: int) -> bool:
-    """Whether ``text[start:end]`` continues a word on either side: an alphanumeric neighbour, unless the neighbour or
-    the mention's own edge character belongs to a script written without spaces (CJK, Thai, ...)."""
-    def joined(outside: int, inside: int) -> bool:
-        return text[outside].isalnum() and not (_UNSPACED_RE.match(text[outside]) or _UNSPACED_RE.match(text[inside]))
-
-    return (start > 0 and joined(start - 1, start)) or (end < len(text) and joined(end, end - 1))
 
 
 def _lower_same_length(s: str) -> str:
@@ -262,7 +249,7 @@ class EntityLinker:
             norm = self._normalize(text)
             for last, (key, length) in automaton.iter(norm):
                 start, end = last - length + 1, last + 1
-                if _inside_word(text, start, end):
+                if inside_word(text, start, end):
                     continue
                 counts[key] += 1
         return counts
@@ -299,7 +286,7 @@ class EntityLinker:
         cands = []
         for last, (key, length) in self._automaton.iter(norm):
             start, end = last - length + 1, last + 1
-            if _inside_word(text, start, end):
+            if inside_word(text, start, end):
                 continue
             if key in self._acronyms and text[start:end] not in self._acronyms[key]:
                 continue

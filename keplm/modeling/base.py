@@ -191,10 +191,19 @@ class KeplmPreTrainedModel(PreTrainedModel):
     def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
         """As ``PreTrainedModel.from_pretrained``, with the knowledge assets: the revision is resolved to one commit
         first, so config, assets and weights come from the same commit; the assets are loaded (and their hashes
-        checked) before the weights, so a checkpoint without them fails before downloading the weights."""
+        checked) before the weights, so a checkpoint without them fails before downloading the weights. A LoRA
+        adapter saved by keplm (``keplm.modeling.lora``) loads onto its base encoder (``base_model_name_or_path``:
+        another copy of it), merged."""
+        from .lora import is_adapter, load_merged_adapter
+
         location = pinned_location(pretrained_model_name_or_path, kwargs)
         if "revision" in location:
             kwargs["revision"] = location["revision"]
+        if is_adapter(pretrained_model_name_or_path, location):
+            dtype = kwargs.get("dtype", kwargs.get("torch_dtype"))
+            return load_merged_adapter(cls, pretrained_model_name_or_path,
+                                       dtype=dtype if isinstance(dtype, torch.dtype) else None,
+                                       base_model_name_or_path=kwargs.get("base_model_name_or_path"), **location)
         assets = None
         config = cls.config_class.from_pretrained(pretrained_model_name_or_path, **location)
         if getattr(config, "uses_knowledge_assets", False):
@@ -209,7 +218,8 @@ class KeplmPreTrainedModel(PreTrainedModel):
                     private: bool | None = None, token: bool | str | None = None, revision: str | None = None,
                     create_pr: bool = False, max_shard_size: int | str | None = "50GB", tags: list[str] | None = None):
         """Upload the model (config, safetensors weights, ``knowledge/`` with its nested KG folder) to ``repo_id`` in
-        one commit, with keplm's model card when the repo has none yet. Push the processor too
+        one commit, with keplm's model card of this model (a card on the Hub is kept only while it still describes
+        the pushed files: :func:`keplm.push_utils.card_is_current`). Push the processor too
         (``processor.push_to_hub(repo_id)``), or push with the Trainer, which saves both."""
         return push_folder(lambda folder: self.save_pretrained(folder, max_shard_size=max_shard_size), repo_id,
                            write_card=lambda folder: self.write_model_card(folder, repo_id, tags),

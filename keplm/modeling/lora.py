@@ -5,11 +5,14 @@ its own (KALA's entity memory, relation embeddings, KFM and GNN layers, extra la
 Roof-Transformer's fusion; TRELM's injection projection and MLM head) is peft's ``modules_to_save``: trained fully
 and saved with the adapter. An adapter folder (or Hub repo) holds peft's ``adapter_config.json`` /
 ``adapter_model.safetensors``, the keplm config (the architecture to rebuild) and ``knowledge/``;
-:func:`load_lora` rebuilds the model around its base encoder checkpoint and applies the adapter.
+:func:`load_lora` rebuilds the model around its base encoder checkpoint and applies the adapter. The model class's
+``from_pretrained`` (and so its Auto class, on a folder) returns that model with the adapter merged
+(:func:`load_merged_adapter`).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from pathlib import Path
@@ -23,6 +26,7 @@ from keplm.push_utils import push_folder
 
 from .base import KeplmPreTrainedModel, _prefixed
 
+logger = logging.getLogger(__name__)
 #: attention projections of BERT-like encoders that get adapters by default
 DEFAULT_TARGET_MODULES = ("query", "value")
 
@@ -104,12 +108,70 @@ def load_lora(adapter_name_or_path: str | os.PathLike, base_model_name_or_path: 
     base = base_model_name_or_path or peft_config.base_model_name_or_path
     if not base:
         raise ValueError(f"{adapter_name_or_path} records no base model: pass base_model_name_or_path")
+    if str(base).startswith(("/", ".", "~")) and not os.path.exists(os.path.expanduser(str(base))):
+        raise ValueError(f"{adapter_name_or_path} names the base encoder {base} (adapter_config.json), a folder that "
+                         "is not on this machine: pass base_model_name_or_path= (its Hub id or a local copy)")
     model_class = _model_class(config)
     model = model_class(config)
     model.load_base_encoders(base, dtype=dtype)
     if getattr(config, "uses_knowledge_assets", False):
         model.set_knowledge_assets(KnowledgeAssets.from_pretrained(adapter_name_or_path, **location))
     return PeftModel.from_pretrained(model.to(dtype), adapter_name_or_path, **location)
+
+
+def is_adapter(name_or_path: str | os.PathLike, location: dict) -> bool:
+    """Whether ``name_or_path`` holds a LoRA adapter (peft's ``adapter_config.json``) and no model weights."""
+    from transformers.utils import find_adapter_config_file
+
+    options = {k: v for k, v in location.items() if k != "subfolder"}
+    if find_adapter_config_file(str(name_or_path), **options) is None:
+        return False
+    weights = ("model.safetensors", "model.safetensors.index.json")
+    if os.path.isdir(name_or_path):
+        return not any(Path(name_or_path, name).is_file() for name in weights)
+    from huggingface_hub import file_exists
+
+    try:
+        return not any(file_exists(str(name_or_path), name, revision=location.get("revision"),
+                                   token=location.get("token")) for name in weights)
+    except Exception:  # noqa: BLE001 - offline: the cached adapter config decides
+        return True
+
+
+def load_merged_adapter(cls, adapter_name_or_path: str | os.PathLike, dtype: torch.dtype | None = None,
+                        base_model_name_or_path: str | None = None, **kwargs):
+    """``cls.from_pretrained`` of a LoRA adapter folder or repo, as transformers loads a plain adapter (its base
+    model, then the adapter): :func:`load_lora`, merged into a plain keplm model in eval mode. ``cls`` must be the
+    adapter's model class (a ValueError names it, its Auto class and :func:`load_lora` otherwise);
+    ``base_model_name_or_path`` overrides the base encoder the adapter records."""
+    location = pinned_location(adapter_name_or_path, kwargs)
+    config = AutoConfig.from_pretrained(adapter_name_or_path, **location)
+    saved = _model_class(config)
+    if cls is not saved:
+        raise ValueError(
+            f"{adapter_name_or_path} holds a keplm LoRA adapter of {saved.__name__} (adapter_config.json, no model "
+            f"weights), which {cls.__name__} cannot load: use {_auto_class_name(saved, config)}.from_pretrained("
+            f"{str(adapter_name_or_path)!r}) for the model with the adapter merged, or "
+            f"keplm.modeling.lora.load_lora({str(adapter_name_or_path)!r}) for the peft model (its base encoder "
+            "from adapter_config.json; base_model_name_or_path= to use another)")
+    peft_model = load_lora(adapter_name_or_path, base_model_name_or_path, dtype=dtype or torch.float32, **location)
+    logger.info("%s is a LoRA adapter: loaded onto its base encoder and merged (keplm.modeling.lora.load_lora gives "
+                "the peft model, e.g. to train the adapter further)", adapter_name_or_path)
+    return peft_model.merge_and_unload().eval()
+
+
+def _auto_class_name(model_class, config) -> str:
+    """The transformers Auto class that loads ``model_class`` (its own name when none does)."""
+    import transformers
+
+    for name in ("AutoModelForTokenClassification", "AutoModelForQuestionAnswering",
+                 "AutoModelForSequenceClassification", "AutoModelForMaskedLM", "AutoModel"):
+        try:
+            if getattr(transformers, name)._model_mapping[type(config)] is model_class:
+                return name
+        except KeyError:
+            continue
+    return model_class.__name__
 
 
 def _model_class(config):
@@ -123,4 +185,5 @@ def _model_class(config):
     raise ValueError(f"the adapter's config names no keplm model class (architectures={names})")
 
 
-__all__ = ["add_lora", "save_lora", "push_lora", "load_lora", "fully_trained_modules", "DEFAULT_TARGET_MODULES"]
+__all__ = ["add_lora", "save_lora", "push_lora", "load_lora", "load_merged_adapter", "is_adapter",
+           "fully_trained_modules", "DEFAULT_TARGET_MODULES"]

@@ -24,6 +24,7 @@ from keplm.registration import register_method
 from keplm.tokenization.processing_relation_extraction import RelationExtractionProcessor
 
 from .base import KeplmPreTrainedModel, ParameterGroup, build_encoder, check_index_range
+from .heads import check_labels
 from .modeling_kala import node_context
 
 
@@ -141,9 +142,8 @@ class KeplmForRelationExtraction(KeplmPreTrainedModel):
         check_index_range(entity_token_map, -1, num_entities, "entity_token_map points outside the {high} entities of "
                           "the batch")
         check_index_range(edge_index, 0, num_entities, "edge_index points outside the {high} entities of the batch")
-        if edge_labels is not None and edge_labels.device.type == "cpu":
-            check_index_range(edge_labels[edge_labels != -100], 0, self.config.num_labels,
-                              "edge_labels must lie in [0, {high}) or be -100")
+        check_labels(edge_labels, self.config.num_labels, "edge_labels",
+                     f"a relation id must index the model's {self.config.num_labels} relations (config.id2label)")
         if self.config.num_entity_types:
             limit = self.config.num_entity_types
             check_index_range(node_entity_ids, 0, limit, "node_entity_ids (entity types) must lie in [0, {high})")

@@ -19,6 +19,7 @@ from keplm.registration import register_method
 from keplm.tokenization.processing_trelm import TrelmProcessor
 
 from .base import KeplmPreTrainedModel, build_encoder, check_index_range
+from .heads import check_labels
 from .knowledge_routing import KnowledgeRouter, RoutedLinear
 from .trelm_modules import ContrastiveKnowledgeLoss, KnowledgeInjection, MemoryBank, NegativeSampler
 
@@ -357,6 +358,10 @@ class TrelmForMaskedLM(TrelmPreTrainedModel):
                              mention_token_map=mention_token_map, inject_mask=inject_mask,
                              output_hidden_states=output_hidden_states, output_attentions=output_attentions)
         hidden = outputs.last_hidden_state
+        vocab = self.config.encoder_config.vocab_size
+        for name, targets in (("labels", labels), ("cka_labels", cka_labels)):
+            check_labels(targets, vocab, name, f"an MLM target must be a token id of the encoder's {vocab}-token "
+                         "vocabulary")
         logits = mlm_loss = cka_loss = loss = None
         if labels is not None and self.training:  # decode only the masked positions
             rows, cols = (labels != -100).nonzero(as_tuple=True)

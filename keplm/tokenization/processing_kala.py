@@ -115,15 +115,21 @@ class KalaProcessor(KeplmProcessor):
         return nodes, [sources, targets], relations, mention_nodes
 
     def entity_coverage(self, knowledge, max_examples: int = 5) -> dict:
-        """How the entity ids of a ``knowledge`` column (or any annotations) meet the KG and the entity memory:
-        :meth:`~keplm.knowledge.KnowledgeAssets.entity_coverage`, logged at WARNING when ids are missing from the
-        KG (a typo or another KG's ids: they read the null row like unseen entities, without being unseen)."""
+        """How the entity and relation ids of a ``knowledge`` column (or any annotations) meet the KG and the entity
+        memory: :meth:`~keplm.knowledge.KnowledgeAssets.entity_coverage`, logged at WARNING when ids are missing from
+        the KG (a typo or another KG's ids: an entity reads the null row like an unseen one without being unseen, a
+        relation reads the unknown relation)."""
         report = self.knowledge_assets.entity_coverage(knowledge, max_examples=max_examples)
         for part in ("mentions", "fact_entities"):
             if report[part]["unknown"]:
                 logger.warning("%d of %d %s have an entity id that is not in the knowledge graph (e.g. %s): they are "
                                "read as the null entity", report[part]["unknown"], report[part]["total"],
                                part.replace("_", " "), report[part]["unknown_examples"])
+        relations = report["fact_relations"]
+        if relations["unknown"]:
+            logger.warning("%d of %d facts have a relation that is not in the knowledge graph (e.g. %s): they are read "
+                           "as the unknown relation", relations["unknown"], relations["total"],
+                           relations["unknown_examples"])
         return report
 
     def knowledge_features(self, offsets, masks, annotations) -> dict:

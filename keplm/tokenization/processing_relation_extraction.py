@@ -101,10 +101,18 @@ class RelationExtractionProcessor(KeplmProcessor):
 
     # ------------------------------------------------------------------ features
     def __call__(self, text: str, entity_spans: Sequence[Sequence[Sequence[int]]],
-                 entity_types: Sequence[str] | None = None, facts: Sequence[dict] = ()) -> dict:
-        """Features of one document: ``entity_spans[e]`` the character spans of entity e's mentions."""
-        return self.document_features({"text": text, "entity_spans": entity_spans, "entity_types": entity_types,
-                                       "facts": list(facts)})
+                 entity_types: Sequence[str] | None = None, facts: Sequence[dict] = (),
+                 return_tensors: str | None = None) -> dict:
+        """Features of one document: ``entity_spans[e]`` the character spans of entity e's mentions.
+        ``return_tensors="pt"``: the model's inputs (and ``edge_labels``) as a batch of one, else lists."""
+        if return_tensors not in (None, "pt"):
+            raise ValueError(f"return_tensors must be None or 'pt' (PyTorch), got {return_tensors!r}")
+        features = self.document_features({"text": text, "entity_spans": entity_spans, "entity_types": entity_types,
+                                           "facts": list(facts)})
+        if return_tensors is None:
+            return features
+        return self.as_tensors({key: value for key, value in features.items()
+                                if key in (*self.model_input_names, "edge_labels")})
 
     def prepare_relation_features(self, examples: dict) -> dict:
         """``datasets.map(batched=True)`` function: the features of every row of a batch."""

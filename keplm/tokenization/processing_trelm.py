@@ -11,7 +11,7 @@ from transformers import PreTrainedTokenizerBase
 
 from keplm.knowledge.assets import KnowledgeAssets
 
-from .processing_utils import KeplmProcessor, as_annotation
+from .processing_utils import KeplmProcessor
 
 logger = logging.getLogger(__name__)
 
@@ -115,8 +115,7 @@ class TrelmProcessor(KeplmProcessor):
         annotations = examples.get(annotation_column) if annotation_column else None
         flags = examples.get(important_column)
         for i, text in enumerate(texts):
-            annotation = as_annotation(annotations[i]) if annotations is not None else None
-            annotation = (self.link(text) if annotation is None else annotation).validate(text)
+            annotation = self.text_annotation(annotations[i] if annotations is not None else None, text)
             important = flags[i] if flags is not None else None
             if important is not None and len(important) != len(annotation.entities):
                 raise ValueError(f"example {i}: {len(important)} importance flags for {len(annotation.entities)} "
@@ -127,6 +126,13 @@ class TrelmProcessor(KeplmProcessor):
             for key, value in feature.items():
                 out.setdefault(key, []).append(value)
         return out
+
+    def knowledge_features(self, offsets, masks, annotations) -> dict:
+        """The knowledge inputs of one text (``processor(text)``, ``return_tensors="pt"``): entity rows, mention map
+        and injection mask of its mentions, every mention important and none a CKA target, as
+        ``prepare_pretraining_features(..., knowledge_targets=False)`` gives them."""
+        feature = self.entity_features([0] * len(offsets), offsets, masks[0], annotations[0], knowledge_targets=False)
+        return {key: feature[key] for key in KNOWLEDGE_COLUMNS}
 
     def entity_features(self, input_ids, offsets, mask, annotation, important=None, knowledge_targets=True) -> dict:
         length = len(input_ids)

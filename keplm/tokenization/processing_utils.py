@@ -101,8 +101,8 @@ class KeplmProcessor:
         """The settings saved in ``processor_config.json`` (the constructor's keyword arguments)."""
         return {"linker_kwargs": self.linker_kwargs}
 
-    def __getstate__(self):  # ship the processor to worker processes without its built linker automaton
-        return {**self.__dict__, "_linker": None}
+    def __getstate__(self):  # ship the processor to worker processes without its built linker automaton or counts
+        return {key: value for key, value in {**self.__dict__, "_linker": None}.items() if key != "_widened"}
 
     # ------------------------------------------------------------------ basics
     @property
@@ -181,6 +181,31 @@ class KeplmProcessor:
         return linker_signature(self.kg, self.linker_kwargs) if self.kg is not None else {}
 
     # ------------------------------------------------------------------ alignment
+    def text_annotation(self, annotation, text: str) -> KnowledgeAnnotation:
+        """The annotation of ``text`` the features read: ``annotation`` (a dict or an annotation; None: link the text)
+        validated against ``text``, its mentions that cut through a word widened to the word (logged, the first
+        few with their offsets, and counted in :meth:`alignment_report`)."""
+        annotation = as_annotation(annotation)
+        annotation = (self.link(text) if annotation is None else annotation).validate(text)
+        widened, count = annotation.widened_to_words(text)
+        if count:
+            report = self.__dict__.setdefault("_widened", {"widened_mentions": 0, "widened_examples": []})
+            report["widened_mentions"] += count
+            for old, new in zip(annotation.entities, widened.entities):
+                example = f"{old.text!r} [{old.start}, {old.end}) -> {new.text!r} [{new.start}, {new.end})"
+                if new is not old and len(report["widened_examples"]) < 5 and example not in report["widened_examples"]:
+                    report["widened_examples"].append(example)
+                    logger.warning("mention %r [%d, %d) cuts through the word %r: widened to [%d, %d) (further "
+                                   "widenings are counted in alignment_report())", old.text, old.start, old.end,
+                                   new.text, new.start, new.end)
+        return widened
+
+    def alignment_report(self) -> dict:
+        """How many given mentions this processor widened to word boundaries (:meth:`text_annotation`), with the
+        first few; counted in this process (a ``datasets.map`` with ``num_proc`` > 1 counts in its workers)."""
+        report = self.__dict__.get("_widened", {"widened_mentions": 0, "widened_examples": []})
+        return {"widened_mentions": report["widened_mentions"], "widened_examples": list(report["widened_examples"])}
+
     @staticmethod
     def mention_spans(offsets, masks, annotations) -> list[tuple[int, int, object]]:
         """``(first token, last token, mention)`` of every mention that has a token in the feature.
@@ -219,8 +244,7 @@ class KeplmProcessor:
         offsets = encoding.pop("offset_mapping")
         features = dict(encoding)
         if with_knowledge:
-            annotation = as_annotation(annotation)
-            annotation = (self.link(text) if annotation is None else annotation).validate(text)
+            annotation = self.text_annotation(annotation, text)
             features.update(self.knowledge_features(offsets, [[s == 0 for s in encoding.sequence_ids()]], [annotation]))
         return features if return_tensors is None else self.as_tensors(features)
 
@@ -273,9 +297,8 @@ class KeplmProcessor:
                 for position, word in enumerate(word_ids):
                     if word is not None:
                         offsets[position] = local[position] + starts[word]
-                annotation = as_annotation(annotations[i]) if annotations is not None else None
                 text = " ".join(words)
-                annotation = (self.linker.link(text) if annotation is None else annotation).validate(text)
+                annotation = self.text_annotation(annotations[i] if annotations is not None else None, text)
                 knowledge = self.knowledge_features(offsets, [[w is not None for w in word_ids]], [annotation])
                 for key, value in knowledge.items():
                     out.setdefault(key, []).append(value)
@@ -309,8 +332,7 @@ class KeplmProcessor:
             sequence_ids = encoding.sequence_ids(i)
             masks, annotations = [], []
             for part, text in enumerate(texts):
-                annotation = as_annotation(given[part][i]) if given[part] is not None else None
-                annotations.append((self.link(text[i]) if annotation is None else annotation).validate(text[i]))
+                annotations.append(self.text_annotation(given[part][i] if given[part] is not None else None, text[i]))
                 masks.append([s == part for s in sequence_ids])
             for key, value in self.knowledge_features(offsets, masks, annotations).items():
                 out.setdefault(key, []).append(value)
@@ -377,11 +399,10 @@ class KeplmProcessor:
             if with_knowledge:
                 if sample not in cache:
                     context = examples["context"][sample]
-                    annotation = as_annotation(context_annotations[sample]) if context_annotations is not None else None
-                    annotation = (self.link(context) if annotation is None else annotation).validate(context)
-                    question = (as_annotation(question_annotations[sample])
-                                if question_annotations is not None else None)
-                    question = question.validate(questions[sample]) if question is not None else None
+                    annotation = self.text_annotation(
+                        context_annotations[sample] if context_annotations is not None else None, context)
+                    question = question_annotations[sample] if question_annotations is not None else None
+                    question = self.text_annotation(question, questions[sample]) if question is not None else None
                     cache[sample] = (annotation, question)
                 question_mask = [s == 1 - context_part for s in sequence_ids]
                 knowledge = self.knowledge_features(offsets, [context_mask, question_mask], list(cache[sample]))

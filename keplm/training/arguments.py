@@ -9,6 +9,7 @@ data arguments, the method's own arguments from its run recipe, ``KeplmTrainingA
 from __future__ import annotations
 
 import os
+import re
 import sys
 from dataclasses import dataclass, field
 from typing import Literal
@@ -198,7 +199,7 @@ def _has_accelerator() -> bool:
 @dataclass
 class KeplmTrainingArguments(TrainingArguments):
     """``transformers.TrainingArguments`` plus early stopping (transformers' ``EarlyStoppingCallback``, added by
-    ``KeplmTrainer``): every run script parses these."""
+    ``KeplmTrainer``) and the model card's ``base_model_id``: every run script parses these."""
 
     early_stopping_patience: int | None = field(
         default=None,
@@ -208,9 +209,18 @@ class KeplmTrainingArguments(TrainingArguments):
     )
     early_stopping_threshold: float = field(
         default=0.0, metadata={"help": "How much --metric_for_best_model must improve to count (early stopping)."})
+    base_model_id: str | None = field(
+        default=None,
+        metadata={"help": "The Hub id of the base encoder, for the model card's base_model (e.g. the model a local "
+                  "or pip-packaged copy was taken from); default: the --model_name_or_path Hub id, or what the "
+                  "project's card facts say a packaged encoder copies."},
+    )
 
     def __post_init__(self):
         super().__post_init__()
+        if self.base_model_id is not None and not re.fullmatch(r"[A-Za-z0-9][\w.-]*(/[\w.-]+)?", self.base_model_id):
+            raise ValueError(f"--base_model_id must be a Hub repo id such as org/name (the model card's base_model), "
+                             f"got {self.base_model_id!r}")
         if self.early_stopping_patience is None:
             return
         if self.early_stopping_patience < 1:

@@ -40,6 +40,7 @@ class KeplmModelCardData:
 
     # given by the caller (the run scripts)
     base_model: str | None = None
+    base_model_id: str | None = None  # the Hub id of the card's base_model metadata (``--base_model_id``)
     dataset: str | None = None
     repo_id: str | None = None
     command: str | Sequence[str] | None = None
@@ -86,8 +87,8 @@ class KeplmModelCardData:
     def build(self, model, processor=None, output_dir: str | os.PathLike | None = None, **overrides):
         """The card (a huggingface_hub ``ModelCard``) of ``model`` with these facts; with ``output_dir`` its figures
         are drawn into ``output_dir/figures``. ``overrides`` replace given facts (``license``, ``tags``, ...)."""
-        facts = {name: getattr(self, name) for name in ("base_model", "dataset", "repo_id", "command", "license",
-                                                          "language", "model_name", "knowledge_args",
+        facts = {name: getattr(self, name) for name in ("base_model", "base_model_id", "dataset", "repo_id", "command",
+                                                          "license", "language", "model_name", "knowledge_args",
                                                           "train_linked_share", "kg", "example_text")}
         facts.update({name: value for name, value in overrides.items() if value is not None})
         facts["tags"] = [*self.tags, *(overrides.get("tags") or [])]

@@ -425,6 +425,7 @@ class KeplmTrainer(Trainer):
         card = self.card_data.build(
             unwrap(self.model), self.processing_class, self.args.output_dir, language=language, license=license,
             tags=[tags] if isinstance(tags, str) else tags, model_name=model_name, base_model=finetuned_from,
+            base_model_id=getattr(self.args, "base_model_id", None),
             dataset=dataset if isinstance(dataset, str) else None,
             repo_id=getattr(self, "hub_model_id", None) or self.args.hub_model_id)
         write_model_card(self.args.output_dir, card)

