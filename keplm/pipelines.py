@@ -31,6 +31,7 @@ from transformers.pipelines.pt_utils import (
 )
 
 from keplm.data.collator import KeplmDataCollator
+from keplm.knowledge.annotation import word_span
 from keplm.tokenization.processing_utils import KeplmProcessor
 from keplm.training.qa_postprocessing import postprocess_qa_predictions
 from keplm.training.tagging import word_tags
@@ -226,9 +227,23 @@ class KeplmQuestionAnsweringPipeline(_KeplmPipeline, ChunkPipeline):
                                               n_best_size=max(n_best_size, top_k),
                                               max_answer_length=max_answer_length, return_nbest=True,
                                               disable_tqdm=True)
-        answers = [{"answer": c["text"], "score": c["probability"], "start": c["start"], "end": c["end"]}
-                   for c in nbest["0"][:top_k]]
+        answers = whole_word_answers(windows[0]["context"], nbest["0"])[:top_k]
         return answers[0] if top_k == 1 else answers
+
+
+def whole_word_answers(context: str, candidates: list[dict]) -> list[dict]:
+    """n-best answer spans widened to the words they cut through (a sub-word span gives its whole word: "Merkel",
+    not "kel"; ``keplm.knowledge.annotation.word_span``, the linker's per-script rule); spans that become the same
+    words are one answer, with their probabilities summed, best first."""
+    merged: dict[tuple[int, int], dict] = {}
+    for candidate in candidates:
+        start, end = candidate["start"], candidate["end"]
+        if start < end:  # an empty answer (no span in any window) stays empty
+            start, end = word_span(context, start, end)
+        answer = merged.setdefault((start, end), {"answer": context[start:end], "score": 0.0, "start": start,
+                                                  "end": end})
+        answer["score"] += candidate["probability"]
+    return sorted(merged.values(), key=lambda a: -a["score"])
 
 
 class KeplmTextClassificationPipeline(_OneFeaturePipeline, Pipeline):

@@ -156,3 +156,19 @@ def test_pipeline_reads_the_saved_kg_once(ner_dir, monkeypatch, assets):
     other = KnowledgeAssets(assets.entity_vocab[:-1], assets.relation_vocab, assets.entity_counts[:-1], assets.kg)
     loaded = KnowledgeAssets.from_pretrained(ner_dir, reuse=other)
     assert loaded is not other and loaded.content_hash() == assets.content_hash() and len(reads) == 2
+
+
+def test_qa_answers_are_whole_words_and_merged_when_they_become_the_same():
+    """A span cutting a word gives the whole word ("Merkel", not "kel"); two spans that widen to the same words are
+    one answer with their probabilities summed; an empty answer stays empty."""
+    from keplm.pipelines import whole_word_answers
+
+    context = "Angela Merkel met Macron in Paris."
+    candidates = [{"start": 10, "end": 13, "probability": 0.4},  # "kel"
+                  {"start": 29, "end": 33, "probability": 0.35},  # "aris"
+                  {"start": 7, "end": 13, "probability": 0.2},    # "Merkel"
+                  {"start": 0, "end": 0, "probability": 0.05}]
+    answers = whole_word_answers(context, candidates)
+    assert [(a["answer"], a["start"], a["end"]) for a in answers] == [("Merkel", 7, 13), ("Paris", 28, 33), ("", 0, 0)]
+    assert [a["score"] for a in answers] == pytest.approx([0.6, 0.35, 0.05])
+    assert whole_word_answers("東京に行った", [{"start": 0, "end": 2, "probability": 1.0}])[0]["answer"] == "東京"

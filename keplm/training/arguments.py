@@ -200,6 +200,7 @@ def _has_accelerator() -> bool:
 class KeplmTrainingArguments(TrainingArguments):
     """``transformers.TrainingArguments`` plus early stopping (transformers' ``EarlyStoppingCallback``, added by
     ``KeplmTrainer``) and the model card's ``base_model_id``: every run script parses these."""
+    _argument_group_name = "training (transformers.TrainingArguments, early stopping, the card's base model)"
 
     early_stopping_patience: int | None = field(
         default=None,

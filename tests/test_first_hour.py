@@ -1,4 +1,5 @@
-"""Quiet by default, loud on request: what a run script logs at the default level and with --log_level debug."""
+"""What a first-time user meets: quiet logs by default (loud with --log_level debug) and --help that shows every option,
+grouped, with defaults."""
 
 from __future__ import annotations
 
@@ -42,3 +43,20 @@ def test_new_modules_of_a_model_built_on_an_encoder_are_info_not_warning(tmp_pat
         KalaForTokenClassification.from_base_pretrained(str(tmp_path / "enc"), retrieval_mode="none", num_labels=2)
     built = [r for r in caplog.records if r.getMessage().startswith("Built KalaForTokenClassification")]
     assert [r.levelno for r in built] == [logging.INFO]
+
+
+@pytest.mark.parametrize("script, method_group", [("run_ner", "KALA (--model_type kala)"),
+                                                  ("run_qa", "KALA (--model_type kala)"),
+                                                  ("run_glue", "Roof-Transformer (--model_type roof_transformer)")])
+def test_help_shows_every_option_grouped_the_methods_before_training(script, method_group, capsys):
+    """--help lists the model, data, the method's and the training options in that order, with defaults (the
+    script's first parser, which picks the method, leaves -h to the full one)."""
+    from .test_run_scripts import load_script
+
+    with pytest.raises(SystemExit):
+        load_script(script).main(["--help"])
+    shown = capsys.readouterr().out
+    groups = [line for line in shown.splitlines() if line and not line.startswith(" ") and line.endswith(":")]
+    assert groups[1:3] == ["model:", "data:"] and groups[3].startswith(method_group)
+    assert groups[4].startswith("training (transformers.TrainingArguments")
+    assert "--num_train_epochs" in shown and "--system" in shown and "(default: main)" in shown
