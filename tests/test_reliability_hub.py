@@ -197,3 +197,19 @@ def test_a_lora_adapter_repo_loads_through_the_keplm_class_and_the_card_says_how
         torch.testing.assert_close(load_lora("org/kala-adapter").eval()(**adapter["batch"]).logits, adapter["logits"])
     usage = hub_card("org/kala-adapter").split("## How to use", 1)[1].split("\n## ", 1)[0]
     assert 'model = load_lora("org/kala-adapter").merge_and_unload()' in usage and "AutoModelFor" not in usage
+
+
+def test_the_ner_pipeline_runs_on_a_lora_adapter_folder(adapter, tokenizer, assets):
+    """``pipeline("keplm-ner", model=<adapter folder>)`` loads the adapter onto its base (the folder's processor,
+    saved beside it) and tags as the merged model does."""
+    from transformers import pipeline
+
+    from keplm import KalaProcessor
+
+    KalaProcessor(tokenizer, assets).save_pretrained(adapter["folder"])
+    tagger = pipeline("keplm-ner", model=str(adapter["folder"]), aggregation_strategy="none")
+    assert isinstance(tagger.model, KalaForTokenClassification)
+    with torch.no_grad():  # the adapter's outputs, not the base encoder's
+        torch.testing.assert_close(tagger.model(**adapter["batch"]).logits, adapter["logits"], rtol=1e-4, atol=1e-5)
+    words = tagger("john visited paris and unknownia in france .")
+    assert all(w["word"] and w["entity"] in tagger.model.config.id2label.values() for w in words)
