@@ -67,7 +67,9 @@ def encoder_checkpoint(model_args: ModelArguments, output_dir: str, export: bool
         from keplm import TrelmForMaskedLM
 
         TrelmForMaskedLM.from_pretrained(path, **hub).save_encoder(target, AutoTokenizer.from_pretrained(path, **hub))
-        logger.info("%s is a TRELM checkpoint: its encoder (routing deltas folded in) is exported to %s", path, target)
+        logger.info("%s is a TRELM checkpoint: its encoder (routing deltas folded in) is exported to %s. It has no "
+                    "pooler (TRELM pre-trains token states): the classifier's pooler starts from random weights, as "
+                    "its head does, and trains with it", path, target)
     return target
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import logging
 import random
 
 import datasets
@@ -123,7 +124,9 @@ def test_official_score_counts_a_wrong_direction_as_predicted_and_not_correct():
     assert result["macro_f1"] == scores["macro_f1"]
 
 
-def test_run_script_fine_tunes_a_trelm_checkpoint_and_learns_a_toy_task(tmp_path, tokenizer, kge_assets):  # noqa: F811
+def test_run_script_fine_tunes_a_trelm_checkpoint_and_learns_a_toy_task(tmp_path, tokenizer, kge_assets,  # noqa: F811
+                                                                        caplog):
+    caplog.set_level(logging.INFO)
     model = make_model(tokenizer, kge_assets)
     router = model.enable_knowledge_routing()
     with torch.no_grad():
@@ -141,6 +144,8 @@ def test_run_script_fine_tunes_a_trelm_checkpoint_and_learns_a_toy_task(tmp_path
         "--num_train_epochs", "30", "--learning_rate", "1e-2", "--per_device_train_batch_size", "8",
         "--save_strategy", "no", "--report_to", "none", "--disable_tqdm", "1", "--use_cpu", "--seed", "0"])
     exported = AutoModelForSequenceClassification.from_pretrained(out / "pretrained_encoder", num_labels=19)
+    assert any("has no pooler" in r.getMessage() and "starts from random weights" in r.getMessage()
+               for r in caplog.records)  # the exported encoder keeps no pooler, and the run says so
     for name, value in exported.bert.state_dict().items():
         if name in expected:
             torch.testing.assert_close(value, expected[name], msg=name)
