@@ -31,7 +31,14 @@ from keplm.training.compute_metrics import GlueComputeMetrics
 from keplm.training.knowledge_setup import Featurizer, maybe_add_lora
 from keplm.training.model_card import KeplmModelCardData
 from keplm.training.run_recipe import choose_recipe
-from keplm.training.runtime import build_features, check_splits, record, setup_logging, train_and_save
+from keplm.training.runtime import (
+    build_features,
+    check_splits,
+    record,
+    setup_logging,
+    train_and_save,
+    used_splits,
+)
 from keplm.training.trainer import KeplmTrainer
 
 #: this project's card facts (its datasets' public names, the MiniLM package), for the model card
@@ -91,6 +98,7 @@ def main(args: list[str] | None = None) -> dict:
     task = glue_task(named) if named is not None else task_of_dataset(raw)
     check_splits(raw, training_args)
     check_labelled(raw, training_args)
+    raw = used_splits(raw, training_args)
     with training_args.main_process_first(desc="knowledge"):
         processor, raw = recipe.prepare(raw, list(task.text_columns), data_args.preprocessing_num_workers)
     labels = {} if task.is_regression else {"id2label": dict(enumerate(task.label_names)),

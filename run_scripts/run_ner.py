@@ -37,6 +37,7 @@ from keplm.training.runtime import (
     record,
     setup_logging,
     train_and_save,
+    used_splits,
 )
 from keplm.training.subsets import subset_metrics
 from keplm.training.tagging import align_labels_to_model, argmax_logits, tag_words, word_level_tags
@@ -70,7 +71,8 @@ def main(args: list[str] | None = None) -> dict:
 
     raw = load_data(data_args)
     check_splits(raw, training_args)
-    label_list = get_label_list(raw)
+    label_list = get_label_list(raw)  # from every split read, before the unused ones go
+    raw = used_splits(raw, training_args)
     with training_args.main_process_first(desc="knowledge"):
         processor, raw = recipe.prepare(raw, ["tokens"], data_args.preprocessing_num_workers)
     # a trained checkpoint keeps its label map (the data is renumbered to it); a new model takes the data's

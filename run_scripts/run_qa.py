@@ -40,6 +40,7 @@ from keplm.training.runtime import (
     record,
     setup_logging,
     train_and_save,
+    used_splits,
 )
 from keplm.training.subsets import subset_metrics
 from keplm.training.trainer import QuestionAnsweringTrainer
@@ -78,6 +79,7 @@ def main(args: list[str] | None = None) -> dict:
 
     raw, data_report = load_data(data_args)
     check_splits(raw, training_args, SPLIT_HINT)
+    raw = used_splits(raw, training_args)
     with training_args.main_process_first(desc="knowledge"):
         processor, raw = recipe.prepare(raw, ["context"], data_args.preprocessing_num_workers)
     check_window(processor, data_args)

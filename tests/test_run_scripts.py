@@ -563,3 +563,15 @@ def test_word_without_sub_token_keeps_later_tags_in_place(tokenizer):
     assert tags == [["B-PER", "O", "B-LOC"], ["B-PER", "O", "O"]]
     assert references == [["B-PER", "B-MISC", "B-LOC"], ["B-PER", "O", "O"]]
     assert counts == {"words": 7, "words_without_token": 1, "words_truncated": 1}
+
+
+def test_run_ner_links_only_the_splits_its_stages_use(tiny, tmp_path):
+    """--do_train alone: the validation and test splits are neither linked nor featurised (no coverage numbers for
+    them); --do_eval adds validation; the label list still comes from every split read."""
+    run_ner = load_script("run_ner")
+    trained = run_ner.main(ner_args(tiny, tmp_path / "train-only", "relational", "--do_train"))
+    assert any(k.startswith("train_entities") for k in trained)
+    assert not any(k.startswith(("validation_entities", "test_entities")) for k in trained)
+    evaluated = run_ner.main(ner_args(tiny, tmp_path / "train-eval", "relational", "--do_train", "--do_eval"))
+    assert any(k.startswith("validation_entities") for k in evaluated)
+    assert not any(k.startswith("test_entities") for k in evaluated)

@@ -68,6 +68,17 @@ def check_splits(raw, training_args: TrainingArguments, hint: str | None = None)
                              f" ({hint or f'give --{split}_file'})")
 
 
+def used_splits(raw, training_args: TrainingArguments):
+    """The splits a run uses, so nothing is linked or featurised for a stage it skips: train with --do_train (and
+    with --do_predict, whose unseen-entity subsets are counted against the training mentions), validation with
+    --do_eval, test with --do_predict."""
+    keep = {"train": training_args.do_train or training_args.do_predict, "validation": training_args.do_eval,
+            "test": training_args.do_predict}
+    for split in [s for s in raw if not keep.get(s, False)]:
+        del raw[split]
+    return raw
+
+
 def check_max_seq_length(max_seq_length: int, model, option: str = "--max_seq_length") -> None:
     """ValueError, before any featurizing, when ``max_seq_length`` text tokens exceed what the model reads (a keplm
     config's ``max_text_length``, else the encoder's positions): a torch index error at the first long batch
@@ -143,6 +154,7 @@ __all__ = [
     "linked_share",
     "flatten",
     "check_splits",
+    "used_splits",
     "check_max_seq_length",
     "build_features",
     "record",
