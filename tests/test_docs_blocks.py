@@ -23,7 +23,7 @@ from transformers import BertForMaskedLM, BertModel
 
 from tests import docs_blocks
 from tests.conftest import tiny_encoder_config
-from tests.docs_blocks import DATA, commands, program, run_script
+from tests.docs_blocks import DATA, Parsed, commands, program, run_script
 from tests.test_run_scripts import load_script, write_tiny_files
 
 pytestmark = pytest.mark.usefixtures("single_thread")  # tests/conftest.py
@@ -116,7 +116,34 @@ def test_readme_roof_and_trelm_run_scripts(tiny, tmp_path):
     assert (tmp_path / "semeval" / "all_results.json").is_file()
 
 
+# ============================================================================================ model_cards/
+CARDS = sorted(b.run_id for b in docs_blocks.all_blocks() if b.run_id and b.run_id.startswith("card-"))
+
+
+@pytest.mark.parametrize("run_id", CARDS)
+def test_card_command_parses(tiny, tmp_path, run_id):
+    """Each card's reproduction command (``python -m harness.cards`` writes it) parses with today's run script: no
+    option it lacks, every value of the right type (its encoder the tiny one)."""
+    (argv,) = commands(docs_blocks.block(run_id).text, placeholders(tiny, tmp_path))
+    name, args = program(argv)
+    with pytest.raises(Parsed):
+        run_script(load_script(name), args, parse_only=True)
+
+
+@needs_data
+def test_squad_card_command_runs(tiny, tmp_path):
+    """The SQuAD card's command, capped, trains and evaluates: the single SQuAD file is split by article (issue 25:
+    the card lacked --split_by_article, so the file was a train split only)."""
+    (argv,) = commands(docs_blocks.block("card-kala-minilm-squad-relational").text, placeholders(tiny, tmp_path))
+    name, args = program(argv)
+    assert (docs_blocks.option(args, "--max_seq_length"), args.count("--max_seq_length")) == ("384", 1)
+    run_script(load_script(name), args)
+    results = json.loads(next(tmp_path.rglob("all_results.json")).read_text())
+    assert "eval_f1" in results and "predict_f1" in results
+
+
 RUNNERS = {
+    **{run_id: test_card_command_parses for run_id in CARDS},
     "readme-roof-trelm-run-scripts": test_readme_roof_and_trelm_run_scripts,
     "readme-kala-run-scripts": test_readme_kala_run_scripts,
 }
