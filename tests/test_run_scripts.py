@@ -575,3 +575,19 @@ def test_run_ner_links_only_the_splits_its_stages_use(tiny, tmp_path):
     evaluated = run_ner.main(ner_args(tiny, tmp_path / "train-eval", "relational", "--do_train", "--do_eval"))
     assert any(k.startswith("validation_entities") for k in evaluated)
     assert not any(k.startswith("test_entities") for k in evaluated)
+
+
+def test_run_ner_initialises_the_entity_memory_from_the_encoder(tiny, tmp_path):
+    """--init_entity_memory (KALA appendix B.1) runs through the run script and moves the memory off its random
+    initialisation before the first step."""
+    from keplm import KalaForTokenClassification
+
+    run_ner = load_script("run_ner")
+    out = tmp_path / "init"
+    run_ner.main(ner_args(tiny, out, "pointwise", "--do_train", "--init_entity_memory", "--max_steps", "1",
+                          "--learning_rate", "1e-12"))
+    plain = tmp_path / "plain"
+    run_ner.main(ner_args(tiny, plain, "pointwise", "--do_train", "--max_steps", "1", "--learning_rate", "1e-12"))
+    memory = {name: KalaForTokenClassification.from_pretrained(path).kala.entity_memory.embeddings.weight.detach()
+              for name, path in (("init", out), ("plain", plain))}
+    assert not torch.allclose(memory["init"][1:], memory["plain"][1:])
