@@ -176,9 +176,10 @@ def gpu_preset(key: str, name: str, folder: str, report: str | None, memory_rows
             "examples": {"train": "{metrics[train_samples]}", "validation": "{metrics[eval_samples]}",
                          "test": "{metrics[predict_samples]}"},
             "hyperparameters": kala_hyperparameters(NER_SEQUENCE if task == "NER" else QA_SEQUENCE),
-            "command_note": "The command of seed 1 (seeds {seeds} differ only in `--seed` and `--output_dir`), as "
-                            "`python -m harness.experiments kala --preset {settings[preset]}` builds it; here with "
-                            "the data under `../shared/data`, the GPU machine read a copy under `.carry/data`. On "
+            "command_note": "The command of seed 1 (seeds {seeds} differ only in `--seed` and `--output_dir`) as "
+                            "the run script read it: the options `python -m harness.experiments kala --preset "
+                            "{settings[preset]}` gave the GPU run, a repeated one once with its last value; here "
+                            "with the data under `../shared/data`, the GPU machine read a copy under `.carry/data`. On "
                             "the H100 it ran through `bash scripts/device_run.sh {settings[task]}`"
                             + (ANNOTATIONS_COMMAND if annotations else "") + ".",
             "epochs": "{metrics[epoch]!f}", "device": "one NVIDIA H100 80GB HBM3", "date": "2026-11-23",
