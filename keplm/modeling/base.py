@@ -18,6 +18,8 @@ from keplm.file_utils import pinned_location
 from keplm.knowledge.assets import KnowledgeAssets
 from keplm.push_utils import push_folder
 
+from .families import check_extra_layers, encoder_blocks, modulated_norms
+
 try:
     from transformers.masking_utils import create_bidirectional_mask
 except ImportError:  # pragma: no cover - older transformers
@@ -35,22 +37,23 @@ def build_encoder(encoder_config) -> PreTrainedModel:
 
 
 def encoder_layers(encoder: nn.Module, depth: int | None = None) -> nn.ModuleList:
-    """The encoder's list of transformer blocks (``encoder.layer`` for BERT-likes)."""
+    """The encoder's list of transformer blocks (``encoder.layer`` for BERT-likes); an encoder that shares its blocks
+    across layers (ALBERT) has no such list: ``keplm.modeling.families.encoder_blocks`` gives its block per layer."""
     depth = encoder.config.num_hidden_layers if depth is None else depth
     for module in encoder.modules():
         if isinstance(module, nn.ModuleList) and len(module) == depth:
             return module
+    if getattr(getattr(encoder, "encoder", None), "albert_layer_groups", None) is not None:
+        raise ValueError(f"{type(encoder).__name__} shares its transformer layers: it has no list of "
+                         f"{depth} layers to copy or stack on")
     raise ValueError(f"could not find the {depth} transformer layers of {type(encoder).__name__}")
 
 
-def layer_norms(layer: nn.Module) -> list[nn.LayerNorm]:
-    """The two LayerNorms of a post-LN transformer block, in execution order (after attention, after FFN)."""
-    norms = [m for m in layer.modules() if isinstance(m, nn.LayerNorm)]
-    if len(norms) != 2:
-        raise ValueError(
-            f"{type(layer).__name__} has {len(norms)} LayerNorms; knowledge modulation needs a post-LN block with two"
-        )
-    return norms
+def layer_norms(layer: nn.Module) -> list[nn.Module]:
+    """The two modules of a transformer block whose outputs KALA's KFM modulates, in execution order: the LayerNorms
+    after attention and after the FFN of a post-LN block, the pre-norms of a known pre-LN block
+    (``keplm.modeling.families.modulated_norms``)."""
+    return modulated_norms(layer)
 
 
 def check_index_range(tensor: torch.Tensor | None, low: int, high: int, message: str) -> None:
@@ -73,7 +76,10 @@ class ExtraLayers(nn.ModuleList):
     """
 
     def __init__(self, encoder: PreTrainedModel, num_layers: int, copy_from: str | None = None):
-        layer_class = type(encoder_layers(encoder)[-1])
+        last = encoder_blocks(encoder)[-1]
+        if num_layers:
+            check_extra_layers(last)
+        layer_class = type(last)
         first = encoder.config.num_hidden_layers
         super().__init__(_new_layer(layer_class, encoder.config, first + i) for i in range(num_layers))
         self.layer_config = encoder.config
@@ -82,10 +88,10 @@ class ExtraLayers(nn.ModuleList):
     @torch.no_grad()
     def copy_last_layers(self, encoder: nn.Module) -> None:
         """Load the weights of the encoder's last ``len(self)`` layers, in order."""
-        source = encoder_layers(encoder)
+        source = encoder_blocks(encoder)  # a shared block (ALBERT) once per layer it runs
         if len(self) > len(source):
             raise ValueError(f"cannot copy the last {len(self)} layers of an encoder with {len(source)} layers")
-        for target, layer in zip(self, list(source)[len(source) - len(self):]):
+        for target, layer in zip(self, source[len(source) - len(self):]):
             target.load_state_dict(layer.state_dict())
 
     def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:

@@ -5,12 +5,14 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from .families import hidden_dropout
+
 
 def classification_head(config) -> tuple[nn.Dropout, nn.Linear]:
     """A head's dropout and linear layer over the encoder's states, as BERT's heads build them: the config's
     ``classifier_dropout``, else the encoder's hidden dropout, then ``hidden_size`` → ``num_labels``."""
     dropout = config.classifier_dropout
-    dropout = dropout if dropout is not None else config.encoder_config.hidden_dropout_prob
+    dropout = dropout if dropout is not None else hidden_dropout(config.encoder_config)
     return nn.Dropout(dropout), nn.Linear(config.encoder_config.hidden_size, config.num_labels)
 
 

@@ -9,7 +9,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from .base import encoder_layers
+from .families import encoder_blocks, ffn_paths
 
 logger = logging.getLogger(__name__)
 
@@ -94,16 +94,14 @@ def integrated_gradients(function: Callable[[list[torch.Tensor]], torch.Tensor],
     return [v.detach().float() * total / steps for v, total in zip(activations, totals)]
 
 
-def ffn_modules(encoder: nn.Module, num_layers: int) -> list[tuple[nn.Module, str, nn.Module, str]]:
-    """``(parent, attribute)`` of each layer's FFN input and output linear layers (BERT naming:
-    ``intermediate.dense`` / ``output.dense``)."""
+def ffn_modules(encoder: nn.Module, num_layers: int) -> list[tuple[nn.Module, nn.Module, str, nn.Module, str]]:
+    """Per layer: (the module whose output is the FFN's post-activation intermediate state, then (parent, attribute)
+    of the FFN's first and of its second linear layer); BERT naming ``intermediate`` / ``intermediate.dense`` /
+    ``output.dense``, other families' in ``keplm.modeling.families``."""
     modules = []
-    for layer in encoder_layers(encoder, num_layers):
-        intermediate, output = getattr(layer, "intermediate", None), getattr(layer, "output", None)
-        if intermediate is None or output is None or not isinstance(getattr(intermediate, "dense", None), nn.Linear):
-            raise ValueError(f"knowledge routing needs BERT-style FFN layers (intermediate.dense / output.dense); "
-                             f"{type(layer).__name__} has none")
-        modules.append((intermediate, "dense", output, "dense"))
+    for block in encoder_blocks(encoder, num_layers):
+        hook, (first_parent, first_name), (second_parent, second_name) = ffn_paths(block)
+        modules.append((hook, first_parent, first_name, second_parent, second_name))
     return modules
 
 
@@ -120,12 +118,12 @@ class KnowledgeRouter:
 
     def __init__(self, encoder: nn.Module, num_layers: int, fraction: float):
         self.layers = []
-        for intermediate, name_in, output, name_out in ffn_modules(encoder, num_layers):
-            first, second = getattr(intermediate, name_in), getattr(output, name_out)
+        for intermediate, parent_in, name_in, output, name_out in ffn_modules(encoder, num_layers):
+            first, second = getattr(parent_in, name_in), getattr(output, name_out)
             count = max(1, round(fraction * first.out_features))
             if not isinstance(first, RoutedLinear):
                 first = RoutedLinear(first, "out", count)
-                setattr(intermediate, name_in, first)
+                setattr(parent_in, name_in, first)
             if not isinstance(second, RoutedLinear):
                 second = RoutedLinear(second, "in", count)
                 setattr(output, name_out, second)

@@ -24,10 +24,10 @@ from .base import (
     ParameterGroup,
     build_encoder,
     check_index_range,
-    encoder_layers,
     layer_norms,
 )
 from .entity_memory import NULL_ENTITY_INDEX, EntityEmbedding, EntityMemory
+from .families import encoder_blocks
 from .heads import check_labels, classification_head
 from .kfm import KnowledgeFeatureModulation, apply_modulation, gather_modulation
 from .relational_retrieval import RelationalAttentionConv, RelationalRetrieval
@@ -61,7 +61,7 @@ class _KnowledgeState:
     """Knowledge of the batch being encoded, read by the KFM hooks of the chosen layers."""
 
     __slots__ = ("token_node_index", "in_mention", "entity_vectors", "has_knowledge", "edge_index", "edge_relation_ids",
-                 "tables", "last_vectors", "last_has_knowledge", "_read_rows")
+                 "tables", "last_vectors", "last_has_knowledge", "_read_rows", "passes", "current")
 
     def __init__(self, token_node_index, entity_vectors, has_knowledge, edge_index, edge_relation_ids):
         self.token_node_index = token_node_index
@@ -74,6 +74,8 @@ class _KnowledgeState:
         self.last_vectors = None
         self.last_has_knowledge = None
         self._read_rows = None
+        self.passes = {}  # shared block -> how many of its passes have started (ALBERT)
+        self.current = {}  # shared block -> the encoder layer its running pass is
 
     def read_rows(self) -> tuple[torch.Tensor | None, torch.Tensor]:
         """(the graph nodes some token reads, each token's row among them): the γ/β MLPs need only these rows
@@ -223,13 +225,20 @@ class KalaModel(KalaPreTrainedModel):
 
     The encoder is not copied: forward hooks modulate the outputs of the two LayerNorms of each KFM layer
     (eq. 1) and a pre-hook computes that layer's γ/β from its input states (eq. 2-3). Attention backends
-    (SDPA, flash), gradient checkpointing and any post-LN BERT-like encoder keep working.
+    (SDPA, flash), gradient checkpointing and any post-LN BERT-like encoder keep working. Pre-LN blocks (ModernBERT,
+    XLM-R XL, Megatron-BERT) get KFM on the outputs of their pre-norms, the normalised inputs of attention and MLP
+    (``keplm.modeling.families``).
+
+    Shared blocks (ALBERT runs one block ``num_hidden_layers`` times): KFM layer i is the i-th *pass* through the
+    shared block, not the block itself. Its hooks count the passes of each forward and modulate only on the passes
+    whose index is a KFM layer; each chosen pass has its own knowledge layer (γ/β MLPs, retrieval), while the
+    block's weights stay shared.
     """
 
     def __init__(self, config: KalaConfig):
         super().__init__(config)
         self.encoder = build_encoder(config.encoder_config)
-        layers = encoder_layers(self.encoder, config.encoder_config.num_hidden_layers)
+        blocks = encoder_blocks(self.encoder, config.encoder_config.num_hidden_layers)
         self.entity_memory = (
             EntityMemory(config.entity_vocab_size, config.entity_dim, sparse=config.sparse_entity_memory)
             if config.uses_knowledge
@@ -243,16 +252,38 @@ class KalaModel(KalaPreTrainedModel):
         self.knowledge_layers = nn.ModuleDict({str(i): KalaKnowledgeLayer(config) for i in config.kfm_layer_indices})
         self.extra_layers = ExtraLayers(self.encoder, config.num_extra_layers)
         self._state: _KnowledgeState | None = None
-        for index in config.kfm_layer_indices:
-            layers[index].register_forward_pre_hook(partial(self._compute_modulation, index), with_kwargs=True)
-            for slot, norm in enumerate(layer_norms(layers[index])):
-                norm.register_forward_hook(partial(self._apply_modulation, index, slot, layers[index]))
+        chosen = set(config.kfm_layer_indices)
+        for block in dict.fromkeys(blocks):  # each distinct block once; a shared one runs several layers
+            passes = tuple(i for i, other in enumerate(blocks) if other is block)  # the layer of each of its passes
+            if not chosen.intersection(passes):
+                continue
+            norms = layer_norms(block)
+            block.register_forward_pre_hook(partial(self._compute_modulation, passes), with_kwargs=True)
+            for slot, norm in enumerate(norms):
+                norm.register_forward_hook(partial(self._apply_modulation, passes, slot, block))
         self.post_init()
 
     # ------------------------------------------------------------------ hooks
-    def _compute_modulation(self, layer_index, module, args, kwargs):
+    @staticmethod
+    def _running_layer(state: _KnowledgeState, passes: tuple[int, ...], start: bool = False) -> int:
+        """The encoder layer a block is running: its only one, or for a shared block the layer of its current pass
+        (``start``: a new pass begins)."""
+        if len(passes) == 1:
+            return passes[0]
+        if start:
+            count = state.passes.get(passes, 0)
+            if count >= len(passes):
+                raise ValueError(f"a shared encoder block ran more than its {len(passes)} passes in one forward")
+            state.passes[passes] = count + 1
+            state.current[passes] = passes[count]
+        return state.current[passes]
+
+    def _compute_modulation(self, passes, module, args, kwargs):
         state = self._state
         if state is None:
+            return None
+        layer_index = self._running_layer(state, passes, start=True)
+        if str(layer_index) not in self.knowledge_layers:
             return None
         hidden_states = args[0] if args else kwargs["hidden_states"]
         table = self.knowledge_layers[str(layer_index)](hidden_states, state, self.relation_embeddings)
@@ -260,9 +291,12 @@ class KalaModel(KalaPreTrainedModel):
         state.tables[layer_index] = gather_modulation(table, state.read_rows()[1], dtype)
         return None
 
-    def _apply_modulation(self, layer_index, slot, layer, module, args, output):
+    def _apply_modulation(self, passes, slot, layer, module, args, output):
         state = self._state
         if state is None:
+            return output
+        layer_index = self._running_layer(state, passes)
+        if str(layer_index) not in self.knowledge_layers:
             return output
         # the token rows are freed after the layer's second LayerNorm, unless gradient checkpointing may run the
         # layer's forward again without its pre-hook (recent transformers checkpoint forward, not __call__)

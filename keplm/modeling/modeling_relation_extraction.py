@@ -24,6 +24,7 @@ from keplm.registration import register_method
 from keplm.tokenization.processing_relation_extraction import RelationExtractionProcessor
 
 from .base import KeplmPreTrainedModel, ParameterGroup, build_encoder, check_index_range
+from .families import hidden_dropout
 from .heads import check_labels
 from .modeling_kala import node_context
 
@@ -91,7 +92,7 @@ class KeplmForRelationExtraction(KeplmPreTrainedModel):
         super().__init__(config)
         self.encoder = build_encoder(config.encoder_config)
         hidden = config.encoder_config.hidden_size
-        dropout = config.dropout if config.dropout is not None else config.encoder_config.hidden_dropout_prob
+        dropout = config.dropout if config.dropout is not None else hidden_dropout(config.encoder_config)
         self.entity_type_embeddings = (
             nn.Embedding(config.num_entity_types, hidden, padding_idx=0) if config.num_entity_types else None
         )
