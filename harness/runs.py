@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -101,6 +102,24 @@ def knowledge_check_command(model_dir: str, data: str, max_examples, max_length,
     return cmd + (["--split_by_article", *map(str, split_by_article)] if split_by_article else [])
 
 
+#: seconds between the queue's progress lines
+HEARTBEAT_S = 30
+_EPOCH = re.compile(r"'epoch': '?([0-9.]+)")
+
+
+def progress(name: str, log_path: str, start: float, command: list[str], now: float | None = None) -> str:
+    """``name``: its elapsed time and, once its log has a training record, the epoch reached of
+    ``--num_train_epochs`` and an estimate of the time left (training pace since the start, linking included)."""
+    elapsed = (time.time() if now is None else now) - start
+    epochs = command[command.index("--num_train_epochs") + 1] if "--num_train_epochs" in command else None
+    found = _EPOCH.findall(Path(log_path).read_text(errors="replace")) if os.path.exists(log_path) else []
+    if not found or epochs is None:
+        return f"{name} {elapsed:.0f}s"
+    share = min(float(found[-1]) / float(epochs), 1.0)
+    left = f", ~{elapsed * (1 - share) / share:.0f}s left" if share > 0 else ""
+    return f"{name} {elapsed:.0f}s, epoch {float(found[-1]):.2f}/{epochs}{left}"
+
+
 def run_queue(jobs: list[tuple[str, list, str]], parallel: int) -> dict[str, float]:
     """Run ``(name, command or list of commands, log file)`` jobs, ``parallel`` at a time with one thread each (a
     job's commands one after the other, into the same log); exit on a failure."""
@@ -109,6 +128,7 @@ def run_queue(jobs: list[tuple[str, list, str]], parallel: int) -> dict[str, flo
                      TOKENIZERS_PARALLELISM="false", HF_HUB_OFFLINE=os.environ.get("HF_HUB_OFFLINE", "1"))
     child_env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
     pending, running, durations = list(jobs), [], {}
+    last_report = time.time()
     while pending or running:
         while pending and len(running) < max(1, parallel):
             name, cmds, log_path = pending.pop(0)
@@ -119,6 +139,10 @@ def run_queue(jobs: list[tuple[str, list, str]], parallel: int) -> dict[str, flo
             proc = subprocess.Popen(cmds[0], cwd=ROOT, env=child_env, stdout=log, stderr=subprocess.STDOUT)
             running.append([name, proc, log, time.time(), cmds[1:]])
         time.sleep(1)
+        if running and time.time() - last_report >= HEARTBEAT_S:  # the runs log to files: say how far they are
+            last_report = time.time()
+            print("[experiments] " + "; ".join(progress(name, log.name, start, proc.args)
+                                               for name, proc, log, start, _ in running), flush=True)
         for item in [r for r in running if r[1].poll() is not None]:
             name, proc, log, start, rest = item
             if proc.returncode == 0 and rest:  # the job's next command, same slot and log

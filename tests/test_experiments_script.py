@@ -326,3 +326,18 @@ def test_check_knowledge_follows_each_knowledge_run_and_lands_in_its_seed_summar
             ("new", [["x", "--output_dir", str(todo)], ["y"]], "l")]
     runs.run_resumable(jobs, str(tmp_path), 1, resume=True)
     assert seen == ["new"]
+
+
+def test_the_queue_reports_each_runs_epoch_and_time_left(tmp_path):
+    """The queue's progress line: a run's elapsed time, then, once its log holds a training record, the epoch reached
+    of --num_train_epochs and the time left at the pace so far."""
+    from harness.runs import progress
+
+    log = tmp_path / "run.log"
+    command = ["python", "run_scripts/run_ner.py", "--num_train_epochs", "3"]
+    log.write_text("Linking train\n")
+    assert progress("relational", str(log), 100.0, command, now=140.0) == "relational 40s"
+    log.write_text("{'loss': 0.52, 'grad_norm': 1.3, 'learning_rate': 5e-05, 'epoch': 0.5}\n"
+                   "{'loss': 0.31, 'grad_norm': 0.9, 'learning_rate': 4e-05, 'epoch': 1.5}\n")
+    assert progress("relational", str(log), 100.0, command, now=160.0) == \
+        "relational 60s, epoch 1.50/3, ~60s left"
