@@ -108,7 +108,7 @@ def test_a_bad_kg_with_a_baseline_fails_before_training(tiny, tmp_path):
 
 def test_a_baseline_run_reads_its_kg_once_and_says_so(tiny, tmp_path, monkeypatch, caplog):
     """Row O5: the KG is loaded once, at the start, with a log line (no silent reload after prediction)."""
-    import keplm.training.knowledge_setup as setup
+    import keplm.training.recipes.kala as setup  # KALA's recipe loads the KG
 
     loads = []
     original = setup.load_kg
