@@ -18,6 +18,18 @@ import torch
 from transformers import HfArgumentParser, TrainingArguments
 
 
+def split_paths(items: list[str] | None, option: str) -> dict[str, str]:
+    """``{split: path}`` of a ``--option train=PATH validation=PATH test=PATH`` list; a ValueError naming the option
+    for any other entry."""
+    paths = {}
+    for item in items or []:
+        split, sep, path = item.partition("=")
+        if not sep or split not in ("train", "validation", "test"):
+            raise ValueError(f"{option} entries must be train=PATH, validation=PATH or test=PATH; got {item!r}")
+        paths[split] = path
+    return paths
+
+
 @dataclass
 class ModelArguments:
     _argument_group_name = "model"  # the --help group
@@ -263,4 +275,5 @@ __all__ = [
     "QaDataArguments",
     "KeplmTrainingArguments",
     "parse_args",
+    "split_paths",
 ]

@@ -22,7 +22,7 @@ from keplm.knowledge import KNOWLEDGE_FEATURE, KnowledgeAnnotation, KnowledgeAss
 from keplm.modeling.modeling_kala import ENTITY_MEMORY_OPTIMIZERS
 from keplm.tokenization import KalaProcessor, KeplmProcessor
 
-from ..arguments import LinkingArguments, ModelArguments
+from ..arguments import LinkingArguments, ModelArguments, split_paths
 from ..knowledge_setup import checkpoint_processor, is_keplm_checkpoint
 from ..run_recipe import RunRecipe
 from ..runtime import flatten, linked_share
@@ -163,14 +163,7 @@ class KnowledgeArguments(LinkingArguments):
                 "knowledge_warmup_steps": warmup}
 
     def annotation_paths(self) -> dict[str, str]:
-        paths = {}
-        for item in self.annotation_files or []:
-            split, sep, path = item.partition("=")
-            if not sep or split not in ("train", "validation", "test"):
-                raise ValueError("--annotation_files entries must be train=PATH, validation=PATH or test=PATH; "
-                                 f"got {item!r}")
-            paths[split] = path
-        return paths
+        return split_paths(self.annotation_files, "--annotation_files")
 
 
 def system_config(knowledge_args: KnowledgeArguments, task: str) -> dict:

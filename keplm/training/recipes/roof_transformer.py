@@ -14,7 +14,7 @@ from keplm.knowledge import KnowledgeAssets, load_kg
 from keplm.tokenization import KeplmProcessor
 from keplm.tokenization.processing_roof_transformer import knowledge_statistics
 
-from ..arguments import LinkingArguments, ModelArguments
+from ..arguments import LinkingArguments, ModelArguments, split_paths
 from ..knowledge_setup import checkpoint_processor, is_keplm_checkpoint
 from ..run_recipe import RunRecipe
 
@@ -61,13 +61,7 @@ class RoofArguments(LinkingArguments):
         return self.system != "bert"
 
     def triple_paths(self) -> dict[str, str]:
-        paths = {}
-        for item in self.triple_files or []:
-            split, sep, path = item.partition("=")
-            if not sep or split not in ("train", "validation", "test"):
-                raise ValueError(f"--triple_files entries must be SPLIT=PATH (train, validation, test); got {item!r}")
-            paths[split] = path
-        return paths
+        return split_paths(self.triple_files, "--triple_files")
 
     def model_config(self) -> dict:
         """RoofTransformerConfig arguments of the chosen system."""
