@@ -36,17 +36,15 @@ def build_encoder(encoder_config) -> PreTrainedModel:
         return AutoModel.from_config(encoder_config)
 
 
-def encoder_layers(encoder: nn.Module, depth: int | None = None) -> nn.ModuleList:
-    """The encoder's list of transformer blocks (``encoder.layer`` for BERT-likes); an encoder that shares its blocks
-    across layers (ALBERT) has no such list: ``keplm.modeling.families.encoder_blocks`` gives its block per layer."""
-    depth = encoder.config.num_hidden_layers if depth is None else depth
-    for module in encoder.modules():
-        if isinstance(module, nn.ModuleList) and len(module) == depth:
-            return module
-    if getattr(getattr(encoder, "encoder", None), "albert_layer_groups", None) is not None:
+def encoder_layers(encoder: nn.Module, depth: int | None = None) -> list[nn.Module]:
+    """The encoder's transformer blocks, one per layer (``encoder.layer`` for BERT-likes; found by
+    ``keplm.modeling.families.encoder_blocks``); a ValueError for an encoder that shares its blocks across layers
+    (ALBERT), which has no distinct layers to copy or stack on."""
+    blocks = encoder_blocks(encoder, depth)
+    if len({id(block) for block in blocks}) != len(blocks):
         raise ValueError(f"{type(encoder).__name__} shares its transformer layers: it has no list of "
-                         f"{depth} layers to copy or stack on")
-    raise ValueError(f"could not find the {depth} transformer layers of {type(encoder).__name__}")
+                         f"{len(blocks)} layers to copy or stack on")
+    return blocks
 
 
 def layer_norms(layer: nn.Module) -> list[nn.Module]:
