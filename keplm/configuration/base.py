@@ -72,6 +72,20 @@ class KeplmConfig(PreTrainedConfig):
             setattr(self, f"{name}_config", as_encoder_config(value))
         super().__post_init__(**kwargs)
 
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, **kwargs):
+        """As the stock ``from_pretrained``, but a checkpoint of another model type (a plain encoder such as
+        ``bert-base-uncased`` given to ``KalaForTokenClassification.from_pretrained``) is a ValueError that names it and
+        ``from_base_pretrained``, not an AttributeError from setting a field this config derives."""
+        saved = cls.get_config_dict(pretrained_model_name_or_path, **kwargs)[0].get("model_type")
+        if saved and getattr(cls, "model_type", "") and saved != cls.model_type:
+            raise ValueError(
+                f"{pretrained_model_name_or_path} holds a {saved!r} config, not a {cls.model_type!r} one: to build a "
+                f"{cls.model_type} model on a plain encoder checkpoint use the model class's from_base_pretrained("
+                f"{str(pretrained_model_name_or_path)!r}, knowledge_assets=...); to load a checkpoint by its own type "
+                "use the Auto classes")
+        return super().from_pretrained(pretrained_model_name_or_path, **kwargs)
+
     def to_diff_dict(self) -> dict[str, Any]:
         """The stock diff, without the ``_name_or_path`` of the nested encoder configs (transformers drops the top
         level's but keeps theirs: the absolute path of a local base encoder in every saved or pushed config.json)."""

@@ -321,13 +321,14 @@ def _lines(lines: list[str]) -> str:
 
 
 def _loading(spec: ModelCardSpec) -> dict:
-    """The usage snippet's model line and the import it needs: the Auto class, or for a LoRA adapter ``load_lora``
-    (transformers' Auto classes resolve a Hub repo with ``adapter_config.json`` to the plain encoder it names)."""
+    """The usage snippet's model line: the Auto class (for a LoRA adapter, the base encoder named in
+    ``keplm_adapter.json`` with the adapter merged, :mod:`keplm.modeling.lora`)."""
+    load = f"{spec.auto_class}.from_pretrained({_q(_repo(spec))})"
     if spec.lora:
-        return {"lora": True, "load_import": "from keplm.modeling.lora import load_lora\n",
-                "load_model": f"load_lora({_q(_repo(spec))}).merge_and_unload()  # the base encoder named in "
-                              "adapter_config.json, with this adapter"}
-    return {"lora": False, "load_import": "", "load_model": f"{spec.auto_class}.from_pretrained({_q(_repo(spec))})"}
+        return {"lora": True,
+                "load_model": f"{load}  # base encoder + this LoRA adapter, merged (keplm.modeling.lora.load_lora: "
+                              "the peft model, to train on)"}
+    return {"lora": False, "load_model": load}
 
 
 def template_values(spec: ModelCardSpec) -> dict:

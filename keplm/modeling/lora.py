@@ -4,14 +4,21 @@ The encoders get low-rank adapters on their attention projections; every other m
 its own (KALA's entity memory, relation embeddings, KFM and GNN layers, extra layers, the task head;
 Roof-Transformer's fusion; TRELM's injection projection and MLM head) is peft's ``modules_to_save``: trained fully
 and saved with the adapter. An adapter folder (or Hub repo) holds peft's ``adapter_config.json`` /
-``adapter_model.safetensors``, the keplm config (the architecture to rebuild) and ``knowledge/``;
-:func:`load_lora` rebuilds the model around its base encoder checkpoint and applies the adapter. The model class's
-``from_pretrained`` (and so its Auto class, on a folder) returns that model with the adapter merged
-(:func:`load_merged_adapter`).
+``adapter_model.safetensors``, the keplm config (the architecture to rebuild), ``knowledge/`` and
+``keplm_adapter.json`` (the base encoder checkpoint); :func:`load_lora` rebuilds the model around that encoder and
+applies the adapter. The model class's ``from_pretrained`` and its Auto class return that model with the adapter
+merged (:func:`load_merged_adapter`).
+
+Why the base encoder has a file of its own: transformers' Auto classes, given a Hub repo with ``adapter_config.json``,
+load the model that file's ``base_model_name_or_path`` names before any keplm code runs. For a plain encoder there
+that is the wrong architecture (a ``BertModel``, and peft's ``NoMatchingPeftModuleError``), so an adapter saved for a
+repo (:func:`push_lora`, the Trainer's push) names the adapter's own repo there: the Auto class then reads the keplm
+config of the repo and the keplm class loads encoder + adapter.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
@@ -20,7 +27,8 @@ from pathlib import Path
 import torch
 from transformers import AutoConfig
 
-from keplm.file_utils import pinned_location
+from keplm.file_utils import pinned_location, pip_checkpoint, portable_checkpoint
+from keplm.io_utils import named_json_errors
 from keplm.knowledge.assets import KnowledgeAssets, save_knowledge_assets
 from keplm.push_utils import push_folder
 
@@ -29,6 +37,8 @@ from .base import KeplmPreTrainedModel, _prefixed
 logger = logging.getLogger(__name__)
 #: attention projections of BERT-like encoders that get adapters by default
 DEFAULT_TARGET_MODULES = ("query", "value")
+#: the adapter's base encoder checkpoint, as keplm records it (``{"base_encoder": ...}``)
+BASE_ENCODER_FILE = "keplm_adapter.json"
 
 
 def fully_trained_modules(model: KeplmPreTrainedModel) -> list[str]:
@@ -73,14 +83,47 @@ def add_lora(model: KeplmPreTrainedModel, r: int = 8, alpha: int = 16, dropout: 
     return get_peft_model(model, config)
 
 
-def save_lora(peft_model, save_directory: str | os.PathLike) -> None:
-    """Write the adapter (LoRA weights + fully trained modules), the keplm config and the knowledge assets."""
+def save_lora(peft_model, save_directory: str | os.PathLike, repo_id: str | None = None) -> None:
+    """Write the adapter (LoRA weights + fully trained modules), the keplm config, the base encoder
+    (``keplm_adapter.json``) and the knowledge assets. With ``repo_id`` (the Hub repo the folder is for),
+    ``adapter_config.json`` names that repo as the base model, so that transformers' Auto classes load the repo as a
+    keplm model (see the module docstring)."""
     peft_model.save_pretrained(save_directory)
     base = peft_model.get_base_model()
     base.config.architectures = [type(base).__name__]
     base.config.save_pretrained(save_directory)
     if getattr(base, "knowledge_assets", None) is not None:
         save_knowledge_assets(save_directory, base.knowledge_assets)
+    adapter_config = Path(save_directory, "adapter_config.json")
+    recorded = json.loads(adapter_config.read_text(encoding="utf-8"))
+    encoder = recorded.get("base_model_name_or_path")  # the peft config's: add_lora's or load_lora's encoder
+    if repo_id is not None and encoder:
+        encoder = portable_checkpoint(encoder)  # no machine path goes to the Hub (a packaged encoder: pip:<name>)
+    Path(save_directory, BASE_ENCODER_FILE).write_text(json.dumps({"base_encoder": encoder}, indent=2) + "\n",
+                                                       encoding="utf-8")
+    # peft's AutoPeftModel classes rebuild the base with PeftBaseModel, not by loading the keplm class (which would
+    # return the model with the adapter already merged)
+    recorded["auto_mapping"] = {"base_model_class": PeftBaseModel.__name__, "parent_library": __name__}
+    if repo_id is not None:
+        recorded["base_model_name_or_path"] = repo_id
+    adapter_config.write_text(json.dumps(recorded, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
+
+def base_encoder_of(adapter_name_or_path: str | os.PathLike, adapter_config: dict | None = None, **location):
+    """The base encoder checkpoint of a keplm adapter folder or repo: ``keplm_adapter.json``'s, or (an adapter
+    saved before that file) ``adapter_config.json``'s ``base_model_name_or_path``."""
+    from transformers.utils import cached_file
+
+    path = cached_file(str(adapter_name_or_path), BASE_ENCODER_FILE, _raise_exceptions_for_missing_entries=False,
+                       **{k: v for k, v in location.items() if k != "subfolder"})
+    if path is not None:
+        with named_json_errors(path):
+            return json.loads(Path(path).read_text(encoding="utf-8")).get("base_encoder")
+    if adapter_config is not None:
+        return adapter_config.get("base_model_name_or_path")
+    from peft import PeftConfig
+
+    return PeftConfig.from_pretrained(adapter_name_or_path, **location).base_model_name_or_path
 
 
 def push_lora(peft_model, repo_id: str, **kwargs):
@@ -89,7 +132,7 @@ def push_lora(peft_model, repo_id: str, **kwargs):
     base = peft_model.get_base_model()
 
     def save(folder: str) -> None:
-        save_lora(peft_model, folder)
+        save_lora(peft_model, folder, repo_id=repo_id)
         Path(folder, "README.md").unlink(missing_ok=True)  # peft's template (library_name peft, no knowledge)
 
     return push_folder(save, repo_id, default_message="Upload LoRA adapter",
@@ -100,23 +143,52 @@ def load_lora(adapter_name_or_path: str | os.PathLike, base_model_name_or_path: 
               dtype: torch.dtype = torch.float32, **kwargs):
     """Rebuild the keplm model of an adapter around its base encoder checkpoint and apply the adapter; returns the
     ``PeftModel``. ``base_model_name_or_path`` overrides the base recorded in the adapter."""
-    from peft import PeftConfig, PeftModel
+    from peft import PeftModel
 
     location = pinned_location(adapter_name_or_path, kwargs)
+    model, base = _rebuild_base(adapter_name_or_path, base_model_name_or_path, dtype, location)
+    peft_model = PeftModel.from_pretrained(model, adapter_name_or_path, **location)
+    for peft_config in peft_model.peft_config.values():
+        peft_config.base_model_name_or_path = str(base)  # not the repo the Hub layout names: a re-save records this
+    return peft_model
+
+
+def _rebuild_base(adapter_name_or_path, base_model_name_or_path, dtype: torch.dtype, location: dict):
+    """``(model, base encoder)``: the adapter's keplm model on its base encoder's weights, the adapter not applied."""
     config = AutoConfig.from_pretrained(adapter_name_or_path, **location)
-    peft_config = PeftConfig.from_pretrained(adapter_name_or_path, **location)
-    base = base_model_name_or_path or peft_config.base_model_name_or_path
+    base = base_model_name_or_path or base_encoder_of(adapter_name_or_path, **location)
     if not base:
-        raise ValueError(f"{adapter_name_or_path} records no base model: pass base_model_name_or_path")
+        raise ValueError(f"{adapter_name_or_path} records no base encoder ({BASE_ENCODER_FILE}, adapter_config.json): "
+                         "pass base_model_name_or_path")
+    if str(base).startswith("pip:"):
+        base = pip_checkpoint(str(base))
     if str(base).startswith(("/", ".", "~")) and not os.path.exists(os.path.expanduser(str(base))):
-        raise ValueError(f"{adapter_name_or_path} names the base encoder {base} (adapter_config.json), a folder that "
+        raise ValueError(f"{adapter_name_or_path} names the base encoder {base} ({BASE_ENCODER_FILE}), a folder that "
                          "is not on this machine: pass base_model_name_or_path= (its Hub id or a local copy)")
-    model_class = _model_class(config)
-    model = model_class(config)
+    model = _model_class(config)(config)
     model.load_base_encoders(base, dtype=dtype)
     if getattr(config, "uses_knowledge_assets", False):
         model.set_knowledge_assets(KnowledgeAssets.from_pretrained(adapter_name_or_path, **location))
-    return PeftModel.from_pretrained(model.to(dtype), adapter_name_or_path, **location)
+    return model.to(dtype), base
+
+
+class PeftBaseModel:
+    """What peft's ``AutoPeftModel*`` classes load as a keplm adapter's base model (the ``auto_mapping`` that
+    :func:`save_lora` writes; peft imports this module when ``import_allowlist=["keplm.modeling.lora"]`` is passed):
+    the keplm model rebuilt on its base encoder without the adapter, which peft then applies once."""
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, revision: str | None = None, dtype=None, **kwargs):
+        """The base of the adapter at ``pretrained_model_name_or_path`` (peft passes the base model that
+        ``adapter_config.json`` names: a pushed adapter names its own repo)."""
+        location = pinned_location(pretrained_model_name_or_path, {**kwargs, "revision": revision})
+        if not is_adapter(pretrained_model_name_or_path, location):
+            raise ValueError(
+                f"{pretrained_model_name_or_path} is not a keplm LoRA adapter: peft's AutoPeftModel classes load the "
+                "base model that adapter_config.json names, and an adapter saved to a folder (save_lora without "
+                "repo_id) names its plain encoder there. Load it with keplm.modeling.lora.load_lora(<adapter folder>)")
+        return _rebuild_base(pretrained_model_name_or_path, None,
+                             dtype if isinstance(dtype, torch.dtype) else torch.float32, location)[0]
 
 
 def is_adapter(name_or_path: str | os.PathLike, location: dict) -> bool:
@@ -185,5 +257,7 @@ def _model_class(config):
     raise ValueError(f"the adapter's config names no keplm model class (architectures={names})")
 
 
-__all__ = ["add_lora", "save_lora", "push_lora", "load_lora", "load_merged_adapter", "is_adapter",
+__all__ = ["add_lora", "save_lora", "push_lora", "load_lora", "load_merged_adapter", "is_adapter", "base_encoder_of",
+           "PeftBaseModel",
+           "BASE_ENCODER_FILE",
            "fully_trained_modules", "DEFAULT_TARGET_MODULES"]

@@ -82,14 +82,15 @@ def maybe_add_lora(model, model_args: ModelArguments):
     return peft_model
 
 
-def load_for_inference(model_dir: str, auto_class):
-    """A saved model through its Auto class, or a saved LoRA adapter rebuilt on its base (``load_lora``)."""
+def load_for_inference(model_dir: str, auto_class, base_model_name_or_path: str | None = None):
+    """A saved model through its Auto class, or a saved LoRA adapter rebuilt on its base encoder (``load_lora``;
+    ``base_model_name_or_path`` overrides the encoder the adapter names)."""
     import os
 
     if os.path.isfile(os.path.join(model_dir, "adapter_config.json")):
         from keplm.modeling.lora import load_lora
 
-        return load_lora(model_dir)
+        return load_lora(model_dir, base_model_name_or_path)
     return auto_class.from_pretrained(model_dir)
 
 

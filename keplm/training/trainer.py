@@ -183,7 +183,8 @@ class KeplmTrainer(Trainer):
         if self.args.should_save and callable(getattr(self.model, "get_base_model", None)):
             from keplm.modeling.lora import save_lora  # a LoRA model: the adapter with its config and assets
 
-            save_lora(self.model, output_dir)
+            # pushed runs name their Hub repo as the adapter's base model, so that the Auto classes load the repo
+            save_lora(self.model, output_dir, repo_id=self.hub_model_id if self.args.push_to_hub else None)
         if self.args.should_save:
             pickled = os.path.join(output_dir, "training_args.bin")
             if os.path.exists(pickled):
