@@ -1,0 +1,78 @@
+"""Start-up time: ``import keplm``, ``keplm --help`` and a run script's ``--help``, each in a fresh interpreter, side
+by side with what keplm cannot start faster than (issue 25, "fast start").
+
+Targets: every ``--help`` in <= 2 s; ``import keplm`` no slower than ``import transformers`` + 1 s. The floor that
+registering with the Auto classes sets is measured too: keplm's configs, models and processors subclass
+transformers' ``PreTrainedConfig`` / ``PreTrainedModel`` / ``ProcessorMixin``, and importing those imports torch.
+Commands run in turn, ``--repeats`` rounds, in a shuffled order each round; the report gives medians and ratios.
+
+    python -m benchmarks startup [--repeats 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+import random
+import statistics
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BIN = os.path.dirname(sys.executable)
+
+#: name -> command (run from the repository root)
+COMMANDS = {
+    "import transformers": [sys.executable, "-c", "import transformers"],
+    "import torch": [sys.executable, "-c", "import torch"],
+    "transformers base classes (floor)": [
+        sys.executable, "-c",
+        "from transformers import AutoConfig, AutoModel, AutoProcessor, PreTrainedConfig, PreTrainedModel, "
+        "ProcessorMixin"],
+    "import torch_geometric": [sys.executable, "-c", "import torch_geometric"],
+    "import keplm": [sys.executable, "-c", "import keplm"],
+    "keplm --help": [os.path.join(BIN, "keplm"), "--help"],
+    "run_ner.py --help": [sys.executable, os.path.join("run_scripts", "run_ner.py"), "--help"],
+}
+
+
+def time_command(command: list[str]) -> float:
+    """Wall seconds of one run of ``command`` (output discarded); a failing command is an error."""
+    start = time.perf_counter()
+    subprocess.run(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True,
+                   env=dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))))
+    return time.perf_counter() - start
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks startup", description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=5, help="rounds; each runs every command once")
+    args = parser.parse_args(argv)
+    times: dict[str, list[float]] = {name: [] for name in COMMANDS}
+    order = list(COMMANDS)
+    for round_ in range(args.repeats):
+        random.Random(round_).shuffle(order)
+        for name in order:
+            times[name].append(time_command(COMMANDS[name]))
+    median = {name: statistics.median(values) for name, values in times.items()}
+    print(f"# Start-up, {datetime.date.today()}, {platform.processor() or platform.machine()}, "
+          f"{os.cpu_count()} CPUs, Python {platform.python_version()}, {args.repeats} rounds")
+    print("| command | median s | min-max s | / import transformers | / floor |")
+    print("|---|---:|---:|---:|---:|")
+    for name in COMMANDS:
+        print(f"| `{name}` | {median[name]:.2f} | {min(times[name]):.2f}-{max(times[name]):.2f} | "
+              f"{median[name] / median['import transformers']:.2f} | "
+              f"{median[name] / median['transformers base classes (floor)']:.2f} |")
+    target = median["import transformers"] + 1.0
+    print(f"\nimport keplm: {median['import keplm']:.2f} s vs the target {target:.2f} s (import transformers + 1 s): "
+          f"{'met' if median['import keplm'] <= target else 'missed'}; "
+          f"{median['import keplm'] - median['transformers base classes (floor)']:+.2f} s over the floor")
+    for name in ("keplm --help", "run_ner.py --help"):
+        print(f"{name}: {median[name]:.2f} s vs the target 2 s: {'met' if median[name] <= 2 else 'missed'}")
+
+
+if __name__ == "__main__":
+    main()
