@@ -8,6 +8,7 @@ data arguments, the method's own arguments from its run recipe, ``KeplmTrainingA
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import sys
@@ -16,6 +17,8 @@ from typing import Literal
 
 import torch
 from transformers import HfArgumentParser, TrainingArguments
+
+from .engines import asks_for_deepspeed
 
 
 def split_paths(items: list[str] | None, option: str) -> dict[str, str]:
@@ -251,17 +254,22 @@ def parse_args(classes: tuple[type, ...], args: list[str] | dict | None = None):
 
     A multi-process launch on a machine without GPUs (``accelerate launch --multi_gpu --num_processes 2`` or
     ``torchrun``) runs as CPU DDP (gloo): without this, accelerate would silently start independent
-    non-distributed processes.
+    non-distributed processes. A run that asks for DeepSpeed is left as it is (CPU mode would switch DeepSpeed off).
     """
     if not isinstance(classes, tuple):
         raise TypeError("parse_args takes a tuple of argument dataclasses, e.g. (ModelArguments, NerDataArguments, "
                         "KnowledgeArguments, KeplmTrainingArguments)")
-    if _launched_distributed() and not _has_accelerator():
+    argv = [] if isinstance(args, dict) else sys.argv[1:] if args is None else list(args)
+    settings = args if isinstance(args, dict) else None
+    if len(argv) == 1 and argv[0].endswith(".json"):
+        with open(argv[0], encoding="utf-8") as f:
+            settings = json.load(f)
+    deepspeed = asks_for_deepspeed(argv) or (settings or {}).get("deepspeed")
+    if _launched_distributed() and not _has_accelerator() and not deepspeed:
         os.environ.setdefault("ACCELERATE_USE_CPU", "true")
     parser = HfArgumentParser(classes)
     if isinstance(args, dict):  # settings already read from a JSON file
         return parser.parse_dict(args)
-    argv = sys.argv[1:] if args is None else list(args)
     if len(argv) == 1 and argv[0].endswith(".json"):
         return parser.parse_json_file(json_file=os.path.abspath(argv[0]))
     return parser.parse_args_into_dataclasses(args=argv)

@@ -23,6 +23,7 @@ from keplm.file_utils import portable_paths
 from keplm.knowledge.assets import assets_conflict
 from keplm.tokenization.processing_utils import tokenizer_fingerprint
 
+from .engines import check_engine
 from .evaluate_metrics import SquadV1, squad_metric_inputs
 from .model_card import KeplmCardCallback, KeplmModelCardData
 from .optim import (
@@ -97,6 +98,7 @@ class KeplmTrainer(Trainer):
         if training_args is not None and training_args.ddp_find_unused_parameters is None and answer is not None:
             training_args.ddp_find_unused_parameters = answer
         super().__init__(*args, **kwargs)
+        check_engine(self)  # FSDP / DeepSpeed asked for but not what accelerate runs: an error, not plain DDP
         logger.info("device %s, %d process(es), distributed=%s, find_unused_parameters=%s%s", self.args.device,
                     self.args.world_size, self.args.parallel_mode.value, self.args.ddp_find_unused_parameters,
                     " (the model's answer)" if answer is not None else "")

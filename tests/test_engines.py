@@ -1,0 +1,57 @@
+"""No silent engine fallback (issue 27): FSDP asked for on a machine where accelerate runs plain CPU DDP is an error
+that says so; asking for DeepSpeed keeps keplm from forcing accelerate's CPU mode (which switches DeepSpeed off)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+from transformers import TrainingArguments
+
+from keplm.training.engines import asked_engines, asks_for_deepspeed
+from tests.test_ddp import _free_port
+from tests.test_run_scripts import ROOT, write_tiny_files
+
+
+def test_the_engines_asked_for_are_read_from_the_arguments_and_accelerates_launch_environment(tmp_path):
+    plain = TrainingArguments(output_dir=str(tmp_path), report_to="none", use_cpu=True)
+    assert asked_engines(plain, environ={}) == {}
+    assert asked_engines(plain, environ={"ACCELERATE_USE_FSDP": "true", "ACCELERATE_USE_DEEPSPEED": "1"}) == {
+        "FSDP": "accelerate launch --use_fsdp (ACCELERATE_USE_FSDP)",
+        "DeepSpeed": "accelerate launch --use_deepspeed (ACCELERATE_USE_DEEPSPEED)"}
+    assert asked_engines(plain, environ={"ACCELERATE_USE_FSDP": "false"}) == {}
+    assert asks_for_deepspeed(["--deepspeed", "ds.json"], environ={}) == "--deepspeed"
+    assert asks_for_deepspeed(["--deepspeed=ds.json"], environ={}) == "--deepspeed"
+    assert asks_for_deepspeed(["--do_train"], environ={}) is None
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("asked", ["accelerate", "trainer"])
+def test_fsdp_on_a_cpu_machine_is_an_error_naming_what_would_run_instead(tmp_path, tokenizer, kg, asked):
+    """Two processes (torchrun, as ``accelerate launch --multi_gpu`` starts them) asking for FSDP through accelerate's
+    environment or the Trainer's ``--fsdp``: accelerate would run MULTI_CPU DDP; the run stops before training with
+    a ValueError that names the request, the engine that would run and why."""
+    tiny = write_tiny_files(tmp_path / "tiny", tokenizer, kg)
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
+               str(_free_port()), str(ROOT / "run_scripts" / "run_ner.py"),
+               "--model_name_or_path", tiny["model"], "--dataset_name", tiny["conll"],
+               "--output_dir", str(tmp_path / "out"), "--system", "relational", "--knowledge", "link", "--kg",
+               tiny["kg"], "--do_train", "--max_steps", "1", "--report_to", "none", "--save_strategy", "no"]
+    env = dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false",
+               HF_HOME=str(tmp_path / "hf_home"),
+               PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p))
+    if asked == "accelerate":
+        env["ACCELERATE_USE_FSDP"] = "true"
+        how = "accelerate launch --use_fsdp (ACCELERATE_USE_FSDP)"
+    else:
+        command += ["--fsdp", "full_shard"]
+        how = "--fsdp"
+    result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    log = result.stdout + result.stderr
+    assert result.returncode != 0, log[-4000:]
+    assert f"ValueError: FSDP was asked for ({how}) but accelerate runs MULTI_CPU (accelerate applies it only on " \
+           "GPUs" in log, log[-4000:]
+    assert "Drop the FSDP option to train with plain data parallelism knowingly" in log
+    assert not (tmp_path / "out" / "train_results.json").exists()
