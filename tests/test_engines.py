@@ -55,3 +55,28 @@ def test_fsdp_on_a_cpu_machine_is_an_error_naming_what_would_run_instead(tmp_pat
            "GPUs" in log, log[-4000:]
     assert "Drop the FSDP option to train with plain data parallelism knowingly" in log
     assert not (tmp_path / "out" / "train_results.json").exists()
+
+
+def test_a_deepspeed_launch_is_not_put_in_cpu_mode(monkeypatch, tmp_path):
+    """A multi-process launch without accelerators gets ``ACCELERATE_USE_CPU`` (CPU DDP over gloo) unless it asks
+    for DeepSpeed, which CPU mode would switch off (on the command line, in a JSON settings file, or by accelerate)."""
+    from dataclasses import dataclass
+
+    from keplm.training.arguments import parse_args
+
+    @dataclass
+    class Settings:
+        deepspeed: str | None = None
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    settings_file = tmp_path / "settings.json"
+    settings_file.write_text('{"deepspeed": "ds.json"}')
+    for argv, cpu in (([], True), (["--deepspeed", "ds.json"], False), ([str(settings_file)], False)):
+        monkeypatch.delenv("ACCELERATE_USE_CPU", raising=False)
+        parse_args((Settings,), argv)
+        assert ("ACCELERATE_USE_CPU" in os.environ) is cpu, argv
+    monkeypatch.delenv("ACCELERATE_USE_CPU", raising=False)
+    monkeypatch.setenv("ACCELERATE_USE_DEEPSPEED", "true")
+    parse_args((Settings,), [])
+    assert "ACCELERATE_USE_CPU" not in os.environ
