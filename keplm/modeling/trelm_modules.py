@@ -138,6 +138,28 @@ class NegativeSampler(nn.Module):
         return self.name_tokens[entities, position]
 
 
+def gather_rows(*tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """Each tensor's rows from every process, concatenated in rank order (the tensors as they are outside a
+    multi-process run). The tensors of one call have the same number of rows; processes may have different numbers."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return tensors
+    world = dist.get_world_size()
+    count = torch.tensor([tensors[0].shape[0]], device=tensors[0].device)
+    counts = [torch.zeros_like(count) for _ in range(world)]
+    dist.all_gather(counts, count)
+    counts = [int(c) for c in counts]
+    gathered = []
+    for tensor in tensors:
+        padded = tensor.new_zeros((max(counts), *tensor.shape[1:]))
+        padded[: tensor.shape[0]] = tensor
+        parts = [torch.empty_like(padded) for _ in range(world)]
+        dist.all_gather(parts, padded)
+        gathered.append(torch.cat([part[:n] for part, n in zip(parts, counts)]))
+    return tuple(gathered)
+
+
 class MemoryBank(nn.Module):
     """TRELM 3.2, eq. (4)–(8): the knowledge-augmented memory bank, a "cheat sheet" of contextual entity states.
 
@@ -208,22 +230,26 @@ class MemoryBank(nn.Module):
     @torch.no_grad()
     def update(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor, entity_ids: torch.Tensor,
                mention_token_map: torch.Tensor) -> int:
-        """Fold this batch's mentions into the bank (eq. 4–6); returns the number of mentions used."""
+        """Fold this batch's mentions into the bank (eq. 4–6); returns the number of mentions used. In a
+        multi-process run every process folds every process's mentions, in rank order (:func:`gather_rows`), so
+        the banks stay equal and match a one-process run over the processes' batches in that order; every process
+        must then call this on each training step (TRELM's batches always carry ``entity_ids``)."""
         rows, first, last, entities = self.mention_spans(mention_token_map, entity_ids)
-        if rows.numel() == 0:
-            return 0
         states = hidden_states.detach().float()
         length = states.shape[1]
         positions = torch.arange(length, device=states.device)
         window = ((positions >= (first - self.window).unsqueeze(1)) & (positions <= (last + self.window).unsqueeze(1))
                   & attention_mask[rows].bool())
         local = (window.unsqueeze(-1) * states[rows]).sum(1) / window.sum(1, keepdim=True).clamp(min=1)
+        pairs = torch.unique(torch.stack([rows, entities]), dim=1)  # eq. (6): once per (context, entity)
+        entities, local = gather_rows(entities, local)
+        pair_entities, pair_states = gather_rows(pairs[1], states[pairs[0], 0])
+        if entities.numel() == 0:
+            return 0
         self._fold_local(entities, local)
-        # eq. (6): once per (context, entity)
-        pairs = torch.unique(torch.stack([rows, entities]), dim=1)
-        self.global_sum.index_add_(0, pairs[1], states[pairs[0], 0])
-        self.global_count.index_add_(0, pairs[1], torch.ones_like(pairs[1], dtype=self.global_count.dtype))
-        return rows.numel()
+        self.global_sum.index_add_(0, pair_entities, pair_states)
+        self.global_count.index_add_(0, pair_entities, torch.ones_like(pair_entities, dtype=self.global_count.dtype))
+        return entities.numel()
 
     def _fold_local(self, entities: torch.Tensor, local: torch.Tensor) -> None:
         """Eq. (5) for every mention at once, as if folded one by one in mention order: an entity met k times in
@@ -260,4 +286,4 @@ class MemoryBank(nn.Module):
         self.lam = float(state["lambda"])
 
 
-__all__ = ["KnowledgeInjection", "ContrastiveKnowledgeLoss", "NegativeSampler", "MemoryBank"]
+__all__ = ["KnowledgeInjection", "ContrastiveKnowledgeLoss", "NegativeSampler", "MemoryBank", "gather_rows"]
