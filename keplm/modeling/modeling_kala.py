@@ -9,9 +9,13 @@ from functools import partial
 import torch
 from torch import nn
 from torch_geometric.utils import scatter
-from transformers import AutoModel, AutoModelForQuestionAnswering, AutoModelForTokenClassification
-from transformers.modeling_outputs import QuestionAnsweringModelOutput, TokenClassifierOutput
-from transformers.utils import ModelOutput
+from transformers import (
+    AutoModel,
+    AutoModelForQuestionAnswering,
+    AutoModelForSeq2SeqLM,
+    AutoModelForTokenClassification,
+)
+from transformers.modeling_outputs import BaseModelOutput, QuestionAnsweringModelOutput, TokenClassifierOutput
 
 from keplm.configuration.configuration_kala import KalaConfig
 from keplm.knowledge.assets import KnowledgeAssets
@@ -27,7 +31,7 @@ from .base import (
     layer_norms,
 )
 from .entity_memory import NULL_ENTITY_INDEX, EntityEmbedding, EntityMemory
-from .families import encoder_blocks
+from .families import encoder_blocks, initializer_range, text_encoder
 from .heads import check_labels, classification_head
 from .kfm import KnowledgeFeatureModulation, apply_modulation, gather_modulation
 from .relational_retrieval import RelationalAttentionConv, RelationalRetrieval
@@ -40,8 +44,8 @@ ENTITY_MEMORY_OPTIMIZERS = ("adam", "rowwise_adagrad")
 
 
 @dataclass
-class KalaModelOutput(ModelOutput):
-    """Output of [`KalaModel`].
+class KalaModelOutput(BaseModelOutput):
+    """Output of [`KalaModel`] (a ``BaseModelOutput``, so an encoder-decoder's decoder takes it as its encoder's).
 
     entity_representations: ``[num_nodes, entity_dim]`` retrieved entity vectors v fed to the last KFM layer
         (after relational retrieval), one row per node of the batched context graphs.
@@ -50,9 +54,6 @@ class KalaModelOutput(ModelOutput):
     token (the knowledge layers are skipped there: KFM only changes mention tokens).
     """
 
-    last_hidden_state: torch.FloatTensor | None = None
-    hidden_states: tuple[torch.FloatTensor, ...] | None = None
-    attentions: tuple[torch.FloatTensor, ...] | None = None
     entity_representations: torch.FloatTensor | None = None
     entity_has_knowledge: torch.BoolTensor | None = None
 
@@ -205,7 +206,7 @@ class KalaPreTrainedModel(KeplmPreTrainedModel):
     @torch.no_grad()
     def _init_weights(self, module):
         super()._init_weights(module)
-        std = self.config.encoder_config.initializer_range
+        std = initializer_range(self.config.encoder_config)
         if isinstance(module, KnowledgeFeatureModulation):
             module.fc2_weight.normal_(mean=0.0, std=std)
             module.fc2_bias.zero_()
@@ -233,11 +234,15 @@ class KalaModel(KalaPreTrainedModel):
     shared block, not the block itself. Its hooks count the passes of each forward and modulate only on the passes
     whose index is a KFM layer; each chosen pass has its own knowledge layer (γ/β MLPs, retrieval), while the
     block's weights stay shared.
+
+    Encoder-decoder models (T5, BART; ``keplm.modeling.modeling_kala_generation``): ``encoder`` holds the whole stock
+    model (built by ``encoder_auto_class``, e.g. ``AutoModelForSeq2SeqLM``), KFM hooks sit in its encoder stack, and
+    ``forward`` runs that encoder stack only: its output is what the stock decoder reads.
     """
 
-    def __init__(self, config: KalaConfig):
+    def __init__(self, config: KalaConfig, encoder_auto_class=AutoModel):
         super().__init__(config)
-        self.encoder = build_encoder(config.encoder_config)
+        self.encoder = build_encoder(config.encoder_config, encoder_auto_class)
         blocks = encoder_blocks(self.encoder, config.encoder_config.num_hidden_layers)
         self.entity_memory = (
             EntityMemory(config.entity_vocab_size, config.entity_dim, sparse=config.sparse_entity_memory)
@@ -369,11 +374,12 @@ class KalaModel(KalaPreTrainedModel):
         if state is not None and _skippable(state, ref.device):
             state = None  # no token reads knowledge: eq. (1) leaves every state as it is, so skip retrieval and MLPs
         self._state = state  # kept after forward so gradient-checkpointing recomputation sees the same knowledge
-        encoder_kwargs = {"token_type_ids": token_type_ids} if token_type_ids is not None else {}
-        outputs = self.encoder(
+        # optional inputs only when given: an encoder-decoder's encoder stack takes neither positions nor token types
+        encoder_kwargs = {name: value for name, value in (("token_type_ids", token_type_ids),
+                                                          ("position_ids", position_ids)) if value is not None}
+        outputs = text_encoder(self.encoder)(
             input_ids=input_ids,
             attention_mask=attention_mask,
-            position_ids=position_ids,
             inputs_embeds=inputs_embeds,
             output_attentions=output_attentions,
             output_hidden_states=output_hidden_states,
@@ -477,8 +483,12 @@ class KalaForQuestionAnswering(KalaPreTrainedModel):
         )
 
 
+# the encoder-decoder head lives in its own file (it reads the classes above, so it is imported here, after them)
+from .modeling_kala_generation import KalaForConditionalGeneration  # noqa: E402
+
 register_method(KalaConfig, {AutoModel: KalaModel, AutoModelForTokenClassification: KalaForTokenClassification,
-                             AutoModelForQuestionAnswering: KalaForQuestionAnswering}, processor=KalaProcessor,
+                             AutoModelForQuestionAnswering: KalaForQuestionAnswering,
+                             AutoModelForSeq2SeqLM: KalaForConditionalGeneration}, processor=KalaProcessor,
                 run_recipe="keplm.training.recipes.kala:KalaRunRecipe")
 
 __all__ = [
@@ -488,6 +498,7 @@ __all__ = [
     "KalaPreTrainedModel",
     "KalaForTokenClassification",
     "KalaForQuestionAnswering",
+    "KalaForConditionalGeneration",
     "entity_dropout",
     "node_context",
 ]
