@@ -202,3 +202,44 @@ def test_from_base_pretrained_refuses_a_model_without_encoder_and_decoder(tmp_pa
     base(len(s2s_tokenizer)).save_pretrained(tmp_path / "base")
     with pytest.raises(ValueError, match=f"{kind}.*encoder-decoder model"):
         KalaForConditionalGeneration.from_base_pretrained(tmp_path / "base", knowledge_assets=assets)
+
+
+def test_knowledge_modules_get_their_own_adamw_beside_adafactor(tmp_path, s2s_tokenizer, assets, processor):
+    """KALA's T5 setup (section 5.6): the seq2seq model in the Trainer's Adafactor (``optim="adafactor"``), the
+    knowledge modules in an AdamW of their own at their learning rate and weight decay 0.01 (not on biases); each
+    parameter in exactly one optimizer, the schedule reaching both, and one step moves both."""
+    from transformers import Adafactor, Seq2SeqTrainingArguments
+
+    from keplm.training.optim import CombinedOptimizer
+    from keplm.training.trainer import KeplmTrainer
+
+    model = make_generator(s2s_tokenizer, assets, "t5").train()
+    args = Seq2SeqTrainingArguments(output_dir=str(tmp_path), learning_rate=1e-4, optim="adafactor",
+                                    report_to="none", use_cpu=True, warmup_steps=0)
+    trainer = KeplmTrainer(model=model, args=args, parameter_group_options={
+        "knowledge_learning_rate": 1e-3, "knowledge_optimizer": "adamw", "knowledge_weight_decay": 0.01})
+    trainer.create_optimizer_and_scheduler(num_training_steps=10)
+    optimizer = trainer.optimizer
+    assert isinstance(optimizer, CombinedOptimizer) and isinstance(optimizer.main, Adafactor)
+    (adamw,) = optimizer.others
+    assert isinstance(adamw, torch.optim.AdamW)
+    names = {id(p): name for name, p in model.named_parameters()}
+    in_adamw = {id(p): g for g in adamw.param_groups for p in g["params"]}
+    in_main = {id(p) for g in optimizer.main.param_groups for p in g["params"]}
+    assert not in_main & set(in_adamw) and in_main | set(in_adamw) == set(names)
+    for pid, name in names.items():
+        assert (pid in in_adamw) == model.is_knowledge_parameter(name), name
+    for group in adamw.param_groups:
+        assert group["lr"] == 1e-3
+        assert group["weight_decay"] == (0.01 if all(p.dim() > 1 for p in group["params"]) else 0.0)
+    assert {g["lr"] for g in optimizer.main.param_groups if g["params"]} == {1e-4}
+    before = {name: p.detach().clone() for name, p in model.named_parameters()}
+    batch = batch_of(processor, TEXTS)
+    model(**batch, labels=targets(s2s_tokenizer, ["paris", "berlin", "london"])).loss.backward()
+    optimizer.step()
+    trainer.lr_scheduler.step()
+    moved = {name for name, p in model.named_parameters() if not torch.equal(p, before[name])}
+    assert any(model.is_knowledge_parameter(n) for n in moved) and any(n.startswith("kala.encoder.") for n in moved)
+    assert {round(g["lr"], 12) for g in optimizer.param_groups if g["params"]} == {9e-5, 9e-4}
+    with pytest.raises(ValueError, match="unknown knowledge_optimizer"):
+        model.parameter_groups(1e-4, knowledge_optimizer="sgd")

@@ -71,6 +71,8 @@ class KalaCard(MethodCard):
                          ("entity min count", "entity_min_count"), ("max entities", "max_entities"),
                          ("entity memory initialised from mention states", "init_entity_memory"),
                          ("knowledge learning rate", "knowledge_learning_rate"),
+                         ("knowledge optimizer", "knowledge_optimizer"),
+                         ("knowledge weight decay", "knowledge_weight_decay"),
                          ("knowledge warm-up (steps, or share of the steps)", "knowledge_warmup_steps"),
                          ("entity-memory optimizer", "entity_memory_optimizer"),
                          ("entity-memory learning rate", "entity_memory_learning_rate"),

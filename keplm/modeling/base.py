@@ -125,7 +125,8 @@ class ParameterGroup:
     it, split by weight decay as the stock groups are), ``"sparse_adam"`` or ``"rowwise_adagrad"`` gives the
     group an optimizer of its own (``keplm.training.optim``). ``warmup_steps`` gives the group a warm-up of its own
     in the Trainer's schedule (>= 1: steps, < 1: a share of the training steps, as ``--warmup_steps``; None: the
-    Trainer's). Returned by :meth:`KeplmPreTrainedModel.parameter_groups`.
+    Trainer's). ``weight_decay``: the decay of a group with an optimizer of its own that takes one (``"adamw"``;
+    None: the Trainer's). Returned by :meth:`KeplmPreTrainedModel.parameter_groups`.
     """
 
     name: str
@@ -133,6 +134,7 @@ class ParameterGroup:
     learning_rate: float | None = None
     optimizer: str | None = None
     warmup_steps: float | None = None
+    weight_decay: float | None = None
 
 
 class KeplmPreTrainedModel(PreTrainedModel):

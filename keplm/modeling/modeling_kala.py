@@ -41,6 +41,10 @@ logger = logging.getLogger(__name__)
 #: optimizers of the entity memory (``parameter_groups(entity_memory_optimizer=...)``): the Trainer's Adam (or
 #: SparseAdam for a sparse memory), or row-wise AdaGrad (one accumulator per row instead of two per weight)
 ENTITY_MEMORY_OPTIMIZERS = ("adam", "rowwise_adagrad")
+#: optimizers of the knowledge modules (``parameter_groups(knowledge_optimizer=...)``): the Trainer's (None), or an
+#: AdamW of their own, the paper's setup for T5 (section 5.6: T5 with Adafactor, the KALA module with AdamW, weight
+#: decay 0.01)
+KNOWLEDGE_OPTIMIZERS = (None, "adamw")
 
 
 @dataclass
@@ -169,20 +173,27 @@ class KalaPreTrainedModel(KeplmPreTrainedModel):
     def parameter_groups(self, learning_rate: float, knowledge_learning_rate: float | None = None,
                          entity_memory_optimizer: str = "adam",
                          entity_memory_learning_rate: float | None = None,
-                         knowledge_warmup_steps: float | None = None) -> list[ParameterGroup]:
+                         knowledge_warmup_steps: float | None = None, knowledge_optimizer: str | None = None,
+                         knowledge_weight_decay: float = 0.01) -> list[ParameterGroup]:
         """KALA's training options: ``knowledge_learning_rate`` for the knowledge modules (entity memory, KFM,
         relational retrieval; the paper gives its knowledge module an optimizer of its own for T5) and
         ``knowledge_warmup_steps``, their own warm-up (>= 1: steps, < 1: a share of the training steps); and the
         entity memory's optimizer: ``"adam"`` (the Trainer's; SparseAdam for a ``sparse_entity_memory``) or
-        ``"rowwise_adagrad"``, at ``entity_memory_learning_rate`` (default: the knowledge learning rate)."""
+        ``"rowwise_adagrad"``, at ``entity_memory_learning_rate`` (default: the knowledge learning rate).
+        ``knowledge_optimizer="adamw"``: the knowledge modules train with an AdamW of their own at
+        ``knowledge_weight_decay`` (the paper's T5 setup, with ``optim="adafactor"`` for the rest), instead of in the
+        Trainer's optimizer."""
         if entity_memory_optimizer not in ENTITY_MEMORY_OPTIMIZERS:
             raise ValueError(f"unknown entity_memory_optimizer {entity_memory_optimizer!r}; choose from "
                              f"{ENTITY_MEMORY_OPTIMIZERS}")
+        if knowledge_optimizer not in KNOWLEDGE_OPTIMIZERS:
+            raise ValueError(f"unknown knowledge_optimizer {knowledge_optimizer!r}; choose from "
+                             f"{KNOWLEDGE_OPTIMIZERS}")
         if knowledge_warmup_steps is not None and knowledge_warmup_steps < 0:
             raise ValueError(f"knowledge_warmup_steps must be >= 0, got {knowledge_warmup_steps}")
         if not self.config.uses_knowledge:
             if knowledge_learning_rate is not None or knowledge_warmup_steps is not None or (
-                    entity_memory_optimizer != "adam"):
+                    entity_memory_optimizer != "adam") or knowledge_optimizer is not None:
                 logger.warning("retrieval_mode='none': the model has no knowledge modules, so the knowledge "
                                "learning rate and warm-up and the entity-memory optimizer do not apply")
             return []
@@ -195,12 +206,13 @@ class KalaPreTrainedModel(KeplmPreTrainedModel):
                              if lr is not None)
             groups.append(ParameterGroup("entity_memory", [table.weight], memory_lr, own_optimizer,
                                          knowledge_warmup_steps))
-        if knowledge_learning_rate is not None or knowledge_warmup_steps is not None:
+        if knowledge_learning_rate is not None or knowledge_warmup_steps is not None or knowledge_optimizer:
             grouped = {id(p) for group in groups for p in group.parameters}
             parameters = [p for name, p in self.named_parameters()
                           if self.is_knowledge_parameter(name) and p.requires_grad and id(p) not in grouped]
-            groups.append(ParameterGroup("knowledge", parameters, knowledge_learning_rate,
-                                         warmup_steps=knowledge_warmup_steps))
+            groups.append(ParameterGroup("knowledge", parameters, knowledge_learning_rate, knowledge_optimizer,
+                                         knowledge_warmup_steps,
+                                         knowledge_weight_decay if knowledge_optimizer else None))
         return groups
 
     @torch.no_grad()
@@ -493,6 +505,7 @@ register_method(KalaConfig, {AutoModel: KalaModel, AutoModelForTokenClassificati
 
 __all__ = [
     "ENTITY_MEMORY_OPTIMIZERS",
+    "KNOWLEDGE_OPTIMIZERS",
     "KalaModel",
     "KalaModelOutput",
     "KalaPreTrainedModel",

@@ -136,6 +136,16 @@ class KnowledgeArguments(LinkingArguments):
                   "(docs/knowledge_checks.md); with other schedules none. Knowledge systems only."},
     )
 
+    knowledge_optimizer: str | None = field(
+        default=None,
+        metadata={"help": "'adamw': the knowledge modules train with an AdamW of their own (at "
+                  "--knowledge_learning_rate and --knowledge_weight_decay) instead of in the Trainer's optimizer: the "
+                  "paper's T5 setup with --optim adafactor for the rest (KALA 5.6). Knowledge systems only.",
+                  "choices": ["adamw"]},
+    )
+    knowledge_weight_decay: float = field(
+        default=0.01, metadata={"help": "Weight decay of --knowledge_optimizer adamw (paper: 0.01)."})
+
     def __post_init__(self):
         if self.knowledge == "annotations" and not self.annotation_files:
             raise ValueError("--knowledge annotations needs --annotation_files train=PATH [validation=PATH ...]")
@@ -157,7 +167,10 @@ class KnowledgeArguments(LinkingArguments):
         warmup = self.knowledge_warmup_steps
         if warmup is None and self.uses_knowledge and schedule_has_warmup(lr_scheduler_type, lr_scheduler_kwargs):
             warmup = DEFAULT_KNOWLEDGE_WARMUP
+        own_optimizer = self.knowledge_optimizer if self.uses_knowledge else None
         return {"knowledge_learning_rate": knowledge_lr,
+                **({"knowledge_optimizer": own_optimizer, "knowledge_weight_decay": self.knowledge_weight_decay}
+                   if own_optimizer else {}),
                 "entity_memory_optimizer": self.entity_memory_optimizer,
                 "entity_memory_learning_rate": self.entity_memory_learning_rate,
                 "knowledge_warmup_steps": warmup}
