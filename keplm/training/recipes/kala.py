@@ -266,7 +266,7 @@ def training_entity_ids(train_dataset, task: str) -> list[str]:
     """Entity id of every training mention, with repetition (for frequency pruning); a QA context repeated over
     its questions counts once."""
     rows = train_dataset["knowledge"]
-    if task == "qa":
+    if TEXT_COLUMNS[task][0] == "context":  # extractive or generative QA
         first = {}
         for index, context in enumerate(train_dataset["context"]):
             first.setdefault(context, index)
@@ -348,7 +348,7 @@ def knowledge_coverage(processor, raw, uses_knowledge: bool) -> dict:
 
 class KalaRunRecipe(RunRecipe):
     arguments: ClassVar[type] = KnowledgeArguments
-    tasks: ClassVar[tuple[str, ...]] = ("ner", "qa")
+    tasks: ClassVar[tuple[str, ...]] = ("ner", "qa", "generative_qa")
 
     def prepare(self, raw, text_columns, num_proc=None):
         self.annotation_report = {}
@@ -366,7 +366,7 @@ class KalaRunRecipe(RunRecipe):
         return processor if uses_knowledge else processor.without_knowledge()  # a baseline's checkpoint has no KG
 
     def feature_options(self, processor, data_args) -> dict:
-        return {"question_annotation_column": None} if self.task == "qa" else {}
+        return {"question_annotation_column": None} if self.task in ("qa", "generative_qa") else {}
 
     def collator(self, processor, model, data_args):
         return build_collator(processor, model, data_args, self.args)
