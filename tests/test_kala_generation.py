@@ -243,3 +243,32 @@ def test_knowledge_modules_get_their_own_adamw_beside_adafactor(tmp_path, s2s_to
     assert {round(g["lr"], 12) for g in optimizer.param_groups if g["params"]} == {9e-5, 9e-4}
     with pytest.raises(ValueError, match="unknown knowledge_optimizer"):
         model.parameter_groups(1e-4, knowledge_optimizer="sgd")
+
+
+def test_text2text_pipeline_links_and_generates(tmp_path, s2s_tokenizer, assets, processor):
+    """``pipeline("keplm-text2text")`` (text2text-generation semantics) loads the model with its processor, links the
+    input, and returns what generate() + decoding give, for a question with its context and for plain text; batched
+    inputs answer as single ones; generate() options pass through."""
+    from transformers import pipeline
+
+    model = make_generator(s2s_tokenizer, assets, "t5")
+    model.save_pretrained(tmp_path)
+    processor.save_pretrained(tmp_path)
+    generator = pipeline("keplm-text2text", model=str(tmp_path))
+    question = {"question": "who lives in paris ?", "context": "john lives in paris . paris is in france ."}
+    features = processor.prepare_generative_qa_features({k: [v] for k, v in question.items()}, max_length=64)
+    assert (torch.tensor(features["entity_token_map"][0]) >= 0).any()  # the context was linked
+    with torch.no_grad():
+        expected = model.generate(**processor.as_tensors({k: v[0] for k, v in features.items()}), max_new_tokens=4)
+        plain = model.generate(**processor(TEXTS[0], return_tensors="pt"), max_new_tokens=4)
+    decode = processor.tokenizer.decode
+    answer = generator(question, max_length=64, max_new_tokens=4)
+    assert answer == [{"generated_text": decode(expected[0], skip_special_tokens=True).strip()}]
+    assert generator(max_length=64, max_new_tokens=4, **question) == answer
+    assert generator(TEXTS[0], max_new_tokens=4) == [{"generated_text": decode(plain[0], skip_special_tokens=True)}]
+    batched = generator([TEXTS[0], question, TEXTS[1]], batch_size=2, max_length=64, max_new_tokens=4)
+    assert batched[0] == generator(TEXTS[0], max_new_tokens=4) and batched[1] == answer
+    assert batched[2] == generator(TEXTS[1], max_new_tokens=4)
+    assert len(generator(question, max_new_tokens=4, num_beams=2, num_return_sequences=2)) == 2
+    with pytest.raises(ValueError, match="takes a string or"):
+        generator({"text": "paris"})
