@@ -272,3 +272,28 @@ def test_text2text_pipeline_links_and_generates(tmp_path, s2s_tokenizer, assets,
     assert len(generator(question, max_new_tokens=4, num_beams=2, num_return_sequences=2)) == 2
     with pytest.raises(ValueError, match="takes a string or"):
         generator({"text": "paris"})
+
+
+def test_push_to_hub_and_load_give_identical_generations(hub_server, s2s_tokenizer, assets, processor):
+    """model.push_to_hub (with the processor's push) to the test Hub, then AutoModelForSeq2SeqLM / the
+    keplm-text2text pipeline from the repo: the same generations, the knowledge assets and a card whose usage
+    snippet loads the model with AutoModelForSeq2SeqLM."""
+    from huggingface_hub import ModelCard
+    from transformers import pipeline
+
+    model = make_generator(s2s_tokenizer, assets, "t5")
+    model.push_to_hub("org/kala-t5")
+    processor.push_to_hub("org/kala-t5")
+    batch = batch_of(processor, TEXTS)
+    loaded = AutoModelForSeq2SeqLM.from_pretrained("org/kala-t5").eval()
+    assert type(loaded) is KalaForConditionalGeneration
+    assert loaded.knowledge_assets.content_hash() == assets.content_hash()
+    with torch.no_grad():
+        assert torch.equal(loaded.generate(**batch, max_new_tokens=4, num_beams=2),
+                           model.generate(**batch, max_new_tokens=4, num_beams=2))
+    question = {"question": "who lives in paris ?", "context": "john lives in paris ."}
+    local = pipeline("keplm-text2text", model=model, processor=processor)(question, max_new_tokens=4)
+    assert pipeline("keplm-text2text", model="org/kala-t5")(question, max_new_tokens=4) == local
+    card = ModelCard.load("org/kala-t5")
+    assert card.data.library_name == "keplm" and card.data.pipeline_tag == "text2text-generation"
+    assert 'AutoModelForSeq2SeqLM.from_pretrained("org/kala-t5")' in card.text

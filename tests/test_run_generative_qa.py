@@ -56,7 +56,9 @@ def test_run_generative_qa_end_to_end(tiny_t5, tmp_path):
     model = AutoModelForSeq2SeqLM.from_pretrained(out).eval()
     assert type(model) is KalaForConditionalGeneration and model.config.kfm_layers == [-4, -2]
     assert model.config.retrieval_mode == "relational" and model.knowledge_assets.num_entities > 1
-    assert (out / "README.md").is_file()
+    card = (out / "README.md").read_text()
+    assert "pipeline_tag: text2text-generation" in card and "AutoModelForSeq2SeqLM.from_pretrained" in card
+    assert 'pipeline("keplm-text2text"' in card and "knowledge optimizer" in card.lower()
     # the saved processor and model answer a validation question as the run did (same inputs, beams, length)
     processor = KalaProcessor.from_pretrained(out)
     title, context, questions = ARTICLES[2]
