@@ -8,6 +8,7 @@ from .configuration import KalaConfig, KeplmConfig, RelationExtractionConfig, Ro
 from .data.collator import KeplmDataCollator
 from .knowledge import EntityLinker, KnowledgeAnnotation, KnowledgeAssets, KnowledgeGraph
 from .modeling import (
+    KalaForConditionalGeneration,
     KalaForQuestionAnswering,
     KalaForTokenClassification,
     KalaModel,
@@ -59,6 +60,7 @@ __all__ = [
     "KalaModel",
     "KalaForTokenClassification",
     "KalaForQuestionAnswering",
+    "KalaForConditionalGeneration",
     "KalaProcessor",
     "KnowledgeAssets",
     "KnowledgeGraph",

@@ -1,12 +1,13 @@
 """Raw text in, answers out: transformers pipelines for keplm models, registered as tasks of keplm's own.
 
-After ``import keplm``, ``pipeline("keplm-ner", model=repo_or_dir)``, ``pipeline("keplm-qa", model=repo_or_dir)``
-and ``pipeline("keplm-text-classification", model=repo_or_dir)`` load the model and its processor (with the
-model's KG, from the same commit), link the raw text against that KG, and return what HF pipelines return: entity
-groups with character offsets and scores for NER, answer / score / start / end for QA (long contexts in stride
-windows), label / score for sentence (pair) classification. ``batch_size`` batches through keplm's collator. KALA
-serves NER and QA, Roof-Transformer QA and classification. transformers 5 removed the ``question-answering``
-pipeline task, hence keplm's own task names.
+After ``import keplm``, ``pipeline("keplm-ner", model=repo_or_dir)``, ``pipeline("keplm-qa", model=repo_or_dir)``,
+``pipeline("keplm-text-classification", model=repo_or_dir)`` and ``pipeline("keplm-text2text", model=repo_or_dir)``
+load the model and its processor (with the model's KG, from the same commit), link the raw text against that KG, and
+return what HF pipelines return: entity groups with character offsets and scores for NER, answer / score / start /
+end for QA (long contexts in stride windows), label / score for sentence (pair) classification, ``generated_text``
+for text-to-text generation (``text2text-generation`` semantics). ``batch_size`` batches through keplm's collator.
+KALA serves NER, QA and (on T5 / BART) generative QA, Roof-Transformer QA and classification. transformers 5 removed
+the ``question-answering`` pipeline task, hence keplm's own task names.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import numpy as np
 from torch.utils.data import DataLoader
 from transformers import (
     AutoModelForQuestionAnswering,
+    AutoModelForSeq2SeqLM,
     AutoModelForSequenceClassification,
     AutoModelForTokenClassification,
     Pipeline,
@@ -39,6 +41,7 @@ from keplm.training.tagging import word_tags
 NER_TASK = "keplm-ner"
 QA_TASK = "keplm-qa"
 CLASSIFICATION_TASK = "keplm-text-classification"
+TEXT2TEXT_TASK = "keplm-text2text"
 #: per-example values a pipeline carries from ``preprocess`` to ``postprocess`` (not model inputs)
 PASSTHROUGH = ("text", "word_offsets", "word_ids", "offset_mapping", "example_id", "is_last", "context")
 
@@ -284,16 +287,60 @@ class KeplmTextClassificationPipeline(_OneFeaturePipeline, Pipeline):
         return scores[0] if top_k == 1 else scores
 
 
+class KeplmText2TextGenerationPipeline(_OneFeaturePipeline, Pipeline):
+    """Text-to-text generation on raw text with a keplm encoder-decoder model, e.g. KALA on T5 (task
+    ``"keplm-text2text"``, transformers' ``text2text-generation`` semantics).
+
+    Input: a string (the whole text is linked and encoded), or ``{"question": ..., "context": ...}`` for generative
+    QA (encoded as in training, ``question: ... context: ...``, the context linked with the processor's KG). Keyword
+    arguments other than ``max_length`` (the input's token limit) go to ``generate()`` (``max_new_tokens``,
+    ``num_beams``, ``num_return_sequences``, ...). Returns ``[{"generated_text": ...}]``, one dict per returned
+    sequence.
+    """
+
+    def _sanitize_parameters(self, max_length=None, **generate_kwargs):
+        preprocess = {"max_length": max_length} if max_length is not None else {}
+        return preprocess, generate_kwargs, {}
+
+    def __call__(self, *args, **kwargs):
+        if "question" in kwargs and "context" in kwargs and not args:
+            args = ({"question": kwargs.pop("question"), "context": kwargs.pop("context")},)
+        return super().__call__(*args, **kwargs)
+
+    def preprocess(self, inputs, max_length: int = 512) -> dict:
+        if isinstance(inputs, str):
+            return self.processor(inputs, max_length=max_length, with_knowledge=self.with_knowledge)
+        if isinstance(inputs, dict) and set(inputs) == {"question", "context"}:
+            features = self.processor.prepare_generative_qa_features(
+                {"question": [inputs["question"]], "context": [inputs["context"]]}, max_length=max_length,
+                annotation_column=None, question_annotation_column=None, with_knowledge=self.with_knowledge)
+            return {key: values[0] for key, values in features.items()}
+        raise ValueError(f'{TEXT2TEXT_TASK} takes a string or {{"question": ..., "context": ...}}, got {inputs!r}')
+
+    def _forward(self, inputs: dict, **generate_kwargs) -> dict:
+        model_inputs = {k: v for k, v in inputs.items() if k not in PASSTHROUGH}
+        batch = model_inputs["input_ids"].shape[0]
+        generated = self.model.generate(**model_inputs, **generate_kwargs)
+        return {"output_ids": generated.reshape(batch, -1, generated.shape[-1])}  # [inputs, sequences, length]
+
+    def postprocess(self, outputs: dict) -> list[dict]:
+        texts = self.tokenizer.batch_decode(outputs["output_ids"][0], skip_special_tokens=True)
+        return [{"generated_text": text.strip()} for text in texts]
+
+
 def register_pipelines() -> None:
-    """Register ``keplm-ner``, ``keplm-qa`` and ``keplm-text-classification`` with transformers' pipeline registry
-    (done by ``import keplm``)."""
+    """Register ``keplm-ner``, ``keplm-qa``, ``keplm-text-classification`` and ``keplm-text2text`` with transformers'
+    pipeline registry (done by ``import keplm``)."""
     PIPELINE_REGISTRY.register_pipeline(NER_TASK, pipeline_class=KeplmTokenClassificationPipeline,
                                         pt_model=AutoModelForTokenClassification, type="text")
     PIPELINE_REGISTRY.register_pipeline(QA_TASK, pipeline_class=KeplmQuestionAnsweringPipeline,
                                         pt_model=AutoModelForQuestionAnswering, type="text")
     PIPELINE_REGISTRY.register_pipeline(CLASSIFICATION_TASK, pipeline_class=KeplmTextClassificationPipeline,
                                         pt_model=AutoModelForSequenceClassification, type="text")
+    PIPELINE_REGISTRY.register_pipeline(TEXT2TEXT_TASK, pipeline_class=KeplmText2TextGenerationPipeline,
+                                        pt_model=AutoModelForSeq2SeqLM, type="text")
 
 
 __all__ = ["KeplmTokenClassificationPipeline", "KeplmQuestionAnsweringPipeline", "KeplmTextClassificationPipeline",
-           "register_pipelines", "word_tags", "group_entities", "NER_TASK", "QA_TASK", "CLASSIFICATION_TASK"]
+           "KeplmText2TextGenerationPipeline", "register_pipelines", "word_tags", "group_entities", "NER_TASK",
+           "QA_TASK", "CLASSIFICATION_TASK", "TEXT2TEXT_TASK"]

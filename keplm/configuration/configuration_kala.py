@@ -16,7 +16,7 @@ LEGACY_SETTINGS = {"relation_message": "entity", "entity_dropout": 0.0}
 #: KFM layers at the end"). The paper's QA choice, the last layer only (appendix C.4), leaves no attention after the
 #: knowledge enters, and extractive QA must match a candidate's knowledge to the question: with it KALA failed the QA
 #: knowledge check, with [-4, -2] or [-3, -2, -1] it passed (docs/knowledge_checks.md).
-DEFAULT_KFM_LAYERS = {"qa": [-4, -2], "ner": [-4, -2]}
+DEFAULT_KFM_LAYERS = {"qa": [-4, -2], "ner": [-4, -2], "generative_qa": [-4, -2]}
 
 
 KALA_BIBTEX = "\n".join((
@@ -71,6 +71,8 @@ class KalaCard(MethodCard):
                          ("entity min count", "entity_min_count"), ("max entities", "max_entities"),
                          ("entity memory initialised from mention states", "init_entity_memory"),
                          ("knowledge learning rate", "knowledge_learning_rate"),
+                         ("knowledge optimizer", "knowledge_optimizer"),
+                         ("knowledge weight decay", "knowledge_weight_decay"),
                          ("knowledge warm-up (steps, or share of the steps)", "knowledge_warmup_steps"),
                          ("entity-memory optimizer", "entity_memory_optimizer"),
                          ("entity-memory learning rate", "entity_memory_learning_rate"),
@@ -207,6 +209,15 @@ class KalaConfig(KeplmConfig):
             self.entity_dim = self.encoder_config.hidden_size
         if self.kfm_hidden_size is None:
             self.kfm_hidden_size = self.encoder_config.hidden_size
+        # an encoder-decoder (T5, BART) wrapped whole by KalaForConditionalGeneration: generate() reads this flag
+        self.is_encoder_decoder = bool(getattr(self.encoder_config, "is_encoder_decoder", False))
+
+    def get_text_config(self, decoder=None, encoder=None):
+        """For a wrapped encoder-decoder, its own text config (``generate()`` sizes its caches and reads its special
+        tokens from it); else the stock answer."""
+        if self.is_encoder_decoder:
+            return self.encoder_config.get_text_config(decoder=decoder, encoder=encoder)
+        return super().get_text_config(decoder=decoder, encoder=encoder)
 
     @classmethod
     def from_dict(cls, config_dict: dict, **kwargs):

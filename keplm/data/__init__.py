@@ -8,7 +8,7 @@ from .splits import find_split_files, limit_samples
 from .squad import load_qa_dataset, read_squad_json, squad_article_split
 
 #: the text of each task's examples that gets linked: (column, whether it holds a list of words)
-TEXT_COLUMNS = {"ner": ("tokens", True), "qa": ("context", False)}
+TEXT_COLUMNS = {"ner": ("tokens", True), "qa": ("context", False), "generative_qa": ("context", False)}
 
 __all__ = [
     "build_relation_vocab",

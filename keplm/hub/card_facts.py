@@ -215,7 +215,7 @@ def format_command(argv: Sequence[str], aliases: Mapping[str, str] | None = None
 # ============================================================================================ Auto classes, tasks
 #: the Auto classes a keplm model can be registered with, most specific first
 AUTO_CLASSES = ("AutoModelForTokenClassification", "AutoModelForQuestionAnswering",
-                "AutoModelForSequenceClassification", "AutoModelForMaskedLM", "AutoModel")
+                "AutoModelForSequenceClassification", "AutoModelForMaskedLM", "AutoModelForSeq2SeqLM", "AutoModel")
 
 #: the Hub's pipeline tag of each Auto class (``AutoModel`` has none a keplm model fits)
 PIPELINE_TAGS = {
@@ -223,6 +223,7 @@ PIPELINE_TAGS = {
     "AutoModelForQuestionAnswering": "question-answering",
     "AutoModelForSequenceClassification": "text-classification",
     "AutoModelForMaskedLM": "fill-mask",
+    "AutoModelForSeq2SeqLM": "text2text-generation",
 }
 
 
@@ -245,6 +246,9 @@ TASKS: dict[str, TaskInfo] = {
     "text-classification": TaskInfo("Text Classification", (("accuracy", "Accuracy"), ("f1", "F1"),
                                     ("matthews_correlation", "Matthews corr."), ("pearson", "Pearson"),
                                     ("spearmanr", "Spearman")), 100.0, "GLUE metrics, in %"),
+    "text2text-generation": TaskInfo("Text2Text Generation", (("exact_match", "EM"), ("f1", "F1")), 1.0,
+                                     "exact match and token F1 of the official SQuAD v1.1 script on the generated "
+                                     "answers, in %"),
     "fill-mask": TaskInfo("Fill-Mask", (("p@1", "P@1"), ("p@10", "P@10")), 100.0, "precision at k, in %"),
     "relation-extraction": TaskInfo("Relation Extraction", (("f1", "F1"), ("precision", "Precision"),
                                     ("recall", "Recall")), 100.0,

@@ -86,13 +86,14 @@ def _task_phrase(spec: ModelCardSpec) -> str:
     if spec.task == "token-classification":
         return "named-entity recognition" if _is_ner(spec) else "token classification"
     return {"question-answering": "extractive question answering", "text-classification": "text classification",
+            "text2text-generation": "generative question answering",
             "fill-mask": "masked-token prediction", "relation-extraction": "document-level relation extraction"
             }.get(spec.task or "", spec.task or "")
 
 
 def _unit(spec: ModelCardSpec) -> str:
     """What a test example is called: SQuAD's seen/unseen subsets count questions (whose context is linked)."""
-    return "questions" if spec.task == "question-answering" else "contexts"
+    return "questions" if spec.task in ("question-answering", "text2text-generation") else "contexts"
 
 
 def _q(text: str) -> str:
@@ -207,6 +208,7 @@ def _comparison_table(spec: ModelCardSpec, info) -> list[str]:
 
 _INTENDED_USE = {"token-classification": "tagging entities in text like the training data",
                  "question-answering": "answering questions whose answer is a span of a given context",
+                 "text2text-generation": "answering questions about a given context by generating the answer",
                  "relation-extraction": "proposing relations between linked entities of a document as KG facts"}
 
 

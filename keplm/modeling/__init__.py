@@ -1,5 +1,6 @@
 from .base import ExtraLayers, KeplmPreTrainedModel, ParameterGroup
 from .modeling_kala import (
+    KalaForConditionalGeneration,
     KalaForQuestionAnswering,
     KalaForTokenClassification,
     KalaModel,
@@ -27,6 +28,7 @@ __all__ = [
     "KalaPreTrainedModel",
     "KalaForTokenClassification",
     "KalaForQuestionAnswering",
+    "KalaForConditionalGeneration",
     "KeplmForRelationExtraction",
     "RelationExtractionOutput",
     "RelationExtractor",

@@ -28,12 +28,14 @@ except ImportError:  # pragma: no cover - older transformers
 logger = logging.getLogger(__name__)
 
 
-def build_encoder(encoder_config) -> PreTrainedModel:
-    """A stock HF encoder (BERT, RoBERTa, ELECTRA, ...) from its config, without a pooler where possible."""
+def build_encoder(encoder_config, auto_class=AutoModel) -> PreTrainedModel:
+    """A stock HF encoder (BERT, RoBERTa, ELECTRA, ...) from its config, without a pooler where possible;
+    ``auto_class``: another Auto class that builds the stock model (``AutoModelForSeq2SeqLM``: a whole
+    encoder-decoder with its LM head)."""
     try:
-        return AutoModel.from_config(encoder_config, add_pooling_layer=False)
+        return auto_class.from_config(encoder_config, add_pooling_layer=False)
     except TypeError:
-        return AutoModel.from_config(encoder_config)
+        return auto_class.from_config(encoder_config)
 
 
 def encoder_layers(encoder: nn.Module, depth: int | None = None) -> list[nn.Module]:
@@ -123,7 +125,8 @@ class ParameterGroup:
     it, split by weight decay as the stock groups are), ``"sparse_adam"`` or ``"rowwise_adagrad"`` gives the
     group an optimizer of its own (``keplm.training.optim``). ``warmup_steps`` gives the group a warm-up of its own
     in the Trainer's schedule (>= 1: steps, < 1: a share of the training steps, as ``--warmup_steps``; None: the
-    Trainer's). Returned by :meth:`KeplmPreTrainedModel.parameter_groups`.
+    Trainer's). ``weight_decay``: the decay of a group with an optimizer of its own that takes one (``"adamw"``;
+    None: the Trainer's). Returned by :meth:`KeplmPreTrainedModel.parameter_groups`.
     """
 
     name: str
@@ -131,6 +134,7 @@ class ParameterGroup:
     learning_rate: float | None = None
     optimizer: str | None = None
     warmup_steps: float | None = None
+    weight_decay: float | None = None
 
 
 class KeplmPreTrainedModel(PreTrainedModel):
@@ -152,6 +156,9 @@ class KeplmPreTrainedModel(PreTrainedModel):
     accepts_loss_kwargs = False
     #: whether DDP must look for parameters without gradient (None: let the Trainer decide)
     ddp_find_unused_parameters: bool | None = None
+    #: the Auto class whose stock model fills the encoder slots, built and loaded from base checkpoints (a model that
+    #: wraps a whole encoder-decoder sets ``AutoModelForSeq2SeqLM``)
+    base_auto_class = AutoModel
 
     knowledge_assets: KnowledgeAssets | None = None
 
@@ -299,7 +306,7 @@ class KeplmPreTrainedModel(PreTrainedModel):
             path = sources[self.encoder_config_name(name)]
             key = str(path)
             if key not in pretrained_cache:
-                pretrained_cache[key] = AutoModel.from_pretrained(path, dtype=dtype).state_dict()
+                pretrained_cache[key] = self.base_auto_class.from_pretrained(path, dtype=dtype).state_dict()
             missing, unexpected = encoder.load_state_dict(copy.copy(pretrained_cache[key]), strict=False)
             unexpected = [k for k in unexpected if not k.startswith("pooler.")]
             if unexpected:

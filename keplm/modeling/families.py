@@ -18,9 +18,13 @@ MODULATED_NORMS = {
     "ModernBertEncoderLayer": ("attn_norm", "mlp_norm"),  # pre-LN; layer 0's attn_norm is an Identity
     "XLMRobertaXLLayer": ("attention.self_attn_layer_norm", "LayerNorm"),  # pre-LN
     "MegatronBertLayer": ("attention.ln", "ln"),  # pre-LN
+    # encoder-decoder models (issue 26 part 3): KFM in the encoder only, the decoder stays stock
+    "T5Block": ("layer.0.layer_norm", "layer.1.layer_norm"),  # pre-LN (RMS norms); encoder blocks: attention, FFN
+    "MT5Block": ("layer.0.layer_norm", "layer.1.layer_norm"),  # pre-LN, as T5
+    "BartEncoderLayer": ("self_attn_layer_norm", "final_layer_norm"),  # post-LN
 }
 #: pre-LN block classes (of ``MODULATED_NORMS``): KFM modulates the sub-blocks' normalised inputs
-PRE_LN_BLOCKS = ("ModernBertEncoderLayer", "XLMRobertaXLLayer", "MegatronBertLayer")
+PRE_LN_BLOCKS = ("ModernBertEncoderLayer", "XLMRobertaXLLayer", "MegatronBertLayer", "T5Block", "MT5Block")
 
 #: FFN of a block by class, for TRELM's knowledge routing: (module whose output is the post-activation intermediate
 #: state, the first linear layer, the second), as attribute paths inside the block. Not listed: BERT naming
@@ -52,17 +56,60 @@ def check_extra_layers(block: nn.Module) -> None:
 
 def hidden_dropout(encoder_config) -> float:
     """The encoder's dropout on hidden states, whatever its family calls it (0.1 where it has none)."""
-    for name in ("hidden_dropout_prob", "dropout", "hidden_dropout", "mlp_dropout"):
+    for name in ("hidden_dropout_prob", "dropout", "hidden_dropout", "mlp_dropout", "dropout_rate"):
         value = getattr(encoder_config, name, None)
         if isinstance(value, (int, float)):
             return float(value)
     return 0.1
 
 
+def initializer_range(encoder_config) -> float:
+    """The standard deviation the encoder's family draws new weights with: ``initializer_range`` (BERT-likes),
+    ``init_std`` (BART), ``initializer_factor`` x 0.02 (T5, which scales its own draws by the factor)."""
+    for name in ("initializer_range", "init_std"):
+        value = getattr(encoder_config, name, None)
+        if isinstance(value, (int, float)):
+            return float(value)
+    return 0.02 * float(getattr(encoder_config, "initializer_factor", 1.0))
+
+
+def is_encoder_decoder(config) -> bool:
+    """Whether a model config is an encoder-decoder's (T5, BART, ...): KFM goes into its encoder only."""
+    return bool(getattr(config, "is_encoder_decoder", False))
+
+
+def text_encoder(model: nn.Module) -> nn.Module:
+    """The module that encodes the input text: an encoder-decoder model's encoder stack (``get_encoder()``: T5's
+    ``encoder``, BART's ``model.encoder``), any other encoder itself."""
+    config = getattr(model, "config", None)
+    if is_encoder_decoder(config) and callable(getattr(model, "get_encoder", None)):
+        encoder = model.get_encoder()
+        if encoder is model:
+            raise ValueError(f"{type(model).__name__} is an encoder-decoder model without an encoder module")
+        return encoder
+    return model
+
+
+def check_seq2seq(config) -> None:
+    """ValueError unless ``config`` is an encoder-decoder model's (a sequence-to-sequence model needs a decoder)."""
+    if not is_encoder_decoder(config):
+        kind = "decoder-only" if getattr(config, "is_decoder", False) or getattr(
+            config, "model_type", "") in _DECODER_ONLY else "encoder-only"
+        raise ValueError(f"a {getattr(config, 'model_type', type(config).__name__)!r} checkpoint is {kind}: KALA's "
+                         "conditional generation needs an encoder-decoder model (T5, BART, ...), whose encoder gets "
+                         "KFM and whose decoder generates")
+
+
+#: decoder-only families named in :func:`check_seq2seq`'s error (any other non encoder-decoder is called encoder-only)
+_DECODER_ONLY = ("gpt2", "gpt_neo", "gptj", "llama", "mistral", "qwen2", "opt", "bloom", "falcon", "phi", "gemma")
+
+
 def encoder_blocks(encoder: nn.Module, depth: int | None = None) -> list[nn.Module]:
     """The block each of the encoder's ``depth`` layer applications runs, in order. A family that shares blocks
-    (ALBERT) names the same module several times: the i-th entry is the block its i-th pass runs."""
+    (ALBERT) names the same module several times: the i-th entry is the block its i-th pass runs. For an
+    encoder-decoder model: its encoder's blocks (:func:`text_encoder`)."""
     depth = encoder.config.num_hidden_layers if depth is None else depth
+    encoder = text_encoder(encoder)
     groups = getattr(getattr(encoder, "encoder", None), "albert_layer_groups", None)
     if groups is not None:  # ALBERT: layer i runs group int(i / (depth / num_groups)), each of its inner layers
         if any(len(group.albert_layers) != 1 for group in groups):
@@ -115,4 +162,5 @@ def ffn_paths(block: nn.Module) -> tuple[nn.Module, tuple[nn.Module, str], tuple
 
 
 __all__ = ["MODULATED_NORMS", "PRE_LN_BLOCKS", "FFN_PATHS", "NO_EXTRA_LAYERS", "check_extra_layers", "hidden_dropout",
-           "encoder_blocks", "modulated_norms", "ffn_paths"]
+           "initializer_range", "is_encoder_decoder", "text_encoder", "check_seq2seq", "encoder_blocks",
+           "modulated_norms", "ffn_paths"]

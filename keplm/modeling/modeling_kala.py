@@ -8,9 +8,13 @@ from functools import partial
 
 import torch
 from torch import nn
-from transformers import AutoModel, AutoModelForQuestionAnswering, AutoModelForTokenClassification
-from transformers.modeling_outputs import QuestionAnsweringModelOutput, TokenClassifierOutput
-from transformers.utils import ModelOutput
+from transformers import (
+    AutoModel,
+    AutoModelForQuestionAnswering,
+    AutoModelForSeq2SeqLM,
+    AutoModelForTokenClassification,
+)
+from transformers.modeling_outputs import BaseModelOutput, QuestionAnsweringModelOutput, TokenClassifierOutput
 
 from keplm.configuration.configuration_kala import KalaConfig
 from keplm.knowledge.assets import KnowledgeAssets
@@ -26,7 +30,7 @@ from .base import (
     layer_norms,
 )
 from .entity_memory import NULL_ENTITY_INDEX, EntityEmbedding, EntityMemory
-from .families import encoder_blocks
+from .families import encoder_blocks, initializer_range, text_encoder
 from .heads import check_labels, classification_head
 from .kfm import KnowledgeFeatureModulation, apply_modulation, gather_modulation
 
@@ -35,11 +39,15 @@ logger = logging.getLogger(__name__)
 #: optimizers of the entity memory (``parameter_groups(entity_memory_optimizer=...)``): the Trainer's Adam (or
 #: SparseAdam for a sparse memory), or row-wise AdaGrad (one accumulator per row instead of two per weight)
 ENTITY_MEMORY_OPTIMIZERS = ("adam", "rowwise_adagrad")
+#: optimizers of the knowledge modules (``parameter_groups(knowledge_optimizer=...)``): the Trainer's (None), or an
+#: AdamW of their own, the paper's setup for T5 (section 5.6: T5 with Adafactor, the KALA module with AdamW, weight
+#: decay 0.01)
+KNOWLEDGE_OPTIMIZERS = (None, "adamw")
 
 
 @dataclass
-class KalaModelOutput(ModelOutput):
-    """Output of [`KalaModel`].
+class KalaModelOutput(BaseModelOutput):
+    """Output of [`KalaModel`] (a ``BaseModelOutput``, so an encoder-decoder's decoder takes it as its encoder's).
 
     entity_representations: ``[num_nodes, entity_dim]`` retrieved entity vectors v fed to the last KFM layer
         (after relational retrieval), one row per node of the batched context graphs.
@@ -48,9 +56,6 @@ class KalaModelOutput(ModelOutput):
     token (the knowledge layers are skipped there: KFM only changes mention tokens).
     """
 
-    last_hidden_state: torch.FloatTensor | None = None
-    hidden_states: tuple[torch.FloatTensor, ...] | None = None
-    attentions: tuple[torch.FloatTensor, ...] | None = None
     entity_representations: torch.FloatTensor | None = None
     entity_has_knowledge: torch.BoolTensor | None = None
 
@@ -170,20 +175,27 @@ class KalaPreTrainedModel(KeplmPreTrainedModel):
     def parameter_groups(self, learning_rate: float, knowledge_learning_rate: float | None = None,
                          entity_memory_optimizer: str = "adam",
                          entity_memory_learning_rate: float | None = None,
-                         knowledge_warmup_steps: float | None = None) -> list[ParameterGroup]:
+                         knowledge_warmup_steps: float | None = None, knowledge_optimizer: str | None = None,
+                         knowledge_weight_decay: float = 0.01) -> list[ParameterGroup]:
         """KALA's training options: ``knowledge_learning_rate`` for the knowledge modules (entity memory, KFM,
         relational retrieval; the paper gives its knowledge module an optimizer of its own for T5) and
         ``knowledge_warmup_steps``, their own warm-up (>= 1: steps, < 1: a share of the training steps); and the
         entity memory's optimizer: ``"adam"`` (the Trainer's; SparseAdam for a ``sparse_entity_memory``) or
-        ``"rowwise_adagrad"``, at ``entity_memory_learning_rate`` (default: the knowledge learning rate)."""
+        ``"rowwise_adagrad"``, at ``entity_memory_learning_rate`` (default: the knowledge learning rate).
+        ``knowledge_optimizer="adamw"``: the knowledge modules train with an AdamW of their own at
+        ``knowledge_weight_decay`` (the paper's T5 setup, with ``optim="adafactor"`` for the rest), instead of in the
+        Trainer's optimizer."""
         if entity_memory_optimizer not in ENTITY_MEMORY_OPTIMIZERS:
             raise ValueError(f"unknown entity_memory_optimizer {entity_memory_optimizer!r}; choose from "
                              f"{ENTITY_MEMORY_OPTIMIZERS}")
+        if knowledge_optimizer not in KNOWLEDGE_OPTIMIZERS:
+            raise ValueError(f"unknown knowledge_optimizer {knowledge_optimizer!r}; choose from "
+                             f"{KNOWLEDGE_OPTIMIZERS}")
         if knowledge_warmup_steps is not None and knowledge_warmup_steps < 0:
             raise ValueError(f"knowledge_warmup_steps must be >= 0, got {knowledge_warmup_steps}")
         if not self.config.uses_knowledge:
             if knowledge_learning_rate is not None or knowledge_warmup_steps is not None or (
-                    entity_memory_optimizer != "adam"):
+                    entity_memory_optimizer != "adam") or knowledge_optimizer is not None:
                 logger.warning("retrieval_mode='none': the model has no knowledge modules, so the knowledge "
                                "learning rate and warm-up and the entity-memory optimizer do not apply")
             return []
@@ -196,12 +208,13 @@ class KalaPreTrainedModel(KeplmPreTrainedModel):
                              if lr is not None)
             groups.append(ParameterGroup("entity_memory", [table.weight], memory_lr, own_optimizer,
                                          knowledge_warmup_steps))
-        if knowledge_learning_rate is not None or knowledge_warmup_steps is not None:
+        if knowledge_learning_rate is not None or knowledge_warmup_steps is not None or knowledge_optimizer:
             grouped = {id(p) for group in groups for p in group.parameters}
             parameters = [p for name, p in self.named_parameters()
                           if self.is_knowledge_parameter(name) and p.requires_grad and id(p) not in grouped]
-            groups.append(ParameterGroup("knowledge", parameters, knowledge_learning_rate,
-                                         warmup_steps=knowledge_warmup_steps))
+            groups.append(ParameterGroup("knowledge", parameters, knowledge_learning_rate, knowledge_optimizer,
+                                         knowledge_warmup_steps,
+                                         knowledge_weight_decay if knowledge_optimizer else None))
         return groups
 
     @torch.no_grad()
@@ -209,7 +222,7 @@ class KalaPreTrainedModel(KeplmPreTrainedModel):
         from .relational_retrieval import RelationalAttentionConv
 
         super()._init_weights(module)
-        std = self.config.encoder_config.initializer_range
+        std = initializer_range(self.config.encoder_config)
         if isinstance(module, KnowledgeFeatureModulation):
             module.fc2_weight.normal_(mean=0.0, std=std)
             module.fc2_bias.zero_()
@@ -237,11 +250,15 @@ class KalaModel(KalaPreTrainedModel):
     shared block, not the block itself. Its hooks count the passes of each forward and modulate only on the passes
     whose index is a KFM layer; each chosen pass has its own knowledge layer (γ/β MLPs, retrieval), while the
     block's weights stay shared.
+
+    Encoder-decoder models (T5, BART; ``keplm.modeling.modeling_kala_generation``): ``encoder`` holds the whole stock
+    model (built by ``encoder_auto_class``, e.g. ``AutoModelForSeq2SeqLM``), KFM hooks sit in its encoder stack, and
+    ``forward`` runs that encoder stack only: its output is what the stock decoder reads.
     """
 
-    def __init__(self, config: KalaConfig):
+    def __init__(self, config: KalaConfig, encoder_auto_class=AutoModel):
         super().__init__(config)
-        self.encoder = build_encoder(config.encoder_config)
+        self.encoder = build_encoder(config.encoder_config, encoder_auto_class)
         blocks = encoder_blocks(self.encoder, config.encoder_config.num_hidden_layers)
         self.entity_memory = (
             EntityMemory(config.entity_vocab_size, config.entity_dim, sparse=config.sparse_entity_memory)
@@ -373,11 +390,12 @@ class KalaModel(KalaPreTrainedModel):
         if state is not None and _skippable(state, ref.device):
             state = None  # no token reads knowledge: eq. (1) leaves every state as it is, so skip retrieval and MLPs
         self._state = state  # kept after forward so gradient-checkpointing recomputation sees the same knowledge
-        encoder_kwargs = {"token_type_ids": token_type_ids} if token_type_ids is not None else {}
-        outputs = self.encoder(
+        # optional inputs only when given: an encoder-decoder's encoder stack takes neither positions nor token types
+        encoder_kwargs = {name: value for name, value in (("token_type_ids", token_type_ids),
+                                                          ("position_ids", position_ids)) if value is not None}
+        outputs = text_encoder(self.encoder)(
             input_ids=input_ids,
             attention_mask=attention_mask,
-            position_ids=position_ids,
             inputs_embeds=inputs_embeds,
             output_attentions=output_attentions,
             output_hidden_states=output_hidden_states,
@@ -481,17 +499,23 @@ class KalaForQuestionAnswering(KalaPreTrainedModel):
         )
 
 
+# the encoder-decoder head lives in its own file (it reads the classes above, so it is imported here, after them)
+from .modeling_kala_generation import KalaForConditionalGeneration  # noqa: E402
+
 register_method(KalaConfig, {AutoModel: KalaModel, AutoModelForTokenClassification: KalaForTokenClassification,
-                             AutoModelForQuestionAnswering: KalaForQuestionAnswering}, processor=KalaProcessor,
+                             AutoModelForQuestionAnswering: KalaForQuestionAnswering,
+                             AutoModelForSeq2SeqLM: KalaForConditionalGeneration}, processor=KalaProcessor,
                 run_recipe="keplm.training.recipes.kala:KalaRunRecipe")
 
 __all__ = [
     "ENTITY_MEMORY_OPTIMIZERS",
+    "KNOWLEDGE_OPTIMIZERS",
     "KalaModel",
     "KalaModelOutput",
     "KalaPreTrainedModel",
     "KalaForTokenClassification",
     "KalaForQuestionAnswering",
+    "KalaForConditionalGeneration",
     "entity_dropout",
     "node_context",
 ]

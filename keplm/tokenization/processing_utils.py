@@ -421,6 +421,55 @@ class KeplmProcessor:
         encoding.pop("offset_mapping")
         return {**encoding, **out, **extra}
 
+    # ------------------------------------------------------------------ generative QA (encoder-decoder models)
+    def prepare_generative_qa_features(
+        self,
+        examples: dict,
+        max_length: int = 512,
+        max_target_length: int = 32,
+        annotation_column: str | None = "knowledge",
+        question_annotation_column: str | None = "question_knowledge",
+        with_knowledge: bool = True,
+        question_prefix: str = "question: ",
+        context_prefix: str = " context: ",
+    ) -> dict:
+        """``datasets.map(batched=True)`` function for SQuAD-style data answered by generation (T5-style input
+        ``question: <q> context: <c>``, cut at ``max_length`` tokens; one feature per example, no windows).
+
+        The knowledge of the context (and of the question, with ``question_annotation_column``) is aligned to the
+        tokens of its part of the input; ``labels`` are the tokens of the first gold answer (up to
+        ``max_target_length``; an example without answer gets the empty target)."""
+        questions = [q.strip() for q in examples["question"]]
+        sources = [f"{question_prefix}{q}{context_prefix}{c}" for q, c in zip(questions, examples["context"])]
+        encoding = self.tokenizer(sources, max_length=max_length, truncation=True, return_offsets_mapping=True)
+        context_annotations = examples.get(annotation_column) if annotation_column and with_knowledge else None
+        question_annotations = (examples.get(question_annotation_column)
+                                if question_annotation_column and with_knowledge else None)
+        out: dict[str, list] = {}
+        for i, offsets in enumerate(encoding["offset_mapping"] if with_knowledge else ()):
+            question_start = len(question_prefix)
+            context_start = question_start + len(questions[i]) + len(context_prefix)
+            sequence_ids = encoding.sequence_ids(i)
+            # each part's tokens, with offsets into that part's own text (what its annotation counts in)
+            parts = ((context_start, len(sources[i])), (question_start, question_start + len(questions[i])))
+            masks = [[s == 0 and end > start and first <= start and end <= last
+                      for s, (start, end) in zip(sequence_ids, offsets)] for first, last in parts]
+            local = [(start - parts[0][0], end - parts[0][0]) if masks[0][t] else
+                     (start - parts[1][0], end - parts[1][0]) if masks[1][t] else (0, 0)
+                     for t, (start, end) in enumerate(offsets)]
+            context = self.text_annotation(
+                context_annotations[i] if context_annotations is not None else None, examples["context"][i])
+            question = question_annotations[i] if question_annotations is not None else None
+            question = self.text_annotation(question, questions[i]) if question is not None else None
+            for key, value in self.knowledge_features(local, masks, [context, question]).items():
+                out.setdefault(key, []).append(value)
+        encoding.pop("offset_mapping")
+        answers = [a["text"][0] if a["text"] else "" for a in examples["answers"]] if "answers" in examples else None
+        if answers is not None:
+            out["labels"] = self.tokenizer(text_target=answers, max_length=max_target_length,
+                                           truncation=True)["input_ids"]
+        return {**encoding, **out}
+
     # ------------------------------------------------------------------ agreement with a model
     def check_config(self, config) -> None:
         """ValueError when a model config contradicts the processor: a tokenizer larger than the encoder's

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 import torch
-from transformers import HfArgumentParser, TrainingArguments
+from transformers import HfArgumentParser, Seq2SeqTrainingArguments, TrainingArguments
 
 from .engines import asks_for_deepspeed
 
@@ -189,6 +189,17 @@ class QaDataArguments(DataArguments):
         return (None if train < 0 else train, validation, test)
 
 
+@dataclass
+class GenerativeQaDataArguments(QaDataArguments):
+    """The SQuAD data options of ``run_qa.py`` for generated answers: one input per question (``question: ...
+    context: ...`` cut at ``--max_seq_length`` tokens, no stride windows: ``--doc_stride`` and ``--n_best_size`` are
+    unused) and the first gold answer as the target, ``--max_answer_length`` tokens at most (also the generation
+    length unless ``--generation_max_length`` says otherwise)."""
+
+    max_seq_length: int = field(default=512, metadata={"help": "Maximum tokens of 'question: ... context: ...'."})
+    max_answer_length: int = field(default=32, metadata={"help": "Maximum target (answer) tokens."})
+
+
 def _launched_distributed() -> bool:
     return int(os.environ.get("LOCAL_RANK", -1)) != -1 or int(os.environ.get("WORLD_SIZE", 1)) > 1
 
@@ -247,6 +258,15 @@ class KeplmTrainingArguments(TrainingArguments):
                              "with its best checkpoint")
 
 
+@dataclass
+class KeplmSeq2SeqTrainingArguments(KeplmTrainingArguments, Seq2SeqTrainingArguments):
+    """``KeplmTrainingArguments`` with ``Seq2SeqTrainingArguments``' generation fields (``--predict_with_generate``, on
+    by default here, ``--generation_max_length``, ``--generation_num_beams``, ``--generation_config``)."""
+
+    predict_with_generate: bool = field(
+        default=True, metadata={"help": "Evaluate and predict with generate() (generated answers are scored)."})
+
+
 def parse_args(classes: tuple[type, ...], args: list[str] | dict | None = None):
     """Parse the given argument dataclasses (e.g. ``(ModelArguments, NerDataArguments, <the method's arguments>,
     KeplmTrainingArguments)``) from ``args`` (default: the command line), from one ``.json`` file or a dict of
@@ -281,7 +301,9 @@ __all__ = [
     "DataArguments",
     "NerDataArguments",
     "QaDataArguments",
+    "GenerativeQaDataArguments",
     "KeplmTrainingArguments",
+    "KeplmSeq2SeqTrainingArguments",
     "parse_args",
     "split_paths",
 ]

@@ -2,7 +2,9 @@
 
 ``"sparse_adam"`` is ``torch.optim.SparseAdam`` (lazy Adam for tables with sparse gradients: only the rows of
 the batch move, no weight decay); ``"rowwise_adagrad"`` is :class:`RowwiseAdagrad` (one accumulator per row
-instead of Adam's two values per weight, for sparse or dense gradients). :class:`CombinedOptimizer` steps them
+instead of Adam's two values per weight, for sparse or dense gradients); ``"adamw"`` is ``torch.optim.AdamW`` with
+the group's weight decay on its matrices (not on biases and norm scales), e.g. KALA's knowledge modules beside an
+Adafactor-trained T5 (KALA's fine-tuning setup). :class:`CombinedOptimizer` steps them
 together with the Trainer's optimizer, so LR schedulers, checkpoints and the Trainer see one optimizer.
 """
 
@@ -95,15 +97,23 @@ def clip_grad_norm_sparse_(parameters, max_norm: float) -> torch.Tensor:
 
 
 #: optimizers a parameter group can ask for by name
-GROUP_OPTIMIZERS = ("sparse_adam", "rowwise_adagrad")
+GROUP_OPTIMIZERS = ("sparse_adam", "rowwise_adagrad", "adamw")
 
 
-def build_group_optimizer(name: str, parameters: list[nn.Parameter], lr: float, betas, eps: float):
-    """The optimizer called ``name`` (:data:`GROUP_OPTIMIZERS`) over ``parameters``."""
+def build_group_optimizer(name: str, parameters: list[nn.Parameter], lr: float, betas, eps: float,
+                          weight_decay: float = 0.0):
+    """The optimizer called ``name`` (:data:`GROUP_OPTIMIZERS`) over ``parameters`` (``weight_decay``: AdamW's, on
+    parameters with two or more dimensions)."""
     if name == "rowwise_adagrad":
         return RowwiseAdagrad(parameters, lr=lr, eps=eps)
     if name == "sparse_adam":
         return torch.optim.SparseAdam(parameters, lr=lr, betas=betas, eps=eps)
+    if name == "adamw":
+        decayed = [p for p in parameters if p.dim() > 1]
+        others = [p for p in parameters if p.dim() <= 1]
+        groups = [{"params": params, "weight_decay": decay} for params, decay in
+                  ((decayed, weight_decay), (others, 0.0)) if params]
+        return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=eps)
     raise ValueError(f"unknown parameter-group optimizer {name!r}; choose from {GROUP_OPTIMIZERS}")
 
 
@@ -115,10 +125,12 @@ def _warmup_setting(warmup_steps: float | None) -> dict:
     return {} if warmup_steps is None else {WARMUP_KEY: warmup_steps}
 
 
-def apply_parameter_groups(optimizer: torch.optim.Optimizer, groups, learning_rate: float, betas, eps: float):
+def apply_parameter_groups(optimizer: torch.optim.Optimizer, groups, learning_rate: float, betas, eps: float,
+                           weight_decay: float = 0.0):
     """Move the parameters of the model's :class:`~keplm.modeling.base.ParameterGroup` s out of ``optimizer``'s
     groups: into new groups of ``optimizer`` at the group's learning rate (each keeps the settings, e.g. weight
-    decay, of the group it left), or into the group's own optimizer. Returns ``optimizer`` or a
+    decay, of the group it left), or into the group's own optimizer (at the group's weight decay, else
+    ``weight_decay``, the Trainer's). Returns ``optimizer`` or a
     :class:`CombinedOptimizer` of it and the groups' own optimizers."""
     owner: dict[int, str] = {}
     for group in groups:
@@ -139,7 +151,8 @@ def apply_parameter_groups(optimizer: torch.optim.Optimizer, groups, learning_ra
                 optimizer.add_param_group({**{k: v for k, v in stock.items() if k != "params"}, "params": moved,
                                            "lr": lr, **_warmup_setting(group.warmup_steps)})
         if group.optimizer is not None and group.parameters:
-            others.append(build_group_optimizer(group.optimizer, group.parameters, lr, betas, eps))
+            decay = weight_decay if group.weight_decay is None else group.weight_decay
+            others.append(build_group_optimizer(group.optimizer, group.parameters, lr, betas, eps, decay))
             for param_group in others[-1].param_groups:
                 param_group.update(_warmup_setting(group.warmup_steps))
     return CombinedOptimizer(optimizer, others) if others else optimizer

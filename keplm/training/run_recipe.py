@@ -18,6 +18,7 @@ from typing import ClassVar
 from transformers import (
     AutoConfig,
     AutoModelForQuestionAnswering,
+    AutoModelForSeq2SeqLM,
     AutoModelForSequenceClassification,
     AutoModelForTokenClassification,
 )
@@ -33,6 +34,7 @@ TASK_AUTO_CLASSES = {
     "ner": AutoModelForTokenClassification,
     "qa": AutoModelForQuestionAnswering,
     "sequence_classification": AutoModelForSequenceClassification,
+    "generative_qa": AutoModelForSeq2SeqLM,
 }
 
 

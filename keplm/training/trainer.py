@@ -153,7 +153,8 @@ class KeplmTrainer(Trainer):
             return optimizer
         groups = hook(self.args.learning_rate, **self.parameter_group_options)
         self.optimizer = apply_parameter_groups(optimizer, groups, self.args.learning_rate,
-                                                (self.args.adam_beta1, self.args.adam_beta2), self.args.adam_epsilon)
+                                                (self.args.adam_beta1, self.args.adam_beta2), self.args.adam_epsilon,
+                                                self.args.weight_decay)
         self._sparse_gradients = bool(sparse_parameters(keplm_model))
         return self.optimizer
 

@@ -136,6 +136,16 @@ class KnowledgeArguments(LinkingArguments):
                   "(docs/knowledge_checks.md); with other schedules none. Knowledge systems only."},
     )
 
+    knowledge_optimizer: str | None = field(
+        default=None,
+        metadata={"help": "'adamw': the knowledge modules train with an AdamW of their own (at "
+                  "--knowledge_learning_rate and --knowledge_weight_decay) instead of in the Trainer's optimizer: the "
+                  "paper's T5 setup with --optim adafactor for the rest (KALA 5.6). Knowledge systems only.",
+                  "choices": ["adamw"]},
+    )
+    knowledge_weight_decay: float = field(
+        default=0.01, metadata={"help": "Weight decay of --knowledge_optimizer adamw (paper: 0.01)."})
+
     def __post_init__(self):
         if self.knowledge == "annotations" and not self.annotation_files:
             raise ValueError("--knowledge annotations needs --annotation_files train=PATH [validation=PATH ...]")
@@ -157,7 +167,10 @@ class KnowledgeArguments(LinkingArguments):
         warmup = self.knowledge_warmup_steps
         if warmup is None and self.uses_knowledge and schedule_has_warmup(lr_scheduler_type, lr_scheduler_kwargs):
             warmup = DEFAULT_KNOWLEDGE_WARMUP
+        own_optimizer = self.knowledge_optimizer if self.uses_knowledge else None
         return {"knowledge_learning_rate": knowledge_lr,
+                **({"knowledge_optimizer": own_optimizer, "knowledge_weight_decay": self.knowledge_weight_decay}
+                   if own_optimizer else {}),
                 "entity_memory_optimizer": self.entity_memory_optimizer,
                 "entity_memory_learning_rate": self.entity_memory_learning_rate,
                 "knowledge_warmup_steps": warmup}
@@ -253,7 +266,7 @@ def training_entity_ids(train_dataset, task: str) -> list[str]:
     """Entity id of every training mention, with repetition (for frequency pruning); a QA context repeated over
     its questions counts once."""
     rows = train_dataset["knowledge"]
-    if task == "qa":
+    if TEXT_COLUMNS[task][0] == "context":  # extractive or generative QA
         first = {}
         for index, context in enumerate(train_dataset["context"]):
             first.setdefault(context, index)
@@ -335,7 +348,7 @@ def knowledge_coverage(processor, raw, uses_knowledge: bool) -> dict:
 
 class KalaRunRecipe(RunRecipe):
     arguments: ClassVar[type] = KnowledgeArguments
-    tasks: ClassVar[tuple[str, ...]] = ("ner", "qa")
+    tasks: ClassVar[tuple[str, ...]] = ("ner", "qa", "generative_qa")
 
     def prepare(self, raw, text_columns, num_proc=None):
         self.annotation_report = {}
@@ -353,7 +366,7 @@ class KalaRunRecipe(RunRecipe):
         return processor if uses_knowledge else processor.without_knowledge()  # a baseline's checkpoint has no KG
 
     def feature_options(self, processor, data_args) -> dict:
-        return {"question_annotation_column": None} if self.task == "qa" else {}
+        return {"question_annotation_column": None} if self.task in ("qa", "generative_qa") else {}
 
     def collator(self, processor, model, data_args):
         return build_collator(processor, model, data_args, self.args)

@@ -1,0 +1,109 @@
+#!/usr/bin/env python
+"""Fine-tune KALA on an encoder-decoder model (T5, BART) for generative QA (KALA section 5.6), in the style of Hugging
+Face's ``run_seq2seq_qa.py``: answers are generated and scored with the official SQuAD v1.1 EM/F1.
+
+    python run_scripts/run_generative_qa.py --model_name_or_path t5-small \\
+        --dataset_name ../shared/data/squad_v1.1/dev-v1.1.json.gz --split_by_article 38 5 5 \\
+        --kg trex:../shared/data/lama --system relational --optim adafactor --learning_rate 1e-4 \\
+        --knowledge_optimizer adamw --knowledge_learning_rate 1e-4 --num_train_epochs 4 \\
+        --do_train --do_eval --do_predict --output_dir outputs/generative_qa
+
+The data options are ``run_qa.py``'s (``--dataset_name`` / ``--train_file`` / ``--validation_file`` / ``--test_file``,
+``--split_by_article``); each question becomes one input ``question: <q> context: <c>`` (cut at ``--max_seq_length``
+tokens) whose context the method's processor links against the KG, and its first gold answer the target.
+``--optim adafactor --knowledge_optimizer adamw`` is the paper's setup (T5 with Adafactor, the knowledge modules with
+an AdamW of their own, weight decay 0.01). ``--model_type`` picks another registered method whose run recipe trains
+the ``generative_qa`` task.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+
+import transformers
+from transformers import set_seed
+
+from keplm.training.arguments import (
+    GenerativeQaDataArguments,
+    KeplmSeq2SeqTrainingArguments,
+    ModelArguments,
+    parse_args,
+)
+from keplm.training.knowledge_setup import Featurizer, maybe_add_lora
+from keplm.training.metrics import squad_references, squad_v1_metrics
+from keplm.training.model_card import KeplmModelCardData
+from keplm.training.run_recipe import choose_recipe
+from keplm.training.runtime import build_features, check_splits, flatten, setup_logging, used_splits
+from keplm.training.subsets import subset_metrics
+from keplm.training.trainer_seq2seq import GenerativeQuestionAnsweringTrainer
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from run_qa import CARD_FACTS, SPLIT_HINT, load_data, train_evaluate_predict  # noqa: E402
+
+logger = logging.getLogger(__name__)
+
+TASK = "generative_qa"
+
+
+def main(args: list[str] | None = None) -> dict:
+    """Train / evaluate / predict one method (``--model_type``, default: the checkpoint's, else KALA) on generative
+    QA: its run recipe prepares the knowledge and builds the encoder-decoder model; inputs, generated answers and
+    EM/F1 are the task's."""
+    model_type, recipe_class, rest = choose_recipe(args, default="kala")
+    model_args, data_args, method_args, training_args = parse_args(
+        (ModelArguments, GenerativeQaDataArguments, recipe_class.arguments, KeplmSeq2SeqTrainingArguments), rest)
+    recipe = recipe_class(model_type, model_args, method_args, TASK)
+    setup_logging(training_args)
+    set_seed(training_args.seed)
+    if training_args.generation_max_length is None:
+        training_args.generation_max_length = data_args.max_answer_length
+
+    raw, data_report = load_data(data_args)
+    check_splits(raw, training_args, SPLIT_HINT)
+    raw = used_splits(raw, training_args)
+    with training_args.main_process_first(desc="knowledge"):
+        processor, raw = recipe.prepare(raw, ["context"], data_args.preprocessing_num_workers)
+    model = recipe.build_model(processor)
+    processor = recipe.finish(processor, model)
+    features = build_features(raw, lambda split: Featurizer(
+        processor, "prepare_generative_qa_features", with_knowledge=recipe.reads_knowledge(model),
+        max_length=data_args.max_seq_length, max_target_length=data_args.max_answer_length,
+        **recipe.feature_options(processor, data_args),
+    ), data_args, training_args)
+    collator = recipe.collator(processor, model, data_args)
+    recipe.before_training(model, features, collator, training_args)
+    model = maybe_add_lora(model, model_args)
+
+    group_options = recipe.parameter_group_options(training_args)
+    trainer = GenerativeQuestionAnsweringTrainer(
+        model=model, args=training_args, data_collator=collator, processing_class=processor,
+        parameter_group_options=group_options,
+        card_data=KeplmModelCardData(
+            base_model=model_args.model_name_or_path, dataset=data_args.dataset_name, command=["python", *sys.argv],
+            card_facts=CARD_FACTS, **recipe.card_options(raw, model, group_options)),
+        train_dataset=features.get("train"), eval_dataset=features.get("validation"),
+        eval_examples=raw["validation"] if training_args.do_eval else None,
+    )
+    data_results = recipe.data_results(processor, raw, features, model)
+    data_results.update(flatten(data_report, "data"))
+
+    def predict_extra(output) -> dict:  # KALA 5.4: questions with >= 3 entities unseen in training vs the rest
+        metrics = recipe.split_results(raw, "test", "predict")
+        counts = recipe.unseen_entity_counts(raw, "test")
+        if counts is not None:
+            ids = [str(i) for i in raw["test"]["id"]]
+            references = squad_references(raw["test"])
+            metrics.update(subset_metrics(
+                lambda p, r: squad_v1_metrics(dict(enumerate(p)), dict(enumerate(r))),
+                [output.predictions.get(i, "") for i in ids], [references[i] for i in ids], counts, "predict"))
+        return metrics
+
+    return train_evaluate_predict(trainer, training_args, raw, features, data_results,
+                                  train_extra=recipe.split_results(raw, "train", "train"), predict_extra=predict_extra)
+
+
+if __name__ == "__main__":
+    transformers.utils.logging.enable_explicit_format()
+    main()
