@@ -72,6 +72,7 @@ def main(args: list[str] | None = None) -> dict:
         max_length=data_args.max_seq_length, max_target_length=data_args.max_answer_length,
         **recipe.feature_options(processor, data_args),
     ), data_args, training_args)
+    cut = count_answers_cut(features, data_args.max_seq_length)
     collator = recipe.collator(processor, model, data_args)
     recipe.before_training(model, features, collator, training_args)
     model = maybe_add_lora(model, model_args)
@@ -88,6 +89,7 @@ def main(args: list[str] | None = None) -> dict:
     )
     data_results = recipe.data_results(processor, raw, features, model)
     data_results.update(flatten(data_report, "data"))
+    data_results.update(cut)
 
     def predict_extra(output) -> dict:  # KALA 5.4: questions with >= 3 entities unseen in training vs the rest
         metrics = recipe.split_results(raw, "test", "predict")
@@ -102,6 +104,23 @@ def main(args: list[str] | None = None) -> dict:
 
     return train_evaluate_predict(trainer, training_args, raw, features, data_results,
                                   train_extra=recipe.split_results(raw, "train", "train"), predict_extra=predict_extra)
+
+
+def count_answers_cut(features: dict, max_seq_length: int) -> dict:
+    """``{<split>_answers_cut: n}``: questions whose first answer lies (partly) beyond the --max_seq_length cut of
+    their input (the model cannot read it there; contexts are cut, not windowed), logged; the features' own
+    ``answer_cut`` column is dropped before the Trainer sees the features."""
+    counts = {}
+    for split, dataset in list(features.items()):
+        if "answer_cut" not in dataset.column_names:
+            continue
+        counts[f"{split}_answers_cut"] = cut = int(sum(dataset["answer_cut"]))
+        if cut:
+            logger.warning("%s: %d of %d questions have their answer beyond the first %d tokens of 'question: ... "
+                           "context: ...' (the input is cut there); --max_seq_length sets the cut", split, cut,
+                           len(dataset), max_seq_length)
+        features[split] = dataset.remove_columns("answer_cut")
+    return counts
 
 
 if __name__ == "__main__":

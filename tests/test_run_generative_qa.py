@@ -65,9 +65,27 @@ def test_run_generative_qa_end_to_end(tiny_t5, tmp_path):
     features = processor.prepare_generative_qa_features(
         {"question": [questions[0][0]], "context": [context], "answers": [{"text": [], "answer_start": []}]},
         max_length=64)
-    inputs = processor.as_tensors({k: v[0] for k, v in features.items() if k != "labels"})
+    inputs = processor.as_tensors({k: v[0] for k, v in features.items() if k not in ("labels", "answer_cut")})
     with torch.no_grad():
         ids = model.generate(**inputs, num_beams=2, max_length=6)
     answer = processor.tokenizer.decode(ids[0], skip_special_tokens=True).strip()
     assert answer == eval_predictions["q2-0"]
     assert not list(Path(out).glob("*.bin")) and not list(Path(out).glob("*.pkl"))
+
+
+def test_answers_beyond_the_cut_are_counted_and_extractive_options_refused(tiny_t5, tmp_path, caplog):
+    """Inputs are cut at --max_seq_length tokens, not windowed: questions whose answer lies beyond the cut are
+    counted in the results and logged (none at 64 tokens, some at 12); --doc_stride / --n_best_size (extractive-QA
+    options) are a ValueError, not silently ignored."""
+    run = load_script("run_generative_qa").main
+    whole = run(generative_qa_args(tiny_t5, tmp_path / "whole", "--do_train", "--max_steps", "1"))
+    assert whole["train_answers_cut"] == 0
+    args = generative_qa_args(tiny_t5, tmp_path / "cut", "--do_train", "--max_steps", "1")
+    args[args.index("--max_seq_length") + 1] = "12"
+    with caplog.at_level("WARNING"):
+        cut = run(args)
+    assert 0 < cut["train_answers_cut"] <= cut["train_samples"]
+    assert "have their answer beyond the first 12 tokens" in caplog.text
+    for option in ("--doc_stride", "--n_best_size"):
+        with pytest.raises(ValueError, match=f"{option} is an extractive-QA option"):
+            run(generative_qa_args(tiny_t5, tmp_path / "refused", "--do_train", option, "8"))

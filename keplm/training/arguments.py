@@ -193,11 +193,21 @@ class QaDataArguments(DataArguments):
 class GenerativeQaDataArguments(QaDataArguments):
     """The SQuAD data options of ``run_qa.py`` for generated answers: one input per question (``question: ...
     context: ...`` cut at ``--max_seq_length`` tokens, no stride windows: ``--doc_stride`` and ``--n_best_size`` are
-    unused) and the first gold answer as the target, ``--max_answer_length`` tokens at most (also the generation
+    refused) and the first gold answer as the target, ``--max_answer_length`` tokens at most (also the generation
     length unless ``--generation_max_length`` says otherwise)."""
 
-    max_seq_length: int = field(default=512, metadata={"help": "Maximum tokens of 'question: ... context: ...'."})
+    max_seq_length: int = field(default=512, metadata={"help": "Maximum tokens of 'question: ... context: ...'; "
+                                                               "answers cut off are counted (data_results.json)."})
     max_answer_length: int = field(default=32, metadata={"help": "Maximum target (answer) tokens."})
+    doc_stride: int | None = field(default=None, metadata={"help": "Not used: one input per question, no windows."})
+    n_best_size: int | None = field(default=None, metadata={"help": "Not used: answers are generated, not spans."})
+
+    def __post_init__(self):
+        super().__post_init__()
+        for option in ("doc_stride", "n_best_size"):
+            if getattr(self, option) is not None:
+                raise ValueError(f"--{option} is an extractive-QA option (run_qa.py): generative QA reads one input "
+                                 "per question, cut at --max_seq_length tokens, and generates the answer")
 
 
 def _launched_distributed() -> bool:
