@@ -225,6 +225,22 @@ def test_run_ner_reloads_its_checkpoint(tiny, tmp_path):
     assert (second / "tagged_text.json").is_file()
 
 
+def test_sparse_entity_memory_applies_when_fine_tuning_a_keplm_checkpoint(tiny, tmp_path):
+    """--sparse_entity_memory is a training choice: fine-tuning a (dense) KALA checkpoint with it trains the entity
+    memory with sparse gradients (it was silently ignored for checkpoints)."""
+    run_ner = load_script("run_ner")
+    first = tmp_path / "first"
+    run_ner.main(ner_args(tiny, first, "relational", "--do_train", "--max_steps", "1"))
+    assert not read_json(first / "config.json").get("sparse_entity_memory")
+    second = tmp_path / "second"
+    args = ner_args(tiny, second, "relational", "--do_train", "--max_steps", "2", "--sparse_entity_memory")
+    args[args.index("--model_name_or_path") + 1] = str(first)
+    results = run_ner.main(args)
+    assert read_json(second / "config.json")["sparse_entity_memory"] is True
+    assert AutoModelForTokenClassification.from_pretrained(second).kala.entity_memory.embeddings.sparse
+    assert results["train_loss"] == pytest.approx(results["train_loss"])  # finite, not NaN
+
+
 def test_run_ner_predicts_with_a_baseline_checkpoint(tiny, tmp_path):
     """A vanilla checkpoint (saved without a KG) predicts from its folder alone: its inputs are not linked."""
     run_ner = load_script("run_ner")
