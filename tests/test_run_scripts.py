@@ -607,3 +607,23 @@ def test_run_ner_initialises_the_entity_memory_from_the_encoder(tiny, tmp_path):
     memory = {name: KalaForTokenClassification.from_pretrained(path).kala.entity_memory.embeddings.weight.detach()
               for name, path in (("init", out), ("plain", plain))}
     assert not torch.allclose(memory["init"][1:], memory["plain"][1:])
+
+
+def test_a_checkpoint_and_its_processor_share_one_kg_in_a_run(tiny, tmp_path):
+    """Fine-tuning a keplm checkpoint loads its KG once: the model takes the processor's assets when the checkpoint's
+    recorded hashes are theirs (``from_pretrained(knowledge_assets=...)``), and loads its own otherwise."""
+    from keplm.knowledge import KnowledgeAssets
+    from keplm.training.arguments import ModelArguments
+    from keplm.training.recipes.kala import KnowledgeArguments, build_model, prepare_processor
+
+    first = tmp_path / "first"
+    load_script("run_ner").main(ner_args(tiny, first, "relational", "--do_train", "--max_steps", "1"))
+    knowledge_args = KnowledgeArguments(system="relational", knowledge="link")
+    processor = prepare_processor(ModelArguments(model_name_or_path=str(first)), knowledge_args)
+    model = build_model(AutoModelForTokenClassification, ModelArguments(model_name_or_path=str(first)),
+                        knowledge_args, processor, "ner")
+    assert model.knowledge_assets is processor.knowledge_assets
+    other = KnowledgeAssets(["[NULL]", "Q1"], processor.knowledge_assets.relation_vocab)
+    loaded = AutoModelForTokenClassification.from_pretrained(first, knowledge_assets=other)
+    assert loaded.knowledge_assets is not other
+    assert loaded.knowledge_assets.content_hash() == processor.knowledge_assets.content_hash()

@@ -202,7 +202,9 @@ class KeplmPreTrainedModel(PreTrainedModel):
     def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
         """As ``PreTrainedModel.from_pretrained``, with the knowledge assets: the revision is resolved to one commit
         first, so config, assets and weights come from the same commit; the assets are loaded (and their hashes
-        checked) before the weights, so a checkpoint without them fails before downloading the weights. A LoRA
+        checked) before the weights, so a checkpoint without them fails before downloading the weights;
+        ``knowledge_assets=``: assets already in memory (e.g. the processor's, loaded from the same checkpoint), used
+        as they are when the checkpoint's recorded hashes are theirs, so one process holds one KG. A LoRA
         adapter saved by keplm (``keplm.modeling.lora``) loads onto its base encoder (``base_model_name_or_path``:
         another copy of it), merged."""
         from .lora import is_adapter, load_merged_adapter
@@ -215,10 +217,10 @@ class KeplmPreTrainedModel(PreTrainedModel):
             return load_merged_adapter(cls, pretrained_model_name_or_path,
                                        dtype=dtype if isinstance(dtype, torch.dtype) else None,
                                        base_model_name_or_path=kwargs.get("base_model_name_or_path"), **location)
-        assets = None
+        assets, reuse = None, kwargs.pop("knowledge_assets", None)
         config = cls.config_class.from_pretrained(pretrained_model_name_or_path, **location)
         if getattr(config, "uses_knowledge_assets", False):
-            assets = KnowledgeAssets.from_pretrained(pretrained_model_name_or_path, **location)
+            assets = KnowledgeAssets.from_pretrained(pretrained_model_name_or_path, reuse=reuse, **location)
         loaded = super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
         model = loaded[0] if isinstance(loaded, tuple) else loaded
         if assets is not None and isinstance(model, KeplmPreTrainedModel) and model.config.uses_knowledge_assets:

@@ -310,7 +310,8 @@ def build_model(model_class, model_args: ModelArguments, knowledge_args: Knowled
     if is_keplm_checkpoint(path, **hub):
         if knowledge_args.sparse_entity_memory:  # a training choice, not the architecture: it applies to checkpoints
             config_kwargs["sparse_entity_memory"] = True
-        model = model_class.from_pretrained(path, **hub, **config_kwargs)
+        # the processor's assets when they are the checkpoint's: the process holds one KG, not one per object
+        model = model_class.from_pretrained(path, knowledge_assets=processor.knowledge_assets, **hub, **config_kwargs)
         if knowledge_args.kg and getattr(model, "knowledge_assets", None) is not None:
             model.set_knowledge_assets(processor.knowledge_assets)  # prepare_processor's knowledge update
         return model
