@@ -80,3 +80,27 @@ def test_a_deepspeed_launch_is_not_put_in_cpu_mode(monkeypatch, tmp_path):
     monkeypatch.setenv("ACCELERATE_USE_DEEPSPEED", "true")
     parse_args((Settings,), [])
     assert "ACCELERATE_USE_CPU" not in os.environ
+
+
+@pytest.mark.slow
+def test_cpu_ddp_is_a_cpu_run_so_bf16_is_not_refused(tmp_path, tokenizer, kg):
+    """torchrun with two CPU processes and --bf16 (without --use_cpu): the training arguments get use_cpu as well,
+    so the run trains with CPU autocast instead of failing with transformers' "Your setup doesn't support bf16/gpu"."""
+    import json
+
+    tiny = write_tiny_files(tmp_path / "tiny", tokenizer, kg)
+    out = tmp_path / "out"
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
+               str(_free_port()), str(ROOT / "run_scripts" / "run_ner.py"), "--model_name_or_path", tiny["model"],
+               "--dataset_name", tiny["conll"], "--output_dir", str(out), "--system", "relational", "--knowledge",
+               "link", "--kg", tiny["kg"], "--do_train", "--max_steps", "2", "--bf16", "--report_to", "none",
+               "--save_strategy", "no", "--disable_tqdm", "1"]
+    env = dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false",
+               HF_HOME=str(tmp_path / "hf_home"),
+               PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p))
+    result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    log = result.stdout + result.stderr
+    assert result.returncode == 0, log[-4000:]
+    assert "2 process(es), distributed=distributed" in log
+    results = json.loads((out / "train_results.json").read_text())
+    assert results["train_loss"] == results["train_loss"]  # trained, loss not NaN

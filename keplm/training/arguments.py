@@ -12,7 +12,7 @@ import json
 import os
 import re
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Literal
 
 import torch
@@ -295,13 +295,16 @@ def parse_args(classes: tuple[type, ...], args: list[str] | dict | None = None):
         with open(argv[0], encoding="utf-8") as f:
             settings = json.load(f)
     deepspeed = asks_for_deepspeed(argv) or (settings or {}).get("deepspeed")
-    if _launched_distributed() and not _has_accelerator() and not deepspeed:
+    cpu_ddp = _launched_distributed() and not _has_accelerator() and not deepspeed
+    if cpu_ddp:
         os.environ.setdefault("ACCELERATE_USE_CPU", "true")
     parser = HfArgumentParser(classes)
-    if isinstance(args, dict):  # settings already read from a JSON file
-        return parser.parse_dict(args)
-    if len(argv) == 1 and argv[0].endswith(".json"):
-        return parser.parse_json_file(json_file=os.path.abspath(argv[0]))
+    # CPU DDP is a CPU run: --use_cpu too, so that e.g. --bf16 (CPU autocast) is not refused as "bf16 needs a GPU"
+    takes_use_cpu = any(f.name == "use_cpu" for c in classes for f in fields(c))
+    if settings is not None:
+        return parser.parse_dict({**({"use_cpu": True} if cpu_ddp and takes_use_cpu else {}), **settings})
+    if cpu_ddp and takes_use_cpu and "--use_cpu" not in argv and not any(a.startswith("--use_cpu=") for a in argv):
+        argv = [*argv, "--use_cpu"]
     return parser.parse_args_into_dataclasses(args=argv)
 
 
