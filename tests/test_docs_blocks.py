@@ -116,6 +116,74 @@ def test_readme_roof_and_trelm_run_scripts(tiny, tmp_path):
     assert (tmp_path / "semeval" / "all_results.json").is_file()
 
 
+def run_python_block(run_id: str, replacements: dict[str, str], cwd: Path, monkeypatch,
+                     given: dict | None = None) -> dict:
+    """Execute a Python block as written in the document, in ``cwd``, with each ``replacements`` key (a piece of the
+    block's text: data paths, the encoder, the training length) replaced; a key the block no longer holds fails the
+    test, so the runner follows the document. ``given``: the names the block takes as defined (its ``model``, ...).
+    Returns the block's names."""
+    text = docs_blocks.block(run_id).text
+    for old, new in replacements.items():
+        assert old in text, f"{run_id}: the block no longer holds {old!r}"
+        text = text.replace(old, new)
+    monkeypatch.chdir(cwd)
+    namespace: dict = {"__name__": f"docs_block_{run_id}", **(given or {})}
+    exec(compile(text, f"<{run_id}>", "exec"), namespace)  # noqa: S102 - the project's own documentation
+    return namespace
+
+
+def test_readme_using_kala_python_block(tiny, tmp_path, monkeypatch):
+    """README's "Using KALA" Python block: link, build the entity memory, train (2 steps), save, reload through the
+    Auto classes; the tiny encoder, CoNLL files and KG stand in for bert-base-uncased and the real data."""
+    names = run_python_block("readme-using-kala", {
+        '"bert-base-uncased"': repr(tiny["model"]),
+        '"../shared/data/conll2003"': repr(tiny["conll"]),
+        '"fb15k237:../shared/data/kg/fb15k-237"': repr(tiny["kg"]),
+        'TrainingArguments("out")': 'TrainingArguments("out", max_steps=2, report_to="none", use_cpu=True, '
+                                    'save_strategy="no", per_device_train_batch_size=4)',
+    }, tmp_path, monkeypatch)
+    from keplm import KalaForTokenClassification, KalaProcessor
+
+    assert isinstance(names["model"], KalaForTokenClassification) and isinstance(names["processor"], KalaProcessor)
+    assert names["model"].config.retrieval_mode == "relational" and (tmp_path / "out" / "knowledge").is_dir()
+    assert names["processor"].knowledge_assets.content_hash() == names["model"].knowledge_assets.content_hash()
+
+
+@needs_data
+def test_trelm_corpus_python_block(tmp_path, monkeypatch):
+    """docs/trelm.md's corpus block on the real LAMA T-REx and FewRel files (100 examples): the corpus, its held-out
+    facts, the files ``save`` writes and the KG without the held-out facts (both ``trex:`` specs are replaced)."""
+    data = str(DATA)
+    names = run_python_block("trelm-corpus", {
+        '"trex:../shared/data/lama"': repr(f"trex:{data}/lama"),
+        '"fewrel:../shared/data/fewrel/val_wiki.json.gz"': repr(f"fewrel:{data}/fewrel/val_wiki.json.gz"),
+        "max_examples=None": "max_examples=100",
+    }, tmp_path, monkeypatch)
+    corpus, kg = names["corpus"], names["kg"]
+    assert 0 < len(corpus.dataset) <= 100 and corpus.held_out_keys and corpus.seen_keys
+    saved = {p.name for p in (tmp_path / "out").iterdir()}
+    assert {"seen_facts.tsv", "held_out_facts.tsv", "corpus_report.json"} <= saved
+    assert kg.num_triples > 0
+
+
+@needs_data
+def test_probing_python_api_block(tiny, tmp_path, monkeypatch):
+    """docs/probing.md's Python API block on the real LAMA T-REx files (P19, P20, 100 facts each), with the tiny masked
+    LM as the block's ``model`` / ``tokenizer`` and a ``seen_facts.tsv`` naming two of the facts."""
+    from transformers import AutoModelForMaskedLM, AutoTokenizer
+
+    from keplm.data.lama import load_probe, write_fact_keys
+
+    facts = load_probe("lama_trex", str(DATA), relations=["P19"], max_facts_per_relation=2)["facts"]
+    write_fact_keys(tmp_path / "seen_facts.tsv", [(f["sub_uri"], f["relation"], f["obj_uri"]) for f in facts])
+    names = run_python_block("probing-python-api", {'"../shared/data"': repr(str(DATA))}, tmp_path, monkeypatch,
+                             {"model": AutoModelForMaskedLM.from_pretrained(tiny["mlm"]),
+                              "tokenizer": AutoTokenizer.from_pretrained(tiny["mlm"])})
+    assert {f["relation"] for f in names["data"]["facts"]} == {"P19", "P20"} and len(names["data"]["facts"]) <= 200
+    assert len(names["seen"]) == 2 and len(names["dataset"]) == len(names["held_out"]) > 0
+    assert names["results"] and len(names["predictions"]) > 0
+
+
 # ============================================================================================ model_cards/
 CARDS = sorted(b.run_id for b in docs_blocks.all_blocks() if b.run_id and b.run_id.startswith("card-"))
 
@@ -144,6 +212,9 @@ def test_squad_card_command_runs(tiny, tmp_path):
 
 RUNNERS = {
     **{run_id: test_card_command_parses for run_id in CARDS},
+    "readme-using-kala": test_readme_using_kala_python_block,
+    "trelm-corpus": test_trelm_corpus_python_block,
+    "probing-python-api": test_probing_python_api_block,
     "readme-roof-trelm-run-scripts": test_readme_roof_and_trelm_run_scripts,
     "readme-kala-run-scripts": test_readme_kala_run_scripts,
 }
