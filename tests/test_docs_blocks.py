@@ -184,6 +184,27 @@ def test_probing_python_api_block(tiny, tmp_path, monkeypatch):
     assert names["results"] and len(names["predictions"]) > 0
 
 
+@needs_data
+def test_relation_extraction_blocks(tiny, tmp_path, monkeypatch):
+    """docs/relation_extraction.md in order, capped: the Re-DocRED training command, the prediction-only command on
+    its output, and the Python block that uses the extractor as KALA's fact source (the block's ``text`` and
+    ``annotation``: a sentence and its linked mentions)."""
+    from keplm.knowledge import KnowledgeAnnotation
+
+    (train,) = run_block("re-docred-train", tiny, tmp_path)
+    assert (tmp_path / "re_docred" / "config.json").is_file() and "eval_f1" in train
+    (top1,) = run_block("re-docred-top1", tiny, tmp_path)
+    assert "predict_f1" in json.loads((tmp_path / "re_docred_top1" / "all_results.json").read_text())
+    text = "john lives in paris , the capital of france ."
+    annotation = KnowledgeAnnotation.from_dict({"entities": [
+        {"text": "paris", "start": 14, "end": 19, "id": "Q90"}, {"text": "france", "start": 37, "end": 43,
+                                                                 "id": "Q142"}], "triplets": []})
+    names = run_python_block("re-extractor", {'"outputs/re_docred"': repr(str(tmp_path / "re_docred"))}, tmp_path,
+                             monkeypatch, {"text": text, "annotation": annotation})
+    assert isinstance(names["triplets"], list)
+    assert [m.id for m in names["annotation"].entities] == ["Q90", "Q142"]
+
+
 # ============================================================================================ model_cards/
 CARDS = sorted(b.run_id for b in docs_blocks.all_blocks() if b.run_id and b.run_id.startswith("card-"))
 
@@ -215,6 +236,9 @@ RUNNERS = {
     "readme-using-kala": test_readme_using_kala_python_block,
     "trelm-corpus": test_trelm_corpus_python_block,
     "probing-python-api": test_probing_python_api_block,
+    "re-docred-train": test_relation_extraction_blocks,
+    "re-docred-top1": test_relation_extraction_blocks,
+    "re-extractor": test_relation_extraction_blocks,
     "readme-roof-trelm-run-scripts": test_readme_roof_and_trelm_run_scripts,
     "readme-kala-run-scripts": test_readme_kala_run_scripts,
 }
