@@ -1,11 +1,11 @@
 """Tiny encoder-decoder pieces built in code (no Hub): a word-level fast tokenizer with T5's special tokens
-(``<pad>`` 0, ``</s>`` 1, ``<unk>`` 2; every sequence ends with ``</s>``) and tiny random T5 / BART configs."""
+(``<pad>`` 0, ``</s>`` 1, ``<unk>`` 2; every sequence ends with ``</s>``) and tiny random T5 / mT5 / BART configs."""
 
 from __future__ import annotations
 
 from tokenizers import Tokenizer, normalizers, pre_tokenizers, processors
 from tokenizers.models import WordLevel
-from transformers import BartConfig, PreTrainedTokenizerFast, T5Config
+from transformers import BartConfig, MT5Config, PreTrainedTokenizerFast, T5Config
 
 from .conftest import WORDS
 
@@ -32,6 +32,13 @@ def t5_config(vocab_size: int, layers: int = 2) -> T5Config:
                     dropout_rate=0.0, pad_token_id=0, eos_token_id=1, decoder_start_token_id=0)
 
 
+def mt5_config(vocab_size: int, layers: int = 2) -> MT5Config:
+    """T5 v1.1's gated-GELU feed-forward and untied LM head, as mT5 checkpoints have."""
+    return MT5Config(vocab_size=vocab_size, d_model=32, d_kv=16, d_ff=48, num_layers=layers, num_decoder_layers=2,
+                     num_heads=2, relative_attention_num_buckets=8, relative_attention_max_distance=16,
+                     dropout_rate=0.0, pad_token_id=0, eos_token_id=1, decoder_start_token_id=0)
+
+
 def bart_config(vocab_size: int, layers: int = 2) -> BartConfig:
     return BartConfig(vocab_size=vocab_size, d_model=32, encoder_layers=layers, decoder_layers=2,
                       encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=48, decoder_ffn_dim=48,
@@ -40,4 +47,4 @@ def bart_config(vocab_size: int, layers: int = 2) -> BartConfig:
                       forced_eos_token_id=None)
 
 
-SEQ2SEQ_CONFIGS = {"t5": t5_config, "bart": bart_config}
+SEQ2SEQ_CONFIGS = {"t5": t5_config, "mt5": mt5_config, "bart": bart_config}
