@@ -200,3 +200,32 @@ def test_trelm_routing_finds_the_ffn_of_each_layer(tokenizer, model_type):
         assert [s.shape[-1] for s in states] == [48, 48]
         router.layers[-1][2].route_weight.normal_()  # the routed path is in the forward pass
         assert not torch.allclose(encoder(input_ids=ids).last_hidden_state, before)
+
+
+@pytest.mark.parametrize("model_type", FAMILIES)
+def test_kala_gradient_checkpointing_gives_the_same_gradients(tokenizer, assets, processor, model_type):
+    """With gradient checkpointing the recomputed blocks meet the same knowledge (KFM on the same layers, ALBERT's
+    passes counted the same), so every gradient equals the plain run's; a family whose own transformers model cannot
+    checkpoint (ALBERT, MPNet) is refused with transformers' ValueError, as the plain model is."""
+    encoder = build_encoder(family_config(tokenizer, model_type))
+    try:
+        encoder.gradient_checkpointing_enable()
+        plain_checkpoints = True
+    except ValueError:
+        plain_checkpoints = False
+    batch = batch_of(processor, TEXTS)
+    grads = []
+    for checkpointing in (False, True):
+        model = kala(KalaForTokenClassification, tokenizer, assets, model_type, num_labels=3,
+                     kfm_layers=[0, 1]).train()
+        if checkpointing and not plain_checkpoints:
+            with pytest.raises(ValueError, match="not compatible with gradient checkpointing"):
+                model.gradient_checkpointing_enable()
+            return
+        if checkpointing:
+            model.gradient_checkpointing_enable()
+        model(**batch, labels=batch["attention_mask"].clone()).loss.backward()
+        grads.append({n: p.grad for n, p in model.named_parameters() if p.grad is not None})
+    assert grads[0].keys() == grads[1].keys()
+    for name, grad in grads[0].items():
+        torch.testing.assert_close(grads[1][name], grad, atol=1e-6, rtol=1e-5, msg=name)
