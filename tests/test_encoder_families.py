@@ -229,3 +229,25 @@ def test_kala_gradient_checkpointing_gives_the_same_gradients(tokenizer, assets,
     assert grads[0].keys() == grads[1].keys()
     for name, grad in grads[0].items():
         torch.testing.assert_close(grads[1][name], grad, atol=1e-6, rtol=1e-5, msg=name)
+
+
+@pytest.mark.parametrize("model_type", ["roberta", "xlm-roberta"])
+def test_roof_on_a_one_token_type_checkpoint_needs_segmentation_none(tmp_path, tokenizer, kg, model_type):
+    """RoBERTa and XLM-R checkpoints have one token type: the paper's segmentations (type B = 1) are a ValueError
+    naming segmentation='none', which reads every token as type 0 and trains, saves and loads (it was an IndexError
+    inside the embedding)."""
+    encoder_config = family_config(tokenizer, model_type)
+    encoder_config.type_vocab_size = 1
+    options = {"fusion": "transformer", "fusion_layers": 1, "max_knowledge_length": KNOWLEDGE, "num_labels": 3}
+    for segmentation in ("type1", "type2"):
+        with pytest.raises(ValueError, match="has type_vocab_size 1: use segmentation='none'"):
+            RoofTransformerConfig(encoder_config=encoder_config, segmentation=segmentation, **options)
+    model = RoofTransformerForSequenceClassification(
+        RoofTransformerConfig(encoder_config=encoder_config, segmentation="none", **options)).eval()
+    model.set_knowledge_assets(KnowledgeAssets(kg=kg))
+    batch = _batch(_processor(tokenizer, kg))  # a BERT tokenizer's pairs carry type 1: the roof reads type 0
+    model(**batch).loss.backward()
+    model.save_pretrained(tmp_path)
+    with torch.no_grad():
+        assert torch.equal(RoofTransformerForSequenceClassification.from_pretrained(tmp_path).eval()(**batch).logits,
+                           model(**batch).logits)

@@ -8,7 +8,8 @@ from keplm.configuration.method_card import MethodCard, Paper, misc_bibtex
 from .base import KeplmConfig, encoder_subconfigs
 
 FUSIONS = ("transformer", "transformer_random", "lstm", "linear", "none")
-SEGMENTATIONS = ("type1", "type2")
+#: token types each encoder reads (paper 4.5); "none": every token type 0, for encoders with one token type
+SEGMENTATIONS = ("type1", "type2", "none")
 KNOWLEDGE_ENCODINGS = ("joint", "cached", "none")
 
 _TITLE = "Roof-Transformer: Divided and Joined Understanding with Knowledge Enhancement"
@@ -59,7 +60,8 @@ class RoofTransformerConfig(KeplmConfig):
         fusion_layers: depth of a transformer roof.
         segmentation: `"type2"` (every KB token segment A, every TASK token segment B; paper best) or `"type1"` (KB
             tokens A and padding B; TASK question A, passage B, padding A) — the token types each encoder reads
-            (paper 4.5).
+            (paper 4.5) — or `"none"` (every token type 0: encoders with one token type, such as RoBERTa and XLM-R
+            checkpoints, which cannot read type B).
         knowledge_encoding: `"joint"` (the KB encoder reads the concatenated knowledge and trains), `"cached"`
             (paper 4.4: a frozen KB encoder encodes each triple alone, `[CLS] triple [SEP]`, once; its encodings
             are cached on disk and reused across epochs and runs) or `"none"`.
@@ -93,6 +95,14 @@ class RoofTransformerConfig(KeplmConfig):
                                                       KNOWLEDGE_ENCODINGS)):
             if value not in allowed:
                 raise ValueError(f"{name} must be one of {allowed}, got {value!r}")
+        if self.segmentation != "none":
+            for name, encoder_config in self.encoder_configs().items():
+                types = getattr(encoder_config, "type_vocab_size", None)
+                if types == 1:  # 0: no token-type embedding at all (DeBERTa), the types are not read
+                    raise ValueError(
+                        f"segmentation={self.segmentation!r} gives tokens type 1 (segment B, paper 4.5), but the "
+                        f"{name} ({encoder_config.model_type}) has type_vocab_size {types}: use segmentation='none' "
+                        "(every token type 0), as RoBERTa and XLM-R checkpoints need")
         if (self.fusion == "none") != (self.knowledge_encoding == "none"):
             raise ValueError("fusion='none' (the one-encoder baseline) goes with knowledge_encoding='none' and "
                              f"vice versa; got fusion={self.fusion!r}, knowledge_encoding={self.knowledge_encoding!r}")

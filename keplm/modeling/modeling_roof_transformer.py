@@ -85,7 +85,10 @@ class RoofFusion(nn.Module):
 def segment_ids(segmentation: str, attention_mask: torch.Tensor, token_type_ids: torch.Tensor | None,
                 knowledge: bool) -> torch.Tensor:
     """Token types an encoder reads (paper §4.5). ``type2``: every KB token A (0), every TASK token B (1).
-    ``type1``: KB tokens A and padding B; TASK question A, passage B, padding A (the tokenizer's own types)."""
+    ``type1``: KB tokens A and padding B; TASK question A, passage B, padding A (the tokenizer's own types).
+    ``none``: every token A (encoders with one token type)."""
+    if segmentation == "none":
+        return torch.zeros_like(attention_mask)
     if segmentation == "type2":
         return torch.zeros_like(attention_mask) if knowledge else torch.ones_like(attention_mask)
     if knowledge:

@@ -47,7 +47,9 @@ class RoofArguments(LinkingArguments):
         default="transformer", metadata={"help": "The roof: transformer layers copied from the encoder's last "
                                                  "--fusion_layers layers, random ones, an LSTM or a linear layer."})
     fusion_layers: int = field(default=3, metadata={"help": "Depth of a transformer roof (paper: 3 GLUE, 4 QA)."})
-    segmentation: Literal["type1", "type2"] = field(default="type2", metadata={"help": "Segment types (paper 4.5)."})
+    segmentation: Literal["type1", "type2", "none"] = field(
+        default="type2", metadata={"help": "Segment types (paper 4.5); 'none' (every token type 0) for encoders with "
+                                   "one token type (RoBERTa, XLM-R checkpoints)."})
     cached_knowledge_encoder: bool = field(
         default=False, metadata={"help": "Frozen KB encoder whose per-triple encodings are cached (paper 4.4)."})
     knowledge_cache_dir: str | None = field(
