@@ -1,11 +1,13 @@
-"""End-to-end smoke tests of run_scripts/run_ner.py and run_qa.py on tiny in-code models and data files.
+"""End-to-end smoke tests of run_scripts/run_ner.py on tiny in-code models and data files, and the tiny files and
+helpers every run-script test uses.
 
 A tiny BERT checkpoint (conftest's tokenizer + a 4-layer BertConfig), the conftest KG saved as a keplm KG
 directory, and tiny CoNLL / SQuAD files are written to a temporary directory; the scripts run in-process
-through their ``main(args)``. Also the featurizer, entity-memory and trainer pieces those runs use, and word-level
-tag mapping. The tiny files, the ``tiny`` fixture and the helpers here (load_script,
-ner_args, read_json, _conll_dir, CONLL, ARTICLES, SYSTEMS, ROOT) are imported by other test modules;
-python -m harness.experiments kala's tests are in test_experiments_script.py.
+through their ``main(args)``. The tiny files, the ``tiny`` fixture and the helpers here (load_script, ner_args,
+qa_args, read_json, _conll_dir, CONLL, ARTICLES, SYSTEMS, ROOT) are imported by other test modules: run_qa.py is
+tested in test_run_qa.py, fine-tuning from a checkpoint in test_run_checkpoints.py, the featurizer, entity-memory,
+tagging and Trainer pieces in test_run_features.py, and python -m harness.experiments kala in
+test_experiments_script.py.
 """
 
 from __future__ import annotations
@@ -15,20 +17,15 @@ import json
 import sys
 from pathlib import Path
 
-import datasets
 import pytest
 import torch
-from transformers import AutoModelForQuestionAnswering, AutoModelForTokenClassification, BertModel
+from transformers import AutoModelForTokenClassification, BertModel
 
 import keplm  # noqa: F401  (registers the Auto classes)
-from keplm import KalaForQuestionAnswering, KalaForTokenClassification, KalaProcessor, KeplmDataCollator
-from keplm.data import load_qa_dataset
-from keplm.io_utils import content_fingerprint
+from keplm import KalaForTokenClassification, KalaProcessor
 from keplm.knowledge import KnowledgeAnnotation, write_kala_annotations
 from keplm.training.arguments import KeplmTrainingArguments, ModelArguments, NerDataArguments, parse_args
-from keplm.training.entity_init import initialize_entity_memory_from_encoder
-from keplm.training.knowledge_setup import Featurizer, featurize
-from keplm.training.recipes.kala import KnowledgeArguments, add_knowledge, build_entity_vocabulary, prepare_processor
+from keplm.training.recipes.kala import KnowledgeArguments
 from keplm.training.tagging import tag_words
 from tests.conftest import tiny_encoder_config
 from tests.test_reliability_linking import SPACY_MODEL, needs_spacy
@@ -132,6 +129,17 @@ def read_json(path) -> dict:
     return json.loads(Path(path).read_text())
 
 
+def qa_args(tiny, out, system="relational", *extra) -> list[str]:
+    args = ["--model_name_or_path", tiny["model"], "--dataset_name", tiny["squad"], "--output_dir", str(out),
+            "--system", system, "--split_by_article", "2", "1", "1",
+            "--max_seq_length", "32", "--doc_stride", "8", "--max_steps", "3", "--per_device_train_batch_size", "4",
+            "--per_device_eval_batch_size", "3", "--save_strategy", "no", "--report_to", "none",
+            "--disable_tqdm", "1", "--use_cpu", "--seed", "0", *extra]
+    if "--knowledge" not in extra:  # baselines too: the KG defines the seen/unseen test subsets
+        args += ["--knowledge", "link", "--kg", tiny["kg"]]
+    return args
+
+
 # ---------------------------------------------------------------------------------------------- NER
 @pytest.mark.parametrize("system", SYSTEMS)
 def test_run_ner_end_to_end(tiny, tmp_path, system):
@@ -207,51 +215,6 @@ def test_run_ner_with_lora_trains_adapters_and_reloads_them(tiny, tmp_path):
     assert "eval_f1" in results and [w for w, _ in results["tagged"]] == ["john", "lives", "in", "paris", "."]
 
 
-def test_run_ner_reloads_its_checkpoint(tiny, tmp_path):
-    """A saved KALA checkpoint is a valid --model_name_or_path: same processor/assets, same eval metrics."""
-    run_ner = load_script("run_ner")
-    first = tmp_path / "first"
-    run_ner.main(ner_args(tiny, first, "relational", "--do_train", "--do_eval", "--knowledge_learning_rate", "1e-3"))
-    second = tmp_path / "second"
-    args = ner_args(tiny, second, "relational", "--do_eval", "--tag_text", "mary lives in berlin")
-    args[args.index("--model_name_or_path") + 1] = str(first)
-    results = run_ner.main(args)
-    before, after = read_json(first / "eval_results.json"), read_json(second / "eval_results.json")
-    for key in ("eval_f1", "eval_accuracy", "eval_loss"):
-        assert after[key] == pytest.approx(before[key], abs=1e-5)
-    # --tag_text without training tags with the given checkpoint
-    model, processor = AutoModelForTokenClassification.from_pretrained(first), KalaProcessor.from_pretrained(first)
-    assert [tuple(p) for p in results["tagged"]] == tag_words(model, processor, "mary lives in berlin")
-    assert (second / "tagged_text.json").is_file()
-
-
-def test_sparse_entity_memory_applies_when_fine_tuning_a_keplm_checkpoint(tiny, tmp_path):
-    """--sparse_entity_memory is a training choice: fine-tuning a (dense) KALA checkpoint with it trains the entity
-    memory with sparse gradients (it was silently ignored for checkpoints)."""
-    run_ner = load_script("run_ner")
-    first = tmp_path / "first"
-    run_ner.main(ner_args(tiny, first, "relational", "--do_train", "--max_steps", "1"))
-    assert not read_json(first / "config.json").get("sparse_entity_memory")
-    second = tmp_path / "second"
-    args = ner_args(tiny, second, "relational", "--do_train", "--max_steps", "2", "--sparse_entity_memory")
-    args[args.index("--model_name_or_path") + 1] = str(first)
-    results = run_ner.main(args)
-    assert read_json(second / "config.json")["sparse_entity_memory"] is True
-    assert AutoModelForTokenClassification.from_pretrained(second).kala.entity_memory.embeddings.sparse
-    assert results["train_loss"] == pytest.approx(results["train_loss"])  # finite, not NaN
-
-
-def test_run_ner_predicts_with_a_baseline_checkpoint(tiny, tmp_path):
-    """A vanilla checkpoint (saved without a KG) predicts from its folder alone: its inputs are not linked."""
-    run_ner = load_script("run_ner")
-    first = tmp_path / "first"
-    run_ner.main(ner_args(tiny, first, "vanilla", "--do_train", "--do_eval"))
-    args = ner_args(tiny, tmp_path / "second", "vanilla", "--do_eval", "--knowledge", "link")
-    args[args.index("--model_name_or_path") + 1] = str(first)
-    results = run_ner.main(args)
-    assert results["eval_f1"] == pytest.approx(read_json(first / "eval_results.json")["eval_f1"], abs=1e-5)
-
-
 def _conll_dir(root: Path, splits: dict) -> str:
     root.mkdir(parents=True, exist_ok=True)
     for split, sentences in splits.items():
@@ -259,28 +222,6 @@ def _conll_dir(root: Path, splits: dict) -> str:
                  for line in [*(f"{w} X X {t}" for w, t in zip(words.split(), tags.split())), ""]]
         (root / f"{split}.txt").write_text("\n".join(lines))
     return str(root)
-
-
-def test_run_ner_keeps_a_checkpoints_label_map(tiny, tmp_path):
-    """Evaluation data using only some of a checkpoint's labels is renumbered to the model's label ids (the
-    predictions keep the model's label names); a label the model does not know is an error naming it."""
-    run_ner = load_script("run_ner")
-    first = tmp_path / "first"
-    run_ner.main(ner_args(tiny, first, "relational", "--do_train"))
-    subset = _conll_dir(tmp_path / "subset", {"test": [("john lives in paris .", "B-PER O O B-LOC O"),
-                                                       ("mary visited london .", "B-PER O B-LOC O")]})
-    args = ner_args(tiny, tmp_path / "second", "relational", "--do_predict")
-    args[args.index("--model_name_or_path") + 1] = str(first)
-    args[args.index("--dataset_name") + 1] = subset
-    results = run_ner.main(args)
-    assert results["predict_words"] == 9
-    model_labels = set(AutoModelForTokenClassification.from_pretrained(first).config.id2label.values())
-    written = (tmp_path / "second" / "predictions.txt").read_text().split()
-    assert {item.rsplit("/", 1)[1] for item in written} <= model_labels
-    unknown = _conll_dir(tmp_path / "unknown", {"test": [("john lives in paris .", "B-PER O O B-MISC O")]})
-    args[args.index("--dataset_name") + 1] = unknown
-    with pytest.raises(ValueError, match="B-MISC"):
-        run_ner.main(args)
 
 
 def test_run_ner_with_kala_annotations(tiny, tmp_path):
@@ -377,173 +318,6 @@ def test_parse_args_from_json_file(tiny, tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------- shared pieces
-def _processor_and_features(tiny, system="relational", **knowledge):
-    data = datasets.DatasetDict({
-        "train": datasets.Dataset.from_dict({
-            "id": [str(i) for i in range(len(CONLL["train"]))],
-            "tokens": [w.split() for w, _ in CONLL["train"]],
-            "ner_tags": [[0] * len(w.split()) for w, _ in CONLL["train"]],
-        })
-    })
-    knowledge_args = KnowledgeArguments(system=system, kg=tiny["kg"], **knowledge)
-    model_args = ModelArguments(tiny["model"])
-    processor = prepare_processor(model_args, knowledge_args)
-    data = add_knowledge(data, processor, knowledge_args, "ner")
-    return data, build_entity_vocabulary(processor, data, model_args, knowledge_args, "ner")
-
-
-def ner_featurizer(processor, with_knowledge=True, **arguments) -> Featurizer:
-    return Featurizer(processor, "prepare_ner_features", with_knowledge=with_knowledge, **arguments)
-
-
-def test_entity_memory_initialised_with_mean_mention_states(tiny):
-    data, processor = _processor_and_features(tiny)
-    features = featurize(data["train"], ner_featurizer(processor))
-    model = KalaForTokenClassification.from_base_pretrained(
-        tiny["model"], knowledge_assets=processor.knowledge_assets, retrieval_mode="relational", num_labels=3
-    )
-    collator = KeplmDataCollator.from_processor(processor, model)
-    before = model.kala.entity_memory.embeddings.weight.detach().clone()
-    written = initialize_entity_memory_from_encoder(model, features, collator, batch_size=3, disable_tqdm=True)
-    assets = processor.knowledge_assets
-    assert written == assets.num_entities - 1  # every training entity is mentioned
-    after = model.kala.entity_memory.embeddings.weight.detach()
-    assert torch.equal(after[0], before[0]) and not after[0].any()
-    # Paris (Q90) is mentioned once, in "john lives in paris .": its row is the mean state of that mention's tokens
-    row = assets.entity_row("Q90")
-    batch = collator([features[2]])
-    hidden = model.kala.encoder(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).last_hidden_state
-    token_map = batch["entity_token_map"][0]
-    in_paris = (token_map >= 0) & (batch["node_entity_ids"][token_map.clamp(min=0)] == row)
-    assert in_paris.sum() == 1
-    torch.testing.assert_close(after[row], hidden[0][in_paris].mean(0), atol=1e-5, rtol=1e-5)
-    assert model.kala._state is None
-
-
-def test_entity_vocabulary_pruned_by_frequency(tiny):
-    _, processor = _processor_and_features(tiny)
-    full = processor.knowledge_assets
-    assert {"Q90", "Q64", "Q84", "Q1471", "Q142", "Q60", "Q515", "Q183"} <= set(full.entity_vocab)
-    # "new york" and its alias "big apple" are the only entity mentioned twice in the training sentences
-    _, pruned = _processor_and_features(tiny, entity_min_count=2)
-    assert pruned.knowledge_assets.entity_vocab == ["[NULL]", "Q60"]
-    _, capped = _processor_and_features(tiny, max_entities=3)
-    assert capped.knowledge_assets.num_entities == 4 and capped.knowledge_assets.entity_vocab[1] == "Q60"
-    assert capped.knowledge_assets.relation_vocab == full.relation_vocab == pruned.knowledge_assets.relation_vocab
-
-
-def test_features_are_cached_and_fingerprinted(tiny, tmp_path):
-    data, processor = _processor_and_features(tiny)
-    data.save_to_disk(tmp_path / "raw")
-    train = datasets.load_from_disk(tmp_path / "raw")["train"]
-    featurizer = ner_featurizer(processor, max_length=32)
-    first = featurize(train, featurizer)
-    second = featurize(train, featurizer)
-    assert first.cache_files and first.cache_files == second.cache_files  # reloaded, not recomputed
-    for other in (ner_featurizer(processor, max_length=16), ner_featurizer(processor, False, max_length=32)):
-        assert content_fingerprint(train, **other.signature()) != first._fingerprint
-    parallel = featurize(train, ner_featurizer(processor, max_length=32), num_proc=2, overwrite_cache=True)
-    assert parallel["entity_token_map"] == first["entity_token_map"]
-    assert parallel["node_entity_ids"] == first["node_entity_ids"]
-
-
-def test_tag_words_without_knowledge(tiny):
-    _, processor = _processor_and_features(tiny, system="vanilla")
-    processor = processor.without_knowledge()  # what a vanilla run saves
-    assert processor.kg is None
-    model = KalaForTokenClassification.from_base_pretrained(
-        tiny["model"], retrieval_mode="none", num_labels=2, id2label={0: "O", 1: "B-LOC"}, label2id={"O": 0, "B-LOC": 1}
-    )
-    tagged = tag_words(model, processor, "  paris   is a city ")
-    assert [w for w, _ in tagged] == ["paris", "is", "a", "city"] and {t for _, t in tagged} <= {"O", "B-LOC"}
-    assert tag_words(model, processor, "   ") == []
-
-
-def test_eval_order_is_kept_under_group_by_length(tiny, tmp_path):
-    from transformers import TrainingArguments
-
-    from keplm.training.trainer import KeplmTrainer
-
-    data, processor = _processor_and_features(tiny, system="vanilla")
-    features = featurize(data["train"], ner_featurizer(processor, with_knowledge=False))
-    model = KalaForTokenClassification.from_base_pretrained(tiny["model"], retrieval_mode="none", num_labels=3)
-    args = TrainingArguments(output_dir=str(tmp_path), train_sampling_strategy="group_by_length", use_cpu=True,
-                             report_to="none", per_device_eval_batch_size=3)
-    trainer = KeplmTrainer(model=model, args=args, data_collator=KeplmDataCollator.from_processor(processor, model),
-                           processing_class=processor)
-    order = list(trainer.get_test_dataloader(features).sampler)
-    assert order == list(range(len(features)))
-
-
-def test_trainer_keeps_knowledge_columns_and_drops_postprocessing_ones(tiny, tmp_path):
-    from transformers import TrainingArguments
-
-    from keplm.tokenization.processing_kala import KNOWLEDGE_COLUMNS
-    from keplm.training.trainer import QuestionAnsweringTrainer, _model_features
-
-    raw = load_qa_dataset(tiny["squad"], split_by_article=(2, 1, 1))
-    knowledge_args = KnowledgeArguments(system="relational", kg=tiny["kg"])
-    model_args = ModelArguments(tiny["model"])
-    processor = prepare_processor(model_args, knowledge_args)
-    raw = add_knowledge(raw, processor, knowledge_args, "qa")
-    processor = build_entity_vocabulary(processor, raw, model_args, knowledge_args, "qa")
-    features = featurize(raw["validation"], Featurizer(processor, "prepare_qa_features", max_length=32, doc_stride=8,
-                                                       training=False, question_annotation_column=None))
-    assert {"example_id", "offset_mapping", *KNOWLEDGE_COLUMNS} <= set(features.column_names)
-    model = KalaForQuestionAnswering.from_base_pretrained(tiny["model"], knowledge_assets=processor.knowledge_assets)
-    args = TrainingArguments(output_dir=str(tmp_path), use_cpu=True, report_to="none")
-    trainer = QuestionAnsweringTrainer(model=model, args=args, processing_class=processor,
-                                       data_collator=KeplmDataCollator.from_processor(processor, model))
-    kept = trainer._remove_unused_columns(_model_features(features))
-    assert set(kept.column_names) == {"input_ids", "token_type_ids", "attention_mask", *KNOWLEDGE_COLUMNS}
-
-
-# ---------------------------------------------------------------------------------------------- QA
-def qa_args(tiny, out, system="relational", *extra) -> list[str]:
-    args = ["--model_name_or_path", tiny["model"], "--dataset_name", tiny["squad"], "--output_dir", str(out),
-            "--system", system, "--split_by_article", "2", "1", "1",
-            "--max_seq_length", "32", "--doc_stride", "8", "--max_steps", "3", "--per_device_train_batch_size", "4",
-            "--per_device_eval_batch_size", "3", "--save_strategy", "no", "--report_to", "none",
-            "--disable_tqdm", "1", "--use_cpu", "--seed", "0", *extra]
-    if "--knowledge" not in extra:  # baselines too: the KG defines the seen/unseen test subsets
-        args += ["--knowledge", "link", "--kg", tiny["kg"]]
-    return args
-
-
-@pytest.mark.parametrize("system", SYSTEMS)
-def test_run_qa_end_to_end(tiny, tmp_path, system):
-    out = tmp_path / system
-    run_qa = load_script("run_qa")
-    run_qa.main(qa_args(tiny, out, system, "--do_train", "--do_eval", "--do_predict",
-                        "--train_sampling_strategy", "group_by_length"))
-    results = read_json(out / "all_results.json")
-    for key in ("train_loss", "eval_exact_match", "eval_f1", "eval_samples", "predict_exact_match", "predict_f1"):
-        assert key in results, key
-    assert 0.0 <= results["eval_f1"] <= 100.0
-    predictions = read_json(out / "eval_predictions.json")
-    assert set(predictions) == {"q2-0", "q2-1"}  # one answer per validation question (article 3)
-    context = ARTICLES[2][1]
-    assert all(answer in context for answer in predictions.values())
-    assert set(read_json(out / "predict_predictions.json")) == {"q3-0", "q3-1"}
-    results = read_json(out / "all_results.json")
-    assert results["predict_seen_examples"] + results["predict_unseen_examples"] == 2
-    model = AutoModelForQuestionAnswering.from_pretrained(out)
-    assert model.config.retrieval_mode == {"vanilla": "none", "more_params": "none"}.get(system, system)
-    if system in ("pointwise", "relational"):
-        assert model.config.kfm_layers == [-4, -2]  # DEFAULT_KFM_LAYERS["qa"]
-
-
-def test_run_qa_reloaded_checkpoint_gives_same_answers(tiny, tmp_path):
-    run_qa = load_script("run_qa")
-    first = tmp_path / "first"
-    run_qa.main(qa_args(tiny, first, "relational", "--do_train", "--do_eval"))
-    second = tmp_path / "second"
-    args = qa_args(tiny, second, "relational", "--do_eval")
-    args[args.index("--model_name_or_path") + 1] = str(first)
-    run_qa.main(args)
-    assert read_json(second / "eval_predictions.json") == read_json(first / "eval_predictions.json")
-
-
 @needs_spacy
 def test_run_ner_links_through_the_spacy_filter(tiny, tmp_path):
     """--spacy_model reaches the linker of a run script: the saved processor (what the reloaded model links at
@@ -559,26 +333,6 @@ def test_run_ner_links_through_the_spacy_filter(tiny, tmp_path):
                                KalaProcessor.from_pretrained(out).knowledge_assets)
     assert [m.text for m in unfiltered.link(text).entities] == ["Paris", "city", "France"]
     assert [m.text for m in KalaProcessor.from_pretrained(out).link(text).entities] == ["Paris", "France"]
-
-
-def test_word_without_sub_token_keeps_later_tags_in_place(tokenizer):
-    """A word that yields no sub-token (a lone zero-width space) no longer shifts every later tag: predictions map
-    through word_ids, the word is predicted O and scored with its gold tag; words cut off by max_length are
-    counted and left out of the scores."""
-    from keplm.training.tagging import word_level_tags
-
-    id2label = {0: "O", 1: "B-PER", 2: "B-LOC"}
-    words = [["john", "\u200b", "paris"], ["mary", "lives", "in", "berlin"]]
-    gold = [["B-PER", "B-MISC", "B-LOC"], ["B-PER", "O", "O", "B-LOC"]]
-    encoding = tokenizer(words, is_split_into_words=True, truncation=True, max_length=5)
-    assert encoding.word_ids(0) == [None, 0, 2, None]  # the zero-width word has no token
-    labels = [[-100, 1, 2, -100, -100], [-100, 1, 0, 0, -100]]  # "berlin" is cut off by max_length=5
-    predicted = [[0, 1, 2, 0, 0], [0, 1, 0, 0, 0]]
-    written, tags, references, counts = word_level_tags(labels, predicted, words, gold, tokenizer, id2label, 5)
-    assert written == [["B-PER", "O", "B-LOC"], ["B-PER", "O", "O", "O"]]
-    assert tags == [["B-PER", "O", "B-LOC"], ["B-PER", "O", "O"]]
-    assert references == [["B-PER", "B-MISC", "B-LOC"], ["B-PER", "O", "O"]]
-    assert counts == {"words": 7, "words_without_token": 1, "words_truncated": 1}
 
 
 def test_run_ner_links_only_the_splits_its_stages_use(tiny, tmp_path):
@@ -607,23 +361,3 @@ def test_run_ner_initialises_the_entity_memory_from_the_encoder(tiny, tmp_path):
     memory = {name: KalaForTokenClassification.from_pretrained(path).kala.entity_memory.embeddings.weight.detach()
               for name, path in (("init", out), ("plain", plain))}
     assert not torch.allclose(memory["init"][1:], memory["plain"][1:])
-
-
-def test_a_checkpoint_and_its_processor_share_one_kg_in_a_run(tiny, tmp_path):
-    """Fine-tuning a keplm checkpoint loads its KG once: the model takes the processor's assets when the checkpoint's
-    recorded hashes are theirs (``from_pretrained(knowledge_assets=...)``), and loads its own otherwise."""
-    from keplm.knowledge import KnowledgeAssets
-    from keplm.training.arguments import ModelArguments
-    from keplm.training.recipes.kala import KnowledgeArguments, build_model, prepare_processor
-
-    first = tmp_path / "first"
-    load_script("run_ner").main(ner_args(tiny, first, "relational", "--do_train", "--max_steps", "1"))
-    knowledge_args = KnowledgeArguments(system="relational", knowledge="link")
-    processor = prepare_processor(ModelArguments(model_name_or_path=str(first)), knowledge_args)
-    model = build_model(AutoModelForTokenClassification, ModelArguments(model_name_or_path=str(first)),
-                        knowledge_args, processor, "ner")
-    assert model.knowledge_assets is processor.knowledge_assets
-    other = KnowledgeAssets(["[NULL]", "Q1"], processor.knowledge_assets.relation_vocab)
-    loaded = AutoModelForTokenClassification.from_pretrained(first, knowledge_assets=other)
-    assert loaded.knowledge_assets is not other
-    assert loaded.knowledge_assets.content_hash() == processor.knowledge_assets.content_hash()
