@@ -38,6 +38,20 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def launch_env(tmp_path: Path) -> dict[str, str]:
+    """The environment of a multi-process launch in a test: one thread per process, offline, no user accelerate
+    config (``HF_HOME`` in ``tmp_path``), the repository importable."""
+    return dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false",
+                HF_HOME=str(tmp_path / "hf_home"),
+                PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p))
+
+
+def torchrun(script: str, *args: str) -> list[str]:
+    """``torchrun --nproc_per_node 2`` of ``run_scripts/<script>.py`` on a free port."""
+    return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
+            str(_free_port()), str(ROOT / "run_scripts" / f"{script}.py"), *args]
+
+
 def _accelerate_launch() -> list[str]:
     executable = Path(sys.executable).with_name("accelerate")
     if executable.is_file():
@@ -62,9 +76,7 @@ def test_run_ner_ddp_two_processes_on_cpu(tmp_path, tokenizer, kg):
         "--per_device_eval_batch_size", "2", "--train_sampling_strategy", "sequential", "--learning_rate", "1e-3",
         "--save_strategy", "no", "--report_to", "none", "--disable_tqdm", "1", "--seed", "0",
     ]
-    env = dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false",
-               HF_HOME=str(tmp_path / "hf_home"),  # no user accelerate config file
-               PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p))
+    env = launch_env(tmp_path)
     result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     log = result.stdout + result.stderr
     assert result.returncode == 0, log[-6000:]

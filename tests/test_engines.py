@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 
 import pytest
 from transformers import TrainingArguments
 
 from keplm.training.engines import asked_engines, asks_for_deepspeed
-from tests.test_ddp import _free_port
+from tests.test_ddp import launch_env, torchrun
 from tests.test_run_scripts import ROOT, write_tiny_files
 
 
@@ -34,14 +33,11 @@ def test_fsdp_on_a_cpu_machine_is_an_error_naming_what_would_run_instead(tmp_pat
     environment or the Trainer's ``--fsdp``: accelerate would run MULTI_CPU DDP; the run stops before training with
     a ValueError that names the request, the engine that would run and why."""
     tiny = write_tiny_files(tmp_path / "tiny", tokenizer, kg)
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
-               str(_free_port()), str(ROOT / "run_scripts" / "run_ner.py"),
-               "--model_name_or_path", tiny["model"], "--dataset_name", tiny["conll"],
-               "--output_dir", str(tmp_path / "out"), "--system", "relational", "--knowledge", "link", "--kg",
-               tiny["kg"], "--do_train", "--max_steps", "1", "--report_to", "none", "--save_strategy", "no"]
-    env = dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false",
-               HF_HOME=str(tmp_path / "hf_home"),
-               PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p))
+    command = torchrun("run_ner", "--model_name_or_path", tiny["model"], "--dataset_name", tiny["conll"],
+                       "--output_dir", str(tmp_path / "out"), "--system", "relational", "--knowledge", "link",
+                       "--kg", tiny["kg"], "--do_train", "--max_steps", "1", "--report_to", "none",
+                       "--save_strategy", "no")
+    env = launch_env(tmp_path)
     if asked == "accelerate":
         env["ACCELERATE_USE_FSDP"] = "true"
         how = "accelerate launch --use_fsdp (ACCELERATE_USE_FSDP)"
@@ -90,14 +86,11 @@ def test_cpu_ddp_is_a_cpu_run_so_bf16_is_not_refused(tmp_path, tokenizer, kg):
 
     tiny = write_tiny_files(tmp_path / "tiny", tokenizer, kg)
     out = tmp_path / "out"
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
-               str(_free_port()), str(ROOT / "run_scripts" / "run_ner.py"), "--model_name_or_path", tiny["model"],
-               "--dataset_name", tiny["conll"], "--output_dir", str(out), "--system", "relational", "--knowledge",
-               "link", "--kg", tiny["kg"], "--do_train", "--max_steps", "2", "--bf16", "--report_to", "none",
-               "--save_strategy", "no", "--disable_tqdm", "1"]
-    env = dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false",
-               HF_HOME=str(tmp_path / "hf_home"),
-               PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p))
+    command = torchrun("run_ner", "--model_name_or_path", tiny["model"], "--dataset_name", tiny["conll"],
+                       "--output_dir", str(out), "--system", "relational", "--knowledge", "link", "--kg", tiny["kg"],
+                       "--do_train", "--max_steps", "2", "--bf16", "--report_to", "none", "--save_strategy", "no",
+                       "--disable_tqdm", "1")
+    env = launch_env(tmp_path)
     result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     log = result.stdout + result.stderr
     assert result.returncode == 0, log[-4000:]

@@ -108,21 +108,17 @@ def test_run_pretraining_trains_trelm_as_a_two_process_cpu_ddp_run(tiny_pretrain
     training step of both processes (no deadlock, including around the routing passes), and the run ends with its
     P@1 curve and a model that loads."""
     import subprocess
-    import sys
 
     from transformers import AutoModelForMaskedLM
 
-    from tests.test_ddp import _free_port as free_port
+    from tests.test_ddp import launch_env, torchrun
     from tests.test_pretraining import pretraining_args
     from tests.test_run_scripts import ROOT
 
     out = tmp_path / "ddp"
     args = [a for a in pretraining_args(tiny_pretraining, out, "trelm") if a != "--use_cpu"]
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
-               str(free_port()), str(ROOT / "run_scripts" / "run_pretraining.py"), *args]
-    env = dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false",
-               HF_HOME=str(tmp_path / "hf_home"),
-               PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p))
+    command = torchrun("run_pretraining", *args)
+    env = launch_env(tmp_path)
     result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     log = result.stdout + result.stderr
     assert result.returncode == 0, log[-5000:]
