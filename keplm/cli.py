@@ -7,37 +7,44 @@ import argparse
 import logging
 import sys
 
+#: sub-command -> (its module under keplm.commands, its one-line help); a module is imported only when its command
+#: is chosen, so ``keplm --help`` starts without torch
+COMMANDS = {
+    "build-kg": ("build_kg", "annotate a dataset with KALA knowledge + report"),
+    "train-kge": ("train_kge", "train KG embeddings (TRELM) into a KG folder"),
+    "check-knowledge": ("check_knowledge",
+                        "how far a trained model's predictions follow edits of its KG (counterfactual)"),
+}
 
-def build_parser() -> argparse.ArgumentParser:
-    """The ``keplm`` parser with its sub-commands."""
+
+def _chosen_command(argv: list[str]) -> str | None:
+    """The sub-command named in ``argv`` (its first word that is not an option), or None."""
+    return next((word for word in argv if not word.startswith("-")), None)
+
+
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """The ``keplm`` parser with its sub-commands; only the one ``argv`` chooses (all when ``argv`` is None) gets its
+    options, which imports that command's module."""
+    import importlib
+
     parser = argparse.ArgumentParser(prog="keplm", description="keplm command-line tools")
     commands = parser.add_subparsers(dest="command", required=True)
-    from keplm.commands import build_kg as build
-    from keplm.commands import check_knowledge, train_kge
-
+    chosen = _chosen_command(argv) if argv is not None else None
     shown = {"formatter_class": argparse.ArgumentDefaultsHelpFormatter}  # every option's default in --help
-    build.add_arguments(commands.add_parser("build-kg", help="annotate a dataset with KALA knowledge + report",
-                                            **shown))
-    train_kge.add_arguments(commands.add_parser("train-kge", help="train KG embeddings (TRELM) into a KG folder",
-                                                **shown))
-    check_knowledge.add_arguments(commands.add_parser(
-        "check-knowledge", help="how far a trained model's predictions follow edits of its KG (counterfactual)",
-        **shown))
+    for name, (module, help_text) in COMMANDS.items():
+        sub = commands.add_parser(name, help=help_text, **shown)
+        if argv is None or name == chosen:
+            importlib.import_module(f"keplm.commands.{module}").add_arguments(sub)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    from keplm.commands import build_kg as build
-    from keplm.commands import check_knowledge, train_kge
+    import importlib
 
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = build_parser(argv).parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    if args.command == "build-kg":
-        build.run(args)
-    elif args.command == "train-kge":
-        train_kge.run(args)
-    elif args.command == "check-knowledge":
-        check_knowledge.run(args)
+    importlib.import_module(f"keplm.commands.{COMMANDS[args.command][0]}").run(args)
     return 0
 
 

@@ -330,7 +330,9 @@ class KeplmText2TextGenerationPipeline(_OneFeaturePipeline, Pipeline):
 
 def register_pipelines() -> None:
     """Register ``keplm-ner``, ``keplm-qa``, ``keplm-text-classification`` and ``keplm-text2text`` with transformers'
-    pipeline registry (done by ``import keplm``)."""
+    pipeline registry (``import keplm`` has it done when transformers' pipelines are first used). Idempotent."""
+    if TEXT2TEXT_TASK in PIPELINE_REGISTRY.supported_tasks:
+        return
     PIPELINE_REGISTRY.register_pipeline(NER_TASK, pipeline_class=KeplmTokenClassificationPipeline,
                                         pt_model=AutoModelForTokenClassification, type="text")
     PIPELINE_REGISTRY.register_pipeline(QA_TASK, pipeline_class=KeplmQuestionAnsweringPipeline,

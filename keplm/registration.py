@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
 
-from transformers import AutoConfig, AutoProcessor
+from transformers import AutoConfig
 
 #: model type -> (config class, {Auto class name: model class}, processor class) of every registered method
 REGISTERED_METHODS: dict[str, tuple[type, dict[str, type], type | None]] = {}
@@ -30,11 +31,22 @@ def register_method(config_class: type, models: Mapping[type, type], processor: 
     AutoConfig.register(model_type, config_class, exist_ok=True)
     for auto_class, model_class in models.items():
         auto_class.register(config_class, model_class, exist_ok=True)
-    if processor is not None:
-        AutoProcessor.register(config_class, processor, exist_ok=True)
     REGISTERED_METHODS[model_type] = (config_class, {a.__name__: m for a, m in models.items()}, processor)
+    register_processors()
     if run_recipe is not None:
         RUN_RECIPES[model_type] = run_recipe
 
 
-__all__ = ["REGISTERED_METHODS", "RUN_RECIPES", "register_method"]
+def register_processors() -> None:
+    """Register every registered method's processor with ``AutoProcessor`` once transformers' processing module is
+    imported (importing it imports image processing; ``keplm.auto_registration`` calls this again when it is)."""
+    if "transformers.models.auto.processing_auto" not in sys.modules:
+        return
+    from transformers import AutoProcessor
+
+    for config_class, _, processor in REGISTERED_METHODS.values():
+        if processor is not None:
+            AutoProcessor.register(config_class, processor, exist_ok=True)
+
+
+__all__ = ["REGISTERED_METHODS", "RUN_RECIPES", "register_method", "register_processors"]

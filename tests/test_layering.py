@@ -21,7 +21,8 @@ LAYERS = {
     "tokenization": 1,
     "data": 2, "modeling": 2,
     "training": 3, "checks": 3, "hub": 3, "pipelines": 3,
-    "commands": 4, "cli": 4, "keplm": 4,  # "keplm": the package itself (its __init__ imports everything)
+    "commands": 4, "cli": 4, "auto_registration": 4,
+    "keplm": 4,  # "keplm": the package itself (its __init__ imports everything, on first use)
 }
 
 #: (importing file, imported module) → why the upward import stays

@@ -119,6 +119,7 @@ class RunRecipe:
 
 def recipe_class(model_type: str) -> type[RunRecipe]:
     """The run recipe a method registered (``register_method(..., run_recipe=...)``), imported on first use."""
+    import keplm.modeling  # noqa: F401  (keplm's own methods register their recipes when imported)
     if model_type not in RUN_RECIPES:
         trainable = sorted(RUN_RECIPES)
         raise ValueError(f"model type {model_type!r} has no run recipe: the task scripts train {trainable}")
