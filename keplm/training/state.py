@@ -66,9 +66,14 @@ def save_state(state, directory: str | os.PathLike, name: str) -> None:
     tensors: dict[str, torch.Tensor] = {}
     structure = _encode(state, tensors, name)
     Path(directory).mkdir(parents=True, exist_ok=True)
-    save_file(tensors, os.path.join(directory, f"{name}.safetensors"))
-    with open(os.path.join(directory, f"{name}.json"), "w", encoding="utf-8") as f:
+    # written under a temporary name, then renamed: two processes saving the same state to a shared disk (one per
+    # machine) never leave a mixed file, and a kill mid-write leaves the old file or none
+    partial = f".{os.getpid()}.partial"
+    save_file(tensors, os.path.join(directory, f"{name}.safetensors{partial}"))
+    with open(os.path.join(directory, f"{name}.json{partial}"), "w", encoding="utf-8") as f:
         json.dump(structure, f)
+    for suffix in STATE_SUFFIXES:
+        os.replace(os.path.join(directory, f"{name}{suffix}{partial}"), os.path.join(directory, name + suffix))
 
 
 def has_state(directory: str | os.PathLike, name: str) -> bool:

@@ -297,14 +297,24 @@ class KeplmTrainer(Trainer):
         return "rng_state" if self.args.world_size <= 1 else f"rng_state_{self.args.process_index}"
 
     def _save_rng_state(self, output_dir: str) -> None:
-        """Python, numpy, torch CPU (and CUDA) generator states, without pickles."""
+        """Python, numpy, torch CPU (and CUDA) generator states, without pickles. Distributed, every process's states
+        are gathered and written by the processes that save the checkpoint, so one machine's checkpoint folder
+        resumes every process when the machines share no disk (the stock Trainer leaves each process's file on its
+        own machine)."""
         if not self._plain_checkpoints():
             return super()._save_rng_state(output_dir)
         states = {"python": random.getstate(), "numpy": np.random.get_state(), "cpu": torch.random.get_rng_state()}
         if torch.cuda.is_available():
             states["cuda"] = (torch.cuda.random.get_rng_state_all() if self.args.world_size > 1
                               else torch.cuda.random.get_rng_state())
-        save_state(states, output_dir, self._rng_state_name())
+        if self.args.world_size <= 1 or not torch.distributed.is_initialized():
+            save_state(states, output_dir, self._rng_state_name())
+            return
+        every = [None] * torch.distributed.get_world_size()
+        torch.distributed.all_gather_object(every, states)
+        if self.args.should_save:
+            for index, process_states in enumerate(every):
+                save_state(process_states, output_dir, f"rng_state_{index}")
 
     def _load_rng_state(self, checkpoint: str | None) -> None:
         if checkpoint is None or not self._plain_checkpoints():
