@@ -93,6 +93,26 @@ def test_a_lookup_while_keplm_modules_are_being_imported_waits_and_the_next_one_
     assert out.split() == ["False", "True", "False", "True", "True"]
 
 
+def test_each_sub_command_parser_is_built_without_torch():
+    out = run_fresh("""
+        import sys
+        from keplm.cli import COMMANDS, build_parser
+        for name in COMMANDS:
+            assert build_parser([name, "--help"])._subparsers is not None
+        print(sorted(m for m in ("torch", "datasets", "transformers") if m in sys.modules))
+    """)
+    assert out.strip() == "[]"
+
+
+def test_the_commands_help_names_the_choices_their_modules_define():
+    from keplm.checks import counterfactual
+    from keplm.commands import check_knowledge, train_kge
+    from keplm.knowledge.kge import KGE_MODELS
+
+    assert train_kge.KGE_MODEL_HELP == f"one of {', '.join(sorted(KGE_MODELS))}"
+    assert (check_knowledge.EDITS, check_knowledge.TASKS) == (counterfactual.EDITS, counterfactual.TASKS)
+
+
 def test_keplm_help_lists_the_commands_without_importing_them():
     out = run_fresh("""
         import contextlib, io, sys

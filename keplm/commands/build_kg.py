@@ -18,12 +18,13 @@ import json
 import logging
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from keplm.data import TEXT_COLUMNS
-from keplm.knowledge.annotation import KnowledgeAnnotation, write_kala_annotations
-from keplm.knowledge.construction import knowledge_report, linking_report, plot_entity_frequency
-from keplm.knowledge.linker import EntityLinker, link_dataset, linker_settings, read_word_list
-from keplm.knowledge.loaders import load_kg
+if TYPE_CHECKING:
+    from keplm.knowledge.linker import EntityLinker
+
+# keplm's data and knowledge modules (datasets, torch) are imported inside the functions that use them, so that
+# ``keplm build-kg --help`` starts in well under two seconds
 
 logger = logging.getLogger(__name__)
 
@@ -48,6 +49,11 @@ def gold_spans(tokens: list[str], tags: list[str]) -> list[tuple[int, int, str]]
 def build_knowledge(task: str, dataset, kg, output_dir, num_proc: int = 1, linker_kwargs: dict | None = None,
                     relation_extractor=None, splits=None, plot: bool = True) -> dict:
     """Annotate every split, write KALA JSON per split and the reports; return the report dict."""
+    from keplm.data import TEXT_COLUMNS
+    from keplm.knowledge.annotation import KnowledgeAnnotation, write_kala_annotations
+    from keplm.knowledge.construction import plot_entity_frequency
+    from keplm.knowledge.linker import EntityLinker, link_dataset
+
     output_dir = Path(output_dir)
     column, words = TEXT_COLUMNS[task]
     splits = list(splits or dataset)
@@ -92,6 +98,9 @@ def build_knowledge(task: str, dataset, kg, output_dir, num_proc: int = 1, linke
 
 
 def _report(task: str, dataset, annotated: dict) -> dict:
+    from keplm.knowledge.annotation import KnowledgeAnnotation
+    from keplm.knowledge.construction import knowledge_report, linking_report
+
     linking = {}
     for split, data in annotated.items():
         annotations = [KnowledgeAnnotation.from_dict(k) for k in data["knowledge"]]
@@ -220,6 +229,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> dict:
     from keplm.data import load_ner_dataset, load_qa_dataset
+    from keplm.knowledge.linker import linker_settings
+    from keplm.knowledge.loaders import load_kg
 
     if args.task == "ner":
         dataset = load_ner_dataset(args.dataset)
@@ -243,5 +254,5 @@ def run(args: argparse.Namespace) -> dict:
     return report
 
 
-__all__ = ["build_knowledge", "alias_filter_report", "gold_spans", "read_word_list", "report_markdown",
+__all__ = ["build_knowledge", "alias_filter_report", "gold_spans", "report_markdown",
            "add_arguments", "run"]

@@ -28,9 +28,12 @@ _TASK_OF_ARCHITECTURE = {"TokenClassification": "ner", "QuestionAnswering": "qa"
                          "SequenceClassification": "classification"}
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from keplm.checks.counterfactual import EDITS, TASKS
+#: keplm.checks.counterfactual's EDITS and TASKS, here so that ``--help`` imports no torch; a test keeps them equal
+EDITS = ("relation", "tail", "remove")
+TASKS = ("ner", "qa", "classification")
 
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", required=True, help="a keplm checkpoint folder or Hub id (KALA, Roof-Transformer)")
     parser.add_argument("--data", required=True, help=(
         "the text to check: a .txt file (one text per line), a .json/.jsonl file (columns: tokens or text for NER, "

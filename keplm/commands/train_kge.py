@@ -26,8 +26,10 @@ import time
 from pathlib import Path
 
 from keplm.file_utils import KG_CONFIG_NAME
-from keplm.knowledge.kge import KGE_MODELS, check_kge_settings, train_kge
-from keplm.knowledge.loaders import load_kg
+
+# keplm.knowledge (datasets, torch) is imported inside the functions that use it: ``keplm train-kge --help`` starts in
+# well under two seconds. The --model help names keplm.knowledge.kge.KGE_MODELS (a test keeps the two equal).
+KGE_MODEL_HELP = "one of complex, distmult, rotate, transe"
 
 REPORT_NAME = "kge_report.json"
 
@@ -67,7 +69,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "KG spec for keplm.knowledge.load_kg: fb15k237:<dir>, wn18rr:<dir>, trex:<dir or file>, tsv:<file>, "
         "jsonl:<file>, pretrained:<dir> (a saved KG folder), or several joined by '+'"))
     parser.add_argument("--output_dir", required=True, help="where the KG with its vectors and kge_report.json go")
-    parser.add_argument("--model", default="transe", help=f"one of {', '.join(sorted(KGE_MODELS))}")
+    parser.add_argument("--model", default="transe", help=KGE_MODEL_HELP)
     parser.add_argument("--dim", type=int, default=128, help="stored vector width (complex/rotate: even)")
     parser.add_argument("--epochs", type=int, default=50, help="passes over the training triples")
     parser.add_argument("--batch_size", type=int, default=1000, help="training triples per step")
@@ -99,6 +101,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def _keep_vectors(args: argparse.Namespace):
     """The KG of ``--keep_vectors_from``, after checking that its ``kge_report.json`` (when there is one) names the
     same model and width as this run."""
+    from keplm.knowledge.loaders import load_kg
+
     source = args.keep_vectors_from
     report_path = Path(source) / REPORT_NAME
     if report_path.is_file():
@@ -117,6 +121,9 @@ def _keep_vectors(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> dict:
+    from keplm.knowledge.kge import check_kge_settings, train_kge
+    from keplm.knowledge.loaders import load_kg
+
     # the settings are checked before the (possibly long) KG load
     check_kge_settings(args.model, args.dim, args.epochs, args.batch_size, args.valid_fraction, margin=args.margin,
                        p_norm=args.p_norm)
