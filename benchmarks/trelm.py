@@ -122,7 +122,8 @@ def make_batches(preset: Preset, system: str, num_batches: int, seed: int, pin: 
                                                       max_length=preset.seq_len, with_knowledge=knowledge)
     tokenizer = processor.tokenizer
     collator = MaskedLMCollator(KeplmDataCollator.from_processor(processor), tokenizer.mask_token_id, len(tokenizer),
-                                mask_knowledge_targets=knowledge, special_token_ids=tuple(tokenizer.all_special_ids))
+                                mask_knowledge_targets=knowledge, special_token_ids=tuple(tokenizer.all_special_ids),
+                                seed=seed)
     rows = [{k: v[i] for k, v in features.items()} for i in range(len(texts))]
     torch.manual_seed(seed)
     batches = [collator(rows[i * preset.batch_size:(i + 1) * preset.batch_size]) for i in range(num_batches)]

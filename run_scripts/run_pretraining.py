@@ -32,7 +32,7 @@ from transformers import AutoModel, AutoTokenizer, set_seed
 from keplm import TrelmForMaskedLM, TrelmProcessor
 from keplm.data.collator import KeplmDataCollator
 from keplm.data.lama import fact_key, load_probe
-from keplm.data.masking import MaskedLMCollator
+from keplm.data.masking import MaskedLMCollator, MaskingEpochCallback
 from keplm.data.pretraining import kg_without_facts, load_pretraining_corpus
 from keplm.knowledge import KnowledgeAssets, load_kg
 from keplm.tokenization.processing_trelm import feature_statistics
@@ -154,11 +154,11 @@ def main(args: list[str] | None = None) -> dict:
     collator = MaskedLMCollator(KeplmDataCollator.from_processor(processor, model), tokenizer.mask_token_id,
                                 len(tokenizer), data_args.mlm_probability,
                                 mask_knowledge_targets=trelm_args.uses_knowledge,
-                                special_token_ids=tuple(tokenizer.all_special_ids))
+                                special_token_ids=tuple(tokenizer.all_special_ids), seed=training_args.seed)
     if trelm_args.export_encoder and model_args.lora_r is not None:
         raise ValueError("--export_encoder writes the whole pre-trained encoder: not with LoRA adapters (--lora_r)")
     clock = TrainingClock()
-    callbacks, prober = [MemoryDecayCallback()], None
+    callbacks, prober = [MemoryDecayCallback(), MaskingEpochCallback(collator)], None
     if data_args.probe != "none":
         probe_data = load_probe(data_args.probe, data_args.probe_data_dir, data_args.probe_relations,
                                 data_args.probe_max_facts_per_relation)

@@ -166,6 +166,7 @@ def _tiny_trelm(use_injection: bool, seed: int = 0, epochs: int = 20):
     for epoch in range(epochs):
         if model.trelm.memory_bank is not None:
             model.trelm.memory_bank.set_epoch(epoch)
+        collator.set_epoch(epoch)
         for index in torch.randperm(len(rows), generator=generator).split(16):
             model(**collator([rows[i] for i in index.tolist()])).loss.backward()
             optimizer.step()

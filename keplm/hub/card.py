@@ -327,9 +327,13 @@ def add_figures(spec: ModelCardSpec, figures_dir: str | os.PathLike, card_dir: s
     if model is not None and spec.uses_knowledge:
         tables = fig.kfm_modulation_table(model)
         if tables:
+            used, total = next(iter(tables.values())).shape[0], fig.entity_memory_rows(model)
             spec.modulation = fig.modulation_summary(tables)
-            path = fig.modulation_figure(tables, figures_dir / fig.MODULATION_PNG, spec.encoder.get("layers"))
-            added.append(Figure(link(path), "KFM modulation magnitudes: every entity-memory row v (null row left "
+            spec.modulation_rows = (used, total)
+            path = fig.modulation_figure(tables, figures_dir / fig.MODULATION_PNG, spec.encoder.get("layers"), total)
+            rows = (f"a seeded sample of {used:,} of the {total:,} entity-memory rows v" if used < total
+                    else "every entity-memory row v")
+            added.append(Figure(link(path), f"KFM modulation magnitudes: {rows} (null row left "
                                 "out) through each KFM layer's four MLPs, mean |h(v)| per row; γ = 1 + h(v), "
                                 "β = h(v). The pointwise view of the memory: with relational retrieval the vector "
                                 "a token meets is its entity's neighbourhood aggregate, which differs per context."))

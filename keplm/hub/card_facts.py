@@ -447,6 +447,7 @@ class ModelCardSpec:
     weights_available: bool = True
     figures: list[Figure] = field(default_factory=list)
     modulation: dict[int, dict[str, float]] | None = None
+    modulation_rows: tuple[int, int] | None = None  # (rows the modulation was computed on, the memory's rows)
     example_text: str | None = None
     notes: list[str] = field(default_factory=list)  # extra paragraphs for "Limits"
     lora: bool = False  # a LoRA adapter (peft) of the model: the usage snippet loads it with load_lora

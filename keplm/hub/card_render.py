@@ -274,7 +274,10 @@ def _knowledge_notes(spec: ModelCardSpec) -> list[str]:
     if spec.modulation:
         parts = [f"layer {layer + 1}: |γ₁ − 1| {med['gamma1']:.3g}, |β₁| {med['beta1']:.3g}, "
                  f"|γ₂ − 1| {med['gamma2']:.3g}, |β₂| {med['beta2']:.3g}" for layer, med in spec.modulation.items()]
-        lines += ["Median over entity-memory rows of the mean modulation magnitude: " + "; ".join(parts) + ".", ""]
+        used, total = spec.modulation_rows or (0, 0)
+        sample = f" (computed on a sample of {used:,} of {total:,} rows)" if used < total else ""
+        lines += [f"Median over entity-memory rows of the mean modulation magnitude{sample}: " + "; ".join(parts)
+                  + ".", ""]
     if spec.knowledge.note:
         lines += [spec.knowledge.note, ""]
     return lines

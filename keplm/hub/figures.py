@@ -10,7 +10,6 @@ not churn committed files.
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -52,53 +51,91 @@ def _save(figure, path: Path) -> Path:
 
 
 # --------------------------------------------------------------------------------------------- entity frequency
-def entity_frequency_figure(counts: Sequence[int], path, title: str = "Entity memory: mentions per entity") -> Path:
+def entity_frequency_figure(counts: Sequence[int], path, title: str = "Entity memory: mentions per entity",
+                            max_points: int = 10_000) -> Path:
     """Rank/frequency (log-log) and a log2-bucket histogram of the training mentions of each entity-memory row
-    (the null row and zero counts left out), as KALA appendix Fig. 13-14."""
-    frequencies = sorted((int(c) for c in counts if c and c > 0), reverse=True)
-    if not frequencies:
+    (the null row and zero counts left out), as KALA appendix Fig. 13-14. The histogram counts every row; the
+    rank/frequency curve draws every rank up to ``max_points`` entities, beyond that ``max_points`` ranks spaced
+    evenly on its log axis (the first and the last included), so a 5M-row memory draws what the eye can see."""
+    import numpy as np
+
+    values = np.asarray(counts, dtype=np.int64)
+    frequencies = -np.sort(-values[values > 0])
+    if not frequencies.size:
         raise ValueError("no entity with a training mention: nothing to plot")
+    ranks = np.arange(1, frequencies.size + 1)
+    if frequencies.size > max_points:
+        ranks = np.unique(np.geomspace(1, frequencies.size, max_points).round().astype(np.int64))
     plt = _pyplot()
     figure, (rank_axis, hist_axis) = plt.subplots(1, 2, figsize=(9, 3.4))
-    rank_axis.loglog(range(1, len(frequencies) + 1), frequencies, marker=".", linestyle="none", markersize=3)
+    rank_axis.loglog(ranks, frequencies[ranks - 1], marker=".", linestyle="none", markersize=3)
     rank_axis.set_xlabel("entity rank")
     rank_axis.set_ylabel("training mentions")
     rank_axis.set_title("rank / frequency")
-    buckets: dict[int, int] = {}
-    for frequency in frequencies:
-        bucket = int(math.log2(frequency))
-        buckets[bucket] = buckets.get(bucket, 0) + 1
-    keys = list(range(0, max(buckets) + 1))
+    buckets = np.bincount(np.frexp(frequencies.astype(np.float64))[1] - 1)  # floor(log2(frequency)), exact
+    keys = list(range(len(buckets)))
     labels = [f"{2 ** k}" if k == 0 else f"{2 ** k}-{2 ** (k + 1) - 1}" for k in keys]
-    hist_axis.bar(range(len(keys)), [buckets.get(k, 0) for k in keys], color="tab:blue")
+    hist_axis.bar(range(len(keys)), buckets.tolist(), color="tab:blue")
     hist_axis.set_xticks(range(len(keys)), labels, rotation=45, ha="right", fontsize=8)
     hist_axis.set_xlabel("training mentions")
     hist_axis.set_ylabel("entities")
-    once = sum(f == 1 for f in frequencies)
-    hist_axis.set_title(f"{len(frequencies):,} entities, {once:,} seen once")
+    once = int((frequencies == 1).sum())
+    hist_axis.set_title(f"{frequencies.size:,} entities, {once:,} seen once")
     figure.suptitle(title, fontsize=10)
     return _save(figure, path)
 
 
 # --------------------------------------------------------------------------------------------- KFM modulation
-def kfm_modulation_table(model) -> dict[int, object]:
-    """``{encoder layer index: tensor [rows, 4, hidden]}``: h1..h4(v) (γ₁ − 1, β₁, γ₂ − 1, β₂) of every entity-memory
-    row but the null one, passed through each KFM layer's MLPs.
+#: entity-memory rows the card's KFM figure and numbers are computed on: a seeded sample of this many rows when the
+#: memory has more (a 5M-row memory through the KFM MLPs at once took 15.7 GB), every row otherwise
+CARD_SAMPLE_ROWS = 10_000
+
+
+def sample_rows(num_rows: int, max_rows: int, seed: int = 0):
+    """Sorted indices of a seeded sample of ``max_rows`` of ``num_rows`` rows, drawn without replacement in
+    O(``max_rows``) memory; ``None`` when ``num_rows <= max_rows`` (every row is used)."""
+    import numpy as np
+
+    if max_rows < 1:
+        raise ValueError(f"max_rows must be at least 1, got {max_rows}")
+    if num_rows <= max_rows:
+        return None
+    return np.sort(np.random.default_rng(seed).choice(num_rows, size=max_rows, replace=False))
+
+
+def _memory_and_layers(model):
+    """The entity-memory ``nn.Embedding`` and the KFM layers of a KALA-like model (duck typing:
+    ``base_model.entity_memory.embeddings``, ``base_model.knowledge_layers``), or ``(None, None)``."""
+    base = getattr(model, "base_model", model)
+    embeddings = getattr(getattr(base, "entity_memory", None), "embeddings", None)
+    layers = getattr(base, "knowledge_layers", None)
+    return (embeddings, layers) if embeddings is not None and layers else (None, None)
+
+
+def entity_memory_rows(model) -> int:
+    """The entity-memory rows of a KALA-like model, the null row left out (0 without a memory)."""
+    embeddings, _ = _memory_and_layers(model)
+    return embeddings.num_embeddings - 1 if embeddings is not None else 0
+
+
+def kfm_modulation_table(model, max_rows: int | None = None, seed: int = 0) -> dict[int, object]:
+    """``{encoder layer index: tensor [rows, 4, hidden]}``: h1..h4(v) (γ₁ − 1, β₁, γ₂ − 1, β₂) of the entity-memory
+    rows but the null one, passed through each KFM layer's MLPs: every row in order when there are at most
+    ``max_rows`` (default :data:`CARD_SAMPLE_ROWS`), else a seeded sample of ``max_rows`` rows in row order
+    (:func:`sample_rows`; only those rows are read).
 
     This is the *pointwise* view of the memory (KALA eq. 2 with v = the row itself): with relational retrieval the
-    vector a token meets is the GNN's aggregate over its context graph, which differs per context. Found by duck
-    typing (``base_model.entity_memory`` and ``base_model.knowledge_layers[*].modulation``); ``{}`` for a model
-    without them (a baseline, another method).
+    vector a token meets is the GNN's aggregate over its context graph, which differs per context. ``{}`` for a
+    model without an entity memory and KFM layers (a baseline, another method).
     """
     import torch
 
-    base = getattr(model, "base_model", model)
-    memory = getattr(base, "entity_memory", None)
-    layers = getattr(base, "knowledge_layers", None)
-    embeddings = getattr(memory, "embeddings", None)
-    if embeddings is None or not layers:
+    embeddings, layers = _memory_and_layers(model)
+    if embeddings is None:
         return {}
-    rows = embeddings.weight.detach()[1:]
+    weight = embeddings.weight.detach()
+    chosen = sample_rows(weight.shape[0] - 1, CARD_SAMPLE_ROWS if max_rows is None else max_rows, seed)
+    rows = weight[1:] if chosen is None else weight[torch.as_tensor(chosen + 1, device=weight.device)]
     if rows.shape[0] == 0:
         return {}
     tables = {}
@@ -122,8 +159,9 @@ def modulation_summary(tables: dict) -> dict[int, dict[str, float]]:
     return summary
 
 
-def modulation_figure(tables: dict, path, num_layers: int | None = None) -> Path:
-    """One panel per KFM layer: histograms over entity rows of mean |h_k(v)| for the four modulations."""
+def modulation_figure(tables: dict, path, num_layers: int | None = None, total_rows: int | None = None) -> Path:
+    """One panel per KFM layer: histograms over entity rows of mean |h_k(v)| for the four modulations;
+    ``total_rows``: the memory's rows when the tables hold a sample of them (said in the title)."""
     if not tables:
         raise ValueError("no KFM layer to plot")
     plt = _pyplot()
@@ -138,7 +176,9 @@ def modulation_figure(tables: dict, path, num_layers: int | None = None) -> Path
         axis.set_xlabel("mean |h(v)| over hidden units")
         axis.set_ylabel("entity-memory rows")
     axes[0][0].legend(fontsize=7)
-    figure.suptitle(f"KFM modulation of the {next(iter(tables.values())).shape[0]:,} entity-memory rows\n"
+    rows = next(iter(tables.values())).shape[0]
+    which = f"a sample of {rows:,} of the {total_rows:,}" if total_rows and total_rows > rows else f"the {rows:,}"
+    figure.suptitle(f"KFM modulation of {which} entity-memory rows\n"
                     "(γ = 1 + h, β = h; h = 0: no change)", fontsize=10)
     return _save(figure, path)
 
