@@ -224,3 +224,56 @@ def test_fsdp2_follows_one_process_and_ddp_and_its_full_state_dict_loads(tmp_pat
         else:
             for key, value in loaded.state_dict().items():
                 torch.testing.assert_close(value, expected_state[key], atol=ATOL, rtol=RTOL)
+
+
+def _trainer(tmp_path, model, engine: str, **options):
+    """A KeplmTrainer on CPU with ``engine``'s flag forced on (accelerate never turns FSDP on without accelerators,
+    so the real flag cannot be true here)."""
+    from transformers import TrainingArguments
+
+    from keplm.training.trainer import KeplmTrainer
+
+    args = TrainingArguments(output_dir=str(tmp_path), report_to="none", use_cpu=True)
+    trainer = KeplmTrainer(model=model, args=args, parameter_group_options=options)
+    trainer.is_fsdp_enabled, trainer.is_deepspeed_enabled = engine == "FSDP", engine == "DeepSpeed"
+    return trainer
+
+
+@pytest.mark.parametrize("engine", ["FSDP", "DeepSpeed"])
+@pytest.mark.parametrize("sparse, options, group", [
+    (False, {"entity_memory_optimizer": "rowwise_adagrad"}, "'entity_memory' trains with an optimizer of its own "
+                                                            "('rowwise_adagrad')"),
+    (True, {}, "'entity_memory' has sparse gradients and an optimizer of its own ('sparse_adam')"),
+    (False, {"knowledge_optimizer": "adamw"}, "'knowledge' trains with an optimizer of its own ('adamw')"),
+])
+def test_trainer_refuses_group_optimizers_under_fsdp_and_deepspeed(tmp_path, tokenizer, assets, engine, sparse,
+                                                                     options, group):
+    model = make_model(KalaForTokenClassification, tokenizer, assets, num_labels=3, sparse_entity_memory=sparse)
+    trainer = _trainer(tmp_path, model, engine, **options)
+    with pytest.raises(ValueError) as error:
+        trainer.create_optimizer()
+    message = str(error.value)
+    assert f"parameter group {group} cannot train under {engine}" in message
+    assert ("DTensor" if engine == "FSDP" else "one optimizer of its own") in message
+    assert "Trainer's optimizer" in message
+    for key, value in options.items():  # the run options that chose it, to change
+        assert f"{key}={value!r}" in message
+    assert ("kala.entity_memory.embeddings.weight" in message) == sparse
+
+
+@pytest.mark.parametrize("engine", ["FSDP", "DeepSpeed"])
+def test_groups_of_the_trainers_optimizer_pass_under_fsdp_and_deepspeed(tmp_path, tokenizer, assets, engine):
+    model = make_model(KalaForTokenClassification, tokenizer, assets, num_labels=3)
+    optimizer = _trainer(tmp_path, model, engine, knowledge_learning_rate=5e-2).create_optimizer()
+    assert isinstance(optimizer, torch.optim.AdamW)  # one optimizer, the knowledge modules in a group at 5e-2
+    assert 5e-2 in {group["lr"] for group in optimizer.param_groups}
+
+
+def test_shard_model_refuses_sparse_tables_and_a_missing_process_group(tokenizer, assets):
+    from keplm.training.fsdp import shard_model
+
+    sparse = make_model(KalaForTokenClassification, tokenizer, assets, num_labels=3, sparse_entity_memory=True)
+    with pytest.raises(ValueError, match=r"sparse gradients \(kala\.entity_memory\.embeddings\)"):
+        shard_model(sparse)
+    with pytest.raises(ValueError, match="initialised torch.distributed process group"):
+        shard_model(make_model(KalaForTokenClassification, tokenizer, assets, num_labels=3))

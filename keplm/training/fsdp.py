@@ -40,13 +40,13 @@ def shard_model(model: nn.Module, **fully_shard_kwargs) -> nn.Module:
     reduce."""
     from torch.distributed.fsdp import fully_shard
 
-    if not torch.distributed.is_available() or not torch.distributed.is_initialized():
-        raise ValueError("shard_model needs an initialised torch.distributed process group "
-                         "(torch.distributed.init_process_group, or a launch with torchrun / accelerate)")
     sparse = [name for name, module in model.named_modules() if isinstance(module, nn.Embedding) and module.sparse]
     if sparse:
         raise ValueError(f"FSDP2 cannot shard embedding tables with sparse gradients ({', '.join(sparse)}): it "
                          "reduces dense gradients only; build the model with dense tables")
+    if not torch.distributed.is_available() or not torch.distributed.is_initialized():
+        raise ValueError("shard_model needs an initialised torch.distributed process group "
+                         "(torch.distributed.init_process_group, or a launch with torchrun / accelerate)")
     for block in _blocks(model):
         fully_shard(block, **fully_shard_kwargs)
     fully_shard(model, **fully_shard_kwargs)
@@ -55,7 +55,8 @@ def shard_model(model: nn.Module, **fully_shard_kwargs) -> nn.Module:
 
 def full_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
     """The whole (unsharded) state dict of a model sharded by :func:`shard_model`, on CPU: a collective call (every
-    process calls it); the saving process passes it to ``save_pretrained(folder, state_dict=...)``."""
+    process calls it); process 0 gets it (the others an empty dict) and passes it to
+    ``save_pretrained(folder, state_dict=...)``."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
     return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
