@@ -152,11 +152,41 @@ class KeplmTrainer(Trainer):
                                  f"{sorted(self.parameter_group_options)}")
             return optimizer
         groups = hook(self.args.learning_rate, **self.parameter_group_options)
+        self._check_groups_fit_engine(keplm_model, groups)
         self.optimizer = apply_parameter_groups(optimizer, groups, self.args.learning_rate,
                                                 (self.args.adam_beta1, self.args.adam_beta2), self.args.adam_epsilon,
                                                 self.args.weight_decay)
         self._sparse_gradients = bool(sparse_parameters(keplm_model))
         return self.optimizer
+
+    def _check_groups_fit_engine(self, model, groups) -> None:
+        """A ValueError when FSDP or DeepSpeed runs and a parameter group has an optimizer of its own or a parameter
+        has sparse gradients: FSDP2 turns every parameter into a sharded DTensor, which these optimizers cannot step
+        (and its optimizer checkpoints hold only the Trainer's optimizer); DeepSpeed drives one optimizer of its own
+        over dense gradients. Without the check the run fails at its first step, or loses the group's state."""
+        engine = "FSDP" if self.is_fsdp_enabled else "DeepSpeed" if self.is_deepspeed_enabled else None
+        if engine is None:
+            return
+        own = [group for group in groups if group.optimizer is not None and group.parameters]
+        sparse = {id(p) for p in sparse_parameters(model)}
+        if not own and not sparse:
+            return
+        why = ("FSDP2 holds every parameter as a sharded DTensor, which this optimizer cannot step, and FSDP's "
+               "optimizer checkpoints hold only the Trainer's optimizer" if engine == "FSDP" else
+               "DeepSpeed drives one optimizer of its own over dense gradients")
+        options = ", ".join(f"{k}={v!r}" for k, v in sorted(self.parameter_group_options.items())) or "none"
+        if own:
+            what = (f"parameter group {own[0].name!r} trains with an optimizer of its own ({own[0].optimizer!r})"
+                    if not sparse else f"parameter group {own[0].name!r} has sparse gradients and an optimizer of "
+                    f"its own ({own[0].optimizer!r})")
+        else:
+            what = "embedding tables with sparse gradients (nn.Embedding(sparse=True))"
+        names = [name for name, p in model.named_parameters() if id(p) in sparse]
+        raise ValueError(
+            f"{what} cannot train under {engine}: {why}. Train it with the Trainer's optimizer instead: change the "
+            f"run options that chose this (parameter-group options: {options})"
+            + (f" and build the model with dense tables instead of sparse ones ({', '.join(names)})" if names else "")
+            + f", or train without {engine}.")
 
     def create_scheduler(self, num_training_steps: int, optimizer=None):
         """The stock schedule; when a parameter group has a warm-up of its own (``ParameterGroup.warmup_steps``,
