@@ -90,3 +90,51 @@ def test_run_ner_ddp_two_processes_on_cpu(tmp_path, tokenizer, kg):
     assert model.config.retrieval_mode == "relational"
     # predictions of both ranks are gathered back in dataset order
     assert len((out / "predictions.txt").read_text().splitlines()) == len(CONLL["test"])
+
+
+def _two_machines(tmp_path: Path, args_of, env) -> list[subprocess.CompletedProcess]:
+    """Two torchrun "machines" on 127.0.0.1 (``--nnodes 2``, one process each), started together; ``args_of(rank)``
+    gives each machine's run_ner.py arguments (its own folders: the machines share no disk)."""
+    port = str(_free_port())
+    launches = [subprocess.Popen(
+        [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc_per_node", "1", "--node_rank",
+         str(rank), "--master_addr", "127.0.0.1", "--master_port", port, str(ROOT / "run_scripts" / "run_ner.py"),
+         *args_of(rank)], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        for rank in range(2)]
+    outputs = [launch.communicate(timeout=600)[0] for launch in launches]
+    for launch, output in zip(launches, outputs):
+        assert launch.returncode == 0, output[-6000:]
+    return outputs
+
+
+@pytest.mark.slow
+def test_two_machines_without_a_shared_disk_resume_exactly_from_one_machines_checkpoint(tmp_path, tokenizer, kg):
+    """Issue 27: each machine writes to its own disk; machine 0's checkpoint, copied to machine 1, resumes both
+    processes' RNG streams (dropout, entity dropout), so steps 3-4 after the resume equal the uninterrupted run's."""
+    import shutil
+
+    tiny = write_tiny_files(tmp_path / "tiny", tokenizer, kg)
+    common = ["--model_name_or_path", tiny["model"], "--dataset_name", tiny["conll"], "--system", "relational",
+              "--knowledge", "link", "--kg", tiny["kg"], "--do_train", "--max_steps", "4",
+              "--per_device_train_batch_size", "2", "--learning_rate", "1e-3", "--logging_steps", "1",
+              "--report_to", "none", "--disable_tqdm", "1", "--seed", "0", "--save_strategy", "steps",
+              "--save_steps", "2"]
+    env = launch_env(tmp_path)
+    disks = [tmp_path / f"machine{rank}" for rank in range(2)]
+    _two_machines(tmp_path, lambda rank: [*common, "--output_dir", str(disks[rank] / "run")], env)
+    saved = disks[0] / "run" / "checkpoint-2"
+    assert {"rng_state_0.json", "rng_state_1.json"} <= {p.name for p in saved.iterdir()}
+    assert not (disks[1] / "run" / "checkpoint-2" / "rng_state_1.json").exists()  # machine 1 saved nothing
+    for disk in disks:  # machine 0's checkpoint is what each machine resumes from
+        shutil.copytree(saved, disk / "resume" / "checkpoint-2")
+    _two_machines(tmp_path, lambda rank: [*common, "--output_dir", str(disks[rank] / "resume"),
+                                          "--resume_from_checkpoint", str(disks[rank] / "resume" / "checkpoint-2")],
+                  env)
+
+    def losses(folder: Path) -> dict[int, float]:
+        history = json.loads((folder / "trainer_state.json").read_text())["log_history"]
+        return {entry["step"]: entry["loss"] for entry in history if "loss" in entry}
+
+    uninterrupted, resumed = losses(disks[0] / "run"), losses(disks[0] / "resume")
+    assert set(uninterrupted) == {1, 2, 3, 4} and {3, 4} <= set(resumed)
+    assert [resumed[step] for step in (3, 4)] == pytest.approx([uninterrupted[step] for step in (3, 4)], abs=1e-6)
