@@ -11,9 +11,9 @@ Hugging Face's example scripts.
 Without ``--validation_file`` the last ``--validation_docs`` documents of the training file are held out for
 validation. Metrics are precision/recall/F1 of the predicted facts (top-1 relation, or top-2 when no_relation
 wins but the runner-up exceeds ``--top2_threshold``) against every gold fact, those lost to truncation
-included. The output directory holds the model, its processor (tokenizer and ``processor_config.json``:
-``AutoProcessor.from_pretrained`` loads it), ``relations.json`` and ``featurization.json`` (what truncation cost per
-split).
+included, in percent (``metric_unit``). The output directory holds the model, its processor (tokenizer and
+``processor_config.json``: ``AutoProcessor.from_pretrained`` loads it), ``relations.json`` and
+``featurization.json`` (what truncation cost per split).
 """
 
 from __future__ import annotations
