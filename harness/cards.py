@@ -39,7 +39,9 @@ from pathlib import Path
 
 from harness.card_facts import PROJECT_FACTS, command_line, with_project_facts
 from harness.card_presets import ENCODER, KFM, METHODS, MINILM, PRESETS, CardPreset
+from harness.tables import percent_curve
 from keplm.hub.card import (
+    TASKS,
     KnowledgeFacts,
     ModelCardSpec,
     ResultRow,
@@ -50,6 +52,7 @@ from keplm.hub.card import (
     render_model_card,
     results_from_runs,
 )
+from keplm.metric_units import percent_factor
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = Path("model_cards")
@@ -87,10 +90,11 @@ def fill(template, values: dict):
 
 # ============================================================================================ reading the runs
 def probe_rows(curves: list[list[dict]], facts: int | None = None) -> list[ResultRow]:
-    """LAMA T-REx P@1 rows (all / seen / held-out facts) of the final probe points of runs (mean ± std)."""
+    """LAMA T-REx P@1 rows (all / seen / held-out facts) of the final probe points of runs (mean ± std), in %."""
     rows = []
+    finals = [percent_curve(curve)[-1] for curve in curves]
     for subset, key in ((None, "p_at_1"), ("seen", "seen"), ("held_out", "held_out")):
-        values = [100 * curve[-1][key] for curve in curves if curve[-1].get(key) is not None]
+        values = [final[key] for final in finals if final.get(key) is not None]
         if values:
             std = statistics.stdev(values) if len(values) > 1 else None
             rows.append(ResultRow("LAMA T-REx probe", {"p@1": Score(statistics.mean(values), std, len(values))},
@@ -108,8 +112,10 @@ def checkpoint(preset: CardPreset, summaries: list[dict]) -> int:
     how, _, key = preset.checkpoint.partition(":")
     if how == "seed":
         return [s["settings"]["seed"] for s in summaries].index(key)
-    if how == "best":
-        return max(range(len(summaries)), key=lambda i: summaries[i]["results"][preset.system][key])
+    if how == "best":  # compared in percent: a record's metric_unit, or its task's old unit
+        legacy_unit = TASKS[METHODS[preset.method]["pipeline_tag"]].legacy_unit
+        records = [s["results"][preset.system] for s in summaries]
+        return max(range(len(records)), key=lambda i: percent_factor(records[i], legacy_unit) * records[i][key])
     return 0
 
 

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from harness.kala import command, make_settings
 from harness.runs import model_path, portable, run_resumable
+from keplm.metric_units import percent_factor
 
 ROOT = Path(__file__).resolve().parent.parent
 #: (row name, system trained, KG it reads at prediction time: "train" = its own, "full" = the update)
@@ -133,7 +134,9 @@ def main(argv: list[str] | None = None) -> dict:
     for (row, seed, subset), out in where.items():
         metrics = json.loads(Path(out, "all_results.json").read_text())
         results.setdefault(row, {}).setdefault(subset, {})[seed] = {
-            "f1": 100 * metrics["predict_f1"], "linked_share": metrics.get("predict_linked_share")}
+            # in percent: the record's metric_unit, or seqeval's fractions for a run resumed from before it
+            "f1": percent_factor(metrics, "fraction") * metrics["predict_f1"],
+            "linked_share": metrics.get("predict_linked_share")}
     lines = ["| system | test F1 (all) | test F1 (sentences with a test-only entity) | linked share (those) |",
              "|---|---:|---:|---:|"]
     for row, _, _ in ROWS:

@@ -30,6 +30,7 @@ from pathlib import Path
 
 from harness.kala import command, make_settings
 from harness.runs import portable, run_queue
+from keplm.metric_units import percent_factor
 
 BUDGET_S = 600
 
@@ -65,18 +66,19 @@ def run_all(cfg: dict) -> dict[str, float]:
 
 def report(cfg: dict, durations: dict[str, float], total: float) -> dict:
     results = {s: json.loads(Path(cfg["output_dir"], s, "all_results.json").read_text()) for s in cfg["systems"]}
-    rows = [("validation F1 (%)", "eval_f1"), ("validation precision", "eval_precision"),
-            ("validation recall", "eval_recall"), ("test F1 (%)", "predict_f1"),
-            ("test precision", "predict_precision"),
-            ("test recall", "predict_recall"), ("test F1, seen contexts", "predict_seen_f1"),
+    rows = [("validation F1 (%)", "eval_f1"), ("validation precision (%)", "eval_precision"),
+            ("validation recall (%)", "eval_recall"), ("test F1 (%)", "predict_f1"),
+            ("test precision (%)", "predict_precision"),
+            ("test recall (%)", "predict_recall"), ("test F1, seen contexts", "predict_seen_f1"),
             ("test F1, unseen (>=3)", "predict_unseen_f1"), ("train loss", "train_loss")]
     width = max(12, *(len(s) for s in cfg["systems"]))
     print(f"\nCoNLL-2003: {cfg['train']} train / {cfg['eval']} validation / "
           f"{cfg['predict']} test sentences, {cfg['epochs']} epochs, MiniLM-L6 encoder, KG {cfg['kg']}")
     print(f"{'':22}" + "".join(f"{s:>{width + 2}}" for s in cfg["systems"]))
     for label, key in rows:
-        scale = 1.0 if key == "train_loss" else 100.0  # P/R/F1 in percent
-        print(f"{label:22}" + "".join(f"{scale * results[s].get(key, float('nan')):>{width + 2}.2f}"
+        # P/R/F1 in percent: the record's metric_unit, or seqeval's fractions for records written before it
+        scale = {s: 1.0 if key == "train_loss" else percent_factor(results[s], "fraction") for s in cfg["systems"]}
+        print(f"{label:22}" + "".join(f"{scale[s] * results[s].get(key, float('nan')):>{width + 2}.2f}"
                                       for s in cfg["systems"]))
     print(f"{'wall time (s)':22}" + "".join(f"{durations[s]:>{width + 2}.0f}" for s in cfg["systems"]))
     sizes = {s: (results[s].get("predict_seen_examples"), results[s].get("predict_unseen_examples"))

@@ -18,7 +18,10 @@ import json
 import statistics
 from pathlib import Path
 
-#: (label, results key, scaled): scaled rows are fractions for seqeval and GLUE, percentages for SQuAD
+from keplm.metric_units import percent_factor
+
+#: (label, results key, scale): True: a task metric, shown in percent (the record's metric_unit, or its task's old
+#: unit); "percent": a share recorded as a fraction; False: shown as recorded; "per_example": divided by the examples
 ROWS = [("validation accuracy", "eval_accuracy", True), ("validation F1", "eval_f1", True),
         ("validation Matthews corr.", "eval_matthews_correlation", True), ("validation EM", "eval_exact_match", True),
         ("validation macro-F1 (SemEval official)", "eval_macro_f1", True),
@@ -73,7 +76,8 @@ def summary_table(summaries: list[dict]) -> str:
     # systems in first-seen order; a system run with fewer seeds than the others says how many
     systems = list(dict.fromkeys(system for s in summaries for system in s["settings"]["systems"]))
     first = summaries[0]["results"][systems[0]]
-    scale = 1.0 if summaries[0]["settings"].get("task") in QA_TASKS else 100.0  # seqeval/GLUE: fractions
+    # records without metric_unit predate it: SQuAD EM/F1 were percent already, seqeval/GLUE/SemEval fractions
+    legacy_unit = "percent" if summaries[0]["settings"].get("task") in QA_TASKS else "fraction"
     all_seeds = list(dict.fromkeys(str(s["settings"]["seed"]) for s in summaries))
     count = len(all_seeds)
     subsets = (f"; test contexts seen / unseen: {first['predict_seen_examples']} / {first['predict_unseen_examples']}"
@@ -94,7 +98,7 @@ def summary_table(summaries: list[dict]) -> str:
                 result = s["results"].get(system, {})
                 if key not in result:
                     continue
-                factor = {True: scale, False: 1.0, "percent": 100.0,
+                factor = {True: percent_factor(result, legacy_unit), False: 1.0, "percent": 100.0,
                           "per_example": 1.0 / max(result.get("knowledge_train_examples", 1), 1)}[scaled]
                 values.append(factor * result[key])
             cells.append(cell(values))
@@ -105,9 +109,19 @@ def summary_table(summaries: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def _pcell(values: list[float], scale: float = 100.0, digits: int = 2) -> str:
-    """A curves-table cell: the values scaled, ``-`` without any, a lone value bare."""
-    return cell([v * scale for v in values if v is not None], digits, empty="-")
+def _pcell(values: list[float], digits: int = 2) -> str:
+    """A curves-table cell: ``-`` without any value, a lone value bare."""
+    return cell([v for v in values if v is not None], digits, empty="-")
+
+
+PROBE_SCORES = ("p_at_1", "seen", "held_out")
+
+
+def percent_curve(curve: list[dict]) -> list[dict]:
+    """A probe curve (``probe_curve.json``) with its P@1 values in percent: the points' ``metric_unit``, or
+    fractions for curves written before it."""
+    return [{**point, **{key: None if point.get(key) is None else percent_factor(point, "fraction") * point[key]
+                         for key in PROBE_SCORES if key in point}} for point in curve]
 
 
 def time_to_reach(curve: list[dict], target: float) -> float | None:
@@ -122,17 +136,18 @@ def curves_table(summaries: dict[str, dict]) -> str:
     rows = ["| variant | seeds | steps | P@1 all | P@1 seen | P@1 held-out | s to MLM's final P@1 (seeds reaching) |",
             "|---|---:|---:|---:|---:|---:|---|"]
     for variant in variants:
-        curves = {seed: s["probe_curves"][variant] for seed, s in summaries.items() if variant in s["probe_curves"]}
+        curves = {seed: percent_curve(s["probe_curves"][variant]) for seed, s in summaries.items()
+                  if variant in s["probe_curves"]}
         finals = [curve[-1] for curve in curves.values()]
         reach = []
         for seed, curve in curves.items():
             reference = summaries[seed]["probe_curves"].get(REFERENCE)
             if reference:
-                reach.append(time_to_reach(curve, reference[-1]["p_at_1"]))
+                reach.append(time_to_reach(curve, percent_curve(reference)[-1]["p_at_1"]))
         reached = [r for r in reach if r is not None]
-        reach_cell = (f"{_pcell(reached, 1.0, 0)} ({len(reached)} of {len(reach)})" if reached
+        reach_cell = (f"{_pcell(reached, 0)} ({len(reached)} of {len(reach)})" if reached
                       else f"- (0 of {len(reach)})")
-        rows.append(f"| {variant} | {len(curves)} | {_pcell([p['step'] for p in finals], 1.0, 0)} | "
+        rows.append(f"| {variant} | {len(curves)} | {_pcell([p['step'] for p in finals], 0)} | "
                     f"{_pcell([p['p_at_1'] for p in finals])} | {_pcell([p['seen'] for p in finals])} | "
                     f"{_pcell([p['held_out'] for p in finals])} | {reach_cell} |")
     return "\n".join(rows)
@@ -154,7 +169,8 @@ def plot_curves(summaries: dict[str, dict], path: str, command: str) -> None:
             for variant, curve in summary["probe_curves"].items():
                 label = variant if variant not in labelled else None
                 labelled.add(variant)
-                axis.plot([p["train_seconds"] for p in curve], [100 * (p[subset] or 0.0) for p in curve],
+                curve = percent_curve(curve)
+                axis.plot([p["train_seconds"] for p in curve], [p[subset] or 0.0 for p in curve],
                           color=colors.get(variant, "black"), alpha=0.8, marker=".", label=label)
         axis.set_title(f"LAMA T-REx P@1, {title}")
         axis.set_xlabel("training seconds (probe time excluded)")

@@ -10,7 +10,8 @@
 after the text, ``roof`` the TASK and KB encoders fused by a roof (paper §3). Knowledge: triples from ``--kg`` whose
 head (``--selection has_tail``: and tail) is linked in the sentences, verbalised with ``--verbalization``, or
 precomputed lists (``--triple_files``). Metrics as GLUE defines them (Matthews for CoLA, F1/accuracy for MRPC,
-Pearson/Spearman for STS-B, accuracy otherwise); the results JSON also reports how much knowledge was selected.
+Pearson/Spearman for STS-B, accuracy otherwise), in percent as every run script's (``metric_unit``); the results JSON
+also reports how much knowledge was selected.
 """
 
 from __future__ import annotations

@@ -25,9 +25,8 @@ from transformers import AutoModelForTokenClassification, AutoProcessor, set_see
 
 from keplm.data import get_label_list, load_ner_dataset
 from keplm.training.arguments import KeplmTrainingArguments, ModelArguments, NerDataArguments, parse_args
-from keplm.training.compute_metrics import NerComputeMetrics
+from keplm.training.compute_metrics import NerComputeMetrics, word_level_scores
 from keplm.training.knowledge_setup import Featurizer, load_for_inference, maybe_add_lora
-from keplm.training.metrics import ner_metrics
 from keplm.training.model_card import KeplmModelCardData
 from keplm.training.run_recipe import choose_recipe
 from keplm.training.runtime import (
@@ -122,7 +121,7 @@ def main(args: list[str] | None = None) -> dict:
         written, tags, references, counts = word_level_tags(
             output.label_ids, output.predictions, raw["test"]["tokens"], gold, processor.tokenizer,
             model.config.id2label, data_args.max_seq_length, data_args.label_all_tokens)
-        metrics.update({f"predict_{k}": v for k, v in ner_metrics(tags, references, per_type=False).items()})
+        metrics.update({f"predict_{k}": v for k, v in word_level_scores(tags, references).items()})
         metrics.update({f"predict_{k}": v for k, v in counts.items()})
         if counts["words_without_token"] or counts["words_truncated"]:
             logger.warning("test: %d words yield no sub-token (predicted O, scored) and %d are cut off by "
@@ -130,8 +129,7 @@ def main(args: list[str] | None = None) -> dict:
                            data_args.max_seq_length)
         counts = recipe.unseen_entity_counts(raw, "test")
         if counts is not None:  # KALA 5.4: contexts with >= 3 entities unseen in training vs the rest
-            metrics.update(subset_metrics(lambda p, r: ner_metrics(p, r, per_type=False), tags, references, counts,
-                                          "predict"))
+            metrics.update(subset_metrics(word_level_scores, tags, references, counts, "predict"))
         results.update(record(trainer, "predict", metrics))
         if trainer.is_world_process_zero():
             with open(os.path.join(training_args.output_dir, "predictions.txt"), "w", encoding="utf-8") as f:

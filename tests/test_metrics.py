@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 from transformers import EvalPrediction
 
-from keplm.training.compute_metrics import GlueComputeMetrics, NerComputeMetrics
+from keplm.metric_units import METRIC_UNIT_KEY, percent_factor, to_percent
+from keplm.training.compute_metrics import GlueComputeMetrics, NerComputeMetrics, word_level_scores
 from keplm.training.evaluate_metrics import Glue, PrecisionAtK, Seqeval, SquadV1, squad_metric_inputs
 from keplm.training.metrics import (
     GLUE_TASKS,
@@ -453,15 +454,41 @@ def _ner_eval_prediction():
     return logits, gold
 
 
-def test_ner_compute_metrics_equals_ner_metrics_of_aligned_tags():
+def test_ner_compute_metrics_equals_ner_metrics_of_aligned_tags_in_percent():
     logits, gold = _ner_eval_prediction()
-    expected = ner_metrics(*align_ner_predictions(logits, gold, NER_LABELS), per_type=False)
+    fractions = ner_metrics(*align_ner_predictions(logits, gold, NER_LABELS), per_type=False)
     # kept gold [B-PER I-PER O B-LOC], [B-LOC O]; predicted [B-PER I-PER O O], [B-LOC O]: P 2/2, R 2/3
-    assert expected == pytest.approx({"precision": 1.0, "recall": 2 / 3, "f1": 0.8, "accuracy": 5 / 6})
-    assert NerComputeMetrics(NER_LABELS)(EvalPrediction(predictions=logits, label_ids=gold)) == expected
-    assert NerComputeMetrics(NER_LABELS)(EvalPrediction(predictions=(logits, None), label_ids=gold)) == expected
+    assert fractions == pytest.approx({"precision": 1.0, "recall": 2 / 3, "f1": 0.8, "accuracy": 5 / 6})
+    expected = {"precision": 100.0, "recall": 200 / 3, "f1": 80.0, "accuracy": 500 / 6}  # the run scripts' unit
+    assert NerComputeMetrics(NER_LABELS)(EvalPrediction(predictions=logits, label_ids=gold)) == pytest.approx(expected)
+    assert NerComputeMetrics(NER_LABELS)(EvalPrediction(predictions=(logits, None), label_ids=gold)) == pytest.approx(
+        expected)
     per_type = NerComputeMetrics(NER_LABELS, per_type=True)(EvalPrediction(predictions=logits, label_ids=gold))
-    assert per_type == ner_metrics(*align_ner_predictions(logits, gold, NER_LABELS))
+    assert per_type == pytest.approx(to_percent(ner_metrics(*align_ner_predictions(logits, gold, NER_LABELS))))
+    assert per_type["PER_f1"] == pytest.approx(100.0) and per_type["LOC_f1"] == pytest.approx(200 / 3)
+
+
+def test_word_level_scores_are_ner_metrics_in_percent():
+    preds, refs = [["B-PER", "I-PER", "O"], ["B-LOC", "O"]], [["B-PER", "I-PER", "O"], ["O", "B-LOC"]]
+    assert word_level_scores(preds, refs) == pytest.approx(
+        {"precision": 50.0, "recall": 50.0, "f1": 50.0, "accuracy": 300 / 5})
+
+
+def test_to_percent_scales_scores_and_keeps_counts():
+    scores = {"f1": 0.25, "mcc": np.float32(-0.5), "num_gold": 3, "flag": True, "none": None}
+    assert to_percent(scores) == {"f1": 25.0, "mcc": -50.0, "num_gold": 3, "flag": True, "none": None}
+    assert isinstance(to_percent(scores)["mcc"], float)
+
+
+def test_percent_factor_reads_the_record_unit_else_the_legacy_one():
+    assert percent_factor({"eval_f1": 81.0, METRIC_UNIT_KEY: "percent"}, "fraction") == 1.0
+    assert percent_factor({"eval_f1": 0.81}, "fraction") == 100.0  # an old record: its task's unit then
+    assert percent_factor({"eval_f1": 81.0}, "percent") == 1.0
+    assert percent_factor({"eval_f1": 0.81, METRIC_UNIT_KEY: "fraction"}, "percent") == 100.0
+    with pytest.raises(ValueError, match="unknown metric unit 'permille'"):
+        percent_factor({METRIC_UNIT_KEY: "permille"}, "fraction")
+    with pytest.raises(ValueError, match="unknown metric unit"):
+        percent_factor({}, "ratio")
 
 
 def test_ner_compute_metrics_batch_eval_mode_with_tensors():
@@ -482,16 +509,16 @@ def test_ner_compute_metrics_batch_eval_mode_with_tensors():
 def test_glue_compute_metrics_from_logits():
     logits = np.array([[0.1, 0.9], [0.2, 0.8], [0.9, 0.1], [0.3, 0.7], [0.6, 0.4], [0.8, 0.2]])  # argmax MRPC_PREDS
     labels = np.array(MRPC_REFS)
-    result = GlueComputeMetrics("mrpc")(EvalPrediction(predictions=logits, label_ids=labels))
-    assert result == pytest.approx({"accuracy": 4 / 6, "f1": 2 / 3, "combined_score": (4 / 6 + 2 / 3) / 2})
+    result = GlueComputeMetrics("mrpc")(EvalPrediction(predictions=logits, label_ids=labels))  # in percent
+    assert result == pytest.approx({"accuracy": 400 / 6, "f1": 200 / 3, "combined_score": (400 / 6 + 200 / 3) / 2})
     assert GlueComputeMetrics("rte")(EvalPrediction(predictions=logits, label_ids=labels)) == pytest.approx(
-        {"accuracy": 4 / 6}
+        {"accuracy": 400 / 6}
     )
     scores = np.array([[1.0], [2.0], [2.0], [3.0]])  # regression head output (batch, 1)
     stsb = GlueComputeMetrics("stsb", combined_score=False)(
         EvalPrediction(predictions=scores, label_ids=np.array([1.0, 3.0, 2.0, 4.0]))
     )
-    assert stsb == pytest.approx({"pearson": math.sqrt(0.9), "spearmanr": math.sqrt(0.9)})
+    assert stsb == pytest.approx({"pearson": 100 * math.sqrt(0.9), "spearmanr": 100 * math.sqrt(0.9)})
     batched = GlueComputeMetrics("mrpc")
     assert batched(EvalPrediction(predictions=logits[:2], label_ids=labels[:2]), compute_result=False) == {}
     assert batched(EvalPrediction(predictions=logits[2:], label_ids=labels[2:]), compute_result=True) == result

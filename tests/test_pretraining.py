@@ -78,7 +78,8 @@ def test_trelm_pretraining_end_to_end(tiny_pretraining, tmp_path):
                                                                    "--routing_batch_steps", "2"))
     curve = json.loads((out / "probe_curve.json").read_text())
     assert [p["step"] for p in curve] == [0, 2, 4]
-    assert all(0.0 <= p["p_at_1"] <= 1.0 for p in curve) and curve[-1]["train_seconds"] > 0
+    assert all(0.0 <= p["p_at_1"] <= 100.0 and p["metric_unit"] == "percent" for p in curve)  # P@1 in percent
+    assert curve[-1]["train_seconds"] > 0
     assert curve[-1]["seen"] is not None and curve[-1]["held_out"] is not None
     from keplm.data.lama import read_fact_keys
 
@@ -87,6 +88,10 @@ def test_trelm_pretraining_end_to_end(tiny_pretraining, tmp_path):
     losses = [h for h in history if "loss" in h]
     assert losses and all("mlm_loss" in h and "cka_loss" in h for h in losses)  # both losses apart (eq. 3)
     assert any("routing_targets" in h for h in history)  # re-routed at steps 0 and 2
+    probes = [h for h in history if "probe_p_at_1" in h]
+    assert [h["probe_p_at_1"] for h in probes] == [p["p_at_1"] for p in curve]
+    assert not any("probe_metric_unit" in h for h in probes)  # the log history holds numbers only
+    assert results["probe_p_at_1"] == curve[-1]["p_at_1"] and results["metric_unit"] == "percent"
     assert results["data_selection_mentions"] > 0 and results["data_features_examples_with_cka_target"] > 0
     model = AutoModelForMaskedLM.from_pretrained(out)
     assert model.config.use_routing and model.knowledge_assets.kg.entity_vectors is not None

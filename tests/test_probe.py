@@ -111,18 +111,18 @@ def test_single_token_filter_counts_skips(tokenizer):
     assert short[0] == [] and short[1][0]["reason"] == "truncated"  # [CLS] john mary acme bank | is in [MASK]
 
 
-def test_p_at_k_macro_and_micro_against_hand_computation(tokenizer, biased_model):
+def test_p_at_k_macro_and_micro_in_percent_against_hand_computation(tokenizer, biased_model):
     facts = toy_facts()
     results, records = probe(biased_model, tokenizer, facts, ks=(1, 2), batch_size=2, progress=False)
     assert all(r["predictions"] == ["paris", "berlin"] for r in records)
     per = results["per_relation"]
-    assert per["P1"]["precision_at_1"] == pytest.approx(2 / 3) and per["P1"]["precision_at_2"] == 1.0
-    assert per["P2"]["precision_at_1"] == 1.0
+    assert per["P1"]["precision_at_1"] == pytest.approx(200 / 3) and per["P1"]["precision_at_2"] == 100.0
+    assert per["P2"]["precision_at_1"] == 100.0
     assert per["P3"]["precision_at_1"] == 0.0 and per["P3"]["skipped"] == {"multi_token_object": 1}
-    assert results["precision_at_1"] == pytest.approx((2 / 3 + 1 + 0) / 3)  # macro: mean over relations
-    assert results["precision_at_1_micro"] == pytest.approx(3 / 6)  # micro: mean over the 6 scored facts
-    assert results["precision_at_2"] == pytest.approx((1 + 1 + 0) / 3)
-    assert results["precision_at_2_micro"] == pytest.approx(4 / 6)
+    assert results["precision_at_1"] == pytest.approx(100 * (2 / 3 + 1 + 0) / 3)  # macro: mean over relations
+    assert results["precision_at_1_micro"] == pytest.approx(100 * 3 / 6)  # micro: mean over the 6 scored facts
+    assert results["precision_at_2"] == pytest.approx(100 * (1 + 1 + 0) / 3)
+    assert results["precision_at_2_micro"] == pytest.approx(100 * 4 / 6)
     assert results["num_relations_scored"] == 3 and results["num_facts_kept"] == 6
 
 
@@ -133,7 +133,7 @@ def test_common_vocabulary_restricts_objects_and_predictions(tokenizer, biased_m
     assert {r["predictions"][0] for r in records} == {"berlin"}  # "paris" cannot win any more
     assert results["skipped"] == {"multi_token_object": 1, "not_in_common_vocab": 3}
     assert "P2" not in [r["relation"] for r in records] and results["per_relation"]["P2"]["precision_at_1"] is None
-    assert results["precision_at_1"] == pytest.approx((1 + 0) / 2)  # P1: berlin 1/1, P3: 0/2; P2 has nothing
+    assert results["precision_at_1"] == pytest.approx(100 * (1 + 0) / 2)  # P1: berlin 1/1, P3: 0/2; P2: nothing
 
 
 def test_scores_match_the_fill_mask_pipeline(tokenizer):
@@ -155,7 +155,7 @@ def test_several_templates_score_per_template(tokenizer, biased_model):
     results, _ = probe(biased_model, tokenizer, facts, ks=(1,), progress=False)
     row = results["per_relation"]["P9"]
     assert (row["facts"], row["queries"], row["kept"]) == (2, 4, 4)
-    assert row["templates"] == {"[X] is in [Y] .": {"precision_at_1": 0.5}, "[Y] has [X] .": {"precision_at_1": 0.5}}
+    assert row["templates"] == {"[X] is in [Y] .": {"precision_at_1": 50.0}, "[Y] has [X] .": {"precision_at_1": 50.0}}
 
 
 def test_seen_and_held_out_facts(tmp_path, tokenizer, biased_model):
@@ -172,9 +172,9 @@ def test_seen_and_held_out_facts(tmp_path, tokenizer, biased_model):
     results, _ = probe(biased_model, tokenizer, facts, ks=(1,), progress=False, seen_fact_keys=seen_keys)
     subsets = results["subsets"]
     assert subsets["facts_without_key"] == 1
-    assert subsets["seen"]["num_facts"] == 3 and subsets["seen"]["precision_at_1"] == pytest.approx((1 + 1 + 0) / 3)
+    assert subsets["seen"]["num_facts"] == 3 and subsets["seen"]["precision_at_1"] == pytest.approx(100 * 2 / 3)
     assert subsets["held_out"]["num_facts"] == 4 and subsets["held_out"]["skipped"] == {"multi_token_object": 1}
-    assert subsets["held_out"]["precision_at_1_micro"] == pytest.approx(1 / 3)  # mary/Paris hit; acme, rhine miss
+    assert subsets["held_out"]["precision_at_1_micro"] == pytest.approx(100 / 3)  # mary/Paris hit; acme, rhine miss
     bad = tmp_path / "bad.tsv"
     bad.write_text("Q1\tP1\n")
     with pytest.raises(ValueError, match="bad.tsv:1"):
@@ -260,17 +260,18 @@ def test_run_probe_end_to_end(tmp_path, tokenizer, biased_model):
     saved = json.loads((out / "probe_results.json").read_text())
     assert saved == json.loads(json.dumps(results))
     assert saved["mlm_head"]["newly_initialized"] is False and saved["skipped_relations"] == {"P3": "no template"}
-    assert saved["precision_at_1"] == pytest.approx((1 + 0) / 2) and saved["precision_at_1_micro"] == 0.75
-    assert saved["per_relation"]["P1"]["precision_at_1"] == 1.0 and saved["per_relation"]["P2"]["kept"] == 1
+    assert saved["metric_unit"] == "percent"  # P@k in percent, as every run script's metrics
+    assert saved["precision_at_1"] == pytest.approx(50.0) and saved["precision_at_1_micro"] == 75.0
+    assert saved["per_relation"]["P1"]["precision_at_1"] == 100.0 and saved["per_relation"]["P2"]["kept"] == 1
     assert saved["subsets"]["seen"]["num_facts"] == 1 and saved["subsets"]["held_out"]["num_facts"] == 3
     table = (out / "probe_results.md").read_text()
-    assert "| P1 | located in | 3 | 3 | 3 | 0 | 0 | 100.00 | 100.00 |" in table
+    assert "| P1 | located in | 3 | 3 | 3 | 0 | 0 | 100.00 | 100.00 |" in table  # printed as computed, not x100
     assert len((out / "predictions.jsonl").read_text().splitlines()) == 4
 
     pararel = load_run_probe().main([
         "--model_name_or_path", str(model_dir), "--probe", "pararel", "--data_dir", str(data), "--output_dir",
         str(tmp_path / "pararel"), "--top_k", "1", "--common_vocab", "pararel", "--disable_tqdm"])
-    assert pararel["common_vocab_size"] == 1 and pararel["num_queries_kept"] == 4 and pararel["precision_at_1"] == 1
+    assert pararel["common_vocab_size"] == 1 and pararel["num_queries_kept"] == 4 and pararel["precision_at_1"] == 100
 
     headless = tmp_path / "headless"  # an encoder checkpoint without MLM head, as the MiniLM package's
     BertModel(biased_model.config).save_pretrained(headless)

@@ -276,12 +276,13 @@ def test_fact_metrics_deduplicate_rows_and_count_lost_facts(tokenizer):
                           {**dict(enumerate(RELATIONS)), 4: "P1376"})
     labels = np.concatenate([f["edge_labels"] for f in features])
     perfect = metrics(EvalPrediction(predictions=labels, label_ids=labels))
-    assert perfect["precision"] == perfect["recall"] == perfect["f1"] == 1.0 and perfect["num_gold"] == 6
+    assert perfect["precision"] == perfect["recall"] == perfect["f1"] == 100.0  # in percent, as every run metric
+    assert perfect["num_gold"] == 6 and isinstance(perfect["num_gold"], int)  # counts are not scaled
     # doc 2's (paris, france) pair has two rows: predicting P17 on both is one correct fact, P1376 is missed
     predictions = labels.copy()
     predictions[-3:] = [3, 3, 0]
     scores = metrics(EvalPrediction(predictions=np.append(predictions, 0), label_ids=np.append(labels, -100)))
-    assert scores["num_predicted"] == 5 and scores["num_correct"] == 5 and scores["recall"] == 5 / 6
+    assert scores["num_predicted"] == 5 and scores["num_correct"] == 5 and scores["recall"] == pytest.approx(500 / 6)
 
 
 # ---------------------------------------------------------------------------------------------- learning + extractor
@@ -364,6 +365,10 @@ def test_run_re_smoke(tmp_path, tokenizer):
                 "predict_f1", "predict_num_gold"):
         assert key in results, key
     assert results["predict_num_gold"] == 8  # every gold fact of the 4 test docs, P1376 included
+    # P/R in percent of the fact counts, and every results file says so
+    assert results["predict_recall"] == pytest.approx(100 * results["predict_num_correct"] / 8)
+    for name in ("train", "eval", "predict", "all"):
+        assert json.loads((out / f"{name}_results.json").read_text())["metric_unit"] == "percent", name
     relations = json.loads((out / "relations.json").read_text())["relations"]
     assert [r["relation"] for r in relations][:3] == ["no_relation", "P108", "P551"]
     assert relations[1]["train_facts"] == 6

@@ -55,8 +55,12 @@ def test_run_glue_systems(glue_files, tmp_path, extra):
     if "--cached_knowledge_encoder" in extra:
         extra = [*extra, "--knowledge_cache_dir", str(tmp_path / "cache")]
     results = load_script("run_glue").main(glue_args(tiny, files, tmp_path / "out", *extra))
-    assert 0.0 <= results["eval_accuracy"] <= 1.0
+    # in percent: a multiple of 25 on the 4 validation pairs (labels 0 1 0 0: any constant guess gets 25 or 75)
+    assert results["eval_accuracy"] in (25.0, 50.0, 75.0, 100.0)
     saved = json.loads((tmp_path / "out" / "all_results.json").read_text())
+    evaluated = json.loads((tmp_path / "out" / "eval_results.json").read_text())
+    assert saved["metric_unit"] == evaluated["metric_unit"] == "percent"
+    assert evaluated["eval_accuracy"] == saved["eval_accuracy"] == results["eval_accuracy"]
     if "roof" in extra:
         assert saved["knowledge_train_share_with_knowledge"] > 0.5 and saved["knowledge_train_kept"] > 0
     if "bert_with_knowledge" in extra:
@@ -85,6 +89,7 @@ def test_run_qa_trains_roof_with_squad_post_processing(glue_files, tmp_path):
     out = tmp_path / "roof"
     results = run_qa.main(_roof_qa_args(tiny, out, "--do_train", "--do_eval", "--do_predict"))
     assert 0.0 <= results["eval_f1"] <= 100.0 and "predict_exact_match" in results
+    assert read_json(out / "predict_results.json")["metric_unit"] == "percent"  # SQuAD EM/F1: percent, as before
     predictions = read_json(out / "eval_predictions.json")
     assert set(predictions) == {"q2-0", "q2-1"}
     assert results["knowledge_validation_examples"] == 2  # windows of one question counted once
@@ -107,7 +112,8 @@ def test_run_qa_rejects_appended_knowledge(glue_files, tmp_path):
 def test_table_handles_ablations_run_with_fewer_seeds(monkeypatch, capsys, tmp_path):
     """python -m harness.experiments table: mean ± std over the seeds that ran a system; a system with fewer seeds
     (one-seed
-    ablations) says how many in its header; GLUE fractions in %, selection statistics per example."""
+    ablations) says how many in its header; GLUE metrics in % whichever unit a record has, selection statistics per
+    example."""
 
     from harness import experiments
 
@@ -119,14 +125,17 @@ def test_table_handles_ablations_run_with_fewer_seeds(monkeypatch, capsys, tmp_p
         "eval_accuracy": 0.72, "eval_f1": 0.82, "knowledge_train_share_with_knowledge": 0.1,
         "knowledge_train_cut": 50, "knowledge_train_examples": 100}}
     paths = []
-    for seed, results in ((1, {**full, "roof_lstm": {"eval_accuracy": 0.69}}),
-                          (2, {k: {**v, "eval_accuracy": v["eval_accuracy"] + 0.02} for k, v in full.items()})):
+    # seed 2 as the run scripts write now (metric_unit: percent), seed 1 as the old records (GLUE fractions)
+    new = {k: {**v, "eval_accuracy": 100 * (v["eval_accuracy"] + 0.02), "eval_f1": 100 * v["eval_f1"],
+               "metric_unit": "percent"} for k, v in full.items()}
+    for seed, results in ((1, {**full, "roof_lstm": {"eval_accuracy": 0.69}}), (2, new)):
         paths.append(tmp_path / f"seed{seed}.json")
         paths[-1].write_text(json.dumps(summary(seed, results)))
     experiments.main(["table", *map(str, paths)])
     out = capsys.readouterr().out
     assert "| metric | bert | roof | roof_lstm (1 seed) |" in out
     assert "| validation accuracy | 71.00 ± 1.41 | 73.00 ± 1.41 | 69.00 |" in out  # one seed: no spread shown
+    assert "| validation F1 | 80.00 ± 0.00 | 82.00 ± 0.00 | n/a |" in out  # each record read in its own unit
     assert "| train triples cut per example | n/a | 0.50 ± 0.00 | n/a |" in out
     assert "| wall time per run (s) | 150 ± 71 | 150 ± 71 | 100 |" in out
 

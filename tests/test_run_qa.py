@@ -7,6 +7,7 @@ import pytest
 from transformers import AutoModelForQuestionAnswering
 
 import keplm  # noqa: F401  (registers the Auto classes)
+from keplm.training.metrics import squad_v1_metrics
 from tests.test_run_scripts import (
     ARTICLES,
     SYSTEMS,
@@ -39,6 +40,14 @@ def test_run_qa_end_to_end(tiny, tmp_path, system):
     context = ARTICLES[2][1]
     assert all(answer in context for answer in predictions.values())
     assert set(read_json(out / "predict_predictions.json")) == {"q3-0", "q3-1"}
+    # SQuAD EM/F1 in percent, as every run script's metrics: the official script on the written answers, and the
+    # results files say their unit
+    gold = {f"q2-{i}": [answer] for i, (_, answer) in enumerate(ARTICLES[2][2])}
+    expected = squad_v1_metrics(predictions, gold)
+    assert results["eval_exact_match"] == pytest.approx(expected["exact_match"])
+    assert results["eval_f1"] == pytest.approx(expected["f1"])
+    for name in ("all", "eval", "predict"):
+        assert read_json(out / f"{name}_results.json")["metric_unit"] == "percent", name
     results = read_json(out / "all_results.json")
     assert results["predict_seen_examples"] + results["predict_unseen_examples"] == 2
     model = AutoModelForQuestionAnswering.from_pretrained(out)

@@ -25,6 +25,7 @@ import keplm  # noqa: F401  (registers the Auto classes)
 from keplm import KalaForTokenClassification, KalaProcessor
 from keplm.knowledge import KnowledgeAnnotation, write_kala_annotations
 from keplm.training.arguments import KeplmTrainingArguments, ModelArguments, NerDataArguments, parse_args
+from keplm.training.metrics import ner_metrics
 from keplm.training.recipes.kala import KnowledgeArguments
 from keplm.training.tagging import tag_words
 from tests.conftest import tiny_encoder_config
@@ -281,6 +282,27 @@ def test_run_ner_sparse_entity_memory_with_rowwise_adagrad(tiny, tmp_path):
     # the logged learning rate is the first group's (the encoder's, no warm-up): it starts at 1e-3
     rates = [h["learning_rate"] for h in read_json(out / "trainer_state.json")["log_history"] if "learning_rate" in h]
     assert rates[0] == pytest.approx(1e-3)
+
+
+def test_run_ner_writes_metrics_in_percent(tiny, tmp_path):
+    """Every results file and the log history hold seqeval's scores in percent (``metric_unit``): the word-level
+    test scores are those of the written predictions, x 100; the counts stay counts."""
+    out = tmp_path / "ner"
+    load_script("run_ner").main(ner_args(tiny, out, "vanilla", "--do_train", "--do_eval", "--do_predict",
+                                         "--max_predict_samples", "2", "--eval_strategy", "steps", "--eval_steps", "3"))
+    results = read_json(out / "all_results.json")
+    for name in ("all", "train", "eval", "predict"):
+        assert read_json(out / f"{name}_results.json")["metric_unit"] == "percent", name
+    written = [[pair.rsplit("/", 1)[1] for pair in line.split()]
+               for line in (out / "predictions.txt").read_text().splitlines()]
+    gold = [tags.split() for _, tags in CONLL["test"][:2]]
+    expected = ner_metrics(written, gold, per_type=False)  # fractions, as seqeval computes them
+    assert expected["accuracy"] > 0.0  # some words right: a fraction and its percent differ
+    for key, value in expected.items():
+        assert results[f"predict_{key}"] == pytest.approx(100 * value), key
+    assert isinstance(results["predict_words_truncated"], int) and results["predict_samples"] == 2
+    logged = [entry for entry in read_json(out / "trainer_state.json")["log_history"] if "eval_accuracy" in entry]
+    assert logged and logged[-1]["eval_accuracy"] == pytest.approx(results["eval_accuracy"])  # same model, step 3
 
 
 @pytest.mark.parametrize("task", ["ner", "qa"])

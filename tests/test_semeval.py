@@ -121,7 +121,8 @@ def test_official_score_counts_a_wrong_direction_as_predicted_and_not_correct():
     ids = [SEMEVAL_LABELS.index(label) for label in pred]
     logits = np.eye(len(SEMEVAL_LABELS))[ids]
     result = metric(EvalPrediction(predictions=logits, label_ids=np.array([SEMEVAL_LABELS.index(g) for g in gold])))
-    assert result["macro_f1"] == scores["macro_f1"]
+    assert result["macro_f1"] == pytest.approx(100 * scores["macro_f1"])  # the run scripts report percent
+    assert result["accuracy"] == pytest.approx(100 * 2 / 5)
 
 
 def test_run_script_fine_tunes_a_trelm_checkpoint_and_learns_a_toy_task(tmp_path, tokenizer, kge_assets,  # noqa: F811
@@ -151,7 +152,10 @@ def test_run_script_fine_tunes_a_trelm_checkpoint_and_learns_a_toy_task(tmp_path
             torch.testing.assert_close(value, expected[name], msg=name)
     assert results["train_samples"] == 24 and results["eval_samples"] == 8 and results["predict_samples"] == 8
     assert results["train_truncated"] == 0
-    assert results["predict_accuracy"] == 1.0 and results["predict_macro_f1"] == pytest.approx(2 / 9)
+    # in percent (the toy test set holds two of the nine relations, both learnt: macro-F1 2/9)
+    assert results["predict_accuracy"] == 100.0 and results["predict_macro_f1"] == pytest.approx(200 / 9)
+    for name in ("all", "eval", "predict"):
+        assert json.loads((out / f"{name}_results.json").read_text())["metric_unit"] == "percent", name
     classifier = AutoModelForSequenceClassification.from_pretrained(out)
     assert classifier.config.id2label[0] == "Other" and classifier.config.num_labels == 19
     with pytest.raises(FileNotFoundError, match="no SemEval-2010 Task 8 file"):

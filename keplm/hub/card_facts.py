@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from keplm.metric_units import percent_factor
+
 LIBRARY_NAME = "keplm"
 
 
@@ -231,27 +233,27 @@ PIPELINE_TAGS = {
 class TaskInfo:
     name: str
     metrics: tuple[tuple[str, str], ...]  # (metric key, display name), in table order
-    scale: float  # display value = scale * recorded value (seqeval fractions -> %, SQuAD is in % already)
+    legacy_unit: str  # unit of a record without ``metric_unit`` (written before it): SQuAD percent, others fraction
     metric_note: str
 
 
 TASKS: dict[str, TaskInfo] = {
     "token-classification": TaskInfo("Token Classification", (("f1", "F1"), ("precision", "Precision"),
-                                     ("recall", "Recall"), ("accuracy", "Token accuracy")), 100.0,
+                                     ("recall", "Recall"), ("accuracy", "Token accuracy")), "fraction",
                                      "entity-level micro F1, precision and recall (seqeval, exact span and type "
                                      "match) and token accuracy, in %"),
-    "question-answering": TaskInfo("Question Answering", (("exact_match", "EM"), ("f1", "F1")), 1.0,
+    "question-answering": TaskInfo("Question Answering", (("exact_match", "EM"), ("f1", "F1")), "percent",
                                    "exact match and token F1 of the official SQuAD v1.1 script after n-best "
                                    "post-processing, in %"),
     "text-classification": TaskInfo("Text Classification", (("accuracy", "Accuracy"), ("f1", "F1"),
                                     ("matthews_correlation", "Matthews corr."), ("pearson", "Pearson"),
-                                    ("spearmanr", "Spearman")), 100.0, "GLUE metrics, in %"),
-    "text2text-generation": TaskInfo("Text2Text Generation", (("exact_match", "EM"), ("f1", "F1")), 1.0,
+                                    ("spearmanr", "Spearman")), "fraction", "GLUE metrics, in %"),
+    "text2text-generation": TaskInfo("Text2Text Generation", (("exact_match", "EM"), ("f1", "F1")), "percent",
                                      "exact match and token F1 of the official SQuAD v1.1 script on the generated "
                                      "answers, in %"),
-    "fill-mask": TaskInfo("Fill-Mask", (("p@1", "P@1"), ("p@10", "P@10")), 100.0, "precision at k, in %"),
+    "fill-mask": TaskInfo("Fill-Mask", (("p@1", "P@1"), ("p@10", "P@10")), "fraction", "precision at k, in %"),
     "relation-extraction": TaskInfo("Relation Extraction", (("f1", "F1"), ("precision", "Precision"),
-                                    ("recall", "Recall")), 100.0,
+                                    ("recall", "Recall")), "fraction",
                                     "precision, recall and F1 of the predicted (document, head, tail, relation) "
                                     "facts against all gold facts, in %"),
 }
@@ -320,7 +322,8 @@ def _split_key(key: str) -> tuple[str, str | None, str] | None:
 
 def results_from_runs(runs: Sequence[dict], task: str | None) -> list[ResultRow]:
     """Result rows (validation, test, test seen, test unseen) from the metrics dicts of one or more runs (seeds):
-    the task's metrics (:data:`TASKS`) in display units, mean ± sample std where several runs have them."""
+    the task's metrics (:data:`TASKS`) in percent, mean ± sample std where several runs have them. Each run's
+    ``metric_unit`` says its unit; a run recorded without one has its task's old unit (``TaskInfo.legacy_unit``)."""
     info = TASKS.get(task or "")
     if info is None or not runs:
         return []
@@ -330,10 +333,11 @@ def results_from_runs(runs: Sequence[dict], task: str | None) -> list[ResultRow]
         for metric, _ in info.metrics:
             values = []
             for metrics in runs:
+                factor = percent_factor(metrics, info.legacy_unit)
                 for key, value in metrics.items():
                     parsed = _split_key(key)
                     if parsed == (split, subset, metric) and isinstance(value, (int, float)):
-                        values.append(info.scale * float(value))
+                        values.append(factor * float(value))
                         break
             if values:
                 std = statistics.stdev(values) if len(values) > 1 else None

@@ -245,7 +245,8 @@ class KeplmTrainingArguments(TrainingArguments):
                   "checkpoint is the model saved, evaluated and tested."},
     )
     early_stopping_threshold: float = field(
-        default=0.0, metadata={"help": "How much --metric_for_best_model must improve to count (early stopping)."})
+        default=0.0, metadata={"help": "How much --metric_for_best_model must improve to count (early stopping), in "
+                                       "its unit: percent for keplm's metrics (e.g. 0.1 = a tenth of a point)."})
     base_model_id: str | None = field(
         default=None,
         metadata={"help": "The Hub id of the base encoder, for the model card's base_model (e.g. the model a local "

@@ -1,5 +1,8 @@
 """The run scripts' Trainer ``compute_metrics`` callables, built on keplm's ``evaluate.Metric`` subclasses
-(:mod:`keplm.training.evaluate_metrics`), and ``FactMetrics`` for relation extraction (on :func:`fact_scores`)."""
+(:mod:`keplm.training.evaluate_metrics`), and ``FactMetrics`` for relation extraction (on :func:`fact_scores`).
+
+They report every score in percent (:mod:`keplm.metric_units`), whatever unit the metric underneath computes, so
+that the Trainer's logs, ``metric_for_best_model`` and the results files of all tasks share one unit."""
 
 from __future__ import annotations
 
@@ -7,12 +10,14 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from keplm.metric_units import to_percent
 from keplm.tokenization.processing_relation_extraction import document_facts
 
 from .evaluate_metrics import Glue, SemEvalTask8, Seqeval, _KeplmMetric, _to_numpy
-from .metrics import align_ner_predictions, fact_scores
+from .metrics import align_ner_predictions, fact_scores, ner_metrics
 
-__all__ = ["NerComputeMetrics", "GlueComputeMetrics", "RelationClassificationComputeMetrics", "FactMetrics"]
+__all__ = ["NerComputeMetrics", "word_level_scores", "GlueComputeMetrics", "RelationClassificationComputeMetrics",
+           "FactMetrics"]
 
 
 def _logits(predictions):
@@ -34,12 +39,16 @@ class _MetricCallable:
     def _postprocess(self, result: dict[str, float]) -> dict[str, float]:
         return result
 
+    def _result(self, **inputs) -> dict[str, float]:
+        # the metrics underneath compute fractions (as their Hub namesakes); the run scripts report percent
+        return to_percent(self._postprocess(self.metric.compute(**inputs, **self.compute_kwargs)))
+
     def __call__(self, eval_prediction, compute_result: bool | None = None) -> dict[str, float]:
         inputs = self._inputs(eval_prediction)
         if compute_result is None:
-            return self._postprocess(self.metric.compute(**inputs, **self.compute_kwargs))
+            return self._result(**inputs)
         self.metric.add_batch(**inputs)
-        return self._postprocess(self.metric.compute(**self.compute_kwargs)) if compute_result else {}
+        return self._result() if compute_result else {}
 
 
 class NerComputeMetrics(_MetricCallable):
@@ -60,6 +69,13 @@ class NerComputeMetrics(_MetricCallable):
             ignore_index=self.ignore_index,
         )
         return {"predictions": predictions, "references": references}
+
+
+def word_level_scores(predictions, references) -> dict[str, float]:
+    """Entity-level precision/recall/F1 and token accuracy of word-level tag sequences in percent, as
+    ``NerComputeMetrics`` reports them (``ner_metrics`` without per-type F1): ``run_ner.py``'s word-level test
+    scores and its seen / unseen subsets."""
+    return to_percent(ner_metrics(predictions, references, per_type=False))
 
 
 class GlueComputeMetrics(_MetricCallable):
@@ -112,7 +128,7 @@ class FactMetrics:
     against all gold facts of the documents (:func:`fact_scores`). ``features`` are the documents' features in
     order (the Trainer must keep it), ``rows`` the documents; predictions are one relation id per candidate row
     (``PredictRelations`` in ``run_re.py``), rows labelled -100 are padding. Duplicate rows of a pair count once;
-    gold facts lost to truncation count as missed."""
+    gold facts lost to truncation count as missed. Precision, recall and F1 are in percent."""
 
     def __init__(self, features, rows, id2label: Mapping[int, str], no_relation_id: int = 0):
         self.pair_keys = [(doc, int(h), int(t)) for doc, edges in enumerate(features["edge_index"])
@@ -130,4 +146,4 @@ class FactMetrics:
                              "evaluation must cover the features in order")
         predicted = {(*key, self.id2label[int(r)]) for key, r in zip(self.pair_keys, predictions)
                      if int(r) != self.no_relation_id}
-        return fact_scores(predicted, self.gold)
+        return to_percent(fact_scores(predicted, self.gold))  # P/R/F1 in percent, the counts as they are

@@ -24,6 +24,7 @@ from keplm.hub.card import (
     render_model_card,
     spec_from_model,
 )
+from keplm.metric_units import METRIC_UNIT, METRIC_UNIT_KEY
 
 logger = logging.getLogger(__name__)
 
@@ -92,7 +93,9 @@ class KeplmModelCardData:
                                                           "train_linked_share", "kg", "example_text")}
         facts.update({name: value for name, value in overrides.items() if value is not None})
         facts["tags"] = [*self.tags, *(overrides.get("tags") or [])]
-        spec = spec_from_model(model, dict(self.metrics), processor=processor, card_facts=self.card_facts, **facts)
+        # what keplm's Trainer logs and the run scripts save is in percent (keplm.metric_units): say so to the card
+        metrics = {METRIC_UNIT_KEY: METRIC_UNIT, **self.metrics}
+        spec = spec_from_model(model, metrics, processor=processor, card_facts=self.card_facts, **facts)
         training = spec.training
         training.hyperparameters = dict(self.hyperparameters) or training.hyperparameters
         training.device, training.steps = self.device, self.steps or None

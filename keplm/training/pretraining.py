@@ -13,6 +13,7 @@ from typing import Literal
 from transformers import TrainerCallback
 
 from keplm.io_utils import fingerprinted_map
+from keplm.metric_units import METRIC_UNIT, METRIC_UNIT_KEY
 
 logger = logging.getLogger(__name__)
 
@@ -208,8 +209,9 @@ class TimeBudgetCallback(TrainerCallback):
 
 class ProbeCallback(TrainerCallback):
     """P@1 over training time: the LAMA probe (seen and held-out facts) every ``every_steps`` steps and at the end,
-    each point ``{"step", "train_seconds", "p_at_1", "seen", "held_out"}`` logged, kept in ``curve`` and written
-    to ``<output_dir>/probe_curve.json``; the probing time is not training time (:class:`TrainingClock`)."""
+    each point ``{"step", "train_seconds", "p_at_1", "seen", "held_out", "metric_unit"}`` (P@1 in percent) logged,
+    kept in ``curve`` and written to ``<output_dir>/probe_curve.json``; the probing time is not training time
+    (:class:`TrainingClock`). Curves written before ``metric_unit`` existed hold fractions."""
 
     def __init__(self, tokenizer, facts, seen_keys, every_steps: int, batch_size: int, clock: TrainingClock,
                  output_dir: str):
@@ -247,10 +249,10 @@ class ProbeCallback(TrainerCallback):
         point = {"step": state.global_step, "train_seconds": round(train_seconds, 2),
                  "p_at_1": results["precision_at_1"], "seen": subsets.get("seen", {}).get("precision_at_1"),
                  "held_out": subsets.get("held_out", {}).get("precision_at_1"),
-                 "probe_seconds": round(time.perf_counter() - started, 2)}
+                 "probe_seconds": round(time.perf_counter() - started, 2), METRIC_UNIT_KEY: METRIC_UNIT}
         self.curve.append(point)
         state.log_history.append({"step": state.global_step, **{f"probe_{k}": v for k, v in point.items()
-                                                                 if k != "step"}})
+                                                                 if k not in ("step", METRIC_UNIT_KEY)}})
         logger.info("probe at step %d (%.0f s of training): P@1 %s (seen %s, held-out %s)", point["step"],
                     train_seconds, point["p_at_1"], point["seen"], point["held_out"])
         if args.should_save:

@@ -3,7 +3,8 @@
 The queries and the forward passes come from :mod:`keplm.data.lama` (:func:`~keplm.data.lama.build_queries`,
 :func:`~keplm.data.lama.predict_top_k`); keplm's ``PrecisionAtK`` metric (config ``relations``) scores them: P@k
 macro-averaged over relations (LAMA's "mean P@1"), micro and per relation, per template where a relation has several,
-and on the seen and held-out facts of a pre-training corpus.
+and on the seen and held-out facts of a pre-training corpus. P@k is reported in percent, as every keplm run metric
+(:mod:`keplm.metric_units`).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 
 from keplm.data.lama import SKIP_REASONS, build_queries, common_vocab_ids, fact_key, predict_top_k
+from keplm.metric_units import to_percent
 
 from .evaluate_metrics import PrecisionAtK
 
@@ -21,9 +23,9 @@ logger = logging.getLogger(__name__)
 
 def score_queries(queries: Sequence[dict], top_ids: Sequence[Sequence[int]], tokenizer, ks: Sequence[int] = (1,),
                   relation_keys: Sequence[str] | None = None) -> dict[str, float]:
-    """P@k for each k through ``PrecisionAtK("relations")``: ``precision_at_{k}`` (macro over relations),
-    ``precision_at_{k}_micro`` and ``{relation}_precision_at_{k}``. ``relation_keys`` (one per query) groups by
-    something else than the relation, e.g. relation and template."""
+    """P@k in percent for each k through ``PrecisionAtK("relations")`` (which computes fractions):
+    ``precision_at_{k}`` (macro over relations), ``precision_at_{k}_micro`` and ``{relation}_precision_at_{k}``.
+    ``relation_keys`` (one per query) groups by something else than the relation, e.g. relation and template."""
     if not queries:
         return {}
     predictions = [tokenizer.convert_ids_to_tokens(ids) for ids in top_ids]
@@ -33,7 +35,7 @@ def score_queries(queries: Sequence[dict], top_ids: Sequence[Sequence[int]], tok
     for k in ks:
         metric = PrecisionAtK("relations", keep_in_memory=True)
         result.update(metric.compute(predictions=predictions, references=references, relations=relations, k=k))
-    return result
+    return to_percent(result)
 
 
 def summarize(facts: Sequence[dict], queries: Sequence[dict], top_ids: Sequence[Sequence[int]],

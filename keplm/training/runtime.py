@@ -11,6 +11,8 @@ import datasets
 import transformers
 from transformers import TrainingArguments
 
+from keplm.metric_units import METRIC_UNIT, METRIC_UNIT_KEY
+
 logger = logging.getLogger(__name__)
 
 
@@ -125,7 +127,9 @@ def flatten(report: dict, prefix: str) -> dict:
 
 
 def record(trainer, split: str, metrics: dict) -> dict:
-    """Log and save ``{split}_results.json`` (merged into ``all_results.json``), as HF's scripts."""
+    """Log and save ``{split}_results.json`` (merged into ``all_results.json``), as HF's scripts, with the unit of
+    its metrics (``metric_unit``: percent, :mod:`keplm.metric_units`) so that readers need not guess it."""
+    metrics = {**metrics, METRIC_UNIT_KEY: METRIC_UNIT}
     trainer.log_metrics(split, metrics)
     trainer.save_metrics(split, metrics)
     return metrics
