@@ -38,6 +38,8 @@ CAPS = {
 KEPLM_CAPS = {
     "train-kge": {"--epochs": "1", "--dim": "8", "--max_eval_triples": "10", "--num_threads": "1",
                   "--no_progress": None},
+    "check-knowledge": {"--max_examples": "8"},
+    "build-kg": {"--num_proc": "1"},
 }
 
 

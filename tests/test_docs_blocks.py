@@ -14,6 +14,7 @@ the MiniLM folder) to a tiny BERT checkpoint written here, send ``outputs/`` int
 from __future__ import annotations
 
 import json
+import shutil
 from collections import Counter
 from pathlib import Path
 
@@ -24,7 +25,7 @@ from transformers import BertForMaskedLM, BertModel
 from tests import docs_blocks
 from tests.conftest import tiny_encoder_config
 from tests.docs_blocks import DATA, Parsed, commands, program, run_script
-from tests.test_run_scripts import load_script, write_tiny_files
+from tests.test_run_scripts import load_script, ner_args, write_tiny_files
 
 pytestmark = pytest.mark.usefixtures("single_thread")  # tests/conftest.py
 needs_data = pytest.mark.skipif(not DATA.is_dir(), reason="../shared/data is absent")
@@ -51,20 +52,43 @@ def placeholders(tiny: dict[str, str], out: Path) -> dict[str, str]:
             "outputs/": f"{out}/"}
 
 
-def run_block(run_id: str, tiny, out: Path, caps: dict | None = None) -> list:
-    """Run each command of a shell block in-process, in order; returns each run script's result."""
+def run_block(run_id: str, tiny, out: Path, caps: dict | None = None, bindings: dict | None = None) -> list:
+    """Run each command of a shell block in-process, in order; returns each command's result (a ``--help`` command:
+    its exit code). ``caps``: extra caps per run script or ``keplm`` sub-command; ``bindings``: pieces of the
+    block's text bound before the placeholders (a block's own placeholders, real data replaced by tiny files); a
+    binding the block no longer holds fails the test."""
+    text = docs_blocks.block(run_id).text
+    assert not [k for k in bindings or {} if k not in text], f"{run_id}: the block no longer holds {bindings}"
     results = []
-    for argv in commands(docs_blocks.block(run_id).text, placeholders(tiny, out)):
+    for argv in commands(text, {**(bindings or {}), **placeholders(tiny, out)}):
         name, args = program(argv)
         if name == "keplm":
             from keplm.cli import main as keplm_main
 
-            for flag, value in docs_blocks.KEPLM_CAPS.get(args[0], {}).items():
+            extra = (caps or {}).get(args[0], {})
+            for flag, value in {**docs_blocks.KEPLM_CAPS.get(args[0], {}), **extra}.items():
                 args = docs_blocks.replace_option(args, flag, *([] if value is None else [value]))
             results.append(keplm_main(args))
-        else:
+            continue
+        try:
             results.append(run_script(load_script(name), args, (caps or {}).get(name)))
+        except SystemExit as stop:  # argparse's --help prints the usage and exits
+            assert "--help" in args, f"{name} {args} exited with {stop.code}"
+            results.append(stop.code)
     return results
+
+
+@pytest.fixture()
+def repo(tmp_path, monkeypatch) -> Path:
+    """A folder standing for the repository root, made the working directory: the documents' relative paths
+    (``outputs/``, the user's files) land in it, and its ``../shared/data`` is the real data folder when present."""
+    root = tmp_path / "repo"
+    root.mkdir()
+    if DATA.is_dir():
+        (tmp_path / "shared").mkdir()
+        (tmp_path / "shared" / "data").symlink_to(DATA)
+    monkeypatch.chdir(root)
+    return root
 
 
 # ============================================================================================ coverage
@@ -205,6 +229,103 @@ def test_relation_extraction_blocks(tiny, tmp_path, monkeypatch):
     assert [m.id for m in names["annotation"].entities] == ["Q90", "Q142"]
 
 
+# ============================================================================================ knowledge checks
+SENTENCES = "john lives in paris .\nmary visited berlin and london .\n"
+
+
+@pytest.fixture(scope="module")
+def trained_ner(tiny, tmp_path_factory) -> Path:
+    """The documents' ``outputs/ner``: run_ner.py's KALA relational checkpoint, tiny CoNLL files and KG, 2 steps."""
+    out = tmp_path_factory.mktemp("trained") / "ner"
+    run_script(load_script("run_ner"), ner_args(tiny, out, "relational", "--do_train"))
+    return out
+
+
+def write_jsonl_kg(path: Path, kg, new_names: dict[str, str], new_facts: list[tuple[str, str, str]]) -> str:
+    """``kg`` with the entities ``new_names`` and the facts ``new_facts`` added, as a ``jsonl:`` KG; returns the
+    spec."""
+    rows = [{"type": "relation", "id": r, "name": n} for r, n in zip(kg.relation_ids, kg.relation_names)]
+    rows += [{"type": "entity", "id": e, "name": n} for e, n in [*zip(kg.entity_ids, kg.entity_names),
+                                                                 *new_names.items()]]
+    rows += [{"h": kg.entity_ids[h], "r": kg.relation_ids[r], "t": kg.entity_ids[t]} for h, r, t in kg.triples.tolist()]
+    rows += [{"h": h, "r": r, "t": t} for h, r, t in new_facts]
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return f"jsonl:{path.name}"
+
+
+def read_report(folder: Path) -> dict:
+    return json.loads((folder / "knowledge_sensitivity.json").read_text())
+
+
+@needs_data
+def test_readme_check_knowledge_block(tiny, trained_ner, repo):
+    """README's two check-knowledge commands: outputs/ner on a text file and on WNUT-17's test split (8 examples)."""
+    shutil.copytree(trained_ner, repo / "outputs" / "ner")
+    (repo / "sentences.txt").write_text(SENTENCES)
+    run_block("readme-check-knowledge", tiny, repo / "outputs")
+    text = read_report(repo / "outputs" / "ner" / "knowledge_check")
+    assert text["examples"] == 2 and text["examples_with_facts"] == 2  # paris, berlin and london have facts
+    assert (repo / "outputs" / "ner" / "knowledge_check" / "knowledge_sensitivity.png").is_file()
+    assert read_report(repo / "outputs" / "ner" / "kc")["examples"] == 8
+
+
+def test_check_your_own_model_block(tiny, trained_ner, repo, hub_server):
+    """docs/knowledge_checks.md's "Check your own model": outputs/ner on a text file, then a Hub checkpoint (the tiny
+    one pushed to the test Hub server as org/kala-bert-conll) against the user's TSV KG on a JSON-lines file."""
+    from transformers import AutoModelForTokenClassification, AutoProcessor
+
+    ner = shutil.copytree(trained_ner, repo / "outputs" / "ner")
+    AutoModelForTokenClassification.from_pretrained(ner).push_to_hub("org/kala-bert-conll")
+    AutoProcessor.from_pretrained(ner).push_to_hub("org/kala-bert-conll")
+    (repo / "sentences.txt").write_text(SENTENCES)
+    (repo / "my_kg.tsv").write_text("paris\tcountry\tfrance\nberlin\tcountry\tgermany\nmetropolis\tcountry\tusa\n")
+    (repo / "my_data.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in [
+        "john lives in metropolis .", "mary visited berlin .", "the thames flows through london ."]))
+    run_block("check-own-model", tiny, repo / "outputs")
+    assert read_report(repo / "outputs" / "ner" / "knowledge_check")["examples_with_facts"] == 2
+    hub = read_report(repo / "outputs" / "kala-bert-conll-check")
+    assert hub["examples"] == 3 and hub["examples_with_facts"] == 2  # london is not in my_kg.tsv
+    assert hub["kg_change"]["entities_added"] > 0
+
+
+def test_run_ner_kg_update_block(tiny, trained_ner, repo, kg):
+    """docs/knowledge_checks.md's run_ner.py command: outputs/ner predicts new sentences with a KG holding an entity
+    the checkpoint never saw; the entity is linked through the new KG."""
+    shutil.copytree(trained_ner, repo / "outputs" / "ner")
+    write_jsonl_kg(repo / "kg_with_new_entities.jsonl", kg, {"Q5000": "Metropolis"}, [("Q5000", "P17", "Q30")])
+    sentences = [("john lives in metropolis .", "B-PER O O B-LOC O"), ("mary visited paris .", "B-PER O B-LOC O")]
+    (repo / "new_sentences.jsonl").write_text("".join(json.dumps({"tokens": t.split(), "ner_tags": tags.split()}) + "\n"
+                                                      for t, tags in sentences))
+    (result,) = run_block("run-ner-kg-update", tiny, repo / "outputs")
+    assert result["predict_linked_share"] == 1.0
+    assert len((repo / "outputs" / "ner-updated-predictions" / "predictions.txt").read_text().splitlines()) == 2
+
+
+def test_trelm_knowledge_update_blocks(tiny, repo, tokenizer, kg, monkeypatch):
+    """docs/knowledge_checks.md's TRELM update: train-kge keeps outputs/kge's vectors and trains a new entity's, then
+    the Python block gives outputs/trelm (an untrained tiny TRELM on outputs/kge) the new entity's row."""
+    from keplm import KnowledgeAssets, TrelmConfig, TrelmForMaskedLM, TrelmProcessor
+    from keplm.cli import main as keplm_main
+    from keplm.knowledge import load_kg
+
+    kg.save_pretrained(repo / "kg")
+    caps = [f"{k} {v or ''}".split() for k, v in docs_blocks.KEPLM_CAPS["train-kge"].items()]
+    assert keplm_main(["train-kge", "--kg", "kg", "--output_dir", "outputs/kge", *sum(caps, [])]) == 0
+    assets = KnowledgeAssets.build(["Q90", "Q142", "Q64"], kg=load_kg("outputs/kge"))
+    torch.manual_seed(0)
+    model = TrelmForMaskedLM(TrelmConfig(encoder_config=tiny_encoder_config(tokenizer),
+                                         entity_vocab_size=assets.num_entities, kge_dim=8))
+    model.set_knowledge_assets(assets)
+    model.save_pretrained("outputs/trelm")
+    TrelmProcessor(tokenizer, assets).save_pretrained("outputs/trelm")
+    write_jsonl_kg(repo / "kg_with_new_entities.jsonl", kg, {"Q5000": "Metropolis"}, [("Q5000", "P17", "Q30")])
+    assert run_block("trelm-update-kge", tiny, repo / "outputs") == [0]
+    names = run_python_block("trelm-update-knowledge", {}, repo, monkeypatch)
+    assert names["report"]["entity_rows_added"] == 1  # Q5000, the one entity new to the KG
+    assert "Q5000" in names["processor"].knowledge_assets.entity_vocab
+    assert names["model"].config.entity_vocab_size == names["processor"].knowledge_assets.num_entities
+
+
 # ============================================================================================ model_cards/
 CARDS = sorted(b.run_id for b in docs_blocks.all_blocks() if b.run_id and b.run_id.startswith("card-"))
 
@@ -241,4 +362,9 @@ RUNNERS = {
     "re-extractor": test_relation_extraction_blocks,
     "readme-roof-trelm-run-scripts": test_readme_roof_and_trelm_run_scripts,
     "readme-kala-run-scripts": test_readme_kala_run_scripts,
+    "readme-check-knowledge": test_readme_check_knowledge_block,
+    "check-own-model": test_check_your_own_model_block,
+    "run-ner-kg-update": test_run_ner_kg_update_block,
+    "trelm-update-kge": test_trelm_knowledge_update_blocks,
+    "trelm-update-knowledge": test_trelm_knowledge_update_blocks,
 }
