@@ -326,6 +326,25 @@ def test_trelm_knowledge_update_blocks(tiny, repo, tokenizer, kg, monkeypatch):
     assert names["model"].config.entity_vocab_size == names["processor"].knowledge_assets.num_entities
 
 
+# ============================================================================================ construction
+def test_readme_build_kg_block(tiny, tokenizer, repo):
+    """README's "Knowledge construction" block: build-kg with KG facts, run_re.py's help, build-kg with the facts of
+    a relation extractor (outputs/re_docred: an untrained tiny one); the tiny CoNLL files and KG stand in for
+    CoNLL-2003 and FB15k-237."""
+    from tests.test_relation_extraction import tiny_model
+
+    tiny_model(tokenizer).save_pretrained(repo / "outputs" / "re_docred")
+    tokenizer.save_pretrained(repo / "outputs" / "re_docred")
+    results = run_block("readme-build-kg", tiny, repo / "outputs", bindings={
+        "../shared/data/conll2003": tiny["conll"], "fb15k237:../shared/data/kg/fb15k-237": tiny["kg"]})
+    assert results[1] == 0  # run_re.py --help
+    for name in ("conll2003", "conll2003-re"):
+        out = repo / "outputs" / "annotations" / name
+        written = {p.name for p in out.iterdir()}
+        assert {"train.json", "validation.json", "test.json", "report.json", "report.md"} <= written
+    assert list((repo / "outputs" / "annotations" / "conll2003").glob("*.png"))
+
+
 # ============================================================================================ model_cards/
 CARDS = sorted(b.run_id for b in docs_blocks.all_blocks() if b.run_id and b.run_id.startswith("card-"))
 
@@ -367,4 +386,5 @@ RUNNERS = {
     "run-ner-kg-update": test_run_ner_kg_update_block,
     "trelm-update-kge": test_trelm_knowledge_update_blocks,
     "trelm-update-knowledge": test_trelm_knowledge_update_blocks,
+    "readme-build-kg": test_readme_build_kg_block,
 }
