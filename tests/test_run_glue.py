@@ -154,3 +154,26 @@ def test_run_glue_refuses_unlabelled_training_data_before_linking(glue_files, tm
     outside.write_text("sentence1,sentence2,label\nparis is in france .,france has paris .,7\n", encoding="utf-8")
     with pytest.raises(ValueError, match=r"outside.csv:2: label '7' is neither a class id below 2"):
         load_script("run_glue").main(glue_args(tiny, {**files, "train": str(outside)}, tmp_path / "out2"))
+
+
+def test_a_roof_checkpoint_and_its_processor_share_one_kg_in_a_run(glue_files, tmp_path):
+    """Fine-tuning a Roof-Transformer checkpoint loads its KG once: the model takes the processor's assets (loaded
+    from the same checkpoint) instead of a second copy."""
+    from transformers import AutoModelForSequenceClassification
+
+    from keplm.training.arguments import ModelArguments
+    from keplm.training.recipes.roof_transformer import (
+        RoofArguments,
+        build_roof_model,
+        prepare_roof_knowledge,
+    )
+
+    tiny, files = glue_files
+    first = tmp_path / "first"
+    load_script("run_glue").main(glue_args(tiny, files, first, "--system", "roof", "--fusion", "transformer"))
+    model_args = ModelArguments(model_name_or_path=str(first))
+    roof_args = RoofArguments(system="roof")
+    processor, _ = prepare_roof_knowledge(model_args, roof_args, {}, ())
+    model = build_roof_model(AutoModelForSequenceClassification, model_args, roof_args, processor)
+    assert processor.knowledge_assets.kg is not None
+    assert model.knowledge_assets is processor.knowledge_assets

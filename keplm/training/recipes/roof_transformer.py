@@ -121,7 +121,9 @@ def build_roof_model(model_class, model_args: ModelArguments, roof_args, process
     """A Roof-Transformer (or baseline) model around ``model_name_or_path``, or the keplm checkpoint itself."""
     path = model_args.model_name_or_path
     if is_keplm_checkpoint(path, **model_args.hub_kwargs()):
-        model = model_class.from_pretrained(path, **model_args.hub_kwargs())
+        # the processor's assets, loaded from the same checkpoint, when they are the checkpoint's: one KG per process
+        model = model_class.from_pretrained(path, knowledge_assets=processor.knowledge_assets,
+                                            **model_args.hub_kwargs())
         if roof_args.kg and getattr(model, "knowledge_assets", None) is not None:
             model.set_knowledge_assets(processor.knowledge_assets)  # prepare_roof_knowledge's knowledge update
     else:
