@@ -277,3 +277,24 @@ def test_shard_model_refuses_sparse_tables_and_a_missing_process_group(tokenizer
         shard_model(sparse)
     with pytest.raises(ValueError, match="initialised torch.distributed process group"):
         shard_model(make_model(KalaForTokenClassification, tokenizer, assets, num_labels=3))
+
+
+def test_accelerates_fsdp2_auto_wrap_shards_the_blocks_shard_model_shards(tokenizer, kg, assets):
+    """Through accelerate on accelerators (``--fsdp_version 2``, transformer-based wrap), the units FSDP2 shards come
+    from the model's ``_no_split_modules``, which transformers gathers from the encoders: every block that
+    ``shard_model`` shards (encoder layers, KALA's extra layer, Roof's fusion layers) is one of them, so a keplm model
+    is sharded per layer there too and not as one root unit (the policy is built on CPU; applying it needs GPUs)."""
+    from accelerate.utils import FullyShardedDataParallelPlugin
+    from accelerate.utils.fsdp_utils import fsdp2_prepare_auto_wrap_policy
+
+    from keplm.training.fsdp import _blocks
+
+    plugin = FullyShardedDataParallelPlugin(fsdp_version=2, auto_wrap_policy="transformer_based_wrap")
+    models = {"kala": make_model(KalaForTokenClassification, tokenizer, assets, num_labels=3, num_extra_layers=1),
+              "roof": _roof_case(tokenizer, kg)[0], "trelm": make_trelm(tokenizer, with_kge(kg))}
+    for name, model in models.items():
+        policy = fsdp2_prepare_auto_wrap_policy(plugin, model)
+        wrapped = {id(module) for module in model.modules() if policy(module)}
+        blocks = _blocks(model)
+        assert len(blocks) >= 2, name
+        assert {id(block) for block in blocks} <= wrapped, name
