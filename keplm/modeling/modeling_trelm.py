@@ -272,6 +272,15 @@ class TrelmForMaskedLM(TrelmPreTrainedModel):
                 parameter.requires_grad_(name.startswith(prefixes))
         return self.router
 
+    def sharding_blockers(self) -> list[str]:
+        """Knowledge routing runs the inner encoder on its own between steps and folds its deltas into the weights,
+        which FSDP2's sharded parameters (gathered only inside the whole model's forward) and DeepSpeed's partitioned
+        ones do not allow."""
+        if self.router is None:
+            return []
+        return ["knowledge routing (TRELM 3.3) runs the encoder outside the model's forward and folds its deltas into "
+                "sharded weights: pre-train with --no_routing, or with DDP"]
+
     def routing_targets(self, cka_labels, labels):
         """Positions and correct tokens that routing attributes: the CKA targets, else the MLM targets."""
         targets = cka_labels if cka_labels is not None and (cka_labels != -100).any() else labels
