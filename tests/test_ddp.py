@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -29,13 +28,8 @@ from transformers import AutoModelForTokenClassification
 
 import keplm  # noqa: F401
 from keplm.knowledge import EntityLinker
+from tests.distributed_helpers import free_port as _free_port
 from tests.test_run_scripts import CONLL, ROOT, write_tiny_files
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def launch_env(tmp_path: Path) -> dict[str, str]:

@@ -11,12 +11,10 @@ the one-process model. The Trainer refuses the parameter-group optimizers FSDP2 
 from __future__ import annotations
 
 import os
-import socket
 
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 from keplm import (
     KalaForTokenClassification,
@@ -27,6 +25,7 @@ from keplm import (
 from keplm.data.collator import KeplmDataCollator
 from keplm.data.masking import MaskedLMCollator
 
+from .distributed_helpers import spawn_two
 from .test_kala_model import TEXTS, batch_of, make_model
 from .test_roof_model import _batch, _config, _processor
 from .test_trelm import ANNOTATION, TEXT, features, with_kge
@@ -41,12 +40,6 @@ STEPS, LR = 3, 1e-3
 # make it ~1e-3. Losses and weights are O(1) float32: their rounding differences stay far below 1e-5.
 EPS = 1e-4
 ATOL, RTOL = 1e-5, 1e-4
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _adam(model):
@@ -179,17 +172,8 @@ def test_fsdp2_follows_one_process_and_ddp_and_its_full_state_dict_loads(tmp_pat
         cases.append({"name": name, "cls": type(model), "init": str(init), "saved": str(saved), "halves": halves,
                       "ddp": whole is None})
         singles[name] = whole
-    context = mp.get_context("spawn")
-    queue = context.SimpleQueue()
-    port = _free_port()
-    processes = [context.Process(target=_worker, args=(rank, port, cases, queue)) for rank in range(2)]
-    for process in processes:
-        process.start()
-    results = dict(queue.get() for _ in range(2))
-    for process in processes:
-        process.join(timeout=120)
+    results = dict(spawn_two(_worker, cases))
     assert all(isinstance(r, dict) for r in results.values()), results
-    assert all(process.exitcode == 0 for process in processes)
 
     torch.set_num_threads(1)
     for case in cases:

@@ -5,17 +5,16 @@ depend on the batch, the batch position, the padding or the process, and change 
 from __future__ import annotations
 
 import os
-import socket
 from types import SimpleNamespace
 
 import pytest
 import torch
-import torch.multiprocessing as mp
 
 from keplm import TrelmProcessor
 from keplm.data.collator import KeplmDataCollator
 from keplm.data.masking import MaskedLMCollator, MaskingEpochCallback
 
+from .distributed_helpers import spawn_two
 from .test_trelm import kge_assets  # noqa: F401  (fixture)
 
 SENTENCES = [("john visited paris in france .", ("paris", "Q90"), ("france", "Q142")),
@@ -106,12 +105,6 @@ def test_masking_epoch_callback_follows_the_trainer_epoch_and_refuses_persistent
 
 
 # ------------------------------------------------------------------------------------------------ two processes
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _worker(rank: int, port: int, rows: list[dict], collator: MaskedLMCollator, queue) -> None:
     """One of two torchrun-like processes: accelerate shards a sequential loader of 2 rows per process as the
     Trainer's loader is sharded; the process's first batch is masked in epochs 0 and 1 and gathered."""
@@ -145,16 +138,7 @@ def test_two_processes_mask_a_global_batch_as_one_process_does(tokenizer, kge_as
     rows = make_rows(tokenizer, kge_assets)
     lengths = [len(r["input_ids"]) for r in rows]
     collator = make_collator(tokenizer, kge_assets, seed=42)
-    context = mp.get_context("spawn")
-    queue = context.SimpleQueue()
-    port = _free_port()
-    processes = [context.Process(target=_worker, args=(rank, port, rows, collator, queue)) for rank in range(2)]
-    for process in processes:
-        process.start()
-    gathered = queue.get()
-    for process in processes:
-        process.join(timeout=120)
-        assert process.exitcode == 0
+    gathered = spawn_two(_worker, rows, collator, results=1)[0]
     assert [size for size, _ in gathered] == [2, 2]  # a real 2-process run
     single = make_collator(tokenizer, kge_assets, seed=42)
     for epoch in (0, 1):

@@ -5,16 +5,16 @@ from __future__ import annotations
 
 import os
 import random
-import socket
 import types
 
 import numpy as np
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 from keplm.training.trainer import KeplmTrainer
+
+from .distributed_helpers import spawn_two
 
 
 def _trainer_stand_in(rank: int, world_size: int, should_save: bool):
@@ -45,24 +45,9 @@ def _worker(rank: int, port: int, root: str, queue) -> None:
         dist.destroy_process_group()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.slow
 def test_one_machines_checkpoint_resumes_every_process_generators(tmp_path):
-    context = mp.get_context("spawn")
-    queue = context.SimpleQueue()
-    port = _free_port()
-    processes = [context.Process(target=_worker, args=(rank, port, str(tmp_path), queue)) for rank in range(2)]
-    for process in processes:
-        process.start()
-    next_draws = {rank: draws for rank, *draws in (queue.get() for _ in range(2))}
-    for process in processes:
-        process.join(timeout=120)
-        assert process.exitcode == 0
+    next_draws = {rank: draws for rank, *draws in spawn_two(_worker, str(tmp_path))}
     saved = sorted(os.listdir(tmp_path / "machine0"))
     assert saved == ["rng_state_0.json", "rng_state_0.safetensors", "rng_state_1.json", "rng_state_1.safetensors"]
     assert not (tmp_path / "machine1").exists()  # process 1 wrote nothing on its own disk

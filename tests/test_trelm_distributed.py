@@ -5,15 +5,14 @@ including when one process's batch has no mention at all."""
 from __future__ import annotations
 
 import os
-import socket
 
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 from keplm.modeling.trelm_modules import MemoryBank, gather_rows
 
+from .distributed_helpers import spawn_two
 from .test_pretraining import tiny_pretraining  # noqa: F401, F811  (fixture)
 
 VOCAB, HIDDEN = 7, 4
@@ -61,25 +60,10 @@ def _worker(rank: int, port: int, empty_second: bool, queue) -> None:
         dist.destroy_process_group()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("empty_second", [False, True])
 def test_two_processes_keep_equal_banks_equal_to_one_process_over_both_batches(empty_second):
-    context = mp.get_context("spawn")
-    queue = context.SimpleQueue()
-    port = _free_port()
-    processes = [context.Process(target=_worker, args=(rank, port, empty_second, queue)) for rank in range(2)]
-    for process in processes:
-        process.start()
-    results = dict((rank, (state, sizes)) for rank, state, sizes in (queue.get() for _ in range(2)))
-    for process in processes:
-        process.join(timeout=120)
-        assert process.exitcode == 0
+    results = dict((rank, (state, sizes)) for rank, state, sizes in spawn_two(_worker, empty_second))
     single = _bank()
     for step in range(2):
         first, second = _batches(step, empty_second)
