@@ -71,3 +71,12 @@ def single_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory, tokenizer, kg) -> dict[str, str]:
+    """The run scripts' tiny encoder, KG, CoNLL and SQuAD files (``tests/test_run_scripts.write_tiny_files``), once
+    per test module."""
+    from tests.test_run_scripts import write_tiny_files
+
+    return write_tiny_files(tmp_path_factory.mktemp("tiny"), tokenizer, kg)

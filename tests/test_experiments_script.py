@@ -12,7 +12,7 @@ import pytest
 from keplm.training.arguments import KeplmTrainingArguments, ModelArguments, NerDataArguments, parse_args
 from keplm.training.recipes.kala import KnowledgeArguments
 
-from .test_run_scripts import ARTICLES, ROOT, SYSTEMS, read_json, tiny  # noqa: F401
+from .test_run_scripts import ARTICLES, ROOT, SYSTEMS, read_json
 
 KALA_NER = (ModelArguments, NerDataArguments, KnowledgeArguments, KeplmTrainingArguments)
 

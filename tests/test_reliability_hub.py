@@ -16,14 +16,9 @@ from keplm import KalaForTokenClassification
 from keplm.knowledge import KnowledgeAssets, KnowledgeGraph
 
 from .test_kala_model import make_model
-from .test_run_scripts import ROOT, load_script, ner_args, write_tiny_files
+from .test_run_scripts import ROOT, load_script, ner_args
 
 pytestmark = pytest.mark.usefixtures("single_thread")  # tests/conftest.py
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory, tokenizer, kg) -> dict[str, str]:
-    return write_tiny_files(tmp_path_factory.mktemp("tiny"), tokenizer, kg)
 
 
 def larger_kg(kg: KnowledgeGraph) -> KnowledgeGraph:

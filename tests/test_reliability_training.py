@@ -16,12 +16,7 @@ from keplm.training.trainer import KeplmTrainer
 
 from .conftest import tiny_encoder_config
 from .test_kala_model import make_model
-from .test_run_scripts import load_script, ner_args, read_json, write_tiny_files
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory, tokenizer, kg) -> dict[str, str]:
-    return write_tiny_files(tmp_path_factory.mktemp("tiny"), tokenizer, kg)
+from .test_run_scripts import load_script, ner_args, read_json
 
 
 def _bigger_tokenizer(tokenizer, tmp_path):

@@ -16,15 +16,9 @@ from tests.test_run_scripts import (
     load_script,
     ner_args,
     read_json,
-    write_tiny_files,
 )
 
 pytestmark = pytest.mark.usefixtures("single_thread")  # tests/conftest.py
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory, tokenizer, kg) -> dict[str, str]:
-    return write_tiny_files(tmp_path_factory.mktemp("tiny"), tokenizer, kg)
 
 
 def test_run_ner_reloads_its_checkpoint(tiny, tmp_path):

@@ -18,15 +18,9 @@ from keplm.training.recipes.kala import KnowledgeArguments, add_knowledge, build
 from keplm.training.tagging import tag_words
 from tests.test_run_scripts import (
     CONLL,
-    write_tiny_files,
 )
 
 pytestmark = pytest.mark.usefixtures("single_thread")  # tests/conftest.py
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory, tokenizer, kg) -> dict[str, str]:
-    return write_tiny_files(tmp_path_factory.mktemp("tiny"), tokenizer, kg)
 
 
 def _processor_and_features(tiny, system="relational", **knowledge):

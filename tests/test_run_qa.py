@@ -14,15 +14,9 @@ from tests.test_run_scripts import (
     load_script,
     qa_args,
     read_json,
-    write_tiny_files,
 )
 
 pytestmark = pytest.mark.usefixtures("single_thread")  # tests/conftest.py
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory, tokenizer, kg) -> dict[str, str]:
-    return write_tiny_files(tmp_path_factory.mktemp("tiny"), tokenizer, kg)
 
 
 @pytest.mark.parametrize("system", SYSTEMS)

@@ -100,11 +100,6 @@ def write_tiny_files(root: Path, tokenizer, kg) -> dict[str, str]:
     return {"model": str(model_dir), "kg": str(kg_dir), "conll": str(conll_dir), "squad": str(squad_file)}
 
 
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory, tokenizer, kg) -> dict[str, str]:
-    return write_tiny_files(tmp_path_factory.mktemp("tiny"), tokenizer, kg)
-
-
 pytestmark = pytest.mark.usefixtures("single_thread")  # tests/conftest.py
 
 
