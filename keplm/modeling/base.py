@@ -19,6 +19,7 @@ from keplm.knowledge.assets import KnowledgeAssets
 from keplm.push_utils import push_folder
 
 from .families import check_extra_layers, encoder_blocks, modulated_norms
+from .zero3 import construct, full_state_dict, gathered
 
 try:
     from transformers.masking_utils import create_bidirectional_mask
@@ -92,7 +93,8 @@ class ExtraLayers(nn.ModuleList):
         if len(self) > len(source):
             raise ValueError(f"cannot copy the last {len(self)} layers of an encoder with {len(source)} layers")
         for target, layer in zip(self, source[len(source) - len(self):]):
-            target.load_state_dict(layer.state_dict())
+            with gathered([*target.parameters(), *layer.parameters()], modify=True):
+                target.load_state_dict(layer.state_dict())
 
     def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
         """Run the layers; ``attention_mask`` is the ``[batch, length]`` padding mask (1 = token)."""
@@ -294,7 +296,7 @@ class KeplmPreTrainedModel(PreTrainedModel):
             sources = dict.fromkeys(names, base_model_name_or_path)
         configs = {f"{name}_config": AutoConfig.from_pretrained(path) for name, path in sources.items()}
         config_kwargs = cls.config_kwargs_from_assets(knowledge_assets) | configs | config_kwargs
-        model = cls(cls.config_class(**config_kwargs))
+        model = construct(cls, cls.config_class(**config_kwargs))  # partitioned under DeepSpeed ZeRO-3
         model.load_base_encoders(sources, dtype=dtype)
         if knowledge_assets is not None:
             model.set_knowledge_assets(knowledge_assets)
@@ -313,8 +315,9 @@ class KeplmPreTrainedModel(PreTrainedModel):
             path = sources[self.encoder_config_name(name)]
             key = str(path)
             if key not in pretrained_cache:
-                pretrained_cache[key] = self.base_auto_class.from_pretrained(path, dtype=dtype).state_dict()
-            missing, unexpected = encoder.load_state_dict(copy.copy(pretrained_cache[key]), strict=False)
+                pretrained_cache[key] = full_state_dict(self.base_auto_class.from_pretrained(path, dtype=dtype))
+            with gathered(encoder, modify=True):
+                missing, unexpected = encoder.load_state_dict(copy.copy(pretrained_cache[key]), strict=False)
             unexpected = [k for k in unexpected if not k.startswith("pooler.")]
             if unexpected:
                 raise ValueError(f"{path} does not fit the {name}: unexpected weights {unexpected[:5]}")

@@ -22,6 +22,7 @@ from .base import KeplmPreTrainedModel, build_encoder, check_index_range
 from .heads import check_labels
 from .knowledge_routing import KnowledgeRouter, RoutedLinear
 from .trelm_modules import ContrastiveKnowledgeLoss, KnowledgeInjection, MemoryBank, NegativeSampler
+from .zero3 import gathered
 
 logger = logging.getLogger(__name__)
 
@@ -235,8 +236,8 @@ class TrelmForMaskedLM(TrelmPreTrainedModel):
             logger.warning("%s has no masked-LM head: TRELM's head transform is newly initialised and its decoder is "
                            "tied to the word embeddings", path)
             return False
-        self.lm_head.transform.load_state_dict(head.transform.state_dict())
-        with torch.no_grad():
+        with torch.no_grad(), gathered([*self.lm_head.parameters(), *head.parameters()], modify=True):
+            self.lm_head.transform.load_state_dict(head.transform.state_dict())
             self.lm_head.bias.copy_(head.bias)
         self.loading_report["mlm_head"] = f"loaded from {path}; decoder tied to the word embeddings"
         self.loading_report["newly_initialized"] = [m for m in self.loading_report["newly_initialized"]
