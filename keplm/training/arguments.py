@@ -9,6 +9,7 @@ data arguments, the method's own arguments from its run recipe, ``KeplmTrainingA
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import sys
@@ -19,6 +20,8 @@ import torch
 from transformers import HfArgumentParser, Seq2SeqTrainingArguments, TrainingArguments
 
 from .engines import asks_for_deepspeed
+
+logger = logging.getLogger(__name__)
 
 
 def split_paths(items: list[str] | None, option: str) -> dict[str, str]:
@@ -256,6 +259,7 @@ class KeplmTrainingArguments(TrainingArguments):
 
     def __post_init__(self):
         super().__post_init__()
+        self._gather_whole_weights_at_save()
         if self.base_model_id is not None and not re.fullmatch(r"[A-Za-z0-9][\w.-]*(/[\w.-]+)?", self.base_model_id):
             raise ValueError(f"--base_model_id must be a Hub repo id such as org/name (the model card's base_model), "
                              f"got {self.base_model_id!r}")
@@ -267,6 +271,22 @@ class KeplmTrainingArguments(TrainingArguments):
             raise ValueError("--early_stopping_patience needs --load_best_model_at_end (with an --eval_strategy, the "
                              "same --save_strategy and a --metric_for_best_model such as f1), so that the run ends "
                              "with its best checkpoint")
+
+    def _gather_whole_weights_at_save(self) -> None:
+        """Under DeepSpeed ZeRO-3 the saved model is safetensors of the whole weights, gathered at save
+        (``stage3_gather_16bit_weights_on_model_save``), not DeepSpeed's pickled shards: keplm's checkpoints hold no
+        pickle, and the Trainer would otherwise write only the shards and no loadable model."""
+        config = getattr(self, "hf_deepspeed_config", None)
+        if config is None or not config.is_zero3():
+            return
+        key = "stage3_gather_16bit_weights_on_model_save"
+        zero = config.config.setdefault("zero_optimization", {})
+        if zero.get(key) is True:
+            return
+        level = logging.WARNING if key in zero else logging.INFO
+        zero[key] = True
+        logger.log(level, "DeepSpeed ZeRO-3: %s set to true, so that the saved model is safetensors of the whole "
+                   "weights (gathered at save) rather than DeepSpeed's pickled shards", key)
 
 
 @dataclass
