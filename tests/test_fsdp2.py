@@ -160,21 +160,26 @@ def _tensors(arrays: dict) -> dict:
     return {key: torch.from_numpy(value) for key, value in arrays.items()}
 
 
-@pytest.mark.slow
-def test_fsdp2_follows_one_process_and_ddp_and_its_full_state_dict_loads(tmp_path, tokenizer, kg, assets):
+def engine_cases(tmp_path, tokenizer, kg, assets, tag: str) -> tuple[list[dict], dict]:
+    """The four models (KALA relational and pointwise, Roof, TRELM) saved as each run's start, their halves of the
+    batch, and the whole batch of the one-process reference (None for TRELM, which follows two-process DDP)."""
     cases, singles = [], {}
     built = {"kala_relational": _kala_case(tokenizer, assets, "relational"),
              "kala_pointwise": _kala_case(tokenizer, assets, "pointwise"),
              "roof": _roof_case(tokenizer, kg), "trelm": _trelm_case(tokenizer, kg)}
     for name, (model, halves, whole) in built.items():
-        init, saved = tmp_path / f"{name}_init", tmp_path / f"{name}_fsdp"
+        init, saved = tmp_path / f"{name}_init", tmp_path / f"{name}_{tag}"
         model.save_pretrained(init)
         cases.append({"name": name, "cls": type(model), "init": str(init), "saved": str(saved), "halves": halves,
                       "ddp": whole is None})
         singles[name] = whole
-    results = dict(spawn_two(_worker, cases))
-    assert all(isinstance(r, dict) for r in results.values()), results
+    return cases, singles
 
+
+def check_against_references(cases: list[dict], results: dict, singles: dict) -> None:
+    """Each engine run's losses and final weights equal the one-process run's (DDP's for TRELM), and rank 0's save
+    (safetensors with the knowledge assets) loads in one process and answers as the reference."""
+    assert all(isinstance(r, dict) for r in results.values()), results
     torch.set_num_threads(1)
     for case in cases:
         name, got = case["name"], results[0][case["name"]]
@@ -196,7 +201,6 @@ def test_fsdp2_follows_one_process_and_ddp_and_its_full_state_dict_loads(tmp_pat
             torch.testing.assert_close(state[key], value, atol=ATOL, rtol=RTOL,
                                        msg=lambda m, n=name, k=key: f"{n} {k}: {m}")
 
-        # rank 0's save: safetensors with the knowledge assets, loaded in one process
         saved = os.listdir(case["saved"])
         assert "model.safetensors" in saved and not any(f.endswith((".bin", ".pt", ".pkl")) for f in saved), saved
         loaded = case["cls"].from_pretrained(case["saved"]).eval()
@@ -208,6 +212,12 @@ def test_fsdp2_follows_one_process_and_ddp_and_its_full_state_dict_loads(tmp_pat
         else:
             for key, value in loaded.state_dict().items():
                 torch.testing.assert_close(value, expected_state[key], atol=ATOL, rtol=RTOL)
+
+
+@pytest.mark.slow
+def test_fsdp2_follows_one_process_and_ddp_and_its_full_state_dict_loads(tmp_path, tokenizer, kg, assets):
+    cases, singles = engine_cases(tmp_path, tokenizer, kg, assets, "fsdp")
+    check_against_references(cases, dict(spawn_two(_worker, cases)), singles)
 
 
 def _trainer(tmp_path, model, engine: str, **options):

@@ -1,0 +1,193 @@
+"""DeepSpeed ZeRO-1/2/3 for every keplm model (issue 27, items 3 and 6), on CPU with gloo.
+
+accelerate sets DeepSpeed up only on accelerators (on a machine without one, ``keplm.training.engines.check_engine``
+refuses the Trainer's ``--deepspeed`` rather than running plain DDP), so these tests drive ``deepspeed.initialize``
+as the Trainer does on GPUs: the model is built while the run's DeepSpeed config is live (transformers'
+``HfDeepSpeedConfig``; under ZeRO-3 every parameter is partitioned as it is created), a torch Adam is DeepSpeed's
+client optimizer, two processes take halves of a fixed batch for 3 steps. KALA (both retrieval modes) and Roof follow
+one process over the whole batch, TRELM follows two-process DDP (``tests/test_fsdp2.check_against_references``); the
+whole weights gathered from the engine save as safetensors with ``knowledge/`` and load in one process.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from keplm import KalaForTokenClassification, RoofTransformerForSequenceClassification, TrelmForMaskedLM
+from keplm.modeling.zero3 import full_state_dict, is_partitioned
+
+from .distributed_helpers import spawn_two
+from .test_fsdp2 import (
+    EPS,
+    LR,
+    STEPS,
+    _arrays,
+    _mean_over_processes,
+    _train,
+    check_against_references,
+    engine_cases,
+)
+
+deepspeed = pytest.importorskip("deepspeed", reason="DeepSpeed is installed by scripts/setup.sh")
+
+
+def ds_config(stage: int) -> dict:
+    """A 2 x 2-example ZeRO config whose optimizer step is torch's Adam, unclipped, as the references train."""
+    return {"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 1, "train_batch_size": 4,
+            "gradient_clipping": 0.0,  # DeepSpeed clips at 1.0 by default; the references do not clip
+            "zero_optimization": {"stage": stage}, "zero_allow_untested_optimizer": True,
+            "zero_force_ds_cpu_optimizer": False, "steps_per_print": 10**6}
+
+
+def _start(rank: int, port: int) -> None:
+    """This process's half of a 2-process gloo group."""
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank),
+                      WORLD_SIZE="2")
+    deepspeed.init_distributed("gloo", verbose=False)
+    torch.set_num_threads(1)
+
+
+def live_config(stage: int):
+    """The run's DeepSpeed config as the Trainer makes it live: while the returned object lives, transformers builds
+    models for it (under ZeRO-3, partitioned)."""
+    from transformers.integrations import HfDeepSpeedConfig
+
+    return HfDeepSpeedConfig(ds_config(stage))
+
+
+def _train_engine(engine, batch) -> list[float]:
+    losses = []
+    for _ in range(STEPS):
+        loss = engine(**batch).loss
+        engine.backward(loss)
+        engine.step()
+        losses.append(_mean_over_processes(loss.detach()))
+    return losses
+
+
+def _worker(rank: int, port: int, cases: list[dict], stage: int, queue) -> None:
+    try:
+        from torch.nn.parallel import DistributedDataParallel
+
+        _start(rank, port)
+        results = {case["name"]: {} for case in cases}
+        for case in cases:  # the DDP references first: under a live ZeRO-3 config they would be built partitioned
+            if case["ddp"]:
+                torch.manual_seed(1)  # the same draws (TRELM's negatives) in the DDP and the DeepSpeed run
+                ddp = DistributedDataParallel(case["cls"].from_pretrained(case["init"]).train())
+                results[case["name"]]["ddp_losses"] = _train(ddp, case["halves"][rank], _mean_over_processes)
+                results[case["name"]]["ddp_state"] = _arrays(ddp.module.state_dict())
+        config = live_config(stage)  # noqa: F841  (read by from_pretrained while it lives)
+        for case in cases:
+            cls, batch, result = case["cls"], case["halves"][rank], results[case["name"]]
+            torch.manual_seed(1)
+            model = cls.from_pretrained(case["init"]).train()
+            result["partitioned"] = is_partitioned(model.parameters())
+            engine, *_ = deepspeed.initialize(
+                model=model, optimizer=torch.optim.Adam(model.parameters(), lr=LR, eps=EPS), config=ds_config(stage))
+            result["losses"] = _train_engine(engine, batch)
+            state = full_state_dict(engine.module)  # every process takes part
+            if rank == 0:
+                engine.module.save_pretrained(case["saved"], state_dict=state)
+                result["state"] = _arrays(state)
+        queue.put((rank, results))
+    except BaseException as error:  # the parent reports it instead of waiting for a result forever
+        queue.put((rank, repr(error)))
+        raise
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stage", [1, 2, 3])
+def test_zero_stages_follow_one_process_and_ddp_and_save_safetensors(tmp_path, tokenizer, kg, assets, stage):
+    cases, singles = engine_cases(tmp_path, tokenizer, kg, assets, f"zero{stage}")
+    results = dict(spawn_two(_worker, cases, stage))
+    assert all(isinstance(r, dict) for r in results.values()), results
+    for case in cases:  # ZeRO-3 partitions the parameters while from_pretrained builds the model
+        assert results[0][case["name"]]["partitioned"] == (stage == 3), case["name"]
+    check_against_references(cases, results, singles)
+
+
+NEW_MODELS = {  # a new model around the tiny encoder, as the run scripts build one: (class, options)
+    "kala": (KalaForTokenClassification, {"num_labels": 3, "num_extra_layers": 1}),
+    "roof": (RoofTransformerForSequenceClassification,
+             {"num_labels": 2, "fusion": "transformer", "fusion_layers": 1, "max_knowledge_length": 32}),
+    "trelm": (TrelmForMaskedLM, {}),
+}
+
+
+def _build_worker(rank: int, port: int, encoder: str, assets, queue) -> None:
+    try:
+        _start(rank, port)
+        config = live_config(3)  # noqa: F841
+        built = {}
+        for name, (cls, options) in NEW_MODELS.items():
+            model = cls.from_base_pretrained(encoder, knowledge_assets=assets, **options)
+            built[name] = {"partitioned": all(p.numel() == 0 for p in model.parameters()),
+                           "state": _arrays(full_state_dict(model))}
+        queue.put((rank, built))
+    except BaseException as error:
+        queue.put((rank, repr(error)))
+        raise
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.slow
+def test_zero3_builds_new_models_around_an_encoder_partitioned_with_its_weights(tiny, assets):
+    """``from_base_pretrained`` under ZeRO-3 (the run scripts' path for a new model): every parameter is partitioned
+    from the start, yet the encoders hold the checkpoint's weights, Roof's fusion layer copies the encoder's last
+    layer, KALA's extra layer and the other new modules are initialised (the null entity row zero), and both processes
+    see the same model. Before, KALA's initialisation indexed a partitioned embedding (IndexError)."""
+    results = dict(spawn_two(_build_worker, tiny["model"], assets))
+    assert all(isinstance(r, dict) for r in results.values()), results
+    torch.set_num_threads(1)
+    for name, (cls, options) in NEW_MODELS.items():
+        got = {key: torch.from_numpy(value) for key, value in results[0][name]["state"].items()}
+        assert results[0][name]["partitioned"] and results[1][name]["partitioned"], name
+        for key, value in results[1][name]["state"].items():
+            assert torch.equal(got[key], torch.from_numpy(value)), f"{name} {key}: the processes differ"
+        plain = cls.from_base_pretrained(tiny["model"], knowledge_assets=assets, **options).state_dict()
+        assert set(got) == set(plain), name
+        encoder_keys = [key for key in plain if ".encoder." in key or key.startswith("encoder.")]
+        assert len(encoder_keys) > 20, name
+        for key in encoder_keys:
+            assert torch.equal(got[key], plain[key]), f"{name} {key}: not the checkpoint's weight"
+        for key, value in got.items():
+            assert torch.isfinite(value).all(), f"{name} {key}"
+            initialised = value.dtype.is_floating_point and value.numel() > 1 and key.endswith("weight")
+            if initialised and "LayerNorm" not in key:
+                assert value.std() > 0, f"{name} {key}: left uninitialised"
+    kala = {key: torch.from_numpy(v) for key, v in results[0]["kala"]["state"].items()}
+    assert not kala["kala.entity_memory.embeddings.weight"][0].any()  # the null entity
+    roof = {key: torch.from_numpy(v) for key, v in results[0]["roof"]["state"].items()}
+    fusion = [key for key in roof if ".fusion.layers.0." in key]
+    last = max(int(key.split(".")[4]) for key in roof if key.startswith("roof.encoder.encoder.layer."))
+    assert fusion and last > 0
+    for key in fusion:  # the roof starts as a copy of the text encoder's last layer
+        source = key.replace("fusion.layers.0.", f"encoder.encoder.layer.{last}.")
+        assert torch.equal(roof[key], roof[source]), key
+
+
+@pytest.mark.parametrize("zero, level", [({"stage": 3}, "INFO"),
+                                         ({"stage": 3, "stage3_gather_16bit_weights_on_model_save": False}, "WARNING")])
+def test_zero3_runs_save_whole_weights_as_safetensors(tmp_path, caplog, zero, level):
+    """The Trainer writes a ZeRO-3 model as safetensors only with ``stage3_gather_16bit_weights_on_model_save``;
+    without it, its final folder holds DeepSpeed's pickled shards and no loadable model. keplm's training arguments
+    turn it on (saying so; louder when the config had turned it off), in the config DeepSpeed reads."""
+    from keplm.training.arguments import KeplmTrainingArguments
+
+    with caplog.at_level("INFO", logger="keplm.training.arguments"):
+        args = KeplmTrainingArguments(output_dir=str(tmp_path), report_to="none",
+                                      deepspeed={"zero_optimization": dict(zero), "train_micro_batch_size_per_gpu": 2})
+    key = "stage3_gather_16bit_weights_on_model_save"
+    assert args.deepspeed_plugin.deepspeed_config["zero_optimization"][key] is True
+    assert [r.levelname for r in caplog.records if key in r.getMessage()] == [level]
+    two = KeplmTrainingArguments(output_dir=str(tmp_path), report_to="none",
+                                 deepspeed={"zero_optimization": {"stage": 2}})
+    assert key not in two.hf_deepspeed_config.config["zero_optimization"]  # only ZeRO-3 shards the weights
