@@ -74,9 +74,10 @@ def asks_for_help(argv: list[str]) -> bool:
     return False
 
 
-def keplm_sources_digest() -> str:
-    """sha256 of every ``.py`` file of the imported keplm package (relative path and bytes, in path order)."""
-    package = Path(__file__).resolve().parents[1]
+def keplm_sources_digest(package: str | os.PathLike | None = None) -> str:
+    """sha256 of every ``.py`` file of ``package`` (default: the imported keplm package's folder): relative path
+    and bytes, in path order."""
+    package = Path(__file__).resolve().parents[1] if package is None else Path(package)
     digest = hashlib.sha256()
     for path in sorted(package.rglob("*.py")):
         digest.update(path.relative_to(package).as_posix().encode())
