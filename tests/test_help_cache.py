@@ -278,3 +278,31 @@ def test_old_entries_are_pruned(script, cache, monkeypatch):
     help_cache.exit_with_cached_help(script, ["--help"])
     help_cache.store_help("usage: toy\n")
     assert entries(cache) == {"old2.txt", "old3.txt", f"{help_cache.help_key(script, [])}.txt"}
+
+
+def test_a_failed_write_leaves_no_partial_file(script, cache, monkeypatch):
+    def full_disk(*args):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(help_cache.os, "replace", full_disk)
+    help_cache.exit_with_cached_help(script, ["--help"])
+    help_cache.store_help("usage: toy\n")  # no error: the help was printed all the same
+    assert list((cache / "help").iterdir()) == []
+
+
+def test_a_closed_stdout_is_no_error(script, cache, monkeypatch):
+    """``run_ner.py --help | head -1``: the reader is gone; like argparse, the cached help still exits 0."""
+    help_cache.exit_with_cached_help(script, ["--help"])
+    help_cache.store_help("usage: toy\n")
+
+    class ClosedPipe:
+        def write(self, text):
+            raise BrokenPipeError(32, "Broken pipe")
+
+        def flush(self):
+            raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr(sys, "stdout", ClosedPipe())
+    with pytest.raises(SystemExit) as stop:
+        help_cache.exit_with_cached_help(script, ["--help"])
+    assert stop.value.code == 0

@@ -21,6 +21,7 @@ it saves.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.metadata
 import logging
@@ -134,7 +135,8 @@ def exit_with_cached_help(script_file: str | os.PathLike, argv: list[str] | None
         return
     path = cache_directory() / f"{key}.txt"
     try:
-        text = path.read_text(encoding="utf-8")
+        with open(path, encoding="utf-8", newline="") as f:  # newline="": the text exactly as stored
+            text = f.read()
     except FileNotFoundError:
         _pending_key = key
         return
@@ -142,9 +144,12 @@ def exit_with_cached_help(script_file: str | os.PathLike, argv: list[str] | None
         logger.debug("cached help %s unreadable (%s): the help is built again", path, error)
         _pending_key = key
         return
-    # as argparse's print_help and exit: the text on stdout, exit status 0
-    sys.stdout.write(text)
-    sys.stdout.flush()
+    # as argparse's print_help and exit: the text on stdout (a closed pipe, e.g. `| head`, is no error), status 0
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except (AttributeError, OSError):
+        pass
     sys.exit(0)
 
 
@@ -156,19 +161,17 @@ def store_help(text: str) -> None:
     key, _pending_key = _pending_key, None
     if key is None:
         return
-    folder = cache_directory()
+    folder, partial = cache_directory(), None
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile("w", encoding="utf-8", dir=folder, prefix=f".{key}.", suffix=".tmp",
-                                         delete=False) as f:
-            partial = f.name
+        descriptor, partial = tempfile.mkstemp(dir=folder, prefix=f".{key}.", suffix=".tmp")
+        with open(descriptor, "w", encoding="utf-8", newline="") as f:
             f.write(text)
-        try:
-            os.replace(partial, folder / f"{key}.txt")
-        except OSError:
-            os.unlink(partial)
-            raise
+        os.replace(partial, folder / f"{key}.txt")
     except OSError as error:
+        if partial is not None:  # a full disk, say: no half-written file stays behind
+            with contextlib.suppress(OSError):
+                os.unlink(partial)
         logger.debug("help not cached in %s: %s", folder, error)
         return
     try:
