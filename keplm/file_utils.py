@@ -38,6 +38,14 @@ KG_VECTORS_NAME = "entity_vectors.safetensors"
 HUB_KWARGS = ("revision", "token", "cache_dir", "local_files_only", "force_download", "subfolder")
 
 
+def cache_root() -> Path:
+    """The folder of keplm's own caches (knowledge encodings, ``--help`` texts): ``$KEPLM_CACHE``, else
+    ``$XDG_CACHE_HOME/keplm``, else ``~/.cache/keplm``."""
+    root = os.environ.get("KEPLM_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "keplm")
+    return Path(root)
+
+
 def portable_paths(value, root: str | os.PathLike | None = None):
     """``value`` as a saved or pushed file may hold it: every absolute path string (in dicts and lists too) relative to
     ``root`` (default: the working directory) when inside it, else its last component, so no machine path leaves the
@@ -156,6 +164,7 @@ def resolve_file(name_or_path: str | os.PathLike, filename: str, **kwargs) -> Pa
 
 __all__ = [
     "FORMAT_VERSION",
+    "cache_root",
     "portable_checkpoint",
     "pip_checkpoint",
     "PROCESSOR_CONFIG_NAME",

@@ -11,13 +11,15 @@ import numpy as np
 import torch
 from torch import nn
 
+from keplm.file_utils import cache_root
+
 logger = logging.getLogger(__name__)
 
 
 def default_cache_directory() -> Path:
-    """``$KEPLM_CACHE/knowledge_encodings`` (default ``~/.cache/keplm/knowledge_encodings``)."""
-    root = os.environ.get("KEPLM_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "keplm")
-    return Path(root) / "knowledge_encodings"
+    """``$KEPLM_CACHE/knowledge_encodings`` (default ``~/.cache/keplm/knowledge_encodings``, or under
+    ``$XDG_CACHE_HOME/keplm``: :func:`keplm.file_utils.cache_root`)."""
+    return cache_root() / "knowledge_encodings"
 
 
 class KnowledgeEncodingCache:

@@ -26,6 +26,7 @@ from transformers import (
 from keplm.io_utils import read_json
 from keplm.registration import REGISTERED_METHODS, RUN_RECIPES
 
+from . import help_cache
 from .arguments import ModelArguments
 from .knowledge_setup import is_keplm_checkpoint
 
@@ -153,10 +154,15 @@ def choose_recipe(args: list[str] | dict | None, default: str) -> tuple[str, typ
         model_type, path = known.model_type, known.model_name_or_path
         hub_kwargs = {"revision": known.model_revision, "token": known.token, "cache_dir": known.cache_dir}
         rest = _without_option(argv, "--model_type")
-    if model_type is None and path and is_keplm_checkpoint(path, **hub_kwargs):
-        model_type = AutoConfig.from_pretrained(path, **hub_kwargs).model_type
+    if model_type is None and path:
+        help_cache.not_cacheable("the method comes from what --model_name_or_path holds")
+        if is_keplm_checkpoint(path, **hub_kwargs):
+            model_type = AutoConfig.from_pretrained(path, **hub_kwargs).model_type
     model_type = model_type or default
-    return model_type, recipe_class(model_type), rest
+    recipe = recipe_class(model_type)
+    if not recipe.__module__.startswith("keplm."):
+        help_cache.not_cacheable(f"{model_type}'s options come from {recipe.__module__}, not keplm's own sources")
+    return model_type, recipe, rest
 
 
 def _without_option(argv: list[str], option: str) -> list[str]:
