@@ -53,9 +53,11 @@ def test_fsdp_on_a_cpu_machine_is_an_error_naming_what_would_run_instead(tmp_pat
     assert not (tmp_path / "out" / "train_results.json").exists()
 
 
-def test_a_deepspeed_launch_is_not_put_in_cpu_mode(monkeypatch, tmp_path):
-    """A multi-process launch without accelerators gets ``ACCELERATE_USE_CPU`` (CPU DDP over gloo) unless it asks
-    for DeepSpeed, which CPU mode would switch off (on the command line, in a JSON settings file, or by accelerate)."""
+def test_a_deepspeed_launch_without_accelerators_is_a_clear_error(monkeypatch, tmp_path):
+    """A multi-process launch without accelerators gets ``ACCELERATE_USE_CPU`` (CPU DDP over gloo). Asking for
+    DeepSpeed there (on the command line, in a JSON settings file, or by accelerate) is a ValueError: CPU mode would
+    switch DeepSpeed off, and without it accelerate counts one process where DeepSpeed counts two, which ended in
+    DeepSpeed's batch-size assertion."""
     from dataclasses import dataclass
 
     from keplm.training.arguments import parse_args
@@ -66,16 +68,21 @@ def test_a_deepspeed_launch_is_not_put_in_cpu_mode(monkeypatch, tmp_path):
 
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.setenv("LOCAL_RANK", "0")
+    monkeypatch.delenv("ACCELERATE_USE_CPU", raising=False)
+    parse_args((Settings,), [])
+    assert os.environ.get("ACCELERATE_USE_CPU") == "true"
     settings_file = tmp_path / "settings.json"
     settings_file.write_text('{"deepspeed": "ds.json"}')
-    for argv, cpu in (([], True), (["--deepspeed", "ds.json"], False), ([str(settings_file)], False)):
-        monkeypatch.delenv("ACCELERATE_USE_CPU", raising=False)
-        parse_args((Settings,), argv)
-        assert ("ACCELERATE_USE_CPU" in os.environ) is cpu, argv
-    monkeypatch.delenv("ACCELERATE_USE_CPU", raising=False)
+    for argv, how in ((["--deepspeed", "ds.json"], "--deepspeed"), ([str(settings_file)], "ds.json")):
+        with pytest.raises(ValueError, match=rf"DeepSpeed was asked for \({how}\) in a multi-process launch on a "
+                                             "machine without GPUs"):
+            parse_args((Settings,), argv)
     monkeypatch.setenv("ACCELERATE_USE_DEEPSPEED", "true")
-    parse_args((Settings,), [])
-    assert "ACCELERATE_USE_CPU" not in os.environ
+    with pytest.raises(ValueError, match=r"accelerate launch --use_deepspeed .* deepspeed\.initialize in your own"):
+        parse_args((Settings,), [])
+    monkeypatch.delenv("WORLD_SIZE")
+    monkeypatch.delenv("LOCAL_RANK")
+    parse_args((Settings,), [])  # one process: the Trainer's engine check says what runs instead
 
 
 @pytest.mark.slow

@@ -306,7 +306,8 @@ def parse_args(classes: tuple[type, ...], args: list[str] | dict | None = None):
 
     A multi-process launch on a machine without GPUs (``accelerate launch --multi_gpu --num_processes 2`` or
     ``torchrun``) runs as CPU DDP (gloo): without this, accelerate would silently start independent
-    non-distributed processes. A run that asks for DeepSpeed is left as it is (CPU mode would switch DeepSpeed off).
+    non-distributed processes. Such a launch asking for DeepSpeed is a ValueError (CPU mode would switch DeepSpeed
+    off, and accelerate sets it up only on accelerators).
 
     ``--help`` prints argparse's text and exits 0, as always; a run script that called
     :func:`~keplm.training.help_cache.exit_with_cached_help` first also gets the text stored for its next ``--help``.
@@ -320,7 +321,15 @@ def parse_args(classes: tuple[type, ...], args: list[str] | dict | None = None):
         with open(argv[0], encoding="utf-8") as f:
             settings = json.load(f)
     deepspeed = asks_for_deepspeed(argv) or (settings or {}).get("deepspeed")
-    cpu_ddp = _launched_distributed() and not _has_accelerator() and not deepspeed
+    if deepspeed and _launched_distributed() and not _has_accelerator():
+        # accelerate's DeepSpeed state counts one process without accelerators while DeepSpeed counts them all, which
+        # ended in DeepSpeed's own batch-size assertion
+        raise ValueError(
+            f"DeepSpeed was asked for ({'--deepspeed' if deepspeed is True else deepspeed}) in a multi-process launch "
+            "on a machine without GPUs or other accelerators: accelerate sets DeepSpeed up only on accelerators. Drop "
+            "it to train with CPU DDP, launch on GPUs, or drive deepspeed.initialize in your own loop "
+            "(README, Scaling out).")
+    cpu_ddp = _launched_distributed() and not _has_accelerator()
     if cpu_ddp:
         os.environ.setdefault("ACCELERATE_USE_CPU", "true")
     parser = HfArgumentParser(classes)

@@ -3,8 +3,8 @@
 accelerate 1.x turns FSDP on only for the accelerators it shards on: on a machine without one, ``accelerate launch
 --use_fsdp`` (``ACCELERATE_USE_FSDP``) and the Trainer's ``--fsdp full_shard`` both run plain CPU DDP (``MULTI_CPU``),
 every process holding the whole model, with nothing said. :func:`check_engine` makes that a ValueError naming what
-was asked, what runs instead and why; :func:`asks_for_deepspeed` keeps keplm's CPU-DDP set-up
-(``keplm.training.arguments.parse_args``) from switching DeepSpeed off.
+was asked, what runs instead and why; :func:`asks_for_deepspeed` lets keplm's CPU-DDP set-up
+(``keplm.training.arguments.parse_args``) refuse a DeepSpeed launch it cannot run, instead of switching it off.
 """
 
 from __future__ import annotations
