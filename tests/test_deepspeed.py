@@ -12,6 +12,7 @@ whole weights gathered from the engine save as safetensors with ``knowledge/`` a
 from __future__ import annotations
 
 import os
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -28,6 +29,7 @@ from .test_fsdp2 import (
     _arrays,
     _mean_over_processes,
     _train,
+    _trelm_case,
     check_against_references,
     engine_cases,
 )
@@ -191,3 +193,95 @@ def test_zero3_runs_save_whole_weights_as_safetensors(tmp_path, caplog, zero, le
     two = KeplmTrainingArguments(output_dir=str(tmp_path), report_to="none",
                                  deepspeed={"zero_optimization": {"stage": 2}})
     assert key not in two.hf_deepspeed_config.config["zero_optimization"]  # only ZeRO-3 shards the weights
+
+
+ROUTED_STEPS, SGD_LR = 4, 0.1
+
+
+def _routed_steps(model, run, backward, step, optimizer, batch) -> list[float]:
+    """ROUTED_STEPS steps with TRELM's per-step routing hook (as the KeplmTrainer calls it): routing every 2 steps
+    re-routes at step 2, folding the deltas learned in steps 0-1 into the weights."""
+    losses = []
+    for global_step in range(ROUTED_STEPS):
+        model.before_training_step(batch, SimpleNamespace(global_step=global_step), optimizer)
+        loss = run(**batch).loss
+        backward(loss)
+        step()
+        losses.append(_mean_over_processes(loss.detach()))
+    return losses
+
+
+def _routed(cls, init: str):
+    model = cls.from_pretrained(init).train()
+    model.config.routing_interval = 2
+    model.enable_knowledge_routing()
+    return model, [p for p in model.parameters() if p.requires_grad]
+
+
+def _routing_worker(rank: int, port: int, init: str, cls, halves, stage: int, queue) -> None:
+    try:
+        from deepspeed.utils import safe_get_full_optimizer_state
+        from torch.nn.parallel import DistributedDataParallel
+
+        _start(rank, port)
+        batch, result = halves[rank], {}
+        torch.manual_seed(1)
+        model, trained = _routed(cls, init)
+        ddp, sgd = DistributedDataParallel(model), torch.optim.SGD(trained, lr=SGD_LR)
+
+        def ddp_step():
+            sgd.step()
+            sgd.zero_grad()
+
+        result["ddp_losses"] = _routed_steps(model, ddp, torch.Tensor.backward, ddp_step, sgd, batch)
+        result["ddp_state"] = _arrays(model.state_dict())
+        config = live_config(stage)  # noqa: F841
+        torch.manual_seed(1)
+        model, trained = _routed(cls, init)
+        engine, optimizer, *_ = deepspeed.initialize(model=model, optimizer=torch.optim.SGD(trained, lr=SGD_LR),
+                                                     config=ds_config(stage))
+        result["losses"] = _routed_steps(model, engine, engine.backward, engine.step, optimizer, batch)
+        result["state"] = _arrays(full_state_dict(model))
+        # Adam's moments of the deltas are reset with them (the other parameters keep theirs)
+        torch.manual_seed(1)
+        model, trained = _routed(cls, init)
+        engine, optimizer, *_ = deepspeed.initialize(model=model, optimizer=torch.optim.Adam(trained, lr=LR),
+                                                     config=ds_config(stage))
+        engine.backward(engine(**batch).loss)
+        engine.step()
+        model.before_training_step(batch, SimpleNamespace(global_step=2), optimizer)
+        deltas = {id(p) for p in model.router.delta_parameters()}
+        moments = {True: 0.0, False: 0.0}  # is a delta: the largest first moment
+        for p in trained:
+            moment = float(safe_get_full_optimizer_state(p, "exp_avg").abs().max())
+            moments[id(p) in deltas] = max(moments[id(p) in deltas], moment)
+        result["moments"] = moments
+        queue.put((rank, result))
+    except BaseException as error:
+        queue.put((rank, repr(error)))
+        raise
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stage", [1, 2, 3])
+def test_trelm_knowledge_routing_under_zero_follows_ddp(tmp_path, tokenizer, kg, stage):
+    """Routing under DeepSpeed: re-routing folds the deltas into the weights and zeroes them, and DeepSpeed's own fp32
+    copy of the deltas must be zeroed too, or the old delta comes back at the next step (and grows: the bug the issue
+    saw). With SGD (no moments to differ by DeepSpeed's per-group step count), 4 steps re-routed at step 2 equal
+    two-process DDP's losses and weights, routed deltas included; under ZeRO-3 the attribution reads the head's
+    weights gathered. With Adam, the deltas' moments are zero after re-routing."""
+    model, halves, _ = _trelm_case(tokenizer, kg)
+    model.save_pretrained(tmp_path / "init")
+    results = dict(spawn_two(_routing_worker, str(tmp_path / "init"), type(model), halves, stage))
+    assert all(isinstance(r, dict) for r in results.values()), results
+    got = results[0]
+    assert got["losses"] == pytest.approx(got["ddp_losses"], abs=1e-6)
+    assert len(set(got["losses"])) == ROUTED_STEPS
+    routed = [key for key in got["ddp_state"] if "route_weight" in key]
+    assert routed and any(abs(got["ddp_state"][key]).max() > 0 for key in routed)  # steps 2-3 trained new deltas
+    for key, value in got["ddp_state"].items():
+        torch.testing.assert_close(torch.from_numpy(got["state"][key]), torch.from_numpy(value), atol=1e-6, rtol=1e-5,
+                                   msg=lambda m, k=key: f"{k}: {m}")
+    assert got["moments"][True] == 0.0 and got["moments"][False] > 0

@@ -294,17 +294,18 @@ def test_accelerates_fsdp2_auto_wrap_shards_the_blocks_shard_model_shards(tokeni
         assert {id(block) for block in blocks} <= wrapped, name
 
 
-@pytest.mark.parametrize("engine", ["FSDP", "DeepSpeed"])
-def test_knowledge_routing_is_refused_under_fsdp_and_deepspeed(tmp_path, tokenizer, kg, engine):
+def test_knowledge_routing_is_refused_under_fsdp_and_runs_under_deepspeed(tmp_path, tokenizer, kg):
     """TRELM's routing runs the inner encoder between steps (attribution) and folds deltas into the weights: under
     FSDP2 that was a DTensor error deep in torch ("got mixed torch.Tensor and DTensor"). Refused by name instead,
-    by the Trainer and by shard_model (before any process group is needed); without routing TRELM passes."""
+    by the Trainer and by shard_model (before any process group is needed); without routing TRELM passes. DeepSpeed
+    runs it (``tests/test_deepspeed.py``)."""
     from keplm.training.fsdp import shard_model
 
     model = make_trelm(tokenizer, with_kge(kg))
     model.enable_knowledge_routing()
-    with pytest.raises(ValueError, match=rf"cannot train under {engine}: knowledge routing .* --no_routing"):
-        _trainer(tmp_path, model, engine).create_optimizer()
+    with pytest.raises(ValueError, match=r"cannot train under FSDP: knowledge routing .* --no_routing"):
+        _trainer(tmp_path, model, "FSDP").create_optimizer()
     with pytest.raises(ValueError, match="FSDP2 cannot shard this TrelmForMaskedLM: knowledge routing"):
         shard_model(model)
-    _trainer(tmp_path, make_trelm(tokenizer, with_kge(kg)), engine).create_optimizer()
+    _trainer(tmp_path, make_trelm(tokenizer, with_kge(kg)), "FSDP").create_optimizer()
+    _trainer(tmp_path, model, "DeepSpeed").create_optimizer()

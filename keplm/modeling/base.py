@@ -194,9 +194,10 @@ class KeplmPreTrainedModel(PreTrainedModel):
             raise ValueError(f"{type(self).__name__} takes no parameter-group options, got {sorted(options)}")
         return []
 
-    def sharding_blockers(self) -> list[str]:
-        """What of this model, as it is set up now, FSDP2 and DeepSpeed cannot run, each with the option that avoids
-        it (none by default); ``keplm.training.fsdp.shard_model`` and the KeplmTrainer refuse such a model."""
+    def sharding_blockers(self, engine: str) -> list[str]:
+        """What of this model, as it is set up now, ``engine`` (``"FSDP"`` or ``"DeepSpeed"``) cannot run, each with the
+        option that avoids it (none by default); ``keplm.training.fsdp.shard_model`` and the KeplmTrainer refuse such
+        a model."""
         return []
 
     # ------------------------------------------------------------------ saving / loading

@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from .families import encoder_blocks, ffn_paths
+from .zero3 import gathered
 
 logger = logging.getLogger(__name__)
 
@@ -51,7 +52,12 @@ class RoutedLinear(nn.Linear):
 
     @torch.no_grad()
     def fold(self) -> None:
-        """Merge the delta into the weight (the function is unchanged) and zero it."""
+        """Merge the delta into the weight (the function is unchanged) and zero it (on gathered parameters under
+        DeepSpeed ZeRO-3; the optimizer's own copy of the delta is reset by :func:`reset_optimizer_state`)."""
+        with gathered(self, modify=True):
+            self._fold()
+
+    def _fold(self) -> None:
         if self.axis == "out":
             self.weight.index_add_(0, self.route_index, self.route_weight)
             if self.route_bias is not None:
@@ -214,7 +220,10 @@ class KnowledgeRouter:
 
 def reset_optimizer_state(optimizer: torch.optim.Optimizer, parameters: list[nn.Parameter]) -> None:
     """Forget the optimizer's moments for ``parameters`` (their rows now stand for other neurons)."""
-    optimizer = getattr(optimizer, "optimizer", optimizer)  # accelerate's wrapper
+    optimizer = getattr(optimizer, "optimizer", optimizer) if not _is_deepspeed(optimizer) else optimizer
+    if _is_deepspeed(optimizer):
+        _reset_deepspeed_state(optimizer, parameters)
+        return
     # keplm's CombinedOptimizer (main + the parameter groups' own optimizers) or a plain optimizer
     optimizers = [optimizer.main, *optimizer.others] if hasattr(optimizer, "main") else [optimizer]
     targets = {id(p) for p in parameters}
@@ -222,6 +231,28 @@ def reset_optimizer_state(optimizer: torch.optim.Optimizer, parameters: list[nn.
         for parameter in list(opt.state):
             if id(parameter) in targets:
                 opt.state.pop(parameter)
+
+
+def _is_deepspeed(optimizer) -> bool:
+    """Whether ``optimizer`` is one of DeepSpeed's ZeRO optimizers (not the torch optimizer inside one)."""
+    return type(optimizer).__module__.startswith("deepspeed.")
+
+
+def _reset_deepspeed_state(optimizer, parameters: list[nn.Parameter]) -> None:
+    """Under DeepSpeed ZeRO the optimizer steps its own fp32 copy of each parameter and writes it back after the step:
+    zeroing the module's delta alone would let the old delta return (and grow). Its copy and every moment the
+    optimizer keeps (Adam's two, SGD's momentum) are zeroed here. DeepSpeed keeps one step count per flattened group,
+    so Adam's bias correction goes on from it (torch's Adam, whose state is dropped, starts the deltas' count again)."""
+    from deepspeed.utils import safe_get_full_fp32_param, safe_set_full_fp32_param, safe_set_full_optimizer_state
+
+    inner = getattr(optimizer, "optimizer", None)
+    moments = sorted({key for state in getattr(inner, "state", {}).values() for key, value in state.items()
+                      if key != "step" and isinstance(value, torch.Tensor)})
+    for parameter in parameters:
+        zeros = torch.zeros_like(safe_get_full_fp32_param(parameter))
+        safe_set_full_fp32_param(parameter, zeros)
+        for key in moments:  # none before the first step
+            safe_set_full_optimizer_state(parameter, zeros, key)
 
 
 __all__ = ["RoutedLinear", "KnowledgeRouter", "integrated_gradients", "ffn_modules", "reset_optimizer_state"]

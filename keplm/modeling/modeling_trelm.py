@@ -273,14 +273,14 @@ class TrelmForMaskedLM(TrelmPreTrainedModel):
                 parameter.requires_grad_(name.startswith(prefixes))
         return self.router
 
-    def sharding_blockers(self) -> list[str]:
+    def sharding_blockers(self, engine: str) -> list[str]:
         """Knowledge routing runs the inner encoder on its own between steps and folds its deltas into the weights,
-        which FSDP2's sharded parameters (gathered only inside the whole model's forward) and DeepSpeed's partitioned
-        ones do not allow."""
-        if self.router is None:
+        which FSDP2's sharded parameters (gathered only inside the whole model's forward) do not allow. DeepSpeed
+        gathers per module and routing resets its copies of the deltas (``knowledge_routing.reset_optimizer_state``)."""
+        if self.router is None or engine != "FSDP":
             return []
         return ["knowledge routing (TRELM 3.3) runs the encoder outside the model's forward and folds its deltas into "
-                "sharded weights: pre-train with --no_routing, or with DDP"]
+                "sharded weights: pre-train with --no_routing, or with DDP or DeepSpeed"]
 
     def routing_targets(self, cka_labels, labels):
         """Positions and correct tokens that routing attributes: the CKA targets, else the MLM targets."""
@@ -304,8 +304,10 @@ class TrelmForMaskedLM(TrelmPreTrainedModel):
         if negatives is None:
             logits = self.lm_head.decoder(states).float()
             return torch.softmax(logits, -1).gather(1, targets.unsqueeze(1)).squeeze(1)
-        return self.cka.probability(states, targets, negatives.repeat(repeat, 1), self.lm_head.decoder.weight,
-                                    self.lm_head.bias)
+        # the sampled softmax reads the head's weights outside its forward: gathered under ZeRO-3
+        with gathered([self.lm_head.decoder.weight, self.lm_head.bias]):
+            return self.cka.probability(states, targets, negatives.repeat(repeat, 1), self.lm_head.decoder.weight,
+                                        self.lm_head.bias)
 
     def before_training_step(self, inputs: dict, state, optimizer) -> dict:
         """The Trainer's per-step hook: every ``routing_interval`` steps, attribute and re-route on this batch."""

@@ -40,7 +40,7 @@ def shard_model(model: nn.Module, **fully_shard_kwargs) -> nn.Module:
     reduce."""
     from torch.distributed.fsdp import fully_shard
 
-    blockers = getattr(model, "sharding_blockers", list)()
+    blockers = model.sharding_blockers("FSDP") if hasattr(model, "sharding_blockers") else []
     if blockers:
         raise ValueError(f"FSDP2 cannot shard this {type(model).__name__}: {'; '.join(blockers)}")
     sparse = [name for name, module in model.named_modules() if isinstance(module, nn.Embedding) and module.sparse]

@@ -167,7 +167,7 @@ class KeplmTrainer(Trainer):
         engine = "FSDP" if self.is_fsdp_enabled else "DeepSpeed" if self.is_deepspeed_enabled else None
         if engine is None:
             return
-        blockers = getattr(model, "sharding_blockers", list)()
+        blockers = model.sharding_blockers(engine) if hasattr(model, "sharding_blockers") else []
         if blockers:
             raise ValueError(f"{type(model).__name__} cannot train under {engine}: {'; '.join(blockers)}")
         own = [group for group in groups if group.optimizer is not None and group.parameters]
