@@ -2,10 +2,10 @@
 
 The lookup (``ShardedEntityMemory``) is checked by hand against the whole table: outputs and row gradients at equal
 and unequal numbers of ids per process, a row count that does not divide by two, the gradient's mean and sum over
-processes, the null row; ``clip_grad_norm_`` against torch's over the one-process model. A KALA model with DDP on
-the rest and the sharded table (``shard_entity_memory``) follows one process over the whole batch for 3 Adam steps
-(both retrieval modes; the cases and checks of ``test_fsdp2``), each process holding about half the rows, and rank
-0's gathered save loads in one process and answers the same. The Trainer refuses such a model by name.
+processes, the null row, ``initialize_rows``; ``clip_grad_norm_`` against torch's over the one-process model. A KALA
+model with DDP on the rest and the sharded table (``shard_entity_memory``) follows one process over the whole batch
+for 3 Adam steps (both retrieval modes; the cases and checks of ``test_fsdp2``), each process holding about half the
+rows, and rank 0's gathered save loads in one process and answers the same. The Trainer refuses such a model by name.
 """
 
 from __future__ import annotations
@@ -78,6 +78,8 @@ def _lookup_worker(rank: int, port: int, queue) -> None:
             (out * _output_weights(ids[rank], rank)).sum().backward()
             results["lookups"].append((memory.start, memory.stop, out.detach().numpy(),
                                        memory.weight.grad.numpy()))
+        memory.initialize_rows(torch.tensor([0, 2, 5]), torch.full((3, DIM), 9.0))  # each process writes its own
+        results["initialized"] = memory.full_weight().numpy()
         try:
             memory(torch.tensor([7]))
         except ValueError as error:  # raised before any collective, in the process that holds the bad id
@@ -116,8 +118,11 @@ def test_sharded_lookup_and_gradients_equal_the_whole_tables_and_the_global_norm
             torch.testing.assert_close(torch.from_numpy(out), reference(torch.tensor(ids[rank])).detach())
             blocks.append(torch.from_numpy(grad))
         torch.testing.assert_close(torch.cat(blocks), expected_grad)
+    expected = _table(7)
+    expected[[2, 5]] = 9.0  # the null row stays zero
     for rank in (0, 1):
         assert "outside the entity memory (size 7)" in results[rank]["range_error"]
+        torch.testing.assert_close(torch.from_numpy(results[rank]["initialized"]), expected)
 
     toy = _Toy()  # one process over both processes' ids: DDP's gradient is the mean of the two losses'
     sum(toy(torch.tensor(ids)) for ids in TOY_IDS).div(2).backward()
