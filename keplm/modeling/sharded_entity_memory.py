@@ -30,13 +30,15 @@ def row_block(num_entities: int, rank: int, world_size: int) -> tuple[int, int]:
     return min(rank * size, num_entities), min((rank + 1) * size, num_entities)
 
 
-def _gather_padded(values: torch.Tensor, group, world_size: int) -> tuple[torch.Tensor, list[int]]:
+def _gather_padded(values: torch.Tensor, group, world_size: int,
+                   lengths: list[int] | None = None) -> tuple[torch.Tensor, list[int]]:
     """Every process's ``values`` (first dimension may differ between processes) as ``[world, longest, ...]``
-    (zero padded) and each process's length: gloo's all-gather needs equal shapes."""
-    length = torch.tensor([values.shape[0]], dtype=torch.long, device=values.device)
-    lengths = [torch.empty_like(length) for _ in range(world_size)]
-    dist.all_gather(lengths, length, group=group)
-    lengths = [int(n) for n in lengths]
+    (zero padded) and each process's length (gathered first unless given): gloo's all-gather needs equal shapes."""
+    if lengths is None:
+        length = torch.tensor([values.shape[0]], dtype=torch.long, device=values.device)
+        gathered_lengths = [torch.empty_like(length) for _ in range(world_size)]
+        dist.all_gather(gathered_lengths, length, group=group)
+        lengths = [int(n) for n in gathered_lengths]
     longest = max(lengths)
     padded = values.new_zeros((longest, *values.shape[1:]))
     padded[:values.shape[0]] = values
@@ -64,13 +66,13 @@ class _ShardedLookup(torch.autograd.Function):
         trained = owned & (all_ids != NULL_ENTITY_INDEX)  # the null row takes no gradient (padding_idx): stays zero
         ctx.save_for_backward(local, trained)
         ctx.group, ctx.rank, ctx.world_size, ctx.divisor = group, rank, world_size, gradient_divisor
-        ctx.shard_shape = shard.shape
+        ctx.shard_shape, ctx.lengths = shard.shape, lengths
         return vectors[rank, :ids.shape[0]].clone()
 
     @staticmethod
     def backward(ctx, grad_output):
         local, trained = ctx.saved_tensors
-        grads, _ = _gather_padded(grad_output.contiguous(), ctx.group, ctx.world_size)  # [world, longest, dim]
+        grads, _ = _gather_padded(grad_output.contiguous(), ctx.group, ctx.world_size, ctx.lengths)
         grad_shard = grad_output.new_zeros(ctx.shard_shape)
         grad_shard.index_add_(0, local[trained], grads[trained])
         if ctx.divisor != 1:
@@ -83,7 +85,8 @@ class ShardedEntityMemory(nn.Module):
     ``num_entities`` rows of which this process holds rows ``[start, stop)`` (:func:`row_block` of its rank in
     ``group``, default the default group) as the Parameter ``weight``.
 
-    ``forward`` is a collective: every process of the group calls it, with its own ids (any number, any shape).
+    ``forward`` is a collective: every process of the group calls it, with its own ids (any number, any shape), and
+    backward too: every process's loss must depend on every lookup's output (KALA's does, even without entities).
     ``average_gradients`` (default) divides each row's gradient by the number of processes: the gradient of the
     mean of the processes' losses, as DDP gives every other parameter; ``False`` gives the gradient of their sum.
     Build it from a whole table with :meth:`from_full`, or replace the memories of a model with
