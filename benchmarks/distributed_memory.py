@@ -1,7 +1,9 @@
 """Per-process peak host memory of a 2-process KALA training run on CPU (gloo): plain DDP, where every process holds
 the whole entity memory with its gradient and AdamW state, against FSDP2 (``keplm.training.fsdp.shard_model``: each
-encoder block, then the root, which splits the entity memory by rows), at several entity-memory sizes (issue 27,
-"an entity memory that does not replicate"). One process over the whole batch is the reference.
+encoder block, then the root, which splits the entity memory by rows but gathers it for every step) and DDP with a
+row-sharded table that is never gathered (``ddp+sharded``: ``keplm.training.sharded_memory.shard_entity_memory``,
+then DDP on the rest), at several entity-memory sizes (issue 27, "an entity memory that does not replicate"). One
+process over the whole batch is the reference.
 
 Each run starts fresh worker processes; a worker reports its resident memory after imports and its peak (VmHWM,
 reset after imports) over building the model and ``--steps`` AdamW steps on its half of a synthetic batch
@@ -22,7 +24,7 @@ from dataclasses import replace
 
 import torch
 
-ENGINES = ("single", "ddp", "fsdp2")
+ENGINES = ("single", "ddp", "fsdp2", "ddp+sharded")
 
 
 def _free_port() -> int:
@@ -60,6 +62,10 @@ def _worker(rank: int, world: int, port: int, engine: str, rows: int, hidden: in
             from keplm.training.fsdp import shard_model
 
             model = shard_model(model)
+        elif engine == "ddp+sharded":
+            from keplm.training.sharded_memory import shard_entity_memory
+
+            model = torch.nn.parallel.DistributedDataParallel(shard_entity_memory(model))
         optimizer = torch.optim.AdamW(model.parameters(), lr=3e-5)
         for _ in range(steps):
             optimizer.zero_grad()

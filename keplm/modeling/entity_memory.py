@@ -25,6 +25,10 @@ class EntityMemory(nn.Module):
     def num_entities(self) -> int:
         return self.embeddings.num_embeddings
 
+    @property
+    def entity_dim(self) -> int:
+        return self.embeddings.embedding_dim
+
     def forward(self, entity_ids: torch.Tensor) -> torch.Tensor:
         check_index_range(entity_ids, 0, self.num_entities, "an entity id is outside the entity memory (size {high}); "
                           "unknown entities must be mapped to the null entity 0")

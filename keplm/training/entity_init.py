@@ -22,7 +22,8 @@ def initialize_entity_memory_from_encoder(model, dataset, collator, batch_size: 
     knowledge modulation: the KFM hooks see no knowledge state) over the features that have a mention; each
     token inside a mention is credited to the entity-memory row of its graph node
     (``node_entity_ids[entity_token_map]``). Rows never mentioned, and the null row 0, are left as they are.
-    Returns the number of rows written.
+    Returns the number of rows written. A ``ShardedEntityMemory`` takes the rows it holds, but the sums here are
+    table-sized: initialise before ``shard_entity_memory`` where memory is short.
     """
     base = model.base_model
     memory = getattr(base, "entity_memory", None)
@@ -32,12 +33,12 @@ def initialize_entity_memory_from_encoder(model, dataset, collator, batch_size: 
         return 0
     encoder = base.encoder
     hidden_size = encoder.config.hidden_size
-    if memory.embeddings.embedding_dim != hidden_size:
+    if memory.entity_dim != hidden_size:
         raise ValueError(
-            f"entity_dim {memory.embeddings.embedding_dim} differs from the encoder's hidden size {hidden_size}: "
+            f"entity_dim {memory.entity_dim} differs from the encoder's hidden size {hidden_size}: "
             "the memory cannot be initialised from encoder states"
         )
-    device = memory.embeddings.weight.device
+    device = next(memory.parameters()).device  # an EntityMemory or a ShardedEntityMemory
     sums = torch.zeros(memory.num_entities, hidden_size, dtype=torch.float32, device=device)
     counts = torch.zeros(memory.num_entities, dtype=torch.float32, device=device)
     was_training = model.training

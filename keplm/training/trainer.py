@@ -60,6 +60,25 @@ def unwrap(model):
         model = inner
 
 
+def _refuse_sharded_tables(model) -> None:
+    """A ValueError for a model with row-sharded entity memories (``keplm.training.sharded_memory``): the stock
+    clipping takes each process's shard for the whole table, and parameter groups and optimizer states assume whole
+    parameters."""
+    from keplm.modeling.sharded_entity_memory import ShardedEntityMemory
+
+    if model is None:
+        return
+    sharded = [name for name, module in unwrap(model).named_modules() if isinstance(module, ShardedEntityMemory)]
+    if sharded:
+        raise ValueError(
+            f"KeplmTrainer cannot train a model with a row-sharded entity memory ({', '.join(sharded)}): its gradient "
+            "clipping would take each process's shard for the whole table (the global norm needs the shards' norms "
+            "summed over processes) and its parameter groups and saved checkpoints assume whole parameters; train "
+            "it in a loop of your own with keplm.training.sharded_memory (clip_grad_norm_, and "
+            "gather_entity_memory_state for save_pretrained), or give the Trainer the model before "
+            "shard_entity_memory")
+
+
 class KeplmTrainer(Trainer):
     """``Trainer`` for keplm models; what it adds to the stock one:
 
@@ -94,6 +113,7 @@ class KeplmTrainer(Trainer):
                  card_data: KeplmModelCardData | dict | None = None, **kwargs):
         model = kwargs.get("model", args[0] if args else None)
         training_args = kwargs.get("args", args[1] if len(args) > 1 else None)
+        _refuse_sharded_tables(model)
         answer = getattr(model, "ddp_find_unused_parameters", None)
         if training_args is not None and training_args.ddp_find_unused_parameters is None and answer is not None:
             training_args.ddp_find_unused_parameters = answer
