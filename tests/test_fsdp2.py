@@ -11,6 +11,7 @@ the one-process model. The Trainer refuses the parameter-group optimizers FSDP2 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -77,6 +78,7 @@ def _worker(rank: int, port: int, cases: list[dict], queue) -> None:
         from torch.nn.parallel import DistributedDataParallel
 
         from keplm.training.fsdp import full_state_dict, shard_model
+        from keplm.training.sharded_checkpoint import load_sharded, save_sharded
 
         torch.set_num_threads(1)
         results = {}
@@ -95,6 +97,13 @@ def _worker(rank: int, port: int, cases: list[dict], queue) -> None:
             if rank == 0:
                 model.save_pretrained(case["saved"], state_dict=state)
                 result["state"] = _arrays(state)
+            # the sharded checkpoint: each process writes its rows, a new sharded model reads them back
+            save_sharded(model, case["sharded"])
+            fresh = shard_model(cls.from_pretrained(case["init"]))
+            load_sharded(fresh, case["sharded"])
+            reloaded = full_state_dict(fresh)
+            if rank == 0:
+                result["reloaded"] = all(torch.equal(reloaded[key], value) for key, value in state.items())
             results[case["name"]] = result
         queue.put((rank, results))
     except BaseException as error:  # the parent reports it instead of waiting for a result forever
@@ -171,7 +180,7 @@ def engine_cases(tmp_path, tokenizer, kg, assets, tag: str) -> tuple[list[dict],
         init, saved = tmp_path / f"{name}_init", tmp_path / f"{name}_{tag}"
         model.save_pretrained(init)
         cases.append({"name": name, "cls": type(model), "init": str(init), "saved": str(saved), "halves": halves,
-                      "ddp": whole is None})
+                      "ddp": whole is None, "sharded": str(tmp_path / f"{name}_{tag}_sharded")})
         singles[name] = whole
     return cases, singles
 
@@ -215,9 +224,31 @@ def check_against_references(cases: list[dict], results: dict, singles: dict) ->
 
 
 @pytest.mark.slow
-def test_fsdp2_follows_one_process_and_ddp_and_its_full_state_dict_loads(tmp_path, tokenizer, kg, assets):
+def test_fsdp2_follows_one_process_and_ddp_and_its_full_and_sharded_state_dicts_load(tmp_path, tokenizer, kg,
+                                                                                       assets):
+    """Besides the checks of ``check_against_references``: the sharded checkpoint (each process's rows in its own
+    safetensors file, no pickle) loads back into a model sharded the same way, and consolidates in one process into
+    an ordinary checkpoint with the trained weights and the knowledge assets."""
+    from keplm.training.sharded_checkpoint import consolidate_sharded, read_index
+
     cases, singles = engine_cases(tmp_path, tokenizer, kg, assets, "fsdp")
-    check_against_references(cases, dict(spawn_two(_worker, cases)), singles)
+    results = dict(spawn_two(_worker, cases))
+    check_against_references(cases, results, singles)
+    for case in cases:
+        name, sharded = case["name"], Path(case["sharded"])
+        assert results[0][name]["reloaded"], name
+        files = sorted(p.name for p in sharded.iterdir())
+        assert {"model-shard-00000-of-00002.safetensors", "model-shard-00001-of-00002.safetensors",
+                "sharded_index.json", "config.json", "knowledge"} <= set(files), files
+        assert not any(f.endswith((".bin", ".pt", ".pkl", ".distcp")) for f in files), files
+        index = read_index(sharded)
+        split = [entry["shards"] for entry in index["tensors"].values() if "shards" in entry]
+        assert split and all(len(shards) == 2 for shards in split), name
+        consolidated = consolidate_sharded(sharded, tmp_path / f"{name}_consolidated")
+        loaded = case["cls"].from_pretrained(tmp_path / f"{name}_consolidated")
+        assert loaded.knowledge_assets is not None and isinstance(consolidated, case["cls"])
+        for key, value in _tensors(results[0][name]["state"]).items():
+            assert torch.equal(loaded.state_dict()[key], value), f"{name} {key}"
 
 
 def _trainer(tmp_path, model, engine: str, **options):
@@ -309,3 +340,13 @@ def test_knowledge_routing_is_refused_under_fsdp_and_runs_under_deepspeed(tmp_pa
         shard_model(model)
     _trainer(tmp_path, make_trelm(tokenizer, with_kge(kg)), "FSDP").create_optimizer()
     _trainer(tmp_path, model, "DeepSpeed").create_optimizer()
+
+
+def test_a_folder_that_is_not_a_sharded_checkpoint_is_a_clear_error(tmp_path):
+    from keplm.training.sharded_checkpoint import INDEX, read_index
+
+    with pytest.raises(FileNotFoundError, match="is not a keplm sharded checkpoint: no sharded_index.json"):
+        read_index(tmp_path)
+    (tmp_path / INDEX).write_text('{"format": "other"}')
+    with pytest.raises(ValueError, match="has format 'other'; this keplm reads 'keplm-sharded-1'"):
+        read_index(tmp_path)
