@@ -12,6 +12,7 @@ whole weights gathered from the engine save as safetensors with ``knowledge/`` a
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -285,3 +286,64 @@ def test_trelm_knowledge_routing_under_zero_follows_ddp(tmp_path, tokenizer, kg,
         torch.testing.assert_close(torch.from_numpy(got["state"][key]), torch.from_numpy(value), atol=1e-6, rtol=1e-5,
                                    msg=lambda m, k=key: f"{k}: {m}")
     assert got["moments"][True] == 0.0 and got["moments"][False] > 0
+
+
+def _run_ner_under_deepspeed(tmp_path, tiny, config: dict, output_dir, *extra: str) -> dict:
+    """run_ner.py in 2 torchrun processes under DeepSpeed through the KeplmTrainer (tests/deepspeed_cpu_launch.py);
+    returns the losses logged per step."""
+    import json
+    import subprocess
+    import sys
+
+    from .distributed_helpers import free_port
+    from .test_ddp import launch_env
+    from .test_run_scripts import ROOT
+
+    config_file = tmp_path / "ds_config.json"
+    config_file.write_text(json.dumps(config))
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
+               str(free_port()), str(ROOT / "tests" / "deepspeed_cpu_launch.py"),
+               str(ROOT / "run_scripts" / "run_ner.py"),
+               "--model_name_or_path", tiny["model"], "--dataset_name", tiny["conll"], "--system", "relational",
+               "--knowledge", "link", "--kg", tiny["kg"], "--do_train", "--max_steps", "4",
+               "--per_device_train_batch_size", "2", "--learning_rate", "1e-3", "--logging_steps", "1",
+               "--report_to", "none", "--disable_tqdm", "1", "--seed", "0", "--save_strategy", "steps",
+               "--save_steps", "2", "--output_dir", str(output_dir), "--deepspeed", str(config_file), *extra]
+    result = subprocess.run(command, cwd=ROOT, env=launch_env(tmp_path), capture_output=True, text=True, timeout=600)
+    log = result.stdout + result.stderr
+    assert result.returncode == 0, log[-6000:]
+    history = json.loads((Path(output_dir) / "trainer_state.json").read_text())["log_history"]
+    return {entry["step"]: entry["loss"] for entry in history if "loss" in entry}
+
+
+PICKLES = (".bin", ".pt", ".pth", ".pkl")
+
+
+@pytest.mark.slow
+def test_run_ner_under_zero3_through_the_trainer_saves_safetensors_and_resumes_exactly(tmp_path, tiny):
+    """The whole Trainer path under ZeRO-3 (config from the user, "auto" values filled by transformers): the final
+    folder is an ordinary checkpoint (safetensors, knowledge/, no pickle) that loads in one process; a checkpoint
+    holds DeepSpeed's own partitions (under global_step*/) and keplm's scheduler and RNG states (no .pt / .pth), and
+    resuming from it continues the uninterrupted run's losses."""
+    from transformers import AutoModelForTokenClassification
+
+    config = {"train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto",
+              "train_batch_size": "auto", "gradient_clipping": "auto", "zero_optimization": {"stage": 3}}
+    run = tmp_path / "run"
+    uninterrupted = _run_ner_under_deepspeed(tmp_path, tiny, config, run)
+    assert set(uninterrupted) == {1, 2, 3, 4}
+    final = {p.name for p in run.iterdir()}
+    assert {"model.safetensors", "knowledge", "config.json"} <= final
+    assert not [name for name in final if name.endswith(PICKLES)], final
+    checkpoint = run / "checkpoint-2"
+    outside_engine = [str(p.relative_to(checkpoint)) for p in checkpoint.rglob("*")
+                      if p.name.endswith(PICKLES) and not p.relative_to(checkpoint).parts[0].startswith("global_step")]
+    assert not outside_engine, outside_engine
+    assert any(p.name.startswith("scheduler") for p in checkpoint.iterdir())
+    assert {"rng_state_0.json", "rng_state_1.json"} <= {p.name for p in checkpoint.iterdir()}
+    model = AutoModelForTokenClassification.from_pretrained(run)
+    assert model.knowledge_assets is not None and not is_partitioned(model.parameters())
+
+    resumed = _run_ner_under_deepspeed(tmp_path, tiny, config, tmp_path / "resumed",
+                                       "--resume_from_checkpoint", str(checkpoint))
+    assert [resumed[step] for step in (3, 4)] == pytest.approx([uninterrupted[step] for step in (3, 4)], abs=1e-6)
