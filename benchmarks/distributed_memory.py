@@ -2,8 +2,9 @@
 the whole entity memory with its gradient and AdamW state, against FSDP2 (``keplm.training.fsdp.shard_model``: each
 encoder block, then the root, which splits the entity memory by rows but gathers it for every step) and DDP with a
 row-sharded table that is never gathered (``ddp+sharded``: ``keplm.training.sharded_memory.shard_entity_memory``,
-then DDP on the rest), at several entity-memory sizes (issue 27, "an entity memory that does not replicate"). One
-process over the whole batch is the reference.
+then DDP on the rest), and DeepSpeed ZeRO-2 (optimizer state and gradients split) and ZeRO-3 (the weights too, gathered
+per module for its forward and backward), at several entity-memory sizes (issue 27, "an entity memory that does not
+replicate"). One process over the whole batch is the reference.
 
 Each run starts fresh worker processes; a worker reports its resident memory after imports and its peak (VmHWM,
 reset after imports) over building the model and ``--steps`` AdamW steps on its half of a synthetic batch
@@ -24,7 +25,7 @@ from dataclasses import replace
 
 import torch
 
-ENGINES = ("single", "ddp", "fsdp2", "ddp+sharded")
+ENGINES = ("single", "ddp", "fsdp2", "ddp+sharded", "zero2", "zero3")
 
 
 def _free_port() -> int:
@@ -53,6 +54,8 @@ def _worker(rank: int, world: int, port: int, engine: str, rows: int, hidden: in
         batch = make_batches(preset, 1, None, True, seed=0)[0]  # the same global batch in every process
         if world > 1:  # this process's half of it: the rows and the graph nodes their mentions read
             batch = _half(batch, rank, world)
+        if engine.startswith("zero"):
+            import deepspeed  # noqa: F401  (before the baseline: its import is not the run's growth)
         after_imports = rss_kib()
         reset_peak_rss()
         model = build_model("relational", preset, seed=0).train()
@@ -67,10 +70,25 @@ def _worker(rank: int, world: int, port: int, engine: str, rows: int, hidden: in
 
             model = torch.nn.parallel.DistributedDataParallel(shard_entity_memory(model))
         optimizer = torch.optim.AdamW(model.parameters(), lr=3e-5)
+        if engine.startswith("zero"):  # DeepSpeed ZeRO-2 / ZeRO-3 over the same gloo group, AdamW as its client
+            import deepspeed
+
+            os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world))
+            deepspeed.init_distributed("gloo", verbose=False)
+            config = {"train_micro_batch_size_per_gpu": batch["input_ids"].shape[0], "gradient_accumulation_steps": 1,
+                      "gradient_clipping": 0.0, "zero_optimization": {"stage": int(engine[-1])},
+                      "zero_allow_untested_optimizer": True, "zero_force_ds_cpu_optimizer": False,
+                      "steps_per_print": 10**6}
+            model, optimizer, *_ = deepspeed.initialize(model=model, optimizer=optimizer, config=config)
         for _ in range(steps):
             optimizer.zero_grad()
-            model(**batch).loss.backward()
-            optimizer.step()
+            loss = model(**batch).loss
+            if engine.startswith("zero"):
+                model.backward(loss)
+                model.step()
+            else:
+                loss.backward()
+                optimizer.step()
         queue.put((rank, after_imports, peak_rss_kib()))
     except BaseException as error:
         queue.put((rank, repr(error), None))
