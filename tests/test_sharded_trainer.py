@@ -112,8 +112,8 @@ def test_resuming_refuses_another_process_count_and_mixing_sharded_and_whole_tab
     from .distributed_helpers import free_port
 
     class Stub(ShardedMemoryTraining):  # the mixin's resume checks, before any optimizer state is read
-        def __init__(self, model):
-            self.model, self.args = model, SimpleNamespace(world_size=1, process_index=0)
+        def __init__(self, model, world_size: int = 1):
+            self.model, self.args = model, SimpleNamespace(world_size=world_size, process_index=0)
 
     two = tmp_path / "two"
     for rank in (0, 1):
@@ -125,6 +125,9 @@ def test_resuming_refuses_another_process_count_and_mixing_sharded_and_whole_tab
         sharded = Stub(shard_entity_memory(make_model(KalaForTokenClassification, tokenizer, assets, num_labels=3)))
         with pytest.raises(ValueError, match="with 1 processes: its sharded entity memories were saved by 2"):
             sharded._load_optimizer_and_scheduler(str(two))
+        (two / "optimizer_shard_0.json").rename(two / "elsewhere.json")  # machine 0 lacks this process's file
+        with pytest.raises(ValueError, match="optimizer_shard_0 .* is missing; every process writes its own"):
+            Stub(sharded.model, world_size=2)._load_optimizer_and_scheduler(str(two))
         with pytest.raises(ValueError, match="saved without sharded entity memories"):
             sharded._load_optimizer_and_scheduler(str(whole))
         plain = Stub(make_model(KalaForTokenClassification, tokenizer, assets, num_labels=3))

@@ -155,12 +155,17 @@ class ShardedMemoryTraining:
                              "sharded entity memories (its optimizer state holds whole tables); resume without "
                              "--shard_entity_memory, or start a new run from its weights (--model_name_or_path)")
         saved = load_state(checkpoint, name) if has_state(checkpoint, name) else None
-        count = len(saved_sharded)
-        if saved is None or saved["world_size"] != self.args.world_size or count != self.args.world_size:
+        count = saved["world_size"] if saved is not None else int(load_state(
+            checkpoint, os.path.basename(saved_sharded[0])[:-len(".json")])["world_size"])
+        if count != self.args.world_size:
             raise ValueError(f"cannot resume from {checkpoint} with {self.args.world_size} processes: its sharded "
-                             f"entity memories were saved by {saved['world_size'] if saved else count} processes, each "
-                             "with the optimizer state of its own rows; resume with the same number of processes "
-                             "(--nproc_per_node / --num_processes), or start a new run from its weights")
+                             f"entity memories were saved by {count} processes, each with the optimizer state of "
+                             "its own rows; resume with the same number of processes (--nproc_per_node / "
+                             "--num_processes), or start a new run from its weights (--model_name_or_path)")
+        if saved is None:
+            raise ValueError(f"cannot resume from {checkpoint}: {name} (this process's optimizer state of its table "
+                             "rows) is missing; every process writes its own, so on machines without a shared disk "
+                             "copy every machine's optimizer_shard_* files into the checkpoint folder")
         if saved["rows"] != self._shard_meta()["rows"]:
             raise ValueError(f"cannot resume from {checkpoint}: its sharded entity memories' rows {saved['rows']} "
                              f"differ from this run's {self._shard_meta()['rows']}")
