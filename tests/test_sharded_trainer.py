@@ -32,8 +32,9 @@ from .test_run_scripts import ROOT
 pytestmark = pytest.mark.usefixtures("single_thread")  # tests/conftest.py
 
 
-def _run(tmp_path: Path, tiny: dict, out: Path, *extra: str) -> tuple[dict[int, float], str]:
-    """run_ner.py in 2 torchrun processes (4 steps, a loss logged every step): ``{step: loss}`` and the log."""
+def _run(tmp_path: Path, tiny: dict, out: Path, *extra: str) -> tuple[dict[int, tuple[float, float]], str]:
+    """run_ner.py in 2 torchrun processes (4 steps, logged every step): ``{step: (loss, gradient norm)}`` and the
+    log."""
     args = ["--model_name_or_path", tiny["model"], "--dataset_name", tiny["conll"], "--output_dir", str(out),
             "--system", "relational", "--knowledge", "link", "--kg", tiny["kg"], "--do_train", "--max_steps", "4",
             "--per_device_train_batch_size", "2", "--learning_rate", "1e-2", "--knowledge_learning_rate", "5e-2",
@@ -45,7 +46,7 @@ def _run(tmp_path: Path, tiny: dict, out: Path, *extra: str) -> tuple[dict[int, 
     assert result.returncode == 0, log[-6000:]
     assert "2 process(es), distributed=distributed" in log, log[-6000:]
     history = json.loads((out / "trainer_state.json").read_text())["log_history"]
-    return {entry["step"]: entry["loss"] for entry in history if "loss" in entry}, log
+    return {entry["step"]: (entry["loss"], entry["grad_norm"]) for entry in history if "loss" in entry}, log
 
 
 def _weights(folder: Path) -> dict[str, torch.Tensor]:
@@ -60,8 +61,11 @@ def test_a_sharded_run_follows_ddp_saves_an_ordinary_model_and_resumes_exactly(t
     sharded, log = _run(tmp_path, tiny, tmp_path / "sharded", *extra, "--shard_entity_memory")
     assert "kala.entity_memory holds rows [0, " in log
     assert set(ddp) == set(sharded) == {1, 2, 3, 4}
-    assert [sharded[s] for s in range(1, 5)] == pytest.approx([ddp[s] for s in range(1, 5)], abs=1e-6)
-    assert len({round(loss, 6) for loss in ddp.values()}) > 1  # it trains
+    assert [sharded[s][0] for s in range(1, 5)] == pytest.approx([ddp[s][0] for s in range(1, 5)], abs=1e-6)
+    # the norm clipped by is the whole model's (far above --max_grad_norm: clipping is in effect)
+    assert [sharded[s][1] for s in range(1, 5)] == pytest.approx([ddp[s][1] for s in range(1, 5)], rel=1e-5)
+    assert min(norm for _, norm in ddp.values()) > 0.5
+    assert len({round(loss, 6) for loss, _ in ddp.values()}) > 1  # it trains
     # the final folder is an ordinary checkpoint (the whole table, knowledge/) that loads in one process
     ddp_weights, sharded_weights = _weights(tmp_path / "ddp"), _weights(tmp_path / "sharded")
     assert sharded_weights.keys() == ddp_weights.keys()
@@ -80,7 +84,7 @@ def test_a_sharded_run_follows_ddp_saves_an_ordinary_model_and_resumes_exactly(t
         assert shard["world_size"] == 2 and shard["rank"] == rank and shard["states"]
     resumed, _ = _run(tmp_path, tiny, tmp_path / "resumed", *extra, "--shard_entity_memory",
                       "--resume_from_checkpoint", str(checkpoint))
-    assert [resumed[s] for s in (3, 4)] == pytest.approx([sharded[s] for s in (3, 4)], abs=1e-6)
+    assert [resumed[s][0] for s in (3, 4)] == pytest.approx([sharded[s][0] for s in (3, 4)], abs=1e-6)
 
 
 def test_shard_entity_memory_refuses_sparse_tables_engines_and_saves_on_each_node(tokenizer, assets, monkeypatch):

@@ -109,6 +109,16 @@ class ShardedMemoryTraining:
         return {"world_size": self.args.world_size, "rank": self.args.process_index,
                 "rows": {name: [m.start, m.stop, m.num_entities] for name, m in self._sharded_tables().items()}}
 
+    def _get_grad_norm(self, model, grad_norm=None):
+        """The logged gradient norm; without clipping (``--max_grad_norm 0``) the stock one would be each process's
+        own (its shard's rows only): with sharded tables, the global norm instead."""
+        if grad_norm is None and self._sharded_tables():
+            from .sharded_memory import clip_grad_norm_
+
+            self.accelerator.unscale_gradients()
+            grad_norm = clip_grad_norm_(model, float("inf"))
+        return super()._get_grad_norm(model, grad_norm=grad_norm)
+
     def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
         """The stock ``save_model``; with sharded tables every process joins the gather of the tables
         (``gather_entity_memory_state``) and process 0 writes an ordinary checkpoint (with ``knowledge/``)."""
