@@ -1,6 +1,7 @@
 """The model card's figures over a large entity memory (issue 27): the KFM modulation numbers and figure read a
 seeded sample of ``CARD_SAMPLE_ROWS`` rows (said in the card), exact over every row of a smaller memory; the
-entity-frequency figure thins its rank curve, never its histogram."""
+entity-frequency figure thins its rank curve, never its histogram; of a row-sharded memory the card reads the rows
+the writing process holds."""
 
 from __future__ import annotations
 
@@ -94,3 +95,34 @@ def test_the_entity_frequency_figure_thins_its_rank_curve_not_its_histogram(tmp_
         buckets[frequency.bit_length() - 1] += 1  # floor(log2): every row counted
     assert [patch.get_height() for patch in hist_axis.patches] == buckets
     assert hist_axis.get_title() == f"{len(frequencies):,} entities, {sum(f == 1 for f in frequencies):,} seen once"
+
+
+def test_a_card_of_a_row_sharded_memory_reads_the_rows_this_process_holds(tmp_path, tokenizer):
+    """A ``ShardedEntityMemory`` holding rows [4, 25) of 31 (a block set by hand in one process): the card's
+    modulation reads those rows only (the table is never gathered for it), sampled the same way, and says so; the
+    null row (global row 0) is not among them, so none is left out."""
+    pytest.importorskip("matplotlib")
+    from keplm.modeling.sharded_entity_memory import ShardedEntityMemory
+
+    from .distributed_helpers import free_port
+
+    model = _big_model(tokenizer, 30)
+    whole = model.base_model.entity_memory.embeddings.weight.detach().clone()
+    torch.distributed.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
+    try:
+        memory = ShardedEntityMemory.from_full(whole)
+        memory.start, memory.stop = 4, 25  # the block another process count would give this process
+        memory.weight = torch.nn.Parameter(whole[4:25].clone())
+        model.base_model.entity_memory = memory
+        seen = _modulation_inputs(model)
+        table = figures.kfm_modulation_table(model)[1]
+        assert figures.held_entity_memory_rows(model) == (4, 25) and figures.entity_memory_rows(model) == 30
+        with torch.no_grad():
+            want = model.base_model.knowledge_layers["1"].modulation(whole[4:25], torch.ones(21, dtype=torch.bool))
+        torch.testing.assert_close(table, want.float(), rtol=0, atol=0)
+        sampled = figures.kfm_modulation_table(model, max_rows=5)[1]
+        assert sampled.shape[0] == 5 and seen[-1] == 5
+        text = str(build_model_card(model, metrics=NER_METRICS, figures_dir=tmp_path / "figures"))
+    finally:
+        torch.distributed.destroy_process_group()
+    assert "21 of the 30 entity-memory rows v, from rows [4, 25) (those this process holds of the row-sharded" in text

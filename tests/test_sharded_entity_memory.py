@@ -5,7 +5,8 @@ and unequal numbers of ids per process, a row count that does not divide by two,
 processes, the null row, ``initialize_rows``; ``clip_grad_norm_`` against torch's over the one-process model. A KALA
 model with DDP on the rest and the sharded table (``shard_entity_memory``) follows one process over the whole batch
 for 3 Adam steps (both retrieval modes; the cases and checks of ``test_fsdp2``), each process holding about half the
-rows, and rank 0's gathered save loads in one process and answers the same. The Trainer refuses such a model by name.
+rows, and rank 0's gathered save loads in one process and answers the same. The KeplmTrainer takes such a model
+(``--shard_entity_memory`` end to end: tests/test_sharded_trainer.py).
 """
 
 from __future__ import annotations
@@ -188,26 +189,33 @@ def test_kala_with_a_sharded_table_follows_one_process_and_its_gathered_save_loa
             assert (start, stop) == ((0, (rows + 1) // 2) if rank == 0 else ((rows + 1) // 2, rows))
 
 
-def test_the_trainer_refuses_a_model_with_a_sharded_table(tmp_path, tokenizer, assets):
-    from transformers import TrainingArguments
+def test_the_trainer_takes_a_model_sharded_beforehand_and_shards_nothing_in_one_process(tmp_path, tokenizer, assets,
+                                                                                         caplog):
+    """The KeplmTrainer trains a model sharded by the user (clipping by the global norm, gathered saves: see
+    tests/test_sharded_trainer.py); ``--shard_entity_memory`` in one process says there is nothing to shard."""
+    import logging
 
+    from keplm.training.arguments import KeplmTrainingArguments
     from keplm.training.sharded_memory import shard_entity_memory
     from keplm.training.trainer import KeplmTrainer
 
     from .distributed_helpers import free_port
 
+    args = KeplmTrainingArguments(output_dir=str(tmp_path), report_to="none", use_cpu=True, shard_entity_memory=True)
+    whole = make_model(KalaForTokenClassification, tokenizer, assets, num_labels=3)
+    with caplog.at_level(logging.INFO, logger="keplm.training.sharded_training"):
+        trainer = KeplmTrainer(model=whole, args=args)
+    assert "one process, nothing to shard" in caplog.text
+    assert not trainer._has_sharded_tables and type(whole.kala.entity_memory).__name__ == "EntityMemory"
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
     try:
         model = shard_entity_memory(make_model(KalaForTokenClassification, tokenizer, assets, num_labels=3))
-        args = TrainingArguments(output_dir=str(tmp_path), report_to="none", use_cpu=True)
-        with pytest.raises(ValueError) as error:
-            KeplmTrainer(model=model, args=args)
+        trainer = KeplmTrainer(model=model, args=args)
+        assert trainer._has_sharded_tables
+        (group,) = model.parameter_groups(1e-3, entity_memory_optimizer="rowwise_adagrad")
+        assert group.parameters == [model.kala.entity_memory.weight]  # the shard: one accessor for both classes
     finally:
         dist.destroy_process_group()
-    message = str(error.value)
-    assert "row-sharded entity memory (kala.entity_memory)" in message
-    for missing in ("clipping", "parameter groups", "clip_grad_norm_", "gather_entity_memory_state"):
-        assert missing in message
 
 
 def test_shard_entity_memory_refuses_a_missing_group_ddp_and_sparse_tables(tokenizer, assets):

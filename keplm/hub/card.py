@@ -333,6 +333,11 @@ def add_figures(spec: ModelCardSpec, figures_dir: str | os.PathLike, card_dir: s
             path = fig.modulation_figure(tables, figures_dir / fig.MODULATION_PNG, spec.encoder.get("layers"), total)
             rows = (f"a seeded sample of {used:,} of the {total:,} entity-memory rows v" if used < total
                     else "every entity-memory row v")
+            held = fig.held_entity_memory_rows(model)
+            if held is not None:  # a row-sharded table: the rows this process holds, never the gathered table
+                rows = (f"{'a seeded sample of ' if used < held[1] - held[0] - (held[0] == 0) else ''}{used:,} of "
+                        f"the {total:,} entity-memory rows v, from rows [{held[0]:,}, {held[1]:,}) (those this "
+                        "process holds of the row-sharded table)")
             added.append(Figure(link(path), f"KFM modulation magnitudes: {rows} (null row left "
                                 "out) through each KFM layer's four MLPs, mean |h(v)| per row; γ = 1 + h(v), "
                                 "β = h(v). The pointwise view of the memory: with relational retrieval the vector "

@@ -104,25 +104,34 @@ def sample_rows(num_rows: int, max_rows: int, seed: int = 0):
 
 
 def _memory_and_layers(model):
-    """The entity-memory ``nn.Embedding`` and the KFM layers of a KALA-like model (duck typing:
-    ``base_model.entity_memory.embeddings``, ``base_model.knowledge_layers``), or ``(None, None)``."""
+    """The entity memory (an ``EntityMemory``, or a ``ShardedEntityMemory`` of which this process holds a block of
+    rows) and the KFM layers of a KALA-like model (duck typing: ``base_model.entity_memory`` with ``table``,
+    ``base_model.knowledge_layers``), or ``(None, None)``."""
     base = getattr(model, "base_model", model)
-    embeddings = getattr(getattr(base, "entity_memory", None), "embeddings", None)
+    memory = getattr(base, "entity_memory", None)
     layers = getattr(base, "knowledge_layers", None)
-    return (embeddings, layers) if embeddings is not None and layers else (None, None)
+    return (memory, layers) if memory is not None and hasattr(memory, "table") and layers else (None, None)
 
 
 def entity_memory_rows(model) -> int:
     """The entity-memory rows of a KALA-like model, the null row left out (0 without a memory)."""
-    embeddings, _ = _memory_and_layers(model)
-    return embeddings.num_embeddings - 1 if embeddings is not None else 0
+    memory, _ = _memory_and_layers(model)
+    return memory.num_entities - 1 if memory is not None else 0
+
+
+def held_entity_memory_rows(model) -> tuple[int, int] | None:
+    """``(start, stop)`` of the rows this process holds of a row-sharded entity memory (the card reads only those:
+    the whole table is never gathered for it); ``None`` for a whole table or no memory."""
+    memory, _ = _memory_and_layers(model)
+    return (memory.start, memory.stop) if memory is not None and hasattr(memory, "start") else None
 
 
 def kfm_modulation_table(model, max_rows: int | None = None, seed: int = 0) -> dict[int, object]:
     """``{encoder layer index: tensor [rows, 4, hidden]}``: h1..h4(v) (γ₁ − 1, β₁, γ₂ − 1, β₂) of the entity-memory
     rows but the null one, passed through each KFM layer's MLPs: every row in order when there are at most
     ``max_rows`` (default :data:`CARD_SAMPLE_ROWS`), else a seeded sample of ``max_rows`` rows in row order
-    (:func:`sample_rows`; only those rows are read).
+    (:func:`sample_rows`; only those rows are read). Of a row-sharded memory, the rows this process holds
+    (:func:`held_entity_memory_rows`), sampled the same way.
 
     This is the *pointwise* view of the memory (KALA eq. 2 with v = the row itself): with relational retrieval the
     vector a token meets is the GNN's aggregate over its context graph, which differs per context. ``{}`` for a
@@ -130,12 +139,14 @@ def kfm_modulation_table(model, max_rows: int | None = None, seed: int = 0) -> d
     """
     import torch
 
-    embeddings, layers = _memory_and_layers(model)
-    if embeddings is None:
+    memory, layers = _memory_and_layers(model)
+    if memory is None:
         return {}
-    weight = embeddings.weight.detach()
-    chosen = sample_rows(weight.shape[0] - 1, CARD_SAMPLE_ROWS if max_rows is None else max_rows, seed)
-    rows = weight[1:] if chosen is None else weight[torch.as_tensor(chosen + 1, device=weight.device)]
+    weight = memory.table.detach()  # the whole table, or this process's rows of a sharded one
+    held = held_entity_memory_rows(model)
+    first = 1 if held is None or held[0] == 0 else 0  # the null row (global row 0) is left out
+    chosen = sample_rows(weight.shape[0] - first, CARD_SAMPLE_ROWS if max_rows is None else max_rows, seed)
+    rows = weight[first:] if chosen is None else weight[torch.as_tensor(chosen + first, device=weight.device)]
     if rows.shape[0] == 0:
         return {}
     tables = {}

@@ -29,6 +29,17 @@ class EntityMemory(nn.Module):
     def entity_dim(self) -> int:
         return self.embeddings.embedding_dim
 
+    @property
+    def table(self) -> nn.Parameter:
+        """The Parameter holding the rows (here the whole table; this process's rows in a ``ShardedEntityMemory``):
+        what optimizers and parameter groups take, whichever memory class a model holds."""
+        return self.embeddings.weight
+
+    @property
+    def sparse(self) -> bool:
+        """Whether the table emits sparse (row-wise) gradients."""
+        return self.embeddings.sparse
+
     def forward(self, entity_ids: torch.Tensor) -> torch.Tensor:
         check_index_range(entity_ids, 0, self.num_entities, "an entity id is outside the entity memory (size {high}); "
                           "unknown entities must be mapped to the null entity 0")

@@ -200,13 +200,14 @@ class KalaPreTrainedModel(KeplmPreTrainedModel):
                                "learning rate and warm-up and the entity-memory optimizer do not apply")
             return []
         groups = []
-        table = self.base_model.entity_memory.embeddings
+        memory = self.base_model.entity_memory  # an EntityMemory, or this process's rows of a ShardedEntityMemory
+        table = memory.table
         own_optimizer = "rowwise_adagrad" if entity_memory_optimizer == "rowwise_adagrad" else (
-            "sparse_adam" if table.sparse else None)
-        if own_optimizer is not None and table.weight.requires_grad:
+            "sparse_adam" if memory.sparse else None)
+        if own_optimizer is not None and table.requires_grad:
             memory_lr = next(lr for lr in (entity_memory_learning_rate, knowledge_learning_rate, learning_rate)
                              if lr is not None)
-            groups.append(ParameterGroup("entity_memory", [table.weight], memory_lr, own_optimizer,
+            groups.append(ParameterGroup("entity_memory", [table], memory_lr, own_optimizer,
                                          knowledge_warmup_steps))
         if knowledge_learning_rate is not None or knowledge_warmup_steps is not None or knowledge_optimizer:
             grouped = {id(p) for group in groups for p in group.parameters}

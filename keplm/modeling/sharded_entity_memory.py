@@ -80,6 +80,19 @@ class _ShardedLookup(torch.autograd.Function):
         return None, grad_shard, None, None, None
 
 
+def _take_own_rows(module, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs):
+    """Load-state-dict pre-hook of :class:`ShardedEntityMemory`: a whole table saved under EntityMemory's name
+    (``<prefix>embeddings.weight``, ``num_entities`` rows) becomes this process's rows under ``<prefix>weight``."""
+    whole = state_dict.pop(f"{prefix}embeddings.weight", None)
+    if whole is None:
+        return
+    if whole.shape[0] != module.num_entities:
+        error_msgs.append(f"{prefix}embeddings.weight has {whole.shape[0]} rows, the sharded entity memory "
+                          f"{module.num_entities}")
+        return
+    state_dict[f"{prefix}weight"] = whole[module.start:module.stop]
+
+
 class ShardedEntityMemory(nn.Module):
     """:class:`~keplm.modeling.entity_memory.EntityMemory` (KALA Def. 2: row 0 the null entity, always zero) of
     ``num_entities`` rows of which this process holds rows ``[start, stop)`` (:func:`row_block` of its rank in
@@ -104,6 +117,9 @@ class ShardedEntityMemory(nn.Module):
         self._num_entities, self._entity_dim = num_entities, entity_dim
         self.start, self.stop = row_block(num_entities, dist.get_rank(group), dist.get_world_size(group))
         self.weight = nn.Parameter(torch.zeros(self.stop - self.start, entity_dim, device=device, dtype=dtype))
+        # an ordinary checkpoint's whole table (``<memory>.embeddings.weight``, EntityMemory's name) loads as this
+        # process's rows: resuming, or loading the best model, from a checkpoint that the gathered save wrote
+        self.register_load_state_dict_pre_hook(_take_own_rows)
 
     @classmethod
     def from_full(cls, weight: torch.Tensor, group=None, average_gradients: bool = True,
@@ -122,6 +138,16 @@ class ShardedEntityMemory(nn.Module):
     @property
     def entity_dim(self) -> int:
         return self._entity_dim
+
+    @property
+    def table(self) -> nn.Parameter:
+        """This process's rows (``weight``): the accessor ``EntityMemory.table`` shares, for optimizers."""
+        return self.weight
+
+    @property
+    def sparse(self) -> bool:
+        """Always False: a shard takes a dense gradient of its rows."""
+        return False
 
     def extra_repr(self) -> str:
         return f"{self.num_entities}, {self.entity_dim}, rows [{self.start}, {self.stop}) here"

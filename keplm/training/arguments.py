@@ -239,7 +239,8 @@ def _has_accelerator() -> bool:
 @dataclass
 class KeplmTrainingArguments(TrainingArguments):
     """``transformers.TrainingArguments`` plus early stopping (transformers' ``EarlyStoppingCallback``, added by
-    ``KeplmTrainer``) and the model card's ``base_model_id``: every run script parses these."""
+    ``KeplmTrainer``), the model card's ``base_model_id`` and ``shard_entity_memory`` (row-sharded entity memories,
+    done by ``KeplmTrainer``): every run script parses these."""
     _argument_group_name = "training (transformers.TrainingArguments, early stopping, the card's base model)"
 
     early_stopping_patience: int | None = field(
@@ -256,6 +257,14 @@ class KeplmTrainingArguments(TrainingArguments):
         metadata={"help": "The Hub id of the base encoder, for the model card's base_model (e.g. the model a local "
                   "or pip-packaged copy was taken from); default: the --model_name_or_path Hub id, or what the "
                   "project's card facts say a packaged encoder copies."},
+    )
+
+    shard_entity_memory: bool = field(
+        default=False,
+        metadata={"help": "In a multi-process run (torchrun, accelerate launch), split every entity memory of the "
+                  "model by rows over the processes (each holds its block, with its gradient and optimizer state; "
+                  "lookups are collectives) instead of a whole copy per process; the saved model is an ordinary "
+                  "one. Not with sparse entity memories, FSDP or DeepSpeed; one process: nothing to shard."},
     )
 
     def __post_init__(self):

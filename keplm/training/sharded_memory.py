@@ -10,12 +10,14 @@ state_dict=...)``: an ordinary checkpoint that loads in one process without shar
     ... loss.backward(); clip_grad_norm_(model, 1.0); optimizer.step()
     state = gather_entity_memory_state(model)  # every process; process 0 saves
 
-Every process must run every forward (a lookup is a collective), as under FSDP. The KeplmTrainer refuses such a
-model (its clipping and parameter groups assume whole parameters).
+Every process must run every forward (a lookup is a collective), as under FSDP. The KeplmTrainer does all this
+itself with ``--shard_entity_memory`` (``KeplmTrainingArguments.shard_entity_memory``; see
+:mod:`keplm.training.sharded_training`), and takes a model sharded here beforehand too.
 """
 
 from __future__ import annotations
 
+import atexit
 import math
 
 import torch
@@ -35,6 +37,16 @@ def sharded_memories(model: nn.Module) -> dict[str, ShardedEntityMemory]:
     """``{qualified name: module}`` of the model's sharded entity memories (inside DDP too)."""
     return {name: module for name, module in _module(model).named_modules()
             if isinstance(module, ShardedEntityMemory)}
+
+
+def _destroy_at_exit(group) -> None:
+    """Destroy a group that :func:`shard_entity_memory` made, at interpreter exit: a gloo group still alive then can
+    abort the process ("terminate called without an active exception", seen on CPU runs once training has ended)."""
+    if dist.is_available() and dist.is_initialized():
+        try:
+            dist.destroy_process_group(group)
+        except (ValueError, RuntimeError):  # already destroyed with the default group
+            pass
 
 
 def shard_entity_memory(model: nn.Module, group=None, average_gradients: bool = True) -> nn.Module:
@@ -57,6 +69,7 @@ def shard_entity_memory(model: nn.Module, group=None, average_gradients: bool = 
                          "dense gradient of its rows; build the model without sparse_entity_memory")
     if memories and group is None:
         group = dist.new_group(ranks=list(range(dist.get_world_size())))
+        atexit.register(_destroy_at_exit, group)
     ignored = []
     for name, module in memories:
         parent_name, _, attribute = name.rpartition(".")

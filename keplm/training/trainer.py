@@ -32,6 +32,7 @@ from .optim import (
     sparse_parameters,
 )
 from .qa_postprocessing import postprocess_qa_predictions
+from .sharded_training import ShardedMemoryTraining, shard_for_training
 from .state import has_state, load_state, save_state
 
 logger = logging.getLogger(__name__)
@@ -58,26 +59,7 @@ def unwrap(model):
         model = inner
 
 
-def _refuse_sharded_tables(model) -> None:
-    """A ValueError for a model with row-sharded entity memories (``keplm.training.sharded_memory``): the stock
-    clipping takes each process's shard for the whole table, and parameter groups and optimizer states assume whole
-    parameters."""
-    from keplm.modeling.sharded_entity_memory import ShardedEntityMemory
-
-    if model is None:
-        return
-    sharded = [name for name, module in unwrap(model).named_modules() if isinstance(module, ShardedEntityMemory)]
-    if sharded:
-        raise ValueError(
-            f"KeplmTrainer cannot train a model with a row-sharded entity memory ({', '.join(sharded)}): its gradient "
-            "clipping would take each process's shard for the whole table (the global norm needs the shards' norms "
-            "summed over processes) and its parameter groups and saved checkpoints assume whole parameters; train "
-            "it in a loop of your own with keplm.training.sharded_memory (clip_grad_norm_, and "
-            "gather_entity_memory_state for save_pretrained), or give the Trainer the model before "
-            "shard_entity_memory")
-
-
-class KeplmTrainer(PicklessCheckpointState, Trainer):
+class KeplmTrainer(ShardedMemoryTraining, PicklessCheckpointState, Trainer):
     """``Trainer`` for keplm models; what it adds to the stock one:
 
     * **Parameter groups from the model.** ``create_optimizer`` asks the model's
@@ -89,6 +71,9 @@ class KeplmTrainer(PicklessCheckpointState, Trainer):
       stock schedule type. **Early stopping**: ``KeplmTrainingArguments.early_stopping_patience`` adds
       transformers' ``EarlyStoppingCallback``.
     * **DDP**: ``ddp_find_unused_parameters`` left open is the model's answer (``model.ddp_find_unused_parameters``).
+      ``--shard_entity_memory`` splits the model's entity memories by rows over the processes
+      (:mod:`keplm.training.sharded_training`: clipping by the global norm, gathered saves, per-process optimizer
+      state of the rows in checkpoints).
     * **Evaluation order**: evaluation/prediction batches follow the dataset order (the stock ``Trainer`` groups
       them by length under ``train_sampling_strategy="group_by_length"``, which permutes per-example outputs).
     * **No pickles**: the training arguments are saved as ``training_args.json``, not ``training_args.bin``, and
@@ -111,7 +96,8 @@ class KeplmTrainer(PicklessCheckpointState, Trainer):
                  card_data: KeplmModelCardData | dict | None = None, **kwargs):
         model = kwargs.get("model", args[0] if args else None)
         training_args = kwargs.get("args", args[1] if len(args) > 1 else None)
-        _refuse_sharded_tables(model)
+        if training_args is not None:  # --shard_entity_memory: before accelerate wraps the model in DDP
+            shard_for_training(model, training_args)
         answer = getattr(model, "ddp_find_unused_parameters", None)
         if training_args is not None and training_args.ddp_find_unused_parameters is None and answer is not None:
             training_args.ddp_find_unused_parameters = answer
@@ -136,6 +122,7 @@ class KeplmTrainer(PicklessCheckpointState, Trainer):
         self.add_callback(KeplmCardCallback(self.card_data))
         self._losses_finite = None  # every training step's loss finite since the last log (a device tensor)
         self._sparse_gradients = False  # set by create_optimizer: whether any trained table has sparse gradients
+        self._has_sharded_tables = bool(self._sharded_tables())  # row-sharded entity memories: decided once
 
     def _get_eval_sampler(self, eval_dataset):
         if eval_dataset is None or not has_length(eval_dataset):
@@ -223,7 +210,14 @@ class KeplmTrainer(PicklessCheckpointState, Trainer):
 
     def _clip_grad_norm(self, model):
         """The stock clipping, except when a table has sparse gradients (e.g. ``sparse_entity_memory``), which
-        ``torch.nn.utils.clip_grad_norm_`` cannot take: then the same L2 clipping over dense and sparse gradients."""
+        ``torch.nn.utils.clip_grad_norm_`` cannot take: then the same L2 clipping over dense and sparse gradients;
+        and with row-sharded tables, the norm of the whole model's gradient (each table's squared norm summed over
+        its shards' processes), which the stock clipping would take per process."""
+        if self._has_sharded_tables:
+            from .sharded_memory import clip_grad_norm_
+
+            self.accelerator.unscale_gradients()
+            return clip_grad_norm_(model, self.args.max_grad_norm)
         if not self._sparse_gradients:  # decided once by create_optimizer, not by scanning the gradients every step
             return super()._clip_grad_norm(model)
         self.accelerator.unscale_gradients()
