@@ -21,7 +21,7 @@ def _trainer_stand_in(rank: int, world_size: int, should_save: bool):
     """The parts of a KeplmTrainer its RNG-state methods read (building a whole Trainer per process is slow)."""
     stand_in = types.SimpleNamespace(args=types.SimpleNamespace(world_size=world_size, process_index=rank,
                                                                 should_save=should_save))
-    stand_in._plain_checkpoints = lambda: True
+    stand_in._plain_checkpoints = stand_in._rng_is_ours = lambda: True
     stand_in._rng_state_name = types.MethodType(KeplmTrainer._rng_state_name, stand_in)
     return stand_in
 
@@ -41,6 +41,9 @@ def _worker(rank: int, port: int, root: str, queue) -> None:
         # each "machine" saves to its own disk; only process 0 saves the checkpoint (save_on_each_node off)
         KeplmTrainer._save_rng_state(_trainer_stand_in(rank, 2, rank == 0), os.path.join(root, f"machine{rank}"))
         queue.put((rank, torch.rand(3), random.random(), float(np.random.rand())))
+    except BaseException as error:  # the parent reports it instead of waiting for a result forever
+        queue.put((rank, repr(error)))
+        raise
     finally:
         dist.destroy_process_group()
 
