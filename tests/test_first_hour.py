@@ -60,3 +60,24 @@ def test_help_shows_every_option_grouped_the_methods_before_training(script, met
     assert groups[1:3] == ["model:", "data:"] and groups[3].startswith(method_group)
     assert groups[4].startswith("training (transformers.TrainingArguments")
     assert "--num_train_epochs" in shown and "--system" in shown and "(default: main)" in shown
+
+
+def test_deepspeed_does_not_warn_about_a_missing_accelerator_on_cpu(tmp_path):
+    """accelerate imports DeepSpeed (installed by the set-up) when the Trainer is built, and on a machine without
+    accelerators DeepSpeed warned on every run "Setting accelerator to CPU. If you have GPU ...": parse_args tells
+    it CPU up front (DS_ACCELERATOR, where no accelerator is found), so the run's log stays quiet."""
+    import os
+    import subprocess
+    import sys
+
+    pytest.importorskip("deepspeed")
+    code = ("import torch; from keplm.training.arguments import KeplmTrainingArguments, parse_args; "
+            "(args,) = parse_args((KeplmTrainingArguments,), ['--output_dir', 'out', '--report_to', 'none']); "
+            "import deepspeed; print('accelerator', deepspeed.get_accelerator()._name)")
+    env = {key: value for key, value in os.environ.items() if key != "DS_ACCELERATOR"}
+    result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    if "accelerator cuda" not in result.stdout:  # a CPU machine (this project's)
+        assert "accelerator cpu" in result.stdout
+        assert "Setting accelerator to CPU" not in result.stdout + result.stderr

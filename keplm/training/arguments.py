@@ -329,6 +329,10 @@ def parse_args(classes: tuple[type, ...], args: list[str] | dict | None = None):
     if len(argv) == 1 and argv[0].endswith(".json"):
         with open(argv[0], encoding="utf-8") as f:
             settings = json.load(f)
+    if not _has_accelerator():
+        # accelerate imports DeepSpeed wherever it is installed, and DeepSpeed then warns on every run that it found
+        # no accelerator: CPU is what it would pick, said up front
+        os.environ.setdefault("DS_ACCELERATOR", "cpu")
     deepspeed = asks_for_deepspeed(argv) or (settings or {}).get("deepspeed")
     if deepspeed and _launched_distributed() and not _has_accelerator():
         # accelerate's DeepSpeed state counts one process without accelerators while DeepSpeed counts them all, which
