@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 from transformers import BertConfig, BertTokenizerFast
@@ -80,3 +82,18 @@ def tiny(tmp_path_factory, tokenizer, kg) -> dict[str, str]:
     from tests.test_run_scripts import write_tiny_files
 
     return write_tiny_files(tmp_path_factory.mktemp("tiny"), tokenizer, kg)
+
+
+@pytest.fixture(autouse=True)
+def _restore_launch_environment():
+    """``parse_args`` sets ``ACCELERATE_USE_CPU`` and ``DS_ACCELERATOR`` for the process it configures: a test that
+    calls it in-process must not leave them to later tests, whose launched runs would inherit them (a leaked
+    ``ACCELERATE_USE_CPU`` turned a later DeepSpeed launch into one-process runs)."""
+    keys = ("ACCELERATE_USE_CPU", "DS_ACCELERATOR")
+    saved = {key: os.environ.get(key) for key in keys}
+    yield
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
