@@ -220,7 +220,8 @@ class KnowledgeRouter:
 
 def reset_optimizer_state(optimizer: torch.optim.Optimizer, parameters: list[nn.Parameter]) -> None:
     """Forget the optimizer's moments for ``parameters`` (their rows now stand for other neurons)."""
-    optimizer = getattr(optimizer, "optimizer", optimizer) if not _is_deepspeed(optimizer) else optimizer
+    if not _is_deepspeed(optimizer):  # accelerate's wrapper (around a torch optimizer or a DeepSpeed one)
+        optimizer = getattr(optimizer, "optimizer", optimizer)
     if _is_deepspeed(optimizer):
         _reset_deepspeed_state(optimizer, parameters)
         return
