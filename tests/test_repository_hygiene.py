@@ -19,6 +19,7 @@ file needs one.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -185,3 +186,50 @@ def test_docs_prose_keeps_the_code_line_length():
     too_long = {str(path.relative_to(ROOT)): lines for path in files
                 if (lines := long_prose_lines(path.read_text(encoding="utf-8")))}
     assert not too_long, f"prose lines over {LINE_LENGTH} characters: {too_long}"
+
+
+def _lock() -> dict[str, str]:
+    """constraints.txt as {normalised name: version}."""
+    pins = {}
+    for line in (ROOT / "constraints.txt").read_text(encoding="utf-8").splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line:
+            name, _, version = line.partition("==")
+            assert version, f"constraints.txt: {line!r} is not an exact pin (name==version)"
+            pins[re.sub(r"[-_.]+", "-", name).lower()] = version
+    return pins
+
+
+def test_the_lock_pins_every_requirement_and_scripts_install_from_it():
+    """The set-up installs from the lock (every pip call takes ``-c constraints.txt``), and the lock names every
+    package keplm's set-up installs: keplm's requirements, the extras the set-up asks for, and theirs, recursively."""
+    from importlib.metadata import PackageNotFoundError, distribution
+
+    from packaging.requirements import Requirement
+
+    pins = _lock()
+    setup = (ROOT / "scripts" / "setup.sh").read_text(encoding="utf-8")
+    pip_calls = [line for line in setup.splitlines() if "pip install" in line and not line.lstrip().startswith("#")]
+    assert pip_calls and all("-c constraints.txt" in line for line in pip_calls), pip_calls
+    extras = set(re.search(r'-e "\.\[([a-z,]+)\]"', setup).group(1).split(","))
+    seen, todo, missing = set(), [("keplm", extras)], []
+    while todo:
+        name, wanted = todo.pop()
+        try:
+            dist = distribution(name)
+        except PackageNotFoundError:
+            missing.append(name)
+            continue
+        for text in dist.requires or []:
+            requirement = Requirement(text)
+            if requirement.marker and not any(requirement.marker.evaluate({"extra": e}) for e in wanted | {""}):
+                continue
+            key = re.sub(r"[-_.]+", "-", requirement.name).lower()
+            if key not in seen:
+                seen.add(key)
+                todo.append((key, set(requirement.extras)))
+    assert not missing, f"installed requirements missing here: {missing}"
+    assert sorted(seen - set(pins)) == [], "constraints.txt lacks these requirements"
+    if os.environ.get("CI"):  # CI's fresh set-up installed exactly the lock
+        drifted = {key: (pins[key], distribution(key).version) for key in seen if distribution(key).version != pins[key]}
+        assert drifted == {}, f"installed versions differ from constraints.txt: {drifted}"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import json
+import statistics
 
 import pytest
 import torch
@@ -130,7 +131,16 @@ def one_thread():
     torch.set_num_threads(threads)
 
 
-def _tiny_trelm(use_injection: bool, seed: int = 0, epochs: int = 20):
+#: the tiny models' seeds and epochs: each threshold below is met by the median over the seeds (one tiny trajectory
+#: can stall on an object for a while; at 40 epochs, 7 of 8 seeds met every threshold alone)
+SEEDS, EPOCHS = (0, 1, 2), 40
+
+
+def _median(values) -> float:
+    return statistics.median(values)
+
+
+def _tiny_trelm(use_injection: bool, seed: int = 0, epochs: int = EPOCHS):
     """A tiny TRELM pre-trained on a one-relation cloze corpus (CKA decodes the object, the subject is injected;
     the memory bank's λ halves every epoch, as ``MemoryDecayCallback`` does). Subject names are left out of the
     vocabulary, so every subject reads [UNK] and only its KG vector tells it apart. The queries use a corpus
@@ -178,68 +188,103 @@ def _tiny_trelm(use_injection: bool, seed: int = 0, epochs: int = 20):
 
 
 @pytest.fixture(scope="module")
-def trained():
-    return _tiny_trelm(use_injection=True)
+def trained_seeds():
+    """One tiny TRELM per seed of ``SEEDS``."""
+    return [_tiny_trelm(use_injection=True, seed=seed) for seed in SEEDS]
 
 
-def test_trelm_prediction_follows_the_injected_kg_vector(trained):
+@pytest.fixture(scope="module")
+def trained(trained_seeds):
+    return trained_seeds[0]
+
+
+def test_trelm_prediction_follows_the_injected_kg_vector(trained_seeds):
     """Unseen subjects (facts in the KG only) get their object from their KG vector once they have entity rows,
-    and a prediction moves to another subject's object when that subject's vector is injected instead."""
-    task, kg, model, processor = trained
-    candidates, seen, unseen = task.candidates, task.queries("train"), task.queries("unseen")
-    assert kge_neighbour_accuracy(kg, task) >= 0.9  # the vectors hold the unseen facts
-    assert cloze_accuracy(model, processor, seen, candidates) >= 0.9
-    # as trained, an unseen subject has no entity row: never injected, so its fact cannot be read
-    assert injected_share(processor, unseen) == 0.0
-    assert cloze_accuracy(model, processor, unseen, candidates) <= 0.5
-    extended, extended_processor = with_entity_rows(model, processor, [r["sub_uri"] for r in unseen])
-    assert injected_share(extended_processor, unseen) == 1.0
-    assert cloze_accuracy(extended, extended_processor, unseen, candidates) >= 0.9
-    assert follow_rate(extended, extended_processor, unseen, candidates) >= 0.9
-    assert follow_rate(model, processor, seen, candidates) >= 0.9
+    and a prediction moves to another subject's object when that subject's vector is injected instead (the median
+    over the seeds' models meets each threshold)."""
+    scores = []
+    for task, kg, model, processor in trained_seeds:
+        candidates, seen, unseen = task.candidates, task.queries("train"), task.queries("unseen")
+        assert kge_neighbour_accuracy(kg, task) >= 0.9  # the vectors hold the unseen facts
+        # as trained, an unseen subject has no entity row: never injected, so its fact cannot be read
+        assert injected_share(processor, unseen) == 0.0
+        extended, extended_processor = with_entity_rows(model, processor, [r["sub_uri"] for r in unseen])
+        assert injected_share(extended_processor, unseen) == 1.0
+        scores.append({"seen": cloze_accuracy(model, processor, seen, candidates),
+                       "unseen_without_rows": cloze_accuracy(model, processor, unseen, candidates),
+                       "unseen": cloze_accuracy(extended, extended_processor, unseen, candidates),
+                       "follow_unseen": follow_rate(extended, extended_processor, unseen, candidates),
+                       "follow_seen": follow_rate(model, processor, seen, candidates)})
+    median = {key: _median(s[key] for s in scores) for key in scores[0]}
+    assert median["unseen_without_rows"] <= 0.5, scores
+    assert min(median[key] for key in ("seen", "unseen", "follow_unseen", "follow_seen")) >= 0.9, scores
 
 
-def test_trelm_reads_entities_added_to_the_kg_after_training(trained, tmp_path):
+#: the TransE settings of the tiny models' KG vectors (unit-L2: the tiny projection reads them within seconds)
+KGE_SETTINGS = dict(dim=16, epochs=200, batch_size=64, valid_fraction=0.0, p_norm=2.0, progress=False)
+
+
+def _updated(trained_model, seed: int = 5):
+    """A copy of one tiny TRELM and its processor updated with the cloze task's ``kg_updated`` (vectors trained in
+    the kept vector space); the task, the update report and the updated KG."""
+    task, kg, model, processor = trained_model
+    model, processor = copy.deepcopy(model), copy.deepcopy(processor)
+    updated, _ = train_kge(task.kg_updated, seed=seed, keep_vectors=kg, **KGE_SETTINGS)
+    return task, model, processor, processor.update_knowledge(updated, model=model), updated
+
+
+def test_trelm_reads_entities_added_to_the_kg_after_training(trained_seeds, tmp_path):
     """Knowledge update without retraining: subjects whose facts enter the KG after training get vectors in the
     trained vector space (``train_kge(keep_vectors=...)``) and entity rows (``TrelmProcessor.update_knowledge``),
-    and are then answered from those vectors like the unseen subjects; the update refuses vectors trained anew."""
-    task, kg, model, processor = trained
-    model, processor = copy.deepcopy(model), copy.deepcopy(processor)
-    candidates, added = task.candidates, task.queries("added")
-    assert not any(kg.has_entity(e.id) for e in task.group("added"))
-    assert cloze_accuracy(model, processor, added, candidates) <= 0.5  # not in the KG: read as text only
-    settings = dict(dim=16, epochs=200, batch_size=64, valid_fraction=0.0, p_norm=2.0, progress=False)
-    updated, _ = train_kge(task.kg_updated, seed=5, keep_vectors=kg, **settings)
-    assert kge_neighbour_accuracy(updated, task, "added") >= 0.9
-    fresh, _ = train_kge(task.kg_updated, seed=5, **settings)  # the same KG, every vector trained anew
+    and are then answered from those vectors like the unseen subjects (the median over the seeds' models meets each
+    threshold); the update refuses vectors trained anew."""
+    scores = []
+    for trained_model in trained_seeds:
+        task, kg, model, processor = trained_model
+        candidates, added = task.candidates, task.queries("added")
+        assert not any(kg.has_entity(e.id) for e in task.group("added"))
+        before = cloze_accuracy(model, processor, added, candidates)  # not in the KG: read as text only
+        task, model, processor, report, updated = _updated(trained_model)
+        assert kge_neighbour_accuracy(updated, task, "added") >= 0.9
+        assert report["entities_added"] == report["entity_rows_added"] == len(task.group("added"))
+        rows = trained_model[3].knowledge_assets.num_entities
+        assert processor.knowledge_assets.num_entities == model.config.entity_vocab_size == rows + len(added)
+        assert model.knowledge_assets.content_hash() == processor.knowledge_assets.content_hash()
+        assert injected_share(processor, added) == 1.0
+        scores.append({"before": before, "added": cloze_accuracy(model, processor, added, candidates),
+                       "follow_added": follow_rate(model, processor, added, candidates),
+                       "seen": cloze_accuracy(model, processor, task.queries("train"), candidates)})  # facts stay
+    median = {key: _median(s[key] for s in scores) for key in scores[0]}
+    assert median["before"] <= 0.5, scores
+    assert min(median[key] for key in ("added", "follow_added", "seen")) >= 0.9, scores
+
+    task, kg, model, processor = trained_seeds[0]
+    fresh, _ = train_kge(task.kg_updated, seed=5, **KGE_SETTINGS)  # the same KG, every vector trained anew
     with pytest.raises(ValueError, match="keep_vectors_from"):
         copy.deepcopy(processor).update_knowledge(fresh, model=copy.deepcopy(model))
-    rows = processor.knowledge_assets.num_entities
-    report = processor.update_knowledge(updated, model=model)
-    assert report["entities_added"] == report["entity_rows_added"] == len(task.group("added"))
-    assert processor.knowledge_assets.num_entities == model.config.entity_vocab_size == rows + report["entities_added"]
-    assert model.knowledge_assets.content_hash() == processor.knowledge_assets.content_hash()
-    assert injected_share(processor, added) == 1.0
-    assert cloze_accuracy(model, processor, added, candidates) >= 0.9
-    assert follow_rate(model, processor, added, candidates) >= 0.9
-    assert cloze_accuracy(model, processor, task.queries("train"), candidates) >= 0.9  # the seen facts stay
     # saved and loaded again: the new rows, their vectors and the new KG travel with the checkpoint
+    task, model, processor, report, updated = _updated(trained_seeds[0])
+    added = task.queries("added")
     model.save_pretrained(tmp_path)
     processor.save_pretrained(tmp_path)
     loaded, loaded_processor = TrelmForMaskedLM.from_pretrained(tmp_path), TrelmProcessor.from_pretrained(tmp_path)
     assert loaded_processor.kg.content_hash() == updated.content_hash() == report["new_kg_hash"]
     assert loaded_processor.knowledge_assets.content_hash() == processor.knowledge_assets.content_hash()
-    assert cloze_predictions(loaded, loaded_processor, added, candidates) == cloze_predictions(
-        model, processor, added, candidates)
+    assert cloze_predictions(loaded, loaded_processor, added, task.candidates) == cloze_predictions(
+        model, processor, added, task.candidates)
 
 
 def test_no_injection_control_does_not_follow():
     """The same pre-training without injection (nor memory bank: it reads the text only) cannot tell the subjects
-    apart: chance on unseen subjects, and a swap it cannot see is followed only by coincidence."""
-    task, _, model, processor = _tiny_trelm(use_injection=False)
-    unseen = task.queries("unseen")
-    assert cloze_accuracy(model, processor, unseen, task.candidates) <= 0.5
-    assert follow_rate(model, processor, unseen, task.candidates) <= 0.5
+    apart: chance on unseen subjects, and a swap it cannot see is followed only by coincidence (medians over the
+    seeds)."""
+    accuracy, follow = [], []
+    for seed in SEEDS:
+        task, _, model, processor = _tiny_trelm(use_injection=False, seed=seed)
+        unseen = task.queries("unseen")
+        accuracy.append(cloze_accuracy(model, processor, unseen, task.candidates))
+        follow.append(follow_rate(model, processor, unseen, task.candidates))
+    assert _median(accuracy) <= 0.5 and _median(follow) <= 0.5, (accuracy, follow)
 
 
 def test_with_entity_rows_appends_rows_and_keeps_the_model(trained):
