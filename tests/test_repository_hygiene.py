@@ -231,5 +231,6 @@ def test_the_lock_pins_every_requirement_and_scripts_install_from_it():
     assert not missing, f"installed requirements missing here: {missing}"
     assert sorted(seen - set(pins)) == [], "constraints.txt lacks these requirements"
     if os.environ.get("CI"):  # CI's fresh set-up installed exactly the lock
-        drifted = {key: (pins[key], distribution(key).version) for key in seen if distribution(key).version != pins[key]}
+        installed = {key: distribution(key).version for key in seen}
+        drifted = {key: (pins[key], version) for key, version in installed.items() if version != pins[key]}
         assert drifted == {}, f"installed versions differ from constraints.txt: {drifted}"
