@@ -72,7 +72,7 @@ def load_data(data_args: GlueDataArguments) -> datasets.DatasetDict:
     raw = load_glue_dataset(source, task=data_args.task_name,
                             data_dir=data_args.data_dir, train_file=data_args.train_file,
                             validation_file=data_args.validation_file, test_file=data_args.test_file)
-    raw = limit_samples(raw, data_args.sample_limits())
+    raw = limit_samples(raw, data_args.sample_limits(), data_args.sample_seeds())
     if "test" in raw and min(raw["test"]["label"], default=0) < 0:  # an unlabelled test split cannot be scored
         logger.info("the test split has no labels: it is not scored")
         del raw["test"]

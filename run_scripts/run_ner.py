@@ -61,7 +61,7 @@ def load_data(data_args: NerDataArguments) -> datasets.DatasetDict:
     return load_ner_dataset(
         data_args.dataset_name, train_file=data_args.train_file, validation_file=data_args.validation_file,
         test_file=data_args.test_file, max_train_samples=limits["train"], max_eval_samples=limits["validation"],
-        max_test_samples=limits["test"], **extra,
+        max_test_samples=limits["test"], train_sample_seed=data_args.train_sample_seed, **extra,
     )
 
 
@@ -135,8 +135,10 @@ def main(args: list[str] | None = None) -> dict:
                            "--max_seq_length %d (not scored)", counts["words_without_token"], counts["words_truncated"],
                            data_args.max_seq_length)
         counts = recipe.unseen_entity_counts(raw, "test")
-        if counts is not None:  # KALA 5.4: contexts with >= 3 entities unseen in training vs the rest
+        if counts is not None:  # KALA 5.4: contexts with >= 3 entities unseen in training vs the rest; and with >= 1
             metrics.update(subset_metrics(word_level_scores, tags, references, counts, "predict"))
+            metrics.update(subset_metrics(word_level_scores, tags, references, counts, "predict", threshold=1,
+                                          names=("all_seen", "with_unseen")))
         results.update(record(trainer, "predict", metrics))
         if trainer.is_world_process_zero():
             with open(os.path.join(training_args.output_dir, "predictions.txt"), "w", encoding="utf-8") as f:

@@ -57,10 +57,6 @@ class RelationClassificationDataArguments(DataArguments):
                                        "release has no dev set); 0 keeps them for training."}
     )
     max_seq_length: int = field(default=128, metadata={"help": "Tokens per marked sentence (longer: cut, counted)."})
-    train_sample_seed: int | None = field(
-        default=None, metadata={"help": "With --max_train_samples: a seeded sample of the training sentences instead "
-                                        "of the first ones."}
-    )
 
 
 def encoder_checkpoint(model_args: ModelArguments, output_dir: str, export: bool = True) -> str:
@@ -106,7 +102,7 @@ def main(args: list[str] | None = None) -> dict:
                                  test_file=data_args.test_file, validation_file=data_args.validation_file,
                                  validation_size=data_args.validation_size,
                                  **({"name": data_args.dataset_config_name} if data_args.dataset_config_name else {}))
-    raw = limit_samples(raw, data_args.sample_limits(), seeds={"train": data_args.train_sample_seed})
+    raw = limit_samples(raw, data_args.sample_limits(), data_args.sample_seeds())
     check_splits(raw, training_args)
     with training_args.main_process_first(desc="encoder"):
         path = encoder_checkpoint(model_args, training_args.output_dir,

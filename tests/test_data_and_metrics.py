@@ -321,3 +321,21 @@ def test_postprocess_accepts_datasets_and_checks_input():
     bad = [dict(features[0], example_id="other"), features[1]]
     with pytest.raises(ValueError, match="unknown example"):
         postprocess_qa_predictions(examples, bad, starts, ends, disable_tqdm=True)
+
+
+@pytest.mark.parametrize("seed", [0, 7])
+def test_seeded_training_draws_are_nested(seed):
+    """At one seed a smaller draw is a subset of a larger one, each kept in file order, and the labels (collected
+    before the limit) are the same at every size: a learning curve's training sets."""
+    rows = list(range(1000))
+    draws = [limit_samples({"train": rows}, {"train": n}, {"train": seed})["train"] for n in (10, 50, 250, 999)]
+    for small, large in zip(draws, draws[1:]):
+        assert set(small) < set(large)
+    assert all(draw == sorted(draw) for draw in draws) and [len(d) for d in draws] == [10, 50, 250, 999]
+    assert draws[0] != limit_samples({"train": rows}, {"train": 10}, {"train": seed + 1})["train"]
+    path = _data("ncbi_disease")
+    small = load_ner_dataset(path, max_train_samples=20, train_sample_seed=seed)
+    large = load_ner_dataset(path, max_train_samples=200, train_sample_seed=seed)
+    assert set(small["train"]["id"]) < set(large["train"]["id"])
+    assert small["train"].features == large["train"].features == load_ner_dataset(path)["train"].features
+    assert small["train"]["id"] != load_ner_dataset(path, max_train_samples=20)["train"]["id"]

@@ -34,3 +34,8 @@ def test_subset_metrics_split_by_threshold():
     assert out["predict_seen_examples"] == 1 and out["predict_unseen_examples"] == 2
     assert out["predict_seen_f1"] == 1.0
     assert out["predict_unseen_f1"] == 2 / 3  # one of two unseen-context entities found
+    # with threshold 1 and other names: the sentences with at least one unseen entity vs those with none
+    out = subset_metrics(lambda p, r: ner_metrics(p, r, per_type=False), predictions, references,
+                         counts=[1, 0, 0], prefix="predict", threshold=1, names=("all_seen", "with_unseen"))
+    assert out["predict_with_unseen_examples"] == 1 and out["predict_all_seen_examples"] == 2
+    assert out["predict_with_unseen_f1"] == 1.0 and out["predict_all_seen_f1"] == 2 / 3

@@ -199,6 +199,7 @@ def load_ner_dataset(
     label_list: Sequence[str] | None = None,
     tokens_column: str = "tokens",
     tags_column: str = "ner_tags",
+    train_sample_seed: int | None = None,
     **load_kwargs,
 ) -> datasets.DatasetDict:
     """Load NER data as a DatasetDict with ``id``, ``tokens`` and ``ner_tags`` (ClassLabel).
@@ -206,15 +207,19 @@ def load_ner_dataset(
     ``name_or_path`` may be a local directory (splits auto-detected by file name), a single
     CoNLL file (becomes ``train``), ``None`` with explicit ``*_file`` arguments, or a Hub id
     (``datasets.load_dataset(name_or_path, **load_kwargs)``). ``label_list`` fixes the label order;
-    otherwise labels are collected from all splits and sorted with :func:`sort_labels`.
+    otherwise labels are collected from all splits and sorted with :func:`sort_labels`, before any limit, so every
+    training size has the same labels. ``train_sample_seed``: with ``max_train_samples``, a seeded (nested) random
+    draw of the training sentences instead of the first ones (:func:`~keplm.data.splits.limit_samples`).
     """
+    seeds = {"train": train_sample_seed}
     limits = {"train": max_train_samples, "validation": max_eval_samples, "test": max_test_samples}
     explicit = {"train": train_file, "validation": validation_file, "test": test_file}
     directory = None
     files: dict[str, str] = {}
     is_local = name_or_path is None or os.path.exists(os.fspath(name_or_path))
     if not is_local:
-        return limit_samples(_load_hub(name_or_path, tokens_column, tags_column, label_list, **load_kwargs), limits)
+        return limit_samples(_load_hub(name_or_path, tokens_column, tags_column, label_list, **load_kwargs), limits,
+                             seeds)
 
     if name_or_path is not None:
         name_or_path = os.fspath(name_or_path)
@@ -246,7 +251,7 @@ def load_ner_dataset(
     dsd = datasets.DatasetDict(
         {split: _build_dataset(rows, label_list) for split, rows in split_rows.items()}
     )
-    return limit_samples(dsd, limits)
+    return limit_samples(dsd, limits, seeds)
 
 
 def _load_hub(name, tokens_column, tags_column, label_list, **load_kwargs) -> datasets.DatasetDict:

@@ -71,8 +71,10 @@ def resolve_data_file(path: str | None, directory: str | None, what: str = "data
 def limit_samples(splits: dict, limits: dict[str, int | None], seeds: dict[str, int | None] | None = None) -> dict:
     """Keep the first ``limits[split]`` examples of each split (a ``datasets.Dataset`` or a list of rows).
 
-    With ``seeds[split]`` set, keep a random sample of that many instead (the order drawn with that seed, kept as in
-    the split), e.g. questions spread over every article of a SQuAD split rather than the first article's.
+    With ``seeds[split]`` set, keep a random sample of that many instead, kept in the split's order: the first
+    ``limit`` of one permutation drawn with that seed, so at one seed a smaller sample is a subset of a larger one
+    (nested training sets for a learning curve), e.g. questions spread over every article of a SQuAD split rather
+    than the first article's.
     """
     for split, limit in limits.items():
         if limit is not None and split in splits:
@@ -81,7 +83,9 @@ def limit_samples(splits: dict, limits: dict[str, int | None], seeds: dict[str, 
             if seed is None or limit >= len(data):
                 keep = range(min(limit, len(data)))
             else:
-                keep = sorted(random.Random(seed).sample(range(len(data)), limit))
+                order = list(range(len(data)))
+                random.Random(seed).shuffle(order)
+                keep = sorted(order[:limit])
             splits[split] = [data[i] for i in keep] if isinstance(data, list) else data.select(keep)
     return splits
 

@@ -136,6 +136,17 @@ class DataArguments:
         if self.dataset_name is None and not (self.train_file or self.validation_file or self.test_file):
             raise ValueError("pass --dataset_name or at least one of --train_file/--validation_file/--test_file")
 
+    train_sample_seed: int | None = field(
+        default=None,
+        metadata={"help": "With --max_train_samples: keep that many training examples drawn at random with this seed "
+                  "(kept in file order) instead of the first ones; at one seed a smaller draw is a subset of a larger "
+                  "one (nested training sets for a learning curve)."},
+    )
+
+    def sample_seeds(self) -> dict[str, int | None]:
+        """``--train_sample_seed`` by split, for ``limit_samples``."""
+        return {"train": self.train_sample_seed}
+
     def sample_limits(self) -> dict[str, int | None]:
         """``--max_*_samples`` by split."""
         return {"train": self.max_train_samples, "validation": self.max_eval_samples,
@@ -173,16 +184,6 @@ class QaDataArguments(DataArguments):
                   "'nearest' moves it to the nearest occurrence of the text instead (and drops absent answers), "
                   "counted in data_results.json."},
     )
-
-    train_sample_seed: int | None = field(
-        default=None,
-        metadata={"help": "With --max_train_samples: keep that many training questions drawn at random with this seed "
-                  "(in file order) instead of the first ones, which in SQuAD all come from the first articles."},
-    )
-
-    def sample_seeds(self) -> dict[str, int | None]:
-        """``--train_sample_seed`` by split, for ``limit_samples``."""
-        return {"train": self.train_sample_seed}
 
     def article_split(self) -> tuple[int | None, int, int] | None:
         if self.split_by_article is None:

@@ -15,13 +15,15 @@ def subset_metrics(
     counts: Sequence[int],
     prefix: str,
     threshold: int = UNSEEN_THRESHOLD,
+    names: tuple[str, str] = ("seen", "unseen"),
 ) -> dict:
-    """``metric_fn`` on the Seen and Unseen subsets, as ``{prefix}_seen_<metric>`` / ``{prefix}_unseen_<metric>``
-    plus the subset sizes. An empty subset reports only its size (0)."""
+    """``metric_fn`` on the Seen and Unseen subsets (fewer than ``threshold`` unseen entities, or at least that
+    many), as ``{prefix}_seen_<metric>`` / ``{prefix}_unseen_<metric>`` (``names``) plus the subset sizes. An empty
+    subset reports only its size (0)."""
     if not len(predictions) == len(references) == len(counts):
         raise ValueError(f"{len(predictions)} predictions, {len(references)} references, {len(counts)} counts")
     out = {}
-    for name, keep in (("seen", lambda c: c < threshold), ("unseen", lambda c: c >= threshold)):
+    for name, keep in ((names[0], lambda c: c < threshold), (names[1], lambda c: c >= threshold)):
         index = [i for i, c in enumerate(counts) if keep(c)]
         out[f"{prefix}_{name}_examples"] = len(index)
         if index:
