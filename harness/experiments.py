@@ -6,6 +6,7 @@
     python -m harness.experiments trelm-semeval --seeds 1 2 3    # the checkpoints above, fine-tuned on SemEval
     python -m harness.experiments table outputs/experiments/wnut  # mean ± std over the seeds' summaries
     python -m harness.experiments curves outputs/trelm_experiments --plot docs/figures/trelm-p-at-1.png
+    python -m harness.experiments curve --jobs 2                  # the real-data learning curve (harness.curve)
 
 Each method's presets and run commands live in its module (:mod:`harness.kala`, :mod:`harness.roof`,
 :mod:`harness.trelm`); the queue, the summaries and the tables are shared (:mod:`harness.runs`,
@@ -22,7 +23,7 @@ import argparse
 import sys
 import time
 
-from harness import kala, roof, trelm
+from harness import curve, kala, roof, trelm
 from harness.runs import DEFAULT_MODEL
 from harness.tables import by_seed, curves_table, load_summaries, plot_curves, summary_table
 
@@ -32,6 +33,7 @@ EXPERIMENTS = {
     "roof": (roof.__doc__, roof.add_arguments, roof.run, "outputs/roof_experiments/{preset}"),
     "trelm": (trelm.__doc__, trelm.add_arguments, trelm.run, "outputs/trelm_experiments"),
     "trelm-semeval": (trelm.__doc__, trelm.add_semeval_arguments, trelm.run_semeval, "outputs/trelm_semeval"),
+    "curve": (curve.__doc__, curve.add_arguments, curve.run, "outputs/curve"),
 }
 
 
@@ -77,7 +79,8 @@ def main(argv: list[str] | None = None) -> None:
     start = time.time()
     summaries = run(args, output_dir)
     print(f"[experiments] {args.command}: {len(args.seeds)} seed(s) in {time.time() - start:.0f}s in {output_dir}")
-    print(curves_table(by_seed(summaries)) if args.command == "trelm" else summary_table(summaries))
+    if summaries:  # the learning curve's tables come from curve-table
+        print(curves_table(by_seed(summaries)) if args.command == "trelm" else summary_table(summaries))
 
 
 if __name__ == "__main__":
