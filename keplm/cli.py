@@ -1,5 +1,5 @@
-"""The ``keplm`` command line: ``keplm build-kg ...``, ``keplm train-kge ...``, ``keplm check-knowledge ...`` (see
-``keplm <command> --help``)."""
+"""The ``keplm`` command line: ``keplm build-kg ...``, ``keplm train-kge ...``, ``keplm check-knowledge ...``,
+``keplm kg-coverage ...`` (see ``keplm <command> --help``)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ COMMANDS = {
     "train-kge": ("train_kge", "train KG embeddings (TRELM) into a KG folder"),
     "check-knowledge": ("check_knowledge",
                         "how far a trained model's predictions follow edits of its KG (counterfactual)"),
+    "kg-coverage": ("kg_coverage", "will a KG help this NER data? linking coverage, facts and unseen entities"),
 }
 
 

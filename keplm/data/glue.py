@@ -39,7 +39,7 @@ import datasets
 
 from keplm.io_utils import find_file, open_text
 
-from .splits import SPLITS, find_split_files, limit_samples, resolve_data_file, split_of_file
+from .splits import SPLITS, find_split_files, is_local_data, limit_samples, resolve_data_file, split_of_file
 
 __all__ = ["GlueTask", "GLUE_TASKS", "GLUE_HUB_ID", "glue_task", "glue_features", "load_glue_dataset",
            "read_glue_task_dir", "task_of_dataset"]
@@ -437,7 +437,7 @@ def load_glue_dataset(
     task = glue_task(task) if task is not None else None
     explicit = {"train": train_file, "validation": validation_file, "test": test_file}
     path = os.fspath(task_or_path) if task_or_path is not None else None
-    if path is not None and not os.path.exists(path):
+    if not is_local_data(path, "GLUE data"):
         named = None
         if "/" not in path and os.sep not in path:  # a bare task name, not a Hub id "owner/name"
             try:

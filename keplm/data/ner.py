@@ -14,7 +14,7 @@ import datasets
 
 from keplm.io_utils import iter_jsonl, open_text
 
-from .splits import SPLITS, find_split_files, limit_samples, resolve_data_file
+from .splits import SPLITS, find_split_files, is_local_data, limit_samples, resolve_data_file
 
 __all__ = [
     "read_conll",
@@ -216,7 +216,7 @@ def load_ner_dataset(
     explicit = {"train": train_file, "validation": validation_file, "test": test_file}
     directory = None
     files: dict[str, str] = {}
-    is_local = name_or_path is None or os.path.exists(os.fspath(name_or_path))
+    is_local = is_local_data(name_or_path, "NER data")
     if not is_local:
         return limit_samples(_load_hub(name_or_path, tokens_column, tags_column, label_list, **load_kwargs), limits,
                              seeds)

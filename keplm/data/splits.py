@@ -68,6 +68,23 @@ def resolve_data_file(path: str | None, directory: str | None, what: str = "data
     raise FileNotFoundError(f"{what} file not found: {path}")
 
 
+#: what a Hub dataset id looks like (``name`` or ``namespace/name``); data file endings that no Hub id has
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?$")
+_FILE_ENDINGS = (".txt", ".conll", ".json", ".jsonl", ".tsv", ".csv", ".gz", ".parquet")
+
+
+def is_local_data(name_or_path, what: str = "data") -> bool:
+    """True for an existing local file or folder, False for a Hub dataset id; a ``FileNotFoundError`` naming
+    ``name_or_path`` when it is neither (a missing path that cannot be a Hub id: ``./x``, ``x/``, ``a/b/c``,
+    ``train.txt``), instead of the Hub client's error about repo id characters."""
+    if name_or_path is None or os.path.exists(os.fspath(name_or_path)):
+        return True
+    name = os.fspath(name_or_path)
+    if not _HUB_ID.match(name) or name.lower().endswith(_FILE_ENDINGS):
+        raise FileNotFoundError(f"{what} not found: {name!r} is neither a local file or folder nor a Hub dataset id")
+    return False
+
+
 def limit_samples(splits: dict, limits: dict[str, int | None], seeds: dict[str, int | None] | None = None) -> dict:
     """Keep the first ``limits[split]`` examples of each split (a ``datasets.Dataset`` or a list of rows).
 
@@ -90,4 +107,4 @@ def limit_samples(splits: dict, limits: dict[str, int | None], seeds: dict[str, 
     return splits
 
 
-__all__ = ["SPLITS", "split_of_file", "find_split_files", "resolve_data_file", "limit_samples"]
+__all__ = ["SPLITS", "split_of_file", "find_split_files", "resolve_data_file", "limit_samples", "is_local_data"]

@@ -10,7 +10,7 @@ import datasets
 
 from keplm.io_utils import read_json
 
-from .splits import SPLITS, find_split_files, resolve_data_file, split_of_file
+from .splits import SPLITS, find_split_files, is_local_data, resolve_data_file, split_of_file
 
 __all__ = ["read_squad_json", "squad_article_split", "load_qa_dataset", "check_answers", "QA_FEATURES",
            "SQUAD_V11_DEV_ARTICLE_SPLIT", "ANSWER_START_FIXES"]
@@ -277,7 +277,7 @@ def load_qa_dataset(
     explicit_option = split_option is not None and all(value is None for value in legacy)
     report: dict = {"files": {}, "answer_starts": {}, "article_split": None}
     explicit = {"train": train_file, "validation": validation_file, "test": test_file}
-    if name_or_path is not None and not os.path.exists(os.fspath(name_or_path)):
+    if not is_local_data(name_or_path, "SQuAD data"):
         if explicit_option:
             raise ValueError(f"split_by_article splits one local SQuAD file; {name_or_path!r} is a Hub dataset id")
         dsd = datasets.load_dataset(name_or_path, **load_kwargs)
