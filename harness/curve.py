@@ -102,3 +102,188 @@ def run(args: argparse.Namespace, output_dir: str) -> list[dict]:
                      run_commands(dataset, size, seed, system, where, args.data_dir, args.model), where + ".log"))
     run_resumable(jobs, output_dir, args.jobs, args.resume)
     return []
+
+
+# ----------------------------------------------------------------------------------------------- results
+#: (row key, results key) read from each run's all_results.json
+RESULT_KEYS = {"test_f1": "predict_f1", "with_unseen_f1": "predict_with_unseen_f1",
+               "with_unseen_examples": "predict_with_unseen_examples", "unseen3_f1": "predict_unseen_f1",
+               "unseen3_examples": "predict_unseen_examples", "validation_f1": "eval_f1",
+               "train_seconds": "train_runtime"}
+COMPARED = ("relational", "relational_eq3", "more_params")  # each minus vanilla, paired by seed
+
+
+def collect(output_dir: str) -> list[dict]:
+    """One row per finished run under ``output_dir`` (``all_results.json`` present): its dataset, size, seed,
+    system, test / validation F1, the steps trained and the best step, and (KALA) the knowledge check's flip rates
+    and mean shifts."""
+    import json
+    from pathlib import Path
+
+    rows = []
+    for results_file in sorted(Path(output_dir).glob("*/n*/seed*/*/all_results.json")):
+        run = results_file.parent
+        dataset, size, seed, system = run.parent.parent.parent.name, run.parent.parent.name, run.parent.name, run.name
+        results = json.loads(results_file.read_text())
+        state = json.loads((run / "trainer_state.json").read_text()) if (run / "trainer_state.json").is_file() else {}
+        row = {"dataset": dataset, "size": int(size[1:]), "seed": int(seed[4:]), "system": system,
+               **{key: results.get(source) for key, source in RESULT_KEYS.items()},
+               "steps": state.get("global_step"), "best_step": state.get("best_global_step")}
+        check = run / "knowledge_check" / "knowledge_sensitivity.json"
+        if check.is_file():
+            report = json.loads(check.read_text())
+            row["checked_examples_with_facts"] = report["examples_with_facts"]
+            for edit, stats in report["overall"].items():
+                row[f"{edit}_flip_rate"] = stats["flip_rate"]
+                row[f"{edit}_mean_shift"] = stats["mean_shift"]
+                row[f"{edit}_edits"] = stats["edits"]
+        rows.append(row)
+    return rows
+
+
+def paired_interval(differences: list[float]) -> tuple[float, float, float]:
+    """Mean of paired differences and its 95 % t-interval (nan bounds for fewer than 2 pairs)."""
+    import statistics
+
+    from scipy.stats import t
+
+    mean = statistics.mean(differences)
+    if len(differences) < 2:
+        return mean, float("nan"), float("nan")
+    half = t.ppf(0.975, len(differences) - 1) * statistics.stdev(differences) / math.sqrt(len(differences))
+    return mean, mean - half, mean + half
+
+
+def aggregate(rows: list[dict], key: str = "test_f1") -> dict:
+    """{(dataset, size): {system: [values by seed]}, plus (dataset, size, system, "diff"): (mean, low, high, n)}
+    with KALA − vanilla paired over the seeds that finished both."""
+    cells: dict = {}
+    for row in rows:
+        if row.get(key) is not None:
+            cells.setdefault((row["dataset"], row["size"]), {}).setdefault(row["system"], {})[row["seed"]] = row[key]
+    out = {}
+    for (dataset, size), systems in sorted(cells.items()):
+        out[(dataset, size)] = {system: [by_seed[s] for s in sorted(by_seed)] for system, by_seed in systems.items()}
+        vanilla = systems.get("vanilla", {})
+        for system in COMPARED:
+            seeds = sorted(set(vanilla) & set(systems.get(system, {})))
+            if seeds:
+                out[(dataset, size, system, "diff")] = (*paired_interval(
+                    [systems[system][s] - vanilla[s] for s in seeds]), len(seeds))
+    return out
+
+
+def table(rows: list[dict], key: str = "test_f1", title: str = "test F1") -> str:
+    """Markdown: per dataset and size, mean ± sd (seeds) of ``key`` per system and each KALA − vanilla paired
+    difference with its 95 % interval."""
+    from harness.tables import cell
+
+    stats = aggregate(rows, key)
+    systems = [s for s in SYSTEMS if any(r["system"] == s for r in rows)]
+    compared = [s for s in COMPARED if s in systems]
+    lines = [f"| dataset | size | seeds | {' | '.join(f'{s} {title}' for s in systems)} | "
+             + " | ".join(f"{s} − vanilla (95 % CI)" for s in compared) + " |",
+             "|---|---:|---:|" + "---:|" * (len(systems) + len(compared))]
+    for cell_key, by_system in stats.items():
+        if len(cell_key) != 2:
+            continue
+        dataset, size = cell_key
+        seeds = max(len(v) for v in by_system.values())
+        values = [cell(by_system.get(s, []), 2, "") for s in systems]
+        diffs = []
+        for system in compared:
+            found = stats.get((dataset, size, system, "diff"))
+            diffs.append("" if found is None else f"{found[0]:+.2f} [{found[1]:+.2f}, {found[2]:+.2f}] (n={found[3]})"
+                         if found[3] > 1 else f"{found[0]:+.2f} (n=1)")
+        lines.append(f"| {dataset} | {size} | {seeds} | " + " | ".join(values + diffs) + " |")
+    return "\n".join(lines)
+
+
+def knowledge_table(rows: list[dict]) -> str:
+    """Markdown: per dataset, size and KALA system, mean ± sd over seeds of the check's flip rates and shifts (%)."""
+    from harness.tables import cell
+
+    groups: dict = {}
+    for row in rows:
+        if "relation_flip_rate" in row:
+            groups.setdefault((row["dataset"], row["size"], row["system"]), []).append(row)
+    lines = ["| dataset | size | system | seeds | relation flips % | tail flips % | remove flips % | "
+             "relation shift % | tail shift % | remove shift % |", "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for (dataset, size, system), group in sorted(groups.items()):
+        values = [cell([100 * r[f"{edit}_{stat}"] for r in group], 1) for stat in ("flip_rate", "mean_shift")
+                  for edit in ("relation", "tail", "remove")]
+        lines.append(f"| {dataset} | {size} | {system} | {len(group)} | " + " | ".join(values) + " |")
+    return "\n".join(lines)
+
+
+def plot(rows: list[dict], dataset: str, path: str, command: str) -> None:
+    """Test F1 against size (log x), a line and ±1 sd band per system; below, each KALA − vanilla paired
+    difference with its 95 % interval."""
+    import statistics
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    stats = aggregate([r for r in rows if r["dataset"] == dataset])
+    sizes = sorted(k[1] for k in stats if len(k) == 2)
+    figure, (top, bottom) = plt.subplots(2, 1, figsize=(6.5, 7), sharex=True, height_ratios=[3, 2])
+    for system in SYSTEMS:
+        points = [(n, stats[(dataset, n)][system]) for n in sizes if stats[(dataset, n)].get(system)]
+        if not points:
+            continue
+        x = [n for n, _ in points]
+        mean = [statistics.mean(v) for _, v in points]
+        sd = [statistics.stdev(v) if len(v) > 1 else 0.0 for _, v in points]
+        top.plot(x, mean, marker="o", label=system)
+        top.fill_between(x, [m - s for m, s in zip(mean, sd)], [m + s for m, s in zip(mean, sd)], alpha=0.2)
+    top.set_xscale("log")
+    top.set_ylabel("test F1 (mean ± sd over seeds)")
+    top.set_title(f"{dataset}: learning curve")
+    top.legend(fontsize=8)
+    for offset, system in zip((-0.03, 0.0, 0.03), COMPARED):
+        found = [(n, stats[(dataset, n, system, "diff")]) for n in sizes if (dataset, n, system, "diff") in stats]
+        if not found:
+            continue
+        x = [n * (1 + offset) for n, _ in found]
+        mean = [d[0] for _, d in found]
+        low = [d[0] - d[1] if d[3] > 1 else 0.0 for _, d in found]
+        high = [d[2] - d[0] if d[3] > 1 else 0.0 for _, d in found]
+        bottom.errorbar(x, mean, yerr=[low, high], marker="o", capsize=3, label=f"{system} − vanilla")
+    bottom.axhline(0, color="grey", linewidth=0.8)
+    bottom.set_xscale("log")
+    bottom.set_xlabel("training sentences")
+    bottom.set_ylabel("paired difference, F1 (95 % CI)")
+    bottom.legend(fontsize=8)
+    figure.text(0.01, 0.005, command, fontsize=6, color="grey")
+    figure.tight_layout(rect=(0, 0.02, 1, 1))
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+
+
+def report(output_dir: str, record_dir: str | None, plot_dir: str | None, command: str) -> str:
+    """The tables of the runs under ``output_dir``; with ``record_dir``, every run's row into ``runs.jsonl`` there;
+    with ``plot_dir``, one plot per dataset (``learning-curve-<dataset>.png``)."""
+    import json
+    from pathlib import Path
+
+    rows = collect(output_dir)
+    if not rows:
+        raise FileNotFoundError(f"no finished curve run under {output_dir} (<dataset>/n<size>/seed<N>/<system>/"
+                                "all_results.json)")
+    text = "\n\n".join([f"Command: `{command}`", "Test F1 (all test sentences):", table(rows),
+                        "Test F1 on the sentences with an entity unseen in the run's training sentences:",
+                        table(rows, "with_unseen_f1", "F1 w/ unseen"), "Knowledge checks (KALA models):",
+                        knowledge_table(rows)])
+    if record_dir:
+        Path(record_dir).mkdir(parents=True, exist_ok=True)
+        with open(Path(record_dir) / "runs.jsonl", "w", encoding="utf-8") as f:
+            for row in rows:
+                f.write(json.dumps(row) + "\n")
+        (Path(record_dir) / "tables.md").write_text(text + "\n", encoding="utf-8")
+    if plot_dir:
+        Path(plot_dir).mkdir(parents=True, exist_ok=True)
+        for dataset in sorted({r["dataset"] for r in rows}):
+            plot(rows, dataset, str(Path(plot_dir) / f"learning-curve-{dataset}.png"), command)
+    return text

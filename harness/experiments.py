@@ -58,6 +58,10 @@ def parser() -> argparse.ArgumentParser:
     curves = commands.add_parser("curves", help="TRELM's pre-training P@1 table and plot")
     curves.add_argument("paths", nargs="+", help="the trelm experiment's output folder (or its committed copy)")
     curves.add_argument("--plot", default=None, help="write the P@1 curves to this PNG")
+    curve_table = commands.add_parser("curve-table", help="the learning curve's tables, raw rows and plots")
+    curve_table.add_argument("path", help="the curve's output folder (<dataset>/n<size>/seed<N>/<system>)")
+    curve_table.add_argument("--record_dir", default=None, help="write runs.jsonl and tables.md here")
+    curve_table.add_argument("--plot_dir", default=None, help="write learning-curve-<dataset>.png here")
     return main
 
 
@@ -66,6 +70,10 @@ def main(argv: list[str] | None = None) -> None:
     args = parser().parse_args(argv)
     if args.command == "table":
         print(summary_table(load_summaries(args.paths)))
+        return
+    if args.command == "curve-table":
+        command = "python -m harness.experiments " + " ".join(argv)
+        print(curve.report(args.path, args.record_dir, args.plot_dir, command))
         return
     if args.command == "curves":
         summaries = by_seed(load_summaries(args.paths))

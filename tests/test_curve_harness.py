@@ -1,0 +1,71 @@
+"""The learning curve's harness (harness/curve.py): the step rule, the queue order, the run commands, and the
+tables' paired intervals checked by hand on made-up run folders."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from harness import curve
+
+
+def test_step_budget_and_queue_order():
+    assert [curve.train_steps(n) for n in curve.SIZES] == [150, 150, 313, 320, 320, 320]
+    plan = curve.plan(["conll", "ncbi"], [50, 100], ["1", "2"], list(curve.SYSTEMS))
+    assert [p[2] for p in plan] == ["1"] * (len(plan) // 2) + ["2"] * (len(plan) // 2)  # seed-major
+    assert {(p[1], p[3]) for p in plan if p[3] == "more_params"} == {(100, "more_params")}  # +1 layer at 100 only
+    assert len(plan) == 2 * 2 * (2 * 3 + 1)
+
+
+def test_run_commands_draw_nested_sentences_and_stop_early(tmp_path):
+    train, check, clean = curve.run_commands("ncbi", 250, "3", "relational_eq3", str(tmp_path / "run"))
+
+    def value(option):
+        return train[len(train) - 1 - train[::-1].index(option) + 1]  # the last occurrence wins in argparse
+
+    assert value("--system") == "relational" and value("--relation_message") == "entity"
+    assert value("--train_sample_seed") == "3" and value("--max_train_samples") == "250"
+    assert value("--max_steps") == "313" and value("--eval_steps") == value("--save_steps") == "63"
+    assert value("--save_strategy") == "steps" and value("--metric_for_best_model") == "f1"
+    assert "--load_best_model_at_end" in train and value("--kg") == "hpo:"
+    assert "check-knowledge" in check and check[check.index("--max_examples") + 1] == "100"
+    assert clean[-1] == str(tmp_path / "run")
+    assert len(curve.run_commands("conll", 50, "1", "vanilla", str(tmp_path / "v"))) == 2  # no check for vanilla
+
+
+def _run(root, dataset, size, seed, system, f1, flips=None):
+    run = root / dataset / f"n{size}" / f"seed{seed}" / system
+    run.mkdir(parents=True)
+    (run / "all_results.json").write_text(json.dumps({"predict_f1": f1, "predict_with_unseen_f1": f1 - 1}))
+    (run / "trainer_state.json").write_text(json.dumps({"global_step": 150, "best_global_step": 120}))
+    if flips is not None:
+        (run / "knowledge_check").mkdir()
+        (run / "knowledge_check" / "knowledge_sensitivity.json").write_text(json.dumps({
+            "examples_with_facts": 7, "overall": {e: {"edits": 10, "flip_rate": flips, "mean_shift": flips / 2}
+                                                  for e in ("relation", "tail", "remove")}}))
+
+
+def test_tables_pair_by_seed(tmp_path):
+    for seed, (vanilla, kala) in enumerate([(50.0, 53.0), (52.0, 53.0), (51.0, 55.0)], start=1):
+        _run(tmp_path, "conll", 50, seed, "vanilla", vanilla)
+        _run(tmp_path, "conll", 50, seed, "relational", kala, flips=0.1 * seed)
+    _run(tmp_path, "conll", 100, 1, "vanilla", 60.0)  # no KALA run at this size yet: no difference
+    rows = curve.collect(str(tmp_path))
+    assert len(rows) == 7 and {r["steps"] for r in rows} == {150}
+    stats = curve.aggregate(rows)
+    assert stats[("conll", 50)]["relational"] == [53.0, 53.0, 55.0]
+    mean, low, high, n = stats[("conll", 50, "relational", "diff")]
+    # differences 3, 1, 4: mean 8/3, sd sqrt(7/3), t(0.975, 2) = 4.3027
+    half = 4.302652729911275 * math.sqrt(7 / 3) / math.sqrt(3)
+    assert n == 3 and mean == pytest.approx(8 / 3) and (low, high) == pytest.approx((8 / 3 - half, 8 / 3 + half))
+    assert ("conll", 100, "relational", "diff") not in stats
+    text = curve.table(rows)
+    assert f"+2.67 [{8 / 3 - half:+.2f}, {8 / 3 + half:+.2f}] (n=3)" in text
+    assert "| conll | 50 | relational | 3 | 20.0 ± 10.0 |" in curve.knowledge_table(rows)
+    report = curve.report(str(tmp_path), str(tmp_path / "record"), str(tmp_path / "plots"), "cmd")
+    assert "Test F1" in report and (tmp_path / "plots" / "learning-curve-conll.png").is_file()
+    assert len((tmp_path / "record" / "runs.jsonl").read_text().splitlines()) == 7
+    with pytest.raises(FileNotFoundError, match="no finished curve run"):
+        curve.report(str(tmp_path / "empty"), None, None, "cmd")
