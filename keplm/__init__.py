@@ -1,47 +1,47 @@
 """keplm: knowledge-enhanced language models native to Hugging Face transformers.
 
 Importing keplm makes its configs, models and processors known to the Auto classes (each method's modeling file
-makes its one ``keplm.registration.register_method`` call) and its pipelines to ``pipeline()``; both happen on the
-first lookup (``keplm.auto_registration``), so ``import keplm`` itself imports no torch.
+makes its one ``keplm.registration.register_method`` call, through ``AutoConfig.register`` and friends) and its
+pipelines to ``pipeline()`` (``PIPELINE_REGISTRY.register_pipeline``).
 """
 
-from .auto_registration import install as _install_auto_registration
+from .configuration import (
+    KalaConfig,
+    KeplmConfig,
+    RelationExtractionConfig,
+    RoofTransformerConfig,
+    TrelmConfig,
+)
+from .data.collator import KeplmDataCollator
+from .knowledge import EntityLinker, KnowledgeAnnotation, KnowledgeAssets, KnowledgeGraph
+from .modeling import (  # each method's modeling file registers it with the Auto classes (keplm.registration)
+    KalaForConditionalGeneration,
+    KalaForQuestionAnswering,
+    KalaForTokenClassification,
+    KalaModel,
+    KeplmForRelationExtraction,
+    KeplmPreTrainedModel,
+    RelationExtractor,
+    RoofTransformerForQuestionAnswering,
+    RoofTransformerForSequenceClassification,
+    RoofTransformerModel,
+    TrelmForMaskedLM,
+    TrelmModel,
+)
+from .pipelines import register_pipelines
+from .tokenization import (
+    KalaProcessor,
+    KeplmProcessor,
+    RelationExtractionProcessor,
+    RoofTransformerProcessor,
+    TrelmProcessor,
+)
+from .training.model_card import KeplmCardCallback, KeplmModelCardData
+from .training.trainer import KeplmTrainer
 
 __version__ = "0.1.0"
 
-_install_auto_registration()  # AutoConfig / AutoModel* / AutoProcessor / pipeline("keplm-...") know keplm's methods
-
-#: public name -> the submodule it is imported from on first use: ``import keplm`` imports no torch, and the Trainer
-#: and its card callback (accelerate, the training stack) only when asked for
-_LAZY = {
-    **dict.fromkeys(("KalaConfig", "KeplmConfig", "RelationExtractionConfig", "RoofTransformerConfig", "TrelmConfig"),
-                    ".configuration"),
-    "KeplmDataCollator": ".data.collator",
-    **dict.fromkeys(("EntityLinker", "KnowledgeAnnotation", "KnowledgeAssets", "KnowledgeGraph"), ".knowledge"),
-    **dict.fromkeys(("KalaForConditionalGeneration", "KalaForQuestionAnswering", "KalaForTokenClassification",
-                     "KalaModel", "KeplmForRelationExtraction", "KeplmPreTrainedModel", "RelationExtractor",
-                     "RoofTransformerForQuestionAnswering", "RoofTransformerForSequenceClassification",
-                     "RoofTransformerModel", "TrelmForMaskedLM", "TrelmModel"), ".modeling"),
-    **dict.fromkeys(("KalaProcessor", "KeplmProcessor", "RelationExtractionProcessor", "RoofTransformerProcessor",
-                     "TrelmProcessor"), ".tokenization"),
-    "KeplmTrainer": ".training.trainer",
-    **dict.fromkeys(("KeplmModelCardData", "KeplmCardCallback"), ".training.model_card"),
-}
-
-
-def __getattr__(name: str):
-    if name in _LAZY:
-        import importlib
-
-        value = getattr(importlib.import_module(_LAZY[name], __name__), name)
-        globals()[name] = value  # later lookups skip this function
-        return value
-    raise AttributeError(f"module 'keplm' has no attribute {name!r}")
-
-
-def __dir__():
-    return sorted(set(globals()) | set(_LAZY))
-
+register_pipelines()  # pipeline("keplm-ner"), "keplm-qa", "keplm-text-classification", "keplm-text2text"
 
 __all__ = [
     "KeplmConfig",

@@ -8,7 +8,7 @@ import logging
 import sys
 
 #: sub-command -> (its module under keplm.commands, its one-line help); a module is imported only when its command
-#: is chosen, so ``keplm --help`` starts without torch
+#: is chosen
 COMMANDS = {
     "build-kg": ("build_kg", "annotate a dataset with KALA knowledge + report"),
     "train-kge": ("train_kge", "train KG embeddings (TRELM) into a KG folder"),

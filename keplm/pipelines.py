@@ -330,8 +330,8 @@ class KeplmText2TextGenerationPipeline(_OneFeaturePipeline, Pipeline):
 
 def register_pipelines() -> None:
     """Register ``keplm-ner``, ``keplm-qa``, ``keplm-text-classification`` and ``keplm-text2text`` with transformers'
-    pipeline registry (``import keplm`` has it done when transformers' pipelines are first used). Idempotent."""
-    if TEXT2TEXT_TASK in PIPELINE_REGISTRY.supported_tasks:
+    pipeline registry (``import keplm`` does). Idempotent."""
+    if TEXT2TEXT_TASK in PIPELINE_REGISTRY.get_supported_tasks():
         return
     PIPELINE_REGISTRY.register_pipeline(NER_TASK, pipeline_class=KeplmTokenClassificationPipeline,
                                         pt_model=AutoModelForTokenClassification, type="text")

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Mapping
 
-from transformers import AutoConfig
+from transformers import AutoConfig, AutoProcessor
 
 #: model type -> (config class, {Auto class name: model class}, processor class) of every registered method
 REGISTERED_METHODS: dict[str, tuple[type, dict[str, type], type | None]] = {}
@@ -31,22 +30,28 @@ def register_method(config_class: type, models: Mapping[type, type], processor: 
     AutoConfig.register(model_type, config_class, exist_ok=True)
     for auto_class, model_class in models.items():
         auto_class.register(config_class, model_class, exist_ok=True)
+    if processor is not None:
+        AutoProcessor.register(config_class, processor, exist_ok=True)
     REGISTERED_METHODS[model_type] = (config_class, {a.__name__: m for a, m in models.items()}, processor)
-    register_processors()
     if run_recipe is not None:
         RUN_RECIPES[model_type] = run_recipe
 
 
-def register_processors() -> None:
-    """Register every registered method's processor with ``AutoProcessor`` once transformers' processing module is
-    imported (importing it imports image processing; ``keplm.auto_registration`` calls this again when it is)."""
-    if "transformers.models.auto.processing_auto" not in sys.modules:
-        return
-    from transformers import AutoProcessor
-
-    for config_class, _, processor in REGISTERED_METHODS.values():
-        if processor is not None:
-            AutoProcessor.register(config_class, processor, exist_ok=True)
+def auto_class_name(model_class: type, model_type: str | None) -> str | None:
+    """The name of the Auto class ``model_class`` is registered under for ``model_type`` (a task's Auto class before
+    ``AutoModel``), or None when it is not registered."""
+    _, models, _ = REGISTERED_METHODS.get(model_type, (None, {}, None))
+    names = [name for name, registered in models.items() if registered is model_class]
+    return next((name for name in names if name != "AutoModel"), names[0] if names else None)
 
 
-__all__ = ["REGISTERED_METHODS", "RUN_RECIPES", "register_method", "register_processors"]
+def registered_model_class(name: str) -> type | None:
+    """The model class of a registered method (keplm's own or a plug-in's) called ``name``, or None."""
+    for _, models, _ in REGISTERED_METHODS.values():
+        for model_class in models.values():
+            if model_class.__name__ == name:
+                return model_class
+    return None
+
+
+__all__ = ["REGISTERED_METHODS", "RUN_RECIPES", "register_method", "auto_class_name", "registered_model_class"]

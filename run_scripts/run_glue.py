@@ -21,13 +21,6 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from keplm.training.help_cache import exit_with_cached_help
-
-# a repeated --help is answered from keplm's help cache here, before the imports below load torch, transformers'
-# training stack and datasets (5-10 s)
-if __name__ == "__main__":
-    exit_with_cached_help(__file__)
-
 import datasets
 import transformers
 from transformers import set_seed

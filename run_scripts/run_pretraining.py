@@ -26,13 +26,6 @@ import os
 import sys
 from pathlib import Path
 
-from keplm.training.help_cache import exit_with_cached_help
-
-# a repeated --help is answered from keplm's help cache here, before the imports below load torch, transformers'
-# training stack and datasets (5-10 s)
-if __name__ == "__main__":
-    exit_with_cached_help(__file__)
-
 import transformers
 from transformers import AutoModel, AutoTokenizer, set_seed
 

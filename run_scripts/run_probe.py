@@ -27,13 +27,6 @@ import os
 import sys
 from dataclasses import asdict, dataclass, field
 
-from keplm.training.help_cache import exit_with_cached_help
-
-# a repeated --help is answered from keplm's help cache here, before the imports below load torch, transformers'
-# training stack and datasets (5-10 s)
-if __name__ == "__main__":
-    exit_with_cached_help(__file__)
-
 import torch
 import transformers
 from transformers import AutoModelForMaskedLM, AutoTokenizer

@@ -3,7 +3,7 @@
 Layers, lowest first: the knowledge graph, configurations and the root helpers (``file_utils``, ``io_utils``,
 ``metric_units``, ``push_utils``, ``registration``); the processors (``tokenization``); dataset readers and the
 collator (``data``) beside the models (``modeling``); training, knowledge checks, model cards and pipelines; the
-command line, the Auto-class registration (``auto_registration``) and the package's own ``__init__``. This test
+command line and the package's own ``__init__``. This test
 parses every module of ``keplm/`` (``ast``: imports inside functions count too) and lists each import of a higher
 layer as ``file:line: module``. ``KNOWN_UPWARD`` names the few that remain, each with its reason; an entry that no
 longer occurs fails too, so the list only shrinks.
@@ -23,8 +23,8 @@ LAYERS = {
     "tokenization": 1,
     "data": 2, "modeling": 2,
     "training": 3, "checks": 3, "hub": 3, "pipelines": 3,
-    "commands": 4, "cli": 4, "auto_registration": 4,
-    "keplm": 4,  # "keplm": the package itself (its __init__ imports everything, on first use)
+    "commands": 4, "cli": 4,
+    "keplm": 4,  # "keplm": the package itself (its __init__ imports everything)
 }
 
 #: (importing file, imported module) → why the upward import stays

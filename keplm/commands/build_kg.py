@@ -18,13 +18,13 @@ import json
 import logging
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from keplm.knowledge.linker import EntityLinker
-
-# keplm's data and knowledge modules (datasets, torch) are imported inside the functions that use them, so that
-# ``keplm build-kg --help`` starts in well under two seconds
+from keplm.data import TEXT_COLUMNS, load_ner_dataset, load_qa_dataset
+from keplm.knowledge.annotation import KnowledgeAnnotation, write_kala_annotations
+from keplm.knowledge.construction import knowledge_report, linking_report, plot_entity_frequency
+from keplm.knowledge.linker import EntityLinker, link_dataset, linker_settings
+from keplm.knowledge.loaders import load_kg
+from keplm.modeling.modeling_relation_extraction import RelationExtractor
 
 logger = logging.getLogger(__name__)
 
@@ -49,11 +49,6 @@ def gold_spans(tokens: list[str], tags: list[str]) -> list[tuple[int, int, str]]
 def build_knowledge(task: str, dataset, kg, output_dir, num_proc: int = 1, linker_kwargs: dict | None = None,
                     relation_extractor=None, splits=None, plot: bool = True) -> dict:
     """Annotate every split, write KALA JSON per split and the reports; return the report dict."""
-    from keplm.data import TEXT_COLUMNS
-    from keplm.knowledge.annotation import KnowledgeAnnotation, write_kala_annotations
-    from keplm.knowledge.construction import plot_entity_frequency
-    from keplm.knowledge.linker import EntityLinker, link_dataset
-
     output_dir = Path(output_dir)
     column, words = TEXT_COLUMNS[task]
     splits = list(splits or dataset)
@@ -98,9 +93,6 @@ def build_knowledge(task: str, dataset, kg, output_dir, num_proc: int = 1, linke
 
 
 def _report(task: str, dataset, annotated: dict) -> dict:
-    from keplm.knowledge.annotation import KnowledgeAnnotation
-    from keplm.knowledge.construction import knowledge_report, linking_report
-
     linking = {}
     for split, data in annotated.items():
         annotations = [KnowledgeAnnotation.from_dict(k) for k in data["knowledge"]]
@@ -228,10 +220,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> dict:
-    from keplm.data import load_ner_dataset, load_qa_dataset
-    from keplm.knowledge.linker import linker_settings
-    from keplm.knowledge.loaders import load_kg
-
     if args.task == "ner":
         dataset = load_ner_dataset(args.dataset)
     else:
@@ -245,8 +233,6 @@ def run(args: argparse.Namespace) -> dict:
     if args.relation_source == "model":
         if not args.re_model:
             raise ValueError("--relation_source model needs --re_model <checkpoint>")
-        from keplm.modeling.modeling_relation_extraction import RelationExtractor
-
         extractor = RelationExtractor.from_pretrained(args.re_model)
     report = build_knowledge(args.task, dataset, kg, args.output_dir, args.num_proc, linker_kwargs, extractor,
                              args.splits, plot=not args.no_plot)

@@ -20,17 +20,23 @@ import os
 import time
 from pathlib import Path
 
+import datasets
+import transformers
+
+from keplm.checks.counterfactual import EDITS, TASKS, knowledge_sensitivity
+from keplm.data.glue import load_glue_dataset
+from keplm.data.ner import load_ner_dataset
+from keplm.data.squad import load_qa_dataset
+from keplm.hub.figures import _pyplot, matplotlib_available
+from keplm.io_utils import progress
+from keplm.tokenization.processing_utils import KeplmProcessor
+
 logger = logging.getLogger(__name__)
 
 REPORT_NAME = "knowledge_sensitivity.json"
 PLOT_NAME = "knowledge_sensitivity.png"
 _TASK_OF_ARCHITECTURE = {"TokenClassification": "ner", "QuestionAnswering": "qa",
                          "SequenceClassification": "classification"}
-
-
-#: keplm.checks.counterfactual's EDITS and TASKS, here so that ``--help`` imports no torch; a test keeps them equal
-EDITS = ("relation", "tail", "remove")
-TASKS = ("ner", "qa", "classification")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -81,16 +87,10 @@ def load_task_split(path: str, split: str, task: str, split_by_article: list[int
     if not os.path.exists(path) or plain or (task == "qa" and path.endswith((".jsonl", ".jsonl.gz"))):
         return None
     if task == "ner":
-        from keplm.data.ner import load_ner_dataset
-
         data = load_ner_dataset(path)
     elif task == "qa":
-        from keplm.data.squad import load_qa_dataset
-
         data = load_qa_dataset(path, split_by_article=tuple(split_by_article) if split_by_article else None)
     else:
-        from keplm.data.glue import load_glue_dataset
-
         data = load_glue_dataset(path)
     if split not in data:
         raise ValueError(f"--data {path} has no {split!r} split (it has {sorted(data)}): pass --split")
@@ -107,8 +107,6 @@ def read_examples(path: str, split: str, text_column: str | None, task: str, lim
             raise ValueError(f"{path} holds no text")
         key = "sentence" if task == "classification" else "text"
         return [{key: t} for t in texts[:limit]]
-    import datasets
-
     data = load_task_split(path, split, task, split_by_article)
     if data is None and os.path.isfile(path):
         data = datasets.load_dataset("json", data_files=path, split="train")
@@ -139,8 +137,6 @@ def read_examples(path: str, split: str, text_column: str | None, task: str, lim
 
 def plot(summary: dict, path: str) -> str | None:
     """Bars of the flip rate and the mean shift of each edit, per relation (the 15 most edited)."""
-    from keplm.hub.figures import _pyplot, matplotlib_available
-
     if not matplotlib_available():
         logger.info("matplotlib is not installed (pip install keplm[reports]): no plot")
         return None
@@ -182,13 +178,6 @@ def markdown(summary: dict) -> str:
 
 
 def run(args: argparse.Namespace) -> dict:
-    import transformers
-
-    import keplm  # noqa: F401  (registers the Auto classes)
-    from keplm.checks.counterfactual import knowledge_sensitivity
-    from keplm.io_utils import progress
-    from keplm.tokenization.processing_utils import KeplmProcessor
-
     start = time.time()
     check_data_path(args.data)
     hub = {k: v for k, v in (("revision", args.revision), ("token", args.token)) if v is not None}

@@ -20,6 +20,13 @@ import json
 import logging
 from pathlib import Path
 
+from keplm.commands.build_kg import gold_spans
+from keplm.data import load_ner_dataset
+from keplm.knowledge.annotation import KnowledgeAnnotation
+from keplm.knowledge.coverage import gold_texts, split_coverage, unseen_coverage
+from keplm.knowledge.linker import EntityLinker, link_dataset, linker_settings
+from keplm.knowledge.loaders import load_kg
+
 logger = logging.getLogger(__name__)
 
 REPORT_NAME, PLOT_NAME = "kg_coverage.json", "kg_coverage.png"
@@ -45,11 +52,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def measure(dataset, kg, linker_kwargs: dict, num_proc: int | None = None) -> dict:
     """The coverage report of a NER DatasetDict against ``kg`` (linked as the run scripts link)."""
-    from keplm.commands.build_kg import gold_spans
-    from keplm.knowledge.annotation import KnowledgeAnnotation
-    from keplm.knowledge.coverage import gold_texts, split_coverage, unseen_coverage
-    from keplm.knowledge.linker import EntityLinker, link_dataset
-
     linker = EntityLinker(kg, **linker_kwargs)
     relation_names = dict(zip(kg.relation_ids, kg.relation_names))
     splits, parts = {}, {}
@@ -135,10 +137,6 @@ def plot(report: dict, path) -> None:
 
 
 def run(args: argparse.Namespace) -> dict:
-    from keplm.data import load_ner_dataset
-    from keplm.knowledge.linker import linker_settings
-    from keplm.knowledge.loaders import load_kg
-
     if args.train_size is not None and args.train_size < 1:
         raise ValueError(f"--train_size must be at least 1, got {args.train_size}")
     kg = load_kg(args.kg)  # a bad spec or a missing folder: load_kg's ValueError / FileNotFoundError

@@ -25,11 +25,15 @@ import json
 import time
 from pathlib import Path
 
-from keplm.file_utils import KG_CONFIG_NAME
+import torch
 
-# keplm.knowledge (datasets, torch) is imported inside the functions that use it: ``keplm train-kge --help`` starts in
-# well under two seconds. The --model help names keplm.knowledge.kge.KGE_MODELS (a test keeps the two equal).
-KGE_MODEL_HELP = "one of complex, distmult, rotate, transe"
+from keplm.data.lama import read_fact_keys
+from keplm.data.pretraining import kg_without_facts
+from keplm.file_utils import KG_CONFIG_NAME
+from keplm.knowledge.kge import KGE_MODELS, check_kge_settings, train_kge
+from keplm.knowledge.loaders import load_kg
+
+KGE_MODEL_HELP = f"one of {', '.join(sorted(KGE_MODELS))}"
 
 REPORT_NAME = "kge_report.json"
 
@@ -101,8 +105,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def _keep_vectors(args: argparse.Namespace):
     """The KG of ``--keep_vectors_from``, after checking that its ``kge_report.json`` (when there is one) names the
     same model and width as this run."""
-    from keplm.knowledge.loaders import load_kg
-
     source = args.keep_vectors_from
     report_path = Path(source) / REPORT_NAME
     if report_path.is_file():
@@ -121,26 +123,18 @@ def _keep_vectors(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> dict:
-    from keplm.knowledge.kge import check_kge_settings, train_kge
-    from keplm.knowledge.loaders import load_kg
-
     # the settings are checked before the (possibly long) KG load
     check_kge_settings(args.model, args.dim, args.epochs, args.batch_size, args.valid_fraction, margin=args.margin,
                        p_norm=args.p_norm)
     if args.num_threads is not None:
         if args.num_threads <= 0:
             raise ValueError(f"--num_threads must be positive, got {args.num_threads}")
-        import torch
-
         torch.set_num_threads(args.num_threads)
     keep = _keep_vectors(args) if args.keep_vectors_from else None
     start = time.perf_counter()
     kg = load_kg(args.kg)
     excluded = None
     if args.exclude_facts:
-        from keplm.data.lama import read_fact_keys
-        from keplm.data.pretraining import kg_without_facts
-
         keys = set().union(*(read_fact_keys(path) for path in args.exclude_facts))
         kg = kg_without_facts(kg, keys, drop_vectors=True)
         excluded = {"files": list(args.exclude_facts), **kg.build_report["facts_removed"]}

@@ -95,22 +95,15 @@ class MethodCard:
 
 def method_card(model_type: str | None) -> MethodCard:
     """The :class:`MethodCard` of a registered model type (its config class's ``method_card``), else the plain one."""
-    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
-
-    try:
-        config_class = CONFIG_MAPPING[model_type] if model_type else None
-    except KeyError:
-        config_class = None
-    card = getattr(config_class, "method_card", None)
-    return card if isinstance(card, MethodCard) else MethodCard()
+    return registered_method_cards().get(model_type) or MethodCard()
 
 
 def registered_method_cards() -> dict[str, MethodCard]:
-    """The method cards of every model type registered with transformers' Auto classes that has one."""
-    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+    """The method cards of every method registered through :func:`keplm.registration.register_method` that has one."""
+    from keplm.registration import REGISTERED_METHODS
 
     cards: dict[str, Any] = {}
-    for model_type, config_class in CONFIG_MAPPING._extra_content.items():
+    for model_type, (config_class, _, _) in REGISTERED_METHODS.items():
         card = getattr(config_class, "method_card", None)
         if isinstance(card, MethodCard):
             cards[model_type] = card

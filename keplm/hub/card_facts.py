@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from keplm import registration
 from keplm.metric_units import percent_factor
 
 LIBRARY_NAME = "keplm"
@@ -261,16 +262,7 @@ TASKS: dict[str, TaskInfo] = {
 
 def auto_class_name(model) -> str:
     """The most specific transformers Auto class that loads ``model``'s class."""
-    import transformers
-
-    for name in AUTO_CLASSES:
-        mapping = getattr(transformers, name)._model_mapping
-        try:
-            if mapping[type(model.config)] is type(model):
-                return name
-        except KeyError:
-            continue
-    return "AutoModel"
+    return registration.auto_class_name(type(model), getattr(model.config, "model_type", None)) or "AutoModel"
 
 
 def pipeline_tag_for(auto_class: str) -> str | None:

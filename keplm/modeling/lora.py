@@ -31,6 +31,7 @@ from keplm.file_utils import pinned_location, pip_checkpoint, portable_checkpoin
 from keplm.io_utils import named_json_errors
 from keplm.knowledge.assets import KnowledgeAssets, save_knowledge_assets
 from keplm.push_utils import push_folder
+from keplm.registration import auto_class_name, registered_model_class
 
 from .base import KeplmPreTrainedModel, _prefixed
 
@@ -234,27 +235,17 @@ def load_merged_adapter(cls, adapter_name_or_path: str | os.PathLike, dtype: tor
 
 def _auto_class_name(model_class, config) -> str:
     """The transformers Auto class that loads ``model_class`` (its own name when none does)."""
-    import transformers
-
-    for name in ("AutoModelForTokenClassification", "AutoModelForQuestionAnswering",
-                 "AutoModelForSequenceClassification", "AutoModelForMaskedLM", "AutoModel"):
-        try:
-            if getattr(transformers, name)._model_mapping[type(config)] is model_class:
-                return name
-        except KeyError:
-            continue
-    return model_class.__name__
+    return auto_class_name(model_class, getattr(config, "model_type", None)) or model_class.__name__
 
 
 def _model_class(config):
-    """The keplm model class named in ``config.architectures``."""
-    from keplm import modeling
-
+    """The model class named in ``config.architectures``, among the registered methods' (keplm's and plug-ins')."""
     names = config.architectures or []
     for name in names:
-        if hasattr(modeling, name):
-            return getattr(modeling, name)
-    raise ValueError(f"the adapter's config names no keplm model class (architectures={names})")
+        found = registered_model_class(name)
+        if found is not None:
+            return found
+    raise ValueError(f"the adapter's config names no registered keplm model class (architectures={names})")
 
 
 __all__ = ["add_lora", "save_lora", "push_lora", "load_lora", "load_merged_adapter", "is_adapter", "base_encoder_of",

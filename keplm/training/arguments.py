@@ -19,7 +19,6 @@ from typing import Literal
 import torch
 from transformers import HfArgumentParser, Seq2SeqTrainingArguments, TrainingArguments
 
-from . import help_cache
 from .engines import asks_for_deepspeed
 
 logger = logging.getLogger(__name__)
@@ -318,9 +317,6 @@ def parse_args(classes: tuple[type, ...], args: list[str] | dict | None = None):
     ``torchrun``) runs as CPU DDP (gloo): without this, accelerate would silently start independent
     non-distributed processes. Such a launch asking for DeepSpeed is a ValueError (CPU mode would switch DeepSpeed
     off, and accelerate sets it up only on accelerators).
-
-    ``--help`` prints argparse's text and exits 0, as always; a run script that called
-    :func:`~keplm.training.help_cache.exit_with_cached_help` first also gets the text stored for its next ``--help``.
     """
     if not isinstance(classes, tuple):
         raise TypeError("parse_args takes a tuple of argument dataclasses, e.g. (ModelArguments, NerDataArguments, "
@@ -353,21 +349,7 @@ def parse_args(classes: tuple[type, ...], args: list[str] | dict | None = None):
         return parser.parse_dict({**({"use_cpu": True} if cpu_ddp and takes_use_cpu else {}), **settings})
     if cpu_ddp and takes_use_cpu and "--use_cpu" not in argv and not any(a.startswith("--use_cpu=") for a in argv):
         argv = [*argv, "--use_cpu"]
-    _store_printed_help(parser)
     return parser.parse_args_into_dataclasses(args=argv)
-
-
-def _store_printed_help(parser) -> None:
-    """Make the parser's help action also store the text it prints (:func:`help_cache.store_help`; only after a
-    cache miss of this process's command). argparse itself still decides whether the command shows help (e.g. an
-    invalid value before ``--help`` stays an error, and is not stored)."""
-    print_help = parser.print_help
-
-    def print_and_store_help(file=None):
-        help_cache.store_help(parser.format_help())
-        print_help(file)
-
-    parser.print_help = print_and_store_help
 
 
 __all__ = [

@@ -26,7 +26,6 @@ from transformers import (
 from keplm.io_utils import read_json
 from keplm.registration import REGISTERED_METHODS, RUN_RECIPES
 
-from . import help_cache
 from .arguments import ModelArguments
 from .knowledge_setup import is_keplm_checkpoint
 
@@ -155,13 +154,10 @@ def choose_recipe(args: list[str] | dict | None, default: str) -> tuple[str, typ
         hub_kwargs = {"revision": known.model_revision, "token": known.token, "cache_dir": known.cache_dir}
         rest = _without_option(argv, "--model_type")
     if model_type is None and path:
-        help_cache.not_cacheable("the method comes from what --model_name_or_path holds")
         if is_keplm_checkpoint(path, **hub_kwargs):
             model_type = AutoConfig.from_pretrained(path, **hub_kwargs).model_type
     model_type = model_type or default
     recipe = recipe_class(model_type)
-    if not recipe.__module__.startswith("keplm."):
-        help_cache.not_cacheable(f"{model_type}'s options come from {recipe.__module__}, not keplm's own sources")
     return model_type, recipe, rest
 
 
