@@ -20,8 +20,10 @@ BENCHMARKS = {
     "pipeline": ("pipeline", "raw-text keplm-ner / keplm-qa pipelines: KALA relational vs vanilla throughput"),
     "build-kg": ("build_kg", "knowledge construction (linking + graph features) on CoNLL-2003 train vs FB15k-237"),
     "startup": ("startup", "import keplm, keplm --help and run_ner.py --help beside transformers' own import times"),
-    "distributed-memory": ("distributed_memory", "per-process peak memory of a 2-process KALA run: DDP vs FSDP2 vs a "
-                           "row-sharded table, by entity-memory size"),
+    "distributed-memory": (
+        "distributed_memory",
+        "per-process peak memory of a 2-process KALA run: DDP vs FSDP2 vs a row-sharded table, by entity-memory size",
+    ),
 }
 
 

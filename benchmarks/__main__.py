@@ -13,8 +13,11 @@ from benchmarks import BENCHMARKS
 
 def usage() -> str:
     width = max(map(len, BENCHMARKS))
-    lines = ["usage: python -m benchmarks <name> [options]   (from the repository root)", "",
-             "benchmarks (python -m benchmarks <name> --help for a benchmark's options):"]
+    lines = [
+        "usage: python -m benchmarks <name> [options]   (from the repository root)",
+        "",
+        "benchmarks (python -m benchmarks <name> --help for a benchmark's options):",
+    ]
     lines += [f"  {name:<{width}}  {summary}" for name, (_, summary) in BENCHMARKS.items()]
     return "\n".join(lines)
 

@@ -55,12 +55,18 @@ def main(argv=None) -> None:
         assets = KnowledgeAssets.build([m.id for a in build_annotations for m in a.entities], kg=kg)
         processor = KalaProcessor(AutoTokenizer.from_pretrained(encoder), assets)
         train = train.add_column("knowledge", [a.to_dict() for a in build_annotations])
-        train.map(processor.prepare_ner_features, batched=True, num_proc=args.num_proc if args.num_proc > 1 else None,
-                  desc="graph features")
+        train.map(
+            processor.prepare_ner_features,
+            batched=True,
+            num_proc=args.num_proc if args.num_proc > 1 else None,
+            desc="graph features",
+        )
         timings["entity vocab + graph features (train)"] = time.perf_counter() - start
     total = sum(timings.values())
-    print(f"# build-kg benchmark, {datetime.date.today()}, {platform.processor() or platform.machine()}, "
-          f"{os.cpu_count()} cores, num_proc={args.num_proc}")
+    print(
+        f"# build-kg benchmark, {datetime.date.today()}, {platform.processor() or platform.machine()}, "
+        f"{os.cpu_count()} cores, num_proc={args.num_proc}"
+    )
     print("| step | seconds |\n|---|---|")
     for step, seconds in timings.items():
         print(f"| {step} | {seconds:.1f} |")

@@ -38,8 +38,9 @@ def _preset(rows: int, hidden: int):
     from benchmarks.synthetic import PRESETS
 
     heads = max(1, hidden // 32)
-    return replace(PRESETS["cpu-small"], hidden_size=hidden, num_heads=heads, intermediate_size=4 * hidden,
-                   entity_vocab_size=rows)
+    return replace(
+        PRESETS["cpu-small"], hidden_size=hidden, num_heads=heads, intermediate_size=4 * hidden, entity_vocab_size=rows
+    )
 
 
 def _worker(rank: int, world: int, port: int, engine: str, rows: int, hidden: int, steps: int, queue) -> None:
@@ -75,10 +76,15 @@ def _worker(rank: int, world: int, port: int, engine: str, rows: int, hidden: in
 
             os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world))
             deepspeed.init_distributed("gloo", verbose=False)
-            config = {"train_micro_batch_size_per_gpu": batch["input_ids"].shape[0], "gradient_accumulation_steps": 1,
-                      "gradient_clipping": 0.0, "zero_optimization": {"stage": int(engine[-1])},
-                      "zero_allow_untested_optimizer": True, "zero_force_ds_cpu_optimizer": False,
-                      "steps_per_print": 10**6}
+            config = {
+                "train_micro_batch_size_per_gpu": batch["input_ids"].shape[0],
+                "gradient_accumulation_steps": 1,
+                "gradient_clipping": 0.0,
+                "zero_optimization": {"stage": int(engine[-1])},
+                "zero_allow_untested_optimizer": True,
+                "zero_force_ds_cpu_optimizer": False,
+                "steps_per_print": 10**6,
+            }
             model, optimizer, *_ = deepspeed.initialize(model=model, optimizer=optimizer, config=config)
         for _ in range(steps):
             optimizer.zero_grad()
@@ -102,8 +108,15 @@ def _half(batch: dict, rank: int, world: int) -> dict:
     """Rows ``rank::world`` of the batch's per-example tensors; the graph (nodes, edges) stays whole: each process
     reads the same graph tensors, which are small, and its rows' mentions index into them."""
     size = batch["input_ids"].shape[0]
-    return {key: value[rank::world] if torch.is_tensor(value) and value.dim() >= 1 and value.shape[0] == size
-            and not key.startswith(("node_", "edge_")) else value for key, value in batch.items()}
+    return {
+        key: value[rank::world]
+        if torch.is_tensor(value)
+        and value.dim() >= 1
+        and value.shape[0] == size
+        and not key.startswith(("node_", "edge_"))
+        else value
+        for key, value in batch.items()
+    }
 
 
 def measure(engine: str, rows: int, hidden: int, steps: int) -> list[tuple[float, float]]:
@@ -114,8 +127,10 @@ def measure(engine: str, rows: int, hidden: int, steps: int) -> list[tuple[float
     context = mp.get_context("spawn")
     queue = context.SimpleQueue()
     port = _free_port()
-    processes = [context.Process(target=_worker, args=(rank, world, port, engine, rows, hidden, steps, queue))
-                 for rank in range(world)]
+    processes = [
+        context.Process(target=_worker, args=(rank, world, port, engine, rows, hidden, steps, queue))
+        for rank in range(world)
+    ]
     for process in processes:
         process.start()
     results = dict((rank, (base, peak)) for rank, base, peak in (queue.get() for _ in range(world)))
@@ -133,18 +148,23 @@ def _rows(text: str) -> int:
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks distributed-memory",
-                                     description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks distributed-memory", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--rows", nargs="+", default=["1M", "5M"], help="entity-memory sizes (e.g. 500k 1M 5M)")
     parser.add_argument("--hidden", type=int, default=32, help="hidden size, which is also the entity dimension")
     parser.add_argument("--steps", type=int, default=2, help="AdamW steps per run")
     parser.add_argument("--engines", nargs="+", choices=ENGINES, default=list(ENGINES))
     args = parser.parse_args(argv)
-    print(f"# Per-process peak memory, 2-process KALA (relational) on CPU, {datetime.date.today()}, "
-          f"{platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__}, hidden = entity dim "
-          f"{args.hidden}, {args.steps} AdamW steps")
-    print("\n| rows | table MiB (fp32) | engine | processes | MiB after imports | peak MiB (max over processes) | "
-          "peak over imports | / DDP |")
+    print(
+        f"# Per-process peak memory, 2-process KALA (relational) on CPU, {datetime.date.today()}, "
+        f"{platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__}, hidden = entity dim "
+        f"{args.hidden}, {args.steps} AdamW steps"
+    )
+    print(
+        "\n| rows | table MiB (fp32) | engine | processes | MiB after imports | peak MiB (max over processes) | "
+        "peak over imports | / DDP |"
+    )
     print("|---:|---:|---|---:|---:|---:|---:|---:|")
     for text in args.rows:
         rows = _rows(text)
@@ -155,8 +175,10 @@ def main(argv=None) -> None:
             base = max(b for b, _ in runs)
             peak = max(p for _, p in runs)
             ratio = f"{growth[engine] / growth['ddp']:.2f}" if "ddp" in growth else "–"
-            print(f"| {rows:,} | {table:,.0f} | {engine} | {len(runs)} | {base:,.0f} | {peak:,.0f} | "
-                  f"{growth[engine]:,.0f} | {ratio} |")
+            print(
+                f"| {rows:,} | {table:,.0f} | {engine} | {len(runs)} | {base:,.0f} | {peak:,.0f} | "
+                f"{growth[engine]:,.0f} | {ratio} |"
+            )
 
 
 if __name__ == "__main__":

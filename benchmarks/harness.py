@@ -40,8 +40,11 @@ SYSTEMS = {
 #: systems whose entity memory has sparse gradients
 SPARSE_MEMORY = {"relational-sparse", "relational-rowwise"}
 #: systems whose entity memory has its own optimizer -> KALA's entity_memory_optimizer option
-MEMORY_OPTIMIZER = {"relational-sparse": "adam", "relational-rowwise": "rowwise_adagrad",
-                    "relational-rowwise-dense": "rowwise_adagrad"}
+MEMORY_OPTIMIZER = {
+    "relational-sparse": "adam",
+    "relational-rowwise": "rowwise_adagrad",
+    "relational-rowwise-dense": "rowwise_adagrad",
+}
 DEFAULT_SYSTEMS = ("stock-bert", "vanilla", "plus1", "pointwise", "relational")
 PHASES = ("bench_forward", "bench_backward", "bench_optimizer")
 _ROWS_SUFFIX = {"": 1, "k": 1_000, "m": 1_000_000}
@@ -106,8 +109,12 @@ def build_model(system: str, preset: Preset, seed: int = 0) -> torch.nn.Module:
     if retrieval is None:
         return BertForQuestionAnswering(preset.encoder_config())
     config = KalaConfig(
-        encoder_config=preset.encoder_config(), retrieval_mode=retrieval, num_extra_layers=extra, kfm_layers=[-1],
-        entity_vocab_size=preset.entity_vocab_size, num_relations=preset.num_relations,
+        encoder_config=preset.encoder_config(),
+        retrieval_mode=retrieval,
+        num_extra_layers=extra,
+        kfm_layers=[-1],
+        entity_vocab_size=preset.entity_vocab_size,
+        num_relations=preset.num_relations,
         sparse_entity_memory=system in SPARSE_MEMORY,
     )
     return KalaForQuestionAnswering(config)
@@ -129,19 +136,25 @@ def make_optimizer(model: torch.nn.Module, kind: str, system: str = ""):
 
 
 def make_collator(preset: Preset, graph_pad: int | None, knowledge: bool = True) -> KeplmDataCollator:
-    return KeplmDataCollator(pad_token_id=0, pad_to_multiple_of=8, graph_pad_to_multiple_of=graph_pad or None,
-                             sequence_families=KalaProcessor.sequence_families, graph=knowledge,
-                             entity_vocab_size=preset.entity_vocab_size)
+    return KeplmDataCollator(
+        pad_token_id=0,
+        pad_to_multiple_of=8,
+        graph_pad_to_multiple_of=graph_pad or None,
+        sequence_families=KalaProcessor.sequence_families,
+        graph=knowledge,
+        entity_vocab_size=preset.entity_vocab_size,
+    )
 
 
-def make_batches(preset: Preset, num_batches: int, graph_pad: int | None, knowledge: bool, seed: int,
-                 pin: bool = False) -> list[dict]:
+def make_batches(
+    preset: Preset, num_batches: int, graph_pad: int | None, knowledge: bool, seed: int, pin: bool = False
+) -> list[dict]:
     """``num_batches`` distinct batches built by the real collator (graph sizes vary from batch to batch)."""
     features = make_features(preset, num_batches * preset.batch_size, seed=seed)
     collator = make_collator(preset, graph_pad)
     batches = []
     for i in range(num_batches):
-        batch = collator(features[i * preset.batch_size:(i + 1) * preset.batch_size])
+        batch = collator(features[i * preset.batch_size : (i + 1) * preset.batch_size])
         if not knowledge:
             batch = {k: v for k, v in batch.items() if k not in GRAPH_KEYS}
         batches.append({k: v.pin_memory() for k, v in batch.items()} if pin else batch)
@@ -234,9 +247,11 @@ class RecompileCounter(logging.Handler):
 def dynamo_counts() -> dict:
     from torch._dynamo.utils import counters
 
-    return {"graph_breaks": int(sum(counters["graph_break"].values())),
-            "unique_graphs": int(counters["stats"]["unique_graphs"]),
-            "graph_break_reasons": sorted({reason.splitlines()[0][:120] for reason in counters["graph_break"]})}
+    return {
+        "graph_breaks": int(sum(counters["graph_break"].values())),
+        "unique_graphs": int(counters["stats"]["unique_graphs"]),
+        "graph_break_reasons": sorted({reason.splitlines()[0][:120] for reason in counters["graph_break"]}),
+    }
 
 
 # ---------------------------------------------------------------------- environment
@@ -268,11 +283,20 @@ def run_meta(benchmark: str, argv: list[str], args, preset) -> dict:
 
     return {
         "date": datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M:%S %Z"),
-        "command": command_line(benchmark, argv), "device": args.device,
-        "device_name": device_name(torch.device(args.device)), "preset": args.preset,
-        "preset_values": asdict(preset), "shape": preset.describe(), "dtype": args.dtype,
-        "steps": args.steps, "warmup": args.warmup, "num_batches": args.num_batches,
-        "rounds": min(args.rounds or args.steps, args.steps), "threads": args.threads or torch.get_num_threads(),
-        "torch": torch.__version__, "transformers": transformers.__version__, "python": sys.version.split()[0],
+        "command": command_line(benchmark, argv),
+        "device": args.device,
+        "device_name": device_name(torch.device(args.device)),
+        "preset": args.preset,
+        "preset_values": asdict(preset),
+        "shape": preset.describe(),
+        "dtype": args.dtype,
+        "steps": args.steps,
+        "warmup": args.warmup,
+        "num_batches": args.num_batches,
+        "rounds": min(args.rounds or args.steps, args.steps),
+        "threads": args.threads or torch.get_num_threads(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "python": sys.version.split()[0],
         "load_before": load_average(),
     }

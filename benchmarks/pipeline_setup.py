@@ -78,8 +78,11 @@ def build_checkpoints(args, kg, linker, root: str, squad: list[dict]) -> dict:
         if task == "ner":
             texts = ner_texts(args.data, "train", args.vocab_sentences)
             model_class = KalaForTokenClassification
-            head = {"num_labels": len(CONLL_LABELS), "id2label": dict(enumerate(CONLL_LABELS)),
-                    "label2id": {label: i for i, label in enumerate(CONLL_LABELS)}}
+            head = {
+                "num_labels": len(CONLL_LABELS),
+                "id2label": dict(enumerate(CONLL_LABELS)),
+                "label2id": {label: i for i, label in enumerate(CONLL_LABELS)},
+            }
         else:
             texts = qa_vocab_contexts(squad, args.qa_questions, args.vocab_contexts)
             model_class = KalaForQuestionAnswering
@@ -91,16 +94,21 @@ def build_checkpoints(args, kg, linker, root: str, squad: list[dict]) -> dict:
             torch.manual_seed(0)
             relational = system == "relational"
             knowledge = {"knowledge_assets": assets, "kfm_layers": KFM_LAYERS[task]} if relational else {}
-            model = model_class.from_base_pretrained(encoder, retrieval_mode=system if relational else "none",
-                                                     **knowledge, **head)
+            model = model_class.from_base_pretrained(
+                encoder, retrieval_mode=system if relational else "none", **knowledge, **head
+            )
             folder = os.path.join(root, f"{task}-{system}")
             model.save_pretrained(folder)
             (processor if relational else processor.without_knowledge()).save_pretrained(folder)
             dirs[(task, system)] = folder
-        info[task] = {"vocab_texts": len(texts), "vocab_mentions": len(mentions),
-                      "entity_memory_rows": assets.num_entities, "relations": assets.num_relations,
-                      "build_s": time.perf_counter() - start,
-                      "checkpoint_mib": {s: folder_mib(dirs[(task, s)]) for s in SYSTEMS}}
+        info[task] = {
+            "vocab_texts": len(texts),
+            "vocab_mentions": len(mentions),
+            "entity_memory_rows": assets.num_entities,
+            "relations": assets.num_relations,
+            "build_s": time.perf_counter() - start,
+            "checkpoint_mib": {s: folder_mib(dirs[(task, s)]) for s in SYSTEMS},
+        }
     return {"dirs": dirs, "info": info}
 
 
@@ -135,10 +143,12 @@ def worker_build(args) -> None:
                 spent[key] += time.perf_counter() - begin
                 if count:
                     spent[count] += 1
+
         return wrapper
 
-    KnowledgeGraph.from_pretrained = classmethod(timing(KnowledgeGraph.from_pretrained.__func__, "kg_read_s",
-                                                        "kg_reads"))
+    KnowledgeGraph.from_pretrained = classmethod(
+        timing(KnowledgeGraph.from_pretrained.__func__, "kg_read_s", "kg_reads")
+    )
     KeplmProcessor.from_pretrained = classmethod(timing(KeplmProcessor.from_pretrained.__func__, "processor_load_s"))
     EntityLinker.__init__ = timing(EntityLinker.__init__, "linker_build_s")
     probe = NER_PROBE if task == "ner" else qa_inputs(squad_rows(args.data), 1)[0]
@@ -163,9 +173,16 @@ def worker_build(args) -> None:
     begin = time.perf_counter()
     pipe(probe)
     second = time.perf_counter() - begin
-    result = {"imports_s": imports, "pipeline_s": built, "first_call_s": first, "second_call_s": second,
-              "ready_s": built + first, "model_load_s": built - spent["processor_load_s"],
-              "kg_read_in_pipeline_s": kg_in_build, **spent}
+    result = {
+        "imports_s": imports,
+        "pipeline_s": built,
+        "first_call_s": first,
+        "second_call_s": second,
+        "ready_s": built + first,
+        "model_load_s": built - spent["processor_load_s"],
+        "kg_read_in_pipeline_s": kg_in_build,
+        **spent,
+    }
     print(PREFIX + json.dumps(result), flush=True)
 
 
@@ -176,7 +193,7 @@ def run_build_worker(argv: list[str], task: str, folder: str, *extra: str) -> di
     lines = [line for line in done.stdout.splitlines() if line.startswith(PREFIX)]
     if done.returncode or not lines:
         raise RuntimeError(f"build worker {task} {' '.join(extra)} ({folder}) failed:\n{done.stderr[-3000:]}")
-    return json.loads(lines[-1][len(PREFIX):])
+    return json.loads(lines[-1][len(PREFIX) :])
 
 
 def measure_builds(args, argv, dirs: dict) -> dict:
@@ -188,14 +205,20 @@ def measure_builds(args, argv, dirs: dict) -> dict:
             for system in SYSTEMS if repeat % 2 == 0 else SYSTEMS[::-1]:
                 r = run_build_worker(argv, task, dirs[(task, system)])
                 results[(task, system)].append(r)
-                print(f"  build {task}/{system}: pipeline {r['pipeline_s']:.2f} s + first call "
-                      f"{r['first_call_s']:.2f} s (imports {r['imports_s']:.1f} s)", flush=True)
-    profiles = {task: run_build_worker(argv, task, dirs[(task, "relational")], "--worker-profile")
-                for task in args.tasks}
+                print(
+                    f"  build {task}/{system}: pipeline {r['pipeline_s']:.2f} s + first call "
+                    f"{r['first_call_s']:.2f} s (imports {r['imports_s']:.1f} s)",
+                    flush=True,
+                )
+    profiles = {
+        task: run_build_worker(argv, task, dirs[(task, "relational")], "--worker-profile") for task in args.tasks
+    }
     summary = {}
     for (task, system), runs in results.items():
         summary[f"{task}/{system}"] = {
-            "runs": runs, **{f"{key}_median": statistics.median(r[key] for r in runs) for key in runs[0]}}
+            "runs": runs,
+            **{f"{key}_median": statistics.median(r[key] for r in runs) for key in runs[0]},
+        }
     return summary, profiles
 
 

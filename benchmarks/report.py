@@ -31,35 +31,57 @@ def verdict(value: float | None, limit: float, at_least: bool = False) -> str:
     return "PASS" if (value >= limit if at_least else value <= limit) else "FAIL"
 
 
-def header_lines(title: str, meta: dict, details: list[str], cpu_memory_note: str = "",
-                 notes: tuple[str, ...] = ()) -> list[str]:
+def header_lines(
+    title: str, meta: dict, details: list[str], cpu_memory_note: str = "", notes: tuple[str, ...] = ()
+) -> list[str]:
     """The head of a training-step report: title, date, command, device with the load average before / after,
     software (torch_geometric where the run recorded it), shape, the benchmark's ``details`` (settings, ...), what
     one timed step and the peak-memory column cover, then ``notes``. ``meta`` as ``harness.run_meta`` fills it."""
     pyg = f"torch_geometric {meta['pyg']}, " if "pyg" in meta else ""
     cuda = meta["device"] == "cuda"
-    memory = ("torch.cuda.max_memory_allocated during the timed steps." if cuda else
-              f"peak RSS during the timed steps minus RSS before the model was built{cpu_memory_note}.")
-    return [f"# {title}: preset `{meta['preset']}` on {meta['device_name']}", "",
-            f"- Date: {meta['date']}", f"- Command: `{meta['command']}`",
-            f"- Device: `{meta['device']}` — {meta['device_name']}; load average before/after: {meta['load_before']} "
-            f"/ {meta['load_after']}",
-            f"- Software: torch {meta['torch']}, transformers {meta['transformers']}, {pyg}Python {meta['python']}",
-            f"- Shape: {meta['shape']}", *details,
-            "- Step = host→device copy + forward + backward + optimizer.step + zero_grad"
-            + (", CUDA-synchronised." if cuda else ".") + " Memory: " + memory, *notes, ""]
+    memory = (
+        "torch.cuda.max_memory_allocated during the timed steps."
+        if cuda
+        else f"peak RSS during the timed steps minus RSS before the model was built{cpu_memory_note}."
+    )
+    return [
+        f"# {title}: preset `{meta['preset']}` on {meta['device_name']}",
+        "",
+        f"- Date: {meta['date']}",
+        f"- Command: `{meta['command']}`",
+        f"- Device: `{meta['device']}` — {meta['device_name']}; load average before/after: {meta['load_before']} "
+        f"/ {meta['load_after']}",
+        f"- Software: torch {meta['torch']}, transformers {meta['transformers']}, {pyg}Python {meta['python']}",
+        f"- Shape: {meta['shape']}",
+        *details,
+        "- Step = host→device copy + forward + backward + optimizer.step + zero_grad"
+        + (", CUDA-synchronised." if cuda else ".")
+        + " Memory: "
+        + memory,
+        *notes,
+        "",
+    ]
 
 
-def comparison_lines(reference: str, comparisons: list[tuple[str, float | None, int]], target: str, result: str,
-                     cuda: bool) -> list[str]:
+def comparison_lines(
+    reference: str, comparisons: list[tuple[str, float | None, int]], target: str, result: str, cuda: bool
+) -> list[str]:
     """The end of a training-step report: how the ratios are taken (paired against ``reference``), the table of
     (comparison, value, digits) rows, and the closing line on the ``target`` set for the GPU at the paper's shapes
     (a CPU run only informs)."""
-    return ["", f"Time ratios: median over the rounds of (system step / {reference} step in the same round); memory: "
-            "peak over peak.", "", "| Comparison | Value |", "|---|---:|",
-            *(f"| {label} | {fmt(value, digits, '×')} |" for label, value, digits in comparisons), "",
-            f"Target {target} — this run: {result}"
-            + ("" if cuda else " (CPU, shrunk shape: informative only; the target is checked on the GPU)") + "."]
+    return [
+        "",
+        f"Time ratios: median over the rounds of (system step / {reference} step in the same round); memory: "
+        "peak over peak.",
+        "",
+        "| Comparison | Value |",
+        "|---|---:|",
+        *(f"| {label} | {fmt(value, digits, '×')} |" for label, value, digits in comparisons),
+        "",
+        f"Target {target} — this run: {result}"
+        + ("" if cuda else " (CPU, shrunk shape: informative only; the target is checked on the GPU)")
+        + ".",
+    ]
 
 
 def system_table(header: str, separator: str, results: dict, row) -> list[str]:

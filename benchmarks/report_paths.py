@@ -25,13 +25,17 @@ def portable_path(path: str) -> str:
 
     if not relative.startswith(os.pardir + os.sep) and relative != os.pardir:
         return relative
-    for name, folder in (("$OUT", os.environ.get("OUT")), ("$TMPDIR", tempfile.gettempdir()), ("..", "beside"),
-                         ("~", os.path.expanduser("~"))):
+    for name, folder in (
+        ("$OUT", os.environ.get("OUT")),
+        ("$TMPDIR", tempfile.gettempdir()),
+        ("..", "beside"),
+        ("~", os.path.expanduser("~")),
+    ):
         if folder == "beside":
             if not relative.startswith(os.path.join(os.pardir, os.pardir)):
                 return relative
         elif under(folder):
-            return name + path[len(os.path.normpath(folder)):]
+            return name + path[len(os.path.normpath(folder)) :]
     return path
 
 
@@ -45,7 +49,7 @@ def command_line(benchmark: str, argv: list[str]) -> str:
         value = portable_path(value)
         for prefix in ("$OUT/", "$TMPDIR/", "~/"):
             if value.startswith(prefix):
-                return shlex.quote(option + eq) * bool(eq) + prefix + shlex.quote(value[len(prefix):])
+                return shlex.quote(option + eq) * bool(eq) + prefix + shlex.quote(value[len(prefix) :])
         return shlex.quote(option + eq + value)
 
     return " ".join(["python -m benchmarks", benchmark, *(quote(arg) for arg in argv)])

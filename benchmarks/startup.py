@@ -30,9 +30,11 @@ COMMANDS = {
     "import transformers": [sys.executable, "-c", "import transformers"],
     "import torch": [sys.executable, "-c", "import torch"],
     "transformers base classes (floor)": [
-        sys.executable, "-c",
+        sys.executable,
+        "-c",
         "from transformers import AutoConfig, AutoModel, AutoProcessor, PreTrainedConfig, PreTrainedModel, "
-        "ProcessorMixin, Trainer"],
+        "ProcessorMixin, Trainer",
+    ],
     "TrainingArguments (run-script floor)": [sys.executable, "-c", "from transformers import TrainingArguments"],
     "import torch_geometric": [sys.executable, "-c", "import torch_geometric"],
     "import keplm": [sys.executable, "-c", "import keplm"],
@@ -61,14 +63,18 @@ def main(argv=None) -> None:
         for name in order:
             times[name].append(time_command(COMMANDS[name], env))
     median = {name: statistics.median(values) for name, values in times.items()}
-    print(f"# Start-up, {datetime.date.today()}, {platform.processor() or platform.machine()}, "
-          f"{os.cpu_count()} CPUs, Python {platform.python_version()}, {args.repeats} rounds")
+    print(
+        f"# Start-up, {datetime.date.today()}, {platform.processor() or platform.machine()}, "
+        f"{os.cpu_count()} CPUs, Python {platform.python_version()}, {args.repeats} rounds"
+    )
     print("| command | median s | min-max s | / import transformers | / floor |")
     print("|---|---:|---:|---:|---:|")
     for name in COMMANDS:
-        print(f"| `{name}` | {median[name]:.2f} | {min(times[name]):.2f}-{max(times[name]):.2f} | "
-              f"{median[name] / median['import transformers']:.2f} | "
-              f"{median[name] / median['transformers base classes (floor)']:.2f} |")
+        print(
+            f"| `{name}` | {median[name]:.2f} | {min(times[name]):.2f}-{max(times[name]):.2f} | "
+            f"{median[name] / median['import transformers']:.2f} | "
+            f"{median[name] / median['transformers base classes (floor)']:.2f} |"
+        )
 
 
 if __name__ == "__main__":

@@ -26,15 +26,22 @@ class EncoderShape:
 
     def encoder(self) -> str:
         """The encoder's shape as the reports write it (the start of a preset's ``describe()``)."""
-        return (f"BERT {self.num_layers} layers, hidden {self.hidden_size}, {self.num_heads} heads, FFN "
-                f"{self.intermediate_size}")
+        return (
+            f"BERT {self.num_layers} layers, hidden {self.hidden_size}, {self.num_heads} heads, FFN "
+            f"{self.intermediate_size}"
+        )
 
     def bert_config(self, vocab_size: int, positions: int = 512):
         from transformers import BertConfig
 
-        return BertConfig(vocab_size=vocab_size, hidden_size=self.hidden_size, num_hidden_layers=self.num_layers,
-                          num_attention_heads=self.num_heads, intermediate_size=self.intermediate_size,
-                          max_position_embeddings=positions)
+        return BertConfig(
+            vocab_size=vocab_size,
+            hidden_size=self.hidden_size,
+            num_hidden_layers=self.num_layers,
+            num_attention_heads=self.num_heads,
+            intermediate_size=self.intermediate_size,
+            max_position_embeddings=positions,
+        )
 
 
 @dataclass(frozen=True)
@@ -57,9 +64,11 @@ class Preset(EncoderShape):
         return self.bert_config(self.vocab_size, max(512, self.seq_len))
 
     def describe(self) -> str:
-        return (f"{self.encoder()}, vocab {self.vocab_size}; batch {self.batch_size} × seq {self.seq_len}; entity "
-                f"memory {self.entity_vocab_size} × {self.hidden_size}; {self.num_relations} relations (+ inverses); "
-                "KFM on the last layer")
+        return (
+            f"{self.encoder()}, vocab {self.vocab_size}; batch {self.batch_size} × seq {self.seq_len}; entity "
+            f"memory {self.entity_vocab_size} × {self.hidden_size}; {self.num_relations} relations (+ inverses); "
+            "KFM on the last layer"
+        )
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -68,15 +77,37 @@ class Preset(EncoderShape):
 PRESETS = {
     # BERT-base (BertConfig() defaults) at the paper's QA setting.
     "paper": Preset(
-        name="paper", hidden_size=768, num_layers=12, num_heads=12, intermediate_size=3072, vocab_size=30522,
-        batch_size=12, seq_len=384, entity_vocab_size=62_800, num_relations=400,
-        nodes_per_context=57, edges_per_node=0.64, mentions_per_context=93, graph_pad_multiple=64,
+        name="paper",
+        hidden_size=768,
+        num_layers=12,
+        num_heads=12,
+        intermediate_size=3072,
+        vocab_size=30522,
+        batch_size=12,
+        seq_len=384,
+        entity_vocab_size=62_800,
+        num_relations=400,
+        nodes_per_context=57,
+        edges_per_node=0.64,
+        mentions_per_context=93,
+        graph_pad_multiple=64,
     ),
     # Shrunk shape that runs in minutes on a small CPU; the entity memory keeps its 62.8k rows.
     "cpu-small": Preset(
-        name="cpu-small", hidden_size=256, num_layers=4, num_heads=4, intermediate_size=1024, vocab_size=30522,
-        batch_size=4, seq_len=128, entity_vocab_size=62_800, num_relations=400,
-        nodes_per_context=57, edges_per_node=0.64, mentions_per_context=93, graph_pad_multiple=16,
+        name="cpu-small",
+        hidden_size=256,
+        num_layers=4,
+        num_heads=4,
+        intermediate_size=1024,
+        vocab_size=30522,
+        batch_size=4,
+        seq_len=128,
+        entity_vocab_size=62_800,
+        num_relations=400,
+        nodes_per_context=57,
+        edges_per_node=0.64,
+        mentions_per_context=93,
+        graph_pad_multiple=16,
     ),
 }
 
@@ -105,7 +136,7 @@ def make_feature(rng: np.random.Generator, preset: Preset) -> dict:
     input_ids = rng.integers(FIRST_WORD_ID, preset.vocab_size, size=length)
     input_ids[0], input_ids[q + 1], input_ids[length - 1] = CLS_ID, SEP_ID, SEP_ID
     token_type_ids = np.zeros(length, dtype=np.int64)
-    token_type_ids[q + 2:] = 1
+    token_type_ids[q + 2 :] = 1
     mean_fraction = preset.full_length_fraction + (1 - preset.full_length_fraction) * 0.75
     scale = length / (preset.reference_len * mean_fraction)  # so the *mean* matches the paper's statistics
     # graph: facts both directions; every non-mentioned node is a neighbour reached by one fact
@@ -131,7 +162,7 @@ def make_feature(rng: np.random.Generator, preset: Preset) -> dict:
     rng.shuffle(owners)
     token_map = np.full(length, -1, dtype=np.int64)
     for (first, last), node in zip(spans, owners[: len(spans)]):
-        token_map[first: last + 1] = node
+        token_map[first : last + 1] = node
     start = int(rng.integers(q + 2, max(q + 3, length - 6)))
     return {
         "input_ids": input_ids.tolist(),
@@ -153,6 +184,7 @@ def make_features(preset: Preset, count: int, seed: int = 0) -> list[dict]:
 
 def feature_stats(features: list[dict]) -> dict:
     """Mean per-feature graph statistics, to check the generator against the paper's numbers."""
+
     def spans(token_map):
         return sum(1 for i, v in enumerate(token_map) if v >= 0 and (i == 0 or token_map[i - 1] != v))
 

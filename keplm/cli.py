@@ -12,8 +12,10 @@ import sys
 COMMANDS = {
     "build-kg": ("build_kg", "annotate a dataset with KALA knowledge + report"),
     "train-kge": ("train_kge", "train KG embeddings (TRELM) into a KG folder"),
-    "check-knowledge": ("check_knowledge",
-                        "how far a trained model's predictions follow edits of its KG (counterfactual)"),
+    "check-knowledge": (
+        "check_knowledge",
+        "how far a trained model's predictions follow edits of its KG (counterfactual)",
+    ),
     "kg-coverage": ("kg_coverage", "will a KG help this NER data? linking coverage, facts and unseen entities"),
 }
 

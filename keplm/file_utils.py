@@ -42,7 +42,8 @@ def cache_root() -> Path:
     """The folder of keplm's own caches (knowledge encodings, ``--help`` texts): ``$KEPLM_CACHE``, else
     ``$XDG_CACHE_HOME/keplm``, else ``~/.cache/keplm``."""
     root = os.environ.get("KEPLM_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "keplm")
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "keplm"
+    )
     return Path(root)
 
 
@@ -91,8 +92,10 @@ def pip_checkpoint(spec: str) -> str:
     folders = {Path(f.locate()).parent for f in files if f.name == "config.json"}
     folders = sorted(d for d in folders if any(d.glob("*.safetensors")))
     if len(folders) != 1:
-        raise ValueError(f"{spec}: the pip package {name!r} holds {len(folders)} checkpoint folders (config.json with "
-                         f"safetensors weights), not one: pass the folder instead")
+        raise ValueError(
+            f"{spec}: the pip package {name!r} holds {len(folders)} checkpoint folders (config.json with "
+            f"safetensors weights), not one: pass the folder instead"
+        )
     return str(folders[0])
 
 
@@ -112,9 +115,13 @@ def pinned_location(name_or_path: str | os.PathLike, kwargs: dict) -> dict:
         from transformers.utils.hub import resolve_revision
     except ImportError:
         return location
-    location["revision"] = resolve_revision(name_or_path, location.get("revision"), token=location.get("token"),
-                                            local_files_only=location.get("local_files_only", False),
-                                            cache_dir=location.get("cache_dir"))
+    location["revision"] = resolve_revision(
+        name_or_path,
+        location.get("revision"),
+        token=location.get("token"),
+        local_files_only=location.get("local_files_only", False),
+        cache_dir=location.get("cache_dir"),
+    )
     return location
 
 

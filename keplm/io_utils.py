@@ -16,8 +16,11 @@ def open_text(path, mode: str = "rt"):
     path = os.fspath(path)
     if "r" in mode and not os.path.isfile(path):
         raise FileNotFoundError(f"file not found: {path}")
-    handle = gzip.open(path, mode, encoding="utf-8") if path.endswith(".gz") else open(
-        path, mode.replace("t", ""), encoding="utf-8")
+    handle = (
+        gzip.open(path, mode, encoding="utf-8")
+        if path.endswith(".gz")
+        else open(path, mode.replace("t", ""), encoding="utf-8")
+    )
     return _NamedDecodeErrors(handle, path) if "r" in mode else handle
 
 
@@ -42,8 +45,10 @@ class _NamedDecodeErrors:
 
     def _named(self, error: UnicodeDecodeError) -> ValueError:
         line = first_non_utf8_line(self._path)
-        return ValueError(f"{self._path}:{line if line is not None else '?'}: not UTF-8 text ({error.reason}); "
-                          "re-encode the file as UTF-8")
+        return ValueError(
+            f"{self._path}:{line if line is not None else '?'}: not UTF-8 text ({error.reason}); "
+            "re-encode the file as UTF-8"
+        )
 
     def __iter__(self):
         try:
@@ -106,8 +111,10 @@ def named_json_errors(where):
     try:
         yield
     except json.JSONDecodeError as e:
-        raise ValueError(f"{where}: invalid JSON in one of its files at line {e.lineno}, column {e.colno}: "
-                         f"{e.msg} (a truncated or hand-edited file?)") from e
+        raise ValueError(
+            f"{where}: invalid JSON in one of its files at line {e.lineno}, column {e.colno}: "
+            f"{e.msg} (a truncated or hand-edited file?)"
+        ) from e
 
 
 def iter_jsonl(path):
@@ -142,8 +149,9 @@ def content_fingerprint(dataset, **signature) -> str:
     return hashlib.sha256(payload.encode()).hexdigest()[:32]
 
 
-def fingerprinted_map(dataset, function, signature: dict, num_proc: int | None = None, overwrite_cache: bool = False,
-                      **map_kwargs):
+def fingerprinted_map(
+    dataset, function, signature: dict, num_proc: int | None = None, overwrite_cache: bool = False, **map_kwargs
+):
     """``dataset.map(function, batched=True)`` cached under :func:`content_fingerprint` of ``signature``.
 
     ``datasets`` caches a map only next to the input's own cache files; an in-memory input (``Dataset.from_dict``,
@@ -157,6 +165,10 @@ def fingerprinted_map(dataset, function, signature: dict, num_proc: int | None =
         os.makedirs(directory, exist_ok=True)
         map_kwargs["cache_file_name"] = os.path.join(directory, f"{fingerprint}.arrow")
     return dataset.map(
-        function, batched=True, num_proc=num_proc if num_proc and num_proc > 1 else None,
-        load_from_cache_file=not overwrite_cache, new_fingerprint=fingerprint, **map_kwargs,
+        function,
+        batched=True,
+        num_proc=num_proc if num_proc and num_proc > 1 else None,
+        load_from_cache_file=not overwrite_cache,
+        new_fingerprint=fingerprint,
+        **map_kwargs,
     )

@@ -37,8 +37,10 @@ def percent_factor(record: Mapping[str, object], legacy_unit: str) -> float:
     (``"fraction"`` or ``"percent"``, the convention its task had) for a record written without one."""
     unit = record.get(METRIC_UNIT_KEY, legacy_unit)
     if unit not in _PERCENT_PER_UNIT:
-        raise ValueError(f"unknown metric unit {unit!r} (record key {METRIC_UNIT_KEY!r} or legacy unit); "
-                         f"expected one of {sorted(_PERCENT_PER_UNIT)}")
+        raise ValueError(
+            f"unknown metric unit {unit!r} (record key {METRIC_UNIT_KEY!r} or legacy unit); "
+            f"expected one of {sorted(_PERCENT_PER_UNIT)}"
+        )
     return _PERCENT_PER_UNIT[unit]
 
 

@@ -65,8 +65,9 @@ class _KeplmPipeline:
         if processor is None:
             commit = getattr(self.model.config, "_commit_hash", None)
             assets = getattr(self.model, "knowledge_assets", None)  # the model's KG, already loaded, is not read again
-            processor = KeplmProcessor.from_pretrained(self.model.name_or_path, revision=commit,
-                                                       knowledge_assets=assets)
+            processor = KeplmProcessor.from_pretrained(
+                self.model.name_or_path, revision=commit, knowledge_assets=assets
+            )
         if not isinstance(processor, KeplmProcessor):
             raise ValueError(f"keplm pipelines need a keplm processor, got {type(processor).__name__}")
         processor.check_model(self.model)
@@ -86,15 +87,22 @@ class _KeplmPipeline:
         return batch
 
     def _loader(self, dataset, num_workers: int, batch_size: int) -> DataLoader:
-        return DataLoader(dataset, num_workers=num_workers, batch_size=batch_size,
-                          collate_fn=partial(self._collate, unbatched=batch_size == 1))
+        return DataLoader(
+            dataset,
+            num_workers=num_workers,
+            batch_size=batch_size,
+            collate_fn=partial(self._collate, unbatched=batch_size == 1),
+        )
 
     def _run_model(self, inputs: dict) -> dict:
         """Model outputs first (the pipeline reads the batch size from the first value), then pass-through."""
         model_inputs = {k: v for k, v in inputs.items() if k not in PASSTHROUGH}
         outputs = self.model(**model_inputs)
-        result = {key: getattr(outputs, key) for key in ("logits", "start_logits", "end_logits")
-                  if getattr(outputs, key, None) is not None}
+        result = {
+            key: getattr(outputs, key)
+            for key in ("logits", "start_logits", "end_logits")
+            if getattr(outputs, key, None) is not None
+        }
         result["attention_mask"] = model_inputs["attention_mask"]
         result.update({k: v for k, v in inputs.items() if k in PASSTHROUGH})
         return result
@@ -134,12 +142,21 @@ class KeplmTokenClassificationPipeline(_OneFeaturePipeline, Pipeline):
             raise ValueError(f"{NER_TASK} takes a string, got {type(text).__name__}")
         pieces = self.tokenizer.backend_tokenizer.pre_tokenizer.pre_tokenize_str(text)
         words = [word for word, _ in pieces] or [""]
-        features = self.processor.prepare_ner_features({"tokens": [words]}, label_column=None, max_length=max_length,
-                                                       annotation_column=None, with_knowledge=self.with_knowledge)
+        features = self.processor.prepare_ner_features(
+            {"tokens": [words]},
+            label_column=None,
+            max_length=max_length,
+            annotation_column=None,
+            with_knowledge=self.with_knowledge,
+        )
         feature = {key: values[0] for key, values in features.items()}
         word_ids = self.tokenizer(words, is_split_into_words=True, truncation=True, max_length=max_length).word_ids()
-        return {**feature, "text": text, "word_offsets": [list(span) for _, span in pieces],
-                "word_ids": [-1 if w is None else w for w in word_ids]}
+        return {
+            **feature,
+            "text": text,
+            "word_offsets": [list(span) for _, span in pieces],
+            "word_ids": [-1 if w is None else w for w in word_ids],
+        }
 
     def postprocess(self, outputs: dict, aggregation_strategy: str = "simple") -> list[dict]:
         if aggregation_strategy not in ("simple", "none"):
@@ -149,9 +166,18 @@ class KeplmTokenClassificationPipeline(_OneFeaturePipeline, Pipeline):
         text, offsets, word_ids = outputs["text"], outputs["word_offsets"], outputs["word_ids"]
         id2label = self.model.config.id2label
         words = word_tags(probabilities, word_ids, len(offsets), id2label)
-        tagged = [{"entity": tag, "score": score, "index": i, "word": text[offsets[i][0]:offsets[i][1]],
-                   "start": offsets[i][0], "end": offsets[i][1]} for i, (tag, score) in enumerate(words)
-                  if tag is not None and tag != "O"]
+        tagged = [
+            {
+                "entity": tag,
+                "score": score,
+                "index": i,
+                "word": text[offsets[i][0] : offsets[i][1]],
+                "start": offsets[i][0],
+                "end": offsets[i][1],
+            }
+            for i, (tag, score) in enumerate(words)
+            if tag is not None and tag != "O"
+        ]
         return tagged if aggregation_strategy == "none" else group_entities(tagged, text)
 
 
@@ -169,10 +195,25 @@ def group_entities(tagged: list[dict], text: str) -> list[dict]:
             last["end"], last["_next"] = item["end"], item["index"] + 1
             last["_scores"].append(item["score"])
             continue
-        groups.append({"entity_group": kind, "start": item["start"], "end": item["end"], "_scores": [item["score"]],
-                       "_next": item["index"] + 1})
-    return [{"entity_group": g["entity_group"], "score": float(np.mean(g["_scores"])),
-             "word": text[g["start"]:g["end"]], "start": g["start"], "end": g["end"]} for g in groups]
+        groups.append(
+            {
+                "entity_group": kind,
+                "start": item["start"],
+                "end": item["end"],
+                "_scores": [item["score"]],
+                "_next": item["index"] + 1,
+            }
+        )
+    return [
+        {
+            "entity_group": g["entity_group"],
+            "score": float(np.mean(g["_scores"])),
+            "word": text[g["start"] : g["end"]],
+            "start": g["start"],
+            "end": g["end"],
+        }
+        for g in groups
+    ]
 
 
 class KeplmQuestionAnsweringPipeline(_KeplmPipeline, ChunkPipeline):
@@ -184,11 +225,15 @@ class KeplmQuestionAnsweringPipeline(_KeplmPipeline, ChunkPipeline):
     "end"}`` (``top_k > 1``: a list of them, best first).
     """
 
-    def _sanitize_parameters(self, max_length=None, doc_stride=None, top_k=None, max_answer_length=None,
-                             n_best_size=None, **kwargs):
+    def _sanitize_parameters(
+        self, max_length=None, doc_stride=None, top_k=None, max_answer_length=None, n_best_size=None, **kwargs
+    ):
         preprocess = {k: v for k, v in (("max_length", max_length), ("doc_stride", doc_stride)) if v is not None}
-        postprocess = {k: v for k, v in (("top_k", top_k), ("max_answer_length", max_answer_length),
-                                         ("n_best_size", n_best_size)) if v is not None}
+        postprocess = {
+            k: v
+            for k, v in (("top_k", top_k), ("max_answer_length", max_answer_length), ("n_best_size", n_best_size))
+            if v is not None
+        }
         return preprocess, {}, postprocess
 
     def __call__(self, *args, **kwargs):
@@ -200,9 +245,14 @@ class KeplmQuestionAnsweringPipeline(_KeplmPipeline, ChunkPipeline):
         if not isinstance(example, dict) or not {"question", "context"} <= set(example):
             raise ValueError(f'{QA_TASK} takes {{"question": ..., "context": ...}}, got {example!r}')
         features = self.processor.prepare_qa_features(
-            {"id": ["0"], "question": [example["question"]], "context": [example["context"]]}, max_length=max_length,
-            doc_stride=doc_stride, training=False, annotation_column=None, question_annotation_column=None,
-            with_knowledge=self.with_knowledge)
+            {"id": ["0"], "question": [example["question"]], "context": [example["context"]]},
+            max_length=max_length,
+            doc_stride=doc_stride,
+            training=False,
+            annotation_column=None,
+            question_annotation_column=None,
+            with_knowledge=self.with_knowledge,
+        )
         count = len(features["input_ids"])
         for i in range(count):
             feature = {key: values[i] for key, values in features.items()}
@@ -211,14 +261,17 @@ class KeplmQuestionAnsweringPipeline(_KeplmPipeline, ChunkPipeline):
             yield feature
 
     def get_iterator(self, inputs, num_workers, batch_size, preprocess_params, forward_params, postprocess_params):
-        loader = self._loader(PipelineChunkIterator(inputs, self.preprocess, preprocess_params), min(num_workers, 1),
-                              batch_size)
+        loader = self._loader(
+            PipelineChunkIterator(inputs, self.preprocess, preprocess_params), min(num_workers, 1), batch_size
+        )
         model_iterator = PipelinePackIterator(loader, self.forward, forward_params, loader_batch_size=batch_size)
         return PipelineIterator(model_iterator, self.postprocess, postprocess_params)
 
     def run_single(self, inputs, preprocess_params, forward_params, postprocess_params):
-        windows = [self.forward(self._collate([feature], unbatched=True), **forward_params)
-                   for feature in self.preprocess(inputs, **preprocess_params)]
+        windows = [
+            self.forward(self._collate([feature], unbatched=True), **forward_params)
+            for feature in self.preprocess(inputs, **preprocess_params)
+        ]
         return self.postprocess(windows, **postprocess_params)
 
     def postprocess(self, windows: list[dict], top_k: int = 1, max_answer_length: int = 30, n_best_size: int = 20):
@@ -226,10 +279,16 @@ class KeplmQuestionAnsweringPipeline(_KeplmPipeline, ChunkPipeline):
         starts = [w["start_logits"][0][t].float().numpy() for w, t in zip(windows, tokens)]
         ends = [w["end_logits"][0][t].float().numpy() for w, t in zip(windows, tokens)]
         features = [{"example_id": "0", "offset_mapping": w["offset_mapping"]} for w in windows]
-        _, nbest = postprocess_qa_predictions([{"id": "0", "context": windows[0]["context"]}], features, starts, ends,
-                                              n_best_size=max(n_best_size, top_k),
-                                              max_answer_length=max_answer_length, return_nbest=True,
-                                              disable_tqdm=True)
+        _, nbest = postprocess_qa_predictions(
+            [{"id": "0", "context": windows[0]["context"]}],
+            features,
+            starts,
+            ends,
+            n_best_size=max(n_best_size, top_k),
+            max_answer_length=max_answer_length,
+            return_nbest=True,
+            disable_tqdm=True,
+        )
         answers = whole_word_answers(windows[0]["context"], nbest["0"])[:top_k]
         return answers[0] if top_k == 1 else answers
 
@@ -243,8 +302,9 @@ def whole_word_answers(context: str, candidates: list[dict]) -> list[dict]:
         start, end = candidate["start"], candidate["end"]
         if start < end:  # an empty answer (no span in any window) stays empty
             start, end = word_span(context, start, end)
-        answer = merged.setdefault((start, end), {"answer": context[start:end], "score": 0.0, "start": start,
-                                                  "end": end})
+        answer = merged.setdefault(
+            (start, end), {"answer": context[start:end], "score": 0.0, "start": start, "end": end}
+        )
         answer["score"] += candidate["probability"]
     return sorted(merged.values(), key=lambda a: -a["score"])
 
@@ -271,10 +331,12 @@ class KeplmTextClassificationPipeline(_OneFeaturePipeline, Pipeline):
             examples = {"sentence1": [inputs["text"]], **({"sentence2": [inputs["text_pair"]]} if pair else {})}
             columns = ("sentence1", "sentence2") if pair else ("sentence1",)
         else:
-            raise ValueError(f'{CLASSIFICATION_TASK} takes a string or {{"text": ..., "text_pair": ...}}, got '
-                             f"{inputs!r}")
-        features = self.processor.prepare_pair_features(examples, text_columns=columns, label_column=None,
-                                                        max_length=max_length, with_knowledge=self.with_knowledge)
+            raise ValueError(
+                f'{CLASSIFICATION_TASK} takes a string or {{"text": ..., "text_pair": ...}}, got {inputs!r}'
+            )
+        features = self.processor.prepare_pair_features(
+            examples, text_columns=columns, label_column=None, max_length=max_length, with_knowledge=self.with_knowledge
+        )
         return {key: values[0] for key, values in features.items() if not key.startswith("num_")}
 
     def postprocess(self, outputs: dict, top_k: int | None = 1):
@@ -312,8 +374,12 @@ class KeplmText2TextGenerationPipeline(_OneFeaturePipeline, Pipeline):
             return self.processor(inputs, max_length=max_length, with_knowledge=self.with_knowledge)
         if isinstance(inputs, dict) and set(inputs) == {"question", "context"}:
             features = self.processor.prepare_generative_qa_features(
-                {"question": [inputs["question"]], "context": [inputs["context"]]}, max_length=max_length,
-                annotation_column=None, question_annotation_column=None, with_knowledge=self.with_knowledge)
+                {"question": [inputs["question"]], "context": [inputs["context"]]},
+                max_length=max_length,
+                annotation_column=None,
+                question_annotation_column=None,
+                with_knowledge=self.with_knowledge,
+            )
             return {key: values[0] for key, values in features.items()}
         raise ValueError(f'{TEXT2TEXT_TASK} takes a string or {{"question": ..., "context": ...}}, got {inputs!r}')
 
@@ -333,16 +399,33 @@ def register_pipelines() -> None:
     pipeline registry (``import keplm`` does). Idempotent."""
     if TEXT2TEXT_TASK in PIPELINE_REGISTRY.get_supported_tasks():
         return
-    PIPELINE_REGISTRY.register_pipeline(NER_TASK, pipeline_class=KeplmTokenClassificationPipeline,
-                                        pt_model=AutoModelForTokenClassification, type="text")
-    PIPELINE_REGISTRY.register_pipeline(QA_TASK, pipeline_class=KeplmQuestionAnsweringPipeline,
-                                        pt_model=AutoModelForQuestionAnswering, type="text")
-    PIPELINE_REGISTRY.register_pipeline(CLASSIFICATION_TASK, pipeline_class=KeplmTextClassificationPipeline,
-                                        pt_model=AutoModelForSequenceClassification, type="text")
-    PIPELINE_REGISTRY.register_pipeline(TEXT2TEXT_TASK, pipeline_class=KeplmText2TextGenerationPipeline,
-                                        pt_model=AutoModelForSeq2SeqLM, type="text")
+    PIPELINE_REGISTRY.register_pipeline(
+        NER_TASK, pipeline_class=KeplmTokenClassificationPipeline, pt_model=AutoModelForTokenClassification, type="text"
+    )
+    PIPELINE_REGISTRY.register_pipeline(
+        QA_TASK, pipeline_class=KeplmQuestionAnsweringPipeline, pt_model=AutoModelForQuestionAnswering, type="text"
+    )
+    PIPELINE_REGISTRY.register_pipeline(
+        CLASSIFICATION_TASK,
+        pipeline_class=KeplmTextClassificationPipeline,
+        pt_model=AutoModelForSequenceClassification,
+        type="text",
+    )
+    PIPELINE_REGISTRY.register_pipeline(
+        TEXT2TEXT_TASK, pipeline_class=KeplmText2TextGenerationPipeline, pt_model=AutoModelForSeq2SeqLM, type="text"
+    )
 
 
-__all__ = ["KeplmTokenClassificationPipeline", "KeplmQuestionAnsweringPipeline", "KeplmTextClassificationPipeline",
-           "KeplmText2TextGenerationPipeline", "register_pipelines", "word_tags", "group_entities", "NER_TASK",
-           "QA_TASK", "CLASSIFICATION_TASK", "TEXT2TEXT_TASK"]
+__all__ = [
+    "KeplmTokenClassificationPipeline",
+    "KeplmQuestionAnsweringPipeline",
+    "KeplmTextClassificationPipeline",
+    "KeplmText2TextGenerationPipeline",
+    "register_pipelines",
+    "word_tags",
+    "group_entities",
+    "NER_TASK",
+    "QA_TASK",
+    "CLASSIFICATION_TASK",
+    "TEXT2TEXT_TASK",
+]

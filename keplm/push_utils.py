@@ -20,19 +20,38 @@ PICKLE_PATTERNS = ("*.bin", "*.pt", "*.pth", "*.pkl", "*.pickle", "*.ckpt")
 #: what loading a saved model needs, and its card: what a training run's push uploads from its output folder (the
 #: checkpoints' optimizer / scheduler / RNG states and the run's result files stay local unless the user asks for
 #: checkpoints on the Hub, ``hub_strategy``)
-LOADING_PATTERNS = ("config.json", "generation_config.json", "model.safetensors", "model-*.safetensors",
-                    "model.safetensors.index.json", "adapter_model.safetensors", "adapter_config.json",
-                    "keplm_adapter.json",
-                    "processor_config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
-                    "added_tokens.json", "vocab.txt", "vocab.json", "merges.txt", "*.model", "knowledge/**",
-                    "README.md", "figures/**")
+LOADING_PATTERNS = (
+    "config.json",
+    "generation_config.json",
+    "model.safetensors",
+    "model-*.safetensors",
+    "model.safetensors.index.json",
+    "adapter_model.safetensors",
+    "adapter_config.json",
+    "keplm_adapter.json",
+    "processor_config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "vocab.txt",
+    "vocab.json",
+    "merges.txt",
+    "*.model",
+    "knowledge/**",
+    "README.md",
+    "figures/**",
+)
 
 
 def pickled_files(folder: str | os.PathLike) -> list[str]:
     """Paths (relative to ``folder``) of the files whose names mark them as pickles."""
     root = Path(folder)
-    return sorted(str(p.relative_to(root)) for p in root.rglob("*")
-                  if p.is_file() and any(fnmatch.fnmatch(p.name, pattern) for pattern in PICKLE_PATTERNS))
+    return sorted(
+        str(p.relative_to(root))
+        for p in root.rglob("*")
+        if p.is_file() and any(fnmatch.fnmatch(p.name, pattern) for pattern in PICKLE_PATTERNS)
+    )
 
 
 def repo_has_file(repo_id: str, filename: str, token=None, revision: str | None = None) -> bool:
@@ -64,8 +83,11 @@ def card_is_current(repo_id: str, folder: str | os.PathLike, token=None, revisio
     from huggingface_hub.errors import EntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError
 
     try:
-        listed = {entry.path: entry for entry in HfApi().list_repo_tree(repo_id, recursive=True, revision=revision,
-                                                                        token=token) if hasattr(entry, "blob_id")}
+        listed = {
+            entry.path: entry
+            for entry in HfApi().list_repo_tree(repo_id, recursive=True, revision=revision, token=token)
+            if hasattr(entry, "blob_id")
+        }
     except (EntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError):
         return False
     if "README.md" not in listed:
@@ -110,16 +132,24 @@ def push_folder(
     repo_id = api.create_repo(repo_id, private=private, token=token, exist_ok=True).repo_id
     with tempfile.TemporaryDirectory() as folder:
         save(folder)
-        if write_card is not None and not os.path.exists(os.path.join(folder, "README.md")) and not card_is_current(
-                repo_id, folder, token=token, revision=revision):
+        if (
+            write_card is not None
+            and not os.path.exists(os.path.join(folder, "README.md"))
+            and not card_is_current(repo_id, folder, token=token, revision=revision)
+        ):
             write_card(folder)
         pickles = pickled_files(folder)
         if pickles:
             raise ValueError(f"refusing to push pickled files {pickles} to {repo_id}: keplm saves no pickles")
-        return api.upload_folder(repo_id=repo_id, folder_path=folder, commit_message=commit_message or default_message,
-                                 commit_description=commit_description, token=token, revision=revision,
-                                 create_pr=create_pr)
+        return api.upload_folder(
+            repo_id=repo_id,
+            folder_path=folder,
+            commit_message=commit_message or default_message,
+            commit_description=commit_description,
+            token=token,
+            revision=revision,
+            create_pr=create_pr,
+        )
 
 
-__all__ = ["push_folder", "pickled_files", "repo_has_file", "card_is_current", "LOADING_PATTERNS",
-           "PICKLE_PATTERNS"]
+__all__ = ["push_folder", "pickled_files", "repo_has_file", "card_is_current", "LOADING_PATTERNS", "PICKLE_PATTERNS"]

@@ -13,8 +13,9 @@ REGISTERED_METHODS: dict[str, tuple[type, dict[str, type], type | None]] = {}
 RUN_RECIPES: dict[str, type | str] = {}
 
 
-def register_method(config_class: type, models: Mapping[type, type], processor: type | None = None,
-                    run_recipe: type | str | None = None) -> None:
+def register_method(
+    config_class: type, models: Mapping[type, type], processor: type | None = None, run_recipe: type | str | None = None
+) -> None:
     """Register a method: its config under its ``model_type`` (its model-card words, ``config_class.method_card``,
     come with it), each model class under its Auto class (``{AutoModelForTokenClassification:
     KalaForTokenClassification}``), its processor with ``AutoProcessor`` and its run recipe (its options and steps in
@@ -25,8 +26,10 @@ def register_method(config_class: type, models: Mapping[type, type], processor: 
         raise ValueError(f"{config_class.__name__} has no model_type to register under")
     for model_class in models.values():
         if getattr(model_class, "config_class", None) is not config_class:
-            raise ValueError(f"{model_class.__name__}.config_class is {getattr(model_class, 'config_class', None)}, "
-                             f"not {config_class.__name__}: it cannot be registered for {model_type!r}")
+            raise ValueError(
+                f"{model_class.__name__}.config_class is {getattr(model_class, 'config_class', None)}, "
+                f"not {config_class.__name__}: it cannot be registered for {model_type!r}"
+            )
     AutoConfig.register(model_type, config_class, exist_ok=True)
     for auto_class, model_class in models.items():
         auto_class.register(config_class, model_class, exist_ok=True)

@@ -53,7 +53,8 @@ def main(args: list[str] | None = None) -> dict:
     EM/F1 are the task's."""
     model_type, recipe_class, rest = choose_recipe(args, default="kala")
     model_args, data_args, method_args, training_args = parse_args(
-        (ModelArguments, GenerativeQaDataArguments, recipe_class.arguments, KeplmSeq2SeqTrainingArguments), rest)
+        (ModelArguments, GenerativeQaDataArguments, recipe_class.arguments, KeplmSeq2SeqTrainingArguments), rest
+    )
     recipe = recipe_class(model_type, model_args, method_args, TASK)
     setup_logging(training_args)
     set_seed(training_args.seed)
@@ -67,11 +68,19 @@ def main(args: list[str] | None = None) -> dict:
         processor, raw = recipe.prepare(raw, ["context"], data_args.preprocessing_num_workers)
     model = recipe.build_model(processor)
     processor = recipe.finish(processor, model)
-    features = build_features(raw, lambda split: Featurizer(
-        processor, "prepare_generative_qa_features", with_knowledge=recipe.reads_knowledge(model),
-        max_length=data_args.max_seq_length, max_target_length=data_args.max_answer_length,
-        **recipe.feature_options(processor, data_args),
-    ), data_args, training_args)
+    features = build_features(
+        raw,
+        lambda split: Featurizer(
+            processor,
+            "prepare_generative_qa_features",
+            with_knowledge=recipe.reads_knowledge(model),
+            max_length=data_args.max_seq_length,
+            max_target_length=data_args.max_answer_length,
+            **recipe.feature_options(processor, data_args),
+        ),
+        data_args,
+        training_args,
+    )
     cut = count_answers_cut(features, data_args.max_seq_length)
     collator = recipe.collator(processor, model, data_args)
     recipe.before_training(model, features, collator, training_args)
@@ -79,12 +88,20 @@ def main(args: list[str] | None = None) -> dict:
 
     group_options = recipe.parameter_group_options(training_args)
     trainer = GenerativeQuestionAnsweringTrainer(
-        model=model, args=training_args, data_collator=collator, processing_class=processor,
+        model=model,
+        args=training_args,
+        data_collator=collator,
+        processing_class=processor,
         parameter_group_options=group_options,
         card_data=KeplmModelCardData(
-            base_model=model_args.model_name_or_path, dataset=data_args.dataset_name, command=["python", *sys.argv],
-            card_facts=CARD_FACTS, **recipe.card_options(raw, model, group_options)),
-        train_dataset=features.get("train"), eval_dataset=features.get("validation"),
+            base_model=model_args.model_name_or_path,
+            dataset=data_args.dataset_name,
+            command=["python", *sys.argv],
+            card_facts=CARD_FACTS,
+            **recipe.card_options(raw, model, group_options),
+        ),
+        train_dataset=features.get("train"),
+        eval_dataset=features.get("validation"),
         eval_examples=raw["validation"] if training_args.do_eval else None,
     )
     data_results = recipe.data_results(processor, raw, features, model)
@@ -97,13 +114,26 @@ def main(args: list[str] | None = None) -> dict:
         if counts is not None:
             ids = [str(i) for i in raw["test"]["id"]]
             references = squad_references(raw["test"])
-            metrics.update(subset_metrics(
-                lambda p, r: squad_v1_metrics(dict(enumerate(p)), dict(enumerate(r))),
-                [output.predictions.get(i, "") for i in ids], [references[i] for i in ids], counts, "predict"))
+            metrics.update(
+                subset_metrics(
+                    lambda p, r: squad_v1_metrics(dict(enumerate(p)), dict(enumerate(r))),
+                    [output.predictions.get(i, "") for i in ids],
+                    [references[i] for i in ids],
+                    counts,
+                    "predict",
+                )
+            )
         return metrics
 
-    return train_evaluate_predict(trainer, training_args, raw, features, data_results,
-                                  train_extra=recipe.split_results(raw, "train", "train"), predict_extra=predict_extra)
+    return train_evaluate_predict(
+        trainer,
+        training_args,
+        raw,
+        features,
+        data_results,
+        train_extra=recipe.split_results(raw, "train", "train"),
+        predict_extra=predict_extra,
+    )
 
 
 def count_answers_cut(features: dict, max_seq_length: int) -> dict:
@@ -116,9 +146,14 @@ def count_answers_cut(features: dict, max_seq_length: int) -> dict:
             continue
         counts[f"{split}_answers_cut"] = cut = int(sum(dataset["answer_cut"]))
         if cut:
-            logger.warning("%s: %d of %d questions have their answer beyond the first %d tokens of 'question: ... "
-                           "context: ...' (the input is cut there); --max_seq_length sets the cut", split, cut,
-                           len(dataset), max_seq_length)
+            logger.warning(
+                "%s: %d of %d questions have their answer beyond the first %d tokens of 'question: ... "
+                "context: ...' (the input is cut there); --max_seq_length sets the cut",
+                split,
+                cut,
+                len(dataset),
+                max_seq_length,
+            )
         features[split] = dataset.remove_columns("answer_cut")
     return counts
 

@@ -62,9 +62,14 @@ class GlueDataArguments(DataArguments):
 def load_data(data_args: GlueDataArguments) -> datasets.DatasetDict:
     files = data_args.train_file or data_args.validation_file or data_args.test_file
     source = data_args.dataset_name or (None if files else data_args.task_name)  # files: the task names the schema
-    raw = load_glue_dataset(source, task=data_args.task_name,
-                            data_dir=data_args.data_dir, train_file=data_args.train_file,
-                            validation_file=data_args.validation_file, test_file=data_args.test_file)
+    raw = load_glue_dataset(
+        source,
+        task=data_args.task_name,
+        data_dir=data_args.data_dir,
+        train_file=data_args.train_file,
+        validation_file=data_args.validation_file,
+        test_file=data_args.test_file,
+    )
     raw = limit_samples(raw, data_args.sample_limits(), data_args.sample_seeds())
     if "test" in raw and min(raw["test"]["label"], default=0) < 0:  # an unlabelled test split cannot be scored
         logger.info("the test split has no labels: it is not scored")
@@ -79,9 +84,11 @@ def check_labelled(raw, training_args) -> None:
         if used and split in raw:
             unlabelled = sum(1 for label in raw[split]["label"] if label < 0)
             if unlabelled:
-                raise ValueError(f"the {split} split has {unlabelled} of {len(raw[split])} rows without a label (no "
-                                 "label column in its file, or empty / -1 labels): it cannot be trained or evaluated "
-                                 "on; give labelled data or leave out --do_train / --do_eval")
+                raise ValueError(
+                    f"the {split} split has {unlabelled} of {len(raw[split])} rows without a label (no "
+                    "label column in its file, or empty / -1 labels): it cannot be trained or evaluated "
+                    "on; give labelled data or leave out --do_train / --do_eval"
+                )
 
 
 def main(args: list[str] | None = None) -> dict:
@@ -89,7 +96,8 @@ def main(args: list[str] | None = None) -> dict:
     a GLUE task or sentence (pair) classification files; the task's metric scores it."""
     model_type, recipe_class, rest = choose_recipe(args, default="roof_transformer")
     model_args, data_args, method_args, training_args = parse_args(
-        (ModelArguments, GlueDataArguments, recipe_class.arguments, KeplmTrainingArguments), rest)
+        (ModelArguments, GlueDataArguments, recipe_class.arguments, KeplmTrainingArguments), rest
+    )
     recipe = recipe_class(model_type, model_args, method_args, "sequence_classification")
     setup_logging(training_args)
     set_seed(training_args.seed)
@@ -102,39 +110,70 @@ def main(args: list[str] | None = None) -> dict:
     raw = used_splits(raw, training_args)
     with training_args.main_process_first(desc="knowledge"):
         processor, raw = recipe.prepare(raw, list(task.text_columns), data_args.preprocessing_num_workers)
-    labels = {} if task.is_regression else {"id2label": dict(enumerate(task.label_names)),
-                                            "label2id": {n: i for i, n in enumerate(task.label_names)}}
+    labels = (
+        {}
+        if task.is_regression
+        else {"id2label": dict(enumerate(task.label_names)), "label2id": {n: i for i, n in enumerate(task.label_names)}}
+    )
     model = recipe.build_model(processor, num_labels=task.num_labels, **labels)
     processor = recipe.finish(processor, model)
-    features = build_features(raw, lambda split: Featurizer(
-        processor, "prepare_pair_features", with_knowledge=recipe.reads_knowledge(model),
-        text_columns=list(task.text_columns), max_length=data_args.max_seq_length,
-        **recipe.feature_options(processor, data_args),
-    ), data_args, training_args)
+    features = build_features(
+        raw,
+        lambda split: Featurizer(
+            processor,
+            "prepare_pair_features",
+            with_knowledge=recipe.reads_knowledge(model),
+            text_columns=list(task.text_columns),
+            max_length=data_args.max_seq_length,
+            **recipe.feature_options(processor, data_args),
+        ),
+        data_args,
+        training_args,
+    )
     collator = recipe.collator(processor, model, data_args)
     recipe.before_training(model, features, collator, training_args)
     model = maybe_add_lora(model, model_args)
     group_options = recipe.parameter_group_options(training_args)
     trainer = KeplmTrainer(
-        model=model, args=training_args, processing_class=processor, data_collator=collator,
+        model=model,
+        args=training_args,
+        processing_class=processor,
+        data_collator=collator,
         parameter_group_options=group_options,
-        card_data=KeplmModelCardData(base_model=model_args.model_name_or_path, dataset=task.name,
-                                     command=["python", *sys.argv], card_facts=CARD_FACTS,
-                                     **recipe.card_options(raw, model, group_options)),
-        train_dataset=features.get("train"), eval_dataset=features.get("validation"),
+        card_data=KeplmModelCardData(
+            base_model=model_args.model_name_or_path,
+            dataset=task.name,
+            command=["python", *sys.argv],
+            card_facts=CARD_FACTS,
+            **recipe.card_options(raw, model, group_options),
+        ),
+        train_dataset=features.get("train"),
+        eval_dataset=features.get("validation"),
         compute_metrics=GlueComputeMetrics(task.metric),
     )
     knowledge = recipe.data_results(processor, raw, features, model)
     results = dict(knowledge)
     if training_args.do_train:
-        results.update(train_and_save(trainer, training_args, len(features["train"]),
-                                      **recipe.split_results(raw, "train", "train")))
+        results.update(
+            train_and_save(
+                trainer, training_args, len(features["train"]), **recipe.split_results(raw, "train", "train")
+            )
+        )
     if training_args.do_eval:
         results.update(record(trainer, "eval", dict(trainer.evaluate(), eval_samples=len(features["validation"]))))
     if training_args.do_predict and "test" in features:
         output = trainer.predict(features["test"], metric_key_prefix="predict")
-        results.update(record(trainer, "predict", dict(output.metrics, predict_samples=len(features["test"]),
-                                                       **recipe.split_results(raw, "test", "predict"))))
+        results.update(
+            record(
+                trainer,
+                "predict",
+                dict(
+                    output.metrics,
+                    predict_samples=len(features["test"]),
+                    **recipe.split_results(raw, "test", "predict"),
+                ),
+            )
+        )
     trainer.save_metrics("knowledge", knowledge)
     if training_args.do_train:
         trainer.create_model_card()

@@ -52,9 +52,15 @@ def load_data(data_args: NerDataArguments) -> datasets.DatasetDict:
     extra = {"name": data_args.dataset_config_name} if data_args.dataset_config_name else {}
     limits = data_args.sample_limits()
     return load_ner_dataset(
-        data_args.dataset_name, train_file=data_args.train_file, validation_file=data_args.validation_file,
-        test_file=data_args.test_file, max_train_samples=limits["train"], max_eval_samples=limits["validation"],
-        max_test_samples=limits["test"], train_sample_seed=data_args.train_sample_seed, **extra,
+        data_args.dataset_name,
+        train_file=data_args.train_file,
+        validation_file=data_args.validation_file,
+        test_file=data_args.test_file,
+        max_train_samples=limits["train"],
+        max_eval_samples=limits["validation"],
+        max_test_samples=limits["test"],
+        train_sample_seed=data_args.train_sample_seed,
+        **extra,
     )
 
 
@@ -63,7 +69,8 @@ def main(args: list[str] | None = None) -> dict:
     recipe prepares the knowledge and builds the model; labels, word-level tags and seqeval scores are the task's."""
     model_type, recipe_class, rest = choose_recipe(args, default="kala")
     model_args, data_args, method_args, training_args = parse_args(
-        (ModelArguments, NerDataArguments, recipe_class.arguments, KeplmTrainingArguments), rest)
+        (ModelArguments, NerDataArguments, recipe_class.arguments, KeplmTrainingArguments), rest
+    )
     recipe = recipe_class(model_type, model_args, method_args, "ner")
     setup_logging(training_args)
     set_seed(training_args.seed)
@@ -75,31 +82,54 @@ def main(args: list[str] | None = None) -> dict:
     with training_args.main_process_first(desc="knowledge"):
         processor, raw = recipe.prepare(raw, ["tokens"], data_args.preprocessing_num_workers)
     # a trained checkpoint keeps its label map (the data is renumbered to it); a new model takes the data's
-    label_kwargs = {} if recipe.is_checkpoint() else {
-        "num_labels": len(label_list), "id2label": dict(enumerate(label_list)),
-        "label2id": {label: i for i, label in enumerate(label_list)}}
+    label_kwargs = (
+        {}
+        if recipe.is_checkpoint()
+        else {
+            "num_labels": len(label_list),
+            "id2label": dict(enumerate(label_list)),
+            "label2id": {label: i for i, label in enumerate(label_list)},
+        }
+    )
     model = recipe.build_model(processor, **label_kwargs)
     check_max_seq_length(data_args.max_seq_length, model)
     raw, label_list = align_labels_to_model(raw, label_list, model.config)
     processor = recipe.finish(processor, model)
 
-    features = build_features(raw, lambda split: Featurizer(
-        processor, "prepare_ner_features", with_knowledge=recipe.reads_knowledge(model),
-        max_length=data_args.max_seq_length, label_all_tokens=data_args.label_all_tokens,
-        **recipe.feature_options(processor, data_args),
-    ), data_args, training_args)
+    features = build_features(
+        raw,
+        lambda split: Featurizer(
+            processor,
+            "prepare_ner_features",
+            with_knowledge=recipe.reads_knowledge(model),
+            max_length=data_args.max_seq_length,
+            label_all_tokens=data_args.label_all_tokens,
+            **recipe.feature_options(processor, data_args),
+        ),
+        data_args,
+        training_args,
+    )
     collator = recipe.collator(processor, model, data_args)
     recipe.before_training(model, features, collator, training_args)
     model = maybe_add_lora(model, model_args)
 
     group_options = recipe.parameter_group_options(training_args)
     trainer = KeplmTrainer(
-        model=model, args=training_args, data_collator=collator, processing_class=processor,
+        model=model,
+        args=training_args,
+        data_collator=collator,
+        processing_class=processor,
         parameter_group_options=group_options,
         card_data=KeplmModelCardData(
-            base_model=model_args.model_name_or_path, dataset=data_args.dataset_name, command=["python", *sys.argv],
-            example_text=data_args.tag_text, card_facts=CARD_FACTS, **recipe.card_options(raw, model, group_options)),
-        train_dataset=features.get("train"), eval_dataset=features.get("validation"),
+            base_model=model_args.model_name_or_path,
+            dataset=data_args.dataset_name,
+            command=["python", *sys.argv],
+            example_text=data_args.tag_text,
+            card_facts=CARD_FACTS,
+            **recipe.card_options(raw, model, group_options),
+        ),
+        train_dataset=features.get("train"),
+        eval_dataset=features.get("validation"),
         compute_metrics=NerComputeMetrics(label_list, per_type=data_args.return_entity_level_metrics),
         preprocess_logits_for_metrics=argmax_logits,
     )
@@ -109,29 +139,53 @@ def main(args: list[str] | None = None) -> dict:
         trainer.save_metrics("data", data_results)
         results.update(data_results)
     if training_args.do_train:
-        results.update(train_and_save(trainer, training_args, len(features["train"]),
-                                      **recipe.split_results(raw, "train", "train")))
+        results.update(
+            train_and_save(
+                trainer, training_args, len(features["train"]), **recipe.split_results(raw, "train", "train")
+            )
+        )
     if training_args.do_eval:
         results.update(record(trainer, "eval", dict(trainer.evaluate(), eval_samples=len(features["validation"]))))
     if training_args.do_predict:
         output = trainer.predict(features["test"], metric_key_prefix="predict")
-        metrics = dict(output.metrics, predict_samples=len(features["test"]),
-                       **recipe.split_results(raw, "test", "predict"))
+        metrics = dict(
+            output.metrics, predict_samples=len(features["test"]), **recipe.split_results(raw, "test", "predict")
+        )
         gold = [[label_list[t] for t in tags] for tags in raw["test"]["ner_tags"]]
         written, tags, references, counts = word_level_tags(
-            output.label_ids, output.predictions, raw["test"]["tokens"], gold, processor.tokenizer,
-            model.config.id2label, data_args.max_seq_length, data_args.label_all_tokens)
+            output.label_ids,
+            output.predictions,
+            raw["test"]["tokens"],
+            gold,
+            processor.tokenizer,
+            model.config.id2label,
+            data_args.max_seq_length,
+            data_args.label_all_tokens,
+        )
         metrics.update({f"predict_{k}": v for k, v in word_level_scores(tags, references).items()})
         metrics.update({f"predict_{k}": v for k, v in counts.items()})
         if counts["words_without_token"] or counts["words_truncated"]:
-            logger.warning("test: %d words yield no sub-token (predicted O, scored) and %d are cut off by "
-                           "--max_seq_length %d (not scored)", counts["words_without_token"], counts["words_truncated"],
-                           data_args.max_seq_length)
+            logger.warning(
+                "test: %d words yield no sub-token (predicted O, scored) and %d are cut off by "
+                "--max_seq_length %d (not scored)",
+                counts["words_without_token"],
+                counts["words_truncated"],
+                data_args.max_seq_length,
+            )
         counts = recipe.unseen_entity_counts(raw, "test")
         if counts is not None:  # KALA 5.4: contexts with >= 3 entities unseen in training vs the rest; and with >= 1
             metrics.update(subset_metrics(word_level_scores, tags, references, counts, "predict"))
-            metrics.update(subset_metrics(word_level_scores, tags, references, counts, "predict", threshold=1,
-                                          names=("all_seen", "with_unseen")))
+            metrics.update(
+                subset_metrics(
+                    word_level_scores,
+                    tags,
+                    references,
+                    counts,
+                    "predict",
+                    threshold=1,
+                    names=("all_seen", "with_unseen"),
+                )
+            )
         results.update(record(trainer, "predict", metrics))
         if trainer.is_world_process_zero():
             with open(os.path.join(training_args.output_dir, "predictions.txt"), "w", encoding="utf-8") as f:
@@ -148,8 +202,9 @@ def main(args: list[str] | None = None) -> dict:
     return results
 
 
-def tag_with_saved_model(model_dir: str, text: str, output_dir: str,
-                         base_model_name_or_path: str | None = None) -> list[tuple[str, str]]:
+def tag_with_saved_model(
+    model_dir: str, text: str, output_dir: str, base_model_name_or_path: str | None = None
+) -> list[tuple[str, str]]:
     """Load a saved model and processor through the Auto API, print the tags of ``text``, save them to JSON
     (``base_model_name_or_path``: a LoRA adapter's base encoder, when the adapter names it without a local path)."""
     model = load_for_inference(model_dir, AutoModelForTokenClassification, base_model_name_or_path)

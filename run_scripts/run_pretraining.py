@@ -69,7 +69,8 @@ def check_kge_leak(kg, held_out_keys, trelm_args: TrelmArguments) -> None:
             f"{len(held_out_keys)} held-out facts, so injection would leak them. Write the held-out facts (this "
             "script without --do_train writes OUTPUT_DIR/held_out_facts.tsv), train the embeddings without them "
             "(`keplm train-kge --kg ... --exclude_facts OUTPUT_DIR/held_out_facts.tsv`) and pass that folder, or "
-            "accept the leak with --allow_kge_leak")
+            "accept the leak with --allow_kge_leak"
+        )
     if leaked:
         logger.warning("--allow_kge_leak: the KG embeddings were trained on %d held-out facts", leaked)
 
@@ -85,12 +86,16 @@ def build_assets(corpus, trelm_args: TrelmArguments) -> KnowledgeAssets:
     if not trelm_args.uses_knowledge:
         return KnowledgeAssets()
     if not trelm_args.kg:
-        raise ValueError("--system trelm (and --entity_masking) need --kg: the KG with KG embeddings written by "
-                         "`keplm train-kge` (entity names for the CKA negatives, vectors for injection)")
+        raise ValueError(
+            "--system trelm (and --entity_masking) need --kg: the KG with KG embeddings written by "
+            "`keplm train-kge` (entity names for the CKA negatives, vectors for injection)"
+        )
     kg = load_kg(trelm_args.kg)
     if trelm_args.system == "trelm" and trelm_args.injection and kg.entity_vectors is None:
-        raise ValueError(f"--kg {trelm_args.kg} has no KG embeddings: train them with `keplm train-kge --kg ... "
-                         "--output_dir DIR` and pass DIR, or switch injection off (--no_injection)")
+        raise ValueError(
+            f"--kg {trelm_args.kg} has no KG embeddings: train them with `keplm train-kge --kg ... "
+            "--output_dir DIR` and pass DIR, or switch injection off (--no_injection)"
+        )
     check_kge_leak(kg, corpus.held_out_keys, trelm_args)
     if trelm_args.exclude_held_out_from_kg:
         kg = kg_without_facts(kg, corpus.held_out_keys)
@@ -107,21 +112,26 @@ def add_kg_entity_rows(model, processor) -> None:
         raise ValueError("--kg_entity_rows needs knowledge injection and a KG with KG embeddings (keplm train-kge)")
     extended = assets.with_entities(assets.kg.entity_ids)
     if extended is not assets:
-        logger.info("--kg_entity_rows: %d KG entities get an entity row (%d before)",
-                    extended.num_entities - assets.num_entities, assets.num_entities)
+        logger.info(
+            "--kg_entity_rows: %d KG entities get an entity row (%d before)",
+            extended.num_entities - assets.num_entities,
+            assets.num_entities,
+        )
         model.extend_entity_vocabulary(extended)
         processor.knowledge_assets = extended
 
 
 def main(args: list[str] | None = None) -> dict:
     model_args, data_args, trelm_args, training_args = parse_args(
-        (ModelArguments, PretrainingDataArguments, TrelmArguments, KeplmTrainingArguments), args)
+        (ModelArguments, PretrainingDataArguments, TrelmArguments, KeplmTrainingArguments), args
+    )
     setup_logging(training_args)
     set_seed(training_args.seed)
     path = model_args.model_name_or_path
     with training_args.main_process_first(desc="corpus"):
-        corpus = load_pretraining_corpus(data_args.corpus, data_args.held_out_fraction, seed=0,
-                                         max_examples=data_args.max_train_samples)
+        corpus = load_pretraining_corpus(
+            data_args.corpus, data_args.held_out_fraction, seed=0, max_examples=data_args.max_train_samples
+        )
     if training_args.should_save:
         corpus.save(training_args.output_dir)
     assets = build_assets(corpus, trelm_args)
@@ -132,55 +142,100 @@ def main(args: list[str] | None = None) -> dict:
         with training_args.main_process_first(desc="importance"):
             # scored where training runs: on a GPU the pass over the corpus takes seconds, on 2 CPU cores minutes
             encoder = AutoModel.from_pretrained(path, **model_args.hub_kwargs()).to(training_args.device)
-            dataset, selection = add_importance(dataset, encoder, tokenizer, trelm_args, data_args.max_seq_length,
-                                                encoder_name=path, overwrite_cache=data_args.overwrite_cache)
+            dataset, selection = add_importance(
+                dataset,
+                encoder,
+                tokenizer,
+                trelm_args,
+                data_args.max_seq_length,
+                encoder_name=path,
+                overwrite_cache=data_args.overwrite_cache,
+            )
             del encoder
     with training_args.main_process_first(desc="features"):
-        features = featurize(dataset, Featurizer(processor, "prepare_pretraining_features",
-                                                 with_knowledge=trelm_args.uses_knowledge,
-                                                 max_length=data_args.max_seq_length),
-                             data_args.preprocessing_num_workers, data_args.overwrite_cache, desc="Tokenising corpus")
-    model = TrelmForMaskedLM.from_base_pretrained(path, knowledge_assets=assets if trelm_args.uses_knowledge else None,
-                                                  **trelm_args.model_config())
+        features = featurize(
+            dataset,
+            Featurizer(
+                processor,
+                "prepare_pretraining_features",
+                with_knowledge=trelm_args.uses_knowledge,
+                max_length=data_args.max_seq_length,
+            ),
+            data_args.preprocessing_num_workers,
+            data_args.overwrite_cache,
+            desc="Tokenising corpus",
+        )
+    model = TrelmForMaskedLM.from_base_pretrained(
+        path, knowledge_assets=assets if trelm_args.uses_knowledge else None, **trelm_args.model_config()
+    )
     check_max_seq_length(data_args.max_seq_length, model)
     if model.config.use_cka:
         model.set_cka_entities(*processor.entity_name_table())
     if model.config.use_routing:
         if model_args.lora_r is not None:
-            raise ValueError("--lora_r freezes the encoder while knowledge routing (3.3) trains its FFN paths: use one "
-                             "of them (--no_routing with --lora_r)")
+            raise ValueError(
+                "--lora_r freezes the encoder while knowledge routing (3.3) trains its FFN paths: use one "
+                "of them (--no_routing with --lora_r)"
+            )
         model.enable_knowledge_routing()
     model = maybe_add_lora(model, model_args)
-    collator = MaskedLMCollator(KeplmDataCollator.from_processor(processor, model), tokenizer.mask_token_id,
-                                len(tokenizer), data_args.mlm_probability,
-                                mask_knowledge_targets=trelm_args.uses_knowledge,
-                                special_token_ids=tuple(tokenizer.all_special_ids), seed=training_args.seed)
+    collator = MaskedLMCollator(
+        KeplmDataCollator.from_processor(processor, model),
+        tokenizer.mask_token_id,
+        len(tokenizer),
+        data_args.mlm_probability,
+        mask_knowledge_targets=trelm_args.uses_knowledge,
+        special_token_ids=tuple(tokenizer.all_special_ids),
+        seed=training_args.seed,
+    )
     if trelm_args.export_encoder and model_args.lora_r is not None:
         raise ValueError("--export_encoder writes the whole pre-trained encoder: not with LoRA adapters (--lora_r)")
     clock = TrainingClock()
     callbacks, prober = [MemoryDecayCallback(), MaskingEpochCallback(collator)], None
     if data_args.probe != "none":
-        probe_data = load_probe(data_args.probe, data_args.probe_data_dir, data_args.probe_relations,
-                                data_args.probe_max_facts_per_relation)
+        probe_data = load_probe(
+            data_args.probe, data_args.probe_data_dir, data_args.probe_relations, data_args.probe_max_facts_per_relation
+        )
         # facts whose sentences only --max_train_samples dropped are neither seen nor held out: not probed
         facts = [f for f in probe_data["facts"] if fact_key(f) not in corpus.capped_keys]
         if len(facts) < len(probe_data["facts"]):
-            logger.info("probe: %d of %d facts left out, unseen only because of --max_train_samples",
-                        len(probe_data["facts"]) - len(facts), len(probe_data["facts"]))
-        prober = ProbeCallback(tokenizer, facts, corpus.seen_keys, data_args.probe_every_steps,
-                               data_args.probe_batch_size, clock, training_args.output_dir)
+            logger.info(
+                "probe: %d of %d facts left out, unseen only because of --max_train_samples",
+                len(probe_data["facts"]) - len(facts),
+                len(probe_data["facts"]),
+            )
+        prober = ProbeCallback(
+            tokenizer,
+            facts,
+            corpus.seen_keys,
+            data_args.probe_every_steps,
+            data_args.probe_batch_size,
+            clock,
+            training_args.output_dir,
+        )
         callbacks.append(prober)
     if data_args.max_train_seconds:
         callbacks.append(TimeBudgetCallback(data_args.max_train_seconds, clock))
     trainer = KeplmTrainer(
-        model=model, args=training_args, data_collator=collator, processing_class=processor,
-        train_dataset=features, callbacks=callbacks,
-        card_data=KeplmModelCardData(base_model=path, dataset=corpus_name(data_args.corpus),
-                                     command=["python", *sys.argv], card_facts=CARD_FACTS),
+        model=model,
+        args=training_args,
+        data_collator=collator,
+        processing_class=processor,
+        train_dataset=features,
+        callbacks=callbacks,
+        card_data=KeplmModelCardData(
+            base_model=path, dataset=corpus_name(data_args.corpus), command=["python", *sys.argv], card_facts=CARD_FACTS
+        ),
     )
-    results = flatten({"corpus": {k: v for k, v in corpus.report.items() if isinstance(v, (int, float, dict))},
-                       "selection": selection, "features": feature_statistics(features) if trelm_args.uses_knowledge
-                       else {"examples": len(features)}, "kge": getattr(model, "kge_coverage", {})}, "data")
+    results = flatten(
+        {
+            "corpus": {k: v for k, v in corpus.report.items() if isinstance(v, (int, float, dict))},
+            "selection": selection,
+            "features": feature_statistics(features) if trelm_args.uses_knowledge else {"examples": len(features)},
+            "kge": getattr(model, "kge_coverage", {}),
+        },
+        "data",
+    )
     trainer.save_metrics("data", results)
     if training_args.do_train:
         train_result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
@@ -192,8 +247,11 @@ def main(args: list[str] | None = None) -> dict:
         curve = prober.curve if prober is not None else []
         metrics = dict(train_result.metrics, train_samples=len(features), train_seconds=round(clock.elapsed(), 2))
         if curve:  # a probe without seen (or held-out) facts has no P@1 for them: None, left out
-            last = {"probe_p_at_1": curve[-1]["p_at_1"], "probe_seen_p_at_1": curve[-1]["seen"],
-                    "probe_held_out_p_at_1": curve[-1]["held_out"]}
+            last = {
+                "probe_p_at_1": curve[-1]["p_at_1"],
+                "probe_seen_p_at_1": curve[-1]["seen"],
+                "probe_held_out_p_at_1": curve[-1]["held_out"],
+            }
             metrics.update({key: value for key, value in last.items() if value is not None})
         results.update(record(trainer, "train", metrics))
         trainer.save_state()

@@ -55,16 +55,23 @@ def load_data(data_args: QaDataArguments) -> tuple[datasets.DatasetDict, dict]:
     """The splits, and the loader's report (files, answer-start checks, the article split it made)."""
     extra = {"name": data_args.dataset_config_name} if data_args.dataset_config_name else {}
     raw, report = load_qa_dataset(
-        data_args.dataset_name, train_file=data_args.train_file, validation_file=data_args.validation_file,
-        test_file=data_args.test_file, split_by_article=data_args.article_split(),
-        fix_answer_starts=data_args.fix_answer_starts, return_report=True, **extra,
+        data_args.dataset_name,
+        train_file=data_args.train_file,
+        validation_file=data_args.validation_file,
+        test_file=data_args.test_file,
+        split_by_article=data_args.article_split(),
+        fix_answer_starts=data_args.fix_answer_starts,
+        return_report=True,
+        **extra,
     )
     return limit_samples(raw, data_args.sample_limits(), data_args.sample_seeds()), report
 
 
 #: how a single SQuAD-style file gets its validation and test splits
-SPLIT_HINT = ("one SQuAD-style file has one split: --split_by_article 38 5 5 splits SQuAD v1.1 dev by article, or "
-              "give --validation_file / --test_file")
+SPLIT_HINT = (
+    "one SQuAD-style file has one split: --split_by_article 38 5 5 splits SQuAD v1.1 dev by article, or "
+    "give --validation_file / --test_file"
+)
 
 
 def main(args: list[str] | None = None) -> dict:
@@ -72,7 +79,8 @@ def main(args: list[str] | None = None) -> dict:
     recipe prepares the knowledge and builds the model; windows, n-best answers and EM/F1 are the task's."""
     model_type, recipe_class, rest = choose_recipe(args, default="kala")
     model_args, data_args, method_args, training_args = parse_args(
-        (ModelArguments, QaDataArguments, recipe_class.arguments, KeplmTrainingArguments), rest)
+        (ModelArguments, QaDataArguments, recipe_class.arguments, KeplmTrainingArguments), rest
+    )
     recipe = recipe_class(model_type, model_args, method_args, "qa")
     setup_logging(training_args)
     set_seed(training_args.seed)
@@ -86,25 +94,43 @@ def main(args: list[str] | None = None) -> dict:
     model = recipe.build_model(processor)
     check_max_seq_length(data_args.max_seq_length, model)
     processor = recipe.finish(processor, model)
-    features = build_features(raw, lambda split: Featurizer(
-        processor, "prepare_qa_features", with_knowledge=recipe.reads_knowledge(model),
-        max_length=data_args.max_seq_length, doc_stride=data_args.doc_stride, training=split == "train",
-        **recipe.feature_options(processor, data_args),
-    ), data_args, training_args)
+    features = build_features(
+        raw,
+        lambda split: Featurizer(
+            processor,
+            "prepare_qa_features",
+            with_knowledge=recipe.reads_knowledge(model),
+            max_length=data_args.max_seq_length,
+            doc_stride=data_args.doc_stride,
+            training=split == "train",
+            **recipe.feature_options(processor, data_args),
+        ),
+        data_args,
+        training_args,
+    )
     collator = recipe.collator(processor, model, data_args)
     recipe.before_training(model, features, collator, training_args)
     model = maybe_add_lora(model, model_args)
 
     group_options = recipe.parameter_group_options(training_args)
     trainer = QuestionAnsweringTrainer(
-        model=model, args=training_args, data_collator=collator, processing_class=processor,
+        model=model,
+        args=training_args,
+        data_collator=collator,
+        processing_class=processor,
         parameter_group_options=group_options,
         card_data=KeplmModelCardData(
-            base_model=model_args.model_name_or_path, dataset=data_args.dataset_name, command=["python", *sys.argv],
-            card_facts=CARD_FACTS, **recipe.card_options(raw, model, group_options)),
-        train_dataset=features.get("train"), eval_dataset=features.get("validation"),
+            base_model=model_args.model_name_or_path,
+            dataset=data_args.dataset_name,
+            command=["python", *sys.argv],
+            card_facts=CARD_FACTS,
+            **recipe.card_options(raw, model, group_options),
+        ),
+        train_dataset=features.get("train"),
+        eval_dataset=features.get("validation"),
         eval_examples=raw["validation"] if training_args.do_eval else None,
-        n_best_size=data_args.n_best_size, max_answer_length=data_args.max_answer_length,
+        n_best_size=data_args.n_best_size,
+        max_answer_length=data_args.max_answer_length,
     )
     data_results = recipe.data_results(processor, raw, features, model)
     data_results.update(flatten(data_report, "data"))
@@ -115,23 +141,39 @@ def main(args: list[str] | None = None) -> dict:
         if counts is not None:
             ids = list(raw["test"]["id"])
             references = squad_references(raw["test"])
-            metrics.update(subset_metrics(
-                lambda p, r: squad_v1_metrics(dict(enumerate(p)), dict(enumerate(r))),
-                [output.predictions.get(i, "") for i in ids], [references[i] for i in ids], counts, "predict"))
+            metrics.update(
+                subset_metrics(
+                    lambda p, r: squad_v1_metrics(dict(enumerate(p)), dict(enumerate(r))),
+                    [output.predictions.get(i, "") for i in ids],
+                    [references[i] for i in ids],
+                    counts,
+                    "predict",
+                )
+            )
         return metrics
 
-    return train_evaluate_predict(trainer, training_args, raw, features, data_results,
-                                  train_extra=recipe.split_results(raw, "train", "train"), predict_extra=predict_extra)
+    return train_evaluate_predict(
+        trainer,
+        training_args,
+        raw,
+        features,
+        data_results,
+        train_extra=recipe.split_results(raw, "train", "train"),
+        predict_extra=predict_extra,
+    )
 
 
 def check_window(processor, data_args: QaDataArguments) -> None:
     if processor.tokenizer.model_max_length < data_args.max_seq_length:
-        raise ValueError(f"--max_seq_length {data_args.max_seq_length} exceeds the tokenizer's "
-                         f"model_max_length {processor.tokenizer.model_max_length}")
+        raise ValueError(
+            f"--max_seq_length {data_args.max_seq_length} exceeds the tokenizer's "
+            f"model_max_length {processor.tokenizer.model_max_length}"
+        )
 
 
-def train_evaluate_predict(trainer, training_args, raw, features, data_results: dict, train_extra: dict | None = None,
-                           predict_extra=None) -> dict:
+def train_evaluate_predict(
+    trainer, training_args, raw, features, data_results: dict, train_extra: dict | None = None, predict_extra=None
+) -> dict:
     """The shared end of both models: data report, training, EM/F1 on validation and test, card and push."""
     results = {}
     if data_results:

@@ -50,15 +50,19 @@ logger = logging.getLogger(__name__)
 
 @dataclass
 class RelationModelArguments(ModelArguments):
-    bilinear_dim: int = field(default=128,
-                              metadata={"help": "Size of the head/tail projections of the bilinear layer."})
+    bilinear_dim: int = field(
+        default=128, metadata={"help": "Size of the head/tail projections of the bilinear layer."}
+    )
     dropout: float | None = field(default=None, metadata={"help": "Entity dropout (default: the encoder's)."})
-    max_relations: int = field(default=100,
-                               metadata={"help": "Keep the N most frequent training relations (paper: 100)."})
+    max_relations: int = field(
+        default=100, metadata={"help": "Keep the N most frequent training relations (paper: 100)."}
+    )
     top2_threshold: float | None = field(
         default=None,
-        metadata={"help": "Take the top-2 relation when no_relation is top-1 and top-2 has p above this (default: "
-                  "the paper's 0.1 for a new model, the saved value for a saved one; 1.0 = top-1 only)."},
+        metadata={
+            "help": "Take the top-2 relation when no_relation is top-1 and top-2 has p above this (default: "
+            "the paper's 0.1 for a new model, the saved value for a saved one; 1.0 = top-1 only)."
+        },
     )
     head_learning_rate: float | None = field(
         default=None, metadata={"help": "Learning rate of the new (non-encoder) modules; default: --learning_rate."}
@@ -96,9 +100,11 @@ def load_splits(data_args: RelationDataArguments, training_args: TrainingArgumen
         rows = read_docred(data_args.train_file)
         if data_args.validation_file is None and training_args.do_eval:
             if not 0 < data_args.validation_docs < len(rows):
-                raise ValueError(f"--validation_docs {data_args.validation_docs} must leave training documents "
-                                 f"(the file has {len(rows)})")
-            rows, splits["validation"] = rows[: -data_args.validation_docs], rows[-data_args.validation_docs:]
+                raise ValueError(
+                    f"--validation_docs {data_args.validation_docs} must leave training documents "
+                    f"(the file has {len(rows)})"
+                )
+            rows, splits["validation"] = rows[: -data_args.validation_docs], rows[-data_args.validation_docs :]
         splits["train"] = rows
     if data_args.validation_file:
         splits["validation"] = read_docred(data_args.validation_file)
@@ -107,8 +113,14 @@ def load_splits(data_args: RelationDataArguments, training_args: TrainingArgumen
     for split, flag in (("train", "do_train"), ("validation", "do_eval"), ("test", "do_predict")):
         if getattr(training_args, flag) and split not in splits:
             raise ValueError(f"--{flag} needs {split} documents (see --train_file/--validation_file/--test_file)")
-    return limit_samples(splits, {"train": data_args.max_train_samples, "validation": data_args.max_eval_samples,
-                                  "test": data_args.max_predict_samples})
+    return limit_samples(
+        splits,
+        {
+            "train": data_args.max_train_samples,
+            "validation": data_args.max_eval_samples,
+            "test": data_args.max_predict_samples,
+        },
+    )
 
 
 def build_model(model_args: RelationModelArguments, splits: dict, training_args: TrainingArguments):
@@ -122,8 +134,12 @@ def build_model(model_args: RelationModelArguments, splits: dict, training_args:
         raise ValueError(f"{model_args.model_name_or_path} is not a relation extractor; pass --do_train to train one")
     relations = build_relation_vocab(splits["train"], model_args.max_relations)
     return KeplmForRelationExtraction.from_base_pretrained(
-        model_args.model_name_or_path, id2label=dict(enumerate(relations)), bilinear_dim=model_args.bilinear_dim,
-        dropout=model_args.dropout, max_relations=model_args.max_relations, **threshold,
+        model_args.model_name_or_path,
+        id2label=dict(enumerate(relations)),
+        bilinear_dim=model_args.bilinear_dim,
+        dropout=model_args.dropout,
+        max_relations=model_args.max_relations,
+        **threshold,
         entity_types=list(DOCRED_ENTITY_TYPES) if model_args.use_entity_types else None,
     )
 
@@ -151,15 +167,18 @@ class PredictRelations:
 
 
 def save_relations(path: str, config: RelationExtractionConfig, names: dict[str, str], counts: dict[str, int]):
-    relations = [{"id": i, "relation": r, "name": names.get(r, r), "train_facts": counts.get(r, 0)}
-                 for i, r in sorted(config.id2label.items())]
+    relations = [
+        {"id": i, "relation": r, "name": names.get(r, r), "train_facts": counts.get(r, 0)}
+        for i, r in sorted(config.id2label.items())
+    ]
     with open(path, "w", encoding="utf-8") as f:
         json.dump({"no_relation_id": config.label2id[config.no_relation_label], "relations": relations}, f, indent=2)
 
 
 def main(args: list[str] | None = None) -> dict:
-    model_args, data_args, training_args = parse_args((RelationModelArguments, RelationDataArguments,
-                                                       KeplmTrainingArguments), args)
+    model_args, data_args, training_args = parse_args(
+        (RelationModelArguments, RelationDataArguments, KeplmTrainingArguments), args
+    )
     setup_logging(training_args)
     if training_args.label_names is None:
         training_args.label_names = ["edge_labels"]
@@ -172,13 +191,22 @@ def main(args: list[str] | None = None) -> dict:
         raise ValueError("relation extraction needs a fast tokenizer (character offsets)")
     config = model.config
     no_relation_id = config.label2id[config.no_relation_label]
-    logger.info("%d relations (+ %s), top-2 threshold %.2f", config.num_labels - 1, config.no_relation_label,
-                config.top2_threshold)
+    logger.info(
+        "%d relations (+ %s), top-2 threshold %.2f",
+        config.num_labels - 1,
+        config.no_relation_label,
+        config.top2_threshold,
+    )
 
     def make_processor(negative_ratio=None) -> RelationExtractionProcessor:
         """The model's processor, with ``negative_ratio`` no_relation pairs per positive (None: all)."""
-        return RelationExtractionProcessor.from_model_config(tokenizer, config, max_length=data_args.max_seq_length,
-                                                              negative_ratio=negative_ratio, seed=training_args.seed)
+        return RelationExtractionProcessor.from_model_config(
+            tokenizer,
+            config,
+            max_length=data_args.max_seq_length,
+            negative_ratio=negative_ratio,
+            seed=training_args.seed,
+        )
 
     processor = make_processor()  # the saved one: no negative sampling
     features, reports = {}, {}
@@ -186,18 +214,28 @@ def main(args: list[str] | None = None) -> dict:
         split_processor = make_processor(data_args.negative_ratio) if split == "train" else processor
         raw = datasets.Dataset.from_list(rows, features=DOCRED_FEATURES)
         with training_args.main_process_first(desc=f"{split} features"):
-            features[split] = raw.map(split_processor.prepare_relation_features, batched=True,
-                                      remove_columns=raw.column_names, num_proc=data_args.preprocessing_num_workers,
-                                      desc=f"Tokenising {split}")
+            features[split] = raw.map(
+                split_processor.prepare_relation_features,
+                batched=True,
+                remove_columns=raw.column_names,
+                num_proc=data_args.preprocessing_num_workers,
+                desc=f"Tokenising {split}",
+            )
         reports[split] = featurization_report(features[split], split)
 
     collator = KeplmDataCollator.from_processor(processor, model, entity_vocab_size=max(config.num_entity_types, 1))
     trainer = PairEvalTrainer(
-        model=model, args=training_args, data_collator=collator, processing_class=processor,
+        model=model,
+        args=training_args,
+        data_collator=collator,
+        processing_class=processor,
         train_dataset=features.get("train") if training_args.do_train else None,
         eval_dataset=features.get("validation") if training_args.do_eval else None,
-        compute_metrics=(FactMetrics(features["validation"], splits["validation"], config.id2label, no_relation_id)
-                         if training_args.do_eval else None),
+        compute_metrics=(
+            FactMetrics(features["validation"], splits["validation"], config.id2label, no_relation_id)
+            if training_args.do_eval
+            else None
+        ),
         preprocess_logits_for_metrics=PredictRelations(config.top2_threshold, no_relation_id),
         parameter_group_options={"head_learning_rate": model_args.head_learning_rate},
     )
@@ -219,8 +257,12 @@ def main(args: list[str] | None = None) -> dict:
             counts = {}
             for fact in (f for row in splits["train"] for f in row["facts"]):
                 counts[fact["r"]] = counts.get(fact["r"], 0) + 1
-            save_relations(os.path.join(training_args.output_dir, "relations.json"), config,
-                           load_relation_names(data_args.relation_names_file), counts)
+            save_relations(
+                os.path.join(training_args.output_dir, "relations.json"),
+                config,
+                load_relation_names(data_args.relation_names_file),
+                counts,
+            )
         with open(os.path.join(training_args.output_dir, "featurization.json"), "w", encoding="utf-8") as f:
             json.dump(reports, f, indent=2)
     return results

@@ -46,8 +46,11 @@ logger = logging.getLogger(__name__)
 @dataclass
 class RelationClassificationDataArguments(DataArguments):
     validation_size: int = field(
-        default=800, metadata={"help": "Hold out N training sentences (a fixed seeded sample) for validation (the "
-                                       "release has no dev set); 0 keeps them for training."}
+        default=800,
+        metadata={
+            "help": "Hold out N training sentences (a fixed seeded sample) for validation (the "
+            "release has no dev set); 0 keeps them for training."
+        },
     )
     max_seq_length: int = field(default=128, metadata={"help": "Tokens per marked sentence (longer: cut, counted)."})
 
@@ -63,9 +66,13 @@ def encoder_checkpoint(model_args: ModelArguments, output_dir: str, export: bool
         from keplm import TrelmForMaskedLM
 
         TrelmForMaskedLM.from_pretrained(path, **hub).save_encoder(target, AutoTokenizer.from_pretrained(path, **hub))
-        logger.info("%s is a TRELM checkpoint: its encoder (routing deltas folded in) is exported to %s. It has no "
-                    "pooler (TRELM pre-trains token states): the classifier's pooler starts from random weights, as "
-                    "its head does, and trains with it", path, target)
+        logger.info(
+            "%s is a TRELM checkpoint: its encoder (routing deltas folded in) is exported to %s. It has no "
+            "pooler (TRELM pre-trains token states): the classifier's pooler starts from random weights, as "
+            "its head does, and trains with it",
+            path,
+            target,
+        )
     return target
 
 
@@ -77,8 +84,12 @@ class MarkedSentenceFeaturizer:
         self.tokenizer, self.max_length = tokenizer, max_length
 
     def __call__(self, batch: dict) -> dict:
-        texts = [mark_entities(s, (a, b), (c, d)) for s, a, b, c, d in
-                 zip(batch["sentence"], batch["e1_start"], batch["e1_end"], batch["e2_start"], batch["e2_end"])]
+        texts = [
+            mark_entities(s, (a, b), (c, d))
+            for s, a, b, c, d in zip(
+                batch["sentence"], batch["e1_start"], batch["e1_end"], batch["e2_start"], batch["e2_end"]
+            )
+        ]
         features = self.tokenizer(texts, truncation=True, max_length=self.max_length)
         full = self.tokenizer(texts)["input_ids"]
         features["truncated"] = [int(len(ids) > self.max_length) for ids in full]
@@ -88,41 +99,58 @@ class MarkedSentenceFeaturizer:
 
 def main(args: list[str] | None = None) -> dict:
     model_args, data_args, training_args = parse_args(
-        (ModelArguments, RelationClassificationDataArguments, KeplmTrainingArguments), args)
+        (ModelArguments, RelationClassificationDataArguments, KeplmTrainingArguments), args
+    )
     setup_logging(training_args)
     set_seed(training_args.seed)
-    raw = load_semeval2010_task8(data_args.dataset_name, train_file=data_args.train_file,
-                                 test_file=data_args.test_file, validation_file=data_args.validation_file,
-                                 validation_size=data_args.validation_size,
-                                 **({"name": data_args.dataset_config_name} if data_args.dataset_config_name else {}))
+    raw = load_semeval2010_task8(
+        data_args.dataset_name,
+        train_file=data_args.train_file,
+        test_file=data_args.test_file,
+        validation_file=data_args.validation_file,
+        validation_size=data_args.validation_size,
+        **({"name": data_args.dataset_config_name} if data_args.dataset_config_name else {}),
+    )
     raw = limit_samples(raw, data_args.sample_limits(), data_args.sample_seeds())
     check_splits(raw, training_args)
     with training_args.main_process_first(desc="encoder"):
-        path = encoder_checkpoint(model_args, training_args.output_dir,
-                                  export=training_args.local_process_index == 0)
+        path = encoder_checkpoint(model_args, training_args.output_dir, export=training_args.local_process_index == 0)
     tokenizer = AutoTokenizer.from_pretrained(path, **model_args.hub_kwargs())
     labels = {"id2label": dict(enumerate(SEMEVAL_LABELS)), "label2id": {n: i for i, n in enumerate(SEMEVAL_LABELS)}}
-    model = AutoModelForSequenceClassification.from_pretrained(path, num_labels=len(SEMEVAL_LABELS), **labels,
-                                                               **model_args.hub_kwargs())
+    model = AutoModelForSequenceClassification.from_pretrained(
+        path, num_labels=len(SEMEVAL_LABELS), **labels, **model_args.hub_kwargs()
+    )
     if [model.config.id2label[i] for i in range(model.config.num_labels)] != list(SEMEVAL_LABELS):
-        raise ValueError(f"{path} classifies into {list(model.config.id2label.values())}, not the SemEval-2010 Task 8 "
-                         "labels")
+        raise ValueError(
+            f"{path} classifies into {list(model.config.id2label.values())}, not the SemEval-2010 Task 8 labels"
+        )
     check_max_seq_length(data_args.max_seq_length, model)
     featurizer = MarkedSentenceFeaturizer(tokenizer, data_args.max_seq_length)
     features, results = {}, {}
     for split in raw:
         with training_args.main_process_first(desc=f"{split} features"):
-            features[split] = raw[split].map(featurizer, batched=True, remove_columns=raw[split].column_names,
-                                             num_proc=data_args.preprocessing_num_workers,
-                                             load_from_cache_file=not data_args.overwrite_cache,
-                                             desc=f"Tokenising {split}")
+            features[split] = raw[split].map(
+                featurizer,
+                batched=True,
+                remove_columns=raw[split].column_names,
+                num_proc=data_args.preprocessing_num_workers,
+                load_from_cache_file=not data_args.overwrite_cache,
+                desc=f"Tokenising {split}",
+            )
         results[f"{split}_truncated"] = sum(features[split]["truncated"])
         if results[f"{split}_truncated"]:
-            logger.warning("%s: %d of %d marked sentences exceed %d tokens and are cut", split,
-                           results[f"{split}_truncated"], len(features[split]), data_args.max_seq_length)
+            logger.warning(
+                "%s: %d of %d marked sentences exceed %d tokens and are cut",
+                split,
+                results[f"{split}_truncated"],
+                len(features[split]),
+                data_args.max_seq_length,
+            )
         features[split] = features[split].remove_columns("truncated")
     trainer = KeplmTrainer(
-        model=model, args=training_args, processing_class=tokenizer,
+        model=model,
+        args=training_args,
+        processing_class=tokenizer,
         data_collator=DataCollatorWithPadding(tokenizer, pad_to_multiple_of=data_args.pad_to_multiple_of),
         train_dataset=features.get("train") if training_args.do_train else None,
         eval_dataset=features.get("validation") if training_args.do_eval else None,

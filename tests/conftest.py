@@ -37,11 +37,23 @@ def kg():
         ("Q999", "P17", "Q142"),  # unknownia country france (never seen in training)
         ("Q60", "P17", "Q30"),  # new york country usa
     ]
-    names = {"Q90": "Paris", "Q142": "France", "Q64": "Berlin", "Q183": "Germany", "Q84": "London",
-             "Q21": "England", "Q515": "city", "Q1471": "Seine", "Q999": "Unknownia", "Q60": "New York",
-             "Q30": "USA"}
+    names = {
+        "Q90": "Paris",
+        "Q142": "France",
+        "Q64": "Berlin",
+        "Q183": "Germany",
+        "Q84": "London",
+        "Q21": "England",
+        "Q515": "city",
+        "Q1471": "Seine",
+        "Q999": "Unknownia",
+        "Q60": "New York",
+        "Q30": "USA",
+    }
     return KnowledgeGraph.from_triples(
-        triples, entity_names=names, entity_aliases={"Q60": ["big apple"]},
+        triples,
+        entity_names=names,
+        entity_aliases={"Q60": ["big apple"]},
         relation_names={"P17": "country", "P31": "instance of"},
     )
 
@@ -54,8 +66,14 @@ def assets(kg):
 
 def tiny_encoder_config(tokenizer, layers: int = 2, hidden: int = 32) -> BertConfig:
     return BertConfig(
-        vocab_size=len(tokenizer), hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=2,
-        intermediate_size=48, max_position_embeddings=128, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+        vocab_size=len(tokenizer),
+        hidden_size=hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=2,
+        intermediate_size=48,
+        max_position_embeddings=128,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
     )
 
 

@@ -34,15 +34,29 @@ MINILM_SUBSTITUTION = re.compile(r"\"?\$\((?:\.venv/bin/)?python -c [\"'][^\"']*
 
 #: options that keep a run-script command at tiny scale; each is added only where the script accepts it
 CAPS = {
-    "--max_train_samples": "8", "--max_eval_samples": "8", "--max_predict_samples": "8", "--max_steps": "2",
-    "--use_cpu": None, "--report_to": "none", "--save_strategy": "no", "--disable_tqdm": "1",
-    "--per_device_train_batch_size": "4", "--per_device_eval_batch_size": "4", "--logging_steps": "1",
-    "--max_facts_per_relation": "2", "--probe_max_facts_per_relation": "2",
+    "--max_train_samples": "8",
+    "--max_eval_samples": "8",
+    "--max_predict_samples": "8",
+    "--max_steps": "2",
+    "--use_cpu": None,
+    "--report_to": "none",
+    "--save_strategy": "no",
+    "--disable_tqdm": "1",
+    "--per_device_train_batch_size": "4",
+    "--per_device_eval_batch_size": "4",
+    "--logging_steps": "1",
+    "--max_facts_per_relation": "2",
+    "--probe_max_facts_per_relation": "2",
 }
 #: the same for the ``keplm`` commands, per sub-command
 KEPLM_CAPS = {
-    "train-kge": {"--epochs": "1", "--dim": "8", "--max_eval_triples": "10", "--num_threads": "1",
-                  "--no_progress": None},
+    "train-kge": {
+        "--epochs": "1",
+        "--dim": "8",
+        "--max_eval_triples": "10",
+        "--num_threads": "1",
+        "--no_progress": None,
+    },
     "check-knowledge": {"--max_examples": "8"},
     "build-kg": {"--num_proc": "1"},
 }
@@ -77,9 +91,16 @@ def read_blocks(path: Path, root: Path = ROOT) -> list[Block]:
             continue
         close = next((j for j in range(i + 1, len(lines)) if lines[j].strip().startswith(fence.group(1))), len(lines))
         marker = MARKER.match(lines[i - 1]) if i else None
-        blocks.append(Block(str(path.relative_to(root)), i + 1, fence.group("lang"),
-                            "\n".join(lines[i + 1:close]) + "\n",
-                            marker and marker.group("id"), marker and marker.group("reason")))
+        blocks.append(
+            Block(
+                str(path.relative_to(root)),
+                i + 1,
+                fence.group("lang"),
+                "\n".join(lines[i + 1 : close]) + "\n",
+                marker and marker.group("id"),
+                marker and marker.group("reason"),
+            )
+        )
         i = close + 1
     return blocks
 

@@ -15,9 +15,17 @@ from .hub_server import HubServer
 
 def hub_environment(url: str, home: str | os.PathLike) -> dict[str, str]:
     """Environment variables that point a fresh process (a subprocess) at the server, with an empty cache."""
-    return {"HF_ENDPOINT": url, "HF_HUB_OFFLINE": "0", "TRANSFORMERS_OFFLINE": "0", "HF_HUB_DISABLE_XET": "1",
-            "HF_HUB_DISABLE_TELEMETRY": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1", "HF_HOME": str(home),
-            "HF_HUB_CACHE": os.path.join(home, "hub"), "HF_TOKEN": "dummy"}
+    return {
+        "HF_ENDPOINT": url,
+        "HF_HUB_OFFLINE": "0",
+        "TRANSFORMERS_OFFLINE": "0",
+        "HF_HUB_DISABLE_XET": "1",
+        "HF_HUB_DISABLE_TELEMETRY": "1",
+        "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+        "HF_HOME": str(home),
+        "HF_HUB_CACHE": os.path.join(home, "hub"),
+        "HF_TOKEN": "dummy",
+    }
 
 
 @pytest.fixture()

@@ -50,8 +50,27 @@ from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlsplit
 
 #: file-name patterns stored as LFS (a subset of the Hub's default ``.gitattributes``)
-LFS_PATTERNS = ("*.safetensors", "*.bin", "*.pt", "*.pth", "*.ckpt", "*.h5", "*.msgpack", "*.onnx", "*.npy", "*.npz",
-                "*.pkl", "*.pickle", "*.model", "*.zip", "*.gz", "*.tar", "*.parquet", "*.arrow", "*tfevents*")
+LFS_PATTERNS = (
+    "*.safetensors",
+    "*.bin",
+    "*.pt",
+    "*.pth",
+    "*.ckpt",
+    "*.h5",
+    "*.msgpack",
+    "*.onnx",
+    "*.npy",
+    "*.npz",
+    "*.pkl",
+    "*.pickle",
+    "*.model",
+    "*.zip",
+    "*.gz",
+    "*.tar",
+    "*.parquet",
+    "*.arrow",
+    "*tfevents*",
+)
 GITATTRIBUTES = "".join(f"{pattern} filter=lfs diff=lfs merge=lfs -text\n" for pattern in LFS_PATTERNS).encode()
 API_TYPES = {"models": "model", "datasets": "dataset"}
 URL_PREFIXES = {"model": "", "dataset": "datasets/"}
@@ -227,9 +246,20 @@ class HubServer:
             pointer = len(lfs_pointer(entry.sha256, entry.size))
             lfs = {"lfs": {"sha256": entry.sha256, "size": entry.size, "pointerSize": pointer}} if entry.lfs else {}
             siblings.append({"rfilename": path, "size": entry.size, "blobId": entry.oid, **lfs})
-        return {"id": repo_id, "author": repo_id.split("/")[0], "sha": commit.oid, "private": False, "gated": False,
-                "disabled": False, "createdAt": repo.created, "lastModified": commit.date, "tags": [], "downloads": 0,
-                "likes": 0, "siblings": siblings}
+        return {
+            "id": repo_id,
+            "author": repo_id.split("/")[0],
+            "sha": commit.oid,
+            "private": False,
+            "gated": False,
+            "disabled": False,
+            "createdAt": repo.created,
+            "lastModified": commit.date,
+            "tags": [],
+            "downloads": 0,
+            "likes": 0,
+            "siblings": siblings,
+        }
 
     def _tree(self, commit: Commit, path: str, recursive: bool) -> list[dict]:
         """Files and folders under ``path``: direct children only unless ``recursive``."""
@@ -238,7 +268,7 @@ class HubServer:
         for file_path, entry in sorted(commit.files.items()):
             if not file_path.startswith(prefix):
                 continue
-            parts = file_path[len(prefix):].split("/")
+            parts = file_path[len(prefix) :].split("/")
             for depth in range(1, len(parts) if recursive else min(2, len(parts))):
                 folder = prefix + "/".join(parts[:depth])
                 if folder not in folders:
@@ -273,8 +303,14 @@ class HubServer:
             name = path.rsplit("/", 1)[-1]
             lfs = size >= self.lfs_threshold or b"\0" in sample or any(fnmatch.fnmatch(name, p) for p in LFS_PATTERNS)
             old = commit.files.get(path)
-            files.append({"path": path, "uploadMode": "lfs" if lfs else "regular", "shouldIgnore": False,
-                          "oid": None if old is None else (old.sha256 if old.lfs else old.oid)})
+            files.append(
+                {
+                    "path": path,
+                    "uploadMode": "lfs" if lfs else "regular",
+                    "shouldIgnore": False,
+                    "oid": None if old is None else (old.sha256 if old.lfs else old.oid),
+                }
+            )
         return {"files": files, "commitOid": commit.oid}
 
     def _lfs_batch(self, payload: dict) -> tuple[int, object, dict]:
@@ -287,8 +323,10 @@ class HubServer:
             obj = {"oid": oid, "size": size, "authenticated": True}
             blob = self.blobs / oid
             if not (blob.is_file() and blob.stat().st_size == size):  # already stored: no actions, client skips it
-                obj["actions"] = {"upload": {"href": f"{self.url}/__lfs/{oid}"},
-                                  "verify": {"href": f"{self.url}/__lfs/verify"}}
+                obj["actions"] = {
+                    "upload": {"href": f"{self.url}/__lfs/{oid}"},
+                    "verify": {"href": f"{self.url}/__lfs/verify"},
+                }
             objects.append(obj)
         return 200, {"transfer": "basic", "objects": objects}, {"Content-Type": "application/vnd.git-lfs+json"}
 

@@ -20,31 +20,76 @@ def seq2seq_tokenizer() -> PreTrainedTokenizerFast:
     backend = Tokenizer(WordLevel(vocab, unk_token="<unk>"))
     backend.normalizer = normalizers.Lowercase()
     backend.pre_tokenizer = pre_tokenizers.Whitespace()
-    backend.post_processor = processors.TemplateProcessing(single="$A </s>", pair="$A </s> $B </s>",
-                                                           special_tokens=[("</s>", vocab["</s>"])])
-    return PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="<pad>", eos_token="</s>", unk_token="<unk>",
-                                   model_max_length=128, model_input_names=["input_ids", "attention_mask"])
+    backend.post_processor = processors.TemplateProcessing(
+        single="$A </s>", pair="$A </s> $B </s>", special_tokens=[("</s>", vocab["</s>"])]
+    )
+    return PreTrainedTokenizerFast(
+        tokenizer_object=backend,
+        pad_token="<pad>",
+        eos_token="</s>",
+        unk_token="<unk>",
+        model_max_length=128,
+        model_input_names=["input_ids", "attention_mask"],
+    )
 
 
 def t5_config(vocab_size: int, layers: int = 2) -> T5Config:
-    return T5Config(vocab_size=vocab_size, d_model=32, d_kv=16, d_ff=48, num_layers=layers, num_decoder_layers=2,
-                    num_heads=2, relative_attention_num_buckets=8, relative_attention_max_distance=16,
-                    dropout_rate=0.0, pad_token_id=0, eos_token_id=1, decoder_start_token_id=0)
+    return T5Config(
+        vocab_size=vocab_size,
+        d_model=32,
+        d_kv=16,
+        d_ff=48,
+        num_layers=layers,
+        num_decoder_layers=2,
+        num_heads=2,
+        relative_attention_num_buckets=8,
+        relative_attention_max_distance=16,
+        dropout_rate=0.0,
+        pad_token_id=0,
+        eos_token_id=1,
+        decoder_start_token_id=0,
+    )
 
 
 def mt5_config(vocab_size: int, layers: int = 2) -> MT5Config:
     """T5 v1.1's gated-GELU feed-forward and untied LM head, as mT5 checkpoints have."""
-    return MT5Config(vocab_size=vocab_size, d_model=32, d_kv=16, d_ff=48, num_layers=layers, num_decoder_layers=2,
-                     num_heads=2, relative_attention_num_buckets=8, relative_attention_max_distance=16,
-                     dropout_rate=0.0, pad_token_id=0, eos_token_id=1, decoder_start_token_id=0)
+    return MT5Config(
+        vocab_size=vocab_size,
+        d_model=32,
+        d_kv=16,
+        d_ff=48,
+        num_layers=layers,
+        num_decoder_layers=2,
+        num_heads=2,
+        relative_attention_num_buckets=8,
+        relative_attention_max_distance=16,
+        dropout_rate=0.0,
+        pad_token_id=0,
+        eos_token_id=1,
+        decoder_start_token_id=0,
+    )
 
 
 def bart_config(vocab_size: int, layers: int = 2) -> BartConfig:
-    return BartConfig(vocab_size=vocab_size, d_model=32, encoder_layers=layers, decoder_layers=2,
-                      encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=48, decoder_ffn_dim=48,
-                      max_position_embeddings=128, dropout=0.0, attention_dropout=0.0, activation_dropout=0.0,
-                      pad_token_id=0, eos_token_id=1, bos_token_id=1, decoder_start_token_id=1,
-                      forced_eos_token_id=None)
+    return BartConfig(
+        vocab_size=vocab_size,
+        d_model=32,
+        encoder_layers=layers,
+        decoder_layers=2,
+        encoder_attention_heads=2,
+        decoder_attention_heads=2,
+        encoder_ffn_dim=48,
+        decoder_ffn_dim=48,
+        max_position_embeddings=128,
+        dropout=0.0,
+        attention_dropout=0.0,
+        activation_dropout=0.0,
+        pad_token_id=0,
+        eos_token_id=1,
+        bos_token_id=1,
+        decoder_start_token_id=1,
+        forced_eos_token_id=None,
+    )
 
 
 SEQ2SEQ_CONFIGS = {"t5": t5_config, "mt5": mt5_config, "bart": bart_config}

@@ -16,8 +16,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def run_fresh(code: str) -> str:
     """Run ``code`` in a fresh interpreter from the repository root; its stdout (a failure shows stderr)."""
-    done = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=ROOT, capture_output=True, text=True,
-                          timeout=600)
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], cwd=ROOT, capture_output=True, text=True, timeout=600
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return done.stdout
 
@@ -51,15 +52,19 @@ def test_auto_classes_and_pipelines_know_keplm_when_transformers_was_imported_fi
 
 
 #: private transformers attributes and import machinery that keplm must not read or write
-PRIVATE = re.compile(r"_extra_content|_model_mapping|_LazyAutoMapping|\.supported_tasks\b|sys\.meta_path|"
-                     r"CONFIG_MAPPING_NAMES|transformers\.models\.auto\.")
+PRIVATE = re.compile(
+    r"_extra_content|_model_mapping|_LazyAutoMapping|\.supported_tasks\b|sys\.meta_path|"
+    r"CONFIG_MAPPING_NAMES|transformers\.models\.auto\."
+)
 
 
 def test_keplm_uses_no_private_transformers_registries():
-    found = [f"{path.relative_to(ROOT)}:{number}: {line.strip()}"
-             for path in sorted((ROOT / "keplm").rglob("*.py"))
-             for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1)
-             if PRIVATE.search(line)]
+    found = [
+        f"{path.relative_to(ROOT)}:{number}: {line.strip()}"
+        for path in sorted((ROOT / "keplm").rglob("*.py"))
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1)
+        if PRIVATE.search(line)
+    ]
     assert found == []
 
 

@@ -21,8 +21,12 @@ def test_system_at_rows_parses_and_names_what_is_wrong(bench):
     assert harness.split_system("pointwise@500k") == ("pointwise", 500_000)
     assert harness.split_system("relational@1.5m") == ("relational", 1_500_000)
     assert harness.system_label("relational-rowwise@500k").endswith(", 500,000 entities")
-    for name, message in (("vanilla@5M", "no entity memory"), ("relational@5x", "row count"),
-                          ("nope@5M", "unknown system"), ("relational@1", "at least 2 rows")):
+    for name, message in (
+        ("vanilla@5M", "no entity memory"),
+        ("relational@5x", "row count"),
+        ("nope@5M", "unknown system"),
+        ("relational@1", "at least 2 rows"),
+    ):
         with pytest.raises(ValueError, match=message):
             harness.split_system(name)
     with pytest.raises(SystemExit):
@@ -49,8 +53,10 @@ def test_resized_memory_keeps_the_graphs_and_spreads_ids_over_the_table(bench):
 def test_table_growth_is_peak_growth_over_the_fp32_table_growth(bench):
     _, _, kala = bench
     table_params_m = 2.0  # 2M more fp32 weights = 7.63 MiB
-    results = {"relational-rowwise": {"params_m": 1.0, "peak_memory_mib": 100.0},
-               "relational-rowwise@9M": {"params_m": 1.0 + table_params_m, "peak_memory_mib": 100.0 + 2e6 * 4 / 2**20}}
+    results = {
+        "relational-rowwise": {"params_m": 1.0, "peak_memory_mib": 100.0},
+        "relational-rowwise@9M": {"params_m": 1.0 + table_params_m, "peak_memory_mib": 100.0 + 2e6 * 4 / 2**20},
+    }
     assert kala.table_growth(results, "relational-rowwise@9M") == pytest.approx(1.0)
     assert kala.table_growth(results, "relational-rowwise") is None
     rows = {r["target"]: r for r in kala.check_targets(results, compiled=False)}
@@ -95,7 +101,10 @@ def test_worker_command_reruns_the_entry_point_with_the_root_importable():
 def test_system_table_gives_a_failed_worker_an_error_row():
     from benchmarks.report import system_table
 
-    lines = system_table("| System | A | B | Notes |", "|---|---:|---:|---|",
-                         {"x": {"label": "X", "a": 1}, "y": {"label": "Y", "error": "exit 1: boom | bang"}},
-                         lambda system, r: f"| {r['label']} | {r['a']} | | |")
+    lines = system_table(
+        "| System | A | B | Notes |",
+        "|---|---:|---:|---|",
+        {"x": {"label": "X", "a": 1}, "y": {"label": "Y", "error": "exit 1: boom | bang"}},
+        lambda system, r: f"| {r['label']} | {r['a']} | | |",
+    )
     assert lines[2:] == ["| X | 1 | | |", "| Y | | | ERROR: exit 1: boom / bang |"]

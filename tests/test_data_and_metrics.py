@@ -254,9 +254,7 @@ def test_align_ner_predictions_drops_ignored():
 def test_squad_metrics_normalisation():
     assert normalize_answer("  The Cat.  ") == "cat"
     assert squad_v1_metrics({"q": "The Cat."}, {"q": ["cat"]}) == {"exact_match": 100.0, "f1": 100.0}
-    m = squad_v1_metrics(
-        {"q1": "a black cat", "q2": "dog"}, {"q1": ["the cat", "black cat sat"], "q2": ["bird"]}
-    )
+    m = squad_v1_metrics({"q1": "a black cat", "q2": "dog"}, {"q1": ["the cat", "black cat sat"], "q2": ["bird"]})
     # q1: EM 0, F1 = max(2/3 vs "cat", P=1 R=2/3 -> 0.8) = 0.8 ; q2: 0
     assert m["exact_match"] == 0.0
     assert m["f1"] == pytest.approx(40.0)
@@ -296,9 +294,7 @@ def _stride_case():
 
 def test_postprocess_picks_best_valid_span_across_features():
     examples, features, starts, ends = _stride_case()
-    preds = postprocess_qa_predictions(
-        examples, features, starts, ends, max_answer_length=30, disable_tqdm=True
-    )
+    preds = postprocess_qa_predictions(examples, features, starts, ends, max_answer_length=30, disable_tqdm=True)
     assert preds == {"ex1": "quick brown fox jumps"}
     preds, nbest = postprocess_qa_predictions(
         examples, features, starts, ends, max_answer_length=3, return_nbest=True, disable_tqdm=True

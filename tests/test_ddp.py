@@ -35,15 +35,29 @@ from tests.test_run_scripts import CONLL, ROOT, write_tiny_files
 def launch_env(tmp_path: Path) -> dict[str, str]:
     """The environment of a multi-process launch in a test: one thread per process, offline, no user accelerate
     config (``HF_HOME`` in ``tmp_path``), the repository importable."""
-    return dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false",
-                HF_HOME=str(tmp_path / "hf_home"),
-                PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p))
+    return dict(
+        os.environ,
+        OMP_NUM_THREADS="1",
+        HF_HUB_OFFLINE="1",
+        TOKENIZERS_PARALLELISM="false",
+        HF_HOME=str(tmp_path / "hf_home"),
+        PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p),
+    )
 
 
 def torchrun(script: str, *args: str) -> list[str]:
     """``torchrun --nproc_per_node 2`` of ``run_scripts/<script>.py`` on a free port."""
-    return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
-            str(_free_port()), str(ROOT / "run_scripts" / f"{script}.py"), *args]
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        "2",
+        "--master_port",
+        str(_free_port()),
+        str(ROOT / "run_scripts" / f"{script}.py"),
+        *args,
+    ]
 
 
 def _accelerate_launch() -> list[str]:
@@ -61,14 +75,51 @@ def test_run_ner_ddp_two_processes_on_cpu(tmp_path, tokenizer, kg):
     out = tmp_path / "ddp"
     command = _accelerate_launch()
     command += [
-        "--multi_gpu", "--num_processes", "2", "--num_machines", "1", "--mixed_precision", "no",
-        "--dynamo_backend", "no", "--main_process_port", str(_free_port()),
+        "--multi_gpu",
+        "--num_processes",
+        "2",
+        "--num_machines",
+        "1",
+        "--mixed_precision",
+        "no",
+        "--dynamo_backend",
+        "no",
+        "--main_process_port",
+        str(_free_port()),
         str(ROOT / "run_scripts" / "run_ner.py"),
-        "--model_name_or_path", tiny["model"], "--dataset_name", tiny["conll"], "--output_dir", str(out),
-        "--system", "relational", "--knowledge", "link", "--kg", tiny["kg"],
-        "--do_train", "--do_eval", "--do_predict", "--max_steps", "4", "--per_device_train_batch_size", "1",
-        "--per_device_eval_batch_size", "2", "--train_sampling_strategy", "sequential", "--learning_rate", "1e-3",
-        "--save_strategy", "no", "--report_to", "none", "--disable_tqdm", "1", "--seed", "0",
+        "--model_name_or_path",
+        tiny["model"],
+        "--dataset_name",
+        tiny["conll"],
+        "--output_dir",
+        str(out),
+        "--system",
+        "relational",
+        "--knowledge",
+        "link",
+        "--kg",
+        tiny["kg"],
+        "--do_train",
+        "--do_eval",
+        "--do_predict",
+        "--max_steps",
+        "4",
+        "--per_device_train_batch_size",
+        "1",
+        "--per_device_eval_batch_size",
+        "2",
+        "--train_sampling_strategy",
+        "sequential",
+        "--learning_rate",
+        "1e-3",
+        "--save_strategy",
+        "no",
+        "--report_to",
+        "none",
+        "--disable_tqdm",
+        "1",
+        "--seed",
+        "0",
     ]
     env = launch_env(tmp_path)
     result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
@@ -90,11 +141,33 @@ def _two_machines(tmp_path: Path, args_of, env) -> list[subprocess.CompletedProc
     """Two torchrun "machines" on 127.0.0.1 (``--nnodes 2``, one process each), started together; ``args_of(rank)``
     gives each machine's run_ner.py arguments (its own folders: the machines share no disk)."""
     port = str(_free_port())
-    launches = [subprocess.Popen(
-        [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc_per_node", "1", "--node_rank",
-         str(rank), "--master_addr", "127.0.0.1", "--master_port", port, str(ROOT / "run_scripts" / "run_ner.py"),
-         *args_of(rank)], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        for rank in range(2)]
+    launches = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "torch.distributed.run",
+                "--nnodes",
+                "2",
+                "--nproc_per_node",
+                "1",
+                "--node_rank",
+                str(rank),
+                "--master_addr",
+                "127.0.0.1",
+                "--master_port",
+                port,
+                str(ROOT / "run_scripts" / "run_ner.py"),
+                *args_of(rank),
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for rank in range(2)
+    ]
     outputs = [launch.communicate(timeout=600)[0] for launch in launches]
     for launch, output in zip(launches, outputs):
         assert launch.returncode == 0, output[-6000:]
@@ -108,11 +181,37 @@ def test_two_machines_without_a_shared_disk_resume_exactly_from_one_machines_che
     import shutil
 
     tiny = write_tiny_files(tmp_path / "tiny", tokenizer, kg)
-    common = ["--model_name_or_path", tiny["model"], "--dataset_name", tiny["conll"], "--system", "relational",
-              "--knowledge", "link", "--kg", tiny["kg"], "--do_train", "--max_steps", "4",
-              "--per_device_train_batch_size", "2", "--learning_rate", "1e-3", "--logging_steps", "1",
-              "--report_to", "none", "--disable_tqdm", "1", "--seed", "0", "--save_strategy", "steps",
-              "--save_steps", "2"]
+    common = [
+        "--model_name_or_path",
+        tiny["model"],
+        "--dataset_name",
+        tiny["conll"],
+        "--system",
+        "relational",
+        "--knowledge",
+        "link",
+        "--kg",
+        tiny["kg"],
+        "--do_train",
+        "--max_steps",
+        "4",
+        "--per_device_train_batch_size",
+        "2",
+        "--learning_rate",
+        "1e-3",
+        "--logging_steps",
+        "1",
+        "--report_to",
+        "none",
+        "--disable_tqdm",
+        "1",
+        "--seed",
+        "0",
+        "--save_strategy",
+        "steps",
+        "--save_steps",
+        "2",
+    ]
     env = launch_env(tmp_path)
     disks = [tmp_path / f"machine{rank}" for rank in range(2)]
     _two_machines(tmp_path, lambda rank: [*common, "--output_dir", str(disks[rank] / "run")], env)
@@ -121,9 +220,17 @@ def test_two_machines_without_a_shared_disk_resume_exactly_from_one_machines_che
     assert not (disks[1] / "run" / "checkpoint-2" / "rng_state_1.json").exists()  # machine 1 saved nothing
     for disk in disks:  # machine 0's checkpoint is what each machine resumes from
         shutil.copytree(saved, disk / "resume" / "checkpoint-2")
-    _two_machines(tmp_path, lambda rank: [*common, "--output_dir", str(disks[rank] / "resume"),
-                                          "--resume_from_checkpoint", str(disks[rank] / "resume" / "checkpoint-2")],
-                  env)
+    _two_machines(
+        tmp_path,
+        lambda rank: [
+            *common,
+            "--output_dir",
+            str(disks[rank] / "resume"),
+            "--resume_from_checkpoint",
+            str(disks[rank] / "resume" / "checkpoint-2"),
+        ],
+        env,
+    )
 
     def losses(folder: Path) -> dict[int, float]:
         history = json.loads((folder / "trainer_state.json").read_text())["log_history"]

@@ -40,16 +40,23 @@ deepspeed = pytest.importorskip("deepspeed", reason="DeepSpeed is installed by s
 
 def ds_config(stage: int) -> dict:
     """A 2 x 2-example ZeRO config whose optimizer step is torch's Adam, unclipped, as the references train."""
-    return {"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 1, "train_batch_size": 4,
-            "gradient_clipping": 0.0,  # DeepSpeed clips at 1.0 by default; the references do not clip
-            "zero_optimization": {"stage": stage}, "zero_allow_untested_optimizer": True,
-            "zero_force_ds_cpu_optimizer": False, "steps_per_print": 10**6}
+    return {
+        "train_micro_batch_size_per_gpu": 2,
+        "gradient_accumulation_steps": 1,
+        "train_batch_size": 4,
+        "gradient_clipping": 0.0,  # DeepSpeed clips at 1.0 by default; the references do not clip
+        "zero_optimization": {"stage": stage},
+        "zero_allow_untested_optimizer": True,
+        "zero_force_ds_cpu_optimizer": False,
+        "steps_per_print": 10**6,
+    }
 
 
 def _start(rank: int, port: int) -> None:
     """This process's half of a 2-process gloo group."""
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank),
-                      WORLD_SIZE="2")
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2"
+    )
     deepspeed.init_distributed("gloo", verbose=False)
     torch.set_num_threads(1)
 
@@ -91,7 +98,8 @@ def _worker(rank: int, port: int, cases: list[dict], stage: int, queue) -> None:
             model = cls.from_pretrained(case["init"]).train()
             result["partitioned"] = is_partitioned(model.parameters())
             engine, *_ = deepspeed.initialize(
-                model=model, optimizer=torch.optim.Adam(model.parameters(), lr=LR, eps=EPS), config=ds_config(stage))
+                model=model, optimizer=torch.optim.Adam(model.parameters(), lr=LR, eps=EPS), config=ds_config(stage)
+            )
             result["losses"] = _train_engine(engine, batch)
             state = full_state_dict(engine.module)  # every process takes part
             if rank == 0:
@@ -118,8 +126,10 @@ def test_zero_stages_follow_one_process_and_ddp_and_save_safetensors(tmp_path, t
 
 NEW_MODELS = {  # a new model around the tiny encoder, as the run scripts build one: (class, options)
     "kala": (KalaForTokenClassification, {"num_labels": 3, "num_extra_layers": 1}),
-    "roof": (RoofTransformerForSequenceClassification,
-             {"num_labels": 2, "fusion": "transformer", "fusion_layers": 1, "max_knowledge_length": 32}),
+    "roof": (
+        RoofTransformerForSequenceClassification,
+        {"num_labels": 2, "fusion": "transformer", "fusion_layers": 1, "max_knowledge_length": 32},
+    ),
     "trelm": (TrelmForMaskedLM, {}),
 }
 
@@ -131,8 +141,10 @@ def _build_worker(rank: int, port: int, encoder: str, assets, queue) -> None:
         built = {}
         for name, (cls, options) in NEW_MODELS.items():
             model = cls.from_base_pretrained(encoder, knowledge_assets=assets, **options)
-            built[name] = {"partitioned": all(p.numel() == 0 for p in model.parameters()),
-                           "state": _arrays(full_state_dict(model))}
+            built[name] = {
+                "partitioned": all(p.numel() == 0 for p in model.parameters()),
+                "state": _arrays(full_state_dict(model)),
+            }
         queue.put((rank, built))
     except BaseException as error:
         queue.put((rank, repr(error)))
@@ -177,8 +189,10 @@ def test_zero3_builds_new_models_around_an_encoder_partitioned_with_its_weights(
         assert torch.equal(roof[key], roof[source]), key
 
 
-@pytest.mark.parametrize("zero, level", [({"stage": 3}, "INFO"),
-                                         ({"stage": 3, "stage3_gather_16bit_weights_on_model_save": False}, "WARNING")])
+@pytest.mark.parametrize(
+    "zero, level",
+    [({"stage": 3}, "INFO"), ({"stage": 3, "stage3_gather_16bit_weights_on_model_save": False}, "WARNING")],
+)
 def test_zero3_runs_save_whole_weights_as_safetensors(tmp_path, caplog, zero, level):
     """The Trainer writes a ZeRO-3 model as safetensors only with ``stage3_gather_16bit_weights_on_model_save``;
     without it, its final folder holds DeepSpeed's pickled shards and no loadable model. keplm's training arguments
@@ -186,13 +200,17 @@ def test_zero3_runs_save_whole_weights_as_safetensors(tmp_path, caplog, zero, le
     from keplm.training.arguments import KeplmTrainingArguments
 
     with caplog.at_level("INFO", logger="keplm.training.arguments"):
-        args = KeplmTrainingArguments(output_dir=str(tmp_path), report_to="none",
-                                      deepspeed={"zero_optimization": dict(zero), "train_micro_batch_size_per_gpu": 2})
+        args = KeplmTrainingArguments(
+            output_dir=str(tmp_path),
+            report_to="none",
+            deepspeed={"zero_optimization": dict(zero), "train_micro_batch_size_per_gpu": 2},
+        )
     key = "stage3_gather_16bit_weights_on_model_save"
     assert args.deepspeed_plugin.deepspeed_config["zero_optimization"][key] is True
     assert [r.levelname for r in caplog.records if key in r.getMessage()] == [level]
-    two = KeplmTrainingArguments(output_dir=str(tmp_path), report_to="none",
-                                 deepspeed={"zero_optimization": {"stage": 2}})
+    two = KeplmTrainingArguments(
+        output_dir=str(tmp_path), report_to="none", deepspeed={"zero_optimization": {"stage": 2}}
+    )
     assert key not in two.hf_deepspeed_config.config["zero_optimization"]  # only ZeRO-3 shards the weights
 
 
@@ -239,15 +257,17 @@ def _routing_worker(rank: int, port: int, init: str, cls, halves, stage: int, qu
         config = live_config(stage)  # noqa: F841
         torch.manual_seed(1)
         model, trained = _routed(cls, init)
-        engine, optimizer, *_ = deepspeed.initialize(model=model, optimizer=torch.optim.SGD(trained, lr=SGD_LR),
-                                                     config=ds_config(stage))
+        engine, optimizer, *_ = deepspeed.initialize(
+            model=model, optimizer=torch.optim.SGD(trained, lr=SGD_LR), config=ds_config(stage)
+        )
         result["losses"] = _routed_steps(model, engine, engine.backward, engine.step, optimizer, batch)
         result["state"] = _arrays(full_state_dict(model))
         # Adam's moments of the deltas are reset with them (the other parameters keep theirs)
         torch.manual_seed(1)
         model, trained = _routed(cls, init)
-        engine, optimizer, *_ = deepspeed.initialize(model=model, optimizer=torch.optim.Adam(trained, lr=LR),
-                                                     config=ds_config(stage))
+        engine, optimizer, *_ = deepspeed.initialize(
+            model=model, optimizer=torch.optim.Adam(trained, lr=LR), config=ds_config(stage)
+        )
         engine.backward(engine(**batch).loss)
         engine.step()
         model.before_training_step(batch, SimpleNamespace(global_step=2), optimizer)
@@ -283,8 +303,13 @@ def test_trelm_knowledge_routing_under_zero_follows_ddp(tmp_path, tokenizer, kg,
     routed = [key for key in got["ddp_state"] if "route_weight" in key]
     assert routed and any(abs(got["ddp_state"][key]).max() > 0 for key in routed)  # steps 2-3 trained new deltas
     for key, value in got["ddp_state"].items():
-        torch.testing.assert_close(torch.from_numpy(got["state"][key]), torch.from_numpy(value), atol=1e-6, rtol=1e-5,
-                                   msg=lambda m, k=key: f"{k}: {m}")
+        torch.testing.assert_close(
+            torch.from_numpy(got["state"][key]),
+            torch.from_numpy(value),
+            atol=1e-6,
+            rtol=1e-5,
+            msg=lambda m, k=key: f"{k}: {m}",
+        )
     assert got["moments"][True] == 0.0 and got["moments"][False] > 0
 
 
@@ -301,14 +326,51 @@ def _run_ner_under_deepspeed(tmp_path, tiny, config: dict, output_dir, *extra: s
 
     config_file = tmp_path / "ds_config.json"
     config_file.write_text(json.dumps(config))
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
-               str(free_port()), str(ROOT / "tests" / "deepspeed_cpu_launch.py"),
-               str(ROOT / "run_scripts" / "run_ner.py"),
-               "--model_name_or_path", tiny["model"], "--dataset_name", tiny["conll"], "--system", "relational",
-               "--knowledge", "link", "--kg", tiny["kg"], "--do_train", "--max_steps", "4",
-               "--per_device_train_batch_size", "2", "--learning_rate", "1e-3", "--logging_steps", "1",
-               "--report_to", "none", "--disable_tqdm", "1", "--seed", "0", "--save_strategy", "steps",
-               "--save_steps", "2", "--output_dir", str(output_dir), "--deepspeed", str(config_file), *extra]
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        "2",
+        "--master_port",
+        str(free_port()),
+        str(ROOT / "tests" / "deepspeed_cpu_launch.py"),
+        str(ROOT / "run_scripts" / "run_ner.py"),
+        "--model_name_or_path",
+        tiny["model"],
+        "--dataset_name",
+        tiny["conll"],
+        "--system",
+        "relational",
+        "--knowledge",
+        "link",
+        "--kg",
+        tiny["kg"],
+        "--do_train",
+        "--max_steps",
+        "4",
+        "--per_device_train_batch_size",
+        "2",
+        "--learning_rate",
+        "1e-3",
+        "--logging_steps",
+        "1",
+        "--report_to",
+        "none",
+        "--disable_tqdm",
+        "1",
+        "--seed",
+        "0",
+        "--save_strategy",
+        "steps",
+        "--save_steps",
+        "2",
+        "--output_dir",
+        str(output_dir),
+        "--deepspeed",
+        str(config_file),
+        *extra,
+    ]
     result = subprocess.run(command, cwd=ROOT, env=launch_env(tmp_path), capture_output=True, text=True, timeout=600)
     log = result.stdout + result.stderr
     assert result.returncode == 0, log[-6000:]
@@ -327,8 +389,13 @@ def test_run_ner_under_zero3_through_the_trainer_saves_safetensors_and_resumes_e
     resuming from it continues the uninterrupted run's losses."""
     from transformers import AutoModelForTokenClassification
 
-    config = {"train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto",
-              "train_batch_size": "auto", "gradient_clipping": "auto", "zero_optimization": {"stage": 3}}
+    config = {
+        "train_micro_batch_size_per_gpu": "auto",
+        "gradient_accumulation_steps": "auto",
+        "train_batch_size": "auto",
+        "gradient_clipping": "auto",
+        "zero_optimization": {"stage": 3},
+    }
     run = tmp_path / "run"
     uninterrupted = _run_ner_under_deepspeed(tmp_path, tiny, config, run)
     assert set(uninterrupted) == {1, 2, 3, 4}
@@ -336,14 +403,18 @@ def test_run_ner_under_zero3_through_the_trainer_saves_safetensors_and_resumes_e
     assert {"model.safetensors", "knowledge", "config.json"} <= final
     assert not [name for name in final if name.endswith(PICKLES)], final
     checkpoint = run / "checkpoint-2"
-    outside_engine = [str(p.relative_to(checkpoint)) for p in checkpoint.rglob("*")
-                      if p.name.endswith(PICKLES) and not p.relative_to(checkpoint).parts[0].startswith("global_step")]
+    outside_engine = [
+        str(p.relative_to(checkpoint))
+        for p in checkpoint.rglob("*")
+        if p.name.endswith(PICKLES) and not p.relative_to(checkpoint).parts[0].startswith("global_step")
+    ]
     assert not outside_engine, outside_engine
     assert any(p.name.startswith("scheduler") for p in checkpoint.iterdir())
     assert {"rng_state_0.json", "rng_state_1.json"} <= {p.name for p in checkpoint.iterdir()}
     model = AutoModelForTokenClassification.from_pretrained(run)
     assert model.knowledge_assets is not None and not is_partitioned(model.parameters())
 
-    resumed = _run_ner_under_deepspeed(tmp_path, tiny, config, tmp_path / "resumed",
-                                       "--resume_from_checkpoint", str(checkpoint))
+    resumed = _run_ner_under_deepspeed(
+        tmp_path, tiny, config, tmp_path / "resumed", "--resume_from_checkpoint", str(checkpoint)
+    )
     assert [resumed[step] for step in (3, 4)] == pytest.approx([uninterrupted[step] for step in (3, 4)], abs=1e-6)

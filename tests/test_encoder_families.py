@@ -29,10 +29,22 @@ pytestmark = pytest.mark.usefixtures("single_thread")
 
 #: model types and any config fields their tiny version needs
 FAMILIES = {
-    "bert": {}, "roberta": {}, "xlm-roberta": {}, "camembert": {}, "electra": {}, "deberta": {}, "deberta-v2": {},
+    "bert": {},
+    "roberta": {},
+    "xlm-roberta": {},
+    "camembert": {},
+    "electra": {},
+    "deberta": {},
+    "deberta-v2": {},
     "distilbert": {"dim": 32, "n_layers": 2, "n_heads": 2, "hidden_dim": 48},
-    "albert": {"embedding_size": 16}, "modernbert": {"global_attn_every_n_layers": 2}, "mpnet": {},
-    "ernie": {}, "megatron-bert": {}, "roformer": {}, "data2vec-text": {}, "rembert": {},
+    "albert": {"embedding_size": 16},
+    "modernbert": {"global_attn_every_n_layers": 2},
+    "mpnet": {},
+    "ernie": {},
+    "megatron-bert": {},
+    "roformer": {},
+    "data2vec-text": {},
+    "rembert": {},
     "xlm-roberta-xl": {"type_vocab_size": 2},  # the roof's sentence pairs use token type 1
 }
 #: families KALA refuses, with the reason the error must give
@@ -46,16 +58,33 @@ ROUTING_REFUSED = {"albert": "shares one block", "modernbert": "gated MLP"}
 def family_config(tokenizer, model_type: str):
     torch.manual_seed(0)
     return AutoConfig.for_model(
-        model_type, vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-        intermediate_size=48, max_position_embeddings=128, pad_token_id=0, bos_token_id=2, eos_token_id=3,
-        cls_token_id=2, sep_token_id=3, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
-        **FAMILIES.get(model_type, {}))
+        model_type,
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=48,
+        max_position_embeddings=128,
+        pad_token_id=0,
+        bos_token_id=2,
+        eos_token_id=3,
+        cls_token_id=2,
+        sep_token_id=3,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+        **FAMILIES.get(model_type, {}),
+    )
 
 
 def kala(cls, tokenizer, assets, model_type: str, **kwargs):
-    config = KalaConfig(encoder_config=family_config(tokenizer, model_type), retrieval_mode="relational",
-                        entity_vocab_size=assets.num_entities, num_relations=assets.num_relations,
-                        entity_dropout=0.0, **kwargs)
+    config = KalaConfig(
+        encoder_config=family_config(tokenizer, model_type),
+        retrieval_mode="relational",
+        entity_vocab_size=assets.num_entities,
+        num_relations=assets.num_relations,
+        entity_dropout=0.0,
+        **kwargs,
+    )
     model = cls(config).eval()
     with torch.no_grad():  # visible values in the new weights: zero biases would hide a missing term
         for name, parameter in model.named_parameters():
@@ -78,8 +107,14 @@ def test_kala_forward_backward_reaches_the_knowledge_modules(tokenizer, assets, 
     loss = model(**batch, labels=batch["attention_mask"].clone()).loss
     loss.backward()
     grads = {name: p.grad for name, p in model.named_parameters()}
-    for part in ("entity_memory.", "knowledge_layers.0.modulation.", "knowledge_layers.1.modulation.",
-                 "knowledge_layers.1.retrieval.", "relation_embeddings.", "encoder."):
+    for part in (
+        "entity_memory.",
+        "knowledge_layers.0.modulation.",
+        "knowledge_layers.1.modulation.",
+        "knowledge_layers.1.retrieval.",
+        "relation_embeddings.",
+        "encoder.",
+    ):
         reached = [g for n, g in grads.items() if part in n and g is not None and g.abs().sum() > 0]
         assert reached, f"no gradient reaches {part}"
 
@@ -145,8 +180,9 @@ def test_kala_is_the_identity_off_entities(tokenizer, assets, processor, model_t
     with torch.no_grad():
         out = model(**batch).last_hidden_state
         model._state = None  # the bare encoder, same weights
-        reference = model.encoder(input_ids=batch["input_ids"],
-                                  attention_mask=batch["attention_mask"]).last_hidden_state
+        reference = model.encoder(
+            input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]
+        ).last_hidden_state
     assert torch.equal(out[off], reference[off])
     assert not torch.allclose(out[on], reference[on])
 
@@ -159,8 +195,13 @@ def test_kala_refuses_a_family_without_layernorms_to_modulate(tokenizer, assets,
 
 @pytest.mark.parametrize("model_type", FAMILIES)
 def test_roof_transformer_forward_backward_save_load(tmp_path, tokenizer, kg, model_type):
-    config = RoofTransformerConfig(encoder_config=family_config(tokenizer, model_type), fusion="transformer",
-                                   fusion_layers=1, max_knowledge_length=KNOWLEDGE, num_labels=3)
+    config = RoofTransformerConfig(
+        encoder_config=family_config(tokenizer, model_type),
+        fusion="transformer",
+        fusion_layers=1,
+        max_knowledge_length=KNOWLEDGE,
+        num_labels=3,
+    )
     if model_type in ROOF_REFUSED:
         with pytest.raises(ValueError, match=ROOF_REFUSED[model_type]):
             RoofTransformerForSequenceClassification(config)
@@ -170,8 +211,11 @@ def test_roof_transformer_forward_backward_save_load(tmp_path, tokenizer, kg, mo
     batch = _batch(_processor(tokenizer, kg))
     out = model(**batch)
     out.loss.backward()
-    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in model.roof.fusion.layers.parameters()
-               if p.requires_grad and p.dim() > 1)
+    assert all(
+        p.grad is not None and p.grad.abs().sum() > 0
+        for p in model.roof.fusion.layers.parameters()
+        if p.requires_grad and p.dim() > 1
+    )
     model.save_pretrained(tmp_path)
     loaded = RoofTransformerForSequenceClassification.from_pretrained(tmp_path).eval()
     with torch.no_grad():
@@ -216,8 +260,7 @@ def test_kala_gradient_checkpointing_gives_the_same_gradients(tokenizer, assets,
     batch = batch_of(processor, TEXTS)
     grads = []
     for checkpointing in (False, True):
-        model = kala(KalaForTokenClassification, tokenizer, assets, model_type, num_labels=3,
-                     kfm_layers=[0, 1]).train()
+        model = kala(KalaForTokenClassification, tokenizer, assets, model_type, num_labels=3, kfm_layers=[0, 1]).train()
         if checkpointing and not plain_checkpoints:
             with pytest.raises(ValueError, match="not compatible with gradient checkpointing"):
                 model.gradient_checkpointing_enable()
@@ -243,11 +286,14 @@ def test_roof_on_a_one_token_type_checkpoint_needs_segmentation_none(tmp_path, t
         with pytest.raises(ValueError, match="has type_vocab_size 1: use segmentation='none'"):
             RoofTransformerConfig(encoder_config=encoder_config, segmentation=segmentation, **options)
     model = RoofTransformerForSequenceClassification(
-        RoofTransformerConfig(encoder_config=encoder_config, segmentation="none", **options)).eval()
+        RoofTransformerConfig(encoder_config=encoder_config, segmentation="none", **options)
+    ).eval()
     model.set_knowledge_assets(KnowledgeAssets(kg=kg))
     batch = _batch(_processor(tokenizer, kg))  # a BERT tokenizer's pairs carry type 1: the roof reads type 0
     model(**batch).loss.backward()
     model.save_pretrained(tmp_path)
     with torch.no_grad():
-        assert torch.equal(RoofTransformerForSequenceClassification.from_pretrained(tmp_path).eval()(**batch).logits,
-                           model(**batch).logits)
+        assert torch.equal(
+            RoofTransformerForSequenceClassification.from_pretrained(tmp_path).eval()(**batch).logits,
+            model(**batch).logits,
+        )

@@ -19,7 +19,8 @@ def test_the_engines_asked_for_are_read_from_the_arguments_and_accelerates_launc
     assert asked_engines(plain, environ={}) == {}
     assert asked_engines(plain, environ={"ACCELERATE_USE_FSDP": "true", "ACCELERATE_USE_DEEPSPEED": "1"}) == {
         "FSDP": "accelerate launch --use_fsdp (ACCELERATE_USE_FSDP)",
-        "DeepSpeed": "accelerate launch --use_deepspeed (ACCELERATE_USE_DEEPSPEED)"}
+        "DeepSpeed": "accelerate launch --use_deepspeed (ACCELERATE_USE_DEEPSPEED)",
+    }
     assert asked_engines(plain, environ={"ACCELERATE_USE_FSDP": "false"}) == {}
     assert asks_for_deepspeed(["--deepspeed", "ds.json"], environ={}) == "--deepspeed"
     assert asks_for_deepspeed(["--deepspeed=ds.json"], environ={}) == "--deepspeed"
@@ -33,10 +34,28 @@ def test_fsdp_on_a_cpu_machine_is_an_error_naming_what_would_run_instead(tmp_pat
     environment or the Trainer's ``--fsdp``: accelerate would run MULTI_CPU DDP; the run stops before training with
     a ValueError that names the request, the engine that would run and why."""
     tiny = write_tiny_files(tmp_path / "tiny", tokenizer, kg)
-    command = torchrun("run_ner", "--model_name_or_path", tiny["model"], "--dataset_name", tiny["conll"],
-                       "--output_dir", str(tmp_path / "out"), "--system", "relational", "--knowledge", "link",
-                       "--kg", tiny["kg"], "--do_train", "--max_steps", "1", "--report_to", "none",
-                       "--save_strategy", "no")
+    command = torchrun(
+        "run_ner",
+        "--model_name_or_path",
+        tiny["model"],
+        "--dataset_name",
+        tiny["conll"],
+        "--output_dir",
+        str(tmp_path / "out"),
+        "--system",
+        "relational",
+        "--knowledge",
+        "link",
+        "--kg",
+        tiny["kg"],
+        "--do_train",
+        "--max_steps",
+        "1",
+        "--report_to",
+        "none",
+        "--save_strategy",
+        "no",
+    )
     env = launch_env(tmp_path)
     if asked == "accelerate":
         env["ACCELERATE_USE_FSDP"] = "true"
@@ -47,8 +66,10 @@ def test_fsdp_on_a_cpu_machine_is_an_error_naming_what_would_run_instead(tmp_pat
     result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     log = result.stdout + result.stderr
     assert result.returncode != 0, log[-4000:]
-    assert f"ValueError: FSDP was asked for ({how}) but accelerate runs MULTI_CPU (accelerate applies it only on " \
-           "GPUs" in log, log[-4000:]
+    assert (
+        f"ValueError: FSDP was asked for ({how}) but accelerate runs MULTI_CPU (accelerate applies it only on "
+        "GPUs" in log
+    ), log[-4000:]
     assert "Drop the FSDP option to train with plain data parallelism knowingly" in log
     assert not (tmp_path / "out" / "train_results.json").exists()
 
@@ -74,8 +95,11 @@ def test_a_deepspeed_launch_without_accelerators_is_a_clear_error(monkeypatch, t
     settings_file = tmp_path / "settings.json"
     settings_file.write_text('{"deepspeed": "ds.json"}')
     for argv, how in ((["--deepspeed", "ds.json"], "--deepspeed"), ([str(settings_file)], "ds.json")):
-        with pytest.raises(ValueError, match=rf"DeepSpeed was asked for \({how}\) in a multi-process launch on a "
-                                             "machine without GPUs"):
+        with pytest.raises(
+            ValueError,
+            match=rf"DeepSpeed was asked for \({how}\) in a multi-process launch on a "
+            "machine without GPUs",
+        ):
             parse_args((Settings,), argv)
     monkeypatch.setenv("ACCELERATE_USE_DEEPSPEED", "true")
     with pytest.raises(ValueError, match=r"accelerate launch --use_deepspeed .* deepspeed\.initialize in your own"):
@@ -93,10 +117,31 @@ def test_cpu_ddp_is_a_cpu_run_so_bf16_is_not_refused(tmp_path, tokenizer, kg):
 
     tiny = write_tiny_files(tmp_path / "tiny", tokenizer, kg)
     out = tmp_path / "out"
-    command = torchrun("run_ner", "--model_name_or_path", tiny["model"], "--dataset_name", tiny["conll"],
-                       "--output_dir", str(out), "--system", "relational", "--knowledge", "link", "--kg", tiny["kg"],
-                       "--do_train", "--max_steps", "2", "--bf16", "--report_to", "none", "--save_strategy", "no",
-                       "--disable_tqdm", "1")
+    command = torchrun(
+        "run_ner",
+        "--model_name_or_path",
+        tiny["model"],
+        "--dataset_name",
+        tiny["conll"],
+        "--output_dir",
+        str(out),
+        "--system",
+        "relational",
+        "--knowledge",
+        "link",
+        "--kg",
+        tiny["kg"],
+        "--do_train",
+        "--max_steps",
+        "2",
+        "--bf16",
+        "--report_to",
+        "none",
+        "--save_strategy",
+        "no",
+        "--disable_tqdm",
+        "1",
+    )
     env = launch_env(tmp_path)
     result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     log = result.stdout + result.stderr

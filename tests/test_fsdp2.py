@@ -121,7 +121,7 @@ def _with_labels(batch, labels: torch.Tensor):
     """``labels`` (rows x L) on the first L tokens of every row, -100 on the rest: each half holds as many labelled
     tokens as the other, so the mean of the two processes' token-averaged losses is the whole batch's."""
     padded = torch.full(batch["input_ids"].shape, -100)
-    padded[:, :labels.shape[1]] = labels
+    padded[:, : labels.shape[1]] = labels
     return {**batch, "labels": padded}
 
 
@@ -132,8 +132,11 @@ def _kala_case(tokenizer, assets, mode):
     halves, whole = _halves_and_whole(lambda rows: batch_of(processor, rows), texts)
     length = min(int(b["attention_mask"].sum(1).min()) for b in halves)
     labels = torch.randint(3, (len(texts), length), generator=torch.Generator().manual_seed(0))
-    return model, [_with_labels(halves[0], labels[:2]), _with_labels(halves[1], labels[2:])], \
-        _with_labels(whole, labels)
+    return (
+        model,
+        [_with_labels(halves[0], labels[:2]), _with_labels(halves[1], labels[2:])],
+        _with_labels(whole, labels),
+    )
 
 
 def _roof_case(tokenizer, kg):
@@ -141,9 +144,12 @@ def _roof_case(tokenizer, kg):
     model = RoofTransformerForSequenceClassification(_config(tokenizer, fusion="transformer", num_labels=2))
     processor = _processor(tokenizer, kg)
     model.set_knowledge_assets(processor.knowledge_assets)
-    pairs = [("paris is a city in france .", "the seine flows through paris ."),
-             ("john visited berlin .", "berlin is in germany ."),
-             ("mary works for acme bank .", "who works ?"), ("london is in england .", "where is london ?")]
+    pairs = [
+        ("paris is a city in france .", "the seine flows through paris ."),
+        ("john visited berlin .", "berlin is in germany ."),
+        ("mary works for acme bank .", "who works ?"),
+        ("london is in england .", "where is london ?"),
+    ]
     labels = (0, 1, 1, 0)
     halves = [_batch(processor, model, pairs[:2], labels[:2]), _batch(processor, model, pairs[2:], labels[2:])]
     return model, halves, _batch(processor, model, pairs, labels)
@@ -153,8 +159,9 @@ def _trelm_case(tokenizer, kg):
     assets = with_kge(kg)
     model = make_trelm(tokenizer, assets)
     processor = TrelmProcessor(tokenizer, assets)
-    collator = MaskedLMCollator(KeplmDataCollator.from_processor(processor), tokenizer.mask_token_id, len(tokenizer),
-                                mlm_probability=0.5)
+    collator = MaskedLMCollator(
+        KeplmDataCollator.from_processor(processor), tokenizer.mask_token_id, len(tokenizer), mlm_probability=0.5
+    )
     halves = []
     for seed, texts in ((0, [TEXT, OTHER]), (1, [OTHER, OTHER])):  # same mention offsets, other words and masks
         out = features(processor, texts=texts, annotations=[ANNOTATION] * 2)
@@ -173,14 +180,26 @@ def engine_cases(tmp_path, tokenizer, kg, assets, tag: str) -> tuple[list[dict],
     """The four models (KALA relational and pointwise, Roof, TRELM) saved as each run's start, their halves of the
     batch, and the whole batch of the one-process reference (None for TRELM, which follows two-process DDP)."""
     cases, singles = [], {}
-    built = {"kala_relational": _kala_case(tokenizer, assets, "relational"),
-             "kala_pointwise": _kala_case(tokenizer, assets, "pointwise"),
-             "roof": _roof_case(tokenizer, kg), "trelm": _trelm_case(tokenizer, kg)}
+    built = {
+        "kala_relational": _kala_case(tokenizer, assets, "relational"),
+        "kala_pointwise": _kala_case(tokenizer, assets, "pointwise"),
+        "roof": _roof_case(tokenizer, kg),
+        "trelm": _trelm_case(tokenizer, kg),
+    }
     for name, (model, halves, whole) in built.items():
         init, saved = tmp_path / f"{name}_init", tmp_path / f"{name}_{tag}"
         model.save_pretrained(init)
-        cases.append({"name": name, "cls": type(model), "init": str(init), "saved": str(saved), "halves": halves,
-                      "ddp": whole is None, "sharded": str(tmp_path / f"{name}_{tag}_sharded")})
+        cases.append(
+            {
+                "name": name,
+                "cls": type(model),
+                "init": str(init),
+                "saved": str(saved),
+                "halves": halves,
+                "ddp": whole is None,
+                "sharded": str(tmp_path / f"{name}_{tag}_sharded"),
+            }
+        )
         singles[name] = whole
     return cases, singles
 
@@ -202,13 +221,19 @@ def check_against_references(cases: list[dict], results: dict, singles: dict) ->
             reference = case["cls"].from_pretrained(case["init"]).train()
             expected_losses = _train(reference, whole)
             expected_state = reference.state_dict()
-        torch.testing.assert_close(torch.tensor(got["losses"]), torch.tensor(expected_losses), atol=ATOL, rtol=RTOL,
-                                   msg=lambda m, n=name: f"{n} losses: {m}")
+        torch.testing.assert_close(
+            torch.tensor(got["losses"]),
+            torch.tensor(expected_losses),
+            atol=ATOL,
+            rtol=RTOL,
+            msg=lambda m, n=name: f"{n} losses: {m}",
+        )
         assert len(set(got["losses"])) == STEPS, f"{name}: the loss must move over the steps"
         assert set(state) == set(expected_state), name
         for key, value in expected_state.items():
-            torch.testing.assert_close(state[key], value, atol=ATOL, rtol=RTOL,
-                                       msg=lambda m, n=name, k=key: f"{n} {k}: {m}")
+            torch.testing.assert_close(
+                state[key], value, atol=ATOL, rtol=RTOL, msg=lambda m, n=name, k=key: f"{n} {k}: {m}"
+            )
 
         saved = os.listdir(case["saved"])
         assert "model.safetensors" in saved and not any(f.endswith((".bin", ".pt", ".pkl")) for f in saved), saved
@@ -224,8 +249,7 @@ def check_against_references(cases: list[dict], results: dict, singles: dict) ->
 
 
 @pytest.mark.slow
-def test_fsdp2_follows_one_process_and_ddp_and_its_full_and_sharded_state_dicts_load(tmp_path, tokenizer, kg,
-                                                                                       assets):
+def test_fsdp2_follows_one_process_and_ddp_and_its_full_and_sharded_state_dicts_load(tmp_path, tokenizer, kg, assets):
     """Besides the checks of ``check_against_references``: the sharded checkpoint (each process's rows in its own
     safetensors file, no pickle) loads back into a model sharded the same way, and consolidates in one process into
     an ordinary checkpoint with the trained weights and the knowledge assets."""
@@ -238,8 +262,13 @@ def test_fsdp2_follows_one_process_and_ddp_and_its_full_and_sharded_state_dicts_
         name, sharded = case["name"], Path(case["sharded"])
         assert results[0][name]["reloaded"], name
         files = sorted(p.name for p in sharded.iterdir())
-        assert {"model-shard-00000-of-00002.safetensors", "model-shard-00001-of-00002.safetensors",
-                "sharded_index.json", "config.json", "knowledge"} <= set(files), files
+        assert {
+            "model-shard-00000-of-00002.safetensors",
+            "model-shard-00001-of-00002.safetensors",
+            "sharded_index.json",
+            "config.json",
+            "knowledge",
+        } <= set(files), files
         assert not any(f.endswith((".bin", ".pt", ".pkl", ".distcp")) for f in files), files
         index = read_index(sharded)
         split = [entry["shards"] for entry in index["tensors"].values() if "shards" in entry]
@@ -265,14 +294,21 @@ def _trainer(tmp_path, model, engine: str, **options):
 
 
 @pytest.mark.parametrize("engine", ["FSDP", "DeepSpeed"])
-@pytest.mark.parametrize("sparse, options, group", [
-    (False, {"entity_memory_optimizer": "rowwise_adagrad"}, "'entity_memory' trains with an optimizer of its own "
-                                                            "('rowwise_adagrad')"),
-    (True, {}, "'entity_memory' has sparse gradients and an optimizer of its own ('sparse_adam')"),
-    (False, {"knowledge_optimizer": "adamw"}, "'knowledge' trains with an optimizer of its own ('adamw')"),
-])
-def test_trainer_refuses_group_optimizers_under_fsdp_and_deepspeed(tmp_path, tokenizer, assets, engine, sparse,
-                                                                     options, group):
+@pytest.mark.parametrize(
+    "sparse, options, group",
+    [
+        (
+            False,
+            {"entity_memory_optimizer": "rowwise_adagrad"},
+            "'entity_memory' trains with an optimizer of its own ('rowwise_adagrad')",
+        ),
+        (True, {}, "'entity_memory' has sparse gradients and an optimizer of its own ('sparse_adam')"),
+        (False, {"knowledge_optimizer": "adamw"}, "'knowledge' trains with an optimizer of its own ('adamw')"),
+    ],
+)
+def test_trainer_refuses_group_optimizers_under_fsdp_and_deepspeed(
+    tmp_path, tokenizer, assets, engine, sparse, options, group
+):
     model = make_model(KalaForTokenClassification, tokenizer, assets, num_labels=3, sparse_entity_memory=sparse)
     trainer = _trainer(tmp_path, model, engine, **options)
     with pytest.raises(ValueError) as error:
@@ -315,8 +351,11 @@ def test_accelerates_fsdp2_auto_wrap_shards_the_blocks_shard_model_shards(tokeni
     from keplm.training.fsdp import _blocks
 
     plugin = FullyShardedDataParallelPlugin(fsdp_version=2, auto_wrap_policy="transformer_based_wrap")
-    models = {"kala": make_model(KalaForTokenClassification, tokenizer, assets, num_labels=3, num_extra_layers=1),
-              "roof": _roof_case(tokenizer, kg)[0], "trelm": make_trelm(tokenizer, with_kge(kg))}
+    models = {
+        "kala": make_model(KalaForTokenClassification, tokenizer, assets, num_labels=3, num_extra_layers=1),
+        "roof": _roof_case(tokenizer, kg)[0],
+        "trelm": make_trelm(tokenizer, with_kge(kg)),
+    }
     for name, model in models.items():
         policy = fsdp2_prepare_auto_wrap_policy(plugin, model)
         wrapped = {id(module) for module in model.modules() if policy(module)}

@@ -81,8 +81,12 @@ def test_stsb_float_scores():
     data = load_glue_dataset(GLUE_DIR / "STS-B")
     assert {s: len(d) for s, d in data.items()} == {"train": 5749, "validation": 1500}
     assert data["train"].features["label"] == datasets.Value("float32")
-    assert data["train"][0] == {"sentence1": "A plane is taking off.", "sentence2": "An air plane is taking off.",
-                                "label": 5.0, "idx": 0}
+    assert data["train"][0] == {
+        "sentence1": "A plane is taking off.",
+        "sentence2": "An air plane is taking off.",
+        "label": 5.0,
+        "idx": 0,
+    }
     assert data["validation"][1]["label"] == pytest.approx(4.75)
     assert data["validation"]["idx"] == list(range(1500))
     assert 0.0 <= min(data["train"]["label"]) and max(data["train"]["label"]) <= 5.0
@@ -164,19 +168,32 @@ def test_mrpc_test_pair_without_a_label_is_an_error(tmp_path):
 def test_csv_and_json_files_with_explicit_columns(tmp_path):
     train = write(tmp_path / "train.csv", 'premise,hypothesis,gold\n"A, b.",C.,not_entailment\nD.,E.,0\n')
     validation = tmp_path / "dev.jsonl"
-    validation.write_text("\n".join(json.dumps(r) for r in [{"premise": "F.", "hypothesis": "G.", "gold": 1, "id": 7},
-                                                            {"premise": "H.", "hypothesis": "I.", "gold": -1,
-                                                             "id": 8}]))
-    data = load_glue_dataset(task="rte", train_file=str(train), validation_file=str(validation),
-                             text_columns=("premise", "hypothesis"), label_column="gold", idx_column="id")
+    validation.write_text(
+        "\n".join(
+            json.dumps(r)
+            for r in [
+                {"premise": "F.", "hypothesis": "G.", "gold": 1, "id": 7},
+                {"premise": "H.", "hypothesis": "I.", "gold": -1, "id": 8},
+            ]
+        )
+    )
+    data = load_glue_dataset(
+        task="rte",
+        train_file=str(train),
+        validation_file=str(validation),
+        text_columns=("premise", "hypothesis"),
+        label_column="gold",
+        idx_column="id",
+    )
     assert data["train"].features == glue_features("rte")
     assert data["train"][0] == {"sentence1": "A, b.", "sentence2": "C.", "label": 1, "idx": 0}
     assert data["validation"]["idx"] == [7, 8] and data["validation"]["label"] == [1, -1]
 
 
 def test_files_without_a_task_infer_schema_and_labels(tmp_path):
-    (tmp_path / "train.json").write_text(json.dumps([{"sentence": "a", "label": "pos"},
-                                                     {"sentence": "b", "label": "neg"}]))
+    (tmp_path / "train.json").write_text(
+        json.dumps([{"sentence": "a", "label": "pos"}, {"sentence": "b", "label": "neg"}])
+    )
     (tmp_path / "validation.json").write_text(json.dumps([{"sentence": "c", "label": "pos"}]))
     data = load_glue_dataset(tmp_path)
     assert data["train"].features["label"].names == ["neg", "pos"]
@@ -220,8 +237,9 @@ def test_hub_offline_fails_cleanly(monkeypatch):
 
 
 def test_hub_dataset_is_normalised(monkeypatch):
-    hub = datasets.DatasetDict({"train": datasets.Dataset.from_dict({"premise": ["a"], "hypothesis": ["b"],
-                                                                     "label": [0]})})
+    hub = datasets.DatasetDict(
+        {"train": datasets.Dataset.from_dict({"premise": ["a"], "hypothesis": ["b"], "label": [0]})}
+    )
     calls = []
     monkeypatch.setattr(datasets, "load_dataset", lambda *a, **k: calls.append(a) or hub)
     data = load_glue_dataset("someone/nli", task="rte", text_columns=("premise", "hypothesis"))

@@ -49,17 +49,26 @@ def _outputs(model, processor, texts=TEXTS):
 
 
 def _load_in_fresh_process(hub_env, repo: str, auto: str, revision: str | None = None) -> dict:
-    result = subprocess.run([sys.executable, "-c", LOAD_AND_RUN.format(auto=auto), repo, revision or "",
-                             json.dumps(TEXTS)], env={**hub_env, "PYTHONPATH": str(ROOT)}, cwd=ROOT,
-                            capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-c", LOAD_AND_RUN.format(auto=auto), repo, revision or "", json.dumps(TEXTS)],
+        env={**hub_env, "PYTHONPATH": str(ROOT)},
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr[-4000:]
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.parametrize("cls,auto", [(KalaForTokenClassification, "AutoModelForTokenClassification"),
-                                      (KalaForQuestionAnswering, "AutoModelForQuestionAnswering")])
-def test_push_then_load_in_a_fresh_process_gives_identical_outputs(hub_server, hub_env, tokenizer, assets, cls,
-                                                                   auto):
+@pytest.mark.parametrize(
+    "cls,auto",
+    [
+        (KalaForTokenClassification, "AutoModelForTokenClassification"),
+        (KalaForQuestionAnswering, "AutoModelForQuestionAnswering"),
+    ],
+)
+def test_push_then_load_in_a_fresh_process_gives_identical_outputs(hub_server, hub_env, tokenizer, assets, cls, auto):
     """model.push_to_hub + processor.push_to_hub upload everything (nested knowledge/kg/ included, weights through
     LFS, keplm's card, no pickle); a fresh process with an empty cache loads it through the Auto classes."""
     model = make_model(cls, tokenizer, assets, "relational", num_labels=3)
@@ -67,8 +76,16 @@ def test_push_then_load_in_a_fresh_process_gives_identical_outputs(hub_server, h
     model.push_to_hub("org/kala-tiny")
     processor.push_to_hub("org/kala-tiny")
     files = set(HfApi().list_repo_files("org/kala-tiny"))
-    assert {"config.json", "model.safetensors", "README.md", "processor_config.json", "knowledge/assets_config.json",
-            "knowledge/kg/triples.tsv", "knowledge/kg/kg_config.json", "tokenizer.json"} <= files
+    assert {
+        "config.json",
+        "model.safetensors",
+        "README.md",
+        "processor_config.json",
+        "knowledge/assets_config.json",
+        "knowledge/kg/triples.tsv",
+        "knowledge/kg/kg_config.json",
+        "tokenizer.json",
+    } <= files
     assert not [f for f in files if f.endswith((".bin", ".pt", ".pth", ".pkl"))]
     assert any(method == "PUT" and path.startswith("/__lfs/") for method, path, _ in hub_server.requests)
     card = ModelCard.load("org/kala-tiny")
@@ -88,13 +105,23 @@ def test_roof_transformer_push_then_load_in_a_fresh_process(hub_server, hub_env,
         RoofTransformerForSequenceClassification,
     )
 
-    cls = {"AutoModelForSequenceClassification": RoofTransformerForSequenceClassification,
-           "AutoModelForQuestionAnswering": RoofTransformerForQuestionAnswering}[auto]
+    cls = {
+        "AutoModelForSequenceClassification": RoofTransformerForSequenceClassification,
+        "AutoModelForQuestionAnswering": RoofTransformerForQuestionAnswering,
+    }[auto]
     torch.manual_seed(0)
-    processor = RoofTransformerProcessor(tokenizer, KnowledgeAssets(kg=kg), selection="no_tail",
-                                         max_knowledge_length=40)
-    model = cls(RoofTransformerConfig(encoder_config=tiny_encoder_config(tokenizer), max_knowledge_length=40,
-                                      fusion_layers=1, knowledge_encoding="cached", num_labels=3))
+    processor = RoofTransformerProcessor(
+        tokenizer, KnowledgeAssets(kg=kg), selection="no_tail", max_knowledge_length=40
+    )
+    model = cls(
+        RoofTransformerConfig(
+            encoder_config=tiny_encoder_config(tokenizer),
+            max_knowledge_length=40,
+            fusion_layers=1,
+            knowledge_encoding="cached",
+            num_labels=3,
+        )
+    )
     model.set_knowledge_assets(processor.knowledge_assets)
     model.push_to_hub("org/roof-tiny")
     processor.push_to_hub("org/roof-tiny")
@@ -115,8 +142,12 @@ def test_second_push_and_load_at_the_first_commit(hub_server, hub_env, tokenizer
     first_logits = _outputs(model, processor)
     kg = assets.kg
     bigger = KnowledgeGraph.from_triples(
-        [*((kg.entity_ids[h], kg.relation_ids[r], kg.entity_ids[t]) for h, r, t in kg.triples.tolist()),
-         ("Q64", "P31", "Q21")], entity_names=dict(zip(kg.entity_ids, kg.entity_names)))
+        [
+            *((kg.entity_ids[h], kg.relation_ids[r], kg.entity_ids[t]) for h, r, t in kg.triples.tolist()),
+            ("Q64", "P31", "Q21"),
+        ],
+        entity_names=dict(zip(kg.entity_ids, kg.entity_names)),
+    )
     second_assets = KnowledgeAssets(assets.entity_vocab, assets.relation_vocab, assets.entity_counts, bigger)
     with torch.no_grad():
         model.classifier.weight.add_(1.0)
@@ -158,16 +189,25 @@ def test_hub_options_are_honoured(hub_server, tmp_path, tokenizer, assets):
 
 def test_relation_extraction_model_push_and_pull(hub_server, hub_env, tokenizer):
     torch.manual_seed(0)
-    config = RelationExtractionConfig(encoder_config=tiny_encoder_config(tokenizer),
-                                      id2label={0: "no_relation", 1: "P17"}, bilinear_dim=8)
+    config = RelationExtractionConfig(
+        encoder_config=tiny_encoder_config(tokenizer), id2label={0: "no_relation", 1: "P17"}, bilinear_dim=8
+    )
     model = KeplmForRelationExtraction(config).eval()
     model.push_to_hub("org/re-tiny")
     tokenizer.push_to_hub("org/re-tiny")
-    script = ("import sys, torch, keplm; from transformers import AutoModel; "
-              "m = AutoModel.from_pretrained('org/re-tiny'); "
-              "print(sum(float(p.sum()) for p in m.parameters()))")
-    result = subprocess.run([sys.executable, "-c", script], env={**hub_env, "PYTHONPATH": str(ROOT)}, cwd=ROOT,
-                            capture_output=True, text=True, timeout=300)
+    script = (
+        "import sys, torch, keplm; from transformers import AutoModel; "
+        "m = AutoModel.from_pretrained('org/re-tiny'); "
+        "print(sum(float(p.sum()) for p in m.parameters()))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script],
+        env={**hub_env, "PYTHONPATH": str(ROOT)},
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     expected = sum(float(p.detach().sum()) for p in model.parameters())
     assert abs(float(result.stdout.strip().splitlines()[-1]) - expected) < 1e-3
@@ -202,21 +242,35 @@ def test_trelm_push_then_load_in_a_fresh_process(hub_server, hub_env, tokenizer,
         for parameter in router.delta_parameters():
             parameter.normal_()
     processor = TrelmProcessor(tokenizer, assets)
-    batch = {k: v for k, v in features(processor, (TEXT,), (ANNOTATION,)).items()
-             if k not in ("special_tokens_mask", "cka_labels", "cka_token_index")}
+    batch = {
+        k: v
+        for k, v in features(processor, (TEXT,), (ANNOTATION,)).items()
+        if k not in ("special_tokens_mask", "cka_labels", "cka_token_index")
+    }
     with torch.no_grad():
         expected = model(**{k: torch.tensor(v) for k, v in batch.items()}).logits
     model.push_to_hub("org/trelm-tiny")
     processor.push_to_hub("org/trelm-tiny")
     files = set(HfApi().list_repo_files("org/trelm-tiny"))
-    assert {"config.json", "model.safetensors", "README.md", "processor_config.json", "knowledge/kg/triples.tsv",
-            "knowledge/kg/entity_vectors.safetensors"} <= files
+    assert {
+        "config.json",
+        "model.safetensors",
+        "README.md",
+        "processor_config.json",
+        "knowledge/kg/triples.tsv",
+        "knowledge/kg/entity_vectors.safetensors",
+    } <= files
     card = ModelCard.load("org/trelm-tiny")
     assert card.data.library_name == "keplm" and card.data.pipeline_tag == "fill-mask" and "TRELM" in card.text
     assert not [f for f in files if f.endswith((".bin", ".pt", ".pth", ".pkl"))]
-    result = subprocess.run([sys.executable, "-c", LOAD_AND_RUN_MLM, "org/trelm-tiny", json.dumps(batch)],
-                            env={**hub_env, "PYTHONPATH": str(ROOT)}, cwd=ROOT, capture_output=True, text=True,
-                            timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-c", LOAD_AND_RUN_MLM, "org/trelm-tiny", json.dumps(batch)],
+        env={**hub_env, "PYTHONPATH": str(ROOT)},
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr[-4000:]
     loaded = json.loads(result.stdout.strip().splitlines()[-1])
     torch.testing.assert_close(torch.tensor(loaded["logits"]), expected)

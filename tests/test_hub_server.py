@@ -69,14 +69,24 @@ def test_upload_folder_lfs_through_batch_api(hub_server, pushed):  # noqa: F811
     assert hub_server.head(REPO) == pushed
     api = HfApi()
     assert sorted(api.list_repo_files(REPO)) == [
-        ".gitattributes", "config.json", "knowledge/assets_config.json", "knowledge/kg/triples.tsv",
-        "model.safetensors", "vocab.txt",
+        ".gitattributes",
+        "config.json",
+        "knowledge/assets_config.json",
+        "knowledge/kg/triples.tsv",
+        "model.safetensors",
+        "vocab.txt",
     ]
     info = api.model_info(REPO, files_metadata=True)
     assert info.sha == pushed
     lfs = {sibling.rfilename: sibling.lfs is not None for sibling in info.siblings}
-    assert lfs == {".gitattributes": False, "config.json": False, "knowledge/assets_config.json": False,
-                   "knowledge/kg/triples.tsv": False, "model.safetensors": True, "vocab.txt": True}
+    assert lfs == {
+        ".gitattributes": False,
+        "config.json": False,
+        "knowledge/assets_config.json": False,
+        "knowledge/kg/triples.tsv": False,
+        "model.safetensors": True,
+        "vocab.txt": True,
+    }
     tree = {entry.path: type(entry).__name__ for entry in api.list_repo_tree(REPO, "knowledge")}
     assert tree == {"knowledge/assets_config.json": "RepoFile", "knowledge/kg": "RepoFolder"}
     assert hub_server.errors == []
@@ -164,8 +174,11 @@ def test_concurrent_commits_and_dataset_repo(hub_server):  # noqa: F811
     create_repo(REPO)
     api = HfApi()
     with ThreadPoolExecutor(4) as pool:  # commits to one branch serialise: none is lost
-        list(pool.map(lambda i: api.upload_file(path_or_fileobj=b"%d" % i, path_in_repo=f"f{i}.txt", repo_id=REPO),
-                      range(4)))
+        list(
+            pool.map(
+                lambda i: api.upload_file(path_or_fileobj=b"%d" % i, path_in_repo=f"f{i}.txt", repo_id=REPO), range(4)
+            )
+        )
     assert sorted(api.list_repo_files(REPO)) == [".gitattributes", "f0.txt", "f1.txt", "f2.txt", "f3.txt"]
     create_repo("keplm-test/data", repo_type="dataset")
     api.upload_file(path_or_fileobj=b"a,b\n", path_in_repo="train.csv", repo_id="keplm-test/data", repo_type="dataset")

@@ -40,9 +40,14 @@ def processor(s2s_tokenizer, assets):
 
 def make_generator(tokenizer, assets, family: str, **kwargs) -> KalaForConditionalGeneration:
     torch.manual_seed(0)
-    config = KalaConfig(encoder_config=SEQ2SEQ_CONFIGS[family](len(tokenizer)), retrieval_mode="relational",
-                        entity_vocab_size=assets.num_entities, num_relations=assets.num_relations,
-                        entity_dropout=0.0, **{"kfm_layers": [0, 1], **kwargs})
+    config = KalaConfig(
+        encoder_config=SEQ2SEQ_CONFIGS[family](len(tokenizer)),
+        retrieval_mode="relational",
+        entity_vocab_size=assets.num_entities,
+        num_relations=assets.num_relations,
+        entity_dropout=0.0,
+        **{"kfm_layers": [0, 1], **kwargs},
+    )
     model = KalaForConditionalGeneration(config).eval()
     with torch.no_grad():  # visible values in the new weights: zero biases would hide a missing term
         for name, parameter in model.named_parameters():
@@ -73,8 +78,14 @@ def test_forward_with_labels_gives_a_loss_and_reaches_the_knowledge_modules(s2s_
     assert out.logits.shape[:2] == (3, 2) and out.loss.ndim == 0 and torch.isfinite(out.loss)
     out.loss.backward()
     grads = {name: p.grad for name, p in model.named_parameters()}
-    for part in ("kala.entity_memory.", "kala.knowledge_layers.0.modulation.", "kala.knowledge_layers.1.retrieval.",
-                 "kala.relation_embeddings.", "decoder.", "shared."):
+    for part in (
+        "kala.entity_memory.",
+        "kala.knowledge_layers.0.modulation.",
+        "kala.knowledge_layers.1.retrieval.",
+        "kala.relation_embeddings.",
+        "decoder.",
+        "shared.",
+    ):
         reached = [g for n, g in grads.items() if part in n and g is not None and g.abs().sum() > 0]
         assert reached, f"no gradient reaches {part}"
 
@@ -89,8 +100,9 @@ def test_padded_batch_equals_single_inputs(s2s_tokenizer, assets, processor, fam
         for row, text in enumerate(TEXTS):
             single = model(**batch_of(processor, [text]), decoder_input_ids=start[:1])
             length = single.encoder_last_hidden_state.shape[1]
-            torch.testing.assert_close(out.encoder_last_hidden_state[row, :length],
-                                       single.encoder_last_hidden_state[0], atol=1e-5, rtol=1e-4)
+            torch.testing.assert_close(
+                out.encoder_last_hidden_state[row, :length], single.encoder_last_hidden_state[0], atol=1e-5, rtol=1e-4
+            )
             torch.testing.assert_close(out.logits[row], single.logits[0], atol=1e-5, rtol=1e-4)
 
 
@@ -137,8 +149,9 @@ def test_generate_reads_the_knowledge_once_through_the_encoder(s2s_tokenizer, as
     calls = []
     model.kala.register_forward_hook(lambda module, args, kwargs, out: calls.append(kwargs), with_kwargs=True)
     with torch.no_grad():
-        out = model.generate(**batch, max_new_tokens=4, do_sample=False, output_logits=True,
-                             return_dict_in_generate=True)
+        out = model.generate(
+            **batch, max_new_tokens=4, do_sample=False, output_logits=True, return_dict_in_generate=True
+        )
         assert len(calls) == 1 and calls[0]["entity_token_map"] is batch["entity_token_map"]
         start = torch.full((3, 1), model.generation_config.decoder_start_token_id)
         first = model(**batch, decoder_input_ids=start).logits[:, -1]
@@ -150,8 +163,14 @@ def test_generate_reads_the_knowledge_once_through_the_encoder(s2s_tokenizer, as
         beams = model.generate(**batch, max_new_tokens=4, num_beams=2, num_return_sequences=2, do_sample=False)
         assert len(calls) == 1 and beams.shape[0] == 6
         encoded = model.kala(**batch)
-        again = model.generate(attention_mask=batch["attention_mask"], encoder_outputs=encoded, max_new_tokens=4,
-                               num_beams=2, num_return_sequences=2, do_sample=False)
+        again = model.generate(
+            attention_mask=batch["attention_mask"],
+            encoder_outputs=encoded,
+            max_new_tokens=4,
+            num_beams=2,
+            num_return_sequences=2,
+            do_sample=False,
+        )
         assert torch.equal(beams, again)
 
 
@@ -177,27 +196,39 @@ def test_from_base_pretrained_builds_on_a_plain_t5_checkpoint(tmp_path, s2s_toke
     torch.manual_seed(1)
     base = T5ForConditionalGeneration(SEQ2SEQ_CONFIGS["t5"](len(s2s_tokenizer))).eval()
     base.save_pretrained(tmp_path / "t5")
-    model = KalaForConditionalGeneration.from_base_pretrained(tmp_path / "t5", knowledge_assets=assets,
-                                                              kfm_layers=[-1])
+    model = KalaForConditionalGeneration.from_base_pretrained(tmp_path / "t5", knowledge_assets=assets, kfm_layers=[-1])
     stock = model.seq2seq.state_dict()
     for name, weight in base.state_dict().items():
         assert torch.equal(stock[name], weight), name
     assert model.config.is_encoder_decoder and model.config.kfm_layer_indices == [1]
-    assert set(model.loading_report["newly_initialized"]) == {"kala.entity_memory", "kala.knowledge_layers",
-                                                              "kala.relation_embeddings"}
+    assert set(model.loading_report["newly_initialized"]) == {
+        "kala.entity_memory",
+        "kala.knowledge_layers",
+        "kala.relation_embeddings",
+    }
     ids = torch.tensor([[10, 11, 12, 1]])
     no_knowledge = {"entity_token_map": torch.full_like(ids, -1), "node_entity_ids": torch.zeros(0, dtype=torch.long)}
     with torch.no_grad():  # no entity linked: exactly the plain T5's generation
-        assert torch.equal(model.generate(input_ids=ids, **no_knowledge, max_new_tokens=5),
-                           base.generate(input_ids=ids, max_new_tokens=5))
+        assert torch.equal(
+            model.generate(input_ids=ids, **no_knowledge, max_new_tokens=5),
+            base.generate(input_ids=ids, max_new_tokens=5),
+        )
 
 
-@pytest.mark.parametrize(("base", "kind"), [(lambda n: BertModel(BertConfig(vocab_size=n, hidden_size=32,
-                                                                              num_hidden_layers=2,
-                                                                              num_attention_heads=2,
-                                                                              intermediate_size=48)), "encoder-only"),
-                                             (lambda n: GPT2LMHeadModel(GPT2Config(vocab_size=n, n_embd=32, n_layer=2,
-                                                                                   n_head=2)), "decoder-only")])
+@pytest.mark.parametrize(
+    ("base", "kind"),
+    [
+        (
+            lambda n: BertModel(
+                BertConfig(
+                    vocab_size=n, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=48
+                )
+            ),
+            "encoder-only",
+        ),
+        (lambda n: GPT2LMHeadModel(GPT2Config(vocab_size=n, n_embd=32, n_layer=2, n_head=2)), "decoder-only"),
+    ],
+)
 def test_from_base_pretrained_refuses_a_model_without_encoder_and_decoder(tmp_path, s2s_tokenizer, assets, base, kind):
     base(len(s2s_tokenizer)).save_pretrained(tmp_path / "base")
     with pytest.raises(ValueError, match=f"{kind}.*encoder-decoder model"):
@@ -214,10 +245,18 @@ def test_knowledge_modules_get_their_own_adamw_beside_adafactor(tmp_path, s2s_to
     from keplm.training.trainer import KeplmTrainer
 
     model = make_generator(s2s_tokenizer, assets, "t5").train()
-    args = Seq2SeqTrainingArguments(output_dir=str(tmp_path), learning_rate=1e-4, optim="adafactor",
-                                    report_to="none", use_cpu=True, warmup_steps=0)
-    trainer = KeplmTrainer(model=model, args=args, parameter_group_options={
-        "knowledge_learning_rate": 1e-3, "knowledge_optimizer": "adamw", "knowledge_weight_decay": 0.01})
+    args = Seq2SeqTrainingArguments(
+        output_dir=str(tmp_path), learning_rate=1e-4, optim="adafactor", report_to="none", use_cpu=True, warmup_steps=0
+    )
+    trainer = KeplmTrainer(
+        model=model,
+        args=args,
+        parameter_group_options={
+            "knowledge_learning_rate": 1e-3,
+            "knowledge_optimizer": "adamw",
+            "knowledge_weight_decay": 0.01,
+        },
+    )
     trainer.create_optimizer_and_scheduler(num_training_steps=10)
     optimizer = trainer.optimizer
     assert isinstance(optimizer, CombinedOptimizer) and isinstance(optimizer.main, Adafactor)
@@ -289,8 +328,10 @@ def test_push_to_hub_and_load_give_identical_generations(hub_server, s2s_tokeniz
     assert type(loaded) is KalaForConditionalGeneration
     assert loaded.knowledge_assets.content_hash() == assets.content_hash()
     with torch.no_grad():
-        assert torch.equal(loaded.generate(**batch, max_new_tokens=4, num_beams=2),
-                           model.generate(**batch, max_new_tokens=4, num_beams=2))
+        assert torch.equal(
+            loaded.generate(**batch, max_new_tokens=4, num_beams=2),
+            model.generate(**batch, max_new_tokens=4, num_beams=2),
+        )
     question = {"question": "who lives in paris ?", "context": "john lives in paris ."}
     local = pipeline("keplm-text2text", model=model, processor=processor)(question, max_new_tokens=4)
     assert pipeline("keplm-text2text", model="org/kala-t5")(question, max_new_tokens=4) == local

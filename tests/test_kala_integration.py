@@ -18,11 +18,22 @@ TEXTS = ["john visited paris and unknownia in france .", "berlin is a city", "ma
 
 def test_roberta_style_encoder(tokenizer, assets):
     encoder_config = RobertaConfig(
-        vocab_size=len(tokenizer) + 2, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-        intermediate_size=48, max_position_embeddings=130, pad_token_id=0, type_vocab_size=1,
+        vocab_size=len(tokenizer) + 2,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=48,
+        max_position_embeddings=130,
+        pad_token_id=0,
+        type_vocab_size=1,
     )
-    config = KalaConfig(encoder_config=encoder_config, entity_vocab_size=assets.num_entities,
-                        num_relations=assets.num_relations, num_labels=3, kfm_layers=[0, -1])
+    config = KalaConfig(
+        encoder_config=encoder_config,
+        entity_vocab_size=assets.num_entities,
+        num_relations=assets.num_relations,
+        num_labels=3,
+        kfm_layers=[0, -1],
+    )
     model = KalaForTokenClassification(config).eval()
     processor = KalaProcessor(tokenizer, assets)
     features = [processor(t) for t in TEXTS]
@@ -50,9 +61,14 @@ def test_from_base_pretrained_keeps_encoder_weights_and_reports_new_modules(tmp_
 
 def test_gradient_checkpointing_matches(tokenizer, assets):
     torch.manual_seed(0)
-    config = KalaConfig(encoder_config=tiny_encoder_config(tokenizer), entity_vocab_size=assets.num_entities,
-                        num_relations=assets.num_relations, num_labels=3, kfm_layers=[0, 1],
-                        knowledge_dropout=0.0)
+    config = KalaConfig(
+        encoder_config=tiny_encoder_config(tokenizer),
+        entity_vocab_size=assets.num_entities,
+        num_relations=assets.num_relations,
+        num_labels=3,
+        kfm_layers=[0, 1],
+        knowledge_dropout=0.0,
+    )
     model = KalaForTokenClassification(config).train()
     processor = KalaProcessor(tokenizer, assets)
     batch = KeplmDataCollator.from_processor(processor)([processor(t) for t in TEXTS])
@@ -94,8 +110,15 @@ def _trainer(tmp_path, model, lr_scheduler_type="linear", **options):
 
     from keplm.training.trainer import KeplmTrainer
 
-    args = TrainingArguments(output_dir=str(tmp_path), learning_rate=1e-4, weight_decay=0.01, report_to="none",
-                             use_cpu=True, lr_scheduler_type=lr_scheduler_type, warmup_steps=0)
+    args = TrainingArguments(
+        output_dir=str(tmp_path),
+        learning_rate=1e-4,
+        weight_decay=0.01,
+        report_to="none",
+        use_cpu=True,
+        lr_scheduler_type=lr_scheduler_type,
+        warmup_steps=0,
+    )
     trainer = KeplmTrainer(model=model, args=args, parameter_group_options=options)
     trainer.create_optimizer_and_scheduler(num_training_steps=10)
     return trainer
@@ -107,8 +130,13 @@ def test_sparse_entity_memory_trains_with_sparse_adam_and_only_batch_rows_move(t
     from keplm.training.optim import CombinedOptimizer
 
     torch.manual_seed(0)
-    config = KalaConfig(encoder_config=tiny_encoder_config(tokenizer), entity_vocab_size=assets.num_entities,
-                        num_relations=assets.num_relations, num_labels=3, sparse_entity_memory=True)
+    config = KalaConfig(
+        encoder_config=tiny_encoder_config(tokenizer),
+        entity_vocab_size=assets.num_entities,
+        num_relations=assets.num_relations,
+        num_labels=3,
+        sparse_entity_memory=True,
+    )
     model = KalaForTokenClassification(config).train()
     trainer = _trainer(tmp_path, model)
     optimizer = trainer.optimizer
@@ -184,12 +212,18 @@ def test_entity_memory_optimizer_choice_reaches_the_trainer(tmp_path, tokenizer,
     from keplm.training.optim import RowwiseAdagrad
     from keplm.training.recipes.kala import KnowledgeArguments
 
-    config = KalaConfig(encoder_config=tiny_encoder_config(tokenizer), entity_vocab_size=assets.num_entities,
-                        num_relations=assets.num_relations, num_labels=3, sparse_entity_memory=sparse)
+    config = KalaConfig(
+        encoder_config=tiny_encoder_config(tokenizer),
+        entity_vocab_size=assets.num_entities,
+        num_relations=assets.num_relations,
+        num_labels=3,
+        sparse_entity_memory=sparse,
+    )
     model = KalaForTokenClassification(config).train()
     # no warm-up of the knowledge modules' own (the default's would start the rate at 0): the rate from step 0
-    options = KnowledgeArguments(entity_memory_optimizer="rowwise_adagrad", entity_memory_learning_rate=0.05,
-                                 knowledge_warmup_steps=0)
+    options = KnowledgeArguments(
+        entity_memory_optimizer="rowwise_adagrad", entity_memory_learning_rate=0.05, knowledge_warmup_steps=0
+    )
     trainer = _trainer(tmp_path, model, **options.parameter_group_options())
     memory = model.kala.entity_memory.embeddings.weight
     tables = trainer.optimizer.others[0]
@@ -198,7 +232,8 @@ def test_entity_memory_optimizer_choice_reaches_the_trainer(tmp_path, tokenizer,
     assert all(p is not memory for g in trainer.optimizer.main.param_groups for p in g["params"])
     assert trainer._sparse_gradients == sparse  # stock gradient clipping unless a gradient is sparse
     batch = KeplmDataCollator.from_processor(KalaProcessor(tokenizer, assets))(
-        [KalaProcessor(tokenizer, assets)("john visited paris .")])
+        [KalaProcessor(tokenizer, assets)("john visited paris .")]
+    )
     before = memory.detach().clone()
     model(**batch, labels=torch.ones_like(batch["input_ids"])).loss.backward()
     assert memory.grad.is_sparse == sparse
@@ -218,14 +253,22 @@ def test_knowledge_learning_rate_gets_its_own_param_groups_and_schedule(tmp_path
     from keplm.training.optim import CombinedOptimizer
 
     for sparse in (False, True):
-        config = KalaConfig(encoder_config=tiny_encoder_config(tokenizer), entity_vocab_size=assets.num_entities,
-                            num_relations=assets.num_relations, num_labels=3, sparse_entity_memory=sparse)
+        config = KalaConfig(
+            encoder_config=tiny_encoder_config(tokenizer),
+            entity_vocab_size=assets.num_entities,
+            num_relations=assets.num_relations,
+            num_labels=3,
+            sparse_entity_memory=sparse,
+        )
         model = KalaForTokenClassification(config)
         trainer = _trainer(tmp_path, model, knowledge_learning_rate=3e-3)
         optimizer = trainer.optimizer
         assert isinstance(optimizer, CombinedOptimizer) == sparse
-        lr_of = {id(p): (g["lr"], g["weight_decay"] if "weight_decay" in g else None)
-                 for g in optimizer.param_groups for p in g["params"]}
+        lr_of = {
+            id(p): (g["lr"], g["weight_decay"] if "weight_decay" in g else None)
+            for g in optimizer.param_groups
+            for p in g["params"]
+        }
         names = dict(model.named_parameters())
         assert len(lr_of) == len(names) == sum(len(g["params"]) for g in optimizer.param_groups)  # each once
         for name, p in names.items():
@@ -251,8 +294,12 @@ def test_knowledge_modules_warm_up_on_their_own(tmp_path, tokenizer, assets, mem
     checkpoint format; a schedule without warm-up is an error, not a silently ignored option."""
     from keplm.training.state import load_state, save_state
 
-    config = KalaConfig(encoder_config=tiny_encoder_config(tokenizer), entity_vocab_size=assets.num_entities,
-                        num_relations=assets.num_relations, num_labels=3)
+    config = KalaConfig(
+        encoder_config=tiny_encoder_config(tokenizer),
+        entity_vocab_size=assets.num_entities,
+        num_relations=assets.num_relations,
+        num_labels=3,
+    )
     model = KalaForTokenClassification(config)
     knowledge = {id(p) for name, p in model.named_parameters() if model.is_knowledge_parameter(name)}
 

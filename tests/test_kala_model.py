@@ -23,8 +23,11 @@ def make_model(cls, tokenizer, assets, mode="relational", **kwargs):
     torch.manual_seed(0)
     kwargs.setdefault("entity_dropout", 0.0)  # train-mode forwards compared here must be deterministic
     config = KalaConfig(
-        encoder_config=tiny_encoder_config(tokenizer), retrieval_mode=mode,
-        entity_vocab_size=assets.num_entities, num_relations=assets.num_relations, **kwargs,
+        encoder_config=tiny_encoder_config(tokenizer),
+        retrieval_mode=mode,
+        entity_vocab_size=assets.num_entities,
+        num_relations=assets.num_relations,
+        **kwargs,
     )
     model = cls(config).eval()
     # the zero-initialised biases would hide bugs: give every new weight a visible value
@@ -44,8 +47,9 @@ def processor(tokenizer, assets):
 
 
 def batch_of(processor, texts, **collator_kwargs):
-    collator = KeplmDataCollator.from_processor(processor, entity_vocab_size=processor.knowledge_assets.num_entities,
-                                                **collator_kwargs)
+    collator = KeplmDataCollator.from_processor(
+        processor, entity_vocab_size=processor.knowledge_assets.num_entities, **collator_kwargs
+    )
     return collator([processor(t) for t in texts])
 
 
@@ -83,8 +87,9 @@ def test_kfm_last_layer_leaves_non_entity_tokens_bit_identical(tokenizer, assets
     batch = batch_of(processor, TEXTS)
     out = model(**batch).last_hidden_state
     model._state = None  # the bare encoder with the same weights, no knowledge
-    reference = model.encoder(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                              token_type_ids=batch["token_type_ids"]).last_hidden_state
+    reference = model.encoder(
+        input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], token_type_ids=batch["token_type_ids"]
+    ).last_hidden_state
     off_entity = batch["entity_token_map"] < 0
     on_entity = ~off_entity & batch["attention_mask"].bool()
     assert on_entity.any()
@@ -141,9 +146,20 @@ def _eq3_by_hand(retrieval, x, context, edges, relation_vectors, informative):
             sources = [(j, r) for j, t, r in edges if t == i and informative[j]]
             if not sources:
                 continue
-            scores = torch.stack([layer.att @ torch.nn.functional.leaky_relu(
-                w_target @ x[i] + w_source @ x[j] + w_relation @ relation_vectors[r] + w_context @ context[i]
-                + retrieval.lin_context.bias[block], 0.2) for j, r in sources])
+            scores = torch.stack(
+                [
+                    layer.att
+                    @ torch.nn.functional.leaky_relu(
+                        w_target @ x[i]
+                        + w_source @ x[j]
+                        + w_relation @ relation_vectors[r]
+                        + w_context @ context[i]
+                        + retrieval.lin_context.bias[block],
+                        0.2,
+                    )
+                    for j, r in sources
+                ]
+            )
             if retrieval.lin_message is None:
                 values = [x[j] for j, _ in sources]
             else:
@@ -159,8 +175,9 @@ def test_relational_retrieval_is_eq3_with_null_sources_masked(relation_message):
     from keplm.modeling.relational_retrieval import RelationalRetrieval
 
     torch.manual_seed(0)
-    retrieval = RelationalRetrieval(entity_dim=6, relation_dim=4, context_dim=5, num_layers=2, dropout=0.0,
-                                    relation_message=relation_message)
+    retrieval = RelationalRetrieval(
+        entity_dim=6, relation_dim=4, context_dim=5, num_layers=2, dropout=0.0, relation_message=relation_message
+    )
     for parameter in retrieval.parameters():
         torch.nn.init.normal_(parameter)
     relations = torch.nn.Embedding(5, 4)
@@ -322,8 +339,9 @@ def test_bad_inputs_give_clear_errors(tokenizer, assets, processor):
     with pytest.raises(ValueError, match="edge"):
         KeplmDataCollator.from_processor(processor)([{**features, "edge_relation_ids": []}])
     with pytest.raises(ValueError):  # mention beyond the text
-        processor("paris", annotation={"entities": [{"text": "paris", "start": 3, "end": 40, "id": "Q90"}],
-                                       "triplets": []})
+        processor(
+            "paris", annotation={"entities": [{"text": "paris", "start": 3, "end": 40, "id": "Q90"}], "triplets": []}
+        )
     with pytest.raises(ValueError, match="relation vocabulary|entity vocabulary"):
         model.set_knowledge_assets(type(assets).build(["Q90"]))
     with pytest.raises(ValueError, match="out of range"):
@@ -379,8 +397,9 @@ def test_gamma_beta_on_the_nodes_tokens_read_equals_all_nodes(tokenizer, assets,
 
 
 @pytest.mark.parametrize("mode", ["pointwise", "relational"])
-def test_inference_without_mention_tokens_skips_the_knowledge_layers_exactly(tokenizer, assets, processor, mode,
-                                                                              monkeypatch):
+def test_inference_without_mention_tokens_skips_the_knowledge_layers_exactly(
+    tokenizer, assets, processor, mode, monkeypatch
+):
     """An inference batch on the CPU whose tokens are in no mention skips retrieval and the γ/β MLPs: the logits are
     those of the full computation (taken with gradients on), bit for bit; a batch with a mention still runs them."""
     model = make_model(KalaForTokenClassification, tokenizer, assets, mode, num_labels=3, kfm_layers=[0, -1])
@@ -415,9 +434,15 @@ def test_tiny_model_learns_a_task_only_knowledge_can_solve(tokenizer, assets):
         token_map[:, 2] = torch.arange(size)
         labels = torch.zeros((size, 6), dtype=torch.long)
         labels[:, 2] = labels_of[pick]
-        return {"input_ids": input_ids, "attention_mask": torch.ones_like(input_ids), "entity_token_map": token_map,
-                "node_entity_ids": rows[pick], "edge_index": torch.zeros(2, 0, dtype=torch.long),
-                "edge_relation_ids": torch.zeros(0, dtype=torch.long), "labels": labels}
+        return {
+            "input_ids": input_ids,
+            "attention_mask": torch.ones_like(input_ids),
+            "entity_token_map": token_map,
+            "node_entity_ids": rows[pick],
+            "edge_index": torch.zeros(2, 0, dtype=torch.long),
+            "edge_relation_ids": torch.zeros(0, dtype=torch.long),
+            "labels": labels,
+        }
 
     accuracy = {}
     for mode in ("pointwise", "none"):
@@ -452,13 +477,27 @@ def test_a_tag_or_class_id_outside_the_label_set_is_a_value_error_naming_it(toke
         model(**batch, labels=labels)
     labels[0, 2] = 0
     assert model(**batch, labels=labels).loss is not None
-    roof = RoofTransformerForSequenceClassification(RoofTransformerConfig(
-        encoder_config=tiny_encoder_config(tokenizer), fusion_layers=1, max_knowledge_length=40, num_labels=2,
-        knowledge_encoding="none", fusion="none"))
+    roof = RoofTransformerForSequenceClassification(
+        RoofTransformerConfig(
+            encoder_config=tiny_encoder_config(tokenizer),
+            fusion_layers=1,
+            max_knowledge_length=40,
+            num_labels=2,
+            knowledge_encoding="none",
+            fusion="none",
+        )
+    )
     inputs = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
     with pytest.raises(ValueError, match=r"labels hold id -1 outside \[0, 2\)"):
         roof(**inputs, labels=torch.tensor([-1]))
-    regression = RoofTransformerForSequenceClassification(RoofTransformerConfig(
-        encoder_config=tiny_encoder_config(tokenizer), fusion_layers=1, max_knowledge_length=40, num_labels=1,
-        knowledge_encoding="none", fusion="none"))
+    regression = RoofTransformerForSequenceClassification(
+        RoofTransformerConfig(
+            encoder_config=tiny_encoder_config(tokenizer),
+            fusion_layers=1,
+            max_knowledge_length=40,
+            num_labels=1,
+            knowledge_encoding="none",
+            fusion="none",
+        )
+    )
     assert regression(**inputs, labels=torch.tensor([3.5])).loss is not None

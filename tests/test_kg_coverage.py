@@ -11,12 +11,16 @@ from keplm.cli import main
 from keplm.knowledge.annotation import KnowledgeAnnotation
 from keplm.knowledge.coverage import split_coverage, unseen_coverage
 
-TRAIN = [[("Paris", "B-LOC"), ("is", "O"), ("in", "O"), ("France", "B-LOC"), (".", "O")],
-         [("Berlin", "B-LOC"), ("visit", "O"), (".", "O")]]
-TEST = [[("London", "B-LOC"), ("and", "O"), ("Unknownia", "B-LOC"), (".", "O")],
-        [("Nowhere", "B-LOC"), ("town", "O"), (".", "O")],
-        [("the", "O"), ("city", "O"), (".", "O")],
-        [("Berlin", "B-LOC"), ("again", "O"), (".", "O")]]
+TRAIN = [
+    [("Paris", "B-LOC"), ("is", "O"), ("in", "O"), ("France", "B-LOC"), (".", "O")],
+    [("Berlin", "B-LOC"), ("visit", "O"), (".", "O")],
+]
+TEST = [
+    [("London", "B-LOC"), ("and", "O"), ("Unknownia", "B-LOC"), (".", "O")],
+    [("Nowhere", "B-LOC"), ("town", "O"), (".", "O")],
+    [("the", "O"), ("city", "O"), (".", "O")],
+    [("Berlin", "B-LOC"), ("again", "O"), (".", "O")],
+]
 
 
 def _write(folder, split, sentences):
@@ -47,16 +51,22 @@ def test_coverage_against_a_hand_count(data_and_kg, tmp_path, capsys):
     relations = {relation: count for relation, _, count, _ in test["relations_reaching_mentions"]}
     assert relations == {"P17": 3, "P31": 3}
     # seen in training: Paris, France, Berlin; unseen test entities: London, Unknownia (linked, facts), Nowhere
-    assert report["unseen"]["test"] == {"gold_entities": 4, "unseen_in_training": 3, "unseen_share": 3 / 4,
-                                        "unseen_linked_share": 2 / 3, "unseen_with_facts_share": 2 / 3}
+    assert report["unseen"]["test"] == {
+        "gold_entities": 4,
+        "unseen_in_training": 3,
+        "unseen_share": 3 / 4,
+        "unseen_linked_share": 2 / 3,
+        "unseen_with_facts_share": 2 / 3,
+    }
     assert (tmp_path / "out" / "kg_coverage.png").is_file()
     assert "| test | 4 | 75.0% | 75.0% | 1.50 | 100.0% |" in capsys.readouterr().out
 
 
 def test_a_smaller_training_set_leaves_more_entities_unseen(data_and_kg, tmp_path):
     data, kg_dir = data_and_kg
-    main(["kg-coverage", "--data", data, "--kg", kg_dir, "--train_size", "1", "--output_dir", str(tmp_path),
-          "--no_plot"])
+    main(
+        ["kg-coverage", "--data", data, "--kg", kg_dir, "--train_size", "1", "--output_dir", str(tmp_path), "--no_plot"]
+    )
     unseen = json.loads((tmp_path / "kg_coverage.json").read_text())["unseen"]["test"]
     # training: the first sentence (Paris, France): Berlin is unseen now, linked and with facts
     assert unseen["unseen_in_training"] == 4
@@ -66,29 +76,47 @@ def test_a_smaller_training_set_leaves_more_entities_unseen(data_and_kg, tmp_pat
 
 def test_split_and_unseen_coverage_by_hand():
     text = "Alpha met Beta"
-    annotation = KnowledgeAnnotation.from_dict({
-        "entities": [{"text": "Alpha", "start": 0, "end": 5, "id": "A"}, {"text": "Beta", "start": 10, "end": 14,
-                                                                          "id": "B"}],
-        "triplets": [{"h": "A", "r": "knows", "t": "C"}, {"h": "A", "r": "likes", "t": "B"}]})
+    annotation = KnowledgeAnnotation.from_dict(
+        {
+            "entities": [
+                {"text": "Alpha", "start": 0, "end": 5, "id": "A"},
+                {"text": "Beta", "start": 10, "end": 14, "id": "B"},
+            ],
+            "triplets": [{"h": "A", "r": "knows", "t": "C"}, {"h": "A", "r": "likes", "t": "B"}],
+        }
+    )
     report = split_coverage([annotation], [text], [[(0, 5, "PER")]], {"knows": "knows of"})
     assert report["linked_mentions"] == 2 and report["facts_per_linked_mention"] == 3 / 2  # A: 2, B: 1
     assert report["gold_linking"]["precision"] == 1 / 2 and report["gold_linking"]["recall"] == 1.0
     assert report["relations_reaching_mentions"] == [["knows", "knows of", 1, 0.5], ["likes", "likes", 1, 0.5]]
     # Alpha seen in training (any case); Beta unseen: linked without a fact, then not linked
     alone = KnowledgeAnnotation.from_dict({"entities": [{"text": "Beta", "start": 0, "end": 4, "id": "B"}]})
-    unseen = unseen_coverage([], ["ALPHA"], [annotation, alone, KnowledgeAnnotation()], [text, "Beta", "Beta"],
-                             [[(0, 5, "PER")], [(0, 4, "PER")], [(0, 4, "PER")]])
-    assert unseen == {"gold_entities": 3, "unseen_in_training": 2, "unseen_share": 2 / 3, "unseen_linked_share": 0.5,
-                      "unseen_with_facts_share": 0.0}
+    unseen = unseen_coverage(
+        [],
+        ["ALPHA"],
+        [annotation, alone, KnowledgeAnnotation()],
+        [text, "Beta", "Beta"],
+        [[(0, 5, "PER")], [(0, 4, "PER")], [(0, 4, "PER")]],
+    )
+    assert unseen == {
+        "gold_entities": 3,
+        "unseen_in_training": 2,
+        "unseen_share": 2 / 3,
+        "unseen_linked_share": 0.5,
+        "unseen_with_facts_share": 0.0,
+    }
 
 
-@pytest.mark.parametrize("argument, value, error, message", [
-    ("--kg", "nope:x", ValueError, "cannot load knowledge graph from 'nope:x'"),
-    ("--kg", "tsv:missing.tsv", FileNotFoundError, "missing.tsv"),
-    ("--data", "missing_folder/", FileNotFoundError, "missing_folder"),
-    ("--train_size", "0", ValueError, "--train_size must be at least 1"),
-    ("--splits", "dev", ValueError, r"--splits \['dev'\]"),
-])
+@pytest.mark.parametrize(
+    "argument, value, error, message",
+    [
+        ("--kg", "nope:x", ValueError, "cannot load knowledge graph from 'nope:x'"),
+        ("--kg", "tsv:missing.tsv", FileNotFoundError, "missing.tsv"),
+        ("--data", "missing_folder/", FileNotFoundError, "missing_folder"),
+        ("--train_size", "0", ValueError, "--train_size must be at least 1"),
+        ("--splits", "dev", ValueError, r"--splits \['dev'\]"),
+    ],
+)
 def test_bad_arguments_are_clear_errors(data_and_kg, argument, value, error, message):
     data, kg_dir = data_and_kg
     arguments = {"--data": data, "--kg": kg_dir, argument: value}

@@ -23,10 +23,15 @@ def clustered_kg() -> KnowledgeGraph:
     for k in range(4):
         for i in range(8):
             city = f"c{k}_{i}"
-            triples += [(city, "country", f"k{k}"), (city, "language", f"l{k}"), (city, "currency", f"m{k}"),
-                        (city, "continent", f"z{k % 2}")]
-    return KnowledgeGraph.from_triples(triples, entity_names={"k0": "Country zero"},
-                                       entity_aliases={"k1": ["Country one"]})
+            triples += [
+                (city, "country", f"k{k}"),
+                (city, "language", f"l{k}"),
+                (city, "currency", f"m{k}"),
+                (city, "continent", f"z{k % 2}"),
+            ]
+    return KnowledgeGraph.from_triples(
+        triples, entity_names={"k0": "Country zero"}, entity_aliases={"k1": ["Country one"]}
+    )
 
 
 @pytest.fixture(scope="module")
@@ -36,8 +41,7 @@ def kg():
 
 @pytest.fixture(scope="module")
 def trained(kg):
-    return train_kge(kg, model="transe", dim=32, epochs=50, batch_size=32, valid_fraction=0.15, seed=0,
-                     progress=False)
+    return train_kge(kg, model="transe", dim=32, epochs=50, batch_size=32, valid_fraction=0.15, seed=0, progress=False)
 
 
 def test_training_is_deterministic_for_a_seed_and_leaves_the_global_rng_alone(kg):
@@ -154,19 +158,22 @@ def test_kge_vectors_name_missing_ids_or_skip_and_count_them(trained):
         kge_vectors(out, ["k0"], missing="zero")
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    (dict(model="transh"), "unknown KGE model 'transh'"),
-    (dict(dim=0), "dim must be a positive integer"),
-    (dict(dim=-4), "dim must be a positive integer"),
-    (dict(model="complex", dim=15), "dim must be even"),
-    (dict(epochs=0), "epochs must be a positive integer"),
-    (dict(valid_fraction=1.0), r"valid_fraction must be in \[0, 1\)"),
-    (dict(model="complex", margin=2.0), "complex takes no 'margin'"),
-    (dict(model="distmult", p_norm=2.0), "distmult takes no 'p_norm'"),
-    (dict(margin=-1.0), "margin must be a positive number"),
-    (dict(lr=0.0), "lr must be > 0"),
-    (dict(max_eval_triples=0), "max_eval_triples must be a positive integer"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(model="transh"), "unknown KGE model 'transh'"),
+        (dict(dim=0), "dim must be a positive integer"),
+        (dict(dim=-4), "dim must be a positive integer"),
+        (dict(model="complex", dim=15), "dim must be even"),
+        (dict(epochs=0), "epochs must be a positive integer"),
+        (dict(valid_fraction=1.0), r"valid_fraction must be in \[0, 1\)"),
+        (dict(model="complex", margin=2.0), "complex takes no 'margin'"),
+        (dict(model="distmult", p_norm=2.0), "distmult takes no 'p_norm'"),
+        (dict(margin=-1.0), "margin must be a positive number"),
+        (dict(lr=0.0), "lr must be > 0"),
+        (dict(max_eval_triples=0), "max_eval_triples must be a positive integer"),
+    ],
+)
 def test_bad_arguments_are_clear_errors(kg, kwargs, message):
     with pytest.raises(ValueError, match=message):
         train_kge(kg, **{**FAST, **kwargs})
@@ -184,8 +191,29 @@ def test_cli_writes_the_kg_folder_and_report(kg, tmp_path, capsys):
     kg.save_pretrained(tmp_path / "source")
     out_dir = tmp_path / "kge"
     spec = f"pretrained:{tmp_path / 'source'}"
-    assert main(["train-kge", "--kg", spec, "--output_dir", str(out_dir), "--dim", "8", "--epochs", "3",
-                 "--batch_size", "64", "--valid_fraction", "0.1", "--seed", "5", "--no_progress"]) == 0
+    assert (
+        main(
+            [
+                "train-kge",
+                "--kg",
+                spec,
+                "--output_dir",
+                str(out_dir),
+                "--dim",
+                "8",
+                "--epochs",
+                "3",
+                "--batch_size",
+                "64",
+                "--valid_fraction",
+                "0.1",
+                "--seed",
+                "5",
+                "--no_progress",
+            ]
+        )
+        == 0
+    )
     loaded = KnowledgeGraph.from_pretrained(out_dir)
     assert loaded.entity_vectors.shape == (46, 8) and loaded.num_triples == 128
     report = json.loads((out_dir / "kge_report.json").read_text())
@@ -200,11 +228,14 @@ def test_cli_writes_the_kg_folder_and_report(kg, tmp_path, capsys):
     assert np.array_equal(direct.entity_vectors, loaded.entity_vectors)
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--model", "transh"], "unknown KGE model"),
-    (["--dim", "0"], "dim must be a positive integer"),
-    (["--num_threads", "0"], "--num_threads must be positive"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--model", "transh"], "unknown KGE model"),
+        (["--dim", "0"], "dim must be a positive integer"),
+        (["--num_threads", "0"], "--num_threads must be positive"),
+    ],
+)
 def test_cli_rejects_bad_settings_before_loading_the_kg(tmp_path, argv, message):
     missing_kg = str(tmp_path / "no-such-kg")  # never read: the settings are checked first
     with pytest.raises(ValueError, match=message):
@@ -223,8 +254,12 @@ def grown_kg(kg: KnowledgeGraph) -> KnowledgeGraph:
     """``kg`` plus two new cities of country 0 and one of country 3, each with its four facts."""
     triples = [(kg.entity_ids[h], kg.relation_ids[r], kg.entity_ids[t]) for h, r, t in kg.triples.tolist()]
     for city, k in (("new_a", 0), ("new_b", 0), ("new_c", 3)):
-        triples += [(city, "country", f"k{k}"), (city, "language", f"l{k}"), (city, "currency", f"m{k}"),
-                    (city, "continent", f"z{k % 2}")]
+        triples += [
+            (city, "country", f"k{k}"),
+            (city, "language", f"l{k}"),
+            (city, "currency", f"m{k}"),
+            (city, "continent", f"z{k % 2}"),
+        ]
     return KnowledgeGraph.from_triples(triples)
 
 
@@ -232,15 +267,25 @@ def grown_kg(kg: KnowledgeGraph) -> KnowledgeGraph:
 def test_kept_vectors_stay_exactly_and_only_new_entities_train(kg, model):
     old, _ = train_kge(kg, model=model, dim=16, epochs=5, batch_size=32, valid_fraction=0.0, seed=0, progress=False)
     grown = grown_kg(kg)
-    new, report = train_kge(grown, model=model, dim=16, epochs=5, batch_size=32, valid_fraction=0.0, seed=3,
-                            progress=False, keep_vectors=old)
+    new, report = train_kge(
+        grown,
+        model=model,
+        dim=16,
+        epochs=5,
+        batch_size=32,
+        valid_fraction=0.0,
+        seed=3,
+        progress=False,
+        keep_vectors=old,
+    )
     for entity in kg.entity_ids:
         kept = new.entity_vectors[grown.entity_index(entity)]
         assert np.array_equal(kept, old.entity_vectors[kg.entity_index(entity)])
     assert report["kept_vectors"]["entities"] == kg.num_entities and report["kept_vectors"]["trained"] == 3
     assert report["kept_vectors"]["source_content_hash"] == old.content_hash()
-    fresh, _ = train_kge(grown, model=model, dim=16, epochs=5, batch_size=32, valid_fraction=0.0, seed=3,
-                         progress=False)
+    fresh, _ = train_kge(
+        grown, model=model, dim=16, epochs=5, batch_size=32, valid_fraction=0.0, seed=3, progress=False
+    )
     rows = [grown.entity_index(e) for e in ("new_a", "new_b", "new_c")]
     assert np.isfinite(new.entity_vectors[rows]).all()
     assert not np.array_equal(new.entity_vectors[rows], fresh.entity_vectors[rows])  # trained against kept rows
@@ -251,8 +296,9 @@ def test_new_entities_land_beside_their_kind_in_the_kept_space(kg, trained):
     place it in the space the old vectors define (the point of keeping them)."""
     old, _ = trained
     grown = grown_kg(kg)
-    new, _ = train_kge(grown, dim=32, epochs=100, batch_size=32, valid_fraction=0.0, seed=1, progress=False,
-                       keep_vectors=old)
+    new, _ = train_kge(
+        grown, dim=32, epochs=100, batch_size=32, valid_fraction=0.0, seed=1, progress=False, keep_vectors=old
+    )
     vectors = new.entity_vectors / np.linalg.norm(new.entity_vectors, axis=1, keepdims=True)
 
     def mean_cos(entity, k):
@@ -284,27 +330,80 @@ def test_cli_keeps_vectors_of_an_earlier_run_and_checks_its_settings(kg, tmp_pat
     grown_kg(kg).save_pretrained(tmp_path / "grown")
     common = ["--dim", "8", "--epochs", "3", "--batch_size", "64", "--valid_fraction", "0", "--no_progress"]
     assert main(["train-kge", "--kg", str(tmp_path / "source"), "--output_dir", str(old_dir), *common]) == 0
-    assert main(["train-kge", "--kg", str(tmp_path / "grown"), "--output_dir", str(new_dir), "--keep_vectors_from",
-                 str(old_dir), *common]) == 0
+    assert (
+        main(
+            [
+                "train-kge",
+                "--kg",
+                str(tmp_path / "grown"),
+                "--output_dir",
+                str(new_dir),
+                "--keep_vectors_from",
+                str(old_dir),
+                *common,
+            ]
+        )
+        == 0
+    )
     old, new = KnowledgeGraph.from_pretrained(old_dir), KnowledgeGraph.from_pretrained(new_dir)
-    assert all(np.array_equal(new.entity_vectors[new.entity_index(e)], old.entity_vectors[old.entity_index(e)])
-               for e in old.entity_ids)
+    assert all(
+        np.array_equal(new.entity_vectors[new.entity_index(e)], old.entity_vectors[old.entity_index(e)])
+        for e in old.entity_ids
+    )
     report = json.loads((new_dir / "kge_report.json").read_text())
     assert report["kept_vectors"]["from"] == str(old_dir) and report["kept_vectors"]["trained"] == 3
     assert "Kept the stored vectors of 46 entities" in capsys.readouterr().out
     with pytest.raises(ValueError, match="holds transe vectors of dim 8"):
-        main(["train-kge", "--kg", str(tmp_path / "grown"), "--output_dir", str(tmp_path / "x"),
-              "--keep_vectors_from", str(old_dir), "--dim", "16"])
+        main(
+            [
+                "train-kge",
+                "--kg",
+                str(tmp_path / "grown"),
+                "--output_dir",
+                str(tmp_path / "x"),
+                "--keep_vectors_from",
+                str(old_dir),
+                "--dim",
+                "16",
+            ]
+        )
     with pytest.raises(ValueError, match="no entity vectors"):
-        main(["train-kge", "--kg", str(tmp_path / "grown"), "--output_dir", str(tmp_path / "x"),
-              "--keep_vectors_from", str(tmp_path / "source")])
+        main(
+            [
+                "train-kge",
+                "--kg",
+                str(tmp_path / "grown"),
+                "--output_dir",
+                str(tmp_path / "x"),
+                "--keep_vectors_from",
+                str(tmp_path / "source"),
+            ]
+        )
     with pytest.raises(FileNotFoundError, match="no saved KG"):
-        main(["train-kge", "--kg", str(tmp_path / "grown"), "--output_dir", str(tmp_path / "x"),
-              "--keep_vectors_from", str(tmp_path)])
+        main(
+            [
+                "train-kge",
+                "--kg",
+                str(tmp_path / "grown"),
+                "--output_dir",
+                str(tmp_path / "x"),
+                "--keep_vectors_from",
+                str(tmp_path),
+            ]
+        )
 
 
-@pytest.mark.parametrize("name, kwargs", [("TransE", {}), ("TransE", {"p_norm": 2.0}), ("DistMult", {}),
-                                          ("ComplEx", {}), ("RotatE", {"margin": 9.0}), ("RotatE", {"margin": 2.0})])
+@pytest.mark.parametrize(
+    "name, kwargs",
+    [
+        ("TransE", {}),
+        ("TransE", {"p_norm": 2.0}),
+        ("DistMult", {}),
+        ("ComplEx", {}),
+        ("RotatE", {"margin": 9.0}),
+        ("RotatE", {"margin": 2.0}),
+    ],
+)
 def test_all_tail_scores_equal_the_models_forward_for_every_entity(name, kwargs):
     """The vectorised scores (one distance or matrix product against the entity table) are torch_geometric's
     forward of each (h, r, t) pair, for every entity as t."""

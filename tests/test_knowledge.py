@@ -54,8 +54,9 @@ def toy_kg():
         "texas_paris": "Paris",
     }
     aliases = {"fr": ["French Republic"], "macron": ["Macron"], "de": ["Deutschland"]}
-    return KnowledgeGraph.from_triples(triples, entity_names=names, entity_aliases=aliases,
-                                       relation_names={"capital_of": "capital of"})
+    return KnowledgeGraph.from_triples(
+        triples, entity_names=names, entity_aliases=aliases, relation_names={"capital_of": "capital of"}
+    )
 
 
 # ------------------------------------------------------------------------------------------ graph
@@ -121,15 +122,20 @@ def test_triples_among_hops_and_cap():
     assert _as_str(kg, kg.triples_among(idx, hops=0)) == {("fr", "borders", "de")}
     full = kg.triples_among(idx, hops=1, max_neighbors_per_entity=None)
     assert _as_str(kg, full) == {
-        ("fr", "borders", "de"), ("paris", "capital_of", "fr"), ("lyon", "located_in", "fr"),
-        ("macron", "president_of", "fr"), ("berlin", "capital_of", "de"),
+        ("fr", "borders", "de"),
+        ("paris", "capital_of", "fr"),
+        ("lyon", "located_in", "fr"),
+        ("macron", "president_of", "fr"),
+        ("berlin", "capital_of", "de"),
     }
     # sorted, deduplicated, int64
     assert full.dtype == np.int64 and full.tolist() == sorted(full.tolist())
     # cap 1: fr keeps its highest-degree outside neighbour (paris, degree 2); de keeps berlin
     capped = kg.triples_among(idx, hops=1, max_neighbors_per_entity=1)
     assert _as_str(kg, capped) == {
-        ("fr", "borders", "de"), ("paris", "capital_of", "fr"), ("berlin", "capital_of", "de"),
+        ("fr", "borders", "de"),
+        ("paris", "capital_of", "fr"),
+        ("berlin", "capital_of", "de"),
     }
     # ties by index: paris (idx 0) and de (idx 3) both have degree 2; lyon (idx 2) beats macron (idx 5)
     fr = [kg.entity_index("fr")]
@@ -157,17 +163,32 @@ def test_subgraph():
 def test_save_load_roundtrip_with_hash(tmp_path):
     kg = toy_kg()
     vec = np.arange(kg.num_entities * 4, dtype=np.float32).reshape(-1, 4)
-    kgv = KnowledgeGraph(kg.entity_ids, kg.relation_ids, kg.triples, kg.entity_names, kg.entity_aliases,
-                         kg.relation_names, entity_vectors=vec)
+    kgv = KnowledgeGraph(
+        kg.entity_ids,
+        kg.relation_ids,
+        kg.triples,
+        kg.entity_names,
+        kg.entity_aliases,
+        kg.relation_names,
+        entity_vectors=vec,
+    )
     assert kgv.content_hash() != kg.content_hash()
     for g, d in ((kg, tmp_path / "plain"), (kgv, tmp_path / "vec")):
         g.save_pretrained(d)
         cfg = json.loads((d / "kg_config.json").read_text())
-        assert cfg == {"format_version": 1, "num_entities": 7, "num_relations": 5, "num_triples": 6,
-                       "content_hash": g.content_hash()}
+        assert cfg == {
+            "format_version": 1,
+            "num_entities": 7,
+            "num_relations": 5,
+            "num_triples": 6,
+            "content_hash": g.content_hash(),
+        }
         assert (d / "triples.tsv").read_text().splitlines()[0] == "paris\tcapital_of\tfr"
         assert json.loads((d / "entities.jsonl").read_text().splitlines()[1]) == {
-            "id": "fr", "name": "France", "aliases": ["French Republic"]}
+            "id": "fr",
+            "name": "France",
+            "aliases": ["French Republic"],
+        }
         back = KnowledgeGraph.from_pretrained(d)
         assert back.content_hash() == g.content_hash()
         assert back.entity_ids == g.entity_ids and back.entity_names == g.entity_names
@@ -204,8 +225,12 @@ def test_load_tsv_kg_plain_gz_and_errors(tmp_path):
     (tmp_path / "names.tsv").write_text("a\tAlpha\nb\tBeta\nzzz\tUnused\n")
     (tmp_path / "rels.tsv").write_text("r1\trelation one\n")
     (tmp_path / "aliases.tsv").write_text("a\tAl|A. lpha\n")
-    kg = load_tsv_kg([tmp_path / "t.tsv", tmp_path / "t2.tsv.gz"], tmp_path / "names.tsv",
-                     tmp_path / "rels.tsv", tmp_path / "aliases.tsv")
+    kg = load_tsv_kg(
+        [tmp_path / "t.tsv", tmp_path / "t2.tsv.gz"],
+        tmp_path / "names.tsv",
+        tmp_path / "rels.tsv",
+        tmp_path / "aliases.tsv",
+    )
     assert kg.entity_ids == ["a", "b", "c"] and kg.num_triples == 3
     assert kg.entity_names == ["Alpha", "Beta", "c"]
     assert kg.entity_aliases[0] == ["Al", "A. lpha"]
@@ -240,8 +265,14 @@ def test_load_jsonl_kg_and_load_kg_dispatch(tmp_path):
 def test_merge_kgs_aligns_unambiguous_names_and_keeps_ambiguous_ones_apart(tmp_path):
     wikidata = KnowledgeGraph.from_triples(
         [("Q90", "P17", "Q142"), ("Q90", "P17", "Q142"), ("Q830149", "P17", "Q16"), ("Q42", "P27", "Q145")],
-        entity_names={"Q90": "Paris", "Q142": "France", "Q830149": "Paris", "Q16": "Canada",
-                      "Q42": "Douglas Adams", "Q145": "United Kingdom"},
+        entity_names={
+            "Q90": "Paris",
+            "Q142": "France",
+            "Q830149": "Paris",
+            "Q16": "Canada",
+            "Q42": "Douglas Adams",
+            "Q145": "United Kingdom",
+        },
         entity_aliases={"Q142": ["FR"]},
     )
     merged = merge_kgs([toy_kg(), wikidata])
@@ -265,10 +296,16 @@ def test_merge_kgs_aligns_unambiguous_names_and_keeps_ambiguous_ones_apart(tmp_p
         (tmp_path / name).write_text("\n".join(json.dumps(x) for x in lines) + "\n")
         return f"jsonl:{tmp_path / name}"
 
-    first = write_jsonl("a.jsonl", [{"type": "entity", "id": "/m/0f8l9c", "name": "France"},
-                                    {"h": "/m/05qtj", "r": "/location/country", "t": "/m/0f8l9c"}])
-    second = write_jsonl("b.jsonl", [{"type": "entity", "id": "Q142", "name": "France"},
-                                     {"h": "Q142", "r": "P36", "t": "Q90"}])
+    first = write_jsonl(
+        "a.jsonl",
+        [
+            {"type": "entity", "id": "/m/0f8l9c", "name": "France"},
+            {"h": "/m/05qtj", "r": "/location/country", "t": "/m/0f8l9c"},
+        ],
+    )
+    second = write_jsonl(
+        "b.jsonl", [{"type": "entity", "id": "Q142", "name": "France"}, {"h": "Q142", "r": "P36", "t": "Q90"}]
+    )
     loaded = load_kg(f"{first}+{second}")
     assert loaded.entity_ids == ["/m/0f8l9c", "/m/05qtj", "Q90"] and loaded.num_triples == 2
     assert loaded.triples.tolist() == [[1, 0, 0], [0, 1, 2]]  # both facts hang on the one "France"
@@ -280,8 +317,7 @@ def test_merge_kgs_aligns_unambiguous_names_and_keeps_ambiguous_ones_apart(tmp_p
 def test_annotation_validate_and_dict_roundtrip():
     text = "Paris is in France"
     ann = KnowledgeAnnotation(
-        [EntityMention("Paris", 0, 5, "Q90"), EntityMention("France", 12, 18, "Q142"),
-         EntityMention("is", 6, 8, None)],
+        [EntityMention("Paris", 0, 5, "Q90"), EntityMention("France", 12, 18, "Q142"), EntityMention("is", 6, 8, None)],
         [Triplet("Q90", "P17", "Q142"), Triplet("Q142", "P36", "Q999")],
     )
     assert ann.validate(text) is ann  # Q999 is a neighbour node: allowed
@@ -303,9 +339,13 @@ def test_annotation_validate_and_dict_roundtrip():
 
 def test_kala_json_roundtrip(tmp_path):
     raw = {
-        "0": {"entities": [{"text": "EU", "start": 0, "end": 2, "id": 458},
-                           {"text": "German", "start": 11, "end": 17, "id": 183}],
-              "triplets": [{"h": 458, "r": "P150", "t": 183}]},
+        "0": {
+            "entities": [
+                {"text": "EU", "start": 0, "end": 2, "id": 458},
+                {"text": "German", "start": 11, "end": 17, "id": 183},
+            ],
+            "triplets": [{"h": 458, "r": "P150", "t": 183}],
+        },
         "7": {"entities": [], "triplets": []},
         "9": [{"text": "Peter", "start": 0, "end": 5, "id": "Q1"}],  # {fold}_entity.json style
     }
@@ -333,8 +373,7 @@ def test_linker_longest_match_boundaries_and_ties():
     ann = linker("Emmanuel Macron visited Paris, not the Parisian suburbs of France.")
     got = [(m.text, m.start, m.end, m.id) for m in ann.entities]
     # longest match beats "Macron"; "Paris" inside "Parisian" is not a match; "Paris" -> most connected
-    assert got == [("Emmanuel Macron", 0, 15, "macron"), ("Paris", 24, 29, "paris"),
-                   ("France", 59, 65, "fr")]
+    assert got == [("Emmanuel Macron", 0, 15, "macron"), ("Paris", 24, 29, "paris"), ("France", 59, 65, "fr")]
     ann.validate("Emmanuel Macron visited Paris, not the Parisian suburbs of France.")
     trip = {(t.h, t.r, t.t) for t in ann.triplets}
     assert ("macron", "president_of", "fr") in trip and ("paris", "capital_of", "fr") in trip

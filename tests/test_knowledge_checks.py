@@ -21,8 +21,16 @@ from .conftest import tiny_encoder_config
 # ---------------------------------------------------------------------------------------------- the generator
 @pytest.mark.parametrize("kind", ["neighbour", "relation"])
 def test_types_live_in_the_kg_only(kind):
-    task = make_knowledge_task(kind, num_types=4, train_per_type=8, unseen_per_type=5, added_per_type=5,
-                               anchors_per_type=3, noise_facts=2, seed=3)
+    task = make_knowledge_task(
+        kind,
+        num_types=4,
+        train_per_type=8,
+        unseen_per_type=5,
+        added_per_type=5,
+        anchors_per_type=3,
+        noise_facts=2,
+        seed=3,
+    )
     anchors = {e.id: e for e in task.entities if e.group == "anchor"}
     typed = [e for e in task.entities if e.type >= 0]
     assert {e.group for e in typed} == {"train", "unseen", "added"}
@@ -53,8 +61,9 @@ def test_two_hop_types_are_two_hops_away():
     names an anchor of the entity's type; bridges belong to their entity's KG (train / unseen now, added later)."""
     from keplm.checks.synthetic import BRIDGE_SUFFIX
 
-    task = make_knowledge_task("two_hop", num_types=3, train_per_type=6, unseen_per_type=4, added_per_type=3,
-                               anchors_per_type=2, seed=4)
+    task = make_knowledge_task(
+        "two_hop", num_types=3, train_per_type=6, unseen_per_type=4, added_per_type=3, anchors_per_type=2, seed=4
+    )
     by_id = {e.id: e for e in task.entities}
     typed = [e for e in task.entities if e.type >= 0]
     mentioned = {r["entity"] for rows in task.ner_splits().values() for r in rows}
@@ -85,7 +94,7 @@ def test_splits_and_knowledge_graphs():
     assert full_kg.num_triples == train_kg.num_triples + len(added)
     for row in task.qa_splits()["test_unseen"]:
         start = row["answers"]["answer_start"][0]
-        assert row["context"][start:start + len(row["answers"]["text"][0])] == row["answers"]["text"][0]
+        assert row["context"][start : start + len(row["answers"]["text"][0])] == row["answers"]["text"][0]
         assert row["question"].split()[-2] == task.labels[[e for e in task.entities if e.id == row["entity"]][0].type]
     assert make_knowledge_task("relation", seed=2).entities != make_knowledge_task("relation", seed=1).entities
 
@@ -100,9 +109,15 @@ def test_write_and_load(tmp_path):
         load_knowledge_task(tmp_path / "missing")
 
 
-@pytest.mark.parametrize("kwargs, message", [({"kind": "type"}, "kind"), ({"num_types": 1}, "num_types"),
-                                             ({"train_per_type": 0}, "train_per_type"),
-                                             ({"num_templates": 1}, "num_templates")])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"kind": "type"}, "kind"),
+        ({"num_types": 1}, "num_types"),
+        ({"train_per_type": 0}, "train_per_type"),
+        ({"num_templates": 1}, "num_templates"),
+    ],
+)
 def test_bad_task_arguments(kwargs, message):
     with pytest.raises(ValueError, match=message):
         make_knowledge_task(**kwargs)
@@ -112,8 +127,10 @@ def test_bad_task_arguments(kwargs, message):
 def test_edit_fact_and_total_variation():
     import random
 
-    annotation = {"entities": [{"text": "X", "start": 0, "end": 1, "id": "E1"}],
-                  "triplets": [{"h": "E1", "r": "R_a", "t": "A1"}, {"h": "A2", "r": "R_a", "t": "E1"}]}
+    annotation = {
+        "entities": [{"text": "X", "start": 0, "end": 1, "id": "E1"}],
+        "triplets": [{"h": "E1", "r": "R_a", "t": "A1"}, {"h": "A2", "r": "R_a", "t": "E1"}],
+    }
     rng = random.Random(0)
     relation, new = edit_fact(annotation, 0, "relation", ["R_a", "R_b"], ["A1", "A2", "A3"], rng)
     assert relation["triplets"][0]["r"] == new == "R_b" and annotation["triplets"][0]["r"] == "R_a"
@@ -129,10 +146,19 @@ def test_edit_fact_and_total_variation():
 
 
 # ---------------------------------------------------------------------------------------------- tiny models
-def _tiny_setup(kind: str, relation_message: str, seed: int = 0, epochs: int = 20, lr: float = 3e-3,
-                link_hops: int = 1):
-    task = make_knowledge_task(kind, num_types=3, train_per_type=12, unseen_per_type=10, added_per_type=10,
-                               anchors_per_type=2, sentences_per_entity=2, seed=seed)
+def _tiny_setup(
+    kind: str, relation_message: str, seed: int = 0, epochs: int = 20, lr: float = 3e-3, link_hops: int = 1
+):
+    task = make_knowledge_task(
+        kind,
+        num_types=3,
+        train_per_type=12,
+        unseen_per_type=10,
+        added_per_type=10,
+        anchors_per_type=2,
+        sentences_per_entity=2,
+        seed=seed,
+    )
     splits = task.ner_splits()
     # entity names are left out of the vocabulary: every name reads [UNK], so only the knowledge tells them apart
     names = {e.name.lower() for e in task.entities}
@@ -146,16 +172,29 @@ def _tiny_setup(kind: str, relation_message: str, seed: int = 0, epochs: int = 2
     labels = ["O", *(f"B-{label}" for label in (*task.labels, ANCHOR_LABEL))]
     torch.manual_seed(seed)
     assets = processor.knowledge_assets
-    model = KalaForTokenClassification(KalaConfig(
-        encoder_config=tiny_encoder_config(tokenizer), retrieval_mode="relational", kfm_layers=[-1],
-        entity_vocab_size=assets.num_entities, num_relations=assets.num_relations, relation_message=relation_message,
-        knowledge_dropout=0.0, num_labels=len(labels), id2label=dict(enumerate(labels)),
-        label2id={label: i for i, label in enumerate(labels)}))
+    model = KalaForTokenClassification(
+        KalaConfig(
+            encoder_config=tiny_encoder_config(tokenizer),
+            retrieval_mode="relational",
+            kfm_layers=[-1],
+            entity_vocab_size=assets.num_entities,
+            num_relations=assets.num_relations,
+            relation_message=relation_message,
+            knowledge_dropout=0.0,
+            num_labels=len(labels),
+            id2label=dict(enumerate(labels)),
+            label2id={label: i for i, label in enumerate(labels)},
+        )
+    )
     model.set_knowledge_assets(assets)
     label2id = model.config.label2id
     features = processor.prepare_ner_features(
-        {"tokens": [r["tokens"] for r in splits["train"]], "knowledge": links,
-         "ner_tags": [[label2id[t] for t in r["ner_tags"]] for r in splits["train"]]})
+        {
+            "tokens": [r["tokens"] for r in splits["train"]],
+            "knowledge": links,
+            "ner_tags": [[label2id[t] for t in r["ner_tags"]] for r in splits["train"]],
+        }
+    )
     rows = [{k: v[i] for k, v in features.items()} for i in range(len(splits["train"]))]
     collator = KeplmDataCollator.from_processor(processor, model)
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
@@ -178,8 +217,9 @@ def test_composed_messages_read_the_relation_and_follow_its_swap():
     assert ner_accuracy(model, processor, task, splits["test_seen"]) >= 0.9
     assert ner_accuracy(model, processor, task, splits["test_unseen"]) >= 0.9
     assert follow_rate(model, processor, task, splits["test_unseen"]) >= 0.9
-    report = knowledge_sensitivity(model, processor, [{"tokens": r["tokens"]} for r in splits["test_unseen"]],
-                                   edits=("relation", "remove"))
+    report = knowledge_sensitivity(
+        model, processor, [{"tokens": r["tokens"]} for r in splits["test_unseen"]], edits=("relation", "remove")
+    )
     summary = report.summary()
     assert summary["examples_with_facts"] == len(splits["test_unseen"])
     assert summary["overall"]["relation"]["flip_rate"] >= 0.5
@@ -195,8 +235,9 @@ def test_paper_messages_cannot_read_a_relation_held_type():
     anchor, an unseen entity's type stays at chance and a relation swap changes nothing."""
     task, splits, model, processor = _tiny_setup("relation", "entity")
     assert ner_accuracy(model, processor, task, splits["test_unseen"]) < 0.7
-    report = knowledge_sensitivity(model, processor, [{"tokens": r["tokens"]} for r in splits["test_unseen"]],
-                                   edits=("relation",))
+    report = knowledge_sensitivity(
+        model, processor, [{"tokens": r["tokens"]} for r in splits["test_unseen"]], edits=("relation",)
+    )
     assert report.summary()["overall"]["relation"]["flip_rate"] == 0.0
 
 
@@ -208,8 +249,7 @@ def test_neighbour_held_types_pass_either_way(relation_message):
     assert follow_rate(model, processor, task, splits["test_unseen"]) >= 0.9
     rng = __import__("random").Random(0)
     fact, target = retarget_fact(task, splits["test_unseen"][0]["entity"], rng)
-    assert fact[1] == "R_link" and target != task.labels[
-        [e for e in task.entities if e.id == fact[0]][0].type]
+    assert fact[1] == "R_link" and target != task.labels[[e for e in task.entities if e.id == fact[0]][0].type]
 
 
 def test_two_hop_types_need_two_hop_context_graphs():
@@ -242,26 +282,67 @@ def test_check_knowledge_command(tmp_path, trained_relation_model):
     data.write_text("".join(json.dumps({"tokens": r["tokens"]}) + "\n" for r in splits["test_added"]))
     write_jsonl_kg(str(tmp_path / "full.jsonl"), task, ("anchor", "train", "unseen", "added"))
     out = tmp_path / "check"
-    main(["check-knowledge", "--model", str(tmp_path / "model"), "--data", str(data), "--kg",
-          f"jsonl:{tmp_path / 'full.jsonl'}", "--edits", "relation", "tail", "--output_dir", str(out)])
+    main(
+        [
+            "check-knowledge",
+            "--model",
+            str(tmp_path / "model"),
+            "--data",
+            str(data),
+            "--kg",
+            f"jsonl:{tmp_path / 'full.jsonl'}",
+            "--edits",
+            "relation",
+            "tail",
+            "--output_dir",
+            str(out),
+        ]
+    )
     report = json.loads((out / "knowledge_sensitivity.json").read_text())
     assert report["examples"] == report["examples_with_facts"] == len(splits["test_added"])
     assert report["kg_change"]["entities_added"] == len(splits["test_added"])
     assert report["overall"]["relation"]["flip_rate"] >= 0.5  # the relation holds the type
     assert report["overall"]["tail"]["mean_shift"] < report["overall"]["relation"]["mean_shift"]
-    assert {r["name"] for r in report["per_relation"].values()} == set(task.relation_names[f"R_{label}"]
-                                                                       for label in task.labels)
+    assert {r["name"] for r in report["per_relation"].values()} == set(
+        task.relation_names[f"R_{label}"] for label in task.labels
+    )
     assert (out / "knowledge_sensitivity.png").stat().st_size > 1000
     # the data as run_ner.py reads it: a CoNLL folder's test split, the same examples, the same report
     (tmp_path / "conll").mkdir()
-    (tmp_path / "conll" / "test.txt").write_text("\n\n".join("\n".join(f"{w} O" for w in r["tokens"])
-                                                          for r in splits["test_added"]) + "\n")
-    main(["check-knowledge", "--model", str(tmp_path / "model"), "--data", str(tmp_path / "conll"), "--kg",
-          f"jsonl:{tmp_path / 'full.jsonl'}", "--edits", "relation", "tail", "--output_dir", str(tmp_path / "c2")])
+    (tmp_path / "conll" / "test.txt").write_text(
+        "\n\n".join("\n".join(f"{w} O" for w in r["tokens"]) for r in splits["test_added"]) + "\n"
+    )
+    main(
+        [
+            "check-knowledge",
+            "--model",
+            str(tmp_path / "model"),
+            "--data",
+            str(tmp_path / "conll"),
+            "--kg",
+            f"jsonl:{tmp_path / 'full.jsonl'}",
+            "--edits",
+            "relation",
+            "tail",
+            "--output_dir",
+            str(tmp_path / "c2"),
+        ]
+    )
     assert json.loads((tmp_path / "c2" / "knowledge_sensitivity.json").read_text())["overall"] == report["overall"]
     with pytest.raises(ValueError, match="no 'validation' split"):
-        main(["check-knowledge", "--model", str(tmp_path / "model"), "--data", str(tmp_path / "conll"), "--split",
-              "validation", "--output_dir", str(tmp_path / "c3")])
+        main(
+            [
+                "check-knowledge",
+                "--model",
+                str(tmp_path / "model"),
+                "--data",
+                str(tmp_path / "conll"),
+                "--split",
+                "validation",
+                "--output_dir",
+                str(tmp_path / "c3"),
+            ]
+        )
     # without --kg the model's own KG has no added entity: nothing to edit, said plainly
     main(["check-knowledge", "--model", str(tmp_path / "model"), "--data", str(data), "--output_dir", str(out)])
     assert json.loads((out / "knowledge_sensitivity.json").read_text())["examples_with_facts"] == 0
@@ -278,16 +359,32 @@ def test_qa_sensitivity_reads_a_context_longer_than_one_window(trained_relation_
     model.set_knowledge_assets(processor.knowledge_assets)
 
     def window_lengths(context):
-        return [len(ids) for ids in processor.prepare_qa_features(
-            {"id": ["0"], "question": ["which one is it ?"], "context": [context],
-             "knowledge": [processor.link(context).to_dict()], "question_knowledge": [processor.link("x").to_dict()]},
-            max_length=32, doc_stride=16, training=False)["input_ids"]]
+        return [
+            len(ids)
+            for ids in processor.prepare_qa_features(
+                {
+                    "id": ["0"],
+                    "question": ["which one is it ?"],
+                    "context": [context],
+                    "knowledge": [processor.link(context).to_dict()],
+                    "question_knowledge": [processor.link("x").to_dict()],
+                },
+                max_length=32,
+                doc_stride=16,
+                training=False,
+            )["input_ids"]
+        ]
 
     # the first context of 4+ test sentences (several windows) whose last window is shorter than the others
-    context = next(c for k in range(4, 12) for c in [" ".join(" ".join(r["tokens"]) for r in splits["test_unseen"][:k])]
-                   if len(set(window_lengths(c))) > 1)
-    report = knowledge_sensitivity(model, processor, [{"question": "which one is it ?", "context": context}],
-                                   task="qa", max_length=32)
+    context = next(
+        c
+        for k in range(4, 12)
+        for c in [" ".join(" ".join(r["tokens"]) for r in splits["test_unseen"][:k])]
+        if len(set(window_lengths(c))) > 1
+    )
+    report = knowledge_sensitivity(
+        model, processor, [{"question": "which one is it ?", "context": context}], task="qa", max_length=32
+    )
     assert report.examples_with_facts == 1 and report.results
     assert all(0.0 <= r.shift <= 1.0 for r in report.results)
     assert any(r.shift > 0 for r in report.results)  # the untrained model reads its KG too
@@ -298,18 +395,39 @@ def test_check_knowledge_refuses_a_baseline_and_bad_data(tmp_path, trained_relat
 
     _, _, model, processor = trained_relation_model
     with pytest.raises(FileNotFoundError, match="no such file"):
-        main(["check-knowledge", "--model", "x", "--data", str(tmp_path / "none"), "--task", "ner",
-              "--output_dir", str(tmp_path)])
-    baseline = KalaForTokenClassification(KalaConfig(encoder_config=tiny_encoder_config(tokenizer),
-                                                     retrieval_mode="none", num_labels=2))
+        main(
+            [
+                "check-knowledge",
+                "--model",
+                "x",
+                "--data",
+                str(tmp_path / "none"),
+                "--task",
+                "ner",
+                "--output_dir",
+                str(tmp_path),
+            ]
+        )
+    baseline = KalaForTokenClassification(
+        KalaConfig(encoder_config=tiny_encoder_config(tokenizer), retrieval_mode="none", num_labels=2)
+    )
     with pytest.raises(ValueError, match="reads no knowledge"):
         knowledge_sensitivity(baseline, processor, [{"text": "x"}])
     (tmp_path / "empty.txt").write_text("\n")
     model.save_pretrained(tmp_path / "model")
     processor.save_pretrained(tmp_path / "model")
     with pytest.raises(ValueError, match="holds no text"):
-        main(["check-knowledge", "--model", str(tmp_path / "model"), "--data", str(tmp_path / "empty.txt"),
-              "--output_dir", str(tmp_path / "out")])
+        main(
+            [
+                "check-knowledge",
+                "--model",
+                str(tmp_path / "model"),
+                "--data",
+                str(tmp_path / "empty.txt"),
+                "--output_dir",
+                str(tmp_path / "out"),
+            ]
+        )
 
 
 def test_knowledge_update_is_saved_and_pushed(tmp_path, hub_server, trained_relation_model):
@@ -354,12 +472,22 @@ def test_run_script_kg_updates_a_checkpoint(tmp_path, trained_relation_model):
     model.save_pretrained(tmp_path / "model")
     processor.save_pretrained(tmp_path / "model")
     test = tmp_path / "added.jsonl"
-    test.write_text("".join(json.dumps({"tokens": r["tokens"], "ner_tags": r["ner_tags"]}) + "\n"
-                            for r in splits["test_added"]))
+    test.write_text(
+        "".join(json.dumps({"tokens": r["tokens"], "ner_tags": r["ner_tags"]}) + "\n" for r in splits["test_added"])
+    )
     write_jsonl_kg(str(tmp_path / "full.jsonl"), task, ("anchor", "train", "unseen", "added"))
     run_ner = load_script("run_ner")
-    common = ["--model_name_or_path", str(tmp_path / "model"), "--test_file", str(test), "--do_predict",
-              "--report_to", "none", "--per_device_eval_batch_size", "16"]
+    common = [
+        "--model_name_or_path",
+        str(tmp_path / "model"),
+        "--test_file",
+        str(test),
+        "--do_predict",
+        "--report_to",
+        "none",
+        "--per_device_eval_batch_size",
+        "16",
+    ]
     before = run_ner.main([*common, "--output_dir", str(tmp_path / "before")])
     after = run_ner.main([*common, "--output_dir", str(tmp_path / "after"), "--kg", f"jsonl:{tmp_path / 'full.jsonl'}"])
     # F1 in percent (the run scripts' unit); the linked share is a share, not a metric: a fraction
@@ -376,8 +504,10 @@ def test_facts_read_by_each_processor(tokenizer, kg, assets):
     kala = KalaProcessor(tokenizer, assets)
     annotation = kala.link(text).to_dict()
     assert kala.facts_read(annotation) == (annotation["triplets"], None)
-    for selection, expected in (("no_tail", {("Q90", "P17", "Q142"), ("Q90", "P31", "Q515")}),
-                                ("has_tail", {("Q90", "P17", "Q142"), ("Q90", "P31", "Q515")})):
+    for selection, expected in (
+        ("no_tail", {("Q90", "P17", "Q142"), ("Q90", "P31", "Q515")}),
+        ("has_tail", {("Q90", "P17", "Q142"), ("Q90", "P31", "Q515")}),
+    ):
         roof = RoofTransformerProcessor(tokenizer, KnowledgeAssets(kg=kg), selection=selection)
         facts, column = roof.facts_read(roof.link(text).to_dict())
         assert column == TRIPLES_COLUMN and {(f["h"], f["r"], f["t"]) for f in facts} == expected
@@ -392,10 +522,12 @@ def test_glue_files_without_a_task_name_make_their_own_task(tmp_path):
     from keplm.data.glue import load_glue_dataset, task_of_dataset
 
     for split in ("train", "validation"):
-        (tmp_path / f"{split}.jsonl").write_text("".join(
-            json.dumps({"sentence": f"s {i}", "label": i % 3}) + "\n" for i in range(6)))
-    raw = load_glue_dataset(None, train_file=str(tmp_path / "train.jsonl"),
-                            validation_file=str(tmp_path / "validation.jsonl"))
+        (tmp_path / f"{split}.jsonl").write_text(
+            "".join(json.dumps({"sentence": f"s {i}", "label": i % 3}) + "\n" for i in range(6))
+        )
+    raw = load_glue_dataset(
+        None, train_file=str(tmp_path / "train.jsonl"), validation_file=str(tmp_path / "validation.jsonl")
+    )
     task = task_of_dataset(raw)
     assert task.text_columns == ("sentence",) and task.num_labels == 3 and task.metric == "sst2"
     with pytest.raises(ValueError, match="no text column"):
@@ -409,25 +541,43 @@ def test_roof_transformer_reads_the_verbalised_relation_and_follows_its_swap():
     from keplm.checks.scoring import classification_accuracy
     from keplm.tokenization.processing_roof_transformer import RoofTransformerProcessor
 
-    task = make_knowledge_task("relation", num_types=3, train_per_type=20, unseen_per_type=10, added_per_type=10,
-                               anchors_per_type=2, sentences_per_entity=3, seed=4)
+    task = make_knowledge_task(
+        "relation",
+        num_types=3,
+        train_per_type=20,
+        unseen_per_type=10,
+        added_per_type=10,
+        anchors_per_type=2,
+        sentences_per_entity=3,
+        seed=4,
+    )
     splits = task.classification_splits()
     names = {e.name.lower() for e in task.entities}
     words = {w.lower() for rows in splits.values() for r in rows for w in r["sentence"].split()}
     words |= {w for name in task.relation_names.values() for w in name.split()}
     vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *sorted(words - names)]
     tokenizer = BertTokenizerFast(vocab={w: i for i, w in enumerate(vocab)}, do_lower_case=True)
-    processor = RoofTransformerProcessor(tokenizer, KnowledgeAssets(kg=task.kg_train), selection="no_tail",
-                                         max_knowledge_length=24)
+    processor = RoofTransformerProcessor(
+        tokenizer, KnowledgeAssets(kg=task.kg_train), selection="no_tail", max_knowledge_length=24
+    )
     torch.manual_seed(1)  # reaches 100 % by epoch 20 at 1, 2 and 4 threads (seed 0: 67 % at one thread)
-    model = RoofTransformerForSequenceClassification(RoofTransformerConfig(
-        encoder_config=tiny_encoder_config(tokenizer), max_knowledge_length=24, fusion_layers=1, num_labels=3,
-        id2label=dict(enumerate(task.labels)), label2id={label: i for i, label in enumerate(task.labels)}))
+    model = RoofTransformerForSequenceClassification(
+        RoofTransformerConfig(
+            encoder_config=tiny_encoder_config(tokenizer),
+            max_knowledge_length=24,
+            fusion_layers=1,
+            num_labels=3,
+            id2label=dict(enumerate(task.labels)),
+            label2id={label: i for i, label in enumerate(task.labels)},
+        )
+    )
     model.set_knowledge_assets(processor.knowledge_assets)
     train = splits["train"]
-    features = processor.prepare_pair_features({"sentence": [r["sentence"] for r in train],
-                                                "label": [r["label"] for r in train]},
-                                               text_columns=("sentence",), max_length=24)
+    features = processor.prepare_pair_features(
+        {"sentence": [r["sentence"] for r in train], "label": [r["label"] for r in train]},
+        text_columns=("sentence",),
+        max_length=24,
+    )
     rows = [{k: v[i] for k, v in features.items() if not k.startswith("num_")} for i in range(len(train))]
     collator = KeplmDataCollator.from_processor(processor, model)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
@@ -440,14 +590,21 @@ def test_roof_transformer_reads_the_verbalised_relation_and_follows_its_swap():
             optimizer.zero_grad()
     model.eval()
     assert classification_accuracy(model, processor, splits["test_unseen"]) >= 0.9
-    report = knowledge_sensitivity(model, processor, [{"sentence": r["sentence"]} for r in splits["test_unseen"]],
-                                   task="classification", edits=("relation", "tail"))
+    report = knowledge_sensitivity(
+        model,
+        processor,
+        [{"sentence": r["sentence"]} for r in splits["test_unseen"]],
+        task="classification",
+        edits=("relation", "tail"),
+    )
     summary = report.summary()["overall"]
     assert summary["relation"]["flip_rate"] >= 0.5 > summary["tail"]["flip_rate"]
     # a GLUE-style pair: the two texts' facts form one passage; the entity's sentence first or second, same reading
     for first, second in ((0, 1), (1, 0)):
-        pairs = [dict(zip((f"sentence{1 + first}", f"sentence{1 + second}"), (r["sentence"], "it is here ."))) for r in
-                 splits["test_unseen"]]
+        pairs = [
+            dict(zip((f"sentence{1 + first}", f"sentence{1 + second}"), (r["sentence"], "it is here .")))
+            for r in splits["test_unseen"]
+        ]
         pair = knowledge_sensitivity(model, processor, pairs, task="classification", edits=("relation",)).summary()
         assert pair["examples_with_facts"] == len(pairs)
         assert pair["overall"]["relation"]["flip_rate"] >= 0.5

@@ -18,12 +18,22 @@ PACKAGE = Path(__file__).resolve().parent.parent / "keplm"
 
 #: layer of each top-level part of keplm (a subpackage or a root module); a module may import its own layer or lower
 LAYERS = {
-    "knowledge": 0, "configuration": 0, "file_utils": 0, "io_utils": 0, "push_utils": 0, "registration": 0,
+    "knowledge": 0,
+    "configuration": 0,
+    "file_utils": 0,
+    "io_utils": 0,
+    "push_utils": 0,
+    "registration": 0,
     "metric_units": 0,
     "tokenization": 1,
-    "data": 2, "modeling": 2,
-    "training": 3, "checks": 3, "hub": 3, "pipelines": 3,
-    "commands": 4, "cli": 4,
+    "data": 2,
+    "modeling": 2,
+    "training": 3,
+    "checks": 3,
+    "hub": 3,
+    "pipelines": 3,
+    "commands": 4,
+    "cli": 4,
     "keplm": 4,  # "keplm": the package itself (its __init__ imports everything)
 }
 
@@ -51,8 +61,9 @@ def imported_modules(path: Path) -> list[tuple[int, str]]:
             base = ".".join(package[: len(package) - node.level + 1]) if node.level else ""
             module = ".".join(filter(None, (base, node.module)))
             if module == "keplm":  # from keplm import modeling: the subpackage (or a name of the package)
-                found += [(node.lineno, f"keplm.{alias.name}" if alias.name in LAYERS else "keplm")
-                          for alias in node.names]
+                found += [
+                    (node.lineno, f"keplm.{alias.name}" if alias.name in LAYERS else "keplm") for alias in node.names
+                ]
             else:
                 found.append((node.lineno, module))
     return [(line, module) for line, module in found if module == "keplm" or module.startswith("keplm.")]
@@ -73,15 +84,21 @@ def upward_imports() -> dict[tuple[str, str], int]:
 
 
 def test_every_part_of_keplm_has_a_layer():
-    parts = {p.stem if p.is_file() else p.name for p in PACKAGE.iterdir()
-             if (p.suffix == ".py" and p.stem != "__init__") or (p / "__init__.py").is_file()}
+    parts = {
+        p.stem if p.is_file() else p.name
+        for p in PACKAGE.iterdir()
+        if (p.suffix == ".py" and p.stem != "__init__") or (p / "__init__.py").is_file()
+    }
     assert parts - set(LAYERS) == set()
 
 
 def test_keplm_imports_only_downward():
     upward = upward_imports()
-    new = [f"keplm/{name}:{line}: {module}" for (name, module), line in upward.items()
-           if (name, module) not in KNOWN_UPWARD]
+    new = [
+        f"keplm/{name}:{line}: {module}"
+        for (name, module), line in upward.items()
+        if (name, module) not in KNOWN_UPWARD
+    ]
     assert not new, "imports of a higher layer:\n" + "\n".join(new)
     gone = sorted(set(KNOWN_UPWARD) - set(upward))
     assert not gone, f"no longer imported upward, drop from KNOWN_UPWARD: {gone}"

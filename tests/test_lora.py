@@ -26,8 +26,9 @@ def base_dir(tmp_path, tokenizer):
 
 def _model(base_dir, assets):
     torch.manual_seed(1)
-    return KalaForTokenClassification.from_base_pretrained(base_dir, knowledge_assets=assets, num_labels=3,
-                                                           retrieval_mode="relational", kfm_layers=[-1])
+    return KalaForTokenClassification.from_base_pretrained(
+        base_dir, knowledge_assets=assets, num_labels=3, retrieval_mode="relational", kfm_layers=[-1]
+    )
 
 
 def _batch(processor, model):
@@ -38,7 +39,8 @@ def _batch(processor, model):
 def test_lora_trains_adapters_and_knowledge_modules_only(tmp_path, base_dir, tokenizer, assets):
     model = _model(base_dir, assets)
     assert {"kala.entity_memory.embeddings", "kala.relation_embeddings", "classifier"} <= set(
-        fully_trained_modules(model))
+        fully_trained_modules(model)
+    )
     peft_model = add_lora(model, r=4, alpha=8, dropout=0.0)
     processor = KalaProcessor(tokenizer, assets)
     batch, labels = _batch(processor, model)
@@ -47,8 +49,12 @@ def test_lora_trains_adapters_and_knowledge_modules_only(tmp_path, base_dir, tok
     assert not [n for n in trainable if ".encoder." in n and "lora_" not in n]  # encoder weights are frozen
     frozen = {n: p.detach().clone() for n, p in peft_model.named_parameters() if not p.requires_grad}
     args = TrainingArguments(output_dir=str(tmp_path / "out"), learning_rate=1e-2, use_cpu=True, report_to="none")
-    trainer = KeplmTrainer(model=peft_model, args=args, processing_class=processor,
-                           parameter_group_options={"knowledge_learning_rate": 5e-2})
+    trainer = KeplmTrainer(
+        model=peft_model,
+        args=args,
+        processing_class=processor,
+        parameter_group_options={"knowledge_learning_rate": 5e-2},
+    )
     trainer.create_optimizer_and_scheduler(num_training_steps=3)
     trained = {n: p.detach().clone() for n, p in peft_model.named_parameters() if p.requires_grad}
     for _ in range(3):
@@ -58,10 +64,16 @@ def test_lora_trains_adapters_and_knowledge_modules_only(tmp_path, base_dir, tok
     for name, parameter in peft_model.named_parameters():
         if name in frozen:
             assert torch.equal(parameter, frozen[name]), name  # bit-identical after the optimizer steps
-    assert any(not torch.equal(p, trained[n]) for n, p in peft_model.named_parameters() if n in trained and
-               "modules_to_save" in n and "entity_memory" in n)  # the knowledge modules do train
-    knowledge_lrs = {g["lr"] for g in trainer.optimizer.param_groups
-                     if any(p is q for p in g["params"] for n, q in peft_model.named_parameters() if "knowledge" in n)}
+    assert any(
+        not torch.equal(p, trained[n])
+        for n, p in peft_model.named_parameters()
+        if n in trained and "modules_to_save" in n and "entity_memory" in n
+    )  # the knowledge modules do train
+    knowledge_lrs = {
+        g["lr"]
+        for g in trainer.optimizer.param_groups
+        if any(p is q for p in g["params"] for n, q in peft_model.named_parameters() if "knowledge" in n)
+    }
     assert 5e-2 in knowledge_lrs  # KALA's parameter groups still apply under peft
 
 
@@ -107,8 +119,9 @@ def test_lora_on_trelm_trains_injection_and_head_fully_and_freezes_the_encoder(t
     before = {n: p.detach().clone() for n, p in peft_model.named_parameters() if p.requires_grad}
     processor = TrelmProcessor(tokenizer, assets)
     rows = features(processor, (TEXT,) * 2, (ANNOTATION,) * 2)
-    collator = MaskedLMCollator(KeplmDataCollator.from_processor(processor), tokenizer.mask_token_id, len(tokenizer),
-                                mlm_probability=0.5)
+    collator = MaskedLMCollator(
+        KeplmDataCollator.from_processor(processor), tokenizer.mask_token_id, len(tokenizer), mlm_probability=0.5
+    )
     torch.manual_seed(0)
     batch = collator([{k: v[i] for k, v in rows.items()} for i in range(2)])
     optimizer = torch.optim.AdamW([p for p in peft_model.parameters() if p.requires_grad], lr=1e-2)
@@ -120,5 +133,6 @@ def test_lora_on_trelm_trains_injection_and_head_fully_and_freezes_the_encoder(t
     for name, parameter in peft_model.named_parameters():
         if name in frozen:
             assert torch.equal(parameter, frozen[name]), name
-    assert any(not torch.equal(p, before[n]) for n, p in peft_model.named_parameters()
-               if n in before and ".injection." in n)  # the injection does train
+    assert any(
+        not torch.equal(p, before[n]) for n, p in peft_model.named_parameters() if n in before and ".injection." in n
+    )  # the injection does train

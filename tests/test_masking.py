@@ -17,11 +17,16 @@ from keplm.data.masking import MaskedLMCollator, MaskingEpochCallback
 from .distributed_helpers import spawn_two
 from .test_trelm import kge_assets  # noqa: F401  (fixture)
 
-SENTENCES = [("john visited paris in france .", ("paris", "Q90"), ("france", "Q142")),
-             ("mary lives in berlin , the capital of germany .", ("berlin", "Q64"), ("germany", "Q183")),
-             ("the seine river flows through paris in france .", ("seine", "Q1471"), ("paris", "Q90")),
-             ("london is a city of england and a capital in europe on the thames river .", ("london", "Q84"),
-              ("england", "Q21"))]
+SENTENCES = [
+    ("john visited paris in france .", ("paris", "Q90"), ("france", "Q142")),
+    ("mary lives in berlin , the capital of germany .", ("berlin", "Q64"), ("germany", "Q183")),
+    ("the seine river flows through paris in france .", ("seine", "Q1471"), ("paris", "Q90")),
+    (
+        "london is a city of england and a capital in europe on the thames river .",
+        ("london", "Q84"),
+        ("england", "Q21"),
+    ),
+]
 FACTS = {"Q90": "Q142", "Q64": "Q183", "Q1471": "Q142", "Q84": "Q21"}
 
 
@@ -39,8 +44,13 @@ def make_rows(tokenizer, assets) -> list[dict]:
 
 def make_collator(tokenizer, assets, padding_side="right", seed=0) -> MaskedLMCollator:
     processor = TrelmProcessor(tokenizer, assets)
-    return MaskedLMCollator(KeplmDataCollator.from_processor(processor, padding_side=padding_side),
-                            tokenizer.mask_token_id, len(tokenizer), mlm_probability=0.5, seed=seed)
+    return MaskedLMCollator(
+        KeplmDataCollator.from_processor(processor, padding_side=padding_side),
+        tokenizer.mask_token_id,
+        len(tokenizer),
+        mlm_probability=0.5,
+        seed=seed,
+    )
 
 
 def per_example(batch, lengths, padding_side="right") -> list[tuple[list[int], list[int]]]:
@@ -49,8 +59,12 @@ def per_example(batch, lengths, padding_side="right") -> list[tuple[list[int], l
     out = []
     for row, length in enumerate(lengths):
         start = width - length if padding_side == "left" else 0
-        out.append((batch["input_ids"][row, start : start + length].tolist(),
-                    batch["labels"][row, start : start + length].tolist()))
+        out.append(
+            (
+                batch["input_ids"][row, start : start + length].tolist(),
+                batch["labels"][row, start : start + length].tolist(),
+            )
+        )
     return out
 
 
@@ -100,16 +114,24 @@ def test_masking_epoch_callback_follows_the_trainer_epoch_and_refuses_persistent
         callback.on_epoch_begin(args, SimpleNamespace(epoch=epoch), None)
         assert collator.epoch == expected
     with pytest.raises(ValueError, match="persistent"):
-        callback.on_train_begin(SimpleNamespace(dataloader_num_workers=2, dataloader_persistent_workers=True),
-                                None, None)
+        callback.on_train_begin(
+            SimpleNamespace(dataloader_num_workers=2, dataloader_persistent_workers=True), None, None
+        )
 
 
 # ------------------------------------------------------------------------------------------------ two processes
 def _worker(rank: int, port: int, rows: list[dict], collator: MaskedLMCollator, queue) -> None:
     """One of two torchrun-like processes: accelerate shards a sequential loader of 2 rows per process as the
     Trainer's loader is sharded; the process's first batch is masked in epochs 0 and 1 and gathered."""
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank),
-                      WORLD_SIZE="2", LOCAL_WORLD_SIZE="2", OMP_NUM_THREADS="1")
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+        RANK=str(rank),
+        LOCAL_RANK=str(rank),
+        WORLD_SIZE="2",
+        LOCAL_WORLD_SIZE="2",
+        OMP_NUM_THREADS="1",
+    )
     import torch.distributed as dist
     from accelerate import PartialState
     from accelerate.data_loader import prepare_data_loader

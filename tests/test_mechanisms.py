@@ -25,8 +25,11 @@ def _collator(processor):
 
 def _annotation(text, mentions, triplets=()):
     """KALA-format annotation with every whole-word occurrence of each ``(surface, id)`` as a mention."""
-    entities = [{"text": m.group(), "start": m.start(), "end": m.end(), "id": entity}
-                for surface, entity in mentions for m in re.finditer(rf"\b{surface}\b", text)]
+    entities = [
+        {"text": m.group(), "start": m.start(), "end": m.end(), "id": entity}
+        for surface, entity in mentions
+        for m in re.finditer(rf"\b{surface}\b", text)
+    ]
     return {"entities": entities, "triplets": [{"h": h, "r": r, "t": t} for h, r, t in triplets]}
 
 
@@ -89,9 +92,14 @@ def test_kfm_modulates_both_layernorms_of_every_chosen_layer_and_no_other(tokeni
     h4(v) of that layer's own MLPs written out from its weights (pointwise: v is the node's entity-memory row, zero
     table for the null entity); tokens outside mentions, and every token of the other layers, read LN(x) alone."""
     torch.manual_seed(0)
-    config = KalaConfig(encoder_config=tiny_encoder_config(tokenizer, layers=4), retrieval_mode="pointwise",
-                        entity_vocab_size=assets.num_entities, num_relations=assets.num_relations,
-                        kfm_layers=kfm_layers, entity_dropout=0.0)
+    config = KalaConfig(
+        encoder_config=tiny_encoder_config(tokenizer, layers=4),
+        retrieval_mode="pointwise",
+        entity_vocab_size=assets.num_entities,
+        num_relations=assets.num_relations,
+        kfm_layers=kfm_layers,
+        entity_dropout=0.0,
+    )
     model = KalaModel(config).eval()
     with torch.no_grad():  # visible values everywhere: zero MLP biases and unit LayerNorms would hide a missing term
         for name, parameter in model.named_parameters():
@@ -125,8 +133,9 @@ def test_kfm_modulates_both_layernorms_of_every_chosen_layer_and_no_other(tokeni
             kfm = model.knowledge_layers[str(index)].modulation
             k = kfm.mlp_hidden_size
             hidden = torch.relu(vectors @ kfm.fc1.weight.T + kfm.fc1.bias)  # h1..h4 share the input, not weights
-            h = [(hidden[:, f * k:(f + 1) * k] @ kfm.fc2_weight[f] + kfm.fc2_bias[f]) * has_knowledge
-                 for f in range(4)]
+            h = [
+                (hidden[:, f * k : (f + 1) * k] @ kfm.fc2_weight[f] + kfm.fc2_bias[f]) * has_knowledge for f in range(4)
+            ]
             gamma, beta = 1 + h[2 * slot][token_map.clamp(min=0)], h[2 * slot + 1][token_map.clamp(min=0)]
             want = torch.where(on, gamma * plain + beta, plain)
             assert (want - plain).abs().max() > 0.1  # the modulation is visible at this layer
@@ -142,18 +151,33 @@ def test_node_context_is_the_mean_over_all_tokens_of_all_mentions():
     hidden = torch.randn(2, 5, 3)
     token_map = torch.tensor([[-1, 0, 0, -1, 2], [2, 2, -1, 0, -1]])  # node 0: 2 + 1 tokens, node 2: 1 + 2 tokens
     got = node_context(hidden, token_map, num_nodes=4)
-    want = torch.stack([
-        (hidden[0, 1] + hidden[0, 2] + hidden[1, 3]) / 3, torch.zeros(3),
-        (hidden[0, 4] + hidden[1, 0] + hidden[1, 1]) / 3, torch.zeros(3),
-    ])
+    want = torch.stack(
+        [
+            (hidden[0, 1] + hidden[0, 2] + hidden[1, 3]) / 3,
+            torch.zeros(3),
+            (hidden[0, 4] + hidden[1, 0] + hidden[1, 1]) / 3,
+            torch.zeros(3),
+        ]
+    )
     torch.testing.assert_close(got, want)
 
 
-QA_CONTEXT = ("john visited new york and the big apple . mary lives in paris , the capital of france . "
-              "the river seine flows through paris . berlin is a city in germany and london is in england .")
-QA_MENTIONS = [("new york", "Q60"), ("big apple", "Q60"), ("paris", "Q90"), ("france", "Q142"),
-               ("river seine", "Q1471"), ("berlin", "Q64"), ("city", "Q515"), ("germany", "Q183"),
-               ("london", "Q84"), ("england", "Q21")]
+QA_CONTEXT = (
+    "john visited new york and the big apple . mary lives in paris , the capital of france . "
+    "the river seine flows through paris . berlin is a city in germany and london is in england ."
+)
+QA_MENTIONS = [
+    ("new york", "Q60"),
+    ("big apple", "Q60"),
+    ("paris", "Q90"),
+    ("france", "Q142"),
+    ("river seine", "Q1471"),
+    ("berlin", "Q64"),
+    ("city", "Q515"),
+    ("germany", "Q183"),
+    ("london", "Q84"),
+    ("england", "Q21"),
+]
 QA_FACTS = [("Q60", "P17", "Q30"), ("Q90", "P17", "Q142"), ("Q64", "P31", "Q515"), ("Q84", "P17", "Q21")]
 
 
@@ -164,12 +188,25 @@ def test_qa_stride_windows_map_each_mention_to_its_tokens(tokenizer, assets):
     boundary keeps its in-window tokens: they are mapped to its node (today's behaviour)."""
     question = "what river flows through paris ?"
     context, asked = _annotation(QA_CONTEXT, QA_MENTIONS, QA_FACTS), _annotation(question, [("paris", "Q90")])
-    examples = {"id": ["0"], "question": [question], "context": [QA_CONTEXT], "knowledge": [context],
-                "question_knowledge": [asked]}
-    features = KalaProcessor(tokenizer, assets).prepare_qa_features(examples, max_length=23, doc_stride=7,
-                                                                     training=False)
-    encoding = tokenizer([question], [QA_CONTEXT], truncation="only_second", max_length=23, stride=7,
-                         return_overflowing_tokens=True, return_offsets_mapping=True)
+    examples = {
+        "id": ["0"],
+        "question": [question],
+        "context": [QA_CONTEXT],
+        "knowledge": [context],
+        "question_knowledge": [asked],
+    }
+    features = KalaProcessor(tokenizer, assets).prepare_qa_features(
+        examples, max_length=23, doc_stride=7, training=False
+    )
+    encoding = tokenizer(
+        [question],
+        [QA_CONTEXT],
+        truncation="only_second",
+        max_length=23,
+        stride=7,
+        return_overflowing_tokens=True,
+        return_offsets_mapping=True,
+    )
     assert len(features["input_ids"]) == len(encoding["input_ids"]) == 5
     cut = 0
     for window, offsets in enumerate(encoding["offset_mapping"]):
@@ -185,7 +222,8 @@ def test_qa_stride_windows_map_each_mention_to_its_tokens(tokenizer, assets):
                     continue
                 if low <= mention["start"] and mention["end"] <= high:  # inside: exactly the mention's tokens
                     assert tokenizer.convert_ids_to_tokens([ids[i] for i in tokens]) == tokenizer.tokenize(
-                        mention["text"])
+                        mention["text"]
+                    )
                 else:
                     cut += 1
                 node = node_of.setdefault(mention["id"], token_map[tokens[0]])
@@ -207,8 +245,10 @@ def test_edges_run_tail_to_head_with_relation_id_and_inverse_the_other_way(token
     n = assets.num_relations
     processor = KalaProcessor(tokenizer, assets, use_inverse_relations=inverse)
     facts = [("Q90", "P17", "Q142"), ("Q90", "P999", "Q515"), ("Q64", "P17", "Q183")]
-    features = processor("paris is in france", annotation=_annotation(
-        "paris is in france", [("paris", "Q90"), ("france", "Q142")], facts))
+    features = processor(
+        "paris is in france",
+        annotation=_annotation("paris is in france", [("paris", "Q90"), ("france", "Q142")], facts),
+    )
     entity = [assets.entity_vocab[row] for row in features["node_entity_ids"]]
     (sources, targets), relations = features["edge_index"], features["edge_relation_ids"]
     got = sorted((entity[s], entity[t], r) for s, t, r in zip(sources, targets, relations))
@@ -229,14 +269,19 @@ def test_entity_memory_starts_at_mean_mention_state_and_null_row_stays_zero(toke
     state an earlier forward left behind; the null row 0 stays exactly zero, there and through AdamW training with
     weight decay on a batch where it would get a gradient if it could."""
     processor = KalaProcessor(tokenizer, assets)
-    texts = ["john visited new york .", "new york is a city in usa", "mary lives in the big apple .",
-             "unknownia is in france"]
+    texts = [
+        "john visited new york .",
+        "new york is a city in usa",
+        "mary lives in the big apple .",
+        "unknownia is in france",
+    ]
     features = [processor(text) for text in texts]
     model = make_model(KalaForTokenClassification, tokenizer, assets, num_labels=3)
     collator = _collator(processor)
     model(**collator(features))  # leaves its knowledge state in the KFM hooks: the initialisation must not use it
-    written = initialize_entity_memory_from_encoder(model, datasets.Dataset.from_list(features), collator,
-                                                    batch_size=3, disable_tqdm=True)
+    written = initialize_entity_memory_from_encoder(
+        model, datasets.Dataset.from_list(features), collator, batch_size=3, disable_tqdm=True
+    )
     assert written == 3  # Q60, Q515 ("city"), Q142 ("france"); unseen "unknownia" is the null row
     states = []  # last-layer states of every token of every "new york" / "big apple" (Q60) mention
     for feature in features:
@@ -256,8 +301,9 @@ def test_entity_memory_starts_at_mean_mention_state_and_null_row_stays_zero(toke
     # the unseen "unknownia" (null row) with two informative neighbours: its row then enters the attention scores of
     # eq. (3), the path by which row 0 would get a gradient (with one neighbour the softmax is constant)
     text, facts = "unknownia is a city in france", [("Q999", "P17", "Q142"), ("Q999", "P31", "Q515")]
-    unseen = processor(text, annotation=_annotation(text, [("unknownia", "Q999"), ("city", "Q515"),
-                                                           ("france", "Q142")], facts))
+    unseen = processor(
+        text, annotation=_annotation(text, [("unknownia", "Q999"), ("city", "Q515"), ("france", "Q142")], facts)
+    )
     batch = collator([features[0], unseen])
     france = memory[assets.entity_row("Q142")].detach().clone()
     for _ in range(3):

@@ -22,8 +22,9 @@ def test_the_hub_has_no_branch_on_a_method():
     """No code in keplm/hub compares a model type with a method's, or names one as a string."""
     for path in sorted((ROOT / "keplm" / "hub").glob("*.py")):
         tree = ast.parse(path.read_text())
-        literals = [node.value for node in ast.walk(tree) if isinstance(node, ast.Constant)
-                    and isinstance(node.value, str)]
+        literals = [
+            node.value for node in ast.walk(tree) if isinstance(node, ast.Constant) and isinstance(node.value, str)
+        ]
         assert not [s for s in literals if s in METHOD_TYPES], path.name
         assert not re.search(r"model_type\s*(==|!=|\bin\b|\bnot in\b)", path.read_text()), path.name
 
@@ -42,10 +43,16 @@ def test_knowledge_options_are_the_methods():
     """A run's knowledge arguments reach the hyper-parameter table only where its method lists them."""
     args = {"system": "relational", "kfm_layers": [-4, -2], "init_entity_memory": False, "link_case_sensitive": True}
     kala = hyperparameters_from_args(None, args, card=method_card("kala"))
-    assert kala == {"system": "relational", "KFM layers": [-4, -2], "case-sensitive linking": True,
-                    "entity memory initialised from mention states": False}
+    assert kala == {
+        "system": "relational",
+        "KFM layers": [-4, -2],
+        "case-sensitive linking": True,
+        "entity memory initialised from mention states": False,
+    }
     assert hyperparameters_from_args(None, args, card=method_card("roof_transformer")) == {
-        "system": "relational", "case-sensitive linking": True}
+        "system": "relational",
+        "case-sensitive linking": True,
+    }
 
 
 # ---------------------------------------------------------------------------------------------- a fourth method
@@ -55,18 +62,25 @@ def test_a_method_registered_outside_keplm_gets_its_own_card():
 
     card_hooks = ToyKgConfig.method_card
     assert method_card(ToyKgConfig.model_type) is card_hooks
-    spec = ModelCardSpec(model_type=ToyKgConfig.model_type, architecture="ToyKgForTokenClassification",
-                         auto_class="AutoModelForTokenClassification", pipeline_tag="token-classification",
-                         task="token-classification", uses_knowledge=True,
-                         knowledge=KnowledgeFacts(entity_rows=11,
-                                                  method_rows=card_hooks.knowledge_rows(None, {"toy_linked": 3})))
+    spec = ModelCardSpec(
+        model_type=ToyKgConfig.model_type,
+        architecture="ToyKgForTokenClassification",
+        auto_class="AutoModelForTokenClassification",
+        pipeline_tag="token-classification",
+        task="token-classification",
+        uses_knowledge=True,
+        knowledge=KnowledgeFacts(entity_rows=11, method_rows=card_hooks.knowledge_rows(None, {"toy_linked": 3})),
+    )
     card = render_model_card(spec)
     text = str(card)
     assert "# ToyKG for Token Classification" in text and "A ToyKG model for **token classification**" in text
     assert "ToyKG (*ToyKG: A Plug-in Test Method*) adds a learned vector" in text
     assert "- Toy limits apply." in text
-    assert "## Knowledge" in text and "| entity lookup table | 11 rows (row 0 = null entity), one per entity linked " \
-                                      "in the training data |" in text
+    assert (
+        "## Knowledge" in text
+        and "| entity lookup table | 11 rows (row 0 = null entity), one per entity linked in the training data |"
+        in text
+    )
     assert "| linked tokens per example | 3.0 |" in text and "relation vocabulary" not in text
     assert "## Citation" in text and "@misc{toykg," in text
     assert {"toy-tag", ToyKgConfig.model_type, "keplm"} <= set(card.data.tags)

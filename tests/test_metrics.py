@@ -267,7 +267,11 @@ def test_seqeval_by_hand_and_equal_to_ner_metrics(storage):
     assert result == ner_metrics(NER_PREDS, NER_REFS)
     compact = Seqeval(**storage).compute(predictions=NER_PREDS, references=NER_REFS, per_type=False)
     assert compact == ner_metrics(NER_PREDS, NER_REFS, per_type=False) and set(compact) == {
-        "precision", "recall", "f1", "accuracy"}
+        "precision",
+        "recall",
+        "f1",
+        "accuracy",
+    }
 
 
 def test_seqeval_options_are_passed_through(in_memory):
@@ -306,12 +310,18 @@ def test_precision_at_k_by_hand():
     assert precision_at_k(LAMA_PREDS, LAMA_REFS) == {"precision_at_1": 0.25}
     assert precision_at_k(LAMA_PREDS, LAMA_REFS, k=2) == {"precision_at_2": 0.75}
     by_relation = precision_at_k(LAMA_PREDS, LAMA_REFS, relations=LAMA_RELATIONS)
-    assert by_relation == pytest.approx({  # macro: mean of P36 = 1/3 and P17 = 0
-        "precision_at_1": 1 / 6, "precision_at_1_micro": 0.25, "P17_precision_at_1": 0.0,
-        "P36_precision_at_1": 1 / 3,
-    })
+    assert by_relation == pytest.approx(
+        {  # macro: mean of P36 = 1/3 and P17 = 0
+            "precision_at_1": 1 / 6,
+            "precision_at_1_micro": 0.25,
+            "P17_precision_at_1": 0.0,
+            "P36_precision_at_1": 1 / 3,
+        }
+    )
     assert precision_at_k(LAMA_PREDS, LAMA_REFS, k=2, relations=LAMA_RELATIONS, per_relation=False) == {
-        "precision_at_2": 0.5, "precision_at_2_micro": 0.75}
+        "precision_at_2": 0.5,
+        "precision_at_2_micro": 0.75,
+    }
     assert precision_at_k(["Paris", "Rome"], ["paris", "milan"]) == {"precision_at_1": 0.0}
     assert precision_at_k(["Paris", "Rome"], ["paris", "milan"], ignore_case=True) == {"precision_at_1": 0.5}
     with pytest.raises(ValueError, match="k must be a positive integer"):
@@ -394,8 +404,12 @@ def test_documented_examples_run():
     """The ``Example:`` of each metric's inputs description gives the output it shows."""
     globs = {"SquadV1": SquadV1, "Seqeval": Seqeval, "Glue": Glue, "PrecisionAtK": PrecisionAtK}
     parser, runner = doctest.DocTestParser(), doctest.DocTestRunner(optionflags=doctest.NORMALIZE_WHITESPACE)
-    for metric in (SquadV1(keep_in_memory=True), Seqeval(keep_in_memory=True), Glue("mrpc", keep_in_memory=True),
-                   PrecisionAtK("relations", keep_in_memory=True)):
+    for metric in (
+        SquadV1(keep_in_memory=True),
+        Seqeval(keep_in_memory=True),
+        Glue("mrpc", keep_in_memory=True),
+        PrecisionAtK("relations", keep_in_memory=True),
+    ):
         test = parser.get_doctest(metric.inputs_description, dict(globs), metric.name, None, 0)
         assert test.examples, metric.name
         runner.run(test)
@@ -462,7 +476,8 @@ def test_ner_compute_metrics_equals_ner_metrics_of_aligned_tags_in_percent():
     expected = {"precision": 100.0, "recall": 200 / 3, "f1": 80.0, "accuracy": 500 / 6}  # the run scripts' unit
     assert NerComputeMetrics(NER_LABELS)(EvalPrediction(predictions=logits, label_ids=gold)) == pytest.approx(expected)
     assert NerComputeMetrics(NER_LABELS)(EvalPrediction(predictions=(logits, None), label_ids=gold)) == pytest.approx(
-        expected)
+        expected
+    )
     per_type = NerComputeMetrics(NER_LABELS, per_type=True)(EvalPrediction(predictions=logits, label_ids=gold))
     assert per_type == pytest.approx(to_percent(ner_metrics(*align_ner_predictions(logits, gold, NER_LABELS))))
     assert per_type["PER_f1"] == pytest.approx(100.0) and per_type["LOC_f1"] == pytest.approx(200 / 3)
@@ -471,7 +486,8 @@ def test_ner_compute_metrics_equals_ner_metrics_of_aligned_tags_in_percent():
 def test_word_level_scores_are_ner_metrics_in_percent():
     preds, refs = [["B-PER", "I-PER", "O"], ["B-LOC", "O"]], [["B-PER", "I-PER", "O"], ["O", "B-LOC"]]
     assert word_level_scores(preds, refs) == pytest.approx(
-        {"precision": 50.0, "recall": 50.0, "f1": 50.0, "accuracy": 300 / 5})
+        {"precision": 50.0, "recall": 50.0, "f1": 50.0, "accuracy": 300 / 5}
+    )
 
 
 def test_to_percent_scales_scores_and_keeps_counts():

@@ -14,14 +14,23 @@ from .test_kala_model import make_model
 
 LABELS = {0: "O", 1: "B-LOC", 2: "I-LOC"}
 TEXTS = ["john visited paris and new york .", "berlin is a city in germany", "mary works for acme bank ."]
-CONTEXT = ("paris is the capital of france . the seine flows through paris . john lives in paris and works for acme "
-           "bank . berlin is the capital of germany . mary visited berlin and london .")
+CONTEXT = (
+    "paris is the capital of france . the seine flows through paris . john lives in paris and works for acme "
+    "bank . berlin is the capital of germany . mary visited berlin and london ."
+)
 
 
 @pytest.fixture()
 def ner_dir(tmp_path, tokenizer, assets):
-    model = make_model(KalaForTokenClassification, tokenizer, assets, "relational", num_labels=3, id2label=LABELS,
-                       label2id={v: k for k, v in LABELS.items()})
+    model = make_model(
+        KalaForTokenClassification,
+        tokenizer,
+        assets,
+        "relational",
+        num_labels=3,
+        id2label=LABELS,
+        label2id={v: k for k, v in LABELS.items()},
+    )
     with torch.no_grad():  # entity-like words (mentions) lean to B-LOC, the rest to O: a tagger with both tags
         model.classifier.bias.copy_(torch.tensor([0.5, 0.0, -1.0]))
     model.save_pretrained(tmp_path / "ner")
@@ -41,11 +50,12 @@ def test_ner_pipeline_tags_raw_text_with_offsets_and_batches_like_singles(ner_di
     tagger = pipeline("keplm-ner", model=str(ner_dir))
     singles = [tagger(text) for text in TEXTS]
     batched = tagger(TEXTS, batch_size=2)  # batching changes nothing but float rounding of the scores
-    assert [[{k: v for k, v in g.items() if k != "score"} for g in groups] for groups in batched] == \
-        [[{k: v for k, v in g.items() if k != "score"} for g in groups] for groups in singles]
+    assert [[{k: v for k, v in g.items() if k != "score"} for g in groups] for groups in batched] == [
+        [{k: v for k, v in g.items() if k != "score"} for g in groups] for groups in singles
+    ]
     for text, groups in zip(TEXTS, singles):
         for group in groups:
-            assert text[group["start"]:group["end"]] == group["word"] and 0 < group["score"] <= 1
+            assert text[group["start"] : group["end"]] == group["word"] and 0 < group["score"] <= 1
             assert group["entity_group"] == "LOC"
     words = tagger(TEXTS[0], aggregation_strategy="none")
     by_word = {w["word"]: w["entity"] for w in words}
@@ -63,7 +73,7 @@ def test_qa_pipeline_answers_from_stride_windows_and_batches_like_singles(qa_dir
         assert {k: v for k, v in one.items() if k != "score"} == {k: v for k, v in many.items() if k != "score"}
         assert one["score"] == pytest.approx(many["score"], rel=1e-5)
     for answer in singles:
-        assert CONTEXT[answer["start"]:answer["end"]] == answer["answer"] and 0 < answer["score"] <= 1
+        assert CONTEXT[answer["start"] : answer["end"]] == answer["answer"] and 0 < answer["score"] <= 1
     top = reader(question=questions[0], context=CONTEXT, top_k=3)
     assert len(top) == 3 and top[0] == singles[0] and top[0]["score"] >= top[1]["score"] >= top[2]["score"]
     with pytest.raises(ValueError, match="question"):
@@ -87,10 +97,14 @@ def _roof_dir(path, tokenizer, kg, cls, **config):
     from .conftest import tiny_encoder_config
 
     torch.manual_seed(0)
-    processor = RoofTransformerProcessor(tokenizer, KnowledgeAssets(kg=kg), selection="no_tail",
-                                         max_knowledge_length=40)
-    model = cls(RoofTransformerConfig(encoder_config=tiny_encoder_config(tokenizer), max_knowledge_length=40,
-                                      fusion_layers=1, **config))
+    processor = RoofTransformerProcessor(
+        tokenizer, KnowledgeAssets(kg=kg), selection="no_tail", max_knowledge_length=40
+    )
+    model = cls(
+        RoofTransformerConfig(
+            encoder_config=tiny_encoder_config(tokenizer), max_knowledge_length=40, fusion_layers=1, **config
+        )
+    )
     model.set_knowledge_assets(processor.knowledge_assets)
     model.save_pretrained(path)
     processor.save_pretrained(path)
@@ -104,24 +118,37 @@ def test_text_classification_pipeline_with_roof_matches_the_model(tmp_path, toke
     from keplm.data.collator import KeplmDataCollator
 
     labels = {0: "entailment", 1: "not_entailment"}
-    path = _roof_dir(tmp_path / "roof-cls", tokenizer, kg, RoofTransformerForSequenceClassification, num_labels=2,
-                     id2label=labels, label2id={v: k for k, v in labels.items()})
+    path = _roof_dir(
+        tmp_path / "roof-cls",
+        tokenizer,
+        kg,
+        RoofTransformerForSequenceClassification,
+        num_labels=2,
+        id2label=labels,
+        label2id={v: k for k, v in labels.items()},
+    )
     classify = pipeline("keplm-text-classification", model=str(path))
-    pairs = [{"text": "paris is a city in france .", "text_pair": "the seine flows through paris ."},
-             {"text": "mary works for acme bank .", "text_pair": "who works ?"}]
+    pairs = [
+        {"text": "paris is a city in france .", "text_pair": "the seine flows through paris ."},
+        {"text": "mary works for acme bank .", "text_pair": "who works ?"},
+    ]
     singles = [classify(pair) for pair in pairs]
     batched = classify(pairs, batch_size=2)
     for one, many in zip(singles, batched):
         assert one["label"] == many["label"] and one["score"] == pytest.approx(many["score"], rel=1e-5)
     features = classify.processor.prepare_pair_features(
-        {"sentence1": [pairs[0]["text"]], "sentence2": [pairs[0]["text_pair"]]}, label_column=None, max_length=512)
+        {"sentence1": [pairs[0]["text"]], "sentence2": [pairs[0]["text_pair"]]}, label_column=None, max_length=512
+    )
     assert features["num_selected_triples"][0] > 0  # the pipeline's input carries knowledge
     batch = KeplmDataCollator.from_processor(classify.processor, classify.model)(
-        [{k: v[0] for k, v in features.items() if not k.startswith("num_")}])
+        [{k: v[0] for k, v in features.items() if not k.startswith("num_")}]
+    )
     with torch.no_grad():
         probabilities = classify.model(**batch).logits.softmax(-1)[0]
-    assert singles[0] == {"label": labels[int(probabilities.argmax())],
-                          "score": pytest.approx(float(probabilities.max()), rel=1e-5)}
+    assert singles[0] == {
+        "label": labels[int(probabilities.argmax())],
+        "score": pytest.approx(float(probabilities.max()), rel=1e-5),
+    }
     every = classify("berlin is in germany .", top_k=None)
     assert [c["label"] for c in every] != [] and sum(c["score"] for c in every) == pytest.approx(1.0)
     with pytest.raises(ValueError, match="text_pair"):
@@ -139,7 +166,7 @@ def test_qa_pipeline_with_roof_answers_from_the_context(tmp_path, tokenizer, kg)
     for one, many in zip(singles, batched):
         assert {k: v for k, v in one.items() if k != "score"} == {k: v for k, v in many.items() if k != "score"}
     for answer in singles:
-        assert CONTEXT[answer["start"]:answer["end"]] == answer["answer"] and 0 < answer["score"] <= 1
+        assert CONTEXT[answer["start"] : answer["end"]] == answer["answer"] and 0 < answer["score"] <= 1
 
 
 def test_pipeline_reads_the_saved_kg_once(ner_dir, monkeypatch, assets):
@@ -149,8 +176,9 @@ def test_pipeline_reads_the_saved_kg_once(ner_dir, monkeypatch, assets):
 
     reads = []
     original = KnowledgeGraph.from_pretrained.__func__
-    monkeypatch.setattr(KnowledgeGraph, "from_pretrained",
-                        classmethod(lambda cls, *a, **k: reads.append(a) or original(cls, *a, **k)))
+    monkeypatch.setattr(
+        KnowledgeGraph, "from_pretrained", classmethod(lambda cls, *a, **k: reads.append(a) or original(cls, *a, **k))
+    )
     tagger = pipeline("keplm-ner", model=str(ner_dir))
     assert len(reads) == 1 and tagger.processor.knowledge_assets is tagger.model.knowledge_assets
     other = KnowledgeAssets(assets.entity_vocab[:-1], assets.relation_vocab, assets.entity_counts[:-1], assets.kg)
@@ -164,10 +192,12 @@ def test_qa_answers_are_whole_words_and_merged_when_they_become_the_same():
     from keplm.pipelines import whole_word_answers
 
     context = "Angela Merkel met Macron in Paris."
-    candidates = [{"start": 10, "end": 13, "probability": 0.4},  # "kel"
-                  {"start": 29, "end": 33, "probability": 0.35},  # "aris"
-                  {"start": 7, "end": 13, "probability": 0.2},    # "Merkel"
-                  {"start": 0, "end": 0, "probability": 0.05}]
+    candidates = [
+        {"start": 10, "end": 13, "probability": 0.4},  # "kel"
+        {"start": 29, "end": 33, "probability": 0.35},  # "aris"
+        {"start": 7, "end": 13, "probability": 0.2},  # "Merkel"
+        {"start": 0, "end": 0, "probability": 0.05},
+    ]
     answers = whole_word_answers(context, candidates)
     assert [(a["answer"], a["start"], a["end"]) for a in answers] == [("Merkel", 7, 13), ("Paris", 28, 33), ("", 0, 0)]
     assert [a["score"] for a in answers] == pytest.approx([0.6, 0.35, 0.05])

@@ -35,22 +35,47 @@ def test_no_shared_file_names_the_plugin_method():
 
 @pytest.fixture()
 def trained(tmp_path, tokenizer, assets):
-    texts = ("john visited paris .", "mary lives in berlin .", "the seine flows through france .",
-             "john works for acme bank in london .", "mary visited germany and paris .")
+    texts = (
+        "john visited paris .",
+        "mary lives in berlin .",
+        "the seine flows through france .",
+        "john works for acme bank in london .",
+        "mary visited germany and paris .",
+    )
     sentences = [text.split() for text in texts]
     examples = {"tokens": sentences * 4, "ner_tags": [[int(w in PLACES) for w in s] for s in sentences] * 4}
     processor = ToyKgProcessor(tokenizer, assets)
     features = datasets.Dataset.from_dict(processor.prepare_ner_features(examples))
     torch.manual_seed(0)
-    model = ToyKgForTokenClassification(ToyKgConfig(
-        encoder_config=tiny_encoder_config(tokenizer), entity_vocab_size=assets.num_entities, num_labels=2,
-        id2label=dict(enumerate(LABELS)), label2id={label: i for i, label in enumerate(LABELS)}))
+    model = ToyKgForTokenClassification(
+        ToyKgConfig(
+            encoder_config=tiny_encoder_config(tokenizer),
+            entity_vocab_size=assets.num_entities,
+            num_labels=2,
+            id2label=dict(enumerate(LABELS)),
+            label2id={label: i for i, label in enumerate(LABELS)},
+        )
+    )
     model.set_knowledge_assets(assets)
-    args = TrainingArguments(output_dir=str(tmp_path / "run"), num_train_epochs=4, per_device_train_batch_size=4,
-                             learning_rate=5e-3, logging_steps=1, report_to="none", use_cpu=True, seed=0,
-                             save_strategy="no", disable_tqdm=True)
-    trainer = KeplmTrainer(model=model, args=args, train_dataset=features, processing_class=processor,
-                           data_collator=KeplmDataCollator.from_processor(processor, model))
+    args = TrainingArguments(
+        output_dir=str(tmp_path / "run"),
+        num_train_epochs=4,
+        per_device_train_batch_size=4,
+        learning_rate=5e-3,
+        logging_steps=1,
+        report_to="none",
+        use_cpu=True,
+        seed=0,
+        save_strategy="no",
+        disable_tqdm=True,
+    )
+    trainer = KeplmTrainer(
+        model=model,
+        args=args,
+        train_dataset=features,
+        processing_class=processor,
+        data_collator=KeplmDataCollator.from_processor(processor, model),
+    )
     trainer.train()
     return trainer, model.eval(), processor
 
@@ -87,8 +112,13 @@ def test_the_plugin_method_pushes_with_its_knowledge_and_its_card(trained, hub_s
     model.push_to_hub("org/toy-kg")
     processor.push_to_hub("org/toy-kg")
     files = set(HfApi().list_repo_files("org/toy-kg"))
-    assert {"config.json", "model.safetensors", "README.md", "processor_config.json",
-            "knowledge/assets_config.json"} <= files
+    assert {
+        "config.json",
+        "model.safetensors",
+        "README.md",
+        "processor_config.json",
+        "knowledge/assets_config.json",
+    } <= files
     assert "keplm_test_toy_kg" in ModelCard.load("org/toy-kg").data.tags
     pulled = AutoModelForTokenClassification.from_pretrained("org/toy-kg")
     pulled_processor = AutoProcessor.from_pretrained("org/toy-kg")
@@ -116,11 +146,38 @@ def test_the_plugin_method_trains_in_run_ner_with_its_own_options(tmp_path, toke
     tiny = write_tiny_files(tmp_path / "tiny", tokenizer, kg)
     run_ner = load_script("run_ner")
     out = tmp_path / "toy-run"
-    results = run_ner.main([
-        "--model_type", ToyKgConfig.model_type, "--model_name_or_path", tiny["model"], "--dataset_name", tiny["conll"],
-        "--toy_kg", tiny["kg"], "--output_dir", str(out), "--max_steps", "3", "--per_device_train_batch_size", "4",
-        "--learning_rate", "1e-3", "--save_strategy", "no", "--report_to", "none", "--disable_tqdm", "1",
-        "--use_cpu", "--seed", "0", "--do_train", "--do_eval", "--do_predict"])
+    results = run_ner.main(
+        [
+            "--model_type",
+            ToyKgConfig.model_type,
+            "--model_name_or_path",
+            tiny["model"],
+            "--dataset_name",
+            tiny["conll"],
+            "--toy_kg",
+            tiny["kg"],
+            "--output_dir",
+            str(out),
+            "--max_steps",
+            "3",
+            "--per_device_train_batch_size",
+            "4",
+            "--learning_rate",
+            "1e-3",
+            "--save_strategy",
+            "no",
+            "--report_to",
+            "none",
+            "--disable_tqdm",
+            "1",
+            "--use_cpu",
+            "--seed",
+            "0",
+            "--do_train",
+            "--do_eval",
+            "--do_predict",
+        ]
+    )
     assert results["toy_entity_rows"] > 1  # the null row and the entities linked in training
     assert {"train_loss", "eval_f1", "predict_f1"} <= set(results)
     model = AutoModelForTokenClassification.from_pretrained(out)
@@ -141,7 +198,19 @@ def test_a_method_without_the_task_is_refused_by_name(tmp_path):
     from .test_run_scripts import load_script
 
     with pytest.raises(ValueError, match=r"'keplm_test_toy_kg' does not train the sequence_classification task"):
-        load_script("run_glue").main(["--model_type", ToyKgConfig.model_type, "--model_name_or_path", "unused",
-                                      "--toy_kg", "unused", "--task_name", "rte", "--output_dir", str(tmp_path)])
+        load_script("run_glue").main(
+            [
+                "--model_type",
+                ToyKgConfig.model_type,
+                "--model_name_or_path",
+                "unused",
+                "--toy_kg",
+                "unused",
+                "--task_name",
+                "rte",
+                "--output_dir",
+                str(tmp_path),
+            ]
+        )
     with pytest.raises(ValueError, match="has no run recipe"):
         load_script("run_glue").main(["--model_type", "no_such_method", "--model_name_or_path", "unused"])

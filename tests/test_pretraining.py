@@ -21,12 +21,14 @@ from .conftest import tiny_encoder_config
 from .test_resume_and_ddp import _run as run_script
 from .test_run_scripts import load_script
 
-FACTS = [("Q90", "paris", "Q142", "france", "paris is a city in [MASK] ."),
-         ("Q64", "berlin", "Q183", "germany", "berlin is a city in [MASK] ."),
-         ("Q84", "london", "Q21", "england", "london is the capital of [MASK] ."),
-         ("Q1471", "seine", "Q142", "france", "the seine flows through [MASK] ."),
-         ("Q60", "new york", "Q30", "usa", "new york is a city in [MASK] ."),
-         ("Q999", "unknownia", "Q142", "france", "unknownia is a country in [MASK] .")]
+FACTS = [
+    ("Q90", "paris", "Q142", "france", "paris is a city in [MASK] ."),
+    ("Q64", "berlin", "Q183", "germany", "berlin is a city in [MASK] ."),
+    ("Q84", "london", "Q21", "england", "london is the capital of [MASK] ."),
+    ("Q1471", "seine", "Q142", "france", "the seine flows through [MASK] ."),
+    ("Q60", "new york", "Q30", "usa", "new york is a city in [MASK] ."),
+    ("Q999", "unknownia", "Q142", "france", "unknownia is a country in [MASK] ."),
+]
 
 
 @pytest.fixture(scope="module")
@@ -38,12 +40,27 @@ def tiny_pretraining(tmp_path_factory, tokenizer):
     (lama / "relations").mkdir()
     with gzip.open(lama / "TREx" / "P17.jsonl.gz", "wt") as f:
         for sub_uri, sub, obj_uri, obj, masked in FACTS:
-            evidences = [{"sub_surface": sub, "obj_surface": obj, "masked_sentence": masked},
-                         {"sub_surface": sub, "obj_surface": obj, "masked_sentence": f"john visited {masked}"}]
-            f.write(json.dumps({"uuid": sub_uri, "sub_uri": sub_uri, "sub_label": sub, "obj_uri": obj_uri,
-                                "obj_label": obj, "predicate_id": "P17", "evidences": evidences}) + "\n")
-    (lama / "relations" / "relations.jsonl").write_text(json.dumps(
-        {"relation": "P17", "template": "[X] is located in [Y] .", "label": "country"}) + "\n")
+            evidences = [
+                {"sub_surface": sub, "obj_surface": obj, "masked_sentence": masked},
+                {"sub_surface": sub, "obj_surface": obj, "masked_sentence": f"john visited {masked}"},
+            ]
+            f.write(
+                json.dumps(
+                    {
+                        "uuid": sub_uri,
+                        "sub_uri": sub_uri,
+                        "sub_label": sub,
+                        "obj_uri": obj_uri,
+                        "obj_label": obj,
+                        "predicate_id": "P17",
+                        "evidences": evidences,
+                    }
+                )
+                + "\n"
+            )
+    (lama / "relations" / "relations.jsonl").write_text(
+        json.dumps({"relation": "P17", "template": "[X] is located in [Y] .", "label": "country"}) + "\n"
+    )
     torch.manual_seed(0)
     model_dir = root / "tiny-bert"
     BertModel(tiny_encoder_config(tokenizer), add_pooling_layer=False).save_pretrained(model_dir)
@@ -52,30 +69,86 @@ def tiny_pretraining(tmp_path_factory, tokenizer):
     held_out = load_pretraining_corpus([f"trex:{lama}"], 0.34, seed=0).held_out_keys
     kg = kg_without_facts(load_kg(f"trex:{lama}"), held_out)
     vectors = np.random.default_rng(0).normal(size=(kg.num_entities, 8)).astype(np.float32)
-    KnowledgeGraph(kg.entity_ids, kg.relation_ids, kg.triples, entity_names=kg.entity_names,
-                   entity_aliases=kg.entity_aliases, relation_names=kg.relation_names,
-                   entity_vectors=vectors).save_pretrained(root / "kg")
+    KnowledgeGraph(
+        kg.entity_ids,
+        kg.relation_ids,
+        kg.triples,
+        entity_names=kg.entity_names,
+        entity_aliases=kg.entity_aliases,
+        relation_names=kg.relation_names,
+        entity_vectors=vectors,
+    ).save_pretrained(root / "kg")
     leaky = load_kg(f"trex:{lama}")
-    KnowledgeGraph(leaky.entity_ids, leaky.relation_ids, leaky.triples, entity_names=leaky.entity_names,
-                   entity_vectors=np.zeros((leaky.num_entities, 8), np.float32)).save_pretrained(root / "leaky_kg")
-    return {"model": str(model_dir), "lama": str(lama), "data": str(root / "data"), "kg": str(root / "kg"),
-            "leaky_kg": str(root / "leaky_kg")}
+    KnowledgeGraph(
+        leaky.entity_ids,
+        leaky.relation_ids,
+        leaky.triples,
+        entity_names=leaky.entity_names,
+        entity_vectors=np.zeros((leaky.num_entities, 8), np.float32),
+    ).save_pretrained(root / "leaky_kg")
+    return {
+        "model": str(model_dir),
+        "lama": str(lama),
+        "data": str(root / "data"),
+        "kg": str(root / "kg"),
+        "leaky_kg": str(root / "leaky_kg"),
+    }
 
 
 def pretraining_args(tiny, out, system="trelm", *extra) -> list[str]:
-    return ["--model_name_or_path", tiny["model"], "--corpus", f"trex:{tiny['lama']}", "--system", system,
-            "--held_out_fraction", "0.34", "--probe_data_dir", tiny["data"], "--output_dir", str(out), "--do_train",
-            "--max_steps", "4", "--per_device_train_batch_size", "4", "--learning_rate", "1e-3", "--logging_steps",
-            "1", "--probe_every_steps", "2", "--memory_window", "2", "--routing_interval", "2", "--routing_steps",
-            "3", "--routing_fraction", "0.25", "--cka_num_negatives", "4", "--save_strategy", "no", "--report_to",
-            "none", "--disable_tqdm", "1", "--use_cpu", "--seed", "0", *(["--kg", tiny["kg"]] if system == "trelm"
-                                                                         else []), *extra]
+    return [
+        "--model_name_or_path",
+        tiny["model"],
+        "--corpus",
+        f"trex:{tiny['lama']}",
+        "--system",
+        system,
+        "--held_out_fraction",
+        "0.34",
+        "--probe_data_dir",
+        tiny["data"],
+        "--output_dir",
+        str(out),
+        "--do_train",
+        "--max_steps",
+        "4",
+        "--per_device_train_batch_size",
+        "4",
+        "--learning_rate",
+        "1e-3",
+        "--logging_steps",
+        "1",
+        "--probe_every_steps",
+        "2",
+        "--memory_window",
+        "2",
+        "--routing_interval",
+        "2",
+        "--routing_steps",
+        "3",
+        "--routing_fraction",
+        "0.25",
+        "--cka_num_negatives",
+        "4",
+        "--save_strategy",
+        "no",
+        "--report_to",
+        "none",
+        "--disable_tqdm",
+        "1",
+        "--use_cpu",
+        "--seed",
+        "0",
+        *(["--kg", tiny["kg"]] if system == "trelm" else []),
+        *extra,
+    ]
 
 
 def test_trelm_pretraining_end_to_end(tiny_pretraining, tmp_path):
     out = tmp_path / "trelm"
-    results = load_script("run_pretraining").main(pretraining_args(tiny_pretraining, out, "trelm",
-                                                                   "--routing_batch_steps", "2"))
+    results = load_script("run_pretraining").main(
+        pretraining_args(tiny_pretraining, out, "trelm", "--routing_batch_steps", "2")
+    )
     curve = json.loads((out / "probe_curve.json").read_text())
     assert [p["step"] for p in curve] == [0, 2, 4]
     assert all(0.0 <= p["p_at_1"] <= 100.0 and p["metric_unit"] == "percent" for p in curve)  # P@1 in percent
@@ -110,18 +183,20 @@ def test_kg_entity_rows_give_kg_only_entities_their_vectors(tiny_pretraining, tm
     after = AutoModelForMaskedLM.from_pretrained(rows)
     kg = after.knowledge_assets.kg
     old, vocab = before.knowledge_assets.entity_vocab, after.knowledge_assets.entity_vocab
-    assert vocab[:len(old)] == old and set(vocab[1:]) == set(kg.entity_ids) and len(old) < len(vocab)
+    assert vocab[: len(old)] == old and set(vocab[1:]) == set(kg.entity_ids) and len(old) < len(vocab)
     assert after.config.entity_vocab_size == len(vocab)
     new = vocab[-1]
-    assert torch.equal(after.trelm.injection.kge[len(vocab) - 1],
-                       torch.from_numpy(kg.entity_vectors[kg.entity_index(new)]))
+    assert torch.equal(
+        after.trelm.injection.kge[len(vocab) - 1], torch.from_numpy(kg.entity_vectors[kg.entity_index(new)])
+    )
     # training is unchanged (the rows are added after it; no saved weight is per entity): the same weights
     weights = after.state_dict()
     for key, value in before.state_dict().items():
         assert torch.allclose(value, weights[key], atol=1e-5), key
     with pytest.raises(ValueError, match="--kg_entity_rows needs knowledge injection"):
-        load_script("run_pretraining").main(pretraining_args(tiny_pretraining, tmp_path / "x", "trelm",
-                                                             "--no_injection", "--kg_entity_rows"))
+        load_script("run_pretraining").main(
+            pretraining_args(tiny_pretraining, tmp_path / "x", "trelm", "--no_injection", "--kg_entity_rows")
+        )
 
 
 def test_plain_mlm_baseline_needs_no_kg(tiny_pretraining, tmp_path):
@@ -142,8 +217,12 @@ def test_trelm_without_kg_embeddings_is_a_clear_error(tiny_pretraining, tmp_path
 
 def _run(args, kill_at=None):
     """run_pretraining.main in a fresh process (test_resume_and_ddp's killable runner); SIGKILLed after ``kill_at``."""
-    run_script(args, {"KEPLM_TEST_KILL_AT": str(kill_at)} if kill_at else None, expect_kill=bool(kill_at),
-               script="run_pretraining")
+    run_script(
+        args,
+        {"KEPLM_TEST_KILL_AT": str(kill_at)} if kill_at else None,
+        expect_kill=bool(kill_at),
+        script="run_pretraining",
+    )
 
 
 @pytest.mark.slow
@@ -151,6 +230,7 @@ def test_resume_after_a_kill_restores_the_memory_bank(tiny_pretraining, tmp_path
     """A TRELM run SIGKILLed after step 5 and resumed from checkpoint-4 ends with the weights and the memory bank of
     the uninterrupted run: the bank (training state, not in the weights) and the routed neurons are in the
     checkpoint."""
+
     def args(out, *extra):
         base = pretraining_args(tiny_pretraining, out, "trelm", "--probe_every_steps", "0", *extra)
         base[base.index("--max_steps") + 1] = "6"
@@ -178,15 +258,17 @@ def test_trelm_pretraining_with_lora(tiny_pretraining, tmp_path):
     folder with the KG and its vectors. LoRA and routing both decide what trains: together they are an error."""
     out = tmp_path / "lora"
     results = load_script("run_pretraining").main(
-        pretraining_args(tiny_pretraining, out, "trelm", "--no_routing", "--lora_r", "4"))
+        pretraining_args(tiny_pretraining, out, "trelm", "--no_routing", "--lora_r", "4")
+    )
     assert results["train_samples"] == 8, sorted(results)
     assert (out / "adapter_config.json").is_file()
     assert (out / "knowledge" / "kg" / "entity_vectors.safetensors").is_file()
     history = json.loads((out / "trainer_state.json").read_text())["log_history"]
     assert all("cka_loss" in h for h in history if "loss" in h)
     with pytest.raises(ValueError, match="--lora_r freezes the encoder while knowledge routing"):
-        load_script("run_pretraining").main(pretraining_args(tiny_pretraining, tmp_path / "both", "trelm",
-                                                             "--lora_r", "4"))
+        load_script("run_pretraining").main(
+            pretraining_args(tiny_pretraining, tmp_path / "both", "trelm", "--lora_r", "4")
+        )
 
 
 def test_kg_embeddings_trained_on_held_out_facts_are_refused(tiny_pretraining, tmp_path):
@@ -200,9 +282,29 @@ def test_kg_embeddings_trained_on_held_out_facts_are_refused(tiny_pretraining, t
     assert held_out.is_file()  # written before the check: the file train-kge needs
     from keplm.cli import main as keplm_cli
 
-    assert keplm_cli(["train-kge", "--kg", f"pretrained:{tiny_pretraining['leaky_kg']}", "--output_dir",
-                      str(tmp_path / "kge"), "--dim", "8", "--epochs", "2", "--batch_size", "4", "--valid_fraction",
-                      "0", "--exclude_facts", str(held_out), "--no_progress"]) == 0
+    assert (
+        keplm_cli(
+            [
+                "train-kge",
+                "--kg",
+                f"pretrained:{tiny_pretraining['leaky_kg']}",
+                "--output_dir",
+                str(tmp_path / "kge"),
+                "--dim",
+                "8",
+                "--epochs",
+                "2",
+                "--batch_size",
+                "4",
+                "--valid_fraction",
+                "0",
+                "--exclude_facts",
+                str(held_out),
+                "--no_progress",
+            ]
+        )
+        == 0
+    )
     report = json.loads((tmp_path / "kge" / "kge_report.json").read_text())
     assert report["excluded_facts"]["triples_removed"] == 2 and report["triples"]["total"] == len(FACTS) - 2
     args[args.index("--kg") + 1] = str(tmp_path / "kge")

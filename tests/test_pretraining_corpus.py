@@ -27,48 +27,96 @@ def _ev(masked: str, sub: str, obj: str) -> dict:
 
 
 def _fact(sub_uri, relation, obj_uri, sub_label, obj_label, evidences, uuid=None) -> dict:
-    return {"uuid": uuid or f"{sub_uri}-{relation}", "sub_uri": sub_uri, "obj_uri": obj_uri, "sub_label": sub_label,
-            "obj_label": obj_label, "predicate_id": relation, "evidences": evidences}
+    return {
+        "uuid": uuid or f"{sub_uri}-{relation}",
+        "sub_uri": sub_uri,
+        "obj_uri": obj_uri,
+        "sub_label": sub_label,
+        "obj_label": obj_label,
+        "predicate_id": relation,
+        "evidences": evidences,
+    }
 
 
 P19 = [  # five facts: two share one sentence (merged), Q1 has a duplicate and three skipped evidences
-    _fact("Q1", "P19", "Q100", "Ann Smith", "Paris", [
-        _ev("Ann Smith was born in [MASK] in 1950.", "Ann Smith", "Paris"),
-        _ev("Ann Smith was born in [MASK] in 1950.", "Ann Smith", "Paris"),  # duplicate of the same fact
-        _ev("Ann Smith was born in Paris.", "Ann Smith", "Paris"),  # no_mask
-        _ev("[MASK] is where Ann Smith was born, [MASK] says.", "Ann Smith", "Paris"),  # several_masks
-        _ev("Bob was born in [MASK].", "Robert", "Paris"),  # subject_not_found
-        _ev("Ann Smith and Carl Lee were born in [MASK] and Lyon.", "Ann Smith", "Paris"),
-    ]),
-    _fact("Q2", "P19", "Q101", "Carl Lee", "Lyon", [
-        _ev("Ann Smith and Carl Lee were born in Paris and [MASK].", "Carl Lee", "Lyon"),  # same text as Q1's
-        _ev("Carl Lee, a native of [MASK], sings.", "Carl Lee", "Lyon"),
-    ]),
+    _fact(
+        "Q1",
+        "P19",
+        "Q100",
+        "Ann Smith",
+        "Paris",
+        [
+            _ev("Ann Smith was born in [MASK] in 1950.", "Ann Smith", "Paris"),
+            _ev("Ann Smith was born in [MASK] in 1950.", "Ann Smith", "Paris"),  # duplicate of the same fact
+            _ev("Ann Smith was born in Paris.", "Ann Smith", "Paris"),  # no_mask
+            _ev("[MASK] is where Ann Smith was born, [MASK] says.", "Ann Smith", "Paris"),  # several_masks
+            _ev("Bob was born in [MASK].", "Robert", "Paris"),  # subject_not_found
+            _ev("Ann Smith and Carl Lee were born in [MASK] and Lyon.", "Ann Smith", "Paris"),
+        ],
+    ),
+    _fact(
+        "Q2",
+        "P19",
+        "Q101",
+        "Carl Lee",
+        "Lyon",
+        [
+            _ev("Ann Smith and Carl Lee were born in Paris and [MASK].", "Carl Lee", "Lyon"),  # same text as Q1's
+            _ev("Carl Lee, a native of [MASK], sings.", "Carl Lee", "Lyon"),
+        ],
+    ),
     _fact("Q3", "P19", "Q102", "Dee Moss", "Rome", [_ev("Dee Moss was born in [MASK].", "Dee Moss", "Rome")]),
     _fact("Q4", "P19", "Q103", "Eve Hart", "Oslo", [_ev("[MASK] is the birthplace of Eve Hart.", "Eve Hart", "Oslo")]),
-    _fact("Q5", "P19", "Q104", "Fay Dunn", "Kyoto", [
-        _ev("Fay Dunn lived in [MASK] Prefecture.", "Kyoto Prefecture", "Kyoto, Kyoto"),  # subject_overlaps_object
-        _ev("Fay Dunn was born in [MASK].", "Fay Dunn", "Kyoto"),
-    ]),
+    _fact(
+        "Q5",
+        "P19",
+        "Q104",
+        "Fay Dunn",
+        "Kyoto",
+        [
+            _ev("Fay Dunn lived in [MASK] Prefecture.", "Kyoto Prefecture", "Kyoto, Kyoto"),  # subject_overlaps_object
+            _ev("Fay Dunn was born in [MASK].", "Fay Dunn", "Kyoto"),
+        ],
+    ),
 ]
 P176 = [
-    _fact("Q10", "P176", "Q200", "Nissan Prince Royal", "Nissan", [
-        _ev("The [MASK] Prince Royal is a limousine.", "Nissan Prince Royal", "Nissan")]),  # object inside subject
+    _fact(
+        "Q10",
+        "P176",
+        "Q200",
+        "Nissan Prince Royal",
+        "Nissan",
+        [_ev("The [MASK] Prince Royal is a limousine.", "Nissan Prince Royal", "Nissan")],
+    ),  # object inside subject
     _fact("Q11", "P176", "Q201", "Model T", "Ford", [_ev("[MASK] built the Model T.", "Model T", "Ford")]),
-    _fact("Q12", "P176", "Q202", "Beetle", "Volkswagen",
-          [_ev("The Beetle is made by [MASK].", "Beetle", "Volkswagen")]),
+    _fact(
+        "Q12", "P176", "Q202", "Beetle", "Volkswagen", [_ev("The Beetle is made by [MASK].", "Beetle", "Volkswagen")]
+    ),
 ]
-P999 = [{"uuid": "no-ids", "sub_label": "Thing", "obj_label": "Maker", "predicate_id": "P999",  # no ids: counted
-         "evidences": [_ev("Thing is made by [MASK].", "Thing", "Maker")]}]
+P999 = [
+    {
+        "uuid": "no-ids",
+        "sub_label": "Thing",
+        "obj_label": "Maker",
+        "predicate_id": "P999",  # no ids: counted
+        "evidences": [_ev("Thing is made by [MASK].", "Thing", "Maker")],
+    }
+]
 FEWREL = {
     "P19": [
-        {"tokens": ["Dee", "Moss", "(", "born", "in", "Rome", ")", "paints", "."], "h": ["dee moss", "Q3", [[0, 1]]],
-         "t": ["rome", "Q102", [[5]]]},  # expresses the P19 probe fact of Q3
+        {
+            "tokens": ["Dee", "Moss", "(", "born", "in", "Rome", ")", "paints", "."],
+            "h": ["dee moss", "Q3", [[0, 1]]],
+            "t": ["rome", "Q102", [[5]]],
+        },  # expresses the P19 probe fact of Q3
         {"tokens": ["Gil", "is", "from", "Bonn", "."], "h": ["gil", "", [[0]]], "t": ["bonn", "Q105", [[3]]]},  # no id
     ],
     "P177": [
-        {"tokens": ["The", '"', "Big", "Bridge", '"', "crosses", "the", "Rhine", ",", "near", "Basel", "."],
-         "h": ["big bridge", "Q300", [[2, 3]]], "t": ["rhine", "Q301", [[7]]]},
+        {
+            "tokens": ["The", '"', "Big", "Bridge", '"', "crosses", "the", "Rhine", ",", "near", "Basel", "."],
+            "h": ["big bridge", "Q300", [[2, 3]]],
+            "t": ["rhine", "Q301", [[7]]],
+        },
         {"tokens": ["A", "bridge", "."], "h": ["a", "Q302", [[9]]], "t": ["bridge", "Q303", [[1]]]},  # bad position
     ],
 }
@@ -110,7 +158,7 @@ def _restored_texts(facts: list[dict], keys: set) -> set:
 def _check_spans(example: dict) -> None:
     KnowledgeAnnotation.from_dict(example["knowledge"]).validate(example["text"])  # text[start:end] == mention text
     for mention in example["knowledge"]["entities"]:
-        assert example["text"][mention["start"]:mention["end"]] == mention["text"]
+        assert example["text"][mention["start"] : mention["end"]] == mention["text"]
 
 
 # --------------------------------------------------------------------------- readers
@@ -119,11 +167,17 @@ def _check_spans(example: dict) -> None:
 def test_restore_evidence_spans_and_skip_reasons():
     text, (sub, obj) = restore_evidence(_ev("Ann was born in [MASK], France.", "Ann", "Paris"), "Q1", "Q2")
     assert text == "Ann was born in Paris, France."
-    assert (sub["text"], sub["start"], sub["id"], obj["text"], obj["start"], obj["id"]) == ("Ann", 0, "Q1", "Paris",
-                                                                                           16, "Q2")
+    assert (sub["text"], sub["start"], sub["id"], obj["text"], obj["start"], obj["id"]) == (
+        "Ann",
+        0,
+        "Q1",
+        "Paris",
+        16,
+        "Q2",
+    )
     # the subject's first occurrence outside the object is taken
     text, (sub, obj) = restore_evidence(_ev("[MASK] honours Ann Lee and Ann.", "Ann", "Ann Lee Street"), "Q1", "Q2")
-    assert (text[sub["start"]:sub["end"]], sub["start"], obj["start"]) == ("Ann", 23, 0)
+    assert (text[sub["start"] : sub["end"]], sub["start"], obj["start"]) == ("Ann", 23, 0)
     # the object inside the subject: the subject mention alone
     text, mentions = restore_evidence(_ev("The [MASK] Prince Royal.", "Nissan Prince Royal", "Nissan"), "Q1", "Q2")
     assert [(m["text"], m["id"]) for m in mentions] == [("Nissan Prince Royal", "Q1")]
@@ -132,13 +186,34 @@ def test_restore_evidence_spans_and_skip_reasons():
     assert restore_evidence(_ev("a [MASK]", "a", ""), "Q1", "Q2") == "no_object_surface"
     assert restore_evidence(_ev("a [MASK]", "", "b"), "Q1", "Q2") == "no_subject_surface"
     assert restore_evidence(_ev("a [MASK]", "c", "b"), "Q1", "Q2") == "subject_not_found"
-    assert restore_evidence(_ev("in [MASK] Prefecture", "Kyoto Prefecture", "Kyoto, Kyoto"), "Q1", "Q2") == \
-        "subject_overlaps_object"
+    assert (
+        restore_evidence(_ev("in [MASK] Prefecture", "Kyoto Prefecture", "Kyoto, Kyoto"), "Q1", "Q2")
+        == "subject_overlaps_object"
+    )
 
 
 def test_detokenize_gives_offsets_of_every_token():
-    tokens = ["The", '"', "Big", "Bridge", '"', "(", "a", "four", "-", "lane", "one", ")", "is", "John", "'s", ",",
-              "\xa0", "ok", "."]
+    tokens = [
+        "The",
+        '"',
+        "Big",
+        "Bridge",
+        '"',
+        "(",
+        "a",
+        "four",
+        "-",
+        "lane",
+        "one",
+        ")",
+        "is",
+        "John",
+        "'s",
+        ",",
+        "\xa0",
+        "ok",
+        ".",
+    ]
     text, offsets = detokenize(tokens)
     assert text == 'The "Big Bridge" (a four-lane one) is John\'s, ok.'
     for token, (start, end) in zip(tokens, offsets):
@@ -149,16 +224,25 @@ def test_trex_reader_restores_deduplicates_merges_and_counts_skips(sources):
     examples, facts, report = read_trex_examples("lama")
     assert len(facts) == 8 and report["facts"] == 9 and report["facts_without_ids"] == 1
     assert report["read"] == 16 and report["kept"] == 10
-    assert report["skipped"] == {"no_mask": 1, "several_masks": 1, "subject_not_found": 1,
-                                 "subject_overlaps_object": 1, "no_ids": 1}
+    assert report["skipped"] == {
+        "no_mask": 1,
+        "several_masks": 1,
+        "subject_not_found": 1,
+        "subject_overlaps_object": 1,
+        "no_ids": 1,
+    }
     assert report["deduplicated"] == 1 and report["merged"] == 1 and report["object_inside_subject"] == 1
     assert len(examples) == 9
     for example in examples:
         _check_spans({**example, "knowledge": {"entities": example["entities"], "triplets": []}})
     shared = next(e for e in examples if e["text"] == "Ann Smith and Carl Lee were born in Paris and Lyon.")
     assert shared["facts"] == [("Q1", "P19", "Q100"), ("Q2", "P19", "Q101")]
-    assert [(m["text"], m["id"]) for m in shared["entities"]] == [("Ann Smith", "Q1"), ("Carl Lee", "Q2"),
-                                                                  ("Paris", "Q100"), ("Lyon", "Q101")]
+    assert [(m["text"], m["id"]) for m in shared["entities"]] == [
+        ("Ann Smith", "Q1"),
+        ("Carl Lee", "Q2"),
+        ("Paris", "Q100"),
+        ("Lyon", "Q101"),
+    ]
 
 
 def test_fewrel_reader_detokenizes_with_wikidata_spans(sources):
@@ -237,7 +321,8 @@ def test_corpus_caps_examples_and_fewrel_sentences_of_held_out_facts_go(sources)
     assert capped.report["probe_facts_unseen_by_cap"] == len(capped.capped_keys)
     held = load_pretraining_corpus(sources, held_out_fraction=0.4, seed=3)
     assert load_pretraining_corpus(sources, held_out_fraction=0.4, seed=3, max_examples=4).held_out_keys == (
-        held.held_out_keys)
+        held.held_out_keys
+    )
     # Q3's birthplace held out: its T-REx sentence and the FewRel sentence expressing it both go
     for seed in range(50):
         corpus = load_pretraining_corpus(sources, held_out_fraction=0.2, seed=seed)
@@ -258,11 +343,19 @@ def test_kg_without_facts_removes_exactly_the_held_out_triples(sources):
     filtered = kg_without_facts(kg, keys)
     assert triples(kg) - triples(filtered) == corpus.held_out_keys and triples(filtered) <= triples(kg)
     assert filtered.entity_ids == kg.entity_ids and filtered.entity_names == kg.entity_names
-    assert filtered.build_report["facts_removed"] == {"keys": len(keys), "triples_removed": len(corpus.held_out_keys),
-                                                      "keys_not_in_kg": 1}
+    assert filtered.build_report["facts_removed"] == {
+        "keys": len(keys),
+        "triples_removed": len(corpus.held_out_keys),
+        "keys_not_in_kg": 1,
+    }
     assert kg.num_triples == 8  # the original graph is untouched
-    with_vectors = KnowledgeGraph(kg.entity_ids, kg.relation_ids, kg.triples, entity_names=kg.entity_names,
-                                  entity_vectors=np.ones((kg.num_entities, 2), dtype=np.float32))
+    with_vectors = KnowledgeGraph(
+        kg.entity_ids,
+        kg.relation_ids,
+        kg.triples,
+        entity_names=kg.entity_names,
+        entity_vectors=np.ones((kg.num_entities, 2), dtype=np.float32),
+    )
     assert kg_without_facts(with_vectors, keys).entity_vectors.shape == (kg.num_entities, 2)
     assert kg_without_facts(with_vectors, keys, drop_vectors=True).entity_vectors is None
 
@@ -273,11 +366,20 @@ def test_kg_without_facts_removes_exactly_the_held_out_triples(sources):
 def test_annotation_files_from_build_kg_and_with_their_own_text(sources, tmp_path):
     Path("ner").mkdir()
     Path("ner/train.txt").write_text("Ann B-PER\nSmith I-PER\nleft O\nParis B-LOC\n\nParis B-LOC\nagain O\n\n")
-    Path("kg.jsonl").write_text("\n".join(json.dumps(x) for x in (
-        {"type": "entity", "id": "Q1", "name": "Ann Smith"}, {"type": "entity", "id": "Q100", "name": "Paris"},
-        {"h": "Q1", "r": "P19", "t": "Q100"})) + "\n")
-    cli_main(["build-kg", "--task", "ner", "--dataset", "ner", "--kg", "jsonl:kg.jsonl", "--output_dir", "ann",
-              "--no_plot"])
+    Path("kg.jsonl").write_text(
+        "\n".join(
+            json.dumps(x)
+            for x in (
+                {"type": "entity", "id": "Q1", "name": "Ann Smith"},
+                {"type": "entity", "id": "Q100", "name": "Paris"},
+                {"h": "Q1", "r": "P19", "t": "Q100"},
+            )
+        )
+        + "\n"
+    )
+    cli_main(
+        ["build-kg", "--task", "ner", "--dataset", "ner", "--kg", "jsonl:kg.jsonl", "--output_dir", "ann", "--no_plot"]
+    )
     corpus = load_pretraining_corpus(["annotations:ann|ner"], held_out_fraction=0.0)  # task from report.json
     texts = sorted(corpus.dataset["text"])
     assert texts == ["Ann Smith left Paris", "Paris again"]
@@ -287,22 +389,55 @@ def test_annotation_files_from_build_kg_and_with_their_own_text(sources, tmp_pat
     assert corpus.seen_keys == {("Q1", "P19", "Q100")}
     assert load_pretraining_corpus(["annotations:ann/train.json|ner:ner"]).dataset["text"] == corpus.dataset["text"]
     # QA: every question of a context has the context's annotation: one example
-    squad = {"data": [{"title": "t", "paragraphs": [{"context": "Ann Smith was born in Paris.", "qas": [
-        {"id": f"q{i}", "question": "where?", "answers": [{"text": "Paris", "answer_start": 22}]}
-        for i in range(3)]}]}]}
+    squad = {
+        "data": [
+            {
+                "title": "t",
+                "paragraphs": [
+                    {
+                        "context": "Ann Smith was born in Paris.",
+                        "qas": [
+                            {"id": f"q{i}", "question": "where?", "answers": [{"text": "Paris", "answer_start": 22}]}
+                            for i in range(3)
+                        ],
+                    }
+                ],
+            }
+        ]
+    }
     Path("squad.json").write_text(json.dumps(squad))
-    cli_main(["build-kg", "--task", "qa", "--dataset", "squad.json", "--kg", "jsonl:kg.jsonl", "--output_dir", "qa",
-              "--no_plot"])
+    cli_main(
+        [
+            "build-kg",
+            "--task",
+            "qa",
+            "--dataset",
+            "squad.json",
+            "--kg",
+            "jsonl:kg.jsonl",
+            "--output_dir",
+            "qa",
+            "--no_plot",
+        ]
+    )
     qa = load_pretraining_corpus(["annotations:qa|qa:squad.json"])
     assert len(qa.dataset) == 1 and qa.report["sources"][0]["deduplicated"] == 2
     # self-contained entries (text + annotation); a held-out T-REx fact leaves its triplet and sentences out
     held = sorted(sample_held_out(_probe_keys(), 0.4, 3))[0]
     entries = {
-        "a": {"text": "X met Y.", "entities": [{"text": "X", "start": 0, "end": 1, "id": held[0]}],
-              "triplets": [dict(zip("hrt", held)), {"h": held[0], "r": "P1", "t": "Q7"}]},
-        "b": {"text": "X and Z.", "entities": [{"text": "X", "start": 0, "end": 1, "id": held[0]},
-                                               {"text": "Z", "start": 6, "end": 7, "id": held[2]}],
-              "triplets": [dict(zip("hrt", held))]},
+        "a": {
+            "text": "X met Y.",
+            "entities": [{"text": "X", "start": 0, "end": 1, "id": held[0]}],
+            "triplets": [dict(zip("hrt", held)), {"h": held[0], "r": "P1", "t": "Q7"}],
+        },
+        "b": {
+            "text": "X and Z.",
+            "entities": [
+                {"text": "X", "start": 0, "end": 1, "id": held[0]},
+                {"text": "Z", "start": 6, "end": 7, "id": held[2]},
+            ],
+            "triplets": [dict(zip("hrt", held))],
+        },
         "c": {"text": "Bad span.", "entities": [{"text": "Nope", "start": 0, "end": 3, "id": "Q1"}]},
         "d": {"entities": []},
     }
@@ -339,8 +474,10 @@ def test_bad_specs_name_the_problem(sources):
 # --------------------------------------------------------------------------- the real files
 
 REAL = ["trex:../shared/data/lama", "fewrel:../shared/data/fewrel/val_wiki.json.gz"]
-needs_shared = pytest.mark.skipif(not (SHARED_DATA / "lama" / "TREx").is_dir() or not (SHARED_DATA / "fewrel").is_dir(),
-                                  reason="../shared/data (LAMA T-REx and FewRel) is absent")
+needs_shared = pytest.mark.skipif(
+    not (SHARED_DATA / "lama" / "TREx").is_dir() or not (SHARED_DATA / "fewrel").is_dir(),
+    reason="../shared/data (LAMA T-REx and FewRel) is absent",
+)
 
 
 @needs_shared
@@ -350,17 +487,36 @@ def test_real_corpus_counts_on_five_relations(monkeypatch):
     corpus = load_pretraining_corpus(REAL, 0.2, 0, relations=["P19", "P138", "P176", "P413", "P463"])
     trex, fewrel = corpus.report["sources"]
     assert (trex["facts"], trex["read"], trex["kept"], trex["deduplicated"], trex["merged"]) == (
-        3748, 26378, 18852, 7434, 1173)
+        3748,
+        26378,
+        18852,
+        7434,
+        1173,
+    )
     assert trex["skipped"] == {"subject_overlaps_object": 92} and trex["object_inside_subject"] == 88
     assert (trex["held_out"], trex["examples"]) == (3858, 13821)
     assert trex["examples_per_relation"] == {"P19": 1118, "P138": 6999, "P176": 2841, "P413": 1353, "P463": 1513}
     assert (fewrel["read"], fewrel["kept"], fewrel["merged"], fewrel["held_out"], fewrel["examples"]) == (
-        1400, 1400, 10, 6, 1384)
+        1400,
+        1400,
+        10,
+        6,
+        1384,
+    )
     held = corpus.report["held_out"]
     assert (held["probe_facts"], held["sampled"], held["without_sentence"], held["seen_probe_facts"]) == (
-        3748, 749, 29, 2970)
+        3748,
+        749,
+        29,
+        2970,
+    )
     assert {r: v["sampled"] for r, v in held["per_relation"].items()} == {
-        "P19": 189, "P138": 129, "P176": 196, "P413": 190, "P463": 45}
+        "P19": 189,
+        "P138": 129,
+        "P176": 196,
+        "P413": 190,
+        "P463": 45,
+    }
     assert corpus.report["examples"] == len(corpus.dataset) == 15205 and len(corpus.seen_keys) == 4340
     for example in corpus.dataset.select(range(0, len(corpus.dataset), 97)):
         _check_spans(example)
@@ -374,13 +530,28 @@ def test_real_corpus_counts_all_relations(monkeypatch):
     corpus = load_pretraining_corpus(REAL, 0.2, 0)
     trex, fewrel = corpus.report["sources"]
     assert (trex["read"], trex["kept"], trex["deduplicated"], trex["merged"], trex["held_out"], trex["examples"]) == (
-        138678, 98723, 39857, 9519, 18897, 70307)
+        138678,
+        98723,
+        39857,
+        9519,
+        18897,
+        70307,
+    )
     assert trex["skipped"] == {"subject_overlaps_object": 97, "subject_not_found": 1}
     assert (fewrel["read"], fewrel["kept"], fewrel["merged"], fewrel["held_out"], fewrel["examples"]) == (
-        11200, 11200, 204, 14, 10982)
+        11200,
+        11200,
+        204,
+        14,
+        10982,
+    )
     held = corpus.report["held_out"]
     assert (held["probe_facts"], held["sampled"], held["without_sentence"], held["seen_probe_facts"]) == (
-        22881, 4574, 360, 17947)
+        22881,
+        4574,
+        360,
+        17947,
+    )
     assert len(corpus.dataset) == 81289 and len(corpus.seen_keys) == 29092
     kg = kg_without_facts(load_kg("trex:../shared/data/lama"), corpus.held_out_keys)
     assert (kg.num_triples, kg.build_report["facts_removed"]["triples_removed"]) == (56839, 4934)

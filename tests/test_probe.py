@@ -37,8 +37,16 @@ SHARED_DATA = ROOT.parent / "shared" / "data"
 
 
 def fact(relation, sub, obj, templates=("[X] is in [Y] .",), sub_uri=None, obj_uri=None, uuid=None):
-    return {"relation": relation, "sub_label": sub, "obj_label": obj, "sub_uri": sub_uri, "obj_uri": obj_uri,
-            "uuid": uuid, "templates": list(templates), "evidences": []}
+    return {
+        "relation": relation,
+        "sub_label": sub,
+        "obj_label": obj,
+        "sub_uri": sub_uri,
+        "obj_uri": obj_uri,
+        "uuid": uuid,
+        "templates": list(templates),
+        "evidences": [],
+    }
 
 
 @pytest.fixture(scope="module")
@@ -89,21 +97,34 @@ def test_fill_template_and_slot_checks(tmp_path, tokenizer):
 
 
 def test_single_token_filter_counts_skips(tokenizer):
-    facts = [fact("P1", "john", "Paris"), fact("P1", "mary", "New York"), fact("P1", "acme", "Tokyo"),
-             fact("P2", "rhine", "Unknownia"), fact("P2", "seine", "France", ["[X] is in [Y] .", "[Y] has [X] ."])]
+    facts = [
+        fact("P1", "john", "Paris"),
+        fact("P1", "mary", "New York"),
+        fact("P1", "acme", "Tokyo"),
+        fact("P2", "rhine", "Unknownia"),
+        fact("P2", "seine", "France", ["[X] is in [Y] .", "[Y] has [X] ."]),
+    ]
     queries, skips = build_queries(facts, tokenizer)
     assert [(q["relation"], q["fact"]) for q in queries] == [("P1", 0), ("P2", 3), ("P2", 4), ("P2", 4)]
     assert queries[0]["input_ids"].count(tokenizer.mask_token_id) == 1
     assert tokenizer.decode(queries[0]["input_ids"], skip_special_tokens=False) == "[CLS] john is in [MASK]. [SEP]"
     assert queries[0]["target_id"] == tokenizer.convert_tokens_to_ids("paris")
     assert Counter((s["relation"], s["reason"]) for s in skips) == {
-        ("P1", "multi_token_object"): 1, ("P1", "object_not_in_vocab"): 1}  # "new york" two tokens, tokyo [UNK]
+        ("P1", "multi_token_object"): 1,
+        ("P1", "object_not_in_vocab"): 1,
+    }  # "new york" two tokens, tokyo [UNK]
     model = BertForMaskedLM(tiny_encoder_config(tokenizer)).eval()
-    results = summarize(facts, queries, predict_top_k(model, tokenizer, queries, 2, progress=False), skips,
-                        tokenizer, ks=(1,))
-    assert results["per_relation"]["P1"] == {**results["per_relation"]["P1"], "facts": 3, "queries": 3, "kept": 1,
-                                             "facts_kept": 1,
-                                             "skipped": {"multi_token_object": 1, "object_not_in_vocab": 1}}
+    results = summarize(
+        facts, queries, predict_top_k(model, tokenizer, queries, 2, progress=False), skips, tokenizer, ks=(1,)
+    )
+    assert results["per_relation"]["P1"] == {
+        **results["per_relation"]["P1"],
+        "facts": 3,
+        "queries": 3,
+        "kept": 1,
+        "facts_kept": 1,
+        "skipped": {"multi_token_object": 1, "object_not_in_vocab": 1},
+    }
     assert results["per_relation"]["P2"]["queries"] == 3 and results["per_relation"]["P2"]["kept"] == 3
     assert results["skipped"] == {"multi_token_object": 1, "object_not_in_vocab": 1}
     assert (results["num_facts"], results["num_queries"], results["num_queries_kept"]) == (5, 6, 4)
@@ -127,8 +148,14 @@ def test_p_at_k_macro_and_micro_in_percent_against_hand_computation(tokenizer, b
 
 
 def test_common_vocabulary_restricts_objects_and_predictions(tokenizer, biased_model):
-    results, records = probe(biased_model, tokenizer, toy_facts(), ks=(1,), progress=False,
-                             common_vocab=["berlin", "london", "germany", "new york"])  # "new york": not one token
+    results, records = probe(
+        biased_model,
+        tokenizer,
+        toy_facts(),
+        ks=(1,),
+        progress=False,
+        common_vocab=["berlin", "london", "germany", "new york"],
+    )  # "new york": not one token
     assert results["common_vocab_size"] == 3
     assert {r["predictions"][0] for r in records} == {"berlin"}  # "paris" cannot win any more
     assert results["skipped"] == {"multi_token_object": 1, "not_in_common_vocab": 3}
@@ -150,8 +177,10 @@ def test_scores_match_the_fill_mask_pipeline(tokenizer):
 
 
 def test_several_templates_score_per_template(tokenizer, biased_model):
-    facts = [fact("P9", "john", "Paris", ["[X] is in [Y] .", "[Y] has [X] ."]), fact("P9", "mary", "Berlin",
-             ["[X] is in [Y] .", "[Y] has [X] ."])]
+    facts = [
+        fact("P9", "john", "Paris", ["[X] is in [Y] .", "[Y] has [X] ."]),
+        fact("P9", "mary", "Berlin", ["[X] is in [Y] .", "[Y] has [X] ."]),
+    ]
     results, _ = probe(biased_model, tokenizer, facts, ks=(1,), progress=False)
     row = results["per_relation"]["P9"]
     assert (row["facts"], row["queries"], row["kept"]) == (2, 4, 4)
@@ -192,24 +221,58 @@ def write_fake_data_dir(root: Path) -> Path:
     def jsonl(path, rows):
         path.write_text("".join(json.dumps(r) + "\n" for r in rows))
 
-    jsonl(lama / "relations" / "relations.jsonl", [
-        {"relation": "P1", "template": "[X] is in [Y] .", "label": "located in"},
-        {"relation": "P2", "template": "[X] flows through [Y] .", "label": "flows through"}])
-    jsonl(lama / "TREx" / "P1.jsonl", [
-        {"uuid": f"u{i}", "sub_uri": f"Q{i}", "obj_uri": "Q90", "sub_label": s, "obj_label": "Paris",
-         "predicate_id": "P1", "evidences": [{"sub_surface": s, "obj_surface": "Paris",
-                                              "masked_sentence": f"{s} lives in [MASK] ."}]}
-        for i, s in enumerate(["john", "mary", "acme bank"])])
-    jsonl(lama / "TREx" / "P2.jsonl", [{"uuid": "u9", "sub_uri": "Q9", "obj_uri": "Q142", "sub_label": "seine",
-                                       "obj_label": "France", "predicate_id": "P2", "evidences": []}])
-    jsonl(lama / "TREx" / "P3.jsonl", [{"sub_uri": "Q8", "obj_uri": "Q1", "sub_label": "a", "obj_label": "b",
-                                       "predicate_id": "P3"}])  # no template for P3
-    jsonl(lama / "autoprompt_trex_train_dev" / "P1_dev.jsonl", [
-        {"sub_uri": "Q5", "obj_uri": "Q64", "sub_label": "rhine", "obj_label": "Berlin"}])
-    jsonl(lama / "autoprompt_trex_train_dev" / "P1_train.jsonl", [
-        {"sub_uri": "Q6", "obj_uri": "Q64", "sub_label": "thames", "obj_label": "New York"}])
-    jsonl(root / "pararel" / "trex_lms_vocab" / "P1.jsonl", [
-        {"sub_label": "john", "obj_label": "Paris", "uuid": "u0"}, {"sub_label": "bob", "obj_label": "Paris"}])
+    jsonl(
+        lama / "relations" / "relations.jsonl",
+        [
+            {"relation": "P1", "template": "[X] is in [Y] .", "label": "located in"},
+            {"relation": "P2", "template": "[X] flows through [Y] .", "label": "flows through"},
+        ],
+    )
+    jsonl(
+        lama / "TREx" / "P1.jsonl",
+        [
+            {
+                "uuid": f"u{i}",
+                "sub_uri": f"Q{i}",
+                "obj_uri": "Q90",
+                "sub_label": s,
+                "obj_label": "Paris",
+                "predicate_id": "P1",
+                "evidences": [{"sub_surface": s, "obj_surface": "Paris", "masked_sentence": f"{s} lives in [MASK] ."}],
+            }
+            for i, s in enumerate(["john", "mary", "acme bank"])
+        ],
+    )
+    jsonl(
+        lama / "TREx" / "P2.jsonl",
+        [
+            {
+                "uuid": "u9",
+                "sub_uri": "Q9",
+                "obj_uri": "Q142",
+                "sub_label": "seine",
+                "obj_label": "France",
+                "predicate_id": "P2",
+                "evidences": [],
+            }
+        ],
+    )
+    jsonl(
+        lama / "TREx" / "P3.jsonl",
+        [{"sub_uri": "Q8", "obj_uri": "Q1", "sub_label": "a", "obj_label": "b", "predicate_id": "P3"}],
+    )  # no template for P3
+    jsonl(
+        lama / "autoprompt_trex_train_dev" / "P1_dev.jsonl",
+        [{"sub_uri": "Q5", "obj_uri": "Q64", "sub_label": "rhine", "obj_label": "Berlin"}],
+    )
+    jsonl(
+        lama / "autoprompt_trex_train_dev" / "P1_train.jsonl",
+        [{"sub_uri": "Q6", "obj_uri": "Q64", "sub_label": "thames", "obj_label": "New York"}],
+    )
+    jsonl(
+        root / "pararel" / "trex_lms_vocab" / "P1.jsonl",
+        [{"sub_label": "john", "obj_label": "Paris", "uuid": "u0"}, {"sub_label": "bob", "obj_label": "Paris"}],
+    )
     jsonl(root / "pararel" / "patterns" / "P1.jsonl", [{"pattern": "[X] is in [Y]."}, {"pattern": "[Y] has [X]."}])
     return root
 
@@ -218,7 +281,11 @@ def test_load_probe_readers_on_small_files(tmp_path):
     data = write_fake_data_dir(tmp_path / "data")
     trex = load_probe("lama_trex", data)
     assert [(f["relation"], f["sub_label"]) for f in trex["facts"]] == [
-        ("P1", "john"), ("P1", "mary"), ("P1", "acme bank"), ("P2", "seine")]
+        ("P1", "john"),
+        ("P1", "mary"),
+        ("P1", "acme bank"),
+        ("P2", "seine"),
+    ]
     assert trex["skipped_relations"] == {"P3": "no template"} and trex["relation_labels"]["P1"] == "located in"
     assert trex["facts"][0]["templates"] == ["[X] is in [Y] ."]
     assert trex["facts"][0]["evidences"][0]["masked_sentence"] == "john lives in [MASK] ."
@@ -253,10 +320,29 @@ def test_run_probe_end_to_end(tmp_path, tokenizer, biased_model):
     keys = tmp_path / "seen.tsv"
     write_fact_keys(keys, [("Q0", "P1", "Q90")])
     out = tmp_path / "out"
-    results = load_run_probe().main([
-        "--model_name_or_path", str(model_dir), "--probe", "lama_trex", "--data_dir", str(data), "--output_dir",
-        str(out), "--top_k", "1", "2", "--batch_size", "2", "--seen_fact_keys", str(keys), "--save_predictions",
-        "--disable_tqdm", "--device", "cpu"])
+    results = load_run_probe().main(
+        [
+            "--model_name_or_path",
+            str(model_dir),
+            "--probe",
+            "lama_trex",
+            "--data_dir",
+            str(data),
+            "--output_dir",
+            str(out),
+            "--top_k",
+            "1",
+            "2",
+            "--batch_size",
+            "2",
+            "--seen_fact_keys",
+            str(keys),
+            "--save_predictions",
+            "--disable_tqdm",
+            "--device",
+            "cpu",
+        ]
+    )
     saved = json.loads((out / "probe_results.json").read_text())
     assert saved == json.loads(json.dumps(results))
     assert saved["mlm_head"]["newly_initialized"] is False and saved["skipped_relations"] == {"P3": "no template"}
@@ -268,25 +354,50 @@ def test_run_probe_end_to_end(tmp_path, tokenizer, biased_model):
     assert "| P1 | located in | 3 | 3 | 3 | 0 | 0 | 100.00 | 100.00 |" in table  # printed as computed, not x100
     assert len((out / "predictions.jsonl").read_text().splitlines()) == 4
 
-    pararel = load_run_probe().main([
-        "--model_name_or_path", str(model_dir), "--probe", "pararel", "--data_dir", str(data), "--output_dir",
-        str(tmp_path / "pararel"), "--top_k", "1", "--common_vocab", "pararel", "--disable_tqdm"])
+    pararel = load_run_probe().main(
+        [
+            "--model_name_or_path",
+            str(model_dir),
+            "--probe",
+            "pararel",
+            "--data_dir",
+            str(data),
+            "--output_dir",
+            str(tmp_path / "pararel"),
+            "--top_k",
+            "1",
+            "--common_vocab",
+            "pararel",
+            "--disable_tqdm",
+        ]
+    )
     assert pararel["common_vocab_size"] == 1 and pararel["num_queries_kept"] == 4 and pararel["precision_at_1"] == 100
 
     headless = tmp_path / "headless"  # an encoder checkpoint without MLM head, as the MiniLM package's
     BertModel(biased_model.config).save_pretrained(headless)
     tokenizer.save_pretrained(headless)
-    warned = load_run_probe().main([
-        "--model_name_or_path", str(headless), "--probe", str(data / "lama" / "TREx"), "--templates_file",
-        str(data / "lama" / "relations" / "relations.jsonl"), "--output_dir", str(tmp_path / "headless_out"),
-        "--disable_tqdm", "--no_head_at_mask_only"])
+    warned = load_run_probe().main(
+        [
+            "--model_name_or_path",
+            str(headless),
+            "--probe",
+            str(data / "lama" / "TREx"),
+            "--templates_file",
+            str(data / "lama" / "relations" / "relations.jsonl"),
+            "--output_dir",
+            str(tmp_path / "headless_out"),
+            "--disable_tqdm",
+            "--no_head_at_mask_only",
+        ]
+    )
     assert warned["mlm_head"]["newly_initialized"] is True
     assert "cls.predictions.bias" in warned["mlm_head"]["missing_head_keys"]
     assert "no trained MLM head" in (tmp_path / "headless_out" / "probe_results.md").read_text()
 
 
-@pytest.mark.skipif(not (SHARED_DATA / "lama").is_dir() or not (SHARED_DATA / "pararel").is_dir(),
-                    reason="../shared/data is absent")
+@pytest.mark.skipif(
+    not (SHARED_DATA / "lama").is_dir() or not (SHARED_DATA / "pararel").is_dir(), reason="../shared/data is absent"
+)
 def test_real_lama_and_pararel_files():
     """The counts of lama/SOURCE.md and pararel/SOURCE.md; every template has its slots."""
     trex = load_probe("lama_trex", SHARED_DATA)

@@ -38,9 +38,15 @@ def test_linking_fallback_builds_mentions_and_graph(processor, tokenizer, assets
 
 def test_same_entity_twice_is_one_node(processor, tokenizer):
     text = "paris is a city and paris is big"
-    annotation = KnowledgeAnnotation.from_dict({"entities": [
-        {"text": "paris", "start": 0, "end": 5, "id": "Q90"},
-        {"text": "paris", "start": 20, "end": 25, "id": "Q90"}], "triplets": []})
+    annotation = KnowledgeAnnotation.from_dict(
+        {
+            "entities": [
+                {"text": "paris", "start": 0, "end": 5, "id": "Q90"},
+                {"text": "paris", "start": 20, "end": 25, "id": "Q90"},
+            ],
+            "triplets": [],
+        }
+    )
     features = processor(text, annotation=annotation)
     assert features["entity_token_map"].count(0) == 2 and len(features["node_entity_ids"]) == 1
 
@@ -52,8 +58,9 @@ def test_ner_features_align_labels_and_mentions(processor, tokenizer):
     labels = features["labels"][0]
     assert [t for t, lab in zip(tokens, labels) if lab != -100] == ["john", "visited", "new", "york", "."]
     assert [lab for lab in labels if lab != -100] == [1, 0, 3, 4, 0]
-    groups = mention_tokens({"input_ids": features["input_ids"][0],
-                             "entity_token_map": features["entity_token_map"][0]}, tokenizer)
+    groups = mention_tokens(
+        {"input_ids": features["input_ids"][0], "entity_token_map": features["entity_token_map"][0]}, tokenizer
+    )
     assert ["new", "york"] in groups.values()  # multi-token mention linked via the KG name, one node
 
 
@@ -61,8 +68,13 @@ def test_qa_stride_windows_keep_mentions_aligned(processor, tokenizer, assets):
     sentence = "paris is in france and berlin is in germany and london is in england . "
     context = sentence * 6
     annotation = processor.link(context)
-    examples = {"id": ["q1"], "question": ["where is paris ?"], "context": [context],
-                "answers": [{"text": ["france"], "answer_start": [12]}], "knowledge": [annotation.to_dict()]}
+    examples = {
+        "id": ["q1"],
+        "question": ["where is paris ?"],
+        "context": [context],
+        "answers": [{"text": ["france"], "answer_start": [12]}],
+        "knowledge": [annotation.to_dict()],
+    }
     features = processor.prepare_qa_features(examples, max_length=32, doc_stride=8, training=False)
     assert len(features["input_ids"]) > 3
     seen_mentions = set()
@@ -85,8 +97,12 @@ def test_qa_stride_windows_keep_mentions_aligned(processor, tokenizer, assets):
 
 def test_qa_training_positions_point_at_the_answer(processor, tokenizer):
     context = "john visited paris and london in england ."
-    examples = {"id": ["q"], "question": ["who visited paris ?"], "context": [context],
-                "answers": [{"text": ["london"], "answer_start": [context.index("london")]}]}
+    examples = {
+        "id": ["q"],
+        "question": ["who visited paris ?"],
+        "context": [context],
+        "answers": [{"text": ["london"], "answer_start": [context.index("london")]}],
+    }
     features = processor.prepare_qa_features(examples, max_length=64, doc_stride=16, annotation_column=None)
     start, end = features["start_positions"][0], features["end_positions"][0]
     assert tokenizer.decode(features["input_ids"][0][start : end + 1]) == "london"
@@ -107,16 +123,19 @@ def test_pair_features_read_both_texts_knowledge(processor, tokenizer, assets):
     assert single["labels"] == [1]
     for key, value in alone.items():
         assert single[key][0] == value, key
-    pair = processor.prepare_pair_features({"sentence1": ["the weather is fine ."], "sentence2": [text]},
-                                           label_column=None)
+    pair = processor.prepare_pair_features(
+        {"sentence1": ["the weather is fine ."], "sentence2": [text]}, label_column=None
+    )
     assert "labels" not in pair
-    groups = mention_tokens({"input_ids": pair["input_ids"][0], "entity_token_map": pair["entity_token_map"][0]},
-                            tokenizer)
+    groups = mention_tokens(
+        {"input_ids": pair["input_ids"][0], "entity_token_map": pair["entity_token_map"][0]}, tokenizer
+    )
     assert sorted(" ".join(g) for g in groups.values()) == ["france", "paris", "unknownia"]
     second = pair["token_type_ids"][0]
     assert all(second[i] == 1 for i, node in enumerate(pair["entity_token_map"][0]) if node >= 0)
-    plain = processor.prepare_pair_features({"sentence1": ["a ."], "sentence2": [text]}, label_column=None,
-                                            with_knowledge=False)
+    plain = processor.prepare_pair_features(
+        {"sentence1": ["a ."], "sentence2": [text]}, label_column=None, with_knowledge=False
+    )
     assert set(plain) == {"input_ids", "token_type_ids", "attention_mask"}
     with pytest.raises(ValueError, match="no 'label' column"):
         processor.prepare_pair_features({"sentence1": ["a ."], "sentence2": [text]})

@@ -30,8 +30,9 @@ def minilm() -> str:
 def kala(cls, minilm: str, assets: KnowledgeAssets, **kwargs):
     """KALA relational on the pretrained MiniLM, its new weights made visible (zero biases would hide a term)."""
     torch.manual_seed(0)
-    model = cls.from_base_pretrained(minilm, knowledge_assets=assets, retrieval_mode="relational", entity_dropout=0.0,
-                                     **kwargs).eval()
+    model = cls.from_base_pretrained(
+        minilm, knowledge_assets=assets, retrieval_mode="relational", entity_dropout=0.0, **kwargs
+    ).eval()
     with torch.no_grad():
         for name, parameter in model.named_parameters():
             if "knowledge_layers" in name:
@@ -47,10 +48,16 @@ def test_kala_on_the_pretrained_minilm(tmp_path, minilm, assets):
     assert model.config.encoder_config.num_hidden_layers == 6 and model.config.hidden_size == 384
     model.train()
     model(**batch, labels=batch["attention_mask"].clone()).loss.backward()
-    for part in ("entity_memory.", "knowledge_layers.2.modulation.", "knowledge_layers.4.retrieval.",
-                 "relation_embeddings.", "encoder."):
-        assert any(part in n and p.grad is not None and p.grad.abs().sum() > 0 for n, p in model.named_parameters()), \
+    for part in (
+        "entity_memory.",
+        "knowledge_layers.2.modulation.",
+        "knowledge_layers.4.retrieval.",
+        "relation_embeddings.",
+        "encoder.",
+    ):
+        assert any(part in n and p.grad is not None and p.grad.abs().sum() > 0 for n, p in model.named_parameters()), (
             f"no gradient reaches {part}"
+        )
     model.eval()
     with torch.no_grad():
         logits = model(**batch).logits
@@ -79,16 +86,26 @@ def test_kfm_on_the_last_layer_leaves_the_pretrained_minilm_as_it_is_off_entitie
 def test_roof_and_routing_on_the_pretrained_minilm(tmp_path, minilm, kg):
     processor = _processor(AutoTokenizer.from_pretrained(minilm), kg)
     model = RoofTransformerForSequenceClassification.from_base_pretrained(
-        minilm, knowledge_assets=KnowledgeAssets(kg=kg), fusion="transformer", fusion_layers=1,
-        max_knowledge_length=KNOWLEDGE, num_labels=3).eval()
+        minilm,
+        knowledge_assets=KnowledgeAssets(kg=kg),
+        fusion="transformer",
+        fusion_layers=1,
+        max_knowledge_length=KNOWLEDGE,
+        num_labels=3,
+    ).eval()
     batch = _batch(processor)
     model(**batch).loss.backward()
-    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in model.roof.fusion.layers.parameters()
-               if p.requires_grad and p.dim() > 1)
+    assert all(
+        p.grad is not None and p.grad.abs().sum() > 0
+        for p in model.roof.fusion.layers.parameters()
+        if p.requires_grad and p.dim() > 1
+    )
     model.save_pretrained(tmp_path)
     with torch.no_grad():
-        assert torch.equal(RoofTransformerForSequenceClassification.from_pretrained(tmp_path).eval()(**batch).logits,
-                           model(**batch).logits)
+        assert torch.equal(
+            RoofTransformerForSequenceClassification.from_pretrained(tmp_path).eval()(**batch).logits,
+            model(**batch).logits,
+        )
     encoder = AutoModel.from_pretrained(minilm).eval()
     ids = batch["input_ids"][:1]
     with torch.no_grad():

@@ -43,10 +43,16 @@ LABEL2ID = {r: i for i, r in enumerate(RELATIONS)}
 
 def doc(title, sents, entities, labels):
     """A DocRED-schema document; ``entities`` = [(type, [(sent_id, start, end), ...]), ...]."""
-    vertex_set = [[{"name": " ".join(sents[s][a:b]), "sent_id": s, "pos": [a, b], "type": t} for s, a, b in ms]
-                  for t, ms in entities]
-    return {"title": title, "sents": sents, "vertexSet": vertex_set,
-            "labels": [{"h": h, "t": t, "r": r, "evidence": []} for h, t, r in labels]}
+    vertex_set = [
+        [{"name": " ".join(sents[s][a:b]), "sent_id": s, "pos": [a, b], "type": t} for s, a, b in ms]
+        for t, ms in entities
+    ]
+    return {
+        "title": title,
+        "sents": sents,
+        "vertexSet": vertex_set,
+        "labels": [{"h": h, "t": t, "r": r, "evidence": []} for h, t, r in labels],
+    }
 
 
 def person_doc(i, person, org, city):
@@ -59,8 +65,12 @@ def person_doc(i, person, org, city):
 DOCS = [
     person_doc(0, "john", "acme bank", "paris"),
     person_doc(1, "mary", "acme", "berlin"),
-    doc("doc2", [["paris", "is", "the", "capital", "of", "france", "."]], [("LOC", [(0, 0, 1)]), ("LOC", [(0, 5, 6)])],
-        [(0, 1, "P17"), (0, 1, "P1376")]),
+    doc(
+        "doc2",
+        [["paris", "is", "the", "capital", "of", "france", "."]],
+        [("LOC", [(0, 0, 1)]), ("LOC", [(0, 5, 6)])],
+        [(0, 1, "P17"), (0, 1, "P1376")],
+    ),
     person_doc(3, "mary", "acme bank", "london"),
     person_doc(4, "john", "acme", "london"),
     person_doc(5, "mary", "acme bank", "paris"),
@@ -78,8 +88,9 @@ def write_docs(path: Path, docs=DOCS) -> Path:
 
 def tiny_model(tokenizer, **kwargs) -> KeplmForRelationExtraction:
     torch.manual_seed(0)
-    config = RelationExtractionConfig(encoder_config=tiny_encoder_config(tokenizer),
-                                      id2label=dict(enumerate(RELATIONS)), bilinear_dim=8, **kwargs)
+    config = RelationExtractionConfig(
+        encoder_config=tiny_encoder_config(tokenizer), id2label=dict(enumerate(RELATIONS)), bilinear_dim=8, **kwargs
+    )
     return KeplmForRelationExtraction(config).eval()
 
 
@@ -108,8 +119,11 @@ def test_read_docred_text_spans_types_and_facts(tmp_path, name):
     rows = read_docred(write_docs(tmp_path / name))
     row = rows[0]
     assert row["text"] == "john works for acme bank . john lives in paris ."
-    assert [[row["text"][a:b] for a, b in spans] for spans in row["entity_spans"]] == [["john", "john"], ["acme bank"],
-                                                                                        ["paris"]]
+    assert [[row["text"][a:b] for a, b in spans] for spans in row["entity_spans"]] == [
+        ["john", "john"],
+        ["acme bank"],
+        ["paris"],
+    ]
     assert row["entity_types"] == ["PER", "ORG", "LOC"]
     assert row["facts"] == [{"h": 0, "t": 1, "r": "P108"}, {"h": 0, "t": 2, "r": "P551"}]
     dataset = load_docred_dataset(tmp_path / name, max_samples=3)
@@ -190,19 +204,23 @@ def test_collator_offsets_and_pads_edge_labels(tokenizer):
 
 
 def test_processor_saves_loads_and_checks_the_model(tmp_path, tokenizer):
-    processor = RelationExtractionProcessor(tokenizer, label2id=LABEL2ID, max_length=64, negative_ratio=2.0,
-                                            entity_types=["PER", "ORG"])
+    processor = RelationExtractionProcessor(
+        tokenizer, label2id=LABEL2ID, max_length=64, negative_ratio=2.0, entity_types=["PER", "ORG"]
+    )
     processor.save_pretrained(tmp_path)
     loaded = AutoProcessor.from_pretrained(tmp_path)
     assert type(loaded) is RelationExtractionProcessor and loaded.processor_config() == processor.processor_config()
     row = read_docred_rows()[0]
     assert loaded.document_features(row) == processor.document_features(row)
-    assert processor(row["text"], row["entity_spans"], facts=row["facts"])["edge_labels"] == features_of(
-        tokenizer, row, max_length=64)["edge_labels"]
+    assert (
+        processor(row["text"], row["entity_spans"], facts=row["facts"])["edge_labels"]
+        == features_of(tokenizer, row, max_length=64)["edge_labels"]
+    )
     processor.check_config(tiny_model(tokenizer, entity_types=["PER", "ORG"]).config)
     with pytest.raises(ValueError, match="relation ids"):
         RelationExtractionProcessor(tokenizer, label2id={**LABEL2ID, "P1376": 4}).check_config(
-            tiny_model(tokenizer).config)
+            tiny_model(tokenizer).config
+        )
     processor = RelationExtractionProcessor.from_model_config(tokenizer, tiny_model(tokenizer).config)
     with pytest.raises(ValueError, match="entity types"):
         processor.check_config(tiny_model(tokenizer, entity_types=["PER"]).config)
@@ -235,14 +253,17 @@ def test_loss_ignores_padding_and_save_load_keeps_logits(tmp_path, tokenizer):
     assert none.item() == 0.0 and none.requires_grad
 
 
-@pytest.mark.parametrize("change, message", [
-    (lambda b: b.update(edge_index=b["edge_index"] + 100), "edge_index points outside"),
-    (lambda b: b.update(entity_token_map=b["entity_token_map"] + 100), "entity_token_map points outside"),
-    (lambda b: b.update(edge_labels=b["edge_labels"] + 10), r"edge_labels hold id \d+ outside \[0, 4\)"),
-    (lambda b: b.update(edge_labels=b["edge_labels"][:-1]), "edge_labels must have shape"),
-    (lambda b: b.update(edge_index=b["edge_index"][0]), r"edge_index must have shape \[2"),
-    (lambda b: b.pop("edge_index"), "needs entity_token_map, node_entity_ids and edge_index"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (lambda b: b.update(edge_index=b["edge_index"] + 100), "edge_index points outside"),
+        (lambda b: b.update(entity_token_map=b["entity_token_map"] + 100), "entity_token_map points outside"),
+        (lambda b: b.update(edge_labels=b["edge_labels"] + 10), r"edge_labels hold id \d+ outside \[0, 4\)"),
+        (lambda b: b.update(edge_labels=b["edge_labels"][:-1]), "edge_labels must have shape"),
+        (lambda b: b.update(edge_index=b["edge_index"][0]), r"edge_index must have shape \[2"),
+        (lambda b: b.pop("edge_index"), "needs entity_token_map, node_entity_ids and edge_index"),
+    ],
+)
 def test_bad_inputs_raise(tokenizer, change, message):
     _, batch = collate(tokenizer, read_docred_rows()[:2])
     change(batch)
@@ -251,12 +272,14 @@ def test_bad_inputs_raise(tokenizer, change, message):
 
 
 def test_top2_rule_on_hand_set_logits():
-    probs = torch.tensor([
-        [0.70, 0.20, 0.05, 0.05],  # no_relation wins, runner-up 0.2 > 0.1: take the runner-up
-        [0.85, 0.05, 0.08, 0.02],  # runner-up 0.08 <= 0.1: no_relation
-        [0.30, 0.10, 0.60, 0.00],  # a relation wins: top-1
-        [0.45, 0.50, 0.05, 0.00],  # a relation wins, no_relation second: top-1
-    ])
+    probs = torch.tensor(
+        [
+            [0.70, 0.20, 0.05, 0.05],  # no_relation wins, runner-up 0.2 > 0.1: take the runner-up
+            [0.85, 0.05, 0.08, 0.02],  # runner-up 0.08 <= 0.1: no_relation
+            [0.30, 0.10, 0.60, 0.00],  # a relation wins: top-1
+            [0.45, 0.50, 0.05, 0.00],  # a relation wins, no_relation second: top-1
+        ]
+    )
     chosen, p = select_relations(probs.clamp(min=1e-9).log(), threshold=0.1)
     assert chosen.tolist() == [1, 0, 2, 1]
     assert torch.allclose(p, torch.tensor([0.20, 0.85, 0.60, 0.50]), atol=1e-5)
@@ -272,8 +295,9 @@ def test_config_demands_no_relation_first(tokenizer):
 def test_fact_metrics_deduplicate_rows_and_count_lost_facts(tokenizer):
     rows = read_docred_rows()[:3]
     features = [features_of(tokenizer, r, label2id={**LABEL2ID, "P1376": 4}) for r in rows]
-    metrics = FactMetrics({"edge_index": [f["edge_index"] for f in features]}, rows,
-                          {**dict(enumerate(RELATIONS)), 4: "P1376"})
+    metrics = FactMetrics(
+        {"edge_index": [f["edge_index"] for f in features]}, rows, {**dict(enumerate(RELATIONS)), 4: "P1376"}
+    )
     labels = np.concatenate([f["edge_labels"] for f in features])
     perfect = metrics(EvalPrediction(predictions=labels, label_ids=labels))
     assert perfect["precision"] == perfect["recall"] == perfect["f1"] == 100.0  # in percent, as every run metric
@@ -315,12 +339,19 @@ def test_tiny_model_learns_pair_relations_and_extracts_triplets(tmp_path, tokeni
     tokenizer.save_pretrained(tmp_path)
     extractor = RelationExtractor.from_pretrained(tmp_path)
     text = "mary works for acme bank . mary lives in london ."
-    annotation = KnowledgeAnnotation(entities=[
-        EntityMention("mary", 0, 4, "Q1"), EntityMention("acme bank", 15, 24, "Q2"),
-        EntityMention("mary", 27, 31, "Q1"), EntityMention("london", 41, 47, "Q3"), EntityMention("works", 5, 10, None),
-    ])
-    assert sorted(extractor.extract(text, annotation), key=lambda t: t.r) == [Triplet("Q1", "P108", "Q2"),
-                                                                                Triplet("Q1", "P551", "Q3")]
+    annotation = KnowledgeAnnotation(
+        entities=[
+            EntityMention("mary", 0, 4, "Q1"),
+            EntityMention("acme bank", 15, 24, "Q2"),
+            EntityMention("mary", 27, 31, "Q1"),
+            EntityMention("london", 41, 47, "Q3"),
+            EntityMention("works", 5, 10, None),
+        ]
+    )
+    assert sorted(extractor.extract(text, annotation), key=lambda t: t.r) == [
+        Triplet("Q1", "P108", "Q2"),
+        Triplet("Q1", "P551", "Q3"),
+    ]
     assert extractor.annotate(text, annotation).triplets == extractor.extract(text, annotation)
     assert extractor.extract(text, KnowledgeAnnotation(entities=annotation.entities[:1])) == []
 
@@ -337,8 +368,9 @@ def load_run_re():
 def test_head_learning_rate_groups(tmp_path, tokenizer):
     model = tiny_model(tokenizer)
     args = TrainingArguments(output_dir=str(tmp_path), learning_rate=1e-4, report_to="none", use_cpu=True)
-    trainer = load_run_re().PairEvalTrainer(model=model, args=args,
-                                            parameter_group_options={"head_learning_rate": 1e-2})
+    trainer = load_run_re().PairEvalTrainer(
+        model=model, args=args, parameter_group_options={"head_learning_rate": 1e-2}
+    )
     optimizer = trainer.create_optimizer()
     lr_of = {id(p): group["lr"] for group in optimizer.param_groups for p in group["params"]}
     assert len(lr_of) == sum(1 for _ in model.parameters())
@@ -353,16 +385,56 @@ def test_run_re_smoke(tmp_path, tokenizer):
     tokenizer.save_pretrained(base)
     data = write_docs(tmp_path / "docs.json.gz", DOCS + toy_docs()[:4])
     out = tmp_path / "out"
-    results = load_run_re().main([
-        "--model_name_or_path", str(base), "--train_file", str(data), "--validation_docs", "3",
-        "--test_file", str(data), "--max_predict_samples", "4", "--negative_ratio", "1", "--max_seq_length", "64",
-        "--do_train", "--do_eval", "--do_predict", "--output_dir", str(out), "--max_steps", "3",
-        "--per_device_train_batch_size", "2", "--per_device_eval_batch_size", "2", "--learning_rate", "1e-3",
-        "--save_strategy", "no", "--report_to", "none", "--disable_tqdm", "1", "--use_cpu",
-        "--head_learning_rate", "1e-2",
-    ])
-    for key in ("train_loss", "eval_precision", "eval_recall", "eval_f1", "predict_precision", "predict_recall",
-                "predict_f1", "predict_num_gold"):
+    results = load_run_re().main(
+        [
+            "--model_name_or_path",
+            str(base),
+            "--train_file",
+            str(data),
+            "--validation_docs",
+            "3",
+            "--test_file",
+            str(data),
+            "--max_predict_samples",
+            "4",
+            "--negative_ratio",
+            "1",
+            "--max_seq_length",
+            "64",
+            "--do_train",
+            "--do_eval",
+            "--do_predict",
+            "--output_dir",
+            str(out),
+            "--max_steps",
+            "3",
+            "--per_device_train_batch_size",
+            "2",
+            "--per_device_eval_batch_size",
+            "2",
+            "--learning_rate",
+            "1e-3",
+            "--save_strategy",
+            "no",
+            "--report_to",
+            "none",
+            "--disable_tqdm",
+            "1",
+            "--use_cpu",
+            "--head_learning_rate",
+            "1e-2",
+        ]
+    )
+    for key in (
+        "train_loss",
+        "eval_precision",
+        "eval_recall",
+        "eval_f1",
+        "predict_precision",
+        "predict_recall",
+        "predict_f1",
+        "predict_num_gold",
+    ):
         assert key in results, key
     assert results["predict_num_gold"] == 8  # every gold fact of the 4 test docs, P1376 included
     # P/R in percent of the fact counts, and every results file says so

@@ -44,11 +44,26 @@ def test_empty_ner_split_names_the_split_and_its_file(tmp_path):
 
 def _squad(path, articles):
     """Write a SQuAD v1.1 file: ``articles`` = [[(context, [(id, [(text, start), ...]), ...]), ...], ...]."""
-    data = [{"title": f"article {a}", "paragraphs": [
-        {"context": context, "qas": [{"id": qid, "question": f"question {qid}?",
-                                      "answers": [{"text": t, "answer_start": s} for t, s in answers]}
-                                     for qid, answers in questions]}
-        for context, questions in paragraphs]} for a, paragraphs in enumerate(articles)]
+    data = [
+        {
+            "title": f"article {a}",
+            "paragraphs": [
+                {
+                    "context": context,
+                    "qas": [
+                        {
+                            "id": qid,
+                            "question": f"question {qid}?",
+                            "answers": [{"text": t, "answer_start": s} for t, s in answers],
+                        }
+                        for qid, answers in questions
+                    ],
+                }
+                for context, questions in paragraphs
+            ],
+        }
+        for a, paragraphs in enumerate(articles)
+    ]
     path.write_text(json.dumps({"version": "1.1", "data": data}), encoding="utf-8")
     return path
 
@@ -57,8 +72,10 @@ CONTEXT = "Paris is the capital of France. Paris lies on the Seine."
 
 
 def test_shifted_answer_start_is_an_error_naming_the_question_ids(tmp_path):
-    path = _squad(tmp_path / "train.json", [[(CONTEXT, [("q-ok", [("Paris", 0)]), ("q-shift", [("France", 20)]),
-                                                        ("q-cls", [("Seine", 2)])])]])
+    path = _squad(
+        tmp_path / "train.json",
+        [[(CONTEXT, [("q-ok", [("Paris", 0)]), ("q-shift", [("France", 20)]), ("q-cls", [("Seine", 2)])])]],
+    )
     with pytest.raises(ValueError, match=r"train\.json: 2 of 3 answers .*\['q-shift', 'q-cls'\].*nearest"):
         read_squad_json(path)
     with pytest.raises(ValueError, match="q-shift"):
@@ -67,13 +84,23 @@ def test_shifted_answer_start_is_an_error_naming_the_question_ids(tmp_path):
 
 def test_fix_nearest_moves_drops_and_reports(tmp_path, caplog):
     second_paris = CONTEXT.index("Paris", 1)
-    path = _squad(tmp_path / "train.json", [[(CONTEXT, [
-        ("q-ok", [("Paris", 0)]),
-        ("q-near", [("Paris", second_paris - 3)]),  # nearer the second "Paris" than the first
-        ("q-gone", [("Lyon", 4)]),  # not in the context: dropped, and the question with it
-        ("q-some", [("France", 24), ("Berlin", 0)]),  # one answer fine, one dropped: the question stays
-        ("q-none", []),  # no answer in the file: kept as it is
-    ])]])
+    path = _squad(
+        tmp_path / "train.json",
+        [
+            [
+                (
+                    CONTEXT,
+                    [
+                        ("q-ok", [("Paris", 0)]),
+                        ("q-near", [("Paris", second_paris - 3)]),  # nearer the second "Paris" than the first
+                        ("q-gone", [("Lyon", 4)]),  # not in the context: dropped, and the question with it
+                        ("q-some", [("France", 24), ("Berlin", 0)]),  # one answer fine, one dropped: the question stays
+                        ("q-none", []),  # no answer in the file: kept as it is
+                    ],
+                )
+            ]
+        ],
+    )
     with caplog.at_level(logging.WARNING, logger="keplm.data.squad"):
         dsd, report = load_qa_dataset(str(path), fix_answer_starts="nearest", return_report=True)
     rows = {row["id"]: row for row in dsd["train"]}
@@ -91,9 +118,18 @@ def test_fix_nearest_moves_drops_and_reports(tmp_path, caplog):
 
 
 def test_hub_qa_data_is_checked_the_same_way(monkeypatch):
-    fake = datasets.DatasetDict({"train": datasets.Dataset.from_dict({
-        "id": ["a", "b"], "context": [CONTEXT, CONTEXT], "question": ["?", "?"],
-        "answers": [{"text": ["Paris"], "answer_start": [0]}, {"text": ["Seine"], "answer_start": [0]}]})})
+    fake = datasets.DatasetDict(
+        {
+            "train": datasets.Dataset.from_dict(
+                {
+                    "id": ["a", "b"],
+                    "context": [CONTEXT, CONTEXT],
+                    "question": ["?", "?"],
+                    "answers": [{"text": ["Paris"], "answer_start": [0]}, {"text": ["Seine"], "answer_start": [0]}],
+                }
+            )
+        }
+    )
     monkeypatch.setattr(datasets, "load_dataset", lambda name, **kwargs: fake)
     with pytest.raises(ValueError, match=r"Hub dataset 'someone/qa' split 'train': 1 of 2 answers .*\['b'\]"):
         load_qa_dataset("someone/qa")
@@ -106,8 +142,15 @@ def test_hub_qa_data_is_checked_the_same_way(monkeypatch):
 
 
 def _articles(n, questions_per_article=2):
-    return [[(f"Context {a} has Paris.", [(f"a{a}q{q}", [("Paris", len(f"Context {a} has "))])
-                                          for q in range(questions_per_article)])] for a in range(n)]
+    return [
+        [
+            (
+                f"Context {a} has Paris.",
+                [(f"a{a}q{q}", [("Paris", len(f"Context {a} has "))]) for q in range(questions_per_article)],
+            )
+        ]
+        for a in range(n)
+    ]
 
 
 def test_single_file_without_a_split_option_is_all_train(tmp_path, caplog):

@@ -18,15 +18,26 @@ pytestmark = pytest.mark.usefixtures("single_thread")  # tests/conftest.py
 TEXT = "john visited unknownia and paris ."  # the tokenizer splits "unknownia" into "unknown" "##ia"
 
 
-def test_a_mention_that_cuts_through_a_word_is_widened_to_the_word_with_a_warning_and_a_count(tokenizer, assets,
-                                                                                             caplog):
+def test_a_mention_that_cuts_through_a_word_is_widened_to_the_word_with_a_warning_and_a_count(
+    tokenizer, assets, caplog
+):
     """A given mention whose offsets cut a word ("unknown" of "unknownia", "ari" of "paris") covers the whole word
     in the features, as the same mention given on the word would; the processor warns and counts each widening
     (``alignment_report``); a mention on word boundaries is kept as it is."""
-    cut = {"entities": [{"text": "unknown", "start": 13, "end": 20, "id": "Q999"},
-                        {"text": "ari", "start": 28, "end": 31, "id": "Q90"}], "triplets": []}
-    whole = {"entities": [{"text": "unknownia", "start": 13, "end": 22, "id": "Q999"},
-                          {"text": "paris", "start": 27, "end": 32, "id": "Q90"}], "triplets": []}
+    cut = {
+        "entities": [
+            {"text": "unknown", "start": 13, "end": 20, "id": "Q999"},
+            {"text": "ari", "start": 28, "end": 31, "id": "Q90"},
+        ],
+        "triplets": [],
+    }
+    whole = {
+        "entities": [
+            {"text": "unknownia", "start": 13, "end": 22, "id": "Q999"},
+            {"text": "paris", "start": 27, "end": 32, "id": "Q90"},
+        ],
+        "triplets": [],
+    }
     annotation, widened = KnowledgeAnnotation.from_dict(cut).widened_to_words(TEXT)
     assert widened == 2 and annotation.to_dict() == KnowledgeAnnotation.from_dict(whole).to_dict()
     assert KnowledgeAnnotation.from_dict(whole).widened_to_words(TEXT)[1] == 0
@@ -39,8 +50,10 @@ def test_a_mention_that_cuts_through_a_word_is_widened_to_the_word_with_a_warnin
     assert processor.alignment_report()["widened_mentions"] == 2
     rows = processor.prepare_ner_features({"tokens": [TEXT.split()], "knowledge": [cut]}, label_column=None)
     assert rows["entity_token_map"][0] == from_cut["entity_token_map"]
-    assert processor.alignment_report() == {"widened_mentions": 4, "widened_examples": [
-        "'unknown' [13, 20) -> 'unknownia' [13, 22)", "'ari' [28, 31) -> 'paris' [27, 32)"]}
+    assert processor.alignment_report() == {
+        "widened_mentions": 4,
+        "widened_examples": ["'unknown' [13, 20) -> 'unknownia' [13, 22)", "'ari' [28, 31) -> 'paris' [27, 32)"],
+    }
 
 
 def test_text_written_without_spaces_is_not_widened():
@@ -75,9 +88,13 @@ def test_an_mlm_or_relation_label_outside_the_vocabulary_is_a_value_error_naming
         trelm.train()(**inputs, labels=labels, cka_labels=cka)
 
     model: KeplmForRelationExtraction = tiny_model(tokenizer)
-    batch = {"input_ids": torch.tensor([[2, 30, 31, 3]]), "attention_mask": torch.ones(1, 4, dtype=torch.long),
-             "entity_token_map": torch.tensor([[-1, 0, 1, -1]]), "node_entity_ids": torch.zeros(2, dtype=torch.long),
-             "edge_index": torch.tensor([[0], [1]])}
+    batch = {
+        "input_ids": torch.tensor([[2, 30, 31, 3]]),
+        "attention_mask": torch.ones(1, 4, dtype=torch.long),
+        "entity_token_map": torch.tensor([[-1, 0, 1, -1]]),
+        "node_entity_ids": torch.zeros(2, dtype=torch.long),
+        "edge_index": torch.tensor([[0], [1]]),
+    }
     with pytest.raises(ValueError, match=rf"edge_labels hold id 99 outside \[0, {model.config.num_labels}\)"):
         model(**batch, edge_labels=torch.tensor([99]))
 
@@ -85,14 +102,25 @@ def test_an_mlm_or_relation_label_outside_the_vocabulary_is_a_value_error_naming
 def test_facts_naming_a_relation_the_kg_lacks_are_counted_and_reported(tokenizer, assets, caplog):
     """Annotation facts whose relation is not in the KG are read as the unknown relation: counted (with examples)
     in the coverage report the run scripts write to their results, and logged, not silently mapped."""
-    knowledge = [{"entities": [{"text": "paris", "start": 0, "end": 5, "id": "Q90"}],
-                  "triplets": [{"h": "Q90", "r": "P17", "t": "Q142"}, {"h": "Q90", "r": "P-typo", "t": "Q142"},
-                               {"h": "Q90", "r": "P-typo", "t": "Q515"}]}]
+    knowledge = [
+        {
+            "entities": [{"text": "paris", "start": 0, "end": 5, "id": "Q90"}],
+            "triplets": [
+                {"h": "Q90", "r": "P17", "t": "Q142"},
+                {"h": "Q90", "r": "P-typo", "t": "Q142"},
+                {"h": "Q90", "r": "P-typo", "t": "Q515"},
+            ],
+        }
+    ]
     processor = KalaProcessor(tokenizer, assets)
     with caplog.at_level(logging.WARNING, logger="keplm.tokenization.processing_kala"):
         report = processor.entity_coverage(knowledge)
-    assert report["fact_relations"] == {"total": 3, "unknown": 2, "outside_vocabulary": 2,
-                                        "unknown_examples": ["P-typo"]}
+    assert report["fact_relations"] == {
+        "total": 3,
+        "unknown": 2,
+        "outside_vocabulary": 2,
+        "unknown_examples": ["P-typo"],
+    }
     assert "2 of 3 facts have a relation that is not in the knowledge graph (e.g. ['P-typo'])" in caplog.text
     from keplm.training.runtime import flatten
 

@@ -63,19 +63,28 @@ def test_unknown_entity_ids_are_counted_apart_from_unseen_ones(tokenizer, kg, as
     """An id missing from the KG and an id in the KG but not in the memory both read the null row; only the
     second is unseen."""
     knowledge = [
-        {"entities": [{"text": "paris", "start": 0, "end": 5, "id": "Q90"},  # in memory
-                      {"text": "unknownia", "start": 6, "end": 15, "id": "Q999"},  # in the KG, unseen
-                      {"text": "atlantis", "start": 16, "end": 24, "id": "Q-typo"},  # not in the KG
-                      {"text": "somewhere", "start": 25, "end": 34, "id": None}],
-         "triplets": [{"h": "Q90", "r": "P17", "t": "Q142"}, {"h": "Q-typo", "r": "P17", "t": "Q142"}]},
+        {
+            "entities": [
+                {"text": "paris", "start": 0, "end": 5, "id": "Q90"},  # in memory
+                {"text": "unknownia", "start": 6, "end": 15, "id": "Q999"},  # in the KG, unseen
+                {"text": "atlantis", "start": 16, "end": 24, "id": "Q-typo"},  # not in the KG
+                {"text": "somewhere", "start": 25, "end": 34, "id": None},
+            ],
+            "triplets": [{"h": "Q90", "r": "P17", "t": "Q142"}, {"h": "Q-typo", "r": "P17", "t": "Q142"}],
+        },
         KnowledgeAnnotation(),
     ]
     processor = KalaProcessor(tokenizer, assets)
     with caplog.at_level(logging.WARNING, logger="keplm.tokenization.processing_kala"):
         report = processor.entity_coverage(knowledge)
     mentions = report["mentions"]
-    assert (mentions["total"], mentions["without_id"], mentions["in_memory"], mentions["unseen"],
-            mentions["unknown"]) == (4, 1, 1, 1, 1)
+    assert (
+        mentions["total"],
+        mentions["without_id"],
+        mentions["in_memory"],
+        mentions["unseen"],
+        mentions["unknown"],
+    ) == (4, 1, 1, 1, 1)
     assert mentions["unknown_examples"] == ["Q-typo"]
     facts = report["fact_entities"]
     assert (facts["total"], facts["in_memory"], facts["unknown"]) == (4, 3, 1)

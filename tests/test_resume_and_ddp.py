@@ -50,8 +50,9 @@ module.main(sys.argv[1:])
 def _run(args, env_extra=None, expect_kill=False, script="run_ner"):
     code = KILLABLE.format(root=str(ROOT), script=str(ROOT / "run_scripts" / f"{script}.py"))
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", **(env_extra or {})}
-    result = subprocess.run([sys.executable, "-c", code, *args], cwd=ROOT, env=env, capture_output=True, text=True,
-                            timeout=600)
+    result = subprocess.run(
+        [sys.executable, "-c", code, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600
+    )
     if expect_kill:
         assert result.returncode == -signal.SIGKILL, result.stderr[-3000:]
     else:
@@ -63,23 +64,63 @@ def test_resume_after_sigkill_reaches_the_uninterrupted_result(tmp_path, tokeniz
     tiny = write_tiny_files(tmp_path / "tiny", tokenizer, kg)
 
     def args(out, *extra):
-        return ["--model_name_or_path", tiny["model"], "--dataset_name", tiny["conll"], "--output_dir", str(out),
-                "--system", "relational", "--knowledge", "link", "--kg", tiny["kg"], "--do_train", "--do_eval",
-                "--max_steps", "8", "--per_device_train_batch_size", "3", "--learning_rate", "1e-3",
-                "--entity_memory_optimizer", "rowwise_adagrad",
-                "--save_strategy", "steps", "--save_steps", "2", "--logging_steps", "1", "--report_to", "none",
-                "--disable_tqdm", "1", "--use_cpu", "--seed", "3", *extra]
+        return [
+            "--model_name_or_path",
+            tiny["model"],
+            "--dataset_name",
+            tiny["conll"],
+            "--output_dir",
+            str(out),
+            "--system",
+            "relational",
+            "--knowledge",
+            "link",
+            "--kg",
+            tiny["kg"],
+            "--do_train",
+            "--do_eval",
+            "--max_steps",
+            "8",
+            "--per_device_train_batch_size",
+            "3",
+            "--learning_rate",
+            "1e-3",
+            "--entity_memory_optimizer",
+            "rowwise_adagrad",
+            "--save_strategy",
+            "steps",
+            "--save_steps",
+            "2",
+            "--logging_steps",
+            "1",
+            "--report_to",
+            "none",
+            "--disable_tqdm",
+            "1",
+            "--use_cpu",
+            "--seed",
+            "3",
+            *extra,
+        ]
 
     _run(args(tmp_path / "whole"))
     _run(args(tmp_path / "killed"), {"KEPLM_TEST_KILL_AT": "5"}, expect_kill=True)  # mid-epoch 2 of 3 steps
     assert (tmp_path / "killed" / "checkpoint-4").is_dir() and not (tmp_path / "killed" / "checkpoint-6").exists()
     _run(args(tmp_path / "killed", "--resume_from_checkpoint", str(tmp_path / "killed" / "checkpoint-4")))
-    whole, resumed = load_file(tmp_path / "whole" / "model.safetensors"), load_file(
-        tmp_path / "killed" / "model.safetensors")
+    whole, resumed = (
+        load_file(tmp_path / "whole" / "model.safetensors"),
+        load_file(tmp_path / "killed" / "model.safetensors"),
+    )
     for name, tensor in whole.items():
         torch.testing.assert_close(resumed[name], tensor, rtol=1e-5, atol=1e-5, msg=name)
-    losses = [{h["step"]: h["loss"] for h in json.loads((tmp_path / run / "trainer_state.json").read_text())[
-        "log_history"] if "loss" in h} for run in ("whole", "killed")]
+    losses = [
+        {
+            h["step"]: h["loss"]
+            for h in json.loads((tmp_path / run / "trainer_state.json").read_text())["log_history"]
+            if "loss" in h
+        }
+        for run in ("whole", "killed")
+    ]
     assert all(losses[1][step] == pytest.approx(losses[0][step], rel=1e-5) for step in range(5, 9))
     evals = [json.loads((tmp_path / run / "eval_results.json").read_text()) for run in ("whole", "killed")]
     assert evals[1]["eval_loss"] == pytest.approx(evals[0]["eval_loss"], rel=1e-5)
@@ -93,26 +134,79 @@ def test_two_process_ddp_follows_the_one_process_loss_curve(tmp_path, tokenizer,
     """Same global batch (2 × 1 vs 1 × 2), sequential order, no dropout, sentences of equal length (so the mean of
     the two ranks' token-averaged losses is the global token average): the loss curves agree to fp32 precision."""
     tiny = write_tiny_files(tmp_path / "tiny", tokenizer, kg)
-    sentences = [("john lives in paris .", "B-PER O O B-LOC O"), ("mary visited berlin .", "B-PER O B-LOC O"),
-                 ("john visited london .", "B-PER O B-LOC O"), ("mary lives in germany .", "B-PER O O B-LOC O"),
-                 ("the seine flows through france .", "O B-LOC O O B-LOC O"),
-                 ("mary works for acme bank .", "B-PER O O B-ORG I-ORG O")]
+    sentences = [
+        ("john lives in paris .", "B-PER O O B-LOC O"),
+        ("mary visited berlin .", "B-PER O B-LOC O"),
+        ("john visited london .", "B-PER O B-LOC O"),
+        ("mary lives in germany .", "B-PER O O B-LOC O"),
+        ("the seine flows through france .", "O B-LOC O O B-LOC O"),
+        ("mary works for acme bank .", "B-PER O O B-ORG I-ORG O"),
+    ]
     # pairs of equal labelled-token counts: (5, 4) would not average alike, so reorder into equal pairs
     ordered = [sentences[0], sentences[3], sentences[1], sentences[2], sentences[4], sentences[5]]
     data = _conll_dir(tmp_path / "equal", {"train": ordered, "valid": ordered[:2]})
-    common = ["--model_name_or_path", tiny["model"], "--dataset_name", data, "--system", "pointwise",
-              "--knowledge", "link", "--kg", tiny["kg"], "--do_train", "--max_steps", "3", "--entity_dropout", "0",
-              "--train_sampling_strategy", "sequential", "--learning_rate", "1e-2", "--save_strategy", "no",
-              "--logging_steps", "1", "--report_to", "none", "--disable_tqdm", "1", "--seed", "0"]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
-           "HF_HOME": str(tmp_path / "hf_home"), "PYTHONPATH": str(ROOT)}
+    common = [
+        "--model_name_or_path",
+        tiny["model"],
+        "--dataset_name",
+        data,
+        "--system",
+        "pointwise",
+        "--knowledge",
+        "link",
+        "--kg",
+        tiny["kg"],
+        "--do_train",
+        "--max_steps",
+        "3",
+        "--entity_dropout",
+        "0",
+        "--train_sampling_strategy",
+        "sequential",
+        "--learning_rate",
+        "1e-2",
+        "--save_strategy",
+        "no",
+        "--logging_steps",
+        "1",
+        "--report_to",
+        "none",
+        "--disable_tqdm",
+        "1",
+        "--seed",
+        "0",
+    ]
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "HF_HUB_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        "HF_HOME": str(tmp_path / "hf_home"),
+        "PYTHONPATH": str(ROOT),
+    }
     single = tmp_path / "single"
     _run([*common, "--output_dir", str(single), "--per_device_train_batch_size", "2", "--use_cpu"])
     ddp = tmp_path / "ddp"
-    command = [*_accelerate_launch(), "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
-               "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", str(_free_port()),
-               str(ROOT / "run_scripts" / "run_ner.py"), *common, "--output_dir", str(ddp),
-               "--per_device_train_batch_size", "1"]
+    command = [
+        *_accelerate_launch(),
+        "--multi_gpu",
+        "--num_processes",
+        "2",
+        "--num_machines",
+        "1",
+        "--mixed_precision",
+        "no",
+        "--dynamo_backend",
+        "no",
+        "--main_process_port",
+        str(_free_port()),
+        str(ROOT / "run_scripts" / "run_ner.py"),
+        *common,
+        "--output_dir",
+        str(ddp),
+        "--per_device_train_batch_size",
+        "1",
+    ]
     result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, (result.stdout + result.stderr)[-5000:]
     assert "2 process(es), distributed=distributed" in result.stdout + result.stderr
@@ -120,8 +214,10 @@ def test_two_process_ddp_follows_the_one_process_loss_curve(tmp_path, tokenizer,
 
 
 def _assert_same_loss_curves(single, ddp, steps: int) -> None:
-    curves = [[h["loss"] for h in json.loads((out / "trainer_state.json").read_text())["log_history"] if "loss" in h]
-              for out in (single, ddp)]
+    curves = [
+        [h["loss"] for h in json.loads((out / "trainer_state.json").read_text())["log_history"] if "loss" in h]
+        for out in (single, ddp)
+    ]
     assert len(curves[0]) == len(curves[1]) == steps
     assert curves[1] == pytest.approx(curves[0], rel=1e-4)
     assert pickled_files(ddp) == [] and pickled_files(single) == []
@@ -135,19 +231,44 @@ def test_two_process_ddp_roof_follows_the_one_process_loss_curve(tmp_path, token
     tiny = write_tiny_files(tmp_path / "tiny", tokenizer, kg)
     files = write_glue_files(tmp_path / "glue")
     cached = ["--knowledge_cache_dir", str(tmp_path / "cache"), "--cached_knowledge_encoder"]
-    common = [a for a in glue_args(tiny, files, "unused", "--system", "roof", *(cached if fusion == "cached" else []))
-              if a != "--use_cpu"]
+    common = [
+        a
+        for a in glue_args(tiny, files, "unused", "--system", "roof", *(cached if fusion == "cached" else []))
+        if a != "--use_cpu"
+    ]
     common = _replace(common, {"--output_dir": None, "--max_steps": "3", "--per_device_train_batch_size": None})
     common += ["--train_sampling_strategy", "sequential", "--learning_rate", "1e-2", "--logging_steps", "1"]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
-           "HF_HOME": str(tmp_path / "hf_home"), "PYTHONPATH": str(ROOT)}
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "HF_HUB_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        "HF_HOME": str(tmp_path / "hf_home"),
+        "PYTHONPATH": str(ROOT),
+    }
     single = tmp_path / "single"
     _run([*common, "--output_dir", str(single), "--per_device_train_batch_size", "2", "--use_cpu"], script="run_glue")
     ddp = tmp_path / "ddp"
-    command = [*_accelerate_launch(), "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
-               "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", str(_free_port()),
-               str(ROOT / "run_scripts" / "run_glue.py"), *common, "--output_dir", str(ddp),
-               "--per_device_train_batch_size", "1"]
+    command = [
+        *_accelerate_launch(),
+        "--multi_gpu",
+        "--num_processes",
+        "2",
+        "--num_machines",
+        "1",
+        "--mixed_precision",
+        "no",
+        "--dynamo_backend",
+        "no",
+        "--main_process_port",
+        str(_free_port()),
+        str(ROOT / "run_scripts" / "run_glue.py"),
+        *common,
+        "--output_dir",
+        str(ddp),
+        "--per_device_train_batch_size",
+        "1",
+    ]
     result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     log = result.stdout + result.stderr
     assert result.returncode == 0, log[-5000:]
@@ -167,5 +288,3 @@ def _replace(args: list[str], values: dict) -> list[str]:
             out.append(args[i])
             i += 1
     return out
-
-

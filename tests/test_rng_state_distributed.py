@@ -19,8 +19,9 @@ from .distributed_helpers import spawn_two
 
 def _trainer_stand_in(rank: int, world_size: int, should_save: bool):
     """The parts of a KeplmTrainer its RNG-state methods read (building a whole Trainer per process is slow)."""
-    stand_in = types.SimpleNamespace(args=types.SimpleNamespace(world_size=world_size, process_index=rank,
-                                                                should_save=should_save))
+    stand_in = types.SimpleNamespace(
+        args=types.SimpleNamespace(world_size=world_size, process_index=rank, should_save=should_save)
+    )
     stand_in._plain_checkpoints = stand_in._rng_is_ours = lambda: True
     stand_in._rng_state_name = types.MethodType(KeplmTrainer._rng_state_name, stand_in)
     return stand_in

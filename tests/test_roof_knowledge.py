@@ -30,11 +30,16 @@ from keplm.tokenization.processing_roof_transformer import (
     write_triple_lists,
 )
 
-FIGURE2 = [("Bill Gates", "founder", "Microsoft"), ("Bill Gates", "alumni", "Harvard"),
-           ("Elon Musk", "founder", "SpaceX")]
+FIGURE2 = [
+    ("Bill Gates", "founder", "Microsoft"),
+    ("Bill Gates", "alumni", "Harvard"),
+    ("Elon Musk", "founder", "SpaceX"),
+]
 FIGURE2_ZH = [("比尔·盖茨", "创始人", "微软"), ("比尔·盖茨", "校友", "哈佛"), ("埃隆·马斯克", "创始人", "SpaceX")]
-WORDS = ("bill gates is a founder of microsoft alumni harvard elon musk spacex he studied at and runs before the "
-         "who went to company city paris france in sold").split()
+WORDS = (
+    "bill gates is a founder of microsoft alumni harvard elon musk spacex he studied at and runs before the "
+    "who went to company city paris france in sold"
+).split()
 ZH_CHARS = list("比尔·盖茨的创始人是微软校友哈佛埃隆马斯克他，")
 
 
@@ -46,12 +51,26 @@ def tok():
 
 @pytest.fixture(scope="module")
 def fig_kg():
-    triples = [("Q5", "P112", "Q2283"), ("Q5", "P69", "Q13371"), ("Q317521", "P112", "Q193701"),
-               ("Q2283", "P159", "Q90")]  # Microsoft headquarters Paris: a triple whose head is a tail above
-    names = {"Q5": "Bill Gates", "Q2283": "Microsoft", "Q13371": "Harvard", "Q317521": "Elon Musk",
-             "Q193701": "SpaceX", "Q90": "Paris"}
-    return KnowledgeGraph.from_triples(triples, entity_names=names, entity_aliases={"Q5": ["Gates"]},
-                                       relation_names={"P112": "founder", "P69": "alumni", "P159": "city"})
+    triples = [
+        ("Q5", "P112", "Q2283"),
+        ("Q5", "P69", "Q13371"),
+        ("Q317521", "P112", "Q193701"),
+        ("Q2283", "P159", "Q90"),
+    ]  # Microsoft headquarters Paris: a triple whose head is a tail above
+    names = {
+        "Q5": "Bill Gates",
+        "Q2283": "Microsoft",
+        "Q13371": "Harvard",
+        "Q317521": "Elon Musk",
+        "Q193701": "SpaceX",
+        "Q90": "Paris",
+    }
+    return KnowledgeGraph.from_triples(
+        triples,
+        entity_names=names,
+        entity_aliases={"Q5": ["Gates"]},
+        relation_names={"P112": "founder", "P69": "alumni", "P159": "city"},
+    )
 
 
 def named(rows):
@@ -65,23 +84,39 @@ def texts(units):
 # --------------------------------------------------------------------------------------- Figure 2, verbalised
 def test_figure2_english_exp0_exp1_exp2():
     assert texts(verbalize(named(FIGURE2), "exp0")) == [
-        "Bill Gates founder Microsoft", "Bill Gates alumni Harvard", "Elon Musk founder SpaceX"]
+        "Bill Gates founder Microsoft",
+        "Bill Gates alumni Harvard",
+        "Elon Musk founder SpaceX",
+    ]
     assert texts(verbalize(named(FIGURE2), "exp1")) == [
-        "Bill Gates is a founder of Microsoft", "Bill Gates is a alumni of Harvard", "Elon Musk is a founder of SpaceX"]
+        "Bill Gates is a founder of Microsoft",
+        "Bill Gates is a alumni of Harvard",
+        "Elon Musk is a founder of SpaceX",
+    ]
     exp2 = verbalize(named(FIGURE2), "exp2")
-    assert texts(exp2) == ["Bill Gates is a founder of Microsoft, he is a alumni of Harvard",
-                           "Elon Musk is a founder of SpaceX"]
+    assert texts(exp2) == [
+        "Bill Gates is a founder of Microsoft, he is a alumni of Harvard",
+        "Elon Musk is a founder of SpaceX",
+    ]
     assert [len(unit.triples) for unit in exp2] == [2, 1]
     assert texts(verbalize(named(FIGURE2), "exp2", pronoun="she"))[0].endswith(", she is a alumni of Harvard")
 
 
 def test_figure2_chinese_exp0_exp1_exp2_and_language_choice():
-    assert texts(verbalize(named(FIGURE2_ZH), "exp0")) == ["比尔·盖茨创始人微软", "比尔·盖茨校友哈佛",
-                                                           "埃隆·马斯克创始人SpaceX"]
-    assert texts(verbalize(named(FIGURE2_ZH), "exp1")) == ["比尔·盖茨的创始人是微软", "比尔·盖茨的校友是哈佛",
-                                                           "埃隆·马斯克的创始人是SpaceX"]
-    assert texts(verbalize(named(FIGURE2_ZH), "exp2")) == ["比尔·盖茨的创始人是微软，他的校友是哈佛",
-                                                           "埃隆·马斯克的创始人是SpaceX"]
+    assert texts(verbalize(named(FIGURE2_ZH), "exp0")) == [
+        "比尔·盖茨创始人微软",
+        "比尔·盖茨校友哈佛",
+        "埃隆·马斯克创始人SpaceX",
+    ]
+    assert texts(verbalize(named(FIGURE2_ZH), "exp1")) == [
+        "比尔·盖茨的创始人是微软",
+        "比尔·盖茨的校友是哈佛",
+        "埃隆·马斯克的创始人是SpaceX",
+    ]
+    assert texts(verbalize(named(FIGURE2_ZH), "exp2")) == [
+        "比尔·盖茨的创始人是微软，他的校友是哈佛",
+        "埃隆·马斯克的创始人是SpaceX",
+    ]
     assert texts(verbalize(named(FIGURE2_ZH), "exp2", language="zh")) == texts(verbalize(named(FIGURE2_ZH), "exp2"))
     assert texts(verbalize(named(FIGURE2_ZH), "exp2", zh_pronoun="她"))[0].endswith("，她的校友是哈佛")
     # a Chinese relation makes an English head's triple Chinese; language="en" forces the English template
@@ -107,11 +142,16 @@ def test_selection_by_head_in_the_passage_has_tail_and_no_tail(fig_kg):
     ids = passage_entity_ids([linker.link(passage)])
     assert ids == ["Q317521", "Q193701", "Q5", "Q13371"]  # by first occurrence
     has_tail = name_triples(fig_kg, select_triples(fig_kg, ids, "has_tail"))
-    assert [(t.head, t.relation, t.tail) for t in has_tail] == [("Elon Musk", "founder", "SpaceX"),
-                                                                ("Bill Gates", "alumni", "Harvard")]
+    assert [(t.head, t.relation, t.tail) for t in has_tail] == [
+        ("Elon Musk", "founder", "SpaceX"),
+        ("Bill Gates", "alumni", "Harvard"),
+    ]
     no_tail = name_triples(fig_kg, select_triples(fig_kg, ids, "no_tail"))
     assert [(t.head, t.relation, t.tail) for t in no_tail] == [  # then KG order within a head
-        ("Elon Musk", "founder", "SpaceX"), ("Bill Gates", "founder", "Microsoft"), ("Bill Gates", "alumni", "Harvard")]
+        ("Elon Musk", "founder", "SpaceX"),
+        ("Bill Gates", "founder", "Microsoft"),
+        ("Bill Gates", "alumni", "Harvard"),
+    ]
     assert select_triples(fig_kg, ["Q193701", "Q13371"], "no_tail") == []  # tails only: nothing is a head
     assert select_triples(fig_kg, ["Q5", "Q5", "unknown"], "no_tail") == select_triples(fig_kg, ["Q5"], "no_tail")
     with pytest.raises(ValueError, match="selection must be one of"):
@@ -126,8 +166,9 @@ def test_selection_reuses_the_linker_aliases_case_and_word_boundaries(tok, fig_k
     assert heads(processor, "Gates met the press.") == [("Bill Gates", "Microsoft"), ("Bill Gates", "Harvard")]
     assert heads(processor, "bill gates met the press.") == heads(processor, "Gates met the press.")
     assert heads(processor, "Billgates and Microsofts") == []  # word boundaries
-    cased = RoofTransformerProcessor(tok, KnowledgeAssets(kg=fig_kg), selection="no_tail",
-                                     linker_kwargs={"lowercase": False})
+    cased = RoofTransformerProcessor(
+        tok, KnowledgeAssets(kg=fig_kg), selection="no_tail", linker_kwargs={"lowercase": False}
+    )
     assert heads(cased, "bill gates met the press.") == []
     assert heads(cased, "Bill Gates met the press.") == [("Bill Gates", "Microsoft"), ("Bill Gates", "Harvard")]
 
@@ -136,8 +177,9 @@ def test_selection_takes_every_head_triple_not_the_linkers_capped_facts(tok):
     triples = [("Q1", "P1", f"Q{100 + i}") for i in range(12)]
     names = {"Q1": "Acme", **{f"Q{100 + i}": f"city {i}" for i in range(12)}}
     kg = KnowledgeGraph.from_triples(triples, entity_names=names, relation_names={"P1": "sold in"})
-    processor = RoofTransformerProcessor(tok, KnowledgeAssets(kg=kg), selection="no_tail",
-                                         linker_kwargs={"max_neighbors_per_entity": 3})
+    processor = RoofTransformerProcessor(
+        tok, KnowledgeAssets(kg=kg), selection="no_tail", linker_kwargs={"max_neighbors_per_entity": 3}
+    )
     annotation = processor.link("Acme sold in Paris.")
     assert len(annotation.triplets) == 3
     selected = processor.select([annotation])
@@ -152,8 +194,10 @@ def test_knowledge_sequence_is_cls_units_sep_with_unit_ids(tok):
     for unit in units:
         expected += tok(unit.text, add_special_tokens=False)["input_ids"] + [tok.sep_token_id]
     assert knowledge.input_ids == expected
-    assert tok.decode(knowledge.input_ids) == ("[CLS] bill gates is a founder of microsoft [SEP] bill gates is a alumni"
-                                               " of harvard [SEP] elon musk is a founder of spacex [SEP]")
+    assert tok.decode(knowledge.input_ids) == (
+        "[CLS] bill gates is a founder of microsoft [SEP] bill gates is a alumni"
+        " of harvard [SEP] elon musk is a founder of spacex [SEP]"
+    )
     assert (knowledge.num_selected, knowledge.num_kept, knowledge.num_cut) == (3, 3, 0)
     ids, unit_ids = torch.tensor(knowledge.input_ids), torch.tensor(knowledge.unit_ids)
     assert unit_ids[0] == -1 and (unit_ids[ids == tok.sep_token_id] == -1).all()
@@ -180,8 +224,11 @@ def test_budget_drops_whole_units_first_fit_and_counts(tok):
 
 
 def test_exp2_unit_keeps_its_longest_whole_clause_prefix(tok):
-    rows = [("Bill Gates", "founder", "Microsoft"), ("Bill Gates", "alumni", "Harvard"),
-            ("Bill Gates", "founder", "SpaceX")]
+    rows = [
+        ("Bill Gates", "founder", "Microsoft"),
+        ("Bill Gates", "alumni", "Harvard"),
+        ("Bill Gates", "founder", "SpaceX"),
+    ]
     units = verbalize(named(rows), "exp2")
     assert len(units) == 1 and len(tok(units[0].text, add_special_tokens=False)["input_ids"]) == 7 + 7 + 7
     knowledge = fit_knowledge(units, tok, 7 + 7 + 1)
@@ -231,9 +278,17 @@ def test_kg_without_names_uses_ids_and_counts_them(tok, tmp_path):
     assert knowledge.units == ["Paris is a located_in of France", "Paris is a capital_of of France"]
     assert knowledge.num_unnamed == 2
     jsonl = tmp_path / "kg.jsonl"
-    jsonl.write_text("\n".join(json.dumps(x) for x in [
-        {"h": "Q90", "r": "P1376", "t": "Q142"}, {"type": "entity", "id": "Q90", "name": "Paris"},
-        {"type": "entity", "id": "Q142", "name": "France"}, {"type": "relation", "id": "P1376", "name": "capital"}]))
+    jsonl.write_text(
+        "\n".join(
+            json.dumps(x)
+            for x in [
+                {"h": "Q90", "r": "P1376", "t": "Q142"},
+                {"type": "entity", "id": "Q90", "name": "Paris"},
+                {"type": "entity", "id": "Q142", "name": "France"},
+                {"type": "relation", "id": "P1376", "name": "capital"},
+            ]
+        )
+    )
     named_kg = RoofTransformerProcessor(tok, KnowledgeAssets(kg=load_kg(f"jsonl:{jsonl}")), verbalization="exp1")
     knowledge = named_kg.knowledge_for_texts(["Paris is in France."])
     assert (knowledge.units, knowledge.num_unnamed) == (["Paris is a capital of France"], 0)
@@ -242,10 +297,12 @@ def test_kg_without_names_uses_ids_and_counts_them(tok, tmp_path):
 def test_processor_without_a_kg_and_bad_settings_are_errors(tok, fig_kg):
     with pytest.raises(ValueError, match="selects triples from a knowledge graph and the processor holds none"):
         RoofTransformerProcessor(tok).knowledge_for_texts(["Bill Gates"], [{"entities": []}])
-    for kwargs, message in (({"selection": "tail"}, "selection must be one of"),
-                            ({"verbalization": "exp9"}, "verbalization must be one of"),
-                            ({"language": "fr"}, "language must be one of"),
-                            ({"max_knowledge_length": -1}, "max_knowledge_length must be an int >= 0")):
+    for kwargs, message in (
+        ({"selection": "tail"}, "selection must be one of"),
+        ({"verbalization": "exp9"}, "verbalization must be one of"),
+        ({"language": "fr"}, "language must be one of"),
+        ({"max_knowledge_length": -1}, "max_knowledge_length must be an int >= 0"),
+    ):
         with pytest.raises(ValueError, match=message):
             RoofTransformerProcessor(tok, KnowledgeAssets(kg=fig_kg), **kwargs)
 
@@ -258,7 +315,9 @@ def test_precomputed_triple_lists_round_trip_and_resolution(tok, fig_kg, tmp_pat
     assert lists == {"0": [("Q5", "P112", "Q2283"), ("Bill Gates", "alumni", "Harvard")], "1": []}
     resolved = resolve_triples(fig_kg, lists["0"])
     assert [(t.head, t.relation, t.tail, t.head_key) for t in resolved] == [
-        ("Bill Gates", "founder", "Microsoft", "Q5"), ("Bill Gates", "alumni", "Harvard", None)]
+        ("Bill Gates", "founder", "Microsoft", "Q5"),
+        ("Bill Gates", "alumni", "Harvard", None),
+    ]
     assert resolve_triples(fig_kg, [("Q5", "P112", "Q2283")], ids="names")[0].head == "Q5"
     with pytest.raises(ValueError, match="'Bill Gates' is not a entity id"):
         resolve_triples(fig_kg, lists["0"], ids="kg")
@@ -277,8 +336,9 @@ def test_precomputed_triple_lists_round_trip_and_resolution(tok, fig_kg, tmp_pat
 
 
 def test_pair_features_from_a_triples_column(tok, fig_kg):
-    data = datasets.Dataset.from_dict({"sentence1": ["Nothing here.", "Elon Musk"], "sentence2": ["x", "y"],
-                                       "label": [0, 1], "idx": [10, 11]})
+    data = datasets.Dataset.from_dict(
+        {"sentence1": ["Nothing here.", "Elon Musk"], "sentence2": ["x", "y"], "label": [0, 1], "idx": [10, 11]}
+    )
     with pytest.raises(ValueError, match="example 11 has no entry"):
         add_triples_column(data, {"10": [("Q5", "P112", "Q2283")]})
     data = add_triples_column(data, {"10": [("Q5", "P112", "Q2283"), ("Q5", "P69", "Q13371")]}, missing="empty")
@@ -294,9 +354,14 @@ def test_pair_features_from_a_triples_column(tok, fig_kg):
 # ------------------------------------------------------------------------------------------------ processor
 def test_pair_features_select_from_both_sentences(tok, fig_kg):
     processor = RoofTransformerProcessor(tok, KnowledgeAssets(kg=fig_kg), verbalization="exp1")
-    data = datasets.Dataset.from_dict({"sentence1": ["He studied at Harvard.", "Microsoft"],
-                                       "sentence2": ["Bill Gates is a founder.", "Paris"], "label": [1, 0],
-                                       "idx": [0, 1]})
+    data = datasets.Dataset.from_dict(
+        {
+            "sentence1": ["He studied at Harvard.", "Microsoft"],
+            "sentence2": ["Bill Gates is a founder.", "Paris"],
+            "label": [1, 0],
+            "idx": [0, 1],
+        }
+    )
     features = processor.prepare_pair_features(data[:], max_length=16)
     assert features["labels"] == [1, 0]
     assert tok.decode(features["input_ids"][0]) == "[CLS] he studied at harvard. [SEP] bill gates is a founder. [SEP]"
@@ -310,8 +375,9 @@ def test_pair_features_select_from_both_sentences(tok, fig_kg):
     assert {"knowledge", "knowledge_2"} <= set(linked.column_names)
     from_columns = linked.map(processor.prepare_pair_features, batched=True, remove_columns=linked.column_names)
     assert from_columns["knowledge_input_ids"] == features["knowledge_input_ids"]
-    single = processor.prepare_pair_features({"sentence": ["Bill Gates and Harvard"], "label": [1]},
-                                             text_columns=("sentence",))
+    single = processor.prepare_pair_features(
+        {"sentence": ["Bill Gates and Harvard"], "label": [1]}, text_columns=("sentence",)
+    )
     assert single["num_selected_triples"] == [1] and "labels" in single
     bare = processor.prepare_pair_features(data[:], label_column=None, with_knowledge=False)
     assert set(bare) == {"input_ids", "token_type_ids", "attention_mask"}
@@ -321,13 +387,16 @@ def test_appended_knowledge_follows_the_truncated_text_within_the_total_budget(t
     """bert_with_knowledge: the text is cut at max_length as for Roof, the units follow it (type B) up to
     max_total_length, and what does not fit is counted."""
     processor = RoofTransformerProcessor(tok, KnowledgeAssets(kg=fig_kg), verbalization="exp1")
-    pair = {"sentence1": ["He studied at Harvard and more words here ."], "sentence2": ["Bill Gates is a founder."],
-            "label": [1]}
+    pair = {
+        "sentence1": ["He studied at Harvard and more words here ."],
+        "sentence2": ["Bill Gates is a founder."],
+        "label": [1],
+    }
     text = processor.prepare_pair_features(pair, max_length=12, with_knowledge=False)["input_ids"][0]
     units = processor.knowledge_for_texts([pair["sentence1"][0], pair["sentence2"][0]]).input_ids[1:]
     appended = processor.prepare_pair_features(pair, max_length=12, append_knowledge=True, max_total_length=12 + 5)
     assert appended["input_ids"][0] == text + units[:5]
-    assert appended["token_type_ids"][0][len(text):] == [1] * 5
+    assert appended["token_type_ids"][0][len(text) :] == [1] * 5
     assert appended["num_appended_knowledge_tokens"] == [5]
     assert appended["num_cut_knowledge_tokens"] == [len(units) - 5]
     whole = processor.prepare_pair_features(pair, max_length=12, append_knowledge=True, max_total_length=64)
@@ -338,8 +407,12 @@ def test_appended_knowledge_follows_the_truncated_text_within_the_total_budget(t
 def test_qa_windows_share_their_example_knowledge_from_the_context(tok, fig_kg, monkeypatch):
     processor = RoofTransformerProcessor(tok, KnowledgeAssets(kg=fig_kg))
     context = "Bill Gates is a founder of Microsoft and he studied at Harvard " + "the company " * 20
-    examples = {"id": ["q1"], "question": ["Who went to SpaceX ? Elon Musk"], "context": [context],
-                "answers": [{"text": ["Bill Gates"], "answer_start": [0]}]}
+    examples = {
+        "id": ["q1"],
+        "question": ["Who went to SpaceX ? Elon Musk"],
+        "context": [context],
+        "answers": [{"text": ["Bill Gates"], "answer_start": [0]}],
+    }
     calls = []
     original = processor.link
     monkeypatch.setattr(processor, "link", lambda text: calls.append(text) or original(text))
@@ -348,11 +421,19 @@ def test_qa_windows_share_their_example_knowledge_from_the_context(tok, fig_kg, 
     assert len(features["input_ids"]) > 2
     assert all(ids == features["knowledge_input_ids"][0] for ids in features["knowledge_input_ids"])
     assert tok.decode(features["knowledge_input_ids"][0]) == (
-        "[CLS] bill gates is a founder of microsoft, he is a alumni of harvard [SEP]")
+        "[CLS] bill gates is a founder of microsoft, he is a alumni of harvard [SEP]"
+    )
     assert features["example_id"] == ["q1"] * len(features["input_ids"])
     stats = knowledge_statistics(features, group_ids=features["example_id"])
-    assert stats == {"examples": 1, "selected": 2, "kept": 2, "cut": 0, "unnamed": 0, "kept_per_example": 2.0,
-                     "share_with_knowledge": 1.0}
+    assert stats == {
+        "examples": 1,
+        "selected": 2,
+        "kept": 2,
+        "cut": 0,
+        "unnamed": 0,
+        "kept_per_example": 2.0,
+        "share_with_knowledge": 1.0,
+    }
     training = processor.prepare_qa_features(examples, max_length=24, doc_stride=8, training=True)
     assert training["start_positions"][0] > 0 and set(KNOWLEDGE_COLUMNS) <= set(training)
     plain = processor.prepare_qa_features(examples, max_length=24, doc_stride=8, with_knowledge=False)
@@ -361,8 +442,9 @@ def test_qa_windows_share_their_example_knowledge_from_the_context(tok, fig_kg, 
 
 def test_collator_pads_the_knowledge_family(tok, fig_kg):
     processor = RoofTransformerProcessor(tok, KnowledgeAssets(kg=fig_kg))
-    features = processor.prepare_pair_features({"sentence1": ["Bill Gates at Harvard and Microsoft", "Paris"],
-                                                "sentence2": ["x", "y"], "label": [1, 0]})
+    features = processor.prepare_pair_features(
+        {"sentence1": ["Bill Gates at Harvard and Microsoft", "Paris"], "sentence2": ["x", "y"], "label": [1, 0]}
+    )
     rows = [{key: features[key][i] for key in features} for i in range(2)]
     batch = KeplmDataCollator.from_processor(processor)(rows)
     length = len(rows[0]["knowledge_input_ids"])
@@ -377,14 +459,32 @@ def test_collator_pads_the_knowledge_family(tok, fig_kg):
 
 
 def test_settings_round_trip_through_save_and_load(tok, fig_kg, tmp_path):
-    processor = RoofTransformerProcessor(tok, KnowledgeAssets(kg=fig_kg), selection="no_tail", verbalization="exp0",
-                                         language="en", pronoun="she", zh_pronoun="她", max_knowledge_length=64,
-                                         linker_kwargs={"lowercase": False})
+    processor = RoofTransformerProcessor(
+        tok,
+        KnowledgeAssets(kg=fig_kg),
+        selection="no_tail",
+        verbalization="exp0",
+        language="en",
+        pronoun="she",
+        zh_pronoun="她",
+        max_knowledge_length=64,
+        linker_kwargs={"lowercase": False},
+    )
     processor.save_pretrained(tmp_path)
     saved = json.loads((tmp_path / "processor_config.json").read_text())
     assert saved["processor_class"] == "RoofTransformerProcessor"
-    assert {k: saved[k] for k in ("selection", "verbalization", "language", "pronoun", "zh_pronoun",
-                                  "max_knowledge_length", "linker_kwargs")} == processor.processor_config()
+    assert {
+        k: saved[k]
+        for k in (
+            "selection",
+            "verbalization",
+            "language",
+            "pronoun",
+            "zh_pronoun",
+            "max_knowledge_length",
+            "linker_kwargs",
+        )
+    } == processor.processor_config()
     loaded = KeplmProcessor.from_pretrained(tmp_path)
     assert type(loaded) is RoofTransformerProcessor and loaded.processor_config() == processor.processor_config()
     assert loaded.kg.content_hash() == fig_kg.content_hash()
@@ -410,6 +510,8 @@ def test_features_are_deterministic(tok, fig_kg):
     passage = ["Harvard and Elon Musk and Gates and Microsoft"]
     first = processor.knowledge_for_texts(passage)
     assert first == processor.knowledge_for_texts(passage)
-    assert first.units == ["Elon Musk is a founder of SpaceX",
-                           "Bill Gates is a founder of Microsoft, he is a alumni of Harvard",
-                           "Microsoft is a city of Paris"]
+    assert first.units == [
+        "Elon Musk is a founder of SpaceX",
+        "Bill Gates is a founder of Microsoft, he is a alumni of Harvard",
+        "Microsoft is a city of Paris",
+    ]

@@ -23,26 +23,30 @@ from keplm.modeling.modeling_roof_transformer import segment_ids
 from .conftest import tiny_encoder_config
 from .test_mechanisms import bert_layer_by_hand
 
-PAIRS = [("paris is a city in france .", "the seine flows through paris ."),
-         ("john visited berlin .", "berlin is in germany ."),
-         ("mary works for acme bank .", "who works ?")]  # the last pair selects no triple
+PAIRS = [
+    ("paris is a city in france .", "the seine flows through paris ."),
+    ("john visited berlin .", "berlin is in germany ."),
+    ("mary works for acme bank .", "who works ?"),
+]  # the last pair selects no triple
 KNOWLEDGE = 60
 
 
 def _config(tokenizer, **kwargs) -> RoofTransformerConfig:
-    return RoofTransformerConfig(encoder_config=tiny_encoder_config(tokenizer), max_knowledge_length=KNOWLEDGE,
-                                 **{"fusion_layers": 1, **kwargs})
+    return RoofTransformerConfig(
+        encoder_config=tiny_encoder_config(tokenizer), max_knowledge_length=KNOWLEDGE, **{"fusion_layers": 1, **kwargs}
+    )
 
 
 def _processor(tokenizer, kg, **kwargs) -> RoofTransformerProcessor:
-    return RoofTransformerProcessor(tokenizer, KnowledgeAssets(kg=kg), **{"selection": "no_tail",
-                                    "max_knowledge_length": KNOWLEDGE, **kwargs})
+    return RoofTransformerProcessor(
+        tokenizer, KnowledgeAssets(kg=kg), **{"selection": "no_tail", "max_knowledge_length": KNOWLEDGE, **kwargs}
+    )
 
 
 def _batch(processor, model=None, pairs=PAIRS, labels=(0, 1, 1)):
     features = processor.prepare_pair_features(
-        {"sentence1": [a for a, _ in pairs], "sentence2": [b for _, b in pairs], "label": list(labels)},
-        max_length=40)
+        {"sentence1": [a for a, _ in pairs], "sentence2": [b for _, b in pairs], "label": list(labels)}, max_length=40
+    )
     rows = [{k: v[i] for k, v in features.items() if not k.startswith("num_")} for i in range(len(pairs))]
     return KeplmDataCollator.from_processor(processor, model)(rows)
 
@@ -56,7 +60,8 @@ def test_heads_shapes_and_losses_for_every_roof(tokenizer, kg, fusion):
     assert batch["knowledge_input_ids"].shape[0] == 3 and batch["knowledge_attention_mask"][2].sum() == 1
     for num_labels, labels in ((3, batch["labels"]), (1, batch["labels"].float() * 2.5)):
         model = RoofTransformerForSequenceClassification(
-            _config(tokenizer, fusion=fusion, knowledge_encoding=encoding, num_labels=num_labels))
+            _config(tokenizer, fusion=fusion, knowledge_encoding=encoding, num_labels=num_labels)
+        )
         inputs = {k: v for k, v in batch.items() if k != "labels"}
         if fusion == "none":
             inputs = {k: v for k, v in inputs.items() if not k.startswith("knowledge_")}
@@ -87,8 +92,9 @@ def test_cached_encoding_equals_joint_encoding_for_a_single_triple(tokenizer, kg
     encoder's states; the cache survives a restart and is invalidated when the KB encoder's weights change."""
     torch.manual_seed(0)
     joint = RoofTransformerForSequenceClassification(_config(tokenizer, num_labels=2)).eval()
-    cached = RoofTransformerForSequenceClassification(_config(tokenizer, num_labels=2,
-                                                              knowledge_encoding="cached")).eval()
+    cached = RoofTransformerForSequenceClassification(
+        _config(tokenizer, num_labels=2, knowledge_encoding="cached")
+    ).eval()
     cached.load_state_dict(joint.state_dict())
     cached.set_knowledge_cache_directory(tmp_path / "cache")
     processor = _processor(tokenizer, kg, selection="has_tail")
@@ -124,13 +130,16 @@ def test_from_base_pretrained_save_load_and_auto_classes(tmp_path, tokenizer, kg
     base.save_pretrained(tmp_path / "base")
     assets = KnowledgeAssets(kg=kg)
     model = RoofTransformerForQuestionAnswering.from_base_pretrained(
-        tmp_path / "base", knowledge_assets=assets, fusion_layers=2, max_knowledge_length=KNOWLEDGE)
+        tmp_path / "base", knowledge_assets=assets, fusion_layers=2, max_knowledge_length=KNOWLEDGE
+    )
     roof = model.roof
     for name in ("encoder", "knowledge_encoder"):
         loaded = getattr(roof, name).state_dict()
         assert all(torch.equal(loaded[k], v) for k, v in base.state_dict().items() if not k.startswith("pooler."))
-    assert roof.encoder.embeddings.word_embeddings.weight.data_ptr() != \
-        roof.knowledge_encoder.embeddings.word_embeddings.weight.data_ptr()  # separate weights
+    assert (
+        roof.encoder.embeddings.word_embeddings.weight.data_ptr()
+        != roof.knowledge_encoder.embeddings.word_embeddings.weight.data_ptr()
+    )  # separate weights
     for copied, original in zip(roof.fusion.layers, list(encoder_layers(base))[-2:]):
         assert all(torch.equal(copied.state_dict()[k], v) for k, v in original.state_dict().items())
     processor = _processor(tokenizer, kg)
@@ -143,10 +152,13 @@ def test_from_base_pretrained_save_load_and_auto_classes(tmp_path, tokenizer, kg
     batch = {k: v for k, v in _batch(processor).items() if k != "labels"}
     torch.testing.assert_close(loaded(**batch).start_logits, model.eval()(**batch).start_logits)
     classifier = RoofTransformerForSequenceClassification.from_base_pretrained(
-        tmp_path / "base", knowledge_assets=assets, max_knowledge_length=KNOWLEDGE, fusion="lstm", num_labels=2)
+        tmp_path / "base", knowledge_assets=assets, max_knowledge_length=KNOWLEDGE, fusion="lstm", num_labels=2
+    )
     classifier.save_pretrained(tmp_path / "cls")
-    assert type(AutoModelForSequenceClassification.from_pretrained(tmp_path / "cls")).__name__ == \
-        "RoofTransformerForSequenceClassification"
+    assert (
+        type(AutoModelForSequenceClassification.from_pretrained(tmp_path / "cls")).__name__
+        == "RoofTransformerForSequenceClassification"
+    )
 
 
 def test_fusion_learning_rate_multiplier_reaches_the_optimizer(tmp_path, tokenizer):
@@ -192,7 +204,8 @@ def test_bad_input_is_a_clear_error(tokenizer, kg):
         model(input_ids=torch.tensor([[2, 10_000, 3]]), knowledge_input_ids=torch.tensor([[2]]))
     with pytest.raises(ValueError, match="max_knowledge_length"):
         _processor(tokenizer, kg).__class__(tokenizer, KnowledgeAssets(kg=kg), max_knowledge_length=200).check_config(
-            model.config)
+            model.config
+        )
     with pytest.raises(ValueError, match="fusion"):
         RoofTransformerConfig(encoder_config=tiny_encoder_config(tokenizer), fusion="roofless")
 
@@ -204,7 +217,8 @@ def test_a_transformer_roof_is_copied_from_the_last_layers_of_a_deeper_encoder(t
     BertModel(tiny_encoder_config(tokenizer, layers=4)).save_pretrained(tmp_path / "deep")
     base = BertModel.from_pretrained(tmp_path / "deep")
     model = RoofTransformerForSequenceClassification.from_base_pretrained(
-        tmp_path / "deep", fusion_layers=2, max_knowledge_length=KNOWLEDGE, num_labels=2)
+        tmp_path / "deep", fusion_layers=2, max_knowledge_length=KNOWLEDGE, num_labels=2
+    )
     layers = list(encoder_layers(base))
     for copied, index in zip(model.roof.fusion.layers, (2, 3)):
         state = copied.state_dict()
@@ -232,9 +246,12 @@ def _lstm_by_hand(lstm, states, mask):
     """A one-layer bidirectional LSTM written out in float64 (gates i, f, g, o, PyTorch's weight layout), run per row
     over the row's tokens only, in order (the text's padding sits between its text and its knowledge tokens); zero
     at padding positions."""
+
     def weights(suffix):
-        return [getattr(lstm, f"{name}_l0{suffix}").detach().double().numpy()
-                for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")]
+        return [
+            getattr(lstm, f"{name}_l0{suffix}").detach().double().numpy()
+            for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")
+        ]
 
     def run(sequence, w_ih, w_hh, b_ih, b_hh):
         h, c, outputs = np.zeros(w_hh.shape[1]), np.zeros(w_hh.shape[1]), []
@@ -274,7 +291,8 @@ def test_each_roof_computes_its_function_of_the_concatenated_states(tokenizer, k
     The classifier then reads the mean of the fused text states."""
     torch.manual_seed(0)
     model = RoofTransformerForSequenceClassification(
-        _config(tokenizer, fusion=fusion, fusion_layers=layers, num_labels=2)).eval()
+        _config(tokenizer, fusion=fusion, fusion_layers=layers, num_labels=2)
+    ).eval()
     with torch.no_grad():  # zero biases and unit LayerNorms would hide a missing term
         for parameter in model.roof.fusion.parameters():
             parameter.add_(0.2 * torch.randn_like(parameter))
@@ -292,5 +310,4 @@ def test_each_roof_computes_its_function_of_the_concatenated_states(tokenizer, k
     torch.testing.assert_close(fused.last_hidden_state, want, atol=1e-5, rtol=1e-5)
     text, text_mask = want[:, :text_length], batch["attention_mask"].unsqueeze(-1).float()
     pooled = (text * text_mask).sum(1) / text_mask.sum(1)
-    torch.testing.assert_close(logits, pooled @ model.classifier.weight.T + model.classifier.bias, atol=1e-5,
-                               rtol=1e-5)
+    torch.testing.assert_close(logits, pooled @ model.classifier.weight.T + model.classifier.bias, atol=1e-5, rtol=1e-5)

@@ -72,8 +72,10 @@ def test_run_ner_keeps_a_checkpoints_label_map(tiny, tmp_path):
     run_ner = load_script("run_ner")
     first = tmp_path / "first"
     run_ner.main(ner_args(tiny, first, "relational", "--do_train"))
-    subset = _conll_dir(tmp_path / "subset", {"test": [("john lives in paris .", "B-PER O O B-LOC O"),
-                                                       ("mary visited london .", "B-PER O B-LOC O")]})
+    subset = _conll_dir(
+        tmp_path / "subset",
+        {"test": [("john lives in paris .", "B-PER O O B-LOC O"), ("mary visited london .", "B-PER O B-LOC O")]},
+    )
     args = ner_args(tiny, tmp_path / "second", "relational", "--do_predict")
     args[args.index("--model_name_or_path") + 1] = str(first)
     args[args.index("--dataset_name") + 1] = subset
@@ -98,8 +100,9 @@ def test_a_checkpoint_and_its_processor_share_one_kg_in_a_run(tiny, tmp_path):
     load_script("run_ner").main(ner_args(tiny, first, "relational", "--do_train", "--max_steps", "1"))
     knowledge_args = KnowledgeArguments(system="relational", knowledge="link")
     processor = prepare_processor(ModelArguments(model_name_or_path=str(first)), knowledge_args)
-    model = build_model(AutoModelForTokenClassification, ModelArguments(model_name_or_path=str(first)),
-                        knowledge_args, processor, "ner")
+    model = build_model(
+        AutoModelForTokenClassification, ModelArguments(model_name_or_path=str(first)), knowledge_args, processor, "ner"
+    )
     assert model.knowledge_assets is processor.knowledge_assets
     other = KnowledgeAssets(["[NULL]", "Q1"], processor.knowledge_assets.relation_vocab)
     loaded = AutoModelForTokenClassification.from_pretrained(first, knowledge_assets=other)

@@ -24,13 +24,17 @@ pytestmark = pytest.mark.usefixtures("single_thread")  # tests/conftest.py
 
 
 def _processor_and_features(tiny, system="relational", **knowledge):
-    data = datasets.DatasetDict({
-        "train": datasets.Dataset.from_dict({
-            "id": [str(i) for i in range(len(CONLL["train"]))],
-            "tokens": [w.split() for w, _ in CONLL["train"]],
-            "ner_tags": [[0] * len(w.split()) for w, _ in CONLL["train"]],
-        })
-    })
+    data = datasets.DatasetDict(
+        {
+            "train": datasets.Dataset.from_dict(
+                {
+                    "id": [str(i) for i in range(len(CONLL["train"]))],
+                    "tokens": [w.split() for w, _ in CONLL["train"]],
+                    "ner_tags": [[0] * len(w.split()) for w, _ in CONLL["train"]],
+                }
+            )
+        }
+    )
     knowledge_args = KnowledgeArguments(system=system, kg=tiny["kg"], **knowledge)
     model_args = ModelArguments(tiny["model"])
     processor = prepare_processor(model_args, knowledge_args)
@@ -113,10 +117,19 @@ def test_eval_order_is_kept_under_group_by_length(tiny, tmp_path):
     data, processor = _processor_and_features(tiny, system="vanilla")
     features = featurize(data["train"], ner_featurizer(processor, with_knowledge=False))
     model = KalaForTokenClassification.from_base_pretrained(tiny["model"], retrieval_mode="none", num_labels=3)
-    args = TrainingArguments(output_dir=str(tmp_path), train_sampling_strategy="group_by_length", use_cpu=True,
-                             report_to="none", per_device_eval_batch_size=3)
-    trainer = KeplmTrainer(model=model, args=args, data_collator=KeplmDataCollator.from_processor(processor, model),
-                           processing_class=processor)
+    args = TrainingArguments(
+        output_dir=str(tmp_path),
+        train_sampling_strategy="group_by_length",
+        use_cpu=True,
+        report_to="none",
+        per_device_eval_batch_size=3,
+    )
+    trainer = KeplmTrainer(
+        model=model,
+        args=args,
+        data_collator=KeplmDataCollator.from_processor(processor, model),
+        processing_class=processor,
+    )
     order = list(trainer.get_test_dataloader(features).sampler)
     assert order == list(range(len(features)))
 
@@ -133,13 +146,26 @@ def test_trainer_keeps_knowledge_columns_and_drops_postprocessing_ones(tiny, tmp
     processor = prepare_processor(model_args, knowledge_args)
     raw = add_knowledge(raw, processor, knowledge_args, "qa")
     processor = build_entity_vocabulary(processor, raw, model_args, knowledge_args, "qa")
-    features = featurize(raw["validation"], Featurizer(processor, "prepare_qa_features", max_length=32, doc_stride=8,
-                                                       training=False, question_annotation_column=None))
+    features = featurize(
+        raw["validation"],
+        Featurizer(
+            processor,
+            "prepare_qa_features",
+            max_length=32,
+            doc_stride=8,
+            training=False,
+            question_annotation_column=None,
+        ),
+    )
     assert {"example_id", "offset_mapping", *KNOWLEDGE_COLUMNS} <= set(features.column_names)
     model = KalaForQuestionAnswering.from_base_pretrained(tiny["model"], knowledge_assets=processor.knowledge_assets)
     args = TrainingArguments(output_dir=str(tmp_path), use_cpu=True, report_to="none")
-    trainer = QuestionAnsweringTrainer(model=model, args=args, processing_class=processor,
-                                       data_collator=KeplmDataCollator.from_processor(processor, model))
+    trainer = QuestionAnsweringTrainer(
+        model=model,
+        args=args,
+        processing_class=processor,
+        data_collator=KeplmDataCollator.from_processor(processor, model),
+    )
     kept = trainer._remove_unused_columns(_model_features(features))
     assert set(kept.column_names) == {"input_ids", "token_type_ids", "attention_mask", *KNOWLEDGE_COLUMNS}
 

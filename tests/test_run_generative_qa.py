@@ -31,21 +31,67 @@ def tiny_t5(tmp_path_factory, tokenizer, kg) -> dict[str, str]:
 
 
 def generative_qa_args(tiny, out, *extra) -> list[str]:
-    return ["--model_name_or_path", tiny["model"], "--dataset_name", tiny["squad"], "--output_dir", str(out),
-            "--split_by_article", "2", "1", "1", "--kg", tiny["kg"], "--system", "relational",
-            "--max_seq_length", "64", "--max_answer_length", "6", "--max_steps", "3",
-            "--per_device_train_batch_size", "4", "--per_device_eval_batch_size", "3", "--learning_rate", "1e-3",
-            "--optim", "adafactor", "--knowledge_optimizer", "adamw", "--knowledge_learning_rate", "1e-3",
-            "--generation_num_beams", "2", "--save_strategy", "no", "--report_to", "none", "--disable_tqdm", "1",
-            "--use_cpu", "--seed", "0", *extra]
+    return [
+        "--model_name_or_path",
+        tiny["model"],
+        "--dataset_name",
+        tiny["squad"],
+        "--output_dir",
+        str(out),
+        "--split_by_article",
+        "2",
+        "1",
+        "1",
+        "--kg",
+        tiny["kg"],
+        "--system",
+        "relational",
+        "--max_seq_length",
+        "64",
+        "--max_answer_length",
+        "6",
+        "--max_steps",
+        "3",
+        "--per_device_train_batch_size",
+        "4",
+        "--per_device_eval_batch_size",
+        "3",
+        "--learning_rate",
+        "1e-3",
+        "--optim",
+        "adafactor",
+        "--knowledge_optimizer",
+        "adamw",
+        "--knowledge_learning_rate",
+        "1e-3",
+        "--generation_num_beams",
+        "2",
+        "--save_strategy",
+        "no",
+        "--report_to",
+        "none",
+        "--disable_tqdm",
+        "1",
+        "--use_cpu",
+        "--seed",
+        "0",
+        *extra,
+    ]
 
 
 def test_run_generative_qa_end_to_end(tiny_t5, tmp_path):
     out = tmp_path / "t5"
     load_script("run_generative_qa").main(generative_qa_args(tiny_t5, out, "--do_train", "--do_eval", "--do_predict"))
     results = read_json(out / "all_results.json")
-    for key in ("train_loss", "eval_exact_match", "eval_f1", "eval_samples", "predict_exact_match", "predict_f1",
-                "predict_seen_examples"):
+    for key in (
+        "train_loss",
+        "eval_exact_match",
+        "eval_f1",
+        "eval_samples",
+        "predict_exact_match",
+        "predict_f1",
+        "predict_seen_examples",
+    ):
         assert key in results, key
     assert 0.0 <= results["eval_f1"] <= 100.0 and 0.0 <= results["predict_exact_match"] <= 100.0
     eval_predictions = read_json(out / "eval_predictions.json")
@@ -64,7 +110,8 @@ def test_run_generative_qa_end_to_end(tiny_t5, tmp_path):
     title, context, questions = ARTICLES[2]
     features = processor.prepare_generative_qa_features(
         {"question": [questions[0][0]], "context": [context], "answers": [{"text": [], "answer_start": []}]},
-        max_length=64)
+        max_length=64,
+    )
     inputs = processor.as_tensors({k: v[0] for k, v in features.items() if k not in ("labels", "answer_cut")})
     with torch.no_grad():
         ids = model.generate(**inputs, num_beams=2, max_length=6)

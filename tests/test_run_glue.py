@@ -10,12 +10,14 @@ import pytest
 
 from .test_run_scripts import load_script, write_tiny_files
 
-PAIRS = [("paris is the capital of france .", "paris is in france .", 0),
-         ("berlin is a city in germany .", "berlin is in england .", 1),
-         ("john lives in london .", "london is a city .", 0),
-         ("mary visited new york .", "new york is in usa .", 0),
-         ("the seine flows through paris .", "the thames flows through paris .", 1),
-         ("acme bank is in berlin .", "who works for acme bank ?", 1)]
+PAIRS = [
+    ("paris is the capital of france .", "paris is in france .", 0),
+    ("berlin is a city in germany .", "berlin is in england .", 1),
+    ("john lives in london .", "london is a city .", 0),
+    ("mary visited new york .", "new york is in usa .", 0),
+    ("the seine flows through paris .", "the thames flows through paris .", 1),
+    ("acme bank is in berlin .", "who works for acme bank ?", 1),
+]
 
 
 def write_glue_files(root) -> dict[str, str]:
@@ -39,17 +41,56 @@ def glue_files(tmp_path_factory, tokenizer, kg):
 
 
 def glue_args(tiny, files, out, *extra):
-    return ["--model_name_or_path", tiny["model"], "--task_name", "rte", "--train_file", files["train"],
-            "--validation_file", files["validation"], "--kg", tiny["kg"], "--output_dir", str(out),
-            "--do_train", "--do_eval", "--max_steps", "2", "--per_device_train_batch_size", "3",
-            "--max_seq_length", "32", "--max_knowledge_length", "48", "--fusion_layers", "1", "--selection", "no_tail",
-            "--save_strategy", "no", "--report_to", "none", "--disable_tqdm", "1", "--use_cpu", "--seed", "0", *extra]
+    return [
+        "--model_name_or_path",
+        tiny["model"],
+        "--task_name",
+        "rte",
+        "--train_file",
+        files["train"],
+        "--validation_file",
+        files["validation"],
+        "--kg",
+        tiny["kg"],
+        "--output_dir",
+        str(out),
+        "--do_train",
+        "--do_eval",
+        "--max_steps",
+        "2",
+        "--per_device_train_batch_size",
+        "3",
+        "--max_seq_length",
+        "32",
+        "--max_knowledge_length",
+        "48",
+        "--fusion_layers",
+        "1",
+        "--selection",
+        "no_tail",
+        "--save_strategy",
+        "no",
+        "--report_to",
+        "none",
+        "--disable_tqdm",
+        "1",
+        "--use_cpu",
+        "--seed",
+        "0",
+        *extra,
+    ]
 
 
-@pytest.mark.parametrize("extra", [["--system", "bert"], ["--system", "bert_with_knowledge"],
-                                   ["--system", "roof", "--fusion", "transformer"],
-                                   ["--system", "roof", "--fusion", "lstm", "--segmentation", "type1"],
-                                   ["--system", "roof", "--cached_knowledge_encoder"]])
+@pytest.mark.parametrize(
+    "extra",
+    [
+        ["--system", "bert"],
+        ["--system", "bert_with_knowledge"],
+        ["--system", "roof", "--fusion", "transformer"],
+        ["--system", "roof", "--fusion", "lstm", "--segmentation", "type1"],
+        ["--system", "roof", "--cached_knowledge_encoder"],
+    ],
+)
 def test_run_glue_systems(glue_files, tmp_path, extra):
     tiny, files = glue_files
     if "--cached_knowledge_encoder" in extra:
@@ -71,11 +112,48 @@ def test_run_glue_systems(glue_files, tmp_path, extra):
 
 
 def _roof_qa_args(tiny, out, *extra):
-    return ["--model_type", "roof_transformer", "--model_name_or_path", tiny["model"], "--dataset_name", tiny["squad"],
-            "--output_dir", str(out), "--kg", tiny["kg"], "--split_by_article", "2", "1", "1", "--selection", "no_tail",
-            "--max_seq_length", "32", "--doc_stride", "8", "--max_knowledge_length", "24", "--fusion_layers", "1",
-            "--max_steps", "3", "--per_device_train_batch_size", "4", "--per_device_eval_batch_size", "3",
-            "--save_strategy", "no", "--report_to", "none", "--disable_tqdm", "1", "--use_cpu", "--seed", "0", *extra]
+    return [
+        "--model_type",
+        "roof_transformer",
+        "--model_name_or_path",
+        tiny["model"],
+        "--dataset_name",
+        tiny["squad"],
+        "--output_dir",
+        str(out),
+        "--kg",
+        tiny["kg"],
+        "--split_by_article",
+        "2",
+        "1",
+        "1",
+        "--selection",
+        "no_tail",
+        "--max_seq_length",
+        "32",
+        "--doc_stride",
+        "8",
+        "--max_knowledge_length",
+        "24",
+        "--fusion_layers",
+        "1",
+        "--max_steps",
+        "3",
+        "--per_device_train_batch_size",
+        "4",
+        "--per_device_eval_batch_size",
+        "3",
+        "--save_strategy",
+        "no",
+        "--report_to",
+        "none",
+        "--disable_tqdm",
+        "1",
+        "--use_cpu",
+        "--seed",
+        "0",
+        *extra,
+    ]
 
 
 def test_run_qa_trains_roof_with_squad_post_processing(glue_files, tmp_path):
@@ -118,16 +196,33 @@ def test_table_handles_ablations_run_with_fewer_seeds(monkeypatch, capsys, tmp_p
     from harness import experiments
 
     def summary(seed, results):
-        return {"settings": {"task": "mrpc", "seed": seed, "systems": list(results)}, "results": results,
-                "durations_s": {system: 100.0 * seed for system in results}}
+        return {
+            "settings": {"task": "mrpc", "seed": seed, "systems": list(results)},
+            "results": results,
+            "durations_s": {system: 100.0 * seed for system in results},
+        }
 
-    full = {"bert": {"eval_accuracy": 0.7, "eval_f1": 0.8}, "roof": {
-        "eval_accuracy": 0.72, "eval_f1": 0.82, "knowledge_train_share_with_knowledge": 0.1,
-        "knowledge_train_cut": 50, "knowledge_train_examples": 100}}
+    full = {
+        "bert": {"eval_accuracy": 0.7, "eval_f1": 0.8},
+        "roof": {
+            "eval_accuracy": 0.72,
+            "eval_f1": 0.82,
+            "knowledge_train_share_with_knowledge": 0.1,
+            "knowledge_train_cut": 50,
+            "knowledge_train_examples": 100,
+        },
+    }
     paths = []
     # seed 2 as the run scripts write now (metric_unit: percent), seed 1 as the old records (GLUE fractions)
-    new = {k: {**v, "eval_accuracy": 100 * (v["eval_accuracy"] + 0.02), "eval_f1": 100 * v["eval_f1"],
-               "metric_unit": "percent"} for k, v in full.items()}
+    new = {
+        k: {
+            **v,
+            "eval_accuracy": 100 * (v["eval_accuracy"] + 0.02),
+            "eval_f1": 100 * v["eval_f1"],
+            "metric_unit": "percent",
+        }
+        for k, v in full.items()
+    }
     for seed, results in ((1, {**full, "roof_lstm": {"eval_accuracy": 0.69}}), (2, new)):
         paths.append(tmp_path / f"seed{seed}.json")
         paths[-1].write_text(json.dumps(summary(seed, results)))

@@ -23,8 +23,11 @@ pytestmark = pytest.mark.usefixtures("single_thread")  # tests/conftest.py
 def test_run_qa_end_to_end(tiny, tmp_path, system):
     out = tmp_path / system
     run_qa = load_script("run_qa")
-    run_qa.main(qa_args(tiny, out, system, "--do_train", "--do_eval", "--do_predict",
-                        "--train_sampling_strategy", "group_by_length"))
+    run_qa.main(
+        qa_args(
+            tiny, out, system, "--do_train", "--do_eval", "--do_predict", "--train_sampling_strategy", "group_by_length"
+        )
+    )
     results = read_json(out / "all_results.json")
     for key in ("train_loss", "eval_exact_match", "eval_f1", "eval_samples", "predict_exact_match", "predict_f1"):
         assert key in results, key

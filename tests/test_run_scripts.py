@@ -62,14 +62,27 @@ CONLL = {
 }
 
 ARTICLES = [
-    ("paris", "paris is the capital of france . the seine flows through paris . john lives in paris and works for "
-              "acme bank .", [("what is the capital of france ?", "paris"), ("who lives in paris ?", "john")]),
-    ("berlin", "berlin is the capital of germany . mary visited berlin and london . the rhine flows through germany .",
-     [("what is the capital of germany ?", "berlin"), ("what flows through germany ?", "the rhine")]),
-    ("london", "london is a city in england . the thames flows through london .",
-     [("where is london ?", "england"), ("what flows through london ?", "the thames")]),
-    ("new york", "new york is a city in usa . it is the big apple . mary lives in new york .",
-     [("who lives in new york ?", "mary"), ("where is new york ?", "usa")]),
+    (
+        "paris",
+        "paris is the capital of france . the seine flows through paris . john lives in paris and works for "
+        "acme bank .",
+        [("what is the capital of france ?", "paris"), ("who lives in paris ?", "john")],
+    ),
+    (
+        "berlin",
+        "berlin is the capital of germany . mary visited berlin and london . the rhine flows through germany .",
+        [("what is the capital of germany ?", "berlin"), ("what flows through germany ?", "the rhine")],
+    ),
+    (
+        "london",
+        "london is a city in england . the thames flows through london .",
+        [("where is london ?", "england"), ("what flows through london ?", "the thames")],
+    ),
+    (
+        "new york",
+        "new york is a city in usa . it is the big apple . mary lives in new york .",
+        [("who lives in new york ?", "mary"), ("where is new york ?", "usa")],
+    ),
 ]
 
 
@@ -92,8 +105,10 @@ def write_tiny_files(root: Path, tokenizer, kg) -> dict[str, str]:
         (conll_dir / f"{split}.txt").write_text("\n".join(lines))
     squad = {"version": "1.1", "data": []}
     for a, (title, context, questions) in enumerate(ARTICLES):
-        qas = [{"id": f"q{a}-{i}", "question": q, "answers": [{"text": t, "answer_start": context.index(t)}]}
-               for i, (q, t) in enumerate(questions)]
+        qas = [
+            {"id": f"q{a}-{i}", "question": q, "answers": [{"text": t, "answer_start": context.index(t)}]}
+            for i, (q, t) in enumerate(questions)
+        ]
         squad["data"].append({"title": title, "paragraphs": [{"context": context, "qas": qas}]})
     squad_file = root / "squad-dev.json"
     squad_file.write_text(json.dumps(squad))
@@ -112,10 +127,34 @@ def load_script(name: str):
 
 
 def ner_args(tiny, out, system="relational", *extra) -> list[str]:
-    args = ["--model_name_or_path", tiny["model"], "--dataset_name", tiny["conll"], "--output_dir", str(out),
-            "--system", system, "--max_steps", "3", "--per_device_train_batch_size", "4",
-            "--per_device_eval_batch_size", "2", "--learning_rate", "1e-3", "--save_strategy", "no",
-            "--report_to", "none", "--disable_tqdm", "1", "--use_cpu", "--seed", "0", *extra]
+    args = [
+        "--model_name_or_path",
+        tiny["model"],
+        "--dataset_name",
+        tiny["conll"],
+        "--output_dir",
+        str(out),
+        "--system",
+        system,
+        "--max_steps",
+        "3",
+        "--per_device_train_batch_size",
+        "4",
+        "--per_device_eval_batch_size",
+        "2",
+        "--learning_rate",
+        "1e-3",
+        "--save_strategy",
+        "no",
+        "--report_to",
+        "none",
+        "--disable_tqdm",
+        "1",
+        "--use_cpu",
+        "--seed",
+        "0",
+        *extra,
+    ]
     if "--knowledge" not in extra:  # baselines too: the KG defines the seen/unseen test subsets
         args += ["--knowledge", "link", "--kg", tiny["kg"]]
     return args
@@ -126,11 +165,40 @@ def read_json(path) -> dict:
 
 
 def qa_args(tiny, out, system="relational", *extra) -> list[str]:
-    args = ["--model_name_or_path", tiny["model"], "--dataset_name", tiny["squad"], "--output_dir", str(out),
-            "--system", system, "--split_by_article", "2", "1", "1",
-            "--max_seq_length", "32", "--doc_stride", "8", "--max_steps", "3", "--per_device_train_batch_size", "4",
-            "--per_device_eval_batch_size", "3", "--save_strategy", "no", "--report_to", "none",
-            "--disable_tqdm", "1", "--use_cpu", "--seed", "0", *extra]
+    args = [
+        "--model_name_or_path",
+        tiny["model"],
+        "--dataset_name",
+        tiny["squad"],
+        "--output_dir",
+        str(out),
+        "--system",
+        system,
+        "--split_by_article",
+        "2",
+        "1",
+        "1",
+        "--max_seq_length",
+        "32",
+        "--doc_stride",
+        "8",
+        "--max_steps",
+        "3",
+        "--per_device_train_batch_size",
+        "4",
+        "--per_device_eval_batch_size",
+        "3",
+        "--save_strategy",
+        "no",
+        "--report_to",
+        "none",
+        "--disable_tqdm",
+        "1",
+        "--use_cpu",
+        "--seed",
+        "0",
+        *extra,
+    ]
     if "--knowledge" not in extra:  # baselines too: the KG defines the seen/unseen test subsets
         args += ["--knowledge", "link", "--kg", tiny["kg"]]
     return args
@@ -141,13 +209,32 @@ def qa_args(tiny, out, system="relational", *extra) -> list[str]:
 def test_run_ner_end_to_end(tiny, tmp_path, system):
     out = tmp_path / system
     run_ner = load_script("run_ner")
-    results = run_ner.main(ner_args(
-        tiny, out, system, "--do_train", "--do_eval", "--do_predict", "--tag_text", "john visited paris and unknownia",
-        "--max_predict_samples", "2",
-    ))
+    results = run_ner.main(
+        ner_args(
+            tiny,
+            out,
+            system,
+            "--do_train",
+            "--do_eval",
+            "--do_predict",
+            "--tag_text",
+            "john visited paris and unknownia",
+            "--max_predict_samples",
+            "2",
+        )
+    )
     all_results = read_json(out / "all_results.json")
-    for key in ("train_loss", "train_samples", "eval_f1", "eval_precision", "eval_recall", "eval_accuracy",
-                "eval_loss", "predict_f1", "predict_samples"):
+    for key in (
+        "train_loss",
+        "train_samples",
+        "eval_f1",
+        "eval_precision",
+        "eval_recall",
+        "eval_accuracy",
+        "eval_loss",
+        "predict_f1",
+        "predict_samples",
+    ):
         assert key in all_results, key
     assert all_results["predict_samples"] == 2
     # KALA 5.4 subsets, defined by the KG linking alone, so every system reports them
@@ -163,8 +250,12 @@ def test_run_ner_end_to_end(tiny, tmp_path, system):
 
     model = AutoModelForTokenClassification.from_pretrained(out)
     assert isinstance(model, KalaForTokenClassification)
-    expected = {"vanilla": ("none", 0), "more_params": ("none", 1), "pointwise": ("pointwise", 0),
-                "relational": ("relational", 0)}[system]
+    expected = {
+        "vanilla": ("none", 0),
+        "more_params": ("none", 1),
+        "pointwise": ("pointwise", 0),
+        "relational": ("relational", 0),
+    }[system]
     assert (model.config.retrieval_mode, model.config.num_extra_layers) == expected
     assert model.config.id2label[0] == "O" and len(model.config.id2label) == 6
     processor = KalaProcessor.from_pretrained(out)
@@ -183,17 +274,46 @@ def test_run_ner_pushes_to_the_hub_without_pickles(tiny, tmp_path, hub_server):
     from huggingface_hub import HfApi, ModelCard
 
     run_ner = load_script("run_ner")
-    run_ner.main(ner_args(tiny, tmp_path / "out", "relational", "--do_train", "--do_eval", "--push_to_hub",
-                          "--hub_model_id", "org/ner-run", "--save_strategy", "steps", "--save_steps", "2",
-                          "--hub_strategy", "checkpoint"))
+    run_ner.main(
+        ner_args(
+            tiny,
+            tmp_path / "out",
+            "relational",
+            "--do_train",
+            "--do_eval",
+            "--push_to_hub",
+            "--hub_model_id",
+            "org/ner-run",
+            "--save_strategy",
+            "steps",
+            "--save_steps",
+            "2",
+            "--hub_strategy",
+            "checkpoint",
+        )
+    )
     files = set(HfApi().list_repo_files("org/ner-run"))
-    assert {"model.safetensors", "README.md", "processor_config.json", "knowledge/kg/triples.tsv",
-            "last-checkpoint/model.safetensors", "last-checkpoint/optimizer.safetensors"} <= files
+    assert {
+        "model.safetensors",
+        "README.md",
+        "processor_config.json",
+        "knowledge/kg/triples.tsv",
+        "last-checkpoint/model.safetensors",
+        "last-checkpoint/optimizer.safetensors",
+    } <= files
     assert not [f for f in files if f.endswith((".bin", ".pt", ".pth", ".pkl"))], files
     # the repo root holds what loading needs and the card; the training state only in the checkpoint asked for
     root = {f for f in files if not f.startswith(("last-checkpoint/", "knowledge/", "figures/", "."))}
-    assert root <= {"model.safetensors", "config.json", "README.md", "processor_config.json", "tokenizer.json",
-                    "tokenizer_config.json", "special_tokens_map.json", "vocab.txt"}, root
+    assert root <= {
+        "model.safetensors",
+        "config.json",
+        "README.md",
+        "processor_config.json",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "special_tokens_map.json",
+        "vocab.txt",
+    }, root
     card = ModelCard.load("org/ner-run")
     assert card.data.library_name == "keplm" and "eval_f1" in str(card)
 
@@ -203,8 +323,11 @@ def test_run_ner_with_lora_trains_adapters_and_reloads_them(tiny, tmp_path):
     adapter, the keplm config and knowledge/, and --tag_text reloads it onto its base."""
     run_ner = load_script("run_ner")
     out = tmp_path / "lora"
-    results = run_ner.main(ner_args(tiny, out, "relational", "--do_train", "--do_eval", "--lora_r", "4",
-                                    "--tag_text", "john lives in paris ."))
+    results = run_ner.main(
+        ner_args(
+            tiny, out, "relational", "--do_train", "--do_eval", "--lora_r", "4", "--tag_text", "john lives in paris ."
+        )
+    )
     assert (out / "adapter_model.safetensors").is_file() and (out / "adapter_config.json").is_file()
     assert (out / "config.json").is_file() and (out / "knowledge" / "kg" / "triples.tsv").is_file()
     assert not (out / "model.safetensors").exists()
@@ -214,8 +337,11 @@ def test_run_ner_with_lora_trains_adapters_and_reloads_them(tiny, tmp_path):
 def _conll_dir(root: Path, splits: dict) -> str:
     root.mkdir(parents=True, exist_ok=True)
     for split, sentences in splits.items():
-        lines = [line for words, tags in sentences
-                 for line in [*(f"{w} X X {t}" for w, t in zip(words.split(), tags.split())), ""]]
+        lines = [
+            line
+            for words, tags in sentences
+            for line in [*(f"{w} X X {t}" for w, t in zip(words.split(), tags.split())), ""]
+        ]
         (root / f"{split}.txt").write_text("\n".join(lines))
     return str(root)
 
@@ -226,16 +352,29 @@ def test_run_ner_with_kala_annotations(tiny, tmp_path):
     for i, (words, _) in enumerate(CONLL["train"]):
         if "paris" in words.split():
             start = words.index("paris")
-            annotations[str(i)] = KnowledgeAnnotation.from_dict({
-                "entities": [{"text": "paris", "start": start, "end": start + 5, "id": 90}],
-                "triplets": [{"h": 90, "r": "P17", "t": 142}],
-            })
+            annotations[str(i)] = KnowledgeAnnotation.from_dict(
+                {
+                    "entities": [{"text": "paris", "start": start, "end": start + 5, "id": 90}],
+                    "triplets": [{"h": 90, "r": "P17", "t": 142}],
+                }
+            )
     path = tmp_path / "train_annotations.json"
     write_kala_annotations(annotations, path)
     out = tmp_path / "out"
     run_ner = load_script("run_ner")
-    run_ner.main(ner_args(tiny, out, "relational", "--knowledge", "annotations", "--annotation_files",
-                          f"train={path}", "--do_train", "--do_eval"))
+    run_ner.main(
+        ner_args(
+            tiny,
+            out,
+            "relational",
+            "--knowledge",
+            "annotations",
+            "--annotation_files",
+            f"train={path}",
+            "--do_train",
+            "--do_eval",
+        )
+    )
     processor = KalaProcessor.from_pretrained(out)
     assert processor.knowledge_assets.entity_vocab == ["[NULL]", "90"]
     assert "P17" in processor.knowledge_assets.relation_vocab
@@ -253,11 +392,26 @@ def test_run_ner_fused_adamw_compile_and_graph_padding(tiny, tmp_path):
     entity memory (dense gradients) on row-wise AdaGrad."""
     out = tmp_path / "compiled"
     run_ner = load_script("run_ner")
-    run_ner.main(ner_args(
-        tiny, out, "relational", "--do_train", "--do_eval", "--optim", "adamw_torch_fused", "--torch_compile",
-        "--torch_compile_backend", "aot_eager", "--graph_pad_to_multiple_of", "8", "--pad_to_multiple_of", "8",
-        "--entity_memory_optimizer", "rowwise_adagrad",
-    ))
+    run_ner.main(
+        ner_args(
+            tiny,
+            out,
+            "relational",
+            "--do_train",
+            "--do_eval",
+            "--optim",
+            "adamw_torch_fused",
+            "--torch_compile",
+            "--torch_compile_backend",
+            "aot_eager",
+            "--graph_pad_to_multiple_of",
+            "8",
+            "--pad_to_multiple_of",
+            "8",
+            "--entity_memory_optimizer",
+            "rowwise_adagrad",
+        )
+    )
     results = read_json(out / "all_results.json")
     assert torch.isfinite(torch.tensor(results["train_loss"]))
     assert "eval_f1" in results
@@ -267,11 +421,25 @@ def test_run_ner_sparse_entity_memory_with_rowwise_adagrad(tiny, tmp_path):
     """--sparse_entity_memory through the Trainer: gradient clipping (max_grad_norm 1.0 by default) takes the
     sparse table gradient, and row-wise AdaGrad trains the table; --knowledge_warmup_steps reaches the schedule."""
     out = tmp_path / "sparse"
-    load_script("run_ner").main(ner_args(
-        tiny, out, "relational", "--do_train", "--sparse_entity_memory", "--entity_memory_optimizer",
-        "rowwise_adagrad", "--entity_memory_learning_rate", "0.05", "--max_grad_norm", "0.01",
-        "--knowledge_warmup_steps", "2", "--logging_steps", "1",
-    ))
+    load_script("run_ner").main(
+        ner_args(
+            tiny,
+            out,
+            "relational",
+            "--do_train",
+            "--sparse_entity_memory",
+            "--entity_memory_optimizer",
+            "rowwise_adagrad",
+            "--entity_memory_learning_rate",
+            "0.05",
+            "--max_grad_norm",
+            "0.01",
+            "--knowledge_warmup_steps",
+            "2",
+            "--logging_steps",
+            "1",
+        )
+    )
     results = read_json(out / "all_results.json")
     assert torch.isfinite(torch.tensor(results["train_loss"]))
     # the logged learning rate is the first group's (the encoder's, no warm-up): it starts at 1e-3
@@ -283,13 +451,28 @@ def test_run_ner_writes_metrics_in_percent(tiny, tmp_path):
     """Every results file and the log history hold seqeval's scores in percent (``metric_unit``): the word-level
     test scores are those of the written predictions, x 100; the counts stay counts."""
     out = tmp_path / "ner"
-    load_script("run_ner").main(ner_args(tiny, out, "vanilla", "--do_train", "--do_eval", "--do_predict",
-                                         "--max_predict_samples", "2", "--eval_strategy", "steps", "--eval_steps", "3"))
+    load_script("run_ner").main(
+        ner_args(
+            tiny,
+            out,
+            "vanilla",
+            "--do_train",
+            "--do_eval",
+            "--do_predict",
+            "--max_predict_samples",
+            "2",
+            "--eval_strategy",
+            "steps",
+            "--eval_steps",
+            "3",
+        )
+    )
     results = read_json(out / "all_results.json")
     for name in ("all", "train", "eval", "predict"):
         assert read_json(out / f"{name}_results.json")["metric_unit"] == "percent", name
-    written = [[pair.rsplit("/", 1)[1] for pair in line.split()]
-               for line in (out / "predictions.txt").read_text().splitlines()]
+    written = [
+        [pair.rsplit("/", 1)[1] for pair in line.split()] for line in (out / "predictions.txt").read_text().splitlines()
+    ]
     gold = [tags.split() for _, tags in CONLL["test"][:2]]
     expected = ner_metrics(written, gold, per_type=False)  # fractions, as seqeval computes them
     assert expected["accuracy"] > 0.0  # some words right: a fraction and its percent differ
@@ -308,9 +491,21 @@ def test_run_stops_early_and_keeps_its_best_checkpoint(tiny, tmp_path, task):
     out = tmp_path / "early"
     make_args = ner_args if task == "ner" else qa_args
     every_step = ["--eval_strategy", "steps", "--eval_steps", "1", "--save_steps", "1", "--save_total_limit", "1"]
-    args = make_args(tiny, out, "relational", "--do_train", "--do_eval", "--learning_rate", "0",
-                     "--early_stopping_patience", "2", "--load_best_model_at_end", "--metric_for_best_model", "f1",
-                     *every_step)
+    args = make_args(
+        tiny,
+        out,
+        "relational",
+        "--do_train",
+        "--do_eval",
+        "--learning_rate",
+        "0",
+        "--early_stopping_patience",
+        "2",
+        "--load_best_model_at_end",
+        "--metric_for_best_model",
+        "f1",
+        *every_step,
+    )
     args[args.index("--max_steps") + 1] = "20"
     args[args.index("--save_strategy") + 1] = "steps"
     load_script(f"run_{task}").main(args)
@@ -323,8 +518,15 @@ def test_run_stops_early_and_keeps_its_best_checkpoint(tiny, tmp_path, task):
 
 
 def test_parse_args_from_json_file(tiny, tmp_path):
-    config = {"model_name_or_path": tiny["model"], "dataset_name": tiny["conll"], "output_dir": str(tmp_path),
-              "system": "pointwise", "kg": tiny["kg"], "kfm_layers": [-1], "init_entity_memory": True}
+    config = {
+        "model_name_or_path": tiny["model"],
+        "dataset_name": tiny["conll"],
+        "output_dir": str(tmp_path),
+        "system": "pointwise",
+        "kg": tiny["kg"],
+        "kfm_layers": [-1],
+        "init_entity_memory": True,
+    }
     path = tmp_path / "args.json"
     path.write_text(json.dumps(config))
     model_args, data_args, knowledge_args, training_args = parse_args(KALA_ARGUMENTS, [str(path)])
@@ -340,14 +542,16 @@ def test_run_ner_links_through_the_spacy_filter(tiny, tmp_path):
     """--spacy_model reaches the linker of a run script: the saved processor (what the reloaded model links at
     inference) links only inside spaCy's entities of the chosen labels; "city", a KG name, is no longer a mention."""
     out = tmp_path / "spacy"
-    load_script("run_ner").main(ner_args(tiny, out, "relational", "--do_train", "--spacy_model", SPACY_MODEL,
-                                         "--spacy_labels", "GPE", "LOC"))
+    load_script("run_ner").main(
+        ner_args(tiny, out, "relational", "--do_train", "--spacy_model", SPACY_MODEL, "--spacy_labels", "GPE", "LOC")
+    )
     config = read_json(out / "processor_config.json")
     assert config["linker_kwargs"]["spacy_model"] == SPACY_MODEL
     assert config["linker_kwargs"]["spacy_labels"] == ["GPE", "LOC"]
     text = "Paris is a city in France ."
-    unfiltered = KalaProcessor(KalaProcessor.from_pretrained(out).tokenizer,
-                               KalaProcessor.from_pretrained(out).knowledge_assets)
+    unfiltered = KalaProcessor(
+        KalaProcessor.from_pretrained(out).tokenizer, KalaProcessor.from_pretrained(out).knowledge_assets
+    )
     assert [m.text for m in unfiltered.link(text).entities] == ["Paris", "city", "France"]
     assert [m.text for m in KalaProcessor.from_pretrained(out).link(text).entities] == ["Paris", "France"]
 
@@ -371,10 +575,15 @@ def test_run_ner_initialises_the_entity_memory_from_the_encoder(tiny, tmp_path):
 
     run_ner = load_script("run_ner")
     out = tmp_path / "init"
-    run_ner.main(ner_args(tiny, out, "pointwise", "--do_train", "--init_entity_memory", "--max_steps", "1",
-                          "--learning_rate", "1e-12"))
+    run_ner.main(
+        ner_args(
+            tiny, out, "pointwise", "--do_train", "--init_entity_memory", "--max_steps", "1", "--learning_rate", "1e-12"
+        )
+    )
     plain = tmp_path / "plain"
     run_ner.main(ner_args(tiny, plain, "pointwise", "--do_train", "--max_steps", "1", "--learning_rate", "1e-12"))
-    memory = {name: KalaForTokenClassification.from_pretrained(path).kala.entity_memory.embeddings.weight.detach()
-              for name, path in (("init", out), ("plain", plain))}
+    memory = {
+        name: KalaForTokenClassification.from_pretrained(path).kala.entity_memory.embeddings.weight.detach()
+        for name, path in (("init", out), ("plain", plain))
+    }
     assert not torch.allclose(memory["init"][1:], memory["plain"][1:])

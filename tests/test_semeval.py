@@ -27,20 +27,24 @@ from .test_trelm import kge_assets, make_model  # noqa: F401
 pytestmark = pytest.mark.usefixtures("single_thread")  # tests/conftest.py
 
 # a toy task the label of which the words decide: "capital of" (e1 in e2), "lives in" (e1 goes to e2), else Other
-TOY = [("<e1>paris</e1> is the capital of <e2>france</e2> .", "Member-Collection(e1,e2)"),
-       ("<e1>berlin</e1> is the capital of <e2>germany</e2> .", "Member-Collection(e1,e2)"),
-       ("<e1>london</e1> is the capital of <e2>england</e2> .", "Member-Collection(e1,e2)"),
-       ("<e1>john</e1> lives in <e2>paris</e2> .", "Entity-Destination(e1,e2)"),
-       ("<e1>mary</e1> lives in <e2>berlin</e2> .", "Entity-Destination(e1,e2)"),
-       ("<e1>john</e1> lives in <e2>london</e2> .", "Entity-Destination(e1,e2)"),
-       ("<e1>john</e1> works for acme <e2>bank</e2> .", "Other"),
-       ("<e1>mary</e1> works for the <e2>bank</e2> .", "Other")]
+TOY = [
+    ("<e1>paris</e1> is the capital of <e2>france</e2> .", "Member-Collection(e1,e2)"),
+    ("<e1>berlin</e1> is the capital of <e2>germany</e2> .", "Member-Collection(e1,e2)"),
+    ("<e1>london</e1> is the capital of <e2>england</e2> .", "Member-Collection(e1,e2)"),
+    ("<e1>john</e1> lives in <e2>paris</e2> .", "Entity-Destination(e1,e2)"),
+    ("<e1>mary</e1> lives in <e2>berlin</e2> .", "Entity-Destination(e1,e2)"),
+    ("<e1>john</e1> lives in <e2>london</e2> .", "Entity-Destination(e1,e2)"),
+    ("<e1>john</e1> works for acme <e2>bank</e2> .", "Other"),
+    ("<e1>mary</e1> works for the <e2>bank</e2> .", "Other"),
+]
 
 
 def write_release(path, rows, crlf=True, start=1):
     newline = "\r\n" if crlf else "\n"
-    text = "".join(f'{start + i}\t"{sentence}"{newline}{label}{newline}Comment:{newline}{newline}'
-                   for i, (sentence, label) in enumerate(rows))
+    text = "".join(
+        f'{start + i}\t"{sentence}"{newline}{label}{newline}Comment:{newline}{newline}'
+        for i, (sentence, label) in enumerate(rows)
+    )
     if str(path).endswith(".gz"):
         with gzip.open(path, "wt", encoding="utf-8", newline="") as f:
             f.write(text)
@@ -63,8 +67,8 @@ def test_release_folder_reads_spans_and_holds_out_a_seeded_sample_of_training_se
     assert list(other_seed["validation"]["id"]) != held_out
     row = datasets.concatenate_datasets([data["train"], data["validation"]]).filter(lambda r: r["id"] == "7")[0]
     assert row["sentence"] == "john works for acme bank ."
-    assert row["sentence"][row["e1_start"]:row["e1_end"]] == "john"
-    assert row["sentence"][row["e2_start"]:row["e2_end"]] == "bank"
+    assert row["sentence"][row["e1_start"] : row["e1_end"]] == "john"
+    assert row["sentence"][row["e2_start"] : row["e2_end"]] == "bank"
     assert data["test"].features["label"].int2str(data["test"][0]["label"]) == "Member-Collection(e1,e2)"
     assert mark_entities(row["sentence"], (0, 4), (20, 24)) == "@ john @ works for acme # bank # ."
     assert mark_entities("ab", (1, 2), (0, 1)) == "# a #@ b @"  # e2 ends where e1 begins: closed first
@@ -74,11 +78,13 @@ def test_release_folder_reads_spans_and_holds_out_a_seeded_sample_of_training_se
 def test_hub_copy_is_read_into_the_release_schema(monkeypatch):
     """A Hub id goes through datasets.load_dataset; its tagged sentences and relation names map onto our labels."""
     hub_names = ["Cause-Effect(e1,e2)", "Other", "Member-Collection(e1,e2)"]  # another order than SEMEVAL_LABELS
-    features = datasets.Features({"sentence": datasets.Value("string"),
-                                  "relation": datasets.ClassLabel(names=hub_names)})
+    features = datasets.Features(
+        {"sentence": datasets.Value("string"), "relation": datasets.ClassLabel(names=hub_names)}
+    )
     rows = {"sentence": [sentence for sentence, _ in TOY[:3]], "relation": [2, 2, 1]}
-    fake = datasets.DatasetDict({split: datasets.Dataset.from_dict(rows, features=features)
-                                 for split in ("train", "test")})
+    fake = datasets.DatasetDict(
+        {split: datasets.Dataset.from_dict(rows, features=features) for split in ("train", "test")}
+    )
     calls = []
     monkeypatch.setattr(datasets, "load_dataset", lambda name, **kw: calls.append(name) or fake)
     data = load_semeval2010_task8("SemEvalWorkshop/sem_eval_2010_task_8", validation_size=1)
@@ -88,15 +94,18 @@ def test_hub_copy_is_read_into_the_release_schema(monkeypatch):
     assert data["test"][0]["sentence"] == "paris is the capital of france ."
 
 
-@pytest.mark.parametrize("block, message", [
-    ('1\t"no tags here"\r\nOther\r\n', r"bad\.txt:1: needs one <e1>"),
-    ('1\t"<e1>a</e1> <e2>b</e2>"\r\nPart-Of(e1,e2)\r\n', r"bad\.txt:2: unknown label 'Part-Of\(e1,e2\)'"),
-    ("1\t<e1>a</e1> <e2>b</e2>\r\nOther\r\n", r"bad\.txt:1: the sentence must be in double quotes"),
-    ('x\t"<e1>a</e1> <e2>b</e2>"\r\nOther\r\n', r"bad\.txt:1: expected 'id<TAB>"),
-    ('1\t"<e1>a <e2>b</e1></e2>"\r\nOther\r\n', r"bad\.txt:1: <e1> and <e2> overlap"),
-    ('1\t"<e1>a</e1> <e2>b</e2>"\r\nOther\r\n\r\n1\t"<e1>a</e1> <e2>b</e2>"\r\nOther\r\n', "ids repeat"),
-    ('1\t"<e1>a</e1> <e2>b</e2>"', "has no label line"),
-])
+@pytest.mark.parametrize(
+    "block, message",
+    [
+        ('1\t"no tags here"\r\nOther\r\n', r"bad\.txt:1: needs one <e1>"),
+        ('1\t"<e1>a</e1> <e2>b</e2>"\r\nPart-Of(e1,e2)\r\n', r"bad\.txt:2: unknown label 'Part-Of\(e1,e2\)'"),
+        ("1\t<e1>a</e1> <e2>b</e2>\r\nOther\r\n", r"bad\.txt:1: the sentence must be in double quotes"),
+        ('x\t"<e1>a</e1> <e2>b</e2>"\r\nOther\r\n', r"bad\.txt:1: expected 'id<TAB>"),
+        ('1\t"<e1>a <e2>b</e1></e2>"\r\nOther\r\n', r"bad\.txt:1: <e1> and <e2> overlap"),
+        ('1\t"<e1>a</e1> <e2>b</e2>"\r\nOther\r\n\r\n1\t"<e1>a</e1> <e2>b</e2>"\r\nOther\r\n', "ids repeat"),
+        ('1\t"<e1>a</e1> <e2>b</e2>"', "has no label line"),
+    ],
+)
 def test_malformed_release_files_name_file_and_line(tmp_path, block, message):
     (tmp_path / "bad.txt").write_text(block, newline="")
     with pytest.raises(ValueError, match=message):
@@ -125,8 +134,12 @@ def test_official_score_counts_a_wrong_direction_as_predicted_and_not_correct():
     assert result["accuracy"] == pytest.approx(100 * 2 / 5)
 
 
-def test_run_script_fine_tunes_a_trelm_checkpoint_and_learns_a_toy_task(tmp_path, tokenizer, kge_assets,  # noqa: F811
-                                                                        caplog):
+def test_run_script_fine_tunes_a_trelm_checkpoint_and_learns_a_toy_task(
+    tmp_path,
+    tokenizer,
+    kge_assets,  # noqa: F811
+    caplog,
+):
     caplog.set_level(logging.INFO)
     model = make_model(tokenizer, kge_assets)
     router = model.enable_knowledge_routing()
@@ -139,14 +152,42 @@ def test_run_script_fine_tunes_a_trelm_checkpoint_and_learns_a_toy_task(tmp_path
     train = write_release(tmp_path / "train.txt", TOY * 4)
     test = write_release(tmp_path / "test.txt", TOY, start=100)
     out = tmp_path / "out"
-    results = load_script("run_relation_classification").main([
-        "--model_name_or_path", str(tmp_path / "trelm"), "--train_file", str(train), "--test_file", str(test),
-        "--validation_size", "8", "--do_train", "--do_eval", "--do_predict", "--output_dir", str(out),
-        "--num_train_epochs", "30", "--learning_rate", "1e-2", "--per_device_train_batch_size", "8",
-        "--save_strategy", "no", "--report_to", "none", "--disable_tqdm", "1", "--use_cpu", "--seed", "0"])
+    results = load_script("run_relation_classification").main(
+        [
+            "--model_name_or_path",
+            str(tmp_path / "trelm"),
+            "--train_file",
+            str(train),
+            "--test_file",
+            str(test),
+            "--validation_size",
+            "8",
+            "--do_train",
+            "--do_eval",
+            "--do_predict",
+            "--output_dir",
+            str(out),
+            "--num_train_epochs",
+            "30",
+            "--learning_rate",
+            "1e-2",
+            "--per_device_train_batch_size",
+            "8",
+            "--save_strategy",
+            "no",
+            "--report_to",
+            "none",
+            "--disable_tqdm",
+            "1",
+            "--use_cpu",
+            "--seed",
+            "0",
+        ]
+    )
     exported = AutoModelForSequenceClassification.from_pretrained(out / "pretrained_encoder", num_labels=19)
-    assert any("has no pooler" in r.getMessage() and "starts from random weights" in r.getMessage()
-               for r in caplog.records)  # the exported encoder keeps no pooler, and the run says so
+    assert any(
+        "has no pooler" in r.getMessage() and "starts from random weights" in r.getMessage() for r in caplog.records
+    )  # the exported encoder keeps no pooler, and the run says so
     for name, value in exported.bert.state_dict().items():
         if name in expected:
             torch.testing.assert_close(value, expected[name], msg=name)
@@ -175,7 +216,8 @@ def test_trelm_semeval_commands_parse_and_fine_tune_the_seeds_own_checkpoint(mon
     cfg = {**trelm.SEMEVAL_DEFAULTS, "model": "tiny-model", "pretraining_dir": str(tmp_path)}
     cmd = trelm.semeval_command(cfg, "trelm", "2", str(tmp_path / "ft"))
     model_args, data_args, training_args = parse_args(
-        (ModelArguments, script.RelationClassificationDataArguments, TrainingArguments), cmd[2:])
+        (ModelArguments, script.RelationClassificationDataArguments, TrainingArguments), cmd[2:]
+    )
     assert model_args.model_name_or_path == str(tmp_path / "seed2" / "trelm") and training_args.seed == 2
     assert data_args.max_train_samples == int(cfg["train"]) and data_args.train_sample_seed == 0
     assert trelm.semeval_command(cfg, "base", "2", "ft")[3] == "tiny-model"
@@ -191,9 +233,15 @@ def test_table_merges_a_system_run_later_into_its_seeds(monkeypatch, capsys, tmp
     for seed in (1, 2):
         for system, f1 in (("vanilla", 0.5), ("tapt", 0.6)):
             paths.append(tmp_path / f"{system}{seed}.json")
-            paths[-1].write_text(json.dumps({"settings": {"task": "ner", "seed": str(seed), "systems": [system]},
-                                             "results": {system: {"predict_f1": f1 + seed / 100}},
-                                             "durations_s": {system: 10.0}}))
+            paths[-1].write_text(
+                json.dumps(
+                    {
+                        "settings": {"task": "ner", "seed": str(seed), "systems": [system]},
+                        "results": {system: {"predict_f1": f1 + seed / 100}},
+                        "durations_s": {system: 10.0},
+                    }
+                )
+            )
     experiments.main(["table", *map(str, paths)])
     out = capsys.readouterr().out
     assert out.startswith("2 seeds: ['1', '2']")
@@ -209,8 +257,22 @@ def test_trelm_semeval_summary_keeps_encoders_an_earlier_invocation_fine_tuned(m
     for encoder, score in (("base", 0.5), ("trelm_no_routing", 0.6)):
         (tmp_path / "ft" / "seed1" / encoder).mkdir(parents=True)
         (tmp_path / "ft" / "seed1" / encoder / "all_results.json").write_text(json.dumps({"predict_macro_f1": score}))
-    experiments.main(["trelm-semeval", "--seeds", "1", "--variants", "trelm_no_routing", "--resume", "--output_dir",
-                      str(tmp_path / "ft"), "--pretraining_dir", str(tmp_path / "pre"), "--model", "tiny-model"])
+    experiments.main(
+        [
+            "trelm-semeval",
+            "--seeds",
+            "1",
+            "--variants",
+            "trelm_no_routing",
+            "--resume",
+            "--output_dir",
+            str(tmp_path / "ft"),
+            "--pretraining_dir",
+            str(tmp_path / "pre"),
+            "--model",
+            "tiny-model",
+        ]
+    )
     summary = json.loads((tmp_path / "ft" / "seed1" / "summary.json").read_text())
     assert list(summary["results"]) == ["base", "trelm_no_routing"]
     assert summary["settings"]["task"] == "semeval2010_task8"

@@ -77,8 +77,7 @@ def _lookup_worker(rank: int, port: int, queue) -> None:
             memory = ShardedEntityMemory.from_full(_table(rows), average_gradients=average)
             out = memory(torch.tensor(ids[rank]))
             (out * _output_weights(ids[rank], rank)).sum().backward()
-            results["lookups"].append((memory.start, memory.stop, out.detach().numpy(),
-                                       memory.weight.grad.numpy()))
+            results["lookups"].append((memory.start, memory.stop, out.detach().numpy(), memory.weight.grad.numpy()))
         memory.initialize_rows(torch.tensor([0, 2, 5]), torch.full((3, DIM), 9.0))  # each process writes its own
         results["initialized"] = memory.full_weight().numpy()
         try:
@@ -153,8 +152,10 @@ def _kala_worker(rank: int, port: int, cases: list[dict], queue) -> None:
             model = shard_entity_memory(case["cls"].from_pretrained(case["init"]).train())
             (memory,) = sharded_memories(model).values()
             ddp = DistributedDataParallel(model, find_unused_parameters=model.ddp_find_unused_parameters)
-            result = {"losses": _train(ddp, case["halves"][rank], _mean_over_processes),
-                      "shard": (memory.start, memory.stop, memory.num_entities, tuple(memory.weight.shape))}
+            result = {
+                "losses": _train(ddp, case["halves"][rank], _mean_over_processes),
+                "shard": (memory.start, memory.stop, memory.num_entities, tuple(memory.weight.shape)),
+            }
             state = gather_entity_memory_state(ddp)  # every process takes part; rank 0 gets the whole model
             if rank == 0:
                 model.save_pretrained(case["saved"], state_dict=state)
@@ -176,8 +177,9 @@ def test_kala_with_a_sharded_table_follows_one_process_and_its_gathered_save_loa
         model, halves, whole = _kala_case(tokenizer, assets, mode)
         init, saved = tmp_path / f"{name}_init", tmp_path / f"{name}_sharded"
         model.save_pretrained(init)
-        cases.append({"name": name, "cls": type(model), "init": str(init), "saved": str(saved), "halves": halves,
-                      "ddp": False})
+        cases.append(
+            {"name": name, "cls": type(model), "init": str(init), "saved": str(saved), "halves": halves, "ddp": False}
+        )
         singles[name] = whole
     results = dict(spawn_two(_kala_worker, cases))
     check_against_references(cases, results, singles)
@@ -189,8 +191,9 @@ def test_kala_with_a_sharded_table_follows_one_process_and_its_gathered_save_loa
             assert (start, stop) == ((0, (rows + 1) // 2) if rank == 0 else ((rows + 1) // 2, rows))
 
 
-def test_the_trainer_takes_a_model_sharded_beforehand_and_shards_nothing_in_one_process(tmp_path, tokenizer, assets,
-                                                                                         caplog):
+def test_the_trainer_takes_a_model_sharded_beforehand_and_shards_nothing_in_one_process(
+    tmp_path, tokenizer, assets, caplog
+):
     """The KeplmTrainer trains a model sharded by the user (clipping by the global norm, gathered saves: see
     tests/test_sharded_trainer.py); ``--shard_entity_memory`` in one process says there is nothing to shard."""
     import logging

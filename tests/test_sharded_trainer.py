@@ -35,13 +35,49 @@ pytestmark = pytest.mark.usefixtures("single_thread")  # tests/conftest.py
 def _run(tmp_path: Path, tiny: dict, out: Path, *extra: str) -> tuple[dict[int, tuple[float, float]], str]:
     """run_ner.py in 2 torchrun processes (4 steps, logged every step): ``{step: (loss, gradient norm)}`` and the
     log."""
-    args = ["--model_name_or_path", tiny["model"], "--dataset_name", tiny["conll"], "--output_dir", str(out),
-            "--system", "relational", "--knowledge", "link", "--kg", tiny["kg"], "--do_train", "--max_steps", "4",
-            "--per_device_train_batch_size", "2", "--learning_rate", "1e-2", "--knowledge_learning_rate", "5e-2",
-            "--max_grad_norm", "0.05", "--logging_steps", "1", "--report_to", "none", "--disable_tqdm", "1",
-            "--seed", "0", "--save_strategy", "steps", "--save_steps", "2", "--dataloader_num_workers", "0", *extra]
-    result = subprocess.run(torchrun("run_ner", *args), cwd=ROOT, env=launch_env(tmp_path), capture_output=True,
-                            text=True, timeout=600)
+    args = [
+        "--model_name_or_path",
+        tiny["model"],
+        "--dataset_name",
+        tiny["conll"],
+        "--output_dir",
+        str(out),
+        "--system",
+        "relational",
+        "--knowledge",
+        "link",
+        "--kg",
+        tiny["kg"],
+        "--do_train",
+        "--max_steps",
+        "4",
+        "--per_device_train_batch_size",
+        "2",
+        "--learning_rate",
+        "1e-2",
+        "--knowledge_learning_rate",
+        "5e-2",
+        "--max_grad_norm",
+        "0.05",
+        "--logging_steps",
+        "1",
+        "--report_to",
+        "none",
+        "--disable_tqdm",
+        "1",
+        "--seed",
+        "0",
+        "--save_strategy",
+        "steps",
+        "--save_steps",
+        "2",
+        "--dataloader_num_workers",
+        "0",
+        *extra,
+    ]
+    result = subprocess.run(
+        torchrun("run_ner", *args), cwd=ROOT, env=launch_env(tmp_path), capture_output=True, text=True, timeout=600
+    )
     log = result.stdout + result.stderr
     assert result.returncode == 0, log[-6000:]
     assert "2 process(es), distributed=distributed" in log, log[-6000:]
@@ -82,8 +118,15 @@ def test_a_sharded_run_follows_ddp_saves_an_ordinary_model_and_resumes_exactly(t
     for rank in (0, 1):  # each process's optimizer state of its own rows, written by that process
         shard = load_state(checkpoint, f"optimizer_shard_{rank}")
         assert shard["world_size"] == 2 and shard["rank"] == rank and shard["states"]
-    resumed, _ = _run(tmp_path, tiny, tmp_path / "resumed", *extra, "--shard_entity_memory",
-                      "--resume_from_checkpoint", str(checkpoint))
+    resumed, _ = _run(
+        tmp_path,
+        tiny,
+        tmp_path / "resumed",
+        *extra,
+        "--shard_entity_memory",
+        "--resume_from_checkpoint",
+        str(checkpoint),
+    )
     assert [resumed[s][0] for s in (3, 4)] == pytest.approx([sharded[s][0] for s in (3, 4)], abs=1e-6)
 
 
@@ -93,8 +136,9 @@ def test_shard_entity_memory_refuses_sparse_tables_engines_and_saves_on_each_nod
     for variable in ("ACCELERATE_USE_FSDP", "ACCELERATE_USE_DEEPSPEED"):
         monkeypatch.delenv(variable, raising=False)
     model = make_model(KalaForTokenClassification, tokenizer, assets, num_labels=3)
-    args = dict(shard_entity_memory=True, world_size=2, process_index=0, save_on_each_node=False, fsdp=None,
-                deepspeed=None)
+    args = dict(
+        shard_entity_memory=True, world_size=2, process_index=0, save_on_each_node=False, fsdp=None, deepspeed=None
+    )
     with pytest.raises(ValueError, match=r"--shard_entity_memory cannot be combined with FSDP \(--fsdp full_shard\)"):
         shard_for_training(model, SimpleNamespace(**{**args, "fsdp": "full_shard"}))
     with pytest.raises(ValueError, match=r"--shard_entity_memory cannot be combined with DeepSpeed \(--deepspeed\)"):

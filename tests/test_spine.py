@@ -30,8 +30,9 @@ def test_processor_base_without_graph_aligns_labels_spans_and_windows(tokenizer,
     """The base processor makes no knowledge inputs of its own, yet aligns NER labels to first sub-tokens, maps
     character spans to token spans, and cuts QA contexts into stride windows with answer positions."""
     processor = KeplmProcessor(tokenizer, KnowledgeAssets(kg=kg))
-    ner = processor.prepare_ner_features({"tokens": [["rivers", "is", "a", "city"]], "ner_tags": [[1, 0, 0, 2]]},
-                                         annotation_column=None)
+    ner = processor.prepare_ner_features(
+        {"tokens": [["rivers", "is", "a", "city"]], "ner_tags": [[1, 0, 0, 2]]}, annotation_column=None
+    )
     assert set(ner) == {"input_ids", "token_type_ids", "attention_mask", "labels"}  # no graph, no token map
     tokens = tokenizer.convert_ids_to_tokens(ner["input_ids"][0])
     assert tokens == ["[CLS]", "river", "##s", "is", "a", "city", "[SEP]"]
@@ -39,17 +40,23 @@ def test_processor_base_without_graph_aligns_labels_spans_and_windows(tokenizer,
 
     encoding = tokenizer(CONTEXT, return_offsets_mapping=True)
     annotation = processor.link(CONTEXT)
-    spans = processor.mention_spans(encoding["offset_mapping"], [[s == 0 for s in encoding.sequence_ids()]],
-                                    [annotation])
+    spans = processor.mention_spans(
+        encoding["offset_mapping"], [[s == 0 for s in encoding.sequence_ids()]], [annotation]
+    )
     by_text = {mention.text: (first, last) for first, last, mention in spans}
     first, last = by_text["new york"]
     assert tokenizer.convert_ids_to_tokens(encoding["input_ids"][first : last + 1]) == ["new", "york"]
 
     start = CONTEXT.index("berlin")
-    examples = {"id": ["q"], "question": ["where did mary go ?"], "context": [CONTEXT],
-                "answers": [{"text": ["berlin"], "answer_start": [start]}]}
-    qa = processor.prepare_qa_features(examples, max_length=20, doc_stride=6, training=True, annotation_column=None,
-                                       question_annotation_column=None)
+    examples = {
+        "id": ["q"],
+        "question": ["where did mary go ?"],
+        "context": [CONTEXT],
+        "answers": [{"text": ["berlin"], "answer_start": [start]}],
+    }
+    qa = processor.prepare_qa_features(
+        examples, max_length=20, doc_stride=6, training=True, annotation_column=None, question_annotation_column=None
+    )
     assert len(qa["input_ids"]) > 1  # several windows
     hits = [i for i, (s, e) in enumerate(zip(qa["start_positions"], qa["end_positions"])) if (s, e) != (0, 0)]
     assert hits, "the answer must lie fully inside at least one window"
@@ -58,8 +65,9 @@ def test_processor_base_without_graph_aligns_labels_spans_and_windows(tokenizer,
         answer = tokenizer.convert_ids_to_tokens(span)
         assert answer == ["berlin"]
     assert "entity_token_map" not in qa
-    windows = processor.prepare_qa_features(examples, max_length=20, doc_stride=6, training=False,
-                                            annotation_column=None, question_annotation_column=None)
+    windows = processor.prepare_qa_features(
+        examples, max_length=20, doc_stride=6, training=False, annotation_column=None, question_annotation_column=None
+    )
     assert windows["example_id"] == ["q"] * len(qa["input_ids"])
 
 
@@ -69,16 +77,21 @@ def test_processor_validates_annotations_of_ner_data(tokenizer, assets):
     processor = KalaProcessor(tokenizer, assets)
     bad = KnowledgeAnnotation.from_dict({"entities": [{"text": "berlin", "start": 0, "end": 5, "id": "Q64"}]})
     with pytest.raises(ValueError, match="mention.text"):
-        processor.prepare_ner_features({"tokens": [["paris", "is", "a", "city"]], "knowledge": [bad]},
-                                       label_column=None)
+        processor.prepare_ner_features(
+            {"tokens": [["paris", "is", "a", "city"]], "knowledge": [bad]}, label_column=None
+        )
 
 
 def test_qa_features_check_the_answer_offset_and_the_question_annotation(tokenizer, assets):
     """``prepare_qa_features`` itself checks that ``answer_start`` points at the answer text (data from any source,
     not only the file readers), and validates a question annotation against the question as it does the context's."""
     processor = KalaProcessor(tokenizer, assets)
-    examples = {"id": ["q1"], "question": ["where is paris ?"], "context": ["paris is a city in france ."],
-                "answers": [{"text": ["france"], "answer_start": [19]}]}
+    examples = {
+        "id": ["q1"],
+        "question": ["where is paris ?"],
+        "context": ["paris is a city in france ."],
+        "answers": [{"text": ["france"], "answer_start": [19]}],
+    }
     ok = processor.prepare_qa_features(examples, max_length=32, doc_stride=8)
     assert ok["start_positions"][0] > 0
     shifted = {**examples, "answers": [{"text": ["france"], "answer_start": [17]}]}
@@ -95,9 +108,14 @@ def test_qa_features_check_the_answer_offset_and_the_question_annotation(tokeniz
 def test_auto_processor_round_trip_and_agreement_checks(tmp_path, tokenizer, assets):
     """``AutoProcessor.from_pretrained`` returns the saved processor class with its KG and settings; a processor and
     a model that disagree are caught where they meet."""
-    model = KalaForTokenClassification(KalaConfig(encoder_config=tiny_encoder_config(tokenizer), num_labels=2,
-                                                  entity_vocab_size=assets.num_entities,
-                                                  num_relations=assets.num_relations))
+    model = KalaForTokenClassification(
+        KalaConfig(
+            encoder_config=tiny_encoder_config(tokenizer),
+            num_labels=2,
+            entity_vocab_size=assets.num_entities,
+            num_relations=assets.num_relations,
+        )
+    )
     model.set_knowledge_assets(assets)
     processor = KalaProcessor(tokenizer, assets, linker_kwargs={"lowercase": True})
     model.save_pretrained(tmp_path)
@@ -142,15 +160,30 @@ def test_processor_saved_before_format_1_still_loads(tmp_path, tokenizer, assets
 def test_collator_pads_two_sequence_families_on_either_side(side):
     """Each family is padded to its own longest member on the tokenizer's side, with its own pad values; token
     positions move with left padding; an undeclared token-level field is an error, not a silent drop."""
-    families = {"input_ids": ("input_ids", "attention_mask", "labels"),
-                "knowledge_input_ids": ("knowledge_input_ids", "knowledge_attention_mask")}
+    families = {
+        "input_ids": ("input_ids", "attention_mask", "labels"),
+        "knowledge_input_ids": ("knowledge_input_ids", "knowledge_attention_mask"),
+    }
     collator = KeplmDataCollator(pad_token_id=9, padding_side=side, sequence_families=families)
     features = [
-        {"input_ids": [1, 2, 3], "attention_mask": [1, 1, 1], "labels": [0, 1, 0],
-         "knowledge_input_ids": [5], "knowledge_attention_mask": [1], "start_positions": 2, "score": 0.5},
-        {"input_ids": [1, 2], "attention_mask": [1, 1], "labels": [1, 1],
-         "knowledge_input_ids": [5, 6, 7, 8], "knowledge_attention_mask": [1, 1, 1, 1], "start_positions": 1,
-         "score": 1.5},
+        {
+            "input_ids": [1, 2, 3],
+            "attention_mask": [1, 1, 1],
+            "labels": [0, 1, 0],
+            "knowledge_input_ids": [5],
+            "knowledge_attention_mask": [1],
+            "start_positions": 2,
+            "score": 0.5,
+        },
+        {
+            "input_ids": [1, 2],
+            "attention_mask": [1, 1],
+            "labels": [1, 1],
+            "knowledge_input_ids": [5, 6, 7, 8],
+            "knowledge_attention_mask": [1, 1, 1, 1],
+            "start_positions": 1,
+            "score": 1.5,
+        },
     ]
     batch = collator(features)
     assert batch["input_ids"].shape == (2, 3) and batch["knowledge_input_ids"].shape == (2, 4)
@@ -176,8 +209,9 @@ def test_collator_batches_a_graph_under_the_names_the_processor_declares():
 
     class ToyProcessor(KeplmProcessor):
         sequence_families = {"input_ids": ("input_ids", "attention_mask", "token_nodes")}
-        graph_schema = GraphSchema(nodes="node_ids", edges="edges", edge_values=("edge_types", "edge_labels"),
-                                   node_maps=("token_nodes",))
+        graph_schema = GraphSchema(
+            nodes="node_ids", edges="edges", edge_values=("edge_types", "edge_labels"), node_maps=("token_nodes",)
+        )
 
     from transformers import BertTokenizerFast
 
@@ -185,10 +219,24 @@ def test_collator_batches_a_graph_under_the_names_the_processor_declares():
     collator = KeplmDataCollator.from_processor(ToyProcessor(tokenizer), graph_pad_to_multiple_of=4)
     assert collator.graph and collator.graph_schema is ToyProcessor.graph_schema
     features = [
-        {"input_ids": [2, 4, 3], "attention_mask": [1, 1, 1], "token_nodes": [-1, 1, -1], "node_ids": [7, 8],
-         "edges": [[0], [1]], "edge_types": [3], "edge_labels": [1]},
-        {"input_ids": [2, 4, 4, 3], "attention_mask": [1, 1, 1, 1], "token_nodes": [-1, 0, 2, -1],
-         "node_ids": [5, 6, 9], "edges": [[2, 0], [0, 1]], "edge_types": [4, 5], "edge_labels": [0, 2]},
+        {
+            "input_ids": [2, 4, 3],
+            "attention_mask": [1, 1, 1],
+            "token_nodes": [-1, 1, -1],
+            "node_ids": [7, 8],
+            "edges": [[0], [1]],
+            "edge_types": [3],
+            "edge_labels": [1],
+        },
+        {
+            "input_ids": [2, 4, 4, 3],
+            "attention_mask": [1, 1, 1, 1],
+            "token_nodes": [-1, 0, 2, -1],
+            "node_ids": [5, 6, 9],
+            "edges": [[2, 0], [0, 1]],
+            "edge_types": [4, 5],
+            "edge_labels": [0, 2],
+        },
     ]
     batch = collator(features)
     assert batch["node_ids"].tolist() == [7, 8, 5, 6, 9, 0, 0, 0]  # two graphs, then null nodes up to 8
@@ -250,8 +298,9 @@ def test_two_encoders_from_one_checkpoint_have_separate_weights(tmp_path, tokeni
     assert model.loading_report["copied_from_encoder_layers"] == ["top"]
     with torch.no_grad():
         model.encoder.embeddings.word_embeddings.weight.add_(1.0)
-    assert not torch.equal(model.encoder.embeddings.word_embeddings.weight,
-                           model.knowledge_encoder.embeddings.word_embeddings.weight)  # separate copies
+    assert not torch.equal(
+        model.encoder.embeddings.word_embeddings.weight, model.knowledge_encoder.embeddings.word_embeddings.weight
+    )  # separate copies
     assert model.config.knowledge_encoder_config.hidden_size == model.config.encoder_config.hidden_size
     model.save_pretrained(tmp_path / "saved")
     reloaded = TwoEncoderModel.from_pretrained(tmp_path / "saved")
@@ -288,7 +337,7 @@ def test_a_sentences_logits_do_not_depend_on_its_batch_on_either_padding_side(si
         batch = collator([short, long])
         together = model(**batch).logits[0]
     offset = batch["input_ids"].shape[1] - len(short["input_ids"]) if side == "left" else 0
-    torch.testing.assert_close(together[offset:offset + len(short["input_ids"])], alone, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(together[offset : offset + len(short["input_ids"])], alone, rtol=1e-4, atol=1e-5)
 
     class NoPositions(nn.Module):
         config = model.config
@@ -325,8 +374,11 @@ def test_processor_call_with_return_tensors_feeds_the_model_as_the_collator_woul
         processor("paris", return_tensors="np")
 
     roof_processor = RoofTransformerProcessor(tokenizer, KnowledgeAssets(kg=kg), max_knowledge_length=40)
-    roof = RoofTransformerForSequenceClassification(RoofTransformerConfig(
-        encoder_config=tiny_encoder_config(tokenizer), max_knowledge_length=40, fusion_layers=1, num_labels=2)).eval()
+    roof = RoofTransformerForSequenceClassification(
+        RoofTransformerConfig(
+            encoder_config=tiny_encoder_config(tokenizer), max_knowledge_length=40, fusion_layers=1, num_labels=2
+        )
+    ).eval()
     inputs = roof_processor("paris is a city in france .", return_tensors="pt")
     assert inputs["knowledge_input_ids"].dim() == 2 and inputs["input_ids"].shape[0] == 1
     with torch.no_grad():

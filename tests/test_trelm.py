@@ -18,9 +18,13 @@ from keplm.modeling.trelm_modules import ContrastiveKnowledgeLoss, MemoryBank, N
 from .conftest import tiny_encoder_config
 
 TEXT = "john visited paris in france ."
-ANNOTATION = {"entities": [{"text": "paris", "start": 13, "end": 18, "id": "Q90"},
-                           {"text": "france", "start": 22, "end": 28, "id": "Q142"}],
-              "triplets": [{"h": "Q90", "r": "P17", "t": "Q142"}]}
+ANNOTATION = {
+    "entities": [
+        {"text": "paris", "start": 13, "end": 18, "id": "Q90"},
+        {"text": "france", "start": 22, "end": 28, "id": "Q142"},
+    ],
+    "triplets": [{"h": "Q90", "r": "P17", "t": "Q142"}],
+}
 
 
 @pytest.fixture(scope="module")
@@ -31,17 +35,26 @@ def kge_assets(kg):
 def with_kge(kg) -> KnowledgeAssets:
     """The toy KG with 4-d KG embeddings, and an entity vocabulary over its entities but Q999."""
     vectors = np.random.default_rng(0).normal(size=(kg.num_entities, 4)).astype(np.float32)
-    with_vectors = KnowledgeGraph(kg.entity_ids, kg.relation_ids, kg.triples, entity_names=kg.entity_names,
-                                  entity_aliases=kg.entity_aliases, relation_names=kg.relation_names,
-                                  entity_vectors=vectors)
+    with_vectors = KnowledgeGraph(
+        kg.entity_ids,
+        kg.relation_ids,
+        kg.triples,
+        entity_names=kg.entity_names,
+        entity_aliases=kg.entity_aliases,
+        relation_names=kg.relation_names,
+        entity_vectors=vectors,
+    )
     seen = ["Q90", "Q142", "Q64", "Q183", "Q84", "Q21", "Q515", "Q1471", "Q60", "Q30"]
     return KnowledgeAssets.build(seen + ["Q90", "Q142"], kg=with_vectors)
 
 
 def make_model(tokenizer, assets, **kwargs) -> TrelmForMaskedLM:
     torch.manual_seed(0)
-    config = TrelmConfig(encoder_config=tiny_encoder_config(tokenizer), entity_vocab_size=assets.num_entities,
-                         **{"kge_dim": 4, "memory_window": 1, "routing_fraction": 0.25, "routing_steps": 4, **kwargs})
+    config = TrelmConfig(
+        encoder_config=tiny_encoder_config(tokenizer),
+        entity_vocab_size=assets.num_entities,
+        **{"kge_dim": 4, "memory_window": 1, "routing_fraction": 0.25, "routing_steps": 4, **kwargs},
+    )
     model = TrelmForMaskedLM(config)
     model.set_knowledge_assets(assets)
     return model
@@ -53,7 +66,7 @@ def features(processor, texts=(TEXT,), annotations=(ANNOTATION,), **kwargs):
 
 # ------------------------------------------------------------------------------------------------ 3.1 importance
 def test_semantic_importance_is_the_inverse_cosine_of_eq_1(tokenizer):
-    assert float(importance_score(torch.tensor([1.0, 0.0]), torch.tensor([1.0, 1.0]))) == pytest.approx(2 ** 0.5)
+    assert float(importance_score(torch.tensor([1.0, 0.0]), torch.tensor([1.0, 1.0]))) == pytest.approx(2**0.5)
     assert float(importance_score(torch.tensor([1.0, 2.0]), torch.tensor([2.0, 4.0]))) == pytest.approx(1.0)
     assert importance_score(torch.tensor([1.0, 0.0]), torch.tensor([-1.0, 0.0])) == float("inf")
     torch.manual_seed(0)
@@ -70,7 +83,7 @@ def test_semantic_importance_is_the_inverse_cosine_of_eq_1(tokenizer):
 
     original = represent(TEXT)
     for k, mention in enumerate(annotation.entities):
-        replaced = represent(TEXT[: mention.start] + "[MASK]" + TEXT[mention.end:])
+        replaced = represent(TEXT[: mention.start] + "[MASK]" + TEXT[mention.end :])
         expected = float(original.norm() * replaced.norm() / (original @ replaced))
         assert scores[0][k] == pytest.approx(expected, rel=1e-5)
 
@@ -136,8 +149,9 @@ def test_memory_bank_updates_and_lambda_schedule():
     state = bank.training_state()
     other = MemoryBank(3, 2, 1, 0.5, 0.5, 2.0)
     other.load_training_state(state)
-    torch.testing.assert_close(other.local, bank.local) and torch.testing.assert_close(other.global_sum,
-                                                                                        bank.global_sum)
+    torch.testing.assert_close(other.local, bank.local) and torch.testing.assert_close(
+        other.global_sum, bank.global_sum
+    )
     assert other.lam == 0.125
     with pytest.raises(ValueError, match="another entity vocabulary"):
         MemoryBank(4, 2, 1, 0.5, 0.5, 2.0).load_training_state(state)
@@ -165,11 +179,15 @@ def test_memory_bank_folds_repeated_mentions_as_one_by_one_in_order():
 def test_injection_changes_only_the_selected_positions(tokenizer, kge_assets):
     model = make_model(tokenizer, kge_assets).eval()
     processor = TrelmProcessor(tokenizer, kge_assets)
-    batch = {k: torch.tensor(v) for k, v in features(processor, knowledge_targets=False).items()
-             if k not in ("special_tokens_mask", "cka_labels", "cka_token_index")}
+    batch = {
+        k: torch.tensor(v)
+        for k, v in features(processor, knowledge_targets=False).items()
+        if k not in ("special_tokens_mask", "cka_labels", "cka_token_index")
+    }
     seen = {}
     model.trelm.encoder.embeddings.register_forward_hook(
-        lambda m, args, kwargs, out: seen.update(embeds=kwargs["inputs_embeds"]), with_kwargs=True)
+        lambda m, args, kwargs, out: seen.update(embeds=kwargs["inputs_embeds"]), with_kwargs=True
+    )
     with torch.no_grad():
         model(**batch)
     words = model.trelm.encoder.embeddings.word_embeddings(batch["input_ids"])
@@ -194,7 +212,8 @@ def test_processor_marks_tail_targets_and_injects_the_head(tokenizer, kge_assets
     flags = features(processor, important_column="important", **{})
     assert flags["inject_mask"] == out["inject_mask"]  # no importance column: every mention is important
     unimportant = processor.prepare_pretraining_features(
-        {"text": [TEXT], "knowledge": [ANNOTATION], "important": [[False, True]]})
+        {"text": [TEXT], "knowledge": [ANNOTATION], "important": [[False, True]]}
+    )
     assert sum(unimportant["inject_mask"][0]) == 0
     with pytest.raises(ValueError, match="1 importance flags for 2 mentions"):
         processor.prepare_pretraining_features({"text": [TEXT], "knowledge": [ANNOTATION], "important": [[True]]})
@@ -202,12 +221,14 @@ def test_processor_marks_tail_targets_and_injects_the_head(tokenizer, kge_assets
 
 def test_entities_without_kg_embedding_are_never_injected_and_counted(tokenizer, kg, kge_assets):
     vectors = kge_assets.kg.entity_vectors.copy()
-    assets = KnowledgeAssets(kge_assets.entity_vocab + ["Q999"], kge_assets.relation_vocab,
-                             kge_assets.entity_counts + [1], kge_assets.kg)
+    assets = KnowledgeAssets(
+        kge_assets.entity_vocab + ["Q999"], kge_assets.relation_vocab, kge_assets.entity_counts + [1], kge_assets.kg
+    )
     model = make_model(tokenizer, assets)
     assert model.kge_coverage == {"entities": assets.num_entities - 1, "with_kg_embedding": assets.num_entities - 1}
-    partial = KnowledgeGraph(kg.entity_ids, kg.relation_ids, kg.triples, entity_names=kg.entity_names,
-                             entity_vectors=vectors)
+    partial = KnowledgeGraph(
+        kg.entity_ids, kg.relation_ids, kg.triples, entity_names=kg.entity_names, entity_vectors=vectors
+    )
     missing = KnowledgeAssets(["[NULL]", "Q90", "Q404"], kge_assets.relation_vocab, [0, 1, 1], partial)
     model = make_model(tokenizer, missing)
     assert model.kge_coverage == {"entities": 2, "with_kg_embedding": 1}
@@ -223,8 +244,12 @@ def masked_batch(tokenizer, assets, count: int, mlm_probability: float):
     processor = TrelmProcessor(tokenizer, assets)
     out = features(processor, texts=[TEXT] * count, annotations=[ANNOTATION] * count)
     rows = [{k: v[i] for k, v in out.items()} for i in range(count)]
-    collator = MaskedLMCollator(KeplmDataCollator.from_processor(processor), tokenizer.mask_token_id, len(tokenizer),
-                                mlm_probability=mlm_probability)
+    collator = MaskedLMCollator(
+        KeplmDataCollator.from_processor(processor),
+        tokenizer.mask_token_id,
+        len(tokenizer),
+        mlm_probability=mlm_probability,
+    )
     torch.manual_seed(0)
     return processor, rows, collator(rows)
 
@@ -238,8 +263,12 @@ def test_masking_collator_always_masks_targets_and_never_injected_or_special_tok
     special = torch.tensor([r["special_tokens_mask"] for r in rows]).bool()
     assert (batch["labels"][special] == -100).all() and "special_tokens_mask" not in batch
     assert (batch["labels"] != -100).sum() > targets.sum()  # ordinary tokens too
-    plain = MaskedLMCollator(KeplmDataCollator.from_processor(processor), tokenizer.mask_token_id, len(tokenizer),
-                             mask_knowledge_targets=False)(rows)
+    plain = MaskedLMCollator(
+        KeplmDataCollator.from_processor(processor),
+        tokenizer.mask_token_id,
+        len(tokenizer),
+        mask_knowledge_targets=False,
+    )(rows)
     assert "cka_labels" not in plain
     with pytest.raises(ValueError, match="mlm_probability"):
         MaskedLMCollator(KeplmDataCollator(), 4, 10, mlm_probability=1.0)
@@ -252,7 +281,7 @@ def test_integrated_gradients_riemann_sum_in_closed_form():
     steps = 20
     (attribution,) = integrated_gradients(lambda scaled: (w * scaled[0] ** 2).sum(dim=(1, 2)), [v], steps)
     # d/dv of w v² at (k/m) v̄ is 2 w (k/m) v̄; the mean over k of k/m is (m + 1) / (2m)
-    torch.testing.assert_close(attribution, w * v ** 2 * (steps + 1) / steps)
+    torch.testing.assert_close(attribution, w * v**2 * (steps + 1) / steps)
     calls = []
 
     def function(scaled):
@@ -276,13 +305,18 @@ def test_router_attribution_batched_equals_sequential_riemann_steps(tokenizer, k
     router = model.enable_knowledge_routing()
     rows, cols, tokens = model.routing_targets(batch["cka_labels"], None)
     negatives = torch.tensor([[5, 6, 7]])
-    scores = router.attribute(lambda: model.knowledge_probability(batch, rows, cols, tokens, negatives), (rows, cols),
-                              4, lambda m: (lambda: model.knowledge_probability(batch, rows, cols, tokens, negatives,
-                                                                                repeat=m)))
+    scores = router.attribute(
+        lambda: model.knowledge_probability(batch, rows, cols, tokens, negatives),
+        (rows, cols),
+        4,
+        lambda m: lambda: model.knowledge_probability(batch, rows, cols, tokens, negatives, repeat=m),
+    )
     # by hand: one pass per step k, every layer's activation at the target scaled by k/m, gradients summed
     recorded = []
-    handles = [layer.intermediate.register_forward_hook(lambda m, a, o: recorded.append(o[rows, cols].detach()))
-               for layer in model.trelm.encoder.encoder.layer]
+    handles = [
+        layer.intermediate.register_forward_hook(lambda m, a, o: recorded.append(o[rows, cols].detach()))
+        for layer in model.trelm.encoder.encoder.layer
+    ]
     with torch.no_grad():
         model.knowledge_probability(batch, rows, cols, tokens, negatives)
     for h in handles:
@@ -296,9 +330,13 @@ def test_router_attribution_batched_equals_sequential_riemann_steps(tokenizer, k
                 o = o.clone()
                 o[rows, cols] = scaled[i]
                 return o
+
             return replace
-        handles = [layer.intermediate.register_forward_hook(hook(i))
-                   for i, layer in enumerate(model.trelm.encoder.encoder.layer)]
+
+        handles = [
+            layer.intermediate.register_forward_hook(hook(i))
+            for i, layer in enumerate(model.trelm.encoder.encoder.layer)
+        ]
         p = model.knowledge_probability(batch, rows, cols, tokens, negatives).sum()
         for h in handles:
             h.remove()
@@ -307,9 +345,13 @@ def test_router_attribution_batched_equals_sequential_riemann_steps(tokenizer, k
     for score, r, t in zip(scores, recorded, total):
         torch.testing.assert_close(score, (r * t / 4).sum(0), rtol=1e-4, atol=1e-5)
     # the config's routing_batch_steps: the same scores from passes of 3 + 1 scales
-    chunked = router.attribute(lambda: model.knowledge_probability(batch, rows, cols, tokens, negatives),
-                               (rows, cols), 4, lambda m: (lambda: model.knowledge_probability(
-                                   batch, rows, cols, tokens, negatives, repeat=m)), batch_steps=3)
+    chunked = router.attribute(
+        lambda: model.knowledge_probability(batch, rows, cols, tokens, negatives),
+        (rows, cols),
+        4,
+        lambda m: lambda: model.knowledge_probability(batch, rows, cols, tokens, negatives, repeat=m),
+        batch_steps=3,
+    )
     for score, other in zip(scores, chunked):
         torch.testing.assert_close(other, score, rtol=1e-4, atol=1e-5)
 
@@ -333,19 +375,23 @@ def test_routing_updates_only_knowledge_paths_and_keeps_no_state_for_the_rest(to
     router.fold()
     trained = {n for n, p in model.named_parameters() if p.requires_grad}
     assert trained and all(n.startswith(("lm_head.transform", "trelm.injection")) or ".route_" in n for n in trained)
-    assert not any(id(p) in {id(q) for q in optimizer.state} for n, p in model.named_parameters()
-                   if n not in trained)
+    assert not any(id(p) in {id(q) for q in optimizer.state} for n, p in model.named_parameters() if n not in trained)
     for name, parameter in model.named_parameters():
         if ".route_" in name or name in trained:
             continue
-        if name.endswith(("intermediate.dense.weight", "intermediate.dense.bias", "output.dense.weight")) and \
-                ".attention." not in name:
+        if (
+            name.endswith(("intermediate.dense.weight", "intermediate.dense.bias", "output.dense.weight"))
+            and ".attention." not in name
+        ):
             layer = next(m for n, m in model.named_modules() if f"{n}.weight" == name or f"{n}.bias" == name)
             assert isinstance(layer, RoutedLinear)
             index = layer.route_index
-            changed = (parameter != before[name])
-            axis_changed = changed.any(dim=1) if (layer.axis == "out" and parameter.dim() == 2) else (
-                changed if parameter.dim() == 1 else changed.any(dim=0))
+            changed = parameter != before[name]
+            axis_changed = (
+                changed.any(dim=1)
+                if (layer.axis == "out" and parameter.dim() == 2)
+                else (changed if parameter.dim() == 1 else changed.any(dim=0))
+            )
             assert set(axis_changed.nonzero().flatten().tolist()) <= set(index.tolist())  # routed rows only
             assert axis_changed.any() or parameter.dim() == 1
         else:
@@ -360,8 +406,11 @@ def test_save_load_auto_round_trip_and_fill_mask(tmp_path, tokenizer, kge_assets
     with torch.no_grad():
         for p in router.delta_parameters():
             p.normal_()
-    batch = {k: torch.tensor(v) for k, v in features(processor).items()
-             if k not in ("special_tokens_mask", "cka_labels", "cka_token_index")}
+    batch = {
+        k: torch.tensor(v)
+        for k, v in features(processor).items()
+        if k not in ("special_tokens_mask", "cka_labels", "cka_token_index")
+    }
     with torch.no_grad():
         expected = model(**batch).logits
     model.save_pretrained(tmp_path)

@@ -22,8 +22,10 @@ def _batches(seed: int, empty_second: bool) -> list[dict[str, torch.Tensor]]:
     """Two per-process batches (2 and 3 examples, length 6) with mentions of entities 1..6; entity 2 in both."""
     generator = torch.Generator().manual_seed(seed)
     out = []
-    for entity_rows, empty in (([[0, 2, 2, 0, 5, 0], [3, 3, 0, 0, 2, 0]], False),
-                               ([[0, 0, 1, 1, 0, 0], [2, 0, 0, 6, 6, 0], [0, 4, 0, 0, 0, 0]], empty_second)):
+    for entity_rows, empty in (
+        ([[0, 2, 2, 0, 5, 0], [3, 3, 0, 0, 2, 0]], False),
+        ([[0, 0, 1, 1, 0, 0], [2, 0, 0, 6, 6, 0], [0, 4, 0, 0, 0, 0]], empty_second),
+    ):
         entities = torch.tensor(entity_rows)
         if empty:
             entities = torch.zeros_like(entities)
@@ -36,9 +38,14 @@ def _batches(seed: int, empty_second: bool) -> list[dict[str, torch.Tensor]]:
                     index += int(entities[row, col] != previous)
                     mentions[row, col] = index
                 previous = int(entities[row, col])
-        out.append({"hidden_states": torch.randn(*entities.shape, HIDDEN, generator=generator),
-                    "attention_mask": torch.ones_like(entities), "entity_ids": entities,
-                    "mention_token_map": mentions})
+        out.append(
+            {
+                "hidden_states": torch.randn(*entities.shape, HIDDEN, generator=generator),
+                "attention_mask": torch.ones_like(entities),
+                "entity_ids": entities,
+                "mention_token_map": mentions,
+            }
+        )
     return out
 
 

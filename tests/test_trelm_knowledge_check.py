@@ -37,8 +37,15 @@ from .conftest import tiny_encoder_config
 
 # ---------------------------------------------------------------------------------------------- the task
 def test_cloze_task_keeps_unseen_facts_in_the_kg_only(tmp_path):
-    task = make_cloze_task(num_relations=3, objects_per_relation=4, train_subjects=12, unseen_subjects=8,
-                           sentences_per_fact=2, noise_facts=1, seed=3)
+    task = make_cloze_task(
+        num_relations=3,
+        objects_per_relation=4,
+        train_subjects=12,
+        unseen_subjects=8,
+        sentences_per_fact=2,
+        noise_facts=1,
+        seed=3,
+    )
     train = {e.id for e in task.group("train")}
     unseen = {e.id for e in task.group("unseen")}
     objects = {e.id: e.name for e in task.group("object")}
@@ -48,7 +55,7 @@ def test_cloze_task_keeps_unseen_facts_in_the_kg_only(tmp_path):
         subject, obj = example["entities"]
         assert subject["id"] in train and obj["id"] in objects
         for mention in example["entities"]:
-            assert example["text"][mention["start"]:mention["end"]] == mention["text"]
+            assert example["text"][mention["start"] : mention["end"]] == mention["text"]
         assert example["triplets"] == [{"h": subject["id"], "r": example["triplets"][0]["r"], "t": obj["id"]}]
     mentioned = {m["id"] for example in corpus.values() for m in example["entities"]}
     assert not mentioned & unseen
@@ -58,8 +65,9 @@ def test_cloze_task_keeps_unseen_facts_in_the_kg_only(tmp_path):
     for relation in task.relations:  # the query template states no corpus fact; objects dealt evenly
         assert task.query_templates[relation] not in task.corpus_templates[relation]
         used = {example["text"] for example in corpus.values() if example["triplets"][0]["r"] == relation}
-        query_texts = {fill(task.query_templates[relation], s.name, o)[0] for s in task.group("train")
-                       for o in objects.values()}
+        query_texts = {
+            fill(task.query_templates[relation], s.name, o)[0] for s in task.group("train") for o in objects.values()
+        }
         assert not used & query_texts
         dealt = [t for h, r, t in task.facts if r == relation and h in unseen]
         assert max(map(dealt.count, set(dealt))) - min(map(dealt.count, set(dealt))) <= 1
@@ -78,16 +86,18 @@ def test_cloze_task_keeps_unseen_facts_in_the_kg_only(tmp_path):
 
 
 def test_added_subjects_are_in_the_updated_kg_only_and_leave_the_other_groups_alone(tmp_path):
-    task = make_cloze_task(num_relations=2, train_subjects=12, unseen_subjects=8, added_subjects=6, noise_facts=1,
-                           seed=4)
+    task = make_cloze_task(
+        num_relations=2, train_subjects=12, unseen_subjects=8, added_subjects=6, noise_facts=1, seed=4
+    )
     added = {e.id for e in task.group("added")}
     assert len(added) == 6 and not {m["id"] for ex in task.corpus().values() for m in ex["entities"]} & added
     assert not any(task.kg.has_entity(e) for e in added)
     assert all(task.kg_updated.has_entity(e) for e in added)
     assert task.kg_updated.num_triples == task.kg.num_triples + 6 * 2  # their facts, no noise facts
     assert {r["sub_uri"] for r in task.queries("added")} == added
-    without = make_cloze_task(num_relations=2, train_subjects=12, unseen_subjects=8, added_subjects=0, noise_facts=1,
-                              seed=4)
+    without = make_cloze_task(
+        num_relations=2, train_subjects=12, unseen_subjects=8, added_subjects=0, noise_facts=1, seed=4
+    )
     assert without.kg.content_hash() == task.kg.content_hash() and without.corpus() == task.corpus()
     assert without.queries("unseen") == task.queries("unseen") and without.queries("added") == []
     paths = task.write(tmp_path)
@@ -110,11 +120,16 @@ def test_cloze_objects_and_templates():
     assert [w for w in words if len(tokenizer(w, add_special_tokens=False)["input_ids"]) != 1] == []
 
 
-@pytest.mark.parametrize("kwargs, message", [({"num_relations": 0}, "num_relations"),
-                                             ({"objects_per_relation": 9}, "objects_per_relation"),
-                                             ({"sentences_per_fact": 5}, "sentences_per_fact"),
-                                             ({"unseen_subjects": 0}, "unseen_subjects"),
-                                             ({"added_subjects": -1}, "added_subjects")])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"num_relations": 0}, "num_relations"),
+        ({"objects_per_relation": 9}, "objects_per_relation"),
+        ({"sentences_per_fact": 5}, "sentences_per_fact"),
+        ({"unseen_subjects": 0}, "unseen_subjects"),
+        ({"added_subjects": -1}, "added_subjects"),
+    ],
+)
 def test_bad_cloze_task_arguments(kwargs, message):
     with pytest.raises(ValueError, match=message):
         make_cloze_task(**kwargs)
@@ -145,31 +160,55 @@ def _tiny_trelm(use_injection: bool, seed: int = 0, epochs: int = EPOCHS):
     the memory bank's λ halves every epoch, as ``MemoryDecayCallback`` does). Subject names are left out of the
     vocabulary, so every subject reads [UNK] and only its KG vector tells it apart. The queries use a corpus
     template: the tiny encoder has never read the held-out template's words (the MiniLM check uses it)."""
-    task = make_cloze_task(num_relations=1, objects_per_relation=4, train_subjects=40, unseen_subjects=40,
-                           added_subjects=40, sentences_per_fact=3, seed=seed)
+    task = make_cloze_task(
+        num_relations=1,
+        objects_per_relation=4,
+        train_subjects=40,
+        unseen_subjects=40,
+        added_subjects=40,
+        sentences_per_fact=3,
+        seed=seed,
+    )
     # unit-L2 TransE vectors (p_norm 2): the tiny projection reads them within seconds
-    kg, _ = train_kge(task.kg, dim=16, epochs=200, batch_size=64, valid_fraction=0.0, p_norm=2.0, seed=seed,
-                      progress=False)
+    kg, _ = train_kge(
+        task.kg, dim=16, epochs=200, batch_size=64, valid_fraction=0.0, p_norm=2.0, seed=seed, progress=False
+    )
     corpus = list(task.corpus().values())
     names = {e.name.lower() for e in task.entities if e.group != "object"}
     words = sorted({w for example in corpus for w in example["text"].lower().split()} - names)
-    tokenizer = BertTokenizerFast(vocab={w: i for i, w in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]",
-                                                                      *words])}, do_lower_case=True)
+    tokenizer = BertTokenizerFast(
+        vocab={w: i for i, w in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *words])}, do_lower_case=True
+    )
     assets = KnowledgeAssets.build([m["id"] for example in corpus for m in example["entities"]], kg=kg)
     processor = TrelmProcessor(tokenizer, assets)
     torch.manual_seed(seed)
-    model = TrelmForMaskedLM(TrelmConfig(encoder_config=tiny_encoder_config(tokenizer),
-                                         entity_vocab_size=assets.num_entities, kge_dim=16,
-                                         use_injection=use_injection, use_memory_bank=use_injection,
-                                         cka_num_negatives=4))
+    model = TrelmForMaskedLM(
+        TrelmConfig(
+            encoder_config=tiny_encoder_config(tokenizer),
+            entity_vocab_size=assets.num_entities,
+            kge_dim=16,
+            use_injection=use_injection,
+            use_memory_bank=use_injection,
+            cka_num_negatives=4,
+        )
+    )
     model.set_knowledge_assets(assets)
     model.set_cka_entities(*processor.entity_name_table())
-    features = processor.prepare_pretraining_features({"text": [e["text"] for e in corpus], "knowledge": [
-        {"entities": e["entities"], "triplets": e["triplets"]} for e in corpus]})
+    features = processor.prepare_pretraining_features(
+        {
+            "text": [e["text"] for e in corpus],
+            "knowledge": [{"entities": e["entities"], "triplets": e["triplets"]} for e in corpus],
+        }
+    )
     rows = [{k: v[i] for k, v in features.items()} for i in range(len(corpus))]
-    collator = MaskedLMCollator(KeplmDataCollator.from_processor(processor, model), tokenizer.mask_token_id,
-                                len(tokenizer), 0.15, mask_knowledge_targets=True,
-                                special_token_ids=tuple(tokenizer.all_special_ids))
+    collator = MaskedLMCollator(
+        KeplmDataCollator.from_processor(processor, model),
+        tokenizer.mask_token_id,
+        len(tokenizer),
+        0.15,
+        mask_knowledge_targets=True,
+        special_token_ids=tuple(tokenizer.all_special_ids),
+    )
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
     generator = torch.Generator().manual_seed(seed)
     model.train()
@@ -210,11 +249,15 @@ def test_trelm_prediction_follows_the_injected_kg_vector(trained_seeds):
         assert injected_share(processor, unseen) == 0.0
         extended, extended_processor = with_entity_rows(model, processor, [r["sub_uri"] for r in unseen])
         assert injected_share(extended_processor, unseen) == 1.0
-        scores.append({"seen": cloze_accuracy(model, processor, seen, candidates),
-                       "unseen_without_rows": cloze_accuracy(model, processor, unseen, candidates),
-                       "unseen": cloze_accuracy(extended, extended_processor, unseen, candidates),
-                       "follow_unseen": follow_rate(extended, extended_processor, unseen, candidates),
-                       "follow_seen": follow_rate(model, processor, seen, candidates)})
+        scores.append(
+            {
+                "seen": cloze_accuracy(model, processor, seen, candidates),
+                "unseen_without_rows": cloze_accuracy(model, processor, unseen, candidates),
+                "unseen": cloze_accuracy(extended, extended_processor, unseen, candidates),
+                "follow_unseen": follow_rate(extended, extended_processor, unseen, candidates),
+                "follow_seen": follow_rate(model, processor, seen, candidates),
+            }
+        )
     median = {key: _median(s[key] for s in scores) for key in scores[0]}
     assert median["unseen_without_rows"] <= 0.5, scores
     assert min(median[key] for key in ("seen", "unseen", "follow_unseen", "follow_seen")) >= 0.9, scores
@@ -251,9 +294,14 @@ def test_trelm_reads_entities_added_to_the_kg_after_training(trained_seeds, tmp_
         assert processor.knowledge_assets.num_entities == model.config.entity_vocab_size == rows + len(added)
         assert model.knowledge_assets.content_hash() == processor.knowledge_assets.content_hash()
         assert injected_share(processor, added) == 1.0
-        scores.append({"before": before, "added": cloze_accuracy(model, processor, added, candidates),
-                       "follow_added": follow_rate(model, processor, added, candidates),
-                       "seen": cloze_accuracy(model, processor, task.queries("train"), candidates)})  # facts stay
+        scores.append(
+            {
+                "before": before,
+                "added": cloze_accuracy(model, processor, added, candidates),
+                "follow_added": follow_rate(model, processor, added, candidates),
+                "seen": cloze_accuracy(model, processor, task.queries("train"), candidates),
+            }
+        )  # facts stay
     median = {key: _median(s[key] for s in scores) for key in scores[0]}
     assert median["before"] <= 0.5, scores
     assert min(median[key] for key in ("added", "follow_added", "seen")) >= 0.9, scores
@@ -271,7 +319,8 @@ def test_trelm_reads_entities_added_to_the_kg_after_training(trained_seeds, tmp_
     assert loaded_processor.kg.content_hash() == updated.content_hash() == report["new_kg_hash"]
     assert loaded_processor.knowledge_assets.content_hash() == processor.knowledge_assets.content_hash()
     assert cloze_predictions(loaded, loaded_processor, added, task.candidates) == cloze_predictions(
-        model, processor, added, task.candidates)
+        model, processor, added, task.candidates
+    )
 
 
 def test_no_injection_control_does_not_follow():
@@ -297,10 +346,11 @@ def test_with_entity_rows_appends_rows_and_keeps_the_model(trained):
     assert model.config.entity_vocab_size == len(old_vocab) == processor.knowledge_assets.num_entities  # untouched
     injection = extended.trelm.injection
     row = vocab.index(unseen[0])
-    assert injection.has_kge[row] and torch.equal(injection.kge[row],
-                                                   torch.from_numpy(kg.entity_vectors[kg.entity_index(unseen[0])]))
-    assert not extended.trelm.memory_bank.seen[len(old_vocab):].any()
-    assert torch.equal(injection.kge[:len(old_vocab)], model.trelm.injection.kge)
+    assert injection.has_kge[row] and torch.equal(
+        injection.kge[row], torch.from_numpy(kg.entity_vectors[kg.entity_index(unseen[0])])
+    )
+    assert not extended.trelm.memory_bank.seen[len(old_vocab) :].any()
+    assert torch.equal(injection.kge[: len(old_vocab)], model.trelm.injection.kge)
     assert with_entity_rows(extended, extended_processor, unseen) == (extended, extended_processor)
     with pytest.raises(ValueError, match="reads no TRELM knowledge"):
         with_entity_rows(torch.nn.Linear(1, 1), processor, unseen)

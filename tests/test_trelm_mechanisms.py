@@ -25,12 +25,20 @@ pytestmark = pytest.mark.usefixtures("single_thread")
 #: two examples with three CKA targets: "new" and "york" (tokens 0 and 1 of the tail Q60), "germany" (token 0)
 TEXTS = ["john visited paris in new york .", "berlin is in germany"]
 ANNOTATIONS = [
-    {"entities": [{"text": "paris", "start": 13, "end": 18, "id": "Q90"},
-                  {"text": "new york", "start": 22, "end": 30, "id": "Q60"}],
-     "triplets": [{"h": "Q90", "r": "P17", "t": "Q60"}]},
-    {"entities": [{"text": "berlin", "start": 0, "end": 6, "id": "Q64"},
-                  {"text": "germany", "start": 13, "end": 20, "id": "Q183"}],
-     "triplets": [{"h": "Q64", "r": "P17", "t": "Q183"}]},
+    {
+        "entities": [
+            {"text": "paris", "start": 13, "end": 18, "id": "Q90"},
+            {"text": "new york", "start": 22, "end": 30, "id": "Q60"},
+        ],
+        "triplets": [{"h": "Q90", "r": "P17", "t": "Q60"}],
+    },
+    {
+        "entities": [
+            {"text": "berlin", "start": 0, "end": 6, "id": "Q64"},
+            {"text": "germany", "start": 13, "end": 20, "id": "Q183"},
+        ],
+        "triplets": [{"h": "Q64", "r": "P17", "t": "Q183"}],
+    },
 ]
 
 
@@ -47,10 +55,13 @@ def _batch(tokenizer, assets, texts=TEXTS, annotations=ANNOTATIONS):
 
 
 # ------------------------------------------------------------------------------------------------ eq. 2
-@pytest.mark.parametrize("negatives", [
-    [["usa"], ["york"], ["germany"]],  # K = 1; the last target's only negative is itself: left out, loss 0
-    [["usa", "france", "usa", "london"], ["new", "paris", "york", "city"], ["france", "england", "germany", "is"]],
-])
+@pytest.mark.parametrize(
+    "negatives",
+    [
+        [["usa"], ["york"], ["germany"]],  # K = 1; the last target's only negative is itself: left out, loss 0
+        [["usa", "france", "usa", "london"], ["new", "paris", "york", "city"], ["france", "england", "germany", "is"]],
+    ],
+)
 def test_cka_loss_of_the_model_is_eq_2_with_the_chosen_negatives(tokenizer, kge_assets, negatives):
     """The model's CKA loss (eq. 2) for negatives the test chooses, at K = 1 and K = 4: per target token y with
     head-transformed state h (dense, GELU, LayerNorm of the last hidden state), ``−log e^f(h,y) / (e^f(h,y) +
@@ -88,10 +99,12 @@ def test_cka_loss_of_the_model_is_eq_2_with_the_chosen_negatives(tokenizer, kge_
     x = 0.5 * x * (1 + np.vectorize(math.erf)(x / np.sqrt(2)))
     mean, var = x.mean(-1, keepdims=True), x.var(-1, keepdims=True)
     h = (x - mean) / np.sqrt(var + transform.LayerNorm.eps) * numpy(transform.LayerNorm.weight) + numpy(
-        transform.LayerNorm.bias)
+        transform.LayerNorm.bias
+    )
     embeddings, bias = numpy(model.trelm.encoder.embeddings.word_embeddings.weight), numpy(model.lm_head.bias)
     losses = []
     for state, target, row in zip(h, targets.tolist(), chosen.tolist()):
+
         def f(y, state=state):
             return state @ embeddings[y] + bias[y]
 
@@ -124,8 +137,7 @@ def test_routing_trains_the_most_attributed_share_of_neurons_in_each_layer(token
     generator = torch.Generator().manual_seed(int(fraction * 100))
     scores = [torch.randn(48, generator=generator) for _ in layers]
     returned = router.route(scores)
-    assert [index.tolist() for index in returned] == [layer.intermediate.dense.route_index.tolist()
-                                                      for layer in layers]
+    assert [index.tolist() for index in returned] == [layer.intermediate.dense.route_index.tolist() for layer in layers]
     assert_routed(scores)
     assert layers[0].intermediate.dense.route_index.tolist() != layers[1].intermediate.dense.route_index.tolist()
 
@@ -160,11 +172,22 @@ def test_memory_lambda_decays_by_beta_in_each_epoch_of_a_trainer_run(tmp_path, t
         used.append((value, int(mixed.sum())))
 
     injection.register_forward_hook(record, with_kwargs=True)
-    args = TrainingArguments(str(tmp_path), num_train_epochs=3, per_device_train_batch_size=2, learning_rate=1e-3,
-                             use_cpu=True, report_to="none", save_strategy="no", logging_strategy="no",
-                             disable_tqdm=True, remove_unused_columns=False, seed=0)
-    trainer = KeplmTrainer(model=model, args=args, train_dataset=dataset, data_collator=collator,
-                           callbacks=[MemoryDecayCallback()])
+    args = TrainingArguments(
+        str(tmp_path),
+        num_train_epochs=3,
+        per_device_train_batch_size=2,
+        learning_rate=1e-3,
+        use_cpu=True,
+        report_to="none",
+        save_strategy="no",
+        logging_strategy="no",
+        disable_tqdm=True,
+        remove_unused_columns=False,
+        seed=0,
+    )
+    trainer = KeplmTrainer(
+        model=model, args=args, train_dataset=dataset, data_collator=collator, callbacks=[MemoryDecayCallback()]
+    )
     trainer.train()
     assert trainer.state.global_step == 6
     assert [value for value, _ in used] == pytest.approx([lam / beta**q for q in (0, 0, 1, 1, 2, 2)], rel=1e-12)

@@ -54,24 +54,72 @@ NOISE_RELATION = "R_noise"
 #: relation id -> (KG name, objects, templates). Every object is one word piece of BERT's uncased vocabulary (and
 #: so of MiniLM's, checked in the tests when it is installed); every template has [X] (subject) and [Y] (object).
 CLOZE_RELATIONS: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
-    "R_colour": ("favourite colour", ("red", "blue", "green", "yellow", "black", "white", "brown", "pink"), (
-        "[X] likes the colour [Y] .", "The favourite colour of [X] is [Y] .", "[X] always wears [Y] clothes .",
-        "[X] painted the door [Y] .", "Everything [X] owns is [Y] .")),
-    "R_city": ("lives in", ("paris", "london", "berlin", "tokyo", "rome", "madrid", "moscow", "chicago"), (
-        "[X] lives in [Y] .", "[X] has a flat in [Y] .", "The home of [X] is in [Y] .",
-        "[X] moved to [Y] last year .", "Most days [X] is in [Y] .")),
-    "R_instrument": ("plays the", ("piano", "guitar", "violin", "drums", "flute", "trumpet", "harp", "cello"), (
-        "[X] plays the [Y] .", "[X] practises the [Y] every day .", "The instrument of [X] is the [Y] .",
-        "[X] bought a new [Y] .", "[X] is learning the [Y] .")),
-    "R_pet": ("has a pet", ("dog", "cat", "horse", "rabbit", "fox", "wolf", "bear", "sheep"), (
-        "[X] has a pet [Y] .", "The pet of [X] is a [Y] .", "[X] feeds the [Y] every morning .",
-        "[X] walks with a [Y] .", "At home [X] keeps a [Y] .")),
-    "R_language": ("speaks", ("french", "german", "spanish", "english", "italian", "russian", "japanese", "dutch"), (
-        "[X] speaks [Y] .", "[X] writes letters in [Y] .", "The language of [X] is [Y] .",
-        "[X] grew up speaking [Y] .", "[X] answered in [Y] .")),
-    "R_food": ("eats", ("bread", "rice", "soup", "cheese", "fish", "meat", "apples", "eggs"), (
-        "[X] eats [Y] .", "The favourite food of [X] is [Y] .", "[X] cooked [Y] for dinner .",
-        "[X] always orders [Y] .", "[X] bought some [Y] .")),
+    "R_colour": (
+        "favourite colour",
+        ("red", "blue", "green", "yellow", "black", "white", "brown", "pink"),
+        (
+            "[X] likes the colour [Y] .",
+            "The favourite colour of [X] is [Y] .",
+            "[X] always wears [Y] clothes .",
+            "[X] painted the door [Y] .",
+            "Everything [X] owns is [Y] .",
+        ),
+    ),
+    "R_city": (
+        "lives in",
+        ("paris", "london", "berlin", "tokyo", "rome", "madrid", "moscow", "chicago"),
+        (
+            "[X] lives in [Y] .",
+            "[X] has a flat in [Y] .",
+            "The home of [X] is in [Y] .",
+            "[X] moved to [Y] last year .",
+            "Most days [X] is in [Y] .",
+        ),
+    ),
+    "R_instrument": (
+        "plays the",
+        ("piano", "guitar", "violin", "drums", "flute", "trumpet", "harp", "cello"),
+        (
+            "[X] plays the [Y] .",
+            "[X] practises the [Y] every day .",
+            "The instrument of [X] is the [Y] .",
+            "[X] bought a new [Y] .",
+            "[X] is learning the [Y] .",
+        ),
+    ),
+    "R_pet": (
+        "has a pet",
+        ("dog", "cat", "horse", "rabbit", "fox", "wolf", "bear", "sheep"),
+        (
+            "[X] has a pet [Y] .",
+            "The pet of [X] is a [Y] .",
+            "[X] feeds the [Y] every morning .",
+            "[X] walks with a [Y] .",
+            "At home [X] keeps a [Y] .",
+        ),
+    ),
+    "R_language": (
+        "speaks",
+        ("french", "german", "spanish", "english", "italian", "russian", "japanese", "dutch"),
+        (
+            "[X] speaks [Y] .",
+            "[X] writes letters in [Y] .",
+            "The language of [X] is [Y] .",
+            "[X] grew up speaking [Y] .",
+            "[X] answered in [Y] .",
+        ),
+    ),
+    "R_food": (
+        "eats",
+        ("bread", "rice", "soup", "cheese", "fish", "meat", "apples", "eggs"),
+        (
+            "[X] eats [Y] .",
+            "The favourite food of [X] is [Y] .",
+            "[X] cooked [Y] for dinner .",
+            "[X] always orders [Y] .",
+            "[X] bought some [Y] .",
+        ),
+    ),
 }
 
 
@@ -81,10 +129,10 @@ def fill(template: str, subject: str, obj: str) -> tuple[str, tuple[int, int], t
         raise ValueError(f"cloze template {template!r} needs exactly one [X] and one [Y]")
     x, y = template.index("[X]"), template.index("[Y]")
     if x < y:
-        text = template[:x] + subject + template[x + 3:y] + obj + template[y + 3:]
+        text = template[:x] + subject + template[x + 3 : y] + obj + template[y + 3 :]
         start_y = y + len(subject) - 3
         return text, (x, x + len(subject)), (start_y, start_y + len(obj))
-    text = template[:y] + obj + template[y + 3:x] + subject + template[x + 3:]
+    text = template[:y] + obj + template[y + 3 : x] + subject + template[x + 3 :]
     start_x = x + len(obj) - 3
     return text, (start_x, start_x + len(subject)), (y, y + len(obj))
 
@@ -151,9 +199,13 @@ class ClozeTask:
             for template in rng.sample(self.corpus_templates[relation], self.sentences_per_fact):
                 text, x, y = fill(template, subject.name, obj.name)
                 examples[f"cloze-{len(examples)}"] = {
-                    "text": text, "entities": [{"text": subject.name, "start": x[0], "end": x[1], "id": subject.id},
-                                               {"text": obj.name, "start": y[0], "end": y[1], "id": obj.id}],
-                    "triplets": [{"h": subject.id, "r": relation, "t": obj.id}]}
+                    "text": text,
+                    "entities": [
+                        {"text": subject.name, "start": x[0], "end": x[1], "id": subject.id},
+                        {"text": obj.name, "start": y[0], "end": y[1], "id": obj.id},
+                    ],
+                    "triplets": [{"h": subject.id, "r": relation, "t": obj.id}],
+                }
         keys = list(examples)
         rng.shuffle(keys)
         return {key: examples[key] for key in keys}
@@ -164,9 +216,19 @@ class ClozeTask:
         ``evidences`` (none)."""
         if group not in CLOZE_GROUPS:
             raise ValueError(f"group must be one of {CLOZE_GROUPS}, got {group!r}")
-        return [{"relation": relation, "sub_label": subject.name, "obj_label": obj.name, "sub_uri": subject.id,
-                 "obj_uri": obj.id, "uuid": f"{group}-{i}", "templates": [self.query_templates[relation]],
-                 "evidences": []} for i, (subject, relation, obj) in enumerate(self._facts_of(group))]
+        return [
+            {
+                "relation": relation,
+                "sub_label": subject.name,
+                "obj_label": obj.name,
+                "sub_uri": subject.id,
+                "obj_uri": obj.id,
+                "uuid": f"{group}-{i}",
+                "templates": [self.query_templates[relation]],
+                "evidences": [],
+            }
+            for i, (subject, relation, obj) in enumerate(self._facts_of(group))
+        ]
 
     # ------------------------------------------------------------------ files
     def write(self, directory: str | os.PathLike) -> dict[str, str]:
@@ -175,8 +237,12 @@ class ClozeTask:
         ``cloze_task.json``; returns the paths by name."""
         directory = os.fspath(directory)
         os.makedirs(os.path.join(directory, "cloze"), exist_ok=True)
-        paths = {"kg": os.path.join(directory, "kg.jsonl"), "kg_updated": os.path.join(directory, "kg_updated.jsonl"),
-                 "corpus": os.path.join(directory, "corpus.json"), "task": os.path.join(directory, "cloze_task.json")}
+        paths = {
+            "kg": os.path.join(directory, "kg.jsonl"),
+            "kg_updated": os.path.join(directory, "kg_updated.jsonl"),
+            "corpus": os.path.join(directory, "corpus.json"),
+            "task": os.path.join(directory, "cloze_task.json"),
+        }
         write_jsonl_kg(paths["kg"], self, ("object", "train", "unseen"))
         write_jsonl_kg(paths["kg_updated"], self, ("object", *CLOZE_GROUPS))
         with open(paths["corpus"], "w", encoding="utf-8") as f:
@@ -186,10 +252,19 @@ class ClozeTask:
             with open(paths[f"cloze/test_{group}"], "w", encoding="utf-8") as f:
                 f.writelines(json.dumps(row) + "\n" for row in self.queries(group))
         with open(paths["task"], "w", encoding="utf-8") as f:
-            json.dump({"entities": [vars(e) for e in self.entities], "facts": [list(f) for f in self.facts],
-                       "relation_names": self.relation_names, "corpus_templates": self.corpus_templates,
-                       "query_templates": self.query_templates, "seed": self.seed,
-                       "sentences_per_fact": self.sentences_per_fact}, f, indent=1)
+            json.dump(
+                {
+                    "entities": [vars(e) for e in self.entities],
+                    "facts": [list(f) for f in self.facts],
+                    "relation_names": self.relation_names,
+                    "corpus_templates": self.corpus_templates,
+                    "query_templates": self.query_templates,
+                    "seed": self.seed,
+                    "sentences_per_fact": self.sentences_per_fact,
+                },
+                f,
+                indent=1,
+            )
         return paths
 
 
@@ -200,9 +275,15 @@ def load_cloze_task(directory: str | os.PathLike) -> ClozeTask:
         raise FileNotFoundError(f"{path} not found: write the task with ClozeTask.write first")
     with open(path, encoding="utf-8") as f:
         data = json.load(f)
-    return ClozeTask([TaskEntity(**e) for e in data["entities"]], [tuple(f) for f in data["facts"]],
-                     data["relation_names"], data["corpus_templates"], data["query_templates"], data["seed"],
-                     data["sentences_per_fact"])
+    return ClozeTask(
+        [TaskEntity(**e) for e in data["entities"]],
+        [tuple(f) for f in data["facts"]],
+        data["relation_names"],
+        data["corpus_templates"],
+        data["query_templates"],
+        data["seed"],
+        data["sentences_per_fact"],
+    )
 
 
 def make_cloze_task(
@@ -227,11 +308,15 @@ def make_cloze_task(
     if not 2 <= objects_per_relation <= min(len(o) for _, o, _ in CLOZE_RELATIONS.values()):
         raise ValueError(f"objects_per_relation must lie in [2, 8], got {objects_per_relation}")
     if not 1 <= sentences_per_fact < pool:
-        raise ValueError(f"sentences_per_fact must lie in [1, {pool - 1}] (one template is kept for the queries), "
-                         f"got {sentences_per_fact}")
+        raise ValueError(
+            f"sentences_per_fact must lie in [1, {pool - 1}] (one template is kept for the queries), "
+            f"got {sentences_per_fact}"
+        )
     if train_subjects < objects_per_relation or unseen_subjects < 1 or noise_facts < 0 or added_subjects < 0:
-        raise ValueError("train_subjects must be >= objects_per_relation, unseen_subjects >= 1, noise_facts >= 0, "
-                         "added_subjects >= 0")
+        raise ValueError(
+            "train_subjects must be >= objects_per_relation, unseen_subjects >= 1, noise_facts >= 0, "
+            "added_subjects >= 0"
+        )
     rng = random.Random(seed)
     relations = rng.sample(sorted(CLOZE_RELATIONS), num_relations)
     taken = {word for _, objects, _ in CLOZE_RELATIONS.values() for word in objects}
@@ -242,8 +327,10 @@ def make_cloze_task(
     entities.extend(o for relation in relations for o in objects[relation])
 
     def deal(group: str, count: int, draw: random.Random) -> None:
-        subjects = [TaskEntity(f"S{len(entities) + i}", name, 0, group)
-                    for i, name in enumerate(invented_words(count, draw, taken))]
+        subjects = [
+            TaskEntity(f"S{len(entities) + i}", name, 0, group)
+            for i, name in enumerate(invented_words(count, draw, taken))
+        ]
         entities.extend(subjects)
         for relation in relations:
             dealt = [objects[relation][i % objects_per_relation] for i in range(count)]
@@ -289,8 +376,9 @@ def with_entity_rows(model, processor, entity_ids) -> tuple:
     assets = processor.knowledge_assets
     kg = assets.kg
     if kg is None or kg.entity_vectors is None:
-        raise ValueError("with_entity_rows: the processor's KG has no entity vectors (train them with `keplm "
-                         "train-kge`)")
+        raise ValueError(
+            "with_entity_rows: the processor's KG has no entity vectors (train them with `keplm train-kge`)"
+        )
     if not reads_knowledge(model):
         raise ValueError(f"with_entity_rows: {type(model).__name__} reads no TRELM knowledge inputs")
     extended = assets.with_entities(entity_ids)
@@ -306,14 +394,23 @@ def with_entity_rows(model, processor, entity_ids) -> tuple:
 def _candidate_ids(tokenizer, candidates) -> list[int]:
     ids, dropped = common_vocab_ids(tokenizer, candidates)
     if dropped or not ids:
-        raise ValueError(f"{dropped} of the {len(candidates)} candidate objects are not one token of "
-                         f"{type(tokenizer).__name__}'s vocabulary: cloze P@1 scores single-token objects")
+        raise ValueError(
+            f"{dropped} of the {len(candidates)} candidate objects are not one token of "
+            f"{type(tokenizer).__name__}'s vocabulary: cloze P@1 scores single-token objects"
+        )
     return ids
 
 
 @torch.no_grad()
-def cloze_predictions(model, processor, rows: list[dict], candidates, subjects: list[str] | None = None,
-                      batch_size: int = 64, max_length: int = 64) -> list[str | None]:
+def cloze_predictions(
+    model,
+    processor,
+    rows: list[dict],
+    candidates,
+    subjects: list[str] | None = None,
+    batch_size: int = 64,
+    max_length: int = 64,
+) -> list[str | None]:
     """The candidate word predicted at the mask of each row (a LAMA-style fact with one template; None where
     ``keplm.data.lama.build_queries`` skipped it). A model that :func:`reads_knowledge` gets the subject as a
     mention of ``subjects[i]`` (default: the row's ``sub_uri``) through the TRELM processor (``entity_ids``,
@@ -337,10 +434,12 @@ def cloze_predictions(model, processor, rows: list[dict], candidates, subjects: 
             text, (start, end), _ = fill(query["template"], row["sub_label"], tokenizer.mask_token)
             entity = subjects[query["fact"]] if subjects is not None else row["sub_uri"]
             texts.append(text)
-            annotations.append({"entities": [{"text": row["sub_label"], "start": start, "end": end, "id": entity}],
-                                "triplets": []})
-        features = processor.prepare_pretraining_features({"text": texts, "knowledge": annotations},
-                                                          max_length=max_length, knowledge_targets=False)
+            annotations.append(
+                {"entities": [{"text": row["sub_label"], "start": start, "end": end, "id": entity}], "triplets": []}
+            )
+        features = processor.prepare_pretraining_features(
+            {"text": texts, "knowledge": annotations}, max_length=max_length, knowledge_targets=False
+        )
         inputs = ("input_ids", "attention_mask", "token_type_ids", "entity_ids", "mention_token_map", "inject_mask")
         collator = KeplmDataCollator.from_processor(processor, model)
         restrict = torch.full((model.lm_head.decoder.out_features,), float("-inf"))
@@ -374,8 +473,13 @@ def swap_donors(rows: list[dict], seed: int = 0) -> list[dict | None]:
     rng = random.Random(seed)
     donors = []
     for row in rows:
-        pool = [other for other in rows if other["relation"] == row["relation"]
-                and other["obj_label"] != row["obj_label"] and other["sub_uri"] != row["sub_uri"]]
+        pool = [
+            other
+            for other in rows
+            if other["relation"] == row["relation"]
+            and other["obj_label"] != row["obj_label"]
+            and other["sub_uri"] != row["sub_uri"]
+        ]
         donors.append(rng.choice(pool) if pool else None)
     return donors
 
@@ -390,8 +494,9 @@ def follow_rate(model, processor, rows: list[dict], candidates, seed: int = 0, b
     if not kept:
         raise ValueError("follow_rate: no row has a donor (a subject of the same relation with another object)")
     picked = [rows[i] for i in kept]
-    predicted = cloze_predictions(model, processor, picked, candidates,
-                                  subjects=[donors[i]["sub_uri"] for i in kept], batch_size=batch_size)
+    predicted = cloze_predictions(
+        model, processor, picked, candidates, subjects=[donors[i]["sub_uri"] for i in kept], batch_size=batch_size
+    )
     return sum(p == donors[i]["obj_label"] for p, i in zip(predicted, kept)) / len(kept)
 
 
@@ -402,7 +507,8 @@ def injected_share(processor, rows: list[dict]) -> float:
     if kg is None or kg.entity_vectors is None:
         return 0.0
     return sum(assets.entity_row(row["sub_uri"]) > 0 and kg.has_entity(row["sub_uri"]) for row in rows) / max(
-        1, len(rows))
+        1, len(rows)
+    )
 
 
 def kge_neighbour_accuracy(kg: KnowledgeGraph, task: ClozeTask, group: str = "unseen") -> float:
@@ -425,6 +531,19 @@ def kge_neighbour_accuracy(kg: KnowledgeGraph, task: ClozeTask, group: str = "un
     return sum(hits) / max(1, len(hits))
 
 
-__all__ = ["CLOZE_GROUPS", "CLOZE_RELATIONS", "ClozeTask", "cloze_accuracy", "cloze_predictions", "fill",
-           "follow_rate", "injected_share", "kge_neighbour_accuracy", "load_cloze_task", "make_cloze_task",
-           "reads_knowledge", "swap_donors", "with_entity_rows"]
+__all__ = [
+    "CLOZE_GROUPS",
+    "CLOZE_RELATIONS",
+    "ClozeTask",
+    "cloze_accuracy",
+    "cloze_predictions",
+    "fill",
+    "follow_rate",
+    "injected_share",
+    "kge_neighbour_accuracy",
+    "load_cloze_task",
+    "make_cloze_task",
+    "reads_knowledge",
+    "swap_donors",
+    "with_entity_rows",
+]

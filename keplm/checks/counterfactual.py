@@ -54,19 +54,28 @@ class SensitivityReport:
         ``flip_rate`` and ``mean_shift`` (fractions)."""
 
         def stats(rows: list[EditResult]) -> dict:
-            return {"edits": len(rows), "flip_rate": sum(r.flip for r in rows) / len(rows),
-                    "mean_shift": sum(r.shift for r in rows) / len(rows)}
+            return {
+                "edits": len(rows),
+                "flip_rate": sum(r.flip for r in rows) / len(rows),
+                "mean_shift": sum(r.shift for r in rows) / len(rows),
+            }
 
         by_edit, by_relation = defaultdict(list), defaultdict(lambda: defaultdict(list))
         for row in self.results:
             by_edit[row.edit].append(row)
             by_relation[row.relation][row.edit].append(row)
         return {
-            "task": self.task, "examples": self.num_examples, "examples_with_facts": self.examples_with_facts,
+            "task": self.task,
+            "examples": self.num_examples,
+            "examples_with_facts": self.examples_with_facts,
             "overall": {edit: stats(rows) for edit, rows in by_edit.items()},
-            "per_relation": {relation: {"name": self.relation_names.get(relation, relation),
-                                        **{edit: stats(rows) for edit, rows in edits.items()}}
-                             for relation, edits in sorted(by_relation.items())},
+            "per_relation": {
+                relation: {
+                    "name": self.relation_names.get(relation, relation),
+                    **{edit: stats(rows) for edit, rows in edits.items()},
+                }
+                for relation, edits in sorted(by_relation.items())
+            },
         }
 
 
@@ -85,8 +94,9 @@ class _Adapter:
     def features(self, example: dict) -> list[dict]:
         raise NotImplementedError
 
-    def probabilities(self, outputs, batch: dict, feature_index: int, annotation: dict, fact: dict | None
-                      ) -> torch.Tensor:
+    def probabilities(
+        self, outputs, batch: dict, feature_index: int, annotation: dict, fact: dict | None
+    ) -> torch.Tensor:
         raise NotImplementedError
 
 
@@ -99,9 +109,11 @@ class _NerAdapter(_Adapter):
         return {"tokens": list(words), "knowledge": self.processor.link(" ".join(words)).to_dict()}
 
     def features(self, example: dict) -> list[dict]:
-        out = self.processor.prepare_ner_features({"tokens": [example["tokens"]], "knowledge": [example["knowledge"]],
-                                                   **_fact_column(example)},
-                                                  label_column=None, max_length=self.max_length)
+        out = self.processor.prepare_ner_features(
+            {"tokens": [example["tokens"]], "knowledge": [example["knowledge"]], **_fact_column(example)},
+            label_column=None,
+            max_length=self.max_length,
+        )
         return [{k: v[0] for k, v in out.items()}]
 
     def probabilities(self, outputs, batch, feature_index, annotation, fact):
@@ -126,8 +138,10 @@ class _ClassificationAdapter(_Adapter):
         if "sentence1" in example and "sentence2" in example:
             texts = (example["sentence1"], example["sentence2"])
             annotations = [self.processor.link(text).to_dict() for text in texts]
-            merged = {"entities": [m for a in annotations for m in a.get("entities", [])],
-                      "triplets": [f for a in annotations for f in a.get("triplets", [])]}
+            merged = {
+                "entities": [m for a in annotations for m in a.get("entities", [])],
+                "triplets": [f for a in annotations for f in a.get("triplets", [])],
+            }
             return {"sentence1": texts[0], "sentence2": texts[1], "knowledge": merged}
         text = example.get("sentence", example.get("text"))
         return {"sentence": text, "knowledge": self.processor.link(text).to_dict()}
@@ -135,17 +149,26 @@ class _ClassificationAdapter(_Adapter):
     def features(self, example: dict) -> list[dict]:
         if "sentence1" in example:
             if example.get("fact_column") is None:
-                raise ValueError(f"{type(self.processor).__name__} reads each text's own annotation, so a sentence "
-                                 "pair's facts cannot be edited as one passage: check single texts")
+                raise ValueError(
+                    f"{type(self.processor).__name__} reads each text's own annotation, so a sentence "
+                    "pair's facts cannot be edited as one passage: check single texts"
+                )
             columns = ("sentence1", "sentence2")
             out = self.processor.prepare_pair_features(
-                {**{c: [example[c]] for c in columns}, **_fact_column(example)}, text_columns=columns,
-                label_column=None, annotation_columns=(None, None), max_length=self.max_length)
+                {**{c: [example[c]] for c in columns}, **_fact_column(example)},
+                text_columns=columns,
+                label_column=None,
+                annotation_columns=(None, None),
+                max_length=self.max_length,
+            )
         else:
-            out = self.processor.prepare_pair_features({"sentence": [example["sentence"]],
-                                                        "knowledge": [example["knowledge"]], **_fact_column(example)},
-                                                       text_columns=("sentence",), label_column=None,
-                                                       annotation_columns=("knowledge",), max_length=self.max_length)
+            out = self.processor.prepare_pair_features(
+                {"sentence": [example["sentence"]], "knowledge": [example["knowledge"]], **_fact_column(example)},
+                text_columns=("sentence",),
+                label_column=None,
+                annotation_columns=("knowledge",),
+                max_length=self.max_length,
+            )
         return [{k: v[0] for k, v in out.items() if not k.startswith("num_")}]
 
     def probabilities(self, outputs, batch, feature_index, annotation, fact):
@@ -154,15 +177,24 @@ class _ClassificationAdapter(_Adapter):
 
 class _QaAdapter(_Adapter):
     def link(self, example: dict) -> dict:
-        return {"question": example["question"], "context": example["context"], "id": "0",
-                "knowledge": self.processor.link(example["context"]).to_dict(),
-                "question_knowledge": self.processor.link(example["question"]).to_dict()}
+        return {
+            "question": example["question"],
+            "context": example["context"],
+            "id": "0",
+            "knowledge": self.processor.link(example["context"]).to_dict(),
+            "question_knowledge": self.processor.link(example["question"]).to_dict(),
+        }
 
     def features(self, example: dict) -> list[dict]:
         out = self.processor.prepare_qa_features(
-            {**{key: [example[key]] for key in ("id", "question", "context", "knowledge", "question_knowledge")},
-             **_fact_column(example)},
-            max_length=self.max_length, doc_stride=min(128, self.max_length // 2), training=False)
+            {
+                **{key: [example[key]] for key in ("id", "question", "context", "knowledge", "question_knowledge")},
+                **_fact_column(example),
+            },
+            max_length=self.max_length,
+            doc_stride=min(128, self.max_length // 2),
+            training=False,
+        )
         keep = [k for k in out if k not in ("offset_mapping", "example_id")]
         return [{k: out[k][i] for k in keep} for i in range(len(out["input_ids"]))]
 
@@ -203,8 +235,9 @@ def _mention_tokens_of(annotation, ends, processor, batch, feature_index) -> tor
 
 
 # ---------------------------------------------------------------------------------------------- the measure
-def edit_fact(annotation: dict, index: int, edit: str, relations: list[str], entities: list[str],
-              rng: random.Random) -> tuple[dict, str | None] | None:
+def edit_fact(
+    annotation: dict, index: int, edit: str, relations: list[str], entities: list[str], rng: random.Random
+) -> tuple[dict, str | None] | None:
     """A copy of ``annotation`` with fact ``index`` edited (``relation``, ``tail`` or ``remove``), and the new
     relation (relation edits); None where the edit has no alternative (a KG with one relation)."""
     edited = copy.deepcopy(annotation)
@@ -235,9 +268,17 @@ def total_variation(p: torch.Tensor, q: torch.Tensor) -> float:
 
 
 @torch.no_grad()
-def knowledge_sensitivity(model, processor, examples: list[dict], task: str = "ner",
-                          edits: tuple[str, ...] = EDITS, max_facts_per_example: int = 4,
-                          max_length: int = 128, seed: int = 0, progress=None) -> SensitivityReport:
+def knowledge_sensitivity(
+    model,
+    processor,
+    examples: list[dict],
+    task: str = "ner",
+    edits: tuple[str, ...] = EDITS,
+    max_facts_per_example: int = 4,
+    max_length: int = 128,
+    seed: int = 0,
+    progress=None,
+) -> SensitivityReport:
     """Edit each example's facts one at a time and compare the model's predictions (see the module docstring).
 
     ``examples``: dicts with ``text`` or ``tokens`` (NER), ``sentence``/``text`` or ``sentence1`` and ``sentence2``
@@ -289,8 +330,16 @@ def knowledge_sensitivity(model, processor, examples: list[dict], task: str = "n
                 q = _read(adapter, after, annotation, fact)
                 if p.shape != q.shape:
                     raise RuntimeError(f"example {number}: the edit changed the prediction's shape")
-                report.results.append(EditResult(number, edit, fact["r"], new_relation,
-                                                 bool((p.argmax(-1) != q.argmax(-1)).any()), total_variation(p, q)))
+                report.results.append(
+                    EditResult(
+                        number,
+                        edit,
+                        fact["r"],
+                        new_relation,
+                        bool((p.argmax(-1) != q.argmax(-1)).any()),
+                        total_variation(p, q),
+                    )
+                )
     return report
 
 
@@ -314,5 +363,4 @@ def _relation_names(kg) -> dict[str, str]:
     return dict(zip(kg.relation_ids, kg.relation_names))
 
 
-__all__ = ["EDITS", "TASKS", "EditResult", "SensitivityReport", "edit_fact", "knowledge_sensitivity",
-           "total_variation"]
+__all__ = ["EDITS", "TASKS", "EditResult", "SensitivityReport", "edit_fact", "knowledge_sensitivity", "total_variation"]

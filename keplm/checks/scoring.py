@@ -20,12 +20,13 @@ from .synthetic import ANCHOR_LABEL, KnowledgeTask
 
 def _batches(items: list, size: int):
     for start in range(0, len(items), size):
-        yield items[start:start + size]
+        yield items[start : start + size]
 
 
 @torch.no_grad()
-def ner_type_predictions(model, processor, rows: list[dict], annotations: list[dict] | None = None,
-                         batch_size: int = 32) -> list[str]:
+def ner_type_predictions(
+    model, processor, rows: list[dict], annotations: list[dict] | None = None, batch_size: int = 32
+) -> list[str]:
     """The predicted type (tag without its B-/I- prefix, ``O`` for none) of each row's entity word (its first
     sub-token). ``annotations``: one knowledge annotation per row, else each row is linked."""
     model.eval()
@@ -34,12 +35,16 @@ def ner_type_predictions(model, processor, rows: list[dict], annotations: list[d
     id2label = model.config.id2label
     types = []
     for start in range(0, len(rows), batch_size):
-        chunk = rows[start:start + batch_size]
+        chunk = rows[start : start + batch_size]
         examples = {"tokens": [r["tokens"] for r in chunk]}
         if annotations is not None:
-            examples["knowledge"] = annotations[start:start + batch_size]
-        features = processor.prepare_ner_features(examples, label_column=None, with_knowledge=with_knowledge,
-                                                  annotation_column="knowledge" if annotations is not None else None)
+            examples["knowledge"] = annotations[start : start + batch_size]
+        features = processor.prepare_ner_features(
+            examples,
+            label_column=None,
+            with_knowledge=with_knowledge,
+            annotation_column="knowledge" if annotations is not None else None,
+        )
         word_ids = [processor.tokenizer(r["tokens"], is_split_into_words=True).word_ids() for r in chunk]
         batch = collator([{k: v[i] for k, v in features.items()} for i in range(len(chunk))])
         logits = model(**batch).logits
@@ -74,7 +79,7 @@ def retarget_fact(task: KnowledgeTask, entity_id: str, rng: random.Random) -> tu
         return (h, f"R_{task.labels[other]}", t), task.labels[other]
     anchors = [a.id for a in task.entities if a.group == "anchor"]
     per_type = len(anchors) // len(task.labels)
-    return (h, r, rng.choice(anchors[other * per_type:(other + 1) * per_type])), task.labels[other]
+    return (h, r, rng.choice(anchors[other * per_type : (other + 1) * per_type])), task.labels[other]
 
 
 def follow_rate(model, processor, task: KnowledgeTask, rows: list[dict], seed: int = 0) -> float:
@@ -86,8 +91,9 @@ def follow_rate(model, processor, task: KnowledgeTask, rows: list[dict], seed: i
         annotation = processor.link(" ".join(row["tokens"])).to_dict()
         fact, target = retarget_fact(task, row["entity"], rng)
         original = list(task.informative[row["entity"]])
-        annotation["triplets"] = [dict(zip("hrt", fact)) if [f["h"], f["r"], f["t"]] == original else f
-                                  for f in annotation["triplets"]]
+        annotation["triplets"] = [
+            dict(zip("hrt", fact)) if [f["h"], f["r"], f["t"]] == original else f for f in annotation["triplets"]
+        ]
         annotations.append(annotation)
         targets.append(target)
     predicted = ner_type_predictions(model, processor, rows, annotations)
@@ -117,9 +123,17 @@ def classification_accuracy(model, processor, rows: list[dict], batch_size: int 
     classify = pipeline(CLASSIFICATION_TASK, model=model, processor=processor)
     predictions = classify([r["sentence"] for r in rows], batch_size=batch_size)
     label2id = model.config.label2id
-    return sum(label2id.get(p["label"], -1) == int(r["label"]) or p["label"] == str(r["label"])
-               for p, r in zip(predictions, rows)) / max(1, len(rows))
+    return sum(
+        label2id.get(p["label"], -1) == int(r["label"]) or p["label"] == str(r["label"])
+        for p, r in zip(predictions, rows)
+    ) / max(1, len(rows))
 
 
-__all__ = ["classification_accuracy", "follow_rate", "ner_accuracy", "ner_type_predictions", "qa_accuracy",
-           "retarget_fact"]
+__all__ = [
+    "classification_accuracy",
+    "follow_rate",
+    "ner_accuracy",
+    "ner_type_predictions",
+    "qa_accuracy",
+    "retarget_fact",
+]

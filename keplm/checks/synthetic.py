@@ -39,8 +39,31 @@ BRIDGE_SUFFIX = "_bridge"
 TYPE_LABELS = ("PER", "ORG", "MISC", "EVT", "PRD", "ART")
 ANCHOR_LABEL = "LOC"
 
-_ONSETS = ("b", "d", "f", "g", "k", "l", "m", "n", "p", "r", "s", "t", "v", "z", "br", "dr", "gl", "kr", "pl",
-           "st", "tr", "vl", "zh")
+_ONSETS = (
+    "b",
+    "d",
+    "f",
+    "g",
+    "k",
+    "l",
+    "m",
+    "n",
+    "p",
+    "r",
+    "s",
+    "t",
+    "v",
+    "z",
+    "br",
+    "dr",
+    "gl",
+    "kr",
+    "pl",
+    "st",
+    "tr",
+    "vl",
+    "zh",
+)
 _VOWELS = ("a", "e", "i", "o", "u", "ae", "ou", "ei")
 _CODAS = ("", "", "n", "r", "l", "s", "m", "th", "x")
 
@@ -58,12 +81,15 @@ NER_TEMPLATES = (
     "Some people asked about {e} .",
 )
 ANCHOR_TEMPLATES = ("The list also named {e} .", "{e} was on the map .", "They travelled through {e} .")
-QA_TEMPLATES = ("{a} , {b} and {c} were named in the report .", "The report listed {a} , {b} and {c} .",
-                "Yesterday {a} , {b} and {c} were in the news .", "We read about {a} , {b} and {c} .")
+QA_TEMPLATES = (
+    "{a} , {b} and {c} were named in the report .",
+    "The report listed {a} , {b} and {c} .",
+    "Yesterday {a} , {b} and {c} were in the news .",
+    "We read about {a} , {b} and {c} .",
+)
 
 
-def invented_words(count: int, rng: random.Random, taken: set[str], syllables: tuple[int, int] = (2, 3)
-                   ) -> list[str]:
+def invented_words(count: int, rng: random.Random, taken: set[str], syllables: tuple[int, int] = (2, 3)) -> list[str]:
     """``count`` new capitalised pseudo-words (not in ``taken``, which they are added to)."""
     words = []
     while len(words) < count:
@@ -106,8 +132,11 @@ class KnowledgeTask:
     def _kg(self, groups) -> KnowledgeGraph:
         keep = self.members(groups)
         names = {e.id: e.name for e in self.entities if e.id in keep}
-        return KnowledgeGraph.from_triples([f for f in self.facts if f[0] in keep and f[2] in keep], entity_names=names,
-                                           relation_names=self.relation_names)
+        return KnowledgeGraph.from_triples(
+            [f for f in self.facts if f[0] in keep and f[2] in keep],
+            entity_names=names,
+            relation_names=self.relation_names,
+        )
 
     @property
     def kg_train(self) -> KnowledgeGraph:
@@ -137,8 +166,9 @@ class KnowledgeTask:
         ``test_seen`` (training entities in other sentences), ``test_unseen`` and ``test_added`` (one sentence
         each). Rows: ``id``, ``tokens``, ``ner_tags`` (strings), ``entity`` (its id), ``entity_word``."""
         rng = random.Random(self.seed + 1)
-        splits: dict[str, list[dict]] = {name: [] for name in
-                                          ("train", "validation", "test_seen", "test_unseen", "test_added")}
+        splits: dict[str, list[dict]] = {
+            name: [] for name in ("train", "validation", "test_seen", "test_unseen", "test_added")
+        }
         templates = self.ner_templates
         for entity in self.group("train"):
             chosen = rng.sample(templates, min(len(templates), self.sentences_per_entity + 1))
@@ -166,9 +196,13 @@ class KnowledgeTask:
         rng = random.Random(self.seed + 2)
         anchors = self.group("anchor")
         splits: dict[str, list[dict]] = {}
-        for split, group, repeats in (("train", "train", contexts_per_entity), ("validation", "train", 1),
-                                      ("test_seen", "train", 1), ("test_unseen", "unseen", 1),
-                                      ("test_added", "added", 1)):
+        for split, group, repeats in (
+            ("train", "train", contexts_per_entity),
+            ("validation", "train", 1),
+            ("test_seen", "train", 1),
+            ("test_unseen", "unseen", 1),
+            ("test_added", "added", 1),
+        ):
             by_type = {}
             for entity in self.group(group):
                 by_type.setdefault(entity.type, []).append(entity)
@@ -181,12 +215,18 @@ class KnowledgeTask:
                     context = rng.choice(QA_TEMPLATES).format(**dict(zip("abc", (e.name for e in picked))))
                     context += f" {rng.choice(anchors).name} was also there ."
                     target = rng.choice(picked)
-                    rows.append({"id": f"{split}-{len(rows)}", "title": "synthetic", "context": context,
-                                 "question": f"Which one is a {self.labels[target.type]} ?",
-                                 "answers": {"text": [target.name], "answer_start": [context.index(target.name)]},
-                                 "entity": target.id})
+                    rows.append(
+                        {
+                            "id": f"{split}-{len(rows)}",
+                            "title": "synthetic",
+                            "context": context,
+                            "question": f"Which one is a {self.labels[target.type]} ?",
+                            "answers": {"text": [target.name], "answer_start": [context.index(target.name)]},
+                            "entity": target.id,
+                        }
+                    )
             if split in ("validation", "test_seen"):  # the held-out contexts of seen entities: half each
-                rows = rows[: len(rows) // 2] if split == "validation" else rows[len(rows) // 2:]
+                rows = rows[: len(rows) // 2] if split == "validation" else rows[len(rows) // 2 :]
             splits[split] = rows
         return splits
 
@@ -196,9 +236,15 @@ class KnowledgeTask:
         by_id = {e.id: e for e in self.entities}
         out = {}
         for split, rows in self.ner_splits().items():
-            out[split] = [{"idx": i, "sentence": " ".join(row["tokens"]), "label": by_id[row["entity"]].type,
-                           "entity": row["entity"]}
-                          for i, row in enumerate(r for r in rows if by_id[r["entity"]].type >= 0)]
+            out[split] = [
+                {
+                    "idx": i,
+                    "sentence": " ".join(row["tokens"]),
+                    "label": by_id[row["entity"]].type,
+                    "entity": row["entity"],
+                }
+                for i, row in enumerate(r for r in rows if by_id[r["entity"]].type >= 0)
+            ]
         return out
 
     # ------------------------------------------------------------------ files
@@ -206,14 +252,21 @@ class KnowledgeTask:
         """Write ``kg_train.jsonl``, ``kg_full.jsonl``, ``task.json`` and ``ner/``, ``qa/``, ``classification/``
         (one JSON-lines file per split); returns the paths by name."""
         directory = os.fspath(directory)
-        paths = {"kg_train": os.path.join(directory, "kg_train.jsonl"),
-                 "kg_full": os.path.join(directory, "kg_full.jsonl")}
+        paths = {
+            "kg_train": os.path.join(directory, "kg_train.jsonl"),
+            "kg_full": os.path.join(directory, "kg_full.jsonl"),
+        }
         os.makedirs(directory, exist_ok=True)
-        for name, groups in (("kg_train", ("anchor", "train", "unseen")),
-                             ("kg_full", ("anchor", "train", "unseen", "added"))):
+        for name, groups in (
+            ("kg_train", ("anchor", "train", "unseen")),
+            ("kg_full", ("anchor", "train", "unseen", "added")),
+        ):
             write_jsonl_kg(paths[name], self, groups)
-        for shape, splits in (("ner", self.ner_splits()), ("qa", self.qa_splits()),
-                              ("classification", self.classification_splits())):
+        for shape, splits in (
+            ("ner", self.ner_splits()),
+            ("qa", self.qa_splits()),
+            ("classification", self.classification_splits()),
+        ):
             os.makedirs(os.path.join(directory, shape), exist_ok=True)
             for split, rows in splits.items():
                 path = os.path.join(directory, shape, f"{split}.json" if shape == "qa" else f"{split}.jsonl")
@@ -224,23 +277,52 @@ class KnowledgeTask:
                         f.writelines(json.dumps(row) + "\n" for row in rows)
                 paths[f"{shape}/{split}"] = path
         with open(os.path.join(directory, "task.json"), "w", encoding="utf-8") as f:
-            json.dump({"kind": self.kind, "labels": self.labels, "seed": self.seed,
-                       "entities": [vars(e) for e in self.entities], "facts": [list(f) for f in self.facts],
-                       "relation_names": self.relation_names, "ner_templates": self.ner_templates,
-                       "sentences_per_entity": self.sentences_per_entity,
-                       "qa_contexts_per_entity": self.qa_contexts_per_entity,
-                       "informative": {k: list(v) for k, v in self.informative.items()}}, f, indent=1)
+            json.dump(
+                {
+                    "kind": self.kind,
+                    "labels": self.labels,
+                    "seed": self.seed,
+                    "entities": [vars(e) for e in self.entities],
+                    "facts": [list(f) for f in self.facts],
+                    "relation_names": self.relation_names,
+                    "ner_templates": self.ner_templates,
+                    "sentences_per_entity": self.sentences_per_entity,
+                    "qa_contexts_per_entity": self.qa_contexts_per_entity,
+                    "informative": {k: list(v) for k, v in self.informative.items()},
+                },
+                f,
+                indent=1,
+            )
         paths["task"] = os.path.join(directory, "task.json")
         return paths
 
 
 def squad_payload(rows: list[dict]) -> dict:
     """QA rows as a SQuAD v1.1 file: one article, one paragraph per row."""
-    return {"version": "1.1", "data": [{"title": "synthetic", "paragraphs": [
-        {"context": row["context"], "qas": [{"id": row["id"], "question": row["question"],
-                                              "answers": [{"text": t, "answer_start": s} for t, s in zip(
-                                                  row["answers"]["text"], row["answers"]["answer_start"])]}]}
-        for row in rows]}]}
+    return {
+        "version": "1.1",
+        "data": [
+            {
+                "title": "synthetic",
+                "paragraphs": [
+                    {
+                        "context": row["context"],
+                        "qas": [
+                            {
+                                "id": row["id"],
+                                "question": row["question"],
+                                "answers": [
+                                    {"text": t, "answer_start": s}
+                                    for t, s in zip(row["answers"]["text"], row["answers"]["answer_start"])
+                                ],
+                            }
+                        ],
+                    }
+                    for row in rows
+                ],
+            }
+        ],
+    }
 
 
 def load_knowledge_task(directory: str | os.PathLike) -> KnowledgeTask:
@@ -250,10 +332,18 @@ def load_knowledge_task(directory: str | os.PathLike) -> KnowledgeTask:
         raise FileNotFoundError(f"{path} not found: write the task with KnowledgeTask.write first")
     with open(path, encoding="utf-8") as f:
         data = json.load(f)
-    return KnowledgeTask(data["kind"], data["labels"], [TaskEntity(**e) for e in data["entities"]],
-                         [tuple(f) for f in data["facts"]], data["relation_names"], data["ner_templates"],
-                         data["seed"], data["sentences_per_entity"], data.get("qa_contexts_per_entity", 8),
-                         {k: tuple(v) for k, v in data["informative"].items()})
+    return KnowledgeTask(
+        data["kind"],
+        data["labels"],
+        [TaskEntity(**e) for e in data["entities"]],
+        [tuple(f) for f in data["facts"]],
+        data["relation_names"],
+        data["ner_templates"],
+        data["seed"],
+        data["sentences_per_entity"],
+        data.get("qa_contexts_per_entity", 8),
+        {k: tuple(v) for k, v in data["informative"].items()},
+    )
 
 
 def group_members(entities, groups) -> set[str]:
@@ -299,8 +389,10 @@ def make_knowledge_task(
     if not 2 <= num_types <= len(TYPE_LABELS):
         raise ValueError(f"num_types must lie in [2, {len(TYPE_LABELS)}], got {num_types}")
     if min(train_per_type, anchors_per_type, sentences_per_entity) < 1 or min(unseen_per_type, added_per_type) < 0:
-        raise ValueError("train_per_type, anchors_per_type and sentences_per_entity must be >= 1; unseen_per_type "
-                         "and added_per_type >= 0")
+        raise ValueError(
+            "train_per_type, anchors_per_type and sentences_per_entity must be >= 1; unseen_per_type "
+            "and added_per_type >= 0"
+        )
     if not 2 <= num_templates <= len(NER_TEMPLATES):
         raise ValueError(f"num_templates must lie in [2, {len(NER_TEMPLATES)}], got {num_templates}")
     rng = random.Random(seed)
@@ -342,9 +434,26 @@ def make_knowledge_task(
         facts.append(fact)
         facts.extend((entity.id, "R_noise", rng.choice(anchors).id) for _ in range(noise_facts))
     templates = rng.sample(NER_TEMPLATES, num_templates)
-    return KnowledgeTask(kind, labels, entities + bridges, facts, relation_names, templates, seed,
-                         sentences_per_entity, qa_contexts_per_entity, informative)
+    return KnowledgeTask(
+        kind,
+        labels,
+        entities + bridges,
+        facts,
+        relation_names,
+        templates,
+        seed,
+        sentences_per_entity,
+        qa_contexts_per_entity,
+        informative,
+    )
 
 
-__all__ = ["ANCHOR_LABEL", "KINDS", "KnowledgeTask", "TaskEntity", "load_knowledge_task", "make_knowledge_task",
-           "write_jsonl_kg"]
+__all__ = [
+    "ANCHOR_LABEL",
+    "KINDS",
+    "KnowledgeTask",
+    "TaskEntity",
+    "load_knowledge_task",
+    "make_knowledge_task",
+    "write_jsonl_kg",
+]

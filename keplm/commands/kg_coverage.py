@@ -33,14 +33,24 @@ REPORT_NAME, PLOT_NAME = "kg_coverage.json", "kg_coverage.png"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--data", required=True, help="NER data as run_ner.py reads it: a CoNLL folder or file, or "
-                        "a datasets Hub id (tokens, ner_tags)")
-    parser.add_argument("--kg", required=True, help="a keplm.knowledge.load_kg spec, e.g. fb15k237:<dir>, hpo:, "
-                        "tsv:<file>, or several joined by '+'")
+    parser.add_argument(
+        "--data",
+        required=True,
+        help="NER data as run_ner.py reads it: a CoNLL folder or file, or a datasets Hub id (tokens, ner_tags)",
+    )
+    parser.add_argument(
+        "--kg",
+        required=True,
+        help="a keplm.knowledge.load_kg spec, e.g. fb15k237:<dir>, hpo:, tsv:<file>, or several joined by '+'",
+    )
     parser.add_argument("--splits", nargs="+", default=None, help="default: every split of --data")
-    parser.add_argument("--train_size", type=int, default=None,
-                        help="read this many training sentences (as --max_train_samples), drawn with "
-                        "--train_sample_seed when given, else the first ones")
+    parser.add_argument(
+        "--train_size",
+        type=int,
+        default=None,
+        help="read this many training sentences (as --max_train_samples), drawn with "
+        "--train_sample_seed when given, else the first ones",
+    )
     parser.add_argument("--train_sample_seed", type=int, default=None)
     parser.add_argument("--link_case_sensitive", action="store_true", help="as the run scripts' option")
     parser.add_argument("--hops", type=int, default=1)
@@ -58,49 +68,82 @@ def measure(dataset, kg, linker_kwargs: dict, num_proc: int | None = None) -> di
     for split, data in dataset.items():
         if len(data) == 0:
             raise ValueError(f"the {split} split of --data is empty: nothing to link")
-        linked = link_dataset(data, kg, linker_kwargs, "tokens", split_into_words=True, linker=linker,
-                              num_proc=num_proc, desc=f"Linking {split}")
+        linked = link_dataset(
+            data,
+            kg,
+            linker_kwargs,
+            "tokens",
+            split_into_words=True,
+            linker=linker,
+            num_proc=num_proc,
+            desc=f"Linking {split}",
+        )
         names = data.features["ner_tags"].feature.names
         texts = [" ".join(tokens) for tokens in linked["tokens"]]
-        gold = [gold_spans(tokens, [names[i] for i in tags]) for tokens, tags in zip(linked["tokens"],
-                                                                                        linked["ner_tags"])]
+        gold = [
+            gold_spans(tokens, [names[i] for i in tags]) for tokens, tags in zip(linked["tokens"], linked["ner_tags"])
+        ]
         annotations = [KnowledgeAnnotation.from_dict(k) for k in linked["knowledge"]]
         parts[split] = (annotations, texts, gold)
         splits[split] = split_coverage(annotations, texts, gold, relation_names)
         mentions = [m.text for a in annotations for m in a.entities if m.id is not None]
         ambiguous = sum(linker.ambiguous_occurrences(mentions).values())
         splits[split]["ambiguous_alias_share"] = ambiguous / len(mentions) if mentions else 0.0
-    report = {"kg": {"entities": kg.num_entities, "relations": kg.num_relations, "triples": kg.num_triples,
-                     "content_hash": kg.content_hash()},
-              "linker": dict(linker_kwargs), "splits": splits, "ambiguity_rule": linker.ambiguity_rule}
+    report = {
+        "kg": {
+            "entities": kg.num_entities,
+            "relations": kg.num_relations,
+            "triples": kg.num_triples,
+            "content_hash": kg.content_hash(),
+        },
+        "linker": dict(linker_kwargs),
+        "splits": splits,
+        "ambiguity_rule": linker.ambiguity_rule,
+    }
     if "train" in parts:
         train_annotations, train_texts, train_gold = parts["train"]
-        report["unseen"] = {split: unseen_coverage(train_annotations, gold_texts(train_texts, train_gold), *part)
-                            for split, part in parts.items() if split != "train"}
+        report["unseen"] = {
+            split: unseen_coverage(train_annotations, gold_texts(train_texts, train_gold), *part)
+            for split, part in parts.items()
+            if split != "train"
+        }
     return report
 
 
 def report_markdown(report: dict) -> str:
     """The report as the tables the command prints."""
-    lines = [f"KG: {report['kg']['entities']} entities, {report['kg']['relations']} relations, "
-             f"{report['kg']['triples']} triples", "",
-             "| split | sentences | gold entities linked | links on a gold entity | facts / linked mention | "
-             "linked mentions with a fact | ambiguous-alias links |", "|---|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        f"KG: {report['kg']['entities']} entities, {report['kg']['relations']} relations, "
+        f"{report['kg']['triples']} triples",
+        "",
+        "| split | sentences | gold entities linked | links on a gold entity | facts / linked mention | "
+        "linked mentions with a fact | ambiguous-alias links |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
     for split, r in report["splits"].items():
         gold = r.get("gold_linking", {})
-        lines.append(f"| {split} | {r['examples']} | {gold.get('recall', 0):.1%} | {gold.get('precision', 0):.1%} | "
-                     f"{r['facts_per_linked_mention']:.2f} | {r['linked_mentions_with_facts']:.1%} | "
-                     f"{r['ambiguous_alias_share']:.1%} |")
+        lines.append(
+            f"| {split} | {r['examples']} | {gold.get('recall', 0):.1%} | {gold.get('precision', 0):.1%} | "
+            f"{r['facts_per_linked_mention']:.2f} | {r['linked_mentions_with_facts']:.1%} | "
+            f"{r['ambiguous_alias_share']:.1%} |"
+        )
     if report.get("unseen"):
-        lines += ["", "| split | gold entities | unseen in training | of those linked | of those with facts |",
-                  "|---|---:|---:|---:|---:|"]
+        lines += [
+            "",
+            "| split | gold entities | unseen in training | of those linked | of those with facts |",
+            "|---|---:|---:|---:|---:|",
+        ]
         for split, r in report["unseen"].items():
-            lines.append(f"| {split} | {r['gold_entities']} | {r['unseen_share']:.1%} | {r['unseen_linked_share']:.1%} "
-                         f"| {r['unseen_with_facts_share']:.1%} |")
+            lines.append(
+                f"| {split} | {r['gold_entities']} | {r['unseen_share']:.1%} | {r['unseen_linked_share']:.1%} "
+                f"| {r['unseen_with_facts_share']:.1%} |"
+            )
     for split, r in report["splits"].items():
         top = ", ".join(f"{name} {share:.0%}" for _, name, _, share in r["relations_reaching_mentions"][:8])
-        lines.append(f"\nRelations reaching {split} mentions ({r['distinct_relations_reaching_mentions']} in all): "
-                     f"{top or 'none'}")
+        lines.append(
+            f"\nRelations reaching {split} mentions ({r['distinct_relations_reaching_mentions']} in all): "
+            f"{top or 'none'}"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -112,11 +155,15 @@ def plot(report: dict, path) -> None:
     import matplotlib.pyplot as plt
 
     figure, (left, right) = plt.subplots(1, 2, figsize=(11, 3.8))
-    keys = [("gold entities\nlinked", lambda r, s: r["gold_linking"]["recall"]),
-            ("links on a\ngold entity", lambda r, s: r["gold_linking"]["precision"]),
-            ("linked mentions\nwith a fact", lambda r, s: r["linked_mentions_with_facts"]),
-            ("unseen test entities\nwith facts", lambda r, s: report.get("unseen", {}).get(s, {}).get(
-                "unseen_with_facts_share", float("nan")))]
+    keys = [
+        ("gold entities\nlinked", lambda r, s: r["gold_linking"]["recall"]),
+        ("links on a\ngold entity", lambda r, s: r["gold_linking"]["precision"]),
+        ("linked mentions\nwith a fact", lambda r, s: r["linked_mentions_with_facts"]),
+        (
+            "unseen test entities\nwith facts",
+            lambda r, s: report.get("unseen", {}).get(s, {}).get("unseen_with_facts_share", float("nan")),
+        ),
+    ]
     splits = list(report["splits"])
     width = 0.8 / len(splits)
     for i, split in enumerate(splits):
@@ -146,11 +193,16 @@ def run(args: argparse.Namespace) -> dict:
         if missing:
             raise ValueError(f"--splits {missing}: --data {args.data} has the splits {list(dataset)}")
         dataset = {split: dataset[split] for split in args.splits}
-    linker_kwargs = linker_settings(args.link_case_sensitive, hops=args.hops,
-                                    max_neighbors_per_entity=args.max_neighbors_per_entity)
+    linker_kwargs = linker_settings(
+        args.link_case_sensitive, hops=args.hops, max_neighbors_per_entity=args.max_neighbors_per_entity
+    )
     report = measure(dataset, kg, linker_kwargs, args.num_proc)
-    report["settings"] = {"data": args.data, "kg": args.kg, "train_size": args.train_size,
-                          "train_sample_seed": args.train_sample_seed}
+    report["settings"] = {
+        "data": args.data,
+        "kg": args.kg,
+        "train_size": args.train_size,
+        "train_sample_seed": args.train_sample_seed,
+    }
     print(report_markdown(report))
     if args.output_dir:
         output_dir = Path(args.output_dir)

@@ -40,38 +40,57 @@ REPORT_NAME = "kge_report.json"
 
 def report_markdown(report: dict) -> str:
     """A few lines on what was trained and how well it ranks held-out tails."""
-    lines = ["# KG embeddings", "",
-             f"KG `{report.get('kg_spec', '?')}`: {report['kg']['entities']} entities, {report['kg']['relations']} "
-             f"relations, {report['triples']['total']} triples ({report['triples']['train']} train, "
-             f"{report['triples']['valid']} held out); sha256 {report['kg']['content_hash'][:12]} with vectors", "",
-             f"{report['torch_geometric_class']} dim {report['dim']} ({report['vectors']}), {report['epochs']} epochs, "
-             f"batch {report['batch_size']}, {report['optimizer']} lr {report['lr']:g}, seed {report['seed']}, "
-             f"{report['device']}: loss {report['losses'][0]:.4f} -> {report['losses'][-1]:.4f} in "
-             f"{report['seconds']['total']:.1f}s"]
+    lines = [
+        "# KG embeddings",
+        "",
+        f"KG `{report.get('kg_spec', '?')}`: {report['kg']['entities']} entities, {report['kg']['relations']} "
+        f"relations, {report['triples']['total']} triples ({report['triples']['train']} train, "
+        f"{report['triples']['valid']} held out); sha256 {report['kg']['content_hash'][:12]} with vectors",
+        "",
+        f"{report['torch_geometric_class']} dim {report['dim']} ({report['vectors']}), {report['epochs']} epochs, "
+        f"batch {report['batch_size']}, {report['optimizer']} lr {report['lr']:g}, seed {report['seed']}, "
+        f"{report['device']}: loss {report['losses'][0]:.4f} -> {report['losses'][-1]:.4f} in "
+        f"{report['seconds']['total']:.1f}s",
+    ]
     excluded = report.get("excluded_facts")
     kept = report.get("kept_vectors")
     if kept:
-        lines += ["", f"Kept the stored vectors of {kept['entities']} entities (from `{kept.get('from', '?')}`, sha256 "
-                  f"{kept['source_content_hash'][:12]}); trained {kept['trained']} new entities and every relation."]
+        lines += [
+            "",
+            f"Kept the stored vectors of {kept['entities']} entities (from `{kept.get('from', '?')}`, sha256 "
+            f"{kept['source_content_hash'][:12]}); trained {kept['trained']} new entities and every relation.",
+        ]
     if excluded:
-        lines += ["", f"Excluded before training: {excluded['triples_removed']} triples of {excluded['keys']} fact "
-                  f"keys ({excluded['keys_not_in_kg']} not in the KG) from {', '.join(excluded['files'])}."]
+        lines += [
+            "",
+            f"Excluded before training: {excluded['triples_removed']} triples of {excluded['keys']} fact "
+            f"keys ({excluded['keys_not_in_kg']} not in the KG) from {', '.join(excluded['files'])}.",
+        ]
     metrics = report["metrics"]
     if metrics:
-        lines += ["", "| held-out triples | MRR | chance MRR | Hits@1 | Hits@10 | mean rank |",
-                  "|---|---|---|---|---|---|",
-                  f"| {metrics['triples']} | {metrics['mrr']:.4f} | {metrics['chance_mrr']:.4f} | "
-                  f"{metrics['hits@1']:.4f} | {metrics['hits@10']:.4f} | {metrics['mean_rank']:.1f} |", "",
-                  f"Protocol: {metrics['protocol']}."]
+        lines += [
+            "",
+            "| held-out triples | MRR | chance MRR | Hits@1 | Hits@10 | mean rank |",
+            "|---|---|---|---|---|---|",
+            f"| {metrics['triples']} | {metrics['mrr']:.4f} | {metrics['chance_mrr']:.4f} | "
+            f"{metrics['hits@1']:.4f} | {metrics['hits@10']:.4f} | {metrics['mean_rank']:.1f} |",
+            "",
+            f"Protocol: {metrics['protocol']}.",
+        ]
     else:
         lines += ["", "No triples held out (valid_fraction 0): no metrics."]
     return "\n".join(lines) + "\n"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--kg", required=True, help=(
-        "KG spec for keplm.knowledge.load_kg: fb15k237:<dir>, wn18rr:<dir>, trex:<dir or file>, tsv:<file>, "
-        "jsonl:<file>, pretrained:<dir> (a saved KG folder), or several joined by '+'"))
+    parser.add_argument(
+        "--kg",
+        required=True,
+        help=(
+            "KG spec for keplm.knowledge.load_kg: fb15k237:<dir>, wn18rr:<dir>, trex:<dir or file>, tsv:<file>, "
+            "jsonl:<file>, pretrained:<dir> (a saved KG folder), or several joined by '+'"
+        ),
+    )
     parser.add_argument("--output_dir", required=True, help="where the KG with its vectors and kge_report.json go")
     parser.add_argument("--model", default="transe", help=KGE_MODEL_HELP)
     parser.add_argument("--dim", type=int, default=128, help="stored vector width (complex/rotate: even)")
@@ -81,24 +100,49 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--weight_decay", type=float, default=None)
     parser.add_argument("--margin", type=float, default=None, help="transe, distmult, rotate (default: the model's)")
     parser.add_argument("--p_norm", type=float, default=None, help="transe's norm (default 1)")
-    parser.add_argument("--valid_fraction", type=float, default=0.05,
-                        help="triples held out for MRR / Hits@k (0: train on all, no metrics)")
-    parser.add_argument("--max_eval_triples", type=int, default=1000,
-                        help="rank at most this many held-out triples (a seeded sample; each scores every entity)")
-    parser.add_argument("--exclude_facts", nargs="+", default=None, help=(
-        "fact-key TSV files (sub_uri<TAB>predicate_id<TAB>obj_uri, e.g. run_pretraining's held_out_facts.tsv): "
-        "their triples are removed from the KG before training, so the embeddings cannot encode them"))
-    parser.add_argument("--keep_vectors_from", default=None, help=(
-        "a `keplm train-kge` output folder (or KG spec with vectors): its entities keep their vectors and only the "
-        "KG's other entities (and the relations) are trained, so a model trained on those vectors can read the new "
-        "entities (same --model and --dim as that run)"))
+    parser.add_argument(
+        "--valid_fraction",
+        type=float,
+        default=0.05,
+        help="triples held out for MRR / Hits@k (0: train on all, no metrics)",
+    )
+    parser.add_argument(
+        "--max_eval_triples",
+        type=int,
+        default=1000,
+        help="rank at most this many held-out triples (a seeded sample; each scores every entity)",
+    )
+    parser.add_argument(
+        "--exclude_facts",
+        nargs="+",
+        default=None,
+        help=(
+            "fact-key TSV files (sub_uri<TAB>predicate_id<TAB>obj_uri, e.g. run_pretraining's held_out_facts.tsv): "
+            "their triples are removed from the KG before training, so the embeddings cannot encode them"
+        ),
+    )
+    parser.add_argument(
+        "--keep_vectors_from",
+        default=None,
+        help=(
+            "a `keplm train-kge` output folder (or KG spec with vectors): its entities keep their vectors and only the "
+            "KG's other entities (and the relations) are trained, so a model trained on those vectors can read the new "
+            "entities (same --model and --dim as that run)"
+        ),
+    )
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--dense", action="store_true", help=(
-        "dense embedding gradients (Adam/Adagrad with weight decay, as torch_geometric's example); default: sparse "
-        "gradients, only the batch's rows updated (SparseAdam), many times faster on a large KG"))
-    parser.add_argument("--num_threads", type=int, default=None,
-                        help="torch CPU threads (1 avoids thread contention on a busy machine)")
+    parser.add_argument(
+        "--dense",
+        action="store_true",
+        help=(
+            "dense embedding gradients (Adam/Adagrad with weight decay, as torch_geometric's example); default: sparse "
+            "gradients, only the batch's rows updated (SparseAdam), many times faster on a large KG"
+        ),
+    )
+    parser.add_argument(
+        "--num_threads", type=int, default=None, help="torch CPU threads (1 avoids thread contention on a busy machine)"
+    )
     parser.add_argument("--no_progress", action="store_true", help="no progress bars")
 
 
@@ -110,22 +154,28 @@ def _keep_vectors(args: argparse.Namespace):
     if report_path.is_file():
         old = json.loads(report_path.read_text())
         if (old.get("model"), old.get("dim")) != (args.model.lower(), args.dim):
-            raise ValueError(f"--keep_vectors_from {source} holds {old.get('model')} vectors of dim {old.get('dim')}, "
-                             f"but this run trains {args.model} of dim {args.dim}: use the same --model and --dim")
+            raise ValueError(
+                f"--keep_vectors_from {source} holds {old.get('model')} vectors of dim {old.get('dim')}, "
+                f"but this run trains {args.model} of dim {args.dim}: use the same --model and --dim"
+            )
     elif Path(source).is_dir() and not (Path(source) / KG_CONFIG_NAME).is_file():
-        raise FileNotFoundError(f"--keep_vectors_from {source}: no saved KG in this folder (a `keplm train-kge` "
-                                f"output has kg_config.json and kge_report.json)")
+        raise FileNotFoundError(
+            f"--keep_vectors_from {source}: no saved KG in this folder (a `keplm train-kge` "
+            f"output has kg_config.json and kge_report.json)"
+        )
     kg = load_kg(source)
     if kg.entity_vectors is None:
-        raise ValueError(f"--keep_vectors_from {source}: this KG has no entity vectors (train them with `keplm "
-                         f"train-kge`)")
+        raise ValueError(
+            f"--keep_vectors_from {source}: this KG has no entity vectors (train them with `keplm train-kge`)"
+        )
     return kg
 
 
 def run(args: argparse.Namespace) -> dict:
     # the settings are checked before the (possibly long) KG load
-    check_kge_settings(args.model, args.dim, args.epochs, args.batch_size, args.valid_fraction, margin=args.margin,
-                       p_norm=args.p_norm)
+    check_kge_settings(
+        args.model, args.dim, args.epochs, args.batch_size, args.valid_fraction, margin=args.margin, p_norm=args.p_norm
+    )
     if args.num_threads is not None:
         if args.num_threads <= 0:
             raise ValueError(f"--num_threads must be positive, got {args.num_threads}")
@@ -139,11 +189,24 @@ def run(args: argparse.Namespace) -> dict:
         kg = kg_without_facts(kg, keys, drop_vectors=True)
         excluded = {"files": list(args.exclude_facts), **kg.build_report["facts_removed"]}
     load_seconds = time.perf_counter() - start
-    kg, report = train_kge(kg, model=args.model, dim=args.dim, epochs=args.epochs, batch_size=args.batch_size,
-                           lr=args.lr, weight_decay=args.weight_decay, margin=args.margin, p_norm=args.p_norm,
-                           valid_fraction=args.valid_fraction, max_eval_triples=args.max_eval_triples,
-                           seed=args.seed, device=args.device, sparse=not args.dense, progress=not args.no_progress,
-                           keep_vectors=keep)
+    kg, report = train_kge(
+        kg,
+        model=args.model,
+        dim=args.dim,
+        epochs=args.epochs,
+        batch_size=args.batch_size,
+        lr=args.lr,
+        weight_decay=args.weight_decay,
+        margin=args.margin,
+        p_norm=args.p_norm,
+        valid_fraction=args.valid_fraction,
+        max_eval_triples=args.max_eval_triples,
+        seed=args.seed,
+        device=args.device,
+        sparse=not args.dense,
+        progress=not args.no_progress,
+        keep_vectors=keep,
+    )
     if keep is not None:
         report["kept_vectors"]["from"] = args.keep_vectors_from
     report = {"kg_spec": args.kg, "excluded_facts": excluded, **report}  # the specs as given: no resolved paths

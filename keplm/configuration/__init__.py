@@ -4,5 +4,11 @@ from .configuration_relation_extraction import RelationExtractionConfig
 from .configuration_roof_transformer import RoofTransformerConfig
 from .configuration_trelm import TrelmConfig
 
-__all__ = ["KeplmConfig", "KalaConfig", "DEFAULT_KFM_LAYERS", "RelationExtractionConfig",
-           "RoofTransformerConfig", "TrelmConfig"]
+__all__ = [
+    "KeplmConfig",
+    "KalaConfig",
+    "DEFAULT_KFM_LAYERS",
+    "RelationExtractionConfig",
+    "RoofTransformerConfig",
+    "TrelmConfig",
+]

@@ -21,10 +21,12 @@ def encoder_subconfigs(*names: str) -> dict[str, Any]:
     """
     if SubConfigSpec is None:
         return {"sub_configs": {f"{name}_config": AutoConfig for name in names}}
-    return {"sub_configs_defaults": {
-        f"{name}_config": SubConfigSpec(config_class=AutoConfig, model_type="bert", optional=i > 0)
-        for i, name in enumerate(names)
-    }}
+    return {
+        "sub_configs_defaults": {
+            f"{name}_config": SubConfigSpec(config_class=AutoConfig, model_type="bert", optional=i > 0)
+            for i, name in enumerate(names)
+        }
+    }
 
 
 def as_encoder_config(value: PreTrainedConfig | dict | None) -> PreTrainedConfig:
@@ -83,7 +85,8 @@ class KeplmConfig(PreTrainedConfig):
                 f"{pretrained_model_name_or_path} holds a {saved!r} config, not a {cls.model_type!r} one: to build a "
                 f"{cls.model_type} model on a plain encoder checkpoint use the model class's from_base_pretrained("
                 f"{str(pretrained_model_name_or_path)!r}, knowledge_assets=...); to load a checkpoint by its own type "
-                "use the Auto classes")
+                "use the Auto classes"
+            )
         return super().from_pretrained(pretrained_model_name_or_path, **kwargs)
 
     def to_diff_dict(self) -> dict[str, Any]:

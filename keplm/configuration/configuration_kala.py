@@ -19,21 +19,23 @@ LEGACY_SETTINGS = {"relation_message": "entity", "entity_dropout": 0.0}
 DEFAULT_KFM_LAYERS = {"qa": [-4, -2], "ner": [-4, -2], "generative_qa": [-4, -2]}
 
 
-KALA_BIBTEX = "\n".join((
-    "@inproceedings{kang-etal-2022-kala,",
-    '    title = "{KALA}: Knowledge-Augmented Language Model Adaptation",',
-    '    author = "Kang, Minki and Baek, Jinheon and Hwang, Sung Ju",',
-    '    booktitle = "Proceedings of the 2022 Conference of the North American Chapter of the Association for '
-    'Computational Linguistics: Human Language Technologies",',
-    "    month = jul,",
-    '    year = "2022",',
-    '    address = "Seattle, United States",',
-    '    publisher = "Association for Computational Linguistics",',
-    '    url = "https://aclanthology.org/2022.naacl-main.379",',
-    '    doi = "10.18653/v1/2022.naacl-main.379",',
-    '    pages = "5144--5167",',
-    "}",
-))
+KALA_BIBTEX = "\n".join(
+    (
+        "@inproceedings{kang-etal-2022-kala,",
+        '    title = "{KALA}: Knowledge-Augmented Language Model Adaptation",',
+        '    author = "Kang, Minki and Baek, Jinheon and Hwang, Sung Ju",',
+        '    booktitle = "Proceedings of the 2022 Conference of the North American Chapter of the Association for '
+        'Computational Linguistics: Human Language Technologies",',
+        "    month = jul,",
+        '    year = "2022",',
+        '    address = "Seattle, United States",',
+        '    publisher = "Association for Computational Linguistics",',
+        '    url = "https://aclanthology.org/2022.naacl-main.379",',
+        '    doi = "10.18653/v1/2022.naacl-main.379",',
+        '    pages = "5144--5167",',
+        "}",
+    )
+)
 #: the paper; its URL (the ACL Anthology's NAACL 2022 page) and the authors' code (printed in the paper's abstract)
 #: were checked by hand
 KALA_PAPER = Paper(
@@ -45,8 +47,12 @@ KALA_PAPER = Paper(
     code_url="https://github.com/Nardien/KALA",
 )
 #: KALA's systems (``run_scripts --system``) as the paper names them
-SYSTEM_NAMES = {"vanilla": "vanilla fine-tuning", "more_params": "+1 layer", "pointwise": "KALA pointwise",
-                "relational": "KALA relational"}
+SYSTEM_NAMES = {
+    "vanilla": "vanilla fine-tuning",
+    "more_params": "+1 layer",
+    "pointwise": "KALA pointwise",
+    "relational": "KALA relational",
+}
 
 
 def ordinal_layers(layers, depth: int | None) -> str:
@@ -67,16 +73,21 @@ class KalaCard(MethodCard):
     entity_rows_source = "linked in the training"
     relation_rows = True
     system_names = SYSTEM_NAMES
-    knowledge_options = (*LINKING_OPTIONS, ("KFM layers", "kfm_layers"), *LINKING_DETAIL_OPTIONS,
-                         ("entity min count", "entity_min_count"), ("max entities", "max_entities"),
-                         ("entity memory initialised from mention states", "init_entity_memory"),
-                         ("knowledge learning rate", "knowledge_learning_rate"),
-                         ("knowledge optimizer", "knowledge_optimizer"),
-                         ("knowledge weight decay", "knowledge_weight_decay"),
-                         ("knowledge warm-up (steps, or share of the steps)", "knowledge_warmup_steps"),
-                         ("entity-memory optimizer", "entity_memory_optimizer"),
-                         ("entity-memory learning rate", "entity_memory_learning_rate"),
-                         ("sparse entity memory", "sparse_entity_memory"))
+    knowledge_options = (
+        *LINKING_OPTIONS,
+        ("KFM layers", "kfm_layers"),
+        *LINKING_DETAIL_OPTIONS,
+        ("entity min count", "entity_min_count"),
+        ("max entities", "max_entities"),
+        ("entity memory initialised from mention states", "init_entity_memory"),
+        ("knowledge learning rate", "knowledge_learning_rate"),
+        ("knowledge optimizer", "knowledge_optimizer"),
+        ("knowledge weight decay", "knowledge_weight_decay"),
+        ("knowledge warm-up (steps, or share of the steps)", "knowledge_warmup_steps"),
+        ("entity-memory optimizer", "entity_memory_optimizer"),
+        ("entity-memory learning rate", "entity_memory_learning_rate"),
+        ("sparse entity memory", "sparse_entity_memory"),
+    )
     stated_when_false = ("init_entity_memory",)
 
     def system(self, config) -> str | None:
@@ -96,35 +107,51 @@ class KalaCard(MethodCard):
     def intro(self, spec, cite, venue) -> list[str]:
         depth = spec.encoder.get("layers")
         if spec.uses_knowledge:
-            retrieval = ("its row of the entity memory" if spec.system == "pointwise" else
-                         "an attention-weighted aggregate of its neighbours in the context's knowledge graph "
-                         f"({spec.settings.get('gnn_layers', 2)} relational GNN layers over the entity memory)")
+            retrieval = (
+                "its row of the entity memory"
+                if spec.system == "pointwise"
+                else "an attention-weighted aggregate of its neighbours in the context's knowledge graph "
+                f"({spec.settings.get('gnn_layers', 2)} relational GNN layers over the entity memory)"
+            )
             return [
                 f"KALA{venue} ({cite}) adapts a pre-trained encoder with domain knowledge during fine-tuning: the "
                 "hidden states of the tokens of each linked entity mention are scaled and shifted after both "
                 "LayerNorms of the chosen encoder layers (knowledge-conditioned feature modulation, KFM: "
                 "γ = 1 + h(v), β = h(v)), where v is the mention's entity vector: " + retrieval + ". Tokens outside "
-                f"mentions are left unchanged. Here KFM sits on encoder {ordinal_layers(spec.kfm_layers, depth)}."]
+                f"mentions are left unchanged. Here KFM sits on encoder {ordinal_layers(spec.kfm_layers, depth)}."
+            ]
         extra = spec.settings.get("num_extra_layers") or 0
         return [
             f"This is a **baseline** of KALA{venue} ({cite}): the same architecture and training, but it reads no "
-            "knowledge" + (f" and adds {extra} randomly initialised transformer layer(s) on top of the encoder "
-                           "(the paper's \"+ more parameters\" baseline)." if extra else
-                           " (plain fine-tuning of the encoder with a task head).")]
+            "knowledge"
+            + (
+                f" and adds {extra} randomly initialised transformer layer(s) on top of the encoder "
+                '(the paper\'s "+ more parameters" baseline).'
+                if extra
+                else " (plain fine-tuning of the encoder with a task head)."
+            )
+        ]
 
     def limits(self, spec) -> list[str]:
         if not spec.uses_knowledge:
             return []
         case = {True: " (case-sensitive)", False: " (ignoring case)", None: ""}[spec.knowledge.case_sensitive]
-        lines = [f"Knowledge comes from dictionary matching of KG names and aliases in the text{case}, with no "
-                 "disambiguation beyond a degree prior: ambiguous names can be linked to the wrong entity and "
-                 "entities missing from the KG are not linked. Entities not seen in training map to the null "
-                 "row of the entity memory" + (
-                     "; relational retrieval still represents them through their KG neighbours that were seen."
-                     if spec.system == "relational" else " and get no modulation.")]
+        lines = [
+            f"Knowledge comes from dictionary matching of KG names and aliases in the text{case}, with no "
+            "disambiguation beyond a degree prior: ambiguous names can be linked to the wrong entity and "
+            "entities missing from the KG are not linked. Entities not seen in training map to the null "
+            "row of the entity memory"
+            + (
+                "; relational retrieval still represents them through their KG neighbours that were seen."
+                if spec.system == "relational"
+                else " and get no modulation."
+            )
+        ]
         if spec.knowledge.mode != "annotations":
-            lines.append("The KG is part of the checkpoint (`knowledge/`); swapping it for another one changes what "
-                         "is linked but not the entity memory the model was trained with.")
+            lines.append(
+                "The KG is part of the checkpoint (`knowledge/`); swapping it for another one changes what "
+                "is linked but not the entity memory the model was trained with."
+            )
         return lines
 
     def tags(self, spec) -> list[str]:
@@ -169,9 +196,19 @@ class KalaConfig(KeplmConfig):
 
     model_type = "kala"
     method_card = KalaCard()
-    card_settings = ("retrieval_mode", "kfm_layers", "entity_vocab_size", "entity_dim", "num_relations",
-                     "relation_dim", "use_inverse_relations", "gnn_layers", "relation_message", "entity_dropout",
-                     "num_extra_layers")
+    card_settings = (
+        "retrieval_mode",
+        "kfm_layers",
+        "entity_vocab_size",
+        "entity_dim",
+        "num_relations",
+        "relation_dim",
+        "use_inverse_relations",
+        "gnn_layers",
+        "relation_message",
+        "entity_dropout",
+        "num_extra_layers",
+    )
 
     kfm_layers: list[int] | None = None
     retrieval_mode: str = "relational"
@@ -249,5 +286,12 @@ class KalaConfig(KeplmConfig):
         return 2 * self.num_relations if self.use_inverse_relations else self.num_relations
 
 
-__all__ = ["KalaConfig", "DEFAULT_KFM_LAYERS", "KALA_PAPER", "KalaCard", "RELATION_MESSAGES", "RETRIEVAL_MODES",
-           "SYSTEM_NAMES"]
+__all__ = [
+    "KalaConfig",
+    "DEFAULT_KFM_LAYERS",
+    "KALA_PAPER",
+    "KalaCard",
+    "RELATION_MESSAGES",
+    "RETRIEVAL_MODES",
+    "SYSTEM_NAMES",
+]

@@ -18,15 +18,20 @@ class RelationExtractionCard(MethodCard):
     task = "relation-extraction"
 
     def usage_notes(self, spec) -> list[str]:
-        return ["As KALA's fact source: `keplm.RelationExtractor.from_pretrained(<checkpoint>)`, then "
-                "`extractor.annotate(text, annotation)` adds the extracted triplets to an annotation's linked "
-                "mentions (`keplm build-kg --relation_source model --re_model <checkpoint>` does it for a "
-                "dataset).", ""]
+        return [
+            "As KALA's fact source: `keplm.RelationExtractor.from_pretrained(<checkpoint>)`, then "
+            "`extractor.annotate(text, annotation)` adds the extracted triplets to an annotation's linked "
+            "mentions (`keplm build-kg --relation_source model --re_model <checkpoint>` does it for a "
+            "dataset).",
+            "",
+        ]
 
     def limits(self, spec) -> list[str]:
-        return ["Predicts at most one relation per ordered entity pair (top-1, or top-2 when `no_relation` "
-                "wins and the runner-up is above the threshold); precision is low with the paper's 0.1 rule "
-                "(see Results)."]
+        return [
+            "Predicts at most one relation per ordered entity pair (top-1, or top-2 when `no_relation` "
+            "wins and the runner-up is above the threshold); precision is low with the paper's 0.1 rule "
+            "(see Results)."
+        ]
 
 
 class RelationExtractionConfig(KeplmConfig):

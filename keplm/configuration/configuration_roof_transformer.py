@@ -15,8 +15,11 @@ KNOWLEDGE_ENCODINGS = ("joint", "cached", "none")
 _TITLE = "Roof-Transformer: Divided and Joined Understanding with Knowledge Enhancement"
 _AUTHORS = ("Wei-Lin Liao", "Cheng-En Su", "Wei-Yun Ma")
 #: the paper as its own text states it (no venue or URL that we could check)
-ROOF_TRANSFORMER_PAPER = Paper(title=_TITLE, authors=_AUTHORS, bibtex=misc_bibtex(
-    "liao-roof-transformer", "{Roof-Transformer}: " + _TITLE.split(": ", 1)[1], _AUTHORS))
+ROOF_TRANSFORMER_PAPER = Paper(
+    title=_TITLE,
+    authors=_AUTHORS,
+    bibtex=misc_bibtex("liao-roof-transformer", "{Roof-Transformer}: " + _TITLE.split(": ", 1)[1], _AUTHORS),
+)
 
 
 class RoofTransformerCard(MethodCard):
@@ -30,20 +33,29 @@ class RoofTransformerCard(MethodCard):
     def knowledge_rows(self, processor, metrics: dict) -> list[tuple[str, str]]:
         """Triple selection (paper 3.2) and how often the training examples got triples."""
         rows = []
-        settings = [f"{name} `{getattr(processor, name)}`" for name in ("selection", "verbalization")
-                    if getattr(processor, name, None)]
+        settings = [
+            f"{name} `{getattr(processor, name)}`"
+            for name in ("selection", "verbalization")
+            if getattr(processor, name, None)
+        ]
         if getattr(processor, "max_knowledge_length", None):
             settings.append(f"at most {processor.max_knowledge_length} knowledge tokens")
         if settings:
             rows.append(("triple selection", ", ".join(settings)))
         examples = metrics.get("knowledge_train_examples")
         if metrics.get("knowledge_train_share_with_knowledge") is not None:
-            rows.append(("training examples with any triple",
-                         f"{100 * metrics['knowledge_train_share_with_knowledge']:.1f} %"))
+            rows.append(
+                ("training examples with any triple", f"{100 * metrics['knowledge_train_share_with_knowledge']:.1f} %")
+            )
         if metrics.get("knowledge_train_kept_per_example") is not None and examples:
-            rows.append(("triples per training example", f"{metrics['knowledge_train_kept_per_example']:.2f} kept, "
-                                                         f"{metrics.get('knowledge_train_cut', 0) / examples:.2f} cut "
-                                                         "by the knowledge budget"))
+            rows.append(
+                (
+                    "triples per training example",
+                    f"{metrics['knowledge_train_kept_per_example']:.2f} kept, "
+                    f"{metrics.get('knowledge_train_cut', 0) / examples:.2f} cut "
+                    "by the knowledge budget",
+                )
+            )
         return rows
 
 
@@ -74,8 +86,14 @@ class RoofTransformerConfig(KeplmConfig):
     model_type = "roof_transformer"
     method_card = RoofTransformerCard()
     encoder_names = ("encoder", "knowledge_encoder")
-    card_settings = ("fusion", "fusion_layers", "segmentation", "knowledge_encoding", "max_knowledge_length",
-                     "num_text_encoders")
+    card_settings = (
+        "fusion",
+        "fusion_layers",
+        "segmentation",
+        "knowledge_encoding",
+        "max_knowledge_length",
+        "num_text_encoders",
+    )
 
     locals().update(encoder_subconfigs("encoder", "knowledge_encoder"))
 
@@ -90,9 +108,11 @@ class RoofTransformerConfig(KeplmConfig):
 
     def __post_init__(self, **kwargs):
         super().__post_init__(**kwargs)
-        for name, value, allowed in (("fusion", self.fusion, FUSIONS), ("segmentation", self.segmentation,
-                                     SEGMENTATIONS), ("knowledge_encoding", self.knowledge_encoding,
-                                                      KNOWLEDGE_ENCODINGS)):
+        for name, value, allowed in (
+            ("fusion", self.fusion, FUSIONS),
+            ("segmentation", self.segmentation, SEGMENTATIONS),
+            ("knowledge_encoding", self.knowledge_encoding, KNOWLEDGE_ENCODINGS),
+        ):
             if value not in allowed:
                 raise ValueError(f"{name} must be one of {allowed}, got {value!r}")
         if self.segmentation != "none":
@@ -102,22 +122,29 @@ class RoofTransformerConfig(KeplmConfig):
                     raise ValueError(
                         f"segmentation={self.segmentation!r} gives tokens type 1 (segment B, paper 4.5), but the "
                         f"{name} ({encoder_config.model_type}) has type_vocab_size {types}: use segmentation='none' "
-                        "(every token type 0), as RoBERTa and XLM-R checkpoints need")
+                        "(every token type 0), as RoBERTa and XLM-R checkpoints need"
+                    )
         if (self.fusion == "none") != (self.knowledge_encoding == "none"):
-            raise ValueError("fusion='none' (the one-encoder baseline) goes with knowledge_encoding='none' and "
-                             f"vice versa; got fusion={self.fusion!r}, knowledge_encoding={self.knowledge_encoding!r}")
+            raise ValueError(
+                "fusion='none' (the one-encoder baseline) goes with knowledge_encoding='none' and "
+                f"vice versa; got fusion={self.fusion!r}, knowledge_encoding={self.knowledge_encoding!r}"
+            )
         if self.fusion.startswith("transformer"):
             depth = self.encoder_config.num_hidden_layers
             if not 1 <= self.fusion_layers <= (depth if self.fusion == "transformer" else 64):
-                raise ValueError(f"fusion_layers must be in 1..{depth} for a roof copied from the encoder's last "
-                                 f"layers, got {self.fusion_layers}")
+                raise ValueError(
+                    f"fusion_layers must be in 1..{depth} for a roof copied from the encoder's last "
+                    f"layers, got {self.fusion_layers}"
+                )
         if self.num_text_encoders < 1:
             raise ValueError(f"num_text_encoders must be >= 1, got {self.num_text_encoders}")
         if self.uses_knowledge:
             positions = self.knowledge_encoder_config.max_position_embeddings
             if not 1 <= self.max_knowledge_length < positions:
-                raise ValueError(f"max_knowledge_length must be in 1..{positions - 1} (the knowledge encoder's "
-                                 f"window after [CLS]), got {self.max_knowledge_length}")
+                raise ValueError(
+                    f"max_knowledge_length must be in 1..{positions - 1} (the knowledge encoder's "
+                    f"window after [CLS]), got {self.max_knowledge_length}"
+                )
 
     @property
     def uses_knowledge(self) -> bool:

@@ -11,11 +11,20 @@ CKA_SAMPLERS = ("uniform", "frequency")
 INJECTION_MODES = ("replace", "add")
 
 _TITLE = "TRELM: Towards Robust and Efficient Pre-training for Knowledge-Enhanced Language Models"
-_AUTHORS = ("Junbing Yan", "Chengyu Wang", "Taolin Zhang", "Xiaofeng He", "Jun Huang", "Longtao Huang", "Hui Xue",
-            "Wei Zhang")
+_AUTHORS = (
+    "Junbing Yan",
+    "Chengyu Wang",
+    "Taolin Zhang",
+    "Xiaofeng He",
+    "Jun Huang",
+    "Longtao Huang",
+    "Hui Xue",
+    "Wei Zhang",
+)
 #: the paper as its own text states it (no venue or URL that we could check)
-TRELM_PAPER = Paper(title=_TITLE, authors=_AUTHORS,
-                    bibtex=misc_bibtex("yan-trelm", "{TRELM}: " + _TITLE.split(": ", 1)[1], _AUTHORS))
+TRELM_PAPER = Paper(
+    title=_TITLE, authors=_AUTHORS, bibtex=misc_bibtex("yan-trelm", "{TRELM}: " + _TITLE.split(": ", 1)[1], _AUTHORS)
+)
 
 
 class TrelmCard(MethodCard):
@@ -33,9 +42,11 @@ class TrelmCard(MethodCard):
         """Entity, injected (3.1) and CKA target (eq. 2) tokens per pre-training example."""
         rows = []
         examples = metrics.get("data_features_examples")
-        for label, key in (("entity tokens", "data_features_entity_tokens"),
-                           ("injected tokens (important entities)", "data_features_injected_tokens"),
-                           ("CKA target tokens (tail entities decoded)", "data_features_cka_target_tokens")):
+        for label, key in (
+            ("entity tokens", "data_features_entity_tokens"),
+            ("injected tokens (important entities)", "data_features_injected_tokens"),
+            ("CKA target tokens (tail entities decoded)", "data_features_cka_target_tokens"),
+        ):
             if metrics.get(key) is not None and examples:
                 rows.append((f"{label} per pre-training example", f"{metrics[key] / examples:.2f}"))
         return rows
@@ -74,9 +85,23 @@ class TrelmConfig(KeplmConfig):
     model_type = "trelm"
     method_card = TrelmCard()
     encoder_names = ("encoder",)
-    card_settings = ("use_injection", "injection_mode", "use_cka", "cka_weight", "cka_num_negatives", "cka_sampler",
-                     "use_memory_bank", "memory_window", "memory_momentum", "memory_lambda", "memory_decay",
-                     "use_routing", "routing_fraction", "routing_steps", "routing_interval")
+    card_settings = (
+        "use_injection",
+        "injection_mode",
+        "use_cka",
+        "cka_weight",
+        "cka_num_negatives",
+        "cka_sampler",
+        "use_memory_bank",
+        "memory_window",
+        "memory_momentum",
+        "memory_lambda",
+        "memory_decay",
+        "use_routing",
+        "routing_fraction",
+        "routing_steps",
+        "routing_interval",
+    )
 
     use_injection: bool = True
     injection_mode: str = "replace"
@@ -105,8 +130,12 @@ class TrelmConfig(KeplmConfig):
             raise ValueError(f"injection_mode must be one of {INJECTION_MODES}, got {self.injection_mode!r}")
         if self.cka_sampler not in CKA_SAMPLERS:
             raise ValueError(f"cka_sampler must be one of {CKA_SAMPLERS}, got {self.cka_sampler!r}")
-        for name, low, high in (("cka_weight", 0.0, 1.0), ("memory_momentum", 0.0, 1.0),
-                                ("memory_lambda", 0.0, 1.0), ("routing_fraction", 0.0, 1.0)):
+        for name, low, high in (
+            ("cka_weight", 0.0, 1.0),
+            ("memory_momentum", 0.0, 1.0),
+            ("memory_lambda", 0.0, 1.0),
+            ("routing_fraction", 0.0, 1.0),
+        ):
             value = getattr(self, name)
             if not low <= value <= high:
                 raise ValueError(f"{name} must lie in [{low}, {high}], got {value}")
@@ -114,8 +143,10 @@ class TrelmConfig(KeplmConfig):
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.memory_window < 0 or self.memory_decay < 1:
-            raise ValueError(f"memory_window must be >= 0 and memory_decay >= 1 (eq. 8), got {self.memory_window}, "
-                             f"{self.memory_decay}")
+            raise ValueError(
+                f"memory_window must be >= 0 and memory_decay >= 1 (eq. 8), got {self.memory_window}, "
+                f"{self.memory_decay}"
+            )
         if self.routing_always_train is None:
             self.routing_always_train = ["lm_head.transform", "trelm.injection"]
 

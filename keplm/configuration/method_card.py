@@ -32,8 +32,10 @@ def misc_bibtex(key: str, title: str, authors: tuple[str, ...]) -> str:
 
 #: run-script knowledge options every method's card lists when a run set them: (display name, argument name)
 LINKING_OPTIONS = (("system", "system"), ("knowledge source", "knowledge"))
-LINKING_DETAIL_OPTIONS = (("case-sensitive linking", "link_case_sensitive"),
-                          ("facts per linked entity (max)", "max_neighbors_per_entity"))
+LINKING_DETAIL_OPTIONS = (
+    ("case-sensitive linking", "link_case_sensitive"),
+    ("facts per linked entity (max)", "max_neighbors_per_entity"),
+)
 
 
 class MethodCard:
@@ -119,5 +121,13 @@ def allowed_urls() -> tuple[str, ...]:
     return tuple(dict.fromkeys(urls))
 
 
-__all__ = ["LINKING_DETAIL_OPTIONS", "LINKING_OPTIONS", "MethodCard", "Paper", "allowed_urls", "method_card",
-           "misc_bibtex", "registered_method_cards"]
+__all__ = [
+    "LINKING_DETAIL_OPTIONS",
+    "LINKING_OPTIONS",
+    "MethodCard",
+    "Paper",
+    "allowed_urls",
+    "method_card",
+    "misc_bibtex",
+    "registered_method_cards",
+]

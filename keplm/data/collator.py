@@ -34,9 +34,12 @@ def _absolute_positions(model) -> bool:
     so that left padding would shift them."""
     config = model.config
     encoders = config.encoder_configs().values() if hasattr(config, "encoder_configs") else [config]
-    return any(getattr(c, "position_embedding_type", "absolute") == "absolute"
-               and getattr(c, "max_position_embeddings", None) is not None
-               and getattr(c, "model_type", None) not in _POSITIONS_FROM_TOKENS for c in encoders)
+    return any(
+        getattr(c, "position_embedding_type", "absolute") == "absolute"
+        and getattr(c, "max_position_embeddings", None) is not None
+        and getattr(c, "model_type", None) not in _POSITIONS_FROM_TOKENS
+        for c in encoders
+    )
 
 
 def pad_value(key: str, pad_token_id: int) -> int:
@@ -110,8 +113,10 @@ class KeplmDataCollator:
         defaults["graph"] = schema is not None
         if model is not None and getattr(model.config, "is_encoder_decoder", False):
             # an encoder-decoder's labels are the target sequence, a family of their own (padded with -100)
-            families = {family: tuple(k for k in keys if k != "labels")
-                        for family, keys in defaults["sequence_families"].items()}
+            families = {
+                family: tuple(k for k in keys if k != "labels")
+                for family, keys in defaults["sequence_families"].items()
+            }
             defaults["sequence_families"] = {**families, "labels": ("labels",)}
         if model is not None:
             defaults["graph"] = bool(getattr(model.config, "reads_graph", False))
@@ -119,9 +124,11 @@ class KeplmDataCollator:
                 defaults["entity_vocab_size"] = model.config.entity_vocab_size
             if kwargs.get("padding_side", defaults["padding_side"]) == "left" and _absolute_positions(model):
                 if "position_ids" not in inspect.signature(model.forward).parameters:
-                    raise ValueError(f"{type(model).__name__} reads absolute positions but takes no position_ids: "
-                                     "left padding would shift every padded sentence; pad on the right "
-                                     "(tokenizer.padding_side = 'right')")
+                    raise ValueError(
+                        f"{type(model).__name__} reads absolute positions but takes no position_ids: "
+                        "left padding would shift every padded sentence; pad on the right "
+                        "(tokenizer.padding_side = 'right')"
+                    )
                 defaults["position_ids"] = True
         return cls(**(defaults | kwargs))
 
@@ -132,16 +139,22 @@ class KeplmDataCollator:
         schema_keys = self.graph_schema.keys
         graph_keys = [k for k in keys if k in schema_keys]
         if graph_keys and not self.graph:
-            raise ValueError(f"the features carry graph fields {graph_keys} but this collator was built for a model "
-                             "that reads no graph (graph=False)")
+            raise ValueError(
+                f"the features carry graph fields {graph_keys} but this collator was built for a model "
+                "that reads no graph (graph=False)"
+            )
         if self.graph and self.graph_schema.nodes not in keys:
-            raise ValueError(f"the model reads a graph but the features have no {self.graph_schema.nodes} (build them "
-                             "with the model's processor)")
+            raise ValueError(
+                f"the model reads a graph but the features have no {self.graph_schema.nodes} (build them "
+                "with the model's processor)"
+            )
         scalars = {k for k in keys if isinstance(features[0][k], (Number, np.number))}
         unknown = [k for k in keys if k not in self._family_of and k not in schema_keys and k not in scalars]
         if unknown:
-            raise ValueError(f"feature fields {unknown} are neither token-level fields of a declared sequence family "
-                             f"({sorted(self._family_of)}) nor scalars: declare them or remove them before batching")
+            raise ValueError(
+                f"feature fields {unknown} are neither token-level fields of a declared sequence family "
+                f"({sorted(self._family_of)}) nor scalars: declare them or remove them before batching"
+            )
         batch: dict[str, torch.Tensor] = {}
         shifts = {}
         for family in self.sequence_families:
@@ -204,8 +217,10 @@ class KeplmDataCollator:
                 token_map = np.asarray(feature.get(key, []))
                 if token_map.size and (token_map.min() < -1 or token_map.max() >= num_nodes):
                     raise ValueError(f"feature {row}: {key} refers to nodes outside its {num_nodes} nodes")
-            if self.entity_vocab_size is not None and nodes.numel() and (
-                int(nodes.min()) < 0 or int(nodes.max()) >= self.entity_vocab_size
+            if (
+                self.entity_vocab_size is not None
+                and nodes.numel()
+                and (int(nodes.min()) < 0 or int(nodes.max()) >= self.entity_vocab_size)
             ):
                 raise ValueError(
                     f"feature {row}: unknown entity id {int(nodes.max())} (the entity memory has "
@@ -239,8 +254,9 @@ def _pad_graph(nodes, edges, edge_values: dict, multiple):
     nodes = torch.cat([nodes, nodes.new_zeros(num_nodes - nodes.shape[0])])
     extra = num_edges - edges.shape[1]
     edges = torch.cat([edges, edges.new_full((2, extra), pad_node)], dim=1)
-    edge_values = {key: torch.cat([values, values.new_full((extra,), pad_value(key, 0))])
-                   for key, values in edge_values.items()}
+    edge_values = {
+        key: torch.cat([values, values.new_full((extra,), pad_value(key, 0))]) for key, values in edge_values.items()
+    }
     return nodes, edges, edge_values
 
 

@@ -2,7 +2,6 @@
 T-REx evidences, FewRel sentences, KALA annotation files and a downstream task's training text, each giving
 examples ``{"id", "text", "source", "knowledge", "facts"}`` and a report of what was read, kept and skipped."""
 
-
 from __future__ import annotations
 
 import logging
@@ -17,8 +16,19 @@ from .lama import _relation_files, read_fact_file
 logger = logging.getLogger(__name__)
 
 #: why an evidence / sentence / annotated example is not in the corpus (all counted per source)
-SKIP_REASONS = ("no_mask", "several_masks", "no_object_surface", "no_subject_surface", "subject_not_found",
-                "subject_overlaps_object", "no_ids", "bad_positions", "empty_mention", "no_text", "span_mismatch")
+SKIP_REASONS = (
+    "no_mask",
+    "several_masks",
+    "no_object_surface",
+    "no_subject_surface",
+    "subject_not_found",
+    "subject_overlaps_object",
+    "no_ids",
+    "bad_positions",
+    "empty_mention",
+    "no_text",
+    "span_mismatch",
+)
 FactKey = tuple[str, str, str]
 
 
@@ -26,8 +36,16 @@ FactKey = tuple[str, str, str]
 
 
 def _new_report(spec: str, kind: str) -> dict:
-    return {"spec": spec, "kind": kind, "read": 0, "kept": 0, "skipped": {}, "deduplicated": 0, "merged": 0,
-            "mentions_dropped_overlap": 0}
+    return {
+        "spec": spec,
+        "kind": kind,
+        "read": 0,
+        "kept": 0,
+        "skipped": {},
+        "deduplicated": 0,
+        "merged": 0,
+        "mentions_dropped_overlap": 0,
+    }
 
 
 def _skip(report: dict, reason: str) -> None:
@@ -41,13 +59,25 @@ class _Collector:
     def __init__(self, kind: str, report: dict):
         self.kind, self.report, self.by_text = kind, report, {}
 
-    def add(self, example_id: str, text: str, entities: list[dict], facts: list[FactKey],
-            triplets: list[FactKey] | None = None) -> None:
+    def add(
+        self,
+        example_id: str,
+        text: str,
+        entities: list[dict],
+        facts: list[FactKey],
+        triplets: list[FactKey] | None = None,
+    ) -> None:
         example = self.by_text.get(text)
         triplets = list(facts) if triplets is None else triplets
         if example is None:
-            example = self.by_text[text] = {"id": example_id, "text": text, "source": self.kind, "entities": [],
-                                            "facts": [], "triplets": []}
+            example = self.by_text[text] = {
+                "id": example_id,
+                "text": text,
+                "source": self.kind,
+                "entities": [],
+                "facts": [],
+                "triplets": [],
+            }
         elif set(facts) <= set(example["facts"]) and set(triplets) <= set(example["triplets"]):
             self.report["deduplicated"] += 1
             return
@@ -56,8 +86,10 @@ class _Collector:
         self.report["kept"] += 1
         for mention in entities:  # non-overlapping mentions only (the KALA processor expects them)
             spans = example["entities"]
-            if any(m["start"] == mention["start"] and m["end"] == mention["end"] and m["id"] == mention["id"]
-                   for m in spans):
+            if any(
+                m["start"] == mention["start"] and m["end"] == mention["end"] and m["id"] == mention["id"]
+                for m in spans
+            ):
                 continue
             if any(m["start"] < mention["end"] and mention["start"] < m["end"] for m in spans):
                 self.report["mentions_dropped_overlap"] += 1
@@ -92,7 +124,7 @@ def restore_evidence(evidence: dict, sub_uri: str, obj_uri: str) -> tuple[str, l
     if not sub:
         return "no_subject_surface"
     start = masked.index("[MASK]")
-    text = masked[:start] + obj + masked[start + len("[MASK]"):]
+    text = masked[:start] + obj + masked[start + len("[MASK]") :]
     obj_end = start + len(obj)
     around = None
     position = text.find(sub)
@@ -118,8 +150,9 @@ def _trex_files(path: str) -> list[str]:
     return files
 
 
-def read_trex_examples(path: str, relations: Sequence[str] | None = None,
-                       spec: str | None = None) -> tuple[list[dict], list[dict], dict]:
+def read_trex_examples(
+    path: str, relations: Sequence[str] | None = None, spec: str | None = None
+) -> tuple[list[dict], list[dict], dict]:
     """``(examples, facts, report)`` of the LAMA T-REx evidences under ``path``: ``facts`` are the probe facts
     read (``keplm.data.lama.read_fact_file`` dicts), ``report`` counts evidences read, kept, skipped by reason,
     duplicates of the same fact and sentences shared by several facts (``merged``)."""
@@ -152,8 +185,33 @@ def read_trex_examples(path: str, relations: Sequence[str] | None = None,
 
 # --------------------------------------------------------------------------- FewRel
 
-_NO_SPACE_BEFORE = {",", ".", ";", ":", "!", "?", ")", "]", "}", "%", "'", "''", "”", "’", "...", "..",
-                    "'s", "'S", "’s", "n't", "'re", "'ve", "'ll", "'d", "'m"}
+_NO_SPACE_BEFORE = {
+    ",",
+    ".",
+    ";",
+    ":",
+    "!",
+    "?",
+    ")",
+    "]",
+    "}",
+    "%",
+    "'",
+    "''",
+    "”",
+    "’",
+    "...",
+    "..",
+    "'s",
+    "'S",
+    "’s",
+    "n't",
+    "'re",
+    "'ve",
+    "'ll",
+    "'d",
+    "'m",
+}
 _NO_SPACE_AFTER = {"(", "[", "{", "$", "£", "#", "``", "“", "‘"}
 _JOINERS = {"-", "–", "—", "/"}  # "four - lane" -> "four-lane", "1987 – 1990" -> "1987–1990"
 
@@ -182,8 +240,9 @@ def detokenize(tokens: Sequence[str]) -> tuple[str, list[tuple[int, int]]]:
     return "".join(parts), offsets
 
 
-def read_fewrel_examples(path: str, relations: Sequence[str] | None = None,
-                         spec: str | None = None) -> tuple[list[dict], dict]:
+def read_fewrel_examples(
+    path: str, relations: Sequence[str] | None = None, spec: str | None = None
+) -> tuple[list[dict], dict]:
     """``(examples, report)`` of a FewRel file (``{"P177": [{"tokens", "h": [name, Qid, [[positions]]], "t"}]}``):
     detokenized text, head/tail mentions (every occurrence) with their Wikidata ids, the fact ``(h, P, t)``."""
     report = _new_report(spec or f"fewrel:{path}", "fewrel")
@@ -191,18 +250,23 @@ def read_fewrel_examples(path: str, relations: Sequence[str] | None = None,
     if not isinstance(data, dict):
         raise ValueError(f"{path}: expected FewRel's JSON object keyed by relation id, got {type(data).__name__}")
     collector, keep = _Collector("fewrel", report), set(relations) if relations else None
-    for relation in progress(sorted(data, key=lambda r: int(r[1:]) if r[1:].isdigit() else 0), "Reading FewRel",
-                             unit=" relations"):
+    for relation in progress(
+        sorted(data, key=lambda r: int(r[1:]) if r[1:].isdigit() else 0), "Reading FewRel", unit=" relations"
+    ):
         if keep is not None and relation not in keep:
             continue
         for index, instance in enumerate(data[relation]):
             report["read"] += 1
             try:
-                tokens, (_, head, head_positions), (_, tail, tail_positions) = (instance["tokens"], instance["h"],
-                                                                                 instance["t"])
+                tokens, (_, head, head_positions), (_, tail, tail_positions) = (
+                    instance["tokens"],
+                    instance["h"],
+                    instance["t"],
+                )
             except (KeyError, TypeError, ValueError):
-                raise ValueError(f"{path}: {relation}[{index}]: expected 'tokens', 'h' and 't' as "
-                                 "[name, id, [[positions]]]") from None
+                raise ValueError(
+                    f"{path}: {relation}[{index}]: expected 'tokens', 'h' and 't' as [name, id, [[positions]]]"
+                ) from None
             if not head or not tail:
                 _skip(report, "no_ids")
                 continue
@@ -232,8 +296,11 @@ def _annotation_files(path: str) -> tuple[list[str], str | None]:
     """The annotation files of a file or a build-kg folder, and the task its ``report.json`` names."""
     if os.path.isfile(path):
         return [path], None
-    files = sorted(os.path.join(path, n) for n in os.listdir(path)
-                   if n.endswith((".json", ".json.gz")) and not n.startswith(("report.", "corpus_report.")))
+    files = sorted(
+        os.path.join(path, n)
+        for n in os.listdir(path)
+        if n.endswith((".json", ".json.gz")) and not n.startswith(("report.", "corpus_report."))
+    )
     if not files:
         raise FileNotFoundError(f"no KALA annotation <split>.json files in {path}")
     report_path = os.path.join(path, "report.json")
@@ -247,8 +314,10 @@ def _dataset_texts(dataset_spec: str, task: str | None) -> tuple[str, dict[str, 
     if sep and prefix in ("ner", "qa"):
         task, dataset_spec = prefix, rest
     if task not in ("ner", "qa"):
-        raise ValueError(f"annotation dataset {dataset_spec!r}: name the task as ner:<dataset> or qa:<dataset> "
-                         "(a build-kg folder's report.json names it)")
+        raise ValueError(
+            f"annotation dataset {dataset_spec!r}: name the task as ner:<dataset> or qa:<dataset> "
+            "(a build-kg folder's report.json names it)"
+        )
     from . import load_ner_dataset, load_qa_dataset
 
     if task == "ner":
@@ -258,8 +327,7 @@ def _dataset_texts(dataset_spec: str, task: str | None) -> tuple[str, dict[str, 
     return task, {s: dict(zip(map(str, d["id"]), d["context"])) for s, d in data.items()}
 
 
-def read_annotation_examples(path: str, dataset: str | None = None,
-                             spec: str | None = None) -> tuple[list[dict], dict]:
+def read_annotation_examples(path: str, dataset: str | None = None, spec: str | None = None) -> tuple[list[dict], dict]:
     """``(examples, report)`` of KALA annotation JSON (a file or a ``keplm build-kg`` folder). The text of an entry
     is its own ``"text"`` or, given ``dataset`` (``ner:<path>`` / ``qa:<path>``), the example of that id: for NER in
     the split named like the file (``train.json`` -> ``train``), for QA in any split (question ids are unique).
@@ -272,8 +340,11 @@ def read_annotation_examples(path: str, dataset: str | None = None,
         split = os.path.basename(file).split(".")[0]
         if texts and task == "ner" and split not in texts:
             raise ValueError(f"{file}: the NER dataset {dataset!r} has no {split!r} split (it has {list(texts)})")
-        lookup = texts.get(split) if task == "ner" else {k: v for split_texts in texts.values()
-                                                         for k, v in split_texts.items()}
+        lookup = (
+            texts.get(split)
+            if task == "ner"
+            else {k: v for split_texts in texts.values() for k, v in split_texts.items()}
+        )
         data = read_json(file)
         if not isinstance(data, dict):
             raise ValueError(f"{file}: expected a JSON object keyed by example id, got {type(data).__name__}")
@@ -300,8 +371,10 @@ def read_annotation_examples(path: str, dataset: str | None = None,
             facts = [t for t in triplets if t[0] in mentioned and t[2] in mentioned]
             collector.add(f"annotations/{split}/{key}", text, mentions, facts, triplets)
     if report["skipped"].get("no_text") == report["read"] and report["read"]:
-        raise ValueError(f"{path}: no annotation has a text: pass the dataset it was built from "
-                         "(annotations:<path>|ner:<dataset> or |qa:<dataset>)")
+        raise ValueError(
+            f"{path}: no annotation has a text: pass the dataset it was built from "
+            "(annotations:<path>|ner:<dataset> or |qa:<dataset>)"
+        )
     return collector.examples(), report
 
 
@@ -318,8 +391,9 @@ def _task_options(spec: str, options: list[str]) -> dict:
                 continue
         except ValueError:
             pass
-        raise ValueError(f"pre-training source {spec!r}: bad option {option!r} (first=N with N > 0, "
-                         "articles=TRAIN,VALIDATION,TEST)")
+        raise ValueError(
+            f"pre-training source {spec!r}: bad option {option!r} (first=N with N > 0, articles=TRAIN,VALIDATION,TEST)"
+        )
     return parsed
 
 
@@ -339,8 +413,11 @@ def read_task_examples(path: str, task_and_options: str, spec: str | None = None
         rows = [(str(i), " ".join(tokens)) for i, tokens in zip(data["train"]["id"], data["train"]["tokens"])]
     else:
         data = load_qa_dataset(path, split_by_article=options["articles"])
-        train = data["train"] if options["first"] is None else data["train"].select(
-            range(min(options["first"], len(data["train"]))))
+        train = (
+            data["train"]
+            if options["first"] is None
+            else data["train"].select(range(min(options["first"], len(data["train"]))))
+        )
         rows = list(zip(map(str, train["id"]), train["context"]))
     collector = _Collector("task", report)
     for example_id, text in rows:
@@ -352,5 +429,13 @@ def read_task_examples(path: str, task_and_options: str, spec: str | None = None
     return collector.examples(), report
 
 
-__all__ = ["SKIP_REASONS", "FactKey", "restore_evidence", "detokenize", "read_trex_examples", "read_fewrel_examples",
-           "read_annotation_examples", "read_task_examples"]
+__all__ = [
+    "SKIP_REASONS",
+    "FactKey",
+    "restore_evidence",
+    "detokenize",
+    "read_trex_examples",
+    "read_fewrel_examples",
+    "read_annotation_examples",
+    "read_task_examples",
+]

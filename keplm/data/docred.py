@@ -37,14 +37,16 @@ EXTRA_RELATION_NAMES = {
     "P1198": "unemployment rate",
 }
 
-DOCRED_FEATURES = datasets.Features({  # [x] = list of x (datasets 3 to 5)
-    "title": datasets.Value("string"),
-    "text": datasets.Value("string"),
-    "entity_spans": [[[datasets.Value("int64")]]],
-    "entity_names": [datasets.Value("string")],
-    "entity_types": [datasets.Value("string")],
-    "facts": [{"h": datasets.Value("int64"), "t": datasets.Value("int64"), "r": datasets.Value("string")}],
-})
+DOCRED_FEATURES = datasets.Features(
+    {  # [x] = list of x (datasets 3 to 5)
+        "title": datasets.Value("string"),
+        "text": datasets.Value("string"),
+        "entity_spans": [[[datasets.Value("int64")]]],
+        "entity_names": [datasets.Value("string")],
+        "entity_types": [datasets.Value("string")],
+        "facts": [{"h": datasets.Value("int64"), "t": datasets.Value("int64"), "r": datasets.Value("string")}],
+    }
+)
 
 
 def docred_document_to_row(doc: dict) -> dict:
@@ -65,7 +67,7 @@ def docred_document_to_row(doc: dict) -> dict:
                 raise ValueError(f"{doc.get('title')!r}: entity {e} mention {mention['pos']} is outside its sentence")
             mention_spans.append([int(offsets[first, 0]), int(offsets[last, 1])])
         spans.append(mention_spans)
-        names.append(entity[0].get("name", text[mention_spans[0][0]:mention_spans[0][1]]))
+        names.append(entity[0].get("name", text[mention_spans[0][0] : mention_spans[0][1]]))
         types.append(entity[0].get("type", ""))
     facts = []
     for label in doc.get("labels", []):
@@ -73,8 +75,14 @@ def docred_document_to_row(doc: dict) -> dict:
         if not (0 <= h < len(spans) and 0 <= t < len(spans)):
             raise ValueError(f"{doc.get('title')!r}: fact {label} names an entity outside 0..{len(spans) - 1}")
         facts.append({"h": h, "t": t, "r": str(label["r"])})
-    return {"title": doc.get("title", ""), "text": text, "entity_spans": spans, "entity_names": names,
-            "entity_types": types, "facts": facts}
+    return {
+        "title": doc.get("title", ""),
+        "text": text,
+        "entity_spans": spans,
+        "entity_names": names,
+        "entity_types": types,
+        "facts": facts,
+    }
 
 
 def read_docred(path) -> list[dict]:
@@ -115,9 +123,16 @@ def featurization_report(features: datasets.Dataset, split: str = "") -> dict[st
         "%s: %d docs; %d of %d mentions beyond the token window (dropped); %d of %d entities excluded from candidate "
         "pairs (%d of them only shadowed by another entity's overlapping mention, the rest truncated away); %d of %d "
         "gold facts lost with them, %d with a relation outside the vocabulary; %d candidate rows",
-        split or "features", len(features), report.get("num_dropped_mentions", 0), report.get("num_mentions", 0),
-        report.get("num_excluded_entities", 0), report.get("num_entities", 0), report.get("num_shadowed_entities", 0),
-        report.get("num_lost_facts", 0), report.get("num_facts", 0), report.get("num_unknown_relation_facts", 0),
+        split or "features",
+        len(features),
+        report.get("num_dropped_mentions", 0),
+        report.get("num_mentions", 0),
+        report.get("num_excluded_entities", 0),
+        report.get("num_entities", 0),
+        report.get("num_shadowed_entities", 0),
+        report.get("num_lost_facts", 0),
+        report.get("num_facts", 0),
+        report.get("num_unknown_relation_facts", 0),
         report["num_candidate_rows"],
     )
     return report

@@ -41,8 +41,16 @@ from keplm.io_utils import find_file, open_text
 
 from .splits import SPLITS, find_split_files, is_local_data, limit_samples, resolve_data_file, split_of_file
 
-__all__ = ["GlueTask", "GLUE_TASKS", "GLUE_HUB_ID", "glue_task", "glue_features", "load_glue_dataset",
-           "read_glue_task_dir", "task_of_dataset"]
+__all__ = [
+    "GlueTask",
+    "GLUE_TASKS",
+    "GLUE_HUB_ID",
+    "glue_task",
+    "glue_features",
+    "load_glue_dataset",
+    "read_glue_task_dir",
+    "task_of_dataset",
+]
 
 #: the Hub dataset a bare task name is loaded from when no local folder is given
 GLUE_HUB_ID = "nyu-mll/glue"
@@ -104,15 +112,19 @@ def task_of_dataset(dataset_dict: datasets.DatasetDict, name: str = "custom") ->
     return GlueTask(name, name, columns, names, metric_config="sst2" if names is not None else "stsb")
 
 
-def glue_features(task: GlueTask | str | None = None, text_columns: Sequence[str] | None = None,
-                  label_names: Sequence[str] | None = None) -> datasets.Features:
+def glue_features(
+    task: GlueTask | str | None = None,
+    text_columns: Sequence[str] | None = None,
+    label_names: Sequence[str] | None = None,
+) -> datasets.Features:
     """The Hub ``glue`` schema: text columns, ``label`` (ClassLabel, or float32 without label names), ``idx``."""
     if task is not None:
         task = glue_task(task)
         text_columns, label_names = task.text_columns, task.label_names
     features = {column: datasets.Value("string") for column in text_columns}
-    features["label"] = (datasets.Value("float32") if label_names is None
-                         else datasets.ClassLabel(names=list(label_names)))
+    features["label"] = (
+        datasets.Value("float32") if label_names is None else datasets.ClassLabel(names=list(label_names))
+    )
     features["idx"] = datasets.Value("int32")
     return datasets.Features(features)
 
@@ -155,9 +167,17 @@ def _int_label(path, line_no, value: str, allowed=(0, 1)) -> int:
     return label
 
 
-def _read_rows(path: str, header: tuple[str, ...] | None, num_fields: int, text: dict[str, int],
-               label: int | None, idx: int | None = None, quoted: bool = False, regression: bool = False,
-               allowed=(0, 1)) -> list[dict]:
+def _read_rows(
+    path: str,
+    header: tuple[str, ...] | None,
+    num_fields: int,
+    text: dict[str, int],
+    label: int | None,
+    idx: int | None = None,
+    quoted: bool = False,
+    regression: bool = False,
+    allowed=(0, 1),
+) -> list[dict]:
     """Rows of one raw GLUE file: ``text`` maps output columns to field positions, ``label`` / ``idx`` are field
     positions (``idx`` None: the row number)."""
     rows = []
@@ -192,15 +212,31 @@ def _read_rows(path: str, header: tuple[str, ...] | None, num_fields: int, text:
 
 
 _MRPC_HEADER = ("Quality", "#1 ID", "#2 ID", "#1 String", "#2 String")
-_STSB_HEADER = ("index", "genre", "filename", "year", "old_index", "source1", "source2", "sentence1", "sentence2",
-                "score")
+_STSB_HEADER = (
+    "index",
+    "genre",
+    "filename",
+    "year",
+    "old_index",
+    "source1",
+    "source2",
+    "sentence1",
+    "sentence2",
+    "score",
+)
 
 
 def _mrpc_test(directory: str) -> list[dict]:
     """GLUE's MRPC test set with the labels of the original ``msr_paraphrase_test.txt`` (matched by id pair)."""
     path = find_file(directory, "test.tsv")
-    rows = _read_rows(path, ("index", "#1 ID", "#2 ID", "#1 String", "#2 String"), 5,
-                      {"sentence1": 3, "sentence2": 4, "_id1": 1, "_id2": 2}, None, idx=0)
+    rows = _read_rows(
+        path,
+        ("index", "#1 ID", "#2 ID", "#1 String", "#2 String"),
+        5,
+        {"sentence1": 3, "sentence2": 4, "_id1": 1, "_id2": 2},
+        None,
+        idx=0,
+    )
     labels_path = find_file(directory, "msr_paraphrase_test.txt", required=False)
     if labels_path is None:
         raise FileNotFoundError(f"{directory}: no msr_paraphrase_test.txt(.gz) with the labels of the MRPC test set")
@@ -215,19 +251,24 @@ def _mrpc_test(directory: str) -> list[dict]:
     return rows
 
 
-def read_glue_task_dir(directory: str, task: GlueTask | str | None = None,
-                       cola_validation: str = "glue") -> dict[str, list[dict]]:
+def read_glue_task_dir(
+    directory: str, task: GlueTask | str | None = None, cola_validation: str = "glue"
+) -> dict[str, list[dict]]:
     """``{split: rows}`` of a raw task folder (layout in the module docstring); the task defaults to the folder's
     name. Rows hold the schema's columns (a private ``_where`` names their file and line)."""
     task = glue_task(directory if task is None else task)
     directory = os.fspath(directory)
     splits: dict[str, list[dict]] = {}
     if task.name == "cola":
+
         def cola(name):
             return _read_rows(find_file(directory, name), None, 4, {"sentence": 3}, 1)
 
-        choices = {"glue": ("in_domain_dev.tsv", "out_of_domain_dev.tsv"), "in_domain": ("in_domain_dev.tsv",),
-                   "out_of_domain": ("out_of_domain_dev.tsv",)}
+        choices = {
+            "glue": ("in_domain_dev.tsv", "out_of_domain_dev.tsv"),
+            "in_domain": ("in_domain_dev.tsv",),
+            "out_of_domain": ("out_of_domain_dev.tsv",),
+        }
         if cola_validation not in choices:
             raise ValueError(f"cola_validation must be one of {list(choices)}, got {cola_validation!r}")
         splits["train"] = cola("in_domain_train.tsv")
@@ -239,18 +280,32 @@ def read_glue_task_dir(directory: str, task: GlueTask | str | None = None,
             splits[split] = _read_rows(find_file(directory, name), ("sentence", "label"), 2, {"sentence": 0}, 1)
     elif task.name == "mrpc":
         for split, name in (("train", "train.tsv"), ("validation", "dev.tsv")):
-            splits[split] = _read_rows(find_file(directory, name), _MRPC_HEADER, 5,
-                                       {"sentence1": 3, "sentence2": 4}, 0)
+            splits[split] = _read_rows(find_file(directory, name), _MRPC_HEADER, 5, {"sentence1": 3, "sentence2": 4}, 0)
         splits["test"] = _mrpc_test(directory)
     elif task.name == "stsb":
         for split, name in (("train", "train.tsv"), ("validation", "dev.tsv")):
-            splits[split] = _read_rows(find_file(directory, name), _STSB_HEADER, 10,
-                                       {"sentence1": 7, "sentence2": 8}, 9, idx=0, regression=True)
+            splits[split] = _read_rows(
+                find_file(directory, name),
+                _STSB_HEADER,
+                10,
+                {"sentence1": 7, "sentence2": 8},
+                9,
+                idx=0,
+                regression=True,
+            )
     elif task.name == "rte":
         for split, name in (("train", "train.tsv"), ("validation", "dev.tsv"), ("test", "test.tsv")):
             allowed = (-1,) if split == "test" else (0, 1)
-            splits[split] = _read_rows(find_file(directory, name), ("sentence1", "sentence2", "label", "idx"), 4,
-                                       {"sentence1": 0, "sentence2": 1}, 2, idx=3, quoted=True, allowed=allowed)
+            splits[split] = _read_rows(
+                find_file(directory, name),
+                ("sentence1", "sentence2", "label", "idx"),
+                4,
+                {"sentence1": 0, "sentence2": 1},
+                2,
+                idx=3,
+                quoted=True,
+                allowed=allowed,
+            )
     return splits
 
 
@@ -267,8 +322,10 @@ def _read_table(path: str) -> list[tuple[str, dict]]:
             try:
                 for record in reader:
                     if None in record or None in record.values():
-                        raise ValueError(f"{path}:{reader.line_num}: expected {len(reader.fieldnames)} fields "
-                                         f"({reader.fieldnames}), got a different number")
+                        raise ValueError(
+                            f"{path}:{reader.line_num}: expected {len(reader.fieldnames)} fields "
+                            f"({reader.fieldnames}), got a different number"
+                        )
                     records.append((f"{path}:{reader.line_num}", record))
             except csv.Error as err:
                 raise ValueError(f"{path}:{reader.line_num}: {err}") from err
@@ -297,8 +354,9 @@ def _read_table(path: str) -> list[tuple[str, dict]]:
     return records
 
 
-def _table_rows(path: str, text_columns: Sequence[str], names: Sequence[str], label_column: str,
-                idx_column: str) -> list[dict]:
+def _table_rows(
+    path: str, text_columns: Sequence[str], names: Sequence[str], label_column: str, idx_column: str
+) -> list[dict]:
     """Rows of one CSV/JSON file renamed to the schema; labels as written (converted in :func:`_encode_labels`)."""
     rows = []
     for where, record in _read_table(path):
@@ -306,8 +364,9 @@ def _table_rows(path: str, text_columns: Sequence[str], names: Sequence[str], la
         for column, name in zip(text_columns, names):
             value = record.get(column)
             if not isinstance(value, str):
-                raise ValueError(f"{where}: column {column!r} must hold text, got {value!r} "
-                                 f"(columns: {sorted(record)})")
+                raise ValueError(
+                    f"{where}: column {column!r} must hold text, got {value!r} (columns: {sorted(record)})"
+                )
             row[name] = value
         row["label"] = record.get(label_column)
         idx = record.get(idx_column, len(rows))
@@ -342,16 +401,17 @@ def _encode_labels(split_rows: dict[str, list[dict]], label_names: Sequence[str]
             except (TypeError, ValueError):
                 label = None
             if label is None or not 0 <= label < len(label_names):
-                raise ValueError(f"{row['_where']}: label {value!r} is neither a class id below {len(label_names)} "
-                                 f"nor one of {list(label_names)}")
+                raise ValueError(
+                    f"{row['_where']}: label {value!r} is neither a class id below {len(label_names)} "
+                    f"nor one of {list(label_names)}"
+                )
             row["label"] = label
 
 
 def _infer_label_names(split_rows: dict[str, list[dict]]) -> list[str] | None:
     """Label names of files without a task: None (regression) if some label is a non-integral number, else the
     class ids 0..max as strings for integer labels, else the sorted distinct strings."""
-    values = [row["label"] for rows in split_rows.values() for row in rows
-              if row["label"] not in (None, "", -1, "-1")]
+    values = [row["label"] for rows in split_rows.values() for row in rows if row["label"] not in (None, "", -1, "-1")]
     numbers = []
     for value in values:
         try:
@@ -368,8 +428,9 @@ def _to_dataset_dict(split_rows: dict[str, list[dict]], features: datasets.Featu
     out = {}
     for split in [s for s in SPLITS if s in split_rows] + [s for s in split_rows if s not in SPLITS]:
         rows = split_rows[split]
-        out[split] = datasets.Dataset.from_dict({name: [row[name] for row in rows] for name in features},
-                                                features=features)
+        out[split] = datasets.Dataset.from_dict(
+            {name: [row[name] for row in rows] for name in features}, features=features
+        )
     return datasets.DatasetDict(out)
 
 
@@ -378,22 +439,32 @@ def _load_hub(name: str, task: GlueTask | None, text_columns, label_column, idx_
     try:
         dsd = datasets.load_dataset(name, config, **load_kwargs)
     except ConnectionError as err:
-        raise ConnectionError(f"could not load {name!r} ({config}) from the Hub: {err}. Offline, pass a local task "
-                              "folder (e.g. ../shared/data/glue/RTE) or data_dir") from err
+        raise ConnectionError(
+            f"could not load {name!r} ({config}) from the Hub: {err}. Offline, pass a local task "
+            "folder (e.g. ../shared/data/glue/RTE) or data_dir"
+        ) from err
     if not isinstance(dsd, datasets.DatasetDict):
         dsd = datasets.DatasetDict({"train": dsd})
     for split in list(dsd):
         columns = dsd[split].column_names
-        renames = {old: new for old, new in (*zip(text_columns or (), task.text_columns if task else ()),
-                                             (label_column, "label"), (idx_column, "idx"))
-                   if old != new and old in columns}
+        renames = {
+            old: new
+            for old, new in (
+                *zip(text_columns or (), task.text_columns if task else ()),
+                (label_column, "label"),
+                (idx_column, "idx"),
+            )
+            if old != new and old in columns
+        }
         if renames:
             dsd[split] = dsd[split].rename_columns(renames)
         needed = [*(task.text_columns if task else ()), "label"]
         missing = [c for c in needed if c not in dsd[split].column_names]
         if missing:
-            raise ValueError(f"Hub dataset {name!r} split {split!r} lacks {missing} (columns: {columns}); "
-                             "map them with text_columns / label_column")
+            raise ValueError(
+                f"Hub dataset {name!r} split {split!r} lacks {missing} (columns: {columns}); "
+                "map them with text_columns / label_column"
+            )
         if "idx" not in dsd[split].column_names:
             dsd[split] = dsd[split].add_column("idx", list(range(len(dsd[split]))))
     return dsd
@@ -447,8 +518,9 @@ def load_glue_dataset(
         if named is not None and (task is None or task == named):
             task = named
             if data_dir is None:
-                return limit_samples(_load_hub(GLUE_HUB_ID, task, None, label_column, idx_column, **load_kwargs),
-                                     limits)
+                return limit_samples(
+                    _load_hub(GLUE_HUB_ID, task, None, label_column, idx_column, **load_kwargs), limits
+                )
             path = os.path.join(os.fspath(data_dir), task.directory)
             if not os.path.isdir(path):
                 raise FileNotFoundError(f"no GLUE task folder {path}")
@@ -464,8 +536,12 @@ def load_glue_dataset(
                 task = glue_task(path)
             except ValueError:
                 task = None
-        raw = task is not None and not any(explicit.values()) and text_columns is None and (
-            find_file(path, "in_domain_train.tsv" if task.name == "cola" else "train.tsv", required=False))
+        raw = (
+            task is not None
+            and not any(explicit.values())
+            and text_columns is None
+            and (find_file(path, "in_domain_train.tsv" if task.name == "cola" else "train.tsv", required=False))
+        )
         if raw:
             split_rows = read_glue_task_dir(path, task, cola_validation)
             return limit_samples(_to_dataset_dict(split_rows, glue_features(task)), limits)
@@ -494,8 +570,11 @@ def load_glue_dataset(
         if len(text_columns) not in (1, 2):
             raise ValueError(f"text_columns must name one or two columns, got {list(text_columns)}")
         names = ("sentence",) if len(text_columns) == 1 else ("sentence1", "sentence2")
-    split_rows = {split: _table_rows(files[split], text_columns, names, label_column, idx_column)
-                  for split in SPLITS if split in files}
+    split_rows = {
+        split: _table_rows(files[split], text_columns, names, label_column, idx_column)
+        for split in SPLITS
+        if split in files
+    }
     if task is None and label_names is None:
         label_names = _infer_label_names(split_rows)
     _encode_labels(split_rows, label_names)

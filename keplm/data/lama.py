@@ -38,17 +38,24 @@ logger = logging.getLogger(__name__)
 PROBES = ("lama_trex", "pararel", "autoprompt_dev", "autoprompt_train")
 #: why a query is not scored; every skip is counted per relation
 SKIP_REASONS = ("multi_token_object", "object_not_in_vocab", "empty_object", "not_in_common_vocab", "truncated")
-FACT_FEATURES = datasets.Features({
-    "relation": datasets.Value("string"),
-    "sub_label": datasets.Value("string"),
-    "obj_label": datasets.Value("string"),
-    "sub_uri": datasets.Value("string"),
-    "obj_uri": datasets.Value("string"),
-    "uuid": datasets.Value("string"),
-    "templates": [datasets.Value("string")],
-    "evidences": [{"sub_surface": datasets.Value("string"), "obj_surface": datasets.Value("string"),
-                   "masked_sentence": datasets.Value("string")}],
-})
+FACT_FEATURES = datasets.Features(
+    {
+        "relation": datasets.Value("string"),
+        "sub_label": datasets.Value("string"),
+        "obj_label": datasets.Value("string"),
+        "sub_uri": datasets.Value("string"),
+        "obj_uri": datasets.Value("string"),
+        "uuid": datasets.Value("string"),
+        "templates": [datasets.Value("string")],
+        "evidences": [
+            {
+                "sub_surface": datasets.Value("string"),
+                "obj_surface": datasets.Value("string"),
+                "masked_sentence": datasets.Value("string"),
+            }
+        ],
+    }
+)
 _PID_RE = re.compile(r"^(P\d+)")
 
 
@@ -61,8 +68,10 @@ def check_template(template: str, relation: str) -> None:
     if not isinstance(template, str) or "[X]" not in template:
         raise ValueError(f"relation {relation}: template {template!r} has no [X] (subject) slot")
     if template.count("[Y]") != 1:
-        raise ValueError(f"relation {relation}: template {template!r} needs exactly one [Y] (object) slot, "
-                         f"found {template.count('[Y]')}")
+        raise ValueError(
+            f"relation {relation}: template {template!r} needs exactly one [Y] (object) slot, "
+            f"found {template.count('[Y]')}"
+        )
 
 
 def fill_template(template: str, subject: str, obj: str, relation: str = "?") -> str:
@@ -126,21 +135,35 @@ def read_fact_file(path: str | os.PathLike, relation: str | None = None, limit: 
     for _, lineno, obj in iter_jsonl(path):
         rel = obj.get("predicate_id") or obj.get("relation") or default
         if not rel or not obj.get("sub_label") or obj.get("obj_label") in (None, ""):
-            raise ValueError(f"{path}:{lineno}: a fact needs sub_label, obj_label and a relation "
-                             "(predicate_id, or a P<id>.jsonl file name)")
-        facts.append({
-            "relation": str(rel), "sub_label": str(obj["sub_label"]), "obj_label": str(obj["obj_label"]),
-            "sub_uri": obj.get("sub_uri"), "obj_uri": obj.get("obj_uri"), "uuid": obj.get("uuid"), "templates": [],
-            "evidences": [{k: e.get(k) for k in ("sub_surface", "obj_surface", "masked_sentence")}
-                          for e in obj.get("evidences") or []],
-        })
+            raise ValueError(
+                f"{path}:{lineno}: a fact needs sub_label, obj_label and a relation "
+                "(predicate_id, or a P<id>.jsonl file name)"
+            )
+        facts.append(
+            {
+                "relation": str(rel),
+                "sub_label": str(obj["sub_label"]),
+                "obj_label": str(obj["obj_label"]),
+                "sub_uri": obj.get("sub_uri"),
+                "obj_uri": obj.get("obj_uri"),
+                "uuid": obj.get("uuid"),
+                "templates": [],
+                "evidences": [
+                    {k: e.get(k) for k in ("sub_surface", "obj_surface", "masked_sentence")}
+                    for e in obj.get("evidences") or []
+                ],
+            }
+        )
         if limit is not None and len(facts) >= limit:
             break
     return facts
 
 
-def read_fact_files(paths: Iterable[str | os.PathLike], relations: Sequence[str] | None = None,
-                    max_facts_per_relation: int | None = None) -> list[dict]:
+def read_fact_files(
+    paths: Iterable[str | os.PathLike],
+    relations: Sequence[str] | None = None,
+    max_facts_per_relation: int | None = None,
+) -> list[dict]:
     """Facts of several files, keeping only ``relations`` (all when None) and the first
     ``max_facts_per_relation`` of each relation (file order)."""
     keep = set(relations) if relations else None
@@ -184,8 +207,13 @@ def attach_uris(facts: list[dict], reference: Iterable[dict]) -> int:
     return filled
 
 
-def load_probe(probe: str, data_dir: str | os.PathLike = "../shared/data", relations: Sequence[str] | None = None,
-               max_facts_per_relation: int | None = None, templates_file: str | None = None) -> dict:
+def load_probe(
+    probe: str,
+    data_dir: str | os.PathLike = "../shared/data",
+    relations: Sequence[str] | None = None,
+    max_facts_per_relation: int | None = None,
+    templates_file: str | None = None,
+) -> dict:
     """Facts and templates of a probe: a name in :data:`PROBES` (files under ``data_dir``) or a path (a folder of
     ``P*.jsonl(.gz)`` fact files or one such file). Returns ``{"name", "facts", "relation_labels",
     "skipped_relations"}``; ``templates_file`` (relations.jsonl or a ParaRel patterns folder) overrides the
@@ -203,7 +231,8 @@ def load_probe(probe: str, data_dir: str | os.PathLike = "../shared/data", relat
         default_templates = os.path.join(data_dir, "pararel", "patterns")
     elif os.path.isdir(probe):
         files = _relation_files(probe, None) or sorted(
-            os.path.join(probe, n) for n in os.listdir(probe) if n.endswith((".jsonl", ".jsonl.gz")))
+            os.path.join(probe, n) for n in os.listdir(probe) if n.endswith((".jsonl", ".jsonl.gz"))
+        )
     elif os.path.isfile(probe):
         files = [probe]
     else:
@@ -221,8 +250,9 @@ def load_probe(probe: str, data_dir: str | os.PathLike = "../shared/data", relat
             labels = read_templates(os.path.join(lama, "relations", "relations.jsonl"))[1]
     facts, skipped = attach_templates(facts, templates)
     if relations:
-        skipped.update({r: "no facts" for r in relations if not any(f["relation"] == r for f in facts)
-                        and r not in skipped})
+        skipped.update(
+            {r: "no facts" for r in relations if not any(f["relation"] == r for f in facts) and r not in skipped}
+        )
     return {"name": probe, "facts": facts, "relation_labels": labels, "skipped_relations": skipped}
 
 
@@ -267,8 +297,9 @@ def write_fact_keys(path: str | os.PathLike, keys: Iterable[tuple[str, str, str]
             f.write("\t".join(key) + "\n")
 
 
-def split_held_out(facts: Sequence[dict], seen_keys: Iterable[tuple[str, str, str]],
-                   missing: str = "error") -> tuple[list[dict], list[dict], list[dict]]:
+def split_held_out(
+    facts: Sequence[dict], seen_keys: Iterable[tuple[str, str, str]], missing: str = "error"
+) -> tuple[list[dict], list[dict], list[dict]]:
     """``(seen, held_out, without_key)``: facts whose key is in ``seen_keys`` (used in pre-training) and the
     rest. Facts without Wikidata ids raise a ValueError (``missing="error"``) or are returned apart
     (``missing="keep_apart"``)."""
@@ -280,8 +311,10 @@ def split_held_out(facts: Sequence[dict], seen_keys: Iterable[tuple[str, str, st
         key = fact_key(fact)
         (without if key is None else seen if key in seen_keys else held_out).append(fact)
     if without and missing == "error":
-        raise ValueError(f"split_held_out: {len(without)} facts have no sub_uri/obj_uri (first: "
-                         f"{without[0]['relation']} {without[0]['sub_label']!r}); pass missing='keep_apart'")
+        raise ValueError(
+            f"split_held_out: {len(without)} facts have no sub_uri/obj_uri (first: "
+            f"{without[0]['relation']} {without[0]['sub_label']!r}); pass missing='keep_apart'"
+        )
     return seen, held_out, without
 
 
@@ -322,8 +355,9 @@ def read_common_vocab(path: str | os.PathLike) -> list[str]:
         return [line.strip() for line in f if line.strip()]
 
 
-def build_queries(facts: Sequence[dict], tokenizer, vocab_ids: Iterable[int] | None = None,
-                  max_length: int = 128) -> tuple[list[dict], list[dict]]:
+def build_queries(
+    facts: Sequence[dict], tokenizer, vocab_ids: Iterable[int] | None = None, max_length: int = 128
+) -> tuple[list[dict], list[dict]]:
     """One query per (fact, template): ``{"fact", "relation", "template", "input_ids", "target_id"}`` (``fact``:
     the fact's index), and one ``{"fact", "relation", "template", "reason"}`` per query dropped (reasons in
     :data:`SKIP_REASONS`: object not one token, not in ``vocab_ids``, the mask cut by truncation or a second mask
@@ -347,8 +381,9 @@ def build_queries(facts: Sequence[dict], tokenizer, vocab_ids: Iterable[int] | N
                 skips.append({"fact": index, "relation": fact["relation"], "template": template, "reason": reason})
                 continue
             text = fill_template(template, fact["sub_label"], tokenizer.mask_token, fact["relation"])
-            candidates.append({"fact": index, "relation": fact["relation"], "template": template, "text": text,
-                               "target_id": target})
+            candidates.append(
+                {"fact": index, "relation": fact["relation"], "template": template, "text": text, "target_id": target}
+            )
     encoded = tokenizer([q["text"] for q in candidates], truncation=True, max_length=max_length)["input_ids"]
     queries = []
     for query, ids in zip(candidates, encoded):
@@ -360,9 +395,16 @@ def build_queries(facts: Sequence[dict], tokenizer, vocab_ids: Iterable[int] | N
 
 
 @torch.no_grad()
-def predict_top_k(model, tokenizer, queries: Sequence[dict], top_k: int = 10, batch_size: int = 32,
-                  vocab_ids: Sequence[int] | None = None, progress: bool = True,
-                  head_at_mask_only: bool = True) -> list[list[int]]:
+def predict_top_k(
+    model,
+    tokenizer,
+    queries: Sequence[dict],
+    top_k: int = 10,
+    batch_size: int = 32,
+    vocab_ids: Sequence[int] | None = None,
+    progress: bool = True,
+    head_at_mask_only: bool = True,
+) -> list[list[int]]:
     """The ``top_k`` token ids at the mask position of each query, best first: one forward pass per batch of
     ``AutoModelForMaskedLM`` (as ``pipeline("fill-mask")`` scores, without its per-example overhead); with
     ``vocab_ids`` only those tokens compete (LAMA's common vocabulary). ``head_at_mask_only``: the MLM head (a
@@ -397,7 +439,7 @@ def predict_top_k(model, tokenizer, queries: Sequence[dict], top_k: int = 10, ba
     results: list[list[int]] = [[] for _ in queries]
     try:
         for start in tqdm(range(0, len(order), batch_size), desc="Probing", disable=not progress, unit="batch"):
-            batch_index = order[start:start + batch_size]
+            batch_index = order[start : start + batch_size]
             width = max(len(queries[i]["input_ids"]) for i in batch_index)
             input_ids = torch.full((len(batch_index), width), pad_id, dtype=torch.long)
             attention_mask = torch.zeros_like(input_ids)
@@ -421,8 +463,25 @@ def predict_top_k(model, tokenizer, queries: Sequence[dict], top_k: int = 10, ba
 
 
 __all__ = [
-    "PROBES", "SKIP_REASONS", "FACT_FEATURES", "check_template", "fill_template", "read_templates",
-    "read_fact_file", "read_fact_files", "attach_templates", "attach_uris", "load_probe", "facts_to_dataset",
-    "fact_key", "read_fact_keys", "write_fact_keys", "split_held_out", "object_token_id", "common_vocab_ids",
-    "read_common_vocab", "build_queries", "predict_top_k",
+    "PROBES",
+    "SKIP_REASONS",
+    "FACT_FEATURES",
+    "check_template",
+    "fill_template",
+    "read_templates",
+    "read_fact_file",
+    "read_fact_files",
+    "attach_templates",
+    "attach_uris",
+    "load_probe",
+    "facts_to_dataset",
+    "fact_key",
+    "read_fact_keys",
+    "write_fact_keys",
+    "split_held_out",
+    "object_token_id",
+    "common_vocab_ids",
+    "read_common_vocab",
+    "build_queries",
+    "predict_top_k",
 ]

@@ -114,8 +114,10 @@ class MaskingEpochCallback(TrainerCallback):
 
     def on_train_begin(self, args, state, control, **kwargs):
         if args.dataloader_num_workers > 0 and args.dataloader_persistent_workers:
-            raise ValueError("dataloader_persistent_workers keeps each worker's copy of the masking collator, so the "
-                             "masks would never change with the epoch: drop --dataloader_persistent_workers")
+            raise ValueError(
+                "dataloader_persistent_workers keeps each worker's copy of the masking collator, so the "
+                "masks would never change with the epoch: drop --dataloader_persistent_workers"
+            )
 
     def on_epoch_begin(self, args, state, control, **kwargs):
         self.collator.set_epoch(int(state.epoch or 0))

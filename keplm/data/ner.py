@@ -96,8 +96,7 @@ def read_conll(path: str | os.PathLike, tag_column: int = -1) -> list[dict]:
     return sentences
 
 
-def read_json_ner(path: str | os.PathLike, tokens_column: str = "tokens", tags_column: str = "ner_tags"
-                  ) -> list[dict]:
+def read_json_ner(path: str | os.PathLike, tokens_column: str = "tokens", tags_column: str = "ner_tags") -> list[dict]:
     """Read a JSON-lines NER file (``.json``/``.jsonl``, optionally gzipped): one object per sentence with a list of
     words ``tokens_column`` and as many string tags ``tags_column``; ``id`` is kept when present. A missing column
     or a length mismatch is a ValueError naming the file and line."""
@@ -144,9 +143,7 @@ def _classlabel_of(feature) -> datasets.ClassLabel | None:
     return inner if isinstance(inner, datasets.ClassLabel) else None
 
 
-def get_label_list(
-    dataset_dict: datasets.DatasetDict | datasets.Dataset, column: str = "ner_tags"
-) -> list[str]:
+def get_label_list(dataset_dict: datasets.DatasetDict | datasets.Dataset, column: str = "ner_tags") -> list[str]:
     """Label names of ``column``: the ClassLabel names if present, else the sorted unique tags."""
     splits = dataset_dict.values() if isinstance(dataset_dict, datasets.DatasetDict) else [dataset_dict]
     labels: set[str] = set()
@@ -182,9 +179,7 @@ def _check_labels(split_rows: dict[str, list[dict]], label_list: Sequence[str], 
         for row in rows:
             unknown = set(row["ner_tags"]) - known
             if unknown:
-                raise ValueError(
-                    f"{files[split]}: sentence {row['id']} has tags {sorted(unknown)} not in label_list"
-                )
+                raise ValueError(f"{files[split]}: sentence {row['id']} has tags {sorted(unknown)} not in label_list")
 
 
 def load_ner_dataset(
@@ -218,8 +213,9 @@ def load_ner_dataset(
     files: dict[str, str] = {}
     is_local = is_local_data(name_or_path, "NER data")
     if not is_local:
-        return limit_samples(_load_hub(name_or_path, tokens_column, tags_column, label_list, **load_kwargs), limits,
-                             seeds)
+        return limit_samples(
+            _load_hub(name_or_path, tokens_column, tags_column, label_list, **load_kwargs), limits, seeds
+        )
 
     if name_or_path is not None:
         name_or_path = os.fspath(name_or_path)
@@ -236,21 +232,15 @@ def load_ner_dataset(
         where = name_or_path if name_or_path is not None else "the *_file arguments"
         raise FileNotFoundError(f"No train/validation/test CoNLL files found in {where}")
 
-    split_rows = {
-        split: _read_split(files[split], tag_column) for split in SPLITS if split in files
-    }
+    split_rows = {split: _read_split(files[split], tag_column) for split in SPLITS if split in files}
     for split, rows in split_rows.items():
         if not rows:
             raise ValueError(f"the {split} split is empty: {files[split]} holds no sentence")
     if label_list is None:
-        label_list = sort_labels(
-            tag for rows in split_rows.values() for row in rows for tag in row["ner_tags"]
-        )
+        label_list = sort_labels(tag for rows in split_rows.values() for row in rows for tag in row["ner_tags"])
     else:
         _check_labels(split_rows, label_list, files)
-    dsd = datasets.DatasetDict(
-        {split: _build_dataset(rows, label_list) for split, rows in split_rows.items()}
-    )
+    dsd = datasets.DatasetDict({split: _build_dataset(rows, label_list) for split, rows in split_rows.items()})
     return limit_samples(dsd, limits, seeds)
 
 
@@ -267,9 +257,7 @@ def _load_hub(name, tokens_column, tags_column, label_list, **load_kwargs) -> da
         if len(dsd[split]) == 0:
             raise ValueError(f"Hub dataset {name!r}: the {split} split is empty")
         columns = dsd[split].column_names
-        renames = {
-            old: new for old, new in ((tokens_column, "tokens"), (tags_column, "ner_tags")) if old != new
-        }
+        renames = {old: new for old, new in ((tokens_column, "tokens"), (tags_column, "ner_tags")) if old != new}
         for old in renames:
             if old not in columns:
                 raise ValueError(f"Hub dataset {name!r} split {split!r} has no column {old!r}: {columns}")

@@ -54,9 +54,15 @@ logger = logging.getLogger(__name__)
 
 SOURCE_KINDS = ("trex", "fewrel", "annotations", "task")
 FACT_FEATURE = [{"h": datasets.Value("string"), "r": datasets.Value("string"), "t": datasets.Value("string")}]
-CORPUS_FEATURES = datasets.Features({"id": datasets.Value("string"), "text": datasets.Value("string"),
-                                     "source": datasets.Value("string"), "knowledge": KNOWLEDGE_FEATURE,
-                                     "facts": FACT_FEATURE})
+CORPUS_FEATURES = datasets.Features(
+    {
+        "id": datasets.Value("string"),
+        "text": datasets.Value("string"),
+        "source": datasets.Value("string"),
+        "knowledge": KNOWLEDGE_FEATURE,
+        "facts": FACT_FEATURE,
+    }
+)
 
 
 def parse_source_spec(spec: str) -> tuple[str, str, str | None]:
@@ -64,9 +70,11 @@ def parse_source_spec(spec: str) -> tuple[str, str, str | None]:
     ValueError for an unknown kind, FileNotFoundError for a missing path, both naming the spec."""
     kind, sep, rest = os.fspath(spec).partition(":")
     if not sep or kind not in SOURCE_KINDS:
-        raise ValueError(f"unknown pre-training source {spec!r}: use kind:path with kind one of {list(SOURCE_KINDS)} "
-                         "(trex:<LAMA dir>, fewrel:<val_wiki.json.gz>, annotations:<file or dir>[|ner:<dataset>], "
-                         "task:<ner|qa>:<dataset>[|first=N])")
+        raise ValueError(
+            f"unknown pre-training source {spec!r}: use kind:path with kind one of {list(SOURCE_KINDS)} "
+            "(trex:<LAMA dir>, fewrel:<val_wiki.json.gz>, annotations:<file or dir>[|ner:<dataset>], "
+            "task:<ner|qa>:<dataset>[|first=N])"
+        )
     path, _, dataset = rest.partition("|") if kind in ("annotations", "task") else (rest, "", "")
     if kind == "task":  # task:<ner|qa>:<dataset>[|options]: the path is the dataset's, a Hub id is allowed
         task, _, path = path.partition(":")
@@ -96,7 +104,7 @@ def sample_held_out(keys: Iterable[FactKey], fraction: float, seed: int = 0) -> 
             continue
         items.sort()
         random.Random(f"{seed}:{relation}").shuffle(items)
-        held_out.update(items[:min(max(1, round(fraction * len(items))), len(items) - 1)])
+        held_out.update(items[: min(max(1, round(fraction * len(items))), len(items) - 1)])
     return held_out
 
 
@@ -111,8 +119,11 @@ def kg_without_facts(kg, keys: Iterable[FactKey], drop_vectors: bool = False):
 
     keys = set(map(tuple, keys))
     n, m = kg.num_entities, kg.num_relations
-    wanted = {(kg.entity_index(h), kg.relation_index(r), kg.entity_index(t)) for h, r, t in keys
-              if kg.has_entity(h) and kg.has_relation(r) and kg.has_entity(t)}
+    wanted = {
+        (kg.entity_index(h), kg.relation_index(r), kg.entity_index(t))
+        for h, r, t in keys
+        if kg.has_entity(h) and kg.has_relation(r) and kg.has_entity(t)
+    }
     triples = kg.triples
     if n * n * max(m, 1) < 2**63:  # one int64 code per triple: a vectorised membership test
         codes = np.asarray([(h * m + r) * n + t for h, r, t in wanted], dtype=np.int64)
@@ -122,14 +133,29 @@ def kg_without_facts(kg, keys: Iterable[FactKey], drop_vectors: bool = False):
     removed = int(remove.sum())
     vectors = None if drop_vectors else kg.entity_vectors
     if vectors is not None and removed:
-        logger.warning("kg_without_facts: %d triples removed but the entity vectors are kept: if they were trained "
-                       "on the full graph they may encode the removed facts (train them on the new graph)", removed)
-    new = KnowledgeGraph(kg.entity_ids, kg.relation_ids, triples[~remove], entity_names=kg.entity_names,
-                         entity_aliases=kg.entity_aliases, relation_names=kg.relation_names, entity_vectors=vectors)
+        logger.warning(
+            "kg_without_facts: %d triples removed but the entity vectors are kept: if they were trained "
+            "on the full graph they may encode the removed facts (train them on the new graph)",
+            removed,
+        )
+    new = KnowledgeGraph(
+        kg.entity_ids,
+        kg.relation_ids,
+        triples[~remove],
+        entity_names=kg.entity_names,
+        entity_aliases=kg.entity_aliases,
+        relation_names=kg.relation_names,
+        entity_vectors=vectors,
+    )
     counts = {"keys": len(keys), "triples_removed": removed, "keys_not_in_kg": len(keys) - removed}
     new.build_report = {**kg.build_report, "facts_removed": counts}
-    logger.info("kg_without_facts: removed %d of %d triples (%d of %d keys are not in the graph)",
-                removed, kg.num_triples, counts["keys_not_in_kg"], len(keys))
+    logger.info(
+        "kg_without_facts: removed %d of %d triples (%d of %d keys are not in the graph)",
+        removed,
+        kg.num_triples,
+        counts["keys_not_in_kg"],
+        len(keys),
+    )
     return new
 
 
@@ -169,9 +195,13 @@ def _relation_sort_key(relation: str):
     return (0, int(relation[1:])) if relation[1:].isdigit() else (1, relation)
 
 
-def load_pretraining_corpus(sources: Sequence[str], held_out_fraction: float = 0.2, seed: int = 0,
-                            max_examples: int | None = None,
-                            relations: Sequence[str] | None = None) -> PretrainingCorpus:
+def load_pretraining_corpus(
+    sources: Sequence[str],
+    held_out_fraction: float = 0.2,
+    seed: int = 0,
+    max_examples: int | None = None,
+    relations: Sequence[str] | None = None,
+) -> PretrainingCorpus:
     """Read ``sources`` (see the module docstring), hold out a seeded ``held_out_fraction`` of the LAMA T-REx probe
     facts per relation (:func:`sample_held_out`) and drop every example expressing one (and any example of the same
     text); the probe facts left without a sentence count as held out too (:class:`PretrainingCorpus`), and held-out
@@ -195,9 +225,16 @@ def load_pretraining_corpus(sources: Sequence[str], held_out_fraction: float = 0
             examples, report = readers.read_task_examples(path, dataset, spec)
         else:
             examples, report = readers.read_annotation_examples(path, dataset, spec)
-        logger.info("%s: read %d, kept %d as %d examples, skipped %s, %d duplicates, %d merged", spec,
-                    report["read"], report["kept"], len(examples), report["skipped"] or "none",
-                    report["deduplicated"], report["merged"])
+        logger.info(
+            "%s: read %d, kept %d as %d examples, skipped %s, %d duplicates, %d merged",
+            spec,
+            report["read"],
+            report["kept"],
+            len(examples),
+            report["skipped"] or "none",
+            report["deduplicated"],
+            report["merged"],
+        )
         if report["skipped"]:
             logger.warning("%s: skipped %s", spec, report["skipped"])
         groups.append(examples)
@@ -218,8 +255,11 @@ def load_pretraining_corpus(sources: Sequence[str], held_out_fraction: float = 0
             ids.add(example_id)
             kept.append({**ex, "id": example_id, "group": group})
     if not kept:
-        counts = "; ".join(f"{r['spec']}: read {r['read']}, kept {r['kept']}, held out {r['held_out']}, skipped "
-                           f"{r['skipped'] or 'none'}" for r in reports)
+        counts = "; ".join(
+            f"{r['spec']}: read {r['read']}, kept {r['kept']}, held out {r['held_out']}, skipped "
+            f"{r['skipped'] or 'none'}"
+            for r in reports
+        )
         raise ValueError(f"the pre-training corpus is empty: no source gave an example to train on ({counts})")
     held_out_keys = probe_keys - {f for ex in kept for f in ex["facts"]}  # before the cap: see PretrainingCorpus
     dropped_by_cap = 0
@@ -240,31 +280,65 @@ def load_pretraining_corpus(sources: Sequence[str], held_out_fraction: float = 0
     per_relation = {}
     for relation in sorted({k[1] for k in probe_keys}, key=_relation_sort_key):
         in_relation = {k for k in probe_keys if k[1] == relation}
-        per_relation[relation] = {"probe_facts": len(in_relation), "sampled": len(in_relation & sampled),
-                                  "held_out": len(in_relation & held_out_keys), "seen": len(in_relation & seen_keys)}
+        per_relation[relation] = {
+            "probe_facts": len(in_relation),
+            "sampled": len(in_relation & sampled),
+            "held_out": len(in_relation & held_out_keys),
+            "seen": len(in_relation & seen_keys),
+        }
     report = {
         "sources": reports,
-        "held_out": {"fraction": held_out_fraction, "seed": seed, "probe_facts": len(probe_keys),
-                     "sampled": len(sampled), "without_sentence": len(held_out_keys - sampled),
-                     "held_out_facts": len(held_out_keys), "seen_probe_facts": len(probe_keys & seen_keys),
-                     "per_relation": per_relation},
-        "seen_facts": len(seen_keys), "examples": len(kept), "max_examples": max_examples,
-        "dropped_by_max_examples": dropped_by_cap, "probe_facts_unseen_by_cap": len(capped_keys),
+        "held_out": {
+            "fraction": held_out_fraction,
+            "seed": seed,
+            "probe_facts": len(probe_keys),
+            "sampled": len(sampled),
+            "without_sentence": len(held_out_keys - sampled),
+            "held_out_facts": len(held_out_keys),
+            "seen_probe_facts": len(probe_keys & seen_keys),
+            "per_relation": per_relation,
+        },
+        "seen_facts": len(seen_keys),
+        "examples": len(kept),
+        "max_examples": max_examples,
+        "dropped_by_max_examples": dropped_by_cap,
+        "probe_facts_unseen_by_cap": len(capped_keys),
         "relations": list(relations) if relations else None,
     }
-    dataset = datasets.Dataset.from_dict({
-        "id": [ex["id"] for ex in kept], "text": [ex["text"] for ex in kept],
-        "source": [ex["source"] for ex in kept],
-        "knowledge": [{"entities": ex["entities"], "triplets": [dict(zip("hrt", t)) for t in ex["triplets"]]}
-                      for ex in kept],
-        "facts": [[dict(zip("hrt", f)) for f in ex["facts"]] for ex in kept],
-    }, features=CORPUS_FEATURES)
+    dataset = datasets.Dataset.from_dict(
+        {
+            "id": [ex["id"] for ex in kept],
+            "text": [ex["text"] for ex in kept],
+            "source": [ex["source"] for ex in kept],
+            "knowledge": [
+                {"entities": ex["entities"], "triplets": [dict(zip("hrt", t)) for t in ex["triplets"]]} for ex in kept
+            ],
+            "facts": [[dict(zip("hrt", f)) for f in ex["facts"]] for ex in kept],
+        },
+        features=CORPUS_FEATURES,
+    )
     report["seconds"] = round(time.perf_counter() - start_time, 1)
-    logger.info("Pre-training corpus: %d examples, %d facts seen, %d of %d probe facts held out (%d sampled, %d "
-                "without a sentence), %d unseen by the cap, in %.1fs", len(kept), len(seen_keys), len(held_out_keys),
-                len(probe_keys), len(sampled), len(held_out_keys - sampled), len(capped_keys), report["seconds"])
+    logger.info(
+        "Pre-training corpus: %d examples, %d facts seen, %d of %d probe facts held out (%d sampled, %d "
+        "without a sentence), %d unseen by the cap, in %.1fs",
+        len(kept),
+        len(seen_keys),
+        len(held_out_keys),
+        len(probe_keys),
+        len(sampled),
+        len(held_out_keys - sampled),
+        len(capped_keys),
+        report["seconds"],
+    )
     return PretrainingCorpus(dataset, seen_keys, held_out_keys, report, capped_keys)
 
 
-__all__ = ["SOURCE_KINDS", "CORPUS_FEATURES", "parse_source_spec", "sample_held_out", "kg_without_facts",
-           "PretrainingCorpus", "load_pretraining_corpus"]
+__all__ = [
+    "SOURCE_KINDS",
+    "CORPUS_FEATURES",
+    "parse_source_spec",
+    "sample_held_out",
+    "kg_without_facts",
+    "PretrainingCorpus",
+    "load_pretraining_corpus",
+]

@@ -23,16 +23,30 @@ from keplm.io_utils import open_text
 from .splits import SPLITS
 
 #: the nine relations of the task (paper order); the official score ignores ``Other``
-SEMEVAL_RELATIONS = ("Cause-Effect", "Instrument-Agency", "Product-Producer", "Content-Container", "Entity-Origin",
-                     "Entity-Destination", "Component-Whole", "Member-Collection", "Message-Topic")
+SEMEVAL_RELATIONS = (
+    "Cause-Effect",
+    "Instrument-Agency",
+    "Product-Producer",
+    "Content-Container",
+    "Entity-Origin",
+    "Entity-Destination",
+    "Component-Whole",
+    "Member-Collection",
+    "Message-Topic",
+)
 SEMEVAL_OTHER = "Other"
 SEMEVAL_LABELS = (SEMEVAL_OTHER, *(f"{r}({d})" for r in SEMEVAL_RELATIONS for d in ("e1,e2", "e2,e1")))
-SEMEVAL_FEATURES = datasets.Features({
-    "id": datasets.Value("string"), "sentence": datasets.Value("string"),
-    "e1_start": datasets.Value("int32"), "e1_end": datasets.Value("int32"),
-    "e2_start": datasets.Value("int32"), "e2_end": datasets.Value("int32"),
-    "label": datasets.ClassLabel(names=list(SEMEVAL_LABELS)),
-})
+SEMEVAL_FEATURES = datasets.Features(
+    {
+        "id": datasets.Value("string"),
+        "sentence": datasets.Value("string"),
+        "e1_start": datasets.Value("int32"),
+        "e1_end": datasets.Value("int32"),
+        "e2_start": datasets.Value("int32"),
+        "e2_end": datasets.Value("int32"),
+        "label": datasets.ClassLabel(names=list(SEMEVAL_LABELS)),
+    }
+)
 #: the official release's file names (a folder as in ``../shared/data/semeval2010_task8``)
 RELEASE_FILES = {"train": "TRAIN_FILE.TXT", "test": "TEST_FILE_FULL.TXT"}
 SEMEVAL_HUB_ID = "SemEvalWorkshop/sem_eval_2010_task_8"
@@ -115,14 +129,26 @@ def _from_hub(name: str, **kwargs) -> dict[str, list[dict]]:
     out = {}
     for split, data in raw.items():
         names = data.features["relation"].names
-        out[split] = [{"id": str(i), **parse_tagged_sentence(row["sentence"], f"{name}[{split}][{i}]"),
-                       "label": names[row["relation"]]} for i, row in enumerate(data)]
+        out[split] = [
+            {
+                "id": str(i),
+                **parse_tagged_sentence(row["sentence"], f"{name}[{split}][{i}]"),
+                "label": names[row["relation"]],
+            }
+            for i, row in enumerate(data)
+        ]
     return out
 
 
-def load_semeval2010_task8(source: str | None = None, train_file: str | None = None, test_file: str | None = None,
-                           validation_size: int = 800, validation_seed: int = 0, validation_file: str | None = None,
-                           **hub_kwargs) -> datasets.DatasetDict:
+def load_semeval2010_task8(
+    source: str | None = None,
+    train_file: str | None = None,
+    test_file: str | None = None,
+    validation_size: int = 800,
+    validation_seed: int = 0,
+    validation_file: str | None = None,
+    **hub_kwargs,
+) -> datasets.DatasetDict:
     """Train / validation / test splits: ``source`` a release folder, a Hub id, or None with explicit files (a
     ``validation_file`` replaces the held-out sample). The release has no dev set: ``validation_size`` training
     sentences drawn with ``validation_seed`` (file order kept) become validation, 0 keeps them all for training.
@@ -130,8 +156,9 @@ def load_semeval2010_task8(source: str | None = None, train_file: str | None = N
     each Entity-Destination, Member-Collection and Message-Topic, against 17 % and 9-11 % in the test set)."""
     if source is not None and (os.path.exists(source) or source.startswith((".", "/", "~"))):
         if not os.path.isdir(source):  # a local path, never a Hub id: say what is wrong with it
-            raise FileNotFoundError(f"{source}: not a folder of the SemEval-2010 Task 8 release (pass a file as "
-                                    "train_file / test_file)")
+            raise FileNotFoundError(
+                f"{source}: not a folder of the SemEval-2010 Task 8 release (pass a file as train_file / test_file)"
+            )
         files = release_files(source)
         splits = {split: read_semeval_file(path) for split, path in files.items()}
     elif source is not None and not (train_file or validation_file or test_file):
@@ -146,21 +173,33 @@ def load_semeval2010_task8(source: str | None = None, train_file: str | None = N
     if validation_size and "train" in splits and "validation" not in splits:
         train = splits["train"]
         if not 0 < validation_size < len(train):
-            raise ValueError(f"validation_size {validation_size} must leave training sentences (train has "
-                             f"{len(train)})")
+            raise ValueError(
+                f"validation_size {validation_size} must leave training sentences (train has {len(train)})"
+            )
         held_out = set(random.Random(validation_seed).sample(range(len(train)), validation_size))
         splits["train"] = [row for i, row in enumerate(train) if i not in held_out]
         splits["validation"] = [row for i, row in enumerate(train) if i in held_out]
-    return datasets.DatasetDict({split: datasets.Dataset.from_list(splits[split], features=SEMEVAL_FEATURES)
-                                 for split in SPLITS if split in splits})
+    return datasets.DatasetDict(
+        {
+            split: datasets.Dataset.from_list(splits[split], features=SEMEVAL_FEATURES)
+            for split in SPLITS
+            if split in splits
+        }
+    )
 
 
 def mark_entities(sentence: str, e1: tuple[int, int], e2: tuple[int, int], markers=("@", "#")) -> str:
     """The sentence with each nominal between its marker (``@ e1 @`` and ``# e2 #``): punctuation every BERT
     vocabulary has, so the encoder needs no new tokens (typed-marker style of Zhou & Chen, 2021)."""
     # ascending; where one nominal ends as the other begins, the closing marker comes first
-    events = sorted([(e1[0], 1, f"{markers[0]} "), (e1[1], 0, f" {markers[0]}"), (e2[0], 1, f"{markers[1]} "),
-                     (e2[1], 0, f" {markers[1]}")])
+    events = sorted(
+        [
+            (e1[0], 1, f"{markers[0]} "),
+            (e1[1], 0, f" {markers[0]}"),
+            (e2[0], 1, f"{markers[1]} "),
+            (e2[1], 0, f" {markers[1]}"),
+        ]
+    )
     pieces, last = [], 0
     for position, _, text in events:
         pieces += [sentence[last:position], text]
@@ -169,5 +208,15 @@ def mark_entities(sentence: str, e1: tuple[int, int], e2: tuple[int, int], marke
     return sentence
 
 
-__all__ = ["SEMEVAL_RELATIONS", "SEMEVAL_LABELS", "SEMEVAL_OTHER", "SEMEVAL_FEATURES", "SEMEVAL_HUB_ID",
-           "parse_tagged_sentence", "read_semeval_file", "release_files", "load_semeval2010_task8", "mark_entities"]
+__all__ = [
+    "SEMEVAL_RELATIONS",
+    "SEMEVAL_LABELS",
+    "SEMEVAL_OTHER",
+    "SEMEVAL_FEATURES",
+    "SEMEVAL_HUB_ID",
+    "parse_tagged_sentence",
+    "read_semeval_file",
+    "release_files",
+    "load_semeval2010_task8",
+    "mark_entities",
+]

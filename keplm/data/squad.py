@@ -12,8 +12,15 @@ from keplm.io_utils import read_json
 
 from .splits import SPLITS, find_split_files, is_local_data, resolve_data_file, split_of_file
 
-__all__ = ["read_squad_json", "squad_article_split", "load_qa_dataset", "check_answers", "QA_FEATURES",
-           "SQUAD_V11_DEV_ARTICLE_SPLIT", "ANSWER_START_FIXES"]
+__all__ = [
+    "read_squad_json",
+    "squad_article_split",
+    "load_qa_dataset",
+    "check_answers",
+    "QA_FEATURES",
+    "SQUAD_V11_DEV_ARTICLE_SPLIT",
+    "ANSWER_START_FIXES",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -82,9 +89,20 @@ def check_answers(context: str, answers: dict, fix: str | None = None) -> tuple[
 
 
 def _answer_report(where: str, fix: str | None) -> dict:
-    return {"file": where, "fix": fix, "questions": 0, "answers": 0, "mismatched": 0, "moved": 0, "dropped": 0,
-            "questions_dropped": 0, "mismatched_ids": [], "moved_ids": [], "dropped_ids": [],
-            "questions_dropped_ids": []}
+    return {
+        "file": where,
+        "fix": fix,
+        "questions": 0,
+        "answers": 0,
+        "mismatched": 0,
+        "moved": 0,
+        "dropped": 0,
+        "questions_dropped": 0,
+        "mismatched_ids": [],
+        "moved_ids": [],
+        "dropped_ids": [],
+        "questions_dropped_ids": [],
+    }
 
 
 def _note(report: dict, key: str, question_id: str) -> None:
@@ -106,9 +124,17 @@ def _finish_answer_report(report: dict) -> dict:
         logger.warning(
             "%s: %d of %d answers had an answer_start not pointing at their text: %d moved to the nearest occurrence "
             "(e.g. question ids %s), %d dropped as their text is not in the context (e.g. %s); %d questions left "
-            "without an answer dropped (e.g. %s)", where, mismatched, report["answers"], report["moved"],
-            report["moved_ids"], report["dropped"], report["dropped_ids"], report["questions_dropped"],
-            report["questions_dropped_ids"])
+            "without an answer dropped (e.g. %s)",
+            where,
+            mismatched,
+            report["answers"],
+            report["moved"],
+            report["moved_ids"],
+            report["dropped"],
+            report["dropped_ids"],
+            report["questions_dropped"],
+            report["questions_dropped_ids"],
+        )
     return report
 
 
@@ -135,23 +161,23 @@ def read_squad_json(path: str | os.PathLike, fix_answer_starts: str | None = Non
         title = article.get("title", "")
         for p_idx, paragraph in enumerate(article.get("paragraphs", [])):
             if "context" not in paragraph or "qas" not in paragraph:
-                raise ValueError(
-                    f"{path}: article {a_idx} ({title!r}) paragraph {p_idx} lacks 'context' or 'qas'"
-                )
+                raise ValueError(f"{path}: article {a_idx} ({title!r}) paragraph {p_idx} lacks 'context' or 'qas'")
             context = paragraph["context"]
             for qa in paragraph["qas"]:
                 if "id" not in qa or "question" not in qa:
-                    raise ValueError(
-                        f"{path}: article {a_idx} paragraph {p_idx}: question without 'id'/'question'"
-                    )
+                    raise ValueError(f"{path}: article {a_idx} paragraph {p_idx}: question without 'id'/'question'")
                 question_id = str(qa["id"])
                 raw = qa.get("answers", [])
                 try:
-                    given = {"text": [str(ans["text"]) for ans in raw],
-                             "answer_start": [int(ans["answer_start"]) for ans in raw]}
+                    given = {
+                        "text": [str(ans["text"]) for ans in raw],
+                        "answer_start": [int(ans["answer_start"]) for ans in raw],
+                    }
                 except (KeyError, TypeError, ValueError) as error:
-                    raise ValueError(f"{path}: question {question_id!r}: bad answer ({error!r}); each answer needs "
-                                     "'text' and an integer 'answer_start'") from None
+                    raise ValueError(
+                        f"{path}: question {question_id!r}: bad answer ({error!r}); each answer needs "
+                        "'text' and an integer 'answer_start'"
+                    ) from None
                 answers, mismatched, moved, dropped = check_answers(context, given, fix_answer_starts)
                 report["questions"] += 1
                 report["answers"] += len(given["text"])
@@ -163,8 +189,16 @@ def read_squad_json(path: str | os.PathLike, fix_answer_starts: str | None = Non
                     report["questions_dropped"] += 1
                     _note(report, "questions_dropped_ids", question_id)
                     continue
-                rows.append({"id": question_id, "title": title, "context": context, "question": qa["question"],
-                             "answers": answers, "article_index": a_idx})
+                rows.append(
+                    {
+                        "id": question_id,
+                        "title": title,
+                        "context": context,
+                        "question": qa["question"],
+                        "answers": answers,
+                        "article_index": a_idx,
+                    }
+                )
     _finish_answer_report(report)
     return (rows, report) if return_report else rows
 
@@ -212,9 +246,14 @@ def squad_article_split(
             out[split] = _to_dataset(split_rows)
             made.append(f"{split} {size} articles / {len(split_rows)} questions")
     left_out = len(order) - sum(sizes.values())
-    logger.info("Split %s by article: %s%s", source, ", ".join(made),
-                f"; {left_out} articles ({sum(assignment.get(r['article_index']) is None for r in rows)} questions) "
-                "left out" if left_out else "")
+    logger.info(
+        "Split %s by article: %s%s",
+        source,
+        ", ".join(made),
+        f"; {left_out} articles ({sum(assignment.get(r['article_index']) is None for r in rows)} questions) left out"
+        if left_out
+        else "",
+    )
     return datasets.DatasetDict(out)
 
 
@@ -223,8 +262,9 @@ def _article_split_option(split_by_article, legacy: tuple) -> tuple[int | None, 
     ``train_articles``/``validation_articles``/``test_articles`` keywords map onto it."""
     if any(value is not None for value in legacy):
         if split_by_article is not None:
-            raise ValueError("pass split_by_article=(train, validation, test) or the legacy *_articles keywords, "
-                             "not both")
+            raise ValueError(
+                "pass split_by_article=(train, validation, test) or the legacy *_articles keywords, not both"
+            )
         defaults = (None, *SQUAD_V11_DEV_ARTICLE_SPLIT[1:])
         return tuple(d if value is None else value for value, d in zip(legacy, defaults))
     if split_by_article is None or split_by_article is False:
@@ -322,8 +362,12 @@ def load_qa_dataset(
                 for split, data in dsd.items()
             }
             return (dsd, report) if return_report else dsd
-        logger.info("%s: one file and no split_by_article: all its %d questions (%d articles) are the train split",
-                    path, len(rows), articles)
+        logger.info(
+            "%s: one file and no split_by_article: all its %d questions (%d articles) are the train split",
+            path,
+            len(rows),
+            articles,
+        )
         splits["train"] = _to_dataset(rows)
     else:
         for split in (s for s in SPLITS if s in files):
@@ -359,8 +403,11 @@ def _check_dataset_answers(dataset: datasets.Dataset, where: str, fix: str | Non
             changed[index] = fixed
     _finish_answer_report(report)
     if changed:
-        dataset = dataset.map(lambda row, index: {"answers": changed.get(index, row["answers"])}, with_indices=True,
-                              desc="Moving answer starts")
+        dataset = dataset.map(
+            lambda row, index: {"answers": changed.get(index, row["answers"])},
+            with_indices=True,
+            desc="Moving answer starts",
+        )
     if len(keep) < len(dataset):
         dataset = dataset.select(keep)
     return dataset, report

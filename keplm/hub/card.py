@@ -90,9 +90,14 @@ def framework_versions() -> dict[str, str]:
     return versions
 
 
-def knowledge_facts_from_model(model, processor=None, knowledge_args: dict | None = None,
-                               metrics: dict | None = None, train_linked_share: float | None = None,
-                               kg: str | None = None) -> KnowledgeFacts:
+def knowledge_facts_from_model(
+    model,
+    processor=None,
+    knowledge_args: dict | None = None,
+    metrics: dict | None = None,
+    train_linked_share: float | None = None,
+    kg: str | None = None,
+) -> KnowledgeFacts:
     """What a live model carries (its knowledge assets), with the run's settings and subset sizes if known."""
     assets = getattr(model, "knowledge_assets", None)
     if assets is None and processor is not None:
@@ -127,12 +132,19 @@ def knowledge_facts_from_model(model, processor=None, knowledge_args: dict | Non
 
 
 #: training arguments shown in the card: (display name, TrainingArguments attribute)
-_HYPERPARAMETERS = (("learning rate", "learning_rate"), ("epochs", "num_train_epochs"), ("max steps", "max_steps"),
-                    ("batch size per device", "per_device_train_batch_size"),
-                    ("gradient accumulation", "gradient_accumulation_steps"), ("seed", "seed"),
-                    ("warm-up", "warmup_steps"), ("weight decay", "weight_decay"),
-                    ("scheduler", "lr_scheduler_type"), ("optimizer", "optim"),
-                    ("sampling", "train_sampling_strategy"))
+_HYPERPARAMETERS = (
+    ("learning rate", "learning_rate"),
+    ("epochs", "num_train_epochs"),
+    ("max steps", "max_steps"),
+    ("batch size per device", "per_device_train_batch_size"),
+    ("gradient accumulation", "gradient_accumulation_steps"),
+    ("seed", "seed"),
+    ("warm-up", "warmup_steps"),
+    ("weight decay", "weight_decay"),
+    ("scheduler", "lr_scheduler_type"),
+    ("optimizer", "optim"),
+    ("sampling", "train_sampling_strategy"),
+)
 
 
 def _plain(value):
@@ -141,8 +153,9 @@ def _plain(value):
     return value
 
 
-def hyperparameters_from_args(args, knowledge_args: dict | None = None, world_size: int | None = None,
-                              card: MethodCard | None = None) -> dict:
+def hyperparameters_from_args(
+    args, knowledge_args: dict | None = None, world_size: int | None = None, card: MethodCard | None = None
+) -> dict:
     """The card's hyper-parameter table from ``TrainingArguments`` (and the run's knowledge options that the
     method's card lists, ``card.knowledge_options``)."""
     values: dict[str, Any] = {}
@@ -159,8 +172,11 @@ def hyperparameters_from_args(args, knowledge_args: dict | None = None, world_si
     world = world_size if world_size is not None else getattr(args, "world_size", 1)
     if world and world > 1:
         values["processes"] = world
-    total = (getattr(args, "per_device_train_batch_size", 0) or 0) * (getattr(args, "gradient_accumulation_steps", 1)
-                                                                       or 1) * (world or 1)
+    total = (
+        (getattr(args, "per_device_train_batch_size", 0) or 0)
+        * (getattr(args, "gradient_accumulation_steps", 1) or 1)
+        * (world or 1)
+    )
     if total:
         values["total batch size"] = total
     precision = "bf16" if getattr(args, "bf16", False) else "fp16" if getattr(args, "fp16", False) else None
@@ -169,8 +185,9 @@ def hyperparameters_from_args(args, knowledge_args: dict | None = None, world_si
     card = card if card is not None else MethodCard()
     for label, name in card.knowledge_options:
         value = (knowledge_args or {}).get(name)
-        if value not in (None, False, [], "") or (name in card.stated_when_false and knowledge_args and name in
-                                                   knowledge_args):
+        if value not in (None, False, [], "") or (
+            name in card.stated_when_false and knowledge_args and name in knowledge_args
+        ):
             values[label] = value
     return values
 
@@ -242,9 +259,11 @@ def spec_from_model(
     notes = []
     if adapter is not None:
         tags = [*(tags or []), "peft", "lora"]
-        notes.append(f"Trained with a LoRA adapter (peft; r = {getattr(adapter, 'r', '?')}, on "
-                     f"{sorted(getattr(adapter, 'target_modules', None) or [])}): the encoder's own weights stayed "
-                     "frozen, the knowledge modules and the head trained fully.")
+        notes.append(
+            f"Trained with a LoRA adapter (peft; r = {getattr(adapter, 'r', '?')}, on "
+            f"{sorted(getattr(adapter, 'target_modules', None) or [])}): the encoder's own weights stayed "
+            "frozen, the knowledge modules and the head trained fully."
+        )
     return ModelCardSpec(
         notes=notes,
         lora=adapter is not None,
@@ -257,9 +276,13 @@ def spec_from_model(
         system=card.system(config),
         uses_knowledge=uses_knowledge,
         kfm_layers=kfm if uses_knowledge else [],
-        encoder={"model_type": getattr(encoder_config, "model_type", None),
-                 "layers": getattr(encoder_config, "num_hidden_layers", None),
-                 "hidden_size": getattr(encoder_config, "hidden_size", None)} if encoder_config is not None else {},
+        encoder={
+            "model_type": getattr(encoder_config, "model_type", None),
+            "layers": getattr(encoder_config, "num_hidden_layers", None),
+            "hidden_size": getattr(encoder_config, "hidden_size", None),
+        }
+        if encoder_config is not None
+        else {},
         settings={k: values[k] for k in getattr(config, "card_settings", ()) if k in values},
         labels=labels,
         num_parameters=num_parameters,
@@ -272,9 +295,12 @@ def spec_from_model(
         license=license,
         tags=list(tags or []),
         knowledge=knowledge_facts_from_model(model, processor, knowledge_args, metrics, train_linked_share, kg)
-        if uses_knowledge else KnowledgeFacts(kg_spec=kg or (knowledge_args or {}).get("kg"),
-                                              test_seen=_examples(metrics, "test", "seen"),
-                                              test_unseen=_examples(metrics, "test", "unseen")),
+        if uses_knowledge
+        else KnowledgeFacts(
+            kg_spec=kg or (knowledge_args or {}).get("kg"),
+            test_seen=_examples(metrics, "test", "seen"),
+            test_unseen=_examples(metrics, "test", "unseen"),
+        ),
         training=training,
         results=results_from_runs([metrics], pipeline_tag or card.task),
         raw_metrics=raw,
@@ -298,8 +324,13 @@ def _device_name(device) -> str | None:
 
 
 # ============================================================================================ figures
-def add_figures(spec: ModelCardSpec, figures_dir: str | os.PathLike, card_dir: str | os.PathLike, model=None,
-                log_history: Sequence[dict] | None = None) -> list[Figure]:
+def add_figures(
+    spec: ModelCardSpec,
+    figures_dir: str | os.PathLike,
+    card_dir: str | os.PathLike,
+    model=None,
+    log_history: Sequence[dict] | None = None,
+) -> list[Figure]:
     """Draw the figures the spec's facts allow into ``figures_dir`` (PNG) and link them from the card with paths
     relative to ``card_dir``: the entity-frequency long tail (entity counts), KFM γ/β magnitudes (a live KALA model),
     training curves (``log_history``) and the systems compared (comparison rows over several seeds).
@@ -309,8 +340,10 @@ def add_figures(spec: ModelCardSpec, figures_dir: str | os.PathLike, card_dir: s
     from . import figures as fig
 
     if not fig.matplotlib_available():
-        logger.warning("matplotlib is not installed: the model card is written without figures "
-                       "(pip install 'keplm[reports]' to draw them)")
+        logger.warning(
+            "matplotlib is not installed: the model card is written without figures "
+            "(pip install 'keplm[reports]' to draw them)"
+        )
         return []
     figures_dir, card_dir = Path(figures_dir), Path(card_dir)
     added: list[Figure] = []
@@ -321,9 +354,14 @@ def add_figures(spec: ModelCardSpec, figures_dir: str | os.PathLike, card_dir: s
     counts = spec.knowledge.entity_counts
     if spec.uses_knowledge and counts and any(c > 0 for c in counts):
         path = fig.entity_frequency_figure(counts, figures_dir / fig.ENTITY_FREQUENCY_PNG)
-        added.append(Figure(link(path), "Entity memory: training mentions per entity (log-log rank/frequency and "
-                            "histogram). Most rows are rare entities that few training examples update "
-                            "(KALA appendix, Fig. 13-14)."))
+        added.append(
+            Figure(
+                link(path),
+                "Entity memory: training mentions per entity (log-log rank/frequency and "
+                "histogram). Most rows are rare entities that few training examples update "
+                "(KALA appendix, Fig. 13-14).",
+            )
+        )
     if model is not None and spec.uses_knowledge:
         tables = fig.kfm_modulation_table(model)
         if tables:
@@ -331,22 +369,35 @@ def add_figures(spec: ModelCardSpec, figures_dir: str | os.PathLike, card_dir: s
             spec.modulation = fig.modulation_summary(tables)
             spec.modulation_rows = (used, total)
             path = fig.modulation_figure(tables, figures_dir / fig.MODULATION_PNG, spec.encoder.get("layers"), total)
-            rows = (f"a seeded sample of {used:,} of the {total:,} entity-memory rows v" if used < total
-                    else "every entity-memory row v")
+            rows = (
+                f"a seeded sample of {used:,} of the {total:,} entity-memory rows v"
+                if used < total
+                else "every entity-memory row v"
+            )
             held = fig.held_entity_memory_rows(model)
             if held is not None:  # a row-sharded table: the rows this process holds, never the gathered table
-                rows = (f"{'a seeded sample of ' if used < held[1] - held[0] - (held[0] == 0) else ''}{used:,} of "
-                        f"the {total:,} entity-memory rows v, from rows [{held[0]:,}, {held[1]:,}) (those this "
-                        "process holds of the row-sharded table)")
-            added.append(Figure(link(path), f"KFM modulation magnitudes: {rows} (null row left "
-                                "out) through each KFM layer's four MLPs, mean |h(v)| per row; γ = 1 + h(v), "
-                                "β = h(v). The pointwise view of the memory: with relational retrieval the vector "
-                                "a token meets is its entity's neighbourhood aggregate, which differs per context."))
+                rows = (
+                    f"{'a seeded sample of ' if used < held[1] - held[0] - (held[0] == 0) else ''}{used:,} of "
+                    f"the {total:,} entity-memory rows v, from rows [{held[0]:,}, {held[1]:,}) (those this "
+                    "process holds of the row-sharded table)"
+                )
+            added.append(
+                Figure(
+                    link(path),
+                    f"KFM modulation magnitudes: {rows} (null row left "
+                    "out) through each KFM layer's four MLPs, mean |h(v)| per row; γ = 1 + h(v), "
+                    "β = h(v). The pointwise view of the memory: with relational retrieval the vector "
+                    "a token meets is its entity's neighbourhood aggregate, which differs per context.",
+                )
+            )
     if log_history:
         try:
             path = fig.training_curves_figure(log_history, figures_dir / fig.TRAINING_CURVES_PNG)
-            added.append(Figure(link(path), "Training loss and learning rate per optimizer step (from the "
-                                "Trainer's log history)."))
+            added.append(
+                Figure(
+                    link(path), "Training loss and learning rate per optimizer step (from the Trainer's log history)."
+                )
+            )
         except ValueError as error:
             logger.info("no training-curve figure: %s", error)
     groups = _comparison_groups(spec)
@@ -354,8 +405,13 @@ def add_figures(spec: ModelCardSpec, figures_dir: str | os.PathLike, card_dir: s
     if groups and runs > 1:
         label = "F1 (%)"
         path = fig.comparison_figure(groups, figures_dir / fig.COMPARISON_PNG, label, _own_label(spec), runs)
-        added.append(Figure(link(path), "Test F1 of the systems compared, mean ± std over seeds (this model in red). "
-                            "Overlapping whiskers: differences within seed noise."))
+        added.append(
+            Figure(
+                link(path),
+                "Test F1 of the systems compared, mean ± std over seeds (this model in red). "
+                "Overlapping whiskers: differences within seed noise.",
+            )
+        )
     spec.figures.extend(added)
     return added
 
@@ -386,8 +442,13 @@ def build_model_card(
     """
     spec = spec_from_model(model, metrics, base_model, dataset, repo_id, command, processor, license, **facts)
     if figures_dir is not None:
-        add_figures(spec, figures_dir, card_dir if card_dir is not None else Path(figures_dir).parent, model=model,
-                    log_history=log_history)
+        add_figures(
+            spec,
+            figures_dir,
+            card_dir if card_dir is not None else Path(figures_dir).parent,
+            model=model,
+            log_history=log_history,
+        )
     return render_model_card(spec)
 
 

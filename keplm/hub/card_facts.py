@@ -81,8 +81,13 @@ class CardFacts:
         :class:`DatasetInfo`'s fields)."""
         data = json.loads(Path(path).read_text(encoding="utf-8"))
         datasets = {key: DatasetInfo(**value) for key, value in data.get("datasets", {}).items()}
-        return cls(datasets, dict(data.get("dataset_aliases", {})), dict(data.get("base_models", {})),
-                   dict(data.get("command_aliases", {})), dict(data.get("base_model_ids", {})))
+        return cls(
+            datasets,
+            dict(data.get("dataset_aliases", {})),
+            dict(data.get("base_models", {})),
+            dict(data.get("command_aliases", {})),
+            dict(data.get("base_model_ids", {})),
+        )
 
     def dataset(self, value: str | None) -> DatasetInfo | None:
         """The facts of a dataset given as a local path (any folder or file name on it), a short name or its Hub
@@ -158,7 +163,7 @@ def _hub_id(value: str | None) -> str | None:
 def _package_of(value: str) -> str | None:
     """The pip distribution a path inside ``site-packages`` or a ``pip:<name>`` spec points into."""
     if value.startswith("pip:"):
-        return value[len("pip:"):]
+        return value[len("pip:") :]
     parts = Path(value).parts
     if "site-packages" in parts and parts.index("site-packages") + 1 < len(parts):
         return parts[parts.index("site-packages") + 1].replace("_", "-")
@@ -198,8 +203,11 @@ def portable_argument(token: str) -> str:
     if package:
         return "pip:" + package
     try:
-        return os.path.relpath(token, os.getcwd()) if Path(token).resolve().is_relative_to(Path.cwd()) else \
-            f".../{Path(token).name}"
+        return (
+            os.path.relpath(token, os.getcwd())
+            if Path(token).resolve().is_relative_to(Path.cwd())
+            else f".../{Path(token).name}"
+        )
     except ValueError:
         return f".../{Path(token).name}"
 
@@ -217,8 +225,14 @@ def format_command(argv: Sequence[str], aliases: Mapping[str, str] | None = None
 
 # ============================================================================================ Auto classes, tasks
 #: the Auto classes a keplm model can be registered with, most specific first
-AUTO_CLASSES = ("AutoModelForTokenClassification", "AutoModelForQuestionAnswering",
-                "AutoModelForSequenceClassification", "AutoModelForMaskedLM", "AutoModelForSeq2SeqLM", "AutoModel")
+AUTO_CLASSES = (
+    "AutoModelForTokenClassification",
+    "AutoModelForQuestionAnswering",
+    "AutoModelForSequenceClassification",
+    "AutoModelForMaskedLM",
+    "AutoModelForSeq2SeqLM",
+    "AutoModel",
+)
 
 #: the Hub's pipeline tag of each Auto class (``AutoModel`` has none a keplm model fits)
 PIPELINE_TAGS = {
@@ -239,24 +253,43 @@ class TaskInfo:
 
 
 TASKS: dict[str, TaskInfo] = {
-    "token-classification": TaskInfo("Token Classification", (("f1", "F1"), ("precision", "Precision"),
-                                     ("recall", "Recall"), ("accuracy", "Token accuracy")), "fraction",
-                                     "entity-level micro F1, precision and recall (seqeval, exact span and type "
-                                     "match) and token accuracy, in %"),
-    "question-answering": TaskInfo("Question Answering", (("exact_match", "EM"), ("f1", "F1")), "percent",
-                                   "exact match and token F1 of the official SQuAD v1.1 script after n-best "
-                                   "post-processing, in %"),
-    "text-classification": TaskInfo("Text Classification", (("accuracy", "Accuracy"), ("f1", "F1"),
-                                    ("matthews_correlation", "Matthews corr."), ("pearson", "Pearson"),
-                                    ("spearmanr", "Spearman")), "fraction", "GLUE metrics, in %"),
-    "text2text-generation": TaskInfo("Text2Text Generation", (("exact_match", "EM"), ("f1", "F1")), "percent",
-                                     "exact match and token F1 of the official SQuAD v1.1 script on the generated "
-                                     "answers, in %"),
+    "token-classification": TaskInfo(
+        "Token Classification",
+        (("f1", "F1"), ("precision", "Precision"), ("recall", "Recall"), ("accuracy", "Token accuracy")),
+        "fraction",
+        "entity-level micro F1, precision and recall (seqeval, exact span and type match) and token accuracy, in %",
+    ),
+    "question-answering": TaskInfo(
+        "Question Answering",
+        (("exact_match", "EM"), ("f1", "F1")),
+        "percent",
+        "exact match and token F1 of the official SQuAD v1.1 script after n-best post-processing, in %",
+    ),
+    "text-classification": TaskInfo(
+        "Text Classification",
+        (
+            ("accuracy", "Accuracy"),
+            ("f1", "F1"),
+            ("matthews_correlation", "Matthews corr."),
+            ("pearson", "Pearson"),
+            ("spearmanr", "Spearman"),
+        ),
+        "fraction",
+        "GLUE metrics, in %",
+    ),
+    "text2text-generation": TaskInfo(
+        "Text2Text Generation",
+        (("exact_match", "EM"), ("f1", "F1")),
+        "percent",
+        "exact match and token F1 of the official SQuAD v1.1 script on the generated answers, in %",
+    ),
     "fill-mask": TaskInfo("Fill-Mask", (("p@1", "P@1"), ("p@10", "P@10")), "fraction", "precision at k, in %"),
-    "relation-extraction": TaskInfo("Relation Extraction", (("f1", "F1"), ("precision", "Precision"),
-                                    ("recall", "Recall")), "fraction",
-                                    "precision, recall and F1 of the predicted (document, head, tail, relation) "
-                                    "facts against all gold facts, in %"),
+    "relation-extraction": TaskInfo(
+        "Relation Extraction",
+        (("f1", "F1"), ("precision", "Precision"), ("recall", "Recall")),
+        "fraction",
+        "precision, recall and F1 of the predicted (document, head, tail, relation) facts against all gold facts, in %",
+    ),
 }
 
 
@@ -300,15 +333,21 @@ class ResultRow:
 
 
 #: metric-key prefixes of the run scripts: (prefix, split, subset), longest first
-_PREFIXES = (("predict_unseen_", "test", "unseen"), ("predict_seen_", "test", "seen"),
-             ("test_unseen_", "test", "unseen"), ("test_seen_", "test", "seen"),
-             ("predict_", "test", None), ("test_", "test", None), ("eval_", "validation", None))
+_PREFIXES = (
+    ("predict_unseen_", "test", "unseen"),
+    ("predict_seen_", "test", "seen"),
+    ("test_unseen_", "test", "unseen"),
+    ("test_seen_", "test", "seen"),
+    ("predict_", "test", None),
+    ("test_", "test", None),
+    ("eval_", "validation", None),
+)
 
 
 def _split_key(key: str) -> tuple[str, str | None, str] | None:
     for prefix, split, subset in _PREFIXES:
         if key.startswith(prefix):
-            return split, subset, key[len(prefix):]
+            return split, subset, key[len(prefix) :]
     return None
 
 
@@ -340,9 +379,12 @@ def results_from_runs(runs: Sequence[dict], task: str | None) -> list[ResultRow]
 
 
 def _examples(metrics: dict, split: str, subset: str | None) -> int | None:
-    candidates = {("validation", None): ("eval_samples",), ("test", None): ("predict_samples", "test_samples"),
-                  ("test", "seen"): ("predict_seen_examples", "test_seen_examples"),
-                  ("test", "unseen"): ("predict_unseen_examples", "test_unseen_examples")}[(split, subset)]
+    candidates = {
+        ("validation", None): ("eval_samples",),
+        ("test", None): ("predict_samples", "test_samples"),
+        ("test", "seen"): ("predict_seen_examples", "test_seen_examples"),
+        ("test", "unseen"): ("predict_unseen_examples", "test_unseen_examples"),
+    }[(split, subset)]
     for key in candidates:
         if isinstance(metrics.get(key), (int, float)):
             return int(metrics[key])
@@ -457,4 +499,3 @@ class ModelCardSpec:
     @property
     def task_info(self) -> TaskInfo | None:
         return TASKS.get(self.task or "")
-

@@ -85,10 +85,13 @@ def _is_ner(spec: ModelCardSpec) -> bool:
 def _task_phrase(spec: ModelCardSpec) -> str:
     if spec.task == "token-classification":
         return "named-entity recognition" if _is_ner(spec) else "token classification"
-    return {"question-answering": "extractive question answering", "text-classification": "text classification",
-            "text2text-generation": "generative question answering",
-            "fill-mask": "masked-token prediction", "relation-extraction": "document-level relation extraction"
-            }.get(spec.task or "", spec.task or "")
+    return {
+        "question-answering": "extractive question answering",
+        "text-classification": "text classification",
+        "text2text-generation": "generative question answering",
+        "fill-mask": "masked-token prediction",
+        "relation-extraction": "document-level relation extraction",
+    }.get(spec.task or "", spec.task or "")
 
 
 def _unit(spec: ModelCardSpec) -> str:
@@ -109,8 +112,11 @@ def _method_intro(spec: ModelCardSpec) -> list[str]:
     """The method's paragraph under the first sentence, its paper linked where the method gives a URL."""
     paper = method_card(spec.model_type).paper
     cite = f"[{paper.title}]({paper.url})" if paper and paper.url else (f"*{paper.title}*" if paper else None)
-    venue = f" ({', '.join(a.split()[-1] for a in paper.authors[:1])} et al., {paper.venue})" \
-        if paper and paper.venue else ""
+    venue = (
+        f" ({', '.join(a.split()[-1] for a in paper.authors[:1])} et al., {paper.venue})"
+        if paper and paper.venue
+        else ""
+    )
     return method_card(spec.model_type).intro(spec, cite, venue)
 
 
@@ -118,8 +124,9 @@ def _what(spec: ModelCardSpec) -> str:
     """The card's first words: the method's own, else "A <noun> for **<task>**"."""
     card = method_card(spec.model_type)
     noun = card.noun or f"{spec.method} model"
-    return card.what(spec, _task_phrase(spec)) or (f"A {noun} for **{_task_phrase(spec)}**" if spec.task
-                                                   else f"A {noun}")
+    return card.what(spec, _task_phrase(spec)) or (
+        f"A {noun} for **{_task_phrase(spec)}**" if spec.task else f"A {noun}"
+    )
 
 
 def _base_phrase(spec: ModelCardSpec) -> str:
@@ -149,13 +156,18 @@ def _results(spec: ModelCardSpec) -> list[str]:
     lines = []
     runs = max((s.runs for r in spec.results for s in r.scores.values()), default=1)
     dataset = _dataset_name(spec) or "the evaluation data"
-    lines.append(f"On {dataset}: {info.metric_note}" + (f"; mean ± sample std over {runs} seeds" if runs > 1 else
-                                                          "; one run") + ".")
+    lines.append(
+        f"On {dataset}: {info.metric_note}"
+        + (f"; mean ± sample std over {runs} seeds" if runs > 1 else "; one run")
+        + "."
+    )
     if spec.knowledge.test_unseen is not None:
         unit = _unit(spec)
-        lines[-1] += (f" The *unseen subset* holds the test {unit} with at least 3 linked entities that never "
-                      "occur in the training data (KALA §5.4), the *seen subset* the others; "
-                      f"{_fmt(spec.knowledge.test_unseen)} and {_fmt(spec.knowledge.test_seen)} {unit} here.")
+        lines[-1] += (
+            f" The *unseen subset* holds the test {unit} with at least 3 linked entities that never "
+            "occur in the training data (KALA §5.4), the *seen subset* the others; "
+            f"{_fmt(spec.knowledge.test_unseen)} and {_fmt(spec.knowledge.test_seen)} {unit} here."
+        )
     lines.append("")
     if spec.results:
         metrics = [(k, name) for k, name in info.metrics if any(k in r.scores for r in spec.results)]
@@ -176,8 +188,12 @@ def _comparison_table(spec: ModelCardSpec, info) -> list[str]:
     """The systems of the same runs side by side, the best value of each row in bold."""
     own = _own_label(spec)
     systems = list(spec.comparison)
-    lines = [spec.comparison_intro or "Compared with the other systems of the same runs (same data, KG, seeds "
-             "and hyper-parameters); the best value of each row in bold:", ""]
+    lines = [
+        spec.comparison_intro
+        or "Compared with the other systems of the same runs (same data, KG, seeds "
+        "and hyper-parameters); the best value of each row in bold:",
+        "",
+    ]
     header = [f"**{s}** (this model)" if s == own else s for s in systems]
     lines.append("| split | metric | " + " | ".join(header) + " |")
     lines.append("|---|---|" + "---:|" * len(systems))
@@ -206,18 +222,23 @@ def _comparison_table(spec: ModelCardSpec, info) -> list[str]:
     return lines
 
 
-_INTENDED_USE = {"token-classification": "tagging entities in text like the training data",
-                 "question-answering": "answering questions whose answer is a span of a given context",
-                 "text2text-generation": "answering questions about a given context by generating the answer",
-                 "relation-extraction": "proposing relations between linked entities of a document as KG facts"}
+_INTENDED_USE = {
+    "token-classification": "tagging entities in text like the training data",
+    "question-answering": "answering questions whose answer is a span of a given context",
+    "text2text-generation": "answering questions about a given context by generating the answer",
+    "relation-extraction": "proposing relations between linked entities of a document as KG facts",
+}
 
 
 def _data_terms(spec: ModelCardSpec) -> list[str]:
     """The terms of the training data and of the KG sources whose licence binds the model's uses."""
     info = spec.training.dataset_info
     terms = [f"{info.name}: {info.terms}"] if info and info.terms else []
-    return terms + [f"{KG_SOURCES[k].name}: {KG_SOURCES[k].description}" for k in kg_parts(spec.knowledge.kg_spec)
-                    if spec.uses_knowledge and "CC" in KG_SOURCES[k].description]
+    return terms + [
+        f"{KG_SOURCES[k].name}: {KG_SOURCES[k].description}"
+        for k in kg_parts(spec.knowledge.kg_spec)
+        if spec.uses_knowledge and "CC" in KG_SOURCES[k].description
+    ]
 
 
 def _knowledge_rows(spec: ModelCardSpec) -> list[tuple[str, str]]:
@@ -231,40 +252,75 @@ def _knowledge_rows(spec: ModelCardSpec) -> list[tuple[str, str]]:
     elif k.mode == "annotations":
         rows.append(("knowledge graph", "from KALA annotation files (no KG spec)"))
     if k.kg_entities is not None:
-        rows.append(("KG size", f"{_fmt(k.kg_entities)} entities, {_fmt(k.kg_relations)} relations, "
-                                f"{_fmt(k.kg_triples)} triples" + (f" (sha256 `{k.kg_hash}`)" if k.kg_hash else "")))
+        rows.append(
+            (
+                "KG size",
+                f"{_fmt(k.kg_entities)} entities, {_fmt(k.kg_relations)} relations, "
+                f"{_fmt(k.kg_triples)} triples" + (f" (sha256 `{k.kg_hash}`)" if k.kg_hash else ""),
+            )
+        )
     if k.kge_vectors is not None:
-        rows.append(("KG embeddings", f"{_fmt(k.kge_vectors[0])} entity vectors of dimension {k.kge_vectors[1]} "
-                                      "(`keplm train-kge`), injected at important entity mentions"))
+        rows.append(
+            (
+                "KG embeddings",
+                f"{_fmt(k.kge_vectors[0])} entity vectors of dimension {k.kge_vectors[1]} "
+                "(`keplm train-kge`), injected at important entity mentions",
+            )
+        )
     if k.mode:
-        rows.append(("knowledge source", {"link": "text linked against the KG (dictionary matching of names and "
-                                                  "aliases), 1-hop facts of each linked entity",
-                                          "annotations": "KALA annotation files: mentions and facts precomputed "
-                                                         "(e.g. by `keplm build-kg`); the checkpoint then holds the "
-                                                         "entity vocabulary but no KG"}.get(k.mode, k.mode)))
+        rows.append(
+            (
+                "knowledge source",
+                {
+                    "link": "text linked against the KG (dictionary matching of names and "
+                    "aliases), 1-hop facts of each linked entity",
+                    "annotations": "KALA annotation files: mentions and facts precomputed "
+                    "(e.g. by `keplm build-kg`); the checkpoint then holds the "
+                    "entity vocabulary but no KG",
+                }.get(k.mode, k.mode),
+            )
+        )
     if k.case_sensitive is not None:
         rows.append(("case-sensitive linking", _fmt(k.case_sensitive)))
     if k.max_neighbors is not None:
         rows.append(("facts per linked entity (max)", _fmt(k.max_neighbors)))
     if k.entity_rows is not None and card.entity_rows_label:
-        rows.append((card.entity_rows_label, f"{_fmt(k.entity_rows)} rows (row 0 = null entity), one per entity "
-                                             f"{card.entity_rows_source} data"))
+        rows.append(
+            (
+                card.entity_rows_label,
+                f"{_fmt(k.entity_rows)} rows (row 0 = null entity), one per entity {card.entity_rows_source} data",
+            )
+        )
     rows += k.method_rows
     if k.relation_rows is not None and card.relation_rows:
         rows.append(("relation vocabulary", f"{_fmt(k.relation_rows)} ids (self loop and unknown included)"))
     if k.train_mentions is not None:
-        rows.append(("training mentions", f"{_fmt(k.train_mentions)} mentions of {_fmt(k.train_entities)} entities; "
-                                          f"{_fmt(k.seen_once)} entities seen once, the most frequent "
-                                          f"{_fmt(k.max_frequency)} time{'' if k.max_frequency == 1 else 's'}"))
+        rows.append(
+            (
+                "training mentions",
+                f"{_fmt(k.train_mentions)} mentions of {_fmt(k.train_entities)} entities; "
+                f"{_fmt(k.seen_once)} entities seen once, the most frequent "
+                f"{_fmt(k.max_frequency)} time{'' if k.max_frequency == 1 else 's'}",
+            )
+        )
     if k.train_linked_share is not None:
-        rows.append(("linking coverage (training data)", f"{100 * k.train_linked_share:.1f} % of the training "
-                                                        "examples have at least one linked mention"))
+        rows.append(
+            (
+                "linking coverage (training data)",
+                f"{100 * k.train_linked_share:.1f} % of the training examples have at least one linked mention",
+            )
+        )
     if k.mentions_per_example is not None:
         per = "question (in its context)" if spec.task == "question-answering" else "example"
         rows.append((f"linked mentions per training {per}", f"{k.mentions_per_example:.2f}"))
     if k.test_unseen is not None:
-        rows.append((f"test {_unit(spec)} seen / unseen", f"{_fmt(k.test_seen)} / {_fmt(k.test_unseen)} (unseen: at "
-                                                         "least 3 entities absent from the training data)"))
+        rows.append(
+            (
+                f"test {_unit(spec)} seen / unseen",
+                f"{_fmt(k.test_seen)} / {_fmt(k.test_unseen)} (unseen: at "
+                "least 3 entities absent from the training data)",
+            )
+        )
     return rows
 
 
@@ -272,12 +328,17 @@ def _knowledge_notes(spec: ModelCardSpec) -> list[str]:
     """The paragraphs under the knowledge table: the KFM modulation magnitudes, where the numbers come from."""
     lines = []
     if spec.modulation:
-        parts = [f"layer {layer + 1}: |γ₁ − 1| {med['gamma1']:.3g}, |β₁| {med['beta1']:.3g}, "
-                 f"|γ₂ − 1| {med['gamma2']:.3g}, |β₂| {med['beta2']:.3g}" for layer, med in spec.modulation.items()]
+        parts = [
+            f"layer {layer + 1}: |γ₁ − 1| {med['gamma1']:.3g}, |β₁| {med['beta1']:.3g}, "
+            f"|γ₂ − 1| {med['gamma2']:.3g}, |β₂| {med['beta2']:.3g}"
+            for layer, med in spec.modulation.items()
+        ]
         used, total = spec.modulation_rows or (0, 0)
         sample = f" (computed on a sample of {used:,} of {total:,} rows)" if used < total else ""
-        lines += [f"Median over entity-memory rows of the mean modulation magnitude{sample}: " + "; ".join(parts)
-                  + ".", ""]
+        lines += [
+            f"Median over entity-memory rows of the mean modulation magnitude{sample}: " + "; ".join(parts) + ".",
+            "",
+        ]
     if spec.knowledge.note:
         lines += [spec.knowledge.note, ""]
     return lines
@@ -302,8 +363,13 @@ def _training_data(spec: ModelCardSpec) -> str:
 def _training_run(spec: ModelCardSpec) -> str:
     """Steps, epochs, device, date and wall time of the run, those known."""
     t = spec.training
-    facts = [f"{_fmt(t.steps)} optimizer steps" if t.steps else None, f"{t.epochs:g} epochs" if t.epochs else None,
-             f"on {t.device}" if t.device else None, t.date, t.wall_time]
+    facts = [
+        f"{_fmt(t.steps)} optimizer steps" if t.steps else None,
+        f"{t.epochs:g} epochs" if t.epochs else None,
+        f"on {t.device}" if t.device else None,
+        t.date,
+        t.wall_time,
+    ]
     facts = [fact for fact in facts if fact]
     return "Run: " + ", ".join(facts) + "." if facts else ""
 
@@ -330,9 +396,11 @@ def _loading(spec: ModelCardSpec) -> dict:
     ``keplm_adapter.json`` with the adapter merged, :mod:`keplm.modeling.lora`)."""
     load = f"{spec.auto_class}.from_pretrained({_q(_repo(spec))})"
     if spec.lora:
-        return {"lora": True,
-                "load_model": f"{load}  # base encoder + this LoRA adapter, merged (keplm.modeling.lora.load_lora: "
-                              "the peft model, to train on)"}
+        return {
+            "lora": True,
+            "load_model": f"{load}  # base encoder + this LoRA adapter, merged (keplm.modeling.lora.load_lora: "
+            "the peft model, to train on)",
+        }
     return {"lora": False, "load_model": load}
 
 
@@ -341,34 +409,56 @@ def template_values(spec: ModelCardSpec) -> dict:
     card = method_card(spec.model_type)
     info = spec.training.dataset_info
     paper = card.paper
-    text = spec.example_text or ("Barack Obama met Angela Merkel in Berlin ." if spec.task == "token-classification"
-                                 else None)
-    raw = [(key, f"{value:.4f}" if isinstance(value, float) else str(value))
-           for key, value in sorted(spec.raw_metrics.items())]
+    text = spec.example_text or (
+        "Barack Obama met Angela Merkel in Berlin ." if spec.task == "token-classification" else None
+    )
+    raw = [
+        (key, f"{value:.4f}" if isinstance(value, float) else str(value))
+        for key, value in sorted(spec.raw_metrics.items())
+    ]
     return {
-        "title": _title(spec), "weights_available": spec.weights_available, "what": _what(spec),
-        "dataset": _dataset_name(spec), "base": _base_phrase(spec), "architecture": spec.architecture,
-        "auto_class": spec.auto_class, "processor_class": spec.processor_class,
+        "title": _title(spec),
+        "weights_available": spec.weights_available,
+        "what": _what(spec),
+        "dataset": _dataset_name(spec),
+        "base": _base_phrase(spec),
+        "architecture": spec.architecture,
+        "auto_class": spec.auto_class,
+        "processor_class": spec.processor_class,
         "method_intro": _lines(_method_intro(spec)),
-        "results": _lines(_results(spec)), "results_figures": _figures(spec, "results"),
-        "task": spec.task, "repo": _q(_repo(spec)), "example_text": _q(text) if text else None,
+        "results": _lines(_results(spec)),
+        "results_figures": _figures(spec, "results"),
+        "task": spec.task,
+        "repo": _q(_repo(spec)),
+        "example_text": _q(text) if text else None,
         **_loading(spec),
         "links_raw_text": spec.uses_knowledge and spec.knowledge.mode != "annotations",
         "usage_notes": _lines(card.usage_notes(spec)),
         "intended_use": _INTENDED_USE.get(spec.task or "", "the task it was trained for"),
-        "english": bool(info and info.language == "en"), "limits": [*card.limits(spec), *spec.notes],
-        "license": spec.license, "data_terms": _data_terms(spec),
-        "knowledge_section": card.knowledge_section, "uses_knowledge": spec.uses_knowledge,
-        "kg_source": kg_source_name(spec.knowledge.kg_spec), "kg_spec": kg_spec_name(spec.knowledge.kg_spec),
+        "english": bool(info and info.language == "en"),
+        "limits": [*card.limits(spec), *spec.notes],
+        "license": spec.license,
+        "data_terms": _data_terms(spec),
+        "knowledge_section": card.knowledge_section,
+        "uses_knowledge": spec.uses_knowledge,
+        "kg_source": kg_source_name(spec.knowledge.kg_spec),
+        "kg_spec": kg_spec_name(spec.knowledge.kg_spec),
         "knowledge_rows": _knowledge_rows(spec) if spec.uses_knowledge else [],
-        "knowledge_notes": _lines(_knowledge_notes(spec)), "knowledge_figures": _figures(spec, "knowledge"),
-        "training_data": _training_data(spec), "training_run": _training_run(spec),
+        "knowledge_notes": _lines(_knowledge_notes(spec)),
+        "knowledge_figures": _figures(spec, "knowledge"),
+        "training_data": _training_data(spec),
+        "training_run": _training_run(spec),
         "hyperparameters": [(name, _fmt(value)) for name, value in spec.training.hyperparameters.items()],
         "settings": [(name, _fmt(value)) for name, value in spec.settings.items()],
-        "command": spec.training.command, "command_note": spec.training.command_note,
+        "command": spec.training.command,
+        "command_note": spec.training.command_note,
         "training_figures": _figures(spec, "training"),
-        "versions": list(spec.versions.items()), "versions_note": spec.versions_note, "provenance": spec.provenance,
-        "paper": paper, "raw_metrics": raw, "raw_metrics_title": spec.raw_metrics_title,
+        "versions": list(spec.versions.items()),
+        "versions_note": spec.versions_note,
+        "provenance": spec.provenance,
+        "paper": paper,
+        "raw_metrics": raw,
+        "raw_metrics_title": spec.raw_metrics_title,
     }
 
 
@@ -391,8 +481,8 @@ def card_data_for(spec: ModelCardSpec) -> ModelCardData:
         language=language,
         license=spec.license,
         tags=tags,
-        base_model=spec.base_model_id or (_hub_id(spec.base_model) if spec.base_model and not _package_of(
-            spec.base_model) else None),
+        base_model=spec.base_model_id
+        or (_hub_id(spec.base_model) if spec.base_model and not _package_of(spec.base_model) else None),
         datasets=[dataset_hub] if dataset_hub else None,
         model_name=name,
         eval_results=eval_results_for(spec) or None,
@@ -405,8 +495,12 @@ def eval_results_for(spec: ModelCardSpec) -> list[EvalResult]:
     if info is None:
         return []
     dataset = spec.training.dataset_info
-    dataset_type = ((dataset.hub_id or dataset.key) if dataset else None) or _hub_id(spec.training.dataset) \
-        or describe_path(spec.training.dataset) or "custom"
+    dataset_type = (
+        ((dataset.hub_id or dataset.key) if dataset else None)
+        or _hub_id(spec.training.dataset)
+        or describe_path(spec.training.dataset)
+        or "custom"
+    )
     dataset_name = _dataset_name(spec) or dataset_type
     task_name = "Named-entity recognition" if _is_ner(spec) else info.name
     names = dict(info.metrics)
@@ -416,13 +510,18 @@ def eval_results_for(spec: ModelCardSpec) -> list[EvalResult]:
             metric_name = names.get(key, key)
             if score.runs > 1:
                 metric_name += f" (mean of {score.runs} seeds, std {score.std:.2f})"
-            results.append(EvalResult(
-                task_type=spec.task, task_name=task_name, dataset_type=dataset_type,
-                dataset_name=dataset_name,
-                dataset_split=f"{row.split} ({row.subset.replace('_', '-')} subset)" if row.subset else row.split,
-                metric_type=key,
-                metric_value=round(score.value, 2), metric_name=metric_name,
-            ))
+            results.append(
+                EvalResult(
+                    task_type=spec.task,
+                    task_name=task_name,
+                    dataset_type=dataset_type,
+                    dataset_name=dataset_name,
+                    dataset_split=f"{row.split} ({row.subset.replace('_', '-')} subset)" if row.subset else row.split,
+                    metric_type=key,
+                    metric_value=round(score.value, 2),
+                    metric_name=metric_name,
+                )
+            )
     return results
 
 
@@ -433,6 +532,7 @@ TEMPLATE_PATH = Path(__file__).parent / "templates" / "modelcard_template.md"
 def render_model_card(spec: ModelCardSpec, template_path: str | Path | None = None) -> ModelCard:
     """The card of ``spec``: keplm's template (or ``template_path``) rendered by ``ModelCard.from_template`` with the
     YAML metadata (model-index included) and :func:`template_values`; runs of blank lines are collapsed."""
-    card = ModelCard.from_template(card_data_for(spec), template_path=str(template_path or TEMPLATE_PATH),
-                                   **template_values(spec))
+    card = ModelCard.from_template(
+        card_data_for(spec), template_path=str(template_path or TEMPLATE_PATH), **template_values(spec)
+    )
     return ModelCard(re.sub(r"\n{3,}", "\n\n", str(card)).strip() + "\n")

@@ -51,8 +51,9 @@ def _save(figure, path: Path) -> Path:
 
 
 # --------------------------------------------------------------------------------------------- entity frequency
-def entity_frequency_figure(counts: Sequence[int], path, title: str = "Entity memory: mentions per entity",
-                            max_points: int = 10_000) -> Path:
+def entity_frequency_figure(
+    counts: Sequence[int], path, title: str = "Entity memory: mentions per entity", max_points: int = 10_000
+) -> Path:
     """Rank/frequency (log-log) and a log2-bucket histogram of the training mentions of each entity-memory row
     (the null row and zero counts left out), as KALA appendix Fig. 13-14. The histogram counts every row; the
     rank/frequency curve draws every rank up to ``max_points`` entities, beyond that ``max_points`` ranks spaced
@@ -74,7 +75,7 @@ def entity_frequency_figure(counts: Sequence[int], path, title: str = "Entity me
     rank_axis.set_title("rank / frequency")
     buckets = np.bincount(np.frexp(frequencies.astype(np.float64))[1] - 1)  # floor(log2(frequency)), exact
     keys = list(range(len(buckets)))
-    labels = [f"{2 ** k}" if k == 0 else f"{2 ** k}-{2 ** (k + 1) - 1}" for k in keys]
+    labels = [f"{2**k}" if k == 0 else f"{2**k}-{2 ** (k + 1) - 1}" for k in keys]
     hist_axis.bar(range(len(keys)), buckets.tolist(), color="tab:blue")
     hist_axis.set_xticks(range(len(keys)), labels, rotation=45, ha="right", fontsize=8)
     hist_axis.set_xlabel("training mentions")
@@ -189,8 +190,7 @@ def modulation_figure(tables: dict, path, num_layers: int | None = None, total_r
     axes[0][0].legend(fontsize=7)
     rows = next(iter(tables.values())).shape[0]
     which = f"a sample of {rows:,} of the {total_rows:,}" if total_rows and total_rows > rows else f"the {rows:,}"
-    figure.suptitle(f"KFM modulation of {which} entity-memory rows\n"
-                    "(γ = 1 + h, β = h; h = 0: no change)", fontsize=10)
+    figure.suptitle(f"KFM modulation of {which} entity-memory rows\n(γ = 1 + h, β = h; h = 0: no change)", fontsize=10)
     return _save(figure, path)
 
 
@@ -206,8 +206,9 @@ def curves_from_log_history(log_history: Sequence[dict]) -> dict[str, list[tuple
         for key, value in entry.items():
             if not isinstance(value, (int, float)) or isinstance(value, bool) or key in ("step", "epoch"):
                 continue
-            if key in ("loss", "learning_rate") or (key.startswith("eval_") and not key.endswith(
-                    ("runtime", "per_second", "samples"))):
+            if key in ("loss", "learning_rate") or (
+                key.startswith("eval_") and not key.endswith(("runtime", "per_second", "samples"))
+            ):
                 curves.setdefault(key, []).append((float(step), float(value)))
     return {key: points for key, points in curves.items() if len(points) > 1 or key == "loss"}
 
@@ -236,7 +237,7 @@ def training_curves_figure(log_history: Sequence[dict], path) -> Path:
     if evals:
         for key in evals:
             steps, values = zip(*curves[key])
-            axes[index].plot(steps, values, marker=".", label=key[len("eval_"):])
+            axes[index].plot(steps, values, marker=".", label=key[len("eval_") :])
         axes[index].set_title("evaluation")
         axes[index].set_xlabel("step")
         axes[index].legend(fontsize=7)
@@ -244,8 +245,13 @@ def training_curves_figure(log_history: Sequence[dict], path) -> Path:
 
 
 # --------------------------------------------------------------------------------------------- systems compared
-def comparison_figure(groups: dict[str, dict[str, tuple[float, float | None]]], path, metric_label: str,
-                      highlight: str | None = None, runs: int | None = None) -> Path:
+def comparison_figure(
+    groups: dict[str, dict[str, tuple[float, float | None]]],
+    path,
+    metric_label: str,
+    highlight: str | None = None,
+    runs: int | None = None,
+) -> Path:
     """Dot-and-whisker chart: for every group (e.g. "test", "unseen subset") the mean ± std of each system.
 
     ``groups`` is ``{group: {system: (mean, std)}}``; ``highlight`` names the card's own system.

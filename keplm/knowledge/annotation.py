@@ -25,23 +25,38 @@ import datasets
 
 from keplm.io_utils import open_text, read_json
 
-__all__ = ["EntityMention", "Triplet", "KnowledgeAnnotation", "KNOWLEDGE_FEATURE", "read_kala_annotations",
-           "write_kala_annotations", "inside_word", "word_span"]
+__all__ = [
+    "EntityMention",
+    "Triplet",
+    "KnowledgeAnnotation",
+    "KNOWLEDGE_FEATURE",
+    "read_kala_annotations",
+    "write_kala_annotations",
+    "inside_word",
+    "word_span",
+]
 
 
 #: ``datasets`` feature of an annotation column (``KnowledgeAnnotation.to_dict`` rows); declared so that a batch
 #: without any mention or with only id-less mentions does not fix the column's type to nulls
 KNOWLEDGE_FEATURE = {
-    "entities": [{"text": datasets.Value("string"), "start": datasets.Value("int64"), "end": datasets.Value("int64"),
-                  "id": datasets.Value("string")}],
+    "entities": [
+        {
+            "text": datasets.Value("string"),
+            "start": datasets.Value("int64"),
+            "end": datasets.Value("int64"),
+            "id": datasets.Value("string"),
+        }
+    ],
     "triplets": [{"h": datasets.Value("string"), "r": datasets.Value("string"), "t": datasets.Value("string")}],
 }
 
 
 #: scripts written without spaces between words (Thai, Lao, Myanmar, Khmer, kana, CJK ideographs): a mention next to
 #: one of their characters needs no word boundary there
-_UNSPACED_RE = re.compile("[\u0e00-\u0eff\u1000-\u109f\u1780-\u17ff\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff"
-                          "\uf900-\ufaff\U00020000-\U0002ebef]")
+_UNSPACED_RE = re.compile(
+    "[\u0e00-\u0eff\u1000-\u109f\u1780-\u17ff\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0002ebef]"
+)
 
 
 def _joined(text: str, outside: int, inside: int) -> bool:
@@ -141,8 +156,11 @@ class KnowledgeAnnotation:
         mentions = []
         for mention in self.entities:
             start, end = word_span(text, mention.start, mention.end)
-            mentions.append(mention if (start, end) == (mention.start, mention.end)
-                            else replace(mention, text=text[start:end], start=start, end=end))
+            mentions.append(
+                mention
+                if (start, end) == (mention.start, mention.end)
+                else replace(mention, text=text[start:end], start=start, end=end)
+            )
         widened = sum(new is not old for new, old in zip(mentions, self.entities))
         return (KnowledgeAnnotation(mentions, list(self.triplets)), widened) if widened else (self, 0)
 

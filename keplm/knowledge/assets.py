@@ -107,14 +107,24 @@ class KnowledgeAssets:
         kg = self.kg
 
         def empty() -> dict:
-            return {"total": 0, "without_id": 0, "in_memory": 0, "unseen": 0, "unknown": 0 if kg is not None else None,
-                    "unknown_in_memory": 0 if kg is not None else None, "unknown_examples": []}
+            return {
+                "total": 0,
+                "without_id": 0,
+                "in_memory": 0,
+                "unseen": 0,
+                "unknown": 0 if kg is not None else None,
+                "unknown_in_memory": 0 if kg is not None else None,
+                "unknown_examples": [],
+            }
 
         report = {"mentions": empty(), "fact_entities": empty(), "kg": kg is not None}
         has_relations = len(self.relation_vocab) > 2  # beyond the reserved ids: the model reads relation ids
-        relations = report["fact_relations"] = {"total": 0, "unknown": 0 if kg is not None else None,
-                                                "outside_vocabulary": 0 if has_relations else None,
-                                                "unknown_examples": []}
+        relations = report["fact_relations"] = {
+            "total": 0,
+            "unknown": 0 if kg is not None else None,
+            "outside_vocabulary": 0 if has_relations else None,
+            "unknown_examples": [],
+        }
 
         def count(part: dict, entity_id) -> None:
             part["total"] += 1
@@ -147,8 +157,10 @@ class KnowledgeAssets:
                     relations["outside_vocabulary"] += 1
                 if kg is not None and not kg.has_relation(relation):
                     relations["unknown"] += 1
-                    if len(relations["unknown_examples"]) < max_examples and relation not in relations[
-                            "unknown_examples"]:
+                    if (
+                        len(relations["unknown_examples"]) < max_examples
+                        and relation not in relations["unknown_examples"]
+                    ):
                         relations["unknown_examples"].append(relation)
         return report
 
@@ -172,14 +184,17 @@ class KnowledgeAssets:
         has_relations = len(self.relation_vocab) > 2
         unknown_relation_facts = [f for f in new_facts if has_relations and f[1] not in known_relations]
         return {
-            "entities_added": len(added), "entities_removed": len(old_entities - new_entities),
-            "facts_added": len(new_facts - old_facts), "facts_removed": len(old_facts - new_facts),
+            "entities_added": len(added),
+            "entities_removed": len(old_entities - new_entities),
+            "facts_added": len(new_facts - old_facts),
+            "facts_removed": len(old_facts - new_facts),
             "added_without_memory_row": sum(e not in self._entity_rows for e in added),
             "memory_entities_missing_from_kg": sum(e not in new_entities for e in self.entity_vocab[1:]),
             "facts_with_unknown_relation": len(unknown_relation_facts),
             "unknown_relations": sorted({f[1] for f in unknown_relation_facts})[:max_examples],
             "added_examples": added[:max_examples],
-            "old_kg_hash": old.content_hash() if old is not None else None, "new_kg_hash": kg.content_hash(),
+            "old_kg_hash": old.content_hash() if old is not None else None,
+            "new_kg_hash": kg.content_hash(),
         }
 
     # ------------------------------------------------------------------ building
@@ -224,8 +239,9 @@ class KnowledgeAssets:
         save_knowledge_assets(save_directory, self, overwrite=overwrite)
 
     @classmethod
-    def from_pretrained(cls, pretrained_model_name_or_path: str | os.PathLike, reuse: KnowledgeAssets | None = None,
-                        **kwargs) -> KnowledgeAssets:
+    def from_pretrained(
+        cls, pretrained_model_name_or_path: str | os.PathLike, reuse: KnowledgeAssets | None = None, **kwargs
+    ) -> KnowledgeAssets:
         """Load from a checkpoint directory or a Hub repo id (downloads only ``knowledge/``). ``reuse``: assets
         already in memory (e.g. the model's, loaded from the same folder) returned as they are when the folder's
         recorded hashes are theirs, so a model and its processor read the KG once."""
@@ -238,16 +254,21 @@ class KnowledgeAssets:
             )
         config = read_json(config_file)
         check_format_version(config, config_file)
-        if reuse is not None and all(config.get(key, value) == value for key, value in _assets_config(reuse).items()
-                                     if key in ("format_version", "vocab_hash", "kg_hash", "counts_hash")):
+        if reuse is not None and all(
+            config.get(key, value) == value
+            for key, value in _assets_config(reuse).items()
+            if key in ("format_version", "vocab_hash", "kg_hash", "counts_hash")
+        ):
             return reuse
         for name in (ENTITY_VOCAB_NAME, RELATION_VOCAB_NAME):
             if not (directory / name).is_file():
                 raise FileNotFoundError(f"knowledge asset {directory / name} is missing")
         entity_data = read_json(directory / ENTITY_VOCAB_NAME)
         relation_data = read_json(directory / RELATION_VOCAB_NAME)
-        for name, data, key in ((ENTITY_VOCAB_NAME, entity_data, "entities"),
-                                (RELATION_VOCAB_NAME, relation_data, "relations")):
+        for name, data, key in (
+            (ENTITY_VOCAB_NAME, entity_data, "entities"),
+            (RELATION_VOCAB_NAME, relation_data, "relations"),
+        ):
             if not isinstance(data, dict) or not isinstance(data.get(key), list):
                 raise ValueError(f"{directory / name}: expected a JSON object with a {key!r} list")
         kg = None
@@ -287,8 +308,9 @@ def _assets_config(assets: KnowledgeAssets) -> dict:
     }
 
 
-def assets_conflict(save_directory: str | os.PathLike, assets: KnowledgeAssets | None,
-                    counts: bool = False) -> str | None:
+def assets_conflict(
+    save_directory: str | os.PathLike, assets: KnowledgeAssets | None, counts: bool = False
+) -> str | None:
     """What is wrong when ``save_directory`` already holds other knowledge assets than ``assets`` (``None``: none
     should be there) would be saved as, else None; ``counts``: entity counts differing count too."""
     config_file = Path(save_directory) / ASSETS_DIR / ASSETS_CONFIG_NAME
@@ -301,12 +323,15 @@ def assets_conflict(save_directory: str | os.PathLike, assets: KnowledgeAssets |
     config = _assets_config(assets) if assets is not None else {"vocab_hash": None, "kg_hash": None}
     keys = ("format_version", "vocab_hash", "kg_hash") if assets is not None else ("vocab_hash", "kg_hash")
     same = all(existing.get(key) == config[key] for key in keys) and (
-        not counts or existing.get("counts_hash", config.get("counts_hash")) == config.get("counts_hash"))
+        not counts or existing.get("counts_hash", config.get("counts_hash")) == config.get("counts_hash")
+    )
     if same:
         return None
-    return (f"{config_file.parent} already holds other knowledge assets (vocabulary hash "
-            f"{existing.get('vocab_hash')!r}, KG hash {existing.get('kg_hash')!r}) than the ones being saved "
-            f"({config['vocab_hash']!r}, {config['kg_hash']!r})")
+    return (
+        f"{config_file.parent} already holds other knowledge assets (vocabulary hash "
+        f"{existing.get('vocab_hash')!r}, KG hash {existing.get('kg_hash')!r}) than the ones being saved "
+        f"({config['vocab_hash']!r}, {config['kg_hash']!r})"
+    )
 
 
 def save_knowledge_assets(save_directory: str | os.PathLike, assets: KnowledgeAssets, overwrite: bool = True) -> None:
@@ -326,8 +351,10 @@ def save_knowledge_assets(save_directory: str | os.PathLike, assets: KnowledgeAs
         if overwrite:
             config_file.unlink()  # an interrupted rewrite must not leave the old config beside new files
         else:
-            raise ValueError(f"{conflict}: the model saved there and this processor disagree; save them from the "
-                             "same assets or into separate folders")
+            raise ValueError(
+                f"{conflict}: the model saved there and this processor disagree; save them from the "
+                "same assets or into separate folders"
+            )
     directory.mkdir(parents=True, exist_ok=True)
     (directory / ENTITY_VOCAB_NAME).write_text(
         json.dumps({"entities": assets.entity_vocab, "counts": assets.entity_counts}, ensure_ascii=False)

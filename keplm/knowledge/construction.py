@@ -21,8 +21,16 @@ class ContextSimilarityRanker:
     candidates. Entity embeddings are computed once per entity and cached.
     """
 
-    def __init__(self, kg: KnowledgeGraph, model, tokenizer, window: int = 100, prior_weight: float = 0.3,
-                 max_neighbors: int = 8, device: str | None = None):
+    def __init__(
+        self,
+        kg: KnowledgeGraph,
+        model,
+        tokenizer,
+        window: int = 100,
+        prior_weight: float = 0.3,
+        max_neighbors: int = 8,
+        device: str | None = None,
+    ):
         import torch
 
         self.kg = kg
@@ -124,8 +132,9 @@ class SpacyMentionFilter:
         return f"SpacyMentionFilter(pipeline={pipeline!r}, components={components!r}, labels={labels!r})"
 
     def __call__(self, text: str, matches: list[tuple[int, int, int]]) -> list[tuple[int, int, int]]:
-        spans = [(e.start_char, e.end_char) for e in self.nlp(text).ents
-                 if self.labels is None or e.label_ in self.labels]
+        spans = [
+            (e.start_char, e.end_char) for e in self.nlp(text).ents if self.labels is None or e.label_ in self.labels
+        ]
         return [m for m in matches if any(m[0] < end and start < m[1] for start, end in spans)]
 
 
@@ -161,21 +170,24 @@ def linking_report(
             for start, end, label in spans:
                 seen[label] += 1
                 found[label] += any(m.start < end and start < m.end for m in annotation.entities)
-            on_gold += sum(any(m.start < end and start < m.end for start, end, _ in spans)
-                           for m in annotation.entities)
-        report["gold_entities_linked"] = {label: {"gold": seen[label], "linked": found[label],
-                                                  "share": found[label] / seen[label]} for label in sorted(seen)}
+            on_gold += sum(any(m.start < end and start < m.end for start, end, _ in spans) for m in annotation.entities)
+        report["gold_entities_linked"] = {
+            label: {"gold": seen[label], "linked": found[label], "share": found[label] / seen[label]}
+            for label in sorted(seen)
+        }
         gold_total = sum(seen.values())
         report["gold_linking"] = {
             "precision": on_gold / report["mentions"] if report["mentions"] else 0.0,
             "recall": sum(found.values()) / gold_total if gold_total else 0.0,
-            "mentions_on_gold": int(on_gold), "gold_entities": int(gold_total),
+            "mentions_on_gold": int(on_gold),
+            "gold_entities": int(gold_total),
         }
     return report
 
 
-def knowledge_report(splits: dict[str, Sequence[KnowledgeAnnotation]], train_split: str = "train",
-                     unseen_threshold: int = 3) -> dict:
+def knowledge_report(
+    splits: dict[str, Sequence[KnowledgeAnnotation]], train_split: str = "train", unseen_threshold: int = 3
+) -> dict:
     """Entity frequency (long tail), seen/unseen entities between splits, facts per context (KALA §5.4, App. C)."""
     if train_split not in splits:
         raise ValueError(f"no {train_split!r} split among {sorted(splits)}")
@@ -194,8 +206,9 @@ def knowledge_report(splits: dict[str, Sequence[KnowledgeAnnotation]], train_spl
     }
     for name, split_annotations in splits.items():
         entities = {m.id for a in split_annotations for m in a.entities if m.id is not None}
-        unseen_per_context = [len({m.id for m in a.entities if m.id is not None and m.id not in train_counts})
-                              for a in split_annotations]
+        unseen_per_context = [
+            len({m.id for m in a.entities if m.id is not None and m.id not in train_counts}) for a in split_annotations
+        ]
         facts = [len(a.triplets) for a in split_annotations]
         report["splits"][name] = {
             "contexts": len(split_annotations),
@@ -211,7 +224,7 @@ def knowledge_report(splits: dict[str, Sequence[KnowledgeAnnotation]], train_spl
 
 def _log2_histogram(frequencies: Sequence[int]) -> dict[str, int]:
     histogram = Counter(int(math.log2(f)) for f in frequencies if f > 0)
-    return {f"{2 ** k}-{2 ** (k + 1) - 1}": histogram[k] for k in sorted(histogram)}
+    return {f"{2**k}-{2 ** (k + 1) - 1}": histogram[k] for k in sorted(histogram)}
 
 
 def plot_entity_frequency(frequencies: Sequence[int], path) -> None:

@@ -33,9 +33,12 @@ def _overlapping(mentions, start: int, end: int):
     return [m for m in mentions if m.start < end and start < m.end]
 
 
-def split_coverage(annotations: Sequence[KnowledgeAnnotation], texts: Sequence[str] | None = None,
-                   gold: Sequence[Sequence[tuple[int, int, str]]] | None = None,
-                   relation_names: dict[str, str] | None = None) -> dict:
+def split_coverage(
+    annotations: Sequence[KnowledgeAnnotation],
+    texts: Sequence[str] | None = None,
+    gold: Sequence[Sequence[tuple[int, int, str]]] | None = None,
+    relation_names: dict[str, str] | None = None,
+) -> dict:
     """One split: linking coverage (with ``gold`` spans: recall and precision against them), facts per linked
     mention, the share of linked mentions with at least one fact, and the relations of the facts that reach a
     mention (their share of those facts)."""
@@ -47,21 +50,30 @@ def split_coverage(annotations: Sequence[KnowledgeAnnotation], texts: Sequence[s
         facts_per_mention += [per_entity[m.id] for m in annotation.entities if m.id is not None]
         relations.update(f.r for f in annotation.triplets if f.h in linked or f.t in linked)
     total = sum(relations.values())
-    report.update({
-        "linked_mentions": len(facts_per_mention),
-        "facts_per_linked_mention": sum(facts_per_mention) / len(facts_per_mention) if facts_per_mention else 0.0,
-        "linked_mentions_with_facts": (sum(n > 0 for n in facts_per_mention) / len(facts_per_mention)
-                                       if facts_per_mention else 0.0),
-        "relations_reaching_mentions": [
-            [relation, (relation_names or {}).get(relation, relation), count, count / total]
-            for relation, count in relations.most_common(TOP_RELATIONS)],
-        "distinct_relations_reaching_mentions": len(relations),
-    })
+    report.update(
+        {
+            "linked_mentions": len(facts_per_mention),
+            "facts_per_linked_mention": sum(facts_per_mention) / len(facts_per_mention) if facts_per_mention else 0.0,
+            "linked_mentions_with_facts": (
+                sum(n > 0 for n in facts_per_mention) / len(facts_per_mention) if facts_per_mention else 0.0
+            ),
+            "relations_reaching_mentions": [
+                [relation, (relation_names or {}).get(relation, relation), count, count / total]
+                for relation, count in relations.most_common(TOP_RELATIONS)
+            ],
+            "distinct_relations_reaching_mentions": len(relations),
+        }
+    )
     return report
 
 
-def unseen_coverage(train: Sequence[KnowledgeAnnotation], train_gold, test: Sequence[KnowledgeAnnotation],
-                    test_texts: Sequence[str], test_gold) -> dict:
+def unseen_coverage(
+    train: Sequence[KnowledgeAnnotation],
+    train_gold,
+    test: Sequence[KnowledgeAnnotation],
+    test_texts: Sequence[str],
+    test_gold,
+) -> dict:
     """Gold test entities whose text (lower-cased) is no gold entity of the training split: how many, and the
     share of them the KG covers (overlapped by a linked mention) and covers with facts (that mention's entity has
     at least one fact in the example)."""
@@ -77,10 +89,13 @@ def unseen_coverage(train: Sequence[KnowledgeAnnotation], train_gold, test: Sequ
             linked = [m for m in _overlapping(annotation.entities, start, end) if m.id is not None]
             covered += bool(linked)
             with_facts += any(per_entity[m.id] for m in linked)
-    return {"gold_entities": total, "unseen_in_training": unseen,
-            "unseen_share": unseen / total if total else 0.0,
-            "unseen_linked_share": covered / unseen if unseen else 0.0,
-            "unseen_with_facts_share": with_facts / unseen if unseen else 0.0}
+    return {
+        "gold_entities": total,
+        "unseen_in_training": unseen,
+        "unseen_share": unseen / total if total else 0.0,
+        "unseen_linked_share": covered / unseen if unseen else 0.0,
+        "unseen_with_facts_share": with_facts / unseen if unseen else 0.0,
+    }
 
 
 def gold_texts(texts: Sequence[str], gold) -> list[str]:

@@ -102,8 +102,10 @@ class KnowledgeGraph:
                 raise ValueError(f"entity_vectors must have shape [{n}, dim], got {entity_vectors.shape}")
             bad = non_finite_rows(entity_vectors)
             if bad:
-                raise ValueError(f"entity_vectors hold NaN or inf in {len(bad)} rows (entities "
-                                 f"{[entity_ids[i] for i in bad[:5]]}{' ...' if len(bad) > 5 else ''})")
+                raise ValueError(
+                    f"entity_vectors hold NaN or inf in {len(bad)} rows (entities "
+                    f"{[entity_ids[i] for i in bad[:5]]}{' ...' if len(bad) > 5 else ''})"
+                )
         self.entity_vectors = entity_vectors
         self._csr: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         self._degree: np.ndarray | None = None
@@ -384,12 +386,16 @@ class KnowledgeGraph:
                 raise ValueError(f"{vec_path}: no tensor named {_VECTORS_KEY!r}")
             vectors = tensors[_VECTORS_KEY]
             if vectors.ndim != 2 or vectors.shape[0] != len(ent_ids):
-                raise ValueError(f"{vec_path}: {_VECTORS_KEY} has shape {tuple(vectors.shape)}, but the KG has "
-                                 f"{len(ent_ids)} entities (one row each)")
+                raise ValueError(
+                    f"{vec_path}: {_VECTORS_KEY} has shape {tuple(vectors.shape)}, but the KG has "
+                    f"{len(ent_ids)} entities (one row each)"
+                )
             bad = non_finite_rows(vectors)
             if bad:
-                raise ValueError(f"{vec_path}: {_VECTORS_KEY} hold NaN or inf in {len(bad)} rows (e.g. the KG "
-                                 "embeddings diverged): retrain them with `keplm train-kge`")
+                raise ValueError(
+                    f"{vec_path}: {_VECTORS_KEY} hold NaN or inf in {len(bad)} rows (e.g. the KG "
+                    "embeddings diverged): retrain them with `keplm train-kge`"
+                )
 
         kg = cls(
             ent_ids,
@@ -455,4 +461,3 @@ def alias_list(value, where: str = "aliases") -> list[str]:
     if isinstance(value, (list, tuple)) and all(isinstance(a, str) for a in value):
         return list(value)
     raise ValueError(f"{where}: aliases must be a string or a list of strings, got {value!r}")
-

@@ -32,8 +32,14 @@ def importance_score(original: torch.Tensor, replaced: torch.Tensor) -> torch.Te
 
 
 @torch.no_grad()
-def semantic_importance(encoder, tokenizer, texts: Sequence[str], annotations: Sequence[KnowledgeAnnotation],
-                        batch_size: int = 32, max_length: int = 128) -> list[list[float]]:
+def semantic_importance(
+    encoder,
+    tokenizer,
+    texts: Sequence[str],
+    annotations: Sequence[KnowledgeAnnotation],
+    batch_size: int = 32,
+    max_length: int = 128,
+) -> list[list[float]]:
     """SI of every mention of every text (eq. 1): the sentence with the mention replaced by one mask token against
     the original, under ``encoder`` (the pre-training start checkpoint, in eval mode). Returns one list per text,
     aligned with its annotation's entities. All variants of a batch of texts run in batches of ``batch_size``."""
@@ -42,15 +48,23 @@ def semantic_importance(encoder, tokenizer, texts: Sequence[str], annotations: S
         variants.append(text)
         owners.append((i, None))
         for k, mention in enumerate(annotation.entities):
-            variants.append(f"{text[:mention.start]}{tokenizer.mask_token}{text[mention.end:]}")
+            variants.append(f"{text[: mention.start]}{tokenizer.mask_token}{text[mention.end :]}")
             owners.append((i, k))
     device = next(encoder.parameters()).device
     representations = []
     for start in range(0, len(variants), batch_size):
-        encoding = tokenizer(variants[start : start + batch_size], truncation=True, max_length=max_length,
-                             padding=True, return_tensors="pt")
-        representations.append(sentence_representation(encoder, encoding["input_ids"].to(device),
-                                                        encoding["attention_mask"].to(device)).float().cpu())
+        encoding = tokenizer(
+            variants[start : start + batch_size],
+            truncation=True,
+            max_length=max_length,
+            padding=True,
+            return_tensors="pt",
+        )
+        representations.append(
+            sentence_representation(encoder, encoding["input_ids"].to(device), encoding["attention_mask"].to(device))
+            .float()
+            .cpu()
+        )
     representations = torch.cat(representations) if representations else torch.zeros(0)
     scores = [[0.0] * len(a.entities) for a in annotations]
     originals = {i: representations[row] for row, (i, k) in enumerate(owners) if k is None}
@@ -60,9 +74,14 @@ def semantic_importance(encoder, tokenizer, texts: Sequence[str], annotations: S
     return scores
 
 
-def select_important(scores: Sequence[Sequence[float]], entity_ids: Sequence[Sequence[str | None]],
-                     counts: dict[str, int], rule: str = "si_long_tail", si_quantile: float = 0.5,
-                     long_tail_quantile: float = 0.5) -> tuple[list[list[bool]], dict]:
+def select_important(
+    scores: Sequence[Sequence[float]],
+    entity_ids: Sequence[Sequence[str | None]],
+    counts: dict[str, int],
+    rule: str = "si_long_tail",
+    si_quantile: float = 0.5,
+    long_tail_quantile: float = 0.5,
+) -> tuple[list[list[bool]], dict]:
     """Important mentions (3.1): ``"si"`` — SI at or above the corpus ``si_quantile`` of all mention scores;
     ``"long_tail"`` — the entity's corpus count at or below the ``long_tail_quantile`` of the entity counts (rare
     entities, whose representations pre-training leaves poorest, 3.2); ``"si_long_tail"`` — both (the paper prefers
@@ -89,12 +108,22 @@ def select_important(scores: Sequence[Sequence[float]], entity_ids: Sequence[Seq
             row.append(bool(keep))
             selected += keep
         flags.append(row)
-    report = {"rule": rule, "mentions": int(flat.size), "selected": int(selected), "si_threshold": si_threshold,
-              "long_tail_max_count": tail_threshold}
-    logger.info("Important mentions (%s): %d of %d (SI >= %.4f, count <= %.0f)", rule, selected, flat.size,
-                si_threshold, tail_threshold)
+    report = {
+        "rule": rule,
+        "mentions": int(flat.size),
+        "selected": int(selected),
+        "si_threshold": si_threshold,
+        "long_tail_max_count": tail_threshold,
+    }
+    logger.info(
+        "Important mentions (%s): %d of %d (SI >= %.4f, count <= %.0f)",
+        rule,
+        selected,
+        flat.size,
+        si_threshold,
+        tail_threshold,
+    )
     return flags, report
 
 
-__all__ = ["importance_score", "semantic_importance", "select_important", "sentence_representation",
-           "SELECTION_RULES"]
+__all__ = ["importance_score", "semantic_importance", "select_important", "sentence_representation", "SELECTION_RULES"]

@@ -50,12 +50,15 @@ KGE_MODELS: dict[str, tuple[str, str, float, float, dict]] = {
     "rotate": ("RotatE", "adam", 1e-3, 0.0, {"margin": 9.0}),
 }
 _COMPLEX_VALUED = ("complex", "rotate")  # vectors are [re, im]
-METRIC_PROTOCOL = ("raw tail ranking as torch_geometric KGEModel.test ranks: every entity scored as the tail of "
-                   "(h, r, ?), other true tails not filtered; mean rank 1-based (test's 0-based rank + 1)")
+METRIC_PROTOCOL = (
+    "raw tail ranking as torch_geometric KGEModel.test ranks: every entity scored as the tail of "
+    "(h, r, ?), other true tails not filtered; mean rank 1-based (test's 0-based rank + 1)"
+)
 
 
-def check_kge_settings(model: str, dim: int, epochs: int = 1, batch_size: int = 1, valid_fraction: float = 0.0,
-                       **model_kwargs) -> str:
+def check_kge_settings(
+    model: str, dim: int, epochs: int = 1, batch_size: int = 1, valid_fraction: float = 0.0, **model_kwargs
+) -> str:
     """The lower-cased model name if the settings are valid (checked before any KG is loaded), else a ValueError
     saying which one is wrong; ``model_kwargs`` are the model's hyper-parameters (``margin``, ``p_norm``)."""
     name = model.lower() if isinstance(model, str) else model
@@ -71,7 +74,12 @@ def check_kge_settings(model: str, dim: int, epochs: int = 1, batch_size: int = 
     if not 0.0 <= valid_fraction < 1.0:
         raise ValueError(f"valid_fraction must be in [0, 1), got {valid_fraction!r}")
     accepted = set(inspect.signature(_model_class(name).__init__).parameters) - {
-        "self", "num_nodes", "num_relations", "hidden_channels", "sparse"}
+        "self",
+        "num_nodes",
+        "num_relations",
+        "hidden_channels",
+        "sparse",
+    }
     for key, value in model_kwargs.items():
         if value is None:
             continue
@@ -144,16 +152,21 @@ def all_tail_scores(model, head, rel):
     if kind == "DistMult":  # <h, r, t>
         return (model.node_emb(head) * model.rel_emb(rel)) @ nodes.T
     if kind == "ComplEx":  # Re(<h, r, conj(t)>)
-        h_re, h_im, r_re, r_im = (model.node_emb(head), model.node_emb_im(head), model.rel_emb(rel),
-                                  model.rel_emb_im(rel))
+        h_re, h_im, r_re, r_im = (
+            model.node_emb(head),
+            model.node_emb_im(head),
+            model.rel_emb(rel),
+            model.rel_emb_im(rel),
+        )
         return (h_re * r_re - h_im * r_im) @ nodes.T + (h_im * r_re + h_re * r_im) @ model.node_emb_im.weight.T
     if kind == "RotatE":  # margin - || h * e^(i theta_r) - t || over the real and imaginary parts together
         h_re, h_im, theta = model.node_emb(head), model.node_emb_im(head), model.rel_emb(rel)
         rotated = torch.cat([theta.cos() * h_re - theta.sin() * h_im, theta.cos() * h_im + theta.sin() * h_re], -1)
         return model.margin - torch.cdist(rotated, torch.cat([nodes, model.node_emb_im.weight], -1))
     candidates = torch.arange(model.num_nodes, device=head.device)
-    return model(head.repeat_interleave(len(candidates)), rel.repeat_interleave(len(candidates)),
-                 candidates.repeat(len(head))).view(len(head), -1)
+    return model(
+        head.repeat_interleave(len(candidates)), rel.repeat_interleave(len(candidates)), candidates.repeat(len(head))
+    ).view(len(head), -1)
 
 
 def tail_ranks(model, head, rel, tail, batch_size: int, progress: bool = False):
@@ -177,10 +190,15 @@ def tail_ranks(model, head, rel, tail, batch_size: int, progress: bool = False):
 def _evaluate(model, triples, batch_size: int, progress: bool) -> dict:
     """Raw tail-ranking metrics of ``triples`` from one ranking pass (:func:`tail_ranks`)."""
     ranks = tail_ranks(model, triples[:, 0], triples[:, 1], triples[:, 2], batch_size, progress)
-    return {"protocol": METRIC_PROTOCOL, "triples": int(len(triples)), "mean_rank": float(ranks.mean()) + 1.0,
-            "mrr": float((1.0 / (ranks + 1)).mean()), "hits@1": float((ranks < 1).double().mean()),
-            "hits@10": float((ranks < 10).double().mean()),
-            "chance_mrr": float(np.sum(1.0 / np.arange(1, model.num_nodes + 1)) / model.num_nodes)}
+    return {
+        "protocol": METRIC_PROTOCOL,
+        "triples": int(len(triples)),
+        "mean_rank": float(ranks.mean()) + 1.0,
+        "mrr": float((1.0 / (ranks + 1)).mean()),
+        "hits@1": float((ranks < 1).double().mean()),
+        "hits@10": float((ranks < 10).double().mean()),
+        "chance_mrr": float(np.sum(1.0 / np.arange(1, model.num_nodes + 1)) / model.num_nodes),
+    }
 
 
 def _optimizer(kge, name: str, lr: float | None, weight_decay: float | None, sparse: bool):
@@ -257,8 +275,11 @@ def train_kge(
     train_idx, valid_idx = split_triples(kg.triples, valid_fraction, seed)
     requested = int(round(valid_fraction * kg.num_triples))
     if len(valid_idx) < requested:
-        logger.warning("Held out %d triples instead of %d: the others would leave an entity or relation without "
-                       "training triples", len(valid_idx), requested)
+        logger.warning(
+            "Held out %d triples instead of %d: the others would leave an entity or relation without training triples",
+            len(valid_idx),
+            requested,
+        )
     ranked_idx = valid_idx
     if max_eval_triples is not None and len(valid_idx) > max_eval_triples:
         ranked_idx = np.sort(np.random.default_rng(seed).choice(valid_idx, max_eval_triples, replace=False))
@@ -276,12 +297,30 @@ def train_kge(
             rows, kept = torch.as_tensor(rows, device=device), torch.as_tensor(kept, device=device)
             _set_vectors(name, kge, rows, kept)
         optimizer, settings = _optimizer(kge, name, lr, weight_decay, sparse)
-        logger.info("Training %s (dim %d, %s) on %d triples (%d held out, %d ranked), %d entities, %d relations, "
-                    "%d epochs, batch %d, %s on %s", class_name, dim, model_kwargs or "default hyper-parameters",
-                    len(train), len(valid_idx), len(ranked), kg.num_entities, kg.num_relations, epochs, batch_size,
-                    settings, device)
-        loader = kge.loader(train[:, 0], train[:, 1], train[:, 2], batch_size=batch_size, shuffle=True,
-                            generator=torch.Generator().manual_seed(seed))
+        logger.info(
+            "Training %s (dim %d, %s) on %d triples (%d held out, %d ranked), %d entities, %d relations, "
+            "%d epochs, batch %d, %s on %s",
+            class_name,
+            dim,
+            model_kwargs or "default hyper-parameters",
+            len(train),
+            len(valid_idx),
+            len(ranked),
+            kg.num_entities,
+            kg.num_relations,
+            epochs,
+            batch_size,
+            settings,
+            device,
+        )
+        loader = kge.loader(
+            train[:, 0],
+            train[:, 1],
+            train[:, 2],
+            batch_size=batch_size,
+            shuffle=True,
+            generator=torch.Generator().manual_seed(seed),
+        )
         losses = []
         bar = tqdm(range(epochs), desc=f"Training {class_name}", unit="epoch", disable=not progress)
         for epoch in bar:
@@ -308,27 +347,71 @@ def train_kge(
         vectors[rows.cpu().numpy()] = kept.cpu().numpy()
     seconds = time.perf_counter() - start
     if metrics:
-        logger.info("%s on %d held-out triples (raw tail ranking): MRR %.4f (chance %.4f), Hits@1 %.4f, Hits@10 "
-                    "%.4f, mean rank %.1f", class_name, metrics["triples"], metrics["mrr"], metrics["chance_mrr"],
-                    metrics["hits@1"], metrics["hits@10"], metrics["mean_rank"])
-    logger.info("KG embeddings trained in %.1fs (loss %.4f -> %.4f); ranking %d held-out triples took %.1fs",
-                train_seconds, losses[0], losses[-1], len(ranked), rank_seconds)
+        logger.info(
+            "%s on %d held-out triples (raw tail ranking): MRR %.4f (chance %.4f), Hits@1 %.4f, Hits@10 "
+            "%.4f, mean rank %.1f",
+            class_name,
+            metrics["triples"],
+            metrics["mrr"],
+            metrics["chance_mrr"],
+            metrics["hits@1"],
+            metrics["hits@10"],
+            metrics["mean_rank"],
+        )
+    logger.info(
+        "KG embeddings trained in %.1fs (loss %.4f -> %.4f); ranking %d held-out triples took %.1fs",
+        train_seconds,
+        losses[0],
+        losses[-1],
+        len(ranked),
+        rank_seconds,
+    )
 
-    out = KnowledgeGraph(kg.entity_ids, kg.relation_ids, kg.triples, entity_names=kg.entity_names,
-                         entity_aliases=kg.entity_aliases, relation_names=kg.relation_names, entity_vectors=vectors)
+    out = KnowledgeGraph(
+        kg.entity_ids,
+        kg.relation_ids,
+        kg.triples,
+        entity_names=kg.entity_names,
+        entity_aliases=kg.entity_aliases,
+        relation_names=kg.relation_names,
+        entity_vectors=vectors,
+    )
     out.build_report = dict(kg.build_report)
     report = {
-        "model": name, "torch_geometric_class": class_name, "dim": dim, "hidden_channels": hidden,
-        "vectors": _VECTOR_DESCRIPTION[name], "model_kwargs": dict(model_kwargs), "epochs": epochs,
-        "batch_size": batch_size, **settings, "seed": seed, "device": str(device), "valid_fraction": valid_fraction,
-        "triples": {"total": kg.num_triples, "train": int(len(train_idx)), "valid": int(len(valid_idx)),
-                    "valid_requested": requested, "ranked": int(len(ranked_idx))},
-        "kg": {"entities": kg.num_entities, "relations": kg.num_relations, "input_content_hash": kg.content_hash(),
-               "content_hash": out.content_hash()},
-        "kept_vectors": None if rows is None else {
-            "entities": int(len(rows)), "trained": kg.num_entities - int(len(rows)),
-            "source_content_hash": keep_vectors.content_hash()},
-        "losses": losses, "metrics": metrics,
+        "model": name,
+        "torch_geometric_class": class_name,
+        "dim": dim,
+        "hidden_channels": hidden,
+        "vectors": _VECTOR_DESCRIPTION[name],
+        "model_kwargs": dict(model_kwargs),
+        "epochs": epochs,
+        "batch_size": batch_size,
+        **settings,
+        "seed": seed,
+        "device": str(device),
+        "valid_fraction": valid_fraction,
+        "triples": {
+            "total": kg.num_triples,
+            "train": int(len(train_idx)),
+            "valid": int(len(valid_idx)),
+            "valid_requested": requested,
+            "ranked": int(len(ranked_idx)),
+        },
+        "kg": {
+            "entities": kg.num_entities,
+            "relations": kg.num_relations,
+            "input_content_hash": kg.content_hash(),
+            "content_hash": out.content_hash(),
+        },
+        "kept_vectors": None
+        if rows is None
+        else {
+            "entities": int(len(rows)),
+            "trained": kg.num_entities - int(len(rows)),
+            "source_content_hash": keep_vectors.content_hash(),
+        },
+        "losses": losses,
+        "metrics": metrics,
         "seconds": {"train": train_seconds, "rank": rank_seconds, "total": seconds},
         "versions": {"torch": torch.__version__, "torch_geometric": _version("torch_geometric")},
     }
@@ -343,8 +426,10 @@ def kept_rows(kg: KnowledgeGraph, keep_vectors: KnowledgeGraph, dim: int) -> tup
         raise ValueError("keep_vectors must be a KnowledgeGraph with entity vectors (a `keplm train-kge` output)")
     stored = np.asarray(keep_vectors.entity_vectors, dtype=np.float32)
     if stored.shape[1] != dim:
-        raise ValueError(f"keep_vectors holds vectors of width {stored.shape[1]}, but dim is {dim}: train with the "
-                         f"same model and dim as the run that made them")
+        raise ValueError(
+            f"keep_vectors holds vectors of width {stored.shape[1]}, but dim is {dim}: train with the "
+            f"same model and dim as the run that made them"
+        )
     shared = [(kg.entity_index(e), keep_vectors.entity_index(e)) for e in kg.entity_ids if keep_vectors.has_entity(e)]
     if not shared:
         raise ValueError(f"keep_vectors shares no entity with the KG to train ({kg!r}): nothing to keep")
@@ -397,8 +482,9 @@ def kge_vectors(kg: KnowledgeGraph, entity_ids, missing: str = "error") -> KGEVe
     if missing not in ("error", "skip"):
         raise ValueError(f"missing must be 'error' or 'skip', got {missing!r}")
     if kg.entity_vectors is None:
-        raise ValueError(f"the knowledge graph has no entity vectors (KGE table): train them with `keplm train-kge` "
-                         f"({kg!r})")
+        raise ValueError(
+            f"the knowledge graph has no entity vectors (KGE table): train them with `keplm train-kge` ({kg!r})"
+        )
     if isinstance(entity_ids, str):
         raise ValueError(f"entity_ids must be a list of ids, got the string {entity_ids!r}")
     entity_ids = list(entity_ids)
@@ -412,13 +498,23 @@ def kge_vectors(kg: KnowledgeGraph, entity_ids, missing: str = "error") -> KGEVe
     if absent and missing == "error":
         distinct = list(dict.fromkeys(map(repr, absent)))
         shown = ", ".join(distinct[:10]) + (f" and {len(distinct) - 10} more" if len(distinct) > 10 else "")
-        raise ValueError(f"{len(absent)} of {len(entity_ids)} entity ids missing from the KGE table "
-                         f"({kg.num_entities} entities): {shown} (missing='skip' leaves them out and counts them)")
+        raise ValueError(
+            f"{len(absent)} of {len(entity_ids)} entity ids missing from the KGE table "
+            f"({kg.num_entities} entities): {shown} (missing='skip' leaves them out and counts them)"
+        )
     if absent:
         logger.debug("Skipped %d entity ids missing from the KGE table", len(absent))
     vectors = np.asarray(kg.entity_vectors, dtype=np.float32)[np.asarray(rows, dtype=np.int64)]
     return KGEVectors(vectors, np.asarray(positions, dtype=np.int64), absent)
 
 
-__all__ = ["KGE_MODELS", "METRIC_PROTOCOL", "KGEVectors", "check_kge_settings", "kept_rows", "kge_vectors",
-           "split_triples", "train_kge"]
+__all__ = [
+    "KGE_MODELS",
+    "METRIC_PROTOCOL",
+    "KGEVectors",
+    "check_kge_settings",
+    "kept_rows",
+    "kge_vectors",
+    "split_triples",
+    "train_kge",
+]

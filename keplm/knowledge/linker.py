@@ -15,8 +15,16 @@ from .annotation import KNOWLEDGE_FEATURE, EntityMention, KnowledgeAnnotation, T
 from .biomedical import hpo_non_phenotype_branches
 from .graph import KnowledgeGraph
 
-__all__ = ["EntityLinker", "DEFAULT_STOPWORDS", "BRANCH_PRESETS", "LinkFunction", "link_dataset",
-           "linker_signature", "linker_settings", "read_word_list"]
+__all__ = [
+    "EntityLinker",
+    "DEFAULT_STOPWORDS",
+    "BRANCH_PRESETS",
+    "LinkFunction",
+    "link_dataset",
+    "linker_signature",
+    "linker_settings",
+    "read_word_list",
+]
 
 DEFAULT_STOPWORDS = frozenset(
     """
@@ -135,9 +143,14 @@ class EntityLinker:
         # candidates of an alias, best prior first: most connected entity, then lowest index
         self._candidates = {k: tuple(sorted(v, key=lambda i: (-degree[i], i))) for k, v in candidates.items()}
         # an acronym alias shared with a lower-case name ("Who"/"WHO") stays case-insensitive
-        self._acronyms = {k: v for k, v in acronyms.items()
-                          if all(kg.entity_names[i].isupper() or any(a.isupper() for a in kg.entity_aliases[i])
-                                 for i in self._candidates[k])}
+        self._acronyms = {
+            k: v
+            for k, v in acronyms.items()
+            if all(
+                kg.entity_names[i].isupper() or any(a.isupper() for a in kg.entity_aliases[i])
+                for i in self._candidates[k]
+            )
+        }
         self.num_aliases = len(self._candidates)
         self._automaton = ahocorasick.Automaton()
         for key in self._candidates:
@@ -164,8 +177,10 @@ class EntityLinker:
             elif kg.has_entity(name):
                 roots.append(name)
             else:
-                raise ValueError(f"exclude_branches: {name!r} is neither an entity id of the KG nor a preset "
-                                 f"({sorted(BRANCH_PRESETS)})")
+                raise ValueError(
+                    f"exclude_branches: {name!r} is neither an entity id of the KG nor a preset "
+                    f"({sorted(BRANCH_PRESETS)})"
+                )
         return tuple(dict.fromkeys(roots))
 
     @staticmethod
@@ -193,8 +208,9 @@ class EntityLinker:
             if not isinstance(surface, str):
                 return "not_text"
             normal = self._normalize(" ".join(surface.split()))
-            return "too_short" if len(normal) < self.min_alias_length or not _HAS_LETTER_RE.search(normal) \
-                else "stopwords"
+            return (
+                "too_short" if len(normal) < self.min_alias_length or not _HAS_LETTER_RE.search(normal) else "stopwords"
+            )
         if excluded:
             return "excluded_branch"
         if _lower_same_length(key) in self.drop_aliases:
@@ -210,12 +226,18 @@ class EntityLinker:
         entity ids, best first."""
         unlinkable = Counter(self._dropped.values())
         ambiguous = [key for key, entities in self._candidates.items() if len(entities) > 1]
-        return {"aliases": self.num_aliases, "dropped_pairs": dict(self._drop_counts),
-                "dropped_aliases": {reason: unlinkable[reason] for reason in DROP_REASONS},
-                "excluded_branches": list(self.excluded_roots), "excluded_entities": self.excluded_entities,
-                "ambiguous_aliases": len(ambiguous), "ambiguity_rule": self.ambiguity_rule,
-                "ambiguous_examples": [[key, [self.kg.entity_ids[i] for i in self._candidates[key]]]
-                                       for key in ambiguous[:max_examples]]}
+        return {
+            "aliases": self.num_aliases,
+            "dropped_pairs": dict(self._drop_counts),
+            "dropped_aliases": {reason: unlinkable[reason] for reason in DROP_REASONS},
+            "excluded_branches": list(self.excluded_roots),
+            "excluded_entities": self.excluded_entities,
+            "ambiguous_aliases": len(ambiguous),
+            "ambiguity_rule": self.ambiguity_rule,
+            "ambiguous_examples": [
+                [key, [self.kg.entity_ids[i] for i in self._candidates[key]]] for key in ambiguous[:max_examples]
+            ],
+        }
 
     @property
     def ambiguity_rule(self) -> str:
@@ -332,19 +354,30 @@ class EntityLinker:
 
     def __repr__(self) -> str:
         filters = "".join(
-            f", {name}={value!r}" for name, value in (
-                ("drop_aliases", sorted(self.drop_aliases)), ("min_acronym_length", self.min_acronym_length),
-                ("excluded_branches", list(self.excluded_roots)), ("mention_filter", self.mention_filter))
-            if value)
+            f", {name}={value!r}"
+            for name, value in (
+                ("drop_aliases", sorted(self.drop_aliases)),
+                ("min_acronym_length", self.min_acronym_length),
+                ("excluded_branches", list(self.excluded_roots)),
+                ("mention_filter", self.mention_filter),
+            )
+            if value
+        )
         return (
             f"EntityLinker(kg={self.kg!r}, aliases={self.num_aliases}, lowercase={self.lowercase}, "
             f"hops={self.hops}, max_neighbors_per_entity={self.max_neighbors_per_entity}{filters})"
         )
 
 
-def linker_settings(case_sensitive: bool = False, spacy_model: str | None = None,
-                    spacy_labels: Iterable[str] | None = None, drop_aliases: Iterable[str] | None = None,
-                    min_acronym_length: int = 0, exclude_branches: Iterable[str] | None = None, **base) -> dict:
+def linker_settings(
+    case_sensitive: bool = False,
+    spacy_model: str | None = None,
+    spacy_labels: Iterable[str] | None = None,
+    drop_aliases: Iterable[str] | None = None,
+    min_acronym_length: int = 0,
+    exclude_branches: Iterable[str] | None = None,
+    **base,
+) -> dict:
     """:class:`EntityLinker` keyword arguments from command-line style settings (``keplm build-kg`` and the run
     scripts share them): ``base`` (e.g. ``hops``, ``max_neighbors_per_entity``), then only the filters that are
     set, so settings that are off leave processor configs and cache fingerprints as they were. ``drop_aliases``
@@ -378,8 +411,10 @@ def read_word_list(items: Iterable[str]) -> list[str]:
 def linker_signature(kg: KnowledgeGraph, linker_kwargs: dict) -> dict:
     """What determines a linking run's output besides the text: the KG's hash and the linker's settings (objects
     such as a mention filter or a ranker are named by their ``repr``)."""
-    settings = {key: (value if isinstance(value, (str, int, float, bool, type(None))) else repr(value))
-                for key, value in sorted(linker_kwargs.items())}
+    settings = {
+        key: (value if isinstance(value, (str, int, float, bool, type(None))) else repr(value))
+        for key, value in sorted(linker_kwargs.items())
+    }
     return {"kg": kg.content_hash(), "linker": settings}
 
 
@@ -393,8 +428,16 @@ class LinkFunction:
     (e.g. facts from a relation-extraction model).
     """
 
-    def __init__(self, kg: KnowledgeGraph, linker_kwargs: dict, column: str, split_into_words: bool = False,
-                 output_column: str = "knowledge", linker: EntityLinker | None = None, annotate=None):
+    def __init__(
+        self,
+        kg: KnowledgeGraph,
+        linker_kwargs: dict,
+        column: str,
+        split_into_words: bool = False,
+        output_column: str = "knowledge",
+        linker: EntityLinker | None = None,
+        annotate=None,
+    ):
         self.kg, self.linker_kwargs, self.column = kg, dict(linker_kwargs), column
         self.split_into_words, self.output_column, self.annotate = split_into_words, output_column, annotate
         self._linker = linker
@@ -420,9 +463,19 @@ class LinkFunction:
         return {self.output_column: [done[text] for text in texts]}
 
 
-def link_dataset(dataset, kg: KnowledgeGraph, linker_kwargs: dict, column: str, split_into_words: bool = False,
-                 output_column: str = "knowledge", linker: EntityLinker | None = None, annotate=None,
-                 annotate_signature=None, num_proc: int | None = None, desc: str | None = None):
+def link_dataset(
+    dataset,
+    kg: KnowledgeGraph,
+    linker_kwargs: dict,
+    column: str,
+    split_into_words: bool = False,
+    output_column: str = "knowledge",
+    linker: EntityLinker | None = None,
+    annotate=None,
+    annotate_signature=None,
+    num_proc: int | None = None,
+    desc: str | None = None,
+):
     """The dataset with a ``knowledge`` column: the annotation (mentions + facts) of every row's text.
 
     This is the one linking pass of a split: entity-vocabulary building, the seen/unseen subsets, the model
@@ -432,9 +485,21 @@ def link_dataset(dataset, kg: KnowledgeGraph, linker_kwargs: dict, column: str, 
     if column not in dataset.column_names:
         raise ValueError(f"cannot link column {column!r}: the dataset has {dataset.column_names}")
     function = LinkFunction(kg, linker_kwargs, column, split_into_words, output_column, linker, annotate)
-    signature = {**linker_signature(kg, linker_kwargs), "column": column, "words": split_into_words,
-                 "output": output_column, "annotate": annotate_signature}
+    signature = {
+        **linker_signature(kg, linker_kwargs),
+        "column": column,
+        "words": split_into_words,
+        "output": output_column,
+        "annotate": annotate_signature,
+    }
     features = dataset.features.copy()
     features[output_column] = KNOWLEDGE_FEATURE
-    return fingerprinted_map(dataset, function, signature, num_proc=num_proc, batch_size=256, features=features,
-                             desc=desc or f"Linking {column}")
+    return fingerprinted_map(
+        dataset,
+        function,
+        signature,
+        num_proc=num_proc,
+        batch_size=256,
+        features=features,
+        desc=desc or f"Linking {column}",
+    )

@@ -64,9 +64,7 @@ def _add_names(b: KnowledgeGraphBuilder, path, relations: bool = False) -> None:
             b.set_name(key, name, where)
 
 
-def load_tsv_kg(
-    triples_paths, entity_names_path=None, relation_names_path=None, aliases_path=None
-) -> KnowledgeGraph:
+def load_tsv_kg(triples_paths, entity_names_path=None, relation_names_path=None, aliases_path=None) -> KnowledgeGraph:
     """Triples TSV ``h\\tr\\tt``; names TSV ``id\\tname``; aliases TSV ``id\\talias1|alias2``.
     Names/aliases for ids absent from the triples are ignored."""
     if isinstance(triples_paths, (str, os.PathLike)):
@@ -183,9 +181,7 @@ def load_trex(paths_or_directory, include_autoprompt: bool = True) -> KnowledgeG
             sub, obj_uri = obj.get("sub_uri"), obj.get("obj_uri")
             pid = obj.get("predicate_id") or file_pid
             if not sub or not obj_uri or not pid:
-                raise ValueError(
-                    f"{path}:{lineno}: need sub_uri, obj_uri and predicate_id (or a P*.jsonl file name)"
-                )
+                raise ValueError(f"{path}:{lineno}: need sub_uri, obj_uri and predicate_id (or a P*.jsonl file name)")
             sub, obj_uri = str(sub), str(obj_uri)
             b.add(sub, str(pid), obj_uri, where=(path, lineno))
             for eid, label in ((sub, obj.get("sub_label")), (obj_uri, obj.get("obj_label"))):
@@ -221,9 +217,7 @@ def load_jsonl_kg(path) -> KnowledgeGraph:
                 raise ValueError(f"{path}:{lineno}: triple line needs 'h', 'r' and 't'")
             b.add(str(obj["h"]), str(obj["r"]), str(obj["t"]), where)
         else:
-            raise ValueError(
-                f"{path}:{lineno}: unknown line type {kind!r} (expected entity, relation or triple)"
-            )
+            raise ValueError(f"{path}:{lineno}: unknown line type {kind!r} (expected entity, relation or triple)")
     return b.build()
 
 
@@ -312,9 +306,7 @@ def _load_one(spec: str) -> KnowledgeGraph:
             _PID_RE.match(os.path.basename(f)) for f in _jsonl_files(spec)
         ):
             return load_trex(spec)
-        raise ValueError(
-            f"cannot recognise the knowledge graph in directory {spec!r}; accepted: {_LOAD_KG_FORMS}"
-        )
+        raise ValueError(f"cannot recognise the knowledge graph in directory {spec!r}; accepted: {_LOAD_KG_FORMS}")
     if os.path.isfile(spec):
         base = spec[:-3] if spec.endswith(".gz") else spec
         if base.endswith(".jsonl"):

@@ -45,8 +45,10 @@ def encoder_layers(encoder: nn.Module, depth: int | None = None) -> list[nn.Modu
     (ALBERT), which has no distinct layers to copy or stack on."""
     blocks = encoder_blocks(encoder, depth)
     if len({id(block) for block in blocks}) != len(blocks):
-        raise ValueError(f"{type(encoder).__name__} shares its transformer layers: it has no list of "
-                         f"{len(blocks)} layers to copy or stack on")
+        raise ValueError(
+            f"{type(encoder).__name__} shares its transformer layers: it has no list of "
+            f"{len(blocks)} layers to copy or stack on"
+        )
     return blocks
 
 
@@ -92,7 +94,7 @@ class ExtraLayers(nn.ModuleList):
         source = encoder_blocks(encoder)  # a shared block (ALBERT) once per layer it runs
         if len(self) > len(source):
             raise ValueError(f"cannot copy the last {len(self)} layers of an encoder with {len(source)} layers")
-        for target, layer in zip(self, source[len(source) - len(self):]):
+        for target, layer in zip(self, source[len(source) - len(self) :]):
             with gathered([*target.parameters(), *layer.parameters()], modify=True):
                 target.load_state_dict(layer.state_dict())
 
@@ -101,11 +103,13 @@ class ExtraLayers(nn.ModuleList):
         mask = None
         if attention_mask is not None:
             if create_bidirectional_mask is not None:
-                mask = create_bidirectional_mask(config=self.layer_config, inputs_embeds=hidden_states,
-                                                 attention_mask=attention_mask)
+                mask = create_bidirectional_mask(
+                    config=self.layer_config, inputs_embeds=hidden_states, attention_mask=attention_mask
+                )
             else:
                 mask = (1.0 - attention_mask[:, None, None, :].to(hidden_states.dtype)) * torch.finfo(
-                    hidden_states.dtype).min
+                    hidden_states.dtype
+                ).min
         for layer in self:
             out = layer(hidden_states, attention_mask=mask)
             hidden_states = out[0] if isinstance(out, tuple) else out
@@ -171,8 +175,9 @@ class KeplmPreTrainedModel(PreTrainedModel):
         base = self.base_model
         if base is not self and isinstance(base, KeplmPreTrainedModel):
             return base.named_encoders()
-        return {name: getattr(self, name) for name in self.config.encoder_names
-                if getattr(self, name, None) is not None}
+        return {
+            name: getattr(self, name) for name in self.config.encoder_names if getattr(self, name, None) is not None
+        }
 
     @staticmethod
     def encoder_config_name(name: str) -> str:
@@ -222,9 +227,13 @@ class KeplmPreTrainedModel(PreTrainedModel):
             kwargs["revision"] = location["revision"]
         if is_adapter(pretrained_model_name_or_path, location):
             dtype = kwargs.get("dtype", kwargs.get("torch_dtype"))
-            return load_merged_adapter(cls, pretrained_model_name_or_path,
-                                       dtype=dtype if isinstance(dtype, torch.dtype) else None,
-                                       base_model_name_or_path=kwargs.get("base_model_name_or_path"), **location)
+            return load_merged_adapter(
+                cls,
+                pretrained_model_name_or_path,
+                dtype=dtype if isinstance(dtype, torch.dtype) else None,
+                base_model_name_or_path=kwargs.get("base_model_name_or_path"),
+                **location,
+            )
         assets, reuse = None, kwargs.pop("knowledge_assets", None)
         config = cls.config_class.from_pretrained(pretrained_model_name_or_path, **location)
         if getattr(config, "uses_knowledge_assets", False):
@@ -235,27 +244,46 @@ class KeplmPreTrainedModel(PreTrainedModel):
             model.set_knowledge_assets(assets)
         return loaded
 
-    def push_to_hub(self, repo_id: str, *, commit_message: str | None = None, commit_description: str | None = None,
-                    private: bool | None = None, token: bool | str | None = None, revision: str | None = None,
-                    create_pr: bool = False, max_shard_size: int | str | None = "50GB", tags: list[str] | None = None):
+    def push_to_hub(
+        self,
+        repo_id: str,
+        *,
+        commit_message: str | None = None,
+        commit_description: str | None = None,
+        private: bool | None = None,
+        token: bool | str | None = None,
+        revision: str | None = None,
+        create_pr: bool = False,
+        max_shard_size: int | str | None = "50GB",
+        tags: list[str] | None = None,
+    ):
         """Upload the model (config, safetensors weights, ``knowledge/`` with its nested KG folder) to ``repo_id`` in
         one commit, with keplm's model card of this model (a card on the Hub is kept only while it still describes
         the pushed files: :func:`keplm.push_utils.card_is_current`). Push the processor too
         (``processor.push_to_hub(repo_id)``), or push with the Trainer, which saves both."""
-        return push_folder(lambda folder: self.save_pretrained(folder, max_shard_size=max_shard_size), repo_id,
-                           write_card=lambda folder: self.write_model_card(folder, repo_id, tags),
-                           commit_message=commit_message, commit_description=commit_description,
-                           private=private, token=token, revision=revision, create_pr=create_pr,
-                           default_message=f"Upload {type(self).__name__}")
+        return push_folder(
+            lambda folder: self.save_pretrained(folder, max_shard_size=max_shard_size),
+            repo_id,
+            write_card=lambda folder: self.write_model_card(folder, repo_id, tags),
+            commit_message=commit_message,
+            commit_description=commit_description,
+            private=private,
+            token=token,
+            revision=revision,
+            create_pr=create_pr,
+            default_message=f"Upload {type(self).__name__}",
+        )
 
-    def write_model_card(self, folder: str | os.PathLike, repo_id: str | None = None, tags: list[str] | None = None,
-                         model=None) -> None:
+    def write_model_card(
+        self, folder: str | os.PathLike, repo_id: str | None = None, tags: list[str] | None = None, model=None
+    ) -> None:
         """keplm's model card of ``model`` (default: this model; e.g. the peft model around it) as ``README.md`` in
         ``folder``, its figures in ``folder/figures``; ``tags`` added to the card's."""
         from keplm.hub.card import build_model_card, write_model_card
 
-        card = build_model_card(model if model is not None else self, repo_id=repo_id,
-                                figures_dir=Path(folder) / "figures")
+        card = build_model_card(
+            model if model is not None else self, repo_id=repo_id, figures_dir=Path(folder) / "figures"
+        )
         card.data.tags = list(dict.fromkeys([*(card.data.tags or []), *(tags or [])]))
         write_model_card(folder, card)
 
@@ -290,8 +318,10 @@ class KeplmPreTrainedModel(PreTrainedModel):
         if isinstance(base_model_name_or_path, dict):
             unknown = sorted(set(base_model_name_or_path) - set(names))
             if unknown or set(names) - set(base_model_name_or_path):
-                raise ValueError(f"base checkpoints must be given for the encoders {list(names)}, got "
-                                 f"{sorted(base_model_name_or_path)}")
+                raise ValueError(
+                    f"base checkpoints must be given for the encoders {list(names)}, got "
+                    f"{sorted(base_model_name_or_path)}"
+                )
             sources = {name: base_model_name_or_path[name] for name in names}
         else:
             sources = dict.fromkeys(names, base_model_name_or_path)
@@ -330,17 +360,26 @@ class KeplmPreTrainedModel(PreTrainedModel):
                 module.copy_last_layers(self.named_encoders()[module.copy_from])
                 copied.append(module_name)
         encoder_prefixes = tuple(f"{_prefixed(self, name)}." for name in self.named_encoders())
-        new_modules = sorted({
-            ".".join(name.split(".")[:2]) if name.startswith(f"{self.base_model_prefix}.") else name.split(".")[0]
-            for name, _ in self.named_parameters()
-            if not name.startswith(encoder_prefixes) and not any(name.startswith(f"{c}.") for c in copied)
-        })
-        self.loading_report = {"base_model": {n: str(p) for n, p in sources.items()}, "newly_initialized": new_modules,
-                               "copied_from_encoder_layers": copied, "encoder_missing": missing_weights}
+        new_modules = sorted(
+            {
+                ".".join(name.split(".")[:2]) if name.startswith(f"{self.base_model_prefix}.") else name.split(".")[0]
+                for name, _ in self.named_parameters()
+                if not name.startswith(encoder_prefixes) and not any(name.startswith(f"{c}.") for c in copied)
+            }
+        )
+        self.loading_report = {
+            "base_model": {n: str(p) for n, p in sources.items()},
+            "newly_initialized": new_modules,
+            "copied_from_encoder_layers": copied,
+            "encoder_missing": missing_weights,
+        }
         # new modules are the expected state of a model built on an encoder (INFO); missing encoder weights are not
         logger.log(
             logging.WARNING if missing_weights else logging.INFO,
-            "Built %s on %s: newly initialised modules %s%s%s", type(self).__name__, _describe(sources), new_modules,
+            "Built %s on %s: newly initialised modules %s%s%s",
+            type(self).__name__,
+            _describe(sources),
+            new_modules,
             f"; copied from the encoders' last layers: {copied}" if copied else "",
             f"; encoder weights missing from the checkpoint: {missing_weights}" if missing_weights else "",
         )

@@ -41,8 +41,13 @@ class EntityMemory(nn.Module):
         return self.embeddings.sparse
 
     def forward(self, entity_ids: torch.Tensor) -> torch.Tensor:
-        check_index_range(entity_ids, 0, self.num_entities, "an entity id is outside the entity memory (size {high}); "
-                          "unknown entities must be mapped to the null entity 0")
+        check_index_range(
+            entity_ids,
+            0,
+            self.num_entities,
+            "an entity id is outside the entity memory (size {high}); "
+            "unknown entities must be mapped to the null entity 0",
+        )
         return self.embeddings(entity_ids)
 
     @torch.no_grad()

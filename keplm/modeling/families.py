@@ -36,14 +36,14 @@ FFN_PATHS = {
 NO_ROUTING = {
     "AlbertLayer": "ALBERT shares one block across its layers, so there are no per-layer FFN neurons to route",
     "ModernBertEncoderLayer": "ModernBERT's gated MLP (one Wi holding input and gate halves) has no BERT-style "
-                              "intermediate neurons to route",
+    "intermediate neurons to route",
 }
 
 #: families whose blocks cannot run as ``ExtraLayers`` on top of the encoder (Roof-Transformer's roof, KALA's
 #: "+ more params" baseline), and why
 NO_EXTRA_LAYERS = {
     "ModernBertEncoderLayer": "ModernBERT's blocks read rotary position embeddings and a per-layer attention type from "
-                              "the encoder, so they cannot be stacked as extra layers (a roof) on its output",
+    "the encoder, so they cannot be stacked as extra layers (a roof) on its output",
 }
 
 
@@ -93,11 +93,16 @@ def text_encoder(model: nn.Module) -> nn.Module:
 def check_seq2seq(config) -> None:
     """ValueError unless ``config`` is an encoder-decoder model's (a sequence-to-sequence model needs a decoder)."""
     if not is_encoder_decoder(config):
-        kind = "decoder-only" if getattr(config, "is_decoder", False) or getattr(
-            config, "model_type", "") in _DECODER_ONLY else "encoder-only"
-        raise ValueError(f"a {getattr(config, 'model_type', type(config).__name__)!r} checkpoint is {kind}: KALA's "
-                         "conditional generation needs an encoder-decoder model (T5, BART, ...), whose encoder gets "
-                         "KFM and whose decoder generates")
+        kind = (
+            "decoder-only"
+            if getattr(config, "is_decoder", False) or getattr(config, "model_type", "") in _DECODER_ONLY
+            else "encoder-only"
+        )
+        raise ValueError(
+            f"a {getattr(config, 'model_type', type(config).__name__)!r} checkpoint is {kind}: KALA's "
+            "conditional generation needs an encoder-decoder model (T5, BART, ...), whose encoder gets "
+            "KFM and whose decoder generates"
+        )
 
 
 #: decoder-only families named in :func:`check_seq2seq`'s error (any other non encoder-decoder is called encoder-only)
@@ -132,8 +137,10 @@ def modulated_norms(block: nn.Module) -> list[nn.Module]:
         return [block.get_submodule(path) for path in MODULATED_NORMS[name]]
     norms = [m for m in block.modules() if _is_layer_norm(m)]
     if len(norms) != 2:
-        raise ValueError(f"{name} has {len(norms)} LayerNorms: no pair of LayerNorms to modulate (KFM needs a post-LN "
-                         "block with two, or a pre-LN block keplm knows)")
+        raise ValueError(
+            f"{name} has {len(norms)} LayerNorms: no pair of LayerNorms to modulate (KFM needs a post-LN "
+            "block with two, or a pre-LN block keplm knows)"
+        )
     return norms
 
 
@@ -156,11 +163,24 @@ def ffn_paths(block: nn.Module) -> tuple[nn.Module, tuple[nn.Module, str], tuple
     except AttributeError:
         linears, hook_module = [], None
     if hook_module is None or not all(isinstance(getattr(o, a, None), nn.Linear) for o, a in linears):
-        raise ValueError(f"knowledge routing needs BERT-style FFN layers (intermediate.dense / output.dense); "
-                         f"{name} has none")
+        raise ValueError(
+            f"knowledge routing needs BERT-style FFN layers (intermediate.dense / output.dense); {name} has none"
+        )
     return hook_module, linears[0], linears[1]
 
 
-__all__ = ["MODULATED_NORMS", "PRE_LN_BLOCKS", "FFN_PATHS", "NO_EXTRA_LAYERS", "check_extra_layers", "hidden_dropout",
-           "initializer_range", "is_encoder_decoder", "text_encoder", "check_seq2seq", "encoder_blocks",
-           "modulated_norms", "ffn_paths"]
+__all__ = [
+    "MODULATED_NORMS",
+    "PRE_LN_BLOCKS",
+    "FFN_PATHS",
+    "NO_EXTRA_LAYERS",
+    "check_extra_layers",
+    "hidden_dropout",
+    "initializer_range",
+    "is_encoder_decoder",
+    "text_encoder",
+    "check_seq2seq",
+    "encoder_blocks",
+    "modulated_norms",
+    "ffn_paths",
+]

@@ -16,14 +16,21 @@ def classification_head(config) -> tuple[nn.Dropout, nn.Linear]:
     return nn.Dropout(dropout), nn.Linear(config.encoder_config.hidden_size, config.num_labels)
 
 
-def check_labels(labels: torch.Tensor | None, num_labels: int, name: str = "labels", meaning: str | None = None
-                 ) -> None:
+def check_labels(
+    labels: torch.Tensor | None, num_labels: int, name: str = "labels", meaning: str | None = None
+) -> None:
     """ValueError naming the first class / tag id outside ``[0, num_labels)`` (-100 = ignored; a regression's scores,
     ``num_labels == 1`` or float labels, are not ids): a cross-entropy index error deep in torch otherwise. Checked
     where it costs no device sync or graph break (CPU tensors, not under ``torch.compile``). ``name``: the input's
     name; ``meaning``: what its ids index (default: the model's labels)."""
-    if (labels is None or num_labels <= 1 or labels.is_floating_point() or not labels.numel()
-            or labels.device.type != "cpu" or torch.compiler.is_compiling()):
+    if (
+        labels is None
+        or num_labels <= 1
+        or labels.is_floating_point()
+        or not labels.numel()
+        or labels.device.type != "cpu"
+        or torch.compiler.is_compiling()
+    ):
         return
     ids = labels[labels != -100]
     bad = ids[(ids < 0) | (ids >= num_labels)]

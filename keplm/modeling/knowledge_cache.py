@@ -111,8 +111,9 @@ class KnowledgeEncodingCache:
             for row, (_, ids) in enumerate(chunk):
                 input_ids[row, : len(ids)] = torch.tensor(ids, device=device)
                 mask[row, : len(ids)] = 1
-            states = encoder(input_ids=input_ids, attention_mask=mask, token_type_ids=torch.zeros_like(input_ids),
-                             return_dict=True).last_hidden_state
+            states = encoder(
+                input_ids=input_ids, attention_mask=mask, token_type_ids=torch.zeros_like(input_ids), return_dict=True
+            ).last_hidden_state
             for row, (key, ids) in enumerate(chunk):
                 encoding = states[row, : len(ids)].float()
                 self._store[key] = encoding
@@ -120,8 +121,9 @@ class KnowledgeEncodingCache:
         if len(self._new) >= self.flush_every:
             self.flush()
 
-    def encode(self, encoder: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-               unit_ids: torch.Tensor) -> torch.Tensor:
+    def encode(
+        self, encoder: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, unit_ids: torch.Tensor
+    ) -> torch.Tensor:
         """``[batch, N, hidden]`` knowledge states in the joint layout ``[CLS] u_1 [SEP] u_2 [SEP] ...``: each unit
         encoded alone, its token states at its positions, its [SEP] state at the [SEP] after it, the first unit's
         [CLS] state at position 0 (an example without units: the encoding of ``[CLS]`` alone)."""

@@ -39,8 +39,9 @@ class RoutedLinear(nn.Linear):
         factory = {"device": self.weight.device, "dtype": self.weight.dtype}
         self.register_buffer("route_index", torch.arange(num_routed, device=self.weight.device))
         self.route_weight = nn.Parameter(torch.zeros(num_routed, other, **factory))
-        self.route_bias = nn.Parameter(torch.zeros(num_routed, **factory)) if axis == "out" and self.bias is not None \
-            else None
+        self.route_bias = (
+            nn.Parameter(torch.zeros(num_routed, **factory)) if axis == "out" and self.bias is not None else None
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = nn.functional.linear(x, self.weight, self.bias)
@@ -78,8 +79,12 @@ class RoutedLinear(nn.Linear):
         return [p for p in (self.route_weight, self.route_bias) if p is not None]
 
 
-def integrated_gradients(function: Callable[[list[torch.Tensor]], torch.Tensor], activations: list[torch.Tensor],
-                         steps: int, batch_steps: int | None = None) -> list[torch.Tensor]:
+def integrated_gradients(
+    function: Callable[[list[torch.Tensor]], torch.Tensor],
+    activations: list[torch.Tensor],
+    steps: int,
+    batch_steps: int | None = None,
+) -> list[torch.Tensor]:
     """Eq. (10)–(11), batched: ``v̄ · (1/m) Σ_k ∂F(k/m · v̄)/∂v`` for every activation tensor in ``activations``.
 
     ``function`` maps the activations, each given with a leading axis of scales ``k/m`` (shape [s, *v̄.shape]), to
@@ -92,8 +97,9 @@ def integrated_gradients(function: Callable[[list[torch.Tensor]], torch.Tensor],
     alphas = torch.arange(1, steps + 1, device=activations[0].device, dtype=torch.float32) / steps
     totals = [torch.zeros_like(v, dtype=torch.float32) for v in activations]
     for part in alphas.split(batch_steps or steps):
-        scaled = [(part.view(-1, *([1] * v.dim())) * v.detach().float().unsqueeze(0)).requires_grad_()
-                  for v in activations]
+        scaled = [
+            (part.view(-1, *([1] * v.dim())) * v.detach().float().unsqueeze(0)).requires_grad_() for v in activations
+        ]
         grads = torch.autograd.grad(function(scaled).sum(), scaled)
         for total, grad in zip(totals, grads):
             total.add_(grad.sum(0))
@@ -157,9 +163,14 @@ class KnowledgeRouter:
         if optimizer is not None:
             reset_optimizer_state(optimizer, self.delta_parameters())
 
-    def attribute(self, run: Callable[[], torch.Tensor], positions: tuple[torch.Tensor, torch.Tensor], steps: int,
-                  repeat: Callable[[int], Callable[[], torch.Tensor]],
-                  batch_steps: int | None = None) -> list[torch.Tensor]:
+    def attribute(
+        self,
+        run: Callable[[], torch.Tensor],
+        positions: tuple[torch.Tensor, torch.Tensor],
+        steps: int,
+        repeat: Callable[[int], Callable[[], torch.Tensor]],
+        batch_steps: int | None = None,
+    ) -> list[torch.Tensor]:
         """Attribution of every intermediate neuron of every layer ([layers] tensors of [I]).
 
         ``run()`` runs the model on the batch and returns p(y*) per target; ``positions`` (rows, columns) are the
@@ -169,8 +180,10 @@ class KnowledgeRouter:
         """
         rows, cols = positions
         recorded: list[torch.Tensor] = []
-        handles = [intermediate.register_forward_hook(lambda m, a, out: recorded.append(out[rows, cols].detach()))
-                   for intermediate, _, _ in self.layers]
+        handles = [
+            intermediate.register_forward_hook(lambda m, a, out: recorded.append(out[rows, cols].detach()))
+            for intermediate, _, _ in self.layers
+        ]
         try:
             with torch.no_grad():
                 run()
@@ -186,15 +199,18 @@ class KnowledgeRouter:
             def hook(index):
                 def replace(module, args, out):
                     size = out.shape[0] // steps_
-                    all_rows = (torch.arange(steps_, device=out.device).repeat_interleave(rows.numel()) * size
-                                + rows.repeat(steps_))
+                    all_rows = torch.arange(steps_, device=out.device).repeat_interleave(
+                        rows.numel()
+                    ) * size + rows.repeat(steps_)
                     out = out.clone()
                     out[all_rows, cols.repeat(steps_)] = scaled[index].reshape(-1, out.shape[-1]).to(out.dtype)
                     return out
+
                 return replace
 
-            handles = [intermediate.register_forward_hook(hook(i))
-                       for i, (intermediate, _, _) in enumerate(self.layers)]
+            handles = [
+                intermediate.register_forward_hook(hook(i)) for i, (intermediate, _, _) in enumerate(self.layers)
+            ]
             try:
                 probabilities = repeat(steps_)()
             finally:
@@ -212,8 +228,10 @@ class KnowledgeRouter:
 
     def route(self, scores: list[torch.Tensor], optimizer: torch.optim.Optimizer | None = None) -> list[torch.Tensor]:
         """Route the top-scoring neurons of each layer (as many as each layer routes); returns their indices."""
-        indices = [score.topk(first.route_index.numel()).indices.sort().values
-                   for score, (_, first, _) in zip(scores, self.layers)]
+        indices = [
+            score.topk(first.route_index.numel()).indices.sort().values
+            for score, (_, first, _) in zip(scores, self.layers)
+        ]
         self.set_route_indices(indices, optimizer)
         return indices
 
@@ -247,8 +265,14 @@ def _reset_deepspeed_state(optimizer, parameters: list[nn.Parameter]) -> None:
     from deepspeed.utils import safe_get_full_fp32_param, safe_set_full_fp32_param, safe_set_full_optimizer_state
 
     inner = getattr(optimizer, "optimizer", None)
-    moments = sorted({key for state in getattr(inner, "state", {}).values() for key, value in state.items()
-                      if key != "step" and isinstance(value, torch.Tensor)})
+    moments = sorted(
+        {
+            key
+            for state in getattr(inner, "state", {}).values()
+            for key, value in state.items()
+            if key != "step" and isinstance(value, torch.Tensor)
+        }
+    )
     for parameter in parameters:
         zeros = torch.zeros_like(safe_get_full_fp32_param(parameter))
         safe_set_full_fp32_param(parameter, zeros)

@@ -59,8 +59,14 @@ def fully_trained_modules(model: KeplmPreTrainedModel) -> list[str]:
     return names
 
 
-def add_lora(model: KeplmPreTrainedModel, r: int = 8, alpha: int = 16, dropout: float = 0.05,
-             target_modules: tuple[str, ...] | list[str] | None = None, base_model_name_or_path: str | None = None):
+def add_lora(
+    model: KeplmPreTrainedModel,
+    r: int = 8,
+    alpha: int = 16,
+    dropout: float = 0.05,
+    target_modules: tuple[str, ...] | list[str] | None = None,
+    base_model_name_or_path: str | None = None,
+):
     """Wrap ``model`` in a peft ``PeftModel``: LoRA of rank ``r`` on the encoders' ``target_modules`` (module-name
     suffixes, default query and value projections), the knowledge modules and head trained fully. The encoder
     weights are frozen. ``base_model_name_or_path`` (default: where the encoders were loaded from) is recorded
@@ -71,13 +77,21 @@ def add_lora(model: KeplmPreTrainedModel, r: int = 8, alpha: int = 16, dropout: 
     encoders = "|".join(re.escape(_prefixed(model, name)) for name in model.named_encoders())
     pattern = rf"^(?:{encoders})\..*\.(?:{'|'.join(re.escape(t) for t in targets)})$"
     if not any(re.match(pattern, name) for name, _ in model.named_modules()):
-        raise ValueError(f"no encoder module ends with one of {list(targets)}: choose --lora_target_modules among the "
-                         "encoder's Linear layers (BERT: query, key, value, dense)")
+        raise ValueError(
+            f"no encoder module ends with one of {list(targets)}: choose --lora_target_modules among the "
+            "encoder's Linear layers (BERT: query, key, value, dense)"
+        )
     if base_model_name_or_path is None:
         sources = set(getattr(model, "loading_report", {}).get("base_model", {}).values())
         base_model_name_or_path = sources.pop() if len(sources) == 1 else model.config.name_or_path or None
-    config = LoraConfig(r=r, lora_alpha=alpha, lora_dropout=dropout, target_modules=pattern,
-                        modules_to_save=fully_trained_modules(model), base_model_name_or_path=base_model_name_or_path)
+    config = LoraConfig(
+        r=r,
+        lora_alpha=alpha,
+        lora_dropout=dropout,
+        target_modules=pattern,
+        modules_to_save=fully_trained_modules(model),
+        base_model_name_or_path=base_model_name_or_path,
+    )
     model.config.architectures = [type(model).__name__]
     if base_model_name_or_path and not model.__dict__.get("name_or_path"):
         model.name_or_path = str(base_model_name_or_path)  # peft records the base from the model's name_or_path
@@ -100,8 +114,9 @@ def save_lora(peft_model, save_directory: str | os.PathLike, repo_id: str | None
     encoder = recorded.get("base_model_name_or_path")  # the peft config's: add_lora's or load_lora's encoder
     if repo_id is not None and encoder:
         encoder = portable_checkpoint(encoder)  # no machine path goes to the Hub (a packaged encoder: pip:<name>)
-    Path(save_directory, BASE_ENCODER_FILE).write_text(json.dumps({"base_encoder": encoder}, indent=2) + "\n",
-                                                       encoding="utf-8")
+    Path(save_directory, BASE_ENCODER_FILE).write_text(
+        json.dumps({"base_encoder": encoder}, indent=2) + "\n", encoding="utf-8"
+    )
     # peft's AutoPeftModel classes rebuild the base with PeftBaseModel, not by loading the keplm class (which would
     # return the model with the adapter already merged)
     recorded["auto_mapping"] = {"base_model_class": PeftBaseModel.__name__, "parent_library": __name__}
@@ -115,8 +130,12 @@ def base_encoder_of(adapter_name_or_path: str | os.PathLike, adapter_config: dic
     saved before that file) ``adapter_config.json``'s ``base_model_name_or_path``."""
     from transformers.utils import cached_file
 
-    path = cached_file(str(adapter_name_or_path), BASE_ENCODER_FILE, _raise_exceptions_for_missing_entries=False,
-                       **{k: v for k, v in location.items() if k != "subfolder"})
+    path = cached_file(
+        str(adapter_name_or_path),
+        BASE_ENCODER_FILE,
+        _raise_exceptions_for_missing_entries=False,
+        **{k: v for k, v in location.items() if k != "subfolder"},
+    )
     if path is not None:
         with named_json_errors(path):
             return json.loads(Path(path).read_text(encoding="utf-8")).get("base_encoder")
@@ -136,12 +155,21 @@ def push_lora(peft_model, repo_id: str, **kwargs):
         save_lora(peft_model, folder, repo_id=repo_id)
         Path(folder, "README.md").unlink(missing_ok=True)  # peft's template (library_name peft, no knowledge)
 
-    return push_folder(save, repo_id, default_message="Upload LoRA adapter",
-                       write_card=lambda folder: base.write_model_card(folder, repo_id, model=peft_model), **kwargs)
+    return push_folder(
+        save,
+        repo_id,
+        default_message="Upload LoRA adapter",
+        write_card=lambda folder: base.write_model_card(folder, repo_id, model=peft_model),
+        **kwargs,
+    )
 
 
-def load_lora(adapter_name_or_path: str | os.PathLike, base_model_name_or_path: str | None = None,
-              dtype: torch.dtype = torch.float32, **kwargs):
+def load_lora(
+    adapter_name_or_path: str | os.PathLike,
+    base_model_name_or_path: str | None = None,
+    dtype: torch.dtype = torch.float32,
+    **kwargs,
+):
     """Rebuild the keplm model of an adapter around its base encoder checkpoint and apply the adapter; returns the
     ``PeftModel``. ``base_model_name_or_path`` overrides the base recorded in the adapter."""
     from peft import PeftModel
@@ -159,13 +187,17 @@ def _rebuild_base(adapter_name_or_path, base_model_name_or_path, dtype: torch.dt
     config = AutoConfig.from_pretrained(adapter_name_or_path, **location)
     base = base_model_name_or_path or base_encoder_of(adapter_name_or_path, **location)
     if not base:
-        raise ValueError(f"{adapter_name_or_path} records no base encoder ({BASE_ENCODER_FILE}, adapter_config.json): "
-                         "pass base_model_name_or_path")
+        raise ValueError(
+            f"{adapter_name_or_path} records no base encoder ({BASE_ENCODER_FILE}, adapter_config.json): "
+            "pass base_model_name_or_path"
+        )
     if str(base).startswith("pip:"):
         base = pip_checkpoint(str(base))
     if str(base).startswith(("/", ".", "~")) and not os.path.exists(os.path.expanduser(str(base))):
-        raise ValueError(f"{adapter_name_or_path} names the base encoder {base} ({BASE_ENCODER_FILE}), a folder that "
-                         "is not on this machine: pass base_model_name_or_path= (its Hub id or a local copy)")
+        raise ValueError(
+            f"{adapter_name_or_path} names the base encoder {base} ({BASE_ENCODER_FILE}), a folder that "
+            "is not on this machine: pass base_model_name_or_path= (its Hub id or a local copy)"
+        )
     model = _model_class(config)(config)
     model.load_base_encoders(base, dtype=dtype)
     if getattr(config, "uses_knowledge_assets", False):
@@ -187,9 +219,11 @@ class PeftBaseModel:
             raise ValueError(
                 f"{pretrained_model_name_or_path} is not a keplm LoRA adapter: peft's AutoPeftModel classes load the "
                 "base model that adapter_config.json names, and an adapter saved to a folder (save_lora without "
-                "repo_id) names its plain encoder there. Load it with keplm.modeling.lora.load_lora(<adapter folder>)")
-        return _rebuild_base(pretrained_model_name_or_path, None,
-                             dtype if isinstance(dtype, torch.dtype) else torch.float32, location)[0]
+                "repo_id) names its plain encoder there. Load it with keplm.modeling.lora.load_lora(<adapter folder>)"
+            )
+        return _rebuild_base(
+            pretrained_model_name_or_path, None, dtype if isinstance(dtype, torch.dtype) else torch.float32, location
+        )[0]
 
 
 def is_adapter(name_or_path: str | os.PathLike, location: dict) -> bool:
@@ -205,14 +239,21 @@ def is_adapter(name_or_path: str | os.PathLike, location: dict) -> bool:
     from huggingface_hub import file_exists
 
     try:
-        return not any(file_exists(str(name_or_path), name, revision=location.get("revision"),
-                                   token=location.get("token")) for name in weights)
+        return not any(
+            file_exists(str(name_or_path), name, revision=location.get("revision"), token=location.get("token"))
+            for name in weights
+        )
     except Exception:  # noqa: BLE001 - offline: the cached adapter config decides
         return True
 
 
-def load_merged_adapter(cls, adapter_name_or_path: str | os.PathLike, dtype: torch.dtype | None = None,
-                        base_model_name_or_path: str | None = None, **kwargs):
+def load_merged_adapter(
+    cls,
+    adapter_name_or_path: str | os.PathLike,
+    dtype: torch.dtype | None = None,
+    base_model_name_or_path: str | None = None,
+    **kwargs,
+):
     """``cls.from_pretrained`` of a LoRA adapter folder or repo, as transformers loads a plain adapter (its base
     model, then the adapter): :func:`load_lora`, merged into a plain keplm model in eval mode. ``cls`` must be the
     adapter's model class (a ValueError names it, its Auto class and :func:`load_lora` otherwise);
@@ -226,10 +267,14 @@ def load_merged_adapter(cls, adapter_name_or_path: str | os.PathLike, dtype: tor
             f"weights), which {cls.__name__} cannot load: use {_auto_class_name(saved, config)}.from_pretrained("
             f"{str(adapter_name_or_path)!r}) for the model with the adapter merged, or "
             f"keplm.modeling.lora.load_lora({str(adapter_name_or_path)!r}) for the peft model (its base encoder "
-            "from adapter_config.json; base_model_name_or_path= to use another)")
+            "from adapter_config.json; base_model_name_or_path= to use another)"
+        )
     peft_model = load_lora(adapter_name_or_path, base_model_name_or_path, dtype=dtype or torch.float32, **location)
-    logger.info("%s is a LoRA adapter: loaded onto its base encoder and merged (keplm.modeling.lora.load_lora gives "
-                "the peft model, e.g. to train the adapter further)", adapter_name_or_path)
+    logger.info(
+        "%s is a LoRA adapter: loaded onto its base encoder and merged (keplm.modeling.lora.load_lora gives "
+        "the peft model, e.g. to train the adapter further)",
+        adapter_name_or_path,
+    )
     return peft_model.merge_and_unload().eval()
 
 
@@ -248,7 +293,16 @@ def _model_class(config):
     raise ValueError(f"the adapter's config names no registered keplm model class (architectures={names})")
 
 
-__all__ = ["add_lora", "save_lora", "push_lora", "load_lora", "load_merged_adapter", "is_adapter", "base_encoder_of",
-           "PeftBaseModel",
-           "BASE_ENCODER_FILE",
-           "fully_trained_modules", "DEFAULT_TARGET_MODULES"]
+__all__ = [
+    "add_lora",
+    "save_lora",
+    "push_lora",
+    "load_lora",
+    "load_merged_adapter",
+    "is_adapter",
+    "base_encoder_of",
+    "PeftBaseModel",
+    "BASE_ENCODER_FILE",
+    "fully_trained_modules",
+    "DEFAULT_TARGET_MODULES",
+]

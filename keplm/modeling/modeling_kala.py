@@ -63,8 +63,20 @@ class KalaModelOutput(BaseModelOutput):
 class _KnowledgeState:
     """Knowledge of the batch being encoded, read by the KFM hooks of the chosen layers."""
 
-    __slots__ = ("token_node_index", "in_mention", "entity_vectors", "has_knowledge", "edge_index", "edge_relation_ids",
-                 "tables", "last_vectors", "last_has_knowledge", "_read_rows", "passes", "current")
+    __slots__ = (
+        "token_node_index",
+        "in_mention",
+        "entity_vectors",
+        "has_knowledge",
+        "edge_index",
+        "edge_relation_ids",
+        "tables",
+        "last_vectors",
+        "last_has_knowledge",
+        "_read_rows",
+        "passes",
+        "current",
+    )
 
     def __init__(self, token_node_index, entity_vectors, has_knowledge, edge_index, edge_relation_ids):
         self.token_node_index = token_node_index
@@ -117,8 +129,14 @@ class KalaKnowledgeLayer(nn.Module):
 
         hidden = config.encoder_config.hidden_size
         self.retrieval = (
-            RelationalRetrieval(config.entity_dim, config.relation_dim, hidden, config.gnn_layers,
-                                config.knowledge_dropout, config.relation_message)
+            RelationalRetrieval(
+                config.entity_dim,
+                config.relation_dim,
+                hidden,
+                config.gnn_layers,
+                config.knowledge_dropout,
+                config.relation_message,
+            )
             if config.retrieval_mode == "relational"
             else None
         )
@@ -172,11 +190,16 @@ class KalaPreTrainedModel(KeplmPreTrainedModel):
         """Whether parameter ``name`` (as in ``named_parameters()``) belongs to the knowledge modules."""
         return any(part in self.knowledge_module_names for part in name.split(".")[:2])
 
-    def parameter_groups(self, learning_rate: float, knowledge_learning_rate: float | None = None,
-                         entity_memory_optimizer: str = "adam",
-                         entity_memory_learning_rate: float | None = None,
-                         knowledge_warmup_steps: float | None = None, knowledge_optimizer: str | None = None,
-                         knowledge_weight_decay: float = 0.01) -> list[ParameterGroup]:
+    def parameter_groups(
+        self,
+        learning_rate: float,
+        knowledge_learning_rate: float | None = None,
+        entity_memory_optimizer: str = "adam",
+        entity_memory_learning_rate: float | None = None,
+        knowledge_warmup_steps: float | None = None,
+        knowledge_optimizer: str | None = None,
+        knowledge_weight_decay: float = 0.01,
+    ) -> list[ParameterGroup]:
         """KALA's training options: ``knowledge_learning_rate`` for the knowledge modules (entity memory, KFM,
         relational retrieval; the paper gives its knowledge module an optimizer of its own for T5) and
         ``knowledge_warmup_steps``, their own warm-up (>= 1: steps, < 1: a share of the training steps); and the
@@ -186,36 +209,55 @@ class KalaPreTrainedModel(KeplmPreTrainedModel):
         ``knowledge_weight_decay`` (the paper's T5 setup, with ``optim="adafactor"`` for the rest), instead of in the
         Trainer's optimizer."""
         if entity_memory_optimizer not in ENTITY_MEMORY_OPTIMIZERS:
-            raise ValueError(f"unknown entity_memory_optimizer {entity_memory_optimizer!r}; choose from "
-                             f"{ENTITY_MEMORY_OPTIMIZERS}")
+            raise ValueError(
+                f"unknown entity_memory_optimizer {entity_memory_optimizer!r}; choose from {ENTITY_MEMORY_OPTIMIZERS}"
+            )
         if knowledge_optimizer not in KNOWLEDGE_OPTIMIZERS:
-            raise ValueError(f"unknown knowledge_optimizer {knowledge_optimizer!r}; choose from "
-                             f"{KNOWLEDGE_OPTIMIZERS}")
+            raise ValueError(f"unknown knowledge_optimizer {knowledge_optimizer!r}; choose from {KNOWLEDGE_OPTIMIZERS}")
         if knowledge_warmup_steps is not None and knowledge_warmup_steps < 0:
             raise ValueError(f"knowledge_warmup_steps must be >= 0, got {knowledge_warmup_steps}")
         if not self.config.uses_knowledge:
-            if knowledge_learning_rate is not None or knowledge_warmup_steps is not None or (
-                    entity_memory_optimizer != "adam") or knowledge_optimizer is not None:
-                logger.warning("retrieval_mode='none': the model has no knowledge modules, so the knowledge "
-                               "learning rate and warm-up and the entity-memory optimizer do not apply")
+            if (
+                knowledge_learning_rate is not None
+                or knowledge_warmup_steps is not None
+                or (entity_memory_optimizer != "adam")
+                or knowledge_optimizer is not None
+            ):
+                logger.warning(
+                    "retrieval_mode='none': the model has no knowledge modules, so the knowledge "
+                    "learning rate and warm-up and the entity-memory optimizer do not apply"
+                )
             return []
         groups = []
         memory = self.base_model.entity_memory  # an EntityMemory, or this process's rows of a ShardedEntityMemory
         table = memory.table
-        own_optimizer = "rowwise_adagrad" if entity_memory_optimizer == "rowwise_adagrad" else (
-            "sparse_adam" if memory.sparse else None)
+        own_optimizer = (
+            "rowwise_adagrad"
+            if entity_memory_optimizer == "rowwise_adagrad"
+            else ("sparse_adam" if memory.sparse else None)
+        )
         if own_optimizer is not None and table.requires_grad:
-            memory_lr = next(lr for lr in (entity_memory_learning_rate, knowledge_learning_rate, learning_rate)
-                             if lr is not None)
-            groups.append(ParameterGroup("entity_memory", [table], memory_lr, own_optimizer,
-                                         knowledge_warmup_steps))
+            memory_lr = next(
+                lr for lr in (entity_memory_learning_rate, knowledge_learning_rate, learning_rate) if lr is not None
+            )
+            groups.append(ParameterGroup("entity_memory", [table], memory_lr, own_optimizer, knowledge_warmup_steps))
         if knowledge_learning_rate is not None or knowledge_warmup_steps is not None or knowledge_optimizer:
             grouped = {id(p) for group in groups for p in group.parameters}
-            parameters = [p for name, p in self.named_parameters()
-                          if self.is_knowledge_parameter(name) and p.requires_grad and id(p) not in grouped]
-            groups.append(ParameterGroup("knowledge", parameters, knowledge_learning_rate, knowledge_optimizer,
-                                         knowledge_warmup_steps,
-                                         knowledge_weight_decay if knowledge_optimizer else None))
+            parameters = [
+                p
+                for name, p in self.named_parameters()
+                if self.is_knowledge_parameter(name) and p.requires_grad and id(p) not in grouped
+            ]
+            groups.append(
+                ParameterGroup(
+                    "knowledge",
+                    parameters,
+                    knowledge_learning_rate,
+                    knowledge_optimizer,
+                    knowledge_warmup_steps,
+                    knowledge_weight_decay if knowledge_optimizer else None,
+                )
+            )
         return groups
 
     @torch.no_grad()
@@ -336,8 +378,9 @@ class KalaModel(KalaPreTrainedModel):
                 "build inputs with KalaProcessor and KeplmDataCollator"
             )
         if tuple(entity_token_map.shape) != tuple(input_shape):
-            raise ValueError(f"entity_token_map has shape {tuple(entity_token_map.shape)}, the input "
-                             f"{tuple(input_shape)}")
+            raise ValueError(
+                f"entity_token_map has shape {tuple(entity_token_map.shape)}, the input {tuple(input_shape)}"
+            )
         num_nodes = node_entity_ids.shape[0]
         if edge_index is None:
             edge_index = torch.zeros(2, 0, dtype=torch.long, device=device)
@@ -346,15 +389,18 @@ class KalaModel(KalaPreTrainedModel):
             raise ValueError(f"edge_index must have shape [2, num_edges], got {tuple(edge_index.shape)}")
         if edge_relation_ids is None or edge_relation_ids.shape[0] != edge_index.shape[1]:
             raise ValueError("edge_relation_ids must give one relation id per edge of edge_index")
-        check_index_range(entity_token_map, -1, num_nodes, "entity_token_map points outside the {high} graph nodes "
-                          "of the batch")
+        check_index_range(
+            entity_token_map, -1, num_nodes, "entity_token_map points outside the {high} graph nodes of the batch"
+        )
         check_index_range(edge_index, 0, num_nodes, "edge_index points outside the {high} graph nodes of the batch")
-        check_index_range(edge_relation_ids, 0, self.config.relation_embedding_size,
-                          "edge_relation_ids must lie in [0, {high})")
+        check_index_range(
+            edge_relation_ids, 0, self.config.relation_embedding_size, "edge_relation_ids must lie in [0, {high})"
+        )
         has_knowledge = node_entity_ids != 0
         if self.training and self.config.entity_dropout > 0:
-            node_entity_ids, has_knowledge = entity_dropout(node_entity_ids, entity_token_map,
-                                                            self.config.entity_dropout)
+            node_entity_ids, has_knowledge = entity_dropout(
+                node_entity_ids, entity_token_map, self.config.entity_dropout
+            )
         vectors = self.entity_memory(node_entity_ids)
         return _KnowledgeState(entity_token_map, vectors, has_knowledge, edge_index, edge_relation_ids)
 
@@ -383,8 +429,12 @@ class KalaModel(KalaPreTrainedModel):
         edge_relation_ids (`torch.LongTensor` of shape `(num_edges,)`): relation id of each edge.
         """
         ref = input_ids if input_ids is not None else inputs_embeds[..., 0]
-        check_index_range(input_ids, 0, self.config.encoder_config.vocab_size, "input_ids must lie in [0, {high}), "
-                          "the encoder's vocabulary: were they made by another model's tokenizer?")
+        check_index_range(
+            input_ids,
+            0,
+            self.config.encoder_config.vocab_size,
+            "input_ids must lie in [0, {high}), the encoder's vocabulary: were they made by another model's tokenizer?",
+        )
         state = self._knowledge_state(
             ref.shape, ref.device, entity_token_map, node_entity_ids, edge_index, edge_relation_ids
         )
@@ -392,8 +442,11 @@ class KalaModel(KalaPreTrainedModel):
             state = None  # no token reads knowledge: eq. (1) leaves every state as it is, so skip retrieval and MLPs
         self._state = state  # kept after forward so gradient-checkpointing recomputation sees the same knowledge
         # optional inputs only when given: an encoder-decoder's encoder stack takes neither positions nor token types
-        encoder_kwargs = {name: value for name, value in (("token_type_ids", token_type_ids),
-                                                          ("position_ids", position_ids)) if value is not None}
+        encoder_kwargs = {
+            name: value
+            for name, value in (("token_type_ids", token_type_ids), ("position_ids", position_ids))
+            if value is not None
+        }
         outputs = text_encoder(self.encoder)(
             input_ids=input_ids,
             attention_mask=attention_mask,
@@ -422,8 +475,9 @@ def entity_dropout(node_entity_ids: torch.Tensor, entity_token_map: torch.Tensor
     num_nodes = node_entity_ids.shape[0]
     # a scatter into an extra slot for tokens outside mentions: no data-dependent shape (torch.compile)
     slots = torch.where(entity_token_map >= 0, entity_token_map, num_nodes).reshape(-1)
-    mentioned = torch.zeros(num_nodes + 1, dtype=torch.bool, device=node_entity_ids.device).index_fill(
-        0, slots, True)[:num_nodes]
+    mentioned = torch.zeros(num_nodes + 1, dtype=torch.bool, device=node_entity_ids.device).index_fill(0, slots, True)[
+        :num_nodes
+    ]
     dropped = mentioned & (torch.rand(node_entity_ids.shape, device=node_entity_ids.device) < p)
     node_entity_ids = node_entity_ids.masked_fill(dropped, 0)
     return node_entity_ids, node_entity_ids != 0
@@ -455,14 +509,34 @@ class KalaForTokenClassification(KalaPreTrainedModel):
         self.dropout, self.classifier = classification_head(config)
         self.post_init()
 
-    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None, inputs_embeds=None,
-                entity_token_map=None, node_entity_ids=None, edge_index=None, edge_relation_ids=None,
-                labels: torch.Tensor | None = None, output_attentions=None, output_hidden_states=None,
-                return_dict=None, **kwargs) -> TokenClassifierOutput:
+    def forward(
+        self,
+        input_ids=None,
+        attention_mask=None,
+        token_type_ids=None,
+        position_ids=None,
+        inputs_embeds=None,
+        entity_token_map=None,
+        node_entity_ids=None,
+        edge_index=None,
+        edge_relation_ids=None,
+        labels: torch.Tensor | None = None,
+        output_attentions=None,
+        output_hidden_states=None,
+        return_dict=None,
+        **kwargs,
+    ) -> TokenClassifierOutput:
         r"""labels (`torch.LongTensor` of shape `(batch_size, sequence_length)`): tag ids, -100 = ignored."""
-        outputs = self.kala(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
-                            output_attentions=output_attentions, output_hidden_states=output_hidden_states,
-                            **_knowledge_kwargs(entity_token_map, node_entity_ids, edge_index, edge_relation_ids))
+        outputs = self.kala(
+            input_ids,
+            attention_mask,
+            token_type_ids,
+            position_ids,
+            inputs_embeds,
+            output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
+            **_knowledge_kwargs(entity_token_map, node_entity_ids, edge_index, edge_relation_ids),
+        )
         logits = self.classifier(self.dropout(outputs.last_hidden_state))
         # transformers' token-classification loss (cross-entropy in float32, -100 ignored)
         check_labels(labels, self.num_labels)
@@ -481,32 +555,62 @@ class KalaForQuestionAnswering(KalaPreTrainedModel):
         self.qa_outputs = nn.Linear(config.encoder_config.hidden_size, 2)
         self.post_init()
 
-    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None, inputs_embeds=None,
-                entity_token_map=None, node_entity_ids=None, edge_index=None, edge_relation_ids=None,
-                start_positions: torch.Tensor | None = None, end_positions: torch.Tensor | None = None,
-                output_attentions=None, output_hidden_states=None, return_dict=None,
-                **kwargs) -> QuestionAnsweringModelOutput:
+    def forward(
+        self,
+        input_ids=None,
+        attention_mask=None,
+        token_type_ids=None,
+        position_ids=None,
+        inputs_embeds=None,
+        entity_token_map=None,
+        node_entity_ids=None,
+        edge_index=None,
+        edge_relation_ids=None,
+        start_positions: torch.Tensor | None = None,
+        end_positions: torch.Tensor | None = None,
+        output_attentions=None,
+        output_hidden_states=None,
+        return_dict=None,
+        **kwargs,
+    ) -> QuestionAnsweringModelOutput:
         r"""start_positions / end_positions (`torch.LongTensor` of shape `(batch_size,)`): answer token span."""
-        outputs = self.kala(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
-                            output_attentions=output_attentions, output_hidden_states=output_hidden_states,
-                            **_knowledge_kwargs(entity_token_map, node_entity_ids, edge_index, edge_relation_ids))
+        outputs = self.kala(
+            input_ids,
+            attention_mask,
+            token_type_ids,
+            position_ids,
+            inputs_embeds,
+            output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
+            **_knowledge_kwargs(entity_token_map, node_entity_ids, edge_index, edge_relation_ids),
+        )
         logits = self.qa_outputs(outputs.last_hidden_state)
         start_logits, end_logits = (t.squeeze(-1).contiguous() for t in logits.split(1, dim=-1))
         # transformers' span loss: mean of the start and end cross-entropies, positions beyond the window ignored
         loss = self.loss_function(start_logits.float(), end_logits.float(), start_positions, end_positions)
         return QuestionAnsweringModelOutput(
-            loss=loss, start_logits=start_logits, end_logits=end_logits,
-            hidden_states=outputs.hidden_states, attentions=outputs.attentions,
+            loss=loss,
+            start_logits=start_logits,
+            end_logits=end_logits,
+            hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
         )
 
 
 # the encoder-decoder head lives in its own file (it reads the classes above, so it is imported here, after them)
 from .modeling_kala_generation import KalaForConditionalGeneration  # noqa: E402
 
-register_method(KalaConfig, {AutoModel: KalaModel, AutoModelForTokenClassification: KalaForTokenClassification,
-                             AutoModelForQuestionAnswering: KalaForQuestionAnswering,
-                             AutoModelForSeq2SeqLM: KalaForConditionalGeneration}, processor=KalaProcessor,
-                run_recipe="keplm.training.recipes.kala:KalaRunRecipe")
+register_method(
+    KalaConfig,
+    {
+        AutoModel: KalaModel,
+        AutoModelForTokenClassification: KalaForTokenClassification,
+        AutoModelForQuestionAnswering: KalaForQuestionAnswering,
+        AutoModelForSeq2SeqLM: KalaForConditionalGeneration,
+    },
+    processor=KalaProcessor,
+    run_recipe="keplm.training.recipes.kala:KalaRunRecipe",
+)
 
 __all__ = [
     "ENTITY_MEMORY_OPTIMIZERS",

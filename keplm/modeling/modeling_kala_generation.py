@@ -41,9 +41,11 @@ class KalaForConditionalGeneration(KalaPreTrainedModel, GenerationMixin):
     def __init__(self, config: KalaConfig):
         check_seq2seq(config.encoder_config)
         if config.num_extra_layers:
-            raise ValueError("KalaForConditionalGeneration has no extra layers (num_extra_layers must be 0): the "
-                             "'+ more params' baseline stacks encoder layers, which a seq2seq encoder's blocks "
-                             "(relative position biases, cross-attention masks) do not run alone")
+            raise ValueError(
+                "KalaForConditionalGeneration has no extra layers (num_extra_layers must be 0): the "
+                "'+ more params' baseline stacks encoder layers, which a seq2seq encoder's blocks "
+                "(relative position biases, cross-attention masks) do not run alone"
+            )
         super().__init__(config)
         self.kala = KalaModel(config, encoder_auto_class=AutoModelForSeq2SeqLM)
         # generation settings (decoder start, pad and eos tokens) are the stock model's
@@ -73,13 +75,15 @@ class KalaForConditionalGeneration(KalaPreTrainedModel, GenerationMixin):
         """Decoder inputs from labels, the stock model's way (labels shifted right after the decoder start token)."""
         return self.seq2seq.prepare_decoder_input_ids_from_labels(labels=labels)
 
-    def _maybe_prepare_encoder_kwargs_for_generation(self, inputs_tensor, model_kwargs, model_input_name,
-                                                     generation_config):
+    def _maybe_prepare_encoder_kwargs_for_generation(
+        self, inputs_tensor, model_kwargs, model_input_name, generation_config
+    ):
         """The stock step (the encoder runs once, reading the knowledge inputs), then the knowledge inputs are
         dropped: decoding reads the encoder's output only, and beam search would otherwise repeat the batched
         graph's node and edge tensors as if they were per-example rows."""
         model_kwargs = super()._maybe_prepare_encoder_kwargs_for_generation(
-            inputs_tensor, model_kwargs, model_input_name, generation_config)
+            inputs_tensor, model_kwargs, model_input_name, generation_config
+        )
         for name in KNOWLEDGE_INPUTS:
             model_kwargs.pop(name, None)
         return model_kwargs
@@ -115,15 +119,27 @@ class KalaForConditionalGeneration(KalaPreTrainedModel, GenerationMixin):
         """
         if encoder_outputs is None:
             encoder_outputs = self.kala(
-                input_ids=input_ids, attention_mask=attention_mask, inputs_embeds=inputs_embeds,
-                entity_token_map=entity_token_map, node_entity_ids=node_entity_ids, edge_index=edge_index,
-                edge_relation_ids=edge_relation_ids, output_attentions=output_attentions,
-                output_hidden_states=output_hidden_states)
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                inputs_embeds=inputs_embeds,
+                entity_token_map=entity_token_map,
+                node_entity_ids=node_entity_ids,
+                edge_index=edge_index,
+                edge_relation_ids=edge_relation_ids,
+                output_attentions=output_attentions,
+                output_hidden_states=output_hidden_states,
+            )
         return self.seq2seq(
-            attention_mask=attention_mask, decoder_input_ids=decoder_input_ids,
-            decoder_attention_mask=decoder_attention_mask, encoder_outputs=encoder_outputs,
-            decoder_inputs_embeds=decoder_inputs_embeds, labels=labels, use_cache=use_cache,
-            output_attentions=output_attentions, output_hidden_states=output_hidden_states, return_dict=True,
+            attention_mask=attention_mask,
+            decoder_input_ids=decoder_input_ids,
+            decoder_attention_mask=decoder_attention_mask,
+            encoder_outputs=encoder_outputs,
+            decoder_inputs_embeds=decoder_inputs_embeds,
+            labels=labels,
+            use_cache=use_cache,
+            output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
+            return_dict=True,
             **kwargs,
         )
 

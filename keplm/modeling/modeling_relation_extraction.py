@@ -130,33 +130,50 @@ class KeplmForRelationExtraction(KeplmPreTrainedModel):
 
     def _check_inputs(self, input_shape, entity_token_map, node_entity_ids, edge_index, edge_labels) -> int:
         if entity_token_map is None or node_entity_ids is None or edge_index is None:
-            raise ValueError("relation extraction needs entity_token_map, node_entity_ids and edge_index "
-                             "(build batches with RelationExtractionProcessor and KeplmDataCollator)")
+            raise ValueError(
+                "relation extraction needs entity_token_map, node_entity_ids and edge_index "
+                "(build batches with RelationExtractionProcessor and KeplmDataCollator)"
+            )
         if tuple(entity_token_map.shape) != tuple(input_shape):
-            raise ValueError(f"entity_token_map has shape {tuple(entity_token_map.shape)}, the input "
-                             f"{tuple(input_shape)}")
+            raise ValueError(
+                f"entity_token_map has shape {tuple(entity_token_map.shape)}, the input {tuple(input_shape)}"
+            )
         if edge_index.dim() != 2 or edge_index.shape[0] != 2:
             raise ValueError(f"edge_index must have shape [2, num_pairs], got {tuple(edge_index.shape)}")
         if edge_labels is not None and tuple(edge_labels.shape) != (edge_index.shape[1],):
             raise ValueError(f"edge_labels must have shape [{edge_index.shape[1]}], got {tuple(edge_labels.shape)}")
         num_entities = node_entity_ids.shape[0]
-        check_index_range(entity_token_map, -1, num_entities, "entity_token_map points outside the {high} entities of "
-                          "the batch")
+        check_index_range(
+            entity_token_map, -1, num_entities, "entity_token_map points outside the {high} entities of the batch"
+        )
         check_index_range(edge_index, 0, num_entities, "edge_index points outside the {high} entities of the batch")
-        check_labels(edge_labels, self.config.num_labels, "edge_labels",
-                     f"a relation id must index the model's {self.config.num_labels} relations (config.id2label)")
+        check_labels(
+            edge_labels,
+            self.config.num_labels,
+            "edge_labels",
+            f"a relation id must index the model's {self.config.num_labels} relations (config.id2label)",
+        )
         if self.config.num_entity_types:
             limit = self.config.num_entity_types
             check_index_range(node_entity_ids, 0, limit, "node_entity_ids (entity types) must lie in [0, {high})")
         return num_entities
 
-    def forward(self, input_ids: torch.Tensor | None = None, attention_mask: torch.Tensor | None = None,
-                token_type_ids: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
-                inputs_embeds: torch.Tensor | None = None, entity_token_map: torch.Tensor | None = None,
-                node_entity_ids: torch.Tensor | None = None, edge_index: torch.Tensor | None = None,
-                edge_labels: torch.Tensor | None = None, output_attentions: bool | None = None,
-                output_hidden_states: bool | None = None, return_dict: bool | None = None,
-                **kwargs) -> RelationExtractionOutput:
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        entity_token_map: torch.Tensor | None = None,
+        node_entity_ids: torch.Tensor | None = None,
+        edge_index: torch.Tensor | None = None,
+        edge_labels: torch.Tensor | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+        **kwargs,
+    ) -> RelationExtractionOutput:
         r"""
         entity_token_map (`torch.LongTensor` of shape `(batch_size, sequence_length)`):
             Entity (index into `node_entity_ids`) whose mention each token belongs to, -1 elsewhere.
@@ -167,13 +184,22 @@ class KeplmForRelationExtraction(KeplmPreTrainedModel):
             -100 = ignored). A pair with several gold relations appears once per relation.
         """
         ref = input_ids if input_ids is not None else inputs_embeds[..., 0]
-        check_index_range(input_ids, 0, self.config.encoder_config.vocab_size, "input_ids must lie in [0, {high}), "
-                          "the encoder's vocabulary: were they made by another model's tokenizer?")
+        check_index_range(
+            input_ids,
+            0,
+            self.config.encoder_config.vocab_size,
+            "input_ids must lie in [0, {high}), the encoder's vocabulary: were they made by another model's tokenizer?",
+        )
         num_entities = self._check_inputs(ref.shape, entity_token_map, node_entity_ids, edge_index, edge_labels)
         encoder_kwargs = {"token_type_ids": token_type_ids} if token_type_ids is not None else {}
         outputs = self.encoder(
-            input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, inputs_embeds=inputs_embeds,
-            output_attentions=output_attentions, output_hidden_states=output_hidden_states, return_dict=True,
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
+            output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
+            return_dict=True,
             **encoder_kwargs,
         )
         entities = node_context(outputs.last_hidden_state, entity_token_map, num_entities)
@@ -184,8 +210,11 @@ class KeplmForRelationExtraction(KeplmPreTrainedModel):
         if edge_labels is not None:
             loss = pair_loss(logits, edge_labels)
         return RelationExtractionOutput(
-            loss=loss, logits=logits, entity_representations=entities,
-            hidden_states=getattr(outputs, "hidden_states", None), attentions=getattr(outputs, "attentions", None),
+            loss=loss,
+            logits=logits,
+            entity_representations=entities,
+            hidden_states=getattr(outputs, "hidden_states", None),
+            attentions=getattr(outputs, "attentions", None),
         )
 
     def predict_relations(self, logits: torch.Tensor, threshold: float | None = None):
@@ -210,15 +239,21 @@ class RelationExtractor:
     (default: the model's ``top2_threshold``).
     """
 
-    def __init__(self, model: KeplmForRelationExtraction, tokenizer, threshold: float | None = None,
-                 max_length: int | None = None):
+    def __init__(
+        self,
+        model: KeplmForRelationExtraction,
+        tokenizer,
+        threshold: float | None = None,
+        max_length: int | None = None,
+    ):
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.threshold = model.config.top2_threshold if threshold is None else threshold
         positions = model.config.encoder_config.max_position_embeddings
         self.max_length = min(max_length or positions, positions)
-        self.processor = RelationExtractionProcessor.from_model_config(tokenizer, model.config,
-                                                                      max_length=self.max_length)
+        self.processor = RelationExtractionProcessor.from_model_config(
+            tokenizer, model.config, max_length=self.max_length
+        )
 
     @classmethod
     def from_pretrained(cls, path: str | os.PathLike, threshold: float | None = None, **kwargs) -> RelationExtractor:
@@ -227,8 +262,9 @@ class RelationExtractor:
         return cls(model, AutoTokenizer.from_pretrained(path, **hub_kwargs(kwargs)), threshold=threshold)
 
     @torch.no_grad()
-    def extract(self, text: str, annotation: KnowledgeAnnotation,
-                entity_types: dict[str, str] | None = None) -> list[Triplet]:
+    def extract(
+        self, text: str, annotation: KnowledgeAnnotation, entity_types: dict[str, str] | None = None
+    ) -> list[Triplet]:
         """Facts between the mentioned entities of ``text``; ``entity_types`` maps entity id → type name
         (used only by models trained with entity types)."""
         spans: dict[str, list[list[int]]] = {}
@@ -246,26 +282,36 @@ class RelationExtractor:
         config = self.model.config
         device = self.model.device
         inputs = {key: torch.tensor(features[key], device=device) for key in ("node_entity_ids", "edge_index")}
-        inputs.update({key: torch.tensor([features[key]], device=device) for key in self.processor.sequence_families[
-            "input_ids"] if key in features})
+        inputs.update(
+            {
+                key: torch.tensor([features[key]], device=device)
+                for key in self.processor.sequence_families["input_ids"]
+                if key in features
+            }
+        )
         logits = self.model(**inputs).logits
         relations, _ = self.model.predict_relations(logits, self.threshold)
         no_relation = config.label2id[config.no_relation_label]
-        return [Triplet(h=ids[h], r=config.id2label[r], t=ids[t])
-                for (h, t), r in zip(pairs, relations.tolist()) if r != no_relation]
+        return [
+            Triplet(h=ids[h], r=config.id2label[r], t=ids[t])
+            for (h, t), r in zip(pairs, relations.tolist())
+            if r != no_relation
+        ]
 
     def annotate(self, text: str, annotation: KnowledgeAnnotation, **kwargs) -> KnowledgeAnnotation:
         """A copy of ``annotation`` whose triplets are the extracted facts (the KALA relation-extraction source)."""
-        return KnowledgeAnnotation(entities=list(annotation.entities),
-                                   triplets=self.extract(text, annotation, **kwargs))
+        return KnowledgeAnnotation(
+            entities=list(annotation.entities), triplets=self.extract(text, annotation, **kwargs)
+        )
 
     def __repr__(self) -> str:  # names the extractor in linking cache fingerprints
         return f"RelationExtractor({self.model.config.name_or_path!r}, threshold={self.threshold})"
 
 
 # pair-level relation extraction (KALA appendix A) has no task-specific Auto class
-register_method(RelationExtractionConfig, {AutoModel: KeplmForRelationExtraction},
-                processor=RelationExtractionProcessor)
+register_method(
+    RelationExtractionConfig, {AutoModel: KeplmForRelationExtraction}, processor=RelationExtractionProcessor
+)
 
 __all__ = [
     "RelationExtractor",

@@ -74,16 +74,18 @@ class RoofFusion(nn.Module):
             order = torch.argsort((~keep).to(torch.uint8), dim=1, stable=True)
             index = order.unsqueeze(-1).expand(-1, -1, states.shape[-1])
             lengths = keep.sum(-1).clamp(min=1).cpu()
-            packed = nn.utils.rnn.pack_padded_sequence(states.gather(1, index), lengths, batch_first=True,
-                                                       enforce_sorted=False)
+            packed = nn.utils.rnn.pack_padded_sequence(
+                states.gather(1, index), lengths, batch_first=True, enforce_sorted=False
+            )
             out, _ = self.lstm(packed)
             out = nn.utils.rnn.pad_packed_sequence(out, batch_first=True, total_length=states.shape[1])[0]
             return torch.empty_like(out).scatter_(1, index, out)
         return self.activation(self.linear(states))
 
 
-def segment_ids(segmentation: str, attention_mask: torch.Tensor, token_type_ids: torch.Tensor | None,
-                knowledge: bool) -> torch.Tensor:
+def segment_ids(
+    segmentation: str, attention_mask: torch.Tensor, token_type_ids: torch.Tensor | None, knowledge: bool
+) -> torch.Tensor:
     """Token types an encoder reads (paper §4.5). ``type2``: every KB token A (0), every TASK token B (1).
     ``type1``: KB tokens A and padding B; TASK question A, passage B, padding A (the tokenizer's own types).
     ``none``: every token A (encoders with one token type)."""
@@ -108,8 +110,7 @@ class RoofTransformerPreTrainedModel(KeplmPreTrainedModel):
     def ddp_find_unused_parameters(self) -> bool:  # text encoders past a short input's windows get no gradient
         return self.config.num_text_encoders > 1
 
-    def parameter_groups(self, learning_rate: float, fusion_lr_multiplier: float | None = None
-                         ) -> list[ParameterGroup]:
+    def parameter_groups(self, learning_rate: float, fusion_lr_multiplier: float | None = None) -> list[ParameterGroup]:
         """``fusion_lr_multiplier``: the roof trains at this multiple of the encoders' learning rate (paper §4.5,
         appendix 6.3: 10x)."""
         if fusion_lr_multiplier is None or fusion_lr_multiplier == 1:
@@ -157,13 +158,13 @@ class RoofTransformerModel(RoofTransformerPreTrainedModel):
     def __init__(self, config: RoofTransformerConfig):
         super().__init__(config)
         self.encoder = build_encoder(config.encoder_config)
-        self.extra_text_encoders = nn.ModuleList(build_encoder(config.encoder_config)
-                                                 for _ in range(config.num_text_encoders - 1))
+        self.extra_text_encoders = nn.ModuleList(
+            build_encoder(config.encoder_config) for _ in range(config.num_text_encoders - 1)
+        )
         self.knowledge_encoder = build_encoder(config.knowledge_encoder_config) if config.uses_knowledge else None
         self.fusion = RoofFusion(config, self.encoder) if config.fusion != "none" else None
         # a plain attribute, not a module: the cache holds no parameters and is never saved with the weights
-        self.__dict__["_knowledge_cache"] = (KnowledgeEncodingCache() if config.knowledge_encoding == "cached"
-                                             else None)
+        self.__dict__["_knowledge_cache"] = KnowledgeEncodingCache() if config.knowledge_encoding == "cached" else None
         if self.knowledge_cache is not None:
             self.knowledge_encoder.requires_grad_(False)
         self.post_init()
@@ -187,25 +188,37 @@ class RoofTransformerModel(RoofTransformerPreTrainedModel):
         window = self.config.text_window
         encoders = [self.encoder, *self.extra_text_encoders]
         if input_ids.shape[1] > window * len(encoders):
-            raise ValueError(f"the text has {input_ids.shape[1]} tokens but {len(encoders)} text encoder(s) read "
-                             f"{window} each: raise num_text_encoders or lower max_seq_length")
+            raise ValueError(
+                f"the text has {input_ids.shape[1]} tokens but {len(encoders)} text encoder(s) read "
+                f"{window} each: raise num_text_encoders or lower max_seq_length"
+            )
         states = []
         for i, encoder in enumerate(encoders):
             piece = slice(i * window, (i + 1) * window)
             if i > 0 and (input_ids.shape[1] <= i * window or not attention_mask[:, piece].any()):
                 break
-            states.append(encoder(input_ids=input_ids[:, piece], attention_mask=attention_mask[:, piece],
-                                  token_type_ids=types[:, piece], return_dict=True).last_hidden_state)
+            states.append(
+                encoder(
+                    input_ids=input_ids[:, piece],
+                    attention_mask=attention_mask[:, piece],
+                    token_type_ids=types[:, piece],
+                    return_dict=True,
+                ).last_hidden_state
+            )
         text = torch.cat(states, dim=1)
-        return text if text.shape[1] == input_ids.shape[1] else nn.functional.pad(
-            text, (0, 0, 0, input_ids.shape[1] - text.shape[1]))
+        return (
+            text
+            if text.shape[1] == input_ids.shape[1]
+            else nn.functional.pad(text, (0, 0, 0, input_ids.shape[1] - text.shape[1]))
+        )
 
     # ------------------------------------------------------------------ knowledge
     def _encode_knowledge(self, input_ids, attention_mask, unit_ids) -> torch.Tensor:
         if self.knowledge_cache is None:
             types = segment_ids(self.config.segmentation, attention_mask, None, knowledge=True)
-            return self.knowledge_encoder(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=types,
-                                          return_dict=True).last_hidden_state
+            return self.knowledge_encoder(
+                input_ids=input_ids, attention_mask=attention_mask, token_type_ids=types, return_dict=True
+            ).last_hidden_state
         if unit_ids is None:
             raise ValueError("cached knowledge encoding needs knowledge_unit_ids (RoofTransformerProcessor makes them)")
         return self.knowledge_cache.encode(self.knowledge_encoder, input_ids, attention_mask, unit_ids)
@@ -231,19 +244,26 @@ class RoofTransformerModel(RoofTransformerPreTrainedModel):
             raise ValueError("Roof-Transformer needs input_ids")
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
-        check_index_range(input_ids, 0, self.config.encoder_config.vocab_size, "input_ids must lie in [0, {high}), "
-                          "the encoder's vocabulary: were they made by another model's tokenizer?")
+        check_index_range(
+            input_ids,
+            0,
+            self.config.encoder_config.vocab_size,
+            "input_ids must lie in [0, {high}), the encoder's vocabulary: were they made by another model's tokenizer?",
+        )
         text = self._encode_text(input_ids, attention_mask, token_type_ids)
         if not self.config.uses_knowledge:
-            return RoofTransformerModelOutput(last_hidden_state=text, attention_mask=attention_mask,
-                                              text_length=text.shape[1])
+            return RoofTransformerModelOutput(
+                last_hidden_state=text, attention_mask=attention_mask, text_length=text.shape[1]
+            )
         if knowledge_input_ids is None:
             raise ValueError("Roof-Transformer reads knowledge: pass knowledge_input_ids (RoofTransformerProcessor)")
         if knowledge_attention_mask is None:
             knowledge_attention_mask = torch.ones_like(knowledge_input_ids)
         if knowledge_input_ids.shape[1] > self.config.max_knowledge_length + 1:
-            raise ValueError(f"knowledge_input_ids has {knowledge_input_ids.shape[1]} tokens, more than "
-                             f"max_knowledge_length + [CLS] = {self.config.max_knowledge_length + 1}")
+            raise ValueError(
+                f"knowledge_input_ids has {knowledge_input_ids.shape[1]} tokens, more than "
+                f"max_knowledge_length + [CLS] = {self.config.max_knowledge_length + 1}"
+            )
         knowledge = self._encode_knowledge(knowledge_input_ids, knowledge_attention_mask, knowledge_unit_ids)
         states = torch.cat([text, knowledge.to(text.dtype)], dim=1)
         mask = torch.cat([attention_mask, knowledge_attention_mask], dim=1)
@@ -262,13 +282,26 @@ class RoofTransformerForSequenceClassification(RoofTransformerPreTrainedModel):
         self.dropout, self.classifier = classification_head(config)
         self.post_init()
 
-    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, knowledge_input_ids=None,
-                knowledge_attention_mask=None, knowledge_unit_ids=None, labels: torch.Tensor | None = None,
-                **kwargs) -> SequenceClassifierOutput:
+    def forward(
+        self,
+        input_ids=None,
+        attention_mask=None,
+        token_type_ids=None,
+        knowledge_input_ids=None,
+        knowledge_attention_mask=None,
+        knowledge_unit_ids=None,
+        labels: torch.Tensor | None = None,
+        **kwargs,
+    ) -> SequenceClassifierOutput:
         r"""labels (`torch.LongTensor` of shape `(batch_size,)`, float for regression): the class (or score)."""
-        out = self.roof(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
-                        knowledge_input_ids=knowledge_input_ids, knowledge_attention_mask=knowledge_attention_mask,
-                        knowledge_unit_ids=knowledge_unit_ids)
+        out = self.roof(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            knowledge_input_ids=knowledge_input_ids,
+            knowledge_attention_mask=knowledge_attention_mask,
+            knowledge_unit_ids=knowledge_unit_ids,
+        )
         text = out.last_hidden_state[:, : out.text_length]
         mask = out.attention_mask[:, : out.text_length].unsqueeze(-1).to(text.dtype)
         pooled = (text * mask).sum(1) / mask.sum(1).clamp(min=1)
@@ -289,13 +322,27 @@ class RoofTransformerForQuestionAnswering(RoofTransformerPreTrainedModel):
         self.qa_outputs = nn.Linear(config.encoder_config.hidden_size, 2)
         self.post_init()
 
-    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, knowledge_input_ids=None,
-                knowledge_attention_mask=None, knowledge_unit_ids=None, start_positions: torch.Tensor | None = None,
-                end_positions: torch.Tensor | None = None, **kwargs) -> QuestionAnsweringModelOutput:
+    def forward(
+        self,
+        input_ids=None,
+        attention_mask=None,
+        token_type_ids=None,
+        knowledge_input_ids=None,
+        knowledge_attention_mask=None,
+        knowledge_unit_ids=None,
+        start_positions: torch.Tensor | None = None,
+        end_positions: torch.Tensor | None = None,
+        **kwargs,
+    ) -> QuestionAnsweringModelOutput:
         r"""start_positions / end_positions (`torch.LongTensor` of shape `(batch_size,)`): the answer's token span."""
-        out = self.roof(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
-                        knowledge_input_ids=knowledge_input_ids, knowledge_attention_mask=knowledge_attention_mask,
-                        knowledge_unit_ids=knowledge_unit_ids)
+        out = self.roof(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            knowledge_input_ids=knowledge_input_ids,
+            knowledge_attention_mask=knowledge_attention_mask,
+            knowledge_unit_ids=knowledge_unit_ids,
+        )
         text = out.last_hidden_state[:, : out.text_length]
         logits = self.qa_outputs(text).float()
         padding = out.attention_mask[:, : out.text_length] == 0
@@ -306,11 +353,16 @@ class RoofTransformerForQuestionAnswering(RoofTransformerPreTrainedModel):
         return QuestionAnsweringModelOutput(loss=loss, start_logits=start_logits, end_logits=end_logits)
 
 
-register_method(RoofTransformerConfig, {AutoModel: RoofTransformerModel,
-                                        AutoModelForSequenceClassification: RoofTransformerForSequenceClassification,
-                                        AutoModelForQuestionAnswering: RoofTransformerForQuestionAnswering},
-                processor=RoofTransformerProcessor,
-                run_recipe="keplm.training.recipes.roof_transformer:RoofTransformerRunRecipe")
+register_method(
+    RoofTransformerConfig,
+    {
+        AutoModel: RoofTransformerModel,
+        AutoModelForSequenceClassification: RoofTransformerForSequenceClassification,
+        AutoModelForQuestionAnswering: RoofTransformerForQuestionAnswering,
+    },
+    processor=RoofTransformerProcessor,
+    run_recipe="keplm.training.recipes.roof_transformer:RoofTransformerRunRecipe",
+)
 
 __all__ = [
     "RoofTransformerModel",

@@ -62,16 +62,21 @@ class TrelmPreTrainedModel(KeplmPreTrainedModel):
 
     def check_knowledge_assets(self, assets: KnowledgeAssets) -> None:
         if assets.num_entities != self.config.entity_vocab_size:
-            raise ValueError(f"the knowledge assets have {assets.num_entities} entities but the model was built for "
-                             f"{self.config.entity_vocab_size}")
+            raise ValueError(
+                f"the knowledge assets have {assets.num_entities} entities but the model was built for "
+                f"{self.config.entity_vocab_size}"
+            )
         if self.config.use_injection and self.config.kge_dim:
             vectors = getattr(assets.kg, "entity_vectors", None) if assets.kg is not None else None
             if vectors is None:
-                raise ValueError("knowledge injection needs KG embeddings: the assets' KG has no entity_vectors "
-                                 "(train them with `keplm train-kge`)")
+                raise ValueError(
+                    "knowledge injection needs KG embeddings: the assets' KG has no entity_vectors "
+                    "(train them with `keplm train-kge`)"
+                )
             if vectors.shape[1] != self.config.kge_dim:
-                raise ValueError(f"KG embeddings of dimension {vectors.shape[1]}, the model expects "
-                                 f"{self.config.kge_dim}")
+                raise ValueError(
+                    f"KG embeddings of dimension {vectors.shape[1]}, the model expects {self.config.kge_dim}"
+                )
 
     def set_knowledge_assets(self, assets: KnowledgeAssets) -> None:
         """Attach the assets and fill the injection's KG-embedding table: entity-vocabulary row → its KG vector
@@ -90,8 +95,11 @@ class TrelmPreTrainedModel(KeplmPreTrainedModel):
         self.kge_coverage = {"entities": assets.num_entities - 1, "with_kg_embedding": int(known.sum())}
         missing = self.kge_coverage["entities"] - self.kge_coverage["with_kg_embedding"]
         if missing:
-            logger.warning("%d of %d entities have no KG embedding: they are never injected", missing,
-                           self.kge_coverage["entities"])
+            logger.warning(
+                "%d of %d entities have no KG embedding: they are never injected",
+                missing,
+                self.kge_coverage["entities"],
+            )
         injection.set_table(torch.from_numpy(table), torch.from_numpy(known))
 
     def extend_entity_vocabulary(self, assets: KnowledgeAssets) -> None:
@@ -136,17 +144,45 @@ class TrelmModel(TrelmPreTrainedModel):
         encoder_config = config.encoder_config
         self.encoder = build_encoder(encoder_config)
         hidden = encoder_config.hidden_size
-        self.injection = (KnowledgeInjection(hidden, config.entity_vocab_size,
-                                             config.kge_dim if config.use_injection else None, config.injection_mode)
-                          if config.uses_knowledge else None)
-        self.memory_bank = (MemoryBank(config.entity_vocab_size, hidden, config.memory_window, config.memory_momentum,
-                                       config.memory_lambda, config.memory_decay) if config.use_memory_bank else None)
+        self.injection = (
+            KnowledgeInjection(
+                hidden,
+                config.entity_vocab_size,
+                config.kge_dim if config.use_injection else None,
+                config.injection_mode,
+            )
+            if config.uses_knowledge
+            else None
+        )
+        self.memory_bank = (
+            MemoryBank(
+                config.entity_vocab_size,
+                hidden,
+                config.memory_window,
+                config.memory_momentum,
+                config.memory_lambda,
+                config.memory_decay,
+            )
+            if config.use_memory_bank
+            else None
+        )
         self.memory_frozen = False
         self.post_init()
 
-    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None, inputs_embeds=None,
-                entity_ids=None, mention_token_map=None, inject_mask=None, output_hidden_states=None,
-                output_attentions=None, **kwargs) -> BaseModelOutput:
+    def forward(
+        self,
+        input_ids=None,
+        attention_mask=None,
+        token_type_ids=None,
+        position_ids=None,
+        inputs_embeds=None,
+        entity_ids=None,
+        mention_token_map=None,
+        inject_mask=None,
+        output_hidden_states=None,
+        output_attentions=None,
+        **kwargs,
+    ) -> BaseModelOutput:
         r"""
         entity_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)`): entity-vocabulary row of the
             entity each token mentions (0: none / unknown).
@@ -155,8 +191,13 @@ class TrelmModel(TrelmPreTrainedModel):
         inject_mask (`torch.BoolTensor` of shape `(batch_size, sequence_length)`): tokens of important entities.
         """
         if input_ids is not None:
-            check_index_range(input_ids, 0, self.config.encoder_config.vocab_size, "input_ids must lie in [0, {high}),"
-                              " the encoder's vocabulary: were they made by another model's tokenizer?")
+            check_index_range(
+                input_ids,
+                0,
+                self.config.encoder_config.vocab_size,
+                "input_ids must lie in [0, {high}),"
+                " the encoder's vocabulary: were they made by another model's tokenizer?",
+            )
         if attention_mask is None and input_ids is not None:
             attention_mask = torch.ones_like(input_ids)
         knowledge = entity_ids is not None and self.injection is not None
@@ -167,24 +208,43 @@ class TrelmModel(TrelmPreTrainedModel):
                 raise ValueError("entity_ids come with mention_token_map and inject_mask (TrelmProcessor makes them)")
             if entity_ids.shape != input_ids.shape:
                 raise ValueError(f"entity_ids has shape {tuple(entity_ids.shape)}, the input {tuple(input_ids.shape)}")
-            check_index_range(entity_ids, 0, self.config.entity_vocab_size, "entity_ids must lie in [0, {high}), the "
-                              "entity vocabulary of the model's knowledge assets")
+            check_index_range(
+                entity_ids,
+                0,
+                self.config.entity_vocab_size,
+                "entity_ids must lie in [0, {high}), the entity vocabulary of the model's knowledge assets",
+            )
             inputs_embeds = self.encoder.get_input_embeddings()(input_ids)
             memory = memory_mask = None
             if self.memory_bank is not None and self.memory_bank.lam > 0:
                 memory, memory_mask = self.memory_bank.read(entity_ids)
-            inputs_embeds = self.injection(inputs_embeds, entity_ids, inject_mask.bool(), memory, memory_mask,
-                                           self.memory_bank.lam if self.memory_bank is not None else 0.0)
+            inputs_embeds = self.injection(
+                inputs_embeds,
+                entity_ids,
+                inject_mask.bool(),
+                memory,
+                memory_mask,
+                self.memory_bank.lam if self.memory_bank is not None else 0.0,
+            )
             input_ids = None
         extra = {"token_type_ids": token_type_ids} if token_type_ids is not None else {}
-        outputs = self.encoder(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                               inputs_embeds=inputs_embeds, output_hidden_states=output_hidden_states,
-                               output_attentions=output_attentions, return_dict=True, **extra)
+        outputs = self.encoder(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
+            output_hidden_states=output_hidden_states,
+            output_attentions=output_attentions,
+            return_dict=True,
+            **extra,
+        )
         if knowledge and self.memory_bank is not None and self.training and not self.memory_frozen:
             self.memory_bank.update(outputs.last_hidden_state, attention_mask, entity_ids, mention_token_map)
-        return BaseModelOutput(last_hidden_state=outputs.last_hidden_state,
-                               hidden_states=getattr(outputs, "hidden_states", None),
-                               attentions=getattr(outputs, "attentions", None))
+        return BaseModelOutput(
+            last_hidden_state=outputs.last_hidden_state,
+            hidden_states=getattr(outputs, "hidden_states", None),
+            attentions=getattr(outputs, "attentions", None),
+        )
 
 
 class TrelmForMaskedLM(TrelmPreTrainedModel):
@@ -192,8 +252,10 @@ class TrelmForMaskedLM(TrelmPreTrainedModel):
     (3.3) once :meth:`enable_knowledge_routing` is called. Works with ``pipeline("fill-mask")`` (plain text in:
     no knowledge inputs needed at inference)."""
 
-    _tied_weights_keys = {"lm_head.decoder.weight": "trelm.encoder.embeddings.word_embeddings.weight",
-                          "lm_head.decoder.bias": "lm_head.bias"}
+    _tied_weights_keys = {
+        "lm_head.decoder.weight": "trelm.encoder.embeddings.word_embeddings.weight",
+        "lm_head.decoder.bias": "lm_head.bias",
+    }
 
     def __init__(self, config: TrelmConfig):
         super().__init__(config)
@@ -213,8 +275,7 @@ class TrelmForMaskedLM(TrelmPreTrainedModel):
 
     # ------------------------------------------------------------------ building
     @classmethod
-    def from_base_pretrained(cls, base_model_name_or_path, knowledge_assets=None, dtype=torch.float32,
-                             **config_kwargs):
+    def from_base_pretrained(cls, base_model_name_or_path, knowledge_assets=None, dtype=torch.float32, **config_kwargs):
         """As :meth:`KeplmPreTrainedModel.from_base_pretrained`; the base checkpoint's MLM head is loaded when it has
         one (BERT's ``cls.predictions``), else the head is new with its decoder tied to the word embeddings, and the
         loading report says which."""
@@ -233,15 +294,19 @@ class TrelmForMaskedLM(TrelmPreTrainedModel):
         head = getattr(getattr(base, "cls", None), "predictions", None)
         if head is None or any(k.startswith("cls.predictions.transform") for k in info["missing_keys"]):
             self.loading_report["mlm_head"] = "new (the checkpoint has none); decoder tied to the word embeddings"
-            logger.warning("%s has no masked-LM head: TRELM's head transform is newly initialised and its decoder is "
-                           "tied to the word embeddings", path)
+            logger.warning(
+                "%s has no masked-LM head: TRELM's head transform is newly initialised and its decoder is "
+                "tied to the word embeddings",
+                path,
+            )
             return False
         with torch.no_grad(), gathered([*self.lm_head.parameters(), *head.parameters()], modify=True):
             self.lm_head.transform.load_state_dict(head.transform.state_dict())
             self.lm_head.bias.copy_(head.bias)
         self.loading_report["mlm_head"] = f"loaded from {path}; decoder tied to the word embeddings"
-        self.loading_report["newly_initialized"] = [m for m in self.loading_report["newly_initialized"]
-                                                    if m != "lm_head"]
+        self.loading_report["newly_initialized"] = [
+            m for m in self.loading_report["newly_initialized"] if m != "lm_head"
+        ]
         return True
 
     def set_cka_entities(self, name_tokens: torch.Tensor, name_lengths: torch.Tensor, counts: torch.Tensor) -> None:
@@ -264,8 +329,9 @@ class TrelmForMaskedLM(TrelmPreTrainedModel):
         columns; every other encoder parameter is frozen except those named in ``config.routing_always_train``.
         Call before the optimizer is built (the Trainer builds it from the parameters that require grad)."""
         if self.router is None:
-            self.router = KnowledgeRouter(self.trelm.encoder, self.config.encoder_config.num_hidden_layers,
-                                          self.config.routing_fraction)
+            self.router = KnowledgeRouter(
+                self.trelm.encoder, self.config.encoder_config.num_hidden_layers, self.config.routing_fraction
+            )
         deltas = {id(p) for p in self.router.delta_parameters()}
         prefixes = tuple(self.config.routing_always_train)
         for name, parameter in self.named_parameters():
@@ -279,8 +345,10 @@ class TrelmForMaskedLM(TrelmPreTrainedModel):
         gathers per module and routing resets its copies of the deltas (``knowledge_routing.reset_optimizer_state``)."""
         if self.router is None or engine != "FSDP":
             return []
-        return ["knowledge routing (TRELM 3.3) runs the encoder outside the model's forward and folds its deltas into "
-                "sharded weights: pre-train with --no_routing, or with DDP or DeepSpeed"]
+        return [
+            "knowledge routing (TRELM 3.3) runs the encoder outside the model's forward and folds its deltas into "
+            "sharded weights: pre-train with --no_routing, or with DDP or DeepSpeed"
+        ]
 
     def routing_targets(self, cka_labels, labels):
         """Positions and correct tokens that routing attributes: the CKA targets, else the MLM targets."""
@@ -306,8 +374,9 @@ class TrelmForMaskedLM(TrelmPreTrainedModel):
             return torch.softmax(logits, -1).gather(1, targets.unsqueeze(1)).squeeze(1)
         # the sampled softmax reads the head's weights outside its forward: gathered under ZeRO-3
         with gathered([self.lm_head.decoder.weight, self.lm_head.bias]):
-            return self.cka.probability(states, targets, negatives.repeat(repeat, 1), self.lm_head.decoder.weight,
-                                        self.lm_head.bias)
+            return self.cka.probability(
+                states, targets, negatives.repeat(repeat, 1), self.lm_head.decoder.weight, self.lm_head.bias
+            )
 
     def before_training_step(self, inputs: dict, state, optimizer) -> dict:
         """The Trainer's per-step hook: every ``routing_interval`` steps, attribute and re-route on this batch."""
@@ -326,10 +395,12 @@ class TrelmForMaskedLM(TrelmPreTrainedModel):
         self.eval()  # no dropout: the attribution of one fixed function
         try:
             scores = self.router.attribute(
-                lambda: self.knowledge_probability(inputs, rows, cols, tokens, negatives), (rows, cols),
+                lambda: self.knowledge_probability(inputs, rows, cols, tokens, negatives),
+                (rows, cols),
                 self.config.routing_steps,
-                lambda m: (lambda: self.knowledge_probability(inputs, rows, cols, tokens, negatives, repeat=m)),
-                self.config.routing_batch_steps)
+                lambda m: lambda: self.knowledge_probability(inputs, rows, cols, tokens, negatives, repeat=m),
+                self.config.routing_batch_steps,
+            )
             self.router.route(scores, optimizer)
         finally:
             self.train(was_training)
@@ -354,10 +425,23 @@ class TrelmForMaskedLM(TrelmPreTrainedModel):
             router.set_route_indices(list(state["route_indices"]))
 
     # ------------------------------------------------------------------ forward
-    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None, inputs_embeds=None,
-                entity_ids=None, mention_token_map=None, inject_mask=None, labels=None, cka_labels=None,
-                cka_token_index=None, output_hidden_states=None, output_attentions=None,
-                **kwargs) -> TrelmMaskedLMOutput:
+    def forward(
+        self,
+        input_ids=None,
+        attention_mask=None,
+        token_type_ids=None,
+        position_ids=None,
+        inputs_embeds=None,
+        entity_ids=None,
+        mention_token_map=None,
+        inject_mask=None,
+        labels=None,
+        cka_labels=None,
+        cka_token_index=None,
+        output_hidden_states=None,
+        output_attentions=None,
+        **kwargs,
+    ) -> TrelmMaskedLMOutput:
         r"""
         labels (`torch.LongTensor` of shape `(batch_size, sequence_length)`): MLM targets, −100 elsewhere.
         cka_labels (`torch.LongTensor` of shape `(batch_size, sequence_length)`): the tokens of each fact's tail
@@ -365,21 +449,31 @@ class TrelmForMaskedLM(TrelmPreTrainedModel):
         cka_token_index (`torch.LongTensor` of shape `(batch_size, sequence_length)`): position of each CKA target
             within its entity mention (which token of a negative entity's name it is contrasted with).
         """
-        outputs = self.trelm(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
-                             position_ids=position_ids, inputs_embeds=inputs_embeds, entity_ids=entity_ids,
-                             mention_token_map=mention_token_map, inject_mask=inject_mask,
-                             output_hidden_states=output_hidden_states, output_attentions=output_attentions)
+        outputs = self.trelm(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
+            entity_ids=entity_ids,
+            mention_token_map=mention_token_map,
+            inject_mask=inject_mask,
+            output_hidden_states=output_hidden_states,
+            output_attentions=output_attentions,
+        )
         hidden = outputs.last_hidden_state
         vocab = self.config.encoder_config.vocab_size
         for name, targets in (("labels", labels), ("cka_labels", cka_labels)):
-            check_labels(targets, vocab, name, f"an MLM target must be a token id of the encoder's {vocab}-token "
-                         "vocabulary")
+            check_labels(
+                targets, vocab, name, f"an MLM target must be a token id of the encoder's {vocab}-token vocabulary"
+            )
         logits = mlm_loss = cka_loss = loss = None
         if labels is not None and self.training:  # decode only the masked positions
             rows, cols = (labels != -100).nonzero(as_tuple=True)
             masked_logits = self.lm_head(hidden[rows, cols]).float()
-            mlm_loss = (nn.functional.cross_entropy(masked_logits, labels[rows, cols]) if rows.numel()
-                        else hidden.sum() * 0.0)
+            mlm_loss = (
+                nn.functional.cross_entropy(masked_logits, labels[rows, cols]) if rows.numel() else hidden.sum() * 0.0
+            )
         else:
             logits = self.lm_head(hidden)
             if labels is not None:
@@ -390,12 +484,19 @@ class TrelmForMaskedLM(TrelmPreTrainedModel):
             index = cka_token_index[rows, cols] if cka_token_index is not None else torch.zeros_like(rows)
             negatives = self.negative_sampler(index, self.config.cka_num_negatives)
             states = self.lm_head.transform(hidden[rows, cols])
-            cka_loss = self.cka(states, cka_labels[rows, cols], negatives, self.lm_head.decoder.weight,
-                                self.lm_head.bias)
+            cka_loss = self.cka(
+                states, cka_labels[rows, cols], negatives, self.lm_head.decoder.weight, self.lm_head.bias
+            )
             weight = self.config.cka_weight
             loss = weight * mlm_loss + (1 - weight) * cka_loss
-        return TrelmMaskedLMOutput(loss=loss, logits=logits, mlm_loss=mlm_loss, cka_loss=cka_loss,
-                                   hidden_states=outputs.hidden_states, attentions=outputs.attentions)
+        return TrelmMaskedLMOutput(
+            loss=loss,
+            logits=logits,
+            mlm_loss=mlm_loss,
+            cka_loss=cka_loss,
+            hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
+        )
 
     #: extra losses the Trainer logs beside the total (KeplmTrainer)
     logged_losses = ("mlm_loss", "cka_loss")

@@ -39,8 +39,14 @@ class RelationalAttentionConv(MessagePassing):
         target, source = self.lin_nodes(x).chunk(2, dim=-1)
         # one gather per edge source serves the key, the entity vector and the informative flag
         source = torch.cat([source, x, has_knowledge.unsqueeze(-1)], dim=-1)
-        out = self.propagate(edge_index, query=target + context_term, source=source, relation=relation_term,
-                             message_term=message_term, size=(x.shape[0], x.shape[0]))
+        out = self.propagate(
+            edge_index,
+            query=target + context_term,
+            source=source,
+            relation=relation_term,
+            message_term=message_term,
+            size=(x.shape[0], x.shape[0]),
+        )
         return out[:, :-1], out[:, -1] > 0
 
     def message(self, query_i, source_j, relation, message_term, index, ptr, size_i):
@@ -68,8 +74,15 @@ class RelationalRetrieval(nn.Module):
     layers (``lin_relation``, ``lin_context``), sliced per layer.
     """
 
-    def __init__(self, entity_dim: int, relation_dim: int, context_dim: int, num_layers: int, dropout: float,
-                 relation_message: str = "entity"):
+    def __init__(
+        self,
+        entity_dim: int,
+        relation_dim: int,
+        context_dim: int,
+        num_layers: int,
+        dropout: float,
+        relation_message: str = "entity",
+    ):
         super().__init__()
         if relation_message not in RELATION_MESSAGES:
             raise ValueError(f"relation_message must be one of {RELATION_MESSAGES}, got {relation_message!r}")
@@ -77,8 +90,9 @@ class RelationalRetrieval(nn.Module):
         self.layers = nn.ModuleList(RelationalAttentionConv(entity_dim) for _ in range(num_layers))
         self.lin_relation = nn.Linear(relation_dim, num_layers * entity_dim, bias=False)  # W_r of every layer
         # W_m of every layer (composed messages only)
-        self.lin_message = (nn.Linear(relation_dim, num_layers * entity_dim, bias=False)
-                            if relation_message == "composition" else None)
+        self.lin_message = (
+            nn.Linear(relation_dim, num_layers * entity_dim, bias=False) if relation_message == "composition" else None
+        )
         self.lin_context = nn.Linear(context_dim, num_layers * entity_dim)  # W_h (+ bias) of every layer
         self.dropout = nn.Dropout(dropout)
 
@@ -90,13 +104,17 @@ class RelationalRetrieval(nn.Module):
         relation_ids = F.pad(edge_relation_ids, (0, num_nodes))  # relation id 0 on the self loops
         relations = relation_embeddings(relation_ids)
         relation_terms = self.lin_relation(relations).chunk(len(self.layers), dim=-1)
-        message_terms = ([None] * len(self.layers) if self.lin_message is None
-                         else self.lin_message(relations).chunk(len(self.layers), dim=-1))
+        message_terms = (
+            [None] * len(self.layers)
+            if self.lin_message is None
+            else self.lin_message(relations).chunk(len(self.layers), dim=-1)
+        )
         context_terms = self.lin_context(context).chunk(len(self.layers), dim=-1)
         x, knowledge = entity_vectors, has_knowledge.to(entity_vectors.dtype)
         for depth, layer in enumerate(self.layers):
-            x, has_knowledge = layer(x, context_terms[depth], relation_terms[depth], full_edges, knowledge,
-                                     message_terms[depth])
+            x, has_knowledge = layer(
+                x, context_terms[depth], relation_terms[depth], full_edges, knowledge, message_terms[depth]
+            )
             if depth < len(self.layers) - 1:
                 x = self.dropout(torch.relu(x))
                 knowledge = has_knowledge.to(x.dtype)

@@ -19,8 +19,9 @@ from torch import nn
 from .base import check_index_range
 from .entity_memory import NULL_ENTITY_INDEX
 
-OUT_OF_RANGE = ("an entity id is outside the entity memory (size {high}); unknown entities must be mapped to the "
-                "null entity 0")
+OUT_OF_RANGE = (
+    "an entity id is outside the entity memory (size {high}); unknown entities must be mapped to the null entity 0"
+)
 
 
 def row_block(num_entities: int, rank: int, world_size: int) -> tuple[int, int]:
@@ -30,8 +31,9 @@ def row_block(num_entities: int, rank: int, world_size: int) -> tuple[int, int]:
     return min(rank * size, num_entities), min((rank + 1) * size, num_entities)
 
 
-def _gather_padded(values: torch.Tensor, group, world_size: int,
-                   lengths: list[int] | None = None) -> tuple[torch.Tensor, list[int]]:
+def _gather_padded(
+    values: torch.Tensor, group, world_size: int, lengths: list[int] | None = None
+) -> tuple[torch.Tensor, list[int]]:
     """Every process's ``values`` (first dimension may differ between processes) as ``[world, longest, ...]``
     (zero padded) and each process's length (gathered first unless given): gloo's all-gather needs equal shapes."""
     if lengths is None:
@@ -41,7 +43,7 @@ def _gather_padded(values: torch.Tensor, group, world_size: int,
         lengths = [int(n) for n in gathered_lengths]
     longest = max(lengths)
     padded = values.new_zeros((longest, *values.shape[1:]))
-    padded[:values.shape[0]] = values
+    padded[: values.shape[0]] = values
     gathered = [torch.empty_like(padded) for _ in range(world_size)]
     dist.all_gather(gathered, padded.contiguous(), group=group)
     return torch.stack(gathered), lengths
@@ -67,7 +69,7 @@ class _ShardedLookup(torch.autograd.Function):
         ctx.save_for_backward(local, trained)
         ctx.group, ctx.rank, ctx.world_size, ctx.divisor = group, rank, world_size, gradient_divisor
         ctx.shard_shape, ctx.lengths = shard.shape, lengths
-        return vectors[rank, :ids.shape[0]].clone()
+        return vectors[rank, : ids.shape[0]].clone()
 
     @staticmethod
     def backward(ctx, grad_output):
@@ -87,10 +89,11 @@ def _take_own_rows(module, state_dict, prefix, local_metadata, strict, missing_k
     if whole is None:
         return
     if whole.shape[0] != module.num_entities:
-        error_msgs.append(f"{prefix}embeddings.weight has {whole.shape[0]} rows, the sharded entity memory "
-                          f"{module.num_entities}")
+        error_msgs.append(
+            f"{prefix}embeddings.weight has {whole.shape[0]} rows, the sharded entity memory {module.num_entities}"
+        )
         return
-    state_dict[f"{prefix}weight"] = whole[module.start:module.stop]
+    state_dict[f"{prefix}weight"] = whole[module.start : module.stop]
 
 
 class ShardedEntityMemory(nn.Module):
@@ -106,12 +109,15 @@ class ShardedEntityMemory(nn.Module):
     ``keplm.training.sharded_memory.shard_entity_memory``.
     """
 
-    def __init__(self, num_entities: int, entity_dim: int, group=None, average_gradients: bool = True,
-                 device=None, dtype=None):
+    def __init__(
+        self, num_entities: int, entity_dim: int, group=None, average_gradients: bool = True, device=None, dtype=None
+    ):
         super().__init__()
         if not dist.is_available() or not dist.is_initialized():
-            raise ValueError("ShardedEntityMemory needs an initialised torch.distributed process group "
-                             "(torch.distributed.init_process_group, or a launch with torchrun / accelerate)")
+            raise ValueError(
+                "ShardedEntityMemory needs an initialised torch.distributed process group "
+                "(torch.distributed.init_process_group, or a launch with torchrun / accelerate)"
+            )
         self.group = group
         self.average_gradients = average_gradients
         self._num_entities, self._entity_dim = num_entities, entity_dim
@@ -122,12 +128,13 @@ class ShardedEntityMemory(nn.Module):
         self.register_load_state_dict_pre_hook(_take_own_rows)
 
     @classmethod
-    def from_full(cls, weight: torch.Tensor, group=None, average_gradients: bool = True,
-                  requires_grad: bool = True) -> ShardedEntityMemory:
+    def from_full(
+        cls, weight: torch.Tensor, group=None, average_gradients: bool = True, requires_grad: bool = True
+    ) -> ShardedEntityMemory:
         """This process's block of the whole table ``weight`` (``[num_entities, entity_dim]``), copied."""
         memory = cls(weight.shape[0], weight.shape[1], group, average_gradients, weight.device, weight.dtype)
         with torch.no_grad():
-            memory.weight.copy_(weight[memory.start:memory.stop])
+            memory.weight.copy_(weight[memory.start : memory.stop])
         memory.weight.requires_grad_(requires_grad)
         return memory
 

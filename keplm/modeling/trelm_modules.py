@@ -37,14 +37,22 @@ class KnowledgeInjection(nn.Module):
         if self.projection is None:
             return
         if vectors.shape != self.kge.shape:
-            raise ValueError(f"KG embedding table of shape {tuple(vectors.shape)}, the model expects "
-                             f"{tuple(self.kge.shape)} (entity vocabulary x kge_dim)")
+            raise ValueError(
+                f"KG embedding table of shape {tuple(vectors.shape)}, the model expects "
+                f"{tuple(self.kge.shape)} (entity vocabulary x kge_dim)"
+            )
         self.kge.copy_(vectors)
         self.has_kge.copy_(known)
 
-    def forward(self, word_embeddings: torch.Tensor, entity_ids: torch.Tensor, inject_mask: torch.Tensor,
-                memory: torch.Tensor | None = None, memory_mask: torch.Tensor | None = None,
-                lam: float = 0.0) -> torch.Tensor:
+    def forward(
+        self,
+        word_embeddings: torch.Tensor,
+        entity_ids: torch.Tensor,
+        inject_mask: torch.Tensor,
+        memory: torch.Tensor | None = None,
+        memory_mask: torch.Tensor | None = None,
+        lam: float = 0.0,
+    ) -> torch.Tensor:
         """``word_embeddings`` [B, L, H], ``entity_ids`` [B, L] (entity-vocabulary row per token), ``inject_mask``
         [B, L] (tokens of important entities); ``memory`` [B, L, H] = M_local + M_global per token and
         ``memory_mask`` [B, L] where the bank holds the token's entity."""
@@ -72,16 +80,22 @@ class ContrastiveKnowledgeLoss(nn.Module):
     """
 
     @staticmethod
-    def logits(states: torch.Tensor, targets: torch.Tensor, negatives: torch.Tensor, weight: torch.Tensor,
-               bias: torch.Tensor | None) -> torch.Tensor:
+    def logits(
+        states: torch.Tensor,
+        targets: torch.Tensor,
+        negatives: torch.Tensor,
+        weight: torch.Tensor,
+        bias: torch.Tensor | None,
+    ) -> torch.Tensor:
         """``[N, 1 + K]`` logits of the target (column 0) and its K negatives; a negative equal to its target
         gets −inf."""
         candidates = torch.cat([targets.unsqueeze(1), negatives], dim=1)
         logits = torch.einsum("nh,nkh->nk", states, weight[candidates].to(states.dtype))
         if bias is not None:
             logits = logits + bias[candidates].to(logits.dtype)
-        duplicate = torch.cat([torch.zeros_like(targets, dtype=torch.bool).unsqueeze(1),
-                               negatives == targets.unsqueeze(1)], dim=1)
+        duplicate = torch.cat(
+            [torch.zeros_like(targets, dtype=torch.bool).unsqueeze(1), negatives == targets.unsqueeze(1)], dim=1
+        )
         return logits.float().masked_fill(duplicate, float("-inf"))
 
     def forward(self, states, targets, negatives, weight, bias=None) -> torch.Tensor:
@@ -116,24 +130,37 @@ class NegativeSampler(nn.Module):
         usable = name_lengths > 0
         if not usable.any():
             raise ValueError("no entity has a tokenised name: the CKA sampler has nothing to draw from")
-        weights = (counts.float().clamp(min=0) if self.mode == "frequency"
-                   else torch.ones_like(counts, dtype=torch.float))
+        weights = (
+            counts.float().clamp(min=0) if self.mode == "frequency" else torch.ones_like(counts, dtype=torch.float)
+        )
         weights = torch.where(usable, weights, torch.zeros_like(weights))
         if weights.sum() <= 0:
             raise ValueError("every usable entity has count 0: the frequency sampler has nothing to draw from")
         device = self.name_tokens.device
-        self.name_tokens, self.name_lengths, self.weights = (name_tokens.to(device), name_lengths.to(device),
-                                                             weights.to(device))
+        self.name_tokens, self.name_lengths, self.weights = (
+            name_tokens.to(device),
+            name_lengths.to(device),
+            weights.to(device),
+        )
 
-    def forward(self, token_index: torch.Tensor, num_negatives: int, generator: torch.Generator | None = None
-                ) -> torch.Tensor:
+    def forward(
+        self, token_index: torch.Tensor, num_negatives: int, generator: torch.Generator | None = None
+    ) -> torch.Tensor:
         """``[N, K]`` negative token ids for targets that are token ``token_index`` [N] of their entity."""
         count = token_index.shape[0]
         if self.weights.numel() == 0:
-            return torch.randint(self.first_token_id, self.vocab_size, (count, num_negatives),
-                                 device=token_index.device, generator=generator)
-        entities = torch.multinomial(self.weights, count * num_negatives, replacement=True,
-                                     generator=generator).view(count, num_negatives).to(token_index.device)
+            return torch.randint(
+                self.first_token_id,
+                self.vocab_size,
+                (count, num_negatives),
+                device=token_index.device,
+                generator=generator,
+            )
+        entities = (
+            torch.multinomial(self.weights, count * num_negatives, replacement=True, generator=generator)
+            .view(count, num_negatives)
+            .to(token_index.device)
+        )
         position = torch.minimum(token_index.unsqueeze(1).clamp(min=0), self.name_lengths[entities] - 1)
         return self.name_tokens[entities, position]
 
@@ -174,8 +201,9 @@ class MemoryBank(nn.Module):
     keep them through :meth:`training_state` / :meth:`load_training_state`. Updates take no gradient.
     """
 
-    def __init__(self, entity_vocab_size: int, hidden_size: int, window: int, momentum: float, lam: float,
-                 decay: float):
+    def __init__(
+        self, entity_vocab_size: int, hidden_size: int, window: int, momentum: float, lam: float, decay: float
+    ):
         super().__init__()
         self.window, self.momentum, self.initial_lambda, self.decay = window, momentum, lam, decay
         self.lam = lam
@@ -228,8 +256,13 @@ class MemoryBank(nn.Module):
         return span_rows, first, last, span_entities
 
     @torch.no_grad()
-    def update(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor, entity_ids: torch.Tensor,
-               mention_token_map: torch.Tensor) -> int:
+    def update(
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor,
+        entity_ids: torch.Tensor,
+        mention_token_map: torch.Tensor,
+    ) -> int:
         """Fold this batch's mentions into the bank (eq. 4–6); returns the number of mentions used. In a
         multi-process run every process folds every process's mentions, in rank order (:func:`gather_rows`), so
         the banks stay equal and match a one-process run over the processes' batches in that order; every process
@@ -238,8 +271,11 @@ class MemoryBank(nn.Module):
         states = hidden_states.detach().float()
         length = states.shape[1]
         positions = torch.arange(length, device=states.device)
-        window = ((positions >= (first - self.window).unsqueeze(1)) & (positions <= (last + self.window).unsqueeze(1))
-                  & attention_mask[rows].bool())
+        window = (
+            (positions >= (first - self.window).unsqueeze(1))
+            & (positions <= (last + self.window).unsqueeze(1))
+            & attention_mask[rows].bool()
+        )
         local = (window.unsqueeze(-1) * states[rows]).sum(1) / window.sum(1, keepdim=True).clamp(min=1)
         pairs = torch.unique(torch.stack([rows, entities]), dim=1)  # eq. (6): once per (context, entity)
         entities, local = gather_rows(entities, local)
@@ -263,25 +299,33 @@ class MemoryBank(nn.Module):
         rank[order] = torch.arange(count, device=entities.device) - starts[inverse[order]]  # 0-based occurrence
         keep = 1.0 - self.momentum
         exponent = (counts[inverse] - 1 - rank).to(local.dtype)
-        weight = self.momentum * keep ** exponent
+        weight = self.momentum * keep**exponent
         first_sets = (~self.seen[entities]) & (rank == 0)  # an unseen entity's first occurrence replaces M
-        weight = torch.where(first_sets, keep ** exponent, weight)
-        scale = torch.where(self.seen[unique], keep ** counts.to(local.dtype),
-                            torch.zeros_like(counts, dtype=local.dtype))
+        weight = torch.where(first_sets, keep**exponent, weight)
+        scale = torch.where(
+            self.seen[unique], keep ** counts.to(local.dtype), torch.zeros_like(counts, dtype=local.dtype)
+        )
         folded = torch.zeros(unique.numel(), local.shape[1], dtype=local.dtype, device=local.device)
         folded.index_add_(0, inverse, weight.unsqueeze(1) * local)
         self.local[unique] = scale.unsqueeze(1) * self.local[unique] + folded
         self.seen[unique] = True
 
     def training_state(self) -> dict[str, torch.Tensor]:
-        return {"local": self.local, "seen": self.seen, "global_sum": self.global_sum,
-                "global_count": self.global_count, "lambda": torch.tensor(self.lam)}
+        return {
+            "local": self.local,
+            "seen": self.seen,
+            "global_sum": self.global_sum,
+            "global_count": self.global_count,
+            "lambda": torch.tensor(self.lam),
+        }
 
     def load_training_state(self, state: dict[str, torch.Tensor]) -> None:
         for name in ("local", "seen", "global_sum", "global_count"):
             if state[name].shape != getattr(self, name).shape:
-                raise ValueError(f"memory bank state {name} has shape {tuple(state[name].shape)}, the model's "
-                                 f"{tuple(getattr(self, name).shape)}: saved by a model with another entity vocabulary")
+                raise ValueError(
+                    f"memory bank state {name} has shape {tuple(state[name].shape)}, the model's "
+                    f"{tuple(getattr(self, name).shape)}: saved by a model with another entity vocabulary"
+                )
             getattr(self, name).copy_(state[name])
         self.lam = float(state["lambda"])
 

@@ -5,5 +5,14 @@ from .processing_roof_transformer import RoofTransformerProcessor
 from .processing_trelm import TrelmProcessor
 from .processing_utils import KeplmProcessor, tokenizer_fingerprint
 
-__all__ = ["KeplmProcessor", "KalaProcessor", "RelationExtractionProcessor", "RoofTransformerProcessor",
-           "TrelmProcessor", "char_spans_to_token_spans", "encode_entities", "tokenizer_fingerprint", "word_offsets"]
+__all__ = [
+    "KeplmProcessor",
+    "KalaProcessor",
+    "RelationExtractionProcessor",
+    "RoofTransformerProcessor",
+    "TrelmProcessor",
+    "char_spans_to_token_spans",
+    "encode_entities",
+    "tokenizer_fingerprint",
+    "word_offsets",
+]

@@ -63,13 +63,18 @@ def encode_entities(tokenizer, text: str, entity_spans: Sequence[Sequence[Sequen
     inside = token_spans[:, 0] >= 0
     token_map = np.full(len(offsets), -1, dtype=np.int64)
     for m in sorted(np.nonzero(inside)[0], key=lambda m: (token_spans[m, 1] - token_spans[m, 0], m)):
-        segment = token_map[token_spans[m, 0]:token_spans[m, 1] + 1]
+        segment = token_map[token_spans[m, 0] : token_spans[m, 1] + 1]
         segment[segment < 0] = owner[m]
     kept = np.zeros(len(entity_spans), dtype=bool)
     kept[token_map[token_map >= 0]] = True
     in_window = np.zeros(len(entity_spans), dtype=bool)
     in_window[owner[inside]] = True
     result = {key: list(value) for key, value in encoding.items()}
-    result.update(entity_token_map=token_map.tolist(), entity_kept=kept, num_mentions=len(flat),
-                  num_dropped_mentions=int((~inside).sum()), num_shadowed_entities=int((in_window & ~kept).sum()))
+    result.update(
+        entity_token_map=token_map.tolist(),
+        entity_kept=kept,
+        num_mentions=len(flat),
+        num_dropped_mentions=int((~inside).sum()),
+        num_shadowed_entities=int((in_window & ~kept).sum()),
+    )
     return result

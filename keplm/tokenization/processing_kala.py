@@ -57,8 +57,9 @@ class KalaProcessor(KeplmProcessor):
             )
 
     # ------------------------------------------------------------------ graph of one feature
-    def build_graph(self, mention_ids: list[str | None], triplets, annotation_mention_ids=None
-                    ) -> tuple[list[int], list[list[int]], list[int], list[int]]:
+    def build_graph(
+        self, mention_ids: list[str | None], triplets, annotation_mention_ids=None
+    ) -> tuple[list[int], list[list[int]], list[int], list[int]]:
         """Nodes = mentioned entities (one per distinct id; one per id-less mention) + the entities of their facts.
 
         A fact is kept when it connects to a mention of the feature through the annotation's facts, up to as many
@@ -86,10 +87,15 @@ class KalaProcessor(KeplmProcessor):
                 node_of[entity_id] = len(nodes)
                 nodes.append(assets.entity_row(entity_id))
             mention_nodes.append(node_of[entity_id])
-        facts = [(str(h), str(r), str(t)) for h, r, t in
-                 ((f.h, f.r, f.t) if hasattr(f, "h") else (f["h"], f["r"], f["t"]) for f in triplets)]
-        annotation_ids = set(node_of) if annotation_mention_ids is None else {
-            str(e) for e in annotation_mention_ids if e is not None} | set(node_of)
+        facts = [
+            (str(h), str(r), str(t))
+            for h, r, t in ((f.h, f.r, f.t) if hasattr(f, "h") else (f["h"], f["r"], f["t"]) for f in triplets)
+        ]
+        annotation_ids = (
+            set(node_of)
+            if annotation_mention_ids is None
+            else {str(e) for e in annotation_mention_ids if e is not None} | set(node_of)
+        )
         reach = max((d for d in fact_depths(annotation_ids, facts) if d is not None), default=0)
         depths = fact_depths(set(node_of), facts)
         sources, targets, relations = [], [], []
@@ -122,14 +128,23 @@ class KalaProcessor(KeplmProcessor):
         report = self.knowledge_assets.entity_coverage(knowledge, max_examples=max_examples)
         for part in ("mentions", "fact_entities"):
             if report[part]["unknown"]:
-                logger.warning("%d of %d %s have an entity id that is not in the knowledge graph (e.g. %s): they are "
-                               "read as the null entity", report[part]["unknown"], report[part]["total"],
-                               part.replace("_", " "), report[part]["unknown_examples"])
+                logger.warning(
+                    "%d of %d %s have an entity id that is not in the knowledge graph (e.g. %s): they are "
+                    "read as the null entity",
+                    report[part]["unknown"],
+                    report[part]["total"],
+                    part.replace("_", " "),
+                    report[part]["unknown_examples"],
+                )
         relations = report["fact_relations"]
         if relations["unknown"]:
-            logger.warning("%d of %d facts have a relation that is not in the knowledge graph (e.g. %s): they are read "
-                           "as the unknown relation", relations["unknown"], relations["total"],
-                           relations["unknown_examples"])
+            logger.warning(
+                "%d of %d facts have a relation that is not in the knowledge graph (e.g. %s): they are read "
+                "as the unknown relation",
+                relations["unknown"],
+                relations["total"],
+                relations["unknown_examples"],
+            )
         return report
 
     def knowledge_features(self, offsets, masks, annotations) -> dict:

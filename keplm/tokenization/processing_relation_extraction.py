@@ -21,8 +21,16 @@ from .processing_utils import KeplmProcessor
 from .schema import GraphSchema
 
 #: the features' per-document counts of what truncation and the relation vocabulary cost
-COUNT_COLUMNS = ("num_mentions", "num_dropped_mentions", "num_entities", "num_excluded_entities",
-                 "num_shadowed_entities", "num_facts", "num_lost_facts", "num_unknown_relation_facts")
+COUNT_COLUMNS = (
+    "num_mentions",
+    "num_dropped_mentions",
+    "num_entities",
+    "num_excluded_entities",
+    "num_shadowed_entities",
+    "num_facts",
+    "num_lost_facts",
+    "num_unknown_relation_facts",
+)
 
 
 def document_facts(row: dict) -> list[dict]:
@@ -54,15 +62,30 @@ class RelationExtractionProcessor(KeplmProcessor):
         entity_types: entity type names (type id i + 1; 0 = unknown); None: every entity has type 0.
     """
 
-    model_input_names = ["input_ids", "token_type_ids", "attention_mask", "entity_token_map", "node_entity_ids",
-                         "edge_index"]
+    model_input_names = [
+        "input_ids",
+        "token_type_ids",
+        "attention_mask",
+        "entity_token_map",
+        "node_entity_ids",
+        "edge_index",
+    ]
     sequence_families = {"input_ids": ("input_ids", "attention_mask", "token_type_ids", "entity_token_map")}
     position_keys: dict[str, str] = {}
     graph_schema = GraphSchema(edge_values=("edge_labels",))
 
-    def __init__(self, tokenizer: PreTrainedTokenizerBase, knowledge_assets: KnowledgeAssets | None = None, *,
-                 label2id: dict[str, int], max_length: int = 512, negative_ratio: float | None = None,
-                 seed: int = 0, entity_types: Sequence[str] | None = None, linker_kwargs: dict | None = None):
+    def __init__(
+        self,
+        tokenizer: PreTrainedTokenizerBase,
+        knowledge_assets: KnowledgeAssets | None = None,
+        *,
+        label2id: dict[str, int],
+        max_length: int = 512,
+        negative_ratio: float | None = None,
+        seed: int = 0,
+        entity_types: Sequence[str] | None = None,
+        linker_kwargs: dict | None = None,
+    ):
         super().__init__(tokenizer, knowledge_assets, linker_kwargs)
         if label2id.get(NO_RELATION, 0) != 0:
             raise ValueError(f"{NO_RELATION!r} must have id 0 in label2id, got {label2id.get(NO_RELATION)}")
@@ -85,34 +108,50 @@ class RelationExtractionProcessor(KeplmProcessor):
 
     def processor_config(self) -> dict:
         """The settings saved in ``processor_config.json``."""
-        return {**super().processor_config(), "label2id": self.label2id, "max_length": self.max_length,
-                "negative_ratio": self.negative_ratio, "seed": self.seed, "entity_types": self.entity_types}
+        return {
+            **super().processor_config(),
+            "label2id": self.label2id,
+            "max_length": self.max_length,
+            "negative_ratio": self.negative_ratio,
+            "seed": self.seed,
+            "entity_types": self.entity_types,
+        }
 
     def check_config(self, config) -> None:
         """ValueError when the model's relation vocabulary or entity types differ from the processor's."""
         super().check_config(config)
         label2id = getattr(config, "label2id", None)
         if getattr(config, "no_relation_label", None) is not None and dict(label2id) != self.label2id:
-            raise ValueError(f"the processor's relation ids {self.label2id} differ from the model's {dict(label2id)}: "
-                             "the labels would name the wrong relations")
+            raise ValueError(
+                f"the processor's relation ids {self.label2id} differ from the model's {dict(label2id)}: "
+                "the labels would name the wrong relations"
+            )
         if hasattr(config, "entity_types") and (config.entity_types or None) != self.entity_types:
-            raise ValueError(f"the processor's entity types {self.entity_types} differ from the model's "
-                             f"{config.entity_types}")
+            raise ValueError(
+                f"the processor's entity types {self.entity_types} differ from the model's {config.entity_types}"
+            )
 
     # ------------------------------------------------------------------ features
-    def __call__(self, text: str, entity_spans: Sequence[Sequence[Sequence[int]]],
-                 entity_types: Sequence[str] | None = None, facts: Sequence[dict] = (),
-                 return_tensors: str | None = None) -> dict:
+    def __call__(
+        self,
+        text: str,
+        entity_spans: Sequence[Sequence[Sequence[int]]],
+        entity_types: Sequence[str] | None = None,
+        facts: Sequence[dict] = (),
+        return_tensors: str | None = None,
+    ) -> dict:
         """Features of one document: ``entity_spans[e]`` the character spans of entity e's mentions.
         ``return_tensors="pt"``: the model's inputs (and ``edge_labels``) as a batch of one, else lists."""
         if return_tensors not in (None, "pt"):
             raise ValueError(f"return_tensors must be None or 'pt' (PyTorch), got {return_tensors!r}")
-        features = self.document_features({"text": text, "entity_spans": entity_spans, "entity_types": entity_types,
-                                           "facts": list(facts)})
+        features = self.document_features(
+            {"text": text, "entity_spans": entity_spans, "entity_types": entity_types, "facts": list(facts)}
+        )
         if return_tensors is None:
             return features
-        return self.as_tensors({key: value for key, value in features.items()
-                                if key in (*self.model_input_names, "edge_labels")})
+        return self.as_tensors(
+            {key: value for key, value in features.items() if key in (*self.model_input_names, "edge_labels")}
+        )
 
     def prepare_relation_features(self, examples: dict) -> dict:
         """``datasets.map(batched=True)`` function: the features of every row of a batch."""

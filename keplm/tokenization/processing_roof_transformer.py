@@ -110,8 +110,13 @@ def _clause(triple: KnowledgeTriple, style: str, language: str, continuation: st
     return f", {continuation} is a {r} of {t}" if continuation is not None else f"{h} is a {r} of {t}"
 
 
-def iter_units(triples: Iterable[KnowledgeTriple], style: str = "exp2", language: str = "auto",
-               pronoun: str = "he", zh_pronoun: str = "他") -> Iterator[KnowledgeUnit]:
+def iter_units(
+    triples: Iterable[KnowledgeTriple],
+    style: str = "exp2",
+    language: str = "auto",
+    pronoun: str = "he",
+    zh_pronoun: str = "他",
+) -> Iterator[KnowledgeUnit]:
     """Units of the verbalised triples, lazily (see :func:`verbalize`)."""
     if style not in VERBALIZATIONS:
         raise ValueError(f"verbalization must be one of {VERBALIZATIONS}, got {style!r}")
@@ -132,8 +137,13 @@ def iter_units(triples: Iterable[KnowledgeTriple], style: str = "exp2", language
         yield KnowledgeUnit(tuple(clauses), tuple(group))
 
 
-def verbalize(triples: Iterable[KnowledgeTriple], style: str = "exp2", language: str = "auto", pronoun: str = "he",
-              zh_pronoun: str = "他") -> list[KnowledgeUnit]:
+def verbalize(
+    triples: Iterable[KnowledgeTriple],
+    style: str = "exp2",
+    language: str = "auto",
+    pronoun: str = "he",
+    zh_pronoun: str = "他",
+) -> list[KnowledgeUnit]:
     """Exp0 / Exp1 / Exp2 units of ``triples`` in order (paper §3.3, Figure 2); Exp2 merges consecutive triples with
     the same head into the previous unit with ``pronoun`` (English) or ``zh_pronoun`` (Chinese)."""
     return list(iter_units(triples, style, language, pronoun, zh_pronoun))
@@ -179,8 +189,9 @@ def name_triples(kg: KnowledgeGraph, rows: Iterable[tuple[int, int, int]]) -> li
     return out
 
 
-def resolve_triples(kg: KnowledgeGraph | None, triples: Iterable[Sequence[str]], ids: str = "auto") -> list[
-        KnowledgeTriple]:
+def resolve_triples(
+    kg: KnowledgeGraph | None, triples: Iterable[Sequence[str]], ids: str = "auto"
+) -> list[KnowledgeTriple]:
     """Named triples of a precomputed list: ``ids="auto"`` reads a part as a KG id when the KG has it (entity ids for
     head / tail, relation ids for the relation), else as a name; ``"kg"`` requires KG ids; ``"names"`` takes text."""
     if ids not in ("auto", "kg", "names"):
@@ -193,8 +204,11 @@ def resolve_triples(kg: KnowledgeGraph | None, triples: Iterable[Sequence[str]],
             raise ValueError(f"triple {i} must be three non-empty strings (head, relation, tail), got {triple!r}")
         parts, unnamed, head_key = [], False, None
         for position, value in enumerate(triple):
-            known = kg is not None and ids != "names" and (
-                kg.has_relation(value) if position == 1 else kg.has_entity(value))
+            known = (
+                kg is not None
+                and ids != "names"
+                and (kg.has_relation(value) if position == 1 else kg.has_entity(value))
+            )
             if ids == "kg" and not known:
                 what = "relation" if position == 1 else "entity"
                 raise ValueError(f"triple {i}: {value!r} is not a {what} id of the knowledge graph")
@@ -227,21 +241,33 @@ class KnowledgeInput:
 
     def features(self) -> dict:
         """The processor's feature columns (:data:`KNOWLEDGE_COLUMNS` and :data:`COUNT_COLUMNS`)."""
-        return {"knowledge_input_ids": list(self.input_ids), "knowledge_attention_mask": [1] * len(self.input_ids),
-                "knowledge_unit_ids": list(self.unit_ids), "num_selected_triples": self.num_selected,
-                "num_cut_triples": self.num_cut, "num_unnamed_triples": self.num_unnamed}
+        return {
+            "knowledge_input_ids": list(self.input_ids),
+            "knowledge_attention_mask": [1] * len(self.input_ids),
+            "knowledge_unit_ids": list(self.unit_ids),
+            "num_selected_triples": self.num_selected,
+            "num_cut_triples": self.num_cut,
+            "num_unnamed_triples": self.num_unnamed,
+        }
 
 
 def _special_ids(tokenizer: PreTrainedTokenizerBase) -> tuple[int, int]:
     cls, sep = tokenizer.cls_token_id, tokenizer.sep_token_id
     if cls is None or sep is None:
-        raise ValueError(f"{type(tokenizer).__name__} has no CLS/SEP tokens: Roof-Transformer's knowledge sequence is "
-                         "[CLS] unit [SEP] unit [SEP] ...")
+        raise ValueError(
+            f"{type(tokenizer).__name__} has no CLS/SEP tokens: Roof-Transformer's knowledge sequence is "
+            "[CLS] unit [SEP] unit [SEP] ..."
+        )
     return cls, sep
 
 
-def fit_knowledge(units: Iterable[KnowledgeUnit], tokenizer: PreTrainedTokenizerBase, max_knowledge_length: int = 511,
-                  num_selected: int | None = None, chunk_size: int = 64) -> KnowledgeInput:
+def fit_knowledge(
+    units: Iterable[KnowledgeUnit],
+    tokenizer: PreTrainedTokenizerBase,
+    max_knowledge_length: int = 511,
+    num_selected: int | None = None,
+    chunk_size: int = 64,
+) -> KnowledgeInput:
     """``[CLS] unit [SEP] ...`` of the units that fit ``max_knowledge_length`` tokens after ``[CLS]`` (first fit in
     order, whole units or, for Exp2, whole-clause prefixes; see the module docstring). ``num_selected`` defaults to
     the number of triples in ``units`` (pass it when ``units`` is a lazy iterator that may be left unfinished)."""
@@ -301,10 +327,14 @@ def read_triple_lists(path: str | os.PathLike) -> dict[str, list[tuple[str, str,
         for i, triple in enumerate(triples):
             if isinstance(triple, dict):
                 triple = [triple.get(k) for k in ("h", "r", "t")]
-            if not isinstance(triple, list) or len(triple) != 3 or not all(
-                    isinstance(x, (str, int)) and not isinstance(x, bool) and str(x) for x in triple):
-                raise ValueError(f"{path}: example {key!r} triple {i}: expected [head, relation, tail] strings, "
-                                 f"got {triple!r}")
+            if (
+                not isinstance(triple, list)
+                or len(triple) != 3
+                or not all(isinstance(x, (str, int)) and not isinstance(x, bool) and str(x) for x in triple)
+            ):
+                raise ValueError(
+                    f"{path}: example {key!r} triple {i}: expected [head, relation, tail] strings, got {triple!r}"
+                )
             rows.append(tuple(str(x) for x in triple))
         out[str(key)] = rows
     return out
@@ -317,8 +347,9 @@ def write_triple_lists(path: str | os.PathLike, triple_lists: dict) -> None:
         json.dump(payload, handle, ensure_ascii=False, indent=1)
 
 
-def add_triples_column(dataset, triple_lists: dict, id_column: str = "idx", column: str = TRIPLES_COLUMN,
-                       missing: str = "error"):
+def add_triples_column(
+    dataset, triple_lists: dict, id_column: str = "idx", column: str = TRIPLES_COLUMN, missing: str = "error"
+):
     """``dataset`` with a column of each example's precomputed triples, looked up by ``str(example[id_column])``;
     an example without an entry is a ValueError (``missing="error"``) or gets no triples (``"empty"``)."""
     if missing not in ("error", "empty"):
@@ -352,18 +383,24 @@ def knowledge_statistics(columns, group_ids: Sequence | None = None) -> dict:
         rows = sorted(first.values())
     kept = [selected[i] - cut[i] for i in rows]
     examples = len(kept)
-    return {"examples": examples, "selected": sum(selected[i] for i in rows), "kept": sum(kept),
-            "cut": sum(cut[i] for i in rows), "unnamed": sum(unnamed[i] for i in rows),
-            "kept_per_example": sum(kept) / examples if examples else 0.0,
-            "share_with_knowledge": sum(k > 0 for k in kept) / examples if examples else 0.0}
+    return {
+        "examples": examples,
+        "selected": sum(selected[i] for i in rows),
+        "kept": sum(kept),
+        "cut": sum(cut[i] for i in rows),
+        "unnamed": sum(unnamed[i] for i in rows),
+        "kept_per_example": sum(kept) / examples if examples else 0.0,
+        "share_with_knowledge": sum(k > 0 for k in kept) / examples if examples else 0.0,
+    }
 
 
 class _CarriedAnnotation(KnowledgeAnnotation):
     """A passage annotation that carries its example's knowledge features through the base class's QA windows."""
 
     def __init__(self, annotation: KnowledgeAnnotation | None, knowledge: dict):
-        super().__init__(list(annotation.entities) if annotation else [],
-                         list(annotation.triplets) if annotation else [])
+        super().__init__(
+            list(annotation.entities) if annotation else [], list(annotation.triplets) if annotation else []
+        )
         self.knowledge = knowledge
 
 
@@ -383,8 +420,10 @@ class RoofTransformerProcessor(KeplmProcessor):
     """
 
     model_input_names = ["input_ids", "token_type_ids", "attention_mask", *KNOWLEDGE_COLUMNS]
-    sequence_families = {"input_ids": KeplmProcessor.sequence_families["input_ids"],
-                         "knowledge_input_ids": KNOWLEDGE_COLUMNS}
+    sequence_families = {
+        "input_ids": KeplmProcessor.sequence_families["input_ids"],
+        "knowledge_input_ids": KNOWLEDGE_COLUMNS,
+    }
 
     def __init__(
         self,
@@ -399,8 +438,11 @@ class RoofTransformerProcessor(KeplmProcessor):
         linker_kwargs: dict | None = None,
     ):
         super().__init__(tokenizer, knowledge_assets, linker_kwargs)
-        for value, allowed, what in ((selection, SELECTION_MODES, "selection"), (language, LANGUAGES, "language"),
-                                     (verbalization, VERBALIZATIONS, "verbalization")):
+        for value, allowed, what in (
+            (selection, SELECTION_MODES, "selection"),
+            (language, LANGUAGES, "language"),
+            (verbalization, VERBALIZATIONS, "verbalization"),
+        ):
             if value not in allowed:
                 raise ValueError(f"{what} must be one of {allowed}, got {value!r}")
         if not isinstance(max_knowledge_length, int) or max_knowledge_length < 0:
@@ -410,9 +452,15 @@ class RoofTransformerProcessor(KeplmProcessor):
         self.pronoun, self.zh_pronoun, self.max_knowledge_length = pronoun, zh_pronoun, max_knowledge_length
 
     def processor_config(self) -> dict:
-        return {**super().processor_config(), "selection": self.selection, "verbalization": self.verbalization,
-                "language": self.language, "pronoun": self.pronoun, "zh_pronoun": self.zh_pronoun,
-                "max_knowledge_length": self.max_knowledge_length}
+        return {
+            **super().processor_config(),
+            "selection": self.selection,
+            "verbalization": self.verbalization,
+            "language": self.language,
+            "pronoun": self.pronoun,
+            "zh_pronoun": self.zh_pronoun,
+            "max_knowledge_length": self.max_knowledge_length,
+        }
 
     def check_config(self, config) -> None:
         """ValueError when the knowledge sequence would not fit the KB encoder's positions, or the config records
@@ -423,19 +471,25 @@ class RoofTransformerProcessor(KeplmProcessor):
         encoder = getattr(config, "knowledge_encoder_config", None)
         positions = getattr(encoder, "max_position_embeddings", None)
         if positions is not None and self.max_knowledge_length + 1 > positions:
-            raise ValueError(f"max_knowledge_length={self.max_knowledge_length} + [CLS] exceeds the knowledge "
-                             f"encoder's {positions} positions")
+            raise ValueError(
+                f"max_knowledge_length={self.max_knowledge_length} + [CLS] exceeds the knowledge "
+                f"encoder's {positions} positions"
+            )
         recorded = getattr(config, "max_knowledge_length", None)
         if recorded is not None and recorded != self.max_knowledge_length:
-            raise ValueError(f"the processor builds {self.max_knowledge_length} knowledge tokens but the model was "
-                             f"configured with max_knowledge_length={recorded}")
+            raise ValueError(
+                f"the processor builds {self.max_knowledge_length} knowledge tokens but the model was "
+                f"configured with max_knowledge_length={recorded}"
+            )
 
     # ------------------------------------------------------------------ knowledge of one example
     def select(self, annotations: Sequence[KnowledgeAnnotation | None]) -> list[KnowledgeTriple]:
         """Named triples selected from the KG for a passage given by its annotations (see the module docstring)."""
         if self.kg is None:
-            raise ValueError("Roof-Transformer selects triples from a knowledge graph and the processor holds none: "
-                             "pass KnowledgeAssets(kg=kg), or precomputed triple lists")
+            raise ValueError(
+                "Roof-Transformer selects triples from a knowledge graph and the processor holds none: "
+                "pass KnowledgeAssets(kg=kg), or precomputed triple lists"
+            )
         return name_triples(self.kg, select_triples(self.kg, passage_entity_ids(annotations), self.selection))
 
     def facts_read(self, annotation: dict) -> tuple[list[dict], str | None]:
@@ -445,16 +499,22 @@ class RoofTransformerProcessor(KeplmProcessor):
         ents, rels = self.kg.entity_ids, self.kg.relation_ids
         return [{"h": ents[h], "r": rels[r], "t": ents[t]} for h, r, t in rows], TRIPLES_COLUMN
 
-    def build_knowledge(self, triples: Sequence[KnowledgeTriple], max_knowledge_length: int | None = None
-                        ) -> KnowledgeInput:
+    def build_knowledge(
+        self, triples: Sequence[KnowledgeTriple], max_knowledge_length: int | None = None
+    ) -> KnowledgeInput:
         """Verbalise and fit named triples (in order) into the knowledge budget."""
         budget = self.max_knowledge_length if max_knowledge_length is None else max_knowledge_length
         units = iter_units(triples, self.verbalization, self.language, self.pronoun, self.zh_pronoun)
         return fit_knowledge(units, self.tokenizer, budget, num_selected=len(triples))
 
-    def knowledge_for_texts(self, texts: Sequence[str], annotations: Sequence | None = None,
-                            triples: Sequence[Sequence[str]] | None = None, max_knowledge_length: int | None = None,
-                            triple_ids: str = "auto") -> KnowledgeInput:
+    def knowledge_for_texts(
+        self,
+        texts: Sequence[str],
+        annotations: Sequence | None = None,
+        triples: Sequence[Sequence[str]] | None = None,
+        max_knowledge_length: int | None = None,
+        triple_ids: str = "auto",
+    ) -> KnowledgeInput:
         """The knowledge of one example whose passage is ``texts``: precomputed ``triples`` if given, else triples
         selected by the texts' annotations (each linked when its annotation is None)."""
         if triples is not None:
@@ -477,24 +537,43 @@ class RoofTransformerProcessor(KeplmProcessor):
         return self.build_knowledge(self.select([passage])).features()
 
     # ------------------------------------------------------------------ datasets.map functions
-    def link_text_columns(self, dataset, text_columns: Sequence[str] = ("sentence1", "sentence2"),
-                          output_columns: Sequence[str] | None = None, num_proc: int | None = None):
+    def link_text_columns(
+        self,
+        dataset,
+        text_columns: Sequence[str] = ("sentence1", "sentence2"),
+        output_columns: Sequence[str] | None = None,
+        num_proc: int | None = None,
+    ):
         """``link_dataset`` for each text column; outputs default to :func:`annotation_columns_for`."""
         if self.kg is None:
             raise ValueError("linking needs a knowledge graph, and the processor holds none")
         outputs = list(output_columns) if output_columns is not None else annotation_columns_for(len(text_columns))
         for column, output in zip(text_columns, outputs):
-            dataset = link_dataset(dataset, self.kg, self.linker_kwargs, column, output_column=output,
-                                   linker=self._linker, num_proc=num_proc)
+            dataset = link_dataset(
+                dataset,
+                self.kg,
+                self.linker_kwargs,
+                column,
+                output_column=output,
+                linker=self._linker,
+                num_proc=num_proc,
+            )
         return dataset
 
-    def prepare_pair_features(self, examples: dict, text_columns: Sequence[str] = ("sentence1", "sentence2"),
-                              label_column: str | None = "label", max_length: int = 128,
-                              max_knowledge_length: int | None = None,
-                              annotation_columns: Sequence[str | None] | None = None,
-                              triples_column: str | None = TRIPLES_COLUMN, with_knowledge: bool = True,
-                              triple_ids: str = "auto", append_knowledge: bool = False,
-                              max_total_length: int | None = None) -> dict:
+    def prepare_pair_features(
+        self,
+        examples: dict,
+        text_columns: Sequence[str] = ("sentence1", "sentence2"),
+        label_column: str | None = "label",
+        max_length: int = 128,
+        max_knowledge_length: int | None = None,
+        annotation_columns: Sequence[str | None] | None = None,
+        triples_column: str | None = TRIPLES_COLUMN,
+        with_knowledge: bool = True,
+        triple_ids: str = "auto",
+        append_knowledge: bool = False,
+        max_total_length: int | None = None,
+    ) -> dict:
         """``datasets.map(batched=True)`` function for sentence(-pair) classification / regression (GLUE): one feature
         per example, ``[CLS] s1 [SEP] s2 [SEP]`` truncated to ``max_length`` (one text column: CoLA, SST-2),
         ``labels`` from ``label_column`` (int, or float for STS-B; None: no labels), and the knowledge of both texts.
@@ -515,7 +594,10 @@ class RoofTransformerProcessor(KeplmProcessor):
             knowledge = self.knowledge_for_texts(
                 [text[i] for text in texts],
                 [column[i] if column is not None else None for column in annotations],
-                triples[i] if triples is not None else None, max_knowledge_length, triple_ids)
+                triples[i] if triples is not None else None,
+                max_knowledge_length,
+                triple_ids,
+            )
             if appended:  # one encoder reads the text, then the units: "[CLS] s1 [SEP] s2 [SEP] u1 [SEP] u2 [SEP]"
                 room = (max_total_length or max_length) - len(out["input_ids"][i])
                 units = knowledge.input_ids[1 : 1 + room]
@@ -530,17 +612,26 @@ class RoofTransformerProcessor(KeplmProcessor):
                 out.setdefault(key, []).append(value)
         return out
 
-    def prepare_qa_features(self, examples: dict, max_length: int = 384, doc_stride: int = 128, training: bool = True,
-                            annotation_column: str | None = "knowledge",
-                            question_annotation_column: str | None = "question_knowledge",
-                            with_knowledge: bool = True, triples_column: str | None = TRIPLES_COLUMN,
-                            max_knowledge_length: int | None = None, triple_ids: str = "auto") -> dict:
+    def prepare_qa_features(
+        self,
+        examples: dict,
+        max_length: int = 384,
+        doc_stride: int = 128,
+        training: bool = True,
+        annotation_column: str | None = "knowledge",
+        question_annotation_column: str | None = "question_knowledge",
+        with_knowledge: bool = True,
+        triples_column: str | None = TRIPLES_COLUMN,
+        max_knowledge_length: int | None = None,
+        triple_ids: str = "auto",
+    ) -> dict:
         """The base class's stride windows, each with its example's knowledge, selected once per example from the
         context (``annotation_column`` or linking) or read from ``triples_column``. The question is not searched
         (``question_annotation_column`` is accepted for the base signature and ignored)."""
         if not with_knowledge:
-            return super().prepare_qa_features(examples, max_length=max_length, doc_stride=doc_stride,
-                                               training=training, with_knowledge=False)
+            return super().prepare_qa_features(
+                examples, max_length=max_length, doc_stride=doc_stride, training=training, with_knowledge=False
+            )
         contexts = examples["context"]
         annotations = examples.get(annotation_column) if annotation_column else None
         triples = examples.get(triples_column) if triples_column else None
@@ -549,18 +640,43 @@ class RoofTransformerProcessor(KeplmProcessor):
             annotation = as_annotation(annotations[i]) if annotations is not None else None
             if triples is None and annotation is None:
                 annotation = self.link(context)
-            knowledge = self.knowledge_for_texts([context], [annotation], triples[i] if triples is not None else None,
-                                                 max_knowledge_length, triple_ids)
+            knowledge = self.knowledge_for_texts(
+                [context], [annotation], triples[i] if triples is not None else None, max_knowledge_length, triple_ids
+            )
             carried.append(_CarriedAnnotation(annotation, knowledge.features()))
         examples = {**examples, _QA_CARRIER: carried}
-        return super().prepare_qa_features(examples, max_length=max_length, doc_stride=doc_stride, training=training,
-                                           annotation_column=_QA_CARRIER, question_annotation_column=None)
+        return super().prepare_qa_features(
+            examples,
+            max_length=max_length,
+            doc_stride=doc_stride,
+            training=training,
+            annotation_column=_QA_CARRIER,
+            question_annotation_column=None,
+        )
 
 
 __all__ = [
-    "RoofTransformerProcessor", "KnowledgeTriple", "KnowledgeUnit", "KnowledgeInput", "KNOWLEDGE_COLUMNS",
-    "COUNT_COLUMNS", "TRIPLES_COLUMN", "SELECTION_MODES", "VERBALIZATIONS", "LANGUAGES", "detect_language",
-    "verbalize", "iter_units", "passage_entity_ids", "select_triples", "name_triples", "resolve_triples",
-    "fit_knowledge", "read_triple_lists", "write_triple_lists", "add_triples_column", "knowledge_statistics",
+    "RoofTransformerProcessor",
+    "KnowledgeTriple",
+    "KnowledgeUnit",
+    "KnowledgeInput",
+    "KNOWLEDGE_COLUMNS",
+    "COUNT_COLUMNS",
+    "TRIPLES_COLUMN",
+    "SELECTION_MODES",
+    "VERBALIZATIONS",
+    "LANGUAGES",
+    "detect_language",
+    "verbalize",
+    "iter_units",
+    "passage_entity_ids",
+    "select_triples",
+    "name_triples",
+    "resolve_triples",
+    "fit_knowledge",
+    "read_triple_lists",
+    "write_triple_lists",
+    "add_triples_column",
+    "knowledge_statistics",
     "annotation_columns_for",
 ]

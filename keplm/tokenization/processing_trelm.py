@@ -33,11 +33,17 @@ class TrelmProcessor(KeplmProcessor):
     """
 
     model_input_names = ["input_ids", "token_type_ids", "attention_mask", *KNOWLEDGE_COLUMNS]
-    sequence_families = {"input_ids": (*KeplmProcessor.sequence_families["input_ids"], *KNOWLEDGE_COLUMNS,
-                                       *TARGET_COLUMNS)}
+    sequence_families = {
+        "input_ids": (*KeplmProcessor.sequence_families["input_ids"], *KNOWLEDGE_COLUMNS, *TARGET_COLUMNS)
+    }
 
-    def __init__(self, tokenizer: PreTrainedTokenizerBase, knowledge_assets: KnowledgeAssets | None = None,
-                 linker_kwargs: dict | None = None, max_name_tokens: int = 8):
+    def __init__(
+        self,
+        tokenizer: PreTrainedTokenizerBase,
+        knowledge_assets: KnowledgeAssets | None = None,
+        linker_kwargs: dict | None = None,
+        max_name_tokens: int = 8,
+    ):
         super().__init__(tokenizer, knowledge_assets, linker_kwargs)
         self.max_name_tokens = max_name_tokens
 
@@ -47,10 +53,16 @@ class TrelmProcessor(KeplmProcessor):
     def check_config(self, config) -> None:
         super().check_config(config)
         size = getattr(config, "entity_vocab_size", None)
-        if size is not None and getattr(config, "uses_knowledge_assets", False) and self.knowledge_assets.entity_vocab \
-                and size != self.knowledge_assets.num_entities:
-            raise ValueError(f"the processor's entity vocabulary has {self.knowledge_assets.num_entities} rows but "
-                             f"the model was built for {size}")
+        if (
+            size is not None
+            and getattr(config, "uses_knowledge_assets", False)
+            and self.knowledge_assets.entity_vocab
+            and size != self.knowledge_assets.num_entities
+        ):
+            raise ValueError(
+                f"the processor's entity vocabulary has {self.knowledge_assets.num_entities} rows but "
+                f"the model was built for {size}"
+            )
 
     # ------------------------------------------------------------------ knowledge updates
     def update_knowledge(self, kg, model=None, add_entities: bool = True) -> dict:
@@ -84,30 +96,44 @@ class TrelmProcessor(KeplmProcessor):
         if old is None or old.entity_vectors is None:
             return
         if getattr(kg, "entity_vectors", None) is None:
-            raise ValueError("the model reads KG vectors, but the new KG has none: train them with `keplm train-kge "
-                             "--keep_vectors_from <the old KG folder>`")
+            raise ValueError(
+                "the model reads KG vectors, but the new KG has none: train them with `keplm train-kge "
+                "--keep_vectors_from <the old KG folder>`"
+            )
         shared = [e for e in self.knowledge_assets.entity_vocab[1:] if old.has_entity(e) and kg.has_entity(e)]
         if not shared:
             return
         before = np.asarray(old.entity_vectors)[[old.entity_index(e) for e in shared]]
         after = np.asarray(kg.entity_vectors)[[kg.entity_index(e) for e in shared]]
-        moved = len(shared) if before.shape != after.shape else int(
-            (~np.isclose(before, after, rtol=0.0, atol=1e-6)).any(axis=1).sum())
+        moved = (
+            len(shared)
+            if before.shape != after.shape
+            else int((~np.isclose(before, after, rtol=0.0, atol=1e-6)).any(axis=1).sum())
+        )
         if moved:
-            raise ValueError(f"the new KG's vectors differ for {moved} of the {len(shared)} entities the model was "
-                             f"trained with: the model reads them as learned, so train the new vectors with `keplm "
-                             f"train-kge --keep_vectors_from <the old KG folder>`")
+            raise ValueError(
+                f"the new KG's vectors differ for {moved} of the {len(shared)} entities the model was "
+                f"trained with: the model reads them as learned, so train the new vectors with `keplm "
+                f"train-kge --keep_vectors_from <the old KG folder>`"
+            )
 
     # ------------------------------------------------------------------ features
-    def prepare_pretraining_features(self, examples: dict, text_column: str = "text",
-                                     annotation_column: str | None = "knowledge", important_column: str = "important",
-                                     max_length: int = 128, with_knowledge: bool = True,
-                                     knowledge_targets: bool = True) -> dict:
+    def prepare_pretraining_features(
+        self,
+        examples: dict,
+        text_column: str = "text",
+        annotation_column: str | None = "knowledge",
+        important_column: str = "important",
+        max_length: int = 128,
+        with_knowledge: bool = True,
+        knowledge_targets: bool = True,
+    ) -> dict:
         """``datasets.map(batched=True)`` function: one feature per text (truncated to ``max_length``).
         ``with_knowledge=False`` (plain MLM): tokens only; ``knowledge_targets=False``: no CKA targets."""
         texts = examples[text_column]
-        encoding = self.tokenizer(texts, truncation=True, max_length=max_length, return_offsets_mapping=True,
-                                  return_special_tokens_mask=True)
+        encoding = self.tokenizer(
+            texts, truncation=True, max_length=max_length, return_offsets_mapping=True, return_special_tokens_mask=True
+        )
         offsets_batch = encoding.pop("offset_mapping")
         out = dict(encoding)
         if not with_knowledge:
@@ -118,11 +144,14 @@ class TrelmProcessor(KeplmProcessor):
             annotation = self.text_annotation(annotations[i] if annotations is not None else None, text)
             important = flags[i] if flags is not None else None
             if important is not None and len(important) != len(annotation.entities):
-                raise ValueError(f"example {i}: {len(important)} importance flags for {len(annotation.entities)} "
-                                 "mentions (recompute the important column for this annotation)")
+                raise ValueError(
+                    f"example {i}: {len(important)} importance flags for {len(annotation.entities)} "
+                    "mentions (recompute the important column for this annotation)"
+                )
             mask = [s == 0 for s in encoding.sequence_ids(i)]
-            feature = self.entity_features(encoding["input_ids"][i], offsets_batch[i], mask, annotation, important,
-                                           knowledge_targets)
+            feature = self.entity_features(
+                encoding["input_ids"][i], offsets_batch[i], mask, annotation, important, knowledge_targets
+            )
             for key, value in feature.items():
                 out.setdefault(key, []).append(value)
         return out
@@ -161,9 +190,13 @@ class TrelmProcessor(KeplmProcessor):
                 cka_index[first : last + 1] = np.arange(last + 1 - first)
             elif row > 0 and (important is None or important[k]):
                 inject[first : last + 1] = 1
-        return {"entity_ids": entity_ids.tolist(), "mention_token_map": mention_map.tolist(),
-                "inject_mask": inject.tolist(), "cka_labels": cka_labels.tolist(),
-                "cka_token_index": cka_index.tolist()}
+        return {
+            "entity_ids": entity_ids.tolist(),
+            "mention_token_map": mention_map.tolist(),
+            "inject_mask": inject.tolist(),
+            "cka_labels": cka_labels.tolist(),
+            "cka_token_index": cka_index.tolist(),
+        }
 
     # ------------------------------------------------------------------ CKA negatives
     def entity_name_table(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -200,8 +233,13 @@ def feature_statistics(features) -> dict:
         count = sum(1 for t in labels if t != -100)
         targets += count
         with_target += count > 0
-    return {"examples": rows, "entity_tokens": mentions, "injected_tokens": injected, "cka_target_tokens": targets,
-            "examples_with_cka_target": with_target}
+    return {
+        "examples": rows,
+        "entity_tokens": mentions,
+        "injected_tokens": injected,
+        "cka_target_tokens": targets,
+        "examples_with_cka_target": with_target,
+    }
 
 
 __all__ = ["TrelmProcessor", "KNOWLEDGE_COLUMNS", "TARGET_COLUMNS", "feature_statistics"]

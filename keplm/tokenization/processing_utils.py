@@ -83,8 +83,9 @@ class KeplmProcessor(TaskFeatures):
         linker_kwargs: dict | None = None,
     ):
         if not getattr(tokenizer, "is_fast", False):
-            raise ValueError(f"{type(self).__name__} needs a fast tokenizer (offset mappings), got "
-                             f"{type(tokenizer).__name__}")
+            raise ValueError(
+                f"{type(self).__name__} needs a fast tokenizer (offset mappings), got {type(tokenizer).__name__}"
+            )
         self.tokenizer = tokenizer
         self.knowledge_assets = knowledge_assets if knowledge_assets is not None else KnowledgeAssets()
         self.linker_kwargs = dict(linker_kwargs or {})
@@ -123,10 +124,15 @@ class KeplmProcessor(TaskFeatures):
             kg = load_kg(kg)
         if not isinstance(kg, KnowledgeGraph):
             raise ValueError(f"update_knowledge takes a KnowledgeGraph or a KG spec, got {type(kg).__name__}")
-        if model is not None and getattr(model, "knowledge_assets", None) is not None and (
-                model.knowledge_assets.content_hash() != self.knowledge_assets.content_hash()):
-            raise ValueError("the model and the processor hold different vocabularies: update the processor that "
-                             "was saved with this model")
+        if (
+            model is not None
+            and getattr(model, "knowledge_assets", None) is not None
+            and (model.knowledge_assets.content_hash() != self.knowledge_assets.content_hash())
+        ):
+            raise ValueError(
+                "the model and the processor hold different vocabularies: update the processor that "
+                "was saved with this model"
+            )
         report = self.knowledge_assets.kg_change(kg)
         self.knowledge_assets = self.knowledge_assets.with_kg(kg)
         self._linker = None  # the linker's dictionary is the old KG's
@@ -134,9 +140,12 @@ class KeplmProcessor(TaskFeatures):
             model.set_knowledge_assets(self.knowledge_assets)
         logger.info("Knowledge updated: %s", {k: v for k, v in report.items() if not k.endswith("_hash")})
         if report["facts_with_unknown_relation"]:
-            logger.warning("%d facts of the new KG have a relation the model was not trained with (e.g. %s): they "
-                           "are read as the unknown relation", report["facts_with_unknown_relation"],
-                           report["unknown_relations"])
+            logger.warning(
+                "%d facts of the new KG have a relation the model was not trained with (e.g. %s): they "
+                "are read as the unknown relation",
+                report["facts_with_unknown_relation"],
+                report["unknown_relations"],
+            )
         return report
 
     def signature(self) -> dict:
@@ -144,9 +153,13 @@ class KeplmProcessor(TaskFeatures):
         from datasets.fingerprint import Hasher
 
         assets = self.knowledge_assets
-        return {"processor": type(self).__name__, "config": self.processor_config(), "vocab": assets.content_hash(),
-                "kg": self.kg.content_hash() if self.kg is not None else None,
-                "tokenizer": Hasher.hash(self.tokenizer)}
+        return {
+            "processor": type(self).__name__,
+            "config": self.processor_config(),
+            "vocab": assets.content_hash(),
+            "kg": self.kg.content_hash() if self.kg is not None else None,
+            "tokenizer": Hasher.hash(self.tokenizer),
+        }
 
     # ------------------------------------------------------------------ linking
     @property
@@ -161,14 +174,23 @@ class KeplmProcessor(TaskFeatures):
     def link(self, text: str) -> KnowledgeAnnotation:
         return self.linker.link(text)
 
-    def link_dataset(self, dataset, column: str, split_into_words: bool = False, num_proc: int | None = None,
-                     desc: str | None = None):
+    def link_dataset(
+        self, dataset, column: str, split_into_words: bool = False, num_proc: int | None = None, desc: str | None = None
+    ):
         """The dataset with a ``knowledge`` column: the linking pass of a split, read by everything after it
         (entity vocabulary, seen/unseen subsets, features). ``split_into_words``: the column holds word lists."""
         if self.kg is None:
             raise ValueError("linking needs a knowledge graph, and the processor holds none")
-        return link_dataset(dataset, self.kg, self.linker_kwargs, column, split_into_words=split_into_words,
-                            linker=self._linker, num_proc=num_proc, desc=desc)
+        return link_dataset(
+            dataset,
+            self.kg,
+            self.linker_kwargs,
+            column,
+            split_into_words=split_into_words,
+            linker=self._linker,
+            num_proc=num_proc,
+            desc=desc,
+        )
 
     def linking_signature(self) -> dict:
         return linker_signature(self.kg, self.linker_kwargs) if self.kg is not None else {}
@@ -188,9 +210,16 @@ class KeplmProcessor(TaskFeatures):
                 example = f"{old.text!r} [{old.start}, {old.end}) -> {new.text!r} [{new.start}, {new.end})"
                 if new is not old and len(report["widened_examples"]) < 5 and example not in report["widened_examples"]:
                     report["widened_examples"].append(example)
-                    logger.warning("mention %r [%d, %d) cuts through the word %r: widened to [%d, %d) (further "
-                                   "widenings are counted in alignment_report())", old.text, old.start, old.end,
-                                   new.text, new.start, new.end)
+                    logger.warning(
+                        "mention %r [%d, %d) cuts through the word %r: widened to [%d, %d) (further "
+                        "widenings are counted in alignment_report())",
+                        old.text,
+                        old.start,
+                        old.end,
+                        new.text,
+                        new.start,
+                        new.end,
+                    )
         return widened
 
     def alignment_report(self) -> dict:
@@ -211,8 +240,11 @@ class KeplmProcessor(TaskFeatures):
             if annotation is None or not annotation.entities:
                 continue
             token_spans = char_spans_to_token_spans(offsets, [(m.start, m.end) for m in annotation.entities], mask)
-            spans.extend((int(first), int(last), mention)
-                         for mention, (first, last) in zip(annotation.entities, token_spans) if first >= 0)
+            spans.extend(
+                (int(first), int(last), mention)
+                for mention, (first, last) in zip(annotation.entities, token_spans)
+                if first >= 0
+            )
         return spans
 
     def facts_read(self, annotation: dict) -> tuple[list[dict], str | None]:
@@ -226,14 +258,23 @@ class KeplmProcessor(TaskFeatures):
         return {}
 
     # ------------------------------------------------------------------ one text
-    def __call__(self, text: str, annotation=None, max_length: int = 512, truncation: bool = True,
-                 with_knowledge: bool = True, return_tensors: str | None = None, **kwargs) -> dict:
+    def __call__(
+        self,
+        text: str,
+        annotation=None,
+        max_length: int = 512,
+        truncation: bool = True,
+        with_knowledge: bool = True,
+        return_tensors: str | None = None,
+        **kwargs,
+    ) -> dict:
         """Encode one text; links it against the KG when no annotation is given. ``return_tensors="pt"``: the model's
         inputs as a batch of one (``model(**processor(text, return_tensors="pt"))``), else lists."""
         if return_tensors not in (None, "pt"):
             raise ValueError(f"return_tensors must be None or 'pt' (PyTorch), got {return_tensors!r}")
-        encoding = self.tokenizer(text, max_length=max_length, truncation=truncation, return_offsets_mapping=True,
-                                  **kwargs)
+        encoding = self.tokenizer(
+            text, max_length=max_length, truncation=truncation, return_offsets_mapping=True, **kwargs
+        )
         offsets = encoding.pop("offset_mapping")
         features = dict(encoding)
         if with_knowledge:
@@ -269,14 +310,18 @@ class KeplmProcessor(TaskFeatures):
         for name, encoder_config in encoders.items():
             vocab_size = getattr(encoder_config, "vocab_size", None)
             if vocab_size is not None and len(self.tokenizer) > vocab_size:
-                raise ValueError(f"the tokenizer has {len(self.tokenizer)} tokens but the model's {name} embeds only "
-                                 f"{vocab_size}: the processor and the model come from different checkpoints")
+                raise ValueError(
+                    f"the tokenizer has {len(self.tokenizer)} tokens but the model's {name} embeds only "
+                    f"{vocab_size}: the processor and the model come from different checkpoints"
+                )
         recorded = getattr(config, "tokenizer_hash", None)
         if recorded is not None and recorded != tokenizer_fingerprint(self.tokenizer):
-            raise ValueError(f"the processor's tokenizer (fingerprint {tokenizer_fingerprint(self.tokenizer)[:12]}) is "
-                             f"not the one the model was trained with ({recorded[:12]}: another vocabulary or casing): "
-                             "load the processor saved with the model (set config.tokenizer_hash = None if the "
-                             "tokenizer was changed on purpose)")
+            raise ValueError(
+                f"the processor's tokenizer (fingerprint {tokenizer_fingerprint(self.tokenizer)[:12]}) is "
+                f"not the one the model was trained with ({recorded[:12]}: another vocabulary or casing): "
+                "load the processor saved with the model (set config.tokenizer_hash = None if the "
+                "tokenizer was changed on purpose)"
+            )
 
     def check_model(self, model) -> None:
         """ValueError when ``model`` cannot read this processor's features: a tokenizer larger than the model's
@@ -305,18 +350,35 @@ class KeplmProcessor(TaskFeatures):
         config = {"processor_class": type(self).__name__, "format_version": FORMAT_VERSION, **self.processor_config()}
         (directory / PROCESSOR_CONFIG_NAME).write_text(json.dumps(config, indent=2, default=repr))
 
-    def push_to_hub(self, repo_id: str, *, commit_message: str | None = None, commit_description: str | None = None,
-                    private: bool | None = None, token: bool | str | None = None, revision: str | None = None,
-                    create_pr: bool = False):
+    def push_to_hub(
+        self,
+        repo_id: str,
+        *,
+        commit_message: str | None = None,
+        commit_description: str | None = None,
+        private: bool | None = None,
+        token: bool | str | None = None,
+        revision: str | None = None,
+        create_pr: bool = False,
+    ):
         """Upload the processor (tokenizer, ``processor_config.json``, ``knowledge/``) to ``repo_id`` in one commit;
         ``from_pretrained(repo_id)`` / ``AutoProcessor`` load it back."""
-        return push_folder(self.save_pretrained, repo_id, commit_message=commit_message,
-                           commit_description=commit_description, private=private, token=token, revision=revision,
-                           create_pr=create_pr, default_message=f"Upload {type(self).__name__}")
+        return push_folder(
+            self.save_pretrained,
+            repo_id,
+            commit_message=commit_message,
+            commit_description=commit_description,
+            private=private,
+            token=token,
+            revision=revision,
+            create_pr=create_pr,
+            default_message=f"Upload {type(self).__name__}",
+        )
 
     @classmethod
-    def from_pretrained(cls, pretrained_model_name_or_path: str | os.PathLike,
-                        knowledge_assets: KnowledgeAssets | None = None, **kwargs) -> KeplmProcessor:
+    def from_pretrained(
+        cls, pretrained_model_name_or_path: str | os.PathLike, knowledge_assets: KnowledgeAssets | None = None, **kwargs
+    ) -> KeplmProcessor:
         """Load a processor saved with :meth:`save_pretrained` (a directory or a Hub repo id; ``revision``,
         ``token``, ``cache_dir``, ``local_files_only``, ``force_download`` as for models). Called on the base
         class (or through ``AutoProcessor``) it returns the saved processor's class. ``knowledge_assets``: assets

@@ -48,8 +48,9 @@ class TaskFeatures:
         sub-token with ``label_all_tokens``); special tokens get -100.
         """
         words_batch = examples["tokens"]
-        encoding = self.tokenizer(words_batch, is_split_into_words=True, truncation=True, max_length=max_length,
-                                  return_offsets_mapping=True)
+        encoding = self.tokenizer(
+            words_batch, is_split_into_words=True, truncation=True, max_length=max_length, return_offsets_mapping=True
+        )
         annotations = examples.get(annotation_column) if annotation_column and with_knowledge else None
         out: dict[str, list] = {}
         for i, words in enumerate(words_batch):
@@ -68,7 +69,8 @@ class TaskFeatures:
                     out.setdefault(key, []).append(value)
             if label_column is not None:
                 out.setdefault("labels", []).append(
-                    align_word_labels(examples[label_column][i], word_ids, label_all_tokens))
+                    align_word_labels(examples[label_column][i], word_ids, label_all_tokens)
+                )
         encoding.pop("offset_mapping")
         return {**encoding, **out}
 
@@ -102,8 +104,14 @@ class TaskFeatures:
                 out.setdefault(key, []).append(value)
         return out
 
-    def encode_pairs(self, examples: dict, text_columns: Sequence[str], label_column: str | None, max_length: int,
-                     offsets: bool = False) -> tuple[list, object, dict]:
+    def encode_pairs(
+        self,
+        examples: dict,
+        text_columns: Sequence[str],
+        label_column: str | None,
+        max_length: int,
+        offsets: bool = False,
+    ) -> tuple[list, object, dict]:
         """``(texts, tokenizer encoding, features)`` of one or two text columns: ``[CLS] s1 [SEP] s2 [SEP]`` truncated
         to ``max_length``, ``labels`` from ``label_column``; a ValueError for a missing column. ``offsets``: the
         encoding keeps its ``offset_mapping`` (the features never do)."""
@@ -150,8 +158,9 @@ class TaskFeatures:
         context_part = 1 if pad_right else 0
         sample_map = encoding.pop("overflow_to_sample_mapping")
         context_annotations = examples.get(annotation_column) if annotation_column and with_knowledge else None
-        question_annotations = (examples.get(question_annotation_column)
-                                if question_annotation_column and with_knowledge else None)
+        question_annotations = (
+            examples.get(question_annotation_column) if question_annotation_column and with_knowledge else None
+        )
         cache: dict[int, tuple] = {}
         checked: set[int] = set()
         out: dict[str, list] = {}
@@ -164,7 +173,8 @@ class TaskFeatures:
                 if sample not in cache:
                     context = examples["context"][sample]
                     annotation = self.text_annotation(
-                        context_annotations[sample] if context_annotations is not None else None, context)
+                        context_annotations[sample] if context_annotations is not None else None, context
+                    )
                     question = question_annotations[sample] if question_annotations is not None else None
                     question = self.text_annotation(question, questions[sample]) if question is not None else None
                     cache[sample] = (annotation, question)
@@ -208,8 +218,9 @@ class TaskFeatures:
         sources = [f"{question_prefix}{q}{context_prefix}{c}" for q, c in zip(questions, examples["context"])]
         encoding = self.tokenizer(sources, max_length=max_length, truncation=True, return_offsets_mapping=True)
         context_annotations = examples.get(annotation_column) if annotation_column and with_knowledge else None
-        question_annotations = (examples.get(question_annotation_column)
-                                if question_annotation_column and with_knowledge else None)
+        question_annotations = (
+            examples.get(question_annotation_column) if question_annotation_column and with_knowledge else None
+        )
         out: dict[str, list] = {}
         for i, offsets in enumerate(encoding["offset_mapping"] if with_knowledge else ()):
             question_start = len(question_prefix)
@@ -217,25 +228,41 @@ class TaskFeatures:
             sequence_ids = encoding.sequence_ids(i)
             # each part's tokens, with offsets into that part's own text (what its annotation counts in)
             parts = ((context_start, len(sources[i])), (question_start, question_start + len(questions[i])))
-            masks = [[s == 0 and end > start and first <= start and end <= last
-                      for s, (start, end) in zip(sequence_ids, offsets)] for first, last in parts]
-            local = [(start - parts[0][0], end - parts[0][0]) if masks[0][t] else
-                     (start - parts[1][0], end - parts[1][0]) if masks[1][t] else (0, 0)
-                     for t, (start, end) in enumerate(offsets)]
+            masks = [
+                [
+                    s == 0 and end > start and first <= start and end <= last
+                    for s, (start, end) in zip(sequence_ids, offsets)
+                ]
+                for first, last in parts
+            ]
+            local = [
+                (start - parts[0][0], end - parts[0][0])
+                if masks[0][t]
+                else (start - parts[1][0], end - parts[1][0])
+                if masks[1][t]
+                else (0, 0)
+                for t, (start, end) in enumerate(offsets)
+            ]
             context = self.text_annotation(
-                context_annotations[i] if context_annotations is not None else None, examples["context"][i])
+                context_annotations[i] if context_annotations is not None else None, examples["context"][i]
+            )
             question = question_annotations[i] if question_annotations is not None else None
             question = self.text_annotation(question, questions[i]) if question is not None else None
             for key, value in self.knowledge_features(local, masks, [context, question]).items():
                 out.setdefault(key, []).append(value)
         if "answers" in examples:
-            out["answer_cut"] = [answer_cut(a, len(source) - len(c), offsets) for a, source, c, offsets in zip(
-                examples["answers"], sources, examples["context"], encoding["offset_mapping"])]
+            out["answer_cut"] = [
+                answer_cut(a, len(source) - len(c), offsets)
+                for a, source, c, offsets in zip(
+                    examples["answers"], sources, examples["context"], encoding["offset_mapping"]
+                )
+            ]
         encoding.pop("offset_mapping")
         answers = [a["text"][0] if a["text"] else "" for a in examples["answers"]] if "answers" in examples else None
         if answers is not None:
-            out["labels"] = self.tokenizer(text_target=answers, max_length=max_target_length,
-                                           truncation=True)["input_ids"]
+            out["labels"] = self.tokenizer(text_target=answers, max_length=max_target_length, truncation=True)[
+                "input_ids"
+            ]
         return {**encoding, **out}
 
 
@@ -261,11 +288,13 @@ def check_answer(examples: dict, sample: int) -> None:
     if not answers["answer_start"]:
         return
     start, text = answers["answer_start"][0], answers["text"][0]
-    if context[start:start + len(text)] != text:
+    if context[start : start + len(text)] != text:
         name = examples["id"][sample] if "id" in examples else f"#{sample} of the batch"
-        raise ValueError(f"QA example {name}: answer_start {start} does not point at the answer {text!r} (the context "
-                         f"holds {context[start:start + len(text)]!r} there); fix the data, or load SQuAD files with "
-                         "fix_answer_starts='nearest'")
+        raise ValueError(
+            f"QA example {name}: answer_start {start} does not point at the answer {text!r} (the context "
+            f"holds {context[start : start + len(text)]!r} there); fix the data, or load SQuAD files with "
+            "fix_answer_starts='nearest'"
+        )
 
 
 def answer_token_positions(answers: dict, offsets, context_mask) -> tuple[int, int]:
@@ -274,7 +303,7 @@ def answer_token_positions(answers: dict, offsets, context_mask) -> tuple[int, i
         return 0, 0
     start_char = answers["answer_start"][0]
     end_char = start_char + len(answers["text"][0])
-    (first, last), = char_spans_to_token_spans(offsets, [(start_char, end_char)], context_mask)
+    ((first, last),) = char_spans_to_token_spans(offsets, [(start_char, end_char)], context_mask)
     context_positions = [i for i, m in enumerate(context_mask) if m]
     if first < 0 or offsets[context_positions[0]][0] > start_char or offsets[context_positions[-1]][1] < end_char:
         return 0, 0
@@ -290,5 +319,12 @@ def answer_cut(answers: dict, context_start: int, offsets) -> bool:
     return context_start + answers["answer_start"][0] + len(answers["text"][0]) > kept
 
 
-__all__ = ["TaskFeatures", "align_word_labels", "annotation_columns_for", "as_annotation", "answer_cut",
-           "answer_token_positions", "check_answer"]
+__all__ = [
+    "TaskFeatures",
+    "align_word_labels",
+    "annotation_columns_for",
+    "as_annotation",
+    "answer_cut",
+    "answer_token_positions",
+    "check_answer",
+]

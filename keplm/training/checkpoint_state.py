@@ -75,8 +75,9 @@ class PicklessCheckpointState:
             return super()._save_rng_state(output_dir)
         states = {"python": random.getstate(), "numpy": np.random.get_state(), "cpu": torch.random.get_rng_state()}
         if torch.cuda.is_available():
-            states["cuda"] = (torch.cuda.random.get_rng_state_all() if self.args.world_size > 1
-                              else torch.cuda.random.get_rng_state())
+            states["cuda"] = (
+                torch.cuda.random.get_rng_state_all() if self.args.world_size > 1 else torch.cuda.random.get_rng_state()
+            )
         if self.args.world_size <= 1 or not torch.distributed.is_initialized():
             save_state(states, output_dir, self._rng_state_name())
             return

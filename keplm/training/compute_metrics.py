@@ -16,8 +16,13 @@ from keplm.tokenization.processing_relation_extraction import document_facts
 from .evaluate_metrics import Glue, SemEvalTask8, Seqeval, _KeplmMetric, _to_numpy
 from .metrics import align_ner_predictions, fact_scores, ner_metrics
 
-__all__ = ["NerComputeMetrics", "word_level_scores", "GlueComputeMetrics", "RelationClassificationComputeMetrics",
-           "FactMetrics"]
+__all__ = [
+    "NerComputeMetrics",
+    "word_level_scores",
+    "GlueComputeMetrics",
+    "RelationClassificationComputeMetrics",
+    "FactMetrics",
+]
 
 
 def _logits(predictions):
@@ -56,8 +61,14 @@ class NerComputeMetrics(_MetricCallable):
     Predictions may be logits or predicted ids (``preprocess_logits_for_metrics=argmax_logits``); positions whose
     gold label is ``ignore_index`` are dropped."""
 
-    def __init__(self, label_list, per_type: bool = False, mode: str | None = None, scheme: str | None = None,
-                 ignore_index: int = -100):
+    def __init__(
+        self,
+        label_list,
+        per_type: bool = False,
+        mode: str | None = None,
+        scheme: str | None = None,
+        ignore_index: int = -100,
+    ):
         self.label_list = list(label_list)
         self.ignore_index = ignore_index
         self.metric = Seqeval(keep_in_memory=True)
@@ -65,7 +76,9 @@ class NerComputeMetrics(_MetricCallable):
 
     def _inputs(self, eval_prediction) -> dict:
         predictions, references = align_ner_predictions(
-            _to_numpy(_logits(eval_prediction.predictions)), _to_numpy(eval_prediction.label_ids), self.label_list,
+            _to_numpy(_logits(eval_prediction.predictions)),
+            _to_numpy(eval_prediction.label_ids),
+            self.label_list,
             ignore_index=self.ignore_index,
         )
         return {"predictions": predictions, "references": references}
@@ -119,8 +132,10 @@ class RelationClassificationComputeMetrics(_MetricCallable):
         if predictions.ndim > 1:
             predictions = predictions.argmax(axis=-1)
         references = _to_numpy(eval_prediction.label_ids)
-        return {"predictions": [self.id2label[int(i)] for i in predictions.reshape(-1)],
-                "references": [self.id2label[int(i)] for i in references.reshape(-1)]}
+        return {
+            "predictions": [self.id2label[int(i)] for i in predictions.reshape(-1)],
+            "references": [self.id2label[int(i)] for i in references.reshape(-1)],
+        }
 
 
 class FactMetrics:
@@ -131,10 +146,12 @@ class FactMetrics:
     gold facts lost to truncation count as missed. Precision, recall and F1 are in percent."""
 
     def __init__(self, features, rows, id2label: Mapping[int, str], no_relation_id: int = 0):
-        self.pair_keys = [(doc, int(h), int(t)) for doc, edges in enumerate(features["edge_index"])
-                          for h, t in zip(*edges)]
-        self.gold = {(doc, int(f["h"]), int(f["t"]), f["r"]) for doc, row in enumerate(rows)
-                     for f in document_facts(row)}
+        self.pair_keys = [
+            (doc, int(h), int(t)) for doc, edges in enumerate(features["edge_index"]) for h, t in zip(*edges)
+        ]
+        self.gold = {
+            (doc, int(f["h"]), int(f["t"]), f["r"]) for doc, row in enumerate(rows) for f in document_facts(row)
+        }
         self.id2label = {int(i): label for i, label in id2label.items()}
         self.no_relation_id = no_relation_id
 
@@ -142,8 +159,13 @@ class FactMetrics:
         predictions = np.asarray(eval_prediction.predictions).reshape(-1)
         predictions = predictions[np.asarray(eval_prediction.label_ids).reshape(-1) != -100]
         if len(predictions) != len(self.pair_keys):
-            raise ValueError(f"{len(predictions)} predicted pairs for {len(self.pair_keys)} candidate rows: "
-                             "evaluation must cover the features in order")
-        predicted = {(*key, self.id2label[int(r)]) for key, r in zip(self.pair_keys, predictions)
-                     if int(r) != self.no_relation_id}
+            raise ValueError(
+                f"{len(predictions)} predicted pairs for {len(self.pair_keys)} candidate rows: "
+                "evaluation must cover the features in order"
+            )
+        predicted = {
+            (*key, self.id2label[int(r)])
+            for key, r in zip(self.pair_keys, predictions)
+            if int(r) != self.no_relation_id
+        }
         return to_percent(fact_scores(predicted, self.gold))  # P/R/F1 in percent, the counts as they are

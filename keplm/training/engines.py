@@ -51,12 +51,16 @@ def check_engine(trainer, environ: Mapping[str, str] | None = None) -> None:
     for engine, how in asked_engines(trainer.args, environ).items():
         if enabled[engine]:
             continue
-        why = ("accelerate applies it only on GPUs and other accelerators it shards on, and this machine has none"
-               if trainer.args.device.type == "cpu" else "accelerate did not set it up (see its launch config)")
+        why = (
+            "accelerate applies it only on GPUs and other accelerators it shards on, and this machine has none"
+            if trainer.args.device.type == "cpu"
+            else "accelerate did not set it up (see its launch config)"
+        )
         raise ValueError(
             f"{engine} was asked for ({how}) but accelerate runs {runs} ({why}): every process would hold the whole "
             f"model, its optimizer state and the entity memory. Drop the {engine} option to train with plain data "
-            "parallelism knowingly, or launch on accelerators.")
+            "parallelism knowingly, or launch on accelerators."
+        )
 
 
 __all__ = ["asked_engines", "asks_for_deepspeed", "check_engine"]

@@ -14,8 +14,9 @@ _ENCODER_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
 
 @torch.no_grad()
-def initialize_entity_memory_from_encoder(model, dataset, collator, batch_size: int = 32,
-                                          disable_tqdm: bool = False) -> int:
+def initialize_entity_memory_from_encoder(
+    model, dataset, collator, batch_size: int = 32, disable_tqdm: bool = False
+) -> int:
     """Set every entity-memory row to the mean last-layer state of the tokens of its training mentions.
 
     ``dataset`` is a ``datasets.Dataset`` of processor features. The wrapped HF encoder runs alone (no
@@ -28,8 +29,10 @@ def initialize_entity_memory_from_encoder(model, dataset, collator, batch_size: 
     base = model.base_model
     memory = getattr(base, "entity_memory", None)
     if memory is None:
-        logger.info("model has no entity memory (retrieval_mode=%r): nothing to initialise",
-                    getattr(model.config, "retrieval_mode", None))
+        logger.info(
+            "model has no entity memory (retrieval_mode=%r): nothing to initialise",
+            getattr(model.config, "retrieval_mode", None),
+        )
         return 0
     encoder = base.encoder
     hidden_size = encoder.config.hidden_size
@@ -67,8 +70,9 @@ def initialize_entity_memory_from_encoder(model, dataset, collator, batch_size: 
     rows = torch.nonzero(counts > 0).squeeze(-1)
     if rows.numel():
         memory.initialize_rows(rows, sums[rows] / counts[rows].unsqueeze(-1))
-    logger.info("Initialised %d of %d entity-memory rows from mean mention states", rows.numel(),
-                memory.num_entities - 1)
+    logger.info(
+        "Initialised %d of %d entity-memory rows from mean mention states", rows.numel(), memory.num_entities - 1
+    )
     return int(rows.numel())
 
 

@@ -83,8 +83,14 @@ class _KeplmMetric(evaluate.Metric):
         if self._auto_experiment_id:
             experiment_id = f"keplm-{uuid.uuid4().hex}"
         super().__init__(
-            config_name=config_name, keep_in_memory=keep_in_memory, cache_dir=cache_dir, num_process=num_process,
-            process_id=process_id, seed=seed, experiment_id=experiment_id, **kwargs,
+            config_name=config_name,
+            keep_in_memory=keep_in_memory,
+            cache_dir=cache_dir,
+            num_process=num_process,
+            process_id=process_id,
+            seed=seed,
+            experiment_id=experiment_id,
+            **kwargs,
         )
         self._module_info.module_name = self.metric_name
 
@@ -205,15 +211,17 @@ class SquadV1(_KeplmMetric):
             description="SQuAD v1.1 exact match and token F1 (official evaluation script), in percent.",
             citation=_SQUAD_CITATION,
             inputs_description=_SQUAD_INPUTS,
-            features=datasets.Features({
-                "predictions": {"id": datasets.Value("string"), "prediction_text": datasets.Value("string")},
-                "references": {
-                    "id": datasets.Value("string"),
-                    "answers": datasets.Sequence(
-                        {"text": datasets.Value("string"), "answer_start": datasets.Value("int32")}
-                    ),
-                },
-            }),
+            features=datasets.Features(
+                {
+                    "predictions": {"id": datasets.Value("string"), "prediction_text": datasets.Value("string")},
+                    "references": {
+                        "id": datasets.Value("string"),
+                        "answers": datasets.Sequence(
+                            {"text": datasets.Value("string"), "answer_start": datasets.Value("int32")}
+                        ),
+                    },
+                }
+            ),
             homepage="https://rajpurkar.github.io/SQuAD-explorer/",
             codebase_urls=["https://rajpurkar.github.io/SQuAD-explorer/"],
             reference_urls=["https://aclanthology.org/D16-1264/"],
@@ -290,10 +298,12 @@ class Seqeval(_KeplmMetric):
             "token accuracy for sequence labelling.",
             citation=_SEQEVAL_CITATION,
             inputs_description=_SEQEVAL_INPUTS,
-            features=datasets.Features({
-                "predictions": datasets.Sequence(datasets.Value("string")),
-                "references": datasets.Sequence(datasets.Value("string")),
-            }),
+            features=datasets.Features(
+                {
+                    "predictions": datasets.Sequence(datasets.Value("string")),
+                    "references": datasets.Sequence(datasets.Value("string")),
+                }
+            ),
             homepage="https://github.com/chakki-works/seqeval",
             codebase_urls=["https://github.com/chakki-works/seqeval"],
             reference_urls=["https://www.clips.uantwerpen.be/conll2003/ner/"],
@@ -337,18 +347,18 @@ class Glue(_KeplmMetric):
 
     def _info(self):
         if self.config_name not in GLUE_TASKS:
-            raise ValueError(
-                f"keplm_glue: unknown config name {self.config_name!r}; use one of {sorted(GLUE_TASKS)}"
-            )
+            raise ValueError(f"keplm_glue: unknown config name {self.config_name!r}; use one of {sorted(GLUE_TASKS)}")
         dtype = "float64" if self.config_name == "stsb" else "int64"
         return evaluate.MetricInfo(
             description="GLUE task metrics: accuracy, F1, Matthews correlation, Pearson and Spearman correlation.",
             citation=_GLUE_CITATION,
             inputs_description=_GLUE_INPUTS,
-            features=datasets.Features({
-                "predictions": datasets.Value(dtype),
-                "references": datasets.Value(dtype),
-            }),
+            features=datasets.Features(
+                {
+                    "predictions": datasets.Value(dtype),
+                    "references": datasets.Value(dtype),
+                }
+            ),
             format="numpy",
             homepage="https://gluebenchmark.com/",
             codebase_urls=["https://github.com/nyu-mll/GLUE-baselines"],
@@ -396,8 +406,9 @@ class SemEvalTask8(_KeplmMetric):
             "micro-F1 and accuracy.",
             citation=_SEMEVAL_CITATION,
             inputs_description="predictions, references: label names, e.g. 'Component-Whole(e2,e1)' or 'Other'.",
-            features=datasets.Features({"predictions": datasets.Value("string"),
-                                        "references": datasets.Value("string")}),
+            features=datasets.Features(
+                {"predictions": datasets.Value("string"), "references": datasets.Value("string")}
+            ),
             reference_urls=["https://aclanthology.org/S10-1006/"],
         )
 
@@ -452,16 +463,20 @@ class PrecisionAtK(_KeplmMetric):
             )
         extra = {"relations": datasets.Value("string")} if self.config_name == "relations" else {}
         features = [
-            datasets.Features({
-                "predictions": datasets.Sequence(datasets.Value("string")),
-                "references": datasets.Value("string"),
-                **extra,
-            }),
-            datasets.Features({
-                "predictions": datasets.Value("string"),
-                "references": datasets.Value("string"),
-                **extra,
-            }),
+            datasets.Features(
+                {
+                    "predictions": datasets.Sequence(datasets.Value("string")),
+                    "references": datasets.Value("string"),
+                    **extra,
+                }
+            ),
+            datasets.Features(
+                {
+                    "predictions": datasets.Value("string"),
+                    "references": datasets.Value("string"),
+                    **extra,
+                }
+            ),
         ]
         return evaluate.MetricInfo(
             description="Precision at k of ranked object predictions for cloze-style knowledge probing (LAMA), "

@@ -45,11 +45,15 @@ def shard_model(model: nn.Module, **fully_shard_kwargs) -> nn.Module:
         raise ValueError(f"FSDP2 cannot shard this {type(model).__name__}: {'; '.join(blockers)}")
     sparse = [name for name, module in model.named_modules() if isinstance(module, nn.Embedding) and module.sparse]
     if sparse:
-        raise ValueError(f"FSDP2 cannot shard embedding tables with sparse gradients ({', '.join(sparse)}): it "
-                         "reduces dense gradients only; build the model with dense tables")
+        raise ValueError(
+            f"FSDP2 cannot shard embedding tables with sparse gradients ({', '.join(sparse)}): it "
+            "reduces dense gradients only; build the model with dense tables"
+        )
     if not torch.distributed.is_available() or not torch.distributed.is_initialized():
-        raise ValueError("shard_model needs an initialised torch.distributed process group "
-                         "(torch.distributed.init_process_group, or a launch with torchrun / accelerate)")
+        raise ValueError(
+            "shard_model needs an initialised torch.distributed process group "
+            "(torch.distributed.init_process_group, or a launch with torchrun / accelerate)"
+        )
     for block in _blocks(model):
         fully_shard(block, **fully_shard_kwargs)
     fully_shard(model, **fully_shard_kwargs)

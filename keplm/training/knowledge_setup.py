@@ -57,15 +57,27 @@ class Featurizer:
 
     def signature(self) -> dict:
         """Everything besides the input data that determines the features (for the cache fingerprint)."""
-        return {**self.processor.signature(), "method": self.method, "with_knowledge": self.with_knowledge,
-                "arguments": self.arguments}
+        return {
+            **self.processor.signature(),
+            "method": self.method,
+            "with_knowledge": self.with_knowledge,
+            "arguments": self.arguments,
+        }
 
 
-def featurize(dataset, featurizer: Featurizer, num_proc: int | None = None, overwrite_cache: bool = False,
-              desc: str | None = None):
+def featurize(
+    dataset, featurizer: Featurizer, num_proc: int | None = None, overwrite_cache: bool = False, desc: str | None = None
+):
     """``dataset.map(featurizer, batched=True)``, dropping the raw columns, under a content-derived fingerprint."""
-    return fingerprinted_map(dataset, featurizer, featurizer.signature(), num_proc=num_proc,
-                             overwrite_cache=overwrite_cache, remove_columns=dataset.column_names, desc=desc)
+    return fingerprinted_map(
+        dataset,
+        featurizer,
+        featurizer.signature(),
+        num_proc=num_proc,
+        overwrite_cache=overwrite_cache,
+        remove_columns=dataset.column_names,
+        desc=desc,
+    )
 
 
 def maybe_add_lora(model, model_args: ModelArguments):
@@ -74,11 +86,21 @@ def maybe_add_lora(model, model_args: ModelArguments):
         return model
     from keplm.modeling.lora import add_lora
 
-    peft_model = add_lora(model, r=model_args.lora_r, alpha=model_args.lora_alpha, dropout=model_args.lora_dropout,
-                          target_modules=model_args.lora_target_modules)
+    peft_model = add_lora(
+        model,
+        r=model_args.lora_r,
+        alpha=model_args.lora_alpha,
+        dropout=model_args.lora_dropout,
+        target_modules=model_args.lora_target_modules,
+    )
     trainable = sum(p.numel() for p in peft_model.parameters() if p.requires_grad)
-    logger.info("LoRA r=%d on %s: %d of %d parameters train", model_args.lora_r, model_args.lora_target_modules,
-                trainable, sum(p.numel() for p in peft_model.parameters()))
+    logger.info(
+        "LoRA r=%d on %s: %d of %d parameters train",
+        model_args.lora_r,
+        model_args.lora_target_modules,
+        trainable,
+        sum(p.numel() for p in peft_model.parameters()),
+    )
     return peft_model
 
 

@@ -55,16 +55,12 @@ def ner_metrics(
     from seqeval.metrics import accuracy_score, classification_report
 
     if len(predictions) != len(references):
-        raise ValueError(
-            f"ner_metrics: {len(predictions)} predicted sequences vs {len(references)} references"
-        )
+        raise ValueError(f"ner_metrics: {len(predictions)} predicted sequences vs {len(references)} references")
     preds = [list(p) for p in predictions]
     refs = [list(r) for r in references]
     for i, (p, r) in enumerate(zip(preds, refs)):
         if len(p) != len(r):
-            raise ValueError(
-                f"ner_metrics: sequence {i} has {len(p)} predicted tags vs {len(r)} reference tags"
-            )
+            raise ValueError(f"ner_metrics: sequence {i} has {len(p)} predicted tags vs {len(r)} reference tags")
     scheme_cls = None
     if scheme is not None:
         import seqeval.scheme as seqeval_scheme
@@ -72,9 +68,7 @@ def ner_metrics(
         scheme_cls = getattr(seqeval_scheme, scheme.upper(), None)
         if scheme_cls is None:
             raise ValueError(f"ner_metrics: unknown seqeval scheme {scheme!r}")
-    report = classification_report(
-        refs, preds, output_dict=True, mode=mode, scheme=scheme_cls, zero_division=0
-    )
+    report = classification_report(refs, preds, output_dict=True, mode=mode, scheme=scheme_cls, zero_division=0)
     overall = report.pop("micro avg", {"precision": 0.0, "recall": 0.0, "f1-score": 0.0})
     result = {
         "precision": float(overall["precision"]),
@@ -100,9 +94,7 @@ def _label_name(id2label, index: int) -> str:
     try:
         return id2label[index]
     except IndexError:
-        raise ValueError(
-            f"align_ner_predictions: label id {index} out of range for {len(id2label)} labels"
-        ) from None
+        raise ValueError(f"align_ner_predictions: label id {index} out of range for {len(id2label)} labels") from None
 
 
 def align_ner_predictions(
@@ -118,9 +110,7 @@ def align_ner_predictions(
     if preds.ndim == labels.ndim + 1:
         preds = preds.argmax(axis=-1)
     if preds.shape != labels.shape:
-        raise ValueError(
-            f"align_ner_predictions: predictions shape {preds.shape} != labels shape {labels.shape}"
-        )
+        raise ValueError(f"align_ner_predictions: predictions shape {preds.shape} != labels shape {labels.shape}")
     pred_tags, ref_tags = [], []
     for pred_row, label_row in zip(preds, labels):
         keep = label_row != ignore_index
@@ -165,9 +155,7 @@ def _ground_truths(value) -> list[str]:
     return list(value)
 
 
-def squad_v1_metrics(
-    predictions: Mapping[str, str], references: Mapping[str, Sequence[str]]
-) -> dict[str, float]:
+def squad_v1_metrics(predictions: Mapping[str, str], references: Mapping[str, Sequence[str]]) -> dict[str, float]:
     """Exact match and F1 in percent, as the official v1.1 script: the max over ground truths,
     averaged over all reference questions (a missing prediction scores 0)."""
     if not references:
@@ -330,8 +318,9 @@ def _relation_and_direction(label: str) -> tuple[str, str]:
     return relation, direction
 
 
-def semeval_task8_metrics(predictions: Sequence[str], references: Sequence[str], other: str = "Other",
-                          relations: Sequence[str] | None = None) -> dict[str, float]:
+def semeval_task8_metrics(
+    predictions: Sequence[str], references: Sequence[str], other: str = "Other", relations: Sequence[str] | None = None
+) -> dict[str, float]:
     """The official SemEval-2010 Task 8 score (scorer v1.2, evaluation (iii)) as fractions: per relation, ignoring
     ``other``, P = correct / predicted and R = correct / gold, where a relation predicted with the wrong direction
     counts as predicted and not correct; ``macro_f1`` is the mean of the relations' F1 (the task's official score,
@@ -366,10 +355,12 @@ def semeval_task8_metrics(predictions: Sequence[str], references: Sequence[str],
     total = {key: sum(c[key] for c in counts.values()) for key in ("correct", "predicted", "gold")}
     micro_p = total["correct"] / total["predicted"] if total["predicted"] else 0.0
     micro_r = total["correct"] / total["gold"] if total["gold"] else 0.0
-    return {"macro_f1": float(np.mean(list(per_relation.values()))) if per_relation else 0.0,
-            "micro_f1": f1(micro_p, micro_r),
-            "accuracy": sum(p == g for p, g in zip(predictions, references)) / len(references),
-            **{f"f1_{relation}": value for relation, value in per_relation.items()}}
+    return {
+        "macro_f1": float(np.mean(list(per_relation.values()))) if per_relation else 0.0,
+        "micro_f1": f1(micro_p, micro_r),
+        "accuracy": sum(p == g for p, g in zip(predictions, references)) / len(references),
+        **{f"f1_{relation}": value for relation, value in per_relation.items()},
+    }
 
 
 # --------------------------------------------------------------------------- P@k (TRELM, LAMA probing)
@@ -429,5 +420,11 @@ def fact_scores(predicted: set, gold: set) -> dict[str, float]:
     precision = correct / len(predicted) if predicted else 0.0
     recall = correct / len(gold) if gold else 0.0
     f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
-    return {"precision": precision, "recall": recall, "f1": f1, "num_predicted": len(predicted),
-            "num_gold": len(gold), "num_correct": correct}
+    return {
+        "precision": precision,
+        "recall": recall,
+        "f1": f1,
+        "num_predicted": len(predicted),
+        "num_gold": len(gold),
+        "num_correct": correct,
+    }

@@ -81,16 +81,36 @@ class KeplmModelCardData:
 
     def record_metrics(self, metrics: dict | None) -> None:
         """A split's metrics (``eval_*``, ``predict_*``, ...) as the card shows them: numbers, without speeds."""
-        self.metrics.update({key: value for key, value in (metrics or {}).items()
-                             if key.startswith(CARD_METRIC_PREFIXES) and isinstance(value, (int, float))
-                             and not key.endswith(SPEED_SUFFIXES)})
+        self.metrics.update(
+            {
+                key: value
+                for key, value in (metrics or {}).items()
+                if key.startswith(CARD_METRIC_PREFIXES)
+                and isinstance(value, (int, float))
+                and not key.endswith(SPEED_SUFFIXES)
+            }
+        )
 
     def build(self, model, processor=None, output_dir: str | os.PathLike | None = None, **overrides):
         """The card (a huggingface_hub ``ModelCard``) of ``model`` with these facts; with ``output_dir`` its figures
         are drawn into ``output_dir/figures``. ``overrides`` replace given facts (``license``, ``tags``, ...)."""
-        facts = {name: getattr(self, name) for name in ("base_model", "base_model_id", "dataset", "repo_id", "command",
-                                                          "license", "language", "model_name", "knowledge_args",
-                                                          "train_linked_share", "kg", "example_text")}
+        facts = {
+            name: getattr(self, name)
+            for name in (
+                "base_model",
+                "base_model_id",
+                "dataset",
+                "repo_id",
+                "command",
+                "license",
+                "language",
+                "model_name",
+                "knowledge_args",
+                "train_linked_share",
+                "kg",
+                "example_text",
+            )
+        }
         facts.update({name: value for name, value in overrides.items() if value is not None})
         facts["tags"] = [*self.tags, *(overrides.get("tags") or [])]
         # what keplm's Trainer logs and the run scripts save is in percent (keplm.metric_units): say so to the card
@@ -130,4 +150,3 @@ class KeplmCardCallback(TrainerCallback):
         self.card_data.steps = state.global_step
         self.card_data.epochs = state.epoch
         self.card_data.log_history = list(state.log_history)
-

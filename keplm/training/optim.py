@@ -100,8 +100,9 @@ def clip_grad_norm_sparse_(parameters, max_norm: float) -> torch.Tensor:
 GROUP_OPTIMIZERS = ("sparse_adam", "rowwise_adagrad", "adamw")
 
 
-def build_group_optimizer(name: str, parameters: list[nn.Parameter], lr: float, betas, eps: float,
-                          weight_decay: float = 0.0):
+def build_group_optimizer(
+    name: str, parameters: list[nn.Parameter], lr: float, betas, eps: float, weight_decay: float = 0.0
+):
     """The optimizer called ``name`` (:data:`GROUP_OPTIMIZERS`) over ``parameters`` (``weight_decay``: AdamW's, on
     parameters with two or more dimensions)."""
     if name == "rowwise_adagrad":
@@ -111,8 +112,11 @@ def build_group_optimizer(name: str, parameters: list[nn.Parameter], lr: float, 
     if name == "adamw":
         decayed = [p for p in parameters if p.dim() > 1]
         others = [p for p in parameters if p.dim() <= 1]
-        groups = [{"params": params, "weight_decay": decay} for params, decay in
-                  ((decayed, weight_decay), (others, 0.0)) if params]
+        groups = [
+            {"params": params, "weight_decay": decay}
+            for params, decay in ((decayed, weight_decay), (others, 0.0))
+            if params
+        ]
         return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=eps)
     raise ValueError(f"unknown parameter-group optimizer {name!r}; choose from {GROUP_OPTIMIZERS}")
 
@@ -125,8 +129,9 @@ def _warmup_setting(warmup_steps: float | None) -> dict:
     return {} if warmup_steps is None else {WARMUP_KEY: warmup_steps}
 
 
-def apply_parameter_groups(optimizer: torch.optim.Optimizer, groups, learning_rate: float, betas, eps: float,
-                           weight_decay: float = 0.0):
+def apply_parameter_groups(
+    optimizer: torch.optim.Optimizer, groups, learning_rate: float, betas, eps: float, weight_decay: float = 0.0
+):
     """Move the parameters of the model's :class:`~keplm.modeling.base.ParameterGroup` s out of ``optimizer``'s
     groups: into new groups of ``optimizer`` at the group's learning rate (each keeps the settings, e.g. weight
     decay, of the group it left), or into the group's own optimizer (at the group's weight decay, else
@@ -148,8 +153,14 @@ def apply_parameter_groups(optimizer: torch.optim.Optimizer, groups, learning_ra
                 continue
             stock["params"] = [p for p in stock["params"] if id(p) not in ids]
             if group.optimizer is None:
-                optimizer.add_param_group({**{k: v for k, v in stock.items() if k != "params"}, "params": moved,
-                                           "lr": lr, **_warmup_setting(group.warmup_steps)})
+                optimizer.add_param_group(
+                    {
+                        **{k: v for k, v in stock.items() if k != "params"},
+                        "params": moved,
+                        "lr": lr,
+                        **_warmup_setting(group.warmup_steps),
+                    }
+                )
         if group.optimizer is not None and group.parameters:
             decay = weight_decay if group.weight_decay is None else group.weight_decay
             others.append(build_group_optimizer(group.optimizer, group.parameters, lr, betas, eps, decay))
@@ -169,8 +180,13 @@ def _warmup_factor(name, warmup: int, num_training_steps: int, scheduler_kwargs:
     from transformers import get_scheduler
 
     probe = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=1.0)
-    scheduler = get_scheduler(name, probe, num_warmup_steps=warmup, num_training_steps=num_training_steps,
-                              scheduler_specific_kwargs=scheduler_kwargs or {})
+    scheduler = get_scheduler(
+        name,
+        probe,
+        num_warmup_steps=warmup,
+        num_training_steps=num_training_steps,
+        scheduler_specific_kwargs=scheduler_kwargs or {},
+    )
     if not isinstance(scheduler, LambdaLR) or (warmup > 0 and scheduler.lr_lambdas[0](0) >= 1.0):
         return None
     return scheduler.lr_lambdas[0]
@@ -185,8 +201,13 @@ def schedule_has_warmup(name, scheduler_kwargs: dict | None = None) -> bool:
         return False
 
 
-def schedule_with_group_warmups(optimizer: torch.optim.Optimizer, name: str, num_training_steps: int,
-                                default_warmup_steps: int, scheduler_kwargs: dict | None = None) -> LambdaLR:
+def schedule_with_group_warmups(
+    optimizer: torch.optim.Optimizer,
+    name: str,
+    num_training_steps: int,
+    default_warmup_steps: int,
+    scheduler_kwargs: dict | None = None,
+) -> LambdaLR:
     """transformers' ``get_scheduler(name)`` for every param group, each with its own warm-up (``WARMUP_KEY``;
     ``default_warmup_steps`` where a group has none): one ``LambdaLR`` with one factor function per group. Raises
     ``ValueError`` for a schedule that is not a warm-up ``LambdaLR`` (``constant``, ``reduce_lr_on_plateau``, ...),
@@ -195,9 +216,11 @@ def schedule_with_group_warmups(optimizer: torch.optim.Optimizer, name: str, num
     def factor(warmup: int):
         found = _warmup_factor(name, warmup, num_training_steps, scheduler_kwargs)
         if found is None:
-            raise ValueError(f"--lr_scheduler_type {getattr(name, 'value', name)} has no warm-up, so a parameter "
-                             "group cannot have a warm-up of its own (e.g. --knowledge_warmup_steps); use linear, "
-                             "cosine, polynomial, ...")
+            raise ValueError(
+                f"--lr_scheduler_type {getattr(name, 'value', name)} has no warm-up, so a parameter "
+                "group cannot have a warm-up of its own (e.g. --knowledge_warmup_steps); use linear, "
+                "cosine, polynomial, ..."
+            )
         return found
 
     lambdas = []
@@ -239,8 +262,10 @@ class CombinedOptimizer(torch.optim.Optimizer):
 
     def load_state_dict(self, state_dict: dict) -> None:
         if len(state_dict.get("others", ())) != len(self.others):
-            raise ValueError(f"the saved optimizer state has {len(state_dict.get('others', ()))} group optimizers, "
-                             f"this training has {len(self.others)}: resume with the same parameter-group options")
+            raise ValueError(
+                f"the saved optimizer state has {len(state_dict.get('others', ()))} group optimizers, "
+                f"this training has {len(self.others)}: resume with the same parameter-group options"
+            )
         self.main.load_state_dict(state_dict["main"])
         for optimizer, state in zip(self.others, state_dict["others"]):
             optimizer.load_state_dict(state)

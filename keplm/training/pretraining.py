@@ -24,32 +24,46 @@ class PretrainingDataArguments:
 
     corpus: list[str] = field(
         default_factory=lambda: ["trex:../shared/data/lama", "fewrel:../shared/data/fewrel/val_wiki.json.gz"],
-        metadata={"help": "Corpus sources: trex:<lama dir> (T-REx evidence sentences), fewrel:<file>, "
-                  "annotations:<keplm build-kg file or folder>."},
+        metadata={
+            "help": "Corpus sources: trex:<lama dir> (T-REx evidence sentences), fewrel:<file>, "
+            "annotations:<keplm build-kg file or folder>."
+        },
     )
     held_out_fraction: float = field(
-        default=0.2, metadata={"help": "Share of the LAMA T-REx probe facts whose sentences never enter pre-training."})
+        default=0.2, metadata={"help": "Share of the LAMA T-REx probe facts whose sentences never enter pre-training."}
+    )
     max_train_samples: int | None = field(default=None, metadata={"help": "Keep this many corpus sentences."})
     max_seq_length: int = field(default=128, metadata={"help": "Tokens per sentence (longer: truncated)."})
     mlm_probability: float = field(default=0.15, metadata={"help": "Share of ordinary tokens masked (BERT)."})
     preprocessing_num_workers: int | None = field(default=None, metadata={"help": "Processes for datasets.map."})
     overwrite_cache: bool = field(default=False, metadata={"help": "Recompute cached features."})
-    probe: str = field(default="lama_trex", metadata={"help": "Probe of the P@1 curve (see run_probe.py; none: no "
-                                                                "curve, e.g. pre-training on a task's text)."})
+    probe: str = field(
+        default="lama_trex",
+        metadata={
+            "help": "Probe of the P@1 curve (see run_probe.py; none: no curve, e.g. pre-training on a task's text)."
+        },
+    )
     probe_data_dir: str = field(default="../shared/data", metadata={"help": "Folder with lama/ and pararel/."})
     probe_relations: list[str] | None = field(default=None, metadata={"help": "Probe only these relations."})
     probe_max_facts_per_relation: int | None = field(
-        default=100, metadata={"help": "Facts per relation in the P@1 curve (keeps each probe to seconds on a CPU)."})
+        default=100, metadata={"help": "Facts per relation in the P@1 curve (keeps each probe to seconds on a CPU)."}
+    )
     probe_every_steps: int = field(default=0, metadata={"help": "Probe every N steps (0: at the end only)."})
     probe_batch_size: int = field(default=64, metadata={"help": "Probe queries per forward pass."})
     max_train_seconds: float | None = field(
-        default=None, metadata={"help": "Stop training after this many seconds of training (probing excluded): "
-                                "the equal-wall-clock budget of a comparison."})
+        default=None,
+        metadata={
+            "help": "Stop training after this many seconds of training (probing excluded): "
+            "the equal-wall-clock budget of a comparison."
+        },
+    )
 
     def __post_init__(self):
         if self.max_train_seconds is not None and not self.max_train_seconds > 0:  # NaN fails too
-            raise ValueError(f"--max_train_seconds must be a positive number of seconds, got {self.max_train_seconds} "
-                             "(leave it out for no time budget)")
+            raise ValueError(
+                f"--max_train_seconds must be a positive number of seconds, got {self.max_train_seconds} "
+                "(leave it out for no time budget)"
+            )
         if self.max_seq_length < 8:
             raise ValueError(f"--max_seq_length must be at least 8 tokens, got {self.max_seq_length}")
 
@@ -57,18 +71,22 @@ class PretrainingDataArguments:
 @dataclass
 class TrelmArguments:
     """TRELM's settings (paper 3, 4.6-4.8); ``--system mlm`` is plain MLM continued pre-training (the baseline)."""
+
     _argument_group_name = "TRELM: knowledge and systems"  # the --help group
 
     system: Literal["mlm", "trelm"] = field(default="trelm", metadata={"help": "mlm (the baseline) or trelm."})
     kg: str | None = field(
         default=None,
-        metadata={"help": "The KG with KG embeddings for injection and entity names for the CKA negatives: a folder "
-                  "written by `keplm train-kge` (or any load_kg spec when injection is off)."},
+        metadata={
+            "help": "The KG with KG embeddings for injection and entity names for the CKA negatives: a folder "
+            "written by `keplm train-kge` (or any load_kg spec when injection is off)."
+        },
     )
     injection: bool = field(default=True, metadata={"help": "Knowledge injection (3.1); --no_injection: ablation."})
     injection_mode: Literal["replace", "add"] = field(default="replace", metadata={"help": "Replace or add (3.1)."})
     injection_selection: Literal["si", "long_tail", "si_long_tail", "all"] = field(
-        default="si_long_tail", metadata={"help": "Which mentions are important (3.1, 4.5)."})
+        default="si_long_tail", metadata={"help": "Which mentions are important (3.1, 4.5)."}
+    )
     si_quantile: float = field(default=0.5, metadata={"help": "SI threshold as a quantile of the corpus scores."})
     long_tail_quantile: float = field(default=0.5, metadata={"help": "Long-tail count threshold (quantile)."})
     cka: bool = field(default=True, metadata={"help": "Contrastive knowledge assessing (eq. 2); --no_cka: ablation."})
@@ -84,26 +102,47 @@ class TrelmArguments:
     routing_fraction: float = field(default=0.1, metadata={"help": "Share of FFN neurons per layer routed."})
     routing_steps: int = field(default=20, metadata={"help": "Riemann steps m of eq. 11 (paper: 20)."})
     routing_batch_steps: int | None = field(
-        default=None, metadata={"help": "Riemann steps per batched attribution pass (default: all m in one pass, "
-                                "which holds m copies of the batch's activations; smaller fits large batches)."})
+        default=None,
+        metadata={
+            "help": "Riemann steps per batched attribution pass (default: all m in one pass, "
+            "which holds m copies of the batch's activations; smaller fits large batches)."
+        },
+    )
     routing_interval: int = field(default=100, metadata={"help": "Re-route every N training steps."})
     entity_masking: bool = field(
-        default=False, metadata={"help": "mlm system: also always mask the tail-entity tokens TRELM decodes (separates "
-                                 "the effect of entity masking from TRELM's mechanisms)."})
+        default=False,
+        metadata={
+            "help": "mlm system: also always mask the tail-entity tokens TRELM decodes (separates "
+            "the effect of entity masking from TRELM's mechanisms)."
+        },
+    )
     exclude_held_out_from_kg: bool = field(
-        default=True, metadata={"help": "Remove the held-out facts from the KG (no leak through injection)."})
+        default=True, metadata={"help": "Remove the held-out facts from the KG (no leak through injection)."}
+    )
     export_encoder: bool = field(
-        default=False, metadata={"help": "Also write the pre-trained encoder alone with the tokenizer to OUTPUT_DIR/"
-                                 "encoder, a plain checkpoint the fine-tuning scripts take (TAPT, downstream tasks)."})
+        default=False,
+        metadata={
+            "help": "Also write the pre-trained encoder alone with the tokenizer to OUTPUT_DIR/"
+            "encoder, a plain checkpoint the fine-tuning scripts take (TAPT, downstream tasks)."
+        },
+    )
     kg_entity_rows: bool = field(
-        default=False, metadata={"help": "After training, give every KG entity with a KG vector an entity row (the "
-                                 "vocabulary is the corpus mentions'), so that entities found only in the KG are "
-                                 "injected when the saved model reads them; training is unchanged "
-                                 "(docs/knowledge_checks.md, TRELM's cloze check)."})
+        default=False,
+        metadata={
+            "help": "After training, give every KG entity with a KG vector an entity row (the "
+            "vocabulary is the corpus mentions'), so that entities found only in the KG are "
+            "injected when the saved model reads them; training is unchanged "
+            "(docs/knowledge_checks.md, TRELM's cloze check)."
+        },
+    )
     allow_kge_leak: bool = field(
-        default=False, metadata={"help": "Accept KG embeddings trained on a graph that holds held-out facts (by "
-                                 "default an error: train them with `keplm train-kge --exclude_facts "
-                                 "OUTPUT_DIR/held_out_facts.tsv`)."})
+        default=False,
+        metadata={
+            "help": "Accept KG embeddings trained on a graph that holds held-out facts (by "
+            "default an error: train them with `keplm train-kge --exclude_facts "
+            "OUTPUT_DIR/held_out_facts.tsv`)."
+        },
+    )
 
     @property
     def uses_knowledge(self) -> bool:
@@ -111,14 +150,24 @@ class TrelmArguments:
 
     def model_config(self) -> dict:
         trelm = self.system == "trelm"
-        return {"use_injection": trelm and self.injection, "injection_mode": self.injection_mode,
-                "use_cka": trelm and self.cka, "cka_weight": self.cka_weight,
-                "cka_num_negatives": self.cka_num_negatives, "cka_sampler": self.cka_sampler,
-                "use_memory_bank": trelm and self.memory_bank, "memory_window": self.memory_window,
-                "memory_momentum": self.memory_momentum, "memory_lambda": self.memory_lambda,
-                "memory_decay": self.memory_decay, "use_routing": trelm and self.routing,
-                "routing_fraction": self.routing_fraction, "routing_steps": self.routing_steps,
-                "routing_batch_steps": self.routing_batch_steps, "routing_interval": self.routing_interval}
+        return {
+            "use_injection": trelm and self.injection,
+            "injection_mode": self.injection_mode,
+            "use_cka": trelm and self.cka,
+            "cka_weight": self.cka_weight,
+            "cka_num_negatives": self.cka_num_negatives,
+            "cka_sampler": self.cka_sampler,
+            "use_memory_bank": trelm and self.memory_bank,
+            "memory_window": self.memory_window,
+            "memory_momentum": self.memory_momentum,
+            "memory_lambda": self.memory_lambda,
+            "memory_decay": self.memory_decay,
+            "use_routing": trelm and self.routing,
+            "routing_fraction": self.routing_fraction,
+            "routing_steps": self.routing_steps,
+            "routing_batch_steps": self.routing_batch_steps,
+            "routing_interval": self.routing_interval,
+        }
 
 
 # ---------------------------------------------------------------------------------------------- importance (3.1)
@@ -133,12 +182,23 @@ class ImportanceScorer:
         from keplm.knowledge.importance import semantic_importance
 
         annotations = [KnowledgeAnnotation.from_dict(a) for a in batch["knowledge"]]
-        return {"si_scores": semantic_importance(self.encoder, self.tokenizer, batch["text"], annotations,
-                                                 max_length=self.max_length)}
+        return {
+            "si_scores": semantic_importance(
+                self.encoder, self.tokenizer, batch["text"], annotations, max_length=self.max_length
+            )
+        }
 
 
-def add_importance(dataset, encoder, tokenizer, args: TrelmArguments, max_length: int, encoder_name: str,
-                   num_proc: int | None = None, overwrite_cache: bool = False):
+def add_importance(
+    dataset,
+    encoder,
+    tokenizer,
+    args: TrelmArguments,
+    max_length: int,
+    encoder_name: str,
+    num_proc: int | None = None,
+    overwrite_cache: bool = False,
+):
     """The corpus with ``important`` flags per mention (:func:`keplm.knowledge.importance.select_important`) and
     the selection report. SI scores are computed once per corpus and start encoder (cached by datasets)."""
     from datasets.fingerprint import Hasher
@@ -146,11 +206,21 @@ def add_importance(dataset, encoder, tokenizer, args: TrelmArguments, max_length
     from keplm.knowledge.importance import select_important
 
     if args.injection_selection in ("si", "si_long_tail"):
-        signature = {"encoder": encoder_name, "tokenizer": Hasher.hash(tokenizer), "max_length": max_length,
-                     "function": "semantic_importance-v1"}
-        dataset = fingerprinted_map(dataset, ImportanceScorer(encoder, tokenizer, max_length), signature,
-                                    num_proc=None, overwrite_cache=overwrite_cache, batch_size=256,
-                                    desc="Semantic importance (TRELM eq. 1)")
+        signature = {
+            "encoder": encoder_name,
+            "tokenizer": Hasher.hash(tokenizer),
+            "max_length": max_length,
+            "function": "semantic_importance-v1",
+        }
+        dataset = fingerprinted_map(
+            dataset,
+            ImportanceScorer(encoder, tokenizer, max_length),
+            signature,
+            num_proc=None,
+            overwrite_cache=overwrite_cache,
+            batch_size=256,
+            desc="Semantic importance (TRELM eq. 1)",
+        )
         scores = dataset["si_scores"]
     else:
         scores = [[0.0] * len(k["entities"]) for k in dataset["knowledge"]]
@@ -160,8 +230,9 @@ def add_importance(dataset, encoder, tokenizer, args: TrelmArguments, max_length
         for entity in row:
             if entity is not None:
                 counts[str(entity)] = counts.get(str(entity), 0) + 1
-    flags, report = select_important(scores, ids, counts, args.injection_selection, args.si_quantile,
-                                     args.long_tail_quantile)
+    flags, report = select_important(
+        scores, ids, counts, args.injection_selection, args.si_quantile, args.long_tail_quantile
+    )
     if "important" in dataset.column_names:
         dataset = dataset.remove_columns("important")
     return dataset.add_column("important", flags), report
@@ -213,8 +284,9 @@ class ProbeCallback(TrainerCallback):
     kept in ``curve`` and written to ``<output_dir>/probe_curve.json``; the probing time is not training time
     (:class:`TrainingClock`). Curves written before ``metric_unit`` existed hold fractions."""
 
-    def __init__(self, tokenizer, facts, seen_keys, every_steps: int, batch_size: int, clock: TrainingClock,
-                 output_dir: str):
+    def __init__(
+        self, tokenizer, facts, seen_keys, every_steps: int, batch_size: int, clock: TrainingClock, output_dir: str
+    ):
         self.tokenizer, self.facts, self.seen_keys = tokenizer, facts, seen_keys
         self.every_steps, self.batch_size, self.clock, self.output_dir = every_steps, batch_size, clock, output_dir
         self.curve: list[dict] = []
@@ -241,20 +313,42 @@ class ProbeCallback(TrainerCallback):
         was_training = model.training
         model.eval()
         try:
-            results, _ = probe(model, self.tokenizer, self.facts, ks=(1,), batch_size=self.batch_size,
-                               progress=False, seen_fact_keys=self.seen_keys)
+            results, _ = probe(
+                model,
+                self.tokenizer,
+                self.facts,
+                ks=(1,),
+                batch_size=self.batch_size,
+                progress=False,
+                seen_fact_keys=self.seen_keys,
+            )
         finally:
             model.train(was_training)
         subsets = results.get("subsets", {})
-        point = {"step": state.global_step, "train_seconds": round(train_seconds, 2),
-                 "p_at_1": results["precision_at_1"], "seen": subsets.get("seen", {}).get("precision_at_1"),
-                 "held_out": subsets.get("held_out", {}).get("precision_at_1"),
-                 "probe_seconds": round(time.perf_counter() - started, 2), METRIC_UNIT_KEY: METRIC_UNIT}
+        point = {
+            "step": state.global_step,
+            "train_seconds": round(train_seconds, 2),
+            "p_at_1": results["precision_at_1"],
+            "seen": subsets.get("seen", {}).get("precision_at_1"),
+            "held_out": subsets.get("held_out", {}).get("precision_at_1"),
+            "probe_seconds": round(time.perf_counter() - started, 2),
+            METRIC_UNIT_KEY: METRIC_UNIT,
+        }
         self.curve.append(point)
-        state.log_history.append({"step": state.global_step, **{f"probe_{k}": v for k, v in point.items()
-                                                                 if k not in ("step", METRIC_UNIT_KEY)}})
-        logger.info("probe at step %d (%.0f s of training): P@1 %s (seen %s, held-out %s)", point["step"],
-                    train_seconds, point["p_at_1"], point["seen"], point["held_out"])
+        state.log_history.append(
+            {
+                "step": state.global_step,
+                **{f"probe_{k}": v for k, v in point.items() if k not in ("step", METRIC_UNIT_KEY)},
+            }
+        )
+        logger.info(
+            "probe at step %d (%.0f s of training): P@1 %s (seen %s, held-out %s)",
+            point["step"],
+            train_seconds,
+            point["p_at_1"],
+            point["seen"],
+            point["held_out"],
+        )
         if args.should_save:
             os.makedirs(self.output_dir, exist_ok=True)
             with open(os.path.join(self.output_dir, "probe_curve.json"), "w", encoding="utf-8") as f:
@@ -263,5 +357,13 @@ class ProbeCallback(TrainerCallback):
         return point
 
 
-__all__ = ["PretrainingDataArguments", "TrelmArguments", "ImportanceScorer", "add_importance", "MemoryDecayCallback",
-           "TimeBudgetCallback", "ProbeCallback", "TrainingClock"]
+__all__ = [
+    "PretrainingDataArguments",
+    "TrelmArguments",
+    "ImportanceScorer",
+    "add_importance",
+    "MemoryDecayCallback",
+    "TimeBudgetCallback",
+    "ProbeCallback",
+    "TrainingClock",
+]

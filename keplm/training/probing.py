@@ -21,8 +21,13 @@ from .evaluate_metrics import PrecisionAtK
 logger = logging.getLogger(__name__)
 
 
-def score_queries(queries: Sequence[dict], top_ids: Sequence[Sequence[int]], tokenizer, ks: Sequence[int] = (1,),
-                  relation_keys: Sequence[str] | None = None) -> dict[str, float]:
+def score_queries(
+    queries: Sequence[dict],
+    top_ids: Sequence[Sequence[int]],
+    tokenizer,
+    ks: Sequence[int] = (1,),
+    relation_keys: Sequence[str] | None = None,
+) -> dict[str, float]:
     """P@k in percent for each k through ``PrecisionAtK("relations")`` (which computes fractions):
     ``precision_at_{k}`` (macro over relations), ``precision_at_{k}_micro`` and ``{relation}_precision_at_{k}``.
     ``relation_keys`` (one per query) groups by something else than the relation, e.g. relation and template."""
@@ -38,9 +43,15 @@ def score_queries(queries: Sequence[dict], top_ids: Sequence[Sequence[int]], tok
     return to_percent(result)
 
 
-def summarize(facts: Sequence[dict], queries: Sequence[dict], top_ids: Sequence[Sequence[int]],
-              skips: Sequence[dict], tokenizer, ks: Sequence[int] = (1, 10),
-              fact_indices: Iterable[int] | None = None) -> dict:
+def summarize(
+    facts: Sequence[dict],
+    queries: Sequence[dict],
+    top_ids: Sequence[Sequence[int]],
+    skips: Sequence[dict],
+    tokenizer,
+    ks: Sequence[int] = (1, 10),
+    fact_indices: Iterable[int] | None = None,
+) -> dict:
     """The probe's results: macro/micro P@k, counts (facts, queries, kept, skips by reason) and a per-relation
     table with P@k, and P@k per template where a relation has several (ParaRel). ``fact_indices`` restricts
     everything to those facts (e.g. the held-out ones) without running the model again."""
@@ -66,32 +77,52 @@ def summarize(facts: Sequence[dict], queries: Sequence[dict], top_ids: Sequence[
     kept_facts = Counter(q["relation"] for q in {q["fact"]: q for q in queries}.values())
     per_relation = {}
     for relation in sorted(facts_per_relation, key=lambda r: int(r[1:]) if r[1:].isdigit() else 0):
-        row = {"facts": facts_per_relation[relation], "queries": queries_per_relation[relation],
-               "kept": kept[relation], "facts_kept": kept_facts[relation],
-               "skipped": dict(sorted(skipped.get(relation, Counter()).items()))}
+        row = {
+            "facts": facts_per_relation[relation],
+            "queries": queries_per_relation[relation],
+            "kept": kept[relation],
+            "facts_kept": kept_facts[relation],
+            "skipped": dict(sorted(skipped.get(relation, Counter()).items())),
+        }
         for k in ks:
             row[f"precision_at_{k}"] = scores.get(f"{relation}_precision_at_{k}")
         templates = sorted({t for f in facts if f["relation"] == relation for t in f["templates"]})
         if by_template and len(templates) > 1:
-            row["templates"] = {t: {f"precision_at_{k}": by_template.get(f"{relation}\t{t}_precision_at_{k}")
-                                    for k in ks} for t in templates}
+            row["templates"] = {
+                t: {f"precision_at_{k}": by_template.get(f"{relation}\t{t}_precision_at_{k}") for k in ks}
+                for t in templates
+            }
         per_relation[relation] = row
     totals = Counter(skip["reason"] for skip in skips)
     result = {f"precision_at_{k}": scores.get(f"precision_at_{k}") for k in ks}
     result.update({f"precision_at_{k}_micro": scores.get(f"precision_at_{k}_micro") for k in ks})
-    result.update({
-        "num_relations": len(facts_per_relation), "num_relations_scored": len(kept), "num_facts": len(facts),
-        "num_queries": sum(queries_per_relation.values()), "num_queries_kept": len(queries),
-        "num_facts_kept": sum(kept_facts.values()), "skipped": {r: totals[r] for r in SKIP_REASONS if totals[r]},
-        "per_relation": per_relation,
-    })
+    result.update(
+        {
+            "num_relations": len(facts_per_relation),
+            "num_relations_scored": len(kept),
+            "num_facts": len(facts),
+            "num_queries": sum(queries_per_relation.values()),
+            "num_queries_kept": len(queries),
+            "num_facts_kept": sum(kept_facts.values()),
+            "skipped": {r: totals[r] for r in SKIP_REASONS if totals[r]},
+            "per_relation": per_relation,
+        }
+    )
     return result
 
 
-def probe(model, tokenizer, facts: Sequence[dict], ks: Sequence[int] = (1, 10), batch_size: int = 32,
-          common_vocab: Iterable[str] | None = None, max_length: int = 128,
-          progress: bool = True, seen_fact_keys: Iterable[tuple[str, str, str]] | None = None,
-          head_at_mask_only: bool = True) -> tuple[dict, list[dict]]:
+def probe(
+    model,
+    tokenizer,
+    facts: Sequence[dict],
+    ks: Sequence[int] = (1, 10),
+    batch_size: int = 32,
+    common_vocab: Iterable[str] | None = None,
+    max_length: int = 128,
+    progress: bool = True,
+    seen_fact_keys: Iterable[tuple[str, str, str]] | None = None,
+    head_at_mask_only: bool = True,
+) -> tuple[dict, list[dict]]:
     """Probe ``model`` (any ``AutoModelForMaskedLM``) on ``facts``: ``(results, predictions)`` with the results
     of :func:`summarize` and one record per scored query (relation, subject, object, template, top-k tokens).
     With ``seen_fact_keys`` (facts used in pre-training) ``results["subsets"]`` also holds the results of the
@@ -112,10 +143,17 @@ def probe(model, tokenizer, facts: Sequence[dict], ks: Sequence[int] = (1, 10), 
         for name, wanted in (("seen", True), ("held_out", False)):
             indices = [i for i, key in enumerate(keys) if key is not None and (key in seen_keys) == wanted]
             results["subsets"][name] = summarize(facts, queries, top_ids, skips, tokenizer, ks, indices)
-    records = [{"relation": q["relation"], "sub_label": facts[q["fact"]]["sub_label"],
-                "obj_label": facts[q["fact"]]["obj_label"], "template": q["template"],
-                "target": tokenizer.convert_ids_to_tokens(q["target_id"]),
-                "predictions": tokenizer.convert_ids_to_tokens(ids)} for q, ids in zip(queries, top_ids)]
+    records = [
+        {
+            "relation": q["relation"],
+            "sub_label": facts[q["fact"]]["sub_label"],
+            "obj_label": facts[q["fact"]]["obj_label"],
+            "template": q["template"],
+            "target": tokenizer.convert_ids_to_tokens(q["target_id"]),
+            "predictions": tokenizer.convert_ids_to_tokens(ids),
+        }
+        for q, ids in zip(queries, top_ids)
+    ]
     return results, records
 
 

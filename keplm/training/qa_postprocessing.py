@@ -15,9 +15,7 @@ def _column(rows, name: str) -> list:
     """A column of a ``datasets.Dataset`` (fast path) or of a list of dicts."""
     if hasattr(rows, "column_names"):
         if name not in rows.column_names:
-            raise ValueError(
-                f"postprocess_qa_predictions: missing column {name!r} (have {rows.column_names})"
-            )
+            raise ValueError(f"postprocess_qa_predictions: missing column {name!r} (have {rows.column_names})")
         return list(rows[name])
     try:
         return [row[name] for row in rows]
@@ -117,8 +115,7 @@ def postprocess_qa_predictions(
     offset_mappings = _column(features, "offset_mapping")
     if len(feature_example_ids) != len(start_logits):
         raise ValueError(
-            f"postprocess_qa_predictions: {len(feature_example_ids)} features but "
-            f"{len(start_logits)} rows of logits"
+            f"postprocess_qa_predictions: {len(feature_example_ids)} features but {len(start_logits)} rows of logits"
         )
     if hasattr(features, "column_names"):
         has_max_context = "token_is_max_context" in features.column_names

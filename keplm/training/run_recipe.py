@@ -49,8 +49,10 @@ class RunRecipe:
 
     def __init__(self, model_type: str, model_args: ModelArguments, method_args, task: str):
         if task not in self.tasks:
-            raise ValueError(f"model type {model_type!r} does not train the {task} task (its run recipe "
-                             f"{type(self).__name__} trains {list(self.tasks)})")
+            raise ValueError(
+                f"model type {model_type!r} does not train the {task} task (its run recipe "
+                f"{type(self).__name__} trains {list(self.tasks)})"
+            )
         self.model_type, self.model_args, self.args, self.task = model_type, model_args, method_args, task
 
     @property
@@ -120,6 +122,7 @@ class RunRecipe:
 def recipe_class(model_type: str) -> type[RunRecipe]:
     """The run recipe a method registered (``register_method(..., run_recipe=...)``), imported on first use."""
     import keplm.modeling  # noqa: F401  (keplm's own methods register their recipes when imported)
+
     if model_type not in RUN_RECIPES:
         trainable = sorted(RUN_RECIPES)
         raise ValueError(f"model type {model_type!r} has no run recipe: the task scripts train {trainable}")
@@ -146,8 +149,13 @@ def choose_recipe(args: list[str] | dict | None, default: str) -> tuple[str, typ
     else:
         # only what picks the method; -h and the rest stay for the full parser (every option of that method)
         parser = argparse.ArgumentParser(add_help=False)
-        for option, default_value in (("--model_type", None), ("--model_name_or_path", None), ("--cache_dir", None),
-                                      ("--model_revision", "main"), ("--token", None)):
+        for option, default_value in (
+            ("--model_type", None),
+            ("--model_name_or_path", None),
+            ("--cache_dir", None),
+            ("--model_revision", "main"),
+            ("--token", None),
+        ):
             parser.add_argument(option, default=default_value)
         known, _ = parser.parse_known_args(argv)
         model_type, path = known.model_type, known.model_name_or_path

@@ -18,8 +18,12 @@ logger = logging.getLogger(__name__)
 
 #: transformers' loggers whose INFO lines print every config, processor and weights file loaded (a capped NER run:
 #: 15 config dumps, ~200 of its 328 lines); quiet unless --log_level debug
-QUIET_BELOW_DEBUG = ("transformers.configuration_utils", "transformers.modeling_utils",
-                     "transformers.tokenization_utils_base", "transformers.processing_utils")
+QUIET_BELOW_DEBUG = (
+    "transformers.configuration_utils",
+    "transformers.modeling_utils",
+    "transformers.tokenization_utils_base",
+    "transformers.processing_utils",
+)
 
 
 def setup_logging(training_args: TrainingArguments) -> None:
@@ -51,9 +55,11 @@ def warn_single_process_launch(environ=None) -> bool:
     cpu = environ.get("ACCELERATE_USE_CPU", "").lower() in ("1", "true", "yes")
     if not (cpu and "MASTER_ADDR" in environ and "WORLD_SIZE" not in environ):
         return False
-    logger.warning("accelerate launch --cpu --num_processes N starts ONE process (accelerate's simple launcher): this "
-                   "run trains on one process. For N CPU processes launch with `accelerate launch --multi_gpu "
-                   "--num_processes N` (torchrun; gloo on the CPU), without --cpu.")
+    logger.warning(
+        "accelerate launch --cpu --num_processes N starts ONE process (accelerate's simple launcher): this "
+        "run trains on one process. For N CPU processes launch with `accelerate launch --multi_gpu "
+        "--num_processes N` (torchrun; gloo on the CPU), without --cpu."
+    )
     return True
 
 
@@ -66,16 +72,20 @@ def check_splits(raw, training_args: TrainingArguments, hint: str | None = None)
     the missing split, added to the error."""
     for split, flag in SPLIT_FLAGS:
         if getattr(training_args, flag) and split not in raw:
-            raise ValueError(f"--{flag} needs a {split} split; the data has {list(raw)}"
-                             f" ({hint or f'give --{split}_file'})")
+            raise ValueError(
+                f"--{flag} needs a {split} split; the data has {list(raw)} ({hint or f'give --{split}_file'})"
+            )
 
 
 def used_splits(raw, training_args: TrainingArguments):
     """The splits a run uses, so nothing is linked or featurised for a stage it skips: train with --do_train (and
     with --do_predict, whose unseen-entity subsets are counted against the training mentions), validation with
     --do_eval, test with --do_predict."""
-    keep = {"train": training_args.do_train or training_args.do_predict, "validation": training_args.do_eval,
-            "test": training_args.do_predict}
+    keep = {
+        "train": training_args.do_train or training_args.do_predict,
+        "validation": training_args.do_eval,
+        "test": training_args.do_predict,
+    }
     for split in [s for s in raw if not keep.get(s, False)]:
         del raw[split]
     return raw
@@ -88,8 +98,10 @@ def check_max_seq_length(max_seq_length: int, model, option: str = "--max_seq_le
     config = model.config
     limit = getattr(config, "max_text_length", None) or getattr(config, "max_position_embeddings", None)
     if limit is not None and max_seq_length > limit:
-        raise ValueError(f"{option} {max_seq_length} exceeds the {limit} text tokens the model reads (its encoder's "
-                         f"positions): use at most {limit}")
+        raise ValueError(
+            f"{option} {max_seq_length} exceeds the {limit} text tokens the model reads (its encoder's "
+            f"positions): use at most {limit}"
+        )
 
 
 def linked_share(dataset) -> float:
@@ -107,10 +119,20 @@ def build_features(raw, make_featurizer, data_args, training_args: TrainingArgum
         if not getattr(training_args, flag):
             continue
         with training_args.main_process_first(desc=f"{split} features"):
-            features[split] = featurize(raw[split], make_featurizer(split), data_args.preprocessing_num_workers,
-                                        data_args.overwrite_cache, desc=f"Tokenising {split}")
-        logger.info("%s: %d examples -> %d features; %.1f%% of the examples have a linked entity mention", split,
-                    len(raw[split]), len(features[split]), 100 * linked_share(raw[split]))
+            features[split] = featurize(
+                raw[split],
+                make_featurizer(split),
+                data_args.preprocessing_num_workers,
+                data_args.overwrite_cache,
+                desc=f"Tokenising {split}",
+            )
+        logger.info(
+            "%s: %d examples -> %d features; %.1f%% of the examples have a linked entity mention",
+            split,
+            len(raw[split]),
+            len(features[split]),
+            100 * linked_share(raw[split]),
+        )
     return features
 
 
@@ -145,8 +167,11 @@ def train_and_save(trainer, training_args: TrainingArguments, num_samples: int, 
     extra_metrics["train_loss_steps"] = trainer.state.global_step - resumed_from
     if resumed_from:
         extra_metrics["train_resumed_from_step"] = resumed_from
-        logger.info("train_loss covers the %d steps after the checkpoint's step %d, not the whole run",
-                    trainer.state.global_step - resumed_from, resumed_from)
+        logger.info(
+            "train_loss covers the %d steps after the checkpoint's step %d, not the whole run",
+            trainer.state.global_step - resumed_from,
+            resumed_from,
+        )
     metrics = record(trainer, "train", dict(train_result.metrics, train_samples=num_samples, **extra_metrics))
     trainer.save_state()
     return metrics

@@ -38,8 +38,10 @@ def _sharded_rows(name: str, value) -> torch.Tensor | None:
         return None
     placements = value.placements
     if len(placements) != 1 or not placements[0].is_shard(0):
-        raise ValueError(f"{name} is laid out as {placements}; save_sharded writes tensors sharded along their first "
-                         "dimension over one mesh dimension (FSDP2's default, shard_model's)")
+        raise ValueError(
+            f"{name} is laid out as {placements}; save_sharded writes tensors sharded along their first "
+            "dimension over one mesh dimension (FSDP2's default, shard_model's)"
+        )
     return value.to_local()
 
 
@@ -76,8 +78,9 @@ def save_sharded(model: nn.Module, folder: str | os.PathLike) -> None:
     dist.barrier()  # the folder exists before any process writes into it
     save_file(local, folder / shard_file(rank, world_size), metadata={"format": "pt"})
     if rank == 0:
-        tensors = {name: {"shape": list(value.shape), "file": shard_file(0, world_size)}
-                   for name, value in replicated.items()}
+        tensors = {
+            name: {"shape": list(value.shape), "file": shard_file(0, world_size)} for name, value in replicated.items()
+        }
         for name, (shape, _, _) in rows.items():
             start, shards = 0, []
             for process, counts in enumerate(every_rows):
@@ -86,8 +89,12 @@ def save_sharded(model: nn.Module, folder: str | os.PathLike) -> None:
             if start != shape[0]:
                 raise ValueError(f"the processes' rows of {name} add up to {start}, not its {shape[0]}")
             tensors[name] = {"shape": shape, "shards": shards}
-        index = {"format": FORMAT, "world_size": world_size, "model_class": _model_class(model).__name__,
-                 "tensors": tensors}
+        index = {
+            "format": FORMAT,
+            "world_size": world_size,
+            "model_class": _model_class(model).__name__,
+            "tensors": tensors,
+        }
         (folder / INDEX).write_text(json.dumps(index, indent=1))
         model.config.architectures = [_model_class(model).__name__]
         model.config.save_pretrained(folder)
@@ -116,13 +123,16 @@ def load_sharded(model: nn.Module, folder: str | os.PathLike) -> None:
     index = read_index(folder)
     rank, world_size = dist.get_rank(), dist.get_world_size()
     if index["world_size"] != world_size:
-        raise ValueError(f"{folder} was saved by {index['world_size']} processes and this run has {world_size}: "
-                         "write an ordinary checkpoint with consolidate_sharded, then from_pretrained and shard_model")
+        raise ValueError(
+            f"{folder} was saved by {index['world_size']} processes and this run has {world_size}: "
+            "write an ordinary checkpoint with consolidate_sharded, then from_pretrained and shard_model"
+        )
     state = model.state_dict()
     if set(state) != set(index["tensors"]):
         missing, unexpected = sorted(set(state) - set(index["tensors"])), sorted(set(index["tensors"]) - set(state))
-        raise ValueError(f"{folder} does not fit this {type(model).__name__}: missing {missing[:5]}, unexpected "
-                         f"{unexpected[:5]}")
+        raise ValueError(
+            f"{folder} does not fit this {type(model).__name__}: missing {missing[:5]}, unexpected {unexpected[:5]}"
+        )
     mine = Path(folder) / shard_file(rank, world_size)
     first = Path(folder) / shard_file(0, world_size)
     with safe_open(mine, framework="pt") as own, safe_open(first, framework="pt") as zero, torch.no_grad():
@@ -131,8 +141,10 @@ def load_sharded(model: nn.Module, folder: str | os.PathLike) -> None:
             target = value if piece is None else piece
             source = (own if piece is not None else zero).get_tensor(name)
             if source.shape != target.shape:
-                raise ValueError(f"{name}: this process holds {tuple(target.shape)}, {mine.name} has "
-                                 f"{tuple(source.shape)} (another sharding)")
+                raise ValueError(
+                    f"{name}: this process holds {tuple(target.shape)}, {mine.name} has "
+                    f"{tuple(source.shape)} (another sharding)"
+                )
             target.copy_(source)
     dist.barrier()
 
@@ -154,8 +166,9 @@ def consolidate_sharded(folder: str | os.PathLike, output_dir: str | os.PathLike
         models = REGISTERED_METHODS.get(config.model_type, (None, {}, None))[1].values()
         model_class = next((m for m in models if m.__name__ == index["model_class"]), None)
         if model_class is None:
-            raise ValueError(f"{index['model_class']} is not a model registered for {config.model_type!r}: pass "
-                             "model_class=")
+            raise ValueError(
+                f"{index['model_class']} is not a model registered for {config.model_type!r}: pass model_class="
+            )
     state, handles = {}, {}
     try:
         for name, entry in index["tensors"].items():

@@ -35,8 +35,7 @@ def _module(model: nn.Module) -> nn.Module:
 
 def sharded_memories(model: nn.Module) -> dict[str, ShardedEntityMemory]:
     """``{qualified name: module}`` of the model's sharded entity memories (inside DDP too)."""
-    return {name: module for name, module in _module(model).named_modules()
-            if isinstance(module, ShardedEntityMemory)}
+    return {name: module for name, module in _module(model).named_modules() if isinstance(module, ShardedEntityMemory)}
 
 
 def _destroy_at_exit(group) -> None:
@@ -57,16 +56,22 @@ def shard_entity_memory(model: nn.Module, group=None, average_gradients: bool = 
     over all processes, so that lookups never interleave with DDP's all-reduces of the default group.
     ``average_gradients``: see ``ShardedEntityMemory`` (the mean over processes, as DDP's)."""
     if isinstance(model, DistributedDataParallel):
-        raise ValueError("shard_entity_memory takes the model before DistributedDataParallel wraps it: DDP must be "
-                         "built knowing which parameters (the shards) to leave alone")
+        raise ValueError(
+            "shard_entity_memory takes the model before DistributedDataParallel wraps it: DDP must be "
+            "built knowing which parameters (the shards) to leave alone"
+        )
     if not dist.is_available() or not dist.is_initialized():
-        raise ValueError("shard_entity_memory needs an initialised torch.distributed process group "
-                         "(torch.distributed.init_process_group, or a launch with torchrun / accelerate)")
+        raise ValueError(
+            "shard_entity_memory needs an initialised torch.distributed process group "
+            "(torch.distributed.init_process_group, or a launch with torchrun / accelerate)"
+        )
     memories = [(name, module) for name, module in model.named_modules() if isinstance(module, EntityMemory)]
     sparse = [name for name, module in memories if module.embeddings.sparse]
     if sparse:
-        raise ValueError(f"cannot shard entity memories with sparse gradients ({', '.join(sparse)}): a shard takes a "
-                         "dense gradient of its rows; build the model without sparse_entity_memory")
+        raise ValueError(
+            f"cannot shard entity memories with sparse gradients ({', '.join(sparse)}): a shard takes a "
+            "dense gradient of its rows; build the model without sparse_entity_memory"
+        )
     if memories and group is None:
         group = dist.new_group(ranks=list(range(dist.get_world_size())))
         atexit.register(_destroy_at_exit, group)
@@ -75,8 +80,13 @@ def shard_entity_memory(model: nn.Module, group=None, average_gradients: bool = 
         parent_name, _, attribute = name.rpartition(".")
         parent = model.get_submodule(parent_name) if parent_name else model
         weight = module.embeddings.weight
-        setattr(parent, attribute, ShardedEntityMemory.from_full(weight.detach(), group, average_gradients,
-                                                                 requires_grad=weight.requires_grad))
+        setattr(
+            parent,
+            attribute,
+            ShardedEntityMemory.from_full(
+                weight.detach(), group, average_gradients, requires_grad=weight.requires_grad
+            ),
+        )
         ignored.append(f"{name}.weight")
     if ignored:
         already = list(getattr(model, "_ddp_params_and_buffers_to_ignore", ()))

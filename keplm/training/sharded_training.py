@@ -52,29 +52,42 @@ def shard_for_training(model, args) -> None:
     engines = asked_engines(args)
     if engines:
         how = ", ".join(f"{engine} ({asked})" for engine, asked in engines.items())
-        raise ValueError(f"--shard_entity_memory cannot be combined with {how}: the engine would shard or partition "
-                         "the model's parameters itself, and the sharded table's lookups and gradients are collectives "
-                         "of their own; use --shard_entity_memory with plain multi-process data parallelism "
-                         "(torchrun / accelerate launch --multi_gpu), or the engine without it")
+        raise ValueError(
+            f"--shard_entity_memory cannot be combined with {how}: the engine would shard or partition "
+            "the model's parameters itself, and the sharded table's lookups and gradients are collectives "
+            "of their own; use --shard_entity_memory with plain multi-process data parallelism "
+            "(torchrun / accelerate launch --multi_gpu), or the engine without it"
+        )
     if args.world_size <= 1:
         if wanted and not already:
             logger.info("--shard_entity_memory: one process, nothing to shard; the entity memory trains whole")
         return
     if args.save_on_each_node:
-        raise ValueError("--shard_entity_memory cannot be combined with --save_on_each_node: the sharded table is "
-                         "gathered to process 0 alone, which writes the saved model")
+        raise ValueError(
+            "--shard_entity_memory cannot be combined with --save_on_each_node: the sharded table is "
+            "gathered to process 0 alone, which writes the saved model"
+        )
     sparse = [name for name in memories if model.get_submodule(name).sparse]
     if sparse:
-        raise ValueError(f"--shard_entity_memory cannot shard entity memories with sparse gradients "
-                         f"({', '.join(sparse)}): a shard takes a dense gradient of its rows; train without "
-                         "--sparse_entity_memory, or without --shard_entity_memory")
+        raise ValueError(
+            f"--shard_entity_memory cannot shard entity memories with sparse gradients "
+            f"({', '.join(sparse)}): a shard takes a dense gradient of its rows; train without "
+            "--sparse_entity_memory, or without --shard_entity_memory"
+        )
     if memories:
         from .sharded_memory import shard_entity_memory
 
         shard_entity_memory(model)
     for name, memory in _sharded(model).items():
-        logger.info("--shard_entity_memory: %s holds rows [%d, %d) of %d here (process %d of %d)", name,
-                    memory.start, memory.stop, memory.num_entities, args.process_index, args.world_size)
+        logger.info(
+            "--shard_entity_memory: %s holds rows [%d, %d) of %d here (process %d of %d)",
+            name,
+            memory.start,
+            memory.stop,
+            memory.num_entities,
+            args.process_index,
+            args.world_size,
+        )
 
 
 def _optimizers(optimizer) -> list:
@@ -95,8 +108,11 @@ def _states(optimizer, state: dict) -> list[dict]:
 def _shard_indices(torch_optimizer, shards: set[int]) -> list[int]:
     """The indices of the shard parameters in ``torch_optimizer``'s state dict (its parameters numbered in order
     over its param groups)."""
-    return [index for index, p in enumerate(p for group in torch_optimizer.param_groups for p in group["params"])
-            if id(p) in shards]
+    return [
+        index
+        for index, p in enumerate(p for group in torch_optimizer.param_groups for p in group["params"])
+        if id(p) in shards
+    ]
 
 
 class ShardedMemoryTraining:
@@ -106,8 +122,11 @@ class ShardedMemoryTraining:
         return _sharded(self.model)
 
     def _shard_meta(self) -> dict:
-        return {"world_size": self.args.world_size, "rank": self.args.process_index,
-                "rows": {name: [m.start, m.stop, m.num_entities] for name, m in self._sharded_tables().items()}}
+        return {
+            "world_size": self.args.world_size,
+            "rank": self.args.process_index,
+            "rows": {name: [m.start, m.stop, m.num_entities] for name, m in self._sharded_tables().items()},
+        }
 
     def _get_grad_norm(self, model, grad_norm=None):
         """The logged gradient norm; without clipping (``--max_grad_norm 0``) the stock one would be each process's
@@ -127,8 +146,10 @@ class ShardedMemoryTraining:
         from .sharded_memory import gather_entity_memory_state
 
         state = gather_entity_memory_state(self.model)  # a collective: rank 0 gets the whole state, the others {}
-        self._save(output_dir if output_dir is not None else self.args.output_dir,
-                   state_dict=state if self.args.should_save else None)
+        self._save(
+            output_dir if output_dir is not None else self.args.output_dir,
+            state_dict=state if self.args.should_save else None,
+        )
         if self.args.push_to_hub and not _internal_call:
             self.push_to_hub(commit_message="Model save", revision=self.args.hub_revision)
 
@@ -140,12 +161,15 @@ class ShardedMemoryTraining:
             return super()._save_optimizer_and_scheduler(output_dir)
         state = self.optimizer.state_dict()
         own = []  # (torch optimizer's position, parameter index, its state) of this process's rows
-        for position, (torch_optimizer, component) in enumerate(zip(_optimizers(self.optimizer),
-                                                                    _states(self.optimizer, state))):
-            own += [(position, index, component["state"].pop(index))
-                    for index in _shard_indices(torch_optimizer, shards) if index in component["state"]]
-        save_state({**self._shard_meta(), "states": own}, output_dir,
-                   SHARD_STATE.format(rank=self.args.process_index))
+        for position, (torch_optimizer, component) in enumerate(
+            zip(_optimizers(self.optimizer), _states(self.optimizer, state))
+        ):
+            own += [
+                (position, index, component["state"].pop(index))
+                for index in _shard_indices(torch_optimizer, shards)
+                if index in component["state"]
+            ]
+        save_state({**self._shard_meta(), "states": own}, output_dir, SHARD_STATE.format(rank=self.args.process_index))
         if self.args.should_save:
             save_state(state, output_dir, "optimizer")
             save_state(self.lr_scheduler.state_dict(), output_dir, "scheduler")
@@ -156,29 +180,42 @@ class ShardedMemoryTraining:
         if checkpoint is None or (not shards and not saved_sharded):
             return super()._load_optimizer_and_scheduler(checkpoint)
         if not shards:
-            raise ValueError(f"cannot resume from {checkpoint} without --shard_entity_memory: it was saved by a run "
-                             "with sharded entity memories, whose optimizer state of the table is in one file per "
-                             "process; resume with --shard_entity_memory and the same number of processes")
+            raise ValueError(
+                f"cannot resume from {checkpoint} without --shard_entity_memory: it was saved by a run "
+                "with sharded entity memories, whose optimizer state of the table is in one file per "
+                "process; resume with --shard_entity_memory and the same number of processes"
+            )
         name = SHARD_STATE.format(rank=self.args.process_index)
         if not saved_sharded:
-            raise ValueError(f"cannot resume from {checkpoint} with --shard_entity_memory: it was saved without "
-                             "sharded entity memories (its optimizer state holds whole tables); resume without "
-                             "--shard_entity_memory, or start a new run from its weights (--model_name_or_path)")
+            raise ValueError(
+                f"cannot resume from {checkpoint} with --shard_entity_memory: it was saved without "
+                "sharded entity memories (its optimizer state holds whole tables); resume without "
+                "--shard_entity_memory, or start a new run from its weights (--model_name_or_path)"
+            )
         saved = load_state(checkpoint, name) if has_state(checkpoint, name) else None
-        count = saved["world_size"] if saved is not None else int(load_state(
-            checkpoint, os.path.basename(saved_sharded[0])[:-len(".json")])["world_size"])
+        count = (
+            saved["world_size"]
+            if saved is not None
+            else int(load_state(checkpoint, os.path.basename(saved_sharded[0])[: -len(".json")])["world_size"])
+        )
         if count != self.args.world_size:
-            raise ValueError(f"cannot resume from {checkpoint} with {self.args.world_size} processes: its sharded "
-                             f"entity memories were saved by {count} processes, each with the optimizer state of "
-                             "its own rows; resume with the same number of processes (--nproc_per_node / "
-                             "--num_processes), or start a new run from its weights (--model_name_or_path)")
+            raise ValueError(
+                f"cannot resume from {checkpoint} with {self.args.world_size} processes: its sharded "
+                f"entity memories were saved by {count} processes, each with the optimizer state of "
+                "its own rows; resume with the same number of processes (--nproc_per_node / "
+                "--num_processes), or start a new run from its weights (--model_name_or_path)"
+            )
         if saved is None:
-            raise ValueError(f"cannot resume from {checkpoint}: {name} (this process's optimizer state of its table "
-                             "rows) is missing; every process writes its own, so on machines without a shared disk "
-                             "copy every machine's optimizer_shard_* files into the checkpoint folder")
+            raise ValueError(
+                f"cannot resume from {checkpoint}: {name} (this process's optimizer state of its table "
+                "rows) is missing; every process writes its own, so on machines without a shared disk "
+                "copy every machine's optimizer_shard_* files into the checkpoint folder"
+            )
         if saved["rows"] != self._shard_meta()["rows"]:
-            raise ValueError(f"cannot resume from {checkpoint}: its sharded entity memories' rows {saved['rows']} "
-                             f"differ from this run's {self._shard_meta()['rows']}")
+            raise ValueError(
+                f"cannot resume from {checkpoint}: its sharded entity memories' rows {saved['rows']} "
+                f"differ from this run's {self._shard_meta()['rows']}"
+            )
         state = load_state(checkpoint, "optimizer")
         components = _states(self.optimizer, state)
         for position, index, value in saved["states"]:

@@ -26,12 +26,16 @@ def _encode(value, tensors: dict, path: str):
         return {"__tensor__": key}
     if isinstance(value, np.ndarray):
         key = f"t{len(tensors)}"
-        tensors[key] = torch.from_numpy(np.ascontiguousarray(value).astype(np.int64 if value.dtype.kind in "iu"
-                                                                          else value.dtype))
+        tensors[key] = torch.from_numpy(
+            np.ascontiguousarray(value).astype(np.int64 if value.dtype.kind in "iu" else value.dtype)
+        )
         return {"__ndarray__": key, "dtype": value.dtype.str}
     if isinstance(value, dict):
-        return {"__map__": [[_encode(k, tensors, f"{path}.key"), _encode(v, tensors, f"{path}[{k!r}]")]
-                            for k, v in value.items()]}
+        return {
+            "__map__": [
+                [_encode(k, tensors, f"{path}.key"), _encode(v, tensors, f"{path}[{k!r}]")] for k, v in value.items()
+            ]
+        }
     if isinstance(value, tuple):
         return {"__tuple__": [_encode(v, tensors, f"{path}[{i}]") for i, v in enumerate(value)]}
     if isinstance(value, list):
@@ -107,9 +111,11 @@ def require_state(directory: str | os.PathLike, name: str, stock_files: tuple[st
     if stock_files and all(os.path.isfile(os.path.join(directory, f)) for f in stock_files):
         return False
     missing = [name + suffix for suffix in STATE_SUFFIXES if not os.path.isfile(os.path.join(directory, name + suffix))]
-    raise FileNotFoundError(f"cannot resume from {directory}: its {name} state ({', '.join(missing)}) is missing, and "
-                            "resuming without it would start it afresh; resume from another checkpoint, or start a new "
-                            "run from the weights (--model_name_or_path)")
+    raise FileNotFoundError(
+        f"cannot resume from {directory}: its {name} state ({', '.join(missing)}) is missing, and "
+        "resuming without it would start it afresh; resume from another checkpoint, or start a new "
+        "run from the weights (--model_name_or_path)"
+    )
 
 
 __all__ = ["save_state", "load_state", "has_state", "require_state"]

@@ -51,5 +51,8 @@ class UnseenEntityCounter:
         return cls(raw["train"]["knowledge"])
 
     def counts(self, annotations: Iterable[dict]) -> list[int]:
-        return [len({m["id"] for m in row["entities"] if m["id"] is not None} - self.train_ids)
-                + sum(m["id"] is None for m in row["entities"]) for row in annotations]
+        return [
+            len({m["id"] for m in row["entities"] if m["id"] is not None} - self.train_ids)
+            + sum(m["id"] is None for m in row["entities"])
+            for row in annotations
+        ]

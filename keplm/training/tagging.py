@@ -53,8 +53,9 @@ def tag_words(model, processor, text: str, max_length: int = 512) -> list[tuple[
     if with_knowledge and processor.kg is None:  # e.g. a model trained on annotation files without a KG
         logger.warning("the processor holds no KG to link raw text against: the text is tagged without knowledge")
         examples["knowledge"] = [KnowledgeAnnotation()]
-    features = processor.prepare_ner_features(examples, label_column=None, max_length=max_length,
-                                              with_knowledge=with_knowledge)
+    features = processor.prepare_ner_features(
+        examples, label_column=None, max_length=max_length, with_knowledge=with_knowledge
+    )
     feature = {key: values[0] for key, values in features.items()}
     collator = KeplmDataCollator.from_processor(processor, model)
     device = next(model.parameters()).device
@@ -70,8 +71,16 @@ def tag_words(model, processor, text: str, max_length: int = 512) -> list[tuple[
     return [(word, tag if tag is not None else "O") for word, (tag, _) in zip(words, tags)]
 
 
-def word_level_tags(label_ids, predicted_ids, words_batch, gold_tags, tokenizer, id2label, max_length: int,
-                    label_all_tokens: bool = False) -> tuple[list, list, list, dict]:
+def word_level_tags(
+    label_ids,
+    predicted_ids,
+    words_batch,
+    gold_tags,
+    tokenizer,
+    id2label,
+    max_length: int,
+    label_all_tokens: bool = False,
+) -> tuple[list, list, list, dict]:
     """Word-level NER predictions from token-level ones, mapped through each sentence's ``word_ids``.
 
     The Trainer's predictions are read at the positions whose gold label is not -100 (the first sub-token of each
@@ -91,8 +100,9 @@ def word_level_tags(label_ids, predicted_ids, words_batch, gold_tags, tokenizer,
     for i, words in enumerate(words_batch):
         labelled = [int(p) for p, g in zip(predicted_ids[i], label_ids[i]) if g != -100]
         word_ids = window.word_ids(i)
-        order = [w for j, w in enumerate(word_ids) if w is not None
-                 and (label_all_tokens or j == 0 or w != word_ids[j - 1])]
+        order = [
+            w for j, w in enumerate(word_ids) if w is not None and (label_all_tokens or j == 0 or w != word_ids[j - 1])
+        ]
         first = {}
         for word, prediction in zip(order, labelled):
             first.setdefault(word, prediction)
@@ -138,7 +148,10 @@ def align_labels_to_model(raw, label_list: list[str], config):
         features["ner_tags"] = datasets.Sequence(datasets.ClassLabel(names=model_labels))
         raw[split] = raw[split].map(
             lambda batch: {"ner_tags": [[mapping[t] for t in tags] for tags in batch["ner_tags"]]},
-            batched=True, features=features, desc=f"Renumbering {split} labels")
+            batched=True,
+            features=features,
+            desc=f"Renumbering {split} labels",
+        )
     return raw, model_labels
 
 

@@ -92,8 +92,13 @@ class KeplmTrainer(ShardedMemoryTraining, PicklessCheckpointState, Trainer):
       restored on resume.
     """
 
-    def __init__(self, *args, parameter_group_options: dict | None = None,
-                 card_data: KeplmModelCardData | dict | None = None, **kwargs):
+    def __init__(
+        self,
+        *args,
+        parameter_group_options: dict | None = None,
+        card_data: KeplmModelCardData | dict | None = None,
+        **kwargs,
+    ):
         model = kwargs.get("model", args[0] if args else None)
         training_args = kwargs.get("args", args[1] if len(args) > 1 else None)
         if training_args is not None:  # --shard_entity_memory: before accelerate wraps the model in DDP
@@ -103,9 +108,14 @@ class KeplmTrainer(ShardedMemoryTraining, PicklessCheckpointState, Trainer):
             training_args.ddp_find_unused_parameters = answer
         super().__init__(*args, **kwargs)
         check_engine(self)  # FSDP / DeepSpeed asked for but not what accelerate runs: an error, not plain DDP
-        logger.info("device %s, %d process(es), distributed=%s, find_unused_parameters=%s%s", self.args.device,
-                    self.args.world_size, self.args.parallel_mode.value, self.args.ddp_find_unused_parameters,
-                    " (the model's answer)" if answer is not None else "")
+        logger.info(
+            "device %s, %d process(es), distributed=%s, find_unused_parameters=%s%s",
+            self.args.device,
+            self.args.world_size,
+            self.args.parallel_mode.value,
+            self.args.ddp_find_unused_parameters,
+            " (the model's answer)" if answer is not None else "",
+        )
         processor = self.processing_class
         if model is not None and hasattr(processor, "check_model"):
             processor.check_model(unwrap(model))
@@ -117,8 +127,9 @@ class KeplmTrainer(ShardedMemoryTraining, PicklessCheckpointState, Trainer):
             self.add_callback(EarlyStoppingCallback(patience, self.args.early_stopping_threshold))
         self.parameter_group_options = dict(parameter_group_options or {})
         # the card's facts: the caller's, and the run's as KeplmCardCallback records them
-        self.card_data = card_data if isinstance(card_data, KeplmModelCardData) else \
-            KeplmModelCardData(**(card_data or {}))
+        self.card_data = (
+            card_data if isinstance(card_data, KeplmModelCardData) else KeplmModelCardData(**(card_data or {}))
+        )
         self.add_callback(KeplmCardCallback(self.card_data))
         self._losses_finite = None  # every training step's loss finite since the last log (a device tensor)
         self._sparse_gradients = False  # set by create_optimizer: whether any trained table has sparse gradients
@@ -134,13 +145,18 @@ class KeplmTrainer(ShardedMemoryTraining, PicklessCheckpointState, Trainer):
         processor's save would have to refuse (a baseline trained into a knowledge model's folder): the run fails now,
         not after training."""
         config, processor = getattr(unwrap(self.model), "config", None), self.processing_class
-        if self.args.should_save and not getattr(config, "uses_knowledge_assets", False) \
-                and hasattr(processor, "knowledge_assets"):
+        if (
+            self.args.should_save
+            and not getattr(config, "uses_knowledge_assets", False)
+            and hasattr(processor, "knowledge_assets")
+        ):
             conflict = assets_conflict(self.args.output_dir, processor.knowledge_assets)
             if conflict is not None:
-                raise ValueError(f"output_dir {self.args.output_dir} holds another run's model ({conflict}): this run "
-                                 "would fail when it saves its processor after training; use another output_dir or "
-                                 "empty this one")
+                raise ValueError(
+                    f"output_dir {self.args.output_dir} holds another run's model ({conflict}): this run "
+                    "would fail when it saves its processor after training; use another output_dir or "
+                    "empty this one"
+                )
         return super().train(*args, **kwargs)
 
     def create_optimizer(self, model=None):
@@ -153,14 +169,21 @@ class KeplmTrainer(ShardedMemoryTraining, PicklessCheckpointState, Trainer):
         hook = getattr(keplm_model, "parameter_groups", None)
         if hook is None:
             if self.parameter_group_options:
-                raise ValueError(f"{type(keplm_model).__name__} has no parameter groups for the options "
-                                 f"{sorted(self.parameter_group_options)}")
+                raise ValueError(
+                    f"{type(keplm_model).__name__} has no parameter groups for the options "
+                    f"{sorted(self.parameter_group_options)}"
+                )
             return optimizer
         groups = hook(self.args.learning_rate, **self.parameter_group_options)
         self._check_groups_fit_engine(keplm_model, groups)
-        self.optimizer = apply_parameter_groups(optimizer, groups, self.args.learning_rate,
-                                                (self.args.adam_beta1, self.args.adam_beta2), self.args.adam_epsilon,
-                                                self.args.weight_decay)
+        self.optimizer = apply_parameter_groups(
+            optimizer,
+            groups,
+            self.args.learning_rate,
+            (self.args.adam_beta1, self.args.adam_beta2),
+            self.args.adam_epsilon,
+            self.args.weight_decay,
+        )
         self._sparse_gradients = bool(sparse_parameters(keplm_model))
         return self.optimizer
 
@@ -179,14 +202,20 @@ class KeplmTrainer(ShardedMemoryTraining, PicklessCheckpointState, Trainer):
         sparse = {id(p) for p in sparse_parameters(model)}
         if not own and not sparse:
             return
-        why = ("FSDP2 holds every parameter as a sharded DTensor, which this optimizer cannot step, and FSDP's "
-               "optimizer checkpoints hold only the Trainer's optimizer" if engine == "FSDP" else
-               "DeepSpeed drives one optimizer of its own over dense gradients")
+        why = (
+            "FSDP2 holds every parameter as a sharded DTensor, which this optimizer cannot step, and FSDP's "
+            "optimizer checkpoints hold only the Trainer's optimizer"
+            if engine == "FSDP"
+            else "DeepSpeed drives one optimizer of its own over dense gradients"
+        )
         options = ", ".join(f"{k}={v!r}" for k, v in sorted(self.parameter_group_options.items())) or "none"
         if own:
-            what = (f"parameter group {own[0].name!r} trains with an optimizer of its own ({own[0].optimizer!r})"
-                    if not sparse else f"parameter group {own[0].name!r} has sparse gradients and an optimizer of "
-                    f"its own ({own[0].optimizer!r})")
+            what = (
+                f"parameter group {own[0].name!r} trains with an optimizer of its own ({own[0].optimizer!r})"
+                if not sparse
+                else f"parameter group {own[0].name!r} has sparse gradients and an optimizer of "
+                f"its own ({own[0].optimizer!r})"
+            )
         else:
             what = "embedding tables with sparse gradients (nn.Embedding(sparse=True))"
         names = [name for name, p in model.named_parameters() if id(p) in sparse]
@@ -194,7 +223,8 @@ class KeplmTrainer(ShardedMemoryTraining, PicklessCheckpointState, Trainer):
             f"{what} cannot train under {engine}: {why}. Train it with the Trainer's optimizer instead: change the "
             f"run options that chose this (parameter-group options: {options})"
             + (f" and build the model with dense tables instead of sparse ones ({', '.join(names)})" if names else "")
-            + f", or train without {engine}.")
+            + f", or train without {engine}."
+        )
 
     def create_scheduler(self, num_training_steps: int, optimizer=None):
         """The stock schedule; when a parameter group has a warm-up of its own (``ParameterGroup.warmup_steps``,
@@ -203,8 +233,12 @@ class KeplmTrainer(ShardedMemoryTraining, PicklessCheckpointState, Trainer):
         if self.lr_scheduler is not None or not any(WARMUP_KEY in g for g in optimizer.param_groups):
             return super().create_scheduler(num_training_steps, optimizer)
         self.lr_scheduler = schedule_with_group_warmups(
-            optimizer, self.args.lr_scheduler_type, num_training_steps, self.args.get_warmup_steps(num_training_steps),
-            self.args.lr_scheduler_kwargs)
+            optimizer,
+            self.args.lr_scheduler_type,
+            num_training_steps,
+            self.args.get_warmup_steps(num_training_steps),
+            self.args.lr_scheduler_kwargs,
+        )
         self._created_lr_scheduler = True
         return self.lr_scheduler
 
@@ -244,8 +278,15 @@ class KeplmTrainer(ShardedMemoryTraining, PicklessCheckpointState, Trainer):
         with open(os.path.join(output_dir, "training_args.json"), "w", encoding="utf-8") as f:
             json.dump(portable_paths(json.loads(self.args.to_json_string())), f, indent=2)
 
-    def push_to_hub(self, commit_message: str | None = "End of training", blocking: bool = True,
-                    token: str | None = None, revision: str | None = None, private: bool | None = None, **kwargs):
+    def push_to_hub(
+        self,
+        commit_message: str | None = "End of training",
+        blocking: bool = True,
+        token: str | None = None,
+        revision: str | None = None,
+        private: bool | None = None,
+        **kwargs,
+    ):
         """As the stock ``Trainer.push_to_hub`` (save, keplm's model card, one upload of ``output_dir`` in one
         commit, nested ``knowledge/`` included), but no pickle is ever uploaded."""
         from transformers.utils.hub import hf_api
@@ -265,8 +306,13 @@ class KeplmTrainer(ShardedMemoryTraining, PicklessCheckpointState, Trainer):
         self.create_model_card(model_name=model_name, **kwargs)
         self._finish_current_push()
         return hf_api().upload_folder(
-            repo_id=self.hub_model_id, folder_path=self.args.output_dir, commit_message=commit_message, token=token,
-            run_as_future=not blocking, allow_patterns=list(LOADING_PATTERNS), ignore_patterns=list(PICKLE_PATTERNS),
+            repo_id=self.hub_model_id,
+            folder_path=self.args.output_dir,
+            commit_message=commit_message,
+            token=token,
+            run_as_future=not blocking,
+            allow_patterns=list(LOADING_PATTERNS),
+            ignore_patterns=list(PICKLE_PATTERNS),
             revision=revision if revision is not None else self.args.hub_revision,
         )
 
@@ -296,20 +342,39 @@ class KeplmTrainer(ShardedMemoryTraining, PicklessCheckpointState, Trainer):
             self.processing_class.save_pretrained(output_dir)
         self._write_training_args(output_dir)
         self.create_model_card()  # the card goes up with the first upload, the run's facts so far
-        step = (f"step {self.state.global_step}" if self.args.save_strategy == SaveStrategy.STEPS
-                else f"epoch {int(self.state.epoch)}")
-        jobs = [hf_api().upload_folder(repo_id=self.hub_model_id, folder_path=output_dir,
-                                       allow_patterns=list(LOADING_PATTERNS), ignore_patterns=list(PICKLE_PATTERNS),
-                                       commit_message=f"Training in progress, {step}", token=self.args.hub_token,
-                                       run_as_future=True, revision=self.args.hub_revision)]
+        step = (
+            f"step {self.state.global_step}"
+            if self.args.save_strategy == SaveStrategy.STEPS
+            else f"epoch {int(self.state.epoch)}"
+        )
+        jobs = [
+            hf_api().upload_folder(
+                repo_id=self.hub_model_id,
+                folder_path=output_dir,
+                allow_patterns=list(LOADING_PATTERNS),
+                ignore_patterns=list(PICKLE_PATTERNS),
+                commit_message=f"Training in progress, {step}",
+                token=self.args.hub_token,
+                run_as_future=True,
+                revision=self.args.hub_revision,
+            )
+        ]
         if self.args.hub_strategy in (HubStrategy.CHECKPOINT, HubStrategy.ALL_CHECKPOINTS):
-            path_in_repo = ("last-checkpoint" if self.args.hub_strategy == HubStrategy.CHECKPOINT
-                            else Path(checkpoint_folder).name)
-            jobs.append(hf_api().upload_folder(
-                repo_id=self.hub_model_id, folder_path=checkpoint_folder, path_in_repo=path_in_repo,
-                commit_message=f"Training in progress, {step}, checkpoint", token=self.args.hub_token,
-                ignore_patterns=list(PICKLE_PATTERNS), run_as_future=True, revision=self.args.hub_revision,
-            ))
+            path_in_repo = (
+                "last-checkpoint" if self.args.hub_strategy == HubStrategy.CHECKPOINT else Path(checkpoint_folder).name
+            )
+            jobs.append(
+                hf_api().upload_folder(
+                    repo_id=self.hub_model_id,
+                    folder_path=checkpoint_folder,
+                    path_in_repo=path_in_repo,
+                    commit_message=f"Training in progress, {step}, checkpoint",
+                    token=self.args.hub_token,
+                    ignore_patterns=list(PICKLE_PATTERNS),
+                    run_as_future=True,
+                    revision=self.args.hub_revision,
+                )
+            )
         if self.push_in_progress is None or self.push_in_progress.is_done():
             self.push_in_progress = PushInProgress(jobs)
         else:
@@ -345,7 +410,8 @@ class KeplmTrainer(ShardedMemoryTraining, PicklessCheckpointState, Trainer):
             raise FloatingPointError(
                 f"the training loss became NaN or infinite before step {self.state.global_step} (learning rate "
                 f"{self.args.learning_rate:g}): check the inputs (e.g. non-finite KG vectors) or lower the learning "
-                "rate")
+                "rate"
+            )
         if "loss" in logs and getattr(self, "_extra_logs", None):  # training logs: the model's own losses beside it
             logs = {**logs, **{name: round(sum(v) / len(v), 4) for name, v in self._extra_logs.items() if v}}
             self._extra_logs = {}
@@ -363,8 +429,9 @@ class KeplmTrainer(ShardedMemoryTraining, PicklessCheckpointState, Trainer):
         super()._save_checkpoint(model, trial)
         keplm_model = unwrap(self.model)
         if hasattr(keplm_model, "training_state") and self.args.should_save:
-            folder = os.path.join(self._get_output_dir(trial=trial),
-                                  f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
+            folder = os.path.join(
+                self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
+            )
             save_state(keplm_model.training_state(), folder, "model_training_state")
 
     def _load_from_checkpoint(self, resume_from_checkpoint, model=None):
@@ -372,17 +439,30 @@ class KeplmTrainer(ShardedMemoryTraining, PicklessCheckpointState, Trainer):
         keplm_model = unwrap(model if model is not None else self.model)
         if hasattr(keplm_model, "load_training_state"):
             if not has_state(resume_from_checkpoint, "model_training_state"):
-                raise FileNotFoundError(f"{resume_from_checkpoint} has no model_training_state (the training state of "
-                                        f"{type(keplm_model).__name__}, e.g. TRELM's memory bank): it was not saved "
-                                        "by keplm's Trainer")
+                raise FileNotFoundError(
+                    f"{resume_from_checkpoint} has no model_training_state (the training state of "
+                    f"{type(keplm_model).__name__}, e.g. TRELM's memory bank): it was not saved "
+                    "by keplm's Trainer"
+                )
             keplm_model.load_training_state(load_state(resume_from_checkpoint, "model_training_state"))
 
     def save_metrics(self, split, metrics, combined=True):
         super().save_metrics(split, metrics, combined=combined)
         self.card_data.record_metrics(metrics)  # the run scripts' own numbers too (split sizes, subsets)
 
-    def create_model_card(self, language=None, license=None, tags=None, model_name=None, finetuned_from=None,
-                          tasks=None, dataset_tags=None, dataset=None, dataset_args=None, **kwargs):
+    def create_model_card(
+        self,
+        language=None,
+        license=None,
+        tags=None,
+        model_name=None,
+        finetuned_from=None,
+        tasks=None,
+        dataset_tags=None,
+        dataset=None,
+        dataset_args=None,
+        **kwargs,
+    ):
         """Write keplm's model card: ``README.md`` in ``output_dir`` and its figures in ``output_dir/figures/``
         (PNG, when matplotlib is installed), which ``push_to_hub`` uploads with the model.
 
@@ -404,11 +484,18 @@ class KeplmTrainer(ShardedMemoryTraining, PicklessCheckpointState, Trainer):
         if model_name == os.path.basename(os.path.normpath(self.args.output_dir)):
             model_name = None  # push_to_hub's default name, the output folder's: the card titles itself instead
         card = self.card_data.build(
-            unwrap(self.model), self.processing_class, self.args.output_dir, language=language, license=license,
-            tags=[tags] if isinstance(tags, str) else tags, model_name=model_name, base_model=finetuned_from,
+            unwrap(self.model),
+            self.processing_class,
+            self.args.output_dir,
+            language=language,
+            license=license,
+            tags=[tags] if isinstance(tags, str) else tags,
+            model_name=model_name,
+            base_model=finetuned_from,
             base_model_id=getattr(self.args, "base_model_id", None),
             dataset=dataset if isinstance(dataset, str) else None,
-            repo_id=getattr(self, "hub_model_id", None) or self.args.hub_model_id)
+            repo_id=getattr(self, "hub_model_id", None) or self.args.hub_model_id,
+        )
         write_model_card(self.args.output_dir, card)
 
 
@@ -430,8 +517,13 @@ class QuestionAnsweringTrainer(KeplmTrainer):
     def _answers(self, examples, features, output, prefix: str) -> tuple[dict, dict]:
         start_logits, end_logits = output.predictions[:2]
         predictions = postprocess_qa_predictions(
-            examples, features, start_logits, end_logits, n_best_size=self.n_best_size,
-            max_answer_length=self.max_answer_length, disable_tqdm=self.args.disable_tqdm,
+            examples,
+            features,
+            start_logits,
+            end_logits,
+            n_best_size=self.n_best_size,
+            max_answer_length=self.max_answer_length,
+            disable_tqdm=self.args.disable_tqdm,
         )
         answers, references = squad_metric_inputs(predictions, examples)
         scores = SquadV1(keep_in_memory=True).compute(predictions=answers, references=references)
@@ -450,7 +542,10 @@ class QuestionAnsweringTrainer(KeplmTrainer):
         compute_metrics, self.compute_metrics = self.compute_metrics, None  # metrics need post-processing
         try:
             output = self.evaluation_loop(
-                dataloader, description=description, prediction_loss_only=False, ignore_keys=ignore_keys,
+                dataloader,
+                description=description,
+                prediction_loss_only=False,
+                ignore_keys=ignore_keys,
                 metric_key_prefix=prefix,
             )
         finally:
@@ -459,8 +554,12 @@ class QuestionAnsweringTrainer(KeplmTrainer):
         if f"{prefix}_model_preparation_time" in output.metrics:
             start_time += output.metrics[f"{prefix}_model_preparation_time"]
         output.metrics.update(
-            speed_metrics(prefix, start_time, num_samples=output.num_samples,
-                          num_steps=math.ceil(output.num_samples / total_batch_size))
+            speed_metrics(
+                prefix,
+                start_time,
+                num_samples=output.num_samples,
+                num_steps=math.ceil(output.num_samples / total_batch_size),
+            )
         )
         return output
 

@@ -44,8 +44,10 @@ class GenerativeQuestionAnsweringTrainer(KeplmSeq2SeqTrainer):
             ids = np.where(ids < 0, tokenizer.pad_token_id, ids)  # padding of the gathered batches
             texts = [text.strip() for text in tokenizer.batch_decode(ids, skip_special_tokens=True)]
             if len(texts) != len(examples):
-                raise ValueError(f"{len(texts)} generated answers for {len(examples)} examples: generative QA "
-                                 "needs one feature per example, in the examples' order")
+                raise ValueError(
+                    f"{len(texts)} generated answers for {len(examples)} examples: generative QA "
+                    "needs one feature per example, in the examples' order"
+                )
             self.last_predictions = dict(zip(map(str, examples["id"]), texts))
             answers, references = squad_metric_inputs(self.last_predictions, examples)
             if self.args.should_save:
@@ -57,25 +59,29 @@ class GenerativeQuestionAnsweringTrainer(KeplmSeq2SeqTrainer):
 
         return score
 
-    def evaluate(self, eval_dataset=None, eval_examples=None, ignore_keys=None, metric_key_prefix: str = "eval",
-                 **gen_kwargs) -> dict[str, float]:
+    def evaluate(
+        self, eval_dataset=None, eval_examples=None, ignore_keys=None, metric_key_prefix: str = "eval", **gen_kwargs
+    ) -> dict[str, float]:
         examples = self.eval_examples if eval_examples is None else eval_examples
         if examples is None:
             raise ValueError("GenerativeQuestionAnsweringTrainer.evaluate needs the evaluation examples")
         compute_metrics, self.compute_metrics = self.compute_metrics, self._scorer(examples, metric_key_prefix)
         try:
-            return super().evaluate(eval_dataset, ignore_keys=ignore_keys, metric_key_prefix=metric_key_prefix,
-                                    **gen_kwargs)
+            return super().evaluate(
+                eval_dataset, ignore_keys=ignore_keys, metric_key_prefix=metric_key_prefix, **gen_kwargs
+            )
         finally:
             self.compute_metrics = compute_metrics
 
-    def predict(self, test_dataset, test_examples, ignore_keys=None, metric_key_prefix: str = "test",
-                **gen_kwargs) -> PredictionOutput:
+    def predict(
+        self, test_dataset, test_examples, ignore_keys=None, metric_key_prefix: str = "test", **gen_kwargs
+    ) -> PredictionOutput:
         """Generated answers ``{id: text}`` as ``predictions`` and their EM/F1 as ``metrics``."""
         compute_metrics, self.compute_metrics = self.compute_metrics, self._scorer(test_examples, metric_key_prefix)
         try:
-            output = super().predict(test_dataset, ignore_keys=ignore_keys, metric_key_prefix=metric_key_prefix,
-                                     **gen_kwargs)
+            output = super().predict(
+                test_dataset, ignore_keys=ignore_keys, metric_key_prefix=metric_key_prefix, **gen_kwargs
+            )
         finally:
             self.compute_metrics = compute_metrics
         return PredictionOutput(predictions=dict(self.last_predictions), label_ids=None, metrics=output.metrics)

@@ -50,10 +50,12 @@ class ToyKgForTokenClassification(KeplmPreTrainedModel):
     def config_kwargs_from_assets(cls, assets) -> dict:
         return {"entity_vocab_size": assets.num_entities} if assets is not None else {}
 
-    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, entity_ids=None, labels=None,
-                **kwargs) -> TokenClassifierOutput:
-        hidden = self.encoder(input_ids=input_ids, attention_mask=attention_mask,
-                              token_type_ids=token_type_ids).last_hidden_state
+    def forward(
+        self, input_ids=None, attention_mask=None, token_type_ids=None, entity_ids=None, labels=None, **kwargs
+    ) -> TokenClassifierOutput:
+        hidden = self.encoder(
+            input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids
+        ).last_hidden_state
         if entity_ids is not None:
             hidden = hidden + self.entity_embeddings(entity_ids)
         logits = self.classifier(hidden)
@@ -88,12 +90,17 @@ class ToyKgRunRecipe(RunRecipe):
         return processor, raw
 
     def build_model(self, processor, **config_kwargs):
-        return self.model_class.from_base_pretrained(self.model_args.model_name_or_path,
-                                                     knowledge_assets=processor.knowledge_assets, **config_kwargs)
+        return self.model_class.from_base_pretrained(
+            self.model_args.model_name_or_path, knowledge_assets=processor.knowledge_assets, **config_kwargs
+        )
 
     def data_results(self, processor, raw, features, model) -> dict:
         return {"toy_entity_rows": processor.knowledge_assets.num_entities}
 
 
-register_method(ToyKgConfig, {AutoModelForTokenClassification: ToyKgForTokenClassification}, processor=ToyKgProcessor,
-                run_recipe=ToyKgRunRecipe)
+register_method(
+    ToyKgConfig,
+    {AutoModelForTokenClassification: ToyKgForTokenClassification},
+    processor=ToyKgProcessor,
+    run_recipe=ToyKgRunRecipe,
+)

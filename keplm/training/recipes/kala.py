@@ -52,14 +52,18 @@ class KnowledgeArguments(LinkingArguments):
     )
     kg: str | None = field(
         default=None,
-        metadata={"help": "Knowledge graph spec for keplm.knowledge.load_kg, e.g. 'fb15k237:<dir>' or 'trex:<dir>'. "
-                  "With a keplm checkpoint: a knowledge update without retraining (the checkpoint's vocabularies, "
-                  "this graph; processor.update_knowledge)."},
+        metadata={
+            "help": "Knowledge graph spec for keplm.knowledge.load_kg, e.g. 'fb15k237:<dir>' or 'trex:<dir>'. "
+            "With a keplm checkpoint: a knowledge update without retraining (the checkpoint's vocabularies, "
+            "this graph; processor.update_knowledge)."
+        },
     )
     annotation_files: list[str] | None = field(
         default=None,
-        metadata={"help": "KALA annotation JSON per split as SPLIT=PATH (train=..., validation=..., test=...), "
-                  "keyed by example id."},
+        metadata={
+            "help": "KALA annotation JSON per split as SPLIT=PATH (train=..., validation=..., test=...), "
+            "keyed by example id."
+        },
     )
     system: Literal["vanilla", "more_params", "pointwise", "relational"] = field(
         default="relational",
@@ -74,16 +78,20 @@ class KnowledgeArguments(LinkingArguments):
     )
     relation_message: Literal["entity", "composition"] = field(
         default="composition",
-        metadata={"help": "What a KG neighbour sends in relational retrieval: 'composition' (the neighbour's vector "
-                  "composed with the fact's relation, e_j + W_m r_ij; keplm's default) or 'entity' (KALA eq. 3: "
-                  "the neighbour's vector only, the relation weighs it). docs/knowledge_checks.md has the "
-                  "measurements."},
+        metadata={
+            "help": "What a KG neighbour sends in relational retrieval: 'composition' (the neighbour's vector "
+            "composed with the fact's relation, e_j + W_m r_ij; keplm's default) or 'entity' (KALA eq. 3: "
+            "the neighbour's vector only, the relation weighs it). docs/knowledge_checks.md has the "
+            "measurements."
+        },
     )
     entity_dropout: float = field(
         default=0.3,
-        metadata={"help": "In training, the share of mentioned entities that read the null row as unseen ones do, so "
-                  "the model learns to represent a mention from its KG neighbours (keplm's default; the paper has "
-                  "0)."},
+        metadata={
+            "help": "In training, the share of mentioned entities that read the null row as unseen ones do, so "
+            "the model learns to represent a mention from its KG neighbours (keplm's default; the paper has "
+            "0)."
+        },
     )
     entity_min_count: int = field(
         default=1, metadata={"help": "Entities mentioned fewer times in training are treated as unseen (null)."}
@@ -98,10 +106,12 @@ class KnowledgeArguments(LinkingArguments):
     )
     knowledge_learning_rate: float | None = field(
         default=5e-4,
-        metadata={"help": "Learning rate of KALA's knowledge modules (entity memory, KFM, relational retrieval), "
-                  "which start from random weights: at the encoder's rate they barely move in a short fine-tuning "
-                  "and the model ignores its KG (docs/knowledge_checks.md). 0: --learning_rate. Knowledge systems "
-                  "only."},
+        metadata={
+            "help": "Learning rate of KALA's knowledge modules (entity memory, KFM, relational retrieval), "
+            "which start from random weights: at the encoder's rate they barely move in a short fine-tuning "
+            "and the model ignores its KG (docs/knowledge_checks.md). 0: --learning_rate. Knowledge systems "
+            "only."
+        },
     )
     graph_pad_to_multiple_of: int | None = field(
         default=None,
@@ -109,42 +119,54 @@ class KnowledgeArguments(LinkingArguments):
     )
     sparse_entity_memory: bool = field(
         default=False,
-        metadata={"help": "Sparse entity-memory gradients updated by SparseAdam (lazy Adam) or row-wise AdaGrad "
-                  "(--entity_memory_optimizer), no weight decay on the memory: much cheaper steps with large "
-                  "memories. Single process or gloo DDP; under --torch_compile the lookup falls back to eager."},
+        metadata={
+            "help": "Sparse entity-memory gradients updated by SparseAdam (lazy Adam) or row-wise AdaGrad "
+            "(--entity_memory_optimizer), no weight decay on the memory: much cheaper steps with large "
+            "memories. Single process or gloo DDP; under --torch_compile the lookup falls back to eager."
+        },
     )
     entity_memory_optimizer: str = field(
         default="adam",
-        metadata={"help": "Optimizer of the entity memory: 'adam' (the Trainer's optimizer; SparseAdam with "
-                  "--sparse_entity_memory) or 'rowwise_adagrad' (its own optimizer, one accumulator per row: the "
-                  "table's optimizer state shrinks from 8 B per weight to 4 B per row; with dense gradients the "
-                  "model still compiles with --torch_compile).", "choices": list(ENTITY_MEMORY_OPTIMIZERS)},
+        metadata={
+            "help": "Optimizer of the entity memory: 'adam' (the Trainer's optimizer; SparseAdam with "
+            "--sparse_entity_memory) or 'rowwise_adagrad' (its own optimizer, one accumulator per row: the "
+            "table's optimizer state shrinks from 8 B per weight to 4 B per row; with dense gradients the "
+            "model still compiles with --torch_compile).",
+            "choices": list(ENTITY_MEMORY_OPTIMIZERS),
+        },
     )
     entity_memory_learning_rate: float | None = field(
         default=None,
-        metadata={"help": "Learning rate of the entity memory when it has its own optimizer (SparseAdam or "
-                  "row-wise AdaGrad; default: --knowledge_learning_rate, else "
-                  "--learning_rate). Row-wise AdaGrad usually wants a larger one than Adam."},
+        metadata={
+            "help": "Learning rate of the entity memory when it has its own optimizer (SparseAdam or "
+            "row-wise AdaGrad; default: --knowledge_learning_rate, else "
+            "--learning_rate). Row-wise AdaGrad usually wants a larger one than Adam."
+        },
     )
 
     knowledge_warmup_steps: float | None = field(
         default=None,
-        metadata={"help": "A warm-up of the knowledge modules' own (entity memory, KFM, relational retrieval) in the "
-                  "--lr_scheduler_type schedule: >= 1 steps, < 1 a share of the training steps, as --warmup_steps. "
-                  f"Default: {DEFAULT_KNOWLEDGE_WARMUP} (half the steps) with a schedule that has warm-ups (linear, "
-                  "cosine, ...), which keeps the 5e-4 knowledge rate from hurting noisy real data "
-                  "(docs/knowledge_checks.md); with other schedules none. Knowledge systems only."},
+        metadata={
+            "help": "A warm-up of the knowledge modules' own (entity memory, KFM, relational retrieval) in the "
+            "--lr_scheduler_type schedule: >= 1 steps, < 1 a share of the training steps, as --warmup_steps. "
+            f"Default: {DEFAULT_KNOWLEDGE_WARMUP} (half the steps) with a schedule that has warm-ups (linear, "
+            "cosine, ...), which keeps the 5e-4 knowledge rate from hurting noisy real data "
+            "(docs/knowledge_checks.md); with other schedules none. Knowledge systems only."
+        },
     )
 
     knowledge_optimizer: str | None = field(
         default=None,
-        metadata={"help": "'adamw': the knowledge modules train with an AdamW of their own (at "
-                  "--knowledge_learning_rate and --knowledge_weight_decay) instead of in the Trainer's optimizer: the "
-                  "paper's T5 setup with --optim adafactor for the rest (KALA 5.6). Knowledge systems only.",
-                  "choices": ["adamw"]},
+        metadata={
+            "help": "'adamw': the knowledge modules train with an AdamW of their own (at "
+            "--knowledge_learning_rate and --knowledge_weight_decay) instead of in the Trainer's optimizer: the "
+            "paper's T5 setup with --optim adafactor for the rest (KALA 5.6). Knowledge systems only.",
+            "choices": ["adamw"],
+        },
     )
     knowledge_weight_decay: float = field(
-        default=0.01, metadata={"help": "Weight decay of --knowledge_optimizer adamw (paper: 0.01)."})
+        default=0.01, metadata={"help": "Weight decay of --knowledge_optimizer adamw (paper: 0.01)."}
+    )
 
     def __post_init__(self):
         if self.knowledge == "annotations" and not self.annotation_files:
@@ -168,12 +190,17 @@ class KnowledgeArguments(LinkingArguments):
         if warmup is None and self.uses_knowledge and schedule_has_warmup(lr_scheduler_type, lr_scheduler_kwargs):
             warmup = DEFAULT_KNOWLEDGE_WARMUP
         own_optimizer = self.knowledge_optimizer if self.uses_knowledge else None
-        return {"knowledge_learning_rate": knowledge_lr,
-                **({"knowledge_optimizer": own_optimizer, "knowledge_weight_decay": self.knowledge_weight_decay}
-                   if own_optimizer else {}),
-                "entity_memory_optimizer": self.entity_memory_optimizer,
-                "entity_memory_learning_rate": self.entity_memory_learning_rate,
-                "knowledge_warmup_steps": warmup}
+        return {
+            "knowledge_learning_rate": knowledge_lr,
+            **(
+                {"knowledge_optimizer": own_optimizer, "knowledge_weight_decay": self.knowledge_weight_decay}
+                if own_optimizer
+                else {}
+            ),
+            "entity_memory_optimizer": self.entity_memory_optimizer,
+            "entity_memory_learning_rate": self.entity_memory_learning_rate,
+            "knowledge_warmup_steps": warmup,
+        }
 
     def annotation_paths(self) -> dict[str, str]:
         return split_paths(self.annotation_files, "--annotation_files")
@@ -186,10 +213,14 @@ def system_config(knowledge_args: KnowledgeArguments, task: str) -> dict:
     if knowledge_args.system == "more_params":
         return {"retrieval_mode": "none", "num_extra_layers": 1}
     kfm_layers = knowledge_args.kfm_layers or DEFAULT_KFM_LAYERS[task]
-    return {"retrieval_mode": knowledge_args.system, "num_extra_layers": 0, "kfm_layers": list(kfm_layers),
-            "sparse_entity_memory": knowledge_args.sparse_entity_memory,
-            "entity_dropout": knowledge_args.entity_dropout,
-            **({"relation_message": knowledge_args.relation_message} if knowledge_args.system == "relational" else {})}
+    return {
+        "retrieval_mode": knowledge_args.system,
+        "num_extra_layers": 0,
+        "kfm_layers": list(kfm_layers),
+        "sparse_entity_memory": knowledge_args.sparse_entity_memory,
+        "entity_dropout": knowledge_args.entity_dropout,
+        **({"relation_message": knowledge_args.relation_message} if knowledge_args.system == "relational" else {}),
+    }
 
 
 # ---------------------------------------------------------------------------------------------- knowledge
@@ -200,12 +231,12 @@ def prepare_processor(model_args: ModelArguments, knowledge_args: KnowledgeArgum
     hub = model_args.hub_kwargs()
     if is_keplm_checkpoint(path, **hub):
         logger.info("%s is a keplm checkpoint: using its tokenizer, vocabularies and KG", path)
-        processor = checkpoint_processor(path, knowledge_args.kg if knowledge_args.knowledge != "none" else None,
-                                         **hub)
+        processor = checkpoint_processor(path, knowledge_args.kg if knowledge_args.knowledge != "none" else None, **hub)
         if processor.kg is None and knowledge_args.knowledge == "link":
             # a baseline's checkpoint keeps no KG: nothing to link against, and its model reads no knowledge
-            logger.info("%s holds no knowledge graph: its inputs are not linked (--kg would give the seen/unseen "
-                        "subsets)", path)
+            logger.info(
+                "%s holds no knowledge graph: its inputs are not linked (--kg would give the seen/unseen subsets)", path
+            )
             knowledge_args.knowledge = "none"
         return processor
     tokenizer = AutoTokenizer.from_pretrained(path, **hub)
@@ -220,8 +251,14 @@ def prepare_processor(model_args: ModelArguments, knowledge_args: KnowledgeArgum
     return KalaProcessor(tokenizer, KnowledgeAssets(kg=kg), linker_kwargs=linker_kwargs)
 
 
-def add_knowledge(raw, processor: KeplmProcessor, knowledge_args: KnowledgeArguments, task: str,
-                  num_proc: int | None = None, report: dict | None = None):
+def add_knowledge(
+    raw,
+    processor: KeplmProcessor,
+    knowledge_args: KnowledgeArguments,
+    task: str,
+    num_proc: int | None = None,
+    report: dict | None = None,
+):
     """Every split with a ``knowledge`` column: the processor's linking pass (``--knowledge link``), the KALA
     annotation files (``annotations``, by example id), or empty annotations (``none``). ``report`` receives, per
     split read from annotation files, ``{split: {"examples", "missing"}}``: examples without an annotation (each
@@ -231,11 +268,16 @@ def add_knowledge(raw, processor: KeplmProcessor, knowledge_args: KnowledgeArgum
     files = knowledge_args.annotation_paths() if source == "annotations" else {}
     for split in list(raw):
         if source == "link":
-            raw[split] = processor.link_dataset(raw[split], column, split_into_words=words, num_proc=num_proc,
-                                                desc=f"Linking {split}")
+            raw[split] = processor.link_dataset(
+                raw[split], column, split_into_words=words, num_proc=num_proc, desc=f"Linking {split}"
+            )
         elif source == "annotations" and split in files:
-            raw[split] = attach_annotations(raw[split], read_kala_annotations(files[split]), files[split],
-                                            report=None if report is None else report.setdefault(split, {}))
+            raw[split] = attach_annotations(
+                raw[split],
+                read_kala_annotations(files[split]),
+                files[split],
+                report=None if report is None else report.setdefault(split, {}),
+            )
         else:
             if source == "annotations":
                 logger.warning("no --annotation_files entry for the %s split: its examples get no knowledge", split)
@@ -243,8 +285,9 @@ def add_knowledge(raw, processor: KeplmProcessor, knowledge_args: KnowledgeArgum
     return raw
 
 
-def attach_annotations(dataset, annotations: dict[str, KnowledgeAnnotation], path: str | None,
-                       report: dict | None = None):
+def attach_annotations(
+    dataset, annotations: dict[str, KnowledgeAnnotation], path: str | None, report: dict | None = None
+):
     """The dataset with a ``knowledge`` column holding each example's annotation by id (empty when missing; every
     example id is looked up, e.g. every question of a QA context); ``report`` gets the counts."""
     ids = [str(i) for i in dataset["id"]]
@@ -252,8 +295,13 @@ def attach_annotations(dataset, annotations: dict[str, KnowledgeAnnotation], pat
     if report is not None:
         report.update(examples=len(ids), missing=len(missing))
     if path is not None and missing:
-        logger.warning("%d of %d examples have no annotation in %s (treated as entity-free), e.g. ids %s",
-                       len(missing), len(ids), path, missing[:5])
+        logger.warning(
+            "%d of %d examples have no annotation in %s (treated as entity-free), e.g. ids %s",
+            len(missing),
+            len(ids),
+            path,
+            missing[:5],
+        )
     column = [annotations[i].to_dict() if i in annotations else EMPTY_ANNOTATION for i in ids]
     features = dataset.features.copy()
     features["knowledge"] = KNOWLEDGE_FEATURE
@@ -274,26 +322,38 @@ def training_entity_ids(train_dataset, task: str) -> list[str]:
     return [m["id"] for row in rows for m in row["entities"] if m["id"] is not None]
 
 
-def build_entity_vocabulary(processor: KeplmProcessor, raw, model_args: ModelArguments,
-                            knowledge_args: KnowledgeArguments, task: str) -> KeplmProcessor:
+def build_entity_vocabulary(
+    processor: KeplmProcessor, raw, model_args: ModelArguments, knowledge_args: KnowledgeArguments, task: str
+) -> KeplmProcessor:
     """A new KALA model's entity vocabulary from the training split's mentions, pruned by frequency; a
     checkpoint keeps its own, and a system without knowledge needs none."""
-    if not knowledge_args.uses_knowledge or is_keplm_checkpoint(model_args.model_name_or_path,
-                                                                 **model_args.hub_kwargs()):
+    if not knowledge_args.uses_knowledge or is_keplm_checkpoint(
+        model_args.model_name_or_path, **model_args.hub_kwargs()
+    ):
         return processor
     if "train" not in raw:
         raise ValueError("building the entity vocabulary of a new model needs a training split (--do_train)")
     entity_ids = training_entity_ids(raw["train"], task)
     if not entity_ids:
-        logger.warning("the %s system reads knowledge, but its training split has no linked entity mention: the "
-                       "model will train as the vanilla baseline would (check --kg and the linking settings)",
-                       knowledge_args.system)
+        logger.warning(
+            "the %s system reads knowledge, but its training split has no linked entity mention: the "
+            "model will train as the vanilla baseline would (check --kg and the linking settings)",
+            knowledge_args.system,
+        )
     relation_ids = sorted({t["r"] for row in raw["train"]["knowledge"] for t in row["triplets"]})
-    assets = KnowledgeAssets.build(entity_ids, relation_ids, kg=processor.kg, min_count=knowledge_args.entity_min_count,
-                                   max_entities=knowledge_args.max_entities)
+    assets = KnowledgeAssets.build(
+        entity_ids,
+        relation_ids,
+        kg=processor.kg,
+        min_count=knowledge_args.entity_min_count,
+        max_entities=knowledge_args.max_entities,
+    )
     logger.info(
         "Entity memory: %d rows from %d training mentions of %d distinct entities (min count %d); %d relations",
-        assets.num_entities, len(entity_ids), len(set(entity_ids)), knowledge_args.entity_min_count,
+        assets.num_entities,
+        len(entity_ids),
+        len(set(entity_ids)),
+        knowledge_args.entity_min_count,
         assets.num_relations,
     )
     processor.knowledge_assets = assets
@@ -301,8 +361,14 @@ def build_entity_vocabulary(processor: KeplmProcessor, raw, model_args: ModelArg
 
 
 # ---------------------------------------------------------------------------------------------- model
-def build_model(model_class, model_args: ModelArguments, knowledge_args: KnowledgeArguments,
-                processor: KeplmProcessor, task: str, **config_kwargs):
+def build_model(
+    model_class,
+    model_args: ModelArguments,
+    knowledge_args: KnowledgeArguments,
+    processor: KeplmProcessor,
+    task: str,
+    **config_kwargs,
+):
     """A KALA model around ``model_name_or_path`` (a base encoder), or the keplm checkpoint itself (with the
     processor's assets when ``--kg`` updated its knowledge graph)."""
     path = model_args.model_name_or_path
@@ -317,16 +383,21 @@ def build_model(model_class, model_args: ModelArguments, knowledge_args: Knowled
         return model
     system = system_config(knowledge_args, task)
     assets = processor.knowledge_assets if system["retrieval_mode"] != "none" else None
-    return model_class.from_base_pretrained(path, knowledge_assets=assets, **system,
-                                            use_inverse_relations=processor.use_inverse_relations, **config_kwargs)
+    return model_class.from_base_pretrained(
+        path, knowledge_assets=assets, **system, use_inverse_relations=processor.use_inverse_relations, **config_kwargs
+    )
 
 
 def build_collator(processor, model, data_args, knowledge_args):
     """The collator of the processor's features for ``model`` (graph batching only if the model reads one)."""
     from keplm.data.collator import KeplmDataCollator
 
-    return KeplmDataCollator.from_processor(processor, model, pad_to_multiple_of=data_args.pad_to_multiple_of,
-                                            graph_pad_to_multiple_of=knowledge_args.graph_pad_to_multiple_of)
+    return KeplmDataCollator.from_processor(
+        processor,
+        model,
+        pad_to_multiple_of=data_args.pad_to_multiple_of,
+        graph_pad_to_multiple_of=knowledge_args.graph_pad_to_multiple_of,
+    )
 
 
 def maybe_initialize_entity_memory(model, features, collator, knowledge_args, training_args) -> None:
@@ -335,7 +406,10 @@ def maybe_initialize_entity_memory(model, features, collator, knowledge_args, tr
         from ..entity_init import initialize_entity_memory_from_encoder
 
         initialize_entity_memory_from_encoder(
-            model.to(training_args.device), features["train"], collator, training_args.per_device_eval_batch_size,
+            model.to(training_args.device),
+            features["train"],
+            collator,
+            training_args.per_device_eval_batch_size,
             disable_tqdm=training_args.disable_tqdm,
         )
 
@@ -345,8 +419,12 @@ def knowledge_coverage(processor, raw, uses_knowledge: bool) -> dict:
     ``KalaProcessor.entity_coverage``), flattened for the results JSON; empty when the model reads no knowledge."""
     if not uses_knowledge or not hasattr(processor, "entity_coverage"):
         return {}
-    return {key: value for split in raw if "knowledge" in raw[split].column_names
-            for key, value in flatten(processor.entity_coverage(raw[split]["knowledge"]), f"{split}_entities").items()}
+    return {
+        key: value
+        for split in raw
+        if "knowledge" in raw[split].column_names
+        for key, value in flatten(processor.entity_coverage(raw[split]["knowledge"]), f"{split}_entities").items()
+    }
 
 
 class KalaRunRecipe(RunRecipe):
@@ -364,8 +442,12 @@ class KalaRunRecipe(RunRecipe):
 
     def finish(self, processor, model):
         uses_knowledge = model.config.uses_knowledge
-        logger.info("System %s (retrieval_mode=%s), knowledge from %s", self.args.system, model.config.retrieval_mode,
-                    self.args.knowledge if uses_knowledge else "none")
+        logger.info(
+            "System %s (retrieval_mode=%s), knowledge from %s",
+            self.args.system,
+            model.config.retrieval_mode,
+            self.args.knowledge if uses_knowledge else "none",
+        )
         return processor if uses_knowledge else processor.without_knowledge()  # a baseline's checkpoint has no KG
 
     def feature_options(self, processor, data_args) -> dict:
@@ -382,8 +464,10 @@ class KalaRunRecipe(RunRecipe):
 
     def card_options(self, raw, model, group_options) -> dict:
         linked = model.config.uses_knowledge and "train" in raw
-        return {"knowledge_args": {**vars(self.args), **group_options},
-                "train_linked_share": linked_share(raw["train"]) if linked else None}
+        return {
+            "knowledge_args": {**vars(self.args), **group_options},
+            "train_linked_share": linked_share(raw["train"]) if linked else None,
+        }
 
     def data_results(self, processor, raw, features, model) -> dict:
         results = knowledge_coverage(processor, raw, model.config.uses_knowledge)

@@ -24,38 +24,59 @@ logger = logging.getLogger(__name__)
 @dataclass
 class RoofArguments(LinkingArguments):
     """Roof-Transformer's settings (paper §3-4, appendix 6.3 for the defaults) and its knowledge source."""
+
     _argument_group_name = "Roof-Transformer (--model_type roof_transformer): knowledge and systems"  # the --help group
 
     system: Literal["bert", "bert_with_knowledge", "roof"] = field(
         default="roof",
-        metadata={"help": "bert (one encoder alone), bert_with_knowledge (one encoder reading the verbalised knowledge "
-                  "after the text) or roof (TASK + KB encoders fused by a roof)."},
+        metadata={
+            "help": "bert (one encoder alone), bert_with_knowledge (one encoder reading the verbalised knowledge "
+            "after the text) or roof (TASK + KB encoders fused by a roof)."
+        },
     )
-    kg: str | None = field(default=None, metadata={
-        "help": "Knowledge graph spec for keplm.knowledge.load_kg, e.g. 'trex:../shared/data/lama' or "
-                "'fb15k237:<dir>+trex:<dir>'. With a keplm checkpoint: a knowledge update without retraining."})
+    kg: str | None = field(
+        default=None,
+        metadata={
+            "help": "Knowledge graph spec for keplm.knowledge.load_kg, e.g. 'trex:../shared/data/lama' or "
+            "'fb15k237:<dir>+trex:<dir>'. With a keplm checkpoint: a knowledge update without retraining."
+        },
+    )
     triple_files: list[str] | None = field(
         default=None,
-        metadata={"help": "Precomputed triple lists per split as SPLIT=PATH (JSON {example id: [[h, r, t], ...]}), "
-                  "instead of selecting triples from --kg."},
+        metadata={
+            "help": "Precomputed triple lists per split as SPLIT=PATH (JSON {example id: [[h, r, t], ...]}), "
+            "instead of selecting triples from --kg."
+        },
     )
     selection: Literal["has_tail", "no_tail"] = field(
-        default="has_tail", metadata={"help": "Select triples whose head (has_tail: and tail) occur in the passage."})
+        default="has_tail", metadata={"help": "Select triples whose head (has_tail: and tail) occur in the passage."}
+    )
     verbalization: Literal["exp0", "exp1", "exp2"] = field(default="exp2", metadata={"help": "Triple verbalisation."})
     max_knowledge_length: int = field(default=511, metadata={"help": "Knowledge tokens after [CLS] (paper: 511)."})
     fusion: Literal["transformer", "transformer_random", "lstm", "linear"] = field(
-        default="transformer", metadata={"help": "The roof: transformer layers copied from the encoder's last "
-                                                 "--fusion_layers layers, random ones, an LSTM or a linear layer."})
+        default="transformer",
+        metadata={
+            "help": "The roof: transformer layers copied from the encoder's last "
+            "--fusion_layers layers, random ones, an LSTM or a linear layer."
+        },
+    )
     fusion_layers: int = field(default=3, metadata={"help": "Depth of a transformer roof (paper: 3 GLUE, 4 QA)."})
     segmentation: Literal["type1", "type2", "none"] = field(
-        default="type2", metadata={"help": "Segment types (paper 4.5); 'none' (every token type 0) for encoders with "
-                                   "one token type (RoBERTa, XLM-R checkpoints)."})
+        default="type2",
+        metadata={
+            "help": "Segment types (paper 4.5); 'none' (every token type 0) for encoders with "
+            "one token type (RoBERTa, XLM-R checkpoints)."
+        },
+    )
     cached_knowledge_encoder: bool = field(
-        default=False, metadata={"help": "Frozen KB encoder whose per-triple encodings are cached (paper 4.4)."})
+        default=False, metadata={"help": "Frozen KB encoder whose per-triple encodings are cached (paper 4.4)."}
+    )
     knowledge_cache_dir: str | None = field(
-        default=None, metadata={"help": "Where cached encodings live (default $KEPLM_CACHE/knowledge_encodings)."})
+        default=None, metadata={"help": "Where cached encodings live (default $KEPLM_CACHE/knowledge_encodings)."}
+    )
     fusion_lr_multiplier: float = field(
-        default=10.0, metadata={"help": "Learning rate of the roof as a multiple of the encoders' (paper: 10)."})
+        default=10.0, metadata={"help": "Learning rate of the roof as a multiple of the encoders' (paper: 10)."}
+    )
     num_text_encoders: int = field(default=1, metadata={"help": "Text encoders for texts longer than one window."})
 
     @property
@@ -69,9 +90,14 @@ class RoofArguments(LinkingArguments):
         """RoofTransformerConfig arguments of the chosen system."""
         if self.system != "roof":
             return {"fusion": "none", "knowledge_encoding": "none", "num_text_encoders": self.num_text_encoders}
-        return {"fusion": self.fusion, "fusion_layers": self.fusion_layers, "segmentation": self.segmentation,
-                "knowledge_encoding": "cached" if self.cached_knowledge_encoder else "joint",
-                "max_knowledge_length": self.max_knowledge_length, "num_text_encoders": self.num_text_encoders}
+        return {
+            "fusion": self.fusion,
+            "fusion_layers": self.fusion_layers,
+            "segmentation": self.segmentation,
+            "knowledge_encoding": "cached" if self.cached_knowledge_encoder else "joint",
+            "max_knowledge_length": self.max_knowledge_length,
+            "num_text_encoders": self.num_text_encoders,
+        }
 
 
 def prepare_roof_knowledge(model_args: ModelArguments, roof_args, raw, text_columns, num_proc: int | None = None):
@@ -86,8 +112,9 @@ def prepare_roof_knowledge(model_args: ModelArguments, roof_args, raw, text_colu
 
     path = model_args.model_name_or_path
     if is_keplm_checkpoint(path, **model_args.hub_kwargs()):
-        processor = checkpoint_processor(path, roof_args.kg if roof_args.uses_knowledge else None,
-                                         **model_args.hub_kwargs())
+        processor = checkpoint_processor(
+            path, roof_args.kg if roof_args.uses_knowledge else None, **model_args.hub_kwargs()
+        )
     else:
         kg = None
         if roof_args.uses_knowledge and roof_args.kg:
@@ -95,10 +122,13 @@ def prepare_roof_knowledge(model_args: ModelArguments, roof_args, raw, text_colu
             kg = load_kg(roof_args.kg)
             logger.info("Loaded %r", kg)
         processor = RoofTransformerProcessor(
-            AutoTokenizer.from_pretrained(path, **model_args.hub_kwargs()), KnowledgeAssets(kg=kg),
-            selection=roof_args.selection, verbalization=roof_args.verbalization,
+            AutoTokenizer.from_pretrained(path, **model_args.hub_kwargs()),
+            KnowledgeAssets(kg=kg),
+            selection=roof_args.selection,
+            verbalization=roof_args.verbalization,
             max_knowledge_length=roof_args.max_knowledge_length,
-            linker_kwargs=roof_args.linker_kwargs())
+            linker_kwargs=roof_args.linker_kwargs(),
+        )
     if not roof_args.uses_knowledge:
         return processor.without_knowledge(), raw
     files = roof_args.triple_paths()
@@ -116,20 +146,21 @@ def prepare_roof_knowledge(model_args: ModelArguments, roof_args, raw, text_colu
     return processor, raw
 
 
-def build_roof_model(model_class, model_args: ModelArguments, roof_args, processor: KeplmProcessor,
-                     **config_kwargs):
+def build_roof_model(model_class, model_args: ModelArguments, roof_args, processor: KeplmProcessor, **config_kwargs):
     """A Roof-Transformer (or baseline) model around ``model_name_or_path``, or the keplm checkpoint itself."""
     path = model_args.model_name_or_path
     if is_keplm_checkpoint(path, **model_args.hub_kwargs()):
         # the processor's assets, loaded from the same checkpoint, when they are the checkpoint's: one KG per process
-        model = model_class.from_pretrained(path, knowledge_assets=processor.knowledge_assets,
-                                            **model_args.hub_kwargs())
+        model = model_class.from_pretrained(
+            path, knowledge_assets=processor.knowledge_assets, **model_args.hub_kwargs()
+        )
         if roof_args.kg and getattr(model, "knowledge_assets", None) is not None:
             model.set_knowledge_assets(processor.knowledge_assets)  # prepare_roof_knowledge's knowledge update
     else:
         assets = processor.knowledge_assets if roof_args.system == "roof" else None
-        model = model_class.from_base_pretrained(path, knowledge_assets=assets, **roof_args.model_config(),
-                                                 **config_kwargs)
+        model = model_class.from_base_pretrained(
+            path, knowledge_assets=assets, **roof_args.model_config(), **config_kwargs
+        )
     if getattr(roof_args, "knowledge_cache_dir", None) and model.knowledge_cache is not None:
         model.set_knowledge_cache_directory(roof_args.knowledge_cache_dir)
     return model
@@ -142,8 +173,10 @@ class RoofTransformerRunRecipe(RunRecipe):
     def __init__(self, model_type, model_args, method_args, task):
         super().__init__(model_type, model_args, method_args, task)
         if task == "qa" and method_args.system == "bert_with_knowledge":
-            raise ValueError("--system bert_with_knowledge appends knowledge to sentence pairs (run_glue.py); for QA "
-                             "use --system bert or roof")
+            raise ValueError(
+                "--system bert_with_knowledge appends knowledge to sentence pairs (run_glue.py); for QA "
+                "use --system bert or roof"
+            )
 
     def prepare(self, raw, text_columns, num_proc=None):
         return prepare_roof_knowledge(self.model_args, self.args, raw, list(text_columns), num_proc)
@@ -162,8 +195,9 @@ class RoofTransformerRunRecipe(RunRecipe):
         total = data_args.max_seq_length + self.args.max_knowledge_length
         limit = processor.tokenizer.model_max_length
         if total > limit:
-            logger.warning("text + knowledge = %d tokens exceed the encoder's %d: the knowledge is cut at %d", total,
-                           limit, limit)
+            logger.warning(
+                "text + knowledge = %d tokens exceed the encoder's %d: the knowledge is cut at %d", total, limit, limit
+            )
         return {"append_knowledge": True, "max_total_length": min(total, limit)}
 
     def parameter_group_options(self, training_args) -> dict:
@@ -181,8 +215,12 @@ class RoofTransformerRunRecipe(RunRecipe):
             elif self.args.system == "bert_with_knowledge":
                 appended, cut = list(data["num_appended_knowledge_tokens"]), list(data["num_cut_knowledge_tokens"])
                 count = max(len(appended), 1)
-                stats = {"examples": len(appended), "appended_tokens_per_example": sum(appended) / count,
-                         "share_with_knowledge": sum(a > 0 for a in appended) / count, "cut_tokens": sum(cut)}
+                stats = {
+                    "examples": len(appended),
+                    "appended_tokens_per_example": sum(appended) / count,
+                    "share_with_knowledge": sum(a > 0 for a in appended) / count,
+                    "cut_tokens": sum(cut),
+                }
                 prefix = f"knowledge_{split}"
             else:
                 continue
