@@ -396,7 +396,7 @@ def parse_args(classes: tuple[type, ...], args: list[str] | dict | None = None):
             f"DeepSpeed was asked for ({'--deepspeed' if deepspeed is True else deepspeed}) in a multi-process launch "
             "on a machine without GPUs or other accelerators: accelerate sets DeepSpeed up only on accelerators. Drop "
             "it to train with CPU DDP, launch on GPUs, or drive deepspeed.initialize in your own loop "
-            "(README, Scaling out)."
+            "(docs/scaling_out.md)."
         )
     cpu_ddp = _launched_distributed() and not _has_accelerator()
     if cpu_ddp:
