@@ -29,6 +29,7 @@ from .modeling import (  # each method's modeling file registers it with the Aut
     TrelmModel,
 )
 from .pipelines import register_pipelines
+from .registration import load_plugins
 from .tokenization import (
     KalaProcessor,
     KeplmProcessor,
@@ -42,6 +43,7 @@ from .training.trainer import KeplmTrainer
 __version__ = "0.1.0"
 
 register_pipelines()  # pipeline("keplm-ner"), "keplm-qa", "keplm-text-classification", "keplm-text2text"
+load_plugins()  # installed methods of other packages (entry-point group "keplm.methods")
 
 __all__ = [
     "KeplmConfig",

@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
+from importlib.metadata import entry_points
 
 from transformers import AutoConfig, AutoProcessor
+
+logger = logging.getLogger(__name__)
+
+#: the entry-point group through which an installed package adds a method (its value: the module whose import makes
+#: the package's ``register_method`` call), e.g. in its setup.cfg ``[options.entry_points] keplm.methods =
+#: toy_kg = toykg_plugin.modeling_toy_kg``
+PLUGIN_GROUP = "keplm.methods"
 
 #: model type -> (config class, {Auto class name: model class}, processor class) of every registered method
 REGISTERED_METHODS: dict[str, tuple[type, dict[str, type], type | None]] = {}
@@ -57,4 +66,34 @@ def registered_model_class(name: str) -> type | None:
     return None
 
 
-__all__ = ["REGISTERED_METHODS", "RUN_RECIPES", "register_method", "auto_class_name", "registered_model_class"]
+def load_plugins() -> dict[str, str]:
+    """Import every installed plug-in method (the ``keplm.methods`` entry points; ``import keplm`` calls this): each
+    import registers its method. A plug-in that fails to import is logged with its name and error, and keplm's own
+    methods stay usable. Returns {entry-point name: "loaded" or the error}."""
+    outcome = {}
+    for point in entry_points(group=PLUGIN_GROUP):
+        try:
+            point.load()
+            outcome[point.name] = "loaded"
+        except Exception as error:  # a broken plug-in must not stop keplm's own methods
+            logger.error(
+                "keplm plug-in %r (%s, entry point group %s) failed to load: %s: %s",
+                point.name,
+                point.value,
+                PLUGIN_GROUP,
+                type(error).__name__,
+                error,
+            )
+            outcome[point.name] = f"{type(error).__name__}: {error}"
+    return outcome
+
+
+__all__ = [
+    "REGISTERED_METHODS",
+    "RUN_RECIPES",
+    "PLUGIN_GROUP",
+    "register_method",
+    "auto_class_name",
+    "registered_model_class",
+    "load_plugins",
+]

@@ -214,3 +214,110 @@ def test_a_method_without_the_task_is_refused_by_name(tmp_path):
         )
     with pytest.raises(ValueError, match="has no run recipe"):
         load_script("run_glue").main(["--model_type", "no_such_method", "--model_name_or_path", "unused"])
+
+
+def _install_plugin(site: Path) -> None:
+    """ToyKG as an installed package of its own in ``site``: its three files under ``toykg_plugin/`` and the
+    distribution metadata that names its module in keplm's entry-point group (what ``pip install`` writes)."""
+    package = site / "toykg_plugin"
+    package.mkdir(parents=True)
+    for source in (ROOT / "tests" / "plugin_method").glob("*.py"):
+        (package / source.name).write_text(source.read_text(encoding="utf-8"), encoding="utf-8")
+    info = site / "toykg_plugin-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: toykg-plugin\nVersion: 0.1\n", encoding="utf-8")
+    (info / "entry_points.txt").write_text("[keplm.methods]\ntoy_kg = toykg_plugin\n", encoding="utf-8")
+    broken = site / "broken_plugin-0.1.dist-info"
+    broken.mkdir()
+    (broken / "METADATA").write_text("Metadata-Version: 2.1\nName: broken-plugin\nVersion: 0.1\n", encoding="utf-8")
+    (broken / "entry_points.txt").write_text("[keplm.methods]\nbroken = no_such_module\n", encoding="utf-8")
+
+
+@pytest.mark.slow
+def test_an_installed_plugin_is_found_by_entry_point_in_fresh_processes(tmp_path, tokenizer, kg):
+    """A method in its own installed package (entry-point group ``keplm.methods``), never imported by the caller:
+    after ``import keplm`` the Auto classes know it, ``run_ner.py --model_type`` trains it with its own options,
+    its checkpoint loads through the Auto class, training continues from that checkpoint without ``--model_type``,
+    and a LoRA adapter of it reloads; a plug-in that fails to import is logged by name and breaks nothing else."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from .test_run_scripts import write_tiny_files
+
+    site = tmp_path / "site"
+    _install_plugin(site)
+    tiny = write_tiny_files(tmp_path / "tiny", tokenizer, kg)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(site), str(ROOT)]), OMP_NUM_THREADS="1")
+
+    def run(*arguments):
+        done = subprocess.run(
+            [sys.executable, *arguments], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900
+        )
+        assert done.returncode == 0, done.stderr[-4000:]
+        return done
+
+    common = [
+        "--dataset_name",
+        tiny["conll"],
+        "--max_steps",
+        "2",
+        "--per_device_train_batch_size",
+        "4",
+        "--save_strategy",
+        "no",
+        "--report_to",
+        "none",
+        "--disable_tqdm",
+        "1",
+        "--use_cpu",
+        "--do_train",
+    ]
+    first, second, adapter = tmp_path / "first", tmp_path / "second", tmp_path / "adapter"
+    model_type = ToyKgConfig.model_type
+    run(
+        "run_scripts/run_ner.py",
+        "--model_type",
+        model_type,
+        "--model_name_or_path",
+        tiny["model"],
+        "--toy_kg",
+        tiny["kg"],
+        "--output_dir",
+        str(first),
+        *common,
+    )
+    run("run_scripts/run_ner.py", "--model_name_or_path", str(first), "--output_dir", str(second), *common)
+    run(
+        "run_scripts/run_ner.py",
+        "--model_type",
+        model_type,
+        "--model_name_or_path",
+        tiny["model"],
+        "--toy_kg",
+        tiny["kg"],
+        "--output_dir",
+        str(adapter),
+        "--lora_r",
+        "2",
+        *common,
+    )
+    check = run(
+        "-c",
+        f"""
+import json, keplm, transformers
+from keplm.modeling.lora import load_lora
+print(json.dumps([
+    type(transformers.AutoConfig.for_model({model_type!r})).__module__,
+    type(transformers.AutoModelForTokenClassification.from_pretrained({str(second)!r})).__name__,
+    type(load_lora({str(adapter)!r}).get_base_model()).__name__,
+    keplm.load_plugins(),
+]))
+""",
+    )
+    module, loaded, lora_base, outcome = json.loads(check.stdout.strip().splitlines()[-1])
+    assert module == "toykg_plugin.configuration_toy_kg" and loaded == lora_base == "ToyKgForTokenClassification"
+    assert outcome["toy_kg"] == "loaded" and outcome["broken"].startswith("ModuleNotFoundError")
+    assert "keplm plug-in 'broken'" in check.stderr and "no_such_module" in check.stderr
+    assert json.loads((second / "config.json").read_text())["model_type"] == model_type

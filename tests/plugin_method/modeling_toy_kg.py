@@ -69,7 +69,13 @@ class ToyKgForTokenClassification(KeplmPreTrainedModel):
 class ToyKgArguments:
     """ToyKG's options in the task scripts."""
 
-    toy_kg: str = field(metadata={"help": "The knowledge graph whose entities get a learned vector (a load_kg spec)."})
+    toy_kg: str | None = field(
+        default=None,
+        metadata={
+            "help": "The knowledge graph whose entities get a learned vector (a load_kg spec); needed unless "
+            "--model_name_or_path is a ToyKG checkpoint (then its own KG and rows)."
+        },
+    )
     toy_min_count: int = field(default=1, metadata={"help": "Training mentions an entity needs for its own row."})
 
 
@@ -80,6 +86,13 @@ class ToyKgRunRecipe(RunRecipe):
     tasks = ("ner",)
 
     def prepare(self, raw, text_columns, num_proc=None):
+        if self.is_checkpoint():  # continue training a ToyKG model: its own processor, KG and entity rows
+            processor = ToyKgProcessor.from_pretrained(self.model_args.model_name_or_path)
+            for split in list(raw):
+                raw[split] = processor.link_dataset(raw[split], text_columns[0], split_into_words=True)
+            return processor, raw
+        if self.args.toy_kg is None:
+            raise ValueError("--toy_kg is required to build a new ToyKG model around a base encoder")
         kg = load_kg(self.args.toy_kg)
         tokenizer = AutoTokenizer.from_pretrained(self.model_args.model_name_or_path)
         processor = ToyKgProcessor(tokenizer, KnowledgeAssets(kg=kg))
@@ -90,6 +103,8 @@ class ToyKgRunRecipe(RunRecipe):
         return processor, raw
 
     def build_model(self, processor, **config_kwargs):
+        if self.is_checkpoint():
+            return self.model_class.from_pretrained(self.model_args.model_name_or_path)
         return self.model_class.from_base_pretrained(
             self.model_args.model_name_or_path, knowledge_assets=processor.knowledge_assets, **config_kwargs
         )
