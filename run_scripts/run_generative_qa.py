@@ -35,12 +35,21 @@ from keplm.training.knowledge_setup import Featurizer, maybe_add_lora
 from keplm.training.metrics import squad_references, squad_v1_metrics
 from keplm.training.model_card import KeplmModelCardData
 from keplm.training.run_recipe import choose_recipe
-from keplm.training.runtime import build_features, check_splits, flatten, setup_logging, used_splits
+from keplm.training.runtime import (
+    QA_SPLIT_HINT,
+    build_features,
+    check_splits,
+    flatten,
+    load_qa_splits,
+    qa_train_evaluate_predict,
+    setup_logging,
+    used_splits,
+)
 from keplm.training.subsets import subset_metrics
 from keplm.training.trainer_seq2seq import GenerativeQuestionAnsweringTrainer
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from run_qa import CARD_FACTS, SPLIT_HINT, load_data, train_evaluate_predict  # noqa: E402
+#: this project's card facts (its datasets' public names, the MiniLM package), for the model card
+CARD_FACTS = Path(__file__).resolve().parents[1] / "harness" / "card_facts.json"
 
 logger = logging.getLogger(__name__)
 
@@ -61,8 +70,8 @@ def main(args: list[str] | None = None) -> dict:
     if training_args.generation_max_length is None:
         training_args.generation_max_length = data_args.max_answer_length
 
-    raw, data_report = load_data(data_args)
-    check_splits(raw, training_args, SPLIT_HINT)
+    raw, data_report = load_qa_splits(data_args)
+    check_splits(raw, training_args, QA_SPLIT_HINT)
     raw = used_splits(raw, training_args)
     with training_args.main_process_first(desc="knowledge"):
         processor, raw = recipe.prepare(raw, ["context"], data_args.preprocessing_num_workers)
@@ -125,7 +134,7 @@ def main(args: list[str] | None = None) -> dict:
             )
         return metrics
 
-    return train_evaluate_predict(
+    return qa_train_evaluate_predict(
         trainer,
         training_args,
         raw,

@@ -22,24 +22,23 @@ import logging
 import sys
 from pathlib import Path
 
-import datasets
 import transformers
 from transformers import set_seed
 
-from keplm.data import limit_samples, load_qa_dataset
 from keplm.training.arguments import KeplmTrainingArguments, ModelArguments, QaDataArguments, parse_args
 from keplm.training.knowledge_setup import Featurizer, maybe_add_lora
 from keplm.training.metrics import squad_references, squad_v1_metrics
 from keplm.training.model_card import KeplmModelCardData
 from keplm.training.run_recipe import choose_recipe
 from keplm.training.runtime import (
+    QA_SPLIT_HINT,
     build_features,
     check_max_seq_length,
     check_splits,
     flatten,
-    record,
+    load_qa_splits,
+    qa_train_evaluate_predict,
     setup_logging,
-    train_and_save,
     used_splits,
 )
 from keplm.training.subsets import subset_metrics
@@ -49,29 +48,6 @@ from keplm.training.trainer import QuestionAnsweringTrainer
 CARD_FACTS = Path(__file__).resolve().parents[1] / "harness" / "card_facts.json"
 
 logger = logging.getLogger(__name__)
-
-
-def load_data(data_args: QaDataArguments) -> tuple[datasets.DatasetDict, dict]:
-    """The splits, and the loader's report (files, answer-start checks, the article split it made)."""
-    extra = {"name": data_args.dataset_config_name} if data_args.dataset_config_name else {}
-    raw, report = load_qa_dataset(
-        data_args.dataset_name,
-        train_file=data_args.train_file,
-        validation_file=data_args.validation_file,
-        test_file=data_args.test_file,
-        split_by_article=data_args.article_split(),
-        fix_answer_starts=data_args.fix_answer_starts,
-        return_report=True,
-        **extra,
-    )
-    return limit_samples(raw, data_args.sample_limits(), data_args.sample_seeds()), report
-
-
-#: how a single SQuAD-style file gets its validation and test splits
-SPLIT_HINT = (
-    "one SQuAD-style file has one split: --split_by_article 38 5 5 splits SQuAD v1.1 dev by article, or "
-    "give --validation_file / --test_file"
-)
 
 
 def main(args: list[str] | None = None) -> dict:
@@ -85,8 +61,8 @@ def main(args: list[str] | None = None) -> dict:
     setup_logging(training_args)
     set_seed(training_args.seed)
 
-    raw, data_report = load_data(data_args)
-    check_splits(raw, training_args, SPLIT_HINT)
+    raw, data_report = load_qa_splits(data_args)
+    check_splits(raw, training_args, QA_SPLIT_HINT)
     raw = used_splits(raw, training_args)
     with training_args.main_process_first(desc="knowledge"):
         processor, raw = recipe.prepare(raw, ["context"], data_args.preprocessing_num_workers)
@@ -152,7 +128,7 @@ def main(args: list[str] | None = None) -> dict:
             )
         return metrics
 
-    return train_evaluate_predict(
+    return qa_train_evaluate_predict(
         trainer,
         training_args,
         raw,
@@ -169,31 +145,6 @@ def check_window(processor, data_args: QaDataArguments) -> None:
             f"--max_seq_length {data_args.max_seq_length} exceeds the tokenizer's "
             f"model_max_length {processor.tokenizer.model_max_length}"
         )
-
-
-def train_evaluate_predict(
-    trainer, training_args, raw, features, data_results: dict, train_extra: dict | None = None, predict_extra=None
-) -> dict:
-    """The shared end of both models: data report, training, EM/F1 on validation and test, card and push."""
-    results = {}
-    if data_results:
-        trainer.save_metrics("data", data_results)
-        results.update(data_results)
-    if training_args.do_train:
-        results.update(train_and_save(trainer, training_args, len(features["train"]), **(train_extra or {})))
-    if training_args.do_eval:
-        results.update(record(trainer, "eval", dict(trainer.evaluate(), eval_samples=len(raw["validation"]))))
-    if training_args.do_predict:
-        output = trainer.predict(features["test"], raw["test"], metric_key_prefix="predict")
-        metrics = dict(output.metrics, predict_samples=len(raw["test"]))
-        if predict_extra is not None:
-            metrics.update(predict_extra(output))
-        results.update(record(trainer, "predict", metrics))
-    if training_args.do_train:
-        trainer.create_model_card()
-        if training_args.push_to_hub:  # the final push carries the card with every split's results
-            trainer.push_to_hub()
-    return results
 
 
 if __name__ == "__main__":

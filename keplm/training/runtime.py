@@ -11,6 +11,7 @@ import datasets
 import transformers
 from transformers import TrainingArguments
 
+from keplm.data import limit_samples, load_qa_dataset
 from keplm.metric_units import METRIC_UNIT, METRIC_UNIT_KEY
 
 logger = logging.getLogger(__name__)
@@ -177,7 +178,60 @@ def train_and_save(trainer, training_args: TrainingArguments, num_samples: int, 
     return metrics
 
 
+def load_qa_splits(data_args) -> tuple[datasets.DatasetDict, dict]:
+    """The QA splits ``run_qa.py`` / ``run_generative_qa.py`` read (``QaDataArguments``), limited and sampled as the
+    options say, and the loader's report (files, answer-start checks, the article split it made)."""
+    extra = {"name": data_args.dataset_config_name} if data_args.dataset_config_name else {}
+    raw, report = load_qa_dataset(
+        data_args.dataset_name,
+        train_file=data_args.train_file,
+        validation_file=data_args.validation_file,
+        test_file=data_args.test_file,
+        split_by_article=data_args.article_split(),
+        fix_answer_starts=data_args.fix_answer_starts,
+        return_report=True,
+        **extra,
+    )
+    return limit_samples(raw, data_args.sample_limits(), data_args.sample_seeds()), report
+
+
+#: how a single SQuAD-style file gets its validation and test splits
+QA_SPLIT_HINT = (
+    "one SQuAD-style file has one split: --split_by_article 38 5 5 splits SQuAD v1.1 dev by article, or "
+    "give --validation_file / --test_file"
+)
+
+
+def qa_train_evaluate_predict(
+    trainer, training_args, raw, features, data_results: dict, train_extra: dict | None = None, predict_extra=None
+) -> dict:
+    """The shared end of the QA scripts (extractive and generative): data report, training, EM/F1 on validation
+    and test, card and push."""
+    results = {}
+    if data_results:
+        trainer.save_metrics("data", data_results)
+        results.update(data_results)
+    if training_args.do_train:
+        results.update(train_and_save(trainer, training_args, len(features["train"]), **(train_extra or {})))
+    if training_args.do_eval:
+        results.update(record(trainer, "eval", dict(trainer.evaluate(), eval_samples=len(raw["validation"]))))
+    if training_args.do_predict:
+        output = trainer.predict(features["test"], raw["test"], metric_key_prefix="predict")
+        metrics = dict(output.metrics, predict_samples=len(raw["test"]))
+        if predict_extra is not None:
+            metrics.update(predict_extra(output))
+        results.update(record(trainer, "predict", metrics))
+    if training_args.do_train:
+        trainer.create_model_card()
+        if training_args.push_to_hub:  # the final push carries the card with every split's results
+            trainer.push_to_hub()
+    return results
+
+
 __all__ = [
+    "QA_SPLIT_HINT",
+    "load_qa_splits",
+    "qa_train_evaluate_predict",
     "setup_logging",
     "warn_single_process_launch",
     "linked_share",
