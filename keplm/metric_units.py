@@ -1,7 +1,7 @@
 """One unit for every task metric keplm's run scripts report: percent (0-100), as the papers, the SQuAD metric and
 the docs' tables give them.
 
-The formulas (:mod:`keplm.training.metrics`) and the ``evaluate`` metrics built on them keep the conventions of their
+The metric functions (:mod:`keplm.training.metrics`) keep the conventions of their
 Hub namesakes (``squad`` in percent; ``seqeval``, ``glue`` and P@k as fractions); what the Trainer logs and the run
 scripts write goes through :func:`to_percent`, and every results file says its unit under ``metric_unit``.
 

@@ -12,7 +12,7 @@ import datasets
 import pytest
 
 from keplm.data.glue import GLUE_TASKS, glue_features, glue_task, load_glue_dataset
-from keplm.training.evaluate_metrics import GLUE_TASKS as METRIC_TASKS
+from keplm.training.metrics import GLUE_TASKS as METRIC_TASKS
 
 GLUE_DIR = Path(__file__).resolve().parents[2] / "shared" / "data" / "glue"
 needs_data = pytest.mark.skipif(not GLUE_DIR.is_dir(), reason="../shared/data/glue is absent")

@@ -58,8 +58,8 @@ GLUE_HUB_ID = "nyu-mll/glue"
 
 @dataclass(frozen=True)
 class GlueTask:
-    """What a GLUE task's examples hold. ``name`` is the Hub config name and the config name of
-    :class:`keplm.training.evaluate_metrics.Glue`; ``directory`` the task's folder under ``glue/``."""
+    """What a GLUE task's examples hold. ``name`` is the Hub config name and the task name of
+    :func:`keplm.training.metrics.glue_metrics`; ``directory`` the task's folder under ``glue/``."""
 
     name: str
     directory: str

@@ -1,5 +1,5 @@
-"""The run scripts' Trainer ``compute_metrics`` callables, built on keplm's ``evaluate.Metric`` subclasses
-(:mod:`keplm.training.evaluate_metrics`), and ``FactMetrics`` for relation extraction (on :func:`fact_scores`).
+"""The run scripts' Trainer ``compute_metrics`` callables over the metric functions of :mod:`keplm.training.metrics`
+(seqeval, GLUE, SemEval-2010 Task 8), and ``FactMetrics`` for relation extraction (on :func:`fact_scores`).
 
 They report every score in percent (:mod:`keplm.metric_units`), whatever unit the metric underneath computes, so
 that the Trainer's logs, ``metric_for_best_model`` and the results files of all tasks share one unit."""
@@ -13,8 +13,7 @@ import numpy as np
 from keplm.metric_units import to_percent
 from keplm.tokenization.processing_relation_extraction import document_facts
 
-from .evaluate_metrics import Glue, SemEvalTask8, Seqeval, _KeplmMetric, _to_numpy
-from .metrics import align_ner_predictions, fact_scores, ner_metrics
+from .metrics import align_ner_predictions, fact_scores, glue_metrics, ner_metrics, semeval_task8_metrics
 
 __all__ = [
     "NerComputeMetrics",
@@ -30,34 +29,51 @@ def _logits(predictions):
     return predictions[0] if isinstance(predictions, tuple) else predictions
 
 
-class _MetricCallable:
-    """``compute_metrics`` over one keplm metric, for both Trainer modes: the whole evaluation set at once, or
-    ``batch_eval_metrics=True``, where each call adds one batch and the last one (``compute_result=True``)
-    computes. The metric keeps its examples in memory: the Trainer already gathered them across processes."""
+def _to_numpy(array) -> np.ndarray:
+    """A Trainer output (numpy array or, under ``batch_eval_metrics``, a possibly bf16 CUDA tensor) as numpy."""
+    if hasattr(array, "detach"):
+        array = array.detach().cpu()
+        if array.is_floating_point():
+            array = array.float()
+        array = array.numpy()
+    return np.asarray(array)
 
-    metric: _KeplmMetric
+
+class _MetricCallable:
+    """``compute_metrics`` over one metric function, for both Trainer modes: the whole evaluation set at once, or
+    ``batch_eval_metrics=True``, where each call adds one batch and the last one (``compute_result=True``)
+    computes. The batches are kept in memory: the Trainer already gathered them across processes."""
+
     compute_kwargs: dict
 
     def _inputs(self, eval_prediction) -> dict:
         raise NotImplementedError
 
+    def _metric(self, predictions, references, **kwargs) -> dict[str, float]:
+        raise NotImplementedError
+
     def _postprocess(self, result: dict[str, float]) -> dict[str, float]:
         return result
 
-    def _result(self, **inputs) -> dict[str, float]:
-        # the metrics underneath compute fractions (as their Hub namesakes); the run scripts report percent
-        return to_percent(self._postprocess(self.metric.compute(**inputs, **self.compute_kwargs)))
+    def _result(self, predictions, references) -> dict[str, float]:
+        # the metric functions compute fractions; the run scripts report percent
+        return to_percent(self._postprocess(self._metric(predictions, references, **self.compute_kwargs)))
 
     def __call__(self, eval_prediction, compute_result: bool | None = None) -> dict[str, float]:
         inputs = self._inputs(eval_prediction)
         if compute_result is None:
-            return self._result(**inputs)
-        self.metric.add_batch(**inputs)
-        return self._result() if compute_result else {}
+            return self._result(inputs["predictions"], inputs["references"])
+        batches = self.__dict__.setdefault("_batches", {"predictions": [], "references": []})
+        for key in batches:
+            batches[key].extend(inputs[key])
+        if not compute_result:
+            return {}
+        self._batches = {"predictions": [], "references": []}
+        return self._result(batches["predictions"], batches["references"])
 
 
 class NerComputeMetrics(_MetricCallable):
-    """``compute_metrics`` for token classification through ``Seqeval`` (also with ``batch_eval_metrics``).
+    """``compute_metrics`` for token classification through seqeval (``ner_metrics``; also with ``batch_eval_metrics``).
     Predictions may be logits or predicted ids (``preprocess_logits_for_metrics=argmax_logits``); positions whose
     gold label is ``ignore_index`` are dropped."""
 
@@ -71,8 +87,10 @@ class NerComputeMetrics(_MetricCallable):
     ):
         self.label_list = list(label_list)
         self.ignore_index = ignore_index
-        self.metric = Seqeval(keep_in_memory=True)
         self.compute_kwargs = {"mode": mode, "scheme": scheme, "per_type": per_type}
+
+    def _metric(self, predictions, references, **kwargs) -> dict[str, float]:
+        return ner_metrics(predictions, references, **kwargs)
 
     def _inputs(self, eval_prediction) -> dict:
         predictions, references = align_ner_predictions(
@@ -92,15 +110,18 @@ def word_level_scores(predictions, references) -> dict[str, float]:
 
 
 class GlueComputeMetrics(_MetricCallable):
-    """``compute_metrics`` for a GLUE task through ``Glue``: argmax of the logits (or the single regression
+    """``compute_metrics`` for a GLUE task through ``glue_metrics``: argmax of the logits (or the single regression
     output for ``stsb``) against the labels. With ``combined_score=True`` a task with several metrics also gets
     their mean as ``combined_score``, as in transformers' ``run_glue.py``."""
 
     def __init__(self, task: str, combined_score: bool = True):
         self.task = task
-        self.metric = Glue(task, keep_in_memory=True)
+        glue_metrics(task, [0, 1], [0, 1])  # an unknown task is an error now, not at the first evaluation
         self.compute_kwargs = {}
         self.combined_score = combined_score
+
+    def _metric(self, predictions, references) -> dict[str, float]:
+        return glue_metrics(self.task, predictions, references)
 
     def _inputs(self, eval_prediction) -> dict:
         predictions = _to_numpy(_logits(eval_prediction.predictions))
@@ -119,13 +140,15 @@ class GlueComputeMetrics(_MetricCallable):
 
 
 class RelationClassificationComputeMetrics(_MetricCallable):
-    """``compute_metrics`` for SemEval-2010 Task 8 through ``SemEvalTask8``: the argmax of the logits and the
+    """``compute_metrics`` for SemEval-2010 Task 8 through ``semeval_task8_metrics``: the argmax of the logits and the
     label ids as names (``id2label``), scored over ``relations`` (default: those found)."""
 
     def __init__(self, id2label: Mapping[int, str], relations=None):
         self.id2label = {int(i): name for i, name in id2label.items()}
-        self.metric = SemEvalTask8(keep_in_memory=True)
         self.compute_kwargs = {"relations": list(relations) if relations is not None else None}
+
+    def _metric(self, predictions, references, relations=None) -> dict[str, float]:
+        return semeval_task8_metrics(list(predictions), list(references), relations=relations)
 
     def _inputs(self, eval_prediction) -> dict:
         predictions = _to_numpy(_logits(eval_prediction.predictions))

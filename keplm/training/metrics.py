@@ -2,8 +2,9 @@
 GLUE task metrics (Roof-Transformer), the official SemEval-2010 Task 8 score (relation classification) and
 LAMA-style P@k (TRELM).
 
-Each formula is written once, here. :mod:`keplm.training.evaluate_metrics` wraps them as ``evaluate.Metric``
-subclasses (``add_batch``/``compute``, ``evaluate.combine``, offline) and as the run scripts' ``compute_metrics``.
+Each metric is computed once, here, by the library that owns it where one does (seqeval, scikit-learn, scipy); the
+SQuAD v1.1, SemEval-2010 Task 8 and LAMA P@k scores follow their official scripts. The run scripts'
+``compute_metrics`` callables (:mod:`keplm.training.compute_metrics`) call these functions.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 
 import numpy as np
+from scipy import stats
+from sklearn import metrics as sklearn_metrics
 
 __all__ = [
     "ner_metrics",
@@ -26,7 +29,6 @@ __all__ = [
     "accuracy",
     "binary_f1",
     "matthews_correlation",
-    "average_ranks",
     "pearson_correlation",
     "spearman_correlation",
     "GLUE_TASKS",
@@ -175,10 +177,18 @@ def squad_v1_metrics(predictions: Mapping[str, str], references: Mapping[str, Se
 
 
 def squad_references(examples) -> dict[str, list[str]]:
-    """``{id: [answer texts]}`` from SQuAD-schema examples (a Dataset or list of dicts)."""
+    """``{id: [answer texts]}`` from SQuAD-schema examples (a Dataset or list of dicts); a question id that appears
+    twice is a ValueError (its second answers would silently replace the first)."""
     if hasattr(examples, "column_names"):
-        return {qid: list(ans["text"]) for qid, ans in zip(examples["id"], examples["answers"])}
-    return {ex["id"]: list(ex["answers"]["text"]) for ex in examples}
+        rows = list(zip(examples["id"], examples["answers"]))
+    else:
+        rows = [(ex["id"], ex["answers"]) for ex in examples]
+    references: dict[str, list[str]] = {}
+    for qid, answers in rows:
+        if qid in references:
+            raise ValueError(f"squad_references: question id {qid!r} appears twice in the examples")
+        references[qid] = list(answers["text"])
+    return references
 
 
 # --------------------------------------------------------------------------- GLUE (Roof-Transformer)
@@ -210,70 +220,44 @@ def _paired_arrays(name: str, predictions, references, integral: bool) -> tuple[
 
 
 def accuracy(predictions, references) -> float:
-    """Fraction of exact label matches (SST-2, QNLI, RTE, MNLI, ...)."""
+    """Fraction of exact label matches (SST-2, QNLI, RTE, MNLI, ...), scikit-learn's ``accuracy_score``."""
     preds, refs = _paired_arrays("accuracy", predictions, references, integral=True)
-    return float((preds == refs).mean())
+    return float(sklearn_metrics.accuracy_score(refs, preds))
 
 
 def binary_f1(predictions, references, positive_label: int = 1) -> float:
-    """F1 of the positive class, ``2 TP / (2 TP + FP + FN)`` (MRPC, QQP); 0.0 when there is no positive at all,
-    as scikit-learn's ``f1_score(average="binary", zero_division=0)``. Labels must be 0/1: a third class would
-    make "binary" F1 silently ignore it."""
+    """F1 of the positive class (MRPC, QQP), scikit-learn's ``f1_score(average="binary", zero_division=0)``. Labels
+    must be 0/1: a third class would make "binary" F1 silently ignore it."""
     preds, refs = _paired_arrays("binary_f1", predictions, references, integral=True)
     bad = np.setdiff1d(np.union1d(preds, refs), [0, 1])
     if bad.size:
         raise ValueError(f"binary_f1: labels must be 0 or 1, got {bad.tolist()}")
-    pred_pos, ref_pos = preds == positive_label, refs == positive_label
-    tp = int(np.sum(pred_pos & ref_pos))
-    denominator = int(pred_pos.sum()) + int(ref_pos.sum())  # = 2 TP + FP + FN
-    return 2.0 * tp / denominator if denominator else 0.0
+    return float(sklearn_metrics.f1_score(refs, preds, pos_label=positive_label, average="binary", zero_division=0))
 
 
 def matthews_correlation(predictions, references) -> float:
-    """Matthews correlation coefficient (CoLA), in its multi-class form (Gorodkin's R_K, as scikit-learn's
-    ``matthews_corrcoef``), which reduces to ``(TP TN - FP FN) / sqrt(...)`` for two classes. 0.0 when undefined
-    (a constant prediction or reference), as scikit-learn."""
+    """Matthews correlation coefficient (CoLA), scikit-learn's ``matthews_corrcoef`` (0.0 when undefined)."""
     preds, refs = _paired_arrays("matthews_correlation", predictions, references, integral=True)
-    classes, index = np.unique(np.concatenate([refs, preds]), return_inverse=True)
-    ref_idx, pred_idx = index[: refs.size], index[refs.size :]
-    confusion = np.zeros((classes.size, classes.size), dtype=np.float64)
-    np.add.at(confusion, (ref_idx, pred_idx), 1.0)
-    true_counts, pred_counts = confusion.sum(axis=1), confusion.sum(axis=0)
-    correct, total = np.trace(confusion), confusion.sum()
-    covariance = correct * total - pred_counts @ true_counts
-    denominator = (total**2 - pred_counts @ pred_counts) * (total**2 - true_counts @ true_counts)
-    return float(covariance / np.sqrt(denominator)) if denominator > 0 else 0.0
+    return float(sklearn_metrics.matthews_corrcoef(refs, preds))
 
 
-def average_ranks(values) -> np.ndarray:
-    """1-based ranks of ``values``, ties sharing the mean of their ranks (scipy's ``rankdata(method="average")``):
-    what Spearman's correlation needs for tied scores, e.g. STS-B's many equal gold similarities."""
-    x = np.asarray(values, dtype=np.float64).reshape(-1)
-    order = np.argsort(x, kind="mergesort")
-    sorted_x = x[order]
-    starts_group = np.concatenate([[True], sorted_x[1:] != sorted_x[:-1]])
-    group = np.cumsum(starts_group) - 1
-    starts = np.flatnonzero(starts_group)
-    ends = np.append(starts[1:], x.size)  # exclusive
-    ranks = np.empty(x.size, dtype=np.float64)
-    ranks[order] = ((starts + 1 + ends) / 2.0)[group]  # mean of the 1-based ranks starts+1 .. ends
-    return ranks
+def _correlation(function, name: str, predictions, references) -> float:
+    """scipy's ``function`` (pearsonr / spearmanr) of two score vectors; NaN when undefined (fewer than two examples
+    or a constant input), without scipy's warning."""
+    preds, refs = _paired_arrays(name, predictions, references, integral=False)
+    if preds.size < 2 or np.ptp(preds) == 0 or np.ptp(refs) == 0:
+        return float("nan")
+    return float(function(preds, refs)[0])
 
 
 def pearson_correlation(predictions, references) -> float:
-    """Pearson's r (STS-B). NaN when undefined (fewer than two examples or a constant input), as scipy."""
-    preds, refs = _paired_arrays("pearson_correlation", predictions, references, integral=False)
-    dp, dr = preds - preds.mean(), refs - refs.mean()
-    denominator = np.sqrt((dp @ dp) * (dr @ dr))
-    if preds.size < 2 or denominator == 0.0:
-        return float("nan")
-    return float(np.clip((dp @ dr) / denominator, -1.0, 1.0))
+    """Pearson's r (STS-B), scipy's ``pearsonr``."""
+    return _correlation(stats.pearsonr, "pearson_correlation", predictions, references)
 
 
 def spearman_correlation(predictions, references) -> float:
-    """Spearman's rho (STS-B): Pearson's r of the average ranks (ties get the mean rank, as scipy's ``spearmanr``)."""
-    preds, refs = _paired_arrays("spearman_correlation", predictions, references, integral=False)
-    return pearson_correlation(average_ranks(preds), average_ranks(refs))
+    """Spearman's rho (STS-B), scipy's ``spearmanr`` (tied scores get their mean rank)."""
+    return _correlation(stats.spearmanr, "spearman_correlation", predictions, references)
 
 
 #: GLUE task -> the metrics reported for it (the Hub ``glue`` metric's config names and result keys)

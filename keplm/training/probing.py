@@ -1,7 +1,7 @@
 """LAMA-style probing of a masked LM (Petroni et al., 2019; TRELM section 4): P@k of its top-k predictions.
 
 The queries and the forward passes come from :mod:`keplm.data.lama` (:func:`~keplm.data.lama.build_queries`,
-:func:`~keplm.data.lama.predict_top_k`); keplm's ``PrecisionAtK`` metric (config ``relations``) scores them: P@k
+:func:`~keplm.data.lama.predict_top_k`); ``keplm.training.metrics.precision_at_k`` scores them: P@k
 macro-averaged over relations (LAMA's "mean P@1"), micro and per relation, per template where a relation has several,
 and on the seen and held-out facts of a pre-training corpus. P@k is reported in percent, as every keplm run metric
 (:mod:`keplm.metric_units`).
@@ -16,7 +16,7 @@ from collections.abc import Iterable, Sequence
 from keplm.data.lama import SKIP_REASONS, build_queries, common_vocab_ids, fact_key, predict_top_k
 from keplm.metric_units import to_percent
 
-from .evaluate_metrics import PrecisionAtK
+from .metrics import precision_at_k
 
 logger = logging.getLogger(__name__)
 
@@ -28,7 +28,7 @@ def score_queries(
     ks: Sequence[int] = (1,),
     relation_keys: Sequence[str] | None = None,
 ) -> dict[str, float]:
-    """P@k in percent for each k through ``PrecisionAtK("relations")`` (which computes fractions):
+    """P@k in percent for each k through ``precision_at_k`` (which computes fractions):
     ``precision_at_{k}`` (macro over relations), ``precision_at_{k}_micro`` and ``{relation}_precision_at_{k}``.
     ``relation_keys`` (one per query) groups by something else than the relation, e.g. relation and template."""
     if not queries:
@@ -38,8 +38,7 @@ def score_queries(
     relations = list(relation_keys) if relation_keys is not None else [q["relation"] for q in queries]
     result = {}
     for k in ks:
-        metric = PrecisionAtK("relations", keep_in_memory=True)
-        result.update(metric.compute(predictions=predictions, references=references, relations=relations, k=k))
+        result.update(precision_at_k(predictions, references, k=k, relations=relations))
     return to_percent(result)
 
 

@@ -22,7 +22,7 @@ from keplm.tokenization.processing_utils import tokenizer_fingerprint
 
 from .checkpoint_state import PicklessCheckpointState
 from .engines import check_engine
-from .evaluate_metrics import SquadV1, squad_metric_inputs
+from .metrics import squad_references, squad_v1_metrics
 from .model_card import KeplmCardCallback, KeplmModelCardData
 from .optim import (
     WARMUP_KEY,
@@ -525,8 +525,7 @@ class QuestionAnsweringTrainer(KeplmTrainer):
             max_answer_length=self.max_answer_length,
             disable_tqdm=self.args.disable_tqdm,
         )
-        answers, references = squad_metric_inputs(predictions, examples)
-        scores = SquadV1(keep_in_memory=True).compute(predictions=answers, references=references)
+        scores = squad_v1_metrics(predictions, squad_references(examples))
         metrics = {f"{prefix}_{k}": v for k, v in scores.items()}
         if self.args.should_save:
             os.makedirs(self.args.output_dir, exist_ok=True)

@@ -12,7 +12,7 @@ import numpy as np
 from transformers import Seq2SeqTrainer
 from transformers.trainer_utils import PredictionOutput
 
-from .evaluate_metrics import SquadV1, squad_metric_inputs
+from .metrics import squad_references, squad_v1_metrics
 from .trainer import KeplmTrainer
 
 
@@ -49,13 +49,12 @@ class GenerativeQuestionAnsweringTrainer(KeplmSeq2SeqTrainer):
                     "needs one feature per example, in the examples' order"
                 )
             self.last_predictions = dict(zip(map(str, examples["id"]), texts))
-            answers, references = squad_metric_inputs(self.last_predictions, examples)
             if self.args.should_save:
                 os.makedirs(self.args.output_dir, exist_ok=True)
                 path = os.path.join(self.args.output_dir, f"{prefix}_predictions.json")
                 with open(path, "w", encoding="utf-8") as f:
                     json.dump(self.last_predictions, f, indent=2, ensure_ascii=False)
-            return SquadV1(keep_in_memory=True).compute(predictions=answers, references=references)
+            return squad_v1_metrics(self.last_predictions, squad_references(examples))
 
         return score
 
