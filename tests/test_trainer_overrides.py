@@ -1,0 +1,59 @@
+"""keplm's Trainer overrides private ``Trainer`` methods only where no public hook exists (docs/architecture.md,
+"Decision"). This test lists them and fails loudly, naming the method, when the installed transformers renamed one,
+dropped it or changed its parameters: an override of a method the Trainer no longer calls would silently stop
+working."""
+
+from __future__ import annotations
+
+import inspect
+
+from transformers import Trainer
+
+from keplm.training.trainer import KeplmTrainer
+
+#: every private Trainer method keplm overrides, with the parameters (after self) keplm's override was written for
+EXPECTED = {
+    "_save_optimizer_and_scheduler": ["output_dir"],
+    "_load_optimizer_and_scheduler": ["checkpoint"],
+    "_save_rng_state": ["output_dir"],
+    "_load_rng_state": ["checkpoint"],
+    "_save_scaler": ["output_dir"],
+    "_load_scaler": ["checkpoint"],
+    "_get_grad_norm": ["model", "grad_norm"],
+    "_get_eval_sampler": ["eval_dataset"],
+    "_clip_grad_norm": ["model"],
+    "_save": ["output_dir", "state_dict"],
+    "_push_from_checkpoint": ["checkpoint_folder"],
+    "_save_checkpoint": ["model", "trial"],
+    "_load_from_checkpoint": ["resume_from_checkpoint", "model"],
+}
+
+
+def overridden_private_methods() -> set[str]:
+    """Private (single-underscore) methods of transformers' Trainer that a keplm class in KeplmTrainer's MRO defines."""
+    names = set()
+    for cls in KeplmTrainer.__mro__:
+        if cls.__module__.startswith("keplm."):
+            names |= {
+                name
+                for name, value in vars(cls).items()
+                if name.startswith("_") and not name.startswith("__") and callable(value) and hasattr(Trainer, name)
+            }
+    return names
+
+
+def test_the_list_of_overridden_private_methods_is_complete():
+    assert overridden_private_methods() == set(EXPECTED)
+
+
+def test_every_overridden_private_method_still_exists_with_its_parameters():
+    problems = []
+    for name, parameters in EXPECTED.items():
+        stock = getattr(Trainer, name, None)
+        if stock is None:
+            problems.append(f"Trainer.{name} is gone: keplm's override is never called")
+            continue
+        found = [p for p in inspect.signature(stock).parameters if p != "self"]
+        if found != parameters:
+            problems.append(f"Trainer.{name} now takes {found}, keplm's override was written for {parameters}")
+    assert problems == []
