@@ -3,6 +3,7 @@ vanilla, KALA relational (keplm's defaults), KALA with the paper's eq. 3 and +1 
 
     python -m harness.experiments curve --jobs 2                 # the whole design, resumable (--resume)
     python -m harness.experiments curve --datasets conll --sizes 50 100 --seeds 1
+    python -m harness.experiments curve --hypotheses --sizes 100 500 --seeds 1 2 3   # part 2 of the design
     python -m harness.experiments curve-table outputs/curve --plot docs/figures
 
 Every run is ``run_scripts/run_ner.py`` on a nested random draw of the training split (``--train_sample_seed`` =
@@ -37,7 +38,23 @@ SYSTEMS = {
     "relational_eq3": ["--system", "relational", "--relation_message", "entity"],
     "more_params": ["--system", "more_params"],
 }
-KNOWLEDGE_SYSTEMS = ("relational", "relational_eq3")
+#: part 2 of the design (docs/learning_curve.md): KALA relational with one change from the defaults each, run at
+#: HYPOTHESIS_SIZES with seeds 1-3 and paired with the curve's ``relational`` runs
+HYPOTHESES = {
+    "relational_random_memory": ["--system", "relational"],  # H3: without --init_entity_memory (see SETTINGS)
+    "relational_dropout0": ["--system", "relational", "--entity_dropout", "0"],  # H4
+    "relational_dropout05": ["--system", "relational", "--entity_dropout", "0.5"],  # H4
+    "relational_klr1e-4": ["--system", "relational", "--knowledge_learning_rate", "1e-4"],  # H5
+    "relational_klr2e-3": ["--system", "relational", "--knowledge_learning_rate", "2e-3"],  # H5
+    "relational_no_kwarmup": ["--system", "relational", "--knowledge_warmup_steps", "0"],  # H5
+    "relational_2x_steps": ["--system", "relational"],  # H6: twice the step budget (see STEP_FACTOR)
+}
+#: harness settings a system changes (kala.make_settings keys), and systems with a longer step budget
+SETTINGS = {"relational_random_memory": {"init_entity_memory": False}}
+STEP_FACTOR = {"relational_2x_steps": 2}
+HYPOTHESIS_SIZES = (100, 500)
+ALL_SYSTEMS = {**SYSTEMS, **HYPOTHESES}
+KNOWLEDGE_SYSTEMS = ("relational", "relational_eq3", *HYPOTHESES)
 #: +1 layer runs at these sizes only (the design's budget)
 MORE_PARAMS_SIZES = (100, 1000)
 BATCH = 16
@@ -66,7 +83,7 @@ def run_commands(
     """The run-script command of one (dataset, size, seed, system) run, then (KALA) its knowledge check, then the
     deletion of its checkpoints."""
     spec = DATASETS[dataset]
-    steps = train_steps(size)
+    steps = train_steps(size) * STEP_FACTOR.get(system, 1)
     every = str(math.ceil(steps / EVALUATIONS))
     cfg = kala.make_settings(
         spec["preset"],
@@ -78,8 +95,9 @@ def run_commands(
         batch=str(BATCH),
         check_knowledge=CHECK_EXAMPLES,
     )
+    cfg.update(SETTINGS.get(system, {}))
     options = [
-        *SYSTEMS[system][2:],
+        *ALL_SYSTEMS[system][2:],
         "--train_sample_seed",
         seed,
         "--max_steps",
@@ -100,7 +118,7 @@ def run_commands(
         "--early_stopping_patience",
         str(PATIENCE),
     ]
-    base_system = SYSTEMS[system][1]
+    base_system = ALL_SYSTEMS[system][1]
     cmds = [kala.command(cfg, base_system, seed, run_dir) + options]
     if system in KNOWLEDGE_SYSTEMS:
         cmds.append(kala.check_command(cfg, run_dir))
@@ -117,14 +135,15 @@ def run_commands(
 
 def plan(datasets, sizes, seeds, systems) -> list[tuple[str, int, str, str]]:
     """(dataset, size, seed, system) in queue order: seed-major, so a cut queue leaves every size with the same
-    seeds; +1 layer only at ``MORE_PARAMS_SIZES``."""
+    seeds; +1 layer only at ``MORE_PARAMS_SIZES``, the part-2 variants only at ``HYPOTHESIS_SIZES``."""
     return [
         (dataset, size, seed, system)
         for seed in seeds
         for dataset in datasets
         for size in sizes
         for system in systems
-        if system != "more_params" or size in MORE_PARAMS_SIZES
+        if (system != "more_params" or size in MORE_PARAMS_SIZES)
+        and (system not in HYPOTHESES or size in HYPOTHESIS_SIZES)
     ]
 
 
@@ -136,13 +155,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.set_defaults(seeds=["1", "2", "3", "4", "5"])
     parser.add_argument("--datasets", nargs="+", default=list(DEFAULT_DATASETS), choices=sorted(DATASETS))
     parser.add_argument("--sizes", nargs="+", type=int, default=list(SIZES))
-    parser.add_argument("--systems", default=",".join(SYSTEMS), help="comma-separated subset of " + ",".join(SYSTEMS))
+    parser.add_argument(
+        "--systems",
+        default=",".join(SYSTEMS),
+        help="comma-separated; the curve's: "
+        + ",".join(SYSTEMS)
+        + "; part 2's (--hypotheses): "
+        + ",".join(HYPOTHESES),
+    )
+    parser.add_argument(
+        "--hypotheses",
+        action="store_true",
+        help="part 2 of the design: every variant of HYPOTHESES at sizes 100 and 500 (with --seeds 1 2 3)",
+    )
 
 
 def run(args: argparse.Namespace, output_dir: str) -> list[dict]:
     """Queue every planned run (``--resume`` skips the finished ones); the runs' results are read by
     ``curve-table``."""
-    systems = check_names(args.systems.split(","), SYSTEMS, "systems")
+    systems = list(HYPOTHESES) if args.hypotheses else check_names(args.systems.split(","), ALL_SYSTEMS, "systems")
     if any(size < 1 for size in args.sizes):
         raise ValueError(f"--sizes must be positive, got {args.sizes}")
     jobs = []
@@ -220,9 +251,9 @@ def paired_interval(differences: list[float]) -> tuple[float, float, float]:
     return mean, mean - half, mean + half
 
 
-def aggregate(rows: list[dict], key: str = "test_f1") -> dict:
+def aggregate(rows: list[dict], key: str = "test_f1", baseline: str = "vanilla", compared=COMPARED) -> dict:
     """{(dataset, size): {system: [values by seed]}, plus (dataset, size, system, "diff"): (mean, low, high, n)}
-    with KALA − vanilla paired over the seeds that finished both."""
+    with each ``compared`` system − ``baseline`` paired over the seeds that finished both."""
     cells: dict = {}
     for row in rows:
         if row.get(key) is not None:
@@ -230,8 +261,8 @@ def aggregate(rows: list[dict], key: str = "test_f1") -> dict:
     out = {}
     for (dataset, size), systems in sorted(cells.items()):
         out[(dataset, size)] = {system: [by_seed[s] for s in sorted(by_seed)] for system, by_seed in systems.items()}
-        vanilla = systems.get("vanilla", {})
-        for system in COMPARED:
+        vanilla = systems.get(baseline, {})
+        for system in compared:
             seeds = sorted(set(vanilla) & set(systems.get(system, {})))
             if seeds:
                 out[(dataset, size, system, "diff")] = (
@@ -272,6 +303,45 @@ def table(rows: list[dict], key: str = "test_f1", title: str = "test F1") -> str
                 else f"{found[0]:+.2f} (n=1)"
             )
         lines.append(f"| {dataset} | {size} | {seeds} | " + " | ".join(values + diffs) + " |")
+    return "\n".join(lines)
+
+
+def hypotheses_table(rows: list[dict]) -> str:
+    """Markdown for part 2: per dataset, size and variant, test F1 (mean ± sd), its paired difference to the default
+    ``relational`` run of the same seeds (95 % interval) and the mean tail- and relation-edit flip rates (%)."""
+    from harness.tables import cell
+
+    stats = aggregate(rows, baseline="relational", compared=tuple(HYPOTHESES))
+    flips: dict = {}
+    for row in rows:
+        if "tail_flip_rate" in row:
+            flips.setdefault((row["dataset"], row["size"], row["system"]), []).append(row)
+    lines = [
+        "| dataset | size | system | seeds | test F1 | − relational (95 % CI) | tail flips % | relation flips % |",
+        "|---|---:|---|---:|---:|---:|---:|---:|",
+    ]
+    for key, by_system in stats.items():
+        if len(key) != 2:
+            continue
+        for system in ("relational", *HYPOTHESES):
+            if system not in by_system or (system != "relational" and (*key, system, "diff") not in stats):
+                continue
+            diff = stats.get((*key, system, "diff"))
+            shown = (
+                ""
+                if diff is None
+                else (
+                    f"{diff[0]:+.2f} [{diff[1]:+.2f}, {diff[2]:+.2f}] (n={diff[3]})"
+                    if diff[3] > 1
+                    else f"{diff[0]:+.2f}"
+                )
+            )
+            group = flips.get((*key, system), [])
+            lines.append(
+                f"| {key[0]} | {key[1]} | {system} | {len(by_system[system])} | {cell(by_system[system])} | {shown} | "
+                f"{cell([100 * r['tail_flip_rate'] for r in group], 1, '')} | "
+                f"{cell([100 * r['relation_flip_rate'] for r in group], 1, '')} |"
+            )
     return "\n".join(lines)
 
 
@@ -364,6 +434,11 @@ def report(output_dir: str, record_dir: str | None, plot_dir: str | None, comman
             table(rows, "with_unseen_f1", "F1 w/ unseen"),
             "Knowledge checks (KALA models):",
             knowledge_table(rows),
+            *(
+                ["Part 2, one change from KALA relational's defaults each:", hypotheses_table(rows)]
+                if any(r["system"] in HYPOTHESES for r in rows)
+                else []
+            ),
         ]
     )
     if record_dir:

@@ -77,3 +77,30 @@ def test_tables_pair_by_seed(tmp_path):
     assert len((tmp_path / "record" / "runs.jsonl").read_text().splitlines()) == 7
     with pytest.raises(FileNotFoundError, match="no finished curve run"):
         curve.report(str(tmp_path / "empty"), None, None, "cmd")
+
+
+def test_part_two_variants_change_one_setting_each(tmp_path):
+    plan = curve.plan(["conll"], [50, 100, 500], ["1"], list(curve.HYPOTHESES))
+    assert {size for _, size, _, _ in plan} == {100, 500} and len(plan) == 2 * len(curve.HYPOTHESES)
+    default = curve.run_commands("conll", 100, "1", "relational", str(tmp_path / "a"))[0]
+    random_memory = curve.run_commands("conll", 100, "1", "relational_random_memory", str(tmp_path / "a"))[0]
+    longer = curve.run_commands("conll", 100, "1", "relational_2x_steps", str(tmp_path / "a"))[0]
+    dropout = curve.run_commands("conll", 100, "1", "relational_dropout0", str(tmp_path / "a"))[0]
+    assert "--init_entity_memory" in default and set(default) - set(random_memory) == {"--init_entity_memory"}
+    assert longer[longer.index("--max_steps") + 1] == "300" and longer[longer.index("--eval_steps") + 1] == "60"
+    assert dropout[dropout.index("--entity_dropout") + 1] == "0" and "--entity_dropout" not in default
+    assert len(curve.run_commands("conll", 100, "1", "relational_klr2e-3", str(tmp_path / "a"))) == 3  # + the check
+
+
+def test_part_two_table_pairs_with_the_default_relational_runs(tmp_path):
+    for seed, (default, variant) in enumerate([(60.0, 62.0), (61.0, 61.5)], start=1):
+        _run(tmp_path, "ncbi", 100, seed, "relational", default, flips=0.1)
+        _run(tmp_path, "ncbi", 100, seed, "relational_dropout0", variant, flips=0.3)
+    text = curve.hypotheses_table(curve.collect(str(tmp_path)))
+    # differences 2.0 and 0.5: mean 1.25, sd 1.0607, t(0.975, 1) = 12.706
+    half = 12.706204736174698 * 1.0606601717798212 / 2**0.5
+    assert (
+        f"| ncbi | 100 | relational_dropout0 | 2 | 61.75 ± 0.35 | +1.25 [{1.25 - half:+.2f}, {1.25 + half:+.2f}]"
+        in text
+    )
+    assert "| 30.0 ± 0.0 | 30.0 ± 0.0 |" in text and "| ncbi | 100 | relational | 2 | 60.50 ± 0.71 |  |" in text
