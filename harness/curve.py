@@ -4,7 +4,7 @@ vanilla, KALA relational (keplm's defaults), KALA with the paper's eq. 3 and +1 
     python -m harness.experiments curve --jobs 2                 # the whole design, resumable (--resume)
     python -m harness.experiments curve --datasets conll --sizes 50 100 --seeds 1
     python -m harness.experiments curve --hypotheses --sizes 100 500 --seeds 1 2 3   # part 2 of the design
-    python -m harness.experiments curve-table outputs/curve --plot docs/figures
+    python -m harness.experiments curve-table outputs/curve --plot results/figures
 
 Every run is ``run_scripts/run_ner.py`` on a nested random draw of the training split (``--train_sample_seed`` =
 the seed: the same sentences for every system at a seed, a smaller size a subset of a larger one) with a step

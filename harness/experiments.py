@@ -5,7 +5,7 @@
     python -m harness.experiments trelm --seeds 1 2 3            # pre-training at equal wall-clock, P@1 curves
     python -m harness.experiments trelm-semeval --seeds 1 2 3    # the checkpoints above, fine-tuned on SemEval
     python -m harness.experiments table outputs/experiments/wnut  # mean ± std over the seeds' summaries
-    python -m harness.experiments curves outputs/trelm_experiments --plot docs/figures/trelm-p-at-1.png
+    python -m harness.experiments curves outputs/trelm_experiments --plot results/figures/trelm-p-at-1.png
     python -m harness.experiments curve --jobs 2                  # the real-data learning curve (harness.curve)
 
 Each method's presets and run commands live in its module (:mod:`harness.kala`, :mod:`harness.roof`,

@@ -62,7 +62,7 @@ def cell(values: list[float], digits: int = 2, empty: str = "n/a") -> str:
 
 def load_summaries(paths: list[str]) -> list[dict]:
     """The summaries in ``paths``: files, or folders holding ``seed*/summary.json`` (an output folder) or
-    ``seed*.json`` (its committed copy under docs/runs)."""
+    ``seed*.json`` (its committed copy under results/runs)."""
     files = []
     for path in map(Path, paths):
         files += sorted([*path.glob("seed*/summary.json"), *path.glob("seed*.json")]) if path.is_dir() else [path]

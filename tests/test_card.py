@@ -585,7 +585,7 @@ def test_model_cards_folder_is_what_the_card_builder_writes(tmp_path):
             assert f"]({path.name})" in index, path.name
     conll = (tmp_path / "kala-minilm-conll2003-relational.md").read_text()
     assert "| test | F1 | 85.94 ± 0.36 | **86.45 ± 0.19** | 86.05 ± 0.23 | 86.30 ± 0.25 |" in conll  # docs/results.md
-    assert "docs/runs/gpu-2026-11-23/conll/seed{1,2,3}/summary.json" in conll and "H100" in conll
+    assert "results/runs/gpu-2026-11-23/conll/seed{1,2,3}/summary.json" in conll and "H100" in conll
     re_card = (tmp_path / "re-minilm-redocred.md").read_text()  # docs/relation_extraction.md's table, parsed
     assert "| test | 500 | 28.10 | 19.50 | 50.00 |" in re_card and "| test | F1 | 28.10 | **37.50** |" in re_card
 
