@@ -59,6 +59,15 @@ def layer_norms(layer: nn.Module) -> list[nn.Module]:
     return modulated_norms(layer)
 
 
+def output_flags(config, output_attentions: bool | None, output_hidden_states: bool | None) -> tuple[bool, bool]:
+    """``(output_attentions, output_hidden_states)`` of a forward call, the model config's where the call leaves them
+    None, as transformers' own models read them (an encoder given None reads its own, nested config instead)."""
+    return (
+        config.output_attentions if output_attentions is None else output_attentions,
+        config.output_hidden_states if output_hidden_states is None else output_hidden_states,
+    )
+
+
 def check_index_range(tensor: torch.Tensor | None, low: int, high: int, message: str) -> None:
     """ValueError(message.format(low=low, high=high)) if a value lies outside ``[low, high)``; checked only where
     it costs no device sync or graph break (CPU tensors, not under ``torch.compile``). The collator checks
@@ -397,6 +406,7 @@ def _describe(sources: dict[str, str]) -> str:
 
 
 __all__ = [
+    "output_flags",
     "KeplmPreTrainedModel",
     "ParameterGroup",
     "ExtraLayers",

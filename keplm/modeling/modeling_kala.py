@@ -15,6 +15,7 @@ from transformers import (
     AutoModelForTokenClassification,
 )
 from transformers.modeling_outputs import BaseModelOutput, QuestionAnsweringModelOutput, TokenClassifierOutput
+from transformers.utils import can_return_tuple
 
 from keplm.configuration.configuration_kala import KalaConfig
 from keplm.knowledge.assets import KnowledgeAssets
@@ -28,6 +29,7 @@ from .base import (
     build_encoder,
     check_index_range,
     layer_norms,
+    output_flags,
 )
 from .entity_memory import NULL_ENTITY_INDEX, EntityEmbedding, EntityMemory
 from .families import encoder_blocks, initializer_range, text_encoder
@@ -404,6 +406,7 @@ class KalaModel(KalaPreTrainedModel):
         vectors = self.entity_memory(node_entity_ids)
         return _KnowledgeState(entity_token_map, vectors, has_knowledge, edge_index, edge_relation_ids)
 
+    @can_return_tuple
     def forward(
         self,
         input_ids: torch.Tensor | None = None,
@@ -447,6 +450,7 @@ class KalaModel(KalaPreTrainedModel):
             for name, value in (("token_type_ids", token_type_ids), ("position_ids", position_ids))
             if value is not None
         }
+        output_attentions, output_hidden_states = output_flags(self.config, output_attentions, output_hidden_states)
         outputs = text_encoder(self.encoder)(
             input_ids=input_ids,
             attention_mask=attention_mask,
@@ -509,6 +513,7 @@ class KalaForTokenClassification(KalaPreTrainedModel):
         self.dropout, self.classifier = classification_head(config)
         self.post_init()
 
+    @can_return_tuple
     def forward(
         self,
         input_ids=None,
@@ -535,6 +540,7 @@ class KalaForTokenClassification(KalaPreTrainedModel):
             inputs_embeds,
             output_attentions=output_attentions,
             output_hidden_states=output_hidden_states,
+            return_dict=True,
             **_knowledge_kwargs(entity_token_map, node_entity_ids, edge_index, edge_relation_ids),
         )
         logits = self.classifier(self.dropout(outputs.last_hidden_state))
@@ -555,6 +561,7 @@ class KalaForQuestionAnswering(KalaPreTrainedModel):
         self.qa_outputs = nn.Linear(config.encoder_config.hidden_size, 2)
         self.post_init()
 
+    @can_return_tuple
     def forward(
         self,
         input_ids=None,
@@ -582,6 +589,7 @@ class KalaForQuestionAnswering(KalaPreTrainedModel):
             inputs_embeds,
             output_attentions=output_attentions,
             output_hidden_states=output_hidden_states,
+            return_dict=True,
             **_knowledge_kwargs(entity_token_map, node_entity_ids, edge_index, edge_relation_ids),
         )
         logits = self.qa_outputs(outputs.last_hidden_state)

@@ -16,6 +16,7 @@ import copy
 import torch
 from transformers import AutoModelForSeq2SeqLM, GenerationMixin
 from transformers.modeling_outputs import Seq2SeqLMOutput
+from transformers.utils import can_return_tuple
 
 from keplm.configuration.configuration_kala import KalaConfig
 
@@ -89,6 +90,7 @@ class KalaForConditionalGeneration(KalaPreTrainedModel, GenerationMixin):
         return model_kwargs
 
     # ------------------------------------------------------------------ forward
+    @can_return_tuple
     def forward(
         self,
         input_ids: torch.Tensor | None = None,
@@ -128,6 +130,7 @@ class KalaForConditionalGeneration(KalaPreTrainedModel, GenerationMixin):
                 edge_relation_ids=edge_relation_ids,
                 output_attentions=output_attentions,
                 output_hidden_states=output_hidden_states,
+                return_dict=True,
             )
         return self.seq2seq(
             attention_mask=attention_mask,

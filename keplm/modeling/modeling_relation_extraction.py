@@ -15,7 +15,7 @@ import torch
 from torch import nn
 from transformers import AutoModel, AutoTokenizer
 from transformers import initialization as init
-from transformers.utils import ModelOutput
+from transformers.utils import ModelOutput, can_return_tuple
 
 from keplm.configuration.configuration_relation_extraction import RelationExtractionConfig
 from keplm.file_utils import hub_kwargs
@@ -23,7 +23,7 @@ from keplm.knowledge.annotation import KnowledgeAnnotation, Triplet
 from keplm.registration import register_method
 from keplm.tokenization.processing_relation_extraction import RelationExtractionProcessor
 
-from .base import KeplmPreTrainedModel, ParameterGroup, build_encoder, check_index_range
+from .base import KeplmPreTrainedModel, ParameterGroup, build_encoder, check_index_range, output_flags
 from .families import hidden_dropout
 from .heads import check_labels
 from .modeling_kala import node_context
@@ -158,6 +158,7 @@ class KeplmForRelationExtraction(KeplmPreTrainedModel):
             check_index_range(node_entity_ids, 0, limit, "node_entity_ids (entity types) must lie in [0, {high})")
         return num_entities
 
+    @can_return_tuple
     def forward(
         self,
         input_ids: torch.Tensor | None = None,
@@ -192,6 +193,7 @@ class KeplmForRelationExtraction(KeplmPreTrainedModel):
         )
         num_entities = self._check_inputs(ref.shape, entity_token_map, node_entity_ids, edge_index, edge_labels)
         encoder_kwargs = {"token_type_ids": token_type_ids} if token_type_ids is not None else {}
+        output_attentions, output_hidden_states = output_flags(self.config, output_attentions, output_hidden_states)
         outputs = self.encoder(
             input_ids=input_ids,
             attention_mask=attention_mask,

@@ -12,13 +12,14 @@ from torch import nn
 from transformers import AutoModel, AutoModelForMaskedLM
 from transformers.modeling_outputs import BaseModelOutput, MaskedLMOutput
 from transformers.models.bert.modeling_bert import BertLMPredictionHead
+from transformers.utils import can_return_tuple
 
 from keplm.configuration.configuration_trelm import TrelmConfig
 from keplm.knowledge.assets import KnowledgeAssets
 from keplm.registration import register_method
 from keplm.tokenization.processing_trelm import TrelmProcessor
 
-from .base import KeplmPreTrainedModel, build_encoder, check_index_range
+from .base import KeplmPreTrainedModel, build_encoder, check_index_range, output_flags
 from .heads import check_labels
 from .knowledge_routing import KnowledgeRouter, RoutedLinear
 from .trelm_modules import ContrastiveKnowledgeLoss, KnowledgeInjection, MemoryBank, NegativeSampler
@@ -169,6 +170,7 @@ class TrelmModel(TrelmPreTrainedModel):
         self.memory_frozen = False
         self.post_init()
 
+    @can_return_tuple
     def forward(
         self,
         input_ids=None,
@@ -228,6 +230,7 @@ class TrelmModel(TrelmPreTrainedModel):
             )
             input_ids = None
         extra = {"token_type_ids": token_type_ids} if token_type_ids is not None else {}
+        output_attentions, output_hidden_states = output_flags(self.config, output_attentions, output_hidden_states)
         outputs = self.encoder(
             input_ids=input_ids,
             attention_mask=attention_mask,
@@ -425,6 +428,7 @@ class TrelmForMaskedLM(TrelmPreTrainedModel):
             router.set_route_indices(list(state["route_indices"]))
 
     # ------------------------------------------------------------------ forward
+    @can_return_tuple
     def forward(
         self,
         input_ids=None,
@@ -460,6 +464,7 @@ class TrelmForMaskedLM(TrelmPreTrainedModel):
             inject_mask=inject_mask,
             output_hidden_states=output_hidden_states,
             output_attentions=output_attentions,
+            return_dict=True,
         )
         hidden = outputs.last_hidden_state
         vocab = self.config.encoder_config.vocab_size

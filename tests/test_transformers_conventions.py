@@ -1,0 +1,80 @@
+"""transformers' conventions that users of keplm's models rely on (issue 41): the output flags set on the config are
+honoured (not only those passed to forward), and ``return_dict=False`` (in the call or the config) returns a tuple
+as transformers' own models do. Each model family on tiny configs; each check fails without the fix."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from keplm import KalaForQuestionAnswering, KalaForTokenClassification, KalaProcessor, KeplmDataCollator
+
+from .test_kala_model import make_model as make_kala
+from .test_relation_extraction import collate, read_docred_rows, tiny_model
+from .test_trelm import make_model as make_trelm
+from .test_trelm import masked_batch, with_kge
+
+
+def _kala(cls, tokenizer, assets):
+    model = make_kala(cls, tokenizer, assets, num_labels=3)
+    batch = KeplmDataCollator.from_processor(KalaProcessor(tokenizer, assets), model)(
+        [KalaProcessor(tokenizer, assets)("john visited paris .")]
+    )
+    return model, batch
+
+
+def _trelm(tokenizer, kg):
+    assets = with_kge(kg)
+    _, _, batch = masked_batch(tokenizer, assets, 2, 0.5)
+    return make_trelm(tokenizer, assets).eval(), batch
+
+
+def _relation_extraction(tokenizer):
+    _, batch = collate(tokenizer, read_docred_rows())
+    batch = {k: v for k, v in batch.items() if k != "edge_labels"}
+    return tiny_model(tokenizer), batch
+
+
+@pytest.fixture(params=["kala-ner", "kala-qa", "trelm", "relation-extraction"])
+def model_and_batch(request, tokenizer, assets, kg):
+    if request.param == "kala-ner":
+        return _kala(KalaForTokenClassification, tokenizer, assets)
+    if request.param == "kala-qa":
+        return _kala(KalaForQuestionAnswering, tokenizer, assets)
+    if request.param == "trelm":
+        return _trelm(tokenizer, kg)
+    return _relation_extraction(tokenizer)
+
+
+def test_output_flags_on_the_config_are_honoured(model_and_batch):
+    model, batch = model_and_batch
+    layers = model.config.encoder_config.num_hidden_layers
+    with torch.no_grad():
+        plain = model(**batch)
+        assert plain.hidden_states is None and plain.attentions is None
+        model.set_attn_implementation("eager")  # attention weights need the eager attention
+        model.config.output_hidden_states = True
+        model.config.output_attentions = True
+        flagged = model(**batch)
+        assert len(flagged.hidden_states) == layers + 1 and len(flagged.attentions) == layers
+        called = model(**batch, output_hidden_states=False, output_attentions=False)  # the call wins
+    assert called.hidden_states is None and called.attentions is None
+
+
+def test_return_dict_false_returns_a_tuple(model_and_batch):
+    model, batch = model_and_batch
+    with torch.no_grad():  # the same seed for each call: TRELM's contrastive loss samples negatives
+        torch.manual_seed(0)
+        output = model(**batch)
+        torch.manual_seed(0)
+        as_tuple = model(**batch, return_dict=False)
+        model.config.return_dict = False
+        torch.manual_seed(0)
+        from_config = model(**batch)
+    assert isinstance(as_tuple, tuple) and isinstance(from_config, tuple)
+    expected = output.to_tuple()
+    assert len(as_tuple) == len(expected)
+    for got, want in zip(as_tuple, expected):
+        torch.testing.assert_close(got, want)
+    for got, want in zip(from_config, expected):
+        torch.testing.assert_close(got, want)
