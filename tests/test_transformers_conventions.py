@@ -78,3 +78,14 @@ def test_return_dict_false_returns_a_tuple(model_and_batch):
         torch.testing.assert_close(got, want)
     for got, want in zip(from_config, expected):
         torch.testing.assert_close(got, want)
+
+
+def test_trelm_init_weights_sets_the_kg_embedding_buffers(tokenizer, kg):
+    """``_init_weights`` leaves no buffer as allocated (``from_pretrained`` allocates non-persistent buffers
+    uninitialised): TRELM's KG-embedding table and its mask are emptied, as the memory bank is."""
+    model, _ = _trelm(tokenizer, kg)
+    injection = model.trelm.injection
+    assert injection.has_kge.any()  # filled from the knowledge assets
+    injection.kge.fill_(float("nan"))
+    model._init_weights(injection)
+    assert not injection.has_kge.any() and torch.equal(injection.kge, torch.zeros_like(injection.kge))

@@ -48,7 +48,7 @@ class TrelmPreTrainedModel(KeplmPreTrainedModel):
         super()._init_weights(module)
         if isinstance(module, BertLMPredictionHead):
             module.bias.data.zero_()
-        elif isinstance(module, MemoryBank):
+        elif isinstance(module, (MemoryBank, KnowledgeInjection)):
             module.reset()
 
     @classmethod

@@ -28,6 +28,13 @@ class KnowledgeInjection(nn.Module):
         self.register_buffer("has_kge", torch.zeros(entity_vocab_size, dtype=torch.bool), persistent=False)
 
     @torch.no_grad()
+    def reset(self) -> None:
+        """No KG embedding for any row (what ``set_knowledge_assets`` fills). ``from_pretrained`` allocates the
+        non-persistent buffers uninitialised, so the model's ``_init_weights`` calls this."""
+        self.kge.zero_()
+        self.has_kge.zero_()
+
+    @torch.no_grad()
     def grow(self, rows: int) -> None:
         """``rows`` more entity-vocabulary rows (empty: :meth:`set_table` fills them)."""
         self.kge = torch.cat([self.kge, self.kge.new_zeros((rows, self.kge.shape[1]))])
