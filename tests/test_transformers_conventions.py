@@ -89,3 +89,22 @@ def test_trelm_init_weights_sets_the_kg_embedding_buffers(tokenizer, kg):
     injection.kge.fill_(float("nan"))
     model._init_weights(injection)
     assert not injection.has_kge.any() and torch.equal(injection.kge, torch.zeros_like(injection.kge))
+
+
+def test_a_model_saved_without_knowledge_assets_is_said_at_save_and_at_load(tmp_path, tokenizer, assets, caplog):
+    """A KALA model built from its config and saved before its knowledge assets were set: the save warns that the
+    folder cannot be loaded yet, and the load error names that cause (not only another tool's save)."""
+    import logging
+
+    from keplm import KalaConfig
+
+    from .conftest import tiny_encoder_config
+
+    config = KalaConfig(
+        encoder_config=tiny_encoder_config(tokenizer), entity_vocab_size=assets.num_entities, num_labels=3
+    )
+    with caplog.at_level(logging.WARNING, logger="keplm.modeling.base"):
+        KalaForTokenClassification(config).save_pretrained(tmp_path)
+    assert "has no knowledge assets" in caplog.text and "set_knowledge_assets" in caplog.text
+    with pytest.raises(FileNotFoundError, match="by a model that had none"):
+        KalaForTokenClassification.from_pretrained(tmp_path)

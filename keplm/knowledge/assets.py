@@ -250,7 +250,9 @@ class KnowledgeAssets:
         if not config_file.is_file():
             raise FileNotFoundError(
                 f"{pretrained_model_name_or_path} has no {ASSETS_DIR}/{ASSETS_CONFIG_NAME}: this checkpoint was saved "
-                "without its knowledge assets (entity/relation vocabulary, KG). Save it with keplm's save_pretrained."
+                "without its knowledge assets (entity/relation vocabulary, KG), either by a model that had none (built "
+                "from its config: set them with model.set_knowledge_assets(assets) and save again) or by a tool "
+                "other than keplm's save_pretrained."
             )
         config = read_json(config_file)
         check_format_version(config, config_file)

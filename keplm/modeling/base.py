@@ -217,8 +217,18 @@ class KeplmPreTrainedModel(PreTrainedModel):
     # ------------------------------------------------------------------ saving / loading
     def save_pretrained(self, save_directory, *args, **kwargs):
         super().save_pretrained(save_directory, *args, **kwargs)
-        if self.knowledge_assets is not None and kwargs.get("is_main_process", True):
+        if not kwargs.get("is_main_process", True):
+            return
+        if self.knowledge_assets is not None:
             self.knowledge_assets.save_pretrained(save_directory, overwrite=True)
+        elif getattr(self.config, "uses_knowledge_assets", False):
+            logger.warning(
+                "%s has no knowledge assets (built from its config without set_knowledge_assets): %s holds no "
+                "knowledge/ folder, and from_pretrained will refuse it until the assets are saved there "
+                "(model.set_knowledge_assets(assets), then save_pretrained again)",
+                type(self).__name__,
+                save_directory,
+            )
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
