@@ -12,7 +12,7 @@ logger = logging.getLogger(__name__)
 
 #: the entry-point group through which an installed package adds a method (its value: the module whose import makes
 #: the package's ``register_method`` call), e.g. in its setup.cfg ``[options.entry_points] keplm.methods =
-#: toy_kg = toykg_plugin.modeling_toy_kg``
+#: my_method = my_package.modeling_my_method``
 PLUGIN_GROUP = "keplm.methods"
 
 #: model type -> (config class, {Auto class name: model class}, processor class) of every registered method

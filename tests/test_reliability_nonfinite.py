@@ -111,9 +111,8 @@ def test_a_missing_split_names_the_option_that_gives_it():
         r"--validation_file\)",
     ):
         check_splits({"train": []}, args)
-    from .test_run_scripts import load_script
+    from keplm.training.runtime import QA_SPLIT_HINT as hint
 
-    hint = load_script("run_qa").SPLIT_HINT
     assert "--split_by_article 38 5 5" in hint
     with pytest.raises(ValueError, match="--split_by_article 38 5 5"):
         check_splits({"train": []}, args, hint)
