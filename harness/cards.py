@@ -251,8 +251,8 @@ def as_run(extra: list[str], preset_extra: list[str]) -> list[str]:
 
 # ============================================================================================ knowledge sections
 def linking_knowledge(preset: CardPreset, values: dict) -> KnowledgeFacts:
-    """KALA: the KG, entity vocabulary and linking coverage that ``--relink`` recomputed (``results/cards/<card>.json``),
-    the entity-memory size the run logged and its seen/unseen test contexts."""
+    """KALA: the KG, entity vocabulary and linking coverage that ``--relink`` recomputed
+    (``results/cards/<card>.json``), the entity-memory size the run logged and its seen/unseen test contexts."""
     settings, metrics = values["settings"], values["metrics"]
     relink = json.loads((ROOT / RELINKED / f"{preset.name}.json").read_text())
     memory_rows = preset.knowledge_args["memory_rows"]
