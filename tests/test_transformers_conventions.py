@@ -108,3 +108,17 @@ def test_a_model_saved_without_knowledge_assets_is_said_at_save_and_at_load(tmp_
     assert "has no knowledge assets" in caplog.text and "set_knowledge_assets" in caplog.text
     with pytest.raises(FileNotFoundError, match="by a model that had none"):
         KalaForTokenClassification.from_pretrained(tmp_path)
+
+
+def test_from_pretrained_without_a_path_takes_config_state_dict_and_assets(tokenizer, assets):
+    """``from_pretrained(None, config=..., state_dict=...)`` builds the model from memory, as transformers' models do;
+    ``knowledge_assets=`` gives it its assets (without them it has none, as a model built from its config)."""
+    model, batch = _kala(KalaForTokenClassification, tokenizer, assets)
+    loaded = KalaForTokenClassification.from_pretrained(
+        None, config=model.config, state_dict=model.state_dict(), knowledge_assets=assets
+    )
+    assert loaded.knowledge_assets is assets
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(**batch).logits, model(**batch).logits)
+    bare = KalaForTokenClassification.from_pretrained(None, config=model.config, state_dict=model.state_dict())
+    assert bare.knowledge_assets is None

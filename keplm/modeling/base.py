@@ -238,9 +238,17 @@ class KeplmPreTrainedModel(PreTrainedModel):
         ``knowledge_assets=``: assets already in memory (e.g. the processor's, loaded from the same checkpoint), used
         as they are when the checkpoint's recorded hashes are theirs, so one process holds one KG. A LoRA
         adapter saved by keplm (``keplm.modeling.lora``) loads onto its base encoder (``base_model_name_or_path``:
-        another copy of it), merged."""
+        another copy of it), merged. With no path (``from_pretrained(None, config=..., state_dict=...)``) the
+        knowledge assets come from ``knowledge_assets=`` or stay unset."""
         from .lora import is_adapter, load_merged_adapter
 
+        if pretrained_model_name_or_path is None:  # weights from config= and state_dict=, as transformers allows
+            assets = kwargs.pop("knowledge_assets", None)
+            loaded = super().from_pretrained(None, *args, **kwargs)
+            model = loaded[0] if isinstance(loaded, tuple) else loaded
+            if assets is not None:
+                model.set_knowledge_assets(assets)
+            return loaded
         location = pinned_location(pretrained_model_name_or_path, kwargs)
         if "revision" in location:
             kwargs["revision"] = location["revision"]
