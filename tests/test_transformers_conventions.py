@@ -122,3 +122,23 @@ def test_from_pretrained_without_a_path_takes_config_state_dict_and_assets(token
         torch.testing.assert_close(loaded(**batch).logits, model(**batch).logits)
     bare = KalaForTokenClassification.from_pretrained(None, config=model.config, state_dict=model.state_dict())
     assert bare.knowledge_assets is None
+
+
+@pytest.mark.slow
+def test_kala_exports_with_torch_export_and_keeps_its_outputs(tokenizer, assets):
+    """``torch.export`` traces KALA token classification (the inference skip of the knowledge layers is a branch on
+    the data, taken only eagerly); the exported program gives the eager logits."""
+    model, batch = _kala(KalaForTokenClassification, tokenizer, assets)
+    names = (
+        "input_ids",
+        "attention_mask",
+        "token_type_ids",
+        "entity_token_map",
+        "node_entity_ids",
+        "edge_index",
+        "edge_relation_ids",
+    )
+    inputs = {name: batch[name] for name in names if name in batch}
+    with torch.no_grad():
+        program = torch.export.export(model, args=(), kwargs=inputs, strict=False)
+        torch.testing.assert_close(program.module()(**inputs).logits, model(**inputs).logits)

@@ -490,8 +490,14 @@ def entity_dropout(node_entity_ids: torch.Tensor, entity_token_map: torch.Tensor
 def _skippable(state: _KnowledgeState, device: torch.device) -> bool:
     """Whether an inference forward may skip the knowledge layers: no gradient is taken (training keeps the KFM
     parameters in every step's graph, for DDP) and no token is in a mention; checked on the CPU only, where
-    reading the mask costs no device-to-host synchronisation."""
-    return device.type == "cpu" and not torch.is_grad_enabled() and not bool(state.in_mention.any())
+    reading the mask costs no device-to-host synchronisation. Never while compiling or exporting: a traced graph takes
+    the knowledge path (the identity off mentions) instead of a branch on the data."""
+    return (
+        device.type == "cpu"
+        and not torch.is_grad_enabled()
+        and not torch.compiler.is_compiling()
+        and not bool(state.in_mention.any())
+    )
 
 
 def _knowledge_kwargs(entity_token_map, node_entity_ids, edge_index, edge_relation_ids) -> dict:
