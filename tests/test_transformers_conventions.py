@@ -159,3 +159,19 @@ def test_resize_token_embeddings_takes_new_ids_and_survives_a_save(tmp_path, tok
     assert loaded.get_input_embeddings().weight.shape[0] == size + 3
     with torch.no_grad():
         torch.testing.assert_close(loaded(**batch).logits, logits)
+
+
+def test_trelm_takes_inputs_embeds_with_its_knowledge_inputs(tokenizer, kg):
+    """TRELM with ``inputs_embeds`` (the word embeddings of the input ids) and its knowledge inputs gives what it
+    gives with ``input_ids``: the knowledge is injected into the given embeddings."""
+    model, batch = _trelm(tokenizer, kg)
+    embeds = model.get_input_embeddings()(batch["input_ids"])
+    with torch.no_grad():
+        torch.manual_seed(0)
+        from_ids = model(**batch)
+        torch.manual_seed(0)
+        from_embeds = model(**{k: v for k, v in batch.items() if k != "input_ids"}, inputs_embeds=embeds)
+    torch.testing.assert_close(from_embeds.logits, from_ids.logits)
+    torch.testing.assert_close(from_embeds.loss, from_ids.loss)
+    with pytest.raises(ValueError, match="either input_ids or inputs_embeds"):
+        model(**batch, inputs_embeds=embeds)

@@ -204,19 +204,21 @@ class TrelmModel(TrelmPreTrainedModel):
             attention_mask = torch.ones_like(input_ids)
         knowledge = entity_ids is not None and self.injection is not None
         if knowledge:
-            if inputs_embeds is not None:
-                raise ValueError("TRELM injects knowledge into the word embeddings: pass input_ids, not inputs_embeds")
+            if (input_ids is None) == (inputs_embeds is None):
+                raise ValueError("pass either input_ids or inputs_embeds")
             if inject_mask is None or mention_token_map is None:
                 raise ValueError("entity_ids come with mention_token_map and inject_mask (TrelmProcessor makes them)")
-            if entity_ids.shape != input_ids.shape:
-                raise ValueError(f"entity_ids has shape {tuple(entity_ids.shape)}, the input {tuple(input_ids.shape)}")
+            shape = tuple(input_ids.shape) if input_ids is not None else tuple(inputs_embeds.shape[:2])
+            if tuple(entity_ids.shape) != shape:
+                raise ValueError(f"entity_ids has shape {tuple(entity_ids.shape)}, the input {shape}")
             check_index_range(
                 entity_ids,
                 0,
                 self.config.entity_vocab_size,
                 "entity_ids must lie in [0, {high}), the entity vocabulary of the model's knowledge assets",
             )
-            inputs_embeds = self.encoder.get_input_embeddings()(input_ids)
+            if inputs_embeds is None:  # the word embeddings the knowledge is injected into (or given as they are)
+                inputs_embeds = self.encoder.get_input_embeddings()(input_ids)
             memory = memory_mask = None
             if self.memory_bank is not None and self.memory_bank.lam > 0:
                 memory, memory_mask = self.memory_bank.read(entity_ids)
