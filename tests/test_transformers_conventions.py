@@ -175,3 +175,25 @@ def test_trelm_takes_inputs_embeds_with_its_knowledge_inputs(tokenizer, kg):
     torch.testing.assert_close(from_embeds.loss, from_ids.loss)
     with pytest.raises(ValueError, match="either input_ids or inputs_embeds"):
         model(**batch, inputs_embeds=embeds)
+
+
+def test_roof_returns_tuples_and_refuses_per_layer_outputs_by_name(tokenizer, kg):
+    """Roof-Transformer: ``return_dict=False`` gives the tuple of its output; asking for hidden states or attentions
+    (in the call or the config) is a ValueError saying why there are none, not a silent omission."""
+    from keplm import RoofTransformerForSequenceClassification
+
+    from .test_roof_model import _batch, _config, _processor
+
+    torch.manual_seed(0)
+    model = RoofTransformerForSequenceClassification(_config(tokenizer, num_labels=3)).eval()
+    batch = _batch(_processor(tokenizer, kg), model)
+    with torch.no_grad():
+        output = model(**batch)
+        as_tuple = model(**batch, return_dict=False)
+    assert isinstance(as_tuple, tuple) and len(as_tuple) == 2
+    torch.testing.assert_close(as_tuple[1], output.logits)
+    with pytest.raises(ValueError, match="no per-layer hidden states"):
+        model(**batch, output_hidden_states=True)
+    model.config.output_hidden_states = True
+    with pytest.raises(ValueError, match="no per-layer hidden states"):
+        model(**batch)

@@ -10,14 +10,14 @@ import torch
 from torch import nn
 from transformers import AutoModel, AutoModelForQuestionAnswering, AutoModelForSequenceClassification
 from transformers.modeling_outputs import QuestionAnsweringModelOutput, SequenceClassifierOutput
-from transformers.utils import ModelOutput
+from transformers.utils import ModelOutput, can_return_tuple
 
 from keplm.configuration.configuration_roof_transformer import RoofTransformerConfig
 from keplm.knowledge.assets import KnowledgeAssets
 from keplm.registration import register_method
 from keplm.tokenization.processing_roof_transformer import RoofTransformerProcessor
 
-from .base import ExtraLayers, KeplmPreTrainedModel, ParameterGroup, build_encoder, check_index_range
+from .base import ExtraLayers, KeplmPreTrainedModel, ParameterGroup, build_encoder, check_index_range, output_flags
 from .heads import check_labels, classification_head
 from .knowledge_cache import KnowledgeEncodingCache
 
@@ -223,6 +223,7 @@ class RoofTransformerModel(RoofTransformerPreTrainedModel):
             raise ValueError("cached knowledge encoding needs knowledge_unit_ids (RoofTransformerProcessor makes them)")
         return self.knowledge_cache.encode(self.knowledge_encoder, input_ids, attention_mask, unit_ids)
 
+    @can_return_tuple
     def forward(
         self,
         input_ids: torch.Tensor | None = None,
@@ -231,6 +232,8 @@ class RoofTransformerModel(RoofTransformerPreTrainedModel):
         knowledge_input_ids: torch.Tensor | None = None,
         knowledge_attention_mask: torch.Tensor | None = None,
         knowledge_unit_ids: torch.Tensor | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
         **kwargs,
     ) -> RoofTransformerModelOutput:
         r"""
@@ -240,6 +243,12 @@ class RoofTransformerModel(RoofTransformerPreTrainedModel):
         knowledge_unit_ids (`torch.LongTensor` of shape `(batch_size, knowledge_length)`): the unit of each knowledge
             token (-1 on [CLS]/[SEP]); needed by the cached KB encoder.
         """
+        if any(output_flags(self.config, output_attentions, output_hidden_states)):
+            raise ValueError(
+                "Roof-Transformer returns no per-layer hidden states or attentions: its text encoders, knowledge "
+                "encoder and roof are separate stacks with no one sequence of layers; read last_hidden_state (the "
+                "fused states) or call the encoders (model.roof.encoder, model.roof.knowledge_encoder) yourself"
+            )
         if input_ids is None:
             raise ValueError("Roof-Transformer needs input_ids")
         if attention_mask is None:
@@ -282,6 +291,7 @@ class RoofTransformerForSequenceClassification(RoofTransformerPreTrainedModel):
         self.dropout, self.classifier = classification_head(config)
         self.post_init()
 
+    @can_return_tuple
     def forward(
         self,
         input_ids=None,
@@ -301,6 +311,8 @@ class RoofTransformerForSequenceClassification(RoofTransformerPreTrainedModel):
             knowledge_input_ids=knowledge_input_ids,
             knowledge_attention_mask=knowledge_attention_mask,
             knowledge_unit_ids=knowledge_unit_ids,
+            **{name: kwargs[name] for name in ("output_attentions", "output_hidden_states") if name in kwargs},
+            return_dict=True,
         )
         text = out.last_hidden_state[:, : out.text_length]
         mask = out.attention_mask[:, : out.text_length].unsqueeze(-1).to(text.dtype)
@@ -322,6 +334,7 @@ class RoofTransformerForQuestionAnswering(RoofTransformerPreTrainedModel):
         self.qa_outputs = nn.Linear(config.encoder_config.hidden_size, 2)
         self.post_init()
 
+    @can_return_tuple
     def forward(
         self,
         input_ids=None,
@@ -342,6 +355,8 @@ class RoofTransformerForQuestionAnswering(RoofTransformerPreTrainedModel):
             knowledge_input_ids=knowledge_input_ids,
             knowledge_attention_mask=knowledge_attention_mask,
             knowledge_unit_ids=knowledge_unit_ids,
+            **{name: kwargs[name] for name in ("output_attentions", "output_hidden_states") if name in kwargs},
+            return_dict=True,
         )
         text = out.last_hidden_state[:, : out.text_length]
         logits = self.qa_outputs(text).float()
