@@ -144,23 +144,6 @@ def test_kala_exports_with_torch_export_and_keeps_its_outputs(tokenizer, assets)
         torch.testing.assert_close(program.module()(**inputs).logits, model(**inputs).logits)
 
 
-def test_resize_token_embeddings_takes_new_ids_and_survives_a_save(tmp_path, tokenizer, assets):
-    """After ``resize_token_embeddings`` (tokens added to the tokenizer) the model takes the new ids, and the saved
-    checkpoint reloads with the new size (the text config is the keplm config, whose vocab_size is the encoder's)."""
-    model, batch = _kala(KalaForTokenClassification, tokenizer, assets)
-    size = model.config.encoder_config.vocab_size
-    model.resize_token_embeddings(size + 3)
-    assert model.config.vocab_size == model.config.encoder_config.vocab_size == size + 3
-    batch["input_ids"][0, 1] = size + 2  # a new token
-    with torch.no_grad():
-        logits = model(**batch).logits
-    model.save_pretrained(tmp_path)
-    loaded = KalaForTokenClassification.from_pretrained(tmp_path)
-    assert loaded.get_input_embeddings().weight.shape[0] == size + 3
-    with torch.no_grad():
-        torch.testing.assert_close(loaded(**batch).logits, logits)
-
-
 def test_trelm_takes_inputs_embeds_with_its_knowledge_inputs(tokenizer, kg):
     """TRELM with ``inputs_embeds`` (the word embeddings of the input ids) and its knowledge inputs gives what it
     gives with ``input_ids``: the knowledge is injected into the given embeddings."""

@@ -49,9 +49,8 @@ class KeplmConfig(PreTrainedConfig):
     ``encoder_names`` (one encoder: ``encoder_config``; Roof-Transformer: ``encoder_config`` and
     ``knowledge_encoder_config``).
 
-    ``hidden_size``, ``num_hidden_layers`` and ``vocab_size`` mirror the first encoder's, so tools that read them
-    (Trainer, DeepSpeed, PEFT, ``resize_token_embeddings``) keep working. ``card_settings`` names the fields the
-    model card lists.
+    ``hidden_size`` and ``num_hidden_layers`` mirror the first encoder's, so tools that read them (Trainer,
+    DeepSpeed, PEFT) keep working. ``card_settings`` names the fields the model card lists.
     """
 
     #: names of the model's encoders; each has a nested config ``<name>_config``
@@ -110,16 +109,6 @@ class KeplmConfig(PreTrainedConfig):
     @property
     def num_hidden_layers(self) -> int:
         return self.encoder_config.num_hidden_layers
-
-    @property
-    def vocab_size(self) -> int | None:
-        """The text encoder's vocabulary size, read and written through: ``resize_token_embeddings`` sets it on the
-        config that ``get_text_config()`` returns (this one), and the encoder's config is the one saved."""
-        return getattr(self.encoder_config, "vocab_size", None)
-
-    @vocab_size.setter
-    def vocab_size(self, value: int) -> None:
-        self.encoder_config.vocab_size = value
 
     @property
     def max_text_length(self) -> int | None:
