@@ -44,6 +44,39 @@ LOADING_PATTERNS = (
 )
 
 
+#: the files a model push owns (weights in any sharding, config, knowledge assets, adapter files; each pattern
+#: anchored at the repo root, so a checkpoint folder pushed beside them, e.g. last-checkpoint/, stays): a model push
+#: deletes those of an earlier push that its own save lacks, in the same commit, so the repo serves the last push
+#: (a sharded push after an unsharded one would otherwise leave the old model.safetensors, which loading prefers); the
+#: card and its figures stay unless the push writes new ones (a re-push of the same files keeps the card)
+MODEL_FILES = (
+    "config.json",
+    "generation_config.json",
+    "model.safetensors",
+    "model-*.safetensors",
+    "model.safetensors.index.json",
+    "adapter_model.safetensors",
+    "adapter_config.json",
+    "keplm_adapter.json",
+    "knowledge/**",
+)
+#: the files a processor push owns (tokenizer in any form, processor config, knowledge assets)
+PROCESSOR_FILES = (
+    "processor_config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "vocab.txt",
+    "vocab.json",
+    "merges.txt",
+    "spiece.model",
+    "sentencepiece.bpe.model",
+    "tokenizer.model",
+    "knowledge/**",
+)
+
+
 def pickled_files(folder: str | os.PathLike) -> list[str]:
     """Paths (relative to ``folder``) of the files whose names mark them as pickles."""
     root = Path(folder)
@@ -118,13 +151,16 @@ def push_folder(
     revision: str | None = None,
     create_pr: bool = False,
     default_message: str = "Upload with keplm",
+    replaces: tuple[str, ...] = (),
 ):
     """Create ``repo_id`` if needed, ``save`` into a temporary folder and upload that folder in one commit.
 
     ``write_card(folder)`` writes ``README.md`` (and its figures) from what is pushed, unless the repo's card still
     describes it (:func:`card_is_current`: a re-push of the same files keeps the card on the Hub, e.g. the Trainer's
     with its results; a re-push with other weights or another KG gets the card of what it pushes). A saved pickle is
-    a ValueError naming it. Returns the ``CommitInfo``.
+    a ValueError naming it. ``replaces``: the patterns of the files this push owns (:data:`MODEL_FILES`,
+    :data:`PROCESSOR_FILES`); the repo's files matching them that the new save lacks are deleted in the same commit.
+    Returns the ``CommitInfo``.
     """
     from huggingface_hub import HfApi
 
@@ -149,7 +185,17 @@ def push_folder(
             token=token,
             revision=revision,
             create_pr=create_pr,
+            delete_patterns=list(replaces) or None,
         )
 
 
-__all__ = ["push_folder", "pickled_files", "repo_has_file", "card_is_current", "LOADING_PATTERNS", "PICKLE_PATTERNS"]
+__all__ = [
+    "push_folder",
+    "pickled_files",
+    "repo_has_file",
+    "card_is_current",
+    "LOADING_PATTERNS",
+    "PICKLE_PATTERNS",
+    "MODEL_FILES",
+    "PROCESSOR_FILES",
+]

@@ -327,3 +327,42 @@ def test_the_ner_pipeline_runs_on_a_lora_adapter_folder(adapter, tokenizer, asse
         torch.testing.assert_close(tagger.model(**adapter["batch"]).logits, adapter["logits"], rtol=1e-4, atol=1e-5)
     words = tagger("john visited paris and unknownia in france .")
     assert all(w["word"] and w["entity"] in tagger.model.config.id2label.values() for w in words)
+
+
+def test_a_repo_serves_the_last_push_unsharded_sharded_then_another_type(hub_server, tokenizer, assets, kg):
+    """Each push makes the repo's model files those of its own save: an unsharded push, then a sharded one with other
+    weights (the first push's model.safetensors, which loading prefers, is deleted in the same commit), then a model
+    of another type with other knowledge files; every load returns the last push. The processor's push keeps the
+    model's files."""
+    from keplm import KalaProcessor, TrelmForMaskedLM
+
+    from .test_trelm import make_model as make_trelm
+    from .test_trelm import with_kge
+
+    def files():
+        return set(HfApi().list_repo_files("org/last-push"))
+
+    first = make_model(KalaForTokenClassification, tokenizer, assets, "relational", num_labels=3)
+    first.push_to_hub("org/last-push")
+    KalaProcessor(tokenizer, assets).push_to_hub("org/last-push")
+    assert {"model.safetensors", "tokenizer.json", "processor_config.json"} <= files()
+    second = make_model(KalaForTokenClassification, tokenizer, assets, "relational", num_labels=3)
+    with torch.no_grad():
+        for parameter in second.parameters():
+            parameter.add_(0.5)
+    second.push_to_hub("org/last-push", max_shard_size="20KB")
+    assert "model.safetensors" not in files() and "model.safetensors.index.json" in files()
+    assert {"tokenizer.json", "processor_config.json"} <= files()  # the processor's files stay
+    loaded = KalaForTokenClassification.from_pretrained("org/last-push")
+    for (name, want), got in zip(second.state_dict().items(), loaded.state_dict().values()):
+        torch.testing.assert_close(got, want, msg=name)
+
+    trelm_assets = with_kge(kg)
+    trelm = make_trelm(tokenizer, trelm_assets)
+    trelm.push_to_hub("org/last-push")
+    assert "model.safetensors.index.json" not in files() and not any(f.startswith("model-") for f in files())
+    assert type(TrelmForMaskedLM.from_pretrained("org/last-push")) is TrelmForMaskedLM  # no stale hash mismatch
+    first.push_to_hub("org/last-push")  # and back to KALA: TRELM's KG-embedding files go
+    assert KalaForTokenClassification.from_pretrained("org/last-push").knowledge_assets.content_hash() == (
+        assets.content_hash()
+    )

@@ -16,7 +16,7 @@ from transformers import AutoConfig, AutoModel, PreTrainedModel
 
 from keplm.file_utils import pinned_location
 from keplm.knowledge.assets import KnowledgeAssets
-from keplm.push_utils import push_folder
+from keplm.push_utils import MODEL_FILES, push_folder
 
 from .families import check_extra_layers, encoder_blocks, modulated_norms
 from .zero3 import construct, full_state_dict, gathered
@@ -299,6 +299,7 @@ class KeplmPreTrainedModel(PreTrainedModel):
             revision=revision,
             create_pr=create_pr,
             default_message=f"Upload {type(self).__name__}",
+            replaces=MODEL_FILES,
         )
 
     def write_model_card(

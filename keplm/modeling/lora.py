@@ -30,7 +30,7 @@ from transformers import AutoConfig
 from keplm.file_utils import pinned_location, pip_checkpoint, portable_checkpoint
 from keplm.io_utils import named_json_errors
 from keplm.knowledge.assets import KnowledgeAssets, save_knowledge_assets
-from keplm.push_utils import push_folder
+from keplm.push_utils import MODEL_FILES, push_folder
 from keplm.registration import auto_class_name, registered_model_class
 
 from .base import KeplmPreTrainedModel, _prefixed
@@ -160,6 +160,7 @@ def push_lora(peft_model, repo_id: str, **kwargs):
         repo_id,
         default_message="Upload LoRA adapter",
         write_card=lambda folder: base.write_model_card(folder, repo_id, model=peft_model),
+        replaces=MODEL_FILES,
         **kwargs,
     )
 

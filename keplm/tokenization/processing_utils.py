@@ -29,7 +29,7 @@ from keplm.io_utils import named_json_errors, read_json
 from keplm.knowledge.annotation import KnowledgeAnnotation
 from keplm.knowledge.assets import KnowledgeAssets
 from keplm.knowledge.linker import EntityLinker, link_dataset, linker_signature
-from keplm.push_utils import push_folder
+from keplm.push_utils import PROCESSOR_FILES, push_folder
 
 from .alignment import char_spans_to_token_spans
 from .schema import GraphSchema
@@ -373,6 +373,7 @@ class KeplmProcessor(TaskFeatures):
             revision=revision,
             create_pr=create_pr,
             default_message=f"Upload {type(self).__name__}",
+            replaces=PROCESSOR_FILES,
         )
 
     @classmethod

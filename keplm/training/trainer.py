@@ -291,7 +291,7 @@ class KeplmTrainer(ShardedMemoryTraining, PicklessCheckpointState, Trainer):
         commit, nested ``knowledge/`` included), but no pickle is ever uploaded."""
         from transformers.utils.hub import hf_api
 
-        from keplm.push_utils import LOADING_PATTERNS, PICKLE_PATTERNS
+        from keplm.push_utils import LOADING_PATTERNS, MODEL_FILES, PICKLE_PATTERNS, PROCESSOR_FILES
 
         self.callback_handler.on_push_begin(self.args, self.state, self.control)
         model_name = kwargs.pop("model_name", None)
@@ -313,6 +313,7 @@ class KeplmTrainer(ShardedMemoryTraining, PicklessCheckpointState, Trainer):
             run_as_future=not blocking,
             allow_patterns=list(LOADING_PATTERNS),
             ignore_patterns=list(PICKLE_PATTERNS),
+            delete_patterns=list(dict.fromkeys(MODEL_FILES + PROCESSOR_FILES)),  # the repo serves this push
             revision=revision if revision is not None else self.args.hub_revision,
         )
 
@@ -324,7 +325,7 @@ class KeplmTrainer(ShardedMemoryTraining, PicklessCheckpointState, Trainer):
         from transformers.utils.hub import PushInProgress, hf_api
 
         from keplm.file_utils import ASSETS_DIR
-        from keplm.push_utils import LOADING_PATTERNS, PICKLE_PATTERNS
+        from keplm.push_utils import LOADING_PATTERNS, MODEL_FILES, PICKLE_PATTERNS, PROCESSOR_FILES
 
         if not self.is_world_process_zero() or self.args.hub_strategy == HubStrategy.END:
             return
@@ -353,6 +354,7 @@ class KeplmTrainer(ShardedMemoryTraining, PicklessCheckpointState, Trainer):
                 folder_path=output_dir,
                 allow_patterns=list(LOADING_PATTERNS),
                 ignore_patterns=list(PICKLE_PATTERNS),
+                delete_patterns=list(dict.fromkeys(MODEL_FILES + PROCESSOR_FILES)),
                 commit_message=f"Training in progress, {step}",
                 token=self.args.hub_token,
                 run_as_future=True,
