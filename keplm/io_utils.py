@@ -11,15 +11,19 @@ from contextlib import contextmanager
 
 
 def open_text(path, mode: str = "rt"):
-    """Open a UTF-8 text file, gzip-compressed when the name ends with ``.gz``; FileNotFoundError when reading
-    a missing file; reading bytes that are not UTF-8 is a ValueError naming the file and the line."""
+    """Open a UTF-8 text file, gzip-compressed when the name ends with ``.gz`` (a leading byte-order mark is dropped
+    when reading); FileNotFoundError when reading a missing file; reading bytes that are not UTF-8 is a ValueError
+    naming the file and the line."""
     path = os.fspath(path)
     if "r" in mode and not os.path.isfile(path):
         raise FileNotFoundError(f"file not found: {path}")
+    # reading: "utf-8-sig" drops a byte-order mark at the start (a BOM would otherwise become part of the first
+    # field, e.g. a second entity "\ufeffQ90"); without one it reads as "utf-8"
+    encoding = "utf-8-sig" if "r" in mode else "utf-8"
     handle = (
-        gzip.open(path, mode, encoding="utf-8")
+        gzip.open(path, mode, encoding=encoding)
         if path.endswith(".gz")
-        else open(path, mode.replace("t", ""), encoding="utf-8")
+        else open(path, mode.replace("t", ""), encoding=encoding)
     )
     return _NamedDecodeErrors(handle, path) if "r" in mode else handle
 

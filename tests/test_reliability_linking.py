@@ -362,3 +362,36 @@ def test_text_written_without_spaces_is_linked_and_reaches_roofs_chinese_verbali
     triples = processor.select([linker.link("巴黎是法国的首都")])
     assert [(t.head, t.relation, t.tail) for t in triples] == [("巴黎", "首都", "法国")]
     assert verbalize(triples)[0].clauses == ("巴黎的首都是法国",)
+
+
+def test_a_tsv_kg_with_a_byte_order_mark_reads_as_without_one(tmp_path):
+    """A TSV KG and its names file saved with a UTF-8 BOM (as some editors do): the first id and name read as
+    written, not as a second entity '\\ufeffQ90'."""
+    from keplm.knowledge.loaders import load_tsv_kg
+
+    triples, names = tmp_path / "triples.tsv", tmp_path / "names.tsv"
+    triples.write_text("\ufeffQ90\tP17\tQ142\nQ64\tP17\tQ183\n", encoding="utf-8")
+    names.write_text("\ufeffQ90\tParis\nQ142\tFrance\n", encoding="utf-8")
+    kg = load_tsv_kg(str(triples), entity_names_path=str(names))
+    assert kg.has_entity("Q90") and not any(e.startswith("\ufeff") for e in kg.entity_ids)
+    assert kg.entity_names[kg.entity_index("Q90")] == "Paris" and kg.num_entities == 4
+
+
+@pytest.mark.parametrize("kg_form, text_form", [("NFC", "NFD"), ("NFD", "NFC")])
+def test_a_name_links_in_either_unicode_form(kg_form, text_form):
+    """A KG name and the text may compose accents differently (NFC 'é' or NFD 'e' + accent): the name links either
+    way, with the mention's offsets those of the text as it is."""
+    import unicodedata
+
+    from keplm.knowledge import EntityLinker, KnowledgeGraph
+
+    name = "Café Müller"
+    kg = KnowledgeGraph.from_triples(
+        [("Q1", "P1", "Q2")], entity_names={"Q1": unicodedata.normalize(kg_form, name), "Q2": "Berlin"}
+    )
+    text = unicodedata.normalize(text_form, f"We met at {name} in Berlin .")
+    mentions = EntityLinker(kg).link(text).entities
+    assert [(m.id, text[m.start : m.end]) for m in mentions] == [
+        ("Q1", unicodedata.normalize(text_form, name)),
+        ("Q2", "Berlin"),
+    ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
@@ -132,9 +133,14 @@ class EntityLinker:
                     if key:
                         dropped.setdefault(key, reason)
                     continue
-                entities = candidates.setdefault(key, [])
-                if idx not in entities:
-                    entities.append(idx)
+                # the alias in both Unicode forms (composed, NFC, and decomposed, NFD): a name written "é" as one
+                # character links in text that writes it as "e" + accent, and the reverse; the text is matched as it
+                # is, so the mention offsets stay the text's own
+                forms = {key, *(self._alias_key(unicodedata.normalize(form, surface)) for form in ("NFC", "NFD"))}
+                for form_key in sorted(k for k in forms if k):
+                    entities = candidates.setdefault(form_key, [])
+                    if idx not in entities:
+                        entities.append(idx)
                 if self._is_acronym(surface):
                     acronyms.setdefault(key, set()).add(" ".join(surface.split()))
         self.excluded_entities = len(excluded)
