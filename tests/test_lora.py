@@ -136,3 +136,18 @@ def test_lora_on_trelm_trains_injection_and_head_fully_and_freezes_the_encoder(t
     assert any(
         not torch.equal(p, before[n]) for n, p in peft_model.named_parameters() if n in before and ".injection." in n
     )  # the injection does train
+
+
+@pytest.mark.parametrize("targets", [("query", "nonexistent"), ("nonexistent",)])
+def test_an_unknown_lora_target_module_is_refused_by_name(tokenizer, assets, targets):
+    """Every name of --lora_target_modules must end some encoder module: one unknown name among known ones would
+    silently train fewer modules than asked."""
+    from keplm import KalaForTokenClassification
+    from keplm.modeling.lora import add_lora
+
+    from .test_kala_model import make_model
+
+    model = make_model(KalaForTokenClassification, tokenizer, assets, num_labels=3)
+    with pytest.raises(ValueError, match=r"no encoder module ends with \['nonexistent'\]"):
+        add_lora(model, r=2, target_modules=targets)
+    assert add_lora(model, r=2, target_modules=("query",)) is not None

@@ -282,3 +282,20 @@ def test_saved_configs_and_training_arguments_hold_no_machine_path(tiny, tmp_pat
         "b": "org/name",
         "c": 3,
     }
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"do_train": True, "num_train_epochs": 0}, "--num_train_epochs 0 with --do_train trains nothing"),
+        ({"do_train": True, "num_train_epochs": 0.0, "max_steps": -1}, "--num_train_epochs 0 with --do_train"),
+        ({"use_cpu": True, "fp16": True}, "--fp16 has no effect with --use_cpu"),
+    ],
+)
+def test_training_options_that_would_do_nothing_are_refused_by_name(tmp_path, options, message):
+    from keplm.training.arguments import KeplmTrainingArguments
+
+    with pytest.raises(ValueError, match=message):
+        KeplmTrainingArguments(output_dir=str(tmp_path), report_to="none", **options)
+    # the same options with work to do are accepted
+    KeplmTrainingArguments(output_dir=str(tmp_path), report_to="none", do_train=True, max_steps=2, num_train_epochs=0)

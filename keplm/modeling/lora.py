@@ -76,9 +76,11 @@ def add_lora(
     targets = tuple(target_modules or DEFAULT_TARGET_MODULES)
     encoders = "|".join(re.escape(_prefixed(model, name)) for name in model.named_encoders())
     pattern = rf"^(?:{encoders})\..*\.(?:{'|'.join(re.escape(t) for t in targets)})$"
-    if not any(re.match(pattern, name) for name, _ in model.named_modules()):
+    encoder_modules = [name for name, _ in model.named_modules() if re.match(rf"^(?:{encoders})\.", name)]
+    unmatched = [t for t in targets if not any(name.endswith(f".{t}") for name in encoder_modules)]
+    if unmatched:  # one unknown name among known ones would silently train fewer modules than asked
         raise ValueError(
-            f"no encoder module ends with one of {list(targets)}: choose --lora_target_modules among the "
+            f"no encoder module ends with {unmatched} (of --lora_target_modules {list(targets)}): choose among the "
             "encoder's Linear layers (BERT: query, key, value, dense)"
         )
     if base_model_name_or_path is None:

@@ -317,6 +317,16 @@ class KeplmTrainingArguments(TrainingArguments):
     def __post_init__(self):
         super().__post_init__()
         self._gather_whole_weights_at_save()
+        if self.do_train and self.max_steps <= 0 and self.num_train_epochs <= 0:
+            raise ValueError(
+                f"--num_train_epochs {self.num_train_epochs:g} with --do_train trains nothing (and would save an "
+                "untrained model with a card): give a positive --num_train_epochs or --max_steps, or drop --do_train"
+            )
+        if self.use_cpu and (self.fp16 or self.half_precision_backend == "apex"):
+            raise ValueError(
+                "--fp16 has no effect with --use_cpu (float16 mixed precision needs a GPU; the run would train in "
+                "float32 while its card said fp16): use --bf16 for CPU mixed precision, or drop --fp16"
+            )
         if self.base_model_id is not None and not re.fullmatch(r"[A-Za-z0-9][\w.-]*(/[\w.-]+)?", self.base_model_id):
             raise ValueError(
                 f"--base_model_id must be a Hub repo id such as org/name (the model card's base_model), "
