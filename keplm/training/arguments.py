@@ -322,7 +322,7 @@ class KeplmTrainingArguments(TrainingArguments):
                 f"--num_train_epochs {self.num_train_epochs:g} with --do_train trains nothing (and would save an "
                 "untrained model with a card): give a positive --num_train_epochs or --max_steps, or drop --do_train"
             )
-        if self.use_cpu and (self.fp16 or self.half_precision_backend == "apex"):
+        if self.use_cpu and self.fp16:
             raise ValueError(
                 "--fp16 has no effect with --use_cpu (float16 mixed precision needs a GPU; the run would train in "
                 "float32 while its card said fp16): use --bf16 for CPU mixed precision, or drop --fp16"
