@@ -180,3 +180,21 @@ def test_roof_returns_tuples_and_refuses_per_layer_outputs_by_name(tokenizer, kg
     model.config.output_hidden_states = True
     with pytest.raises(ValueError, match="no per-layer hidden states"):
         model(**batch)
+
+
+def test_kala_trains_with_gradient_checkpointing_without_reentrant_recomputation(tokenizer, assets):
+    """Gradient checkpointing (``use_reentrant=False``) gives the gradients of the plain backward."""
+    model, batch = _kala(KalaForTokenClassification, tokenizer, assets)
+    model.train()
+    labels = torch.zeros_like(batch["input_ids"])
+    torch.manual_seed(0)  # the same dropout masks in both passes
+    model(**batch, labels=labels).loss.backward()
+    plain = {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+    model.zero_grad()
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    torch.manual_seed(0)
+    model(**batch, labels=labels).loss.backward()
+    checkpointed = {name: p.grad for name, p in model.named_parameters() if p.grad is not None}
+    assert checkpointed.keys() == plain.keys() and any("entity_memory" in name for name in plain)
+    for name, grad in plain.items():
+        torch.testing.assert_close(checkpointed[name], grad, msg=name)
