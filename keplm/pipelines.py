@@ -61,6 +61,19 @@ class _KeplmPipeline:
     def _forward(self, inputs: dict) -> dict:
         return self._run_model(inputs)
 
+    def _max_length(self, max_length: int | None, default: int) -> int:
+        """The token limit of one input: the caller's, which the model's positions must hold (else a ValueError naming
+        both), or ``default`` cut to the model's positions (a 128-position encoder reads 128 tokens, not 512)."""
+        positions = getattr(self.model.config, "max_text_length", None)
+        if max_length is None:
+            return min(default, positions) if positions else default
+        if positions and max_length > positions:
+            raise ValueError(
+                f"max_length={max_length} exceeds the {positions} positions the model's encoder reads: pass "
+                f"max_length={positions} or less"
+            )
+        return max_length
+
     def _init_processor(self, processor):
         if processor is None:
             commit = getattr(self.model.config, "_commit_hash", None)
@@ -137,9 +150,10 @@ class KeplmTokenClassificationPipeline(_OneFeaturePipeline, Pipeline):
         postprocess = {"aggregation_strategy": aggregation_strategy} if aggregation_strategy is not None else {}
         return preprocess, {}, postprocess
 
-    def preprocess(self, text: str, max_length: int = 512) -> dict:
+    def preprocess(self, text: str, max_length: int | None = None) -> dict:
         if not isinstance(text, str):
             raise ValueError(f"{NER_TASK} takes a string, got {type(text).__name__}")
+        max_length = self._max_length(max_length, 512)
         pieces = self.tokenizer.backend_tokenizer.pre_tokenizer.pre_tokenize_str(text)
         words = [word for word, _ in pieces] or [""]
         features = self.processor.prepare_ner_features(
@@ -241,9 +255,11 @@ class KeplmQuestionAnsweringPipeline(_KeplmPipeline, ChunkPipeline):
             args = ({"question": kwargs.pop("question"), "context": kwargs.pop("context")},)
         return super().__call__(*args, **kwargs)
 
-    def preprocess(self, example: dict, max_length: int = 384, doc_stride: int = 128):
+    def preprocess(self, example: dict, max_length: int | None = None, doc_stride: int | None = None):
         if not isinstance(example, dict) or not {"question", "context"} <= set(example):
             raise ValueError(f'{QA_TASK} takes {{"question": ..., "context": ...}}, got {example!r}')
+        max_length = self._max_length(max_length, 384)
+        doc_stride = max_length // 3 if doc_stride is None else doc_stride  # 128 of 384, as transformers' default
         features = self.processor.prepare_qa_features(
             {"id": ["0"], "question": [example["question"]], "context": [example["context"]]},
             max_length=max_length,
@@ -323,7 +339,8 @@ class KeplmTextClassificationPipeline(_OneFeaturePipeline, Pipeline):
         preprocess = {"max_length": max_length} if max_length is not None else {}
         return preprocess, {}, {} if top_k == "unset" else {"top_k": top_k}
 
-    def preprocess(self, inputs, max_length: int = 512) -> dict:
+    def preprocess(self, inputs, max_length: int | None = None) -> dict:
+        max_length = self._max_length(max_length, 512)
         if isinstance(inputs, str):
             examples, columns = {"sentence": [inputs]}, ("sentence",)
         elif isinstance(inputs, dict) and set(inputs) <= {"text", "text_pair"} and "text" in inputs:
@@ -369,7 +386,8 @@ class KeplmText2TextGenerationPipeline(_OneFeaturePipeline, Pipeline):
             args = ({"question": kwargs.pop("question"), "context": kwargs.pop("context")},)
         return super().__call__(*args, **kwargs)
 
-    def preprocess(self, inputs, max_length: int = 512) -> dict:
+    def preprocess(self, inputs, max_length: int | None = None) -> dict:
+        max_length = self._max_length(max_length, 512)
         if isinstance(inputs, str):
             return self.processor(inputs, max_length=max_length, with_knowledge=self.with_knowledge)
         if isinstance(inputs, dict) and set(inputs) == {"question", "context"}:

@@ -202,3 +202,17 @@ def test_qa_answers_are_whole_words_and_merged_when_they_become_the_same():
     assert [(a["answer"], a["start"], a["end"]) for a in answers] == [("Merkel", 7, 13), ("Paris", 28, 33), ("", 0, 0)]
     assert [a["score"] for a in answers] == pytest.approx([0.6, 0.35, 0.05])
     assert whole_word_answers("東京に行った", [{"start": 0, "end": 2, "probability": 1.0}])[0]["answer"] == "東京"
+
+
+def test_default_max_length_fits_the_models_positions_and_a_larger_one_is_refused(ner_dir, qa_dir):
+    """The tiny encoders read 128 positions: the NER and QA pipelines' defaults (512, 384 tokens) are cut to them, so a
+    long text is tagged or answered instead of failing deep in the embeddings; an explicit larger max_length is a
+    ValueError naming both numbers."""
+    long_text = " ".join(["john visited paris ."] * 60)  # about 240 tokens
+    ner = pipeline("keplm-ner", model=str(ner_dir))
+    assert isinstance(ner(long_text), list)
+    with pytest.raises(ValueError, match=r"max_length=512 exceeds the 128 positions"):
+        ner(long_text, max_length=512)
+    qa = pipeline("keplm-qa", model=str(qa_dir))
+    answer = qa(question="who visited paris ?", context=long_text)
+    assert set(answer) >= {"answer", "score"}
