@@ -228,6 +228,12 @@ def test_resume_from_a_checkpoint_with_a_missing_or_truncated_state_file_names_t
     resume(no_rng, FileNotFoundError, r"its rng_state state \(rng_state.json\) is missing")
     resume(truncated_scheduler, ValueError, r"scheduler.json is unreadable")
 
+    def truncated_optimizer(folder):  # safetensors' own error is no ValueError: it must be named all the same
+        path = folder / "optimizer.safetensors"
+        path.write_bytes(path.read_bytes()[:100])
+
+    resume(truncated_optimizer, ValueError, r"optimizer.safetensors is unreadable")
+
 
 def test_accelerate_cpu_launch_of_several_processes_that_starts_one_warns(caplog):
     """`accelerate launch --cpu --num_processes 2` runs its simple launcher: one process, with MASTER_ADDR set but no

@@ -86,6 +86,7 @@ def has_state(directory: str | os.PathLike, name: str) -> bool:
 
 def load_state(directory: str | os.PathLike, name: str):
     """The state :func:`save_state` wrote; FileNotFoundError naming the missing file."""
+    from safetensors import SafetensorError
     from safetensors.torch import load_file
 
     for suffix in STATE_SUFFIXES:
@@ -97,7 +98,7 @@ def load_state(directory: str | os.PathLike, name: str):
             structure = json.load(f)
         path = os.path.join(directory, f"{name}.safetensors")
         tensors = load_file(path)
-    except (ValueError, OSError, RuntimeError) as err:  # json's and safetensors' errors (truncated, corrupt)
+    except (ValueError, OSError, RuntimeError, SafetensorError) as err:  # json's and safetensors' (truncated, corrupt)
         raise ValueError(f"training state file {path} is unreadable (truncated or corrupt?): {err}") from err
     return _decode(structure, tensors)
 
