@@ -202,6 +202,8 @@ RESULT_KEYS = {
     "train_seconds": "train_runtime",
 }
 COMPARED = ("relational", "relational_eq3", "more_params")  # each minus vanilla, paired by seed
+#: one colour per system in both panels of a plot
+COLORS = {"vanilla": "C0", "relational": "C1", "relational_eq3": "C2", "more_params": "C3"}
 
 
 def collect(output_dir: str) -> list[dict]:
@@ -388,8 +390,11 @@ def plot(rows: list[dict], dataset: str, path: str, command: str) -> None:
         x = [n for n, _ in points]
         mean = [statistics.mean(v) for _, v in points]
         sd = [statistics.stdev(v) if len(v) > 1 else 0.0 for _, v in points]
-        top.plot(x, mean, marker="o", label=system)
-        top.fill_between(x, [m - s for m, s in zip(mean, sd)], [m + s for m, s in zip(mean, sd)], alpha=0.2)
+        color = COLORS.get(system)
+        top.plot(x, mean, marker="o", label=system, color=color)
+        top.fill_between(
+            x, [m - s for m, s in zip(mean, sd)], [m + s for m, s in zip(mean, sd)], alpha=0.2, color=color
+        )
     top.set_xscale("log")
     top.set_ylabel("test F1 (mean ± sd over seeds)")
     top.set_title(f"{dataset}: learning curve")
@@ -402,7 +407,9 @@ def plot(rows: list[dict], dataset: str, path: str, command: str) -> None:
         mean = [d[0] for _, d in found]
         low = [d[0] - d[1] if d[3] > 1 else 0.0 for _, d in found]
         high = [d[2] - d[0] if d[3] > 1 else 0.0 for _, d in found]
-        bottom.errorbar(x, mean, yerr=[low, high], marker="o", capsize=3, label=f"{system} − vanilla")
+        bottom.errorbar(
+            x, mean, yerr=[low, high], marker="o", capsize=3, label=f"{system} − vanilla", color=COLORS.get(system)
+        )
     bottom.axhline(0, color="grey", linewidth=0.8)
     bottom.set_xscale("log")
     bottom.set_xlabel("training sentences")
