@@ -17,33 +17,6 @@ from pathlib import Path
 
 #: file patterns that are Python pickles (``torch.save``, ``pickle``): never uploaded by keplm
 PICKLE_PATTERNS = ("*.bin", "*.pt", "*.pth", "*.pkl", "*.pickle", "*.ckpt")
-#: what loading a saved model needs, and its card: what a training run's push uploads from its output folder (the
-#: checkpoints' optimizer / scheduler / RNG states and the run's result files stay local unless the user asks for
-#: checkpoints on the Hub, ``hub_strategy``)
-LOADING_PATTERNS = (
-    "config.json",
-    "generation_config.json",
-    "model.safetensors",
-    "model-*.safetensors",
-    "model.safetensors.index.json",
-    "adapter_model.safetensors",
-    "adapter_config.json",
-    "keplm_adapter.json",
-    "processor_config.json",
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "special_tokens_map.json",
-    "added_tokens.json",
-    "vocab.txt",
-    "vocab.json",
-    "merges.txt",
-    "*.model",
-    "knowledge/**",
-    "README.md",
-    "figures/**",
-)
-
-
 #: the files a model push owns (weights in any sharding, config, knowledge assets, adapter files; each pattern
 #: anchored at the repo root, so a checkpoint folder pushed beside them, e.g. last-checkpoint/, stays): a model push
 #: deletes those of an earlier push that its own save lacks, in the same commit, so the repo serves the last push
@@ -75,6 +48,12 @@ PROCESSOR_FILES = (
     "tokenizer.model",
     "knowledge/**",
 )
+
+
+#: what loading a saved model needs, and its card: what a training run's push uploads from its output folder (the
+#: checkpoints' optimizer / scheduler / RNG states and the run's result files stay local unless the user asks for
+#: checkpoints on the Hub, ``hub_strategy``)
+LOADING_PATTERNS = tuple(dict.fromkeys((*MODEL_FILES, *PROCESSOR_FILES, "*.model", "README.md", "figures/**")))
 
 
 def pickled_files(folder: str | os.PathLike) -> list[str]:

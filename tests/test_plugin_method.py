@@ -218,19 +218,17 @@ def test_a_method_without_the_task_is_refused_by_name(tmp_path):
 
 def _install_plugin(site: Path) -> None:
     """ToyKG as an installed package of its own in ``site``: its three files under ``toykg_plugin/`` and the
-    distribution metadata that names its module in keplm's entry-point group (what ``pip install`` writes)."""
+    distribution metadata that names its module in keplm's entry-point group (what ``pip install`` writes); beside
+    it a broken plug-in whose module does not exist."""
     package = site / "toykg_plugin"
     package.mkdir(parents=True)
     for source in (ROOT / "tests" / "plugin_method").glob("*.py"):
         (package / source.name).write_text(source.read_text(encoding="utf-8"), encoding="utf-8")
-    info = site / "toykg_plugin-0.1.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: toykg-plugin\nVersion: 0.1\n", encoding="utf-8")
-    (info / "entry_points.txt").write_text("[keplm.methods]\ntoy_kg = toykg_plugin\n", encoding="utf-8")
-    broken = site / "broken_plugin-0.1.dist-info"
-    broken.mkdir()
-    (broken / "METADATA").write_text("Metadata-Version: 2.1\nName: broken-plugin\nVersion: 0.1\n", encoding="utf-8")
-    (broken / "entry_points.txt").write_text("[keplm.methods]\nbroken = no_such_module\n", encoding="utf-8")
+    for name, entry in (("toykg-plugin", "toy_kg = toykg_plugin"), ("broken-plugin", "broken = no_such_module")):
+        info = site / f"{name.replace('-', '_')}-0.1.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.1\n", encoding="utf-8")
+        (info / "entry_points.txt").write_text(f"[keplm.methods]\n{entry}\n", encoding="utf-8")
 
 
 @pytest.mark.slow
@@ -276,33 +274,10 @@ def test_an_installed_plugin_is_found_by_entry_point_in_fresh_processes(tmp_path
     ]
     first, second, adapter = tmp_path / "first", tmp_path / "second", tmp_path / "adapter"
     model_type = ToyKgConfig.model_type
-    run(
-        "run_scripts/run_ner.py",
-        "--model_type",
-        model_type,
-        "--model_name_or_path",
-        tiny["model"],
-        "--toy_kg",
-        tiny["kg"],
-        "--output_dir",
-        str(first),
-        *common,
-    )
+    new = ["--model_type", model_type, "--model_name_or_path", tiny["model"], "--toy_kg", tiny["kg"]]
+    run("run_scripts/run_ner.py", *new, "--output_dir", str(first), *common)
     run("run_scripts/run_ner.py", "--model_name_or_path", str(first), "--output_dir", str(second), *common)
-    run(
-        "run_scripts/run_ner.py",
-        "--model_type",
-        model_type,
-        "--model_name_or_path",
-        tiny["model"],
-        "--toy_kg",
-        tiny["kg"],
-        "--output_dir",
-        str(adapter),
-        "--lora_r",
-        "2",
-        *common,
-    )
+    run("run_scripts/run_ner.py", *new, "--output_dir", str(adapter), "--lora_r", "2", *common)
     check = run(
         "-c",
         f"""
