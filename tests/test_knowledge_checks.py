@@ -619,3 +619,16 @@ def test_link_hops_argument():
     assert KnowledgeArguments(link_hops=2).linker_kwargs()["hops"] == 2
     with pytest.raises(ValueError, match="--link_hops"):
         KnowledgeArguments(link_hops=-1).linker_kwargs()
+
+
+def test_check_knowledge_refuses_a_text_file_for_qa_by_name(tmp_path):
+    """--task qa with a .txt file (one text per line, no questions) is a ValueError naming the file and the forms QA
+    data takes, not a bare KeyError: 'question' later."""
+    from keplm.commands.check_knowledge import read_examples
+
+    (tmp_path / "sentences.txt").write_text("John lives in Paris .\n")
+    with pytest.raises(ValueError, match=r"sentences.txt: a .txt file holds one text per line, but --task qa"):
+        read_examples(str(tmp_path / "sentences.txt"), "test", None, "qa", 10)
+    assert read_examples(str(tmp_path / "sentences.txt"), "test", None, "ner", 10) == [
+        {"text": "John lives in Paris ."}
+    ]

@@ -121,6 +121,12 @@ def read_examples(
 ) -> list[dict]:
     """The first ``limit`` examples of ``path`` as dicts the counterfactual measure reads."""
     if os.path.isfile(path) and path.endswith(".txt"):
+        if task == "qa":
+            raise ValueError(
+                f"--data {path}: a .txt file holds one text per line, but --task qa checks questions with their "
+                "contexts: give a SQuAD file (with --split_by_article) or a .json/.jsonl file with question and "
+                "context columns"
+            )
         with open(path, encoding="utf-8") as f:
             texts = [line.strip() for line in f if line.strip()]
         if not texts:
