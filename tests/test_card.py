@@ -658,3 +658,16 @@ def test_roof_and_trelm_cards_describe_the_knowledge_and_cite_the_paper(tokenize
     assert "| injected tokens (important entities) per pre-training example | 1.20 |" in text
     assert "@misc{yan-trelm" in text and 'title = "{TRELM}: Towards Robust' in text
     assert ModelCard(text).data.pipeline_tag == "fill-mask"
+
+
+def test_a_card_without_license_names_calls_that_take_one(tmp_path, tokenizer, assets):
+    """The card's licence hint names only calls that accept ``license=`` (the Trainer's), not the model's
+    ``push_to_hub``, which refuses it."""
+    from .test_kala_model import make_model
+
+    model = make_model(KalaForTokenClassification, tokenizer, assets, num_labels=3)
+    model.write_model_card(tmp_path)
+    text = (tmp_path / "README.md").read_text()
+    assert "No license was set" in text and "`Trainer.push_to_hub`" in text and "or `push_to_hub`)" not in text
+    with pytest.raises(TypeError):
+        model.push_to_hub("org/x", license="mit")  # the model's push takes no license (before reaching any Hub)
