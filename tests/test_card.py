@@ -671,3 +671,13 @@ def test_a_card_without_license_names_calls_that_take_one(tmp_path, tokenizer, a
     assert "No license was set" in text and "`Trainer.push_to_hub`" in text and "or `push_to_hub`)" not in text
     with pytest.raises(TypeError):
         model.push_to_hub("org/x", license="mit")  # the model's push takes no license (before reaching any Hub)
+
+
+def test_a_lora_cards_target_modules_are_the_names_given():
+    """peft keeps keplm's LoRA targets as one regular expression; the card lists the module names, not the sorted
+    characters of the expression."""
+    from keplm.hub.card import lora_target_names
+
+    assert lora_target_names(r"^(?:kala\.encoder)\..*\.(?:query|value)$") == ["query", "value"]
+    assert lora_target_names(r"^(?:roof\.encoder|roof\.knowledge_encoder)\..*\.(?:dense)$") == ["dense"]
+    assert lora_target_names(["value", "query"]) == ["query", "value"] and lora_target_names(None) == []

@@ -30,6 +30,7 @@ import enum
 import importlib.metadata
 import logging
 import os
+import re
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
@@ -192,6 +193,15 @@ def hyperparameters_from_args(
     return values
 
 
+def lora_target_names(target_modules) -> list[str]:
+    """The module names a LoRA adapter targets, as a user gave them: peft stores a list, or the regular expression
+    keplm builds from the names (``^(?:encoder)\\..*\\.(?:query|value)$``), whose last group lists them."""
+    if isinstance(target_modules, str):
+        found = re.search(r"\(\?:([^()]*)\)\$$", target_modules)
+        return [re.sub(r"\\(.)", r"\1", name) for name in found.group(1).split("|")] if found else [target_modules]
+    return sorted(target_modules or [])
+
+
 def spec_from_model(
     model,
     metrics: dict | None = None,
@@ -261,7 +271,7 @@ def spec_from_model(
         tags = [*(tags or []), "peft", "lora"]
         notes.append(
             f"Trained with a LoRA adapter (peft; r = {getattr(adapter, 'r', '?')}, on "
-            f"{sorted(getattr(adapter, 'target_modules', None) or [])}): the encoder's own weights stayed "
+            f"{lora_target_names(getattr(adapter, 'target_modules', None))}): the encoder's own weights stayed "
             "frozen, the knowledge modules and the head trained fully."
         )
     return ModelCardSpec(
