@@ -147,3 +147,20 @@ def test_bytes_that_are_not_utf8_name_the_file_and_line(tmp_path, name, text):
     (tmp_path / "x.json").write_bytes(b'{"a":\n "\xff"}')
     with pytest.raises(ValueError, match="x.json:2: not UTF-8 text"):
         read_json(tmp_path / "x.json")
+
+
+def test_a_checkpoint_with_nan_weights_is_refused_at_load_by_name(tmp_path, tokenizer, assets):
+    """NaN rows in a saved entity memory (a corrupt file, a diverged run) are a ValueError naming the parameter at
+    load, not a model whose NER pipeline silently finds no entity."""
+    from keplm import KalaForTokenClassification
+
+    from .test_kala_model import make_model
+
+    model = make_model(KalaForTokenClassification, tokenizer, assets, num_labels=3)
+    model.save_pretrained(tmp_path / "clean")
+    assert KalaForTokenClassification.from_pretrained(tmp_path / "clean") is not None
+    with torch.no_grad():
+        model.base_model.entity_memory.embeddings.weight[2] = float("nan")
+    model.save_pretrained(tmp_path / "nan")
+    with pytest.raises(ValueError, match=r"NaN or infinite values in \['kala.entity_memory"):
+        KalaForTokenClassification.from_pretrained(tmp_path / "nan")

@@ -68,6 +68,21 @@ def output_flags(config, output_attentions: bool | None, output_hidden_states: b
     )
 
 
+def _check_finite_weights(model: nn.Module, where) -> None:
+    """A ValueError naming the parameters of a loaded checkpoint that hold NaN or infinite values: such a model
+    predicts nothing useful (a NaN entity-memory row made the NER pipeline return no entity) without any error."""
+    bad = [
+        name
+        for name, parameter in model.named_parameters()
+        if parameter.numel() and parameter.device.type != "meta" and not torch.isfinite(parameter).all()
+    ]
+    if bad:
+        raise ValueError(
+            f"{where}: the saved weights hold NaN or infinite values in {bad[:5]}{' ...' if len(bad) > 5 else ''}; "
+            "the checkpoint is corrupt or was saved after training diverged"
+        )
+
+
 def check_index_range(tensor: torch.Tensor | None, low: int, high: int, message: str) -> None:
     """ValueError(message.format(low=low, high=high)) if a value lies outside ``[low, high)``; checked only where
     it costs no device sync or graph break (CPU tensors, not under ``torch.compile``). The collator checks
@@ -267,6 +282,7 @@ class KeplmPreTrainedModel(PreTrainedModel):
             assets = KnowledgeAssets.from_pretrained(pretrained_model_name_or_path, reuse=reuse, **location)
         loaded = super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
         model = loaded[0] if isinstance(loaded, tuple) else loaded
+        _check_finite_weights(model, pretrained_model_name_or_path)
         if assets is not None and isinstance(model, KeplmPreTrainedModel) and model.config.uses_knowledge_assets:
             model.set_knowledge_assets(assets)
         return loaded
