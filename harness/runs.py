@@ -157,9 +157,21 @@ def progress(name: str, log_path: str, start: float, command: list[str], now: fl
     return f"{name} {elapsed:.0f}s, epoch {float(found[-1]):.2f}/{epochs}{left}"
 
 
+#: written into a job's output folder once its every command has exited 0: what ``--resume`` trusts (a run script
+#: writes ``all_results.json`` before training, so that file alone does not say a run finished)
+DONE_FILE = "job_done.json"
+
+
+def output_dir_of(cmds: list) -> str | None:
+    """The output folder a job's (first) command names with ``--output_dir``; None when it names none."""
+    run = cmds[0] if cmds and isinstance(cmds[0], list) else cmds
+    return run[run.index("--output_dir") + 1] if "--output_dir" in run else None
+
+
 def run_queue(jobs: list[tuple[str, list, str]], parallel: int) -> dict[str, float]:
     """Run ``(name, command or list of commands, log file)`` jobs, ``parallel`` at a time with one thread each (a
-    job's commands one after the other, into the same log); exit on a failure."""
+    job's commands one after the other, into the same log); exit on a failure. A job that succeeds gets
+    :data:`DONE_FILE` (its wall time) in the output folder its first command names."""
     threads = int(os.environ.get("KEPLM_THREADS") or max(1, (os.cpu_count() or 2) // max(1, parallel)))
     child_env = dict(
         os.environ,
@@ -179,17 +191,17 @@ def run_queue(jobs: list[tuple[str, list, str]], parallel: int) -> dict[str, flo
             log = open(log_path, "w")
             print(f"[experiments] start {name} ({threads} thread(s)); log: {log_path}", flush=True)
             proc = subprocess.Popen(cmds[0], cwd=ROOT, env=child_env, stdout=log, stderr=subprocess.STDOUT)
-            running.append([name, proc, log, time.time(), cmds[1:]])
+            running.append([name, proc, log, time.time(), cmds[1:], output_dir_of(cmds)])
         time.sleep(1)
         if running and time.time() - last_report >= HEARTBEAT_S:  # the runs log to files: say how far they are
             last_report = time.time()
             print(
                 "[experiments] "
-                + "; ".join(progress(name, log.name, start, proc.args) for name, proc, log, start, _ in running),
+                + "; ".join(progress(name, log.name, start, proc.args) for name, proc, log, start, *_ in running),
                 flush=True,
             )
         for item in [r for r in running if r[1].poll() is not None]:
-            name, proc, log, start, rest = item
+            name, proc, log, start, rest, job_dir = item
             if proc.returncode == 0 and rest:  # the job's next command, same slot and log
                 log.flush()
                 item[1] = subprocess.Popen(rest[0], cwd=ROOT, env=child_env, stdout=log, stderr=subprocess.STDOUT)
@@ -206,22 +218,25 @@ def run_queue(jobs: list[tuple[str, list, str]], parallel: int) -> dict[str, flo
                     f"[experiments] {name} failed (exit {proc.returncode}); last lines of {log.name}:\n"
                     + "\n".join(tail)
                 )
+            if job_dir is not None:
+                Path(job_dir).mkdir(parents=True, exist_ok=True)
+                Path(job_dir, DONE_FILE).write_text(json.dumps({"job": name, "wall_s": durations[name]}))
             print(f"[experiments] {name} done in {durations[name]:.0f}s", flush=True)
     return durations
 
 
+def _done(job_dir: str | None) -> bool:
+    return job_dir is not None and Path(job_dir, DONE_FILE).is_file()
+
+
 def run_resumable(jobs: list[tuple[str, list, str]], output_dir: str, parallel: int, resume: bool) -> dict:
     """:func:`run_queue` with ``output_dir/durations.json`` kept across calls; ``resume`` skips the jobs whose
-    ``--output_dir`` already holds an ``all_results.json`` (their wall times stay those recorded). The file is read
-    again after the queue, so another queue on the same folder that finished meanwhile keeps its times."""
+    ``--output_dir`` holds the queue's :data:`DONE_FILE` (their wall times stay those recorded); a job stopped
+    half-way runs again. The file is read again after the queue, so another queue on the same folder that finished
+    meanwhile keeps its times."""
     durations_file = Path(output_dir, "durations.json")
     if resume:
-
-        def output_dir_of(cmds: list) -> str:  # a job's (first) run-script command names its output folder
-            run = cmds[0] if isinstance(cmds[0], list) else cmds
-            return run[run.index("--output_dir") + 1]
-
-        jobs = [job for job in jobs if not Path(output_dir_of(job[1]), "all_results.json").is_file()]
+        jobs = [job for job in jobs if not _done(output_dir_of(job[1]))]
     new = run_queue(jobs, parallel)
     durations = {**(json.loads(durations_file.read_text()) if durations_file.is_file() else {}), **new}
     Path(output_dir).mkdir(parents=True, exist_ok=True)

@@ -392,19 +392,45 @@ def test_check_knowledge_follows_each_knowledge_run_and_lands_in_its_seed_summar
         "knowledge_relation_mean_shift": 0.125,
     }
     assert summary["durations_s"] == {"vanilla": 100.0, "relational": 120.0}
-    # --resume skips a finished job whether it is one command or a run followed by its knowledge check
-    done, todo = tmp_path / "done", tmp_path / "todo"
+    # --resume skips a finished job whether it is one command or a run followed by its knowledge check; a run
+    # stopped half-way (its all_results.json holds the data statistics written before training) runs again
+    done, todo, half = tmp_path / "done", tmp_path / "todo", tmp_path / "half"
     done.mkdir()
-    (done / "all_results.json").write_text("{}")
+    half.mkdir()
+    (done / runs.DONE_FILE).write_text("{}")
+    (half / "all_results.json").write_text("{}")
     seen = []
     monkeypatch.setattr(runs, "run_queue", lambda jobs, parallel: seen.extend(j[0] for j in jobs) or {})
     jobs = [
         ("one", ["x", "--output_dir", str(done)], "l"),
         ("chain", [["x", "--output_dir", str(done)], ["y"]], "l"),
         ("new", [["x", "--output_dir", str(todo)], ["y"]], "l"),
+        ("half", [["x", "--output_dir", str(half)], ["y"]], "l"),
+        ("no_output_dir", ["x"], "l"),
     ]
     runs.run_resumable(jobs, str(tmp_path), 1, resume=True)
-    assert seen == ["new"]
+    assert seen == ["new", "half", "no_output_dir"]
+
+
+def test_the_queue_marks_a_job_done_only_when_its_every_command_succeeded(tmp_path):
+    """The queue writes its done file into a job's output folder after the job's last command exits 0, and never
+    for a job whose command failed (the queue then exits)."""
+    import json
+    import sys
+
+    import pytest
+
+    from harness import runs
+
+    ok, failing = tmp_path / "ok", tmp_path / "failing"
+    quiet = [sys.executable, "-c", "pass", "--output_dir"]
+    jobs = [("ok", [quiet + [str(ok)], [sys.executable, "-c", "pass"]], str(tmp_path / "ok.log"))]
+    durations = runs.run_queue(jobs, 1)
+    assert json.loads((ok / runs.DONE_FILE).read_text()) == {"job": "ok", "wall_s": durations["ok"]}
+    bad = [sys.executable, "-c", "import sys; sys.exit(3)"]
+    with pytest.raises(SystemExit, match="exit 3"):
+        runs.run_queue([("failing", [quiet + [str(failing)], bad], str(tmp_path / "failing.log"))], 1)
+    assert not (failing / runs.DONE_FILE).exists()
 
 
 def test_the_queue_reports_each_runs_epoch_and_time_left(tmp_path):
