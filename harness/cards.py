@@ -38,7 +38,8 @@ import tempfile
 from pathlib import Path
 
 from harness.card_facts import PROJECT_FACTS, command_line, with_project_facts
-from harness.card_presets import ENCODER, KFM, METHODS, MINILM, PRESETS, CardPreset
+from harness.card_presets import ENCODER, KFM, METHODS, MINILM, CardPreset
+from harness.card_presets_kala import PRESETS
 from harness.tables import percent_curve
 from keplm.hub.card import (
     TASKS,

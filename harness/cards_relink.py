@@ -10,7 +10,7 @@ import subprocess
 import tempfile
 
 from harness.card_facts import command_line
-from harness.card_presets import PRESETS
+from harness.card_presets_kala import PRESETS
 from harness.cards import RELINKED, ROOT, read_summaries, run_command
 from keplm.hub.card import kg_spec_name
 
