@@ -255,7 +255,8 @@ def test_facts_read_by_each_processor(tokenizer, kg, assets):
     """The counterfactual measure edits what the model reads: KALA the annotation's facts; Roof-Transformer the KG
     triples it selects for the passage (head linked; has_tail: tail linked too), fed back through its triples
     column."""
-    from keplm.tokenization.processing_roof_transformer import TRIPLES_COLUMN, RoofTransformerProcessor
+    from keplm.tokenization.processing_roof_transformer import RoofTransformerProcessor
+    from keplm.tokenization.roof_knowledge import TRIPLES_COLUMN
 
     text = "paris is a city in france"
     kala = KalaProcessor(tokenizer, assets)

@@ -340,7 +340,8 @@ def test_text_written_without_spaces_is_linked_and_reaches_roofs_chinese_verbali
     a Chinese KG and Roof-Transformer's Chinese verbalisation ("巴黎的首都是法国") is reachable from it; in spaced
     scripts a mention inside a word still does not link."""
     from keplm.knowledge import KnowledgeAssets
-    from keplm.tokenization.processing_roof_transformer import RoofTransformerProcessor, verbalize
+    from keplm.tokenization.processing_roof_transformer import RoofTransformerProcessor
+    from keplm.tokenization.roof_knowledge import verbalize
 
     kg = KnowledgeGraph.from_triples(
         [("Q90", "P1376", "Q142"), ("Q1490", "P1376", "Q17")],

@@ -14,10 +14,10 @@ from transformers import BertTokenizerFast
 from keplm.data.collator import KeplmDataCollator
 from keplm.knowledge import EntityLinker, KnowledgeAssets, KnowledgeGraph, load_kg
 from keplm.tokenization import KeplmProcessor
-from keplm.tokenization.processing_roof_transformer import (
+from keplm.tokenization.processing_roof_transformer import RoofTransformerProcessor
+from keplm.tokenization.roof_knowledge import (
     KNOWLEDGE_COLUMNS,
     KnowledgeTriple,
-    RoofTransformerProcessor,
     add_triples_column,
     fit_knowledge,
     knowledge_statistics,
