@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -251,6 +252,13 @@ def test_resume_after_a_kill_restores_the_memory_bank(tiny_pretraining, tmp_path
         torch.testing.assert_close(banks[1]["memory_bank"][key], banks[0]["memory_bank"][key], rtol=1e-5, atol=1e-5)
     for a, b in zip(banks[0]["route_indices"], banks[1]["route_indices"]):
         assert torch.equal(a, b)
+    # a checkpoint without the model's training state is refused, not resumed with an empty bank
+    broken = tmp_path / "broken" / "checkpoint-4"
+    shutil.copytree(tmp_path / "killed" / "checkpoint-4", broken)
+    for path in broken.glob("model_training_state*"):
+        path.unlink()
+    with pytest.raises(FileNotFoundError, match="no model_training_state"):
+        load_script("run_pretraining").main(args(tmp_path / "broken", "--resume_from_checkpoint", str(broken)))
 
 
 def test_trelm_pretraining_with_lora(tiny_pretraining, tmp_path):

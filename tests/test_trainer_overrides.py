@@ -22,10 +22,7 @@ EXPECTED = {
     "_get_grad_norm": ["model", "grad_norm"],
     "_get_eval_sampler": ["eval_dataset"],
     "_clip_grad_norm": ["model"],
-    "_save": ["output_dir", "state_dict"],
     "_push_from_checkpoint": ["checkpoint_folder"],
-    "_save_checkpoint": ["model", "trial"],
-    "_load_from_checkpoint": ["resume_from_checkpoint", "model"],
 }
 
 

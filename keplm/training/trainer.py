@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 from torch.utils.data import SequentialSampler
 from transformers import EarlyStoppingCallback, Trainer
-from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, PredictionOutput, has_length, speed_metrics
+from transformers.trainer_utils import PredictionOutput, has_length, speed_metrics
 
 from keplm.file_utils import portable_paths
 from keplm.knowledge.assets import assets_conflict
@@ -257,21 +257,23 @@ class KeplmTrainer(ShardedMemoryTraining, PicklessCheckpointState, Trainer):
         self.accelerator.unscale_gradients()
         return clip_grad_norm_sparse_(model.parameters(), self.args.max_grad_norm)
 
-    def _save(self, output_dir: str | None = None, state_dict=None):
-        """Save as the stock Trainer does, but the training arguments as JSON instead of a pickled
-        ``training_args.bin`` (checkpoints hold no pickles)."""
-        super()._save(output_dir, state_dict=state_dict)
+    def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
+        """The stock save (with sharded tables, :class:`ShardedMemoryTraining`'s), then what keplm adds: a LoRA
+        model's adapter with its config and assets, and the training arguments as JSON instead of the pickled
+        ``training_args.bin`` (checkpoints hold no pickles). Checkpoints are saved through here too."""
+        super().save_model(output_dir, _internal_call)
         output_dir = output_dir if output_dir is not None else self.args.output_dir
-        if self.args.should_save and callable(getattr(self.model, "get_base_model", None)):
+        if not self.args.should_save:
+            return
+        if callable(getattr(self.model, "get_base_model", None)):
             from keplm.modeling.lora import save_lora  # a LoRA model: the adapter with its config and assets
 
             # pushed runs name their Hub repo as the adapter's base model, so that the Auto classes load the repo
             save_lora(self.model, output_dir, repo_id=self.hub_model_id if self.args.push_to_hub else None)
-        if self.args.should_save:
-            pickled = os.path.join(output_dir, "training_args.bin")
-            if os.path.exists(pickled):
-                os.remove(pickled)
-            self._write_training_args(output_dir)
+        pickled = os.path.join(output_dir, "training_args.bin")
+        if os.path.exists(pickled):
+            os.remove(pickled)
+        self._write_training_args(output_dir)
 
     def _write_training_args(self, output_dir: str) -> None:
         """``training_args.json``: the arguments as JSON (not a pickle), absolute paths made portable."""
@@ -427,26 +429,25 @@ class KeplmTrainer(ShardedMemoryTraining, PicklessCheckpointState, Trainer):
     def _extra_logs(self, value: dict) -> None:
         self.__dict__["_extra_log_values"] = value
 
-    def _save_checkpoint(self, model, trial):
-        super()._save_checkpoint(model, trial)
+    def _save_optimizer_and_scheduler(self, output_dir: str) -> None:
+        """The checkpoint's training state (keplm's pickle-free optimizer and scheduler), then the model's own
+        (e.g. TRELM's memory bank), which resuming needs beside the weights."""
+        super()._save_optimizer_and_scheduler(output_dir)
         keplm_model = unwrap(self.model)
         if hasattr(keplm_model, "training_state") and self.args.should_save:
-            folder = os.path.join(
-                self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
-            )
-            save_state(keplm_model.training_state(), folder, "model_training_state")
+            save_state(keplm_model.training_state(), output_dir, "model_training_state")
 
-    def _load_from_checkpoint(self, resume_from_checkpoint, model=None):
-        super()._load_from_checkpoint(resume_from_checkpoint, model)
-        keplm_model = unwrap(model if model is not None else self.model)
-        if hasattr(keplm_model, "load_training_state"):
-            if not has_state(resume_from_checkpoint, "model_training_state"):
-                raise FileNotFoundError(
-                    f"{resume_from_checkpoint} has no model_training_state (the training state of "
-                    f"{type(keplm_model).__name__}, e.g. TRELM's memory bank): it was not saved "
-                    "by keplm's Trainer"
-                )
-            keplm_model.load_training_state(load_state(resume_from_checkpoint, "model_training_state"))
+    def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:
+        super()._load_optimizer_and_scheduler(checkpoint)
+        keplm_model = unwrap(self.model)
+        if checkpoint is None or not hasattr(keplm_model, "load_training_state"):
+            return
+        if not has_state(checkpoint, "model_training_state"):
+            raise FileNotFoundError(
+                f"{checkpoint} has no model_training_state (the training state of {type(keplm_model).__name__}, "
+                "e.g. TRELM's memory bank): it was not saved by keplm's Trainer"
+            )
+        keplm_model.load_training_state(load_state(checkpoint, "model_training_state"))
 
     def save_metrics(self, split, metrics, combined=True):
         super().save_metrics(split, metrics, combined=combined)
