@@ -198,3 +198,57 @@ def test_kala_trains_with_gradient_checkpointing_without_reentrant_recomputation
     assert checkpointed.keys() == plain.keys() and any("entity_memory" in name for name in plain)
     for name, grad in plain.items():
         torch.testing.assert_close(checkpointed[name], grad, msg=name)
+
+
+def test_resized_token_embeddings_take_the_new_ids_and_survive_a_reload(model_and_batch, tmp_path):
+    """``resize_token_embeddings`` after adding tokens: the model takes the new ids, ``get_text_config()`` (the
+    wrapped encoder's config) records the new size, and the saved model reloads with it and gives the same output."""
+    model, batch = model_and_batch
+    model.eval()
+    size = model.get_input_embeddings().num_embeddings
+    model.resize_token_embeddings(size + 3)
+    assert model.get_input_embeddings().num_embeddings == size + 3
+    assert model.config.get_text_config().vocab_size == size + 3
+    batch = dict(batch)
+    ids = batch["input_ids"].clone()
+    ids[0, 1] = size + 2  # a new token
+    batch["input_ids"] = ids
+    with torch.no_grad():
+        torch.manual_seed(0)
+        before = model(**batch)
+    model.save_pretrained(tmp_path)
+    loaded = type(model).from_pretrained(tmp_path).eval()
+    assert loaded.get_input_embeddings().num_embeddings == size + 3
+    with torch.no_grad():
+        torch.manual_seed(0)
+        after = loaded(**batch)
+    for name, value in before.items():  # the scores (TRELM's losses read its memory bank: training state, not saved)
+        if torch.is_tensor(value) and not name.endswith("loss"):
+            torch.testing.assert_close(after[name], value, msg=name)
+
+
+def test_roof_resizes_its_text_encoder_and_reloads(tokenizer, kg, tmp_path):
+    """Roof-Transformer: ``resize_token_embeddings`` resizes the text encoder (the knowledge encoder keeps its own
+    vocabulary, as a composite model's other towers do); the saved model reloads with the new size."""
+    from keplm import RoofTransformerForSequenceClassification
+
+    from .test_roof_model import _batch, _config, _processor
+
+    torch.manual_seed(0)
+    model = RoofTransformerForSequenceClassification(_config(tokenizer, num_labels=3)).eval()
+    processor = _processor(tokenizer, kg)
+    model.set_knowledge_assets(processor.knowledge_assets)
+    batch = _batch(processor, model)
+    size = model.get_input_embeddings().num_embeddings
+    knowledge_size = model.config.knowledge_encoder_config.vocab_size
+    model.resize_token_embeddings(size + 2)
+    assert model.config.encoder_config.vocab_size == size + 2
+    assert model.config.knowledge_encoder_config.vocab_size == knowledge_size
+    batch["input_ids"] = batch["input_ids"].clone()
+    batch["input_ids"][0, 1] = size + 1
+    with torch.no_grad():
+        before = model(**batch).logits
+    model.save_pretrained(tmp_path)
+    loaded = RoofTransformerForSequenceClassification.from_pretrained(tmp_path).eval()
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(**batch).logits, before)

@@ -98,6 +98,12 @@ class KeplmConfig(PreTrainedConfig):
                 output[f"{name}_config"].pop("_name_or_path", None)
         return output
 
+    def get_text_config(self, decoder=None, encoder=None) -> PreTrainedConfig:
+        """The text encoder's config, as a composite transformers model answers: ``resize_token_embeddings`` records
+        the new vocabulary size there (a reload then builds it), and ``generate()`` reads a wrapped encoder-decoder's
+        caches and special tokens from it."""
+        return self.encoder_config.get_text_config(decoder=decoder, encoder=encoder)
+
     def encoder_configs(self) -> dict[str, PreTrainedConfig]:
         """``{encoder name: its config}`` in ``encoder_names`` order."""
         return {name: getattr(self, f"{name}_config") for name in self.encoder_names}

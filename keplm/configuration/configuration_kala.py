@@ -249,13 +249,6 @@ class KalaConfig(KeplmConfig):
         # an encoder-decoder (T5, BART) wrapped whole by KalaForConditionalGeneration: generate() reads this flag
         self.is_encoder_decoder = bool(getattr(self.encoder_config, "is_encoder_decoder", False))
 
-    def get_text_config(self, decoder=None, encoder=None):
-        """For a wrapped encoder-decoder, its own text config (``generate()`` sizes its caches and reads its special
-        tokens from it); else the stock answer."""
-        if self.is_encoder_decoder:
-            return self.encoder_config.get_text_config(decoder=decoder, encoder=encoder)
-        return super().get_text_config(decoder=decoder, encoder=encoder)
-
     @classmethod
     def from_dict(cls, config_dict: dict, **kwargs):
         """A saved config without ``relation_message`` / ``entity_dropout`` was written before the options: it used
