@@ -338,3 +338,25 @@ def test_push_to_hub_and_load_give_identical_generations(hub_server, s2s_tokeniz
     card = ModelCard.load("org/kala-t5")
     assert card.data.library_name == "keplm" and card.data.pipeline_tag == "text2text-generation"
     assert 'AutoModelForSeq2SeqLM.from_pretrained("org/kala-t5")' in card.text
+
+
+@pytest.mark.parametrize("family", ["t5", "bart"])
+def test_weights_a_checkpoint_lacks_get_the_stock_init_and_loaded_ones_stay(s2s_tokenizer, assets, family):
+    """``from_pretrained`` with a state dict lacking a decoder attention weight and a KFM weight: the stock weight gets
+    the stock model's own init (T5 initialises q/k/v/o from its attention module: the std of a fresh stock model's
+    weight, not an uninitialised tensor), the KFM weight KALA's, and every weight the state dict holds is kept."""
+    model = make_generator(s2s_tokenizer, assets, family)
+    state = model.state_dict()
+    stock_name = next(n for n in state if "decoder" in n and ".q" in n.replace("q_proj", "q") and n.endswith("weight"))
+    kfm_name = next(n for n in state if "knowledge_layers" in n and n.endswith("fc2_weight"))
+    kept = {n: v for n, v in state.items() if n not in (stock_name, kfm_name)}
+    loaded = KalaForConditionalGeneration.from_pretrained(
+        None, config=model.config, state_dict=kept, knowledge_assets=assets
+    )
+    weights = dict(loaded.state_dict())
+    for name, value in kept.items():
+        torch.testing.assert_close(weights[name], value, msg=name)
+    stock = AutoModelForSeq2SeqLM.from_config(model.config.encoder_config)
+    fresh = dict(stock.named_parameters())[stock_name.removeprefix("kala.encoder.")]
+    assert 0.5 < float(weights[stock_name].std() / fresh.std()) < 2.0
+    assert torch.isfinite(weights[kfm_name]).all() and 0 < float(weights[kfm_name].std()) < 0.1

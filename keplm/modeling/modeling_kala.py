@@ -14,6 +14,7 @@ from transformers import (
     AutoModelForSeq2SeqLM,
     AutoModelForTokenClassification,
 )
+from transformers import initialization as init
 from transformers.modeling_outputs import BaseModelOutput
 from transformers.utils import can_return_tuple
 
@@ -267,12 +268,13 @@ class KalaPreTrainedModel(KeplmPreTrainedModel):
 
         super()._init_weights(module)
         std = initializer_range(self.config.encoder_config)
+        # transformers.initialization's functions leave a weight loaded from a checkpoint as it is
         if isinstance(module, KnowledgeFeatureModulation):
-            module.fc2_weight.normal_(mean=0.0, std=std)
-            module.fc2_bias.zero_()
+            init.normal_(module.fc2_weight, mean=0.0, std=std)
+            init.zeros_(module.fc2_bias)
         elif isinstance(module, RelationalAttentionConv):
-            module.att.normal_(mean=0.0, std=std)
-        elif isinstance(module, EntityEmbedding):
+            init.normal_(module.att, mean=0.0, std=std)
+        elif isinstance(module, EntityEmbedding) and not getattr(module.weight, "_is_hf_initialized", False):
             # rows of unit expected norm (std 1/√d), not the encoder's 0.02: at 0.02 the rows are too small beside
             # the learned relation terms of composed messages for their differences to be learned (measured in
             # docs/knowledge_checks.md); the null row stays zero

@@ -53,6 +53,13 @@ class KalaForConditionalGeneration(KalaPreTrainedModel, GenerationMixin):
         self.generation_config = copy.deepcopy(self.seq2seq.generation_config)
         self.post_init()
 
+    @classmethod
+    def is_custom_code(cls) -> bool:
+        """False: the weights are those of the transformers model it wraps, and transformers' custom-code shortcut
+        would skip the modules whose stock init sits on the parent (T5's attention initialises its q/k/v/o), leaving
+        such weights a checkpoint lacks uninitialised. KALA's own init leaves loaded weights as they are."""
+        return False
+
     @property
     def seq2seq(self):
         """The stock seq2seq model (encoder, decoder, LM head) inside the KALA model."""
