@@ -252,3 +252,18 @@ def test_roof_resizes_its_text_encoder_and_reloads(tokenizer, kg, tmp_path):
     loaded = RoofTransformerForSequenceClassification.from_pretrained(tmp_path).eval()
     with torch.no_grad():
         torch.testing.assert_close(loaded(**batch).logits, before)
+
+
+@pytest.mark.parametrize("enable", ["activation_checkpointing_enable", "gradient_checkpointing_enable"])
+def test_kala_refuses_reentrant_gradient_checkpointing_by_name(tokenizer, assets, enable):
+    """``use_reentrant=True`` would backpropagate the knowledge vectors twice (an error deep in autograd): it is a
+    ValueError at enable time, through the current name and the deprecated one; the default still enables."""
+    model, _ = _kala(KalaForTokenClassification, tokenizer, assets)
+    kwargs_name = (
+        "activation_checkpointing_kwargs" if enable.startswith("activation") else "gradient_checkpointing_kwargs"
+    )
+    with pytest.raises(ValueError, match="use_reentrant=False"):
+        getattr(model, enable)(**{kwargs_name: {"use_reentrant": True}})
+    assert not model.is_activation_checkpointing
+    getattr(model, enable)()
+    assert model.is_activation_checkpointing

@@ -166,6 +166,19 @@ class KalaPreTrainedModel(KeplmPreTrainedModel):
     #: the extra graph traversal that ``find_unused_parameters=True`` costs
     ddp_find_unused_parameters = False
 
+    def activation_checkpointing_enable(self, activation_checkpointing_kwargs=None, **kwargs):
+        """The stock activation (gradient) checkpointing, which defaults to ``use_reentrant=False``; the reentrant
+        variant is refused: KFM reads knowledge vectors computed before the checkpointed layers, which a reentrant
+        recomputation would backpropagate through twice."""
+        if self.config.uses_knowledge and (activation_checkpointing_kwargs or {}).get("use_reentrant"):
+            raise ValueError(
+                f"{type(self).__name__} cannot use gradient checkpointing with use_reentrant=True: its KFM layers read "
+                "knowledge vectors computed outside the checkpointed layers, which reentrant recomputation would "
+                "backpropagate through twice; use use_reentrant=False (the default; --gradient_checkpointing_kwargs "
+                "'{\"use_reentrant\": false}')"
+            )
+        super().activation_checkpointing_enable(activation_checkpointing_kwargs, **kwargs)
+
     @classmethod
     def config_kwargs_from_assets(cls, assets: KnowledgeAssets | None) -> dict:
         if assets is None:
