@@ -19,7 +19,6 @@ the ``generative_qa`` task.
 from __future__ import annotations
 
 import logging
-import sys
 from pathlib import Path
 
 import transformers
@@ -31,9 +30,8 @@ from keplm.training.arguments import (
     ModelArguments,
     parse_args,
 )
-from keplm.training.knowledge_setup import Featurizer, maybe_add_lora
+from keplm.training.knowledge_setup import Featurizer
 from keplm.training.metrics import squad_references, squad_v1_metrics
-from keplm.training.model_card import KeplmModelCardData
 from keplm.training.run_recipe import choose_recipe
 from keplm.training.runtime import (
     QA_SPLIT_HINT,
@@ -43,6 +41,7 @@ from keplm.training.runtime import (
     load_qa_splits,
     qa_train_evaluate_predict,
     setup_logging,
+    trainer_arguments,
     used_splits,
 )
 from keplm.training.subsets import subset_metrics
@@ -91,26 +90,21 @@ def main(args: list[str] | None = None) -> dict:
         training_args,
     )
     cut = count_answers_cut(features, data_args.max_seq_length)
-    collator = recipe.collator(processor, model, data_args)
-    recipe.before_training(model, features, collator, training_args)
-    model = maybe_add_lora(model, model_args)
-
-    group_options = recipe.parameter_group_options(training_args)
+    trainer_kwargs = trainer_arguments(
+        recipe,
+        processor,
+        model,
+        raw,
+        features,
+        model_args,
+        data_args,
+        training_args,
+        data_args.dataset_name,
+        CARD_FACTS,
+    )
+    model = trainer_kwargs["model"]
     trainer = GenerativeQuestionAnsweringTrainer(
-        model=model,
-        args=training_args,
-        data_collator=collator,
-        processing_class=processor,
-        parameter_group_options=group_options,
-        card_data=KeplmModelCardData(
-            base_model=model_args.model_name_or_path,
-            dataset=data_args.dataset_name,
-            command=["python", *sys.argv],
-            card_facts=CARD_FACTS,
-            **recipe.card_options(raw, model, group_options),
-        ),
-        train_dataset=features.get("train"),
-        eval_dataset=features.get("validation"),
+        **trainer_kwargs,
         eval_examples=raw["validation"] if training_args.do_eval else None,
     )
     data_results = recipe.data_results(processor, raw, features, model)

@@ -17,7 +17,6 @@ also reports how much knowledge was selected.
 from __future__ import annotations
 
 import logging
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -29,8 +28,7 @@ from keplm.data import limit_samples
 from keplm.data.glue import glue_task, load_glue_dataset, task_of_dataset
 from keplm.training.arguments import DataArguments, KeplmTrainingArguments, ModelArguments, parse_args
 from keplm.training.compute_metrics import GlueComputeMetrics
-from keplm.training.knowledge_setup import Featurizer, maybe_add_lora
-from keplm.training.model_card import KeplmModelCardData
+from keplm.training.knowledge_setup import Featurizer
 from keplm.training.run_recipe import choose_recipe
 from keplm.training.runtime import (
     build_features,
@@ -38,6 +36,7 @@ from keplm.training.runtime import (
     record,
     setup_logging,
     train_and_save,
+    trainer_arguments,
     used_splits,
 )
 from keplm.training.trainer import KeplmTrainer
@@ -130,25 +129,12 @@ def main(args: list[str] | None = None) -> dict:
         data_args,
         training_args,
     )
-    collator = recipe.collator(processor, model, data_args)
-    recipe.before_training(model, features, collator, training_args)
-    model = maybe_add_lora(model, model_args)
-    group_options = recipe.parameter_group_options(training_args)
+    trainer_kwargs = trainer_arguments(
+        recipe, processor, model, raw, features, model_args, data_args, training_args, task.name, CARD_FACTS
+    )
+    model = trainer_kwargs["model"]
     trainer = KeplmTrainer(
-        model=model,
-        args=training_args,
-        processing_class=processor,
-        data_collator=collator,
-        parameter_group_options=group_options,
-        card_data=KeplmModelCardData(
-            base_model=model_args.model_name_or_path,
-            dataset=task.name,
-            command=["python", *sys.argv],
-            card_facts=CARD_FACTS,
-            **recipe.card_options(raw, model, group_options),
-        ),
-        train_dataset=features.get("train"),
-        eval_dataset=features.get("validation"),
+        **trainer_kwargs,
         compute_metrics=GlueComputeMetrics(task.metric),
     )
     knowledge = recipe.data_results(processor, raw, features, model)

@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import sys
 from pathlib import Path
 
 import datasets
@@ -26,8 +25,7 @@ from transformers import AutoModelForTokenClassification, AutoProcessor, set_see
 from keplm.data import get_label_list, load_ner_dataset
 from keplm.training.arguments import KeplmTrainingArguments, ModelArguments, NerDataArguments, parse_args
 from keplm.training.compute_metrics import NerComputeMetrics, word_level_scores
-from keplm.training.knowledge_setup import Featurizer, load_for_inference, maybe_add_lora
-from keplm.training.model_card import KeplmModelCardData
+from keplm.training.knowledge_setup import Featurizer, load_for_inference
 from keplm.training.run_recipe import choose_recipe
 from keplm.training.runtime import (
     build_features,
@@ -36,6 +34,7 @@ from keplm.training.runtime import (
     record,
     setup_logging,
     train_and_save,
+    trainer_arguments,
     used_splits,
 )
 from keplm.training.subsets import subset_metrics
@@ -109,27 +108,22 @@ def main(args: list[str] | None = None) -> dict:
         data_args,
         training_args,
     )
-    collator = recipe.collator(processor, model, data_args)
-    recipe.before_training(model, features, collator, training_args)
-    model = maybe_add_lora(model, model_args)
-
-    group_options = recipe.parameter_group_options(training_args)
+    trainer_kwargs = trainer_arguments(
+        recipe,
+        processor,
+        model,
+        raw,
+        features,
+        model_args,
+        data_args,
+        training_args,
+        data_args.dataset_name,
+        CARD_FACTS,
+        example_text=data_args.tag_text,
+    )
+    model = trainer_kwargs["model"]
     trainer = KeplmTrainer(
-        model=model,
-        args=training_args,
-        data_collator=collator,
-        processing_class=processor,
-        parameter_group_options=group_options,
-        card_data=KeplmModelCardData(
-            base_model=model_args.model_name_or_path,
-            dataset=data_args.dataset_name,
-            command=["python", *sys.argv],
-            example_text=data_args.tag_text,
-            card_facts=CARD_FACTS,
-            **recipe.card_options(raw, model, group_options),
-        ),
-        train_dataset=features.get("train"),
-        eval_dataset=features.get("validation"),
+        **trainer_kwargs,
         compute_metrics=NerComputeMetrics(label_list, per_type=data_args.return_entity_level_metrics),
         preprocess_logits_for_metrics=argmax_logits,
     )

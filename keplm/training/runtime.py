@@ -14,6 +14,9 @@ from transformers import TrainingArguments
 from keplm.data import limit_samples, load_qa_dataset
 from keplm.metric_units import METRIC_UNIT, METRIC_UNIT_KEY
 
+from .knowledge_setup import maybe_add_lora
+from .model_card import KeplmModelCardData
+
 logger = logging.getLogger(__name__)
 
 
@@ -135,6 +138,37 @@ def build_features(raw, make_featurizer, data_args, training_args: TrainingArgum
             100 * linked_share(raw[split]),
         )
     return features
+
+
+def trainer_arguments(
+    recipe, processor, model, raw, features: dict, model_args, data_args, training_args, dataset, card_facts, **card
+) -> dict:
+    """The keyword arguments every run script's Trainer takes, after the recipe's last step before training: the
+    model (LoRA-wrapped with ``--lora_r``), the recipe's collator and parameter-group options, the card data (base
+    model, ``dataset``, the command, ``card_facts`` and ``card``'s fields, the recipe's own) and the train /
+    validation features."""
+    collator = recipe.collator(processor, model, data_args)
+    recipe.before_training(model, features, collator, training_args)
+    model = maybe_add_lora(model, model_args)
+    group_options = recipe.parameter_group_options(training_args)
+    card_data = KeplmModelCardData(
+        base_model=model_args.model_name_or_path,
+        dataset=dataset,
+        command=["python", *sys.argv],
+        card_facts=card_facts,
+        **card,
+        **recipe.card_options(raw, model, group_options),
+    )
+    return {
+        "model": model,
+        "args": training_args,
+        "data_collator": collator,
+        "processing_class": processor,
+        "parameter_group_options": group_options,
+        "card_data": card_data,
+        "train_dataset": features.get("train"),
+        "eval_dataset": features.get("validation"),
+    }
 
 
 def flatten(report: dict, prefix: str) -> dict:
