@@ -29,7 +29,7 @@ from transformers import AutoModelForTokenClassification
 import keplm  # noqa: F401
 from keplm.knowledge import EntityLinker
 from tests.distributed_helpers import free_port as _free_port
-from tests.test_run_scripts import CONLL, ROOT, write_tiny_files
+from tests.test_run_scripts import CONLL, ROOT, linked_ner_inputs, write_tiny_files
 
 
 def launch_env(tmp_path: Path) -> dict[str, str]:
@@ -87,19 +87,7 @@ def test_run_ner_ddp_two_processes_on_cpu(tmp_path, tokenizer, kg):
         "--main_process_port",
         str(_free_port()),
         str(ROOT / "run_scripts" / "run_ner.py"),
-        "--model_name_or_path",
-        tiny["model"],
-        "--dataset_name",
-        tiny["conll"],
-        "--output_dir",
-        str(out),
-        "--system",
-        "relational",
-        "--knowledge",
-        "link",
-        "--kg",
-        tiny["kg"],
-        "--do_train",
+        *linked_ner_inputs(tiny, out),
         "--do_eval",
         "--do_predict",
         "--max_steps",
@@ -182,17 +170,7 @@ def test_two_machines_without_a_shared_disk_resume_exactly_from_one_machines_che
 
     tiny = write_tiny_files(tmp_path / "tiny", tokenizer, kg)
     common = [
-        "--model_name_or_path",
-        tiny["model"],
-        "--dataset_name",
-        tiny["conll"],
-        "--system",
-        "relational",
-        "--knowledge",
-        "link",
-        "--kg",
-        tiny["kg"],
-        "--do_train",
+        *linked_ner_inputs(tiny),
         "--max_steps",
         "4",
         "--per_device_train_batch_size",

@@ -322,7 +322,7 @@ def _run_ner_under_deepspeed(tmp_path, tiny, config: dict, output_dir, *extra: s
 
     from .distributed_helpers import free_port
     from .test_ddp import launch_env
-    from .test_run_scripts import ROOT
+    from .test_run_scripts import ROOT, linked_ner_inputs
 
     config_file = tmp_path / "ds_config.json"
     config_file.write_text(json.dumps(config))
@@ -336,17 +336,7 @@ def _run_ner_under_deepspeed(tmp_path, tiny, config: dict, output_dir, *extra: s
         str(free_port()),
         str(ROOT / "tests" / "deepspeed_cpu_launch.py"),
         str(ROOT / "run_scripts" / "run_ner.py"),
-        "--model_name_or_path",
-        tiny["model"],
-        "--dataset_name",
-        tiny["conll"],
-        "--system",
-        "relational",
-        "--knowledge",
-        "link",
-        "--kg",
-        tiny["kg"],
-        "--do_train",
+        *linked_ner_inputs(tiny),
         "--max_steps",
         "4",
         "--per_device_train_batch_size",

@@ -11,7 +11,7 @@ from transformers import TrainingArguments
 
 from keplm.training.engines import asked_engines, asks_for_deepspeed
 from tests.test_ddp import launch_env, torchrun
-from tests.test_run_scripts import ROOT, write_tiny_files
+from tests.test_run_scripts import ROOT, linked_ner_inputs, write_tiny_files
 
 
 def test_the_engines_asked_for_are_read_from_the_arguments_and_accelerates_launch_environment(tmp_path):
@@ -36,19 +36,7 @@ def test_fsdp_on_a_cpu_machine_is_an_error_naming_what_would_run_instead(tmp_pat
     tiny = write_tiny_files(tmp_path / "tiny", tokenizer, kg)
     command = torchrun(
         "run_ner",
-        "--model_name_or_path",
-        tiny["model"],
-        "--dataset_name",
-        tiny["conll"],
-        "--output_dir",
-        str(tmp_path / "out"),
-        "--system",
-        "relational",
-        "--knowledge",
-        "link",
-        "--kg",
-        tiny["kg"],
-        "--do_train",
+        *linked_ner_inputs(tiny, tmp_path / "out"),
         "--max_steps",
         "1",
         "--report_to",
@@ -119,19 +107,7 @@ def test_cpu_ddp_is_a_cpu_run_so_bf16_is_not_refused(tmp_path, tokenizer, kg):
     out = tmp_path / "out"
     command = torchrun(
         "run_ner",
-        "--model_name_or_path",
-        tiny["model"],
-        "--dataset_name",
-        tiny["conll"],
-        "--output_dir",
-        str(out),
-        "--system",
-        "relational",
-        "--knowledge",
-        "link",
-        "--kg",
-        tiny["kg"],
-        "--do_train",
+        *linked_ner_inputs(tiny, out),
         "--max_steps",
         "2",
         "--bf16",

@@ -18,7 +18,7 @@ from keplm.push_utils import pickled_files
 
 from .test_ddp import _accelerate_launch, _free_port
 from .test_run_glue import glue_args, write_glue_files
-from .test_run_scripts import ROOT, _conll_dir, write_tiny_files
+from .test_run_scripts import ROOT, _conll_dir, linked_ner_inputs, write_tiny_files
 
 #: runs a run script's main in a fresh process; with KEPLM_TEST_KILL_AT=N the process SIGKILLs itself after step N
 KILLABLE = """
@@ -65,19 +65,7 @@ def test_resume_after_sigkill_reaches_the_uninterrupted_result(tmp_path, tokeniz
 
     def args(out, *extra):
         return [
-            "--model_name_or_path",
-            tiny["model"],
-            "--dataset_name",
-            tiny["conll"],
-            "--output_dir",
-            str(out),
-            "--system",
-            "relational",
-            "--knowledge",
-            "link",
-            "--kg",
-            tiny["kg"],
-            "--do_train",
+            *linked_ner_inputs(tiny, out),
             "--do_eval",
             "--max_steps",
             "8",

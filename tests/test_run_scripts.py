@@ -126,6 +126,14 @@ def load_script(name: str):
     return module
 
 
+def linked_ner_inputs(tiny, out=None) -> list[str]:
+    """The inputs of a KALA relational NER training run on the tiny files (model, CoNLL, KG linking, ``--do_train``;
+    ``--output_dir out`` when given): the launch tests add their engine and step options."""
+    args = ["--model_name_or_path", tiny["model"], "--dataset_name", tiny["conll"]]
+    args += ["--output_dir", str(out)] if out is not None else []
+    return [*args, "--system", "relational", "--knowledge", "link", "--kg", tiny["kg"], "--do_train"]
+
+
 def ner_args(tiny, out, system="relational", *extra) -> list[str]:
     args = [
         "--model_name_or_path",

@@ -27,7 +27,7 @@ from keplm.training.state import load_state
 
 from .test_ddp import launch_env, torchrun
 from .test_kala_model import make_model
-from .test_run_scripts import ROOT
+from .test_run_scripts import ROOT, linked_ner_inputs
 
 pytestmark = pytest.mark.usefixtures("single_thread")  # tests/conftest.py
 
@@ -36,19 +36,7 @@ def _run(tmp_path: Path, tiny: dict, out: Path, *extra: str) -> tuple[dict[int, 
     """run_ner.py in 2 torchrun processes (4 steps, logged every step): ``{step: (loss, gradient norm)}`` and the
     log."""
     args = [
-        "--model_name_or_path",
-        tiny["model"],
-        "--dataset_name",
-        tiny["conll"],
-        "--output_dir",
-        str(out),
-        "--system",
-        "relational",
-        "--knowledge",
-        "link",
-        "--kg",
-        tiny["kg"],
-        "--do_train",
+        *linked_ner_inputs(tiny, out),
         "--max_steps",
         "4",
         "--per_device_train_batch_size",
