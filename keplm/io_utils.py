@@ -7,7 +7,10 @@ import gzip
 import hashlib
 import json
 import os
+import shutil
+import uuid
 from contextlib import contextmanager
+from pathlib import Path
 
 
 def open_text(path, mode: str = "rt"):
@@ -176,3 +179,35 @@ def fingerprinted_map(
         new_fingerprint=fingerprint,
         **map_kwargs,
     )
+
+
+@contextmanager
+def replaced_folder(target, owner_file: str, writer: str):
+    """Write a command's output folder whole or not at all: yields a new folder beside ``target`` (a hidden
+    ``.<name>.partial-*``); when the block ends normally it takes ``target``'s place (an earlier output there is
+    removed), and when it raises (an error, Ctrl-C) it is deleted and ``target`` is left as it was. An interrupted run
+    thus never mixes new files with an earlier run's. ``target`` must be absent, empty, or an earlier output of the same
+    writer (it holds ``owner_file``): a folder holding other files is refused, naming them, not replaced."""
+    target = Path(target)
+    if target.exists():
+        if not target.is_dir():
+            raise ValueError(f"{writer}: output_dir {target} is a file, not a folder")
+        if any(target.iterdir()) and not (target / owner_file).is_file():
+            found = sorted(p.name for p in target.iterdir())[:5]
+            raise ValueError(
+                f"{writer}: output_dir {target} holds files that are not an earlier {writer} output (no {owner_file}; "
+                f"found {found}): it would be replaced whole; use a new or empty folder"
+            )
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.parent / f".{target.name}.partial-{uuid.uuid4().hex[:8]}"
+    partial.mkdir()
+    try:
+        yield partial
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
+    old = target.parent / f".{target.name}.old-{uuid.uuid4().hex[:8]}"
+    if target.exists():
+        target.rename(old)
+    partial.rename(target)
+    shutil.rmtree(old, ignore_errors=True)

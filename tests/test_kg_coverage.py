@@ -64,14 +64,13 @@ def test_coverage_against_a_hand_count(data_and_kg, tmp_path, capsys):
 
 def test_a_smaller_training_set_leaves_more_entities_unseen(data_and_kg, tmp_path):
     data, kg_dir = data_and_kg
-    main(
-        ["kg-coverage", "--data", data, "--kg", kg_dir, "--train_size", "1", "--output_dir", str(tmp_path), "--no_plot"]
-    )
-    unseen = json.loads((tmp_path / "kg_coverage.json").read_text())["unseen"]["test"]
+    out = str(tmp_path / "out")
+    main(["kg-coverage", "--data", data, "--kg", kg_dir, "--train_size", "1", "--output_dir", out, "--no_plot"])
+    unseen = json.loads((tmp_path / "out" / "kg_coverage.json").read_text())["unseen"]["test"]
     # training: the first sentence (Paris, France): Berlin is unseen now, linked and with facts
     assert unseen["unseen_in_training"] == 4
     assert unseen["unseen_linked_share"] == unseen["unseen_with_facts_share"] == 3 / 4
-    assert not (tmp_path / "kg_coverage.png").exists()
+    assert not (tmp_path / "out" / "kg_coverage.png").exists()
 
 
 def test_split_and_unseen_coverage_by_hand():

@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 from keplm.data import TEXT_COLUMNS, load_ner_dataset, load_qa_dataset
+from keplm.io_utils import replaced_folder
 from keplm.knowledge.annotation import KnowledgeAnnotation, write_kala_annotations
 from keplm.knowledge.construction import knowledge_report, linking_report, plot_entity_frequency
 from keplm.knowledge.linker import EntityLinker, link_dataset, linker_settings
@@ -67,51 +68,52 @@ def build_knowledge(
     for split in splits:
         if len(dataset[split]) == 0:
             raise ValueError(f"the {split} split of the dataset is empty: nothing to link")
-    output_dir.mkdir(parents=True, exist_ok=True)
-    annotate = relation_extractor.annotate if relation_extractor is not None else None
-    linker_kwargs = dict(linker_kwargs or {})
-    linker = EntityLinker(kg, **linker_kwargs)  # one automaton for the main process and the alias report
-    timings, annotated, texts = {}, {}, []
-    for split in splits:
-        start = time.perf_counter()
-        data = link_dataset(
-            dataset[split],
-            kg,
-            linker_kwargs,
-            column,
-            split_into_words=words,
-            linker=linker,
-            annotate=annotate,
-            annotate_signature=repr(relation_extractor),
-            num_proc=num_proc,
-            desc=f"Linking {split}",
-        )
-        timings[split] = time.perf_counter() - start
-        annotations = {str(i): KnowledgeAnnotation.from_dict(k) for i, k in zip(data["id"], data["knowledge"])}
-        write_kala_annotations(annotations, output_dir / f"{split}.json")
-        if task == "qa":  # the report counts every context once, not once per question
-            data = data.select(sorted({c: i for i, c in reversed(list(enumerate(data["context"])))}.values()))
-        annotated[split] = data
-        texts.extend(" ".join(t) if words else t for t in data[column])
-    report = _report(task, dataset, annotated)
-    report["seconds"] = timings
-    report["kg"] = {
-        "entities": kg.num_entities,
-        "relations": kg.num_relations,
-        "triples": kg.num_triples,
-        "content_hash": kg.content_hash(),
-        "merged_on_load": kg.build_report,
-    }
-    mentions = [m["text"] for data in annotated.values() for k in data["knowledge"] for m in k["entities"]]
-    report["alias_filter"] = alias_filter_report(linker, texts, mentions)
-    frequencies = report["knowledge"].pop("_frequencies")
-    if plot:
-        try:
-            plot_entity_frequency(frequencies, output_dir / "entity_frequency.png")
-        except ImportError as error:
-            logger.warning("%s (skipping the plot)", error)
-    (output_dir / "report.json").write_text(json.dumps(report, indent=2))
-    (output_dir / "report.md").write_text(report_markdown(report))
+    # written beside output_dir and swapped in whole: an interrupted run leaves the earlier output as it was
+    with replaced_folder(output_dir, "report.json", "build-kg") as staging:
+        annotate = relation_extractor.annotate if relation_extractor is not None else None
+        linker_kwargs = dict(linker_kwargs or {})
+        linker = EntityLinker(kg, **linker_kwargs)  # one automaton for the main process and the alias report
+        timings, annotated, texts = {}, {}, []
+        for split in splits:
+            start = time.perf_counter()
+            data = link_dataset(
+                dataset[split],
+                kg,
+                linker_kwargs,
+                column,
+                split_into_words=words,
+                linker=linker,
+                annotate=annotate,
+                annotate_signature=repr(relation_extractor),
+                num_proc=num_proc,
+                desc=f"Linking {split}",
+            )
+            timings[split] = time.perf_counter() - start
+            annotations = {str(i): KnowledgeAnnotation.from_dict(k) for i, k in zip(data["id"], data["knowledge"])}
+            write_kala_annotations(annotations, staging / f"{split}.json")
+            if task == "qa":  # the report counts every context once, not once per question
+                data = data.select(sorted({c: i for i, c in reversed(list(enumerate(data["context"])))}.values()))
+            annotated[split] = data
+            texts.extend(" ".join(t) if words else t for t in data[column])
+        report = _report(task, dataset, annotated)
+        report["seconds"] = timings
+        report["kg"] = {
+            "entities": kg.num_entities,
+            "relations": kg.num_relations,
+            "triples": kg.num_triples,
+            "content_hash": kg.content_hash(),
+            "merged_on_load": kg.build_report,
+        }
+        mentions = [m["text"] for data in annotated.values() for k in data["knowledge"] for m in k["entities"]]
+        report["alias_filter"] = alias_filter_report(linker, texts, mentions)
+        frequencies = report["knowledge"].pop("_frequencies")
+        if plot:
+            try:
+                plot_entity_frequency(frequencies, staging / "entity_frequency.png")
+            except ImportError as error:
+                logger.warning("%s (skipping the plot)", error)
+        (staging / "report.json").write_text(json.dumps(report, indent=2))
+        (staging / "report.md").write_text(report_markdown(report))
     return report
 
 

@@ -28,7 +28,7 @@ from keplm.data.glue import load_glue_dataset
 from keplm.data.ner import load_ner_dataset
 from keplm.data.squad import load_qa_dataset
 from keplm.hub.figures import _pyplot, matplotlib_available
-from keplm.io_utils import progress
+from keplm.io_utils import progress, replaced_folder
 from keplm.tokenization.processing_utils import KeplmProcessor
 
 logger = logging.getLogger(__name__)
@@ -256,9 +256,10 @@ def run(args: argparse.Namespace) -> dict:
         "elapsed_s": round(time.time() - start, 1),
     }
     out = Path(args.output_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / REPORT_NAME).write_text(json.dumps(summary, indent=1))
-    figure = plot(summary, str(out / PLOT_NAME)) if summary["per_relation"] else None
+    with replaced_folder(out, REPORT_NAME, "check-knowledge") as staging:  # whole or not at all
+        (staging / REPORT_NAME).write_text(json.dumps(summary, indent=1))
+        drawn = plot(summary, str(staging / PLOT_NAME)) if summary["per_relation"] else None
+    figure = out / PLOT_NAME if drawn else None
     print(markdown(summary))
     print(f"\nReport: {out / REPORT_NAME}" + (f"; plot: {figure}" if figure else ""))
     return summary

@@ -18,10 +18,10 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-from pathlib import Path
 
 from keplm.commands.build_kg import gold_spans
 from keplm.data import load_ner_dataset
+from keplm.io_utils import replaced_folder
 from keplm.knowledge.annotation import KnowledgeAnnotation
 from keplm.knowledge.coverage import gold_texts, split_coverage, unseen_coverage
 from keplm.knowledge.linker import EntityLinker, link_dataset, linker_settings
@@ -205,14 +205,13 @@ def run(args: argparse.Namespace) -> dict:
     }
     print(report_markdown(report))
     if args.output_dir:
-        output_dir = Path(args.output_dir)
-        output_dir.mkdir(parents=True, exist_ok=True)
-        (output_dir / REPORT_NAME).write_text(json.dumps(report, indent=2), encoding="utf-8")
-        if not args.no_plot:
-            try:
-                plot(report, output_dir / PLOT_NAME)
-            except ImportError as error:
-                logger.warning("no plot: %s (pip install matplotlib)", error)
+        with replaced_folder(args.output_dir, REPORT_NAME, "kg-coverage") as staging:  # whole or not at all
+            (staging / REPORT_NAME).write_text(json.dumps(report, indent=2), encoding="utf-8")
+            if not args.no_plot:
+                try:
+                    plot(report, staging / PLOT_NAME)
+                except ImportError as error:
+                    logger.warning("no plot: %s (pip install matplotlib)", error)
     return report
 
 

@@ -30,6 +30,7 @@ import torch
 from keplm.data.lama import read_fact_keys
 from keplm.data.pretraining import kg_without_facts
 from keplm.file_utils import KG_CONFIG_NAME
+from keplm.io_utils import replaced_folder
 from keplm.knowledge.kge import KGE_MODELS, check_kge_settings, train_kge
 from keplm.knowledge.loaders import load_kg
 
@@ -211,9 +212,9 @@ def run(args: argparse.Namespace) -> dict:
         report["kept_vectors"]["from"] = args.keep_vectors_from
     report = {"kg_spec": args.kg, "excluded_facts": excluded, **report}  # the specs as given: no resolved paths
     report["seconds"]["load_kg"] = load_seconds
-    output_dir = Path(args.output_dir)
-    kg.save_pretrained(output_dir)
-    (output_dir / REPORT_NAME).write_text(json.dumps(report, indent=2) + "\n")
+    with replaced_folder(args.output_dir, REPORT_NAME, "train-kge") as staging:  # whole or not at all
+        kg.save_pretrained(staging)
+        (staging / REPORT_NAME).write_text(json.dumps(report, indent=2) + "\n")
     print(report_markdown(report))
     return report
 
