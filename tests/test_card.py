@@ -345,7 +345,8 @@ def test_no_machine_paths_or_invented_urls_and_a_runnable_command(tmp_path, toke
 
 @pytest.mark.parametrize("name", sorted(p.name for p in (ROOT / "model_cards").glob("*.md")))
 def test_committed_model_cards_are_publishable(name):
-    """Every card in model_cards/ has no machine path or unknown URL, and its metadata parses back."""
+    """Every card in model_cards/ has no machine path or unknown URL, its metadata parses back and names its Hub
+    datasets (a combined dataset's every part)."""
     text = (ROOT / "model_cards" / name).read_text()
     assert_publishable(text)
     for link in re.findall(r"!\[[^\]]*\]\(([^)]+)\)", text):  # figures exist next to the card
@@ -354,10 +355,13 @@ def test_committed_model_cards_are_publishable(name):
         return
     data = ModelCard(text).data
     assert data.library_name == "keplm" and data.license and data.language == "en"
+    assert data.datasets, "no datasets: metadata: the Hub cannot link the card to its data"
     assert "weights of this model were not kept" in text and "## Where the numbers come from" in text
     if data.to_dict().get("model-index"):
         _, results = model_index_to_eval_results(data.to_dict()["model-index"])
         assert results and all(isinstance(r.metric_value, float) for r in results)
+    if name == "trelm-minilm-trex.md":  # T-REx (LAMA) + FewRel: both parts
+        assert data.datasets == ["lama", "thunlp/few_rel"]
 
 
 # ---------------------------------------------------------------------------------------------- usage snippet

@@ -35,6 +35,9 @@ class DatasetInfo:
     language: str | None = None
     terms: str | None = None
     key: str | None = None  # a short identifier for the model-index when the dataset has no Hub repository
+    #: Hub repositories the card's ``datasets`` metadata lists besides ``hub_id`` (a combined dataset's other parts;
+    #: a benchmark repository that holds this task among others, e.g. GLUE's), never matched as the dataset itself
+    more_hub_ids: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -80,7 +83,10 @@ class CardFacts:
         """The facts of a JSON file with the fields of this class (``datasets`` as objects of
         :class:`DatasetInfo`'s fields)."""
         data = json.loads(Path(path).read_text(encoding="utf-8"))
-        datasets = {key: DatasetInfo(**value) for key, value in data.get("datasets", {}).items()}
+        datasets = {
+            key: DatasetInfo(**{**value, "more_hub_ids": tuple(value.get("more_hub_ids", ()))})
+            for key, value in data.get("datasets", {}).items()
+        }
         return cls(
             datasets,
             dict(data.get("dataset_aliases", {})),

@@ -483,7 +483,7 @@ def card_data_for(spec: ModelCardSpec) -> ModelCardData:
         tags=tags,
         base_model=spec.base_model_id
         or (_hub_id(spec.base_model) if spec.base_model and not _package_of(spec.base_model) else None),
-        datasets=[dataset_hub] if dataset_hub else None,
+        datasets=[hub for hub in (dataset_hub, *(info.more_hub_ids if info else ())) if hub] or None,
         model_name=name,
         eval_results=eval_results_for(spec) or None,
     )
