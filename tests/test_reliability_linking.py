@@ -396,3 +396,20 @@ def test_a_name_links_in_either_unicode_form(kg_form, text_form):
         ("Q1", unicodedata.normalize(text_form, name)),
         ("Q2", "Berlin"),
     ]
+
+
+def test_assigning_knowledge_assets_or_linker_settings_relinks_with_them(tokenizer, kg):
+    """``processor.knowledge_assets = new`` (or new ``linker_kwargs``) after a first link: the next link reads the new
+    KG and settings, not the linker built over the old ones (the old KG's entities used to stay linked)."""
+    from keplm import KalaProcessor
+    from keplm.knowledge import KnowledgeAssets
+
+    processor = KalaProcessor(tokenizer, KnowledgeAssets(kg=kg))
+    assert {m.id for m in processor.link("john visited paris").entities} == {"Q90"}
+    smaller = KnowledgeGraph.from_triples([("Q64", "P17", "Q183")], {"Q64": "Berlin", "Q183": "Germany"})
+    processor.knowledge_assets = KnowledgeAssets(kg=smaller)
+    assert processor.link("john visited paris").entities == []
+    assert {m.id for m in processor.link("john visited berlin").entities} == {"Q64"}
+    processor.linker_kwargs = {"lowercase": False}
+    assert processor.link("john visited berlin").entities == []  # case-sensitive now: "berlin" is not "Berlin"
+    assert {m.id for m in processor.link("john visited Berlin").entities} == {"Q64"}

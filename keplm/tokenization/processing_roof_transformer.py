@@ -194,7 +194,7 @@ class RoofTransformerProcessor(KeplmProcessor):
                 self.linker_kwargs,
                 column,
                 output_column=output,
-                linker=self._linker,
+                linker=self.cached_linker(),
                 num_proc=num_proc,
             )
         return dataset

@@ -89,7 +89,7 @@ class KeplmProcessor(TaskFeatures):
         self.tokenizer = tokenizer
         self.knowledge_assets = knowledge_assets if knowledge_assets is not None else KnowledgeAssets()
         self.linker_kwargs = dict(linker_kwargs or {})
-        self._linker = None
+        self._linker = None  # (KG, linker settings, the EntityLinker built over them), built on first use
 
     def processor_config(self) -> dict:
         """The settings saved in ``processor_config.json`` (the constructor's keyword arguments)."""
@@ -165,11 +165,21 @@ class KeplmProcessor(TaskFeatures):
     @property
     def linker(self) -> EntityLinker:
         """The entity linker over the KG, built on first use."""
-        if self._linker is None:
+        linker = self.cached_linker()
+        if linker is None:
             if self.kg is None:
                 raise ValueError("no annotation given and the processor holds no KG to link the text against")
-            self._linker = EntityLinker(self.kg, **self.linker_kwargs)
-        return self._linker
+            linker = EntityLinker(self.kg, **self.linker_kwargs)
+            self._linker = (self.kg, dict(self.linker_kwargs), linker)
+        return linker
+
+    def cached_linker(self) -> EntityLinker | None:
+        """The linker built earlier, if it was built over the processor's KG and linker settings as they are now
+        (assigning ``knowledge_assets`` or ``linker_kwargs`` leaves it stale: it is then rebuilt); else None."""
+        if self._linker is None:
+            return None
+        kg, settings, linker = self._linker
+        return linker if kg is self.kg and settings == self.linker_kwargs else None
 
     def link(self, text: str) -> KnowledgeAnnotation:
         return self.linker.link(text)
@@ -187,7 +197,7 @@ class KeplmProcessor(TaskFeatures):
             self.linker_kwargs,
             column,
             split_into_words=split_into_words,
-            linker=self._linker,
+            linker=self.cached_linker(),
             num_proc=num_proc,
             desc=desc,
         )
