@@ -216,3 +216,11 @@ def test_default_max_length_fits_the_models_positions_and_a_larger_one_is_refuse
     qa = pipeline("keplm-qa", model=str(qa_dir))
     answer = qa(question="who visited paris ?", context=long_text)
     assert set(answer) >= {"answer", "score"}
+
+
+def test_a_stock_pipeline_on_a_knowledge_model_points_to_the_keplm_pipelines(ner_dir):
+    """The card's ``pipeline_tag`` names a stock task (what Hub widgets use); the stock pipeline passes text inputs
+    only, and the model's error says which keplm pipeline builds the knowledge inputs from raw text."""
+    tagger = pipeline("token-classification", model=str(ner_dir))
+    with pytest.raises(ValueError, match=r"use the keplm pipelines.*pipeline\('keplm-ner'"):
+        tagger("john visited paris")

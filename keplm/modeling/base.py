@@ -440,7 +440,16 @@ def _describe(sources: dict[str, str]) -> str:
     return next(iter(unique)) if len(unique) == 1 else ", ".join(f"{n}={p}" for n, p in sources.items())
 
 
+#: what a model that reads knowledge says when called without its knowledge inputs (e.g. by a stock pipeline)
+RAW_TEXT_HINT = (
+    "on raw text use the keplm pipelines, which link the text and build these inputs: pipeline('keplm-ner' | "
+    "'keplm-qa' | 'keplm-text-classification' | 'keplm-text2text', model=...); transformers' stock pipelines pass "
+    "text inputs only"
+)
+
+
 __all__ = [
+    "RAW_TEXT_HINT",
     "output_flags",
     "KeplmPreTrainedModel",
     "ParameterGroup",

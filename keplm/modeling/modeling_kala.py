@@ -24,6 +24,7 @@ from keplm.registration import register_method
 from keplm.tokenization.processing_kala import KalaProcessor
 
 from .base import (
+    RAW_TEXT_HINT,
     ExtraLayers,
     KeplmPreTrainedModel,
     ParameterGroup,
@@ -391,7 +392,7 @@ class KalaModel(KalaPreTrainedModel):
         if entity_token_map is None or node_entity_ids is None:
             raise ValueError(
                 f"KALA (retrieval_mode={self.config.retrieval_mode!r}) needs entity_token_map and node_entity_ids; "
-                "build inputs with KalaProcessor and KeplmDataCollator"
+                f"build inputs with KalaProcessor and KeplmDataCollator, or {RAW_TEXT_HINT}"
             )
         if tuple(entity_token_map.shape) != tuple(input_shape):
             raise ValueError(

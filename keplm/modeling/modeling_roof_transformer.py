@@ -17,7 +17,15 @@ from keplm.knowledge.assets import KnowledgeAssets
 from keplm.registration import register_method
 from keplm.tokenization.processing_roof_transformer import RoofTransformerProcessor
 
-from .base import ExtraLayers, KeplmPreTrainedModel, ParameterGroup, build_encoder, check_index_range, output_flags
+from .base import (
+    RAW_TEXT_HINT,
+    ExtraLayers,
+    KeplmPreTrainedModel,
+    ParameterGroup,
+    build_encoder,
+    check_index_range,
+    output_flags,
+)
 from .heads import check_labels, classification_head
 from .knowledge_cache import KnowledgeEncodingCache
 
@@ -265,7 +273,10 @@ class RoofTransformerModel(RoofTransformerPreTrainedModel):
                 last_hidden_state=text, attention_mask=attention_mask, text_length=text.shape[1]
             )
         if knowledge_input_ids is None:
-            raise ValueError("Roof-Transformer reads knowledge: pass knowledge_input_ids (RoofTransformerProcessor)")
+            raise ValueError(
+                "Roof-Transformer reads knowledge: pass knowledge_input_ids (RoofTransformerProcessor), or "
+                + RAW_TEXT_HINT
+            )
         if knowledge_attention_mask is None:
             knowledge_attention_mask = torch.ones_like(knowledge_input_ids)
         if knowledge_input_ids.shape[1] > self.config.max_knowledge_length + 1:
