@@ -151,3 +151,20 @@ def test_an_unknown_lora_target_module_is_refused_by_name(tokenizer, assets, tar
     with pytest.raises(ValueError, match=r"no encoder module ends with \['nonexistent'\]"):
         add_lora(model, r=2, target_modules=targets)
     assert add_lora(model, r=2, target_modules=("query",)) is not None
+
+
+def test_an_adapter_in_a_subfolder_is_rebuilt_on_the_base_its_subfolder_names(tmp_path, base_dir, tokenizer, assets):
+    """``load_lora(folder, subfolder=...)`` reads that subfolder's ``keplm_adapter.json`` (the base encoder), not the
+    folder's top level nor peft's ``adapter_config.json`` (which a pushed adapter points at its own repo)."""
+    import json
+
+    peft_model = add_lora(_model(base_dir, assets), r=4, alpha=8, dropout=0.0)
+    processor = KalaProcessor(tokenizer, assets)
+    batch, _ = _batch(processor, peft_model.get_base_model())
+    expected = peft_model.eval()(**batch).logits
+    save_lora(peft_model, tmp_path / "repo" / "ner")
+    adapter_config = tmp_path / "repo" / "ner" / "adapter_config.json"
+    settings = json.loads(adapter_config.read_text())
+    adapter_config.write_text(json.dumps({**settings, "base_model_name_or_path": "org/not-a-base"}))
+    loaded = load_lora(tmp_path / "repo", subfolder="ner").eval()
+    torch.testing.assert_close(loaded(**batch).logits, expected)

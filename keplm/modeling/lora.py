@@ -132,11 +132,8 @@ def base_encoder_of(adapter_name_or_path: str | os.PathLike, adapter_config: dic
     saved before that file) ``adapter_config.json``'s ``base_model_name_or_path``."""
     from transformers.utils import cached_file
 
-    path = cached_file(
-        str(adapter_name_or_path),
-        BASE_ENCODER_FILE,
-        _raise_exceptions_for_missing_entries=False,
-        **{k: v for k, v in location.items() if k != "subfolder"},
+    path = cached_file(  # with ``subfolder``: that adapter's own file, not the top level's
+        str(adapter_name_or_path), BASE_ENCODER_FILE, _raise_exceptions_for_missing_entries=False, **location
     )
     if path is not None:
         with named_json_errors(path):
