@@ -340,6 +340,10 @@ def test_run_ner_with_lora_trains_adapters_and_reloads_them(tiny, tmp_path):
     assert (out / "config.json").is_file() and (out / "knowledge" / "kg" / "triples.tsv").is_file()
     assert not (out / "model.safetensors").exists()
     assert "eval_f1" in results and [w for w, _ in results["tagged"]] == ["john", "lives", "in", "paris", "."]
+    from huggingface_hub import ModelCard
+
+    card = ModelCard.load(out / "README.md")  # the card says it is an adapter and how to load it
+    assert {"peft", "lora"} <= set(card.data.tags) and "LoRA adapter" in card.text and "load_lora" in card.text
 
 
 def _conll_dir(root: Path, splits: dict) -> str:

@@ -487,7 +487,7 @@ class KeplmTrainer(ShardedMemoryTraining, PicklessCheckpointState, Trainer):
         if model_name == os.path.basename(os.path.normpath(self.args.output_dir)):
             model_name = None  # push_to_hub's default name, the output folder's: the card titles itself instead
         card = self.card_data.build(
-            unwrap(self.model),
+            self.accelerator.unwrap_model(self.model),  # DDP / compile unwrapped; a peft model kept: an adapter card
             self.processing_class,
             self.args.output_dir,
             language=language,
