@@ -120,6 +120,26 @@ def test_run_script_base_model_id_names_the_cards_base_model(tiny, tmp_path):
         )
 
 
+def test_a_direct_push_names_the_encoder_it_was_built_on(hub_server, tokenizer, assets):
+    """``model.push_to_hub`` of a model built on a Hub encoder gives the card that ``base_model``; ``base_model=``
+    overrides it (it used to be a TypeError); ``push_lora``'s card names the encoder too."""
+    from transformers import BertModel
+
+    from keplm.modeling.lora import add_lora, push_lora
+
+    from .conftest import tiny_encoder_config
+
+    torch.manual_seed(0)
+    BertModel(tiny_encoder_config(tokenizer)).push_to_hub("org/tiny-encoder")
+    model = KalaForTokenClassification.from_base_pretrained("org/tiny-encoder", knowledge_assets=assets, num_labels=3)
+    model.push_to_hub("org/kala-on-hub-encoder")
+    assert ModelCard.load("org/kala-on-hub-encoder").data.base_model == "org/tiny-encoder"
+    model.push_to_hub("org/kala-named-base", base_model="org/another-encoder")
+    assert ModelCard.load("org/kala-named-base").data.base_model == "org/another-encoder"
+    push_lora(add_lora(model, r=2, alpha=4, dropout=0.0), "org/kala-lora-on-hub-encoder")
+    assert ModelCard.load("org/kala-lora-on-hub-encoder").data.base_model == "org/tiny-encoder"
+
+
 # ------------------------------------------------------------------------------------------------ LoRA adapters
 @pytest.fixture()
 def adapter(tmp_path, tokenizer, assets):

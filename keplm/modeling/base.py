@@ -299,15 +299,17 @@ class KeplmPreTrainedModel(PreTrainedModel):
         create_pr: bool = False,
         max_shard_size: int | str | None = "50GB",
         tags: list[str] | None = None,
+        base_model: str | None = None,
     ):
         """Upload the model (config, safetensors weights, ``knowledge/`` with its nested KG folder) to ``repo_id`` in
         one commit, with keplm's model card of this model (a card on the Hub is kept only while it still describes
-        the pushed files: :func:`keplm.push_utils.card_is_current`). Push the processor too
+        the pushed files: :func:`keplm.push_utils.card_is_current`). ``base_model``: the card's base encoder
+        (default: the one the model was built on, its Hub id in the metadata when it has one). Push the processor too
         (``processor.push_to_hub(repo_id)``), or push with the Trainer, which saves both."""
         return push_folder(
             lambda folder: self.save_pretrained(folder, max_shard_size=max_shard_size),
             repo_id,
-            write_card=lambda folder: self.write_model_card(folder, repo_id, tags),
+            write_card=lambda folder: self.write_model_card(folder, repo_id, tags, base_model=base_model),
             commit_message=commit_message,
             commit_description=commit_description,
             private=private,
@@ -319,17 +321,32 @@ class KeplmPreTrainedModel(PreTrainedModel):
         )
 
     def write_model_card(
-        self, folder: str | os.PathLike, repo_id: str | None = None, tags: list[str] | None = None, model=None
+        self,
+        folder: str | os.PathLike,
+        repo_id: str | None = None,
+        tags: list[str] | None = None,
+        model=None,
+        base_model: str | None = None,
     ) -> None:
         """keplm's model card of ``model`` (default: this model; e.g. the peft model around it) as ``README.md`` in
-        ``folder``, its figures in ``folder/figures``; ``tags`` added to the card's."""
+        ``folder``, its figures in ``folder/figures``; ``tags`` added to the card's; ``base_model`` as in
+        :meth:`push_to_hub`."""
         from keplm.hub.card import build_model_card, write_model_card
 
         card = build_model_card(
-            model if model is not None else self, repo_id=repo_id, figures_dir=Path(folder) / "figures"
+            model if model is not None else self,
+            base_model=base_model or self.base_encoder_name(),
+            repo_id=repo_id,
+            figures_dir=Path(folder) / "figures",
         )
         card.data.tags = list(dict.fromkeys([*(card.data.tags or []), *(tags or [])]))
         write_model_card(folder, card)
+
+    def base_encoder_name(self) -> str | None:
+        """The checkpoint the (first) encoder was loaded from in this process (``from_base_pretrained``,
+        ``load_lora``): a Hub id or a local path; None for a model built from its config or loaded from a keplm
+        checkpoint, whose saved config drops the encoder's origin."""
+        return getattr(self.config.encoder_configs()[self.config.encoder_names[0]], "name_or_path", None) or None
 
     def set_knowledge_assets(self, assets: KnowledgeAssets) -> None:
         """Attach vocabularies/KG; their sizes must match the model's tables."""
