@@ -208,6 +208,7 @@ def test_processor_saves_loads_and_checks_the_model(tmp_path, tokenizer):
         tokenizer, label2id=LABEL2ID, max_length=64, negative_ratio=2.0, entity_types=["PER", "ORG"]
     )
     processor.save_pretrained(tmp_path)
+    assert not (tmp_path / "knowledge").exists()  # no knowledge: no empty knowledge/ files for a repo to carry
     loaded = AutoProcessor.from_pretrained(tmp_path)
     assert type(loaded) is RelationExtractionProcessor and loaded.processor_config() == processor.processor_config()
     row = read_docred_rows()[0]

@@ -356,8 +356,14 @@ class KeplmProcessor(TaskFeatures):
         directory = Path(save_directory)
         directory.mkdir(parents=True, exist_ok=True)
         self.tokenizer.save_pretrained(directory)
-        self.knowledge_assets.save_pretrained(directory, overwrite=False)
+        # a processor without knowledge (the relation extractor's) writes no empty knowledge/ files
+        assets = self.knowledge_assets
+        has_knowledge = assets.kg is not None or assets.content_hash() != KnowledgeAssets().content_hash()
+        if has_knowledge:
+            assets.save_pretrained(directory, overwrite=False)
         config = {"processor_class": type(self).__name__, "format_version": FORMAT_VERSION, **self.processor_config()}
+        if not has_knowledge:
+            config["knowledge_assets"] = False
         (directory / PROCESSOR_CONFIG_NAME).write_text(json.dumps(config, indent=2, default=repr))
 
     def push_to_hub(
@@ -412,7 +418,10 @@ class KeplmProcessor(TaskFeatures):
             raise ValueError(f"{config_file} names processor class {name!r}, which is not a {cls.__name__}")
         with named_json_errors(f"the tokenizer of {path}"):  # transformers raises a bare JSONDecodeError
             tokenizer = AutoTokenizer.from_pretrained(path, **location)
-        assets = KnowledgeAssets.from_pretrained(path, reuse=knowledge_assets, **location)
+        if config.pop("knowledge_assets", True):
+            assets = KnowledgeAssets.from_pretrained(path, reuse=knowledge_assets, **location)
+        else:  # saved without knowledge (no knowledge/ folder)
+            assets = KnowledgeAssets()
         processor = klass(tokenizer, assets, **config)
         if resolve_file(path, "config.json", **location) is not None:  # a model saved beside it: do they agree?
             try:
