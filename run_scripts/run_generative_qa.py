@@ -91,16 +91,7 @@ def main(args: list[str] | None = None) -> dict:
     )
     cut = count_answers_cut(features, data_args.max_seq_length)
     trainer_kwargs = trainer_arguments(
-        recipe,
-        processor,
-        model,
-        raw,
-        features,
-        model_args,
-        data_args,
-        training_args,
-        data_args.dataset_name,
-        CARD_FACTS,
+        recipe, processor, model, raw, features, model_args, data_args, training_args, CARD_FACTS
     )
     model = trainer_kwargs["model"]
     trainer = GenerativeQuestionAnsweringTrainer(

@@ -130,7 +130,7 @@ def main(args: list[str] | None = None) -> dict:
         training_args,
     )
     trainer_kwargs = trainer_arguments(
-        recipe, processor, model, raw, features, model_args, data_args, training_args, task.name, CARD_FACTS
+        recipe, processor, model, raw, features, model_args, data_args, training_args, CARD_FACTS, dataset=task.name
     )
     model = trainer_kwargs["model"]
     trainer = KeplmTrainer(

@@ -108,18 +108,9 @@ def main(args: list[str] | None = None) -> dict:
         data_args,
         training_args,
     )
+    example = {"example_text": data_args.tag_text}  # the card's usage example
     trainer_kwargs = trainer_arguments(
-        recipe,
-        processor,
-        model,
-        raw,
-        features,
-        model_args,
-        data_args,
-        training_args,
-        data_args.dataset_name,
-        CARD_FACTS,
-        example_text=data_args.tag_text,
+        recipe, processor, model, raw, features, model_args, data_args, training_args, CARD_FACTS, **example
     )
     model = trainer_kwargs["model"]
     trainer = KeplmTrainer(

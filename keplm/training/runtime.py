@@ -141,22 +141,21 @@ def build_features(raw, make_featurizer, data_args, training_args: TrainingArgum
 
 
 def trainer_arguments(
-    recipe, processor, model, raw, features: dict, model_args, data_args, training_args, dataset, card_facts, **card
+    recipe, processor, model, raw, features: dict, model_args, data_args, training_args, card_facts, **card
 ) -> dict:
     """The keyword arguments every run script's Trainer takes, after the recipe's last step before training: the
     model (LoRA-wrapped with ``--lora_r``), the recipe's collator and parameter-group options, the card data (base
-    model, ``dataset``, the command, ``card_facts`` and ``card``'s fields, the recipe's own) and the train /
-    validation features."""
+    model, the dataset (``--dataset_name`` unless ``card`` names it), the command, ``card_facts`` and ``card``'s
+    fields, the recipe's own) and the train / validation features."""
     collator = recipe.collator(processor, model, data_args)
     recipe.before_training(model, features, collator, training_args)
     model = maybe_add_lora(model, model_args)
     group_options = recipe.parameter_group_options(training_args)
     card_data = KeplmModelCardData(
         base_model=model_args.model_name_or_path,
-        dataset=dataset,
         command=["python", *sys.argv],
         card_facts=card_facts,
-        **card,
+        **{"dataset": getattr(data_args, "dataset_name", None), **card},
         **recipe.card_options(raw, model, group_options),
     )
     return {
