@@ -257,6 +257,7 @@ def test_trelm_semeval_summary_keeps_encoders_an_earlier_invocation_fine_tuned(m
     for encoder, score in (("base", 0.5), ("trelm_no_routing", 0.6)):
         (tmp_path / "ft" / "seed1" / encoder).mkdir(parents=True)
         (tmp_path / "ft" / "seed1" / encoder / "all_results.json").write_text(json.dumps({"predict_macro_f1": score}))
+        (tmp_path / "ft" / "seed1" / encoder / "job_done.json").write_text("{}")  # the queue's mark of a finished job
     experiments.main(
         [
             "trelm-semeval",
