@@ -40,3 +40,41 @@ def test_the_longest_alias_wins_among_matches_at_one_start():
     mentions = EntityLinker(kg).link(text).entities
     assert [(m.id, text[m.start : m.end]) for m in mentions] == [("Q2", "New York City")]
     assert [m.id for m in EntityLinker(kg).link("Back in New York .").entities] == ["Q1"]
+
+
+def test_an_all_caps_alias_of_exactly_the_acronym_length_is_an_acronym():
+    """ "WHO" (a stopword alias) links in capitals when ``acronym_max_length`` is its length, not when it is one less;
+    the lower-case word never links."""
+    kg = KnowledgeGraph.from_triples([("Q7817", "P31", "Q484652")], {"Q7817": "WHO", "Q484652": "organisation"})
+    at_length = EntityLinker(kg, acronym_max_length=3)
+    assert [m.id for m in at_length.link("the WHO said so").entities] == ["Q7817"]
+    assert at_length.link("who said so").entities == []
+    assert EntityLinker(kg, acronym_max_length=2).link("the WHO said so").entities == []
+
+
+def test_kge_metrics_count_a_true_tail_at_0_based_rank_9_in_hits_at_10_and_not_rank_10(monkeypatch):
+    """Raw tail ranks 9 and 10 (0-based): Hits@10 = 1/2, Hits@1 = 0, mean rank (1-based) 10.5, MRR (1/10 + 1/11)/2."""
+    import types
+
+    import torch
+
+    from keplm.knowledge import kge
+
+    monkeypatch.setattr(kge, "tail_ranks", lambda *args, **kwargs: torch.tensor([9.0, 10.0], dtype=torch.float64))
+    metrics = kge._evaluate(types.SimpleNamespace(num_nodes=20), torch.zeros(2, 3, dtype=torch.long), 64, False)
+    assert metrics["hits@10"] == 0.5 and metrics["hits@1"] == 0.0
+    assert metrics["mean_rank"] == 10.5 and abs(metrics["mrr"] - (1 / 10 + 1 / 11) / 2) < 1e-12
+
+
+def test_a_warmup_of_1_is_one_step_and_a_value_below_1_a_share():
+    from keplm.training.optim import warmup_step_count
+
+    assert warmup_step_count(1, 100) == 1 and warmup_step_count(2, 100) == 2
+    assert warmup_step_count(0.25, 10) == 3 and warmup_step_count(0.5, 100) == 50
+
+
+def test_model_type_is_taken_out_of_the_arguments_in_both_forms():
+    from keplm.training.run_recipe import _without_option
+
+    argv = ["--model_type", "kala", "--do_train", "--model_type=trelm", "--output_dir", "out"]
+    assert _without_option(argv, "--model_type") == ["--do_train", "--output_dir", "out"]
