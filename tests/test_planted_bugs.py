@@ -78,3 +78,36 @@ def test_model_type_is_taken_out_of_the_arguments_in_both_forms():
 
     argv = ["--model_type", "kala", "--do_train", "--model_type=trelm", "--output_dir", "out"]
     assert _without_option(argv, "--model_type") == ["--do_train", "--output_dir", "out"]
+
+
+def test_a_span_found_in_two_overlapping_windows_keeps_its_higher_score():
+    """ "paris" scores 1 + 1 in the first window and 3 + 3 in the second; "france" 2.5 + 2.5 in the first only: the
+    answer is "paris" with score 6 (keeping the lower window's score would make "france" win)."""
+    from keplm.training.qa_postprocessing import postprocess_qa_predictions
+
+    examples = [{"id": "q", "context": "paris france"}]
+    offsets = [None, (0, 5), (6, 12), None]
+    features = [{"example_id": "q", "offset_mapping": offsets}, {"example_id": "q", "offset_mapping": offsets}]
+    starts = np.array([[-9.0, 1.0, 2.5, -9.0], [-9.0, 3.0, -9.0, -9.0]])
+    ends = np.array([[-9.0, 1.0, 2.5, -9.0], [-9.0, 3.0, -9.0, -9.0]])
+    predictions, nbest = postprocess_qa_predictions(
+        examples, features, starts, ends, return_nbest=True, disable_tqdm=True
+    )
+    assert predictions == {"q": "paris"}
+    assert nbest["q"][0]["score"] == 6.0 and nbest["q"][1]["text"] == "france" and nbest["q"][1]["score"] == 5.0
+
+
+def test_two_facts_joining_the_same_entities_by_different_relations_are_two_edges(tokenizer):
+    """Paris → France as its country (P17) and as a shared-border fact (P47): the graph keeps one edge per relation
+    (a duplicate check on the node pair alone would drop the second); the same fact twice is one edge."""
+    from keplm import KalaProcessor
+
+    kg = KnowledgeGraph.from_triples(
+        [("Q90", "P17", "Q142"), ("Q90", "P47", "Q142"), ("Q90", "P17", "Q142")],
+        {"Q90": "Paris", "Q142": "France"},
+    )
+    processor = KalaProcessor(tokenizer, KnowledgeAssets.build(["Q90", "Q142"], kg=kg), use_inverse_relations=False)
+    features = processor("john visited paris .")
+    assets = processor.knowledge_assets
+    assert sorted(features["edge_relation_ids"]) == sorted(assets.relation_row(r) for r in ("P17", "P47"))
+    assert len(features["edge_index"][0]) == 2
