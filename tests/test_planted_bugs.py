@@ -111,3 +111,30 @@ def test_two_facts_joining_the_same_entities_by_different_relations_are_two_edge
     assets = processor.knowledge_assets
     assert sorted(features["edge_relation_ids"]) == sorted(assets.relation_row(r) for r in ("P17", "P47"))
     assert len(features["edge_index"][0]) == 2
+
+
+def test_an_edit_flips_a_prediction_when_any_read_token_changes_its_arg_max(monkeypatch, tokenizer, assets):
+    """Two tokens read for a fact, the edit changes the arg-max of one of them: that is a flip (the share of edits
+    with a changed prediction), and the shift is the mean total variation over the two (0.8 and 0: 0.4)."""
+    import torch
+
+    from keplm import KalaForTokenClassification, KalaProcessor
+    from keplm.checks import counterfactual
+
+    from .test_kala_model import make_model
+
+    before = torch.tensor([[0.9, 0.1], [0.9, 0.1]])
+    after = torch.tensor([[0.1, 0.9], [0.9, 0.1]])
+    # the model's prediction is stood in for by the annotation it read: the first read is the unedited one
+    monkeypatch.setattr(counterfactual, "_predict", lambda model, collator, adapter, linked: linked["knowledge"])
+    monkeypatch.setattr(
+        counterfactual, "_read", lambda adapter, read, annotation, fact: before if read is annotation else after
+    )
+    model = make_model(KalaForTokenClassification, tokenizer, assets, "relational", num_labels=2)
+    report = counterfactual.knowledge_sensitivity(
+        model, KalaProcessor(tokenizer, assets), [{"text": "john visited paris ."}], edits=("tail",)
+    )
+    assert report.examples_with_facts == 1 and report.results
+    assert all(result.flip for result in report.results)
+    assert all(abs(result.shift - 0.4) < 1e-6 for result in report.results)
+    assert report.summary()["overall"]["tail"]["flip_rate"] == 1.0
