@@ -168,3 +168,17 @@ def test_an_adapter_in_a_subfolder_is_rebuilt_on_the_base_its_subfolder_names(tm
     adapter_config.write_text(json.dumps({**settings, "base_model_name_or_path": "org/not-a-base"}))
     loaded = load_lora(tmp_path / "repo", subfolder="ner").eval()
     torch.testing.assert_close(loaded(**batch).logits, expected)
+
+
+def test_load_lora_builds_the_model_in_the_dtype_asked(tmp_path, base_dir, assets):
+    """``load_lora(..., dtype=torch.float64)``: the rebuilt model and its adapter hold float64 weights (the default
+    float32), and the adapter's weights are the saved ones."""
+    peft_model = add_lora(_model(base_dir, assets), r=4, alpha=8, dropout=0.0)
+    save_lora(peft_model, tmp_path / "adapter")
+    wide = load_lora(tmp_path / "adapter", dtype=torch.float64)
+    assert {p.dtype for p in wide.parameters()} == {torch.float64}
+    assert {p.dtype for p in load_lora(tmp_path / "adapter").parameters()} == {torch.float32}
+    saved = {n: p for n, p in peft_model.named_parameters() if "lora_" in n}
+    for name, parameter in wide.named_parameters():
+        if name in saved:
+            torch.testing.assert_close(parameter, saved[name].double(), msg=name)
