@@ -141,3 +141,17 @@ def test_pair_features_read_both_texts_knowledge(processor, tokenizer, assets):
         processor.prepare_pair_features({"sentence1": ["a ."], "sentence2": [text]})
     with pytest.raises(ValueError, match="one or two columns"):
         processor.prepare_pair_features({"a": ["x"], "b": ["y"], "c": ["z"]}, text_columns=("a", "b", "c"))
+
+
+def test_qa_evaluation_offsets_are_the_context_tokens_only(processor, tokenizer):
+    """An evaluation feature's ``offset_mapping`` holds character spans on the context tokens and None on the question,
+    the special tokens, so no answer can be read from the question (whose offsets index the question)."""
+    context = "john visited paris and london in england ."
+    examples = {"id": ["q1"], "question": ["where is paris ?"], "context": [context], "answers": [None]}
+    features = processor.prepare_qa_features(examples, max_length=32, doc_stride=8, training=False)
+    encoding = tokenizer("where is paris ?", context, max_length=32, truncation="only_second")
+    sequence = encoding.sequence_ids(0)
+    offsets = features["offset_mapping"][0]
+    assert [o is not None for o in offsets] == [s == 1 for s in sequence]
+    spans = [context[start:end] for start, end in (o for o in offsets if o is not None)]
+    assert " ".join(spans) == context
