@@ -417,3 +417,41 @@ def test_all_tail_scores_equal_the_models_forward_for_every_entity(name, kwargs)
     with torch.no_grad():
         expected = model(head.repeat_interleave(50), rel.repeat_interleave(50), every.repeat(6)).view(6, 50)
         assert torch.allclose(all_tail_scores(model, head, rel), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_kept_vectors_hold_their_values_at_every_training_step(kg, monkeypatch):
+    """The new entities train against the kept vectors as stored: before every batch's loss the kept rows equal the
+    stored values (putting them back only at the end would let them drift while the new rows learn)."""
+    import torch
+
+    from keplm.knowledge import kge
+
+    old, _ = train_kge(
+        kg, model="distmult", dim=16, epochs=2, batch_size=32, valid_fraction=0.0, seed=0, progress=False
+    )
+    grown = grown_kg(kg)
+    rows = torch.tensor([grown.entity_index(e) for e in kg.entity_ids])
+    stored = torch.tensor(np.asarray(old.entity_vectors, dtype=np.float32))
+    drift, original = [], kge._model_class
+
+    def spying(name):
+        class Spy(original(name)):
+            def loss(self, head, rel, tail):
+                drift.append(float((self.node_emb.weight[rows].detach() - stored).abs().max()))
+                return super().loss(head, rel, tail)
+
+        return Spy
+
+    monkeypatch.setattr(kge, "_model_class", spying)
+    train_kge(
+        grown,
+        model="distmult",
+        dim=16,
+        epochs=3,
+        batch_size=32,
+        valid_fraction=0.0,
+        seed=3,
+        progress=False,
+        keep_vectors=old,
+    )
+    assert len(drift) > 3 and max(drift) == 0.0
