@@ -138,3 +138,26 @@ def test_an_edit_flips_a_prediction_when_any_read_token_changes_its_arg_max(monk
     assert all(result.flip for result in report.results)
     assert all(abs(result.shift - 0.4) < 1e-6 for result in report.results)
     assert report.summary()["overall"]["tail"]["flip_rate"] == 1.0
+
+
+def test_ner_flips_read_the_edited_facts_mentions_only(tokenizer, assets):
+    """In "paris and berlin ." an edit of a fact about Paris is judged on Paris's first token alone (one row, its
+    logits), not on every mention's (Berlin's token would count flips the edit did not cause)."""
+    import types
+
+    import torch
+
+    from keplm import KalaProcessor
+    from keplm.checks import counterfactual
+    from keplm.data.collator import KeplmDataCollator
+
+    processor = KalaProcessor(tokenizer, assets)
+    adapter = counterfactual._ADAPTERS["ner"](processor, 64)
+    linked = adapter.link({"text": "paris and berlin ."})
+    assert {m["id"] for m in linked["knowledge"]["entities"]} == {"Q90", "Q64"}
+    batch = KeplmDataCollator.from_processor(processor)(adapter.features(linked))
+    logits = torch.randn(1, batch["input_ids"].shape[1], 3)
+    fact = {"h": "Q90", "r": "P17", "t": "Q142"}
+    rows = adapter.probabilities(types.SimpleNamespace(logits=logits), batch, 0, linked["knowledge"], fact)
+    paris = int((batch["entity_token_map"][0] >= 0).nonzero()[0])  # the first mention token is Paris's
+    torch.testing.assert_close(rows, logits[0, paris : paris + 1].softmax(-1))
