@@ -161,3 +161,32 @@ def test_ner_flips_read_the_edited_facts_mentions_only(tokenizer, assets):
     rows = adapter.probabilities(types.SimpleNamespace(logits=logits), batch, 0, linked["knowledge"], fact)
     paris = int((batch["entity_token_map"][0] >= 0).nonzero()[0])  # the first mention token is Paris's
     torch.testing.assert_close(rows, logits[0, paris : paris + 1].softmax(-1))
+
+
+def test_the_cached_knowledge_layout_takes_its_cls_state_from_the_first_unit(tmp_path, tokenizer):
+    """``[CLS] u1 [SEP] u2 [SEP]`` from the cache: position 0 is the [CLS] state of ``[CLS] u1 [SEP]`` encoded alone
+    (Roof §4.4), each unit's tokens and [SEP] their own encoding's."""
+    import torch
+    from transformers import BertModel
+
+    from keplm.modeling.knowledge_cache import KnowledgeEncodingCache
+
+    from .conftest import tiny_encoder_config
+
+    torch.manual_seed(0)
+    encoder = BertModel(tiny_encoder_config(tokenizer)).eval()
+    cls, sep = tokenizer.cls_token_id, tokenizer.sep_token_id
+    first, second = tokenizer.convert_tokens_to_ids(["paris"]), tokenizer.convert_tokens_to_ids(["berlin", "city"])
+    ids = torch.tensor([[cls, *first, sep, *second, sep]])
+    units = torch.tensor([[-1, 0, -1, 1, 1, -1]])
+    with torch.no_grad():
+        out = KnowledgeEncodingCache(tmp_path).encode(encoder, ids, torch.ones_like(ids), units)
+
+        def alone(unit):
+            sequence = torch.tensor([[cls, *unit, sep]])
+            return encoder(input_ids=sequence, token_type_ids=torch.zeros_like(sequence)).last_hidden_state[0]
+
+        one, two = alone(first), alone(second)
+    torch.testing.assert_close(out[0, 0], one[0])
+    torch.testing.assert_close(out[0, 1:3], one[1:])
+    torch.testing.assert_close(out[0, 3:6], two[1:])
