@@ -190,3 +190,21 @@ def test_the_cached_knowledge_layout_takes_its_cls_state_from_the_first_unit(tmp
     torch.testing.assert_close(out[0, 0], one[0])
     torch.testing.assert_close(out[0, 1:3], one[1:])
     torch.testing.assert_close(out[0, 3:6], two[1:])
+
+
+def test_the_global_memory_adds_a_contexts_cls_once_per_entity_it_mentions():
+    """Eq. (6): context 0 mentions entity 2 twice and entity 3 once, context 1 mentions entity 2 once. The global
+    memory of entity 2 is the mean of the two contexts' [CLS] states (count 2, not 3), entity 3's context 0's."""
+    import torch
+
+    from keplm.modeling.trelm_modules import MemoryBank
+
+    torch.manual_seed(0)
+    bank = MemoryBank(entity_vocab_size=5, hidden_size=4, window=1, momentum=0.5, lam=1.0, decay=1.0)
+    states = torch.randn(2, 6, 4)
+    entity_ids = torch.tensor([[0, 2, 0, 3, 2, 0], [0, 0, 2, 0, 0, 0]])
+    mention_map = torch.tensor([[-1, 0, -1, 1, 2, -1], [-1, -1, 0, -1, -1, -1]])
+    assert bank.update(states, torch.ones(2, 6), entity_ids, mention_map) == 4  # four mentions
+    assert bank.global_count[2] == 2 and bank.global_count[3] == 1
+    torch.testing.assert_close(bank.global_sum[2], states[0, 0] + states[1, 0])
+    torch.testing.assert_close(bank.global_sum[3], states[0, 0])
