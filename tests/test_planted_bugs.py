@@ -5,6 +5,7 @@ an off-by-one rank) would give another one."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from keplm.knowledge import EntityLinker, KnowledgeAssets, KnowledgeGraph
 
@@ -208,3 +209,23 @@ def test_the_global_memory_adds_a_contexts_cls_once_per_entity_it_mentions():
     assert bank.global_count[2] == 2 and bank.global_count[3] == 1
     torch.testing.assert_close(bank.global_sum[2], states[0, 0] + states[1, 0])
     torch.testing.assert_close(bank.global_sum[3], states[0, 0])
+
+
+@pytest.mark.parametrize("axis", ["out", "in"])
+def test_rerouting_folds_the_old_neurons_delta_and_keeps_the_function(axis):
+    """A routed layer with a trained delta on units 0-1, re-routed to units 3-4: its output is unchanged (the old
+    delta is merged into the weight, not carried over to the new units) and the new delta starts at zero."""
+    import torch
+
+    from keplm.modeling.knowledge_routing import RoutedLinear
+
+    torch.manual_seed(0)
+    layer = RoutedLinear(torch.nn.Linear(6, 5), axis, num_routed=2)
+    with torch.no_grad():
+        for parameter in layer.delta_parameters():
+            parameter.normal_()
+    x = torch.randn(3, 6)
+    before = layer(x)
+    layer.route(torch.tensor([3, 4]))
+    torch.testing.assert_close(layer(x), before)
+    assert all(not parameter.any() for parameter in layer.delta_parameters())
