@@ -79,8 +79,8 @@ ANNOTATIONS_COMMAND = (
 ANNOTATIONS_LIMIT = (
     "This run read its mentions and facts from KALA annotation files rather than linking with a KG loaded in the run, "
     "so its checkpoint held an entity vocabulary but **no KG**: tagging raw text with it would link nothing "
-    "(`tag_words` warns and tags without knowledge). Pass the same annotations, or train with `--knowledge link --kg "
-    "hpo:` to ship the HPO graph."
+    "(the `keplm-ner` pipeline warns and tags without knowledge). Pass the same annotations, or train with "
+    "`--knowledge link --kg hpo:` to ship the HPO graph."
 )
 NER_CONDITIONS = "3 epochs at learning rate 1e-4 instead of 20 at 5e-5"
 QA_CONDITIONS = (

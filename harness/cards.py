@@ -40,6 +40,7 @@ from pathlib import Path
 from harness.card_facts import PROJECT_FACTS, command_line, with_project_facts
 from harness.card_presets import ENCODER, KFM, METHODS, MINILM, CardPreset
 from harness.card_presets_kala import PRESETS
+from harness.main_job import tagged_entities
 from harness.tables import percent_curve
 from keplm.hub.card import (
     TASKS,
@@ -149,7 +150,7 @@ def read_summaries(preset: CardPreset) -> tuple[dict, list[ResultRow], dict[str,
         "flags": last_flags(settings.get("extra") or []),
         "duration": own.get("durations_s", {}).get(preset.system),
         "kfm": KFM.get(preset.method),
-        "tagged": " ".join(f"{w}/{t}" for w, t in own.get("tagged", {}).get("tags", [])),
+        "tagged": tagged_entities(own["tagged"]) if "tagged" in own else "",
         "system_seeds": "; ".join(
             f"{preset.systems[system].removesuffix(' (all seeds)')}: seed{'s' if len(r) > 1 else ''} "
             + ", ".join(s["settings"]["seed"] for s in r)

@@ -40,6 +40,15 @@ def env(name: str, default: str | None = None) -> str | None:
     return value if value not in (None, "") else default
 
 
+def tagged_entities(tagged: dict) -> str:
+    """The entities of a run's ``tagged_text.json`` as ``Barack Obama (PER), Berlin (LOC)``; records written before
+    run_ner saved the pipeline's entities hold ``[word, tag]`` pairs, shown as ``word/tag``."""
+    if "entities" not in tagged:
+        return " ".join(f"{word}/{tag}" for word, tag in tagged["tags"])
+    text = tagged["text"]
+    return ", ".join(f"{text[e['start'] : e['end']]} ({e['entity_group']})" for e in tagged["entities"]) or "none"
+
+
 def settings() -> dict:
     data_dir = env("KEPLM_DATA_DIR", "../shared/data")
     cfg = make_settings(
@@ -120,9 +129,9 @@ def report(cfg: dict, durations: dict[str, float], total: float) -> dict:
             summary["tagged"] = tagged
             print(
                 f"\n{system} model reloaded with AutoModelForTokenClassification from "
-                f"{Path(cfg['output_dir'], system)} tags the raw sentence:"
+                f"{Path(cfg['output_dir'], system)} finds in the raw sentence:"
             )
-            print("  " + " ".join(f"{w}/{t}" for w, t in tagged["tags"]))
+            print("  " + tagged_entities(tagged))
     print(f"\n[main job] total wall time {total:.0f}s (budget {BUDGET_S}s)")
     if total > BUDGET_S:
         print("[main job] WARNING: over the 10-minute budget on this machine; lower KEPLM_TRAIN_SAMPLES", flush=True)

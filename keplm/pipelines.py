@@ -12,18 +12,27 @@ the ``question-answering`` pipeline task, hence keplm's own task names.
 
 from __future__ import annotations
 
+import logging
+import warnings
 from functools import partial
 
-import numpy as np
+import torch
 from torch.utils.data import DataLoader
 from transformers import (
+    MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING,
+    MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING,
     AutoModelForQuestionAnswering,
     AutoModelForSeq2SeqLM,
     AutoModelForSequenceClassification,
     AutoModelForTokenClassification,
     Pipeline,
 )
-from transformers.pipelines import PIPELINE_REGISTRY
+from transformers.pipelines import (
+    PIPELINE_REGISTRY,
+    AggregationStrategy,
+    TextClassificationPipeline,
+    TokenClassificationPipeline,
+)
 from transformers.pipelines.base import ChunkPipeline
 from transformers.pipelines.pt_utils import (
     PipelineChunkIterator,
@@ -33,17 +42,27 @@ from transformers.pipelines.pt_utils import (
 )
 
 from keplm.data.collator import KeplmDataCollator
-from keplm.knowledge.annotation import word_span
+from keplm.knowledge.annotation import KnowledgeAnnotation, word_span
 from keplm.tokenization.processing_utils import KeplmProcessor
 from keplm.training.qa_postprocessing import postprocess_qa_predictions
-from keplm.training.tagging import word_tags
+
+logger = logging.getLogger(__name__)
 
 NER_TASK = "keplm-ner"
 QA_TASK = "keplm-qa"
 CLASSIFICATION_TASK = "keplm-text-classification"
 TEXT2TEXT_TASK = "keplm-text2text"
 #: per-example values a pipeline carries from ``preprocess`` to ``postprocess`` (not model inputs)
-PASSTHROUGH = ("text", "word_offsets", "word_ids", "offset_mapping", "example_id", "is_last", "context")
+PASSTHROUGH = (
+    "sentence",
+    "offset_mapping",
+    "special_tokens_mask",
+    "word_ids",
+    "word_to_chars_map",
+    "example_id",
+    "is_last",
+    "context",
+)
 
 
 class _KeplmPipeline:
@@ -57,6 +76,16 @@ class _KeplmPipeline:
     def __init__(self, *args, processor=None, **kwargs):
         super().__init__(*args, **kwargs)
         self._init_processor(processor)
+
+    #: the Auto API's mapping for the task, where a stock pipeline checks its model (keplm's register on import)
+    model_mapping = None
+
+    def check_model_type(self, supported_models):
+        """The stock pipelines' model check against the Auto API's mapping, which holds keplm's registered models
+        (the stock check lists transformers' own names only)."""
+        model = getattr(self.model, "get_base_model", lambda: self.model)()  # a LoRA adapter: the model inside
+        if self.model_mapping is not None and type(model.config) not in self.model_mapping:
+            raise ValueError(f"the {self.task} pipeline cannot run {type(model).__name__}: no model for its task")
 
     def _forward(self, inputs: dict) -> dict:
         return self._run_model(inputs)
@@ -135,102 +164,173 @@ class _OneFeaturePipeline(_KeplmPipeline):
         return self.postprocess(self.forward(batch, **forward_params), **postprocess_params)
 
 
-class KeplmTokenClassificationPipeline(_OneFeaturePipeline, Pipeline):
-    """Named-entity recognition on raw text with a keplm token-classification model (task ``"keplm-ner"``).
+class _ChunkedPipeline(_KeplmPipeline):
+    """Pipelines whose input may make several features (NER windows over a long text, QA stride windows): the
+    chunks batched by the DataLoader through keplm's collator, packed back per input for ``postprocess``."""
+
+    def get_iterator(self, inputs, num_workers, batch_size, preprocess_params, forward_params, postprocess_params):
+        loader = self._loader(
+            PipelineChunkIterator(inputs, self.preprocess, preprocess_params), min(num_workers, 1), batch_size
+        )
+        model_iterator = PipelinePackIterator(loader, self.forward, forward_params, loader_batch_size=batch_size)
+        return PipelineIterator(model_iterator, self.postprocess, postprocess_params)
+
+    def run_single(self, inputs, preprocess_params, forward_params, postprocess_params):
+        windows = [
+            self.forward(self._collate([feature], unbatched=True), **forward_params)
+            for feature in self.preprocess(inputs, **preprocess_params)
+        ]
+        return self.postprocess(windows, **postprocess_params)
+
+
+def word_windows(word_ids: list[int | None], num_words: int, budget: int, stride: int = 0) -> list[tuple[int, int]]:
+    """``[start, end)`` word ranges of at most ``budget`` sub-tokens each (a longer word alone), covering all
+    ``num_words`` words in order; consecutive windows share up to ``stride`` sub-tokens of whole words."""
+    sizes = [0] * num_words
+    for word in word_ids:
+        if word is not None:
+            sizes[word] += 1
+    windows, start = [], 0
+    while True:
+        end, used = start, 0
+        while end < num_words and (end == start or used + sizes[end] <= budget):
+            used, end = used + sizes[end], end + 1
+        windows.append((start, end))
+        if end >= num_words:
+            return windows
+        overlap, next_start = 0, end
+        while next_start - 1 > start and overlap + sizes[next_start - 1] <= stride:
+            next_start -= 1
+            overlap += sizes[next_start]
+        start = next_start
+
+
+class KeplmTokenClassificationPipeline(_ChunkedPipeline, TokenClassificationPipeline):
+    """Named-entity recognition on raw text with a keplm token-classification model (task ``"keplm-ner"``):
+    transformers' token-classification pipeline, with the text linked against the processor's KG.
 
     The text is split into words by the tokenizer's pre-tokenizer (whitespace and punctuation, as CoNLL-style
-    training data), linked with the processor's KG, and tagged word by word from each word's first sub-token
-    (how keplm trains NER). ``aggregation_strategy="simple"`` (default) merges B-/I- tags into entity groups
-    ``{"entity_group", "score", "word", "start", "end"}``; ``"none"`` returns one dict per word not tagged ``O``.
-    Words beyond ``max_length`` sub-tokens are not tagged (logged).
+    training data; or given as words with ``is_split_into_words=True``), linked, and read in windows of whole words
+    of at most ``max_length`` tokens, so a long text is tagged to its end (``stride``: tokens consecutive windows
+    share; overlapping entities resolved as the stock pipeline does). Outputs are the stock pipeline's; the default
+    ``aggregation_strategy`` is ``"first"``, each word tagged from its first sub-token, as keplm trains NER.
     """
 
-    def _sanitize_parameters(self, aggregation_strategy=None, max_length=None, **kwargs):
-        preprocess = {"max_length": max_length} if max_length is not None else {}
-        postprocess = {"aggregation_strategy": aggregation_strategy} if aggregation_strategy is not None else {}
+    model_mapping = MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING
+
+    def _sanitize_parameters(
+        self,
+        aggregation_strategy=None,
+        ignore_labels=None,
+        max_length=None,
+        stride=None,
+        is_split_into_words=False,
+        delimiter=None,
+        offset_mapping=None,
+    ):
+        if offset_mapping is not None:
+            raise ValueError(f"{NER_TASK} finds word offsets itself: pass the text (or its words), not offset_mapping")
+        preprocess = {"is_split_into_words": is_split_into_words, "delimiter": " " if delimiter is None else delimiter}
+        preprocess.update({k: v for k, v in (("max_length", max_length), ("stride", stride)) if v is not None})
+        postprocess = {} if ignore_labels is None else {"ignore_labels": ignore_labels}
+        if aggregation_strategy is not None:
+            if isinstance(aggregation_strategy, str):
+                names = [s.value for s in AggregationStrategy]
+                if aggregation_strategy.lower() not in names:
+                    raise ValueError(f"aggregation_strategy must be one of {names}, got {aggregation_strategy!r}")
+                aggregation_strategy = AggregationStrategy(aggregation_strategy.lower())
+            postprocess["aggregation_strategy"] = aggregation_strategy
         return preprocess, {}, postprocess
 
-    def preprocess(self, text: str, max_length: int | None = None) -> dict:
-        if not isinstance(text, str):
-            raise ValueError(f"{NER_TASK} takes a string, got {type(text).__name__}")
+    def preprocess(self, sentence, max_length=None, stride=0, is_split_into_words=False, delimiter=" "):
+        if is_split_into_words:
+            if not isinstance(sentence, list) or not all(isinstance(word, str) for word in sentence):
+                raise ValueError(f"{NER_TASK} with is_split_into_words=True takes a list of words, got {sentence!r}")
+            words, spans, position = list(sentence), [], 0
+            for word in words:
+                spans.append((position, position + len(word)))
+                position += len(word) + len(delimiter)
+            sentence = delimiter.join(words)
+        elif isinstance(sentence, str):
+            pieces = self.tokenizer.backend_tokenizer.pre_tokenizer.pre_tokenize_str(sentence)
+            words, spans = [word for word, _ in pieces], [span for _, span in pieces]
+        else:
+            raise ValueError(
+                f"{NER_TASK} takes a string (or a list of words with is_split_into_words=True), got "
+                f"{type(sentence).__name__}"
+            )
+        words, spans = (words, spans) if words else ([""], [(0, 0)])
         max_length = self._max_length(max_length, 512)
-        pieces = self.tokenizer.backend_tokenizer.pre_tokenizer.pre_tokenize_str(text)
-        words = [word for word, _ in pieces] or [""]
+        budget = max(1, max_length - self.tokenizer.num_special_tokens_to_add(pair=False))
+        if stride >= budget:
+            raise ValueError(f"stride={stride} must be smaller than the {budget} word tokens a window holds")
+        counts = self.tokenizer(words, is_split_into_words=True, add_special_tokens=False).word_ids()
+        windows = word_windows(counts, len(words), budget, stride)
+        examples = {"tokens": [words[start:end] for start, end in windows]}
+        annotation_column = None
+        if self.with_knowledge and self.processor.kg is None:  # e.g. trained on annotation files: nothing to link with
+            logger.warning("the processor holds no KG to link raw text against: the text is tagged without knowledge")
+            examples["knowledge"], annotation_column = [KnowledgeAnnotation() for _ in windows], "knowledge"
         features = self.processor.prepare_ner_features(
-            {"tokens": [words]},
+            examples,
             label_column=None,
             max_length=max_length,
-            annotation_column=None,
+            annotation_column=annotation_column,
             with_knowledge=self.with_knowledge,
         )
-        feature = {key: values[0] for key, values in features.items()}
-        word_ids = self.tokenizer(words, is_split_into_words=True, truncation=True, max_length=max_length).word_ids()
-        return {
-            **feature,
-            "text": text,
-            "word_offsets": [list(span) for _, span in pieces],
-            "word_ids": [-1 if w is None else w for w in word_ids],
-        }
-
-    def postprocess(self, outputs: dict, aggregation_strategy: str = "simple") -> list[dict]:
-        if aggregation_strategy not in ("simple", "none"):
-            raise ValueError(f"aggregation_strategy must be 'simple' or 'none', got {aggregation_strategy!r}")
-        tokens = outputs["attention_mask"][0].bool()  # the feature's own tokens, whichever side was padded
-        probabilities = outputs["logits"][0][tokens].float().softmax(-1).numpy()
-        text, offsets, word_ids = outputs["text"], outputs["word_offsets"], outputs["word_ids"]
-        id2label = self.model.config.id2label
-        words = word_tags(probabilities, word_ids, len(offsets), id2label)
-        tagged = [
-            {
-                "entity": tag,
-                "score": score,
-                "index": i,
-                "word": text[offsets[i][0] : offsets[i][1]],
-                "start": offsets[i][0],
-                "end": offsets[i][1],
-            }
-            for i, (tag, score) in enumerate(words)
-            if tag is not None and tag != "O"
-        ]
-        return tagged if aggregation_strategy == "none" else group_entities(tagged, text)
-
-
-def group_entities(tagged: list[dict], text: str) -> list[dict]:
-    """Merge consecutive word tags of one type (B-X then I-X ..., or IO tags) into entity groups with the mean
-    word score and the character span covering them."""
-    groups: list[dict] = []
-    for item in tagged:
-        prefix, _, kind = item["entity"].partition("-")
-        if not kind:
-            prefix, kind = "I", item["entity"]
-        last = groups[-1] if groups else None
-        continues = last is not None and prefix in ("I", "E") and last["entity_group"] == kind
-        if continues and last["_next"] == item["index"]:
-            last["end"], last["_next"] = item["end"], item["index"] + 1
-            last["_scores"].append(item["score"])
-            continue
-        groups.append(
-            {
-                "entity_group": kind,
-                "start": item["start"],
-                "end": item["end"],
-                "_scores": [item["score"]],
-                "_next": item["index"] + 1,
-            }
+        encoding = self.tokenizer(
+            examples["tokens"],
+            is_split_into_words=True,
+            truncation=True,
+            max_length=max_length,
+            return_offsets_mapping=True,
+            return_special_tokens_mask=True,
         )
-    return [
-        {
-            "entity_group": g["entity_group"],
-            "score": float(np.mean(g["_scores"])),
-            "word": text[g["start"] : g["end"]],
-            "start": g["start"],
-            "end": g["end"],
-        }
-        for g in groups
-    ]
+        for i, (start, _) in enumerate(windows):
+            feature = {key: values[i] for key, values in features.items()}
+            yield {
+                **feature,
+                "sentence": sentence,
+                "offset_mapping": encoding["offset_mapping"][i],
+                "special_tokens_mask": encoding["special_tokens_mask"][i],
+                # the text's word ids and spans: the stock post-processing reads the first window's map for all
+                "word_ids": [None if word is None else start + word for word in encoding.word_ids(i)],
+                "word_to_chars_map": spans,
+                "is_last": i == len(windows) - 1,
+            }
+
+    def _forward(self, inputs: dict) -> dict:
+        return {**self._run_model(inputs), "input_ids": inputs["input_ids"]}
+
+    def postprocess(self, all_outputs, aggregation_strategy=AggregationStrategy.FIRST, ignore_labels=None):
+        """The stock post-processing on each window's own tokens (the collator's padding taken off)."""
+        windows = []
+        for window in all_outputs:
+            own = window["attention_mask"][0].bool()
+            windows.append(
+                {
+                    **window,
+                    "logits": window["logits"][:, own],
+                    "input_ids": window["input_ids"][:, own],
+                    "offset_mapping": torch.tensor([window["offset_mapping"]]),
+                    "special_tokens_mask": torch.tensor([window["special_tokens_mask"]]),
+                }
+            )
+        return super().postprocess(windows, aggregation_strategy=aggregation_strategy, ignore_labels=ignore_labels)
+
+    def gather_pre_entities(self, *args, word_ids=None, **kwargs) -> list[dict]:
+        """The stock pre-entities, with a token a sub-word exactly when it continues the word before it (the words
+        keplm tagged, not the stock pipeline's guess from the token's text)."""
+        with warnings.catch_warnings():  # the stock guess warns for tokenizers without a sub-word prefix; unused here
+            warnings.filterwarnings("ignore", message="Tokenizer does not support real words")
+            entities = super().gather_pre_entities(*args, word_ids=word_ids, **kwargs)
+        for entity in entities:
+            index = entity["index"]
+            entity["is_subword"] = index > 0 and word_ids[index] is not None and word_ids[index] == word_ids[index - 1]
+        return entities
 
 
-class KeplmQuestionAnsweringPipeline(_KeplmPipeline, ChunkPipeline):
+class KeplmQuestionAnsweringPipeline(_ChunkedPipeline, ChunkPipeline):
     """Extractive QA on a raw question and context with a keplm QA model (task ``"keplm-qa"``).
 
     The context is linked with the processor's KG once and cut into stride windows (``max_length``,
@@ -276,20 +376,6 @@ class KeplmQuestionAnsweringPipeline(_KeplmPipeline, ChunkPipeline):
             feature["is_last"] = i == count - 1
             yield feature
 
-    def get_iterator(self, inputs, num_workers, batch_size, preprocess_params, forward_params, postprocess_params):
-        loader = self._loader(
-            PipelineChunkIterator(inputs, self.preprocess, preprocess_params), min(num_workers, 1), batch_size
-        )
-        model_iterator = PipelinePackIterator(loader, self.forward, forward_params, loader_batch_size=batch_size)
-        return PipelineIterator(model_iterator, self.postprocess, postprocess_params)
-
-    def run_single(self, inputs, preprocess_params, forward_params, postprocess_params):
-        windows = [
-            self.forward(self._collate([feature], unbatched=True), **forward_params)
-            for feature in self.preprocess(inputs, **preprocess_params)
-        ]
-        return self.postprocess(windows, **postprocess_params)
-
     def postprocess(self, windows: list[dict], top_k: int = 1, max_answer_length: int = 30, n_best_size: int = 20):
         tokens = [w["attention_mask"][0].bool() for w in windows]  # each window's own tokens, whichever padding side
         starts = [w["start_logits"][0][t].float().numpy() for w, t in zip(windows, tokens)]
@@ -325,19 +411,20 @@ def whole_word_answers(context: str, candidates: list[dict]) -> list[dict]:
     return sorted(merged.values(), key=lambda a: -a["score"])
 
 
-class KeplmTextClassificationPipeline(_OneFeaturePipeline, Pipeline):
+class KeplmTextClassificationPipeline(_OneFeaturePipeline, TextClassificationPipeline):
     """Sentence or sentence-pair classification (and regression) on raw text with a keplm sequence-classification
-    model, e.g. Roof-Transformer (task ``"keplm-text-classification"``).
+    model, e.g. Roof-Transformer (task ``"keplm-text-classification"``): transformers' text-classification pipeline,
+    with both texts linked against the processor's KG and the model's knowledge selected from them, as in training.
 
-    Input: a string, or ``{"text": ..., "text_pair": ...}`` for pairs (GLUE's RTE, MRPC, ...). Both texts are
-    linked with the processor's KG and the model's knowledge is selected from them, as in training. Returns
-    ``{"label", "score"}`` (softmax probability of the best class; ``top_k``: a list, best first, ``top_k=None``
-    every class); a regression model (``num_labels=1``, STS-B) returns its raw output as the score.
+    Input: a string, or ``{"text": ..., "text_pair": ...}`` for pairs (GLUE's RTE, MRPC, ...). Outputs, ``top_k``
+    and ``function_to_apply`` are the stock pipeline's (a regression model, STS-B, returns its raw score).
     """
 
-    def _sanitize_parameters(self, top_k="unset", max_length=None, **kwargs):
-        preprocess = {"max_length": max_length} if max_length is not None else {}
-        return preprocess, {}, {} if top_k == "unset" else {"top_k": top_k}
+    model_mapping = MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING
+
+    def _sanitize_parameters(self, function_to_apply=None, top_k="", max_length=None):
+        _, forward, postprocess = super()._sanitize_parameters(function_to_apply=function_to_apply, top_k=top_k)
+        return ({"max_length": max_length} if max_length is not None else {}), forward, postprocess
 
     def preprocess(self, inputs, max_length: int | None = None) -> dict:
         max_length = self._max_length(max_length, 512)
@@ -355,15 +442,6 @@ class KeplmTextClassificationPipeline(_OneFeaturePipeline, Pipeline):
             examples, text_columns=columns, label_column=None, max_length=max_length, with_knowledge=self.with_knowledge
         )
         return {key: values[0] for key, values in features.items() if not key.startswith("num_")}
-
-    def postprocess(self, outputs: dict, top_k: int | None = 1):
-        logits = outputs["logits"][0].float()
-        if logits.numel() == 1:  # regression
-            return {"label": self.model.config.id2label.get(0, "score"), "score": float(logits[0])}
-        probabilities = logits.softmax(-1).numpy()
-        order = np.argsort(-probabilities)[: top_k or len(probabilities)]
-        scores = [{"label": self.model.config.id2label[int(i)], "score": float(probabilities[i])} for i in order]
-        return scores[0] if top_k == 1 else scores
 
 
 class KeplmText2TextGenerationPipeline(_OneFeaturePipeline, Pipeline):
@@ -440,8 +518,7 @@ __all__ = [
     "KeplmTextClassificationPipeline",
     "KeplmText2TextGenerationPipeline",
     "register_pipelines",
-    "word_tags",
-    "group_entities",
+    "word_windows",
     "NER_TASK",
     "QA_TASK",
     "CLASSIFICATION_TASK",

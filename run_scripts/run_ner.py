@@ -8,7 +8,7 @@ registered method with a run recipe through ``--model_type`` (``--help`` lists t
 
 Multi-process: ``accelerate launch --multi_gpu --num_processes 2 run_scripts/run_ner.py ...`` (on a machine
 without GPUs this runs as CPU DDP with gloo). ``--tag_text "some sentence"`` reloads the saved model through
-``AutoModelForTokenClassification`` and prints the tag of every word.
+``AutoModelForTokenClassification`` and prints the entities the ``keplm-ner`` pipeline finds in the text.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import datasets
 import transformers
-from transformers import AutoModelForTokenClassification, AutoProcessor, set_seed
+from transformers import AutoModelForTokenClassification, AutoProcessor, pipeline, set_seed
 
 from keplm.data import get_label_list, load_ner_dataset
 from keplm.training.arguments import KeplmTrainingArguments, ModelArguments, NerDataArguments, parse_args
@@ -38,7 +38,7 @@ from keplm.training.runtime import (
     used_splits,
 )
 from keplm.training.subsets import subset_metrics
-from keplm.training.tagging import align_labels_to_model, argmax_logits, tag_words, word_level_tags
+from keplm.training.tagging import align_labels_to_model, argmax_logits, word_level_tags
 from keplm.training.trainer import KeplmTrainer
 
 #: this project's card facts (its datasets' public names, the MiniLM package), for the model card
@@ -189,18 +189,19 @@ def main(args: list[str] | None = None) -> dict:
 
 def tag_with_saved_model(
     model_dir: str, text: str, output_dir: str, base_model_name_or_path: str | None = None
-) -> list[tuple[str, str]]:
-    """Load a saved model and processor through the Auto API, print the tags of ``text``, save them to JSON
-    (``base_model_name_or_path``: a LoRA adapter's base encoder, when the adapter names it without a local path)."""
+) -> list[dict]:
+    """Load a saved model and processor through the Auto API, find the entities of ``text`` with the ``keplm-ner``
+    pipeline, print them and save them to ``tagged_text.json`` (``base_model_name_or_path``: a LoRA adapter's base
+    encoder, when the adapter names it without a local path)."""
     model = load_for_inference(model_dir, AutoModelForTokenClassification, base_model_name_or_path)
-    processor = AutoProcessor.from_pretrained(model_dir)
-    tagged = tag_words(model, processor, text)
-    print(f"Tags from {type(model).__name__} loaded from {model_dir}:")
-    print("  " + " ".join(f"{word}/{tag}" for word, tag in tagged))
+    ner = pipeline("keplm-ner", model=model, processor=AutoProcessor.from_pretrained(model_dir))
+    entities = [{**entity, "score": float(entity["score"])} for entity in ner(text)]
+    print(f"Entities found by {type(model).__name__} loaded from {model_dir}:")
+    print("  " + (", ".join(f"{text[e['start'] : e['end']]} ({e['entity_group']})" for e in entities) or "none"))
     os.makedirs(output_dir, exist_ok=True)
     with open(os.path.join(output_dir, "tagged_text.json"), "w", encoding="utf-8") as f:
-        json.dump({"text": text, "tags": tagged}, f, indent=2, ensure_ascii=False)
-    return tagged
+        json.dump({"text": text, "entities": entities}, f, indent=2, ensure_ascii=False)
+    return entities
 
 
 if __name__ == "__main__":

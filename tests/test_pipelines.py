@@ -8,7 +8,8 @@ from transformers import pipeline
 
 import keplm  # noqa: F401  (registers the pipelines)
 from keplm import KalaForQuestionAnswering, KalaForTokenClassification, KalaProcessor
-from keplm.training.tagging import tag_words
+from keplm.data.collator import KeplmDataCollator
+from keplm.pipelines import word_windows
 
 from .test_kala_model import make_model
 
@@ -46,6 +47,32 @@ def qa_dir(tmp_path, tokenizer, assets):
     return tmp_path / "qa"
 
 
+def _first_token_tags(tagger, words: list[str]) -> list[str]:
+    """Each word's tag by hand: the model's argmax at the word's first sub-token, on the processor's features."""
+    features = tagger.processor.prepare_ner_features(
+        {"tokens": [words]}, label_column=None, annotation_column=None, max_length=128
+    )
+    batch = KeplmDataCollator.from_processor(tagger.processor, tagger.model)([{k: v[0] for k, v in features.items()}])
+    with torch.no_grad():
+        logits = tagger.model(**batch).logits[0]
+    word_ids = tagger.tokenizer(words, is_split_into_words=True).word_ids()
+    first = {word: i for i, word in reversed(list(enumerate(word_ids))) if word is not None}
+    return [tagger.model.config.id2label[int(logits[first[w]].argmax())] for w in range(len(words))]
+
+
+def _iob_groups(words: list[str], tags: list[str]) -> list[tuple[str, str]]:
+    """Entity groups from IOB2 word tags, by hand: an I- word continues the group of the word before it."""
+    groups, previous = [], "O"
+    for word, tag in zip(words, tags):
+        if tag != "O":
+            if tag.startswith("I-") and previous[2:] == tag[2:]:
+                groups[-1] = (f"{groups[-1][0]} {word}", tag[2:])
+            else:
+                groups.append((word, tag[2:]))
+        previous = tag
+    return groups
+
+
 def test_ner_pipeline_tags_raw_text_with_offsets_and_batches_like_singles(ner_dir):
     tagger = pipeline("keplm-ner", model=str(ner_dir))
     singles = [tagger(text) for text in TEXTS]
@@ -56,12 +83,30 @@ def test_ner_pipeline_tags_raw_text_with_offsets_and_batches_like_singles(ner_di
     for text, groups in zip(TEXTS, singles):
         for group in groups:
             assert text[group["start"] : group["end"]] == group["word"] and 0 < group["score"] <= 1
-            assert group["entity_group"] == "LOC"
-    words = tagger(TEXTS[0], aggregation_strategy="none")
-    by_word = {w["word"]: w["entity"] for w in words}
-    expected = {word: tag for word, tag in tag_words(tagger.model, tagger.processor, TEXTS[0]) if tag != "O"}
-    assert by_word == expected  # the same word tags as run_ner's --tag_text helper
+        # each word tagged from its first sub-token (as keplm trains NER), then grouped: the stock "first" strategy
+        expected = _iob_groups(text.split(), _first_token_tags(tagger, text.split()))
+        assert [(g["word"], g["entity_group"]) for g in groups] == expected
     assert any(singles), "the tiny tagger should find at least one entity"
+    tokens = tagger(TEXTS[0], aggregation_strategy="none")  # the stock pipeline's per-token output
+    assert tokens and all({"entity", "score", "index", "word", "start", "end"} <= set(t) for t in tokens)
+    words = ["john", "visited", "paris"]
+    assert tagger(words, is_split_into_words=True) == [tagger(" ".join(words))]  # a list, as the stock pipeline
+    with pytest.raises(ValueError, match="aggregation_strategy must be one of"):
+        tagger(TEXTS[0], aggregation_strategy="firstt")
+
+
+def _no_score(entities: list[dict]) -> list[dict]:
+    return [{k: v for k, v in e.items() if k != "score"} for e in entities]
+
+
+def test_word_windows_hold_whole_words_within_the_budget():
+    """Windows by hand: sub-token counts 2, 1, 3, 1, 1 of five words; a word longer than the budget stands alone."""
+    word_ids = [0, 0, 1, 2, 2, 2, 3, 4]
+    assert word_windows(word_ids, 5, budget=4) == [(0, 2), (2, 4), (4, 5)]
+    assert word_windows(word_ids, 5, budget=4, stride=1) == [(0, 2), (1, 3), (3, 5)]
+    assert word_windows(word_ids, 5, budget=8) == [(0, 5)]
+    assert word_windows([0, 0, 0, 0, 0, 1], 2, budget=4) == [(0, 1), (1, 2)]
+    assert word_windows([], 1, budget=4) == [(0, 1)]  # a word without sub-tokens
 
 
 def test_qa_pipeline_answers_from_stride_windows_and_batches_like_singles(qa_dir):
@@ -111,11 +156,23 @@ def _roof_dir(path, tokenizer, kg, cls, **config):
     return path
 
 
+def _roof_logits(classify, pair: dict) -> torch.Tensor:
+    """The model's logits for a text pair by hand, on the processor's features (which carry selected triples)."""
+    features = classify.processor.prepare_pair_features(
+        {"sentence1": [pair["text"]], "sentence2": [pair["text_pair"]]}, label_column=None, max_length=512
+    )
+    assert features["num_selected_triples"][0] > 0  # the pipeline's input carries knowledge
+    batch = KeplmDataCollator.from_processor(classify.processor, classify.model)(
+        [{k: v[0] for k, v in features.items() if not k.startswith("num_")}]
+    )
+    with torch.no_grad():
+        return classify.model(**batch).logits[0]
+
+
 def test_text_classification_pipeline_with_roof_matches_the_model(tmp_path, tokenizer, kg):
     """Roof-Transformer through keplm-text-classification: the texts are linked, knowledge selected from both
     sentences, and the label / score are the model's own softmax over the processor's features."""
     from keplm import RoofTransformerForSequenceClassification
-    from keplm.data.collator import KeplmDataCollator
 
     labels = {0: "entailment", 1: "not_entailment"}
     path = _roof_dir(
@@ -136,23 +193,34 @@ def test_text_classification_pipeline_with_roof_matches_the_model(tmp_path, toke
     batched = classify(pairs, batch_size=2)
     for one, many in zip(singles, batched):
         assert one["label"] == many["label"] and one["score"] == pytest.approx(many["score"], rel=1e-5)
-    features = classify.processor.prepare_pair_features(
-        {"sentence1": [pairs[0]["text"]], "sentence2": [pairs[0]["text_pair"]]}, label_column=None, max_length=512
-    )
-    assert features["num_selected_triples"][0] > 0  # the pipeline's input carries knowledge
-    batch = KeplmDataCollator.from_processor(classify.processor, classify.model)(
-        [{k: v[0] for k, v in features.items() if not k.startswith("num_")}]
-    )
-    with torch.no_grad():
-        probabilities = classify.model(**batch).logits.softmax(-1)[0]
+    probabilities = _roof_logits(classify, pairs[0]).softmax(-1)
     assert singles[0] == {
         "label": labels[int(probabilities.argmax())],
         "score": pytest.approx(float(probabilities.max()), rel=1e-5),
     }
+    one = classify("berlin is in germany .")  # a string: a one-item list, as transformers' text-classification
+    assert isinstance(one, list) and len(one) == 1 and one[0]["label"] in labels.values()
     every = classify("berlin is in germany .", top_k=None)
     assert [c["label"] for c in every] != [] and sum(c["score"] for c in every) == pytest.approx(1.0)
     with pytest.raises(ValueError, match="text_pair"):
         classify({"premise": "x"})
+
+
+def test_text_classification_pipeline_returns_a_regression_models_raw_score(tmp_path, tokenizer, kg):
+    """A regression model (one label, STS-B) gets the stock pipeline's regression output: its raw logit as the score."""
+    from keplm import RoofTransformerForSequenceClassification
+
+    path = _roof_dir(
+        tmp_path / "roof-reg",
+        tokenizer,
+        kg,
+        RoofTransformerForSequenceClassification,
+        num_labels=1,
+        problem_type="regression",
+    )
+    score = pipeline("keplm-text-classification", model=str(path))
+    pair = {"text": "paris is a city in france .", "text_pair": "the seine flows through paris ."}
+    assert score(pair)["score"] == pytest.approx(float(_roof_logits(score, pair)[0]), rel=1e-5)
 
 
 def test_qa_pipeline_with_roof_answers_from_the_context(tmp_path, tokenizer, kg):
@@ -210,7 +278,15 @@ def test_default_max_length_fits_the_models_positions_and_a_larger_one_is_refuse
     ValueError naming both numbers."""
     long_text = " ".join(["john visited paris ."] * 60)  # about 240 tokens
     ner = pipeline("keplm-ner", model=str(ner_dir))
-    assert isinstance(ner(long_text), list)
+    # read in two windows of whole words (126 tokens and the rest): each window's entities are those of its words
+    # tagged alone, so the text is tagged to its end
+    words = long_text.split()
+    split = word_windows(ner.tokenizer(words, is_split_into_words=True, add_special_tokens=False).word_ids(), 240, 126)
+    assert len(split) == 2
+    cut = len(" ".join(words[: split[0][1]])) + 1
+    second = [{**e, "start": e["start"] + cut, "end": e["end"] + cut} for e in ner(long_text[cut:])]
+    assert _no_score(ner(long_text)) == _no_score(ner(long_text[: cut - 1]) + second)
+    assert max(e["end"] for e in second) > len(long_text) - 30
     with pytest.raises(ValueError, match=r"max_length=512 exceeds the 128 positions"):
         ner(long_text, max_length=512)
     qa = pipeline("keplm-qa", model=str(qa_dir))

@@ -4,13 +4,12 @@ checkpoint, training options that apply to checkpoints, and one KG per process."
 from __future__ import annotations
 
 import pytest
-from transformers import AutoModelForTokenClassification
+from transformers import AutoModelForTokenClassification, pipeline
 
 import keplm  # noqa: F401  (registers the Auto classes)
 from keplm import KalaProcessor
 from keplm.training.arguments import ModelArguments
 from keplm.training.recipes.kala import KnowledgeArguments, prepare_processor
-from keplm.training.tagging import tag_words
 from tests.test_run_scripts import (
     _conll_dir,
     load_script,
@@ -35,7 +34,8 @@ def test_run_ner_reloads_its_checkpoint(tiny, tmp_path):
         assert after[key] == pytest.approx(before[key], abs=1e-5)
     # --tag_text without training tags with the given checkpoint
     model, processor = AutoModelForTokenClassification.from_pretrained(first), KalaProcessor.from_pretrained(first)
-    assert [tuple(p) for p in results["tagged"]] == tag_words(model, processor, "mary lives in berlin")
+    ner = pipeline("keplm-ner", model=model, processor=processor)
+    assert results["tagged"] == [{**e, "score": float(e["score"])} for e in ner("mary lives in berlin")]
     assert (second / "tagged_text.json").is_file()
 
 

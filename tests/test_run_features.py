@@ -6,6 +6,7 @@ from __future__ import annotations
 import datasets
 import pytest
 import torch
+from transformers import pipeline
 
 import keplm  # noqa: F401  (registers the Auto classes)
 from keplm import KalaForQuestionAnswering, KalaForTokenClassification, KeplmDataCollator
@@ -15,7 +16,6 @@ from keplm.training.arguments import ModelArguments
 from keplm.training.entity_init import initialize_entity_memory_from_encoder
 from keplm.training.knowledge_setup import Featurizer, featurize
 from keplm.training.recipes.kala import KnowledgeArguments, add_knowledge, build_entity_vocabulary, prepare_processor
-from keplm.training.tagging import tag_words
 from tests.test_run_scripts import (
     CONLL,
 )
@@ -97,16 +97,26 @@ def test_features_are_cached_and_fingerprinted(tiny, tmp_path):
     assert parallel["node_entity_ids"] == first["node_entity_ids"]
 
 
-def test_tag_words_without_knowledge(tiny):
+def test_ner_pipeline_without_knowledge(tiny):
+    """A vanilla model and the processor a vanilla run saves (no KG) tag raw text with odd spacing: every entity is
+    whole words of the text; blank text has none."""
     _, processor = _processor_and_features(tiny, system="vanilla")
     processor = processor.without_knowledge()  # what a vanilla run saves
     assert processor.kg is None
     model = KalaForTokenClassification.from_base_pretrained(
         tiny["model"], retrieval_mode="none", num_labels=2, id2label={0: "O", 1: "B-LOC"}, label2id={"O": 0, "B-LOC": 1}
     )
-    tagged = tag_words(model, processor, "  paris   is a city ")
-    assert [w for w, _ in tagged] == ["paris", "is", "a", "city"] and {t for _, t in tagged} <= {"O", "B-LOC"}
-    assert tag_words(model, processor, "   ") == []
+    with torch.no_grad():
+        model.classifier.bias.copy_(torch.tensor([-1.0, 1.0]))  # every word B-LOC: one entity per word
+    ner = pipeline("keplm-ner", model=model, processor=processor)
+    text = "  paris   is a city "
+    assert [(text[e["start"] : e["end"]], e["entity_group"]) for e in ner(text)] == [
+        ("paris", "LOC"),
+        ("is", "LOC"),
+        ("a", "LOC"),
+        ("city", "LOC"),
+    ]
+    assert ner("   ") == []
 
 
 def test_eval_order_is_kept_under_group_by_length(tiny, tmp_path):

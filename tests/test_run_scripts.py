@@ -20,14 +20,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from transformers import AutoModelForTokenClassification, BertModel
+from transformers import AutoModelForTokenClassification, BertModel, pipeline
 
 import keplm  # noqa: F401  (registers the Auto classes)
 from keplm import KalaForTokenClassification, KalaProcessor
 from keplm.knowledge import KnowledgeAnnotation, write_kala_annotations
 from keplm.training.arguments import KeplmTrainingArguments, ModelArguments, NerDataArguments
 from keplm.training.recipes.kala import KnowledgeArguments
-from keplm.training.tagging import tag_words
 from tests.conftest import tiny_encoder_config
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -251,9 +250,8 @@ def test_run_ner_end_to_end(tiny, tmp_path, system):
     assert "library_name: keplm" in card and f"| predict_f1 | {all_results['predict_f1']:.4f} |" in card
     assert read_json(out / "eval_results.json")["eval_f1"] == all_results["eval_f1"]
     assert len((out / "predictions.txt").read_text().splitlines()) == 2
-    tagged = read_json(out / "tagged_text.json")["tags"]
-    assert [w for w, _ in tagged] == ["john", "visited", "paris", "and", "unknownia"]
-    assert [tuple(pair) for pair in tagged] == [tuple(pair) for pair in results["tagged"]]
+    tagged = read_json(out / "tagged_text.json")
+    assert tagged["text"] == "john visited paris and unknownia" and tagged["entities"] == results["tagged"]
 
     model = AutoModelForTokenClassification.from_pretrained(out)
     assert isinstance(model, KalaForTokenClassification)
@@ -271,7 +269,8 @@ def test_run_ner_end_to_end(tiny, tmp_path, system):
         assert processor.knowledge_assets.kg is not None and (out / "knowledge" / "kg").is_dir()
         assert "paris" in processor.knowledge_assets.entity_vocab or "Q90" in processor.knowledge_assets.entity_vocab
         assert model.knowledge_assets.content_hash() == processor.knowledge_assets.content_hash()
-    assert tag_words(model, processor, "john visited paris and unknownia") == [tuple(p) for p in tagged]
+    ner = pipeline("keplm-ner", model=model, processor=processor)
+    assert [{**e, "score": float(e["score"])} for e in ner(tagged["text"])] == tagged["entities"]
 
 
 def test_run_ner_pushes_to_the_hub_without_pickles(tiny, tmp_path, hub_server):
@@ -338,7 +337,10 @@ def test_run_ner_with_lora_trains_adapters_and_reloads_them(tiny, tmp_path):
     assert (out / "adapter_model.safetensors").is_file() and (out / "adapter_config.json").is_file()
     assert (out / "config.json").is_file() and (out / "knowledge" / "kg" / "triples.tsv").is_file()
     assert not (out / "model.safetensors").exists()
-    assert "eval_f1" in results and [w for w, _ in results["tagged"]] == ["john", "lives", "in", "paris", "."]
+    assert "eval_f1" in results and isinstance(results["tagged"], list)
+    for entity in results["tagged"]:  # the reloaded adapter's entities: spans of the text, types of the data
+        assert "john lives in paris ."[entity["start"] : entity["end"]].strip()
+        assert entity["entity_group"] in ("PER", "ORG", "LOC")
     from huggingface_hub import ModelCard
 
     card = ModelCard.load(out / "README.md")  # the card says it is an adapter and how to load it

@@ -179,7 +179,10 @@ class NerDataArguments(DataArguments):
     return_entity_level_metrics: bool = field(default=False, metadata={"help": "Also report per-type F1."})
     tag_text: str | None = field(
         default=None,
-        metadata={"help": "After training, reload the saved model from output_dir and print the tags of this text."},
+        metadata={
+            "help": "After training, reload the saved model from output_dir and print the entities the keplm-ner "
+            "pipeline finds in this text (also saved to tagged_text.json)."
+        },
     )
 
 

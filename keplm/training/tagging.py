@@ -1,14 +1,9 @@
-"""NER helpers for the run scripts: predicted ids between evaluation batches, and tagging raw text."""
+"""NER helpers for the run scripts: predicted ids between evaluation batches, word-level tags from token-level ones,
+the data's labels renumbered to a model's."""
 
 from __future__ import annotations
 
 import logging
-
-import numpy as np
-import torch
-
-from keplm.data.collator import KeplmDataCollator
-from keplm.knowledge import KnowledgeAnnotation
 
 logger = logging.getLogger(__name__)
 
@@ -18,57 +13,6 @@ def argmax_logits(logits, labels):
     if isinstance(logits, tuple):
         logits = logits[0]
     return logits.argmax(dim=-1)
-
-
-def word_tags(probabilities: np.ndarray, word_ids: list[int], num_words: int, id2label) -> list[tuple]:
-    """``(tag, score)`` of each word from its first sub-token's class probabilities; ``(None, 0.0)`` for a word
-    with no sub-token in the window (truncated, or a character the tokenizer drops)."""
-    words: list[tuple] = [(None, 0.0)] * num_words
-    seen = set()
-    for position, word in enumerate(word_ids):
-        if word >= 0 and word not in seen:
-            seen.add(word)
-            label = int(probabilities[position].argmax())
-            words[word] = (id2label[label], float(probabilities[position][label]))
-    return words
-
-
-def _model_uses_knowledge(model) -> bool:
-    return bool(getattr(model.config, "uses_knowledge", False))
-
-
-@torch.no_grad()
-def tag_words(model, processor, text: str, max_length: int = 512) -> list[tuple[str, str]]:
-    """Tag a raw text: split it on whitespace, link it with the processor's KG, return ``[(word, tag)]`` (what
-    ``run_ner.py --tag_text`` prints; ``pipeline("keplm-ner")`` is the general raw-text entry point).
-
-    A model that reads no knowledge (the vanilla baseline), or a processor without a KG, gets no entities.
-    Words past ``max_length`` sub-tokens are tagged ``"O"``.
-    """
-    words = text.split()
-    if not words:
-        return []
-    with_knowledge = _model_uses_knowledge(model)
-    examples = {"tokens": [words]}
-    if with_knowledge and processor.kg is None:  # e.g. a model trained on annotation files without a KG
-        logger.warning("the processor holds no KG to link raw text against: the text is tagged without knowledge")
-        examples["knowledge"] = [KnowledgeAnnotation()]
-    features = processor.prepare_ner_features(
-        examples, label_column=None, max_length=max_length, with_knowledge=with_knowledge
-    )
-    feature = {key: values[0] for key, values in features.items()}
-    collator = KeplmDataCollator.from_processor(processor, model)
-    device = next(model.parameters()).device
-    batch = {key: value.to(device) for key, value in collator([feature]).items()}
-    was_training = model.training
-    model.eval()
-    try:
-        probabilities = model(**batch).logits[0].float().softmax(-1).cpu().numpy()
-    finally:
-        model.train(was_training)
-    word_ids = processor.tokenizer(words, is_split_into_words=True, truncation=True, max_length=max_length).word_ids()
-    tags = word_tags(probabilities, [-1 if w is None else w for w in word_ids], len(words), model.config.id2label)
-    return [(word, tag if tag is not None else "O") for word, (tag, _) in zip(words, tags)]
 
 
 def word_level_tags(
@@ -155,4 +99,4 @@ def align_labels_to_model(raw, label_list: list[str], config):
     return raw, model_labels
 
 
-__all__ = ["argmax_logits", "tag_words", "word_level_tags", "align_labels_to_model"]
+__all__ = ["argmax_logits", "word_level_tags", "align_labels_to_model"]
