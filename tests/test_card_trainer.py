@@ -89,12 +89,12 @@ def test_trainer_create_model_card_writes_card_and_figures(tmp_path, tokenizer, 
     _, results = model_index_to_eval_results(data.to_dict()["model-index"])
     assert {r.dataset_split for r in results} == {"validation"}
     for row in (
-        "| learning rate | 0.001 |",
-        "| max steps | 4 |",
+        "| learning_rate | 0.001 |",  # transformers' own card table (extract_hyperparameters_from_trainer)
+        "| training_steps | 4 |",
         "| seed | 7 |",
-        "| knowledge learning rate | 0.001 |",
+        "| train_batch_size | 2 |",
+        "| knowledge learning rate | 0.001 |",  # the method's knowledge options
         "| case-sensitive linking | yes |",
-        "| batch size per device | 2 |",
     ):
         assert row in text, row
     assert "66.7 % of the training examples have at least one linked mention" in text

@@ -12,7 +12,7 @@ from transformers import AutoConfig
 
 import keplm  # noqa: F401  (registers keplm's methods)
 from keplm.configuration.method_card import allowed_urls, method_card, registered_method_cards
-from keplm.hub.card import KnowledgeFacts, ModelCardSpec, hyperparameters_from_args, render_model_card
+from keplm.hub.card import KnowledgeFacts, ModelCardSpec, knowledge_hyperparameters, render_model_card
 
 ROOT = Path(__file__).resolve().parent.parent
 METHOD_TYPES = ("kala", "keplm_relation_extraction", "roof_transformer", "trelm")
@@ -42,14 +42,14 @@ def test_each_method_states_its_card_in_its_own_config():
 def test_knowledge_options_are_the_methods():
     """A run's knowledge arguments reach the hyper-parameter table only where its method lists them."""
     args = {"system": "relational", "kfm_layers": [-4, -2], "init_entity_memory": False, "link_case_sensitive": True}
-    kala = hyperparameters_from_args(None, args, card=method_card("kala"))
+    kala = knowledge_hyperparameters(args, method_card("kala"))
     assert kala == {
         "system": "relational",
         "KFM layers": [-4, -2],
         "case-sensitive linking": True,
         "entity memory initialised from mention states": False,
     }
-    assert hyperparameters_from_args(None, args, card=method_card("roof_transformer")) == {
+    assert knowledge_hyperparameters(args, method_card("roof_transformer")) == {
         "system": "relational",
         "case-sensitive linking": True,
     }
@@ -84,4 +84,4 @@ def test_a_method_registered_outside_keplm_gets_its_own_card():
     assert "| linked tokens per example | 3.0 |" in text and "relation vocabulary" not in text
     assert "## Citation" in text and "@misc{toykg," in text
     assert {"toy-tag", ToyKgConfig.model_type, "keplm"} <= set(card.data.tags)
-    assert hyperparameters_from_args(None, {"toy_option": 7, "kfm_layers": [1]}, card=card_hooks) == {"toy option": 7}
+    assert knowledge_hyperparameters({"toy_option": 7, "kfm_layers": [1]}, card_hooks) == {"toy option": 7}

@@ -26,7 +26,6 @@ helpers, :func:`results_from_runs`), :mod:`keplm.hub.card_render` (the markdown 
 
 from __future__ import annotations
 
-import enum
 import importlib.metadata
 import logging
 import os
@@ -132,58 +131,11 @@ def knowledge_facts_from_model(
     )
 
 
-#: training arguments shown in the card: (display name, TrainingArguments attribute)
-_HYPERPARAMETERS = (
-    ("learning rate", "learning_rate"),
-    ("epochs", "num_train_epochs"),
-    ("max steps", "max_steps"),
-    ("batch size per device", "per_device_train_batch_size"),
-    ("gradient accumulation", "gradient_accumulation_steps"),
-    ("seed", "seed"),
-    ("warm-up", "warmup_steps"),
-    ("weight decay", "weight_decay"),
-    ("scheduler", "lr_scheduler_type"),
-    ("optimizer", "optim"),
-    ("sampling", "train_sampling_strategy"),
-)
-
-
-def _plain(value):
-    if isinstance(value, enum.Enum):  # the Trainer's scheduler / optimizer names
-        return value.value
-    return value
-
-
-def hyperparameters_from_args(
-    args, knowledge_args: dict | None = None, world_size: int | None = None, card: MethodCard | None = None
-) -> dict:
-    """The card's hyper-parameter table from ``TrainingArguments`` (and the run's knowledge options that the
-    method's card lists, ``card.knowledge_options``)."""
-    values: dict[str, Any] = {}
-    for label, name in _HYPERPARAMETERS:
-        value = _plain(getattr(args, name, None))
-        if name == "max_steps" and (value is None or value <= 0):
-            continue
-        if name == "num_train_epochs" and getattr(args, "max_steps", 0) and args.max_steps > 0:
-            continue
-        if name == "gradient_accumulation_steps" and value == 1:
-            continue
-        if value is not None:
-            values[label] = value
-    world = world_size if world_size is not None else getattr(args, "world_size", 1)
-    if world and world > 1:
-        values["processes"] = world
-    total = (
-        (getattr(args, "per_device_train_batch_size", 0) or 0)
-        * (getattr(args, "gradient_accumulation_steps", 1) or 1)
-        * (world or 1)
-    )
-    if total:
-        values["total batch size"] = total
-    precision = "bf16" if getattr(args, "bf16", False) else "fp16" if getattr(args, "fp16", False) else None
-    if precision:
-        values["mixed precision"] = precision
+def knowledge_hyperparameters(knowledge_args: dict | None, card: MethodCard | None = None) -> dict:
+    """The run's knowledge options that the method's card lists (``card.knowledge_options``), for the card's
+    hyper-parameter table beside the training arguments."""
     card = card if card is not None else MethodCard()
+    values: dict[str, Any] = {}
     for label, name in card.knowledge_options:
         value = (knowledge_args or {}).get(name)
         if value not in (None, False, [], "") or (
@@ -217,8 +169,6 @@ def spec_from_model(
     knowledge_args: dict | None = None,
     train_linked_share: float | None = None,
     kg: str | None = None,
-    training_args=None,
-    training_state=None,
     example_text: str | None = None,
     card_facts: CardFacts | None = None,
     base_model_id: str | None = None,
@@ -249,16 +199,7 @@ def spec_from_model(
     for split, key in (("train", "train_samples"), ("validation", "eval_samples"), ("test", "predict_samples")):
         if isinstance(metrics.get(key), (int, float)):
             training.examples[split] = int(metrics[key])
-    if training_args is not None:
-        training.hyperparameters = hyperparameters_from_args(training_args, knowledge_args, card=card)
-        device = getattr(training_args, "device", None)
-        training.device = _device_name(device)
-    elif knowledge_args:
-        training.hyperparameters = hyperparameters_from_args(None, knowledge_args, card=card)
-    if training_state is not None:
-        training.steps = getattr(training_state, "global_step", None) or None
-        epoch = getattr(training_state, "epoch", None)
-        training.epochs = round(float(epoch), 2) if epoch else None
+    training.hyperparameters = knowledge_hyperparameters(knowledge_args, card)
     training.date = datetime.now(timezone.utc).strftime("%Y-%m-%d")
     kfm = list(getattr(config, "kfm_layer_indices", []) or [])
     try:
@@ -445,7 +386,7 @@ def build_model_card(
     """A model card whose numbers come from the model's config and knowledge assets and the given metrics.
 
     ``facts`` go to :func:`spec_from_model` (``language``, ``tags``, ``model_name``, ``knowledge_args``,
-    ``train_linked_share``, ``kg``, ``training_args``, ``training_state``, ``example_text``, ``card_facts``,
+    ``train_linked_share``, ``kg``, ``example_text``, ``card_facts``,
     ``base_model_id``). With
     ``figures_dir`` the figures are drawn there and linked relative to ``card_dir`` (default: ``figures_dir``'s
     parent, where ``write_model_card`` is expected to write ``README.md``).
@@ -500,5 +441,5 @@ __all__ = [
     "kg_spec_name",
     "kg_source_name",
     "framework_versions",
-    "hyperparameters_from_args",
+    "knowledge_hyperparameters",
 ]

@@ -14,12 +14,13 @@ from pathlib import Path
 from typing import Any
 
 from transformers import TrainerCallback
+from transformers.modelcard import extract_hyperparameters_from_trainer
 
 from keplm.hub.card import (
     CardFacts,
     _device_name,
     add_figures,
-    hyperparameters_from_args,
+    knowledge_hyperparameters,
     method_card,
     render_model_card,
     spec_from_model,
@@ -72,12 +73,18 @@ class KeplmModelCardData:
                 logger.info("no card facts at %s: the model card names the data and base model by their paths", path)
                 self.card_facts = None
 
-    def record_arguments(self, args, model=None) -> None:
-        """The hyper-parameters of ``TrainingArguments`` (and the knowledge options the model's method lists) and
-        the device."""
-        card = method_card(getattr(getattr(model, "config", None), "model_type", None))
-        self.hyperparameters = hyperparameters_from_args(args, self.knowledge_args, card=card)
-        self.device = _device_name(getattr(args, "device", None))
+    def record_arguments(self, trainer) -> None:
+        """The hyper-parameters as transformers' own cards list them (``extract_hyperparameters_from_trainer``;
+        bf16, which it leaves out, added), the knowledge options the model's method lists, and the device."""
+        args = trainer.args
+        model = trainer.accelerator.unwrap_model(trainer.model)
+        model = getattr(model, "get_base_model", lambda: model)()  # a LoRA adapter: the keplm model inside
+        self.hyperparameters = extract_hyperparameters_from_trainer(trainer)
+        if args.bf16:
+            self.hyperparameters["mixed_precision_training"] = "bf16"
+        card = method_card(getattr(model.config, "model_type", None))
+        self.hyperparameters.update(knowledge_hyperparameters(self.knowledge_args, card))
+        self.device = _device_name(args.device)
 
     def record_metrics(self, metrics: dict | None) -> None:
         """A split's metrics (``eval_*``, ``predict_*``, ...) as the card shows them: numbers, without speeds."""
@@ -127,14 +134,16 @@ class KeplmModelCardData:
 
 
 class KeplmCardCallback(TrainerCallback):
-    """Records the run's facts into a :class:`KeplmModelCardData` as training happens: the training arguments at
-    the start, the evaluation and prediction metrics as they come, the training time, steps and log at the end."""
+    """Records the run's facts into its Trainer's :class:`KeplmModelCardData` as training happens: the training
+    arguments at the start, the evaluation and prediction metrics as they come, the training time, steps and log at
+    the end (a callback that holds its Trainer, as sentence-transformers' card callback does)."""
 
-    def __init__(self, card_data: KeplmModelCardData):
-        self.card_data = card_data
+    def __init__(self, trainer):
+        self.trainer = trainer
+        self.card_data = trainer.card_data
 
-    def on_train_begin(self, args, state, control, model=None, **kwargs):
-        self.card_data.record_arguments(args, model)
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.card_data.record_arguments(self.trainer)
 
     def on_evaluate(self, args, state, control, metrics=None, **kwargs):
         self.card_data.record_metrics(metrics)

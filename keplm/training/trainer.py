@@ -130,7 +130,7 @@ class KeplmTrainer(ShardedMemoryTraining, PicklessCheckpointState, Trainer):
         self.card_data = (
             card_data if isinstance(card_data, KeplmModelCardData) else KeplmModelCardData(**(card_data or {}))
         )
-        self.add_callback(KeplmCardCallback(self.card_data))
+        self.add_callback(KeplmCardCallback(self))
         self._losses_finite = None  # every training step's loss finite since the last log (a device tensor)
         self._sparse_gradients = False  # set by create_optimizer: whether any trained table has sparse gradients
         self._has_sharded_tables = bool(self._sharded_tables())  # row-sharded entity memories: decided once
@@ -483,7 +483,7 @@ class KeplmTrainer(ShardedMemoryTraining, PicklessCheckpointState, Trainer):
         from keplm.hub.card import write_model_card
 
         if not self.card_data.hyperparameters:  # no training ran: the arguments as they stand
-            self.card_data.record_arguments(self.args, unwrap(self.model))
+            self.card_data.record_arguments(self)
         if model_name == os.path.basename(os.path.normpath(self.args.output_dir)):
             model_name = None  # push_to_hub's default name, the output folder's: the card titles itself instead
         card = self.card_data.build(
