@@ -15,8 +15,7 @@ import torch
 import transformers
 from transformers import AutoConfig, AutoProcessor, BertModel
 
-from keplm.checks.counterfactual import EDITS, knowledge_sensitivity
-from keplm.commands.check_knowledge import task_of
+from keplm.checks.counterfactual import EDITS, TASKS, knowledge_sensitivity, task_of
 from keplm.hub.card import build_model_card
 from keplm.modeling.lora import add_lora, load_lora, save_lora
 from keplm.registration import REGISTERED_METHODS
@@ -263,3 +262,19 @@ def test_check_knowledge_runs_with_consistent_counts_or_refuses(case, built):
     )
     assert per_relation == len(report.results)
     assert all(0.0 <= stats["flip_rate"] <= 1.0 for stats in summary["overall"].values())
+
+
+def test_check_knowledge_refuses_a_task_the_head_does_not_predict(case, built):
+    """The counterfactual measure on a task the model's head does not predict is a ValueError naming the head and
+    the task it does predict (before: a QA check of a token classifier crashed on ``start_logits``, a classification
+    check of a token classifier read each token's softmax as a class distribution, and TRELM's masked LM gave a
+    report of zero flips)."""
+    model, processor = built
+    if processor.kg is None:
+        pytest.skip("no KG in the processor: refused before the head is read (checked above)")
+    for task in TASKS:
+        if task == case.check_task:
+            continue
+        expected = rf"{case.model_class.__name__} predicts " + (f"'{case.check_task}'" if case.check_task else "none")
+        with pytest.raises(ValueError, match=expected):
+            knowledge_sensitivity(model, processor, [{"text": "john visited paris ."}], task=task)

@@ -25,6 +25,21 @@ from keplm.data.collator import KeplmDataCollator
 
 EDITS = ("relation", "tail", "remove")
 TASKS = ("ner", "qa", "classification")
+#: the task each head predicts, by the end of its architecture's name (``KalaForTokenClassification``: NER)
+_TASK_OF_ARCHITECTURE = {
+    "TokenClassification": "ner",
+    "QuestionAnswering": "qa",
+    "SequenceClassification": "classification",
+}
+
+
+def task_of(config) -> str:
+    """The task the checks read from a model's saved architectures; a ValueError when none is one of theirs."""
+    for architecture in getattr(config, "architectures", None) or []:
+        for suffix, task in _TASK_OF_ARCHITECTURE.items():
+            if architecture.endswith(f"For{suffix}"):
+                return task
+    raise ValueError(f"cannot tell the task of architectures {config.architectures!r}: pass --task")
 
 
 @dataclass
@@ -297,6 +312,13 @@ def knowledge_sensitivity(
         raise ValueError("the counterfactual measure needs a processor with a knowledge graph")
     if not getattr(model.config, "uses_knowledge", False):
         raise ValueError(f"{type(model).__name__} reads no knowledge (a baseline): there is nothing to edit")
+    head = getattr(model, "get_base_model", lambda: model)()  # a LoRA adapter: the model inside
+    predicts = next((t for suffix, t in _TASK_OF_ARCHITECTURE.items() if type(head).__name__.endswith(suffix)), None)
+    if predicts != task:
+        raise ValueError(
+            f"task {task!r} needs a model that predicts it; {type(head).__name__} predicts "
+            + (f"{predicts!r}: pass task={predicts!r}" if predicts else f"none of {TASKS}: it cannot be checked here")
+        )
     adapter = _ADAPTERS[task](processor, max_length)
     assets = processor.knowledge_assets
     reserved = set(assets.relation_vocab[:2])
@@ -363,4 +385,13 @@ def _relation_names(kg) -> dict[str, str]:
     return dict(zip(kg.relation_ids, kg.relation_names))
 
 
-__all__ = ["EDITS", "TASKS", "EditResult", "SensitivityReport", "edit_fact", "knowledge_sensitivity", "total_variation"]
+__all__ = [
+    "task_of",
+    "EDITS",
+    "TASKS",
+    "EditResult",
+    "SensitivityReport",
+    "edit_fact",
+    "knowledge_sensitivity",
+    "total_variation",
+]

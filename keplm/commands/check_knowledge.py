@@ -23,7 +23,7 @@ from pathlib import Path
 import datasets
 import transformers
 
-from keplm.checks.counterfactual import EDITS, TASKS, knowledge_sensitivity
+from keplm.checks.counterfactual import EDITS, TASKS, knowledge_sensitivity, task_of
 from keplm.data.glue import load_glue_dataset
 from keplm.data.ner import load_ner_dataset
 from keplm.data.squad import load_qa_dataset
@@ -35,11 +35,6 @@ logger = logging.getLogger(__name__)
 
 REPORT_NAME = "knowledge_sensitivity.json"
 PLOT_NAME = "knowledge_sensitivity.png"
-_TASK_OF_ARCHITECTURE = {
-    "TokenClassification": "ner",
-    "QuestionAnswering": "qa",
-    "SequenceClassification": "classification",
-}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -74,14 +69,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output_dir", required=True)
     parser.add_argument("--revision", default=None)
     parser.add_argument("--token", default=None)
-
-
-def task_of(config) -> str:
-    for architecture in getattr(config, "architectures", None) or []:
-        for suffix, task in _TASK_OF_ARCHITECTURE.items():
-            if architecture.endswith(f"For{suffix}"):
-                return task
-    raise ValueError(f"cannot tell the task of architectures {config.architectures!r}: pass --task")
 
 
 def check_data_path(path: str) -> None:
