@@ -65,3 +65,46 @@ def test_a_token_line_with_other_columns_is_refused_by_file_and_line(tmp_path_fa
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     with pytest.raises(ValueError, match=rf"train\.txt, line {where + 1}: \d columns in"):
         read_conll(path)
+
+
+@BOUNDED
+@given(
+    labels=st.lists(st.sampled_from(["pos", "neg", "neutral"]), min_size=1, max_size=8),
+    pads=st.lists(st.sampled_from(["", " ", "  ", "\t"]), min_size=16, max_size=16),
+)
+def test_csv_text_labels_are_read_without_surrounding_spaces(tmp_path_factory, labels, pads):
+    """A label written ``"pos "`` or ``" pos"`` is the class ``pos``: the classes are the distinct labels, each row
+    the id of its own."""
+    from keplm.data.glue import load_glue_dataset
+
+    path = tmp_path_factory.mktemp("glue") / "train.csv"
+    rows = [f'"s{i}","{pads[2 * i]}{label}{pads[2 * i + 1]}"' for i, label in enumerate(labels)]
+    path.write_text("sentence,label\n" + "\n".join(rows) + "\n", encoding="utf-8")
+    train = load_glue_dataset(train_file=str(path))["train"]
+    names = train.features["label"].names
+    assert names == sorted(set(labels)) and [names[i] for i in train["label"]] == labels
+
+
+@pytest.mark.parametrize(("first", "second"), [("Neg", "neg"), ("pos", "POS ")])
+def test_csv_labels_that_differ_only_in_case_are_refused_by_name(tmp_path, first, second):
+    from keplm.data.glue import load_glue_dataset
+
+    path = tmp_path / "train.csv"
+    path.write_text(f"sentence,label\na,{first}\nb,{second}\nc,{first}\n", encoding="utf-8")
+    with pytest.raises(
+        ValueError,
+        match=rf"labels '{first.strip()}' \(.*train.csv:2\) and '{second.strip()}' \(.*train.csv:3\) "
+        "differ only in case",
+    ):
+        load_glue_dataset(train_file=str(path))
+
+
+def test_csv_labels_with_a_fraction_are_read_as_regression_and_say_so(tmp_path, caplog):
+    from keplm.data.glue import load_glue_dataset
+
+    path = tmp_path / "train.csv"
+    path.write_text("sentence,label\na,0\nb,1\nc,0.5\n", encoding="utf-8")
+    with caplog.at_level("WARNING", logger="keplm.data.glue"):
+        train = load_glue_dataset(train_file=str(path))["train"]
+    assert train["label"] == [0.0, 1.0, 0.5]
+    assert "1 non-integer number(s) (first: '0.5' at" in caplog.text and "read as regression" in caplog.text

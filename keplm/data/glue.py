@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import csv
 import json
+import logging
 import math
 import os
 from collections.abc import Sequence
@@ -40,6 +41,8 @@ import datasets
 from keplm.io_utils import find_file, open_text
 
 from .splits import SPLITS, find_split_files, is_local_data, limit_samples, resolve_data_file, split_of_file
+
+logger = logging.getLogger(__name__)
 
 __all__ = [
     "GlueTask",
@@ -409,18 +412,46 @@ def _encode_labels(split_rows: dict[str, list[dict]], label_names: Sequence[str]
 
 
 def _infer_label_names(split_rows: dict[str, list[dict]]) -> list[str] | None:
-    """Label names of files without a task: None (regression) if some label is a non-integral number, else the
-    class ids 0..max as strings for integer labels, else the sorted distinct strings."""
-    values = [row["label"] for rows in split_rows.values() for row in rows if row["label"] not in (None, "", -1, "-1")]
+    """Label names of files without a task: None (regression) if some label is a non-integral number (logged with
+    the first one), else the class ids 0..max as strings for integer labels, else the sorted distinct strings.
+    Text labels are read without surrounding spaces (``"pos "`` is ``"pos"``); two that differ only in case
+    (``"Neg"``, ``"neg"``) are a ValueError naming both, not two classes."""
+    labelled = [row for rows in split_rows.values() for row in rows if row["label"] not in (None, "", -1, "-1")]
+    for row in labelled:
+        if isinstance(row["label"], str):
+            row["label"] = row["label"].strip()
     numbers = []
-    for value in values:
+    for row in labelled:
         try:
-            numbers.append(float(value))
+            numbers.append((float(row["label"]), row))
         except (TypeError, ValueError):
-            return sorted({str(v) for v in values})
-    if any(not n.is_integer() for n in numbers):
+            return _text_label_names(labelled)
+    fractional = [(number, row) for number, row in numbers if not number.is_integer()]
+    if fractional:
+        number, row = fractional[0]
+        logger.warning(
+            "the labels hold %d non-integer number(s) (first: %r at %s): read as regression scores (STS-B style); "
+            "a classification file needs integer class ids or label names",
+            len(fractional),
+            row["label"],
+            row["_where"],
+        )
         return None
-    return [str(i) for i in range(int(max(numbers, default=1)) + 1)]
+    return [str(i) for i in range(int(max((n for n, _ in numbers), default=1)) + 1)]
+
+
+def _text_label_names(labelled: list[dict]) -> list[str]:
+    """The sorted distinct text labels; a ValueError names two that differ only in case."""
+    first: dict[str, dict] = {}
+    for row in labelled:
+        label = str(row["label"])
+        other = first.setdefault(label.casefold(), row)
+        if str(other["label"]) != label:
+            raise ValueError(
+                f"labels {other['label']!r} ({other['_where']}) and {label!r} ({row['_where']}) differ only in case: "
+                "write each class one way (or they would be two classes)"
+            )
+    return sorted({str(row["label"]) for row in labelled})
 
 
 # ------------------------------------------------------------------------------------------------- loading
