@@ -19,14 +19,19 @@ WORDS = (
 ).split()
 
 
-@pytest.fixture(scope="session")
-def tokenizer():
+def make_tokenizer() -> BertTokenizerFast:
+    """The tiny tokenizer of the ``tokenizer`` fixture (for test classes that cannot take fixtures)."""
     vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", ".", ",", "?", "##s", "##ia", *WORDS]
     return BertTokenizerFast(vocab={token: i for i, token in enumerate(dict.fromkeys(vocab))}, do_lower_case=True)
 
 
 @pytest.fixture(scope="session")
-def kg():
+def tokenizer():
+    return make_tokenizer()
+
+
+def make_kg() -> KnowledgeGraph:
+    """The toy KG of the ``kg`` fixture."""
     triples = [
         ("Q90", "P17", "Q142"),  # paris country france
         ("Q90", "P31", "Q515"),  # paris instance-of city
@@ -59,9 +64,19 @@ def kg():
 
 
 @pytest.fixture(scope="session")
-def assets(kg):
+def kg():
+    return make_kg()
+
+
+def make_assets(kg: KnowledgeGraph) -> KnowledgeAssets:
+    """The knowledge assets of the ``assets`` fixture: the toy KG's entities seen in training."""
     seen = ["Q90", "Q142", "Q64", "Q183", "Q84", "Q21", "Q515", "Q1471", "Q60", "Q30"]
     return KnowledgeAssets.build(seen, kg=kg)
+
+
+@pytest.fixture(scope="session")
+def assets(kg):
+    return make_assets(kg)
 
 
 def tiny_encoder_config(tokenizer, layers: int = 2, hidden: int = 32) -> BertConfig:

@@ -110,6 +110,19 @@ def test_a_model_saved_without_knowledge_assets_is_said_at_save_and_at_load(tmp_
         KalaForTokenClassification.from_pretrained(tmp_path)
 
 
+@pytest.mark.parametrize("name", ["kala-ner", "trelm"])
+def test_a_head_models_base_model_saves_a_loadable_folder(tmp_path, tokenizer, assets, kg, name):
+    """``model.base_model.save_pretrained`` (what transformers' ``test_correct_missing_keys`` does) writes the knowledge
+    assets with the base model's weights: the folder loads into the base model and, with the head new, the head model
+    (before: the base model had no assets, and the folder could not be loaded)."""
+    model, batch = _kala(KalaForTokenClassification, tokenizer, assets) if name == "kala-ner" else _trelm(tokenizer, kg)
+    model.base_model.save_pretrained(tmp_path)
+    base = type(model.base_model).from_pretrained(tmp_path)
+    assert base.knowledge_assets.content_hash() == model.knowledge_assets.content_hash()
+    head, info = type(model).from_pretrained(tmp_path, output_loading_info=True)
+    assert info["missing_keys"] and head.knowledge_assets.content_hash() == model.knowledge_assets.content_hash()
+
+
 def test_from_pretrained_without_a_path_takes_config_state_dict_and_assets(tokenizer, assets):
     """``from_pretrained(None, config=..., state_dict=...)`` builds the model from memory, as transformers' models do;
     ``knowledge_assets=`` gives it its assets (without them it has none, as a model built from its config)."""

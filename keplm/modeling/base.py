@@ -349,9 +349,13 @@ class KeplmPreTrainedModel(PreTrainedModel):
         return getattr(self.config.encoder_configs()[self.config.encoder_names[0]], "name_or_path", None) or None
 
     def set_knowledge_assets(self, assets: KnowledgeAssets) -> None:
-        """Attach vocabularies/KG; their sizes must match the model's tables."""
+        """Attach vocabularies/KG; their sizes must match the model's tables. A head model's base model (a keplm
+        model of its own) gets them too, so that ``model.base_model.save_pretrained`` writes a loadable folder."""
         self.check_knowledge_assets(assets)
         self.knowledge_assets = assets
+        base = getattr(self, self.base_model_prefix, None)
+        if isinstance(base, KeplmPreTrainedModel) and base is not self:
+            base.set_knowledge_assets(assets)
 
     def check_knowledge_assets(self, assets: KnowledgeAssets) -> None:  # overridden per model
         return None
