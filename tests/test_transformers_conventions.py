@@ -280,3 +280,13 @@ def test_kala_refuses_reentrant_gradient_checkpointing_by_name(tokenizer, assets
     assert not model.is_activation_checkpointing
     getattr(model, enable)()
     assert model.is_activation_checkpointing
+
+
+def test_trelm_evaluation_loss_is_the_same_every_call(tokenizer, kg):
+    """In eval mode TRELM's CKA loss draws the same negatives on every call (transformers' tuple-vs-dict output test
+    calls the model twice and compares the losses): the loss is reproducible; in training they are drawn afresh."""
+    model, batch = _trelm(tokenizer, kg)
+    assert batch.get("cka_labels") is not None and (batch["cka_labels"] != -100).any()
+    with torch.no_grad():
+        first, second = model(**batch), model(**batch)
+    assert first.cka_loss is not None and torch.equal(first.loss, second.loss)

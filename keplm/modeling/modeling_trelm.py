@@ -394,7 +394,9 @@ class TrelmForMaskedLM(TrelmPreTrainedModel):
         negatives = None
         if self.config.use_cka:
             index = inputs.get("cka_token_index", torch.zeros_like(inputs["input_ids"]))[rows, cols]
-            negatives = self.negative_sampler(index, self.config.cka_num_negatives)
+            # evaluation draws the same negatives every call, so that an evaluation loss is reproducible
+            generator = None if self.training else torch.Generator(device=index.device).manual_seed(0)
+            negatives = self.negative_sampler(index, self.config.cka_num_negatives, generator=generator)
         was_training, frozen = self.training, self.trelm.memory_frozen
         self.trelm.memory_frozen = True  # the attribution passes must not move the memory bank
         self.eval()  # no dropout: the attribution of one fixed function
@@ -489,7 +491,9 @@ class TrelmForMaskedLM(TrelmPreTrainedModel):
         if self.config.use_cka and cka_labels is not None and mlm_loss is not None:
             rows, cols = (cka_labels != -100).nonzero(as_tuple=True)
             index = cka_token_index[rows, cols] if cka_token_index is not None else torch.zeros_like(rows)
-            negatives = self.negative_sampler(index, self.config.cka_num_negatives)
+            # evaluation draws the same negatives every call, so that an evaluation loss is reproducible
+            generator = None if self.training else torch.Generator(device=index.device).manual_seed(0)
+            negatives = self.negative_sampler(index, self.config.cka_num_negatives, generator=generator)
             states = self.lm_head.transform(hidden[rows, cols])
             cka_loss = self.cka(
                 states, cka_labels[rows, cols], negatives, self.lm_head.decoder.weight, self.lm_head.bias
