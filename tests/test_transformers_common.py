@@ -9,6 +9,7 @@ everything else must pass. Without the source distribution (no package index) th
 
 from __future__ import annotations
 
+import re
 import unittest
 
 import pytest
@@ -21,11 +22,19 @@ from keplm import (
     KalaModel,
     KalaProcessor,
     KeplmDataCollator,
+    RoofTransformerForQuestionAnswering,
+    RoofTransformerForSequenceClassification,
+    RoofTransformerModel,
     TrelmConfig,
     TrelmForMaskedLM,
+    TrelmModel,
     TrelmProcessor,
 )
+from keplm.knowledge import KnowledgeAssets
+from keplm.modeling.modeling_relation_extraction import KeplmForRelationExtraction
 
+from .conformance_cases import RELATION_EXTRACTION, Ingredients
+from .conformance_cases import ROOF as ROOF_CASE
 from .conftest import make_assets, make_kg, make_tokenizer, tiny_encoder_config
 from .test_trelm import with_kge
 from .transformers_common import common_tests
@@ -65,7 +74,7 @@ def with_assets(model_class, assets):
         model_class.__init__(self, config)
         self.set_knowledge_assets(assets)
 
-    name = model_class.__name__.replace("Kala", "KalaWithAssets", 1).replace("Trelm", "TrelmWithAssets", 1)
+    name = re.sub(r"^(Kala|Trelm|RoofTransformer)", r"\1WithAssets", model_class.__name__)
     return type(name, (model_class,), {"__init__": __init__, "__module__": __name__})
 
 
@@ -124,6 +133,37 @@ class TrelmModelTester(KalaModelTester):
         )
         self.seq_length = batch["input_ids"].shape[1]
         return config, {k: v for k, v in batch.items() if k != "labels"}
+
+
+class CaseModelTester:
+    """A tester built from a conformance case (``tests/conformance_cases.py``): the case's tiny config and its batch
+    of raw examples through the method's processor and collator."""
+
+    case = None
+
+    def __init__(self, parent, model_class):
+        self.parent, self.model_class = parent, model_class
+        model, self.processor = self.case.build(Ingredients(TOKENIZER, KG, ASSETS))
+        encoder = model.config.encoder_config
+        self.num_hidden_layers, self.num_attention_heads = encoder.num_hidden_layers, encoder.num_attention_heads
+        self.hidden_size, self.vocab_size, self.is_training = encoder.hidden_size, encoder.vocab_size, True
+        self.config = model.config
+
+    def get_config(self):
+        return type(self.config).from_dict(self.config.to_dict())
+
+    def prepare_config_and_inputs_for_common(self):
+        batch = self.case.batch(self.processor, self.model_class(self.get_config()))
+        self.batch_size, self.seq_length = batch["input_ids"].shape[:2]
+        return self.get_config(), dict(batch)
+
+
+class RoofModelTester(CaseModelTester):
+    case = ROOF_CASE
+
+
+class RelationExtractionModelTester(CaseModelTester):
+    case = RELATION_EXTRACTION
 
 
 def _skipping(names: dict[str, str]):
@@ -222,17 +262,82 @@ class KalaModelCommonTest(KeplmCommonTest, unittest.TestCase):
 TRELM_ASSETS = with_kge(KG)
 
 
-@_skipping(
-    {
-        **CANNOT_APPLY,
-        "test_init_weights_can_init_buffers": (
-            "the tester's class fills the KG-embedding buffers from its knowledge assets at construction, as a "
-            "loaded TRELM does; init_weights resets them to the zeros a TRELM built from its config holds "
-            "(tests/test_transformers_conventions.py::test_trelm_init_weights_sets_the_kg_embedding_buffers)"
-        ),
-    }
-)
+TRELM_BUFFERS = {
+    "test_init_weights_can_init_buffers": (
+        "the tester's class fills the KG-embedding buffers from its knowledge assets at construction, as a "
+        "loaded TRELM does; init_weights resets them to the zeros a TRELM built from its config holds "
+        "(tests/test_transformers_conventions.py::test_trelm_init_weights_sets_the_kg_embedding_buffers)"
+    ),
+}
+
+
+@_skipping({**CANNOT_APPLY, **TRELM_BUFFERS})
 class TrelmForMaskedLMCommonTest(KeplmCommonTest, unittest.TestCase):
     all_model_classes = (with_assets(TrelmForMaskedLM, TRELM_ASSETS),)
     model_tester_class = TrelmModelTester
     config_kwargs = {"entity_vocab_size": 5, "kge_dim": 4, "routing_steps": 4}
+
+
+ROOF_ASSETS = KnowledgeAssets(kg=KG)
+
+
+#: Roof-Transformer's text encoders, knowledge encoder and roof are separate stacks: it refuses per-layer outputs
+#: with a ValueError saying so (tests/test_transformers_conventions.py), and these tests ask for them
+ROOF_PER_LAYER = "Roof-Transformer returns no per-layer hidden states or attentions (a ValueError says why)"
+ROOF = {
+    name: ROOF_PER_LAYER
+    for name in (
+        "test_attention_outputs",
+        "test_batching_equivalence",
+        "test_hidden_states_output",
+        "test_model_outputs_equivalence",
+        "test_retain_grad_hidden_states_attentions",
+        "test_can_capture_specific_layers_hidden_states",
+        "test_capture_outputs_decorator",
+    )
+}
+
+
+@_skipping({**CANNOT_APPLY, **ROOF})
+class RoofTransformerForSequenceClassificationCommonTest(KeplmCommonTest, unittest.TestCase):
+    all_model_classes = (with_assets(RoofTransformerForSequenceClassification, ROOF_ASSETS),)
+    model_tester_class = RoofModelTester
+    config_kwargs = {"fusion_layers": 1, "max_knowledge_length": 40}
+
+    def labels(self, inputs: dict) -> dict:
+        return {"labels": torch.zeros(inputs["input_ids"].shape[0], dtype=torch.long)}
+
+
+@_skipping(CANNOT_APPLY)
+class KeplmForRelationExtractionCommonTest(KeplmCommonTest, unittest.TestCase):
+    all_model_classes = (KeplmForRelationExtraction,)
+    model_tester_class = RelationExtractionModelTester
+    config_kwargs = {"bilinear_dim": 8}
+
+    def labels(self, inputs: dict) -> dict:
+        return {}
+
+
+@_skipping({**CANNOT_APPLY, **ROOF})
+class RoofTransformerForQuestionAnsweringCommonTest(RoofTransformerForSequenceClassificationCommonTest):
+    all_model_classes = (with_assets(RoofTransformerForQuestionAnswering, ROOF_ASSETS),)
+
+    def labels(self, inputs: dict) -> dict:
+        zeros = torch.zeros(inputs["input_ids"].shape[0], dtype=torch.long)
+        return {"start_positions": zeros, "end_positions": zeros}
+
+
+@_skipping({**CANNOT_APPLY, **ROOF, **BASE_MODEL})
+class RoofTransformerModelCommonTest(RoofTransformerForSequenceClassificationCommonTest):
+    all_model_classes = (with_assets(RoofTransformerModel, ROOF_ASSETS),)
+
+    def labels(self, inputs: dict) -> dict:
+        return {}
+
+
+@_skipping({**CANNOT_APPLY, **BASE_MODEL, **TRELM_BUFFERS})
+class TrelmModelCommonTest(TrelmForMaskedLMCommonTest):
+    all_model_classes = (with_assets(TrelmModel, TRELM_ASSETS),)
+
+    def labels(self, inputs: dict) -> dict:
+        return {}
