@@ -52,7 +52,8 @@ class Case:
     ``build(ingredients) -> (model, processor)``: a tiny model in eval mode with visible (non-zero) new weights.
     ``from_base(base_dir, ingredients) -> (model, processor)``: the same head built with ``from_base_pretrained`` on a
     saved tiny encoder folder (what LoRA records as its base). ``features(processor)``: one raw text's features (a
-    list, to compare two processors). ``batch(processor, model)``: a model batch built from raw text.
+    list, to compare two processors). ``items(processor)``: the features of several raw examples, which
+    :meth:`batch` collates.
     ``check_task``: the ``knowledge_sensitivity`` task the method's head predicts, ``check_examples`` raw examples
     for it and ``check_examples_with_facts`` how many of them carry a fact the model reads. Where the check does not
     apply (``check_task`` None): ``check_refusal``, the ValueError message (regex) expected, or ``check_skip``, why
@@ -65,7 +66,7 @@ class Case:
     build: Callable[[Ingredients], tuple]
     from_base: Callable[[Path, Ingredients], tuple]
     features: Callable[[Any], list[dict]]
-    batch: Callable[[Any, Any], dict]
+    items: Callable[[Any], list[dict]]
     reads_knowledge: bool
     pipeline_task: str | None = None
     pipeline_input: Any = None
@@ -75,6 +76,10 @@ class Case:
     check_examples_with_facts: int = 0
     check_refusal: str | None = None
     check_skip: str | None = None
+
+    def batch(self, processor, model) -> dict:
+        """A model batch built from raw text: the items through the method's collator."""
+        return KeplmDataCollator.from_processor(processor, model)(self.items(processor))
 
     @property
     def id(self) -> str:
@@ -95,11 +100,11 @@ def _one_text(processor, text: str) -> list[dict]:
     return [processor(text)]
 
 
-def _collated(texts: tuple[str, ...]):
-    def batch(processor, model):
-        return KeplmDataCollator.from_processor(processor, model)([processor(text) for text in texts])
+def _texts(texts: tuple[str, ...]):
+    def items(processor):
+        return [processor(text) for text in texts]
 
-    return batch
+    return items
 
 
 # ------------------------------------------------------------------------------------------------ KALA
@@ -137,7 +142,7 @@ KALA = Case(
     build=_kala,
     from_base=_kala_from_base,
     features=lambda processor: _one_text(processor, TEXTS[0]),
-    batch=_collated(TEXTS),
+    items=_texts(TEXTS),
     reads_knowledge=True,
     pipeline_task="keplm-ner",
     pipeline_input="john visited paris and new york .",
@@ -197,7 +202,7 @@ ROOF = Case(
     build=_roof,
     from_base=_roof_from_base,
     features=_roof_features,
-    batch=lambda processor, model: KeplmDataCollator.from_processor(processor, model)(_roof_features(processor)),
+    items=_roof_features,
     reads_knowledge=True,
     pipeline_task="keplm-text-classification",
     pipeline_input={"text": PAIRS[0][0], "text_pair": PAIRS[0][1]},
@@ -241,7 +246,7 @@ TRELM = Case(
     build=_trelm,
     from_base=_trelm_from_base,
     features=lambda processor: _one_text(processor, TRELM_TEXT),
-    batch=_collated((TRELM_TEXT, "berlin is in germany .")),
+    items=_texts((TRELM_TEXT, "berlin is in germany .")),
     reads_knowledge=True,
     pipeline_skip="TRELM is a masked-LM pre-training method: keplm registers no pipeline for it",
     check_skip="TRELM's head is a masked LM, none of the counterfactual tasks (ner, qa, classification): its "
@@ -253,6 +258,7 @@ RELATIONS = ["no_relation", "P108", "P551", "P17"]
 ENTITY_TYPES = ["PER", "ORG", "LOC"]
 RE_TEXT = "john works for acme bank . john lives in paris ."
 RE_SPANS = [[[0, 4], [27, 31]], [[15, 24]], [[41, 46]]]
+RE_SECOND = ("mary visited paris .", [[[0, 4]], [[13, 18]]])  # a shorter document: the batch pads
 
 
 def _re_processor(ingredients: Ingredients) -> RelationExtractionProcessor:
@@ -288,7 +294,7 @@ RELATION_EXTRACTION = Case(
     build=_relation_extraction,
     from_base=_relation_extraction_from_base,
     features=_re_features,
-    batch=lambda processor, model: KeplmDataCollator.from_processor(processor)(_re_features(processor)),
+    items=lambda processor: [*_re_features(processor), processor(*RE_SECOND, entity_types=["PER", "LOC"])],
     reads_knowledge=False,
     pipeline_skip="relation extraction has no keplm pipeline: its head is no task Auto class's (AutoModel only), and "
     "RelationExtractor.extract reads a text with its entity mentions, not raw text",
@@ -330,7 +336,7 @@ TOY_KG = Case(
     build=_toy,
     from_base=_toy_from_base,
     features=lambda processor: _one_text(processor, TEXTS[0]),
-    batch=_collated(TEXTS),
+    items=_texts(TEXTS),
     reads_knowledge=True,
     pipeline_task="keplm-ner",
     pipeline_input="mary visited paris and france .",

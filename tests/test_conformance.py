@@ -15,6 +15,7 @@ import torch
 import transformers
 from transformers import AutoConfig, AutoProcessor, BertModel
 
+from keplm import KeplmDataCollator
 from keplm.checks.counterfactual import EDITS, TASKS, knowledge_sensitivity, task_of
 from keplm.hub.card import build_model_card
 from keplm.modeling.lora import add_lora, load_lora, save_lora
@@ -278,3 +279,46 @@ def test_check_knowledge_refuses_a_task_the_head_does_not_predict(case, built):
         expected = rf"{case.model_class.__name__} predicts " + (f"'{case.check_task}'" if case.check_task else "none")
         with pytest.raises(ValueError, match=expected):
             knowledge_sensitivity(model, processor, [{"text": "john visited paris ."}], task=task)
+
+
+# ------------------------------------------------------------------------------------------------ 7. batch shapes
+def _compare_by_example(batched: dict, singles: list[dict]) -> int:
+    """Each example's outputs alone against the batch's: a per-example output (a batch dimension) against the
+    example's row, cut to its own length (right padding); a flat one (one row per graph node or entity pair of the
+    whole batch) against the examples' outputs concatenated in order. Scalars (the loss) are left out. Returns how
+    many outputs were compared."""
+    compared = 0
+    for key, full in batched.items():
+        if full.dim() == 0:
+            continue
+        if full.shape[0] == len(singles) and all(single[key].shape[0] == 1 for single in singles):
+            for row, single in enumerate(singles):
+                cut = full[row : row + 1][tuple(slice(0, n) for n in single[key].shape)]
+                torch.testing.assert_close(cut, single[key], rtol=1e-4, atol=1e-5, msg=f"{key}, example {row}")
+        else:
+            torch.testing.assert_close(full, torch.cat([single[key] for single in singles]), rtol=1e-4, atol=1e-5)
+        compared += 1
+    return compared
+
+
+def test_each_example_of_a_batch_gets_the_outputs_it_gets_alone(case, built):
+    """Batched = single, cut by example: transformers' batching test slices inputs by row, which the flat batched
+    knowledge graph cannot take; here each example is collated alone (its own sub-graph) and its outputs must be
+    its part of the batch's."""
+    model, processor = built
+    items = case.items(processor)
+    assert len(items) >= 2
+    collator = KeplmDataCollator.from_processor(processor, model)
+    singles = [outputs(model, collator([item])) for item in items]
+    assert _compare_by_example(outputs(model, collator(items)), singles) >= 1
+
+
+def test_eager_and_sdpa_attention_give_the_same_outputs(case, built):
+    """transformers' eager-vs-SDPA test slices inputs by row; on the case's whole batch the model with eager
+    attention gives the SDPA model's outputs."""
+    model, processor = built
+    batch = case.batch(processor, model)
+    sdpa = outputs(model, batch)
+    model.set_attn_implementation("eager")
+    eager = outputs(model, batch)
+    torch.testing.assert_close(eager, sdpa, rtol=1e-4, atol=1e-5)
