@@ -308,7 +308,15 @@ class RoofTransformerForSequenceClassificationCommonTest(KeplmCommonTest, unitte
         return {"labels": torch.zeros(inputs["input_ids"].shape[0], dtype=torch.long)}
 
 
-@_skipping(CANNOT_APPLY)
+@_skipping(
+    {
+        **CANNOT_APPLY,
+        "test_batching_equivalence": (
+            "slices every input by row; edge_index holds the entity pairs of the whole batch ([2, pairs]), which a "
+            "row cannot cut (keplm's by-example check: tests/test_conformance.py)"
+        ),
+    }
+)
 class KeplmForRelationExtractionCommonTest(KeplmCommonTest, unittest.TestCase):
     all_model_classes = (KeplmForRelationExtraction,)
     model_tester_class = RelationExtractionModelTester
