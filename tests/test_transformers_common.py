@@ -17,6 +17,7 @@ import torch
 
 from keplm import (
     KalaConfig,
+    KalaForConditionalGeneration,
     KalaForQuestionAnswering,
     KalaForTokenClassification,
     KalaModel,
@@ -36,6 +37,7 @@ from keplm.modeling.modeling_relation_extraction import KeplmForRelationExtracti
 from .conformance_cases import RELATION_EXTRACTION, Ingredients
 from .conformance_cases import ROOF as ROOF_CASE
 from .conftest import make_assets, make_kg, make_tokenizer, tiny_encoder_config
+from .seq2seq_fixtures import seq2seq_tokenizer, t5_config
 from .test_trelm import with_kge
 from .transformers_common import common_tests
 
@@ -349,3 +351,52 @@ class TrelmModelCommonTest(TrelmForMaskedLMCommonTest):
 
     def labels(self, inputs: dict) -> dict:
         return {}
+
+
+S2S_TOKENIZER = seq2seq_tokenizer()
+
+
+class KalaT5ModelTester(KalaModelTester):
+    """A tiny KALA on T5 (KFM in both encoder layers) and a batch of three linked sentences with decoder inputs."""
+
+    def __init__(self, parent, model_class):
+        super().__init__(parent, model_class)
+        self.processor = KalaProcessor(S2S_TOKENIZER, ASSETS)
+        encoder = t5_config(len(S2S_TOKENIZER))
+        self.num_hidden_layers, self.num_attention_heads = encoder.num_layers, encoder.num_heads
+        self.hidden_size, self.vocab_size = encoder.d_model, encoder.vocab_size
+
+    def get_config(self) -> KalaConfig:
+        return KalaConfig(
+            encoder_config=t5_config(len(S2S_TOKENIZER)),
+            retrieval_mode="relational",
+            kfm_layers=[0, 1],
+            entity_vocab_size=ASSETS.num_entities,
+            num_relations=ASSETS.num_relations,
+        )
+
+    def prepare_config_and_inputs_for_common(self):
+        config, batch = super().prepare_config_and_inputs_for_common()
+        self.encoder_seq_length = self.seq_length
+        decoder = S2S_TOKENIZER(["paris", "berlin is", "acme bank"], padding=True, return_tensors="pt")
+        batch["decoder_input_ids"], batch["decoder_attention_mask"] = decoder.input_ids, decoder.attention_mask
+        self.decoder_seq_length = decoder.input_ids.shape[1]
+        return config, batch
+
+
+@_skipping(
+    {
+        **CANNOT_APPLY,
+        "test_generation_tester_mixin_inheritance": (
+            "transformers' GenerationTesterMixin is not in its sdist (tests/generation/ is not shipped), so a "
+            "generating model's tester cannot inherit it; keplm's generation tests: tests/test_kala_generation.py"
+        ),
+    }
+)
+class KalaForConditionalGenerationCommonTest(KeplmCommonTest, unittest.TestCase):
+    all_model_classes = (with_assets(KalaForConditionalGeneration, ASSETS),)
+    model_tester_class = KalaT5ModelTester
+    is_encoder_decoder = True
+
+    def labels(self, inputs: dict) -> dict:
+        return {"labels": inputs["decoder_input_ids"].clone()}

@@ -290,3 +290,25 @@ def test_trelm_evaluation_loss_is_the_same_every_call(tokenizer, kg):
     with torch.no_grad():
         first, second = model(**batch), model(**batch)
     assert first.cka_loss is not None and torch.equal(first.loss, second.loss)
+
+
+def test_kala_t5_honours_the_output_flags_of_its_config(tokenizer, assets):
+    """``output_hidden_states`` / ``output_attentions`` set on KALA-T5's config reach the decoder too (the stock T5
+    inside read its own config, so decoder states and attentions never came back: found by transformers' common
+    tests); the call's value wins."""
+    from .seq2seq_fixtures import seq2seq_tokenizer
+    from .test_kala_generation import batch_of, make_generator
+
+    s2s = seq2seq_tokenizer()
+    model = make_generator(s2s, assets, "t5")
+    batch = batch_of(KalaProcessor(s2s, assets), ["john visited paris ."])
+    batch["decoder_input_ids"] = s2s(["paris"], return_tensors="pt").input_ids
+    model.set_attn_implementation("eager")  # attention weights come from eager attention only
+    model.config.output_hidden_states, model.config.output_attentions = True, True
+    with torch.no_grad():
+        out = model(**batch)
+        plain = model(**batch, output_hidden_states=False, output_attentions=False)
+    layers = model.config.encoder_config.num_layers
+    assert len(out.decoder_hidden_states) == layers + 1 and len(out.decoder_attentions) == layers
+    assert len(out.encoder_hidden_states) == layers + 1 and len(out.cross_attentions) == layers
+    assert plain.decoder_hidden_states is None and plain.decoder_attentions is None

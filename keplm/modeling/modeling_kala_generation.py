@@ -126,6 +126,11 @@ class KalaForConditionalGeneration(KalaPreTrainedModel, GenerationMixin):
             input (as for [`KalaModel`]); not needed when `encoder_outputs` are given.
         Other keyword arguments (`cache`, `cache_position`, ...) go to the stock model.
         """
+        # flags left unset come from this model's config (the stock model inside would read its own)
+        if output_attentions is None:
+            output_attentions = self.config.output_attentions
+        if output_hidden_states is None:
+            output_hidden_states = self.config.output_hidden_states
         if encoder_outputs is None:
             encoder_outputs = self.kala(
                 input_ids=input_ids,
