@@ -175,6 +175,26 @@ def test_generate_reads_the_knowledge_once_through_the_encoder(s2s_tokenizer, as
 
 
 @pytest.mark.parametrize("family", SEQ2SEQ_CONFIGS)
+def test_generate_with_and_without_the_cache_and_by_sampling(s2s_tokenizer, assets, processor, family):
+    """What transformers' GenerationTesterMixin checks and its sdist does not ship (tests/transformers_common.py):
+    greedy decoding gives the same tokens with the decoder's cache as without it, and sampling with a seed is
+    reproducible, its tokens the vocabulary's, with the knowledge read once per call."""
+    model = make_generator(s2s_tokenizer, assets, family)
+    batch = batch_of(processor, TEXTS)
+    calls = []
+    model.kala.register_forward_hook(lambda *args: calls.append(1))
+    with torch.no_grad():
+        cached = model.generate(**batch, max_new_tokens=5, do_sample=False, use_cache=True)
+        uncached = model.generate(**batch, max_new_tokens=5, do_sample=False, use_cache=False)
+        assert torch.equal(cached, uncached) and len(calls) == 2
+        torch.manual_seed(3)
+        sampled = model.generate(**batch, max_new_tokens=5, do_sample=True, top_k=5)
+        torch.manual_seed(3)
+        assert torch.equal(model.generate(**batch, max_new_tokens=5, do_sample=True, top_k=5), sampled)
+    assert sampled.shape[0] == len(TEXTS) and 0 <= int(sampled.min()) and int(sampled.max()) < len(s2s_tokenizer)
+
+
+@pytest.mark.parametrize("family", SEQ2SEQ_CONFIGS)
 def test_save_load_identical_outputs_and_generations(tmp_path, s2s_tokenizer, assets, processor, family):
     model = make_generator(s2s_tokenizer, assets, family)
     batch = batch_of(processor, TEXTS)
