@@ -82,7 +82,7 @@ class KeplmModelCardData:
         self.hyperparameters = extract_hyperparameters_from_trainer(trainer)
         if args.bf16:
             self.hyperparameters["mixed_precision_training"] = "bf16"
-        card = method_card(getattr(model.config, "model_type", None))
+        card = method_card(getattr(getattr(model, "config", None), "model_type", None))  # any nn.Module trains
         self.hyperparameters.update(knowledge_hyperparameters(self.knowledge_args, card))
         self.device = _device_name(args.device)
 
