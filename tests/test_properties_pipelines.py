@@ -114,3 +114,14 @@ def test_ner_features_take_any_annotation_or_name_the_bad_mention(tokenizer, ass
         )
     token_map, nodes = features["entity_token_map"][0], len(features["node_entity_ids"][0])
     assert len(token_map) == len(features["input_ids"][0]) and all(-1 <= node < nodes for node in token_map)
+
+
+@pytest.mark.parametrize(("question_words", "max_length"), [(30, 32), (10, 16)])
+def test_a_question_that_leaves_no_room_for_the_context_is_named(qa_dir, question_words, max_length):  # noqa: F811
+    """Found by the property above in a fresh environment: a question taking most of ``max_length`` left the
+    context windows no more than ``doc_stride`` tokens, and the tokenizer panicked in Rust. Now a ValueError names
+    the question, its length and what to change."""
+    reader = pipeline("keplm-qa", model=str(qa_dir))
+    question = " ".join(["paris"] * question_words)
+    with pytest.raises(ValueError, match=rf"question 0 .* takes {question_words} of max_length={max_length} tokens"):
+        reader(question=question, context="john visited paris .", max_length=max_length, doc_stride=4)

@@ -128,6 +128,20 @@ class TaskFeatures:
         return texts, encoding, out
 
     # ------------------------------------------------------------------ QA
+    def _check_context_room(self, questions: list[str], max_length: int, doc_stride: int) -> None:
+        """A ValueError naming the first question that leaves the context windows no more than ``doc_stride`` tokens
+        of ``max_length`` (the tokenizer would stop deep inside with a truncation or stride error)."""
+        specials = self.tokenizer.num_special_tokens_to_add(pair=True)
+        lengths = self.tokenizer(questions, add_special_tokens=False, return_length=True)["length"]
+        for index, (question, length) in enumerate(zip(questions, lengths)):
+            room = max_length - specials - length
+            if room <= doc_stride:
+                raise ValueError(
+                    f"question {index} ({question[:40]!r}) takes {length} of max_length={max_length} tokens "
+                    f"({specials} special), leaving {room} for each context window, which must exceed "
+                    f"doc_stride={doc_stride}: raise max_length, lower doc_stride or shorten the question"
+                )
+
     def prepare_qa_features(
         self,
         examples: dict,
@@ -146,6 +160,7 @@ class TaskFeatures:
         """
         pad_right = self.tokenizer.padding_side == "right"
         questions = [q.lstrip() for q in examples["question"]]
+        self._check_context_room(questions, max_length, doc_stride)
         encoding = self.tokenizer(
             questions if pad_right else examples["context"],
             examples["context"] if pad_right else questions,
