@@ -33,12 +33,16 @@ _TASK_OF_ARCHITECTURE = {
 }
 
 
+def _task_of_name(name: str) -> str | None:
+    """The task a model class predicts, from its name (``KalaForTokenClassification``: ``"ner"``), or None."""
+    return next((task for suffix, task in _TASK_OF_ARCHITECTURE.items() if name.endswith(f"For{suffix}")), None)
+
+
 def task_of(config) -> str:
     """The task the checks read from a model's saved architectures; a ValueError when none is one of theirs."""
     for architecture in getattr(config, "architectures", None) or []:
-        for suffix, task in _TASK_OF_ARCHITECTURE.items():
-            if architecture.endswith(f"For{suffix}"):
-                return task
+        if _task_of_name(architecture) is not None:
+            return _task_of_name(architecture)
     raise ValueError(f"cannot tell the task of architectures {config.architectures!r}: pass --task")
 
 
@@ -313,7 +317,7 @@ def knowledge_sensitivity(
     if not getattr(model.config, "uses_knowledge", False):
         raise ValueError(f"{type(model).__name__} reads no knowledge (a baseline): there is nothing to edit")
     head = getattr(model, "get_base_model", lambda: model)()  # a LoRA adapter: the model inside
-    predicts = next((t for suffix, t in _TASK_OF_ARCHITECTURE.items() if type(head).__name__.endswith(suffix)), None)
+    predicts = _task_of_name(type(head).__name__)
     if predicts != task:
         raise ValueError(
             f"task {task!r} needs a model that predicts it; {type(head).__name__} predicts "

@@ -394,9 +394,7 @@ class TrelmForMaskedLM(TrelmPreTrainedModel):
         negatives = None
         if self.config.use_cka:
             index = inputs.get("cka_token_index", torch.zeros_like(inputs["input_ids"]))[rows, cols]
-            # evaluation draws the same negatives every call, so that an evaluation loss is reproducible
-            generator = None if self.training else torch.Generator(device=index.device).manual_seed(0)
-            negatives = self.negative_sampler(index, self.config.cka_num_negatives, generator=generator)
+            negatives = self.cka_negatives(index)
         was_training, frozen = self.training, self.trelm.memory_frozen
         self.trelm.memory_frozen = True  # the attribution passes must not move the memory bank
         self.eval()  # no dropout: the attribution of one fixed function
@@ -430,6 +428,12 @@ class TrelmForMaskedLM(TrelmPreTrainedModel):
         if "route_indices" in state:
             router = self.router or self.enable_knowledge_routing()
             router.set_route_indices(list(state["route_indices"]))
+
+    def cka_negatives(self, index: torch.Tensor) -> torch.Tensor:
+        """The CKA negatives of targets at token ``index`` of their entity; evaluation draws the same ones every
+        call (a fixed generator), so that an evaluation loss is reproducible."""
+        generator = None if self.training else torch.Generator(device=index.device).manual_seed(0)
+        return self.negative_sampler(index, self.config.cka_num_negatives, generator=generator)
 
     # ------------------------------------------------------------------ forward
     @can_return_tuple
@@ -491,9 +495,7 @@ class TrelmForMaskedLM(TrelmPreTrainedModel):
         if self.config.use_cka and cka_labels is not None and mlm_loss is not None:
             rows, cols = (cka_labels != -100).nonzero(as_tuple=True)
             index = cka_token_index[rows, cols] if cka_token_index is not None else torch.zeros_like(rows)
-            # evaluation draws the same negatives every call, so that an evaluation loss is reproducible
-            generator = None if self.training else torch.Generator(device=index.device).manual_seed(0)
-            negatives = self.negative_sampler(index, self.config.cka_num_negatives, generator=generator)
+            negatives = self.cka_negatives(index)
             states = self.lm_head.transform(hidden[rows, cols])
             cka_loss = self.cka(
                 states, cka_labels[rows, cols], negatives, self.lm_head.decoder.weight, self.lm_head.bias
