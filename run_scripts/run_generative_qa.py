@@ -37,6 +37,7 @@ from keplm.training.runtime import (
     QA_SPLIT_HINT,
     build_features,
     check_splits,
+    end_distributed_run,
     flatten,
     load_qa_splits,
     qa_train_evaluate_predict,
@@ -155,3 +156,4 @@ def count_answers_cut(features: dict, max_seq_length: int) -> dict:
 if __name__ == "__main__":
     transformers.utils.logging.enable_explicit_format()
     main()
+    end_distributed_run()

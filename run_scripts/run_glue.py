@@ -33,6 +33,7 @@ from keplm.training.run_recipe import choose_recipe
 from keplm.training.runtime import (
     build_features,
     check_splits,
+    end_distributed_run,
     record,
     setup_logging,
     train_and_save,
@@ -171,3 +172,4 @@ def main(args: list[str] | None = None) -> dict:
 if __name__ == "__main__":
     transformers.utils.logging.enable_explicit_format()
     main()
+    end_distributed_run()

@@ -31,6 +31,7 @@ from keplm.training.runtime import (
     build_features,
     check_max_seq_length,
     check_splits,
+    end_distributed_run,
     record,
     setup_logging,
     train_and_save,
@@ -207,3 +208,4 @@ def tag_with_saved_model(
 if __name__ == "__main__":
     transformers.utils.logging.enable_explicit_format()
     main()
+    end_distributed_run()

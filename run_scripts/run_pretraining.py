@@ -48,7 +48,7 @@ from keplm.training.pretraining import (
     TrelmArguments,
     add_importance,
 )
-from keplm.training.runtime import check_max_seq_length, flatten, record, setup_logging
+from keplm.training.runtime import check_max_seq_length, end_distributed_run, flatten, record, setup_logging
 from keplm.training.trainer import KeplmTrainer
 
 #: this project's card facts (its datasets' public names, the MiniLM package), for the model card
@@ -264,3 +264,4 @@ def main(args: list[str] | None = None) -> dict:
 if __name__ == "__main__":
     transformers.utils.logging.enable_explicit_format()
     main()
+    end_distributed_run()

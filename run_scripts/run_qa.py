@@ -33,6 +33,7 @@ from keplm.training.runtime import (
     build_features,
     check_max_seq_length,
     check_splits,
+    end_distributed_run,
     flatten,
     load_qa_splits,
     qa_train_evaluate_predict,
@@ -135,3 +136,4 @@ def check_window(processor, data_args: QaDataArguments) -> None:
 if __name__ == "__main__":
     transformers.utils.logging.enable_explicit_format()
     main()
+    end_distributed_run()

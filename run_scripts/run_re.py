@@ -42,7 +42,7 @@ from keplm.modeling.modeling_relation_extraction import KeplmForRelationExtracti
 from keplm.tokenization.processing_relation_extraction import RelationExtractionProcessor
 from keplm.training.arguments import KeplmTrainingArguments, ModelArguments, parse_args
 from keplm.training.compute_metrics import FactMetrics
-from keplm.training.runtime import record, setup_logging
+from keplm.training.runtime import end_distributed_run, record, setup_logging
 from keplm.training.trainer import KeplmTrainer
 
 logger = logging.getLogger(__name__)
@@ -271,3 +271,4 @@ def main(args: list[str] | None = None) -> dict:
 if __name__ == "__main__":
     transformers.utils.logging.enable_explicit_format()
     main()
+    end_distributed_run()

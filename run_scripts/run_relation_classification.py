@@ -37,7 +37,14 @@ from keplm.data import limit_samples
 from keplm.data.semeval import SEMEVAL_LABELS, SEMEVAL_RELATIONS, load_semeval2010_task8, mark_entities
 from keplm.training.arguments import DataArguments, KeplmTrainingArguments, ModelArguments, parse_args
 from keplm.training.compute_metrics import RelationClassificationComputeMetrics
-from keplm.training.runtime import check_max_seq_length, check_splits, record, setup_logging, train_and_save
+from keplm.training.runtime import (
+    check_max_seq_length,
+    check_splits,
+    end_distributed_run,
+    record,
+    setup_logging,
+    train_and_save,
+)
 from keplm.training.trainer import KeplmTrainer
 
 logger = logging.getLogger(__name__)
@@ -170,3 +177,4 @@ def main(args: list[str] | None = None) -> dict:
 if __name__ == "__main__":
     transformers.utils.logging.enable_explicit_format()
     main()
+    end_distributed_run()
