@@ -26,7 +26,6 @@ from transformers import set_seed
 
 from keplm.training.arguments import KeplmTrainingArguments, ModelArguments, QaDataArguments, parse_args
 from keplm.training.knowledge_setup import Featurizer
-from keplm.training.metrics import squad_references, squad_v1_metrics
 from keplm.training.run_recipe import choose_recipe
 from keplm.training.runtime import (
     QA_SPLIT_HINT,
@@ -41,7 +40,6 @@ from keplm.training.runtime import (
     trainer_arguments,
     used_splits,
 )
-from keplm.training.subsets import subset_metrics
 from keplm.training.trainer import QuestionAnsweringTrainer
 
 #: this project's card facts (its datasets' public names, the MiniLM package), for the model card
@@ -97,32 +95,7 @@ def main(args: list[str] | None = None) -> dict:
     data_results = recipe.data_results(processor, raw, features, model)
     data_results.update(flatten(data_report, "data"))
 
-    def predict_extra(output) -> dict:  # KALA 5.4: contexts with >= 3 entities unseen in training vs the rest
-        metrics = recipe.split_results(raw, "test", "predict")
-        counts = recipe.unseen_entity_counts(raw, "test")
-        if counts is not None:
-            ids = list(raw["test"]["id"])
-            references = squad_references(raw["test"])
-            metrics.update(
-                subset_metrics(
-                    lambda p, r: squad_v1_metrics(dict(enumerate(p)), dict(enumerate(r))),
-                    [output.predictions.get(i, "") for i in ids],
-                    [references[i] for i in ids],
-                    counts,
-                    "predict",
-                )
-            )
-        return metrics
-
-    return qa_train_evaluate_predict(
-        trainer,
-        training_args,
-        raw,
-        features,
-        data_results,
-        train_extra=recipe.split_results(raw, "train", "train"),
-        predict_extra=predict_extra,
-    )
+    return qa_train_evaluate_predict(trainer, training_args, raw, features, data_results, recipe)
 
 
 def check_window(processor, data_args: QaDataArguments) -> None:

@@ -17,7 +17,9 @@ from keplm.data import limit_samples, load_qa_dataset
 from keplm.metric_units import METRIC_UNIT, METRIC_UNIT_KEY
 
 from .knowledge_setup import maybe_add_lora
+from .metrics import squad_references, squad_v1_metrics
 from .model_card import KeplmModelCardData
+from .subsets import subset_metrics
 
 logger = logging.getLogger(__name__)
 
@@ -248,24 +250,43 @@ QA_SPLIT_HINT = (
 )
 
 
-def qa_train_evaluate_predict(
-    trainer, training_args, raw, features, data_results: dict, train_extra: dict | None = None, predict_extra=None
-) -> dict:
+def qa_predict_results(recipe, raw, predictions: dict) -> dict:
+    """The test split's method results, and (KALA §5.4) EM / F1 on the questions whose context has >= 3 entities
+    unseen in training against the rest, from ``{question id: answer text}``."""
+    metrics = recipe.split_results(raw, "test", "predict")
+    counts = recipe.unseen_entity_counts(raw, "test")
+    if counts is not None:
+        ids = [str(i) for i in raw["test"]["id"]]
+        predictions = {str(k): v for k, v in predictions.items()}
+        references = {str(k): v for k, v in squad_references(raw["test"]).items()}
+        metrics.update(
+            subset_metrics(
+                lambda p, r: squad_v1_metrics(dict(enumerate(p)), dict(enumerate(r))),
+                [predictions.get(i, "") for i in ids],
+                [references[i] for i in ids],
+                counts,
+                "predict",
+            )
+        )
+    return metrics
+
+
+def qa_train_evaluate_predict(trainer, training_args, raw, features, data_results: dict, recipe) -> dict:
     """The shared end of the QA scripts (extractive and generative): data report, training, EM/F1 on validation
-    and test, card and push."""
+    and test (with :func:`qa_predict_results`), card and push."""
     results = {}
     if data_results:
         trainer.save_metrics("data", data_results)
         results.update(data_results)
     if training_args.do_train:
-        results.update(train_and_save(trainer, training_args, len(features["train"]), **(train_extra or {})))
+        train_extra = recipe.split_results(raw, "train", "train")
+        results.update(train_and_save(trainer, training_args, len(features["train"]), **train_extra))
     if training_args.do_eval:
         results.update(record(trainer, "eval", dict(trainer.evaluate(), eval_samples=len(raw["validation"]))))
     if training_args.do_predict:
         output = trainer.predict(features["test"], raw["test"], metric_key_prefix="predict")
         metrics = dict(output.metrics, predict_samples=len(raw["test"]))
-        if predict_extra is not None:
-            metrics.update(predict_extra(output))
+        metrics.update(qa_predict_results(recipe, raw, output.predictions))
         results.update(record(trainer, "predict", metrics))
     if training_args.do_train:
         trainer.create_model_card()
@@ -277,6 +298,7 @@ def qa_train_evaluate_predict(
 __all__ = [
     "QA_SPLIT_HINT",
     "load_qa_splits",
+    "qa_predict_results",
     "qa_train_evaluate_predict",
     "setup_logging",
     "warn_single_process_launch",
