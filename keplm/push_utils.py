@@ -1,5 +1,5 @@
-"""Pushing a saved keplm folder to the Hub in one commit (shared by models, processors, LoRA adapters and the Trainer;
-below every layer that pushes, like :mod:`keplm.file_utils`).
+"""Pushing a saved keplm folder to the Hub in one commit, a LoRA adapter in two (shared by models, processors, LoRA
+adapters and the Trainer; below every layer that pushes, like :mod:`keplm.file_utils`).
 
 transformers' ``push_to_hub`` uploads the files a save changed one folder deep, so a model with its nested
 ``knowledge/kg/`` folder cannot be pushed that way; keplm saves into a temporary folder and uploads the whole folder
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import fnmatch
 import hashlib
+import json
 import os
 import tempfile
 from collections.abc import Callable
@@ -54,6 +55,42 @@ PROCESSOR_FILES = (
 #: checkpoints' optimizer / scheduler / RNG states and the run's result files stay local unless the user asks for
 #: checkpoints on the Hub, ``hub_strategy``)
 LOADING_PATTERNS = tuple(dict.fromkeys((*MODEL_FILES, *PROCESSOR_FILES, "*.model", "README.md", "figures/**")))
+
+
+ADAPTER_CONFIG = "adapter_config.json"
+
+
+def adapter_base_to_pin(folder: str | os.PathLike, repo_id: str) -> dict | None:
+    """``adapter_config.json`` of ``folder`` when it names ``repo_id`` itself as the adapter's base model (a keplm
+    adapter saved for that repo, whose base files, config.json, keplm_adapter.json and knowledge/, live beside it):
+    the config :func:`pin_adapter_base` pins after the push. None for anything else."""
+    path = Path(folder, ADAPTER_CONFIG)
+    if not path.is_file():
+        return None
+    recorded = json.loads(path.read_text(encoding="utf-8"))
+    return recorded if recorded.get("base_model_name_or_path") == repo_id else None
+
+
+def pin_adapter_base(repo_id: str, adapter_config: dict | None, commit, token=None, revision: str | None = None):
+    """The second commit of an adapter push: ``adapter_config.json`` with peft's ``revision`` set to ``commit`` (the
+    push that uploaded the adapter with its base files), so that peft's ``AutoPeftModel*.from_pretrained(repo,
+    revision=R)``, which loads the base at the revision the adapter config names, takes the base files of the same
+    push as the adapter, not those of main. Returns that commit's ``CommitInfo`` (``commit`` itself, or its
+    ``Future``'s result, when there is nothing to pin)."""
+    from huggingface_hub import HfApi
+
+    commit = commit.result() if hasattr(commit, "result") else commit  # a push run as a future
+    if adapter_config is None:
+        return commit
+    pinned = {**adapter_config, "revision": commit.oid}
+    return HfApi().upload_file(
+        path_or_fileobj=(json.dumps(pinned, indent=2, sort_keys=True) + "\n").encode("utf-8"),
+        path_in_repo=ADAPTER_CONFIG,
+        repo_id=repo_id,
+        revision=commit.pr_revision or revision,  # a push opened as a pull request: pin on its branch
+        commit_message=f"Pin the adapter's base files to {commit.oid[:12]}",
+        token=token,
+    )
 
 
 def pickled_files(folder: str | os.PathLike) -> list[str]:
@@ -107,7 +144,9 @@ def card_is_current(repo_id: str, folder: str | os.PathLike, token=None, revisio
     root = Path(folder)
     for path in root.rglob("*"):
         name = path.relative_to(root).as_posix()
-        if not path.is_file() or name == "README.md" or name.startswith("figures/"):
+        # adapter_config.json's pinned base revision changes with every push (pin_adapter_base); its other fields
+        # follow the adapter weights, which are compared
+        if not path.is_file() or name in ("README.md", ADAPTER_CONFIG) or name.startswith("figures/"):
             continue
         entry = listed.get(name)
         if entry is None:
@@ -139,7 +178,8 @@ def push_folder(
     with its results; a re-push with other weights or another KG gets the card of what it pushes). A saved pickle is
     a ValueError naming it. ``replaces``: the patterns of the files this push owns (:data:`MODEL_FILES`,
     :data:`PROCESSOR_FILES`); the repo's files matching them that the new save lacks are deleted in the same commit.
-    Returns the ``CommitInfo``.
+    A keplm adapter saved for this repo gets a second commit that pins its base files (:func:`pin_adapter_base`).
+    Returns the ``CommitInfo`` of the last commit.
     """
     from huggingface_hub import HfApi
 
@@ -156,7 +196,7 @@ def push_folder(
         pickles = pickled_files(folder)
         if pickles:
             raise ValueError(f"refusing to push pickled files {pickles} to {repo_id}: keplm saves no pickles")
-        return api.upload_folder(
+        commit = api.upload_folder(
             repo_id=repo_id,
             folder_path=folder,
             commit_message=commit_message or default_message,
@@ -166,10 +206,13 @@ def push_folder(
             create_pr=create_pr,
             delete_patterns=list(replaces) or None,
         )
+        return pin_adapter_base(repo_id, adapter_base_to_pin(folder, repo_id), commit, token=token, revision=revision)
 
 
 __all__ = [
     "push_folder",
+    "adapter_base_to_pin",
+    "pin_adapter_base",
     "pickled_files",
     "repo_has_file",
     "card_is_current",

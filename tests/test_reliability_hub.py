@@ -281,10 +281,21 @@ def test_a_run_scripts_lora_push_loads_through_the_auto_class(hub_server, tiny, 
             "--push_to_hub",
             "--hub_model_id",
             "org/ner-lora",
+            "--save_strategy",
+            "steps",
+            "--save_steps",
+            "1",
         )
     )
+    # every push (the checkpoint's, the Trainer's final save and push) pins the adapter's base files right after it
+    titles = [commit.title for commit in hub_server.repos["model", "org/ner-lora"].commits.values()]
+    pins = [i for i, title in enumerate(titles) if title.startswith("Pin the adapter's base files to ")]
+    assert [titles[i - 1] for i in pins] == ["Training in progress, step 1", "Model save", "End of training"], titles
     adapter_config = json.loads(Path(hf_hub_download("org/ner-lora", "adapter_config.json")).read_text())
     assert adapter_config["base_model_name_or_path"] == "org/ner-lora"
+    # the Trainer's push pins the adapter's base files to its own commit, as push_lora does
+    pinned = Path(hf_hub_download("org/ner-lora", "config.json", revision=adapter_config["revision"])).read_text()
+    assert pinned == Path(hf_hub_download("org/ner-lora", "config.json")).read_text()
     encoder = json.loads(Path(hf_hub_download("org/ner-lora", "keplm_adapter.json")).read_text())["base_encoder"]
     assert tiny["model"] not in encoder and encoder.endswith(Path(tiny["model"]).name)
     model = AutoModelForTokenClassification.from_pretrained("org/ner-lora", base_model_name_or_path=tiny["model"])
@@ -331,6 +342,41 @@ def test_peft_auto_classes_apply_a_pushed_adapter_once_and_refuse_a_folder_clear
         AutoPeftModelForTokenClassification.from_pretrained(
             str(adapter["folder"]), import_allowlist=["keplm.modeling.lora"]
         )
+
+
+def test_peft_auto_classes_at_an_old_revision_take_that_pushs_base_files(hub_server, adapter, assets, monkeypatch):
+    """peft's ``AutoPeftModel*.from_pretrained(repo, revision=R)`` loads the base model at the revision that
+    ``adapter_config.json`` names. A push pins it to the push's own commit (a second commit, which ``push_lora``
+    returns), so after a later push of another model (another KG, KFM on another layer) revision R still gets R's
+    config, KG and outputs, and main the new push's."""
+    from peft import AutoPeftModelForTokenClassification
+
+    from keplm.modeling.lora import add_lora, push_lora
+
+    monkeypatch.chdir(adapter["folder"].parent)  # the encoder is ./base: found again from this working directory
+    first = push_lora(adapter["peft_model"], "org/kala-peft-pinned")
+    pinned = json.loads(Path(hf_hub_download("org/kala-peft-pinned", "adapter_config.json")).read_text())
+    assert first.oid != pinned["revision"] and len(pinned["revision"]) == 40  # the commit before the pin
+    bigger = KnowledgeAssets(assets.entity_vocab, assets.relation_vocab, assets.entity_counts, larger_kg(assets.kg))
+    other = KalaForTokenClassification.from_base_pretrained(
+        "base", knowledge_assets=bigger, num_labels=3, retrieval_mode="relational", kfm_layers=[0]
+    )
+    second = push_lora(add_lora(other, r=4, alpha=8, dropout=0.0), "org/kala-peft-pinned")
+    assert second.oid != first.oid
+
+    def load(**revision):
+        return AutoPeftModelForTokenClassification.from_pretrained(
+            "org/kala-peft-pinned", import_allowlist=["keplm.modeling.lora"], **revision
+        ).eval()
+
+    old = load(revision=first.oid)
+    assert old.get_base_model().knowledge_assets.content_hash() == assets.content_hash()
+    assert old.get_base_model().config.kfm_layers == adapter["peft_model"].get_base_model().config.kfm_layers
+    with torch.no_grad():
+        torch.testing.assert_close(old(**adapter["batch"]).logits, adapter["logits"], rtol=1e-4, atol=1e-5)
+    latest = load()
+    assert latest.get_base_model().knowledge_assets.content_hash() == bigger.content_hash()
+    assert latest.get_base_model().config.kfm_layers == [0]
 
 
 def test_the_ner_pipeline_runs_on_a_lora_adapter_folder(adapter, tokenizer, assets):

@@ -124,6 +124,9 @@ def save_lora(peft_model, save_directory: str | os.PathLike, repo_id: str | None
     recorded["auto_mapping"] = {"base_model_class": PeftBaseModel.__name__, "parent_library": __name__}
     if repo_id is not None:
         recorded["base_model_name_or_path"] = repo_id
+    # peft's base revision: a push pins it to its own commit (keplm.push_utils.pin_adapter_base); one recorded by an
+    # earlier push (an adapter loaded from the Hub) names a commit of that repo, not of this save's base
+    recorded["revision"] = None
     adapter_config.write_text(json.dumps(recorded, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
 

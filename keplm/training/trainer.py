@@ -290,10 +290,19 @@ class KeplmTrainer(ShardedMemoryTraining, PicklessCheckpointState, Trainer):
         **kwargs,
     ):
         """As the stock ``Trainer.push_to_hub`` (save, keplm's model card, one upload of ``output_dir`` in one
-        commit, nested ``knowledge/`` included), but no pickle is ever uploaded."""
+        commit, nested ``knowledge/`` included), but no pickle is ever uploaded; a LoRA run's adapter gets a second
+        commit that pins its base files (:func:`keplm.push_utils.pin_adapter_base`), whose ``CommitInfo`` (or
+        future) is returned."""
         from transformers.utils.hub import hf_api
 
-        from keplm.push_utils import LOADING_PATTERNS, MODEL_FILES, PICKLE_PATTERNS, PROCESSOR_FILES
+        from keplm.push_utils import (
+            LOADING_PATTERNS,
+            MODEL_FILES,
+            PICKLE_PATTERNS,
+            PROCESSOR_FILES,
+            adapter_base_to_pin,
+            pin_adapter_base,
+        )
 
         self.callback_handler.on_push_begin(self.args, self.state, self.control)
         model_name = kwargs.pop("model_name", None)
@@ -307,7 +316,8 @@ class KeplmTrainer(ShardedMemoryTraining, PicklessCheckpointState, Trainer):
             return None
         self.create_model_card(model_name=model_name, **kwargs)
         self._finish_current_push()
-        return hf_api().upload_folder(
+        revision = revision if revision is not None else self.args.hub_revision
+        commit = hf_api().upload_folder(
             repo_id=self.hub_model_id,
             folder_path=self.args.output_dir,
             commit_message=commit_message,
@@ -316,8 +326,15 @@ class KeplmTrainer(ShardedMemoryTraining, PicklessCheckpointState, Trainer):
             allow_patterns=list(LOADING_PATTERNS),
             ignore_patterns=list(PICKLE_PATTERNS),
             delete_patterns=list(dict.fromkeys(MODEL_FILES + PROCESSOR_FILES)),  # the repo serves this push
-            revision=revision if revision is not None else self.args.hub_revision,
+            revision=revision,
         )
+        adapter_config = adapter_base_to_pin(self.args.output_dir, self.hub_model_id)  # a LoRA run's adapter
+        if adapter_config is None:
+            return commit
+        pin = (self.hub_model_id, adapter_config, commit)
+        if blocking:
+            return pin_adapter_base(*pin, token=token, revision=revision)
+        return hf_api().run_as_future(pin_adapter_base, *pin, token=token, revision=revision)
 
     def _push_from_checkpoint(self, checkpoint_folder: str) -> None:
         """As the stock checkpoint push (``hub_strategy``): the saved model, its ``knowledge/`` and the processor
@@ -327,7 +344,14 @@ class KeplmTrainer(ShardedMemoryTraining, PicklessCheckpointState, Trainer):
         from transformers.utils.hub import PushInProgress, hf_api
 
         from keplm.file_utils import ASSETS_DIR
-        from keplm.push_utils import LOADING_PATTERNS, MODEL_FILES, PICKLE_PATTERNS, PROCESSOR_FILES
+        from keplm.push_utils import (
+            LOADING_PATTERNS,
+            MODEL_FILES,
+            PICKLE_PATTERNS,
+            PROCESSOR_FILES,
+            adapter_base_to_pin,
+            pin_adapter_base,
+        )
 
         if not self.is_world_process_zero() or self.args.hub_strategy == HubStrategy.END:
             return
@@ -363,6 +387,18 @@ class KeplmTrainer(ShardedMemoryTraining, PicklessCheckpointState, Trainer):
                 revision=self.args.hub_revision,
             )
         ]
+        adapter_config = adapter_base_to_pin(output_dir, self.hub_model_id)  # read now: the folder changes
+        if adapter_config is not None:
+            jobs.append(
+                hf_api().run_as_future(
+                    pin_adapter_base,
+                    self.hub_model_id,
+                    adapter_config,
+                    jobs[0],
+                    token=self.args.hub_token,
+                    revision=self.args.hub_revision,
+                )
+            )
         if self.args.hub_strategy in (HubStrategy.CHECKPOINT, HubStrategy.ALL_CHECKPOINTS):
             path_in_repo = (
                 "last-checkpoint" if self.args.hub_strategy == HubStrategy.CHECKPOINT else Path(checkpoint_folder).name
