@@ -91,14 +91,6 @@ def test_an_empty_kg_file_is_a_clear_error(tmp_path, name):
         load_kg(f"{name.split('.')[1]}:{tmp_path / name}")
 
 
-@pytest.mark.parametrize("seconds", [0, -1, float("nan")])
-def test_a_time_budget_must_be_positive(seconds):
-    from keplm.training.pretraining import PretrainingDataArguments
-
-    with pytest.raises(ValueError, match="--max_train_seconds must be a positive"):
-        PretrainingDataArguments(max_train_seconds=seconds)
-
-
 def test_a_missing_split_names_the_option_that_gives_it():
     from types import SimpleNamespace
 

@@ -14,12 +14,13 @@ import os
 import re
 import sys
 from dataclasses import dataclass, field, fields
-from typing import Literal
+from typing import ClassVar, Literal
 
 import torch
 from transformers import HfArgumentParser, Seq2SeqTrainingArguments, TrainingArguments
 
 from .engines import asks_for_deepspeed
+from .option_checks import check_option_values
 
 logger = logging.getLogger(__name__)
 
@@ -39,6 +40,13 @@ def split_paths(items: list[str] | None, option: str) -> dict[str, str]:
 @dataclass
 class ModelArguments:
     _argument_group_name = "model"  # the --help group
+
+    #: the options' valid intervals, checked once after parsing (keplm.training.option_checks)
+    option_ranges: ClassVar[dict[str, str]] = {
+        "lora_r": "[1, inf)",
+        "lora_alpha": "(0, inf)",
+        "lora_dropout": "[0, 1)",
+    }
 
     model_name_or_path: str = field(
         metadata={"help": "A base encoder (local dir or Hub id, e.g. a BERT/MiniLM checkpoint) or a keplm checkpoint."}
@@ -70,6 +78,12 @@ class ModelArguments:
 class LinkingArguments:
     """How text is linked against the KG (KALA's mentions, Roof-Transformer's triple selection); the same settings
     as ``keplm build-kg``'s (:func:`keplm.knowledge.linker.linker_settings`)."""
+
+    #: the options' valid intervals, checked once after parsing (keplm.training.option_checks)
+    option_ranges: ClassVar[dict[str, str]] = {
+        "min_acronym_length": "[0, inf)",
+        "link_hops": "[0, inf)",
+    }
 
     link_case_sensitive: bool = field(
         default=False,
@@ -132,6 +146,16 @@ class DataArguments:
 
     _argument_group_name = "data"  # the --help group
 
+    #: the options' valid intervals, checked once after parsing (keplm.training.option_checks)
+    option_ranges: ClassVar[dict[str, str]] = {
+        "max_train_samples": "[1, inf)",
+        "max_eval_samples": "[1, inf)",
+        "max_predict_samples": "[1, inf)",
+        "preprocessing_num_workers": "[1, inf)",
+        "pad_to_multiple_of": "[1, inf)",
+        "train_sample_seed": "[0, inf)",
+    }
+
     dataset_name: str | None = field(
         default=None, metadata={"help": "A local data directory/file or a Hub dataset id."}
     )
@@ -172,6 +196,11 @@ class DataArguments:
 
 @dataclass
 class NerDataArguments(DataArguments):
+    #: the options' valid intervals, checked once after parsing (keplm.training.option_checks)
+    option_ranges: ClassVar[dict[str, str]] = {
+        "max_seq_length": "[3, inf)",
+    }
+
     max_seq_length: int = field(default=128, metadata={"help": "Maximum tokens per sentence (longer: truncated)."})
     label_all_tokens: bool = field(
         default=False, metadata={"help": "Label every sub-token of a word (default: only the first)."}
@@ -188,6 +217,15 @@ class NerDataArguments(DataArguments):
 
 @dataclass
 class QaDataArguments(DataArguments):
+    #: the options' valid intervals, checked once after parsing (keplm.training.option_checks)
+    option_ranges: ClassVar[dict[str, str]] = {
+        "max_seq_length": "[3, inf)",
+        "doc_stride": "[0, inf)",
+        "n_best_size": "[1, inf)",
+        "max_answer_length": "[1, inf)",
+        "split_by_article": "[-1, inf)",
+    }
+
     max_seq_length: int = field(default=384, metadata={"help": "Maximum tokens per question + context window."})
     doc_stride: int = field(default=128, metadata={"help": "Overlap between context windows."})
     n_best_size: int = field(default=20, metadata={"help": "Start/end candidates per window in post-processing."})
@@ -221,6 +259,14 @@ class QaDataArguments(DataArguments):
 @dataclass
 class GenerativeQaDataArguments(QaDataArguments):
     """The SQuAD data options of ``run_qa.py`` for generated answers: one input per question (``question: ...
+    #: the options' valid intervals, checked once after parsing (keplm.training.option_checks)
+    option_ranges: ClassVar[dict[str, str]] = {
+        "max_seq_length": "[3, inf)",
+        "max_answer_length": "[1, inf)",
+        "doc_stride": "[0, inf)",
+        "n_best_size": "[1, inf)",
+    }
+
     context: ...`` cut at ``--max_seq_length`` tokens, no stride windows: ``--doc_stride`` and ``--n_best_size`` are
     refused) and the first gold answer as the target, ``--max_answer_length`` tokens at most (also the generation
     length unless ``--generation_max_length`` says otherwise)."""
@@ -283,6 +329,12 @@ class KeplmTrainingArguments(TrainingArguments):
 
     _argument_group_name = "training (transformers.TrainingArguments, early stopping, the card's base model)"
 
+    #: the options' valid intervals, checked once after parsing (keplm.training.option_checks)
+    option_ranges: ClassVar[dict[str, str]] = {
+        "early_stopping_patience": "[1, inf)",
+        "early_stopping_threshold": "[0, inf)",
+    }
+
     early_stopping_patience: int | None = field(
         default=None,
         metadata={
@@ -319,6 +371,7 @@ class KeplmTrainingArguments(TrainingArguments):
 
     def __post_init__(self):
         super().__post_init__()
+        check_option_values(self)  # also when built in code, not parsed
         self._gather_whole_weights_at_save()
         if self.do_train and self.max_steps <= 0 and self.num_train_epochs <= 0:
             raise ValueError(
@@ -337,8 +390,6 @@ class KeplmTrainingArguments(TrainingArguments):
             )
         if self.early_stopping_patience is None:
             return
-        if self.early_stopping_patience < 1:
-            raise ValueError(f"--early_stopping_patience must be >= 1, got {self.early_stopping_patience}")
         if not self.load_best_model_at_end:
             raise ValueError(
                 "--early_stopping_patience needs --load_best_model_at_end (with an --eval_strategy, the "
@@ -385,7 +436,8 @@ def parse_args(classes: tuple[type, ...], args: list[str] | dict | None = None):
     A multi-process launch on a machine without GPUs (``accelerate launch --multi_gpu --num_processes 2`` or
     ``torchrun``) runs as CPU DDP (gloo): without this, accelerate would silently start independent
     non-distributed processes. Such a launch asking for DeepSpeed is a ValueError (CPU mode would switch DeepSpeed
-    off, and accelerate sets it up only on accelerators).
+    off, and accelerate sets it up only on accelerators). Every option is then checked against its interval
+    (:func:`keplm.training.option_checks.check_option_values`).
     """
     if not isinstance(classes, tuple):
         raise TypeError(
@@ -418,10 +470,13 @@ def parse_args(classes: tuple[type, ...], args: list[str] | dict | None = None):
     # CPU DDP is a CPU run: --use_cpu too, so that e.g. --bf16 (CPU autocast) is not refused as "bf16 needs a GPU"
     takes_use_cpu = any(f.name == "use_cpu" for c in classes for f in fields(c))
     if settings is not None:
-        return parser.parse_dict({**({"use_cpu": True} if cpu_ddp and takes_use_cpu else {}), **settings})
-    if cpu_ddp and takes_use_cpu and "--use_cpu" not in argv and not any(a.startswith("--use_cpu=") for a in argv):
-        argv = [*argv, "--use_cpu"]
-    return parser.parse_args_into_dataclasses(args=argv)
+        parsed = parser.parse_dict({**({"use_cpu": True} if cpu_ddp and takes_use_cpu else {}), **settings})
+    else:
+        if cpu_ddp and takes_use_cpu and "--use_cpu" not in argv and not any(a.startswith("--use_cpu=") for a in argv):
+            argv = [*argv, "--use_cpu"]
+        parsed = parser.parse_args_into_dataclasses(args=argv)
+    check_option_values(*parsed)  # every option's interval and NaN, before any work (keplm.training.option_checks)
+    return parsed
 
 
 __all__ = [

@@ -8,7 +8,7 @@ import logging
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import ClassVar, Literal
 
 from transformers import TrainerCallback
 
@@ -21,6 +21,19 @@ logger = logging.getLogger(__name__)
 @dataclass
 class PretrainingDataArguments:
     _argument_group_name = "data"  # the --help group
+
+    #: the options' valid intervals, checked once after parsing (keplm.training.option_checks)
+    option_ranges: ClassVar[dict[str, str]] = {
+        "held_out_fraction": "[0, 1)",
+        "max_train_samples": "[1, inf)",
+        "max_seq_length": "[8, inf)",
+        "mlm_probability": "(0, 1)",
+        "preprocessing_num_workers": "[1, inf)",
+        "probe_max_facts_per_relation": "[1, inf)",
+        "probe_every_steps": "[0, inf)",
+        "probe_batch_size": "[1, inf)",
+        "max_train_seconds": "(0, inf)",
+    }
 
     corpus: list[str] = field(
         default_factory=lambda: ["trex:../shared/data/lama", "fewrel:../shared/data/fewrel/val_wiki.json.gz"],
@@ -58,21 +71,28 @@ class PretrainingDataArguments:
         },
     )
 
-    def __post_init__(self):
-        if self.max_train_seconds is not None and not self.max_train_seconds > 0:  # NaN fails too
-            raise ValueError(
-                f"--max_train_seconds must be a positive number of seconds, got {self.max_train_seconds} "
-                "(leave it out for no time budget)"
-            )
-        if self.max_seq_length < 8:
-            raise ValueError(f"--max_seq_length must be at least 8 tokens, got {self.max_seq_length}")
-
 
 @dataclass
 class TrelmArguments:
     """TRELM's settings (paper 3, 4.6-4.8); ``--system mlm`` is plain MLM continued pre-training (the baseline)."""
 
     _argument_group_name = "TRELM: knowledge and systems"  # the --help group
+
+    #: the options' valid intervals, checked once after parsing (keplm.training.option_checks)
+    option_ranges: ClassVar[dict[str, str]] = {
+        "si_quantile": "[0, 1]",
+        "long_tail_quantile": "[0, 1]",
+        "cka_weight": "[0, 1]",
+        "cka_num_negatives": "[1, inf)",
+        "memory_window": "[0, inf)",
+        "memory_momentum": "[0, 1]",
+        "memory_lambda": "[0, 1]",
+        "memory_decay": "[1, inf)",
+        "routing_fraction": "[0, 1]",
+        "routing_steps": "[1, inf)",
+        "routing_batch_steps": "[1, inf)",
+        "routing_interval": "[1, inf)",
+    }
 
     system: Literal["mlm", "trelm"] = field(default="trelm", metadata={"help": "mlm (the baseline) or trelm."})
     kg: str | None = field(

@@ -43,6 +43,19 @@ DEFAULT_KNOWLEDGE_WARMUP = 0.5
 class KnowledgeArguments(LinkingArguments):
     _argument_group_name = "KALA (--model_type kala): knowledge and systems"  # the --help group
 
+    #: the options' valid intervals, checked once after parsing (keplm.training.option_checks)
+    option_ranges: ClassVar[dict[str, str]] = {
+        "entity_dropout": "[0, 1)",
+        "entity_min_count": "[1, inf)",
+        "max_entities": "[1, inf)",
+        "max_neighbors_per_entity": "[0, inf)",
+        "knowledge_learning_rate": "[0, inf)",
+        "graph_pad_to_multiple_of": "[1, inf)",
+        "entity_memory_learning_rate": "[0, inf)",
+        "knowledge_warmup_steps": "[0, inf)",
+        "knowledge_weight_decay": "[0, inf)",
+    }
+
     knowledge: Literal["link", "annotations", "none"] = field(
         default="link",
         metadata={

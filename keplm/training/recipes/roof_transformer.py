@@ -27,6 +27,14 @@ class RoofArguments(LinkingArguments):
 
     _argument_group_name = "Roof-Transformer (--model_type roof_transformer): knowledge and systems"  # the --help group
 
+    #: the options' valid intervals, checked once after parsing (keplm.training.option_checks)
+    option_ranges: ClassVar[dict[str, str]] = {
+        "max_knowledge_length": "[1, inf)",
+        "fusion_layers": "[1, inf)",
+        "fusion_lr_multiplier": "(0, inf)",
+        "num_text_encoders": "[1, inf)",
+    }
+
     system: Literal["bert", "bert_with_knowledge", "roof"] = field(
         default="roof",
         metadata={
