@@ -39,7 +39,7 @@ from keplm.training.runtime import (
     used_splits,
 )
 from keplm.training.subsets import subset_metrics
-from keplm.training.tagging import align_labels_to_model, argmax_logits, word_level_tags
+from keplm.training.tagging import align_labels_to_model, argmax_logits, count_words_cut, word_level_tags
 from keplm.training.trainer import KeplmTrainer
 
 #: this project's card facts (its datasets' public names, the MiniLM package), for the model card
@@ -121,6 +121,17 @@ def main(args: list[str] | None = None) -> dict:
     )
     results = {}
     data_results = recipe.data_results(processor, raw, features, model)
+    for split, prefix in (("train", "train"), ("validation", "eval")):  # the test split's: in its word-level scores
+        if split in features:
+            cut = count_words_cut(processor.tokenizer, raw[split]["tokens"], data_args.max_seq_length)
+            data_results[f"{prefix}_words_truncated"] = cut
+            if cut:
+                logger.warning(
+                    "%s: %d words lie beyond --max_seq_length %d tokens (the model never sees them)",
+                    split,
+                    cut,
+                    data_args.max_seq_length,
+                )
     if data_results:
         trainer.save_metrics("data", data_results)
         results.update(data_results)

@@ -198,3 +198,9 @@ def test_word_without_sub_token_keeps_later_tags_in_place(tokenizer):
     assert tags == [["B-PER", "O", "B-LOC"], ["B-PER", "O", "O"]]
     assert references == [["B-PER", "B-MISC", "B-LOC"], ["B-PER", "O", "O"]]
     assert counts == {"words": 7, "words_without_token": 1, "words_truncated": 1}
+    # the training and validation splits' count, by hand: words with sub-tokens but none inside the cut
+    from keplm.training.tagging import count_words_cut
+
+    assert count_words_cut(tokenizer, words, 5) == 1  # "berlin"
+    assert count_words_cut(tokenizer, words, 4) == 2  # "in", "berlin"; the zero-width word is never counted
+    assert count_words_cut(tokenizer, words, 128) == 0 and count_words_cut(tokenizer, [], 4) == 0

@@ -112,6 +112,7 @@ def test_run_ner_writes_metrics_in_percent(tiny, tmp_path):
     for key, value in expected.items():
         assert results[f"predict_{key}"] == pytest.approx(100 * value), key
     assert isinstance(results["predict_words_truncated"], int) and results["predict_samples"] == 2
+    assert results["train_words_truncated"] == results["eval_words_truncated"] == 0  # counted on every split
     logged = [entry for entry in read_json(out / "trainer_state.json")["log_history"] if "eval_accuracy" in entry]
     assert logged and logged[-1]["eval_accuracy"] == pytest.approx(results["eval_accuracy"])  # same model, step 3
 

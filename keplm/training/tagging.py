@@ -72,6 +72,21 @@ def word_level_tags(
     return written, predicted, gold, counts
 
 
+def count_words_cut(tokenizer, words_batch, max_length: int) -> int:
+    """Words of ``words_batch`` (sentences as word lists) that have sub-tokens but none inside the first
+    ``max_length`` tokens: what a cut at ``--max_seq_length`` hides from the model (in training: unlearned labels;
+    :func:`word_level_tags` counts the test split's the same way, as ``words_truncated``)."""
+    words_batch = [list(words) for words in words_batch]
+    if not words_batch:
+        return 0
+    full = tokenizer(words_batch, is_split_into_words=True, truncation=False)
+    window = tokenizer(words_batch, is_split_into_words=True, truncation=True, max_length=max_length)
+    return sum(
+        len({w for w in full.word_ids(i) if w is not None} - {w for w in window.word_ids(i) if w is not None})
+        for i in range(len(words_batch))
+    )
+
+
 def align_labels_to_model(raw, label_list: list[str], config):
     """The dataset's NER tags renumbered to the model's own label ids (a trained checkpoint keeps its label map).
 
@@ -99,4 +114,4 @@ def align_labels_to_model(raw, label_list: list[str], config):
     return raw, model_labels
 
 
-__all__ = ["argmax_logits", "word_level_tags", "align_labels_to_model"]
+__all__ = ["argmax_logits", "word_level_tags", "align_labels_to_model", "count_words_cut"]
