@@ -48,7 +48,14 @@ from keplm.training.pretraining import (
     TrelmArguments,
     add_importance,
 )
-from keplm.training.runtime import check_max_seq_length, end_distributed_run, flatten, record, setup_logging
+from keplm.training.runtime import (
+    check_max_seq_length,
+    end_distributed_run,
+    flatten,
+    record,
+    resume_checkpoint,
+    setup_logging,
+)
 from keplm.training.trainer import KeplmTrainer
 
 #: this project's card facts (its datasets' public names, the MiniLM package), for the model card
@@ -238,7 +245,9 @@ def main(args: list[str] | None = None) -> dict:
     )
     trainer.save_metrics("data", results)
     if training_args.do_train:
-        train_result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+        train_result = trainer.train(
+            resume_from_checkpoint=resume_checkpoint(training_args.resume_from_checkpoint, training_args.output_dir)
+        )
         if trelm_args.kg_entity_rows:
             add_kg_entity_rows(model, processor)
         trainer.save_model()

@@ -42,7 +42,7 @@ from keplm.modeling.modeling_relation_extraction import KeplmForRelationExtracti
 from keplm.tokenization.processing_relation_extraction import RelationExtractionProcessor
 from keplm.training.arguments import KeplmTrainingArguments, ModelArguments, parse_args
 from keplm.training.compute_metrics import FactMetrics
-from keplm.training.runtime import end_distributed_run, record, setup_logging
+from keplm.training.runtime import end_distributed_run, record, resume_checkpoint, setup_logging
 from keplm.training.trainer import KeplmTrainer
 
 logger = logging.getLogger(__name__)
@@ -241,7 +241,9 @@ def main(args: list[str] | None = None) -> dict:
     )
     results = {}
     if training_args.do_train:
-        train_result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+        train_result = trainer.train(
+            resume_from_checkpoint=resume_checkpoint(training_args.resume_from_checkpoint, training_args.output_dir)
+        )
         trainer.save_model()
         results.update(record(trainer, "train", dict(train_result.metrics, train_samples=len(features["train"]))))
         trainer.save_state()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -94,7 +95,12 @@ def test_resume_after_sigkill_reaches_the_uninterrupted_result(tmp_path, tokeniz
     _run(args(tmp_path / "whole"))
     _run(args(tmp_path / "killed"), {"KEPLM_TEST_KILL_AT": "5"}, expect_kill=True)  # mid-epoch 2 of 3 steps
     assert (tmp_path / "killed" / "checkpoint-4").is_dir() and not (tmp_path / "killed" / "checkpoint-6").exists()
-    _run(args(tmp_path / "killed", "--resume_from_checkpoint", str(tmp_path / "killed" / "checkpoint-4")))
+    # a kill in the middle of the next save: checkpoint-6 half written, without the trainer_state.json written last
+    partial = tmp_path / "killed" / "checkpoint-6"
+    shutil.copytree(tmp_path / "killed" / "checkpoint-4", partial)
+    (partial / "trainer_state.json").unlink()
+    (partial / "model.safetensors").write_bytes((partial / "model.safetensors").read_bytes()[:100])
+    _run(args(tmp_path / "killed", "--resume_from_checkpoint", "True"))  # the newest complete one: checkpoint-4
     whole, resumed = (
         load_file(tmp_path / "whole" / "model.safetensors"),
         load_file(tmp_path / "killed" / "model.safetensors"),

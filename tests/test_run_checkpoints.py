@@ -108,3 +108,30 @@ def test_a_checkpoint_and_its_processor_share_one_kg_in_a_run(tiny, tmp_path):
     loaded = AutoModelForTokenClassification.from_pretrained(first, knowledge_assets=other)
     assert loaded.knowledge_assets is not other
     assert loaded.knowledge_assets.content_hash() == processor.knowledge_assets.content_hash()
+
+
+def test_resuming_passes_over_a_checkpoint_whose_save_was_interrupted(tmp_path, caplog):
+    """``--resume_from_checkpoint True`` takes the newest checkpoint with ``trainer_state.json`` (the file the Trainer
+    writes last), logging the half-written ones it passes over; naming a half-written one is a ValueError listing the
+    complete ones; a folder that holds none is a ValueError too."""
+    import logging
+
+    from keplm.training.runtime import resume_checkpoint
+
+    for step, complete in ((2, True), (10, True), (12, False), (14, False)):  # 10 after 2: numeric, not text, order
+        folder = tmp_path / f"checkpoint-{step}"
+        folder.mkdir()
+        (folder / "model.safetensors").write_bytes(b"x")
+        if complete:
+            (folder / "trainer_state.json").write_text("{}")
+    with caplog.at_level(logging.WARNING, logger="keplm.training.runtime"):
+        for flag in (True, "True", "last"):
+            assert resume_checkpoint(flag, str(tmp_path)) == str(tmp_path / "checkpoint-10")
+    assert "checkpoint-12 has no trainer_state.json (an interrupted save)" in caplog.text
+    assert "checkpoint-14 has no trainer_state.json" in caplog.text
+    assert resume_checkpoint(str(tmp_path / "checkpoint-2"), str(tmp_path)) == str(tmp_path / "checkpoint-2")
+    with pytest.raises(ValueError, match=r"checkpoint-12: no trainer_state.json.*checkpoint-10"):
+        resume_checkpoint(str(tmp_path / "checkpoint-12"), str(tmp_path))
+    assert resume_checkpoint(None, str(tmp_path)) is None and resume_checkpoint(False, str(tmp_path)) is None
+    with pytest.raises(ValueError, match="no complete checkpoint in"):
+        resume_checkpoint(True, str(tmp_path / "checkpoint-12"))

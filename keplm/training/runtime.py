@@ -6,12 +6,14 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from pathlib import Path
 
 import datasets
 import torch
 import transformers
 from accelerate import PartialState
 from transformers import TrainingArguments
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from keplm.data import limit_samples, load_qa_dataset
 from keplm.metric_units import METRIC_UNIT, METRIC_UNIT_KEY
@@ -22,6 +24,9 @@ from .model_card import KeplmModelCardData
 from .subsets import subset_metrics
 
 logger = logging.getLogger(__name__)
+
+#: what the Trainer writes last into a checkpoint folder: a folder without it is an interrupted save
+TRAINER_STATE_NAME = "trainer_state.json"
 
 
 #: transformers' loggers whose INFO lines print every config, processor and weights file loaded (a capped NER run:
@@ -206,10 +211,41 @@ def record(trainer, split: str, metrics: dict) -> dict:
     return metrics
 
 
+def resume_checkpoint(resume_from_checkpoint, output_dir: str) -> str | None:
+    """The checkpoint ``--resume_from_checkpoint`` names: a folder, or ``True`` / ``last`` for the newest complete
+    checkpoint of ``output_dir``. The Trainer writes a checkpoint's ``trainer_state.json`` last, so a folder without
+    it is a save that was interrupted (a kill mid-save): ``True`` passes over it (logged), and naming it is a
+    ValueError that lists the complete ones, where the Trainer would load the half-written files."""
+    if resume_from_checkpoint in (None, False, "", "False", "false"):
+        return None
+    if resume_from_checkpoint in (True, "True", "true", "last"):
+        found = [path for path in Path(output_dir).glob(f"{PREFIX_CHECKPOINT_DIR}-*") if path.is_dir()]
+        found = sorted(found, key=lambda path: int(path.name.rsplit("-", 1)[1]) if path.name[-1].isdigit() else -1)
+        complete = [path for path in found if (path / TRAINER_STATE_NAME).is_file()]
+        for path in found:
+            if path not in complete:
+                logger.warning("%s has no %s (an interrupted save): not resumed from", path, TRAINER_STATE_NAME)
+        if not complete:
+            raise ValueError(
+                f"--resume_from_checkpoint {resume_from_checkpoint}: no complete checkpoint in {output_dir}"
+            )
+        return str(complete[-1])
+    path = Path(resume_from_checkpoint)
+    if path.is_dir() and not (path / TRAINER_STATE_NAME).is_file():
+        complete = sorted(str(p.parent) for p in path.parent.glob(f"{PREFIX_CHECKPOINT_DIR}-*/{TRAINER_STATE_NAME}"))
+        raise ValueError(
+            f"--resume_from_checkpoint {path}: no {TRAINER_STATE_NAME}, so its save was interrupted and its files "
+            f"may be half-written; resume from a complete one ({complete or 'none here'})"
+        )
+    return str(resume_from_checkpoint)
+
+
 def train_and_save(trainer, training_args: TrainingArguments, num_samples: int, **extra_metrics) -> dict:
-    """Train, save the model and its processor (tokenizer + knowledge assets) to ``output_dir``; the train metrics
-    gain ``extra_metrics`` (e.g. the linked-mention share of the training split)."""
-    train_result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+    """Train (from :func:`resume_checkpoint` when resuming), save the model and its processor (tokenizer + knowledge
+    assets) to ``output_dir``; the train metrics gain ``extra_metrics`` (e.g. the linked-mention share of the training
+    split)."""
+    checkpoint = resume_checkpoint(training_args.resume_from_checkpoint, training_args.output_dir)
+    train_result = trainer.train(resume_from_checkpoint=checkpoint)
     trainer.save_model()
     # the stock train_loss averages the steps this run trained: after a resume, not the whole run (say which steps)
     resumed_from = getattr(trainer, "_initial_global_step", 0) or 0
@@ -310,4 +346,5 @@ __all__ = [
     "build_features",
     "record",
     "train_and_save",
+    "resume_checkpoint",
 ]
