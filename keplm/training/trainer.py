@@ -18,6 +18,14 @@ from transformers.trainer_utils import PredictionOutput, has_length, speed_metri
 
 from keplm.file_utils import portable_paths
 from keplm.knowledge.assets import assets_conflict
+from keplm.push_utils import (
+    LOADING_PATTERNS,
+    MODEL_FILES,
+    PICKLE_PATTERNS,
+    PROCESSOR_FILES,
+    adapter_base_to_pin,
+    pin_adapter_base,
+)
 from keplm.tokenization.processing_utils import tokenizer_fingerprint
 
 from .checkpoint_state import PicklessCheckpointState
@@ -295,15 +303,6 @@ class KeplmTrainer(ShardedMemoryTraining, PicklessCheckpointState, Trainer):
         future) is returned."""
         from transformers.utils.hub import hf_api
 
-        from keplm.push_utils import (
-            LOADING_PATTERNS,
-            MODEL_FILES,
-            PICKLE_PATTERNS,
-            PROCESSOR_FILES,
-            adapter_base_to_pin,
-            pin_adapter_base,
-        )
-
         self.callback_handler.on_push_begin(self.args, self.state, self.control)
         model_name = kwargs.pop("model_name", None)
         if model_name is None and self.args.should_save:
@@ -344,14 +343,6 @@ class KeplmTrainer(ShardedMemoryTraining, PicklessCheckpointState, Trainer):
         from transformers.utils.hub import PushInProgress, hf_api
 
         from keplm.file_utils import ASSETS_DIR
-        from keplm.push_utils import (
-            LOADING_PATTERNS,
-            MODEL_FILES,
-            PICKLE_PATTERNS,
-            PROCESSOR_FILES,
-            adapter_base_to_pin,
-            pin_adapter_base,
-        )
 
         if not self.is_world_process_zero() or self.args.hub_strategy == HubStrategy.END:
             return
