@@ -21,7 +21,7 @@ import os
 import sys
 
 from harness import kala
-from harness.runs import check_names, run_resumable
+from harness.runs import DONE_FILE, check_names, run_resumable
 
 #: dataset → the KALA preset it starts from (KG, linking case) and its fixed validation / test sentences
 DATASETS = {
@@ -206,16 +206,27 @@ COMPARED = ("relational", "relational_eq3", "more_params")  # each minus vanilla
 COLORS = {"vanilla": "C0", "relational": "C1", "relational_eq3": "C2", "more_params": "C3"}
 
 
+def finished(run) -> bool:
+    """Whether a run folder holds a finished run: its test results (``predict_results.json``, written after
+    testing; ``run_ner`` writes ``all_results.json`` before training) and, for a KALA system, its knowledge check;
+    or the queue's ``job_done.json``."""
+    if (run / DONE_FILE).is_file():
+        return True
+    checked = run.name not in KNOWLEDGE_SYSTEMS or (run / "knowledge_check" / "knowledge_sensitivity.json").is_file()
+    return (run / "predict_results.json").is_file() and checked
+
+
 def collect(output_dir: str) -> list[dict]:
-    """One row per finished run under ``output_dir`` (``all_results.json`` present): its dataset, size, seed,
-    system, test / validation F1, the steps trained and the best step, and (KALA) the knowledge check's flip rates
-    and mean shifts."""
+    """One row per :func:`finished` run under ``output_dir``: its dataset, size, seed, system, test / validation F1,
+    the steps trained and the best step, and (KALA) the knowledge check's flip rates and mean shifts."""
     import json
     from pathlib import Path
 
     rows = []
     for results_file in sorted(Path(output_dir).glob("*/n*/seed*/*/all_results.json")):
         run = results_file.parent
+        if not finished(run):
+            continue  # in progress (or stopped mid-run)
         dataset, size, seed, system = run.parent.parent.parent.name, run.parent.parent.name, run.parent.name, run.name
         results = json.loads(results_file.read_text())
         state = json.loads((run / "trainer_state.json").read_text()) if (run / "trainer_state.json").is_file() else {}
