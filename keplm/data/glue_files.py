@@ -1,6 +1,11 @@
 """GLUE-like classification data in user files (CSV, quoted TSV, JSON, JSON-lines): rows renamed to the ``glue``
 schema, labels read as class ids or names (or regression scores), with ``file:line`` in every error.
-:func:`keplm.data.glue.load_glue_dataset` reads ``train_file`` / ``validation_file`` / ``test_file`` through these."""
+:func:`keplm.data.glue.load_glue_dataset` reads ``train_file`` / ``validation_file`` / ``test_file`` through these.
+
+The rows are read with the standard library's ``csv`` / ``json`` rather than ``datasets.load_dataset("csv")``, whose
+pandas reader (datasets 5.2, tried 2026-11-28) takes a first row with one field too many as an index column (the text
+shifts into the label) and fills a row with one field too few with an empty label, both without a word; here each is
+a ValueError naming ``file:line``. The rows then become a ``datasets.Dataset`` as from any loader."""
 
 from __future__ import annotations
 
