@@ -93,6 +93,20 @@ def pin_adapter_base(repo_id: str, adapter_config: dict | None, commit, token=No
     )
 
 
+def pin_after(commit, folder, repo_id: str, token=None, revision: str | None = None, blocking: bool = True):
+    """:func:`pin_adapter_base` after the push ``commit`` (a ``CommitInfo`` or its ``Future``) of ``folder``, when the
+    folder holds an adapter for ``repo_id`` (read now: the folder may change meanwhile): done at once (``blocking``)
+    or queued as a ``Future`` that waits for the push. ``commit`` itself when there is nothing to pin."""
+    from huggingface_hub import HfApi
+
+    adapter_config = adapter_base_to_pin(folder, repo_id)
+    if adapter_config is None:
+        return commit
+    if blocking:
+        return pin_adapter_base(repo_id, adapter_config, commit, token=token, revision=revision)
+    return HfApi().run_as_future(pin_adapter_base, repo_id, adapter_config, commit, token=token, revision=revision)
+
+
 def pickled_files(folder: str | os.PathLike) -> list[str]:
     """Paths (relative to ``folder``) of the files whose names mark them as pickles."""
     root = Path(folder)
@@ -206,13 +220,14 @@ def push_folder(
             create_pr=create_pr,
             delete_patterns=list(replaces) or None,
         )
-        return pin_adapter_base(repo_id, adapter_base_to_pin(folder, repo_id), commit, token=token, revision=revision)
+        return pin_after(commit, folder, repo_id, token=token, revision=revision)
 
 
 __all__ = [
     "push_folder",
     "adapter_base_to_pin",
     "pin_adapter_base",
+    "pin_after",
     "pickled_files",
     "repo_has_file",
     "card_is_current",

@@ -23,8 +23,7 @@ from keplm.push_utils import (
     MODEL_FILES,
     PICKLE_PATTERNS,
     PROCESSOR_FILES,
-    adapter_base_to_pin,
-    pin_adapter_base,
+    pin_after,
 )
 from keplm.tokenization.processing_utils import tokenizer_fingerprint
 
@@ -327,13 +326,7 @@ class KeplmTrainer(ShardedMemoryTraining, PicklessCheckpointState, Trainer):
             delete_patterns=list(dict.fromkeys(MODEL_FILES + PROCESSOR_FILES)),  # the repo serves this push
             revision=revision,
         )
-        adapter_config = adapter_base_to_pin(self.args.output_dir, self.hub_model_id)  # a LoRA run's adapter
-        if adapter_config is None:
-            return commit
-        pin = (self.hub_model_id, adapter_config, commit)
-        if blocking:
-            return pin_adapter_base(*pin, token=token, revision=revision)
-        return hf_api().run_as_future(pin_adapter_base, *pin, token=token, revision=revision)
+        return pin_after(commit, self.args.output_dir, self.hub_model_id, token, revision, blocking)  # a LoRA adapter
 
     def _push_from_checkpoint(self, checkpoint_folder: str) -> None:
         """As the stock checkpoint push (``hub_strategy``): the saved model, its ``knowledge/`` and the processor
@@ -378,18 +371,9 @@ class KeplmTrainer(ShardedMemoryTraining, PicklessCheckpointState, Trainer):
                 revision=self.args.hub_revision,
             )
         ]
-        adapter_config = adapter_base_to_pin(output_dir, self.hub_model_id)  # read now: the folder changes
-        if adapter_config is not None:
-            jobs.append(
-                hf_api().run_as_future(
-                    pin_adapter_base,
-                    self.hub_model_id,
-                    adapter_config,
-                    jobs[0],
-                    token=self.args.hub_token,
-                    revision=self.args.hub_revision,
-                )
-            )
+        pinned = pin_after(jobs[0], output_dir, self.hub_model_id, self.args.hub_token, self.args.hub_revision, False)
+        if pinned is not jobs[0]:  # a LoRA adapter: its base files pinned once the push is done
+            jobs.append(pinned)
         if self.args.hub_strategy in (HubStrategy.CHECKPOINT, HubStrategy.ALL_CHECKPOINTS):
             path_in_repo = (
                 "last-checkpoint" if self.args.hub_strategy == HubStrategy.CHECKPOINT else Path(checkpoint_folder).name
