@@ -40,7 +40,7 @@ from keplm.training.runtime import (
     trainer_arguments,
     used_splits,
 )
-from keplm.training.trainer import QuestionAnsweringTrainer
+from keplm.training.trainer_qa import QuestionAnsweringTrainer
 
 #: this project's card facts (its datasets' public names, the MiniLM package), for the model card
 CARD_FACTS = Path(__file__).resolve().parents[1] / "harness" / "card_facts.json"

@@ -148,7 +148,7 @@ def test_trainer_keeps_knowledge_columns_and_drops_postprocessing_ones(tiny, tmp
     from transformers import TrainingArguments
 
     from keplm.tokenization.processing_kala import KNOWLEDGE_COLUMNS
-    from keplm.training.trainer import QuestionAnsweringTrainer, _model_features
+    from keplm.training.trainer_qa import QuestionAnsweringTrainer, _model_features
 
     raw = load_qa_dataset(tiny["squad"], split_by_article=(2, 1, 1))
     knowledge_args = KnowledgeArguments(system="relational", kg=tiny["kg"])

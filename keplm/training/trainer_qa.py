@@ -1,0 +1,116 @@
+"""The extractive-QA Trainer (as transformers' example ``trainer_qa.py``): evaluation and prediction take the raw
+examples beside the features and report SQuAD EM / F1 of the post-processed answers."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+
+from transformers.trainer_utils import PredictionOutput, speed_metrics
+
+from .metrics import squad_references, squad_v1_metrics
+from .qa_postprocessing import postprocess_qa_predictions
+from .trainer import KeplmTrainer
+
+#: columns of evaluation features used by post-processing only (not model inputs)
+POSTPROCESSING_COLUMNS = ("example_id", "offset_mapping")
+
+
+def _model_features(features):
+    """The features without the post-processing columns: what the Trainer's dataloader gets."""
+    drop = [c for c in POSTPROCESSING_COLUMNS if c in features.column_names]
+    return features.remove_columns(drop) if drop else features
+
+
+class QuestionAnsweringTrainer(KeplmTrainer):
+    """``Trainer`` whose ``evaluate``/``predict`` take the raw examples beside the features and report EM/F1.
+
+    ``eval_dataset`` (and the ``test_dataset`` of ``predict``) are evaluation features with ``example_id`` and
+    ``offset_mapping``; these two columns are dropped for the forward pass and used afterwards by
+    :func:`postprocess_qa_predictions`. Predictions are written to ``{prefix}_predictions.json`` in
+    ``output_dir``.
+    """
+
+    def __init__(self, *args, eval_examples=None, n_best_size: int = 20, max_answer_length: int = 30, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.eval_examples = eval_examples
+        self.n_best_size = n_best_size
+        self.max_answer_length = max_answer_length
+
+    def _answers(self, examples, features, output, prefix: str) -> tuple[dict, dict]:
+        start_logits, end_logits = output.predictions[:2]
+        predictions = postprocess_qa_predictions(
+            examples,
+            features,
+            start_logits,
+            end_logits,
+            n_best_size=self.n_best_size,
+            max_answer_length=self.max_answer_length,
+            disable_tqdm=self.args.disable_tqdm,
+        )
+        scores = squad_v1_metrics(predictions, squad_references(examples))
+        metrics = {f"{prefix}_{k}": v for k, v in scores.items()}
+        if self.args.should_save:
+            os.makedirs(self.args.output_dir, exist_ok=True)
+            with open(os.path.join(self.args.output_dir, f"{prefix}_predictions.json"), "w", encoding="utf-8") as f:
+                json.dump(predictions, f, indent=2, ensure_ascii=False)
+        return predictions, metrics
+
+    def _run(self, features, description: str, prefix: str, ignore_keys):
+        dataloader = (self.get_eval_dataloader if prefix == "eval" else self.get_test_dataloader)(
+            _model_features(features)
+        )
+        start_time = time.time()
+        compute_metrics, self.compute_metrics = self.compute_metrics, None  # metrics need post-processing
+        try:
+            output = self.evaluation_loop(
+                dataloader,
+                description=description,
+                prediction_loss_only=False,
+                ignore_keys=ignore_keys,
+                metric_key_prefix=prefix,
+            )
+        finally:
+            self.compute_metrics = compute_metrics
+        total_batch_size = self.args.eval_batch_size * self.args.world_size
+        if f"{prefix}_model_preparation_time" in output.metrics:
+            start_time += output.metrics[f"{prefix}_model_preparation_time"]
+        output.metrics.update(
+            speed_metrics(
+                prefix,
+                start_time,
+                num_samples=output.num_samples,
+                num_steps=math.ceil(output.num_samples / total_batch_size),
+            )
+        )
+        return output
+
+    def evaluate(self, eval_dataset=None, eval_examples=None, ignore_keys=None, metric_key_prefix: str = "eval"):
+        features = self.eval_dataset if eval_dataset is None else eval_dataset
+        examples = self.eval_examples if eval_examples is None else eval_examples
+        if features is None or examples is None:
+            raise ValueError("QuestionAnsweringTrainer.evaluate needs evaluation features and their examples")
+        self._memory_tracker.start()
+        output = self._run(features, "Evaluation", metric_key_prefix, ignore_keys)
+        metrics = dict(output.metrics)
+        _, answer_metrics = self._answers(examples, features, output, metric_key_prefix)
+        metrics.update(answer_metrics)
+        self.log(metrics)
+        self.control = self.callback_handler.on_evaluate(self.args, self.state, self.control, metrics)
+        self._memory_tracker.stop_and_update_metrics(metrics)
+        return metrics
+
+    def predict(self, predict_dataset, predict_examples, ignore_keys=None, metric_key_prefix: str = "test"):
+        self._memory_tracker.start()
+        output = self._run(predict_dataset, "Prediction", metric_key_prefix, ignore_keys)
+        metrics = dict(output.metrics)
+        predictions, answer_metrics = self._answers(predict_examples, predict_dataset, output, metric_key_prefix)
+        metrics.update(answer_metrics)
+        self.control = self.callback_handler.on_predict(self.args, self.state, self.control, metrics)
+        self._memory_tracker.stop_and_update_metrics(metrics)
+        return PredictionOutput(predictions=predictions, label_ids=None, metrics=metrics)
+
+
+__all__ = ["QuestionAnsweringTrainer", "POSTPROCESSING_COLUMNS"]
