@@ -40,9 +40,9 @@ def _task_of_name(name: str) -> str | None:
 
 def task_of(config) -> str:
     """The task the checks read from a model's saved architectures; a ValueError when none is one of theirs."""
-    for architecture in getattr(config, "architectures", None) or []:
-        if _task_of_name(architecture) is not None:
-            return _task_of_name(architecture)
+    task = next(filter(None, map(_task_of_name, getattr(config, "architectures", None) or [])), None)
+    if task is not None:
+        return task
     raise ValueError(f"cannot tell the task of architectures {config.architectures!r}: pass --task")
 
 

@@ -259,14 +259,6 @@ class QaDataArguments(DataArguments):
 @dataclass
 class GenerativeQaDataArguments(QaDataArguments):
     """The SQuAD data options of ``run_qa.py`` for generated answers: one input per question (``question: ...
-    #: the options' valid intervals, checked once after parsing (keplm.training.option_checks)
-    option_ranges: ClassVar[dict[str, str]] = {
-        "max_seq_length": "[3, inf)",
-        "max_answer_length": "[1, inf)",
-        "doc_stride": "[0, inf)",
-        "n_best_size": "[1, inf)",
-    }
-
     context: ...`` cut at ``--max_seq_length`` tokens, no stride windows: ``--doc_stride`` and ``--n_best_size`` are
     refused) and the first gold answer as the target, ``--max_answer_length`` tokens at most (also the generation
     length unless ``--generation_max_length`` says otherwise)."""

@@ -219,12 +219,17 @@ def resume_checkpoint(resume_from_checkpoint, output_dir: str) -> str | None:
     if resume_from_checkpoint in (None, False, "", "False", "false"):
         return None
     if resume_from_checkpoint in (True, "True", "true", "last"):
-        found = [path for path in Path(output_dir).glob(f"{PREFIX_CHECKPOINT_DIR}-*") if path.is_dir()]
-        found = sorted(found, key=lambda path: int(path.name.rsplit("-", 1)[1]) if path.name[-1].isdigit() else -1)
-        complete = [path for path in found if (path / TRAINER_STATE_NAME).is_file()]
-        for path in found:
-            if path not in complete:
-                logger.warning("%s has no %s (an interrupted save): not resumed from", path, TRAINER_STATE_NAME)
+        found = {  # step -> folder
+            int(path.name.rsplit("-", 1)[1]): path
+            for path in Path(output_dir).glob(f"{PREFIX_CHECKPOINT_DIR}-*")
+            if path.is_dir() and path.name.rsplit("-", 1)[1].isdigit()
+        }
+        complete = []
+        for step in sorted(found):
+            if (found[step] / TRAINER_STATE_NAME).is_file():
+                complete.append(found[step])
+            else:
+                logger.warning("%s has no %s (an interrupted save): not resumed from", found[step], TRAINER_STATE_NAME)
         if not complete:
             raise ValueError(
                 f"--resume_from_checkpoint {resume_from_checkpoint}: no complete checkpoint in {output_dir}"
