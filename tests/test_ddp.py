@@ -231,7 +231,7 @@ def test_every_run_script_ends_its_process_group():
         blocks = [node for node in tree.body if isinstance(node, ast.If) and "__main__" in ast.unparse(node.test)]
         assert len(blocks) == 1, script.name
         calls = [ast.unparse(statement) for statement in blocks[0].body]
-        assert calls[-2:] == ["main()", "end_distributed_run()"], (script.name, calls)
+        assert calls[-2:] == ["main()", "runtime.end_distributed_run()"], (script.name, calls)
 
 
 END_RUN_SCRIPT = """

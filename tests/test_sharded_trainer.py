@@ -160,14 +160,14 @@ def test_resuming_refuses_another_process_count_and_mixing_sharded_and_whole_tab
     try:
         sharded = Stub(shard_entity_memory(make_model(KalaForTokenClassification, tokenizer, assets, num_labels=3)))
         with pytest.raises(ValueError, match="with 1 processes: its sharded entity memories were saved by 2"):
-            sharded._load_optimizer_and_scheduler(str(two))
+            sharded.load_optimizer_state(str(two))
         (two / "optimizer_shard_0.json").rename(two / "elsewhere.json")  # machine 0 lacks this process's file
         with pytest.raises(ValueError, match="optimizer_shard_0 .* is missing; every process writes its own"):
-            Stub(sharded.model, world_size=2)._load_optimizer_and_scheduler(str(two))
+            Stub(sharded.model, world_size=2).load_optimizer_state(str(two))
         with pytest.raises(ValueError, match="saved without sharded entity memories"):
-            sharded._load_optimizer_and_scheduler(str(whole))
+            sharded.load_optimizer_state(str(whole))
         plain = Stub(make_model(KalaForTokenClassification, tokenizer, assets, num_labels=3))
         with pytest.raises(ValueError, match="without --shard_entity_memory: it was saved by a run with sharded"):
-            plain._load_optimizer_and_scheduler(str(two))
+            plain.load_optimizer_state(str(two))
     finally:
         dist.destroy_process_group()

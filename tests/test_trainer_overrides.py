@@ -10,6 +10,7 @@ import inspect
 from transformers import Trainer
 
 from keplm.training.trainer import KeplmTrainer
+from keplm.training.trainer_overrides import TrainerOverrides
 
 #: every private Trainer method keplm overrides, with the parameters (after self) keplm's override was written for
 EXPECTED = {
@@ -26,21 +27,24 @@ EXPECTED = {
 }
 
 
-def overridden_private_methods() -> set[str]:
-    """Private (single-underscore) methods of transformers' Trainer that a keplm class in KeplmTrainer's MRO defines."""
-    names = set()
+def overridden_private_methods() -> dict[str, set[str]]:
+    """Private (single-underscore) methods of transformers' Trainer that each keplm class in KeplmTrainer's MRO
+    defines, by class name."""
+    found = {}
     for cls in KeplmTrainer.__mro__:
         if cls.__module__.startswith("keplm."):
-            names |= {
+            names = {
                 name
                 for name, value in vars(cls).items()
                 if name.startswith("_") and not name.startswith("__") and callable(value) and hasattr(Trainer, name)
             }
-    return names
+            if names:
+                found[cls.__name__] = names
+    return found
 
 
-def test_the_list_of_overridden_private_methods_is_complete():
-    assert overridden_private_methods() == set(EXPECTED)
+def test_the_private_overrides_are_the_listed_ones_all_in_one_mixin():
+    assert overridden_private_methods() == {TrainerOverrides.__name__: set(EXPECTED)}
 
 
 def test_every_overridden_private_method_still_exists_with_its_parameters():

@@ -5,7 +5,7 @@ the shards alone), saves ordinary models (every process joins the gather, proces
 optimizer state of its rows in checkpoints (``optimizer_shard_<rank>``, safetensors + JSON), so that
 ``--resume_from_checkpoint`` continues exactly. The model weights of a checkpoint are the ordinary ones: a sharded
 model takes its rows of the saved table as it loads them (``ShardedEntityMemory``'s load hook). Gradient clipping
-with the global norm is in ``KeplmTrainer._clip_grad_norm``.
+and the logged norm are the global norm (``clip_gradients``).
 
 Refused (ValueError): sparse entity memories, FSDP or DeepSpeed together with sharding, ``--save_on_each_node``
 (process 0 alone receives the gathered table), and a resume with another process count or from a checkpoint saved
@@ -128,15 +128,15 @@ class ShardedMemoryTraining:
             "rows": {name: [m.start, m.stop, m.num_entities] for name, m in self._sharded_tables().items()},
         }
 
-    def _get_grad_norm(self, model, grad_norm=None):
-        """The logged gradient norm; without clipping (``--max_grad_norm 0``) the stock one would be each process's
-        own (its shard's rows only): with sharded tables, the global norm instead."""
-        if grad_norm is None and self._sharded_tables():
-            from .sharded_memory import clip_grad_norm_
+    def clip_gradients(self, model, max_norm: float):
+        """With row-sharded tables, the norm of the whole model's gradient (each table's squared norm summed over its
+        shards' processes), clipped to ``max_norm``; the stock clipping would take each process's own."""
+        if not self._sharded_tables():
+            return super().clip_gradients(model, max_norm)
+        from .sharded_memory import clip_grad_norm_
 
-            self.accelerator.unscale_gradients()
-            grad_norm = clip_grad_norm_(model, float("inf"))
-        return super()._get_grad_norm(model, grad_norm=grad_norm)
+        self.accelerator.unscale_gradients()
+        return clip_grad_norm_(model, max_norm)
 
     def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
         """The stock ``save_model``; with sharded tables every process joins the gather of the tables
@@ -153,12 +153,12 @@ class ShardedMemoryTraining:
         if self.args.push_to_hub and not _internal_call:
             self.push_to_hub(commit_message="Model save", revision=self.args.hub_revision)
 
-    def _save_optimizer_and_scheduler(self, output_dir: str) -> None:
+    def save_optimizer_state(self, output_dir: str) -> None:
         """As keplm's (safetensors + JSON), but the optimizer state of each process's table rows is written by that
         process (``optimizer_shard_<rank>``), and process 0's ``optimizer`` holds the replicated rest."""
         shards = {id(memory.weight) for memory in self._sharded_tables().values()}
         if not shards:
-            return super()._save_optimizer_and_scheduler(output_dir)
+            return super().save_optimizer_state(output_dir)
         state = self.optimizer.state_dict()
         own = []  # (torch optimizer's position, parameter index, its state) of this process's rows
         for position, (torch_optimizer, component) in enumerate(
@@ -174,11 +174,13 @@ class ShardedMemoryTraining:
             save_state(state, output_dir, "optimizer")
             save_state(self.lr_scheduler.state_dict(), output_dir, "scheduler")
 
-    def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:
+    def load_optimizer_state(self, checkpoint: str) -> bool:
+        """As keplm's, with each process's optimizer state of its table rows put back; a resume that cannot use it
+        (another process count, sharded and whole tables mixed, a process's file missing) is a ValueError."""
         shards = {id(memory.weight) for memory in self._sharded_tables().values()}
-        saved_sharded = checkpoint is not None and glob.glob(os.path.join(checkpoint, "optimizer_shard_*.json"))
-        if checkpoint is None or (not shards and not saved_sharded):
-            return super()._load_optimizer_and_scheduler(checkpoint)
+        saved_sharded = glob.glob(os.path.join(checkpoint, "optimizer_shard_*.json"))
+        if not shards and not saved_sharded:
+            return super().load_optimizer_state(checkpoint)
         if not shards:
             raise ValueError(
                 f"cannot resume from {checkpoint} without --shard_entity_memory: it was saved by a run "
@@ -222,6 +224,7 @@ class ShardedMemoryTraining:
             components[position]["state"][index] = value
         self.optimizer.load_state_dict(state)
         self.lr_scheduler.load_state_dict(load_state(checkpoint, "scheduler"))
+        return True
 
 
 __all__ = ["SHARD_STATE", "ShardedMemoryTraining", "shard_for_training"]

@@ -10,9 +10,7 @@ import shutil
 from pathlib import Path
 
 import torch
-from torch.utils.data import SequentialSampler
 from transformers import EarlyStoppingCallback, Trainer
-from transformers.trainer_utils import has_length
 
 from keplm.file_utils import portable_paths
 from keplm.knowledge.assets import assets_conflict
@@ -25,35 +23,21 @@ from keplm.push_utils import (
 )
 from keplm.tokenization.processing_utils import tokenizer_fingerprint
 
-from .checkpoint_state import PicklessCheckpointState
 from .engines import check_engine
 from .model_card import KeplmCardCallback, KeplmModelCardData
 from .optim import (
     WARMUP_KEY,
     apply_parameter_groups,
-    clip_grad_norm_sparse_,
     schedule_with_group_warmups,
     sparse_parameters,
 )
 from .sharded_training import ShardedMemoryTraining, shard_for_training
-from .state import has_state, load_state, save_state
+from .trainer_overrides import TrainerOverrides, unwrap
 
 logger = logging.getLogger(__name__)
 
 
-def unwrap(model):
-    """The keplm model inside DDP / ``torch.compile`` / peft wrappers."""
-    while True:
-        if callable(getattr(model, "get_base_model", None)):  # a peft PeftModel (LoRA)
-            model = model.get_base_model()
-            continue
-        inner = getattr(model, "module", None) or getattr(model, "_orig_mod", None)
-        if inner is None:
-            return model
-        model = inner
-
-
-class KeplmTrainer(ShardedMemoryTraining, PicklessCheckpointState, Trainer):
+class KeplmTrainer(ShardedMemoryTraining, TrainerOverrides, Trainer):
     """``Trainer`` for keplm models; what it adds to the stock one:
 
     * **Parameter groups from the model.** ``create_optimizer`` asks the model's
@@ -128,11 +112,6 @@ class KeplmTrainer(ShardedMemoryTraining, PicklessCheckpointState, Trainer):
         self._losses_finite = None  # every training step's loss finite since the last log (a device tensor)
         self._sparse_gradients = False  # set by create_optimizer: whether any trained table has sparse gradients
         self._has_sharded_tables = bool(self._sharded_tables())  # row-sharded entity memories: decided once
-
-    def _get_eval_sampler(self, eval_dataset):
-        if eval_dataset is None or not has_length(eval_dataset):
-            return None
-        return SequentialSampler(eval_dataset) if self.args.world_size <= 1 else None
 
     def train(self, *args, **kwargs):
         """The stock ``train``, after checking that ``output_dir`` holds no other run's knowledge assets that the
@@ -236,21 +215,6 @@ class KeplmTrainer(ShardedMemoryTraining, PicklessCheckpointState, Trainer):
         self._created_lr_scheduler = True
         return self.lr_scheduler
 
-    def _clip_grad_norm(self, model):
-        """The stock clipping, except when a table has sparse gradients (e.g. ``sparse_entity_memory``), which
-        ``torch.nn.utils.clip_grad_norm_`` cannot take: then the same L2 clipping over dense and sparse gradients;
-        and with row-sharded tables, the norm of the whole model's gradient (each table's squared norm summed over
-        its shards' processes), which the stock clipping would take per process."""
-        if self._has_sharded_tables:
-            from .sharded_memory import clip_grad_norm_
-
-            self.accelerator.unscale_gradients()
-            return clip_grad_norm_(model, self.args.max_grad_norm)
-        if not self._sparse_gradients:  # decided once by create_optimizer, not by scanning the gradients every step
-            return super()._clip_grad_norm(model)
-        self.accelerator.unscale_gradients()
-        return clip_grad_norm_sparse_(model.parameters(), self.args.max_grad_norm)
-
     def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
         """The stock save (with sharded tables, :class:`ShardedMemoryTraining`'s), then what keplm adds: a LoRA
         model's adapter with its config and assets, and the training arguments as JSON instead of the pickled
@@ -315,10 +279,11 @@ class KeplmTrainer(ShardedMemoryTraining, PicklessCheckpointState, Trainer):
         )
         return pin_after(commit, self.args.output_dir, self.hub_model_id, token, revision, blocking)  # a LoRA adapter
 
-    def _push_from_checkpoint(self, checkpoint_folder: str) -> None:
-        """As the stock checkpoint push (``hub_strategy``): the saved model, its ``knowledge/`` and the processor
-        are copied to ``output_dir`` and uploaded in the background, with the training arguments as JSON; files
-        that are pickles (the stock optimizer/scheduler/RNG state) are not uploaded."""
+    def push_checkpoint(self, checkpoint_folder: str) -> None:
+        """As the stock checkpoint push (``Trainer._push_from_checkpoint``, ``hub_strategy``): the saved model, its
+        ``knowledge/`` and the processor are copied to ``output_dir`` and uploaded in the background, with the
+        training arguments as JSON; files that are pickles (the stock optimizer/scheduler/RNG state) are not
+        uploaded."""
         from transformers.trainer_utils import HubStrategy, SaveStrategy
         from transformers.utils.hub import PushInProgress, hf_api
 
@@ -426,26 +391,6 @@ class KeplmTrainer(ShardedMemoryTraining, PicklessCheckpointState, Trainer):
     @_extra_logs.setter
     def _extra_logs(self, value: dict) -> None:
         self.__dict__["_extra_log_values"] = value
-
-    def _save_optimizer_and_scheduler(self, output_dir: str) -> None:
-        """The checkpoint's training state (keplm's pickle-free optimizer and scheduler), then the model's own
-        (e.g. TRELM's memory bank), which resuming needs beside the weights."""
-        super()._save_optimizer_and_scheduler(output_dir)
-        keplm_model = unwrap(self.model)
-        if hasattr(keplm_model, "training_state") and self.args.should_save:
-            save_state(keplm_model.training_state(), output_dir, "model_training_state")
-
-    def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:
-        super()._load_optimizer_and_scheduler(checkpoint)
-        keplm_model = unwrap(self.model)
-        if checkpoint is None or not hasattr(keplm_model, "load_training_state"):
-            return
-        if not has_state(checkpoint, "model_training_state"):
-            raise FileNotFoundError(
-                f"{checkpoint} has no model_training_state (the training state of {type(keplm_model).__name__}, "
-                "e.g. TRELM's memory bank): it was not saved by keplm's Trainer"
-            )
-        keplm_model.load_training_state(load_state(checkpoint, "model_training_state"))
 
     def save_metrics(self, split, metrics, combined=True):
         super().save_metrics(split, metrics, combined=combined)
