@@ -24,6 +24,7 @@ from pathlib import Path
 import transformers
 from transformers import set_seed
 
+from keplm.training import runtime
 from keplm.training.arguments import (
     GenerativeQaDataArguments,
     KeplmSeq2SeqTrainingArguments,
@@ -32,18 +33,6 @@ from keplm.training.arguments import (
 )
 from keplm.training.knowledge_setup import Featurizer
 from keplm.training.run_recipe import choose_recipe
-from keplm.training.runtime import (
-    QA_SPLIT_HINT,
-    build_features,
-    check_splits,
-    end_distributed_run,
-    flatten,
-    load_qa_splits,
-    qa_train_evaluate_predict,
-    setup_logging,
-    trainer_arguments,
-    used_splits,
-)
 from keplm.training.trainer_seq2seq import GenerativeQuestionAnsweringTrainer
 
 #: this project's card facts (its datasets' public names, the MiniLM package), for the model card
@@ -63,19 +52,19 @@ def main(args: list[str] | None = None) -> dict:
         (ModelArguments, GenerativeQaDataArguments, recipe_class.arguments, KeplmSeq2SeqTrainingArguments), rest
     )
     recipe = recipe_class(model_type, model_args, method_args, TASK)
-    setup_logging(training_args)
+    runtime.setup_logging(training_args)
     set_seed(training_args.seed)
     if training_args.generation_max_length is None:
         training_args.generation_max_length = data_args.max_answer_length
 
-    raw, data_report = load_qa_splits(data_args)
-    check_splits(raw, training_args, QA_SPLIT_HINT)
-    raw = used_splits(raw, training_args)
+    raw, data_report = runtime.load_qa_splits(data_args)
+    runtime.check_splits(raw, training_args, runtime.QA_SPLIT_HINT)
+    raw = runtime.used_splits(raw, training_args)
     with training_args.main_process_first(desc="knowledge"):
         processor, raw = recipe.prepare(raw, ["context"], data_args.preprocessing_num_workers)
     model = recipe.build_model(processor)
     processor = recipe.finish(processor, model)
-    features = build_features(
+    features = runtime.build_features(
         raw,
         lambda split: Featurizer(
             processor,
@@ -89,7 +78,7 @@ def main(args: list[str] | None = None) -> dict:
         training_args,
     )
     cut = count_answers_cut(features, data_args.max_seq_length)
-    trainer_kwargs = trainer_arguments(
+    trainer_kwargs = runtime.trainer_arguments(
         recipe, processor, model, raw, features, model_args, data_args, training_args, CARD_FACTS
     )
     model = trainer_kwargs["model"]
@@ -98,10 +87,10 @@ def main(args: list[str] | None = None) -> dict:
         eval_examples=raw["validation"] if training_args.do_eval else None,
     )
     data_results = recipe.data_results(processor, raw, features, model)
-    data_results.update(flatten(data_report, "data"))
+    data_results.update(runtime.flatten(data_report, "data"))
     data_results.update(cut)
 
-    return qa_train_evaluate_predict(trainer, training_args, raw, features, data_results, recipe)
+    return runtime.qa_train_evaluate_predict(trainer, training_args, raw, features, data_results, recipe)
 
 
 def count_answers_cut(features: dict, max_seq_length: int) -> dict:
@@ -129,4 +118,4 @@ def count_answers_cut(features: dict, max_seq_length: int) -> dict:
 if __name__ == "__main__":
     transformers.utils.logging.enable_explicit_format()
     main()
-    end_distributed_run()
+    runtime.end_distributed_run()

@@ -26,20 +26,11 @@ from transformers import set_seed
 
 from keplm.data import limit_samples
 from keplm.data.glue import glue_task, load_glue_dataset, task_of_dataset
+from keplm.training import runtime
 from keplm.training.arguments import DataArguments, KeplmTrainingArguments, ModelArguments, parse_args
 from keplm.training.compute_metrics import GlueComputeMetrics
 from keplm.training.knowledge_setup import Featurizer
 from keplm.training.run_recipe import choose_recipe
-from keplm.training.runtime import (
-    build_features,
-    check_splits,
-    end_distributed_run,
-    record,
-    setup_logging,
-    train_and_save,
-    trainer_arguments,
-    used_splits,
-)
 from keplm.training.trainer import KeplmTrainer
 
 #: this project's card facts (its datasets' public names, the MiniLM package), for the model card
@@ -99,15 +90,15 @@ def main(args: list[str] | None = None) -> dict:
         (ModelArguments, GlueDataArguments, recipe_class.arguments, KeplmTrainingArguments), rest
     )
     recipe = recipe_class(model_type, model_args, method_args, "sequence_classification")
-    setup_logging(training_args)
+    runtime.setup_logging(training_args)
     set_seed(training_args.seed)
     raw = load_data(data_args)
     named = data_args.task_name or data_args.dataset_name
     # files without a GLUE task name: the task is what the files hold (their text columns and labels)
     task = glue_task(named) if named is not None else task_of_dataset(raw)
-    check_splits(raw, training_args)
+    runtime.check_splits(raw, training_args)
     check_labelled(raw, training_args)
-    raw = used_splits(raw, training_args)
+    raw = runtime.used_splits(raw, training_args)
     with training_args.main_process_first(desc="knowledge"):
         processor, raw = recipe.prepare(raw, list(task.text_columns), data_args.preprocessing_num_workers)
     labels = (
@@ -117,7 +108,7 @@ def main(args: list[str] | None = None) -> dict:
     )
     model = recipe.build_model(processor, num_labels=task.num_labels, **labels)
     processor = recipe.finish(processor, model)
-    features = build_features(
+    features = runtime.build_features(
         raw,
         lambda split: Featurizer(
             processor,
@@ -130,7 +121,7 @@ def main(args: list[str] | None = None) -> dict:
         data_args,
         training_args,
     )
-    trainer_kwargs = trainer_arguments(
+    trainer_kwargs = runtime.trainer_arguments(
         recipe, processor, model, raw, features, model_args, data_args, training_args, CARD_FACTS, dataset=task.name
     )
     model = trainer_kwargs["model"]
@@ -142,16 +133,18 @@ def main(args: list[str] | None = None) -> dict:
     results = dict(knowledge)
     if training_args.do_train:
         results.update(
-            train_and_save(
+            runtime.train_and_save(
                 trainer, training_args, len(features["train"]), **recipe.split_results(raw, "train", "train")
             )
         )
     if training_args.do_eval:
-        results.update(record(trainer, "eval", dict(trainer.evaluate(), eval_samples=len(features["validation"]))))
+        results.update(
+            runtime.record(trainer, "eval", dict(trainer.evaluate(), eval_samples=len(features["validation"])))
+        )
     if training_args.do_predict and "test" in features:
         output = trainer.predict(features["test"], metric_key_prefix="predict")
         results.update(
-            record(
+            runtime.record(
                 trainer,
                 "predict",
                 dict(
@@ -172,4 +165,4 @@ def main(args: list[str] | None = None) -> dict:
 if __name__ == "__main__":
     transformers.utils.logging.enable_explicit_format()
     main()
-    end_distributed_run()
+    runtime.end_distributed_run()

@@ -23,21 +23,11 @@ import transformers
 from transformers import AutoModelForTokenClassification, AutoProcessor, pipeline, set_seed
 
 from keplm.data import get_label_list, load_ner_dataset
+from keplm.training import runtime
 from keplm.training.arguments import KeplmTrainingArguments, ModelArguments, NerDataArguments, parse_args
 from keplm.training.compute_metrics import NerComputeMetrics, word_level_scores
 from keplm.training.knowledge_setup import Featurizer, load_for_inference
 from keplm.training.run_recipe import choose_recipe
-from keplm.training.runtime import (
-    build_features,
-    check_max_seq_length,
-    check_splits,
-    end_distributed_run,
-    record,
-    setup_logging,
-    train_and_save,
-    trainer_arguments,
-    used_splits,
-)
 from keplm.training.subsets import subset_metrics
 from keplm.training.tagging import align_labels_to_model, argmax_logits, count_words_cut, word_level_tags
 from keplm.training.trainer import KeplmTrainer
@@ -72,13 +62,13 @@ def main(args: list[str] | None = None) -> dict:
         (ModelArguments, NerDataArguments, recipe_class.arguments, KeplmTrainingArguments), rest
     )
     recipe = recipe_class(model_type, model_args, method_args, "ner")
-    setup_logging(training_args)
+    runtime.setup_logging(training_args)
     set_seed(training_args.seed)
 
     raw = load_data(data_args)
-    check_splits(raw, training_args)
+    runtime.check_splits(raw, training_args)
     label_list = get_label_list(raw)  # from every split read, before the unused ones go
-    raw = used_splits(raw, training_args)
+    raw = runtime.used_splits(raw, training_args)
     with training_args.main_process_first(desc="knowledge"):
         processor, raw = recipe.prepare(raw, ["tokens"], data_args.preprocessing_num_workers)
     # a trained checkpoint keeps its label map (the data is renumbered to it); a new model takes the data's
@@ -92,11 +82,11 @@ def main(args: list[str] | None = None) -> dict:
         }
     )
     model = recipe.build_model(processor, **label_kwargs)
-    check_max_seq_length(data_args.max_seq_length, model)
+    runtime.check_max_seq_length(data_args.max_seq_length, model)
     raw, label_list = align_labels_to_model(raw, label_list, model.config)
     processor = recipe.finish(processor, model)
 
-    features = build_features(
+    features = runtime.build_features(
         raw,
         lambda split: Featurizer(
             processor,
@@ -110,7 +100,7 @@ def main(args: list[str] | None = None) -> dict:
         training_args,
     )
     example = {"example_text": data_args.tag_text}  # the card's usage example
-    trainer_kwargs = trainer_arguments(
+    trainer_kwargs = runtime.trainer_arguments(
         recipe, processor, model, raw, features, model_args, data_args, training_args, CARD_FACTS, **example
     )
     model = trainer_kwargs["model"]
@@ -137,12 +127,14 @@ def main(args: list[str] | None = None) -> dict:
         results.update(data_results)
     if training_args.do_train:
         results.update(
-            train_and_save(
+            runtime.train_and_save(
                 trainer, training_args, len(features["train"]), **recipe.split_results(raw, "train", "train")
             )
         )
     if training_args.do_eval:
-        results.update(record(trainer, "eval", dict(trainer.evaluate(), eval_samples=len(features["validation"]))))
+        results.update(
+            runtime.record(trainer, "eval", dict(trainer.evaluate(), eval_samples=len(features["validation"])))
+        )
     if training_args.do_predict:
         output = trainer.predict(features["test"], metric_key_prefix="predict")
         metrics = dict(
@@ -183,7 +175,7 @@ def main(args: list[str] | None = None) -> dict:
                     names=("all_seen", "with_unseen"),
                 )
             )
-        results.update(record(trainer, "predict", metrics))
+        results.update(runtime.record(trainer, "predict", metrics))
         if trainer.is_world_process_zero():
             with open(os.path.join(training_args.output_dir, "predictions.txt"), "w", encoding="utf-8") as f:
                 for words, sentence_tags in zip(raw["test"]["tokens"], written):
@@ -219,4 +211,4 @@ def tag_with_saved_model(
 if __name__ == "__main__":
     transformers.utils.logging.enable_explicit_format()
     main()
-    end_distributed_run()
+    runtime.end_distributed_run()

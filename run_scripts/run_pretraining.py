@@ -36,6 +36,7 @@ from keplm.data.masking import MaskedLMCollator, MaskingEpochCallback
 from keplm.data.pretraining import kg_without_facts, load_pretraining_corpus
 from keplm.knowledge import KnowledgeAssets, load_kg
 from keplm.tokenization.processing_trelm import feature_statistics
+from keplm.training import runtime
 from keplm.training.arguments import KeplmTrainingArguments, ModelArguments, parse_args
 from keplm.training.knowledge_setup import Featurizer, featurize, maybe_add_lora
 from keplm.training.model_card import KeplmModelCardData
@@ -47,14 +48,6 @@ from keplm.training.pretraining import (
     TrainingClock,
     TrelmArguments,
     add_importance,
-)
-from keplm.training.runtime import (
-    check_max_seq_length,
-    end_distributed_run,
-    flatten,
-    record,
-    resume_checkpoint,
-    setup_logging,
 )
 from keplm.training.trainer import KeplmTrainer
 
@@ -132,7 +125,7 @@ def main(args: list[str] | None = None) -> dict:
     model_args, data_args, trelm_args, training_args = parse_args(
         (ModelArguments, PretrainingDataArguments, TrelmArguments, KeplmTrainingArguments), args
     )
-    setup_logging(training_args)
+    runtime.setup_logging(training_args)
     set_seed(training_args.seed)
     path = model_args.model_name_or_path
     with training_args.main_process_first(desc="corpus"):
@@ -175,7 +168,7 @@ def main(args: list[str] | None = None) -> dict:
     model = TrelmForMaskedLM.from_base_pretrained(
         path, knowledge_assets=assets if trelm_args.uses_knowledge else None, **trelm_args.model_config()
     )
-    check_max_seq_length(data_args.max_seq_length, model)
+    runtime.check_max_seq_length(data_args.max_seq_length, model)
     if model.config.use_cka:
         model.set_cka_entities(*processor.entity_name_table())
     if model.config.use_routing:
@@ -234,7 +227,7 @@ def main(args: list[str] | None = None) -> dict:
             base_model=path, dataset=corpus_name(data_args.corpus), command=["python", *sys.argv], card_facts=CARD_FACTS
         ),
     )
-    results = flatten(
+    results = runtime.flatten(
         {
             "corpus": {k: v for k, v in corpus.report.items() if isinstance(v, (int, float, dict))},
             "selection": selection,
@@ -246,7 +239,9 @@ def main(args: list[str] | None = None) -> dict:
     trainer.save_metrics("data", results)
     if training_args.do_train:
         train_result = trainer.train(
-            resume_from_checkpoint=resume_checkpoint(training_args.resume_from_checkpoint, training_args.output_dir)
+            resume_from_checkpoint=runtime.resume_checkpoint(
+                training_args.resume_from_checkpoint, training_args.output_dir
+            )
         )
         if trelm_args.kg_entity_rows:
             add_kg_entity_rows(model, processor)
@@ -262,7 +257,7 @@ def main(args: list[str] | None = None) -> dict:
                 "probe_held_out_p_at_1": curve[-1]["held_out"],
             }
             metrics.update({key: value for key, value in last.items() if value is not None})
-        results.update(record(trainer, "train", metrics))
+        results.update(runtime.record(trainer, "train", metrics))
         trainer.save_state()
         trainer.create_model_card()
         if training_args.push_to_hub:
@@ -273,4 +268,4 @@ def main(args: list[str] | None = None) -> dict:
 if __name__ == "__main__":
     transformers.utils.logging.enable_explicit_format()
     main()
-    end_distributed_run()
+    runtime.end_distributed_run()

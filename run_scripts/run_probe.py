@@ -34,9 +34,9 @@ from transformers import AutoModelForMaskedLM, AutoTokenizer
 import keplm  # noqa: F401  (registers keplm's models with the Auto classes)
 from keplm.data.lama import load_probe, read_common_vocab, read_fact_keys
 from keplm.metric_units import METRIC_UNIT, METRIC_UNIT_KEY
+from keplm.training import runtime
 from keplm.training.arguments import ModelArguments, parse_args
 from keplm.training.probing import probe
-from keplm.training.runtime import end_distributed_run
 
 logger = logging.getLogger(__name__)
 
@@ -278,4 +278,4 @@ def markdown_report(results: dict, relation_labels: dict[str, str], ks: list[int
 if __name__ == "__main__":
     transformers.utils.logging.enable_explicit_format()
     main()
-    end_distributed_run()
+    runtime.end_distributed_run()

@@ -24,22 +24,10 @@ from pathlib import Path
 import transformers
 from transformers import set_seed
 
+from keplm.training import runtime
 from keplm.training.arguments import KeplmTrainingArguments, ModelArguments, QaDataArguments, parse_args
 from keplm.training.knowledge_setup import Featurizer
 from keplm.training.run_recipe import choose_recipe
-from keplm.training.runtime import (
-    QA_SPLIT_HINT,
-    build_features,
-    check_max_seq_length,
-    check_splits,
-    end_distributed_run,
-    flatten,
-    load_qa_splits,
-    qa_train_evaluate_predict,
-    setup_logging,
-    trainer_arguments,
-    used_splits,
-)
 from keplm.training.trainer_qa import QuestionAnsweringTrainer
 
 #: this project's card facts (its datasets' public names, the MiniLM package), for the model card
@@ -56,19 +44,19 @@ def main(args: list[str] | None = None) -> dict:
         (ModelArguments, QaDataArguments, recipe_class.arguments, KeplmTrainingArguments), rest
     )
     recipe = recipe_class(model_type, model_args, method_args, "qa")
-    setup_logging(training_args)
+    runtime.setup_logging(training_args)
     set_seed(training_args.seed)
 
-    raw, data_report = load_qa_splits(data_args)
-    check_splits(raw, training_args, QA_SPLIT_HINT)
-    raw = used_splits(raw, training_args)
+    raw, data_report = runtime.load_qa_splits(data_args)
+    runtime.check_splits(raw, training_args, runtime.QA_SPLIT_HINT)
+    raw = runtime.used_splits(raw, training_args)
     with training_args.main_process_first(desc="knowledge"):
         processor, raw = recipe.prepare(raw, ["context"], data_args.preprocessing_num_workers)
     check_window(processor, data_args)
     model = recipe.build_model(processor)
-    check_max_seq_length(data_args.max_seq_length, model)
+    runtime.check_max_seq_length(data_args.max_seq_length, model)
     processor = recipe.finish(processor, model)
-    features = build_features(
+    features = runtime.build_features(
         raw,
         lambda split: Featurizer(
             processor,
@@ -82,7 +70,7 @@ def main(args: list[str] | None = None) -> dict:
         data_args,
         training_args,
     )
-    trainer_kwargs = trainer_arguments(
+    trainer_kwargs = runtime.trainer_arguments(
         recipe, processor, model, raw, features, model_args, data_args, training_args, CARD_FACTS
     )
     model = trainer_kwargs["model"]
@@ -93,9 +81,9 @@ def main(args: list[str] | None = None) -> dict:
         max_answer_length=data_args.max_answer_length,
     )
     data_results = recipe.data_results(processor, raw, features, model)
-    data_results.update(flatten(data_report, "data"))
+    data_results.update(runtime.flatten(data_report, "data"))
 
-    return qa_train_evaluate_predict(trainer, training_args, raw, features, data_results, recipe)
+    return runtime.qa_train_evaluate_predict(trainer, training_args, raw, features, data_results, recipe)
 
 
 def check_window(processor, data_args: QaDataArguments) -> None:
@@ -109,4 +97,4 @@ def check_window(processor, data_args: QaDataArguments) -> None:
 if __name__ == "__main__":
     transformers.utils.logging.enable_explicit_format()
     main()
-    end_distributed_run()
+    runtime.end_distributed_run()

@@ -40,9 +40,9 @@ from keplm.data.docred import (
 )
 from keplm.modeling.modeling_relation_extraction import KeplmForRelationExtraction, select_relations
 from keplm.tokenization.processing_relation_extraction import RelationExtractionProcessor
+from keplm.training import runtime
 from keplm.training.arguments import KeplmTrainingArguments, ModelArguments, parse_args
 from keplm.training.compute_metrics import FactMetrics
-from keplm.training.runtime import end_distributed_run, record, resume_checkpoint, setup_logging
 from keplm.training.trainer import KeplmTrainer
 
 logger = logging.getLogger(__name__)
@@ -179,7 +179,7 @@ def main(args: list[str] | None = None) -> dict:
     model_args, data_args, training_args = parse_args(
         (RelationModelArguments, RelationDataArguments, KeplmTrainingArguments), args
     )
-    setup_logging(training_args)
+    runtime.setup_logging(training_args)
     if training_args.label_names is None:
         training_args.label_names = ["edge_labels"]
     set_seed(training_args.seed)
@@ -242,17 +242,23 @@ def main(args: list[str] | None = None) -> dict:
     results = {}
     if training_args.do_train:
         train_result = trainer.train(
-            resume_from_checkpoint=resume_checkpoint(training_args.resume_from_checkpoint, training_args.output_dir)
+            resume_from_checkpoint=runtime.resume_checkpoint(
+                training_args.resume_from_checkpoint, training_args.output_dir
+            )
         )
         trainer.save_model()
-        results.update(record(trainer, "train", dict(train_result.metrics, train_samples=len(features["train"]))))
+        results.update(
+            runtime.record(trainer, "train", dict(train_result.metrics, train_samples=len(features["train"])))
+        )
         trainer.save_state()
     if training_args.do_eval:
-        results.update(record(trainer, "eval", dict(trainer.evaluate(), eval_samples=len(features["validation"]))))
+        results.update(
+            runtime.record(trainer, "eval", dict(trainer.evaluate(), eval_samples=len(features["validation"])))
+        )
     if training_args.do_predict:
         trainer.compute_metrics = FactMetrics(features["test"], splits["test"], config.id2label, no_relation_id)
         output = trainer.predict(features["test"], metric_key_prefix="predict")
-        results.update(record(trainer, "predict", dict(output.metrics, predict_samples=len(features["test"]))))
+        results.update(runtime.record(trainer, "predict", dict(output.metrics, predict_samples=len(features["test"]))))
     if trainer.is_world_process_zero():
         os.makedirs(training_args.output_dir, exist_ok=True)
         if training_args.do_train:  # beside the saved model
@@ -273,4 +279,4 @@ def main(args: list[str] | None = None) -> dict:
 if __name__ == "__main__":
     transformers.utils.logging.enable_explicit_format()
     main()
-    end_distributed_run()
+    runtime.end_distributed_run()

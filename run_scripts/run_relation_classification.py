@@ -35,16 +35,9 @@ from transformers import (
 from keplm.configuration.configuration_trelm import TrelmConfig
 from keplm.data import limit_samples
 from keplm.data.semeval import SEMEVAL_LABELS, SEMEVAL_RELATIONS, load_semeval2010_task8, mark_entities
+from keplm.training import runtime
 from keplm.training.arguments import DataArguments, KeplmTrainingArguments, ModelArguments, parse_args
 from keplm.training.compute_metrics import RelationClassificationComputeMetrics
-from keplm.training.runtime import (
-    check_max_seq_length,
-    check_splits,
-    end_distributed_run,
-    record,
-    setup_logging,
-    train_and_save,
-)
 from keplm.training.trainer import KeplmTrainer
 
 logger = logging.getLogger(__name__)
@@ -108,7 +101,7 @@ def main(args: list[str] | None = None) -> dict:
     model_args, data_args, training_args = parse_args(
         (ModelArguments, RelationClassificationDataArguments, KeplmTrainingArguments), args
     )
-    setup_logging(training_args)
+    runtime.setup_logging(training_args)
     set_seed(training_args.seed)
     raw = load_semeval2010_task8(
         data_args.dataset_name,
@@ -119,7 +112,7 @@ def main(args: list[str] | None = None) -> dict:
         **({"name": data_args.dataset_config_name} if data_args.dataset_config_name else {}),
     )
     raw = limit_samples(raw, data_args.sample_limits(), data_args.sample_seeds())
-    check_splits(raw, training_args)
+    runtime.check_splits(raw, training_args)
     with training_args.main_process_first(desc="encoder"):
         path = encoder_checkpoint(model_args, training_args.output_dir, export=training_args.local_process_index == 0)
     tokenizer = AutoTokenizer.from_pretrained(path, **model_args.hub_kwargs())
@@ -131,7 +124,7 @@ def main(args: list[str] | None = None) -> dict:
         raise ValueError(
             f"{path} classifies into {list(model.config.id2label.values())}, not the SemEval-2010 Task 8 labels"
         )
-    check_max_seq_length(data_args.max_seq_length, model)
+    runtime.check_max_seq_length(data_args.max_seq_length, model)
     featurizer = MarkedSentenceFeaturizer(tokenizer, data_args.max_seq_length)
     features, results = {}, {}
     for split in raw:
@@ -164,12 +157,14 @@ def main(args: list[str] | None = None) -> dict:
         compute_metrics=RelationClassificationComputeMetrics(model.config.id2label, SEMEVAL_RELATIONS),
     )
     if training_args.do_train:
-        results.update(train_and_save(trainer, training_args, len(features["train"])))
+        results.update(runtime.train_and_save(trainer, training_args, len(features["train"])))
     if training_args.do_eval:
-        results.update(record(trainer, "eval", dict(trainer.evaluate(), eval_samples=len(features["validation"]))))
+        results.update(
+            runtime.record(trainer, "eval", dict(trainer.evaluate(), eval_samples=len(features["validation"])))
+        )
     if training_args.do_predict:
         output = trainer.predict(features["test"], metric_key_prefix="predict")
-        results.update(record(trainer, "predict", dict(output.metrics, predict_samples=len(features["test"]))))
+        results.update(runtime.record(trainer, "predict", dict(output.metrics, predict_samples=len(features["test"]))))
     trainer.save_metrics("data", {k: v for k, v in results.items() if k.endswith("_truncated")})
     return results
 
@@ -177,4 +172,4 @@ def main(args: list[str] | None = None) -> dict:
 if __name__ == "__main__":
     transformers.utils.logging.enable_explicit_format()
     main()
-    end_distributed_run()
+    runtime.end_distributed_run()
