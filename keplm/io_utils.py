@@ -211,3 +211,41 @@ def replaced_folder(target, owner_file: str, writer: str):
         target.rename(old)
     partial.rename(target)
     shutil.rmtree(old, ignore_errors=True)
+
+
+@contextmanager
+def committed_save(target, marker: str, replaces: tuple[str, ...] = ()):
+    """Save files into ``target`` so that an interrupted save leaves the earlier save or a folder without ``marker``
+    (which loaders refuse), never a mix: yields an empty staging folder beside ``target``; when the block ends
+    normally, ``target``'s ``marker`` is removed first, then its files matching a ``replaces`` pattern that the new
+    save lacks (an earlier save's weight shards), then the new files and folders move in (a folder replaces its
+    namesake whole), ``marker`` last. Files of ``target`` the save does not write (a processor's, a run's results)
+    stay. On an error or Ctrl-C inside the block the staging folder is deleted and ``target`` is untouched."""
+    target = Path(target).resolve()
+    target.mkdir(parents=True, exist_ok=True)
+    staging = target.parent / f".{target.name}.saving-{uuid.uuid4().hex[:8]}"
+    staging.mkdir()
+    try:
+        yield staging
+        if not (staging / marker).is_file():
+            raise ValueError(f"the save into {target} wrote no {marker}: nothing was moved into the folder")
+        (target / marker).unlink(missing_ok=True)  # from here until the end the folder is no loadable save
+        new = {entry.name for entry in staging.iterdir()}
+        for pattern in replaces:
+            for old in target.glob(pattern):
+                if old.name not in new and old.is_file():
+                    old.unlink()
+        for entry in sorted(staging.iterdir()):
+            destination = target / entry.name
+            if entry.name == marker:
+                continue
+            if entry.is_dir() and destination.exists():
+                trash = target.parent / f".{target.name}.old-{uuid.uuid4().hex[:8]}"
+                destination.rename(trash)
+                entry.rename(destination)
+                shutil.rmtree(trash, ignore_errors=True)
+            else:
+                os.replace(entry, destination)
+        os.replace(staging / marker, target / marker)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)

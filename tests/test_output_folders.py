@@ -1,12 +1,14 @@
 """The commands that write a folder (build-kg, kg-coverage, check-knowledge, train-kge) write it whole or not at all
 (``keplm.io_utils.replaced_folder``): interrupted at any point (an error, Ctrl-C), the earlier output stays as it was
-and no partial folder is left beside it; a folder holding other files is refused, not replaced."""
+and no partial folder is left beside it; a folder holding other files is refused, not replaced. A model's
+``save_pretrained`` (``keplm.io_utils.committed_save``) leaves the earlier model or a folder loading refuses."""
 
 from __future__ import annotations
 
 import json
 
 import pytest
+import torch
 
 from keplm.cli import main
 from keplm.io_utils import replaced_folder
@@ -108,3 +110,116 @@ def test_kg_coverage_interrupted_at_its_plot_keeps_the_earlier_report(ner_and_kg
         main(["kg-coverage", "--data", data, "--kg", kg_dir, "--train_size", "1", "--output_dir", str(out)])
     assert _files(out) == before
     assert json.loads(before["kg_coverage.json"])["settings"]["train_size"] is None
+
+
+# ------------------------------------------------------------------ a model's save_pretrained
+def _kala(tokenizer, assets, seed: int):
+    from keplm import KalaForTokenClassification
+
+    from .test_kala_model import make_model
+
+    model = make_model(KalaForTokenClassification, tokenizer, assets, num_labels=3)
+    with torch.no_grad():  # a second model of the same shape with other weights
+        for parameter in model.parameters():
+            parameter.add_(seed * 0.01)
+    return model
+
+
+def _weights(folder) -> dict:
+    from keplm import KalaForTokenClassification
+
+    model = KalaForTokenClassification.from_pretrained(folder)
+    return {name: value.clone() for name, value in model.state_dict().items()}
+
+
+def _same(a: dict, b: dict) -> bool:
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+@pytest.mark.parametrize("fail_at", ["weights", "knowledge", 0, 1])
+def test_an_interrupted_model_save_leaves_the_earlier_model_or_a_refused_folder(
+    tmp_path, tokenizer, assets, monkeypatch, fail_at
+):
+    """A save interrupted while writing (the weights, the knowledge assets) leaves the earlier model exactly; one
+    interrupted while moving into the folder (after the k-th move) leaves a folder loading refuses (no config.json),
+    never new weights beside the old config; the run's other files stay in every case."""
+    import keplm.io_utils
+    import keplm.modeling.base
+
+    target = tmp_path / "model"
+    old, new = _kala(tokenizer, assets, 1), _kala(tokenizer, assets, 2)
+    old.save_pretrained(target)
+    (target / "all_results.json").write_text("{}")
+    before = _weights(target)
+    if fail_at == "weights":
+        monkeypatch.setattr(
+            keplm.modeling.base.PreTrainedModel, "save_pretrained", lambda *a, **k: (_ for _ in ()).throw(OSError())
+        )
+    elif fail_at == "knowledge":
+        new.set_knowledge_assets(make_assets_with_other_counts(assets))
+        monkeypatch.setattr(
+            type(new.knowledge_assets), "save_pretrained", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt())
+        )
+    else:
+        moves = []
+        real = keplm.io_utils.os.replace
+
+        def replace(source, destination):
+            if len(moves) == fail_at:
+                raise KeyboardInterrupt
+            moves.append(destination)
+            real(source, destination)
+
+        monkeypatch.setattr(keplm.io_utils.os, "replace", replace)
+    with pytest.raises((OSError, KeyboardInterrupt)):
+        new.save_pretrained(target)
+    monkeypatch.undo()
+    assert (target / "all_results.json").is_file()
+    assert not list(tmp_path.glob(".model.*")), "no staging folder is left beside the model"
+    if (target / "config.json").is_file():
+        assert _same(_weights(target), before)
+    else:
+        assert isinstance(fail_at, int)
+        with pytest.raises(FileNotFoundError, match="has no config.json"):
+            _weights(target)
+    new.save_pretrained(target)  # the next save completes
+    assert not _same(_weights(target), before)
+
+
+def make_assets_with_other_counts(assets):
+    from keplm.knowledge.assets import KnowledgeAssets
+
+    counts = [7] * len(assets.entity_vocab)
+    return KnowledgeAssets(list(assets.entity_vocab), list(assets.relation_vocab), entity_counts=counts, kg=assets.kg)
+
+
+def test_each_save_serves_itself_unsharded_sharded_then_unsharded(tmp_path, tokenizer, assets):
+    """An earlier save's weight files the new save lacks are removed: after an unsharded save a sharded one loads its
+    own weights (not the old model.safetensors, which loading prefers), and the other way round."""
+    target = tmp_path / "model"
+    for seed, shard in ((1, None), (2, "20KB"), (3, None)):
+        model = _kala(tokenizer, assets, seed)
+        model.save_pretrained(target, **({"max_shard_size": shard} if shard else {}))
+        assert _same(_weights(target), {k: v for k, v in model.state_dict().items()})
+        names = {p.name for p in target.iterdir()}
+        assert ("model.safetensors" in names) == (shard is None)
+        assert ("model.safetensors.index.json" in names) == (shard is not None)
+
+
+def test_an_interrupted_processor_save_leaves_a_folder_loading_refuses(tmp_path, tokenizer, assets, monkeypatch):
+    """processor_config.json is removed before the tokenizer is rewritten and written last: a processor save
+    interrupted in between is refused on load, naming the missing file, not read as the new tokenizer with the old
+    processor's settings; the next save completes."""
+    from keplm import KalaProcessor
+
+    target = tmp_path / "model"
+    KalaProcessor(tokenizer, assets).save_pretrained(target)
+    other = KalaProcessor(tokenizer, assets, use_inverse_relations=False)
+    monkeypatch.setattr(type(tokenizer), "save_pretrained", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt()))
+    with pytest.raises(KeyboardInterrupt):
+        other.save_pretrained(target)
+    monkeypatch.undo()
+    with pytest.raises((FileNotFoundError, OSError), match="processor_config.json"):
+        KalaProcessor.from_pretrained(target)
+    other.save_pretrained(target)
+    assert KalaProcessor.from_pretrained(target).processor_config() == other.processor_config()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import os
 from typing import Any
 
 from transformers import AutoConfig, PreTrainedConfig
@@ -78,8 +79,15 @@ class KeplmConfig(PreTrainedConfig):
     def from_pretrained(cls, pretrained_model_name_or_path, **kwargs):
         """As the stock ``from_pretrained``, but a checkpoint of another model type (a plain encoder such as
         ``bert-base-uncased`` given to ``KalaForTokenClassification.from_pretrained``) is a ValueError that names it and
-        ``from_base_pretrained``, not an AttributeError from setting a field this config derives."""
-        saved = cls.get_config_dict(pretrained_model_name_or_path, **kwargs)[0].get("model_type")
+        ``from_base_pretrained``, not an AttributeError from setting a field this config derives; a local folder
+        without ``config.json`` is a FileNotFoundError, not the default config (which transformers would build)."""
+        saved_config = cls.get_config_dict(pretrained_model_name_or_path, **kwargs)[0]
+        if not saved_config and os.path.isdir(pretrained_model_name_or_path):  # transformers would take the defaults
+            raise FileNotFoundError(
+                f"{pretrained_model_name_or_path} has no config.json: it holds no saved model, or a save into it was "
+                "interrupted (keplm moves config.json in last); save the model there again"
+            )
+        saved = saved_config.get("model_type")
         if saved and getattr(cls, "model_type", "") and saved != cls.model_type:
             raise ValueError(
                 f"{pretrained_model_name_or_path} holds a {saved!r} config, not a {cls.model_type!r} one: to build a "

@@ -336,6 +336,12 @@ def assets_conflict(
     )
 
 
+def holds_assets(save_directory: str | os.PathLike, assets: KnowledgeAssets) -> bool:
+    """Whether ``save_directory`` holds a complete ``knowledge/`` of exactly these assets (entity counts included)."""
+    complete = (Path(save_directory) / ASSETS_DIR / ASSETS_CONFIG_NAME).is_file()
+    return complete and assets_conflict(save_directory, assets, counts=True) is None
+
+
 def save_knowledge_assets(save_directory: str | os.PathLike, assets: KnowledgeAssets, overwrite: bool = True) -> None:
     """Write ``knowledge/`` into ``save_directory``; a folder that already holds the same assets is left as it is.
 
@@ -373,6 +379,7 @@ __all__ = [
     "KnowledgeAssets",
     "save_knowledge_assets",
     "assets_conflict",
+    "holds_assets",
     "NULL_ENTITY",
     "SELF_RELATION",
     "UNKNOWN_RELATION",

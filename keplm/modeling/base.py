@@ -15,7 +15,8 @@ from torch import nn
 from transformers import AutoConfig, AutoModel, PreTrainedModel
 
 from keplm.file_utils import pinned_location
-from keplm.knowledge.assets import KnowledgeAssets
+from keplm.io_utils import committed_save
+from keplm.knowledge.assets import KnowledgeAssets, holds_assets
 from keplm.push_utils import MODEL_FILES, push_folder
 
 from .families import check_extra_layers, encoder_blocks, modulated_norms
@@ -167,6 +168,17 @@ class ParameterGroup:
     weight_decay: float | None = None
 
 
+#: weight files of an earlier save that a new save into the same folder removes when it does not write them itself
+STALE_WEIGHT_FILES = (
+    "model.safetensors",
+    "model-*.safetensors",
+    "model.safetensors.index.json",
+    "pytorch_model*.bin",
+    "pytorch_model.bin.index.json",
+    "generation_config.json",
+)
+
+
 class KeplmPreTrainedModel(PreTrainedModel):
     """Base of keplm models.
 
@@ -231,12 +243,23 @@ class KeplmPreTrainedModel(PreTrainedModel):
 
     # ------------------------------------------------------------------ saving / loading
     def save_pretrained(self, save_directory, *args, **kwargs):
-        super().save_pretrained(save_directory, *args, **kwargs)
-        if not kwargs.get("is_main_process", True):
+        """As ``PreTrainedModel.save_pretrained``, with the knowledge assets (``knowledge/``), and whole or refused:
+        the save is written beside the folder and moved in with ``config.json`` last, after the earlier one is
+        removed (:func:`keplm.io_utils.committed_save`), so a save interrupted at any point leaves the earlier model
+        or a folder without ``config.json``, which loading refuses, never new weights beside an old config (or the
+        other way round); an earlier save's weight files the new one lacks (shards) are removed. Files the model does
+        not write (the processor's, a run's results) stay."""
+        if not kwargs.get("is_main_process", True) or kwargs.get("push_to_hub"):
+            super().save_pretrained(save_directory, *args, **kwargs)  # other processes write nothing of their own
+            if kwargs.get("is_main_process", True) and self.knowledge_assets is not None:
+                self.knowledge_assets.save_pretrained(save_directory, overwrite=True)
             return
-        if self.knowledge_assets is not None:
-            self.knowledge_assets.save_pretrained(save_directory, overwrite=True)
-        elif getattr(self.config, "uses_knowledge_assets", False):
+        same_assets = self.knowledge_assets is not None and holds_assets(save_directory, self.knowledge_assets)
+        with committed_save(save_directory, "config.json", STALE_WEIGHT_FILES) as staging:
+            super().save_pretrained(staging, *args, **kwargs)
+            if self.knowledge_assets is not None and not same_assets:  # the same assets there: kept as they are
+                self.knowledge_assets.save_pretrained(staging, overwrite=True)
+        if self.knowledge_assets is None and getattr(self.config, "uses_knowledge_assets", False):
             logger.warning(
                 "%s has no knowledge assets (built from its config without set_knowledge_assets): %s holds no "
                 "knowledge/ folder, and from_pretrained will refuse it until the assets are saved there "

@@ -355,6 +355,9 @@ class KeplmProcessor(TaskFeatures):
         the same folder, see :func:`~keplm.knowledge.assets.save_knowledge_assets`)."""
         directory = Path(save_directory)
         directory.mkdir(parents=True, exist_ok=True)
+        # processor_config.json goes first and comes back last: a save interrupted in between leaves a folder that
+        # loading refuses, not new tokenizer files beside the old processor's settings
+        (directory / PROCESSOR_CONFIG_NAME).unlink(missing_ok=True)
         self.tokenizer.save_pretrained(directory)
         # a processor without knowledge (the relation extractor's) writes no empty knowledge/ files
         assets = self.knowledge_assets
