@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -45,9 +46,16 @@ def cache_dir() -> Path:
     return Path(os.environ.get("KEPLM_TRANSFORMERS_TESTS", default))
 
 
+def _complete(package: Path) -> bool:
+    return all((package / name).is_file() for name in FILES) and (package / "__init__.py").is_file()
+
+
 def _fetch(target: Path) -> None:
-    """Download the sdist with pip and extract the two files and the stand-ins into ``target/PACKAGE``."""
+    """Download the sdist with pip and extract the two files and the stand-ins into ``target/PACKAGE``, built beside
+    it and renamed into place, so that test processes fetching at once (pytest-xdist workers) never import a
+    half-written package: the first rename wins, the others drop their copy."""
     version = transformers.__version__
+    package = target / f".{PACKAGE}.partial-{os.getpid()}"
     with tempfile.TemporaryDirectory() as tmp:
         command = [sys.executable, "-m", "pip", "download", f"transformers=={version}", "--no-binary", ":all:"]
         command += ["--no-deps", "--no-build-isolation", "-q", "-d", tmp]
@@ -55,8 +63,8 @@ def _fetch(target: Path) -> None:
         archives = list(Path(tmp).glob("transformers-*.tar.gz"))
         if not archives:
             raise RuntimeError(f"pip download of transformers=={version}'s sdist failed: {done.stderr.strip()[-400:]}")
-        package = target / PACKAGE
-        package.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(package, ignore_errors=True)
+        package.mkdir(parents=True)
         with tarfile.open(archives[0]) as archive:
             for name in FILES:
                 member = archive.getmember(f"transformers-{version}/tests/{name}")
@@ -67,12 +75,21 @@ def _fetch(target: Path) -> None:
         (path.parent / "__init__.py").touch()
         path.write_text(text, encoding="utf-8")
     (package / "__init__.py").write_text(f"# transformers {version}'s common tests, from its sdist\n", encoding="utf-8")
+    final = target / PACKAGE
+    if final.is_dir() and not _complete(final):
+        shutil.rmtree(final, ignore_errors=True)  # left half-written by an interrupted fetch
+    try:
+        package.rename(final)
+    except OSError:  # another process renamed its copy first
+        shutil.rmtree(package, ignore_errors=True)
+        if not _complete(final):
+            raise
 
 
 def common_tests():
     """``(ModelTesterMixin, ConfigTester)`` of the installed transformers; RuntimeError naming why not."""
     target = cache_dir()
-    if not all((target / PACKAGE / name).is_file() for name in FILES):
+    if not _complete(target / PACKAGE):
         _fetch(target)
     if str(target) not in sys.path:
         sys.path.insert(0, str(target))
