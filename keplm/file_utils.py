@@ -161,10 +161,25 @@ def resolve_file(name_or_path: str | os.PathLike, filename: str, **kwargs) -> Pa
         path = Path(name_or_path, subfolder or "", filename)
         return path if path.is_file() else None
     from huggingface_hub import hf_hub_download
-    from huggingface_hub.errors import EntryNotFoundError
+    from huggingface_hub.errors import EntryNotFoundError, LocalEntryNotFoundError
 
     try:
         return Path(hf_hub_download(str(name_or_path), filename, subfolder=subfolder, **options))
+    except LocalEntryNotFoundError as error:  # the Hub was not asked: not "the repo has no such file"
+        from huggingface_hub import constants
+        from huggingface_hub.file_download import repo_folder_name
+
+        cached = Path(
+            options.get("cache_dir") or constants.HF_HUB_CACHE,
+            repo_folder_name(repo_id=str(name_or_path), repo_type="model"),
+        )
+        if cached.is_dir():
+            return None  # a repo in the cache: the file is not among what was downloaded of it
+        raise FileNotFoundError(
+            f"{name_or_path} is not a local folder, and its {filename} is not in the Hub cache while the Hub cannot be "
+            "reached (offline: HF_HUB_OFFLINE or local_files_only=True, or no connection); check the path, or load it "
+            "once online"
+        ) from error
     except EntryNotFoundError:
         return None
 

@@ -432,3 +432,16 @@ def test_a_repo_serves_the_last_push_unsharded_sharded_then_another_type(hub_ser
     assert KalaForTokenClassification.from_pretrained("org/last-push").knowledge_assets.content_hash() == (
         assets.content_hash()
     )
+
+
+def test_an_unreachable_hub_is_not_reported_as_a_missing_processor_file(tmp_path):
+    """Offline (``local_files_only``) with nothing cached, a Hub id is an error saying the Hub was not reached, not
+    that the repo has no processor_config.json; a repo in the cache without that file still says the file is
+    missing."""
+    from keplm import KalaProcessor
+
+    with pytest.raises(FileNotFoundError, match="not in the Hub cache while the Hub cannot be reached"):
+        KalaProcessor.from_pretrained("org/does-not-exist", local_files_only=True, cache_dir=str(tmp_path))
+    (tmp_path / "models--org--cached" / "snapshots").mkdir(parents=True)
+    with pytest.raises(FileNotFoundError, match="has no processor_config.json"):
+        KalaProcessor.from_pretrained("org/cached", local_files_only=True, cache_dir=str(tmp_path))

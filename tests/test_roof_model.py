@@ -311,3 +311,26 @@ def test_each_roof_computes_its_function_of_the_concatenated_states(tokenizer, k
     text, text_mask = want[:, :text_length], batch["attention_mask"].unsqueeze(-1).float()
     pooled = (text * text_mask).sum(1) / text_mask.sum(1)
     torch.testing.assert_close(logits, pooled @ model.classifier.weight.T + model.classifier.bias, atol=1e-5, rtol=1e-5)
+
+
+def test_an_answer_position_outside_the_feature_is_a_value_error_naming_it(tokenizer, kg, assets):
+    """transformers' span loss ignores a start / end beyond the feature, and a batch of only such positions made the
+    loss NaN: for Roof-Transformer's and KALA's QA heads such a position is a ValueError naming it and the length;
+    a sentence's last token and [CLS] (0, no answer in the window) train."""
+    from keplm import KalaForQuestionAnswering, KalaProcessor
+
+    from .test_kala_model import TEXTS, batch_of, make_model
+
+    roof = RoofTransformerForQuestionAnswering(_config(tokenizer))
+    batch = {k: v for k, v in _batch(_processor(tokenizer, kg)).items() if k != "labels"}
+    kala = make_model(KalaForQuestionAnswering, tokenizer, assets)
+    kala_batch = batch_of(KalaProcessor(tokenizer, assets), TEXTS[:3])
+    for model, inputs in ((roof, batch), (kala, kala_batch)):
+        length, size = inputs["input_ids"].shape[1], inputs["input_ids"].shape[0]
+        last, zero = torch.full((size,), length - 1), torch.zeros(size, dtype=torch.long)
+        final_tokens = inputs["attention_mask"].sum(1) - 1  # Roof-Transformer masks padding logits to the minimum
+        assert torch.isfinite(model(**inputs, start_positions=zero, end_positions=final_tokens).loss)
+        with pytest.raises(ValueError, match=rf"end_positions hold id {length + 4} outside \[0, {length}\)"):
+            model(**inputs, start_positions=zero, end_positions=last + 5)
+        with pytest.raises(ValueError, match=rf"start_positions hold id {length} outside \[0, {length}\)"):
+            model(**inputs, start_positions=last + 1, end_positions=last)

@@ -37,3 +37,12 @@ def check_labels(
     if bad.numel():
         meaning = meaning or f"a tag or class id must index the model's {num_labels} labels (config.id2label)"
         raise ValueError(f"{name} hold id {int(bad[0])} outside [0, {num_labels}) (-100 = ignored): {meaning}")
+
+
+def check_span_positions(start_positions, end_positions, length: int) -> None:
+    """ValueError naming the first answer start / end outside the feature's ``length`` tokens: transformers' span loss
+    ignores such a position, and a batch of only such positions gives a NaN loss. (An answer outside a window is
+    marked at [CLS], position 0, by the features, as transformers' examples do.)"""
+    meaning = f"an answer position must be one of the feature's {length} tokens (0 = [CLS] for no answer in it)"
+    check_labels(start_positions, length, "start_positions", meaning)
+    check_labels(end_positions, length, "end_positions", meaning)

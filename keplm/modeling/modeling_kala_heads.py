@@ -9,7 +9,7 @@ from transformers.utils import can_return_tuple
 
 from keplm.configuration.configuration_kala import KalaConfig
 
-from .heads import check_labels, classification_head
+from .heads import check_labels, check_span_positions, classification_head
 from .modeling_kala import KalaModel, KalaPreTrainedModel
 
 
@@ -113,7 +113,8 @@ class KalaForQuestionAnswering(KalaPreTrainedModel):
         )
         logits = self.qa_outputs(outputs.last_hidden_state)
         start_logits, end_logits = (t.squeeze(-1).contiguous() for t in logits.split(1, dim=-1))
-        # transformers' span loss: mean of the start and end cross-entropies, positions beyond the window ignored
+        # transformers' span loss: mean of the start and end cross-entropies (positions outside the feature refused)
+        check_span_positions(start_positions, end_positions, start_logits.size(1))
         loss = self.loss_function(start_logits.float(), end_logits.float(), start_positions, end_positions)
         return QuestionAnsweringModelOutput(
             loss=loss,

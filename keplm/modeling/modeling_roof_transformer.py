@@ -26,7 +26,7 @@ from .base import (
     check_index_range,
     output_flags,
 )
-from .heads import check_labels, classification_head
+from .heads import check_labels, check_span_positions, classification_head
 from .knowledge_cache import KnowledgeEncodingCache
 
 logger = logging.getLogger(__name__)
@@ -374,7 +374,8 @@ class RoofTransformerForQuestionAnswering(RoofTransformerPreTrainedModel):
         padding = out.attention_mask[:, : out.text_length] == 0
         logits = logits.masked_fill(padding.unsqueeze(-1), torch.finfo(logits.dtype).min)
         start_logits, end_logits = (t.squeeze(-1).contiguous() for t in logits.split(1, dim=-1))
-        # transformers' span loss: mean of the start and end cross-entropies, positions beyond the window ignored
+        # transformers' span loss: mean of the start and end cross-entropies (positions outside the feature refused)
+        check_span_positions(start_positions, end_positions, start_logits.size(1))
         loss = self.loss_function(start_logits, end_logits, start_positions, end_positions)
         return QuestionAnsweringModelOutput(loss=loss, start_logits=start_logits, end_logits=end_logits)
 
