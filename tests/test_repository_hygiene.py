@@ -331,3 +331,15 @@ def test_the_lock_pins_every_requirement_and_scripts_install_from_it():
         installed = {key: distribution(key).version for key in seen}
         drifted = {key: (pins[key], version) for key, version in installed.items() if version != pins[key]}
         assert drifted == {}, f"installed versions differ from constraints.txt: {drifted}"
+
+
+def test_library_code_states_what_is_not_its_history():
+    """Comments and docstrings of keplm/ and run_scripts/ say what the code does and why; which issue brought a
+    piece belongs to the commit messages (issue 40: "history narration in library comments")."""
+    narrating = []
+    for folder in ("keplm", "run_scripts"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+                if re.search(r"\bissue \d+", line, flags=re.IGNORECASE):
+                    narrating.append(f"{path.relative_to(ROOT)}:{number}")
+    assert narrating == []

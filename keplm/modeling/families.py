@@ -8,7 +8,7 @@ from __future__ import annotations
 from torch import nn
 
 #: the two modules of a block whose outputs KFM modulates (KALA eq. 1), in execution order, by block class. Post-LN
-#: blocks: the LayerNorms after attention and after the FFN. Pre-LN blocks (issue 26 part 2): the pre-norms of the
+#: blocks: the LayerNorms after attention and after the FFN. Pre-LN blocks: the pre-norms of the
 #: attention and MLP sub-blocks, i.e. their normalised inputs (the residual stream itself is not modulated), so a token
 #: with no entity still reads exactly what the encoder computes. A class not listed here is a post-LN block if it
 #: holds exactly two LayerNorms (``nn.LayerNorm`` or a family's own ``*LayerNorm`` class), taken in registration order.
@@ -18,7 +18,7 @@ MODULATED_NORMS = {
     "ModernBertEncoderLayer": ("attn_norm", "mlp_norm"),  # pre-LN; layer 0's attn_norm is an Identity
     "XLMRobertaXLLayer": ("attention.self_attn_layer_norm", "LayerNorm"),  # pre-LN
     "MegatronBertLayer": ("attention.ln", "ln"),  # pre-LN
-    # encoder-decoder models (issue 26 part 3): KFM in the encoder only, the decoder stays stock
+    # encoder-decoder models: KFM in the encoder only, the decoder stays stock
     "T5Block": ("layer.0.layer_norm", "layer.1.layer_norm"),  # pre-LN (RMS norms); encoder blocks: attention, FFN
     "MT5Block": ("layer.0.layer_norm", "layer.1.layer_norm"),  # pre-LN, as T5
     "BartEncoderLayer": ("self_attn_layer_norm", "final_layer_norm"),  # post-LN

@@ -1,4 +1,4 @@
-"""KALA's entity memory split by rows over the processes of a group and never gathered (issue 27).
+"""KALA's entity memory split by rows over the processes of a group and never gathered.
 
 :class:`ShardedEntityMemory` holds only this process's contiguous block of rows as a Parameter. A lookup is a
 collective (every process of the group calls ``forward``, as under FSDP): the ids of every process are gathered,

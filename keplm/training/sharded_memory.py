@@ -1,4 +1,4 @@
-"""A row-sharded entity memory for training loops of your own (issue 27): :func:`shard_entity_memory` replaces
+"""A row-sharded entity memory for training loops of your own: :func:`shard_entity_memory` replaces
 every :class:`~keplm.modeling.entity_memory.EntityMemory` of a model by a
 :class:`~keplm.modeling.sharded_entity_memory.ShardedEntityMemory` holding this process's rows, which DDP then
 leaves alone (each row's gradient is complete where the row lives); :func:`clip_grad_norm_` clips by the global

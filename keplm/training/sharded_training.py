@@ -1,4 +1,4 @@
-"""The KeplmTrainer with row-sharded entity memories (``--shard_entity_memory``, issue 27): a mixin over
+"""The KeplmTrainer with row-sharded entity memories (``--shard_entity_memory``): a mixin over
 ``transformers.Trainer`` that shards the model's ``EntityMemory`` modules at construction
 (``keplm.training.sharded_memory.shard_entity_memory``, before accelerate wraps the model in DDP, which then leaves
 the shards alone), saves ordinary models (every process joins the gather, process 0 writes) and keeps each process's
