@@ -257,16 +257,8 @@ def squad_article_split(
     return datasets.DatasetDict(out)
 
 
-def _article_split_option(split_by_article, legacy: tuple) -> tuple[int | None, int, int] | None:
-    """``split_by_article`` as a (train, validation, test) article-count tuple or None; the legacy
-    ``train_articles``/``validation_articles``/``test_articles`` keywords map onto it."""
-    if any(value is not None for value in legacy):
-        if split_by_article is not None:
-            raise ValueError(
-                "pass split_by_article=(train, validation, test) or the legacy *_articles keywords, not both"
-            )
-        defaults = (None, *SQUAD_V11_DEV_ARTICLE_SPLIT[1:])
-        return tuple(d if value is None else value for value, d in zip(legacy, defaults))
+def _article_split_option(split_by_article) -> tuple[int | None, int, int] | None:
+    """``split_by_article`` as a (train, validation, test) article-count tuple or None."""
     if split_by_article is None or split_by_article is False:
         return None
     if split_by_article is True or len(tuple(split_by_article)) != 3:
@@ -285,10 +277,6 @@ def load_qa_dataset(
     split_by_article: tuple[int | None, int, int] | None = None,
     fix_answer_starts: str | None = None,
     return_report: bool = False,
-    *,
-    train_articles: int | None = None,
-    validation_articles: int | None = None,
-    test_articles: int | None = None,
     **load_kwargs,
 ):
     """Load extractive QA data as a DatasetDict in the SQuAD schema.
@@ -306,15 +294,9 @@ def load_qa_dataset(
     split and its file. ``return_report=True`` returns ``(dataset_dict, report)``, a JSON-ready dict with the
     files read, the answer checks per split (``answer_starts``: answers, mismatched, moved, dropped,
     questions_dropped and the first question ids of each) and the article split made (``article_split``).
-
-    ``train_articles`` / ``validation_articles`` / ``test_articles`` are the earlier spelling of
-    ``split_by_article`` (any of them given = a split of a single file, the others defaulting to 5 / 5 and train
-    to the rest; ignored when several files are found); they will be removed once the run scripts pass
-    ``split_by_article``.
     """
-    legacy = (train_articles, validation_articles, test_articles)
-    split_option = _article_split_option(split_by_article, legacy)
-    explicit_option = split_option is not None and all(value is None for value in legacy)
+    split_option = _article_split_option(split_by_article)
+    explicit_option = split_option is not None
     report: dict = {"files": {}, "answer_starts": {}, "article_split": None}
     explicit = {"train": train_file, "validation": validation_file, "test": test_file}
     if not is_local_data(name_or_path, "SQuAD data"):
