@@ -249,3 +249,16 @@ def committed_save(target, marker: str, replaces: tuple[str, ...] = ()):
         os.replace(staging / marker, target / marker)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def write_json_whole(path, data, **dump_kwargs) -> None:
+    """Write ``data`` as JSON to ``path`` whole or not at all: into a temporary file beside it, then renamed over it,
+    so an interrupted write (a kill, Ctrl-C, a full disk) leaves the earlier file, never a truncated one."""
+    path = Path(path)
+    partial = path.parent / f".{path.name}.partial-{uuid.uuid4().hex[:8]}"
+    try:
+        with open(partial, "w", encoding="utf-8") as f:
+            json.dump(data, f, **dump_kwargs)
+        os.replace(partial, path)
+    finally:
+        partial.unlink(missing_ok=True)

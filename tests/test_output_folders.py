@@ -223,3 +223,28 @@ def test_an_interrupted_processor_save_leaves_a_folder_loading_refuses(tmp_path,
         KalaProcessor.from_pretrained(target)
     other.save_pretrained(target)
     assert KalaProcessor.from_pretrained(target).processor_config() == other.processor_config()
+
+
+def test_results_files_are_written_whole(tmp_path, monkeypatch):
+    """The Trainer's ``{split}_results.json`` and ``all_results.json`` go through a temporary file renamed over them:
+    a write interrupted before the rename leaves the earlier file as it was and no temporary file; a finished one
+    merges into all_results.json as the stock Trainer does."""
+    from transformers import TrainingArguments
+
+    import keplm.io_utils
+    from keplm.training.trainer import KeplmTrainer
+
+    from .test_reliability_nonfinite import _Regression
+
+    args = TrainingArguments(output_dir=str(tmp_path), report_to="none", use_cpu=True, disable_tqdm=True)
+    trainer = KeplmTrainer(model=_Regression(), args=args)
+    trainer.save_metrics("eval", {"eval_f1": 1.0})
+    before = {p.name: p.read_text() for p in tmp_path.glob("*.json")}
+    monkeypatch.setattr(keplm.io_utils.os, "replace", lambda *a: (_ for _ in ()).throw(KeyboardInterrupt()))
+    with pytest.raises(KeyboardInterrupt):
+        trainer.save_metrics("eval", {"eval_f1": 2.0})
+    monkeypatch.undo()
+    assert {p.name: p.read_text() for p in tmp_path.glob("*.json")} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["all_results.json", "eval_results.json"]
+    trainer.save_metrics("predict", {"predict_f1": 3.0})
+    assert json.loads((tmp_path / "all_results.json").read_text()) == {"eval_f1": 1.0, "predict_f1": 3.0}

@@ -13,6 +13,7 @@ import torch
 from transformers import EarlyStoppingCallback, Trainer
 
 from keplm.file_utils import portable_paths
+from keplm.io_utils import read_json, write_json_whole
 from keplm.knowledge.assets import assets_conflict
 from keplm.push_utils import (
     LOADING_PATTERNS,
@@ -393,8 +394,16 @@ class KeplmTrainer(ShardedMemoryTraining, TrainerOverrides, Trainer):
         self.__dict__["_extra_log_values"] = value
 
     def save_metrics(self, split, metrics, combined=True):
-        super().save_metrics(split, metrics, combined=combined)
-        self.card_data.record_metrics(metrics)  # the run scripts' own numbers too (split sizes, subsets)
+        """As the stock ``save_metrics`` (``{split}_results.json``, merged into ``all_results.json``, by process 0),
+        each file written whole (:func:`keplm.io_utils.write_json_whole`: a kill mid-write leaves the earlier file,
+        not a truncated one); the card records them too (the run scripts' own numbers: split sizes, subsets)."""
+        if self.is_world_process_zero():
+            write_json_whole(Path(self.args.output_dir, f"{split}_results.json"), metrics, indent=4, sort_keys=True)
+            if combined:
+                path = Path(self.args.output_dir, "all_results.json")
+                merged = {**(read_json(path) if path.is_file() else {}), **metrics}
+                write_json_whole(path, merged, indent=4, sort_keys=True)
+        self.card_data.record_metrics(metrics)
 
     def create_model_card(
         self,
