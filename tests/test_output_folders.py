@@ -248,3 +248,73 @@ def test_results_files_are_written_whole(tmp_path, monkeypatch):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["all_results.json", "eval_results.json"]
     trainer.save_metrics("predict", {"predict_f1": 3.0})
     assert json.loads((tmp_path / "all_results.json").read_text()) == {"eval_f1": 1.0, "predict_f1": 3.0}
+
+
+SAVE_LOOP = """
+import sys
+import torch
+from keplm import KalaForTokenClassification
+from tests.conftest import make_assets, make_kg, make_tokenizer
+from tests.test_kala_model import make_model
+
+assets = make_assets(make_kg())
+models = [make_model(KalaForTokenClassification, make_tokenizer(), assets, num_labels=3) for _ in range(2)]
+with torch.no_grad():
+    for parameter in models[1].parameters():
+        parameter.add_(0.01)
+target, references = sys.argv[1], sys.argv[2:]
+for model, reference in zip(models, references):
+    model.save_pretrained(reference)
+models[0].save_pretrained(target)
+print("ready", flush=True)
+step = 0
+while True:  # saves until killed
+    models[step % 2].save_pretrained(target)
+    step += 1
+"""
+
+
+def test_a_model_save_killed_at_any_moment_leaves_a_whole_model_or_a_refused_folder(tmp_path):
+    """SIGKILL (no handler, no cleanup) at several moments of a process saving two models in turn into one folder:
+    what is left loads as exactly one of the two, or is refused for its missing config.json; never a mix. Where a
+    kill lands is timing: with the plain save put back, these 8 kills caught a mix in 1 of 2 runs; the injected
+    interruptions above pin each point deterministically."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    references = [tmp_path / "a", tmp_path / "b"]
+    expected = None
+    outcomes = []
+    for attempt, delay in enumerate((0.0, 0.03, 0.07, 0.13, 0.19, 0.29, 0.37, 0.47)):
+        target = tmp_path / f"model{attempt}"
+        child = subprocess.Popen(
+            [sys.executable, "-c", SAVE_LOOP, str(target), *map(str, references)],
+            stdout=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "PYTHONPATH": str(root), "OMP_NUM_THREADS": "1"},
+            cwd=root,
+        )
+        try:
+            lines = iter(child.stdout.readline, "")
+            assert "ready" in (line.strip() for line in lines), "the saving process ended before its first save"
+            time.sleep(delay)
+        finally:
+            child.send_signal(signal.SIGKILL)
+            child.wait()
+        if expected is None:
+            expected = [_weights(reference) for reference in references]
+        if (target / "config.json").is_file():
+            left = _weights(target)
+            matches = [_same(left, weights) for weights in expected]
+            assert any(matches), f"killed after {delay} s: the folder mixes the two saves"
+            outcomes.append(matches.index(True))
+        else:
+            with pytest.raises(FileNotFoundError, match="has no config.json"):
+                _weights(target)
+            outcomes.append("refused")
+    assert outcomes  # which of whole / refused each kill left depends on timing; every one was one of them
