@@ -130,8 +130,9 @@ class ShardedMemoryTraining:
 
     def clip_gradients(self, model, max_norm: float):
         """With row-sharded tables, the norm of the whole model's gradient (each table's squared norm summed over its
-        shards' processes), clipped to ``max_norm``; the stock clipping would take each process's own."""
-        if not self._sharded_tables():
+        shards' processes), clipped to ``max_norm``; the stock clipping would take each process's own. Called every
+        step: whether the model has sharded tables is decided once, at the Trainer's construction."""
+        if not self._has_sharded_tables:
             return super().clip_gradients(model, max_norm)
         from .sharded_memory import clip_grad_norm_
 
