@@ -206,10 +206,16 @@ def replaced_folder(target, owner_file: str, writer: str):
     except BaseException:
         shutil.rmtree(partial, ignore_errors=True)
         raise
+    _swap_in(partial, target)
+
+
+def _swap_in(new: Path, target: Path) -> None:
+    """Put the folder ``new`` at ``target``'s place: an earlier ``target`` is renamed aside first and deleted after, so
+    ``target`` is at every moment the earlier folder, absent, or the new one."""
     old = target.parent / f".{target.name}.old-{uuid.uuid4().hex[:8]}"
     if target.exists():
         target.rename(old)
-    partial.rename(target)
+    new.rename(target)
     shutil.rmtree(old, ignore_errors=True)
 
 
@@ -239,11 +245,8 @@ def committed_save(target, marker: str, replaces: tuple[str, ...] = ()):
             destination = target / entry.name
             if entry.name == marker:
                 continue
-            if entry.is_dir() and destination.exists():
-                trash = target.parent / f".{target.name}.old-{uuid.uuid4().hex[:8]}"
-                destination.rename(trash)
-                entry.rename(destination)
-                shutil.rmtree(trash, ignore_errors=True)
+            if entry.is_dir():
+                _swap_in(entry, destination)
             else:
                 os.replace(entry, destination)
         os.replace(staging / marker, target / marker)
