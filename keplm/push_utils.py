@@ -18,6 +18,8 @@ from pathlib import Path
 
 #: file patterns that are Python pickles (``torch.save``, ``pickle``): never uploaded by keplm
 PICKLE_PATTERNS = ("*.bin", "*.pt", "*.pth", "*.pkl", "*.pickle", "*.ckpt")
+#: a model's weight files in any sharding (and its generation config): what a new save or push of the model replaces
+WEIGHT_FILES = ("generation_config.json", "model.safetensors", "model-*.safetensors", "model.safetensors.index.json")
 #: the files a model push owns (weights in any sharding, config, knowledge assets, adapter files; each pattern
 #: anchored at the repo root, so a checkpoint folder pushed beside them, e.g. last-checkpoint/, stays): a model push
 #: deletes those of an earlier push that its own save lacks, in the same commit, so the repo serves the last push
@@ -25,10 +27,7 @@ PICKLE_PATTERNS = ("*.bin", "*.pt", "*.pth", "*.pkl", "*.pickle", "*.ckpt")
 #: card and its figures stay unless the push writes new ones (a re-push of the same files keeps the card)
 MODEL_FILES = (
     "config.json",
-    "generation_config.json",
-    "model.safetensors",
-    "model-*.safetensors",
-    "model.safetensors.index.json",
+    *WEIGHT_FILES,
     "adapter_model.safetensors",
     "adapter_config.json",
     "keplm_adapter.json",

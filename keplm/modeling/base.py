@@ -17,7 +17,7 @@ from transformers import AutoConfig, AutoModel, PreTrainedModel
 from keplm.file_utils import pinned_location
 from keplm.io_utils import committed_save
 from keplm.knowledge.assets import KnowledgeAssets, holds_assets
-from keplm.push_utils import MODEL_FILES, push_folder
+from keplm.push_utils import MODEL_FILES, WEIGHT_FILES, push_folder
 
 from .families import check_extra_layers, encoder_blocks, modulated_norms
 from .zero3 import construct, full_state_dict, gathered
@@ -169,14 +169,8 @@ class ParameterGroup:
 
 
 #: weight files of an earlier save that a new save into the same folder removes when it does not write them itself
-STALE_WEIGHT_FILES = (
-    "model.safetensors",
-    "model-*.safetensors",
-    "model.safetensors.index.json",
-    "pytorch_model*.bin",
-    "pytorch_model.bin.index.json",
-    "generation_config.json",
-)
+#: (the pushed ones, and the pickled weights an older save may have left)
+STALE_WEIGHT_FILES = (*WEIGHT_FILES, "pytorch_model*.bin", "pytorch_model.bin.index.json")
 
 
 class KeplmPreTrainedModel(PreTrainedModel):
