@@ -3,14 +3,18 @@ for long reads, and the one content-derived cache fingerprint of ``datasets.map`
 
 from __future__ import annotations
 
+import glob
 import gzip
 import hashlib
 import json
+import logging
 import os
 import shutil
 import uuid
 from contextlib import contextmanager
 from pathlib import Path
+
+logger = logging.getLogger(__name__)
 
 
 def open_text(path, mode: str = "rt"):
@@ -181,6 +185,37 @@ def fingerprinted_map(
     )
 
 
+#: the hidden siblings these writers make beside a target: a folder or file being written, an earlier folder renamed
+#: aside for deletion; a killed process leaves them behind, and the next write of the same target removes them
+SCRATCH_KINDS = ("partial", "saving", "old")
+
+
+def _scratch_name(target: Path, kind: str) -> Path:
+    return target.parent / f".{target.name}.{kind}-{uuid.uuid4().hex[:8]}"
+
+
+def remove_scratch(target, inside: bool = False) -> list[str]:
+    """Delete what killed writes of ``target`` left beside it (``.<name>.partial-*``, ``.saving-*``, ``.old-*``),
+    with ``inside`` also what writes of any entry of the folder ``target`` left in it (a saved model's
+    ``.knowledge.old-*``), and return their names. Two writers of one target at once are not supported, so none of
+    them is in use."""
+    target = Path(target)
+    patterns = [(target.parent, f".{glob.escape(target.name)}.{kind}-*") for kind in SCRATCH_KINDS]
+    if inside:
+        patterns += [(target, f".*.{kind}-*") for kind in SCRATCH_KINDS]
+    removed = []
+    for folder, pattern in patterns:
+        for leftover in folder.glob(pattern):
+            if leftover.is_dir() and not leftover.is_symlink():
+                shutil.rmtree(leftover, ignore_errors=True)
+            else:
+                leftover.unlink(missing_ok=True)
+            removed.append(leftover.name)
+    if removed:
+        logger.info("removed what an interrupted write of %s left beside it: %s", target, sorted(removed))
+    return removed
+
+
 @contextmanager
 def replaced_folder(target, owner_file: str, writer: str):
     """Write a command's output folder whole or not at all: yields a new folder beside ``target`` (a hidden
@@ -199,7 +234,8 @@ def replaced_folder(target, owner_file: str, writer: str):
                 f"found {found}): it would be replaced whole; use a new or empty folder"
             )
     target.parent.mkdir(parents=True, exist_ok=True)
-    partial = target.parent / f".{target.name}.partial-{uuid.uuid4().hex[:8]}"
+    remove_scratch(target)
+    partial = _scratch_name(target, "partial")
     partial.mkdir()
     try:
         yield partial
@@ -212,7 +248,7 @@ def replaced_folder(target, owner_file: str, writer: str):
 def _swap_in(new: Path, target: Path) -> None:
     """Put the folder ``new`` at ``target``'s place: an earlier ``target`` is renamed aside first and deleted after, so
     ``target`` is at every moment the earlier folder, absent, or the new one."""
-    old = target.parent / f".{target.name}.old-{uuid.uuid4().hex[:8]}"
+    old = _scratch_name(target, "old")
     if target.exists():
         target.rename(old)
     new.rename(target)
@@ -229,7 +265,8 @@ def committed_save(target, marker: str, replaces: tuple[str, ...] = ()):
     stay. On an error or Ctrl-C inside the block the staging folder is deleted and ``target`` is untouched."""
     target = Path(target).resolve()
     target.mkdir(parents=True, exist_ok=True)
-    staging = target.parent / f".{target.name}.saving-{uuid.uuid4().hex[:8]}"
+    remove_scratch(target, inside=True)  # inside: a subfolder (knowledge/) killed in the middle of its swap
+    staging = _scratch_name(target, "saving")
     staging.mkdir()
     try:
         yield staging
@@ -258,7 +295,8 @@ def write_json_whole(path, data, **dump_kwargs) -> None:
     """Write ``data`` as JSON to ``path`` whole or not at all: into a temporary file beside it, then renamed over it,
     so an interrupted write (a kill, Ctrl-C, a full disk) leaves the earlier file, never a truncated one."""
     path = Path(path)
-    partial = path.parent / f".{path.name}.partial-{uuid.uuid4().hex[:8]}"
+    remove_scratch(path)
+    partial = _scratch_name(path, "partial")
     try:
         with open(partial, "w", encoding="utf-8") as f:
             json.dump(data, f, **dump_kwargs)

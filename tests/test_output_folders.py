@@ -250,6 +250,46 @@ def test_results_files_are_written_whole(tmp_path, monkeypatch):
     assert json.loads((tmp_path / "all_results.json").read_text()) == {"eval_f1": 1.0, "predict_f1": 3.0}
 
 
+def _plant_scratch(folder, name: str) -> list:
+    """What killed writes of ``name`` leave in ``folder``: a folder or file being written, an earlier one set aside."""
+    planted = []
+    for kind in ("partial", "saving", "old"):
+        leftover = folder / f".{name}.{kind}-0123abcd"
+        leftover.mkdir(parents=True)
+        (leftover / "weights.safetensors").write_text("stale")
+        planted.append(leftover)
+    file_leftover = folder / f".{name}.partial-89abcdef"
+    file_leftover.write_text("{")
+    return [*planted, file_leftover]
+
+
+def test_the_next_write_removes_what_killed_writes_left(tmp_path, tokenizer, assets):
+    """A kill (no cleanup) leaves hidden staging and set-aside folders and files; the next write of the same target
+    (a command's folder, a model save, a results file) removes them, including a model's ``.knowledge.old-*``
+    inside its folder, and leaves other hidden files and other targets' leftovers alone."""
+    from keplm.io_utils import write_json_whole
+
+    others = [tmp_path / ".notes", tmp_path / ".other.old-0123abcd"]
+    for other in others:
+        other.mkdir()
+    leftovers = _plant_scratch(tmp_path, "out")
+    with replaced_folder(tmp_path / "out", "report.json", "tool") as staging:
+        (staging / "report.json").write_text("{}")
+    assert not any(p.exists() for p in leftovers)
+
+    model = _kala(tokenizer, assets, 1)
+    model.save_pretrained(tmp_path / "model")
+    leftovers = _plant_scratch(tmp_path, "model") + _plant_scratch(tmp_path / "model", "knowledge")
+    model.save_pretrained(tmp_path / "model")
+    assert not any(p.exists() for p in leftovers)
+    assert sorted(p.name for p in (tmp_path / "model").iterdir() if p.name.startswith(".")) == []
+
+    leftovers = _plant_scratch(tmp_path, "all_results.json")
+    write_json_whole(tmp_path / "all_results.json", {"f1": 1.0})
+    assert not any(p.exists() for p in leftovers)
+    assert all(other.is_dir() for other in others)
+
+
 SAVE_LOOP = """
 import sys
 import torch
@@ -318,3 +358,10 @@ def test_a_model_save_killed_at_any_moment_leaves_a_whole_model_or_a_refused_fol
                 _weights(target)
             outcomes.append("refused")
     assert outcomes  # which of whole / refused each kill left depends on timing; every one was one of them
+    from keplm import KalaForTokenClassification
+
+    again = KalaForTokenClassification.from_pretrained(references[0])
+    for attempt in range(8):  # the next save into each killed folder leaves nothing hidden beside or in it
+        again.save_pretrained(tmp_path / f"model{attempt}")
+    hidden = [p.name for p in tmp_path.rglob(".*")]
+    assert not hidden, hidden
