@@ -102,7 +102,9 @@ def test_part_two_table_pairs_with_the_default_relational_runs(tmp_path):
     for seed, (default, variant) in enumerate([(60.0, 62.0), (61.0, 61.5)], start=1):
         _run(tmp_path, "ncbi", 100, seed, "relational", default, flips=0.1)
         _run(tmp_path, "ncbi", 100, seed, "relational_dropout0", variant, flips=0.3)
+        _run(tmp_path, "ncbi", 250, seed, "relational", default, flips=0.1)  # no variant at this size
     text = curve.hypotheses_table(curve.collect(str(tmp_path)))
+    assert "| ncbi | 250 |" not in text
     # differences 2.0 and 0.5: mean 1.25, sd 1.0607, t(0.975, 1) = 12.706
     half = 12.706204736174698 * 1.0606601717798212 / 2**0.5
     assert (
