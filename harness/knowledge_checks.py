@@ -244,63 +244,59 @@ def score_cloze(run_dir: str, task_dir: str, seed: int) -> dict:
     return out
 
 
-def score_classification(run_dir: str, task_dir: str, seed: int) -> dict:
-    """Accuracy on the three test splits (``added``: after the KG update) and the relation edit's shift."""
-    from transformers import AutoModelForSequenceClassification, AutoProcessor
+def _score_splits(run_dir: str, task_dir: str, seed: int, auto_class, rows: dict, accuracy, task: str) -> dict:
+    """A task's accuracy on the three test splits (``added``: after the KG update to ``kg_full.jsonl``) and the
+    relation edit's mean shift on the first 60 unseen examples."""
+    from transformers import AutoProcessor
 
     import keplm  # noqa: F401  (registers the Auto classes)
     from keplm.checks.counterfactual import knowledge_sensitivity
-    from keplm.checks.scoring import classification_accuracy
     from keplm.knowledge.loaders import load_kg
 
-    rows = {
-        split: [json.loads(line) for line in open(f"{task_dir}/classification/{split}.jsonl", encoding="utf-8")]
-        for split in ("test_seen", "test_unseen", "test_added")
-    }
-    model = AutoModelForSequenceClassification.from_pretrained(run_dir)
+    model = auto_class.from_pretrained(run_dir)
     processor = AutoProcessor.from_pretrained(run_dir)
     out = {
-        "seen": classification_accuracy(model, processor, rows["test_seen"]),
-        "unseen": classification_accuracy(model, processor, rows["test_unseen"]),
+        "seen": accuracy(model, processor, rows["test_seen"]),
+        "unseen": accuracy(model, processor, rows["test_unseen"]),
     }
     if model.config.uses_knowledge:
         report = knowledge_sensitivity(
-            model, processor, rows["test_unseen"][:60], task="classification", edits=("relation",), seed=seed
+            model, processor, rows["test_unseen"][:60], task=task, edits=("relation",), seed=seed
         )
         out["shift"] = report.summary()["overall"].get("relation", {}).get("mean_shift")
         out["kg_update"] = processor.update_knowledge(load_kg(f"jsonl:{task_dir}/kg_full.jsonl"), model=model)
-    out["added"] = classification_accuracy(model, processor, rows["test_added"])
+    out["added"] = accuracy(model, processor, rows["test_added"])
     return out
+
+
+TEST_SPLITS = ("test_seen", "test_unseen", "test_added")
+
+
+def score_classification(run_dir: str, task_dir: str, seed: int) -> dict:
+    """Accuracy on the three test splits (``added``: after the KG update) and the relation edit's shift."""
+    from transformers import AutoModelForSequenceClassification
+
+    from keplm.checks.scoring import classification_accuracy
+
+    rows = {
+        split: [json.loads(line) for line in open(f"{task_dir}/classification/{split}.jsonl", encoding="utf-8")]
+        for split in TEST_SPLITS
+    }
+    return _score_splits(
+        run_dir, task_dir, seed, AutoModelForSequenceClassification, rows, classification_accuracy, "classification"
+    )
 
 
 def score_qa(run_dir: str, task_dir: str, seed: int) -> dict:
     """Exact match of the answer entity on the three test splits (``added``: after the KG update), and the
     counterfactual relation edit's shift on the unseen contexts."""
-    from transformers import AutoModelForQuestionAnswering, AutoProcessor
+    from transformers import AutoModelForQuestionAnswering
 
-    import keplm  # noqa: F401  (registers the Auto classes)
-    from keplm.checks.counterfactual import knowledge_sensitivity
     from keplm.checks.scoring import qa_accuracy
     from keplm.data.squad import read_squad_json
-    from keplm.knowledge.loaders import load_kg
 
-    rows = {
-        split: read_squad_json(f"{task_dir}/qa/{split}.json") for split in ("test_seen", "test_unseen", "test_added")
-    }
-    model = AutoModelForQuestionAnswering.from_pretrained(run_dir)
-    processor = AutoProcessor.from_pretrained(run_dir)
-    out = {
-        "seen": qa_accuracy(model, processor, rows["test_seen"]),
-        "unseen": qa_accuracy(model, processor, rows["test_unseen"]),
-    }
-    if model.config.uses_knowledge:
-        report = knowledge_sensitivity(
-            model, processor, rows["test_unseen"][:60], task="qa", edits=("relation",), seed=seed
-        )
-        out["shift"] = report.summary()["overall"].get("relation", {}).get("mean_shift")
-        out["kg_update"] = processor.update_knowledge(load_kg(f"jsonl:{task_dir}/kg_full.jsonl"), model=model)
-    out["added"] = qa_accuracy(model, processor, rows["test_added"])
-    return out
+    rows = {split: read_squad_json(f"{task_dir}/qa/{split}.json") for split in TEST_SPLITS}
+    return _score_splits(run_dir, task_dir, seed, AutoModelForQuestionAnswering, rows, qa_accuracy, "qa")
 
 
 def score(run_dir: str, task_dir: str, seed: int) -> dict:
