@@ -53,6 +53,7 @@ def main(args: list[str] | None = None) -> dict:
     )
     recipe = recipe_class(model_type, model_args, method_args, TASK)
     runtime.setup_logging(training_args)
+    runtime.clear_earlier_run(training_args, model_args.model_name_or_path)
     set_seed(training_args.seed)
     if training_args.generation_max_length is None:
         training_args.generation_max_length = data_args.max_answer_length

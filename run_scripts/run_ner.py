@@ -63,6 +63,7 @@ def main(args: list[str] | None = None) -> dict:
     )
     recipe = recipe_class(model_type, model_args, method_args, "ner")
     runtime.setup_logging(training_args)
+    runtime.clear_earlier_run(training_args, model_args.model_name_or_path)
     set_seed(training_args.seed)
 
     raw = load_data(data_args)

@@ -126,6 +126,7 @@ def main(args: list[str] | None = None) -> dict:
         (ModelArguments, PretrainingDataArguments, TrelmArguments, KeplmTrainingArguments), args
     )
     runtime.setup_logging(training_args)
+    runtime.clear_earlier_run(training_args, model_args.model_name_or_path)
     set_seed(training_args.seed)
     path = model_args.model_name_or_path
     with training_args.main_process_first(desc="corpus"):

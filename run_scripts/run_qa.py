@@ -45,6 +45,7 @@ def main(args: list[str] | None = None) -> dict:
     )
     recipe = recipe_class(model_type, model_args, method_args, "qa")
     runtime.setup_logging(training_args)
+    runtime.clear_earlier_run(training_args, model_args.model_name_or_path)
     set_seed(training_args.seed)
 
     raw, data_report = runtime.load_qa_splits(data_args)

@@ -180,6 +180,7 @@ def main(args: list[str] | None = None) -> dict:
         (RelationModelArguments, RelationDataArguments, KeplmTrainingArguments), args
     )
     runtime.setup_logging(training_args)
+    runtime.clear_earlier_run(training_args, model_args.model_name_or_path)
     if training_args.label_names is None:
         training_args.label_names = ["edge_labels"]
     set_seed(training_args.seed)

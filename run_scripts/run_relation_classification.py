@@ -102,6 +102,7 @@ def main(args: list[str] | None = None) -> dict:
         (ModelArguments, RelationClassificationDataArguments, KeplmTrainingArguments), args
     )
     runtime.setup_logging(training_args)
+    runtime.clear_earlier_run(training_args, model_args.model_name_or_path)
     set_seed(training_args.seed)
     raw = load_semeval2010_task8(
         data_args.dataset_name,

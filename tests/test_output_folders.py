@@ -365,3 +365,57 @@ def test_a_model_save_killed_at_any_moment_leaves_a_whole_model_or_a_refused_fol
         again.save_pretrained(tmp_path / f"model{attempt}")
     hidden = [p.name for p in tmp_path.rglob(".*")]
     assert not hidden, hidden
+
+
+def _earlier_run(folder) -> None:
+    """An earlier run's leftovers in ``folder`` (a later checkpoint, results, card, predictions) and a file of the
+    user's."""
+    (folder / "checkpoint-500").mkdir(parents=True)
+    (folder / "checkpoint-500" / "trainer_state.json").write_text("{}")
+    for name in ("predict_results.json", "all_results.json", "trainer_state.json"):
+        (folder / name).write_text('{"predict_f1": 99.0}')
+    for name in ("README.md", "predictions.txt"):
+        (folder / name).write_text("earlier")
+    (folder / "figures").mkdir()
+    (folder / "notes.txt").write_text("mine")
+
+
+def test_a_new_training_run_clears_the_earlier_runs_outputs_first(tmp_path):
+    """A training run that is not resumed removes an earlier run's checkpoints, results, card and predictions before
+    it writes (a user's other files and the earlier model stay until replaced); a resumed run, or one that does not
+    train, removes nothing; starting from a model inside those outputs is a ValueError."""
+    from keplm.training import runtime
+    from keplm.training.arguments import KeplmTrainingArguments
+
+    def args(**options):
+        return KeplmTrainingArguments(output_dir=str(tmp_path), report_to="none", use_cpu=True, **options)
+
+    _earlier_run(tmp_path)
+    (tmp_path / "config.json").write_text("{}")  # the earlier model: replaced by the new save, not removed here
+    assert runtime.clear_earlier_run(args(do_train=False, do_predict=True)) == []
+    assert runtime.clear_earlier_run(args(do_train=True, resume_from_checkpoint="last")) == []
+    with pytest.raises(ValueError, match="checkpoint-500 is an earlier run's output"):
+        runtime.clear_earlier_run(args(do_train=True), str(tmp_path / "checkpoint-500"))
+    removed = runtime.clear_earlier_run(args(do_train=True), str(tmp_path))
+    assert sorted(removed) == sorted(
+        ["checkpoint-500", "predict_results.json", "all_results.json", "README.md", "predictions.txt"]
+        + ["trainer_state.json", "figures"]
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.json", "notes.txt"]
+
+
+def test_run_ner_into_an_earlier_runs_folder_leaves_no_earlier_result_beside_its_own(tmp_path, tiny):
+    """run_ner trained (without predicting) into a folder an earlier run filled: the earlier predictions and the
+    later checkpoint are gone, so neither passes for this run's, and resuming from the newest checkpoint finds this
+    run's."""
+    from .test_run_scripts import load_script, ner_args
+
+    out = tmp_path / "run"
+    _earlier_run(out)
+    load_script("run_ner").main(
+        ner_args(tiny, out, "vanilla", "--do_train", "--save_strategy", "steps", "--save_steps", "2")
+    )
+    names = {p.name for p in out.iterdir()}
+    assert {"predict_results.json", "predictions.txt", "checkpoint-500"}.isdisjoint(names), names
+    assert {"train_results.json", "config.json", "checkpoint-2", "notes.txt"} <= names
+    assert json.loads((out / "trainer_state.json").read_text())["global_step"] == 3

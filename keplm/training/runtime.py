@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -211,12 +212,76 @@ def record(trainer, split: str, metrics: dict) -> dict:
     return metrics
 
 
+#: what the run scripts write into --output_dir besides the model and its processor (which replace themselves whole,
+#: keplm.io_utils.committed_save): checkpoints, results, the card and its figures, predictions, exported encoders
+RUN_OUTPUTS = (
+    f"{PREFIX_CHECKPOINT_DIR}-*",
+    "*_results.json",
+    "*_predictions.json",
+    "predictions.txt",
+    "tagged_text.json",
+    "relations.json",
+    "featurization.json",
+    "probe_curve.json",
+    TRAINER_STATE_NAME,
+    "training_args.json",
+    "README.md",
+    "figures",
+    "encoder",
+    "pretrained_encoder",
+)
+
+
+def resuming(resume_from_checkpoint) -> bool:
+    """Whether ``--resume_from_checkpoint`` asks to resume (a folder, ``True`` or ``last``)."""
+    return resume_from_checkpoint not in (None, False, "", "False", "false")
+
+
+def clear_earlier_run(training_args: TrainingArguments, model_name_or_path: str | None = None) -> list[str]:
+    """Before a training run that is not resumed, remove what an earlier run left in ``--output_dir``
+    (:data:`RUN_OUTPUTS`, logged as a warning), so that the folder never holds an earlier run's checkpoints, results or
+    card beside this run's files: interrupted, it holds this run's files only, beside the earlier model until this
+    run saves its own, and ``--resume_from_checkpoint last`` finds this run's checkpoints only. Returns the names
+    removed (the main process removes them; the others wait). An earlier output that holds ``model_name_or_path`` is
+    a ValueError: the run would delete the model it starts from."""
+    output_dir = Path(training_args.output_dir)
+    if not training_args.do_train or resuming(training_args.resume_from_checkpoint) or not output_dir.is_dir():
+        return []
+    earlier = sorted({path for pattern in RUN_OUTPUTS for path in output_dir.glob(pattern)})
+    source = Path(model_name_or_path).resolve() if model_name_or_path and Path(model_name_or_path).exists() else None
+    for path in earlier:
+        if source is not None and (source == path.resolve() or path.resolve() in source.parents):
+            raise ValueError(
+                f"--model_name_or_path {model_name_or_path} is an earlier run's output in --output_dir "
+                f"{output_dir}, which a new training run clears first: copy it out of the folder, resume with "
+                "--resume_from_checkpoint, or give another --output_dir"
+            )
+    with training_args.main_process_first(desc="clearing the earlier run's outputs"):
+        removed = []
+        for path in earlier:
+            if not path.exists():  # another process removed it first
+                continue
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path, ignore_errors=True)  # ignore: another node's main process on a shared disk
+            else:
+                path.unlink(missing_ok=True)
+            removed.append(path.name)
+    if removed:
+        logger.warning(
+            "%s holds an earlier run: removed its %s before this run writes (resume it with "
+            "--resume_from_checkpoint instead to keep them)",
+            output_dir,
+            ", ".join(removed),
+        )
+    return removed
+
+
 def resume_checkpoint(resume_from_checkpoint, output_dir: str) -> str | None:
     """The checkpoint ``--resume_from_checkpoint`` names: a folder, or ``True`` / ``last`` for the newest complete
     checkpoint of ``output_dir``. The Trainer writes a checkpoint's ``trainer_state.json`` last, so a folder without
     it is a save that was interrupted (a kill mid-save): ``True`` passes over it (logged), and naming it is a
     ValueError that lists the complete ones, where the Trainer would load the half-written files."""
-    if resume_from_checkpoint in (None, False, "", "False", "false"):
+    if not resuming(resume_from_checkpoint):
         return None
     if resume_from_checkpoint in (True, "True", "true", "last"):
         found = {  # step -> folder
