@@ -5,6 +5,7 @@ from __future__ import annotations
 import pickle
 import socket
 import time
+import warnings
 from multiprocessing.connection import wait
 
 import torch.multiprocessing as mp
@@ -62,12 +63,20 @@ def spawn_two(target, *args, results: int = 2, timeout: float = 900) -> list:
             break
         if all(process.exitcode is not None for process in processes) and not reader.poll():
             break
+    stuck = []
     for process in processes:
         if len(items) < results:  # a failed run: the rest would only wait for the dead process
             process.kill()
         process.join(timeout=120)
         if process.is_alive():
             process.kill()
+            process.join()
+            stuck.append(process.pid)
     codes = [process.exitcode for process in processes]
+    if len(items) == results and stuck:
+        # every result came, so the worker was in its teardown: gloo's process-group shutdown at times never returns
+        # under load (1 of about 6 full-suite runs, never alone; docs/reliability.md, R54)
+        warnings.warn(f"worker(s) {stuck} sent their results but had not exited after 120 s: killed", stacklevel=2)
+        codes = [0 if process.pid in stuck else code for process, code in zip(processes, codes)]
     assert len(items) == results and all(code == 0 for code in codes), (items, f"exit codes {codes}")
     return items
