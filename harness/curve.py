@@ -49,11 +49,14 @@ HYPOTHESES = {
     "relational_no_kwarmup": ["--system", "relational", "--knowledge_warmup_steps", "0"],  # H5
     "relational_2x_steps": ["--system", "relational"],  # H6: twice the step budget (see STEP_FACTOR)
 }
+#: part 2's controls (a marked addition to the design), planned with the variants: vanilla at H6's longer budget
+CONTROLS = {"vanilla_2x_steps": ["--system", "vanilla"]}
 #: harness settings a system changes (kala.make_settings keys), and systems with a longer step budget
 SETTINGS = {"relational_random_memory": {"init_entity_memory": False}}
-STEP_FACTOR = {"relational_2x_steps": 2}
+STEP_FACTOR = {"relational_2x_steps": 2, "vanilla_2x_steps": 2}
 HYPOTHESIS_SIZES = (100, 500)
-ALL_SYSTEMS = {**SYSTEMS, **HYPOTHESES}
+PART_TWO = {**HYPOTHESES, **CONTROLS}
+ALL_SYSTEMS = {**SYSTEMS, **PART_TWO}
 KNOWLEDGE_SYSTEMS = ("relational", "relational_eq3", *HYPOTHESES)
 #: +1 layer runs at these sizes only (the design's budget)
 MORE_PARAMS_SIZES = (100, 1000)
@@ -143,7 +146,7 @@ def plan(datasets, sizes, seeds, systems) -> list[tuple[str, int, str, str]]:
         for size in sizes
         for system in systems
         if (system != "more_params" or size in MORE_PARAMS_SIZES)
-        and (system not in HYPOTHESES or size in HYPOTHESIS_SIZES)
+        and (system not in PART_TWO or size in HYPOTHESIS_SIZES)
     ]
 
 
@@ -158,22 +161,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--systems",
         default=",".join(SYSTEMS),
-        help="comma-separated; the curve's: "
-        + ",".join(SYSTEMS)
-        + "; part 2's (--hypotheses): "
-        + ",".join(HYPOTHESES),
+        help="comma-separated; the curve's: " + ",".join(SYSTEMS) + "; part 2's (--hypotheses): " + ",".join(PART_TWO),
     )
     parser.add_argument(
         "--hypotheses",
         action="store_true",
-        help="part 2 of the design: every variant of HYPOTHESES at sizes 100 and 500 (with --seeds 1 2 3)",
+        help="part 2 of the design: every variant of HYPOTHESES and CONTROLS at sizes 100 and 500 (with --seeds 1 2 3)",
     )
 
 
 def run(args: argparse.Namespace, output_dir: str) -> list[dict]:
     """Queue every planned run (``--resume`` skips the finished ones); the runs' results are read by
     ``curve-table``."""
-    systems = list(HYPOTHESES) if args.hypotheses else check_names(args.systems.split(","), ALL_SYSTEMS, "systems")
+    systems = list(PART_TWO) if args.hypotheses else check_names(args.systems.split(","), ALL_SYSTEMS, "systems")
     if any(size < 1 for size in args.sizes):
         raise ValueError(f"--sizes must be positive, got {args.sizes}")
     jobs = []
@@ -339,16 +339,7 @@ def hypotheses_table(rows: list[dict]) -> str:
         for system in ("relational", *HYPOTHESES):
             if system not in by_system or (system != "relational" and (*key, system, "diff") not in stats):
                 continue
-            diff = stats.get((*key, system, "diff"))
-            shown = (
-                ""
-                if diff is None
-                else (
-                    f"{diff[0]:+.2f} [{diff[1]:+.2f}, {diff[2]:+.2f}] (n={diff[3]})"
-                    if diff[3] > 1
-                    else f"{diff[0]:+.2f}"
-                )
-            )
+            shown = _shown_diff(stats.get((*key, system, "diff")))
             group = flips.get((*key, system), [])
             lines.append(
                 f"| {key[0]} | {key[1]} | {system} | {len(by_system[system])} | {cell(by_system[system])} | {shown} | "
@@ -356,6 +347,43 @@ def hypotheses_table(rows: list[dict]) -> str:
                 f"{cell([100 * r['relation_flip_rate'] for r in group], 1, '')} |"
             )
     return "\n".join(lines)
+
+
+def h6_control_table(rows: list[dict]) -> str:
+    """Markdown for H6's control: per dataset and size, KALA relational − vanilla both at twice the step budget,
+    paired by seed (95 % interval), beside the same difference at the curve's budget over the same seeds."""
+    from harness.tables import cell
+
+    longer = aggregate(rows, baseline="vanilla_2x_steps", compared=("relational_2x_steps",))
+    lines = [
+        "| dataset | size | seeds | vanilla 2× F1 | relational 2× F1 | relational − vanilla, 2× steps (95 % CI) | "
+        "relational − vanilla, curve's steps, same seeds (95 % CI) |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for key, diff in longer.items():
+        if len(key) != 4:
+            continue
+        dataset, size = key[0], key[1]
+        seeds = {
+            r["seed"] for r in rows if (r["dataset"], r["size"], r["system"]) == (dataset, size, "vanilla_2x_steps")
+        }
+        seeds &= {
+            r["seed"] for r in rows if (r["dataset"], r["size"], r["system"]) == (dataset, size, "relational_2x_steps")
+        }
+        same = aggregate([r for r in rows if r["seed"] in seeds]).get((dataset, size, "relational", "diff"))
+        by_system = longer[(dataset, size)]
+        lines.append(
+            f"| {dataset} | {size} | {diff[3]} | {cell(by_system['vanilla_2x_steps'])} | "
+            f"{cell(by_system['relational_2x_steps'])} | {_shown_diff(diff)} | {_shown_diff(same)} |"
+        )
+    return "\n".join(lines)
+
+
+def _shown_diff(diff) -> str:
+    """A paired difference as the tables show it: mean [low, high] (n=seeds), the mean alone for one seed."""
+    if diff is None:
+        return ""
+    return f"{diff[0]:+.2f} [{diff[1]:+.2f}, {diff[2]:+.2f}] (n={diff[3]})" if diff[3] > 1 else f"{diff[0]:+.2f}"
 
 
 def knowledge_table(rows: list[dict]) -> str:
@@ -455,6 +483,11 @@ def report(output_dir: str, record_dir: str | None, plot_dir: str | None, comman
             *(
                 ["Part 2, one change from KALA relational's defaults each:", hypotheses_table(rows)]
                 if any(r["system"] in HYPOTHESES for r in rows)
+                else []
+            ),
+            *(
+                ["Part 2, H6 control: KALA relational − vanilla at twice the step budget:", h6_control_table(rows)]
+                if any(r["system"] in CONTROLS for r in rows)
                 else []
             ),
         ]

@@ -112,3 +112,28 @@ def test_part_two_table_pairs_with_the_default_relational_runs(tmp_path):
         in text
     )
     assert "| 30.0 ± 0.0 | 30.0 ± 0.0 |" in text and "| ncbi | 100 | relational | 2 | 60.50 ± 0.71 |  |" in text
+
+
+def test_h6_control_is_vanilla_at_twice_the_steps_and_pairs_with_relational_at_the_same_budget(tmp_path):
+    plan = curve.plan(["ncbi"], [50, 100, 500], ["1"], list(curve.PART_TWO))
+    assert ("ncbi", 500, "1", "vanilla_2x_steps") in plan and ("ncbi", 50, "1", "vanilla_2x_steps") not in plan
+    control = curve.run_commands("ncbi", 100, "1", "vanilla_2x_steps", str(tmp_path / "c"))
+    assert control[0][control[0].index("--system") + 1] == "vanilla" and "--init_entity_memory" not in control[0]
+    assert control[0][control[0].index("--max_steps") + 1] == "300" and len(control) == 2  # no knowledge check
+    runs = {  # seed: (vanilla, relational, vanilla 2x, relational 2x); seed 3 has no control yet
+        1: (50.0, 51.0, 54.0, 58.0),
+        2: (52.0, 51.0, 55.0, 56.0),
+        3: (49.0, 53.0, None, 57.0),
+    }
+    for seed, f1s in runs.items():
+        for system, f1 in zip(("vanilla", "relational", "vanilla_2x_steps", "relational_2x_steps"), f1s):
+            if f1 is not None:
+                _run(tmp_path, "ncbi", 100, seed, system, f1, flips=None if "vanilla" in system else 0.1)
+    text = curve.h6_control_table(curve.collect(str(tmp_path)))
+    # 2x: differences 4 and 1 (mean 2.5, sd 2.1213); curve's budget, seeds 1-2: 1 and -1 (mean 0, sd 1.4142)
+    t = 12.706204736174698
+    half_2x, half_1x = t * 2.1213203435596424 / 2**0.5, t * 1.4142135623730951 / 2**0.5
+    assert (
+        f"| ncbi | 100 | 2 | 54.50 ± 0.71 | 57.00 ± 1.00 | +2.50 [{2.5 - half_2x:+.2f}, {2.5 + half_2x:+.2f}] (n=2) | "
+        f"+0.00 [{-half_1x:+.2f}, {half_1x:+.2f}] (n=2) |" in text
+    ), text
