@@ -390,6 +390,12 @@ def test_a_new_training_run_clears_the_earlier_runs_outputs_first(tmp_path):
     def args(**options):
         return KeplmTrainingArguments(output_dir=str(tmp_path), report_to="none", use_cpu=True, **options)
 
+    project = tmp_path / "project"  # a folder no run wrote: its README.md and figures/ are the user's
+    (project / "figures").mkdir(parents=True)
+    (project / "README.md").write_text("mine")
+    in_project = KeplmTrainingArguments(output_dir=str(project), report_to="none", use_cpu=True, do_train=True)
+    assert runtime.clear_earlier_run(in_project) == []
+    assert sorted(p.name for p in project.iterdir()) == ["README.md", "figures"]
     _earlier_run(tmp_path)
     (tmp_path / "config.json").write_text("{}")  # the earlier model: replaced by the new save, not removed here
     assert runtime.clear_earlier_run(args(do_train=False, do_predict=True)) == []
@@ -401,7 +407,7 @@ def test_a_new_training_run_clears_the_earlier_runs_outputs_first(tmp_path):
         ["checkpoint-500", "predict_results.json", "all_results.json", "README.md", "predictions.txt"]
         + ["trainer_state.json", "figures"]
     )
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.json", "notes.txt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.json", "notes.txt", "project"]
 
 
 def test_run_ner_into_an_earlier_runs_folder_leaves_no_earlier_result_beside_its_own(tmp_path, tiny):

@@ -231,6 +231,9 @@ RUN_OUTPUTS = (
     "pretrained_encoder",
 )
 
+#: what marks a folder as an earlier run's (the Trainer writes these): only then are RUN_OUTPUTS removed
+RUN_MARKERS = (f"{PREFIX_CHECKPOINT_DIR}-*", TRAINER_STATE_NAME, "all_results.json", "training_args.json")
+
 
 def resuming(resume_from_checkpoint) -> bool:
     """Whether ``--resume_from_checkpoint`` asks to resume (a folder, ``True`` or ``last``)."""
@@ -239,7 +242,8 @@ def resuming(resume_from_checkpoint) -> bool:
 
 def clear_earlier_run(training_args: TrainingArguments, model_name_or_path: str | None = None) -> list[str]:
     """Before a training run that is not resumed, remove what an earlier run left in ``--output_dir``
-    (:data:`RUN_OUTPUTS`, logged as a warning), so that the folder never holds an earlier run's checkpoints, results or
+    (:data:`RUN_OUTPUTS`, logged as a warning; a folder without :data:`RUN_MARKERS` is no run's and is left alone),
+    so that the folder never holds an earlier run's checkpoints, results or
     card beside this run's files: interrupted, it holds this run's files only, beside the earlier model until this
     run saves its own, and ``--resume_from_checkpoint last`` finds this run's checkpoints only. Returns the names
     removed (the main process removes them; the others wait). An earlier output that holds ``model_name_or_path`` is
@@ -247,6 +251,8 @@ def clear_earlier_run(training_args: TrainingArguments, model_name_or_path: str 
     output_dir = Path(training_args.output_dir)
     if not training_args.do_train or resuming(training_args.resume_from_checkpoint) or not output_dir.is_dir():
         return []
+    if not any(next(output_dir.glob(pattern), None) is not None for pattern in RUN_MARKERS):
+        return []  # no earlier run here (e.g. a project folder with its own README.md): nothing is removed
     earlier = sorted({path for pattern in RUN_OUTPUTS for path in output_dir.glob(pattern)})
     source = Path(model_name_or_path).resolve() if model_name_or_path and Path(model_name_or_path).exists() else None
     for path in earlier:
