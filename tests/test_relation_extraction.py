@@ -7,6 +7,7 @@ from __future__ import annotations
 import gzip
 import importlib.util
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -270,6 +271,21 @@ def test_bad_inputs_raise(tokenizer, change, message):
     change(batch)
     with pytest.raises(ValueError, match=message):
         tiny_model(tokenizer)(**batch)
+
+
+@pytest.mark.parametrize("sent_id, pos", [(0, [3, 9]), (0, [2, 2]), (2, [0, 1]), (1, [-1, 1])])
+def test_a_mention_outside_its_sentence_is_refused_naming_it(sent_id, pos):
+    """A mention past its sentence's end (here into the next sentence), empty, or in a sentence that does not
+    exist is a ValueError naming the document, the mention and the sentence, not a span in another sentence."""
+    bad = doc("bad", [["a", "b", "c", "d", "e", "f"], ["g", "h", "i", "j", "k"]], [("LOC", [(0, 0, 1)])], [])
+    bad["vertexSet"][0][0].update(sent_id=sent_id, pos=pos)
+    with pytest.raises(
+        ValueError, match=rf"'bad': entity 0 mention pos \{re.escape(str(pos))[1:]} is outside its sentence"
+    ):
+        docred_document_to_row(bad)
+    assert (
+        docred_document_to_row(doc("ok", bad["sents"], [("LOC", [(1, 4, 5)])], []))["text"] == "a b c d e f g h i j k"
+    )
 
 
 def test_top2_rule_on_hand_set_logits():

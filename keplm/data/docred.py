@@ -61,10 +61,14 @@ def docred_document_to_row(doc: dict) -> dict:
             raise ValueError(f"{doc.get('title')!r}: entity {e} has no mentions")
         mention_spans = []
         for mention in entity:
-            first = sentence_starts[mention["sent_id"]] + mention["pos"][0]
-            last = sentence_starts[mention["sent_id"]] + mention["pos"][1] - 1
-            if not 0 <= first <= last < len(words):
-                raise ValueError(f"{doc.get('title')!r}: entity {e} mention {mention['pos']} is outside its sentence")
+            sent_id, (start, end) = mention["sent_id"], mention["pos"]
+            if not 0 <= sent_id < len(doc["sents"]) or not 0 <= start < end <= len(doc["sents"][sent_id]):
+                length = len(doc["sents"][sent_id]) if 0 <= sent_id < len(doc["sents"]) else None
+                raise ValueError(
+                    f"{doc.get('title')!r}: entity {e} mention pos {mention['pos']} is outside its sentence "
+                    f"(sent_id {sent_id} of {len(doc['sents'])} sentences, {length} words)"
+                )
+            first, last = sentence_starts[sent_id] + start, sentence_starts[sent_id] + end - 1
             mention_spans.append([int(offsets[first, 0]), int(offsets[last, 1])])
         spans.append(mention_spans)
         names.append(entity[0].get("name", text[mention_spans[0][0] : mention_spans[0][1]]))
