@@ -132,6 +132,16 @@ def test_single_token_filter_counts_skips(tokenizer):
     assert short[0] == [] and short[1][0]["reason"] == "truncated"  # [CLS] john mary acme bank | is in [MASK]
 
 
+def test_facts_of_multi_token_objects_only_are_a_clear_error(tokenizer, biased_model):
+    """Every object more than one token (or unknown): no query is left, which build_queries says with its skips and
+    probe refuses naming the reasons (an IndexError inside the tokenizer before)."""
+    facts = [fact("P1", "mary", "New York"), fact("P1", "john", "Tokyo")]
+    assert build_queries(facts, tokenizer)[0] == []
+    message = r"none of the 2 facts .*'multi_token_object': 1, 'object_not_in_vocab': 1"
+    with pytest.raises(ValueError, match=message):
+        probe(biased_model, tokenizer, facts, ks=(1,), progress=False)
+
+
 def test_p_at_k_macro_and_micro_in_percent_against_hand_computation(tokenizer, biased_model):
     facts = toy_facts()
     results, records = probe(biased_model, tokenizer, facts, ks=(1, 2), batch_size=2, progress=False)

@@ -384,6 +384,8 @@ def build_queries(
             candidates.append(
                 {"fact": index, "relation": fact["relation"], "template": template, "text": text, "target_id": target}
             )
+    if not candidates:  # every query skipped (the tokenizer refuses an empty batch)
+        return [], skips
     encoded = tokenizer([q["text"] for q in candidates], truncation=True, max_length=max_length)["input_ids"]
     queries = []
     for query, ids in zip(candidates, encoded):

@@ -131,6 +131,12 @@ def probe(
         vocab, dropped = common_vocab_ids(tokenizer, common_vocab)
         logger.info("Common vocabulary: %d tokens (%d words are not one token here)", len(vocab), dropped)
     queries, skips = build_queries(facts, tokenizer, vocab, max_length=max_length)
+    if not queries:
+        reasons = Counter(skip["reason"] for skip in skips)
+        raise ValueError(
+            f"none of the {len(facts)} facts gives a query this model can score: {dict(reasons)} (LAMA scores "
+            "single-token objects: with another tokenizer most objects can split into several tokens)"
+        )
     top_ids = predict_top_k(model, tokenizer, queries, max(ks), batch_size, vocab, progress, head_at_mask_only)
     results = summarize(facts, queries, top_ids, skips, tokenizer, ks)
     if vocab is not None:
