@@ -103,6 +103,17 @@ def test_qa_features_check_the_answer_offset_and_the_question_annotation(tokeniz
         processor.prepare_qa_features({**examples, "question_knowledge": [question]}, max_length=32, doc_stride=8)
     good = KnowledgeAnnotation.from_dict({"entities": [{"text": "paris", "start": 9, "end": 14, "id": "Q90"}]})
     processor.prepare_qa_features({**examples, "question_knowledge": [good]}, max_length=32, doc_stride=8)
+    # a question written with leading spaces: its annotation counts in the question as written, and the features
+    # are those of the question without them (the processor cuts them), mention included
+    spaced = {**examples, "question": ["   where is paris ?"]}
+    moved = KnowledgeAnnotation.from_dict({"entities": [{"text": "paris", "start": 12, "end": 17, "id": "Q90"}]})
+    features = processor.prepare_qa_features({**spaced, "question_knowledge": [moved]}, max_length=32, doc_stride=8)
+    plain = processor.prepare_qa_features({**examples, "question_knowledge": [good]}, max_length=32, doc_stride=8)
+    assert features == plain
+    generative = processor.prepare_generative_qa_features
+    assert generative({**spaced, "question_knowledge": [moved]}) == generative(
+        {**examples, "question_knowledge": [good]}
+    )
 
 
 def test_auto_processor_round_trip_and_agreement_checks(tmp_path, tokenizer, assets):

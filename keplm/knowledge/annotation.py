@@ -149,6 +149,12 @@ class KnowledgeAnnotation:
                     raise ValueError(f"triplet {i}: {key} must be a non-empty string id, got {val!r}")
         return self
 
+    def shifted(self, by: int) -> KnowledgeAnnotation:
+        """A copy whose mentions start ``by`` characters later (negative: earlier), e.g. for a text with leading
+        characters cut."""
+        moved = [EntityMention(m.text, m.start + by, m.end + by, m.id) for m in self.entities]
+        return KnowledgeAnnotation(moved, list(self.triplets))
+
     def widened_to_words(self, text: str) -> tuple[KnowledgeAnnotation, int]:
         """``(annotation, count)``: a copy whose mentions that cut through a word of ``text`` ("unknown" of
         "unknownia") cover the whole word (:func:`word_span`), and how many were widened; ``(self, 0)`` when none

@@ -32,6 +32,14 @@ class TaskFeatures:
     """``datasets.map(batched=True)`` functions of the tasks; they read ``self.tokenizer``, ``self.text_annotation``
     and ``self.knowledge_features`` of the processor."""
 
+    def _question_annotation(self, given, raw: str, question: str) -> KnowledgeAnnotation | None:
+        """A given question annotation, whose spans count in the question as written (``raw``), checked there and
+        moved onto ``question``, the question with its leading whitespace cut; None when none is given."""
+        if given is None:
+            return None
+        cut = len(raw) - len(raw.lstrip())
+        return self.text_annotation(as_annotation(given).validate(raw).shifted(-cut), question)
+
     # ------------------------------------------------------------------ NER
     def prepare_ner_features(
         self,
@@ -191,7 +199,7 @@ class TaskFeatures:
                         context_annotations[sample] if context_annotations is not None else None, context
                     )
                     question = question_annotations[sample] if question_annotations is not None else None
-                    question = self.text_annotation(question, questions[sample]) if question is not None else None
+                    question = self._question_annotation(question, examples["question"][sample], questions[sample])
                     cache[sample] = (annotation, question)
                 question_mask = [s == 1 - context_part for s in sequence_ids]
                 knowledge = self.knowledge_features(offsets, [context_mask, question_mask], list(cache[sample]))
@@ -262,7 +270,7 @@ class TaskFeatures:
                 context_annotations[i] if context_annotations is not None else None, examples["context"][i]
             )
             question = question_annotations[i] if question_annotations is not None else None
-            question = self.text_annotation(question, questions[i]) if question is not None else None
+            question = self._question_annotation(question, examples["question"][i], questions[i])
             for key, value in self.knowledge_features(local, masks, [context, question]).items():
                 out.setdefault(key, []).append(value)
         if "answers" in examples:
