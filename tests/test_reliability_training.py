@@ -228,11 +228,19 @@ def test_resume_from_a_checkpoint_with_a_missing_or_truncated_state_file_names_t
     resume(no_rng, FileNotFoundError, r"its rng_state state \(rng_state.json\) is missing")
     resume(truncated_scheduler, ValueError, r"scheduler.json is unreadable")
 
-    def truncated_optimizer(folder):  # safetensors' own error is no ValueError: it must be named all the same
-        path = folder / "optimizer.safetensors"
-        path.write_bytes(path.read_bytes()[:100])
+    def truncated(name):  # safetensors' and json's own errors name no file: each must be named all the same
+        def edit(folder):
+            path = folder / name
+            path.write_bytes(path.read_bytes()[: len(path.read_bytes()) // 2])
 
-    resume(truncated_optimizer, ValueError, r"optimizer.safetensors is unreadable")
+        edit.__name__ = f"truncated_{name}"
+        return edit
+
+    for name in ("optimizer.safetensors", "rng_state.safetensors", "scheduler.safetensors", "model.safetensors"):
+        if (saved / name).is_file():
+            resume(truncated(name), ValueError, rf"{name} is damaged or cut short")
+    assert (saved / "model.safetensors").is_file()
+    resume(truncated("trainer_state.json"), ValueError, r"trainer_state.json is not whole JSON")
 
 
 def test_accelerate_cpu_launch_of_several_processes_that_starts_one_warns(caplog):

@@ -111,27 +111,48 @@ def test_a_checkpoint_and_its_processor_share_one_kg_in_a_run(tiny, tmp_path):
 
 
 def test_resuming_passes_over_a_checkpoint_whose_save_was_interrupted(tmp_path, caplog):
-    """``--resume_from_checkpoint True`` takes the newest checkpoint with ``trainer_state.json`` (the file the Trainer
-    writes last), logging the half-written ones it passes over; naming a half-written one is a ValueError listing the
-    complete ones; a folder that holds none is a ValueError too."""
+    """``--resume_from_checkpoint True`` takes the newest checkpoint whose ``trainer_state.json`` (the file the
+    Trainer writes last) is whole JSON and whose safetensors files are whole, logging the half-written ones it passes
+    over (no state file, a truncated one, cut weights); naming a half-written one is a ValueError naming the file and
+    listing the complete ones; a folder that holds none is a ValueError too."""
     import logging
+
+    import torch
+    from safetensors.torch import save_file
 
     from keplm.training.runtime import resume_checkpoint
 
-    for step, complete in ((2, True), (10, True), (12, False), (14, False)):  # 10 after 2: numeric, not text, order
+    save_file({"w": torch.randn(64, 64)}, str(tmp_path / "whole.safetensors"))
+    weights = (tmp_path / "whole.safetensors").read_bytes()
+    # 10 after 2: numeric, not text, order; 12 and 14 without a state file, 16 a truncated one, 18 cut weights
+    for step, state, model in (
+        (2, "{}", weights),
+        (10, "{}", weights),
+        (12, None, weights),
+        (14, None, weights),
+        (16, '{"log_hi', weights),
+        (18, "{}", weights[: len(weights) // 2]),
+    ):
         folder = tmp_path / f"checkpoint-{step}"
         folder.mkdir()
-        (folder / "model.safetensors").write_bytes(b"x")
-        if complete:
-            (folder / "trainer_state.json").write_text("{}")
+        (folder / "model.safetensors").write_bytes(model)
+        if state is not None:
+            (folder / "trainer_state.json").write_text(state)
     with caplog.at_level(logging.WARNING, logger="keplm.training.runtime"):
         for flag in (True, "True", "last"):
             assert resume_checkpoint(flag, str(tmp_path)) == str(tmp_path / "checkpoint-10")
-    assert "checkpoint-12 has no trainer_state.json (an interrupted save)" in caplog.text
-    assert "checkpoint-14 has no trainer_state.json" in caplog.text
+    assert "checkpoint-12: no trainer_state.json (an interrupted save)" in caplog.text
+    assert "checkpoint-14: no trainer_state.json" in caplog.text
+    assert "checkpoint-16: trainer_state.json is not whole JSON" in caplog.text
+    assert "checkpoint-18: model.safetensors is damaged or cut short" in caplog.text
     assert resume_checkpoint(str(tmp_path / "checkpoint-2"), str(tmp_path)) == str(tmp_path / "checkpoint-2")
-    with pytest.raises(ValueError, match=r"checkpoint-12: no trainer_state.json.*checkpoint-10"):
-        resume_checkpoint(str(tmp_path / "checkpoint-12"), str(tmp_path))
+    for step, problem in (
+        (12, "no trainer_state.json"),
+        (16, "trainer_state.json is not whole JSON"),
+        (18, "model.safetensors is damaged"),
+    ):
+        with pytest.raises(ValueError, match=rf"checkpoint-{step}: {problem}.*checkpoint-10"):
+            resume_checkpoint(str(tmp_path / f"checkpoint-{step}"), str(tmp_path))
     assert resume_checkpoint(None, str(tmp_path)) is None and resume_checkpoint(False, str(tmp_path)) is None
     with pytest.raises(ValueError, match="no complete checkpoint in"):
         resume_checkpoint(True, str(tmp_path / "checkpoint-12"))

@@ -3,6 +3,7 @@ saving, recording metrics."""
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shutil
@@ -13,6 +14,7 @@ import datasets
 import torch
 import transformers
 from accelerate import PartialState
+from safetensors import SafetensorError, safe_open
 from transformers import TrainingArguments
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
@@ -282,11 +284,32 @@ def clear_earlier_run(training_args: TrainingArguments, model_name_or_path: str 
     return removed
 
 
+def checkpoint_problem(checkpoint: Path) -> str | None:
+    """Why ``checkpoint`` cannot be resumed from, or None: no ``trainer_state.json`` (the Trainer writes it last, so
+    the save was interrupted), a ``trainer_state.json`` that is not whole JSON, or a safetensors file of the folder
+    whose header does not cover the file (cut short by a kill or a full disk)."""
+    state = checkpoint / TRAINER_STATE_NAME
+    if not state.is_file():
+        return f"no {TRAINER_STATE_NAME} (an interrupted save)"
+    try:
+        json.loads(state.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        return f"{TRAINER_STATE_NAME} is not whole JSON ({error})"
+    for weights in sorted(checkpoint.glob("*.safetensors")):
+        try:
+            with safe_open(str(weights), "pt"):
+                pass
+        except SafetensorError as error:
+            return f"{weights.name} is damaged or cut short ({error})"
+    return None
+
+
 def resume_checkpoint(resume_from_checkpoint, output_dir: str) -> str | None:
     """The checkpoint ``--resume_from_checkpoint`` names: a folder, or ``True`` / ``last`` for the newest complete
-    checkpoint of ``output_dir``. The Trainer writes a checkpoint's ``trainer_state.json`` last, so a folder without
-    it is a save that was interrupted (a kill mid-save): ``True`` passes over it (logged), and naming it is a
-    ValueError that lists the complete ones, where the Trainer would load the half-written files."""
+    checkpoint of ``output_dir``. A checkpoint :func:`checkpoint_problem` finds fault with (a save interrupted by a
+    kill: no or a truncated ``trainer_state.json``, a cut safetensors file) is passed over by ``True`` (logged), and
+    naming it is a ValueError that names the file and lists the complete ones, where the Trainer would load the
+    half-written files or fail on them without saying which."""
     if not resuming(resume_from_checkpoint):
         return None
     if resume_from_checkpoint in (True, "True", "true", "last"):
@@ -297,21 +320,25 @@ def resume_checkpoint(resume_from_checkpoint, output_dir: str) -> str | None:
         }
         complete = []
         for step in sorted(found):
-            if (found[step] / TRAINER_STATE_NAME).is_file():
+            problem = checkpoint_problem(found[step])
+            if problem is None:
                 complete.append(found[step])
             else:
-                logger.warning("%s has no %s (an interrupted save): not resumed from", found[step], TRAINER_STATE_NAME)
+                logger.warning("%s: %s; not resumed from", found[step], problem)
         if not complete:
             raise ValueError(
                 f"--resume_from_checkpoint {resume_from_checkpoint}: no complete checkpoint in {output_dir}"
             )
         return str(complete[-1])
     path = Path(resume_from_checkpoint)
-    if path.is_dir() and not (path / TRAINER_STATE_NAME).is_file():
-        complete = sorted(str(p.parent) for p in path.parent.glob(f"{PREFIX_CHECKPOINT_DIR}-*/{TRAINER_STATE_NAME}"))
+    problem = checkpoint_problem(path) if path.is_dir() else None
+    if problem is not None:
+        complete = sorted(
+            str(p) for p in path.parent.glob(f"{PREFIX_CHECKPOINT_DIR}-*") if p.is_dir() and not checkpoint_problem(p)
+        )
         raise ValueError(
-            f"--resume_from_checkpoint {path}: no {TRAINER_STATE_NAME}, so its save was interrupted and its files "
-            f"may be half-written; resume from a complete one ({complete or 'none here'})"
+            f"--resume_from_checkpoint {path}: {problem}, so its save was interrupted and its files may be "
+            f"half-written; resume from a complete one ({complete or 'none here'})"
         )
     return str(resume_from_checkpoint)
 
