@@ -245,40 +245,22 @@ def resuming(resume_from_checkpoint) -> bool:
 def clear_earlier_run(training_args: TrainingArguments, model_name_or_path: str | None = None) -> list[str]:
     """Before a training run that is not resumed, remove what an earlier run left in ``--output_dir``
     (:data:`RUN_OUTPUTS`, logged as a warning; a folder without :data:`RUN_MARKERS` is no run's and is left alone),
-    so that the folder never holds an earlier run's checkpoints, results or
-    card beside this run's files: interrupted, it holds this run's files only, beside the earlier model until this
-    run saves its own, and ``--resume_from_checkpoint last`` finds this run's checkpoints only. Returns the names
-    removed (the main process removes them; the others wait). An earlier output that holds ``model_name_or_path`` is
-    a ValueError: the run would delete the model it starts from."""
-    output_dir = Path(training_args.output_dir)
-    if not training_args.do_train or resuming(training_args.resume_from_checkpoint) or not output_dir.is_dir():
+    so that the folder never holds an earlier run's checkpoints, results or card beside this run's files:
+    interrupted, it holds this run's files only, beside the earlier model until this run saves its own, and
+    ``--resume_from_checkpoint last`` finds this run's checkpoints only. Returns the names removed (the main process
+    removes them; the others wait). An earlier output that holds ``model_name_or_path`` is a ValueError: the run
+    would delete the model it starts from."""
+    if not training_args.do_train or resuming(training_args.resume_from_checkpoint):
         return []
-    if not any(next(output_dir.glob(pattern), None) is not None for pattern in RUN_MARKERS):
-        return []  # no earlier run here (e.g. a project folder with its own README.md): nothing is removed
-    earlier = sorted({path for pattern in RUN_OUTPUTS for path in output_dir.glob(pattern)})
-    source = Path(model_name_or_path).resolve() if model_name_or_path and Path(model_name_or_path).exists() else None
-    for path in earlier:
-        if source is not None and (source == path.resolve() or path.resolve() in source.parents):
-            raise ValueError(
-                f"--model_name_or_path {model_name_or_path} is an earlier run's output in --output_dir "
-                f"{output_dir}, which a new training run clears first: copy it out of the folder, resume with "
-                "--resume_from_checkpoint, or give another --output_dir"
-            )
+    # every process enters (the main one first, the others after it): one that looked before the main process
+    # removed the markers, and so skipped the context, would leave the main process waiting at its barrier
     with training_args.main_process_first(desc="clearing the earlier run's outputs"):
-        removed = []
-        for path in earlier:
-            if not path.exists():  # another process removed it first
-                continue
-            if path.is_dir() and not path.is_symlink():
-                shutil.rmtree(path, ignore_errors=True)  # ignore: another node's main process on a shared disk
-            else:
-                path.unlink(missing_ok=True)
-            removed.append(path.name)
+        removed = _remove_earlier_outputs(Path(training_args.output_dir), model_name_or_path)
     if removed:
         logger.warning(
             "%s holds an earlier run: removed its %s before this run writes (resume it with "
             "--resume_from_checkpoint instead to keep them)",
-            output_dir,
+            training_args.output_dir,
             ", ".join(removed),
         )
     return removed
@@ -302,6 +284,29 @@ def checkpoint_problem(checkpoint: Path) -> str | None:
         except SafetensorError as error:
             return f"{weights.name} is damaged or cut short ({error})"
     return None
+
+
+def _remove_earlier_outputs(output_dir: Path, model_name_or_path: str | None) -> list[str]:
+    """:func:`clear_earlier_run`'s removal in one process; the names removed."""
+    if not output_dir.is_dir() or not any(next(output_dir.glob(p), None) is not None for p in RUN_MARKERS):
+        return []  # no earlier run here (e.g. a project folder with its own README.md): nothing is removed
+    earlier = sorted({path for pattern in RUN_OUTPUTS for path in output_dir.glob(pattern)})
+    source = Path(model_name_or_path).resolve() if model_name_or_path and Path(model_name_or_path).exists() else None
+    for path in earlier:
+        if source is not None and (source == path.resolve() or path.resolve() in source.parents):
+            raise ValueError(
+                f"--model_name_or_path {model_name_or_path} is an earlier run's output in --output_dir "
+                f"{output_dir}, which a new training run clears first: copy it out of the folder, resume with "
+                "--resume_from_checkpoint, or give another --output_dir"
+            )
+    removed = []
+    for path in earlier:
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)  # ignore: another node's main process on a shared disk
+        else:
+            path.unlink(missing_ok=True)
+        removed.append(path.name)
+    return removed
 
 
 def resume_checkpoint(resume_from_checkpoint, output_dir: str) -> str | None:
