@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-import pickle
+import json
 import socket
 import time
 import warnings
 from multiprocessing.connection import wait
 
+import numpy as np
+import torch
 import torch.multiprocessing as mp
 
 
@@ -18,21 +20,66 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def to_json(item):
+    """A worker's result as JSON values, exactly: tensors and arrays with their dtype and shape, tuples and dicts
+    (any keys) tagged, so that :func:`from_json` rebuilds them equal, bit for bit."""
+    if isinstance(item, torch.Tensor):
+        return {"tensor": item.detach().cpu().tolist(), "dtype": str(item.dtype)[6:], "shape": list(item.shape)}
+    if isinstance(item, np.ndarray):
+        return {"array": item.tolist(), "dtype": str(item.dtype), "shape": list(item.shape)}
+    if isinstance(item, np.generic):
+        return item.item()
+    if isinstance(item, tuple):
+        return {"tuple": [to_json(value) for value in item]}
+    if isinstance(item, dict):
+        return {"dict": [[to_json(key), to_json(value)] for key, value in item.items()]}
+    if isinstance(item, list):
+        return [to_json(value) for value in item]
+    if item is None or isinstance(item, (bool, int, float, str)):
+        return item
+    raise TypeError(f"a worker result of type {type(item).__name__} has no JSON form here: {item!r}")
+
+
+def from_json(value):
+    """The inverse of :func:`to_json`."""
+    if isinstance(value, list):
+        return [from_json(v) for v in value]
+    if not isinstance(value, dict):
+        return value
+    if "tensor" in value:
+        dtype = getattr(torch, value["dtype"])
+        return torch.tensor(value["tensor"], dtype=dtype).reshape(value["shape"])
+    if "array" in value:
+        return np.array(value["array"], dtype=value["dtype"]).reshape(value["shape"])
+    if "tuple" in value:
+        return tuple(from_json(v) for v in value["tuple"])
+    return {_hashable(from_json(key)): from_json(v) for key, v in value["dict"]}
+
+
+def _hashable(key):
+    return tuple(_hashable(k) for k in key) if isinstance(key, list) else key
+
+
 class ResultQueue:
-    """The workers' end of the results pipe: ``put`` sends an item pickled by value.
+    """The workers' end of the results pipe: ``put`` sends an item as JSON (:func:`to_json`), by value.
 
     torch.multiprocessing's queues send a tensor as a handle to shared memory that the receiver fetches from the
     sender's process: a worker that puts its result and exits at once can be gone before the test reads it
-    (FileNotFoundError on the sender's socket). Plain ``pickle`` copies the tensor's bytes into the message instead.
+    (FileNotFoundError on the sender's socket). The JSON message carries the values themselves.
     """
 
     def __init__(self, connection, lock):
         self.connection, self.lock = connection, lock
 
     def put(self, item) -> None:
-        data = pickle.dumps(item)
+        data = json.dumps(to_json(item)).encode("utf-8")
         with self.lock:  # two writers on one pipe: a message is written whole
             self.connection.send_bytes(data)
+
+
+def receive(reader):
+    """The next item a :class:`ResultQueue` sent through the pipe end ``reader``."""
+    return from_json(json.loads(reader.recv_bytes().decode("utf-8")))
 
 
 def spawn_two(target, *args, results: int = 2, timeout: float = 900) -> list:
@@ -53,7 +100,7 @@ def spawn_two(target, *args, results: int = 2, timeout: float = 900) -> list:
         ready = wait([reader, *alive], timeout=max(0.0, deadline - time.monotonic()))
         if reader in ready:
             try:
-                items.append(pickle.loads(reader.recv_bytes()))
+                items.append(receive(reader))
             except EOFError:  # every worker closed its end without sending the rest
                 break
             continue
