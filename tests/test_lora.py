@@ -182,3 +182,55 @@ def test_load_lora_builds_the_model_in_the_dtype_asked(tmp_path, base_dir, asset
     for name, parameter in wide.named_parameters():
         if name in saved:
             torch.testing.assert_close(parameter, saved[name].double(), msg=name)
+
+
+def test_an_adapter_applied_to_other_encoder_weights_warns(tmp_path, base_dir, tokenizer, assets, caplog):
+    """An adapter records a digest of its base encoder's weights (``keplm_adapter.json``): loaded onto another
+    encoder of the same shape it warns, naming the adapter and the encoder; onto its own encoder it does not, in the
+    saved dtype or another (the digest compares the weights in the dtype they were saved in)."""
+    import json
+    import logging
+
+    peft_model = add_lora(_model(base_dir, assets), r=4, alpha=8, dropout=0.0)
+    save_lora(peft_model, tmp_path / "adapter")
+    recorded = json.loads((tmp_path / "adapter" / "keplm_adapter.json").read_text())["base_encoder_weights"]
+    assert recorded["dtype"] == "float32" and len(recorded["sha256"]) == 64
+    torch.manual_seed(5)  # the same architecture and shapes, other weights
+    BertModel(tiny_encoder_config(tokenizer)).save_pretrained(tmp_path / "other")
+    with caplog.at_level(logging.WARNING, logger="keplm.modeling.lora"):
+        load_lora(tmp_path / "adapter")
+        load_lora(tmp_path / "adapter", dtype=torch.float64)
+        save_lora(add_lora(_model(base_dir, assets).double(), r=4, alpha=8, dropout=0.0), tmp_path / "wide")
+        wide = json.loads((tmp_path / "wide" / "keplm_adapter.json").read_text())["base_encoder_weights"]
+        assert wide["dtype"] == "float64" and wide["sha256"] != recorded["sha256"]
+        load_lora(tmp_path / "wide")  # float64 weights recorded, float32 loaded: the same encoder
+        assert not [r for r in caplog.records if "other base encoder weights" in r.getMessage()]
+        load_lora(tmp_path / "adapter", base_model_name_or_path=str(tmp_path / "other"))
+    (warning,) = [r.getMessage() for r in caplog.records if "other base encoder weights" in r.getMessage()]
+    assert str(tmp_path / "adapter") in warning and str(tmp_path / "other") in warning
+
+
+def test_a_trelm_adapter_reloads_onto_its_base_without_a_weights_warning(tmp_path, tokenizer, kg, caplog):
+    """TRELM's routing modules sit inside the encoder and are new (trained fully): the digest leaves them out, so
+    an adapter rebuilt on its own encoder does not warn, and one whose encoder layer changed does."""
+    import json
+    import logging
+
+    from .test_trelm import make_model, with_kge
+
+    model = make_model(tokenizer, with_kge(kg))
+    encoder_dir = tmp_path / "encoder"
+    (name,) = model.named_encoders()
+    model.named_encoders()[name].save_pretrained(encoder_dir)
+    peft_model = add_lora(model, r=4, alpha=8, dropout=0.0)
+    save_lora(peft_model, tmp_path / "adapter")
+    record = json.loads((tmp_path / "adapter" / "keplm_adapter.json").read_text())
+    with caplog.at_level(logging.WARNING, logger="keplm.modeling.lora"):
+        load_lora(tmp_path / "adapter", base_model_name_or_path=str(encoder_dir))
+        assert not [r for r in caplog.records if "other base encoder weights" in r.getMessage()], record
+        with torch.no_grad():
+            encoder = type(model.named_encoders()[name]).from_pretrained(encoder_dir)
+            next(encoder.parameters()).add_(0.5)
+            encoder.save_pretrained(tmp_path / "changed")
+        load_lora(tmp_path / "adapter", base_model_name_or_path=str(tmp_path / "changed"))
+    assert [r for r in caplog.records if "other base encoder weights" in r.getMessage()]

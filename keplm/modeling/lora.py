@@ -5,9 +5,10 @@ its own (KALA's entity memory, relation embeddings, KFM and GNN layers, extra la
 Roof-Transformer's fusion; TRELM's injection projection and MLM head) is peft's ``modules_to_save``: trained fully
 and saved with the adapter. An adapter folder (or Hub repo) holds peft's ``adapter_config.json`` /
 ``adapter_model.safetensors``, the keplm config (the architecture to rebuild), ``knowledge/`` and
-``keplm_adapter.json`` (the base encoder checkpoint); :func:`load_lora` rebuilds the model around that encoder and
-applies the adapter. The model class's ``from_pretrained`` and its Auto class return that model with the adapter
-merged (:func:`load_merged_adapter`).
+``keplm_adapter.json`` (the base encoder checkpoint and a digest of its weights); :func:`load_lora` rebuilds the
+model around that encoder, warns when the encoder's weights are not the recorded ones, and applies the adapter. The
+model class's ``from_pretrained`` and its Auto class return that model with the adapter merged
+(:func:`load_merged_adapter`).
 
 Why the base encoder has a file of its own: transformers' Auto classes, given a Hub repo with ``adapter_config.json``,
 load the model that file's ``base_model_name_or_path`` names before any keplm code runs. For a plain encoder there
@@ -18,6 +19,7 @@ config of the repo and the keplm class loads encoder + adapter.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -40,6 +42,28 @@ logger = logging.getLogger(__name__)
 DEFAULT_TARGET_MODULES = ("query", "value")
 #: the adapter's base encoder checkpoint, as keplm records it (``{"base_encoder": ...}``)
 BASE_ENCODER_FILE = "keplm_adapter.json"
+#: parts of peft's parameter names that are the adapter's own, not the base encoder's
+ADAPTER_NAME_PARTS = ("lora_", "modules_to_save", "original_module")
+
+
+def encoder_weights_digest(model: KeplmPreTrainedModel, dtype: str | None = None, skip=()) -> dict | None:
+    """``{"dtype", "sha256"}`` of the base encoders' weights in ``model`` (with or without peft's wrappers: adapter
+    weights and fully trained modules left out, ``base_layer`` names unwrapped; ``skip``: more ``encoder.key`` names
+    to leave out), in ``dtype`` (default: the weights' own), so an adapter can tell whether it is applied to the
+    encoder it was trained on. None for weights not held here (sharded)."""
+    digest = hashlib.sha256()
+    for name, encoder in sorted(model.named_encoders().items()):
+        for key, tensor in sorted(encoder.state_dict().items()):
+            if any(part in key for part in ADAPTER_NAME_PARTS) or f"{name}.{key}" in skip:
+                continue
+            if tensor.numel() == 0:
+                return None
+            if tensor.is_floating_point():
+                dtype = dtype or str(tensor.dtype).removeprefix("torch.")
+                tensor = tensor.to(getattr(torch, dtype))
+            digest.update(f"{name}.{key.replace('.base_layer', '')}:{tuple(tensor.shape)}".encode())
+            digest.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+    return {"dtype": dtype, "sha256": digest.hexdigest()}
 
 
 def fully_trained_modules(model: KeplmPreTrainedModel) -> list[str]:
@@ -116,9 +140,9 @@ def save_lora(peft_model, save_directory: str | os.PathLike, repo_id: str | None
     encoder = recorded.get("base_model_name_or_path")  # the peft config's: add_lora's or load_lora's encoder
     if repo_id is not None and encoder:
         encoder = portable_checkpoint(encoder)  # no machine path goes to the Hub (a packaged encoder: pip:<name>)
-    Path(save_directory, BASE_ENCODER_FILE).write_text(
-        json.dumps({"base_encoder": encoder}, indent=2) + "\n", encoding="utf-8"
-    )
+    weights = encoder_weights_digest(base, skip=_new_encoder_weights(base))
+    record = {"base_encoder": encoder, "base_encoder_weights": weights}
+    Path(save_directory, BASE_ENCODER_FILE).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
     # peft's AutoPeftModel classes rebuild the base with PeftBaseModel, not by loading the keplm class (which would
     # return the model with the adapter already merged)
     recorded["auto_mapping"] = {"base_model_class": PeftBaseModel.__name__, "parent_library": __name__}
@@ -133,6 +157,11 @@ def save_lora(peft_model, save_directory: str | os.PathLike, repo_id: str | None
 def base_encoder_of(adapter_name_or_path: str | os.PathLike, adapter_config: dict | None = None, **location):
     """The base encoder checkpoint of a keplm adapter folder or repo: ``keplm_adapter.json``'s, or (an adapter
     saved before that file) ``adapter_config.json``'s ``base_model_name_or_path``."""
+    return _adapter_record(adapter_name_or_path, adapter_config, **location).get("base_encoder")
+
+
+def _adapter_record(adapter_name_or_path, adapter_config: dict | None = None, **location) -> dict:
+    """``keplm_adapter.json`` of an adapter (base encoder and its weights' digest), or what peft's config records."""
     from transformers.utils import cached_file
 
     path = cached_file(  # with ``subfolder``: that adapter's own file, not the top level's
@@ -140,12 +169,12 @@ def base_encoder_of(adapter_name_or_path: str | os.PathLike, adapter_config: dic
     )
     if path is not None:
         with named_json_errors(path):
-            return json.loads(Path(path).read_text(encoding="utf-8")).get("base_encoder")
+            return json.loads(Path(path).read_text(encoding="utf-8"))
     if adapter_config is not None:
-        return adapter_config.get("base_model_name_or_path")
+        return {"base_encoder": adapter_config.get("base_model_name_or_path")}
     from peft import PeftConfig
 
-    return PeftConfig.from_pretrained(adapter_name_or_path, **location).base_model_name_or_path
+    return {"base_encoder": PeftConfig.from_pretrained(adapter_name_or_path, **location).base_model_name_or_path}
 
 
 def push_lora(peft_model, repo_id: str, **kwargs):
@@ -188,7 +217,8 @@ def load_lora(
 def _rebuild_base(adapter_name_or_path, base_model_name_or_path, dtype: torch.dtype, location: dict):
     """``(model, base encoder)``: the adapter's keplm model on its base encoder's weights, the adapter not applied."""
     config = AutoConfig.from_pretrained(adapter_name_or_path, **location)
-    base = base_model_name_or_path or base_encoder_of(adapter_name_or_path, **location)
+    record = _adapter_record(adapter_name_or_path, **location)
+    base = base_model_name_or_path or record.get("base_encoder")
     if not base:
         raise ValueError(
             f"{adapter_name_or_path} records no base encoder ({BASE_ENCODER_FILE}, adapter_config.json): "
@@ -203,9 +233,36 @@ def _rebuild_base(adapter_name_or_path, base_model_name_or_path, dtype: torch.dt
         )
     model = _model_class(config)(config)
     model.load_base_encoders(base, dtype=dtype)
+    _check_base_weights(model, record.get("base_encoder_weights"), adapter_name_or_path, base)
     if getattr(config, "uses_knowledge_assets", False):
         model.set_knowledge_assets(KnowledgeAssets.from_pretrained(adapter_name_or_path, **location))
     return model.to(dtype), base
+
+
+def _new_encoder_weights(model) -> set[str]:
+    """``encoder.key`` names of encoder weights its base checkpoint lacked (newly initialised, not the base's: the
+    loading report warns about them, and the adapter trains them fully or the rebuilt model differs anyway)."""
+    report = getattr(model, "loading_report", None) or {}
+    return {f"{name}.{key}" for name, keys in report.get("encoder_missing", {}).items() for key in keys}
+
+
+def _check_base_weights(model, recorded: dict | None, adapter_name_or_path, base) -> None:
+    """Warn when the encoder an adapter is applied to is not the one it was trained on (same shapes, other
+    weights: the adapter then predicts differently from the model that was saved)."""
+    if not recorded:  # an adapter saved before the digest was recorded, or from sharded weights
+        return
+    found = encoder_weights_digest(model, recorded["dtype"], skip=_new_encoder_weights(model))
+    if found is not None and found["sha256"] != recorded["sha256"]:
+        logger.warning(
+            "the LoRA adapter %s was trained on other base encoder weights than those of %s (weights digest "
+            "%s..., %s records %s...): its predictions will differ from the saved model's. Pass the encoder it was "
+            "trained on as base_model_name_or_path",
+            adapter_name_or_path,
+            base,
+            found["sha256"][:12],
+            BASE_ENCODER_FILE,
+            recorded["sha256"][:12],
+        )
 
 
 class PeftBaseModel:
