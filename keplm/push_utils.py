@@ -11,10 +11,13 @@ from __future__ import annotations
 import fnmatch
 import hashlib
 import json
+import logging
 import os
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+
+logger = logging.getLogger(__name__)
 
 #: file patterns that are Python pickles (``torch.save``, ``pickle``): never uploaded by keplm
 PICKLE_PATTERNS = ("*.bin", "*.pt", "*.pth", "*.pkl", "*.pickle", "*.ckpt")
@@ -127,6 +130,16 @@ def repo_has_file(repo_id: str, filename: str, token=None, revision: str | None 
         return False
 
 
+def repo_model_type(repo_id: str, token=None, revision: str | None = None) -> str | None:
+    """The ``model_type`` of the model a Hub repo holds (its ``config.json``), or None when it holds none."""
+    from huggingface_hub import hf_hub_download
+
+    if not repo_has_file(repo_id, "config.json", token=token, revision=revision):
+        return None
+    path = hf_hub_download(repo_id, "config.json", token=token, revision=revision)
+    return json.loads(Path(path).read_text(encoding="utf-8")).get("model_type")
+
+
 def _file_hashes(path: Path) -> tuple[str, str]:
     """``(git blob id, sha256)`` of a file: what the Hub lists for a regular file and for an LFS file."""
     blob, sha256 = hashlib.sha1(b"blob %d\0" % path.stat().st_size), hashlib.sha256()
@@ -183,6 +196,7 @@ def push_folder(
     create_pr: bool = False,
     default_message: str = "Upload with keplm",
     replaces: tuple[str, ...] = (),
+    model_type: str | None = None,
 ):
     """Create ``repo_id`` if needed, ``save`` into a temporary folder and upload that folder in one commit.
 
@@ -191,6 +205,8 @@ def push_folder(
     with its results; a re-push with other weights or another KG gets the card of what it pushes). A saved pickle is
     a ValueError naming it. ``replaces``: the patterns of the files this push owns (:data:`MODEL_FILES`,
     :data:`PROCESSOR_FILES`); the repo's files matching them that the new save lacks are deleted in the same commit.
+    ``model_type``: that of the model pushed; when the repo holds a model of another type, its processor files
+    (:data:`PROCESSOR_FILES`, which belong to that model) go too, with a warning to push this model's processor.
     A keplm adapter saved for this repo gets a second commit that pins its base files (:func:`pin_adapter_base`).
     Returns the ``CommitInfo`` of the last commit.
     """
@@ -198,6 +214,16 @@ def push_folder(
 
     api = HfApi()
     repo_id = api.create_repo(repo_id, private=private, token=token, exist_ok=True).repo_id
+    earlier = repo_model_type(repo_id, token=token, revision=revision) if model_type is not None else None
+    if earlier is not None and earlier != model_type:
+        logger.warning(
+            "%s holds a %s model: pushing a %s model replaces it, and the earlier model's processor files go too "
+            "(push this model's processor, or push with the Trainer)",
+            repo_id,
+            earlier,
+            model_type,
+        )
+        replaces = tuple(dict.fromkeys((*replaces, *PROCESSOR_FILES)))
     with tempfile.TemporaryDirectory() as folder:
         save(folder)
         if (
@@ -229,6 +255,7 @@ __all__ = [
     "pin_after",
     "pickled_files",
     "repo_has_file",
+    "repo_model_type",
     "card_is_current",
     "LOADING_PATTERNS",
     "PICKLE_PATTERNS",

@@ -4,6 +4,7 @@ the Auto classes (docs/reliability.md, Round 3). Pushes go to the local Hub-API 
 from __future__ import annotations
 
 import json
+import logging
 import re
 from pathlib import Path
 
@@ -395,11 +396,11 @@ def test_the_ner_pipeline_runs_on_a_lora_adapter_folder(adapter, tokenizer, asse
     assert all(w["word"] and w["entity"] in tagger.model.config.id2label.values() for w in words)
 
 
-def test_a_repo_serves_the_last_push_unsharded_sharded_then_another_type(hub_server, tokenizer, assets, kg):
+def test_a_repo_serves_the_last_push_unsharded_sharded_then_another_type(hub_server, tokenizer, assets, kg, caplog):
     """Each push makes the repo's model files those of its own save: an unsharded push, then a sharded one with other
     weights (the first push's model.safetensors, which loading prefers, is deleted in the same commit), then a model
     of another type with other knowledge files; every load returns the last push. The processor's push keeps the
-    model's files."""
+    model's files; a model of another type takes the earlier model's processor files with it, with a warning."""
     from keplm import KalaProcessor, TrelmForMaskedLM
 
     from .test_trelm import make_model as make_trelm
@@ -425,13 +426,55 @@ def test_a_repo_serves_the_last_push_unsharded_sharded_then_another_type(hub_ser
 
     trelm_assets = with_kge(kg)
     trelm = make_trelm(tokenizer, trelm_assets)
-    trelm.push_to_hub("org/last-push")
+    with caplog.at_level(logging.WARNING, logger="keplm.push_utils"):
+        trelm.push_to_hub("org/last-push")
+    assert any("holds a kala model: pushing a trelm model" in r.getMessage() for r in caplog.records)
+    assert not {"processor_config.json", "tokenizer.json", "vocab.txt"} & files()  # KalaProcessor's files went
     assert "model.safetensors.index.json" not in files() and not any(f.startswith("model-") for f in files())
     assert type(TrelmForMaskedLM.from_pretrained("org/last-push")) is TrelmForMaskedLM  # no stale hash mismatch
     first.push_to_hub("org/last-push")  # and back to KALA: TRELM's KG-embedding files go
     assert KalaForTokenClassification.from_pretrained("org/last-push").knowledge_assets.content_hash() == (
         assets.content_hash()
     )
+
+
+def test_the_trainers_push_and_push_lora_delete_the_earlier_pushs_model_files(
+    hub_server, tmp_path, adapter, tokenizer, assets
+):
+    """After a sharded model push, the Trainer's push (unsharded, with its processor) deletes the shards and their
+    index in its commit, and the repo loads the Trainer's model; a LoRA push then deletes the full weights
+    (``model.safetensors``, which loading would prefer over the adapter) and the repo loads the adapter."""
+    from transformers import TrainingArguments
+
+    from keplm import KalaProcessor
+    from keplm.modeling.lora import load_lora, push_lora
+    from keplm.training.trainer import KeplmTrainer
+
+    def files():
+        return set(HfApi().list_repo_files("org/stale-files"))
+
+    sharded = make_model(KalaForTokenClassification, tokenizer, assets, "relational", num_labels=3)
+    sharded.push_to_hub("org/stale-files", max_shard_size="20KB")
+    assert "model.safetensors.index.json" in files()
+    model = make_model(KalaForTokenClassification, tokenizer, assets, "relational", num_labels=3)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.add_(0.25)
+    args = TrainingArguments(
+        str(tmp_path / "run"), use_cpu=True, report_to="none", push_to_hub=True, hub_model_id="org/stale-files"
+    )
+    KeplmTrainer(model=model, args=args, processing_class=KalaProcessor(tokenizer, assets)).push_to_hub()
+    assert "model.safetensors" in files() and "processor_config.json" in files()
+    assert "model.safetensors.index.json" not in files() and not any(f.startswith("model-") for f in files())
+    loaded = KalaForTokenClassification.from_pretrained("org/stale-files")
+    for (name, want), got in zip(model.state_dict().items(), loaded.state_dict().values()):
+        torch.testing.assert_close(got, want, msg=name)
+
+    push_lora(adapter["peft_model"], "org/stale-files")
+    assert "model.safetensors" not in files() and "adapter_model.safetensors" in files()
+    pulled = load_lora("org/stale-files", base_model_name_or_path=str(adapter["folder"].parent / "base")).eval()
+    with torch.no_grad():
+        torch.testing.assert_close(pulled(**adapter["batch"]).logits, adapter["logits"])
 
 
 def test_an_unreachable_hub_is_not_reported_as_a_missing_processor_file(tmp_path):

@@ -82,6 +82,32 @@ def test_a_tokenizer_other_than_the_trained_one_is_refused_even_when_it_fits(tmp
         KalaProcessor(cased, assets).check_model(reloaded)
 
 
+def test_a_model_built_on_a_base_checkpoint_refuses_a_processor_over_another_tokenizer(tmp_path, tokenizer, assets):
+    """``from_base_pretrained`` on a checkpoint saved with its tokenizer records that tokenizer's fingerprint: a
+    processor over an unrelated, smaller tokenizer (which the vocabulary-size check lets through) is refused when the
+    Trainer meets it, and the base's own tokenizer is accepted; a base saved without a tokenizer records nothing."""
+    from transformers import BertModel
+
+    from keplm.tokenization import tokenizer_fingerprint
+
+    torch.manual_seed(0)
+    BertModel(tiny_encoder_config(tokenizer)).save_pretrained(tmp_path / "bare")
+    BertModel(tiny_encoder_config(tokenizer)).save_pretrained(tmp_path / "base")
+    tokenizer.save_pretrained(tmp_path / "base")
+    smaller = BertTokenizerFast(
+        vocab={t: i for i, t in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "paris", "zebra"])}
+    )
+    assert len(smaller) < len(tokenizer)
+    kwargs = {"knowledge_assets": assets, "num_labels": 3, "retrieval_mode": "relational"}
+    assert KalaForTokenClassification.from_base_pretrained(tmp_path / "bare", **kwargs).config.tokenizer_hash is None
+    model = KalaForTokenClassification.from_base_pretrained(tmp_path / "base", **kwargs)
+    assert model.config.tokenizer_hash == tokenizer_fingerprint(tokenizer)
+    args = TrainingArguments(str(tmp_path / "out"), use_cpu=True, report_to="none")
+    with pytest.raises(ValueError, match="is not the one the model was trained with"):
+        KeplmTrainer(model=model, args=args, processing_class=KalaProcessor(smaller, assets))
+    KeplmTrainer(model=model, args=args, processing_class=KalaProcessor(tokenizer, assets))
+
+
 def test_a_knowledge_run_whose_kg_links_nothing_warns_and_reports_the_share(tiny, tmp_path, caplog):
     """Row 9: a relational run whose KG links no training mention is vanilla in disguise: a WARNING says so and
     the results carry train_linked_share = 0."""

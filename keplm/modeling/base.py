@@ -173,6 +173,33 @@ class ParameterGroup:
 STALE_WEIGHT_FILES = (*WEIGHT_FILES, "pytorch_model*.bin", "pytorch_model.bin.index.json")
 
 
+def base_tokenizer_fingerprint(checkpoints: set[str]) -> str | None:
+    """The fingerprint of the tokenizer saved with the base checkpoints (one tokenizer for all of them), or None
+    when a checkpoint holds none or they differ: the processor a model built on them should use."""
+    from transformers import AutoTokenizer
+    from transformers.utils import cached_file
+
+    from keplm.tokenization.processing_utils import tokenizer_fingerprint
+
+    fingerprints = set()
+    for checkpoint in checkpoints:
+        try:  # transformers builds a tokenizer of special tokens only for a folder without tokenizer files
+            saved = any(
+                cached_file(checkpoint, name, _raise_exceptions_for_missing_entries=False)
+                for name in ("tokenizer_config.json", "tokenizer.json")
+            )
+            tokenizer = AutoTokenizer.from_pretrained(checkpoint) if saved else None
+        except (OSError, ValueError, TypeError) as error:
+            logger.info(
+                "the tokenizer of the base checkpoint %s does not load (%s): none is checked", checkpoint, error
+            )
+            return None
+        if tokenizer is None:
+            return None
+        fingerprints.add(tokenizer_fingerprint(tokenizer))
+    return fingerprints.pop() if len(fingerprints) == 1 else None
+
+
 class KeplmPreTrainedModel(PreTrainedModel):
     """Base of keplm models.
 
@@ -335,6 +362,7 @@ class KeplmPreTrainedModel(PreTrainedModel):
             create_pr=create_pr,
             default_message=f"Upload {type(self).__name__}",
             replaces=MODEL_FILES,
+            model_type=self.config.model_type,
         )
 
     def write_model_card(
@@ -411,6 +439,8 @@ class KeplmPreTrainedModel(PreTrainedModel):
         config_kwargs = cls.config_kwargs_from_assets(knowledge_assets) | configs | config_kwargs
         model = construct(cls, cls.config_class(**config_kwargs))  # partitioned under DeepSpeed ZeRO-3
         model.load_base_encoders(sources, dtype=dtype)
+        if getattr(model.config, "tokenizer_hash", "") is None:  # a processor over another tokenizer is refused
+            model.config.tokenizer_hash = base_tokenizer_fingerprint(set(map(str, sources.values())))
         if knowledge_assets is not None:
             model.set_knowledge_assets(knowledge_assets)
         return model.to(dtype).eval()  # as from_pretrained returns it; the Trainer switches to training mode

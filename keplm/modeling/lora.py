@@ -192,6 +192,7 @@ def push_lora(peft_model, repo_id: str, **kwargs):
         default_message="Upload LoRA adapter",
         write_card=lambda folder: base.write_model_card(folder, repo_id, model=peft_model),
         replaces=MODEL_FILES,
+        model_type=base.config.model_type,
         **kwargs,
     )
 
