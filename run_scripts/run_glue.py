@@ -25,7 +25,7 @@ import transformers
 from transformers import set_seed
 
 from keplm.data import limit_samples
-from keplm.data.glue import glue_task, load_glue_dataset, task_of_dataset
+from keplm.data.glue import count_examples_cut, glue_task, load_glue_dataset, task_of_dataset
 from keplm.training import runtime
 from keplm.training.arguments import DataArguments, KeplmTrainingArguments, ModelArguments, parse_args
 from keplm.training.compute_metrics import GlueComputeMetrics
@@ -131,6 +131,17 @@ def main(args: list[str] | None = None) -> dict:
         compute_metrics=GlueComputeMetrics(task.metric),
     )
     knowledge = recipe.data_results(processor, raw, features, model)
+    for split, prefix in (("train", "train"), ("validation", "eval"), ("test", "predict")):
+        if split in features:
+            cut = count_examples_cut(processor.tokenizer, raw[split], task.text_columns, data_args.max_seq_length)
+            knowledge[f"{prefix}_examples_truncated"] = cut
+            if cut:
+                logger.warning(
+                    "%s: %d examples are longer than --max_seq_length %d tokens (cut: the model sees their start)",
+                    split,
+                    cut,
+                    data_args.max_seq_length,
+                )
     results = dict(knowledge)
     if training_args.do_train:
         results.update(

@@ -272,3 +272,25 @@ def test_a_roof_checkpoint_and_its_processor_share_one_kg_in_a_run(glue_files, t
     model = build_roof_model(AutoModelForSequenceClassification, model_args, roof_args, processor)
     assert processor.knowledge_assets.kg is not None
     assert model.knowledge_assets is processor.knowledge_assets
+
+
+def test_run_glue_counts_examples_cut_at_max_seq_length(glue_files, tmp_path, tokenizer, caplog):
+    """Pairs longer than ``--max_seq_length`` tokens are counted per split (``train_examples_truncated``,
+    ``eval_examples_truncated`` in the results) and a WARNING names the split; at a length every pair fits, 0."""
+    import logging
+
+    tiny, files = glue_files
+    lengths = [len(tokenizer(a, b)["input_ids"]) for a, b, _ in PAIRS]
+    short = 14
+    assert 0 < sum(n > short for n in lengths) < len(PAIRS)  # some pairs cut, some not
+    args = glue_args(tiny, files, tmp_path / "out", "--system", "bert")
+    args[args.index("--max_seq_length") + 1] = str(short)
+    with caplog.at_level(logging.WARNING):
+        results = load_script("run_glue").main(args)
+    assert results["train_examples_truncated"] == sum(n > short for n in lengths)
+    assert results["eval_examples_truncated"] == sum(n > short for n in lengths[:4])
+    saved = json.loads((tmp_path / "out" / "all_results.json").read_text())
+    assert saved["train_examples_truncated"] == results["train_examples_truncated"]
+    assert any("train:" in r.getMessage() and "--max_seq_length 14" in r.getMessage() for r in caplog.records)
+    full = load_script("run_glue").main(glue_args(tiny, files, tmp_path / "fits", "--system", "bert"))
+    assert max(lengths) <= 32 and full["train_examples_truncated"] == full["eval_examples_truncated"] == 0

@@ -45,6 +45,7 @@ __all__ = [
     "GlueTask",
     "GLUE_TASKS",
     "GLUE_HUB_ID",
+    "count_examples_cut",
     "glue_task",
     "glue_features",
     "load_glue_dataset",
@@ -466,3 +467,15 @@ def load_glue_dataset(
     encode_labels(split_rows, label_names)
     features = glue_features(task) if task is not None else glue_features(None, names, label_names)
     return limit_samples(_to_dataset_dict(split_rows, features), limits)
+
+
+def count_examples_cut(tokenizer, dataset, text_columns: Sequence[str], max_length: int, batch_size: int = 1000) -> int:
+    """Examples of ``dataset`` whose ``[CLS] s1 [SEP] s2 [SEP]`` (one or two ``text_columns``) is longer than
+    ``max_length`` tokens: what a cut at ``--max_seq_length`` hides from the model."""
+    cut = 0
+    for start in range(0, len(dataset), batch_size):
+        rows = dataset[start : start + batch_size]
+        texts = [rows[column] for column in text_columns]
+        encoded = tokenizer(*texts, truncation=False, add_special_tokens=True)
+        cut += sum(len(ids) > max_length for ids in encoded["input_ids"])
+    return cut
