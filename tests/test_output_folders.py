@@ -6,6 +6,7 @@ and no partial folder is left beside it; a folder holding other files is refused
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -110,6 +111,64 @@ def test_kg_coverage_interrupted_at_its_plot_keeps_the_earlier_report(ner_and_kg
         main(["kg-coverage", "--data", data, "--kg", kg_dir, "--train_size", "1", "--output_dir", str(out)])
     assert _files(out) == before
     assert json.loads(before["kg_coverage.json"])["settings"]["train_size"] is None
+
+
+@pytest.mark.parametrize("fail_at", ["after_kg", "inside_kg"])
+def test_train_kge_interrupted_keeps_the_earlier_kg_and_report(kg, tmp_path, monkeypatch, fail_at):
+    """train-kge into the folder of an earlier run, interrupted after the new KG is saved (before its report) or
+    in the middle of saving it: the earlier KG and report stay as they were, and no partial folder is left."""
+    from keplm.knowledge import KnowledgeGraph
+
+    kg.save_pretrained(tmp_path / "source")
+    out = tmp_path / "kge"
+    args = ["train-kge", "--kg", f"pretrained:{tmp_path / 'source'}", "--output_dir", str(out), "--dim", "4"]
+    args += ["--epochs", "1", "--batch_size", "64", "--valid_fraction", "0", "--no_progress"]
+    main([*args, "--seed", "1"])
+    before = _files(out)
+    assert {"kge_report.json", "entity_vectors.safetensors"} <= set(before)
+    save = KnowledgeGraph.save_pretrained
+
+    def interrupted(self, folder, *a, **kw):
+        if fail_at == "inside_kg":
+            (Path(folder) / "entity_vectors.safetensors").write_bytes(b"half a table")
+            raise KeyboardInterrupt
+        save(self, folder, *a, **kw)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(KnowledgeGraph, "save_pretrained", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        main([*args, "--seed", "2"])
+    assert _files(out) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["kge", "source"]
+
+
+def test_check_knowledge_interrupted_at_its_plot_keeps_the_earlier_report(tmp_path, monkeypatch):
+    """check-knowledge into the folder of an earlier check, failing while it draws its plot (after the new report
+    is written): the earlier report and plot stay as they were."""
+    from keplm.commands import check_knowledge
+
+    from .test_knowledge_checks import _tiny_setup
+
+    task, splits, model, processor = _tiny_setup("relation", "composition", epochs=0)  # untrained: any model does
+    model.save_pretrained(tmp_path / "model")
+    processor.save_pretrained(tmp_path / "model")
+    data = tmp_path / "data.jsonl"
+    data.write_text("".join(json.dumps({"tokens": r["tokens"]}) + "\n" for r in splits["test_seen"][:6]))
+    out = tmp_path / "check"
+    args = ["check-knowledge", "--model", str(tmp_path / "model"), "--data", str(data), "--output_dir", str(out)]
+    main([*args, "--edits", "relation"])
+    before = _files(out)
+    assert "knowledge_sensitivity.json" in before and json.loads(before["knowledge_sensitivity.json"])["per_relation"]
+
+    def failing_plot(summary, path):
+        Path(path).write_bytes(b"half a png")
+        raise RuntimeError("plot failed")
+
+    monkeypatch.setattr(check_knowledge, "plot", failing_plot)
+    with pytest.raises(RuntimeError, match="plot failed"):
+        main([*args, "--edits", "tail"])
+    assert _files(out) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["check", "data.jsonl", "model"]
 
 
 # ------------------------------------------------------------------ a model's save_pretrained
