@@ -62,3 +62,15 @@ def test_run_qa_reloaded_checkpoint_gives_same_answers(tiny, tmp_path):
     args[args.index("--model_name_or_path") + 1] = str(first)
     run_qa.main(args)
     assert read_json(second / "eval_predictions.json") == read_json(first / "eval_predictions.json")
+
+
+def test_run_qa_with_no_room_for_the_context_names_the_question(tiny, tmp_path):
+    """``--max_seq_length 8``: the questions leave the context windows no room beyond ``--doc_stride``, a ValueError
+    naming a question, its tokens, max_length and doc_stride before any training (not the tokenizer's truncation
+    error or stride panic)."""
+    args = qa_args(tiny, tmp_path / "out", "vanilla", "--do_train")
+    args[args.index("--max_seq_length") + 1] = "8"
+    args[args.index("--doc_stride") + 1] = "2"
+    with pytest.raises(ValueError, match=r"question \d+ \(.*\) takes \d+ of max_length=8 tokens.*doc_stride=2"):
+        load_script("run_qa").main(args)
+    assert not (tmp_path / "out" / "all_results.json").exists()
