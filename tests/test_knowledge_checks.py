@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import statistics
 
 import pytest
 import torch
@@ -210,24 +211,45 @@ def _tiny_setup(
     return task, splits, model, processor
 
 
+#: each threshold a tiny model must reach is met by the median over these seeds, not by one trajectory. Measured
+#: over seeds 0-4 (2026-11-29): the relation task and the neighbour task with eq. 3 messages reached 1.0 unseen
+#: accuracy and follow rate at every seed; the neighbour task with composed messages at lr 3e-3 missed at seeds 0
+#: and 4 (0.83, 0.40), and reached 1.0 at seeds 0 and 4-6 at lr 1e-2, which its test uses; the two-hop task missed
+#: at seed 4 (0.67)
+SEEDS = (0, 1, 2)
+
+
+def _median(values) -> float:
+    return statistics.median(values)
+
+
 def test_composed_messages_read_the_relation_and_follow_its_swap():
     """Types held by the relation: with relation-aware messages an unseen entity is typed from its fact, the
-    prediction follows a swapped relation, and entities added to the KG after training are typed as well."""
-    task, splits, model, processor = _tiny_setup("relation", "composition")
-    assert ner_accuracy(model, processor, task, splits["test_seen"]) >= 0.9
-    assert ner_accuracy(model, processor, task, splits["test_unseen"]) >= 0.9
-    assert follow_rate(model, processor, task, splits["test_unseen"]) >= 0.9
-    report = knowledge_sensitivity(
-        model, processor, [{"tokens": r["tokens"]} for r in splits["test_unseen"]], edits=("relation", "remove")
-    )
-    summary = report.summary()
-    assert summary["examples_with_facts"] == len(splits["test_unseen"])
-    assert summary["overall"]["relation"]["flip_rate"] >= 0.5
-    assert summary["overall"]["relation"]["mean_shift"] > 0.3
-    assert set(summary["per_relation"]) == {f"R_{label}" for label in task.labels}
-    change = processor.update_knowledge(task.kg_full, model=model)
-    assert change["entities_added"] == change["added_without_memory_row"] == len(splits["test_added"])
-    assert ner_accuracy(model, processor, task, splits["test_added"]) >= 0.9
+    prediction follows a swapped relation, and entities added to the KG after training are typed as well (each
+    measure's median over three seeds)."""
+    measures = []
+    for seed in SEEDS:
+        task, splits, model, processor = _tiny_setup("relation", "composition", seed=seed)
+        report = knowledge_sensitivity(
+            model, processor, [{"tokens": r["tokens"]} for r in splits["test_unseen"]], edits=("relation", "remove")
+        )
+        summary = report.summary()
+        assert summary["examples_with_facts"] == len(splits["test_unseen"])
+        assert set(summary["per_relation"]) == {f"R_{label}" for label in task.labels}
+        measured = {
+            "seen": ner_accuracy(model, processor, task, splits["test_seen"]),
+            "unseen": ner_accuracy(model, processor, task, splits["test_unseen"]),
+            "follow": follow_rate(model, processor, task, splits["test_unseen"]),
+            "flip_rate": summary["overall"]["relation"]["flip_rate"],
+            "mean_shift": summary["overall"]["relation"]["mean_shift"],
+        }
+        change = processor.update_knowledge(task.kg_full, model=model)
+        assert change["entities_added"] == change["added_without_memory_row"] == len(splits["test_added"])
+        measures.append({**measured, "added": ner_accuracy(model, processor, task, splits["test_added"])})
+    median = {key: _median(m[key] for m in measures) for key in measures[0]}
+    assert median["seen"] >= 0.9 and median["unseen"] >= 0.9 and median["follow"] >= 0.9, measures
+    assert median["flip_rate"] >= 0.5 and median["mean_shift"] > 0.3, measures
+    assert median["added"] >= 0.9, measures
 
 
 def test_paper_messages_cannot_read_a_relation_held_type():
@@ -243,10 +265,19 @@ def test_paper_messages_cannot_read_a_relation_held_type():
 
 @pytest.mark.parametrize("relation_message", ["entity", "composition"])
 def test_neighbour_held_types_pass_either_way(relation_message):
-    """The paper's mechanism: an unseen entity gets its type from its neighbour, and follows a swapped anchor."""
-    task, splits, model, processor = _tiny_setup("neighbour", relation_message, seed=1)
-    assert ner_accuracy(model, processor, task, splits["test_unseen"]) >= 0.9
-    assert follow_rate(model, processor, task, splits["test_unseen"]) >= 0.9
+    """The paper's mechanism: an unseen entity gets its type from its neighbour, and follows a swapped anchor (the
+    median over three seeds)."""
+    measures = []
+    for seed in SEEDS:
+        lr = 1e-2 if relation_message == "composition" else 3e-3  # composed messages learn slower here (SEEDS)
+        task, splits, model, processor = _tiny_setup("neighbour", relation_message, seed=seed, lr=lr)
+        measures.append(
+            (
+                ner_accuracy(model, processor, task, splits["test_unseen"]),
+                follow_rate(model, processor, task, splits["test_unseen"]),
+            )
+        )
+    assert _median(m[0] for m in measures) >= 0.9 and _median(m[1] for m in measures) >= 0.9, measures
     rng = __import__("random").Random(0)
     fact, target = retarget_fact(task, splits["test_unseen"][0]["entity"], rng)
     assert fact[1] == "R_link" and target != task.labels[[e for e in task.entities if e.id == fact[0]][0].type]
@@ -256,8 +287,15 @@ def test_two_hop_types_need_two_hop_context_graphs():
     """Knowledge two hops away (entity -> its own bridge -> a typed anchor) reaches the prediction when each
     context's KG holds the bridge's facts (linker hops=2) and the two retrieval layers carry it; with the default
     one-hop context graphs the unseen entities stay near chance."""
-    task, splits, model, processor = _tiny_setup("two_hop", "composition", seed=1, link_hops=2, epochs=40)
-    assert ner_accuracy(model, processor, task, splits["test_unseen"]) >= 0.9
-    assert follow_rate(model, processor, task, splits["test_unseen"]) >= 0.9
+    measures = []
+    for seed in SEEDS:
+        task, splits, model, processor = _tiny_setup("two_hop", "composition", seed=seed, link_hops=2, epochs=40)
+        measures.append(
+            (
+                ner_accuracy(model, processor, task, splits["test_unseen"]),
+                follow_rate(model, processor, task, splits["test_unseen"]),
+            )
+        )
+    assert _median(m[0] for m in measures) >= 0.9 and _median(m[1] for m in measures) >= 0.9, measures
     task, splits, model, processor = _tiny_setup("two_hop", "composition", seed=1, link_hops=1)
     assert ner_accuracy(model, processor, task, splits["test_unseen"]) <= 0.6
