@@ -67,14 +67,11 @@ def _accelerate_launch() -> list[str]:
     return [sys.executable, "-m", "accelerate.commands.launch"]
 
 
-@pytest.mark.slow
-def test_run_ner_ddp_two_processes_on_cpu(tmp_path, tokenizer, kg):
-    tiny = write_tiny_files(tmp_path / "tiny", tokenizer, kg)
-    linker = EntityLinker(kg)
-    assert not any(linker.link(words).entities for words, _ in CONLL["train"][:2])  # entity-free first step
-    out = tmp_path / "ddp"
-    command = _accelerate_launch()
-    command += [
+def accelerate_ddp(script: str) -> list[str]:
+    """``accelerate launch`` of ``run_scripts/<script>.py`` in two CPU processes (DDP over gloo), no mixed precision or
+    dynamo, on a free port: the command before the script's own arguments."""
+    return [
+        *_accelerate_launch(),
         "--multi_gpu",
         "--num_processes",
         "2",
@@ -86,7 +83,18 @@ def test_run_ner_ddp_two_processes_on_cpu(tmp_path, tokenizer, kg):
         "no",
         "--main_process_port",
         str(_free_port()),
-        str(ROOT / "run_scripts" / "run_ner.py"),
+        str(ROOT / "run_scripts" / f"{script}.py"),
+    ]
+
+
+@pytest.mark.slow
+def test_run_ner_ddp_two_processes_on_cpu(tmp_path, tokenizer, kg):
+    tiny = write_tiny_files(tmp_path / "tiny", tokenizer, kg)
+    linker = EntityLinker(kg)
+    assert not any(linker.link(words).entities for words, _ in CONLL["train"][:2])  # entity-free first step
+    out = tmp_path / "ddp"
+    command = accelerate_ddp("run_ner")
+    command += [
         *linked_ner_inputs(tiny, out),
         "--do_eval",
         "--do_predict",

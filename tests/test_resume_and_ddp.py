@@ -17,7 +17,7 @@ from safetensors.torch import load_file
 
 from keplm.push_utils import pickled_files
 
-from .test_ddp import _accelerate_launch, _free_port
+from .test_ddp import accelerate_ddp
 from .test_run_glue import glue_args, write_glue_files
 from .test_run_scripts import ROOT, _conll_dir, linked_ner_inputs, write_tiny_files
 
@@ -182,19 +182,7 @@ def test_two_process_ddp_follows_the_one_process_loss_curve(tmp_path, tokenizer,
     _run([*common, "--output_dir", str(single), "--per_device_train_batch_size", "2", "--use_cpu"])
     ddp = tmp_path / "ddp"
     command = [
-        *_accelerate_launch(),
-        "--multi_gpu",
-        "--num_processes",
-        "2",
-        "--num_machines",
-        "1",
-        "--mixed_precision",
-        "no",
-        "--dynamo_backend",
-        "no",
-        "--main_process_port",
-        str(_free_port()),
-        str(ROOT / "run_scripts" / "run_ner.py"),
+        *accelerate_ddp("run_ner"),
         *common,
         "--output_dir",
         str(ddp),
@@ -244,19 +232,7 @@ def test_two_process_ddp_roof_follows_the_one_process_loss_curve(tmp_path, token
     _run([*common, "--output_dir", str(single), "--per_device_train_batch_size", "2", "--use_cpu"], script="run_glue")
     ddp = tmp_path / "ddp"
     command = [
-        *_accelerate_launch(),
-        "--multi_gpu",
-        "--num_processes",
-        "2",
-        "--num_machines",
-        "1",
-        "--mixed_precision",
-        "no",
-        "--dynamo_backend",
-        "no",
-        "--main_process_port",
-        str(_free_port()),
-        str(ROOT / "run_scripts" / "run_glue.py"),
+        *accelerate_ddp("run_glue"),
         *common,
         "--output_dir",
         str(ddp),
