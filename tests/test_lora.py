@@ -178,6 +178,13 @@ def test_load_lora_builds_the_model_in_the_dtype_asked(tmp_path, base_dir, asset
     wide = load_lora(tmp_path / "adapter", dtype=torch.float64)
     assert {p.dtype for p in wide.parameters()} == {torch.float64}
     assert {p.dtype for p in load_lora(tmp_path / "adapter").parameters()} == {torch.float32}
+    # the other two ways an adapter loads pass dtype on: the model class (merged) and peft's AutoPeftModel base
+    from keplm.modeling.lora import PeftBaseModel
+
+    merged = KalaForTokenClassification.from_pretrained(tmp_path / "adapter", dtype=torch.float64)
+    assert {p.dtype for p in merged.parameters()} == {torch.float64}
+    base = PeftBaseModel.from_pretrained(tmp_path / "adapter", dtype=torch.float64)
+    assert {p.dtype for p in base.parameters()} == {torch.float64}
     saved = {n: p for n, p in peft_model.named_parameters() if "lora_" in n}
     for name, parameter in wide.named_parameters():
         if name in saved:
