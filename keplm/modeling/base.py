@@ -177,17 +177,14 @@ def base_tokenizer_fingerprint(checkpoints: set[str]) -> str | None:
     """The fingerprint of the tokenizer saved with the base checkpoints (one tokenizer for all of them), or None
     when a checkpoint holds none or they differ: the processor a model built on them should use."""
     from transformers import AutoTokenizer
-    from transformers.utils import cached_file
+    from transformers.utils import has_file
 
     from keplm.tokenization.processing_utils import tokenizer_fingerprint
 
     fingerprints = set()
     for checkpoint in checkpoints:
         try:  # transformers builds a tokenizer of special tokens only for a folder without tokenizer files
-            saved = any(
-                cached_file(checkpoint, name, _raise_exceptions_for_missing_entries=False)
-                for name in ("tokenizer_config.json", "tokenizer.json")
-            )
+            saved = any(has_file(checkpoint, name) for name in ("tokenizer_config.json", "tokenizer.json"))
             tokenizer = AutoTokenizer.from_pretrained(checkpoint) if saved else None
         except (OSError, ValueError, TypeError) as error:
             logger.info(
