@@ -105,7 +105,7 @@ class _KeplmPipeline:
 
     def _init_processor(self, processor):
         if processor is None:
-            commit = getattr(self.model.config, "_commit_hash", None)
+            commit = getattr(self.model, "source_revision", None)  # the processor from the weights' commit
             assets = getattr(self.model, "knowledge_assets", None)  # the model's KG, already loaded, is not read again
             processor = KeplmProcessor.from_pretrained(
                 self.model.name_or_path, revision=commit, knowledge_assets=assets

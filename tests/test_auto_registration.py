@@ -51,11 +51,16 @@ def test_auto_classes_and_pipelines_know_keplm_when_transformers_was_imported_fi
     assert run_fresh(textwrap.dedent(code) + textwrap.dedent(REGISTRY_CHECKS)).split() == EXPECTED
 
 
-#: private transformers attributes and import machinery that keplm must not read or write
+#: private transformers attributes, methods and keywords, and import machinery, that keplm must not read or write
 PRIVATE = re.compile(
     r"_extra_content|_model_mapping|_LazyAutoMapping|\.supported_tasks\b|sys\.meta_path|"
-    r"CONFIG_MAPPING_NAMES|transformers\.models\.auto\."
+    r"CONFIG_MAPPING_NAMES|transformers\.models\.auto\.|_commit_hash|_raise_exceptions_for|_memory_tracker|"
+    r"_finish_current_push|_maybe_prepare_encoder_kwargs|_prepare_text_encoder_decoder|\._from_config\("
 )
+#: the one private call kept, and why: transformers builds a model under DeepSpeed ZeRO-3 partitioning only in
+#: ``PreTrainedModel._from_config`` (the Auto classes' ``from_config`` calls it), which keplm's ``from_base_pretrained``
+#: needs for the model class it is called on (docs/architecture.md)
+ALLOWED = {"keplm/modeling/zero3.py: return cls._from_config(config)"}
 
 
 def test_keplm_uses_no_private_transformers_registries():
@@ -63,7 +68,7 @@ def test_keplm_uses_no_private_transformers_registries():
         f"{path.relative_to(ROOT)}:{number}: {line.strip()}"
         for path in sorted((ROOT / "keplm").rglob("*.py"))
         for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1)
-        if PRIVATE.search(line)
+        if PRIVATE.search(line) and f"{path.relative_to(ROOT)}: {line.strip()}" not in ALLOWED
     ]
     assert found == []
 

@@ -300,3 +300,20 @@ def test_a_stock_pipeline_on_a_knowledge_model_points_to_the_keplm_pipelines(ner
     tagger = pipeline("token-classification", model=str(ner_dir))
     with pytest.raises(ValueError, match=r"use the keplm pipelines.*pipeline\('keplm-ner'"):
         tagger("john visited paris")
+
+
+def test_a_pipeline_on_a_model_loaded_at_an_old_revision_takes_that_revisions_processor(hub_server, ner_dir):
+    """The model records the commit it was read at (``source_revision``), and the pipeline loads the processor from
+    that commit: here the later commit has no processor files, so the branch's head would fail."""
+    from huggingface_hub import HfApi
+    from transformers import AutoModelForTokenClassification
+
+    api = HfApi()
+    api.create_repo("org/ner-pipe-revision")
+    first = api.upload_folder(repo_id="org/ner-pipe-revision", folder_path=ner_dir)
+    api.delete_file("processor_config.json", repo_id="org/ner-pipe-revision")
+    model = AutoModelForTokenClassification.from_pretrained("org/ner-pipe-revision", revision=first.oid)
+    assert model.source_revision == first.oid
+    assert AutoModelForTokenClassification.from_pretrained(str(ner_dir)).source_revision is None
+    local = pipeline("keplm-ner", model=str(ner_dir))(TEXTS[0])
+    assert pipeline("keplm-ner", model=model)(TEXTS[0]) == local

@@ -221,6 +221,8 @@ class KeplmPreTrainedModel(PreTrainedModel):
     base_auto_class = AutoModel
 
     knowledge_assets: KnowledgeAssets | None = None
+    #: the commit ``from_pretrained`` read a Hub checkpoint at (None for a local folder or a model built in code)
+    source_revision: str | None = None
 
     # ------------------------------------------------------------------ encoders
     def named_encoders(self) -> dict[str, PreTrainedModel]:
@@ -310,13 +312,15 @@ class KeplmPreTrainedModel(PreTrainedModel):
             kwargs["revision"] = location["revision"]
         if is_adapter(pretrained_model_name_or_path, location):
             dtype = kwargs.get("dtype", kwargs.get("torch_dtype"))
-            return load_merged_adapter(
+            model = load_merged_adapter(
                 cls,
                 pretrained_model_name_or_path,
                 dtype=dtype if isinstance(dtype, torch.dtype) else None,
                 base_model_name_or_path=kwargs.get("base_model_name_or_path"),
                 **location,
             )
+            model.source_revision = None if os.path.isdir(pretrained_model_name_or_path) else location.get("revision")
+            return model
         assets, reuse = None, kwargs.pop("knowledge_assets", None)
         config = cls.config_class.from_pretrained(pretrained_model_name_or_path, **location)
         if getattr(config, "uses_knowledge_assets", False):
@@ -324,6 +328,7 @@ class KeplmPreTrainedModel(PreTrainedModel):
         loaded = super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
         model = loaded[0] if isinstance(loaded, tuple) else loaded
         _check_finite_weights(model, pretrained_model_name_or_path)
+        model.source_revision = None if os.path.isdir(pretrained_model_name_or_path) else location.get("revision")
         if assets is not None and isinstance(model, KeplmPreTrainedModel) and model.config.uses_knowledge_assets:
             model.set_knowledge_assets(assets)
         return loaded

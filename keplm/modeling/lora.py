@@ -162,12 +162,12 @@ def base_encoder_of(adapter_name_or_path: str | os.PathLike, adapter_config: dic
 
 def _adapter_record(adapter_name_or_path, adapter_config: dict | None = None, **location) -> dict:
     """``keplm_adapter.json`` of an adapter (base encoder and its weights' digest), or what peft's config records."""
-    from transformers.utils import cached_file
+    from transformers.utils import cached_file, has_file
 
-    path = cached_file(  # with ``subfolder``: that adapter's own file, not the top level's
-        str(adapter_name_or_path), BASE_ENCODER_FILE, _raise_exceptions_for_missing_entries=False, **location
-    )
-    if path is not None:
+    subfolder = location.get("subfolder") or ""  # that adapter's own file, not the top level's
+    options = {key: location[key] for key in ("revision", "token", "local_files_only", "cache_dir") if key in location}
+    if has_file(str(adapter_name_or_path), f"{subfolder}/{BASE_ENCODER_FILE}".lstrip("/"), **options):
+        path = cached_file(str(adapter_name_or_path), BASE_ENCODER_FILE, **location)
         with named_json_errors(path):
             return json.loads(Path(path).read_text(encoding="utf-8"))
     if adapter_config is not None:

@@ -5,8 +5,8 @@ the KFM to the encoder"; generative QA with T5-small).
 ``BartForConditionalGeneration``, ... whatever ``AutoModelForSeq2SeqLM`` builds for the nested config) inside
 :class:`~keplm.modeling.modeling_kala.KalaModel`: the entity memory, relational retrieval and KFM hooks are KALA's
 own, placed in the seq2seq model's encoder stack (``keplm.modeling.families``: which blocks, which norms); the decoder
-and LM head stay stock. ``generate()`` is transformers' own: it encodes once through :meth:`get_encoder` (the
-KALA encoder, which takes the knowledge inputs), then decodes from the encoder's output, beams included.
+and LM head stay stock. ``generate()`` is transformers' own, given the output of the KALA encoder (which takes the
+knowledge inputs), so it decodes from the encoder's output, beams included.
 """
 
 from __future__ import annotations
@@ -83,18 +83,33 @@ class KalaForConditionalGeneration(KalaPreTrainedModel, GenerationMixin):
         """Decoder inputs from labels, the stock model's way (labels shifted right after the decoder start token)."""
         return self.seq2seq.prepare_decoder_input_ids_from_labels(labels=labels)
 
-    def _maybe_prepare_encoder_kwargs_for_generation(
-        self, inputs_tensor, model_kwargs, model_input_name, generation_config
-    ):
-        """The stock step (the encoder runs once, reading the knowledge inputs), then the knowledge inputs are
-        dropped: decoding reads the encoder's output only, and beam search would otherwise repeat the batched
-        graph's node and edge tensors as if they were per-example rows."""
-        model_kwargs = super()._maybe_prepare_encoder_kwargs_for_generation(
-            inputs_tensor, model_kwargs, model_input_name, generation_config
-        )
+    def generate(self, inputs: torch.Tensor | None = None, generation_config=None, **kwargs):
+        """transformers' ``generate()``, the encoder run here once on the knowledge inputs and passed as
+        ``encoder_outputs``: decoding reads the encoder's output only, and beam search would otherwise repeat the
+        batched graph's node and edge tensors as if they were per-example rows."""
+        knowledge = {name: kwargs.pop(name) for name in KNOWLEDGE_INPUTS if kwargs.get(name) is not None}
         for name in KNOWLEDGE_INPUTS:
-            model_kwargs.pop(name, None)
-        return model_kwargs
+            kwargs.pop(name, None)
+        if kwargs.get("encoder_outputs") is None:
+            config = generation_config if generation_config is not None else self.generation_config
+            ids = inputs if inputs is not None else kwargs.get("input_ids")
+            if kwargs.get("attention_mask") is None and ids is not None:  # as generate() infers it: pads masked
+                pad = config.pad_token_id
+                kwargs["attention_mask"] = ids.ne(pad).long() if pad is not None else torch.ones_like(ids)
+            flags = {
+                name: kwargs.get(name, getattr(config, name, None))
+                for name in ("output_attentions", "output_hidden_states")
+            }
+            with torch.no_grad():
+                kwargs["encoder_outputs"] = self.kala(
+                    input_ids=ids,
+                    attention_mask=kwargs.get("attention_mask"),
+                    inputs_embeds=kwargs.get("inputs_embeds"),
+                    **knowledge,
+                    **flags,
+                    return_dict=True,
+                )
+        return super().generate(inputs, generation_config, **kwargs)
 
     # ------------------------------------------------------------------ forward
     @can_return_tuple

@@ -265,7 +265,8 @@ class KeplmTrainer(ShardedMemoryTraining, TrainerOverrides, Trainer):
         if not self.is_world_process_zero():
             return None
         self.create_model_card(model_name=model_name, **kwargs)
-        self._finish_current_push()
+        if self.push_in_progress is not None and not self.push_in_progress.is_done():  # the checkpoint push first
+            self.push_in_progress.wait_until_done()
         revision = revision if revision is not None else self.args.hub_revision
         commit = hf_api().upload_folder(
             repo_id=self.hub_model_id,

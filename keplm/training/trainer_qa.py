@@ -4,11 +4,9 @@ examples beside the features and report SQuAD EM / F1 of the post-processed answ
 from __future__ import annotations
 
 import json
-import math
 import os
-import time
 
-from transformers.trainer_utils import PredictionOutput, speed_metrics
+from transformers.trainer_utils import PredictionOutput
 
 from .metrics import squad_references, squad_v1_metrics
 from .qa_postprocessing import postprocess_qa_predictions
@@ -38,6 +36,8 @@ class QuestionAnsweringTrainer(KeplmTrainer):
         self.eval_examples = eval_examples
         self.n_best_size = n_best_size
         self.max_answer_length = max_answer_length
+        self.scoring = None  # (examples, features) of the evaluate/predict call under way
+        self.last_predictions: dict[str, str] = {}
 
     def _answers(self, examples, features, output, prefix: str) -> tuple[dict, dict]:
         start_logits, end_logits = output.predictions[:2]
@@ -58,33 +58,27 @@ class QuestionAnsweringTrainer(KeplmTrainer):
                 json.dump(predictions, f, indent=2, ensure_ascii=False)
         return predictions, metrics
 
-    def _run(self, features, description: str, prefix: str, ignore_keys):
-        dataloader = (self.get_eval_dataloader if prefix == "eval" else self.get_test_dataloader)(
-            _model_features(features)
-        )
-        start_time = time.time()
-        compute_metrics, self.compute_metrics = self.compute_metrics, None  # metrics need post-processing
+    def evaluation_loop(
+        self, dataloader, description, prediction_loss_only=None, ignore_keys=None, metric_key_prefix: str = "eval"
+    ):
+        """The stock loop for the start/end logits (``compute_metrics`` is not called: EM/F1 need the
+        post-processed answers), then the answers of the examples being scored and their EM/F1 in the metrics."""
+        compute_metrics, self.compute_metrics = self.compute_metrics, None
         try:
-            output = self.evaluation_loop(
+            output = super().evaluation_loop(
                 dataloader,
-                description=description,
+                description,
                 prediction_loss_only=False,
                 ignore_keys=ignore_keys,
-                metric_key_prefix=prefix,
+                metric_key_prefix=metric_key_prefix,
             )
         finally:
             self.compute_metrics = compute_metrics
-        total_batch_size = self.args.eval_batch_size * self.args.world_size
-        if f"{prefix}_model_preparation_time" in output.metrics:
-            start_time += output.metrics[f"{prefix}_model_preparation_time"]
-        output.metrics.update(
-            speed_metrics(
-                prefix,
-                start_time,
-                num_samples=output.num_samples,
-                num_steps=math.ceil(output.num_samples / total_batch_size),
-            )
-        )
+        if self.scoring is None:  # called by another path than evaluate/predict: no examples to score
+            return output
+        examples, features = self.scoring
+        self.last_predictions, answer_metrics = self._answers(examples, features, output, metric_key_prefix)
+        output.metrics.update(answer_metrics)
         return output
 
     def evaluate(self, eval_dataset=None, eval_examples=None, ignore_keys=None, metric_key_prefix: str = "eval"):
@@ -92,25 +86,24 @@ class QuestionAnsweringTrainer(KeplmTrainer):
         examples = self.eval_examples if eval_examples is None else eval_examples
         if features is None or examples is None:
             raise ValueError("QuestionAnsweringTrainer.evaluate needs evaluation features and their examples")
-        self._memory_tracker.start()
-        output = self._run(features, "Evaluation", metric_key_prefix, ignore_keys)
-        metrics = dict(output.metrics)
-        _, answer_metrics = self._answers(examples, features, output, metric_key_prefix)
-        metrics.update(answer_metrics)
-        self.log(metrics)
-        self.control = self.callback_handler.on_evaluate(self.args, self.state, self.control, metrics)
-        self._memory_tracker.stop_and_update_metrics(metrics)
-        return metrics
+        self.scoring = (examples, features)
+        try:
+            return super().evaluate(
+                _model_features(features), ignore_keys=ignore_keys, metric_key_prefix=metric_key_prefix
+            )
+        finally:
+            self.scoring = None
 
     def predict(self, predict_dataset, predict_examples, ignore_keys=None, metric_key_prefix: str = "test"):
-        self._memory_tracker.start()
-        output = self._run(predict_dataset, "Prediction", metric_key_prefix, ignore_keys)
-        metrics = dict(output.metrics)
-        predictions, answer_metrics = self._answers(predict_examples, predict_dataset, output, metric_key_prefix)
-        metrics.update(answer_metrics)
-        self.control = self.callback_handler.on_predict(self.args, self.state, self.control, metrics)
-        self._memory_tracker.stop_and_update_metrics(metrics)
-        return PredictionOutput(predictions=predictions, label_ids=None, metrics=metrics)
+        """The answers ``{id: text}`` as ``predictions`` and their EM/F1 as ``metrics``."""
+        self.scoring = (predict_examples, predict_dataset)
+        try:
+            output = super().predict(
+                _model_features(predict_dataset), ignore_keys=ignore_keys, metric_key_prefix=metric_key_prefix
+            )
+        finally:
+            self.scoring = None
+        return PredictionOutput(predictions=self.last_predictions, label_ids=None, metrics=output.metrics)
 
 
 __all__ = ["QuestionAnsweringTrainer", "POSTPROCESSING_COLUMNS"]
