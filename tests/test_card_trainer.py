@@ -10,6 +10,7 @@ from keplm import (
     KalaProcessor,
 )
 
+from .run_args import cpu_training_args
 from .test_card import LABELS, _ner_model, assert_publishable
 
 
@@ -18,7 +19,6 @@ def test_trainer_create_model_card_writes_card_and_figures(tmp_path, tokenizer, 
     """A tiny KeplmTrainer run: create_model_card writes README.md with the run's hyper-parameters, knowledge
     options, linking coverage and results, and the figures it links (what push_to_hub then uploads)."""
     import datasets
-    from transformers import TrainingArguments
 
     from keplm import KeplmDataCollator
     from keplm.training.compute_metrics import NerComputeMetrics
@@ -41,17 +41,8 @@ def test_trainer_create_model_card_writes_card_and_figures(tmp_path, tokenizer, 
             kg="fb15k237:../shared/data/kg/fb15k-237", link_case_sensitive=True, knowledge_learning_rate=1e-3
         )
     )
-    args = TrainingArguments(
-        output_dir=str(tmp_path / "out"),
-        max_steps=4,
-        per_device_train_batch_size=2,
-        learning_rate=1e-3,
-        logging_steps=1,
-        report_to="none",
-        use_cpu=True,
-        seed=7,
-        save_strategy="no",
-        disable_tqdm=True,
+    args = cpu_training_args(
+        tmp_path / "out", max_steps=4, per_device_train_batch_size=2, learning_rate=1e-3, logging_steps=1, seed=7
     )
     trainer = KeplmTrainer(
         model=model,

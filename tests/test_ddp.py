@@ -29,6 +29,7 @@ from transformers import AutoModelForTokenClassification
 import keplm  # noqa: F401
 from keplm.knowledge import EntityLinker
 from tests.distributed_helpers import free_port as _free_port
+from tests.run_args import QUIET, QUIET_RUN
 from tests.test_run_scripts import CONLL, ROOT, linked_ner_inputs, write_tiny_files
 
 
@@ -108,14 +109,7 @@ def test_run_ner_ddp_two_processes_on_cpu(tmp_path, tokenizer, kg):
         "sequential",
         "--learning_rate",
         "1e-3",
-        "--save_strategy",
-        "no",
-        "--report_to",
-        "none",
-        "--disable_tqdm",
-        "1",
-        "--seed",
-        "0",
+        *QUIET_RUN,
     ]
     env = launch_env(tmp_path)
     result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
@@ -187,10 +181,7 @@ def test_two_machines_without_a_shared_disk_resume_exactly_from_one_machines_che
         "1e-3",
         "--logging_steps",
         "1",
-        "--report_to",
-        "none",
-        "--disable_tqdm",
-        "1",
+        *QUIET,
         "--seed",
         "0",
         "--save_strategy",

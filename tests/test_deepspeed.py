@@ -24,6 +24,7 @@ from keplm import KalaForTokenClassification, RoofTransformerForSequenceClassifi
 from keplm.modeling.zero3 import full_state_dict, is_partitioned
 
 from .distributed_helpers import spawn_two
+from .run_args import QUIET
 from .test_fsdp2 import (
     EPS,
     LR,
@@ -346,10 +347,7 @@ def _run_ner_under_deepspeed(tmp_path, tiny, config: dict, output_dir, *extra: s
         "1e-3",
         "--logging_steps",
         "1",
-        "--report_to",
-        "none",
-        "--disable_tqdm",
-        "1",
+        *QUIET,
         "--seed",
         "0",
         "--save_strategy",

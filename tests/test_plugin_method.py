@@ -12,7 +12,7 @@ import datasets
 import pytest
 import torch
 from huggingface_hub import HfApi, ModelCard
-from transformers import AutoModelForTokenClassification, AutoProcessor, TrainingArguments, pipeline
+from transformers import AutoModelForTokenClassification, AutoProcessor, pipeline
 
 import keplm  # noqa: F401  (registers keplm's methods and pipelines)
 from keplm import KeplmDataCollator, KeplmTrainer
@@ -20,6 +20,7 @@ from keplm.hub.card import build_model_card
 
 from .conftest import tiny_encoder_config
 from .plugin_method import ToyKgConfig, ToyKgForTokenClassification, ToyKgProcessor
+from .run_args import QUIET, QUIET_RUN, cpu_training_args
 
 ROOT = Path(__file__).resolve().parent.parent
 LABELS = ["O", "B-LOC"]
@@ -57,17 +58,8 @@ def trained(tmp_path, tokenizer, assets):
         )
     )
     model.set_knowledge_assets(assets)
-    args = TrainingArguments(
-        output_dir=str(tmp_path / "run"),
-        num_train_epochs=4,
-        per_device_train_batch_size=4,
-        learning_rate=5e-3,
-        logging_steps=1,
-        report_to="none",
-        use_cpu=True,
-        seed=0,
-        save_strategy="no",
-        disable_tqdm=True,
+    args = cpu_training_args(
+        tmp_path / "run", num_train_epochs=4, per_device_train_batch_size=4, learning_rate=5e-3, logging_steps=1, seed=0
     )
     trainer = KeplmTrainer(
         model=model,
@@ -164,15 +156,8 @@ def test_the_plugin_method_trains_in_run_ner_with_its_own_options(tmp_path, toke
             "4",
             "--learning_rate",
             "1e-3",
-            "--save_strategy",
-            "no",
-            "--report_to",
-            "none",
-            "--disable_tqdm",
-            "1",
+            *QUIET_RUN,
             "--use_cpu",
-            "--seed",
-            "0",
             "--do_train",
             "--do_eval",
             "--do_predict",
@@ -265,10 +250,7 @@ def test_an_installed_plugin_is_found_by_entry_point_in_fresh_processes(tmp_path
         "4",
         "--save_strategy",
         "no",
-        "--report_to",
-        "none",
-        "--disable_tqdm",
-        "1",
+        *QUIET,
         "--use_cpu",
         "--do_train",
     ]

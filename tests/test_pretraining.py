@@ -19,6 +19,7 @@ from keplm.knowledge import KnowledgeGraph, load_kg
 from keplm.training.state import load_state
 
 from .conftest import tiny_encoder_config
+from .run_args import QUIET_RUN
 from .test_resume_and_ddp import _run as run_script
 from .test_run_scripts import load_script
 
@@ -131,15 +132,8 @@ def pretraining_args(tiny, out, system="trelm", *extra) -> list[str]:
         "0.25",
         "--cka_num_negatives",
         "4",
-        "--save_strategy",
-        "no",
-        "--report_to",
-        "none",
-        "--disable_tqdm",
-        "1",
+        *QUIET_RUN,
         "--use_cpu",
-        "--seed",
-        "0",
         *(["--kg", tiny["kg"]] if system == "trelm" else []),
         *extra,
     ]

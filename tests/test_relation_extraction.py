@@ -36,6 +36,7 @@ from keplm.tokenization import RelationExtractionProcessor
 from keplm.training.compute_metrics import FactMetrics
 
 from .conftest import tiny_encoder_config
+from .run_args import QUIET
 
 ROOT = Path(__file__).resolve().parent.parent
 RELATIONS = ["no_relation", "P108", "P551", "P17"]
@@ -433,10 +434,7 @@ def test_run_re_smoke(tmp_path, tokenizer):
             "1e-3",
             "--save_strategy",
             "no",
-            "--report_to",
-            "none",
-            "--disable_tqdm",
-            "1",
+            *QUIET,
             "--use_cpu",
             "--head_learning_rate",
             "1e-2",

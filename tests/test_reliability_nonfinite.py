@@ -8,10 +8,11 @@ import pytest
 import torch
 from safetensors.numpy import save_file
 from torch import nn
-from transformers import TrainingArguments
 
 from keplm.knowledge import KnowledgeGraph
 from keplm.training.trainer import KeplmTrainer
+
+from .run_args import cpu_training_args
 
 
 def _kg(vectors):
@@ -63,17 +64,7 @@ class _Rows(torch.utils.data.Dataset):
 
 @pytest.mark.parametrize("bad_row", [None, 5])
 def test_a_nan_training_loss_stops_the_run_with_a_clear_message(tmp_path, bad_row):
-    args = TrainingArguments(
-        output_dir=str(tmp_path),
-        max_steps=4,
-        per_device_train_batch_size=2,
-        learning_rate=1e-3,
-        logging_steps=2,
-        report_to="none",
-        use_cpu=True,
-        save_strategy="no",
-        disable_tqdm=True,
-    )
+    args = cpu_training_args(tmp_path, max_steps=4, per_device_train_batch_size=2, learning_rate=1e-3, logging_steps=2)
     trainer = KeplmTrainer(model=_Regression(), args=args, train_dataset=_Rows(bad_row))
     if bad_row is None:
         assert np.isfinite(trainer.train().training_loss)

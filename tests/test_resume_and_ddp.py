@@ -17,6 +17,7 @@ from safetensors.torch import load_file
 
 from keplm.push_utils import pickled_files
 
+from .run_args import QUIET
 from .test_ddp import accelerate_ddp
 from .test_run_glue import glue_args, write_glue_files
 from .test_run_scripts import ROOT, _conll_dir, linked_ner_inputs, write_tiny_files
@@ -82,10 +83,7 @@ def test_resume_after_sigkill_reaches_the_uninterrupted_result(tmp_path, tokeniz
             "2",
             "--logging_steps",
             "1",
-            "--report_to",
-            "none",
-            "--disable_tqdm",
-            "1",
+            *QUIET,
             "--use_cpu",
             "--seed",
             "3",
@@ -163,10 +161,7 @@ def test_two_process_ddp_follows_the_one_process_loss_curve(tmp_path, tokenizer,
         "no",
         "--logging_steps",
         "1",
-        "--report_to",
-        "none",
-        "--disable_tqdm",
-        "1",
+        *QUIET,
         "--seed",
         "0",
     ]

@@ -13,6 +13,7 @@ from transformers import AutoModelForSeq2SeqLM, T5ForConditionalGeneration
 
 from keplm import KalaForConditionalGeneration, KalaProcessor
 
+from .run_args import QUIET_RUN
 from .seq2seq_fixtures import seq2seq_tokenizer, t5_config
 from .test_run_scripts import ARTICLES, load_script, read_json, write_tiny_files
 
@@ -66,15 +67,8 @@ def generative_qa_args(tiny, out, *extra) -> list[str]:
         "1e-3",
         "--generation_num_beams",
         "2",
-        "--save_strategy",
-        "no",
-        "--report_to",
-        "none",
-        "--disable_tqdm",
-        "1",
+        *QUIET_RUN,
         "--use_cpu",
-        "--seed",
-        "0",
         *extra,
     ]
 

@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from .run_args import QUIET_RUN
 from .test_run_scripts import load_script, write_tiny_files
 
 PAIRS = [
@@ -68,15 +69,8 @@ def glue_args(tiny, files, out, *extra):
         "1",
         "--selection",
         "no_tail",
-        "--save_strategy",
-        "no",
-        "--report_to",
-        "none",
-        "--disable_tqdm",
-        "1",
+        *QUIET_RUN,
         "--use_cpu",
-        "--seed",
-        "0",
         *extra,
     ]
 
@@ -143,15 +137,8 @@ def _roof_qa_args(tiny, out, *extra):
         "4",
         "--per_device_eval_batch_size",
         "3",
-        "--save_strategy",
-        "no",
-        "--report_to",
-        "none",
-        "--disable_tqdm",
-        "1",
+        *QUIET_RUN,
         "--use_cpu",
-        "--seed",
-        "0",
         *extra,
     ]
 

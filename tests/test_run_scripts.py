@@ -28,6 +28,7 @@ from keplm.knowledge import KnowledgeAnnotation, write_kala_annotations
 from keplm.training.arguments import KeplmTrainingArguments, ModelArguments, NerDataArguments
 from keplm.training.recipes.kala import KnowledgeArguments
 from tests.conftest import tiny_encoder_config
+from tests.run_args import QUIET_RUN
 
 ROOT = Path(__file__).resolve().parent.parent
 SYSTEMS = ("vanilla", "more_params", "pointwise", "relational")
@@ -150,15 +151,8 @@ def ner_args(tiny, out, system="relational", *extra) -> list[str]:
         "2",
         "--learning_rate",
         "1e-3",
-        "--save_strategy",
-        "no",
-        "--report_to",
-        "none",
-        "--disable_tqdm",
-        "1",
+        *QUIET_RUN,
         "--use_cpu",
-        "--seed",
-        "0",
         *extra,
     ]
     if "--knowledge" not in extra:  # baselines too: the KG defines the seen/unseen test subsets
@@ -194,15 +188,8 @@ def qa_args(tiny, out, system="relational", *extra) -> list[str]:
         "4",
         "--per_device_eval_batch_size",
         "3",
-        "--save_strategy",
-        "no",
-        "--report_to",
-        "none",
-        "--disable_tqdm",
-        "1",
+        *QUIET_RUN,
         "--use_cpu",
-        "--seed",
-        "0",
         *extra,
     ]
     if "--knowledge" not in extra:  # baselines too: the KG defines the seen/unseen test subsets

@@ -21,6 +21,7 @@ from keplm.training.arguments import ModelArguments, parse_args
 from keplm.training.compute_metrics import RelationClassificationComputeMetrics
 from keplm.training.metrics import semeval_task8_metrics
 
+from .run_args import QUIET_RUN
 from .test_run_scripts import load_script
 from .test_trelm import kge_assets, make_model  # noqa: F401
 
@@ -173,15 +174,8 @@ def test_run_script_fine_tunes_a_trelm_checkpoint_and_learns_a_toy_task(
             "1e-2",
             "--per_device_train_batch_size",
             "8",
-            "--save_strategy",
-            "no",
-            "--report_to",
-            "none",
-            "--disable_tqdm",
-            "1",
+            *QUIET_RUN,
             "--use_cpu",
-            "--seed",
-            "0",
         ]
     )
     exported = AutoModelForSequenceClassification.from_pretrained(out / "pretrained_encoder", num_labels=19)

@@ -25,6 +25,7 @@ from transformers import AutoModelForTokenClassification
 from keplm import KalaForTokenClassification
 from keplm.training.state import load_state
 
+from .run_args import QUIET
 from .test_ddp import launch_env, torchrun
 from .test_kala_model import make_model
 from .test_run_scripts import ROOT, linked_ner_inputs
@@ -49,10 +50,7 @@ def _run(tmp_path: Path, tiny: dict, out: Path, *extra: str) -> tuple[dict[int, 
         "0.05",
         "--logging_steps",
         "1",
-        "--report_to",
-        "none",
-        "--disable_tqdm",
-        "1",
+        *QUIET,
         "--seed",
         "0",
         "--save_strategy",

@@ -11,13 +11,13 @@ import datasets
 import numpy as np
 import pytest
 import torch
-from transformers import TrainingArguments
 
 from keplm import KeplmTrainer, TrelmProcessor
 from keplm.data.collator import KeplmDataCollator
 from keplm.data.masking import MaskedLMCollator
 from keplm.training.pretraining import MemoryDecayCallback
 
+from .run_args import cpu_training_args
 from .test_trelm import ANNOTATION, TEXT, features, make_model, with_kge
 
 pytestmark = pytest.mark.usefixtures("single_thread")
@@ -172,16 +172,12 @@ def test_memory_lambda_decays_by_beta_in_each_epoch_of_a_trainer_run(tmp_path, t
         used.append((value, int(mixed.sum())))
 
     injection.register_forward_hook(record, with_kwargs=True)
-    args = TrainingArguments(
-        str(tmp_path),
+    args = cpu_training_args(
+        tmp_path,
         num_train_epochs=3,
         per_device_train_batch_size=2,
         learning_rate=1e-3,
-        use_cpu=True,
-        report_to="none",
-        save_strategy="no",
         logging_strategy="no",
-        disable_tqdm=True,
         remove_unused_columns=False,
         seed=0,
     )

@@ -1,0 +1,14 @@
+"""Command-line pieces the run-script tests share."""
+
+#: no progress bars and no reporting integrations
+QUIET = ("--report_to", "none", "--disable_tqdm", "1")
+#: a short test run: quiet, no checkpoints, seed 0
+QUIET_RUN = (*QUIET, "--save_strategy", "no", "--seed", "0")
+
+
+def cpu_training_args(output_dir, **options):
+    """``TrainingArguments`` of a quiet CPU test run without checkpoints; ``options`` set the rest."""
+    from transformers import TrainingArguments
+
+    defaults = {"report_to": "none", "use_cpu": True, "save_strategy": "no", "disable_tqdm": True}
+    return TrainingArguments(output_dir=str(output_dir), **{**defaults, **options})
