@@ -55,7 +55,8 @@ def test_auto_classes_and_pipelines_know_keplm_when_transformers_was_imported_fi
 PRIVATE = re.compile(
     r"_extra_content|_model_mapping|_LazyAutoMapping|\.supported_tasks\b|sys\.meta_path|"
     r"CONFIG_MAPPING_NAMES|transformers\.models\.auto\.|_commit_hash|_raise_exceptions_for|_memory_tracker|"
-    r"_finish_current_push|_maybe_prepare_encoder_kwargs|_prepare_text_encoder_decoder|\._from_config\("
+    r"_finish_current_push|_maybe_prepare_encoder_kwargs|_prepare_text_encoder_decoder|\._from_config\(|"
+    r"_created_lr_scheduler|self\._save\("
 )
 #: the one private call kept, and why: transformers builds a model under DeepSpeed ZeRO-3 partitioning only in
 #: ``PreTrainedModel._from_config`` (the Auto classes' ``from_config`` calls it), which keplm's ``from_base_pretrained``

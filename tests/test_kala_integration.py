@@ -331,6 +331,10 @@ def test_knowledge_modules_warm_up_on_their_own(tmp_path, tokenizer, assets, mem
     resumed.lr_scheduler.load_state_dict(load_state(tmp_path, "scheduler"))
     assert run(resumed, 4) == run(trainer, 4)  # steps 6..9 alike after the resume
 
+    again = trainer.create_scheduler(20, trainer.optimizer)  # as a second train() asks: rebuilt for its steps
+    assert again is trainer.lr_scheduler is trainer.group_warmup_scheduler
+    assert run(trainer, 6)[5] == {"knowledge": {round(1e-2 * 15 / 16, 12)}, "encoder": {round(1e-4 * 15 / 20, 12)}}
+
     share = _trainer(tmp_path, model, knowledge_warmup_steps=0.25, **options)  # ceil(0.25 * 10) = 3 steps
     assert run(share, 2)[1]["knowledge"] == {round(1e-2 / 3, 12)}
     with pytest.raises(ValueError, match="constant has no warm-up"):

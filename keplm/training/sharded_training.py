@@ -147,10 +147,12 @@ class ShardedMemoryTraining:
         from .sharded_memory import gather_entity_memory_state
 
         state = gather_entity_memory_state(self.model)  # a collective: rank 0 gets the whole state, the others {}
-        self._save(
-            output_dir if output_dir is not None else self.args.output_dir,
-            state_dict=state if self.args.should_save else None,
-        )
+        output_dir = output_dir if output_dir is not None else self.args.output_dir
+        if self.args.should_save:  # what the stock save writes (keplm's save_model replaces its pickled arguments)
+            os.makedirs(output_dir, exist_ok=True)
+            self.accelerator.unwrap_model(self.model).save_pretrained(output_dir, state_dict=state)
+            if self.processing_class is not None:
+                self.processing_class.save_pretrained(output_dir)
         if self.args.push_to_hub and not _internal_call:
             self.push_to_hub(commit_message="Model save", revision=self.args.hub_revision)
 

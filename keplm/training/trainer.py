@@ -71,6 +71,9 @@ class KeplmTrainer(ShardedMemoryTraining, TrainerOverrides, Trainer):
       restored on resume.
     """
 
+    #: the schedule with per-group warm-ups :meth:`create_scheduler` built (None: the stock one or the caller's)
+    group_warmup_scheduler = None
+
     def __init__(
         self,
         *args,
@@ -204,8 +207,9 @@ class KeplmTrainer(ShardedMemoryTraining, TrainerOverrides, Trainer):
         """The stock schedule; when a parameter group has a warm-up of its own (``ParameterGroup.warmup_steps``,
         e.g. KALA's ``knowledge_warmup_steps``), the same schedule type with one warm-up per group."""
         optimizer = self.optimizer if optimizer is None else optimizer
-        if self.lr_scheduler is not None or not any(WARMUP_KEY in g for g in optimizer.param_groups):
-            return super().create_scheduler(num_training_steps, optimizer)
+        ours = self.lr_scheduler is not None and self.lr_scheduler is self.group_warmup_scheduler
+        if (self.lr_scheduler is not None and not ours) or not any(WARMUP_KEY in g for g in optimizer.param_groups):
+            return super().create_scheduler(num_training_steps, optimizer)  # the stock one, or one given by the caller
         self.lr_scheduler = schedule_with_group_warmups(
             optimizer,
             self.args.lr_scheduler_type,
@@ -213,7 +217,7 @@ class KeplmTrainer(ShardedMemoryTraining, TrainerOverrides, Trainer):
             self.args.get_warmup_steps(num_training_steps),
             self.args.lr_scheduler_kwargs,
         )
-        self._created_lr_scheduler = True
+        self.group_warmup_scheduler = self.lr_scheduler  # rebuilt, not reused, by the next train()'s call
         return self.lr_scheduler
 
     def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
