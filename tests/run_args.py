@@ -12,3 +12,24 @@ def cpu_training_args(output_dir, **options):
 
     defaults = {"report_to": "none", "use_cpu": True, "save_strategy": "no", "disable_tqdm": True}
     return TrainingArguments(output_dir=str(output_dir), **{**defaults, **options})
+
+
+def build_ner_kg(data, kg: str, output_dir, *flags: str) -> None:
+    """``keplm build-kg --task ner`` on the CoNLL folder ``data`` with the KG ``kg``, without plots."""
+    from keplm.cli import main
+
+    main(
+        [
+            "build-kg",
+            "--task",
+            "ner",
+            "--dataset",
+            str(data),
+            "--kg",
+            kg,
+            "--output_dir",
+            str(output_dir),
+            "--no_plot",
+            *flags,
+        ]
+    )

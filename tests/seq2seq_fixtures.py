@@ -33,41 +33,29 @@ def seq2seq_tokenizer() -> PreTrainedTokenizerFast:
     )
 
 
+#: a tiny T5-family model (T5 and mT5 alike)
+T5_SIZES = {
+    "d_model": 32,
+    "d_kv": 16,
+    "d_ff": 48,
+    "num_decoder_layers": 2,
+    "num_heads": 2,
+    "relative_attention_num_buckets": 8,
+    "relative_attention_max_distance": 16,
+    "dropout_rate": 0.0,
+    "pad_token_id": 0,
+    "eos_token_id": 1,
+    "decoder_start_token_id": 0,
+}
+
+
 def t5_config(vocab_size: int, layers: int = 2) -> T5Config:
-    return T5Config(
-        vocab_size=vocab_size,
-        d_model=32,
-        d_kv=16,
-        d_ff=48,
-        num_layers=layers,
-        num_decoder_layers=2,
-        num_heads=2,
-        relative_attention_num_buckets=8,
-        relative_attention_max_distance=16,
-        dropout_rate=0.0,
-        pad_token_id=0,
-        eos_token_id=1,
-        decoder_start_token_id=0,
-    )
+    return T5Config(vocab_size=vocab_size, num_layers=layers, **T5_SIZES)
 
 
 def mt5_config(vocab_size: int, layers: int = 2) -> MT5Config:
     """T5 v1.1's gated-GELU feed-forward and untied LM head, as mT5 checkpoints have."""
-    return MT5Config(
-        vocab_size=vocab_size,
-        d_model=32,
-        d_kv=16,
-        d_ff=48,
-        num_layers=layers,
-        num_decoder_layers=2,
-        num_heads=2,
-        relative_attention_num_buckets=8,
-        relative_attention_max_distance=16,
-        dropout_rate=0.0,
-        pad_token_id=0,
-        eos_token_id=1,
-        decoder_start_token_id=0,
-    )
+    return MT5Config(vocab_size=vocab_size, num_layers=layers, **T5_SIZES)
 
 
 def bart_config(vocab_size: int, layers: int = 2) -> BartConfig:

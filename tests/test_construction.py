@@ -11,7 +11,6 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from keplm.cli import main as cli_main
 from keplm.commands.build_kg import gold_spans
 from keplm.knowledge import EntityLinker, KnowledgeAnnotation, KnowledgeGraph, read_kala_annotations
 from keplm.knowledge.construction import (
@@ -20,6 +19,7 @@ from keplm.knowledge.construction import (
     knowledge_report,
     linking_report,
 )
+from tests.run_args import build_ner_kg
 
 
 def two_parises():
@@ -132,20 +132,7 @@ def test_build_kg_cli_writes_annotations_and_report(tmp_path):
     (tmp_path / "kg.tsv").write_text("paris_fr\tcountry\tfrance\ntexas\tin\tus\n")
     (tmp_path / "names.tsv").write_text("paris_fr\tParis\nfrance\tFrance\ntexas\tTexas\nus\tUS\n")
     out = tmp_path / "out"
-    cli_main(
-        [
-            "build-kg",
-            "--task",
-            "ner",
-            "--dataset",
-            str(data),
-            "--kg",
-            f"tsv:{tmp_path / 'kg.tsv'}",
-            "--output_dir",
-            str(out),
-            "--no_plot",
-        ]
-    )
+    build_ner_kg(data, f"tsv:{tmp_path / 'kg.tsv'}", out)
     train = read_kala_annotations(out / "train.json")
     assert len(train) == 2
     report = json.loads((out / "report.json").read_text())
@@ -162,23 +149,7 @@ def test_build_kg_cli_writes_annotations_and_report(tmp_path):
         + "\n"
     )
     for flags, expected in (([], ["paris", "France"]), (["--link_case_sensitive"], ["France"])):
-        cli_main(
-            [
-                "build-kg",
-                "--task",
-                "ner",
-                "--dataset",
-                str(data),
-                "--kg",
-                f"jsonl:{tmp_path / 'kg.jsonl'}",
-                "--output_dir",
-                str(out / "cased"),
-                "--no_plot",
-                "--splits",
-                "train",
-                *flags,
-            ]
-        )
+        build_ner_kg(data, f"jsonl:{tmp_path / 'kg.jsonl'}", out / "cased", "--splits", "train", *flags)
         (annotation,) = read_kala_annotations(out / "cased" / "train.json").values()
         assert [m.text for m in annotation.entities] == expected
 

