@@ -99,13 +99,6 @@ class KeplmForRelationExtraction(KeplmPreTrainedModel):
         self.scorer = BilinearPairScorer(hidden, config.bilinear_dim, config.num_labels, dropout)
         self.post_init()
 
-    @classmethod
-    def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
-        """As ``PreTrainedModel.from_pretrained``; checkpoints saved before the encoder moved from ``backbone.encoder``
-        to ``encoder`` load with their weights renamed."""
-        kwargs.setdefault("key_mapping", {r"^backbone\.encoder\.": "encoder."})
-        return super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
-
     def parameter_groups(self, learning_rate: float, head_learning_rate: float | None = None) -> list[ParameterGroup]:
         """``head_learning_rate``: the learning rate of everything but the encoder (projections, bilinear layer,
         entity-type embedding)."""
