@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import time
@@ -127,3 +128,18 @@ def spawn_two(target, *args, results: int = 2, timeout: float = 900) -> list:
         codes = [0 if process.pid in stuck else code for process, code in zip(processes, codes)]
     assert len(items) == results and all(code == 0 for code in codes), (items, f"exit codes {codes}")
     return items
+
+
+@contextlib.contextmanager
+def reported(rank: int, queue):
+    """A spawned worker's body: an error is put on ``queue`` as its result (the parent reports it instead of waiting
+    for a result forever) and raised; the process group is destroyed at the end either way."""
+    import torch.distributed as dist
+
+    try:
+        yield
+    except BaseException as error:
+        queue.put((rank, repr(error)))
+        raise
+    finally:
+        dist.destroy_process_group()

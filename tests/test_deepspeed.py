@@ -18,12 +18,11 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-import torch.distributed as dist
 
 from keplm import KalaForTokenClassification, RoofTransformerForSequenceClassification, TrelmForMaskedLM
 from keplm.modeling.zero3 import full_state_dict, is_partitioned
 
-from .distributed_helpers import spawn_two
+from .distributed_helpers import reported, spawn_two
 from .run_args import QUIET
 from .test_fsdp2 import (
     EPS,
@@ -82,7 +81,7 @@ def _train_engine(engine, batch) -> list[float]:
 
 
 def _worker(rank: int, port: int, cases: list[dict], stage: int, queue) -> None:
-    try:
+    with reported(rank, queue):
         from torch.nn.parallel import DistributedDataParallel
 
         _start(rank, port)
@@ -108,11 +107,6 @@ def _worker(rank: int, port: int, cases: list[dict], stage: int, queue) -> None:
                 engine.module.save_pretrained(case["saved"], state_dict=state)
                 result["state"] = _arrays(state)
         queue.put((rank, results))
-    except BaseException as error:  # the parent reports it instead of waiting for a result forever
-        queue.put((rank, repr(error)))
-        raise
-    finally:
-        dist.destroy_process_group()
 
 
 @pytest.mark.slow
@@ -137,7 +131,7 @@ NEW_MODELS = {  # a new model around the tiny encoder, as the run scripts build 
 
 
 def _build_worker(rank: int, port: int, encoder: str, assets, queue) -> None:
-    try:
+    with reported(rank, queue):
         _start(rank, port)
         config = live_config(3)  # noqa: F841
         built = {}
@@ -148,11 +142,6 @@ def _build_worker(rank: int, port: int, encoder: str, assets, queue) -> None:
                 "state": _arrays(full_state_dict(model)),
             }
         queue.put((rank, built))
-    except BaseException as error:
-        queue.put((rank, repr(error)))
-        raise
-    finally:
-        dist.destroy_process_group()
 
 
 @pytest.mark.slow
@@ -240,7 +229,7 @@ def _routed(cls, init: str):
 
 
 def _routing_worker(rank: int, port: int, init: str, cls, halves, stage: int, queue) -> None:
-    try:
+    with reported(rank, queue):
         from deepspeed.utils import safe_get_full_optimizer_state
         from torch.nn.parallel import DistributedDataParallel
 
@@ -280,11 +269,6 @@ def _routing_worker(rank: int, port: int, init: str, cls, halves, stage: int, qu
             moments[id(p) in deltas] = max(moments[id(p) in deltas], moment)
         result["moments"] = moments
         queue.put((rank, result))
-    except BaseException as error:
-        queue.put((rank, repr(error)))
-        raise
-    finally:
-        dist.destroy_process_group()
 
 
 @pytest.mark.slow

@@ -26,7 +26,7 @@ from keplm import (
 from keplm.data.collator import KeplmDataCollator
 from keplm.data.masking import MaskedLMCollator
 
-from .distributed_helpers import spawn_two
+from .distributed_helpers import reported, spawn_two
 from .test_kala_model import TEXTS, batch_of, make_model
 from .test_roof_model import _batch, _config, _processor
 from .test_trelm import ANNOTATION, TEXT, features, with_kge
@@ -74,7 +74,7 @@ def _arrays(state: dict) -> dict:
 def _worker(rank: int, port: int, cases: list[dict], queue) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=2)
-    try:
+    with reported(rank, queue):
         from torch.nn.parallel import DistributedDataParallel
 
         from keplm.training.fsdp import full_state_dict, shard_model
@@ -106,11 +106,6 @@ def _worker(rank: int, port: int, cases: list[dict], queue) -> None:
                 result["reloaded"] = all(torch.equal(reloaded[key], value) for key, value in state.items())
             results[case["name"]] = result
         queue.put((rank, results))
-    except BaseException as error:  # the parent reports it instead of waiting for a result forever
-        queue.put((rank, repr(error)))
-        raise
-    finally:
-        dist.destroy_process_group()
 
 
 def _halves_and_whole(collate, rows):

@@ -14,7 +14,7 @@ import torch.distributed as dist
 
 from keplm.training.trainer import KeplmTrainer
 
-from .distributed_helpers import spawn_two
+from .distributed_helpers import reported, spawn_two
 
 
 def _trainer_stand_in(rank: int, world_size: int, should_save: bool):
@@ -36,17 +36,12 @@ def _seed_all(seed: int) -> None:
 def _worker(rank: int, port: int, root: str, queue) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=2)
-    try:
+    with reported(rank, queue):
         _seed_all(100 + rank)  # each process's generators in their own state
         torch.rand(rank + 1)
         # each "machine" saves to its own disk; only process 0 saves the checkpoint (save_on_each_node off)
         KeplmTrainer._save_rng_state(_trainer_stand_in(rank, 2, rank == 0), os.path.join(root, f"machine{rank}"))
         queue.put((rank, torch.rand(3), random.random(), float(np.random.rand())))
-    except BaseException as error:  # the parent reports it instead of waiting for a result forever
-        queue.put((rank, repr(error)))
-        raise
-    finally:
-        dist.destroy_process_group()
 
 
 @pytest.mark.slow

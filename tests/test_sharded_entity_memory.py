@@ -21,7 +21,7 @@ from torch import nn
 from keplm import KalaForTokenClassification
 from keplm.modeling.entity_memory import EntityMemory
 
-from .distributed_helpers import spawn_two
+from .distributed_helpers import reported, spawn_two
 from .test_fsdp2 import _arrays, _kala_case, _mean_over_processes, _train, check_against_references
 from .test_kala_model import make_model
 
@@ -66,7 +66,7 @@ TOY_IDS = ([1, 5, 5, 0], [6, 3])
 def _lookup_worker(rank: int, port: int, queue) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=2)
-    try:
+    with reported(rank, queue):
         from torch.nn.parallel import DistributedDataParallel
 
         from keplm.modeling.sharded_entity_memory import ShardedEntityMemory
@@ -93,11 +93,6 @@ def _lookup_worker(rank: int, port: int, queue) -> None:
         results["norm"] = float(clip_grad_norm_(model, 0.1))
         results["toy_grads"] = {name: p.grad.numpy().copy() for name, p in toy.named_parameters()}
         queue.put((rank, results))
-    except BaseException as error:
-        queue.put((rank, repr(error)))
-        raise
-    finally:
-        dist.destroy_process_group()
 
 
 @pytest.mark.slow
@@ -140,7 +135,7 @@ def test_sharded_lookup_and_gradients_equal_the_whole_tables_and_the_global_norm
 def _kala_worker(rank: int, port: int, cases: list[dict], queue) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=2)
-    try:
+    with reported(rank, queue):
         from torch.nn.parallel import DistributedDataParallel
 
         from keplm.training.sharded_memory import gather_entity_memory_state, shard_entity_memory, sharded_memories
@@ -162,11 +157,6 @@ def _kala_worker(rank: int, port: int, cases: list[dict], queue) -> None:
                 result["state"] = _arrays(state)
             results[case["name"]] = result
         queue.put((rank, results))
-    except BaseException as error:
-        queue.put((rank, repr(error)))
-        raise
-    finally:
-        dist.destroy_process_group()
 
 
 @pytest.mark.slow
