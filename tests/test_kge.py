@@ -329,22 +329,16 @@ def test_cli_keeps_vectors_of_an_earlier_run_and_checks_its_settings(kg, tmp_pat
     kg.save_pretrained(tmp_path / "source")
     grown_kg(kg).save_pretrained(tmp_path / "grown")
     common = ["--dim", "8", "--epochs", "3", "--batch_size", "64", "--valid_fraction", "0", "--no_progress"]
-    assert main(["train-kge", "--kg", str(tmp_path / "source"), "--output_dir", str(old_dir), *common]) == 0
-    assert (
-        main(
-            [
-                "train-kge",
-                "--kg",
-                str(tmp_path / "grown"),
-                "--output_dir",
-                str(new_dir),
-                "--keep_vectors_from",
-                str(old_dir),
-                *common,
-            ]
+    grown = str(tmp_path / "grown")
+
+    def keep_from(source, output_dir, *options):
+        """train-kge on the grown KG, keeping the vectors of ``source``."""
+        return main(
+            ["train-kge", "--kg", grown, "--output_dir", str(output_dir), "--keep_vectors_from", str(source), *options]
         )
-        == 0
-    )
+
+    assert main(["train-kge", "--kg", str(tmp_path / "source"), "--output_dir", str(old_dir), *common]) == 0
+    assert keep_from(old_dir, new_dir, *common) == 0
     old, new = KnowledgeGraph.from_pretrained(old_dir), KnowledgeGraph.from_pretrained(new_dir)
     assert all(
         np.array_equal(new.entity_vectors[new.entity_index(e)], old.entity_vectors[old.entity_index(e)])
@@ -354,43 +348,11 @@ def test_cli_keeps_vectors_of_an_earlier_run_and_checks_its_settings(kg, tmp_pat
     assert report["kept_vectors"]["from"] == str(old_dir) and report["kept_vectors"]["trained"] == 3
     assert "Kept the stored vectors of 46 entities" in capsys.readouterr().out
     with pytest.raises(ValueError, match="holds transe vectors of dim 8"):
-        main(
-            [
-                "train-kge",
-                "--kg",
-                str(tmp_path / "grown"),
-                "--output_dir",
-                str(tmp_path / "x"),
-                "--keep_vectors_from",
-                str(old_dir),
-                "--dim",
-                "16",
-            ]
-        )
+        keep_from(old_dir, tmp_path / "x", "--dim", "16")
     with pytest.raises(ValueError, match="no entity vectors"):
-        main(
-            [
-                "train-kge",
-                "--kg",
-                str(tmp_path / "grown"),
-                "--output_dir",
-                str(tmp_path / "x"),
-                "--keep_vectors_from",
-                str(tmp_path / "source"),
-            ]
-        )
+        keep_from(tmp_path / "source", tmp_path / "x")
     with pytest.raises(FileNotFoundError, match="no saved KG"):
-        main(
-            [
-                "train-kge",
-                "--kg",
-                str(tmp_path / "grown"),
-                "--output_dir",
-                str(tmp_path / "x"),
-                "--keep_vectors_from",
-                str(tmp_path),
-            ]
-        )
+        keep_from(tmp_path, tmp_path / "x")
 
 
 @pytest.mark.parametrize(
