@@ -48,9 +48,10 @@ def _outputs(model, processor, texts=TEXTS):
     return out.logits if hasattr(out, "logits") else out.start_logits
 
 
-def _load_in_fresh_process(hub_env, repo: str, auto: str, revision: str | None = None) -> dict:
+def last_line_of(hub_env, code: str, *args: str) -> str:
+    """The last line ``python -c code *args`` prints, run in a fresh process on the test Hub."""
     result = subprocess.run(
-        [sys.executable, "-c", LOAD_AND_RUN.format(auto=auto), repo, revision or "", json.dumps(TEXTS)],
+        [sys.executable, "-c", code, *args],
         env={**hub_env, "PYTHONPATH": str(ROOT)},
         cwd=ROOT,
         capture_output=True,
@@ -58,7 +59,11 @@ def _load_in_fresh_process(hub_env, repo: str, auto: str, revision: str | None =
         timeout=300,
     )
     assert result.returncode == 0, result.stderr[-4000:]
-    return json.loads(result.stdout.strip().splitlines()[-1])
+    return result.stdout.strip().splitlines()[-1]
+
+
+def _load_in_fresh_process(hub_env, repo: str, auto: str, revision: str | None = None) -> dict:
+    return json.loads(last_line_of(hub_env, LOAD_AND_RUN.format(auto=auto), repo, revision or "", json.dumps(TEXTS)))
 
 
 @pytest.mark.parametrize(
@@ -200,17 +205,8 @@ def test_relation_extraction_model_push_and_pull(hub_server, hub_env, tokenizer)
         "m = AutoModel.from_pretrained('org/re-tiny'); "
         "print(sum(float(p.sum()) for p in m.parameters()))"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", script],
-        env={**hub_env, "PYTHONPATH": str(ROOT)},
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
     expected = sum(float(p.detach().sum()) for p in model.parameters())
-    assert abs(float(result.stdout.strip().splitlines()[-1]) - expected) < 1e-3
+    assert abs(float(last_line_of(hub_env, script)) - expected) < 1e-3
     assert ModelCard.load("org/re-tiny").data.library_name == "keplm"
 
 
@@ -263,16 +259,7 @@ def test_trelm_push_then_load_in_a_fresh_process(hub_server, hub_env, tokenizer,
     card = ModelCard.load("org/trelm-tiny")
     assert card.data.library_name == "keplm" and card.data.pipeline_tag == "fill-mask" and "TRELM" in card.text
     assert not [f for f in files if f.endswith((".bin", ".pt", ".pth", ".pkl"))]
-    result = subprocess.run(
-        [sys.executable, "-c", LOAD_AND_RUN_MLM, "org/trelm-tiny", json.dumps(batch)],
-        env={**hub_env, "PYTHONPATH": str(ROOT)},
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stderr[-4000:]
-    loaded = json.loads(result.stdout.strip().splitlines()[-1])
+    loaded = json.loads(last_line_of(hub_env, LOAD_AND_RUN_MLM, "org/trelm-tiny", json.dumps(batch)))
     torch.testing.assert_close(torch.tensor(loaded["logits"]), expected)
     assert loaded["processor"] == "TrelmProcessor"
     assert torch.equal(torch.tensor(loaded["kge"]), torch.from_numpy(assets.kg.entity_vectors))
