@@ -61,15 +61,7 @@ def test_from_base_pretrained_keeps_encoder_weights_and_reports_new_modules(tmp_
 
 def test_gradient_checkpointing_matches(tokenizer, assets):
     torch.manual_seed(0)
-    config = KalaConfig(
-        encoder_config=tiny_encoder_config(tokenizer),
-        entity_vocab_size=assets.num_entities,
-        num_relations=assets.num_relations,
-        num_labels=3,
-        kfm_layers=[0, 1],
-        knowledge_dropout=0.0,
-    )
-    model = KalaForTokenClassification(config).train()
+    model = _tagger(tokenizer, assets, kfm_layers=[0, 1], knowledge_dropout=0.0).train()
     processor = KalaProcessor(tokenizer, assets)
     batch = KeplmDataCollator.from_processor(processor)([processor(t) for t in TEXTS])
     labels = torch.ones_like(batch["input_ids"])
@@ -105,6 +97,18 @@ def test_entity_vocabulary_frequency_pruning(kg):
     assert KnowledgeAssets.build(mentions, max_entities=1).entity_vocab == ["[NULL]", "Q90"]
 
 
+def _tagger(tokenizer, assets, **settings) -> KalaForTokenClassification:
+    """A tiny KALA tagger (3 labels) over ``assets``; ``settings``: more config fields."""
+    config = KalaConfig(
+        encoder_config=tiny_encoder_config(tokenizer),
+        entity_vocab_size=assets.num_entities,
+        num_relations=assets.num_relations,
+        num_labels=3,
+        **settings,
+    )
+    return KalaForTokenClassification(config)
+
+
 def _trainer(tmp_path, model, lr_scheduler_type="linear", **options):
     from transformers import TrainingArguments
 
@@ -130,14 +134,7 @@ def test_sparse_entity_memory_trains_with_sparse_adam_and_only_batch_rows_move(t
     from keplm.training.optim import CombinedOptimizer
 
     torch.manual_seed(0)
-    config = KalaConfig(
-        encoder_config=tiny_encoder_config(tokenizer),
-        entity_vocab_size=assets.num_entities,
-        num_relations=assets.num_relations,
-        num_labels=3,
-        sparse_entity_memory=True,
-    )
-    model = KalaForTokenClassification(config).train()
+    model = _tagger(tokenizer, assets, sparse_entity_memory=True).train()
     trainer = _trainer(tmp_path, model)
     optimizer = trainer.optimizer
     assert isinstance(optimizer, CombinedOptimizer) and isinstance(optimizer.others[0], torch.optim.SparseAdam)
@@ -212,14 +209,7 @@ def test_entity_memory_optimizer_choice_reaches_the_trainer(tmp_path, tokenizer,
     from keplm.training.optim import RowwiseAdagrad
     from keplm.training.recipes.kala import KnowledgeArguments
 
-    config = KalaConfig(
-        encoder_config=tiny_encoder_config(tokenizer),
-        entity_vocab_size=assets.num_entities,
-        num_relations=assets.num_relations,
-        num_labels=3,
-        sparse_entity_memory=sparse,
-    )
-    model = KalaForTokenClassification(config).train()
+    model = _tagger(tokenizer, assets, sparse_entity_memory=sparse).train()
     # no warm-up of the knowledge modules' own (the default's would start the rate at 0): the rate from step 0
     options = KnowledgeArguments(
         entity_memory_optimizer="rowwise_adagrad", entity_memory_learning_rate=0.05, knowledge_warmup_steps=0
@@ -294,13 +284,7 @@ def test_knowledge_modules_warm_up_on_their_own(tmp_path, tokenizer, assets, mem
     checkpoint format; a schedule without warm-up is an error, not a silently ignored option."""
     from keplm.training.state import load_state, save_state
 
-    config = KalaConfig(
-        encoder_config=tiny_encoder_config(tokenizer),
-        entity_vocab_size=assets.num_entities,
-        num_relations=assets.num_relations,
-        num_labels=3,
-    )
-    model = KalaForTokenClassification(config)
+    model = _tagger(tokenizer, assets)
     knowledge = {id(p) for name, p in model.named_parameters() if model.is_knowledge_parameter(name)}
 
     def rates(trainer) -> dict[str, set[float]]:

@@ -210,19 +210,9 @@ def test_build_kg_with_a_real_spacy_pipeline(tmp_path):
         ),
         encoding="utf-8",
     )
-    arguments = [
-        "build-kg",
-        "--task",
-        "ner",
-        "--dataset",
-        str(data),
-        "--kg",
-        f"jsonl:{tmp_path / 'kg.jsonl'}",
-        "--link_case_sensitive",
-        "--no_plot",
-    ]
-    cli_main([*arguments, "--output_dir", str(tmp_path / "plain")])
-    cli_main([*arguments, "--output_dir", str(tmp_path / "spacy"), "--spacy_model", SPACY_MODEL])
+    kg = f"jsonl:{tmp_path / 'kg.jsonl'}"
+    build_ner_kg(data, kg, tmp_path / "plain", "--link_case_sensitive")
+    build_ner_kg(data, kg, tmp_path / "spacy", "--link_case_sensitive", "--spacy_model", SPACY_MODEL)
     plain = json.loads((tmp_path / "plain" / "report.json").read_text())["linking"]["train"]
     filtered = json.loads((tmp_path / "spacy" / "report.json").read_text())["linking"]["train"]
     assert plain["mentions"] == 3 and plain["gold_linking"]["precision"] == pytest.approx(2 / 3)
