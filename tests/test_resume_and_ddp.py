@@ -18,7 +18,7 @@ from safetensors.torch import load_file
 from keplm.push_utils import pickled_files
 
 from .run_args import QUIET
-from .test_ddp import accelerate_ddp
+from .test_ddp import accelerate_ddp, launch_env
 from .test_run_glue import glue_args, write_glue_files
 from .test_run_scripts import ROOT, _conll_dir, linked_ner_inputs, write_tiny_files
 
@@ -165,29 +165,21 @@ def test_two_process_ddp_follows_the_one_process_loss_curve(tmp_path, tokenizer,
         "--seed",
         "0",
     ]
-    env = {
-        **os.environ,
-        "OMP_NUM_THREADS": "1",
-        "HF_HUB_OFFLINE": "1",
-        "TOKENIZERS_PARALLELISM": "false",
-        "HF_HOME": str(tmp_path / "hf_home"),
-        "PYTHONPATH": str(ROOT),
-    }
-    single = tmp_path / "single"
-    _run([*common, "--output_dir", str(single), "--per_device_train_batch_size", "2", "--use_cpu"])
-    ddp = tmp_path / "ddp"
-    command = [
-        *accelerate_ddp("run_ner"),
-        *common,
-        "--output_dir",
-        str(ddp),
-        "--per_device_train_batch_size",
-        "1",
-    ]
-    result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, (result.stdout + result.stderr)[-5000:]
-    assert "2 process(es), distributed=distributed" in result.stdout + result.stderr
+    log = _one_process_and_ddp(tmp_path, common, "run_ner")
+    assert "2 process(es), distributed=distributed" in log
+
+
+def _one_process_and_ddp(tmp_path, common: list[str], script: str) -> str:
+    """``script`` with ``common`` in one process (batch 2) and under ``accelerate launch`` in two (batch 1 each): the
+    same three-step loss curve, no pickles; the two-process run's log."""
+    single, ddp = tmp_path / "single", tmp_path / "ddp"
+    _run([*common, "--output_dir", str(single), "--per_device_train_batch_size", "2", "--use_cpu"], script=script)
+    command = [*accelerate_ddp(script), *common, "--output_dir", str(ddp), "--per_device_train_batch_size", "1"]
+    result = subprocess.run(command, cwd=ROOT, env=launch_env(tmp_path), capture_output=True, text=True, timeout=600)
+    log = result.stdout + result.stderr
+    assert result.returncode == 0, log[-5000:]
     _assert_same_loss_curves(single, ddp, steps=3)
+    return log
 
 
 def _assert_same_loss_curves(single, ddp, steps: int) -> None:
@@ -215,30 +207,8 @@ def test_two_process_ddp_roof_follows_the_one_process_loss_curve(tmp_path, token
     ]
     common = _replace(common, {"--output_dir": None, "--max_steps": "3", "--per_device_train_batch_size": None})
     common += ["--train_sampling_strategy", "sequential", "--learning_rate", "1e-2", "--logging_steps", "1"]
-    env = {
-        **os.environ,
-        "OMP_NUM_THREADS": "1",
-        "HF_HUB_OFFLINE": "1",
-        "TOKENIZERS_PARALLELISM": "false",
-        "HF_HOME": str(tmp_path / "hf_home"),
-        "PYTHONPATH": str(ROOT),
-    }
-    single = tmp_path / "single"
-    _run([*common, "--output_dir", str(single), "--per_device_train_batch_size", "2", "--use_cpu"], script="run_glue")
-    ddp = tmp_path / "ddp"
-    command = [
-        *accelerate_ddp("run_glue"),
-        *common,
-        "--output_dir",
-        str(ddp),
-        "--per_device_train_batch_size",
-        "1",
-    ]
-    result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-    log = result.stdout + result.stderr
-    assert result.returncode == 0, log[-5000:]
+    log = _one_process_and_ddp(tmp_path, common, "run_glue")
     assert "2 process(es), distributed=distributed, find_unused_parameters=False" in log
-    _assert_same_loss_curves(single, ddp, steps=3)
 
 
 def _replace(args: list[str], values: dict) -> list[str]:
