@@ -33,3 +33,10 @@ def build_ner_kg(data, kg: str, output_dir, *flags: str) -> None:
             *flags,
         ]
     )
+
+
+#: four logged steps of batch 2, quiet, seed 0, a checkpoint every 2 steps (the resume and multi-process tests)
+FOUR_STEPS_SAVED_EVERY_2 = (
+    *("--max_steps", "4", "--per_device_train_batch_size", "2", "--logging_steps", "1", *QUIET, "--seed", "0"),
+    *("--save_strategy", "steps", "--save_steps", "2"),
+)

@@ -29,7 +29,7 @@ from transformers import AutoModelForTokenClassification
 import keplm  # noqa: F401
 from keplm.knowledge import EntityLinker
 from tests.distributed_helpers import free_port as _free_port
-from tests.run_args import QUIET, QUIET_RUN
+from tests.run_args import FOUR_STEPS_SAVED_EVERY_2, QUIET_RUN
 from tests.test_run_scripts import CONLL, ROOT, linked_ner_inputs, write_tiny_files
 
 
@@ -173,21 +173,9 @@ def test_two_machines_without_a_shared_disk_resume_exactly_from_one_machines_che
     tiny = write_tiny_files(tmp_path / "tiny", tokenizer, kg)
     common = [
         *linked_ner_inputs(tiny),
-        "--max_steps",
-        "4",
-        "--per_device_train_batch_size",
-        "2",
+        *FOUR_STEPS_SAVED_EVERY_2,
         "--learning_rate",
         "1e-3",
-        "--logging_steps",
-        "1",
-        *QUIET,
-        "--seed",
-        "0",
-        "--save_strategy",
-        "steps",
-        "--save_steps",
-        "2",
     ]
     env = launch_env(tmp_path)
     disks = [tmp_path / f"machine{rank}" for rank in range(2)]

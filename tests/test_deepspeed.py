@@ -23,7 +23,7 @@ from keplm import KalaForTokenClassification, RoofTransformerForSequenceClassifi
 from keplm.modeling.zero3 import full_state_dict, is_partitioned
 
 from .distributed_helpers import reported, spawn_two
-from .run_args import QUIET
+from .run_args import FOUR_STEPS_SAVED_EVERY_2
 from .test_fsdp2 import (
     EPS,
     LR,
@@ -323,21 +323,9 @@ def _run_ner_under_deepspeed(tmp_path, tiny, config: dict, output_dir, *extra: s
         str(ROOT / "tests" / "deepspeed_cpu_launch.py"),
         str(ROOT / "run_scripts" / "run_ner.py"),
         *linked_ner_inputs(tiny),
-        "--max_steps",
-        "4",
-        "--per_device_train_batch_size",
-        "2",
+        *FOUR_STEPS_SAVED_EVERY_2,
         "--learning_rate",
         "1e-3",
-        "--logging_steps",
-        "1",
-        *QUIET,
-        "--seed",
-        "0",
-        "--save_strategy",
-        "steps",
-        "--save_steps",
-        "2",
         "--output_dir",
         str(output_dir),
         "--deepspeed",

@@ -25,7 +25,7 @@ from transformers import AutoModelForTokenClassification
 from keplm import KalaForTokenClassification
 from keplm.training.state import load_state
 
-from .run_args import QUIET
+from .run_args import FOUR_STEPS_SAVED_EVERY_2
 from .test_ddp import launch_env, torchrun
 from .test_kala_model import make_model
 from .test_run_scripts import ROOT, linked_ner_inputs
@@ -38,25 +38,13 @@ def _run(tmp_path: Path, tiny: dict, out: Path, *extra: str) -> tuple[dict[int, 
     log."""
     args = [
         *linked_ner_inputs(tiny, out),
-        "--max_steps",
-        "4",
-        "--per_device_train_batch_size",
-        "2",
+        *FOUR_STEPS_SAVED_EVERY_2,
         "--learning_rate",
         "1e-2",
         "--knowledge_learning_rate",
         "5e-2",
         "--max_grad_norm",
         "0.05",
-        "--logging_steps",
-        "1",
-        *QUIET,
-        "--seed",
-        "0",
-        "--save_strategy",
-        "steps",
-        "--save_steps",
-        "2",
         "--dataloader_num_workers",
         "0",
         *extra,
