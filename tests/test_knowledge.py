@@ -466,3 +466,21 @@ def test_load_wn18rr_counts():
     assert (kg.num_entities, kg.num_relations, kg.num_triples) == (40943, 11, 86835 + 3034 + 3134)
     assert kg.entity_names[kg.entity_index("14854262")] == "stool"
     assert kg.relation_names[kg.relation_index("_has_part")] == "has part"
+
+
+def test_replace_keeps_the_entities_and_names_and_checks_the_new_fields(kg):
+    vectors = np.arange(kg.num_entities * 2, dtype=np.float32).reshape(kg.num_entities, 2)
+    with_vectors = kg.replace(entity_vectors=vectors)
+    assert with_vectors.entity_ids == kg.entity_ids and with_vectors.entity_names == kg.entity_names
+    assert with_vectors.entity_aliases == kg.entity_aliases and with_vectors.relation_names == kg.relation_names
+    assert np.array_equal(with_vectors.triples, kg.triples) and np.array_equal(with_vectors.entity_vectors, vectors)
+    fewer = with_vectors.replace(triples=kg.triples[:2])
+    assert fewer.num_triples == 2 and np.array_equal(fewer.entity_vectors, vectors)  # the vectors are kept
+    assert fewer.replace(entity_vectors=None).entity_vectors is None
+    assert kg.entity_vectors is None and kg.num_triples > 2  # the graph replaced from is unchanged
+    with pytest.raises(ValueError):
+        kg.replace(entity_vectors=vectors[:-1])  # a row per entity
+    with pytest.raises(ValueError, match="NaN"):
+        kg.replace(entity_vectors=np.full_like(vectors, np.nan))
+    with pytest.raises(ValueError):
+        kg.replace(triples=np.array([[0, 0, kg.num_entities]]))  # an entity index out of range

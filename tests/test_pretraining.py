@@ -71,15 +71,7 @@ def tiny_pretraining(tmp_path_factory, tokenizer):
     held_out = load_pretraining_corpus([f"trex:{lama}"], 0.34, seed=0).held_out_keys
     kg = kg_without_facts(load_kg(f"trex:{lama}"), held_out)
     vectors = np.random.default_rng(0).normal(size=(kg.num_entities, 8)).astype(np.float32)
-    KnowledgeGraph(
-        kg.entity_ids,
-        kg.relation_ids,
-        kg.triples,
-        entity_names=kg.entity_names,
-        entity_aliases=kg.entity_aliases,
-        relation_names=kg.relation_names,
-        entity_vectors=vectors,
-    ).save_pretrained(root / "kg")
+    kg.replace(entity_vectors=vectors).save_pretrained(root / "kg")
     leaky = load_kg(f"trex:{lama}")
     KnowledgeGraph(
         leaky.entity_ids,

@@ -35,15 +35,7 @@ def kge_assets(kg):
 def with_kge(kg) -> KnowledgeAssets:
     """The toy KG with 4-d KG embeddings, and an entity vocabulary over its entities but Q999."""
     vectors = np.random.default_rng(0).normal(size=(kg.num_entities, 4)).astype(np.float32)
-    with_vectors = KnowledgeGraph(
-        kg.entity_ids,
-        kg.relation_ids,
-        kg.triples,
-        entity_names=kg.entity_names,
-        entity_aliases=kg.entity_aliases,
-        relation_names=kg.relation_names,
-        entity_vectors=vectors,
-    )
+    with_vectors = kg.replace(entity_vectors=vectors)
     seen = ["Q90", "Q142", "Q64", "Q183", "Q84", "Q21", "Q515", "Q1471", "Q60", "Q30"]
     return KnowledgeAssets.build(seen + ["Q90", "Q142"], kg=with_vectors)
 

@@ -115,7 +115,6 @@ def kg_without_facts(kg, keys: Iterable[FactKey], drop_vectors: bool = False):
     vectors a WARNING says that vectors trained on the full graph may still encode them (train them on the new
     graph: ``keplm train-kge``). ``build_report["facts_removed"]`` counts the keys, the triples removed and the keys
     not in the graph."""
-    from keplm.knowledge import KnowledgeGraph
 
     keys = set(map(tuple, keys))
     n, m = kg.num_entities, kg.num_relations
@@ -138,15 +137,7 @@ def kg_without_facts(kg, keys: Iterable[FactKey], drop_vectors: bool = False):
             "on the full graph they may encode the removed facts (train them on the new graph)",
             removed,
         )
-    new = KnowledgeGraph(
-        kg.entity_ids,
-        kg.relation_ids,
-        triples[~remove],
-        entity_names=kg.entity_names,
-        entity_aliases=kg.entity_aliases,
-        relation_names=kg.relation_names,
-        entity_vectors=vectors,
-    )
+    new = kg.replace(triples=triples[~remove], entity_vectors=vectors)
     counts = {"keys": len(keys), "triples_removed": removed, "keys_not_in_kg": len(keys) - removed}
     new.build_report = {**kg.build_report, "facts_removed": counts}
     logger.info(

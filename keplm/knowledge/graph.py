@@ -31,6 +31,8 @@ from keplm.file_utils import (
 from keplm.io_utils import iter_jsonl, read_json
 
 _VECTORS_KEY = "entity_vectors"
+#: "keep this field" in :meth:`KnowledgeGraph.replace`
+_KEEP = object()
 
 
 def _check_unique(ids: list[str], what: str) -> dict[str, int]:
@@ -268,6 +270,19 @@ class KnowledgeGraph:
             entity_aliases=[self.entity_aliases[i] for i in idxs],
             relation_names=self.relation_names,
             entity_vectors=None if self.entity_vectors is None else self.entity_vectors[idxs],
+        )
+
+    def replace(self, *, triples=_KEEP, entity_vectors=_KEEP) -> KnowledgeGraph:
+        """The same entities, relations and names with other ``triples`` and/or ``entity_vectors`` (None: none),
+        checked as a new graph is; the build report is not carried over."""
+        return KnowledgeGraph(
+            self.entity_ids,
+            self.relation_ids,
+            self.triples if triples is _KEEP else triples,
+            entity_names=self.entity_names,
+            entity_aliases=self.entity_aliases,
+            relation_names=self.relation_names,
+            entity_vectors=self.entity_vectors if entity_vectors is _KEEP else entity_vectors,
         )
 
     # ------------------------------------------------------------ persistence

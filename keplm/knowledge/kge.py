@@ -367,15 +367,7 @@ def train_kge(
         rank_seconds,
     )
 
-    out = KnowledgeGraph(
-        kg.entity_ids,
-        kg.relation_ids,
-        kg.triples,
-        entity_names=kg.entity_names,
-        entity_aliases=kg.entity_aliases,
-        relation_names=kg.relation_names,
-        entity_vectors=vectors,
-    )
+    out = kg.replace(entity_vectors=vectors)
     out.build_report = dict(kg.build_report)
     report = {
         "model": name,
