@@ -13,6 +13,7 @@ import os
 
 from harness.runs import (
     DEFAULT_MODEL,
+    QUIET,
     check_names,
     fill_preset,
     knowledge_check_command,
@@ -196,10 +197,7 @@ def tapt_pretraining_command(cfg: dict, seed: str, output_dir: str) -> list[str]
         "no",
         "--logging_steps",
         "25",
-        "--report_to",
-        "none",
-        "--disable_tqdm",
-        "1",
+        *QUIET,
     ]
 
 

@@ -41,7 +41,7 @@ import sys
 import time
 from pathlib import Path
 
-from harness.runs import model_path, portable, run_resumable
+from harness.runs import QUIET, model_path, portable, run_resumable
 
 ROOT = Path(__file__).resolve().parent.parent
 KALA_SYSTEMS = ("pointwise", "relational")
@@ -126,10 +126,7 @@ def run_command(args, shape: str, task_dir: str, system: str, seed: str, output_
         seed,
         "--save_strategy",
         "no",
-        "--report_to",
-        "none",
-        "--disable_tqdm",
-        "1",
+        *QUIET,
         "--output_dir",
         output_dir,
         *extra,
@@ -185,10 +182,7 @@ def cloze_command(args, task_dir: str, system: str, seed: str, output_dir: str) 
         seed,
         "--save_strategy",
         "no",
-        "--report_to",
-        "none",
-        "--disable_tqdm",
-        "1",
+        *QUIET,
         "--output_dir",
         output_dir,
         *(args.extra or []),

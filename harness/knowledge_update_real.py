@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 from harness.kala import command, make_settings
-from harness.runs import model_path, portable, run_resumable
+from harness.runs import QUIET, model_path, portable, run_resumable
 from keplm.metric_units import percent_factor
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -110,10 +110,7 @@ def predict_command(checkpoint: str, test_file: str, output_dir: str, kg: str | 
         "--do_predict",
         "--per_device_eval_batch_size",
         "64",
-        "--report_to",
-        "none",
-        "--disable_tqdm",
-        "1",
+        *QUIET,
         "--output_dir",
         output_dir,
     ]

@@ -12,6 +12,8 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+#: the run scripts' options for no progress bars and no reporting integrations
+QUIET = ("--report_to", "none", "--disable_tqdm", "1")
 ROOT = Path(__file__).resolve().parent.parent
 CHECK_DIR = "knowledge_check"  # keplm check-knowledge's report, in a knowledge system's output folder
 # the default encoder as settings record it: the pip package, not its folder in this machine's virtualenv
@@ -101,10 +103,7 @@ def trainer_options(cfg: dict, seed: str) -> list[str]:
         "no",
         "--logging_steps",
         "25",
-        "--report_to",
-        "none",
-        "--disable_tqdm",
-        "1",
+        *QUIET,
     ]
 
 

@@ -23,7 +23,16 @@ import json
 import os
 from pathlib import Path
 
-from harness.runs import DEFAULT_MODEL, check_names, model_path, run_script, run_seeds, sample_limit, trainer_options
+from harness.runs import (
+    DEFAULT_MODEL,
+    QUIET,
+    check_names,
+    model_path,
+    run_script,
+    run_seeds,
+    sample_limit,
+    trainer_options,
+)
 
 VARIANTS = {
     "mlm": ["--system", "mlm"],
@@ -91,10 +100,7 @@ def command(cfg: dict, variant: str, seed: str, output_dir: str) -> list[str]:
         "no",
         "--logging_steps",
         "10",
-        "--report_to",
-        "none",
-        "--disable_tqdm",
-        "1",
+        *QUIET,
         *([] if cfg.get("gpu") else ["--use_cpu"]),
         *VARIANTS[variant],
     ]
