@@ -71,3 +71,16 @@ def hub_server(tmp_path, monkeypatch):
 def hub_env(hub_server, tmp_path):
     """The environment for a subprocess: ``os.environ`` plus the server's variables and an empty HF_HOME."""
     return {**os.environ, **hub_environment(hub_server.url, tmp_path / "subprocess_hf_home")}
+
+
+#: what every pushed keplm model repo holds
+MODEL_REPO_FILES = {"config.json", "model.safetensors", "README.md", "processor_config.json"}
+
+
+def push_model_and_processor(model, processor, repo_id: str) -> set[str]:
+    """``push_to_hub`` of both to ``repo_id`` on the test Hub; the repo's files."""
+    from huggingface_hub import HfApi
+
+    model.push_to_hub(repo_id)
+    processor.push_to_hub(repo_id)
+    return set(HfApi().list_repo_files(repo_id))

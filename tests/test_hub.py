@@ -20,6 +20,7 @@ from keplm.knowledge import KnowledgeAssets, KnowledgeGraph
 from keplm.modeling import KeplmForRelationExtraction
 
 from .conftest import tiny_encoder_config
+from .hub_fixtures import MODEL_REPO_FILES, push_model_and_processor
 from .test_kala_model import make_model
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -78,19 +79,12 @@ def test_push_then_load_in_a_fresh_process_gives_identical_outputs(hub_server, h
     LFS, keplm's card, no pickle); a fresh process with an empty cache loads it through the Auto classes."""
     model = make_model(cls, tokenizer, assets, "relational", num_labels=3)
     processor = KalaProcessor(tokenizer, assets)
-    model.push_to_hub("org/kala-tiny")
-    processor.push_to_hub("org/kala-tiny")
-    files = set(HfApi().list_repo_files("org/kala-tiny"))
-    assert {
-        "config.json",
-        "model.safetensors",
-        "README.md",
-        "processor_config.json",
-        "knowledge/assets_config.json",
-        "knowledge/kg/triples.tsv",
-        "knowledge/kg/kg_config.json",
-        "tokenizer.json",
-    } <= files
+    files = push_model_and_processor(model, processor, "org/kala-tiny")
+    assert (
+        MODEL_REPO_FILES
+        | {"knowledge/assets_config.json", "knowledge/kg/triples.tsv", "knowledge/kg/kg_config.json", "tokenizer.json"}
+        <= files
+    )
     assert not [f for f in files if f.endswith((".bin", ".pt", ".pth", ".pkl"))]
     assert any(method == "PUT" and path.startswith("/__lfs/") for method, path, _ in hub_server.requests)
     card = ModelCard.load("org/kala-tiny")
@@ -245,17 +239,8 @@ def test_trelm_push_then_load_in_a_fresh_process(hub_server, hub_env, tokenizer,
     }
     with torch.no_grad():
         expected = model(**{k: torch.tensor(v) for k, v in batch.items()}).logits
-    model.push_to_hub("org/trelm-tiny")
-    processor.push_to_hub("org/trelm-tiny")
-    files = set(HfApi().list_repo_files("org/trelm-tiny"))
-    assert {
-        "config.json",
-        "model.safetensors",
-        "README.md",
-        "processor_config.json",
-        "knowledge/kg/triples.tsv",
-        "knowledge/kg/entity_vectors.safetensors",
-    } <= files
+    files = push_model_and_processor(model, processor, "org/trelm-tiny")
+    assert MODEL_REPO_FILES | {"knowledge/kg/triples.tsv", "knowledge/kg/entity_vectors.safetensors"} <= files
     card = ModelCard.load("org/trelm-tiny")
     assert card.data.library_name == "keplm" and card.data.pipeline_tag == "fill-mask" and "TRELM" in card.text
     assert not [f for f in files if f.endswith((".bin", ".pt", ".pth", ".pkl"))]

@@ -11,7 +11,7 @@ from pathlib import Path
 import datasets
 import pytest
 import torch
-from huggingface_hub import HfApi, ModelCard
+from huggingface_hub import ModelCard
 from transformers import AutoModelForTokenClassification, AutoProcessor, pipeline
 
 import keplm  # noqa: F401  (registers keplm's methods and pipelines)
@@ -19,6 +19,7 @@ from keplm import KeplmDataCollator, KeplmTrainer
 from keplm.hub.card import build_model_card
 
 from .conftest import tiny_encoder_config
+from .hub_fixtures import MODEL_REPO_FILES, push_model_and_processor
 from .plugin_method import ToyKgConfig, ToyKgForTokenClassification, ToyKgProcessor
 from .run_args import QUIET, QUIET_RUN, cpu_training_args
 
@@ -101,16 +102,8 @@ def test_the_plugin_method_pushes_with_its_knowledge_and_its_card(trained, hub_s
     card = str(build_model_card(model, processor=processor))
     assert "# ToyKG for NER" in card and "adds a learned vector of each linked entity" in card
     assert "## Knowledge" in card and "| entity lookup table |" in card and "## Citation" in card
-    model.push_to_hub("org/toy-kg")
-    processor.push_to_hub("org/toy-kg")
-    files = set(HfApi().list_repo_files("org/toy-kg"))
-    assert {
-        "config.json",
-        "model.safetensors",
-        "README.md",
-        "processor_config.json",
-        "knowledge/assets_config.json",
-    } <= files
+    files = push_model_and_processor(model, processor, "org/toy-kg")
+    assert MODEL_REPO_FILES | {"knowledge/assets_config.json"} <= files
     assert "keplm_test_toy_kg" in ModelCard.load("org/toy-kg").data.tags
     pulled = AutoModelForTokenClassification.from_pretrained("org/toy-kg")
     pulled_processor = AutoProcessor.from_pretrained("org/toy-kg")
