@@ -58,10 +58,6 @@ PRIVATE = re.compile(
     r"_finish_current_push|_maybe_prepare_encoder_kwargs|_prepare_text_encoder_decoder|\._from_config\(|"
     r"_created_lr_scheduler|self\._save\("
 )
-#: the one private call kept, and why: transformers builds a model under DeepSpeed ZeRO-3 partitioning only in
-#: ``PreTrainedModel._from_config`` (the Auto classes' ``from_config`` calls it), which keplm's ``from_base_pretrained``
-#: needs for the model class it is called on (docs/architecture.md)
-ALLOWED = {"keplm/modeling/zero3.py: return cls._from_config(config)"}
 
 
 def test_keplm_uses_no_private_transformers_registries():
@@ -69,7 +65,7 @@ def test_keplm_uses_no_private_transformers_registries():
         f"{path.relative_to(ROOT)}:{number}: {line.strip()}"
         for path in sorted((ROOT / "keplm").rglob("*.py"))
         for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1)
-        if PRIVATE.search(line) and f"{path.relative_to(ROOT)}: {line.strip()}" not in ALLOWED
+        if PRIVATE.search(line)
     ]
     assert found == []
 

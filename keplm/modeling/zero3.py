@@ -5,8 +5,8 @@ When a run's DeepSpeed config asks for ZeRO-3 (``TrainingArguments(deepspeed=...
 parameter is split across the processes as its module is created, and each process holds an empty tensor plus its
 shard. keplm's own construction steps then have to gather what they read or write:
 
-* :func:`construct` builds a model from its config the way transformers' ``_from_config`` does (partitioned, then
-  initialised module by module on gathered parameters), and as ``cls(config)`` otherwise;
+* :func:`construct` builds a model from its config the way the Auto classes' ``from_config`` does (partitioned,
+  then initialised module by module on gathered parameters), and as ``cls(config)`` otherwise;
 * :func:`gathered` is a context in which the given parameters are whole (a no-op when none is partitioned);
 * :func:`full_state_dict` is a module's whole state dict (a copy), partitioned or not.
 
@@ -59,11 +59,23 @@ def full_state_dict(module: nn.Module) -> dict[str, torch.Tensor]:
 
 
 def construct(cls, config):
-    """``cls(config)``; under ZeRO-3, partitioned as it is built and initialised on gathered parameters, as
-    transformers' ``PreTrainedModel._from_config`` builds a model (which a model's ``__init__`` does not)."""
-    if zero3_enabled():
-        return cls._from_config(config)
-    return cls(config)
+    """``cls(config)``; under ZeRO-3, partitioned as it is built and initialised on gathered parameters, which
+    transformers does in the Auto classes' ``from_config`` (a model's ``__init__`` does not): through the Auto class
+    ``cls`` is registered under (``keplm.registration.register_method``)."""
+    if not zero3_enabled():
+        return cls(config)
+    import transformers
+
+    from keplm.registration import auto_class_name
+
+    name = auto_class_name(cls, getattr(config, "model_type", None))
+    if name is None:
+        raise ValueError(
+            f"{cls.__name__} is not registered with an Auto class for {config.model_type!r}: under DeepSpeed ZeRO-3 "
+            "transformers builds a model partitioned only through the Auto classes' from_config; register it with "
+            "keplm.registration.register_method"
+        )
+    return getattr(transformers, name).from_config(config)
 
 
 __all__ = ["construct", "full_state_dict", "gathered", "is_partitioned", "zero3_enabled"]
