@@ -115,7 +115,6 @@ def kg_without_facts(kg, keys: Iterable[FactKey], drop_vectors: bool = False):
     vectors a WARNING says that vectors trained on the full graph may still encode them (train them on the new
     graph: ``keplm train-kge``). ``build_report["facts_removed"]`` counts the keys, the triples removed and the keys
     not in the graph."""
-
     keys = set(map(tuple, keys))
     n, m = kg.num_entities, kg.num_relations
     wanted = {

@@ -310,6 +310,8 @@ class KeplmPreTrainedModel(PreTrainedModel):
         location = pinned_location(pretrained_model_name_or_path, kwargs)
         if "revision" in location:
             kwargs["revision"] = location["revision"]
+        # the commit read, recorded on the model (pipelines load its processor there); None for a local folder
+        revision = None if os.path.isdir(pretrained_model_name_or_path) else location.get("revision")
         if is_adapter(pretrained_model_name_or_path, location):
             dtype = kwargs.get("dtype", kwargs.get("torch_dtype"))
             model = load_merged_adapter(
@@ -319,7 +321,7 @@ class KeplmPreTrainedModel(PreTrainedModel):
                 base_model_name_or_path=kwargs.get("base_model_name_or_path"),
                 **location,
             )
-            model.source_revision = None if os.path.isdir(pretrained_model_name_or_path) else location.get("revision")
+            model.source_revision = revision
             return model
         assets, reuse = None, kwargs.pop("knowledge_assets", None)
         config = cls.config_class.from_pretrained(pretrained_model_name_or_path, **location)
@@ -328,7 +330,7 @@ class KeplmPreTrainedModel(PreTrainedModel):
         loaded = super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
         model = loaded[0] if isinstance(loaded, tuple) else loaded
         _check_finite_weights(model, pretrained_model_name_or_path)
-        model.source_revision = None if os.path.isdir(pretrained_model_name_or_path) else location.get("revision")
+        model.source_revision = revision
         if assets is not None and isinstance(model, KeplmPreTrainedModel) and model.config.uses_knowledge_assets:
             model.set_knowledge_assets(assets)
         return loaded

@@ -87,9 +87,7 @@ class KalaForConditionalGeneration(KalaPreTrainedModel, GenerationMixin):
         """transformers' ``generate()``, the encoder run here once on the knowledge inputs and passed as
         ``encoder_outputs``: decoding reads the encoder's output only, and beam search would otherwise repeat the
         batched graph's node and edge tensors as if they were per-example rows."""
-        knowledge = {name: kwargs.pop(name) for name in KNOWLEDGE_INPUTS if kwargs.get(name) is not None}
-        for name in KNOWLEDGE_INPUTS:
-            kwargs.pop(name, None)
+        knowledge = {name: kwargs.pop(name, None) for name in KNOWLEDGE_INPUTS}
         if kwargs.get("encoder_outputs") is None:
             config = generation_config if generation_config is not None else self.generation_config
             ids = inputs if inputs is not None else kwargs.get("input_ids")

@@ -207,9 +207,9 @@ class KeplmTrainer(ShardedMemoryTraining, TrainerOverrides, Trainer):
         """The stock schedule; when a parameter group has a warm-up of its own (``ParameterGroup.warmup_steps``,
         e.g. KALA's ``knowledge_warmup_steps``), the same schedule type with one warm-up per group."""
         optimizer = self.optimizer if optimizer is None else optimizer
-        ours = self.lr_scheduler is not None and self.lr_scheduler is self.group_warmup_scheduler
-        if (self.lr_scheduler is not None and not ours) or not any(WARMUP_KEY in g for g in optimizer.param_groups):
-            return super().create_scheduler(num_training_steps, optimizer)  # the stock one, or one given by the caller
+        given = self.lr_scheduler is not None and self.lr_scheduler is not self.group_warmup_scheduler  # the caller's
+        if given or not any(WARMUP_KEY in g for g in optimizer.param_groups):
+            return super().create_scheduler(num_training_steps, optimizer)
         self.lr_scheduler = schedule_with_group_warmups(
             optimizer,
             self.args.lr_scheduler_type,
