@@ -460,13 +460,38 @@ def plot(rows: list[dict], dataset: str, path: str, command: str) -> None:
     plt.close(figure)
 
 
-def report(output_dir: str, record_dir: str | None, plot_dir: str | None, command: str) -> str:
-    """The tables of the runs under ``output_dir``; with ``record_dir``, every run's row into ``runs.jsonl`` there;
-    with ``plot_dir``, one plot per dataset (``learning-curve-<dataset>.png``)."""
+def read_records(path: str) -> list[dict]:
+    """The rows of an earlier ``runs.jsonl`` (runs whose folders are gone: only their committed rows are left)."""
     import json
     from pathlib import Path
 
-    rows = collect(output_dir)
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"--records: no file {path} (a runs.jsonl that curve-table wrote)")
+    rows = []
+    for number, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), start=1):
+        row = json.loads(line)
+        if not {"dataset", "size", "seed", "system"} <= row.keys():
+            raise ValueError(f"{path}:{number}: a curve row needs dataset, size, seed and system, got {sorted(row)}")
+        rows.append(row)
+    return rows
+
+
+def report(
+    output_dir: str, record_dir: str | None, plot_dir: str | None, command: str, records: str | None = None
+) -> str:
+    """The tables of the runs under ``output_dir`` and, with ``records``, of the rows of an earlier ``runs.jsonl``
+    (a run in both is an error); with ``record_dir``, every run's row into ``runs.jsonl`` there; with ``plot_dir``,
+    one plot per dataset (``learning-curve-<dataset>.png``)."""
+    import json
+    from pathlib import Path
+
+    rows = read_records(records) if records else []
+    seen = {(r["dataset"], r["size"], r["seed"], r["system"]) for r in rows}
+    for row in collect(output_dir):
+        key = (row["dataset"], row["size"], row["seed"], row["system"])
+        if key in seen:
+            raise ValueError(f"run {'/'.join(map(str, key))} is both in {records} and under {output_dir}")
+        rows.append(row)
     if not rows:
         raise FileNotFoundError(
             f"no finished curve run under {output_dir} (<dataset>/n<size>/seed<N>/<system>/all_results.json)"

@@ -69,6 +69,7 @@ def parser() -> argparse.ArgumentParser:
     curve_table.add_argument("path", help="the curve's output folder (<dataset>/n<size>/seed<N>/<system>)")
     curve_table.add_argument("--record_dir", default=None, help="write runs.jsonl and tables.md here")
     curve_table.add_argument("--plot_dir", default=None, help="write learning-curve-<dataset>.png here")
+    curve_table.add_argument("--records", default=None, help="an earlier runs.jsonl whose run folders are gone")
     return main
 
 
@@ -80,7 +81,7 @@ def main(argv: list[str] | None = None) -> None:
         return
     if args.command == "curve-table":
         command = "python -m harness.experiments " + " ".join(argv)
-        print(curve.report(args.path, args.record_dir, args.plot_dir, command))
+        print(curve.report(args.path, args.record_dir, args.plot_dir, command, args.records))
         return
     if args.command == "curves":
         summaries = by_seed(load_summaries(args.paths))

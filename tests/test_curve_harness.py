@@ -137,3 +137,29 @@ def test_h6_control_is_vanilla_at_twice_the_steps_and_pairs_with_relational_at_t
         f"| ncbi | 100 | 2 | 54.50 ± 0.71 | 57.00 ± 1.00 | +2.50 [{2.5 - half_2x:+.2f}, {2.5 + half_2x:+.2f}] (n=2) | "
         f"+0.00 [{-half_1x:+.2f}, {half_1x:+.2f}] (n=2) |" in text
     ), text
+
+
+def test_report_merges_an_earlier_runs_jsonl_and_refuses_a_run_twice(tmp_path):
+    _run(tmp_path / "old", "conll", 50, 1, "vanilla", 50.0)
+    _run(tmp_path / "old", "conll", 50, 1, "relational", 53.0, flips=0.1)
+    curve.report(str(tmp_path / "old"), str(tmp_path / "record"), None, "cmd")
+    records = str(tmp_path / "record" / "runs.jsonl")
+    _run(tmp_path / "new", "conll", 50, 2, "vanilla", 52.0)
+    _run(tmp_path / "new", "conll", 50, 2, "relational", 53.0, flips=0.2)
+    text = curve.report(str(tmp_path / "new"), str(tmp_path / "merged"), None, "cmd", records=records)
+    merged = [json.loads(line) for line in (tmp_path / "merged" / "runs.jsonl").read_text().splitlines()]
+    assert sorted((r["seed"], r["system"]) for r in merged) == [
+        (1, "relational"),
+        (1, "vanilla"),
+        (2, "relational"),
+        (2, "vanilla"),
+    ]
+    assert "+2.00 [" in text and "(n=2)" in text  # differences 3 and 1, paired across the two sources
+    _run(tmp_path / "new", "conll", 50, 1, "vanilla", 50.0)  # also in the records
+    with pytest.raises(ValueError, match="conll/50/1/vanilla is both in"):
+        curve.report(str(tmp_path / "new"), None, None, "cmd", records=records)
+    with pytest.raises(FileNotFoundError, match="--records: no file"):
+        curve.report(str(tmp_path / "new"), None, None, "cmd", records=str(tmp_path / "missing.jsonl"))
+    (tmp_path / "bad.jsonl").write_text('{"dataset": "conll"}\n')
+    with pytest.raises(ValueError, match="bad.jsonl:1: a curve row needs"):
+        curve.report(str(tmp_path / "new"), None, None, "cmd", records=str(tmp_path / "bad.jsonl"))
