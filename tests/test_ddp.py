@@ -46,19 +46,11 @@ def launch_env(tmp_path: Path) -> dict[str, str]:
     )
 
 
-def torchrun(script: str, *args: str) -> list[str]:
-    """``torchrun --nproc_per_node 2`` of ``run_scripts/<script>.py`` on a free port."""
-    return [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nproc_per_node",
-        "2",
-        "--master_port",
-        str(_free_port()),
-        str(ROOT / "run_scripts" / f"{script}.py"),
-        *args,
-    ]
+def torchrun(script: str | Path, *args: str) -> list[str]:
+    """``torchrun --nproc_per_node 2`` of ``run_scripts/<script>.py`` (or of the file ``script``) on a free port."""
+    path = script if isinstance(script, Path) else ROOT / "run_scripts" / f"{script}.py"
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2"]
+    return [*launcher, "--master_port", str(_free_port()), str(path), *args]
 
 
 def _accelerate_launch() -> list[str]:
@@ -242,8 +234,7 @@ def test_end_distributed_run_lets_two_gloo_processes_exit_cleanly(tmp_path):
     script = tmp_path / "end_run.py"
     script.write_text(END_RUN_SCRIPT)
     for attempt in range(3):
-        command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2"]
-        command += ["--master_port", str(_free_port()), str(script)]
+        command = torchrun(script)
         result = subprocess.run(command, env=launch_env(tmp_path), capture_output=True, text=True, timeout=300)
         assert result.returncode == 0, (attempt, (result.stdout + result.stderr)[-4000:])
         assert "terminate called" not in result.stderr

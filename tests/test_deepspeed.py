@@ -304,23 +304,14 @@ def _run_ner_under_deepspeed(tmp_path, tiny, config: dict, output_dir, *extra: s
     returns the losses logged per step."""
     import json
     import subprocess
-    import sys
 
-    from .distributed_helpers import free_port
-    from .test_ddp import launch_env
+    from .test_ddp import launch_env, torchrun
     from .test_run_scripts import ROOT, linked_ner_inputs
 
     config_file = tmp_path / "ds_config.json"
     config_file.write_text(json.dumps(config))
-    command = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nproc_per_node",
-        "2",
-        "--master_port",
-        str(free_port()),
-        str(ROOT / "tests" / "deepspeed_cpu_launch.py"),
+    command = torchrun(
+        ROOT / "tests" / "deepspeed_cpu_launch.py",
         str(ROOT / "run_scripts" / "run_ner.py"),
         *linked_ner_inputs(tiny),
         *FOUR_STEPS_SAVED_EVERY_2,
@@ -331,7 +322,7 @@ def _run_ner_under_deepspeed(tmp_path, tiny, config: dict, output_dir, *extra: s
         "--deepspeed",
         str(config_file),
         *extra,
-    ]
+    )
     for attempt in range(2):
         result = subprocess.run(
             command, cwd=ROOT, env=launch_env(tmp_path), capture_output=True, text=True, timeout=600

@@ -26,11 +26,17 @@ def trained_relation_model():
     return _tiny_setup("relation", "composition", seed=2)
 
 
+def check_knowledge(model, data, output_dir, *options: str) -> None:
+    """``keplm check-knowledge --model model --data data --output_dir output_dir`` and ``options``."""
+    from keplm.cli import main
+
+    main(["check-knowledge", "--model", str(model), "--data", str(data), "--output_dir", str(output_dir), *options])
+
+
 def test_check_knowledge_command(tmp_path, trained_relation_model):
     """``keplm check-knowledge`` on a saved checkpoint and a JSON-lines file: report, per-relation table, plot; with
     ``--kg`` the user's KG is read (the update is reported)."""
     from keplm.checks.synthetic import write_jsonl_kg
-    from keplm.cli import main
 
     task, splits, model, processor = trained_relation_model
     model.save_pretrained(tmp_path / "model")
@@ -39,22 +45,8 @@ def test_check_knowledge_command(tmp_path, trained_relation_model):
     data.write_text("".join(json.dumps({"tokens": r["tokens"]}) + "\n" for r in splits["test_added"]))
     write_jsonl_kg(str(tmp_path / "full.jsonl"), task, ("anchor", "train", "unseen", "added"))
     out = tmp_path / "check"
-    main(
-        [
-            "check-knowledge",
-            "--model",
-            str(tmp_path / "model"),
-            "--data",
-            str(data),
-            "--kg",
-            f"jsonl:{tmp_path / 'full.jsonl'}",
-            "--edits",
-            "relation",
-            "tail",
-            "--output_dir",
-            str(out),
-        ]
-    )
+    edits = ("--kg", f"jsonl:{tmp_path / 'full.jsonl'}", "--edits", "relation", "tail")
+    check_knowledge(tmp_path / "model", data, out, *edits)
     report = json.loads((out / "knowledge_sensitivity.json").read_text())
     assert report["examples"] == report["examples_with_facts"] == len(splits["test_added"])
     assert report["kg_change"]["entities_added"] == len(splits["test_added"])
@@ -69,39 +61,12 @@ def test_check_knowledge_command(tmp_path, trained_relation_model):
     (tmp_path / "conll" / "test.txt").write_text(
         "\n\n".join("\n".join(f"{w} O" for w in r["tokens"]) for r in splits["test_added"]) + "\n"
     )
-    main(
-        [
-            "check-knowledge",
-            "--model",
-            str(tmp_path / "model"),
-            "--data",
-            str(tmp_path / "conll"),
-            "--kg",
-            f"jsonl:{tmp_path / 'full.jsonl'}",
-            "--edits",
-            "relation",
-            "tail",
-            "--output_dir",
-            str(tmp_path / "c2"),
-        ]
-    )
+    check_knowledge(tmp_path / "model", tmp_path / "conll", tmp_path / "c2", *edits)
     assert json.loads((tmp_path / "c2" / "knowledge_sensitivity.json").read_text())["overall"] == report["overall"]
     with pytest.raises(ValueError, match="no 'validation' split"):
-        main(
-            [
-                "check-knowledge",
-                "--model",
-                str(tmp_path / "model"),
-                "--data",
-                str(tmp_path / "conll"),
-                "--split",
-                "validation",
-                "--output_dir",
-                str(tmp_path / "c3"),
-            ]
-        )
+        check_knowledge(tmp_path / "model", tmp_path / "conll", tmp_path / "c3", "--split", "validation")
     # without --kg the model's own KG has no added entity: nothing to edit, said plainly
-    main(["check-knowledge", "--model", str(tmp_path / "model"), "--data", str(data), "--output_dir", str(out)])
+    check_knowledge(tmp_path / "model", data, out)
     assert json.loads((out / "knowledge_sensitivity.json").read_text())["examples_with_facts"] == 0
 
 
@@ -148,23 +113,10 @@ def test_qa_sensitivity_reads_a_context_longer_than_one_window(trained_relation_
 
 
 def test_check_knowledge_refuses_a_baseline_and_bad_data(tmp_path, trained_relation_model, tokenizer):
-    from keplm.cli import main
 
     _, _, model, processor = trained_relation_model
     with pytest.raises(FileNotFoundError, match="no such file"):
-        main(
-            [
-                "check-knowledge",
-                "--model",
-                "x",
-                "--data",
-                str(tmp_path / "none"),
-                "--task",
-                "ner",
-                "--output_dir",
-                str(tmp_path),
-            ]
-        )
+        check_knowledge("x", tmp_path / "none", tmp_path, "--task", "ner")
     baseline = KalaForTokenClassification(
         KalaConfig(encoder_config=tiny_encoder_config(tokenizer), retrieval_mode="none", num_labels=2)
     )
@@ -174,17 +126,7 @@ def test_check_knowledge_refuses_a_baseline_and_bad_data(tmp_path, trained_relat
     model.save_pretrained(tmp_path / "model")
     processor.save_pretrained(tmp_path / "model")
     with pytest.raises(ValueError, match="holds no text"):
-        main(
-            [
-                "check-knowledge",
-                "--model",
-                str(tmp_path / "model"),
-                "--data",
-                str(tmp_path / "empty.txt"),
-                "--output_dir",
-                str(tmp_path / "out"),
-            ]
-        )
+        check_knowledge(tmp_path / "model", tmp_path / "empty.txt", tmp_path / "out")
 
 
 def test_knowledge_update_is_saved_and_pushed(tmp_path, hub_server, trained_relation_model):
