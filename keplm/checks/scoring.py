@@ -18,11 +18,6 @@ from keplm.data.collator import KeplmDataCollator
 from .synthetic import ANCHOR_LABEL, KnowledgeTask
 
 
-def _batches(items: list, size: int):
-    for start in range(0, len(items), size):
-        yield items[start : start + size]
-
-
 @torch.no_grad()
 def ner_type_predictions(
     model, processor, rows: list[dict], annotations: list[dict] | None = None, batch_size: int = 32

@@ -21,7 +21,6 @@ DEFAULT_POSITION_KEYS = {"start_positions": "input_ids", "end_positions": "input
 #: the graph keys of KALA-style features when a processor declares nothing else
 DEFAULT_GRAPH_SCHEMA = GraphSchema()
 GRAPH_KEYS = DEFAULT_GRAPH_SCHEMA.keys
-NODE_MAP_KEY = DEFAULT_GRAPH_SCHEMA.node_maps[0]
 
 
 #: encoders that number positions from the non-padding tokens themselves (padding_idx + 1 onwards): left padding

@@ -127,8 +127,8 @@ class KnowledgeGraphBuilder:
             "examples": {kind: list(found) for kind, found in self.examples.items() if found},
         }
 
-    def build(self, dedupe: bool = True) -> KnowledgeGraph:
-        """The graph; repeated facts are already dropped (``dedupe`` is kept for callers of the earlier API)."""
+    def build(self) -> KnowledgeGraph:
+        """The graph; repeated facts are already dropped."""
         ents, rels = list(self.e_index), list(self.r_index)
         names = [self.names.get(e, e) for e in ents]
         aliases = [[a for a in self.aliases.get(e, []) if a != n] for e, n in zip(ents, names)]

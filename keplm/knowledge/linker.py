@@ -163,7 +163,6 @@ class EntityLinker:
             self._automaton.add_word(key, (key, len(key)))
         if self._candidates:
             self._automaton.make_automaton()
-        self._dropped_automaton = None
 
     # ------------------------------------------------------------------ alias filters
     @staticmethod

@@ -190,10 +190,8 @@ class KnowledgeRouter:
         finally:
             for handle in handles:
                 handle.remove()
-        batch_rows = None
 
         def scaled_run(scaled: list[torch.Tensor]) -> torch.Tensor:
-            nonlocal batch_rows
             steps_ = scaled[0].shape[0]
 
             def hook(index):

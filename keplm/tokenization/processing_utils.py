@@ -28,7 +28,7 @@ from keplm.file_utils import (
 from keplm.io_utils import named_json_errors, read_json
 from keplm.knowledge.annotation import KnowledgeAnnotation
 from keplm.knowledge.assets import KnowledgeAssets
-from keplm.knowledge.linker import EntityLinker, link_dataset, linker_signature
+from keplm.knowledge.linker import EntityLinker, link_dataset
 from keplm.push_utils import PROCESSOR_FILES, push_folder
 
 from .alignment import char_spans_to_token_spans
@@ -201,9 +201,6 @@ class KeplmProcessor(TaskFeatures):
             num_proc=num_proc,
             desc=desc,
         )
-
-    def linking_signature(self) -> dict:
-        return linker_signature(self.kg, self.linker_kwargs) if self.kg is not None else {}
 
     # ------------------------------------------------------------------ alignment
     def text_annotation(self, annotation, text: str) -> KnowledgeAnnotation:

@@ -32,7 +32,6 @@ logger = logging.getLogger(__name__)
 
 EMPTY_ANNOTATION = KnowledgeAnnotation().to_dict()
 SYSTEMS = ("vanilla", "more_params", "pointwise", "relational")
-KNOWLEDGE_SOURCES = ("link", "annotations", "none")
 #: the knowledge modules' own warm-up, a share of the training steps (--knowledge_warmup_steps): at 0.1, the encoder's,
 #: the 5e-4 knowledge rate cost 8 F1 points on WNUT-17 (29.3 vs 37.2 before it); at 0.5 it got 38.1 and 38.6 (seeds 1,
 #: 2) and the synthetic checks still pass (docs/knowledge_checks.md)
