@@ -480,18 +480,20 @@ def report(
     output_dir: str, record_dir: str | None, plot_dir: str | None, command: str, records: str | None = None
 ) -> str:
     """The tables of the runs under ``output_dir`` and, with ``records``, of the rows of an earlier ``runs.jsonl``
-    (a run in both is an error); with ``record_dir``, every run's row into ``runs.jsonl`` there; with ``plot_dir``,
-    one plot per dataset (``learning-curve-<dataset>.png``)."""
+    (a run in both must be recorded alike: the file may be the one ``record_dir`` rewrites); with ``record_dir``,
+    every run's row into ``runs.jsonl`` there; with ``plot_dir``, one plot per dataset
+    (``learning-curve-<dataset>.png``)."""
     import json
     from pathlib import Path
 
     rows = read_records(records) if records else []
-    seen = {(r["dataset"], r["size"], r["seed"], r["system"]) for r in rows}
+    recorded = {(r["dataset"], r["size"], r["seed"], r["system"]): r for r in rows}
     for row in collect(output_dir):
         key = (row["dataset"], row["size"], row["seed"], row["system"])
-        if key in seen:
-            raise ValueError(f"run {'/'.join(map(str, key))} is both in {records} and under {output_dir}")
-        rows.append(row)
+        if key not in recorded:
+            rows.append(row)
+        elif json.loads(json.dumps(row)) != recorded[key]:  # the same run recorded before is fine, another is not
+            raise ValueError(f"run {'/'.join(map(str, key))} differs between {records} and {output_dir}")
     if not rows:
         raise FileNotFoundError(
             f"no finished curve run under {output_dir} (<dataset>/n<size>/seed<N>/<system>/all_results.json)"

@@ -139,7 +139,7 @@ def test_h6_control_is_vanilla_at_twice_the_steps_and_pairs_with_relational_at_t
     ), text
 
 
-def test_report_merges_an_earlier_runs_jsonl_and_refuses_a_run_twice(tmp_path):
+def test_report_merges_an_earlier_runs_jsonl_and_refuses_a_run_recorded_otherwise(tmp_path):
     _run(tmp_path / "old", "conll", 50, 1, "vanilla", 50.0)
     _run(tmp_path / "old", "conll", 50, 1, "relational", 53.0, flips=0.1)
     curve.report(str(tmp_path / "old"), str(tmp_path / "record"), None, "cmd")
@@ -155,8 +155,12 @@ def test_report_merges_an_earlier_runs_jsonl_and_refuses_a_run_twice(tmp_path):
         (2, "vanilla"),
     ]
     assert "+2.00 [" in text and "(n=2)" in text  # differences 3 and 1, paired across the two sources
-    _run(tmp_path / "new", "conll", 50, 1, "vanilla", 50.0)  # also in the records
-    with pytest.raises(ValueError, match="conll/50/1/vanilla is both in"):
+    # the merged file as the records of the next report: the same runs again, nothing doubled
+    merged_records = str(tmp_path / "merged" / "runs.jsonl")
+    curve.report(str(tmp_path / "new"), str(tmp_path / "merged"), None, "cmd", records=merged_records)
+    assert len((tmp_path / "merged" / "runs.jsonl").read_text().splitlines()) == 4
+    _run(tmp_path / "new", "conll", 50, 1, "vanilla", 49.0)  # in the records with another F1
+    with pytest.raises(ValueError, match="conll/50/1/vanilla differs between"):
         curve.report(str(tmp_path / "new"), None, None, "cmd", records=records)
     with pytest.raises(FileNotFoundError, match="--records: no file"):
         curve.report(str(tmp_path / "new"), None, None, "cmd", records=str(tmp_path / "missing.jsonl"))
