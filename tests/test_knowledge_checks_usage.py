@@ -113,7 +113,6 @@ def test_qa_sensitivity_reads_a_context_longer_than_one_window(trained_relation_
 
 
 def test_check_knowledge_refuses_a_baseline_and_bad_data(tmp_path, trained_relation_model, tokenizer):
-
     _, _, model, processor = trained_relation_model
     with pytest.raises(FileNotFoundError, match="no such file"):
         check_knowledge("x", tmp_path / "none", tmp_path, "--task", "ner")
