@@ -19,6 +19,16 @@ settings.register_profile("ci", derandomize=True)
 if os.environ.get("CI"):
     settings.load_profile("ci")
 
+# pytest-xdist's workers share the machine's cores: each worker, and every process its tests launch, runs its share
+# of intra-op threads. Two workers on two cores with two threads each spend their time waiting on each other (a
+# tiny-model test took 16 s alone and 129 s beside a DDP test, 2026-11-29).
+_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+if _WORKERS > 1:
+    _CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    _THREADS = max(1, _CORES // _WORKERS)
+    torch.set_num_threads(_THREADS)
+    os.environ.setdefault("OMP_NUM_THREADS", str(_THREADS))
+
 WORDS = (
     "paris france berlin germany london england city capital river seine thames rhine europe is a the of in "
     "and on lives visited john mary works for acme bank river flows through country located who where what "
