@@ -21,7 +21,7 @@ if os.environ.get("CI"):
 
 # pytest-xdist's workers share the machine's cores: each worker, and every process its tests launch, runs its share
 # of intra-op threads. Two workers on two cores with two threads each spend their time waiting on each other (a
-# tiny-model test took 16 s alone and 129 s beside a DDP test, 2026-11-29).
+# tiny-model test took 16 s alone and 129 s in the full suite, 2026-11-29).
 _WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
 if _WORKERS > 1:
     _CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
