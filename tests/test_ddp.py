@@ -21,6 +21,7 @@ import json
 import os
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -44,6 +45,30 @@ def launch_env(tmp_path: Path) -> dict[str, str]:
         HF_HOME=str(tmp_path / "hf_home"),
         PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p),
     )
+
+
+def launch(command: list[str], tmp_path: Path, env: dict[str, str] | None = None, timeout: int = 600) -> str:
+    """Run a multi-process launch (``env``: :func:`launch_env` by default) and return its log, asserting it exited 0.
+
+    A launch whose training completed and one of whose processes then aborted in gloo's teardown ("terminate called
+    without an active exception", SIGABRT) runs once more, with a warning carrying the first log: a torch problem seen
+    now and then in full-suite runs, never in a test alone (docs/reliability.md, R54). Whether keplm's scripts leave
+    gloo cleanly is what ``test_end_distributed_run_lets_two_gloo_processes_exit_cleanly`` checks, without this."""
+    for attempt in range(2):
+        result = subprocess.run(
+            command, cwd=ROOT, env=env or launch_env(tmp_path), capture_output=True, text=True, timeout=timeout
+        )
+        log = result.stdout + result.stderr
+        if result.returncode == 0 or not gloo_exit_abort(log) or attempt:
+            break
+        warnings.warn(f"a launch aborted in gloo's teardown after training; again:\n{log[-1500:]}", stacklevel=2)
+    assert result.returncode == 0, log[-6000:]
+    return log
+
+
+def gloo_exit_abort(log: str) -> bool:
+    """A launch whose training had ended and one of whose processes then aborted in gloo's teardown."""
+    return "Training completed" in log and "terminate called without an active exception" in log and "SIGABRT" in log
 
 
 def torchrun(script: str | Path, *args: str) -> list[str]:
@@ -103,10 +128,7 @@ def test_run_ner_ddp_two_processes_on_cpu(tmp_path, tokenizer, kg):
         "1e-3",
         *QUIET_RUN,
     ]
-    env = launch_env(tmp_path)
-    result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-    log = result.stdout + result.stderr
-    assert result.returncode == 0, log[-6000:]
+    log = launch(command, tmp_path)
     assert "2 process(es), distributed=distributed, find_unused_parameters=False" in log, log[-6000:]
     assert "Expected to have finished reduction" not in log
     results = json.loads((out / "all_results.json").read_text())
@@ -238,3 +260,31 @@ def test_end_distributed_run_lets_two_gloo_processes_exit_cleanly(tmp_path):
         result = subprocess.run(command, env=launch_env(tmp_path), capture_output=True, text=True, timeout=300)
         assert result.returncode == 0, (attempt, (result.stdout + result.stderr)[-4000:])
         assert "terminate called" not in result.stderr
+
+
+FLAKY_LAUNCH = """
+import sys
+from pathlib import Path
+
+runs = Path(sys.argv[1])  # one line per launch
+runs.write_text(runs.read_text() + "run\\n" if runs.exists() else "run\\n")
+print("Training completed")
+if sys.argv[2] == "error":
+    sys.exit("Traceback: ValueError")
+if len(runs.read_text().split()) == 1:
+    sys.exit("terminate called without an active exception\\nSignal 6 (SIGABRT) received")
+"""
+
+
+def test_launch_runs_again_only_after_a_teardown_abort(tmp_path):
+    """``launch`` runs a launch once more only when it failed with gloo's teardown abort after training, with a
+    warning carrying the first log; any other failure fails at once."""
+    script = tmp_path / "flaky.py"
+    script.write_text(FLAKY_LAUNCH)
+    aborted, failed = tmp_path / "aborted", tmp_path / "failed"
+    with pytest.warns(UserWarning, match="aborted in gloo's teardown"):
+        log = launch([sys.executable, str(script), str(aborted), "abort"], tmp_path)
+    assert "Training completed" in log and aborted.read_text().split() == ["run", "run"]
+    with pytest.raises(AssertionError, match="ValueError"):
+        launch([sys.executable, str(script), str(failed), "error"], tmp_path)
+    assert failed.read_text().split() == ["run"]

@@ -12,7 +12,6 @@ whole weights gathered from the engine save as safetensors with ``knowledge/`` a
 from __future__ import annotations
 
 import os
-import warnings
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -303,9 +302,8 @@ def _run_ner_under_deepspeed(tmp_path, tiny, config: dict, output_dir, *extra: s
     """run_ner.py in 2 torchrun processes under DeepSpeed through the KeplmTrainer (tests/deepspeed_cpu_launch.py);
     returns the losses logged per step."""
     import json
-    import subprocess
 
-    from .test_ddp import launch_env, torchrun
+    from .test_ddp import launch, torchrun
     from .test_run_scripts import ROOT, linked_ner_inputs
 
     config_file = tmp_path / "ds_config.json"
@@ -323,28 +321,12 @@ def _run_ner_under_deepspeed(tmp_path, tiny, config: dict, output_dir, *extra: s
         str(config_file),
         *extra,
     )
-    for attempt in range(2):
-        result = subprocess.run(
-            command, cwd=ROOT, env=launch_env(tmp_path), capture_output=True, text=True, timeout=600
-        )
-        log = result.stdout + result.stderr
-        if result.returncode == 0 or not _gloo_exit_abort(log) or attempt:
-            break
-        # DeepSpeed over gloo exists only in this CPU emulation (keplm refuses a CPU DeepSpeed launch): a launch
-        # aborted after its work in 2 of 5 full-suite runs, never in a run alone (docs/reliability.md, R54)
-        warnings.warn(f"the DeepSpeed CPU launch aborted at exit; launched again:\n{log[-1500:]}", stacklevel=2)
-    assert result.returncode == 0, log[-6000:]
+    launch(command, tmp_path)
     history = json.loads((Path(output_dir) / "trainer_state.json").read_text())["log_history"]
     return {entry["step"]: entry["loss"] for entry in history if "loss" in entry}
 
 
 PICKLES = (".bin", ".pt", ".pth", ".pkl")
-
-
-def _gloo_exit_abort(log: str) -> bool:
-    """A launch whose training had ended and one of whose processes then aborted in gloo's teardown ("terminate called
-    without an active exception", SIGABRT)."""
-    return "Training completed" in log and "terminate called without an active exception" in log and "SIGABRT" in log
 
 
 @pytest.mark.slow

@@ -10,7 +10,7 @@ import pytest
 from transformers import TrainingArguments
 
 from keplm.training.engines import asked_engines, asks_for_deepspeed
-from tests.test_ddp import launch_env, torchrun
+from tests.test_ddp import launch, launch_env, torchrun
 from tests.test_run_scripts import ROOT, linked_ner_inputs, write_tiny_files
 
 
@@ -118,10 +118,7 @@ def test_cpu_ddp_is_a_cpu_run_so_bf16_is_not_refused(tmp_path, tokenizer, kg):
         "--disable_tqdm",
         "1",
     )
-    env = launch_env(tmp_path)
-    result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-    log = result.stdout + result.stderr
-    assert result.returncode == 0, log[-4000:]
+    log = launch(command, tmp_path)
     assert "2 process(es), distributed=distributed" in log
     results = json.loads((out / "train_results.json").read_text())
     assert results["train_loss"] == results["train_loss"]  # trained, loss not NaN

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import subprocess
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -26,9 +25,9 @@ from keplm import KalaForTokenClassification
 from keplm.training.state import load_state
 
 from .run_args import FOUR_STEPS_SAVED_EVERY_2
-from .test_ddp import launch_env, torchrun
+from .test_ddp import launch, torchrun
 from .test_kala_model import make_model
-from .test_run_scripts import ROOT, linked_ner_inputs
+from .test_run_scripts import linked_ner_inputs
 
 pytestmark = pytest.mark.usefixtures("single_thread")  # tests/conftest.py
 
@@ -49,11 +48,7 @@ def _run(tmp_path: Path, tiny: dict, out: Path, *extra: str) -> tuple[dict[int, 
         "0",
         *extra,
     ]
-    result = subprocess.run(
-        torchrun("run_ner", *args), cwd=ROOT, env=launch_env(tmp_path), capture_output=True, text=True, timeout=600
-    )
-    log = result.stdout + result.stderr
-    assert result.returncode == 0, log[-6000:]
+    log = launch(torchrun("run_ner", *args), tmp_path)
     assert "2 process(es), distributed=distributed" in log, log[-6000:]
     history = json.loads((out / "trainer_state.json").read_text())["log_history"]
     return {entry["step"]: (entry["loss"], entry["grad_norm"]) for entry in history if "loss" in entry}, log

@@ -98,21 +98,14 @@ def test_run_pretraining_trains_trelm_as_a_two_process_cpu_ddp_run(tiny_pretrain
     """``run_pretraining.py`` under torchrun with two gloo processes: the memory bank's gathers run on every
     training step of both processes (no deadlock, including around the routing passes), and the run ends with its
     P@1 curve and a model that loads."""
-    import subprocess
-
     from transformers import AutoModelForMaskedLM
 
-    from tests.test_ddp import launch_env, torchrun
+    from tests.test_ddp import launch, torchrun
     from tests.test_pretraining import pretraining_args
-    from tests.test_run_scripts import ROOT
 
     out = tmp_path / "ddp"
     args = [a for a in pretraining_args(tiny_pretraining, out, "trelm") if a != "--use_cpu"]
-    command = torchrun("run_pretraining", *args)
-    env = launch_env(tmp_path)
-    result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-    log = result.stdout + result.stderr
-    assert result.returncode == 0, log[-5000:]
+    log = launch(torchrun("run_pretraining", *args), tmp_path)
     assert "2 process(es), distributed=distributed" in log, log[-5000:]
     assert [p["step"] for p in __import__("json").loads((out / "probe_curve.json").read_text())] == [0, 2, 4]
     assert AutoModelForMaskedLM.from_pretrained(out).config.model_type == "trelm"
