@@ -9,6 +9,7 @@ import torch
 from hypothesis import settings
 from transformers import BertConfig, BertTokenizerFast
 
+from keplm import KalaProcessor
 from keplm.knowledge import KnowledgeAssets, KnowledgeGraph
 
 from .hub_fixtures import hub_env, hub_server  # noqa: F401  (a Hub-API server on 127.0.0.1 for push/pull tests)
@@ -94,6 +95,12 @@ def make_assets(kg: KnowledgeGraph) -> KnowledgeAssets:
 @pytest.fixture(scope="session")
 def assets(kg):
     return make_assets(kg)
+
+
+@pytest.fixture()
+def processor(tokenizer, assets):
+    """A KALA processor over the tiny tokenizer and the toy KG's assets."""
+    return KalaProcessor(tokenizer, assets)
 
 
 def tiny_encoder_config(tokenizer, layers: int = 2, hidden: int = 32) -> BertConfig:

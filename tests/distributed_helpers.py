@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import socket
 import time
 import warnings
@@ -131,11 +132,16 @@ def spawn_two(target, *args, results: int = 2, timeout: float = 900) -> list:
 
 
 @contextlib.contextmanager
-def reported(rank: int, queue):
+def reported(rank: int, queue, port: int | None = None):
     """A spawned worker's body: an error is put on ``queue`` as its result (the parent reports it instead of waiting
-    for a result forever) and raised; the process group is destroyed at the end either way."""
+    for a result forever) and raised; the process group is destroyed at the end either way. ``port``: first join the
+    two-process gloo group on 127.0.0.1 at that port, with one intra-op thread."""
     import torch.distributed as dist
 
+    if port is not None:
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        dist.init_process_group("gloo", rank=rank, world_size=2)
+        torch.set_num_threads(1)
     try:
         yield
     except BaseException as error:

@@ -13,7 +13,6 @@ from keplm import (
     KalaConfig,
     KalaForTokenClassification,
     KalaModel,
-    KalaProcessor,
     RoofTransformerConfig,
     RoofTransformerForSequenceClassification,
 )
@@ -22,7 +21,7 @@ from keplm.modeling.base import build_encoder
 from keplm.modeling.families import PRE_LN_BLOCKS, encoder_blocks, modulated_norms
 from keplm.modeling.knowledge_routing import KnowledgeRouter, RoutedLinear
 
-from .test_kala_model import TEXTS, batch_of
+from .test_kala_model import TEXTS, assert_gradients_reach, batch_of
 from .test_roof_model import KNOWLEDGE, _batch, _processor
 
 pytestmark = pytest.mark.usefixtures("single_thread")
@@ -95,28 +94,14 @@ def kala(cls, tokenizer, assets, model_type: str, **kwargs):
     return model
 
 
-@pytest.fixture()
-def processor(tokenizer, assets):
-    return KalaProcessor(tokenizer, assets)
-
-
 @pytest.mark.parametrize("model_type", FAMILIES)
 def test_kala_forward_backward_reaches_the_knowledge_modules(tokenizer, assets, processor, model_type):
     model = kala(KalaForTokenClassification, tokenizer, assets, model_type, num_labels=3, kfm_layers=[0, 1]).train()
     batch = batch_of(processor, TEXTS)
     loss = model(**batch, labels=batch["attention_mask"].clone()).loss
     loss.backward()
-    grads = {name: p.grad for name, p in model.named_parameters()}
-    for part in (
-        "entity_memory.",
-        "knowledge_layers.0.modulation.",
-        "knowledge_layers.1.modulation.",
-        "knowledge_layers.1.retrieval.",
-        "relation_embeddings.",
-        "encoder.",
-    ):
-        reached = [g for n, g in grads.items() if part in n and g is not None and g.abs().sum() > 0]
-        assert reached, f"no gradient reaches {part}"
+    parts = ("entity_memory.", "knowledge_layers.0.modulation.", "knowledge_layers.1.modulation.")
+    assert_gradients_reach(model, (*parts, "knowledge_layers.1.retrieval.", "relation_embeddings.", "encoder."))
 
 
 @pytest.mark.parametrize("model_type", FAMILIES)

@@ -72,15 +72,12 @@ def _arrays(state: dict) -> dict:
 
 
 def _worker(rank: int, port: int, cases: list[dict], queue) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=2)
-    with reported(rank, queue):
+    with reported(rank, queue, port):
         from torch.nn.parallel import DistributedDataParallel
 
         from keplm.training.fsdp import full_state_dict, shard_model
         from keplm.training.sharded_checkpoint import load_sharded, save_sharded
 
-        torch.set_num_threads(1)
         results = {}
         for case in cases:
             cls, batch = case["cls"], case["halves"][rank]

@@ -17,10 +17,11 @@ from transformers import (
 )
 from transformers.modeling_outputs import Seq2SeqLMOutput
 
-from keplm import KalaConfig, KalaForConditionalGeneration, KalaProcessor, KeplmDataCollator
+from keplm import KalaConfig, KalaForConditionalGeneration, KalaProcessor
 from keplm.modeling.families import encoder_blocks, modulated_norms, text_encoder
 
 from .seq2seq_fixtures import SEQ2SEQ_CONFIGS, seq2seq_tokenizer
+from .test_kala_model import assert_gradients_reach, batch_of
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -58,11 +59,6 @@ def make_generator(tokenizer, assets, family: str, **kwargs) -> KalaForCondition
     return model
 
 
-def batch_of(processor, texts):
-    collator = KeplmDataCollator.from_processor(processor, entity_vocab_size=processor.knowledge_assets.num_entities)
-    return collator([processor(t) for t in texts])
-
-
 def targets(tokenizer, answers):
     labels = tokenizer(text_target=answers, padding=True, return_tensors="pt").input_ids
     return labels.masked_fill(labels == tokenizer.pad_token_id, -100)
@@ -77,17 +73,8 @@ def test_forward_with_labels_gives_a_loss_and_reaches_the_knowledge_modules(s2s_
     assert isinstance(out, Seq2SeqLMOutput)
     assert out.logits.shape[:2] == (3, 2) and out.loss.ndim == 0 and torch.isfinite(out.loss)
     out.loss.backward()
-    grads = {name: p.grad for name, p in model.named_parameters()}
-    for part in (
-        "kala.entity_memory.",
-        "kala.knowledge_layers.0.modulation.",
-        "kala.knowledge_layers.1.retrieval.",
-        "kala.relation_embeddings.",
-        "decoder.",
-        "shared.",
-    ):
-        reached = [g for n, g in grads.items() if part in n and g is not None and g.abs().sum() > 0]
-        assert reached, f"no gradient reaches {part}"
+    parts = ("kala.entity_memory.", "kala.knowledge_layers.0.modulation.", "kala.knowledge_layers.1.retrieval.")
+    assert_gradients_reach(model, (*parts, "kala.relation_embeddings.", "decoder.", "shared."))
 
 
 @pytest.mark.parametrize("family", SEQ2SEQ_CONFIGS)

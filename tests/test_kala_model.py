@@ -41,16 +41,19 @@ def make_model(cls, tokenizer, assets, mode="relational", **kwargs):
     return model
 
 
-@pytest.fixture()
-def processor(tokenizer, assets):
-    return KalaProcessor(tokenizer, assets)
-
-
 def batch_of(processor, texts, **collator_kwargs):
     collator = KeplmDataCollator.from_processor(
         processor, entity_vocab_size=processor.knowledge_assets.num_entities, **collator_kwargs
     )
     return collator([processor(t) for t in texts])
+
+
+def assert_gradients_reach(model, parts) -> None:
+    """After a backward pass: some parameter whose name contains each of ``parts`` has a non-zero gradient."""
+    for part in parts:
+        assert any(
+            part in name and p.grad is not None and p.grad.abs().sum() > 0 for name, p in model.named_parameters()
+        ), f"no gradient reaches {part}"
 
 
 def test_modulate_is_identity_off_entity_and_shared_within_mention():

@@ -4,14 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from keplm import KalaProcessor
 from keplm.knowledge import KnowledgeAnnotation
 from keplm.tokenization import char_spans_to_token_spans
-
-
-@pytest.fixture()
-def processor(tokenizer, assets):
-    return KalaProcessor(tokenizer, assets)
 
 
 def mention_tokens(features, tokenizer):

@@ -10,7 +10,6 @@ import types
 import numpy as np
 import pytest
 import torch
-import torch.distributed as dist
 
 from keplm.training.trainer import KeplmTrainer
 
@@ -34,9 +33,7 @@ def _seed_all(seed: int) -> None:
 
 
 def _worker(rank: int, port: int, root: str, queue) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=2)
-    with reported(rank, queue):
+    with reported(rank, queue, port):
         _seed_all(100 + rank)  # each process's generators in their own state
         torch.rand(rank + 1)
         # each "machine" saves to its own disk; only process 0 saves the checkpoint (save_on_each_node off)

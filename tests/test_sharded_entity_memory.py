@@ -11,8 +11,6 @@ rows, and rank 0's gathered save loads in one process and answers the same. The 
 
 from __future__ import annotations
 
-import os
-
 import pytest
 import torch
 import torch.distributed as dist
@@ -64,9 +62,7 @@ TOY_IDS = ([1, 5, 5, 0], [6, 3])
 
 
 def _lookup_worker(rank: int, port: int, queue) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=2)
-    with reported(rank, queue):
+    with reported(rank, queue, port):
         from torch.nn.parallel import DistributedDataParallel
 
         from keplm.modeling.sharded_entity_memory import ShardedEntityMemory
@@ -133,14 +129,11 @@ def test_sharded_lookup_and_gradients_equal_the_whole_tables_and_the_global_norm
 
 
 def _kala_worker(rank: int, port: int, cases: list[dict], queue) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=2)
-    with reported(rank, queue):
+    with reported(rank, queue, port):
         from torch.nn.parallel import DistributedDataParallel
 
         from keplm.training.sharded_memory import gather_entity_memory_state, shard_entity_memory, sharded_memories
 
-        torch.set_num_threads(1)
         results = {}
         for case in cases:
             torch.manual_seed(1)

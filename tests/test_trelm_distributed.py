@@ -4,15 +4,12 @@ including when one process's batch has no mention at all."""
 
 from __future__ import annotations
 
-import os
-
 import pytest
 import torch
-import torch.distributed as dist
 
 from keplm.modeling.trelm_modules import MemoryBank, gather_rows
 
-from .distributed_helpers import spawn_two
+from .distributed_helpers import reported, spawn_two
 from .test_pretraining import tiny_pretraining  # noqa: F401, F811  (fixture)
 
 VOCAB, HIDDEN = 7, 4
@@ -54,17 +51,12 @@ def _bank() -> MemoryBank:
 
 
 def _worker(rank: int, port: int, empty_second: bool, queue) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=2)
-    try:
-        torch.set_num_threads(1)
+    with reported(rank, queue, port):
         bank = _bank()
         for step in range(2):
             bank.update(**_batches(step, empty_second)[rank])
         sizes = gather_rows(torch.arange(rank + 2))[0]
         queue.put((rank, {k: v.clone() for k, v in bank.training_state().items()}, sizes))
-    finally:
-        dist.destroy_process_group()
 
 
 @pytest.mark.slow
