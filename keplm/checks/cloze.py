@@ -46,7 +46,7 @@ from keplm.data.collator import KeplmDataCollator
 from keplm.data.lama import build_queries, common_vocab_ids, predict_top_k
 from keplm.knowledge.graph import KnowledgeGraph
 
-from .synthetic import TaskEntity, invented_words, write_jsonl_kg
+from .synthetic import TaskEntity, invented_words, read_task_json, write_jsonl_kg, write_task_json
 
 CLOZE_GROUPS = ("train", "unseen", "added")
 NOISE_RELATION = "R_noise"
@@ -251,39 +251,13 @@ class ClozeTask:
             paths[f"cloze/test_{group}"] = os.path.join(directory, "cloze", f"test_{group}.jsonl")
             with open(paths[f"cloze/test_{group}"], "w", encoding="utf-8") as f:
                 f.writelines(json.dumps(row) + "\n" for row in self.queries(group))
-        with open(paths["task"], "w", encoding="utf-8") as f:
-            json.dump(
-                {
-                    "entities": [vars(e) for e in self.entities],
-                    "facts": [list(f) for f in self.facts],
-                    "relation_names": self.relation_names,
-                    "corpus_templates": self.corpus_templates,
-                    "query_templates": self.query_templates,
-                    "seed": self.seed,
-                    "sentences_per_fact": self.sentences_per_fact,
-                },
-                f,
-                indent=1,
-            )
+        write_task_json(self, paths["task"])
         return paths
 
 
 def load_cloze_task(directory: str | os.PathLike) -> ClozeTask:
     """The task :meth:`ClozeTask.write` wrote to ``directory`` (its ``cloze_task.json``)."""
-    path = os.path.join(os.fspath(directory), "cloze_task.json")
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"{path} not found: write the task with ClozeTask.write first")
-    with open(path, encoding="utf-8") as f:
-        data = json.load(f)
-    return ClozeTask(
-        [TaskEntity(**e) for e in data["entities"]],
-        [tuple(f) for f in data["facts"]],
-        data["relation_names"],
-        data["corpus_templates"],
-        data["query_templates"],
-        data["seed"],
-        data["sentences_per_fact"],
-    )
+    return read_task_json(ClozeTask, os.path.join(os.fspath(directory), "cloze_task.json"))
 
 
 def make_cloze_task(

@@ -27,7 +27,7 @@ from __future__ import annotations
 import json
 import os
 import random
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 from keplm.knowledge.graph import KnowledgeGraph
 
@@ -276,24 +276,8 @@ class KnowledgeTask:
                     else:
                         f.writelines(json.dumps(row) + "\n" for row in rows)
                 paths[f"{shape}/{split}"] = path
-        with open(os.path.join(directory, "task.json"), "w", encoding="utf-8") as f:
-            json.dump(
-                {
-                    "kind": self.kind,
-                    "labels": self.labels,
-                    "seed": self.seed,
-                    "entities": [vars(e) for e in self.entities],
-                    "facts": [list(f) for f in self.facts],
-                    "relation_names": self.relation_names,
-                    "ner_templates": self.ner_templates,
-                    "sentences_per_entity": self.sentences_per_entity,
-                    "qa_contexts_per_entity": self.qa_contexts_per_entity,
-                    "informative": {k: list(v) for k, v in self.informative.items()},
-                },
-                f,
-                indent=1,
-            )
         paths["task"] = os.path.join(directory, "task.json")
+        write_task_json(self, paths["task"])
         return paths
 
 
@@ -325,25 +309,28 @@ def squad_payload(rows: list[dict]) -> dict:
     }
 
 
-def load_knowledge_task(directory: str | os.PathLike) -> KnowledgeTask:
-    """The task :meth:`KnowledgeTask.write` wrote to ``directory`` (its ``task.json``)."""
-    path = os.path.join(os.fspath(directory), "task.json")
+def write_task_json(task, path: str) -> None:
+    """``task`` (a :class:`KnowledgeTask` or :class:`~keplm.checks.cloze.ClozeTask`) as JSON, field by field."""
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(asdict(task), f, indent=1)
+
+
+def read_task_json(cls, path: str):
+    """The task of class ``cls`` that :func:`write_task_json` wrote to ``path``."""
     if not os.path.isfile(path):
-        raise FileNotFoundError(f"{path} not found: write the task with KnowledgeTask.write first")
+        raise FileNotFoundError(f"{path} not found: write the task with {cls.__name__}.write first")
     with open(path, encoding="utf-8") as f:
         data = json.load(f)
-    return KnowledgeTask(
-        data["kind"],
-        data["labels"],
-        [TaskEntity(**e) for e in data["entities"]],
-        [tuple(f) for f in data["facts"]],
-        data["relation_names"],
-        data["ner_templates"],
-        data["seed"],
-        data["sentences_per_entity"],
-        data.get("qa_contexts_per_entity", 8),
-        {k: tuple(v) for k, v in data["informative"].items()},
-    )
+    data["entities"] = [TaskEntity(**e) for e in data["entities"]]
+    data["facts"] = [tuple(f) for f in data["facts"]]
+    if "informative" in data:
+        data["informative"] = {k: tuple(v) for k, v in data["informative"].items()}
+    return cls(**data)
+
+
+def load_knowledge_task(directory: str | os.PathLike) -> KnowledgeTask:
+    """The task :meth:`KnowledgeTask.write` wrote to ``directory`` (its ``task.json``)."""
+    return read_task_json(KnowledgeTask, os.path.join(os.fspath(directory), "task.json"))
 
 
 def group_members(entities, groups) -> set[str]:
@@ -455,5 +442,7 @@ __all__ = [
     "TaskEntity",
     "load_knowledge_task",
     "make_knowledge_task",
+    "read_task_json",
     "write_jsonl_kg",
+    "write_task_json",
 ]
