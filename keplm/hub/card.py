@@ -371,12 +371,6 @@ def add_figures(
 def build_model_card(
     model,
     metrics: dict | None = None,
-    base_model: str | None = None,
-    dataset: str | None = None,
-    repo_id: str | None = None,
-    command: str | Sequence[str] | None = None,
-    processor=None,
-    license: str | None = None,
     *,
     figures_dir: str | os.PathLike | None = None,
     card_dir: str | os.PathLike | None = None,
@@ -385,13 +379,13 @@ def build_model_card(
 ) -> ModelCard:
     """A model card whose numbers come from the model's config and knowledge assets and the given metrics.
 
-    ``facts`` go to :func:`spec_from_model` (``language``, ``tags``, ``model_name``, ``knowledge_args``,
-    ``train_linked_share``, ``kg``, ``example_text``, ``card_facts``,
-    ``base_model_id``). With
-    ``figures_dir`` the figures are drawn there and linked relative to ``card_dir`` (default: ``figures_dir``'s
-    parent, where ``write_model_card`` is expected to write ``README.md``).
+    ``facts`` are :func:`spec_from_model`'s keywords (``base_model``, ``dataset``, ``repo_id``, ``command``,
+    ``processor``, ``license``, ``language``, ``tags``, ``model_name``, ``knowledge_args``, ``train_linked_share``,
+    ``kg``, ``example_text``, ``card_facts``, ``base_model_id``). With ``figures_dir`` the figures are drawn there and
+    linked relative to ``card_dir`` (default: ``figures_dir``'s parent, where ``write_model_card`` is expected to
+    write ``README.md``).
     """
-    spec = spec_from_model(model, metrics, base_model, dataset, repo_id, command, processor, license, **facts)
+    spec = spec_from_model(model, metrics, **facts)
     if figures_dir is not None:
         add_figures(
             spec,
