@@ -17,7 +17,12 @@ arguments through :func:`hub_kwargs`.
 from __future__ import annotations
 
 import os
+from importlib.metadata import PackageNotFoundError, distribution, packages_distributions
 from pathlib import Path
+
+from huggingface_hub import constants, hf_hub_download, snapshot_download
+from huggingface_hub.errors import EntryNotFoundError, LocalEntryNotFoundError
+from huggingface_hub.file_download import repo_folder_name
 
 #: version of every keplm file format (knowledge assets and KG); bumped when a saved layout changes
 FORMAT_VERSION = 1
@@ -70,8 +75,6 @@ def portable_checkpoint(name_or_path: str | os.PathLike) -> str:
         return value
     parts = Path(value).parts
     if "site-packages" in parts and parts.index("site-packages") + 1 < len(parts):
-        from importlib.metadata import packages_distributions
-
         names = packages_distributions().get(parts[parts.index("site-packages") + 1], [])
         if len(names) == 1:
             return f"pip:{names[0]}"
@@ -82,8 +85,6 @@ def portable_checkpoint(name_or_path: str | os.PathLike) -> str:
 def pip_checkpoint(spec: str) -> str:
     """The folder of the checkpoint an installed pip distribution ships (``pip:<distribution>``): the one folder
     of its files that holds a ``config.json`` and ``*.safetensors`` weights."""
-    from importlib.metadata import PackageNotFoundError, distribution
-
     name = spec.removeprefix("pip:")
     try:
         files = distribution(name).files or []
@@ -146,7 +147,6 @@ def resolve_folder(name_or_path: str | os.PathLike, folder: str, **kwargs) -> Pa
     if os.path.isdir(name_or_path):
         root = Path(name_or_path) / subfolder if subfolder else Path(name_or_path)
         return root / folder
-    from huggingface_hub import snapshot_download
 
     prefix = f"{subfolder}/{folder}" if subfolder else folder
     root = snapshot_download(str(name_or_path), allow_patterns=[f"{prefix}/*", f"{prefix}/**"], **options)
@@ -160,15 +160,10 @@ def resolve_file(name_or_path: str | os.PathLike, filename: str, **kwargs) -> Pa
     if os.path.isdir(name_or_path):
         path = Path(name_or_path, subfolder or "", filename)
         return path if path.is_file() else None
-    from huggingface_hub import hf_hub_download
-    from huggingface_hub.errors import EntryNotFoundError, LocalEntryNotFoundError
 
     try:
         return Path(hf_hub_download(str(name_or_path), filename, subfolder=subfolder, **options))
     except LocalEntryNotFoundError as error:  # the Hub was not asked: not "the repo has no such file"
-        from huggingface_hub import constants
-        from huggingface_hub.file_download import repo_folder_name
-
         cached = Path(
             options.get("cache_dir") or constants.HF_HUB_CACHE,
             repo_folder_name(repo_id=str(name_or_path), repo_type="model"),

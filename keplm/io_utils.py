@@ -14,6 +14,10 @@ import uuid
 from contextlib import contextmanager
 from pathlib import Path
 
+import datasets
+from datasets.utils.logging import is_progress_bar_enabled
+from tqdm.auto import tqdm
+
 logger = logging.getLogger(__name__)
 
 
@@ -146,9 +150,6 @@ def iter_jsonl(path):
 def progress(iterable, desc: str, total: int | None = None, unit: str = "it"):
     """``iterable`` behind a tqdm progress bar that shows only after 2 s (quick steps stay silent) and follows the
     ``datasets`` switch for progress bars (``datasets.disable_progress_bars()``)."""
-    from datasets.utils.logging import is_progress_bar_enabled
-    from tqdm.auto import tqdm
-
     return tqdm(iterable, desc=desc, total=total, unit=unit, delay=2, disable=not is_progress_bar_enabled())
 
 
@@ -168,8 +169,6 @@ def fingerprinted_map(
     ``datasets`` caches a map only next to the input's own cache files; an in-memory input (``Dataset.from_dict``,
     e.g. the pre-training corpus, whose fingerprint is a hash of its content) would be mapped again by every run,
     so its result goes to ``<HF_DATASETS_CACHE>/keplm/<fingerprint>.arrow``."""
-    import datasets
-
     fingerprint = content_fingerprint(dataset, **signature)
     if not dataset.cache_files and datasets.is_caching_enabled() and "cache_file_name" not in map_kwargs:
         directory = os.path.join(datasets.config.HF_DATASETS_CACHE, "keplm")

@@ -17,6 +17,9 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from huggingface_hub import HfApi, hf_hub_download
+from huggingface_hub.errors import EntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError
+
 logger = logging.getLogger(__name__)
 
 #: file patterns that are Python pickles (``torch.save``, ``pickle``): never uploaded by keplm
@@ -79,8 +82,6 @@ def pin_adapter_base(repo_id: str, adapter_config: dict | None, commit, token=No
     revision=R)``, which loads the base at the revision the adapter config names, takes the base files of the same
     push as the adapter, not those of main. Returns that commit's ``CommitInfo`` (``commit`` itself, or its
     ``Future``'s result, when there is nothing to pin)."""
-    from huggingface_hub import HfApi
-
     commit = commit.result() if hasattr(commit, "result") else commit  # a push run as a future
     if adapter_config is None:
         return commit
@@ -99,8 +100,6 @@ def pin_after(commit, folder, repo_id: str, token=None, revision: str | None = N
     """:func:`pin_adapter_base` after the push ``commit`` (a ``CommitInfo`` or its ``Future``) of ``folder``, when the
     folder holds an adapter for ``repo_id`` (read now: the folder may change meanwhile): done at once (``blocking``)
     or queued as a ``Future`` that waits for the push. ``commit`` itself when there is nothing to pin."""
-    from huggingface_hub import HfApi
-
     adapter_config = adapter_base_to_pin(folder, repo_id)
     if adapter_config is None:
         return commit
@@ -121,9 +120,6 @@ def pickled_files(folder: str | os.PathLike) -> list[str]:
 
 def repo_has_file(repo_id: str, filename: str, token=None, revision: str | None = None) -> bool:
     """Whether the Hub repo holds ``filename`` (False for a repo that does not exist yet)."""
-    from huggingface_hub import HfApi
-    from huggingface_hub.errors import EntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError
-
     try:
         return HfApi().file_exists(repo_id, filename, revision=revision, token=token)
     except (EntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError):
@@ -132,8 +128,6 @@ def repo_has_file(repo_id: str, filename: str, token=None, revision: str | None 
 
 def repo_model_type(repo_id: str, token=None, revision: str | None = None) -> str | None:
     """The ``model_type`` of the model a Hub repo holds (its ``config.json``), or None when it holds none."""
-    from huggingface_hub import hf_hub_download
-
     if not repo_has_file(repo_id, "config.json", token=token, revision=revision):
         return None
     path = hf_hub_download(repo_id, "config.json", token=token, revision=revision)
@@ -154,9 +148,6 @@ def card_is_current(repo_id: str, folder: str | os.PathLike, token=None, revisio
     """Whether the repo's ``README.md`` still describes what ``folder`` pushes: the repo has a card and holds every
     file of ``folder`` (the card and its figures aside) with the same content, so the push changes nothing the card
     describes (weights, config, knowledge). False for a repo or revision that does not exist yet."""
-    from huggingface_hub import HfApi
-    from huggingface_hub.errors import EntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError
-
     try:
         listed = {
             entry.path: entry
@@ -210,8 +201,6 @@ def push_folder(
     A keplm adapter saved for this repo gets a second commit that pins its base files (:func:`pin_adapter_base`).
     Returns the ``CommitInfo`` of the last commit.
     """
-    from huggingface_hub import HfApi
-
     api = HfApi()
     repo_id = api.create_repo(repo_id, private=private, token=token, exist_ok=True).repo_id
     earlier = repo_model_type(repo_id, token=token, revision=revision) if model_type is not None else None

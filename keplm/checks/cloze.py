@@ -45,6 +45,7 @@ import torch
 from keplm.data.collator import KeplmDataCollator
 from keplm.data.lama import build_queries, common_vocab_ids, predict_top_k
 from keplm.knowledge.graph import KnowledgeGraph
+from keplm.modeling.modeling_trelm import TrelmForMaskedLM
 
 from .synthetic import TaskEntity, invented_words, read_task_json, write_jsonl_kg, write_task_json
 
@@ -335,8 +336,6 @@ def make_cloze_task(
 def reads_knowledge(model) -> bool:
     """Whether ``model`` takes TRELM's knowledge inputs (a ``TrelmForMaskedLM`` with injection or the memory bank);
     a plain masked LM, or TRELM pre-trained as ``--system mlm``, reads the text only."""
-    from keplm.modeling.modeling_trelm import TrelmForMaskedLM
-
     return isinstance(model, TrelmForMaskedLM) and bool(getattr(model.config, "uses_knowledge", False))
 
 

@@ -12,8 +12,10 @@ from __future__ import annotations
 import random
 
 import torch
+from transformers import pipeline
 
 from keplm.data.collator import KeplmDataCollator
+from keplm.pipelines import CLASSIFICATION_TASK, QA_TASK
 
 from .synthetic import ANCHOR_LABEL, KnowledgeTask
 
@@ -97,10 +99,6 @@ def follow_rate(model, processor, task: KnowledgeTask, rows: list[dict], seed: i
 
 def qa_accuracy(model, processor, rows: list[dict], max_length: int = 256, doc_stride: int = 64) -> float:
     """Share of QA rows whose predicted answer is exactly the gold entity name (the stock-style QA pipeline)."""
-    from transformers import pipeline
-
-    from keplm.pipelines import QA_TASK
-
     qa = pipeline(QA_TASK, model=model, processor=processor)
     hits = 0
     for row in rows:
@@ -111,10 +109,6 @@ def qa_accuracy(model, processor, rows: list[dict], max_length: int = 256, doc_s
 
 def classification_accuracy(model, processor, rows: list[dict], batch_size: int = 32) -> float:
     """Share of ``{"sentence", "label"}`` rows classified as their label (the keplm text-classification pipeline)."""
-    from transformers import pipeline
-
-    from keplm.pipelines import CLASSIFICATION_TASK
-
     classify = pipeline(CLASSIFICATION_TASK, model=model, processor=processor)
     predictions = classify([r["sentence"] for r in rows], batch_size=batch_size)
     label2id = model.config.label2id

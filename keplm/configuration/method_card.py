@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
+from keplm.registration import REGISTERED_METHODS
+
 
 @dataclass(frozen=True)
 class Paper:
@@ -102,8 +104,6 @@ def method_card(model_type: str | None) -> MethodCard:
 
 def registered_method_cards() -> dict[str, MethodCard]:
     """The method cards of every method registered through :func:`keplm.registration.register_method` that has one."""
-    from keplm.registration import REGISTERED_METHODS
-
     cards: dict[str, Any] = {}
     for model_type, (config_class, _, _) in REGISTERED_METHODS.items():
         card = getattr(config_class, "method_card", None)

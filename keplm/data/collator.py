@@ -8,6 +8,7 @@ from numbers import Number
 
 import numpy as np
 import torch
+from torch_geometric.data import Batch, Data
 
 from keplm.tokenization.schema import GraphSchema
 
@@ -229,8 +230,6 @@ class KeplmDataCollator:
         if len(graphs) == 1:  # one graph needs no offsets: skip Batch's per-call cost (~1 ms, most of a bs-1 collation)
             graph = graphs[0]
         else:
-            from torch_geometric.data import Batch, Data  # imported on use: ~2 s of `import keplm` otherwise
-
             graph = Batch.from_data_list([Data(**data, num_nodes=data["x"].shape[0]) for data in graphs])
             offsets = graph.ptr[:-1].unsqueeze(1)
             for key in maps:

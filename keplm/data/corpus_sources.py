@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from keplm.io_utils import progress, read_json
 from keplm.knowledge.annotation import KnowledgeAnnotation
 
+from . import load_ner_dataset, load_qa_dataset
 from .lama import _relation_files, read_fact_file
 
 logger = logging.getLogger(__name__)
@@ -318,7 +319,6 @@ def _dataset_texts(dataset_spec: str, task: str | None) -> tuple[str, dict[str, 
             f"annotation dataset {dataset_spec!r}: name the task as ner:<dataset> or qa:<dataset> "
             "(a build-kg folder's report.json names it)"
         )
-    from . import load_ner_dataset, load_qa_dataset
 
     if task == "ner":
         data = load_ner_dataset(dataset_spec)
@@ -404,7 +404,6 @@ def read_task_examples(path: str, task_and_options: str, spec: str | None = None
     spec = spec or f"task:{task}:{path}"
     options = _task_options(spec, options)
     report = _new_report(spec, "task")
-    from . import load_ner_dataset, load_qa_dataset
 
     if task == "ner":
         if options["articles"]:

@@ -30,6 +30,7 @@ from collections.abc import Iterable, Sequence
 
 import datasets
 import torch
+from tqdm.auto import tqdm
 
 from keplm.io_utils import iter_jsonl, open_text
 
@@ -412,8 +413,6 @@ def predict_top_k(
     ``vocab_ids`` only those tokens compete (LAMA's common vocabulary). ``head_at_mask_only``: the MLM head (a
     vocabulary-sized product per position, most of the cost of a small encoder) is applied at the mask position
     only, through a hook on ``model.base_model``; a model whose head ignores it gets the full logits as before."""
-    from tqdm.auto import tqdm
-
     model.eval()
     device = next(model.parameters()).device
     size = min(model.get_output_embeddings().out_features, len(tokenizer))  # no padded, token-less rows

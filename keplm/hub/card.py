@@ -35,9 +35,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+import torch
 from huggingface_hub import ModelCard
 
 from keplm.configuration.method_card import MethodCard, Paper, allowed_urls, method_card  # noqa: F401
+
+from . import figures as fig
 
 # the facts and the renderer, re-exported: ``keplm.hub.card`` is the module every caller imports from
 from .card_facts import (  # noqa: F401
@@ -266,8 +269,6 @@ def _device_name(device) -> str | None:
     kind = getattr(device, "type", str(device))
     if kind == "cuda":
         try:
-            import torch
-
             return f"GPU ({torch.cuda.get_device_name(device)})"
         except Exception:  # noqa: BLE001
             return "GPU"
@@ -288,8 +289,6 @@ def add_figures(
 
     Without matplotlib nothing is drawn and one log line says so. Returns the figures added to ``spec.figures``.
     """
-    from . import figures as fig
-
     if not fig.matplotlib_available():
         logger.warning(
             "matplotlib is not installed: the model card is written without figures "

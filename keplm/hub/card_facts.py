@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from keplm import registration
+from keplm.configuration.method_card import method_card
 from keplm.metric_units import percent_factor
 
 LIBRARY_NAME = "keplm"
@@ -498,8 +499,6 @@ class ModelCardSpec:
 
     @property
     def method(self) -> str:
-        from keplm.configuration.method_card import method_card
-
         return method_card(self.model_type).name or self.model_type
 
     @property

@@ -13,6 +13,9 @@ import logging
 from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
+import torch
+
 logger = logging.getLogger(__name__)
 
 #: file names of the figures inside a card's figures folder
@@ -58,8 +61,6 @@ def entity_frequency_figure(
     (the null row and zero counts left out), as KALA appendix Fig. 13-14. The histogram counts every row; the
     rank/frequency curve draws every rank up to ``max_points`` entities, beyond that ``max_points`` ranks spaced
     evenly on its log axis (the first and the last included), so a 5M-row memory draws what the eye can see."""
-    import numpy as np
-
     values = np.asarray(counts, dtype=np.int64)
     frequencies = -np.sort(-values[values > 0])
     if not frequencies.size:
@@ -95,8 +96,6 @@ CARD_SAMPLE_ROWS = 10_000
 def sample_rows(num_rows: int, max_rows: int, seed: int = 0):
     """Sorted indices of a seeded sample of ``max_rows`` of ``num_rows`` rows, drawn without replacement in
     O(``max_rows``) memory; ``None`` when ``num_rows <= max_rows`` (every row is used)."""
-    import numpy as np
-
     if max_rows < 1:
         raise ValueError(f"max_rows must be at least 1, got {max_rows}")
     if num_rows <= max_rows:
@@ -138,8 +137,6 @@ def kfm_modulation_table(model, max_rows: int | None = None, seed: int = 0) -> d
     vector a token meets is the GNN's aggregate over its context graph, which differs per context. ``{}`` for a
     model without an entity memory and KFM layers (a baseline, another method).
     """
-    import torch
-
     memory, layers = _memory_and_layers(model)
     if memory is None:
         return {}

@@ -8,6 +8,8 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 
 import numpy as np
+import torch
+from transformers import AutoModel, AutoTokenizer
 
 from .annotation import KnowledgeAnnotation
 from .graph import KnowledgeGraph
@@ -31,8 +33,6 @@ class ContextSimilarityRanker:
         max_neighbors: int = 8,
         device: str | None = None,
     ):
-        import torch
-
         self.kg = kg
         self.model = model.eval()
         self.tokenizer = tokenizer
@@ -46,14 +46,10 @@ class ContextSimilarityRanker:
 
     @classmethod
     def from_pretrained(cls, kg: KnowledgeGraph, name_or_path: str, **kwargs) -> ContextSimilarityRanker:
-        from transformers import AutoModel, AutoTokenizer
-
         return cls(kg, AutoModel.from_pretrained(name_or_path), AutoTokenizer.from_pretrained(name_or_path), **kwargs)
 
     def embed(self, texts: list[str]) -> np.ndarray:
         """Unit-norm mean-pooled encoder states."""
-        import torch
-
         batch = self.tokenizer(texts, padding=True, truncation=True, max_length=128, return_tensors="pt")
         batch = batch.to(self.device)
         with torch.no_grad():

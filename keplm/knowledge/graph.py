@@ -18,6 +18,7 @@ import os
 from collections.abc import Iterable
 
 import numpy as np
+from safetensors.numpy import load_file, save_file
 
 from keplm.file_utils import (
     FORMAT_VERSION,
@@ -330,8 +331,6 @@ class KnowledgeGraph:
             f.writelines(f"{ents[h]}\t{rels[r]}\t{ents[t]}\n" for h, r, t in self.triples.tolist())
         vec_path = os.path.join(directory, KG_VECTORS_NAME)
         if self.entity_vectors is not None:
-            from safetensors.numpy import save_file
-
             save_file({_VECTORS_KEY: np.ascontiguousarray(self.entity_vectors)}, vec_path)
         elif os.path.exists(vec_path):
             os.remove(vec_path)
@@ -394,8 +393,6 @@ class KnowledgeGraph:
         vectors = None
         vec_path = os.path.join(directory, KG_VECTORS_NAME)
         if os.path.isfile(vec_path):
-            from safetensors.numpy import load_file
-
             tensors = load_file(vec_path)
             if _VECTORS_KEY not in tensors:
                 raise ValueError(f"{vec_path}: no tensor named {_VECTORS_KEY!r}")

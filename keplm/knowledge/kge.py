@@ -33,9 +33,14 @@ from __future__ import annotations
 import inspect
 import logging
 import time
+from importlib.metadata import version
 from typing import NamedTuple
 
 import numpy as np
+import torch
+import torch.nn.functional as F
+import torch_geometric.nn.kge as kge
+from tqdm.auto import tqdm
 
 from .graph import KnowledgeGraph
 
@@ -91,8 +96,6 @@ def check_kge_settings(
 
 
 def _model_class(name: str):
-    import torch_geometric.nn.kge as kge
-
     return getattr(kge, KGE_MODELS[name][0])
 
 
@@ -125,9 +128,6 @@ def split_triples(triples: np.ndarray, valid_fraction: float, seed: int) -> tupl
 
 def _entity_vectors(name: str, model):
     """The stored vector of every entity (see the module docstring), float32 numpy [num_entities, dim]."""
-    import torch
-    import torch.nn.functional as F
-
     with torch.no_grad():
         weight = model.node_emb.weight
         if name == "transe":
@@ -142,9 +142,6 @@ def all_tail_scores(model, head, rel):
     ``forward`` of TransE, DistMult, ComplEx and RotatE written against the whole entity table at once (distances by
     ``torch.cdist``, dot products by one matrix product) instead of one gathered row per (triple, entity) pair;
     another KGE model is scored through its ``forward``."""
-    import torch
-    import torch.nn.functional as F
-
     kind, nodes = type(model).__name__, model.node_emb.weight
     if kind == "TransE":  # -|| norm(h) + r - norm(t) ||_p
         h = F.normalize(model.node_emb(head), p=model.p_norm, dim=-1) + model.rel_emb(rel)
@@ -174,9 +171,6 @@ def tail_ranks(model, head, rel, tail, batch_size: int, progress: bool = False):
     torch_geometric's ``KGEModel.test`` does (:func:`all_tail_scores`, then a descending sort); one pass serves every
     metric (``test`` ranks anew for each k). ``batch_size`` bounds the (triple, entity) scores held at once: the
     triples go through in blocks of ``batch_size // num_nodes`` (at least one)."""
-    import torch
-    from tqdm.auto import tqdm
-
     per_pass = max(1, batch_size // model.num_nodes)
     ranks = []
     with torch.no_grad():
@@ -205,8 +199,6 @@ def _optimizer(kge, name: str, lr: float | None, weight_decay: float | None, spa
     """The model's optimizer (torch_geometric's FB15k-237 example: Adam or Adagrad, its lr and weight decay); with
     sparse gradients Adam becomes SparseAdam ("lazy" Adam: only the rows in the batch move) and weight decay,
     which neither SparseAdam nor sparse Adagrad supports, defaults to 0. Returns (optimizer, settings)."""
-    import torch
-
     _, kind, default_lr, default_decay, _ = KGE_MODELS[name]
     lr = default_lr if lr is None else float(lr)
     weight_decay = (0.0 if sparse else default_decay) if weight_decay is None else float(weight_decay)
@@ -256,9 +248,6 @@ def train_kge(
     settings, loss per epoch, metrics, seconds, triples train/valid, and ``kept_vectors`` (counts and the source
     KG's hash) when ``keep_vectors`` is given.
     """
-    import torch
-    from tqdm.auto import tqdm
-
     model_kwargs = {key: value for key, value in (("margin", margin), ("p_norm", p_norm)) if value is not None}
     name = check_kge_settings(model, dim, epochs, batch_size, valid_fraction, **model_kwargs)
     if kg.num_triples == 0:
@@ -431,8 +420,6 @@ def kept_rows(kg: KnowledgeGraph, keep_vectors: KnowledgeGraph, dim: int) -> tup
 
 def _set_vectors(name: str, model, rows, vectors) -> None:
     """Write stored vectors (as :func:`_entity_vectors` gives them) into the model's entity rows ``rows``."""
-    import torch
-
     with torch.no_grad():
         if name in _COMPLEX_VALUED:
             half = model.node_emb.weight.shape[1]
@@ -451,8 +438,6 @@ _VECTOR_DESCRIPTION = {
 
 
 def _version(package: str) -> str:
-    from importlib.metadata import version
-
     return version(package)
 
 

@@ -14,6 +14,7 @@ from keplm.io_utils import fingerprinted_map
 
 from .annotation import KNOWLEDGE_FEATURE, EntityMention, KnowledgeAnnotation, Triplet, inside_word
 from .biomedical import hpo_non_phenotype_branches
+from .construction import SpacyMentionFilter
 from .graph import KnowledgeGraph
 
 __all__ = [
@@ -98,7 +99,6 @@ class EntityLinker:
         if spacy_model is not None:
             if mention_filter is not None:
                 raise ValueError("pass either mention_filter or spacy_model, not both")
-            from .construction import SpacyMentionFilter
 
             mention_filter = SpacyMentionFilter(spacy_model, spacy_labels)
         self.kg = kg

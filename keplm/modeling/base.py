@@ -12,12 +12,15 @@ from pathlib import Path
 
 import torch
 from torch import nn
-from transformers import AutoConfig, AutoModel, PreTrainedModel
+from transformers import AutoConfig, AutoModel, AutoTokenizer, PreTrainedModel
+from transformers.utils import has_file
 
 from keplm.file_utils import pinned_location
+from keplm.hub.card import build_model_card, write_model_card
 from keplm.io_utils import committed_save
 from keplm.knowledge.assets import KnowledgeAssets, holds_assets
 from keplm.push_utils import MODEL_FILES, WEIGHT_FILES, push_folder
+from keplm.tokenization.processing_utils import tokenizer_fingerprint
 
 from .families import check_extra_layers, encoder_blocks, modulated_norms
 from .zero3 import construct, full_state_dict, gathered
@@ -176,11 +179,6 @@ STALE_WEIGHT_FILES = (*WEIGHT_FILES, "pytorch_model*.bin", "pytorch_model.bin.in
 def base_tokenizer_fingerprint(checkpoints: set[str]) -> str | None:
     """The fingerprint of the tokenizer saved with the base checkpoints (one tokenizer for all of them), or None
     when a checkpoint holds none or they differ: the processor a model built on them should use."""
-    from transformers import AutoTokenizer
-    from transformers.utils import has_file
-
-    from keplm.tokenization.processing_utils import tokenizer_fingerprint
-
     fingerprints = set()
     for checkpoint in checkpoints:
         try:  # transformers builds a tokenizer of special tokens only for a folder without tokenizer files
@@ -380,8 +378,6 @@ class KeplmPreTrainedModel(PreTrainedModel):
         """keplm's model card of ``model`` (default: this model; e.g. the peft model around it) as ``README.md`` in
         ``folder``, its figures in ``folder/figures``; ``tags`` added to the card's; ``base_model`` as in
         :meth:`push_to_hub`."""
-        from keplm.hub.card import build_model_card, write_model_card
-
         card = build_model_card(
             model if model is not None else self,
             base_model=base_model or self.base_encoder_name(),

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from safetensors.torch import load_file, save_file
 from torch import nn
 
 from keplm.file_utils import cache_root
@@ -67,8 +68,6 @@ class KnowledgeEncodingCache:
         return self.directory / (self._weights_hash or "unknown")
 
     def _load_shards(self) -> None:
-        from safetensors.torch import load_file
-
         if not self.folder.is_dir():
             return
         for shard in sorted(self.folder.glob("*.safetensors")):
@@ -84,7 +83,6 @@ class KnowledgeEncodingCache:
         """Write the encodings made since the last flush as a new shard."""
         if not self._new or self._weights_hash is None:
             return
-        from safetensors.torch import save_file
 
         self.folder.mkdir(parents=True, exist_ok=True)
         index = len(list(self.folder.glob("*.safetensors")))

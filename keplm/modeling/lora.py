@@ -27,7 +27,10 @@ import re
 from pathlib import Path
 
 import torch
+from huggingface_hub import file_exists
+from peft import LoraConfig, PeftConfig, PeftModel, get_peft_model
 from transformers import AutoConfig
+from transformers.utils import cached_file, find_adapter_config_file, has_file
 
 from keplm.file_utils import pinned_location, pip_checkpoint, portable_checkpoint
 from keplm.io_utils import named_json_errors
@@ -95,8 +98,6 @@ def add_lora(
     suffixes, default query and value projections), the knowledge modules and head trained fully. The encoder
     weights are frozen. ``base_model_name_or_path`` (default: where the encoders were loaded from) is recorded
     so that :func:`load_lora` can rebuild the model."""
-    from peft import LoraConfig, get_peft_model
-
     targets = tuple(target_modules or DEFAULT_TARGET_MODULES)
     encoders = "|".join(re.escape(_prefixed(model, name)) for name in model.named_encoders())
     pattern = rf"^(?:{encoders})\..*\.(?:{'|'.join(re.escape(t) for t in targets)})$"
@@ -162,8 +163,6 @@ def base_encoder_of(adapter_name_or_path: str | os.PathLike, adapter_config: dic
 
 def _adapter_record(adapter_name_or_path, adapter_config: dict | None = None, **location) -> dict:
     """``keplm_adapter.json`` of an adapter (base encoder and its weights' digest), or what peft's config records."""
-    from transformers.utils import cached_file, has_file
-
     subfolder = location.get("subfolder") or ""  # that adapter's own file, not the top level's
     options = {key: location[key] for key in ("revision", "token", "local_files_only", "cache_dir") if key in location}
     if has_file(str(adapter_name_or_path), f"{subfolder}/{BASE_ENCODER_FILE}".lstrip("/"), **options):
@@ -172,7 +171,6 @@ def _adapter_record(adapter_name_or_path, adapter_config: dict | None = None, **
             return json.loads(Path(path).read_text(encoding="utf-8"))
     if adapter_config is not None:
         return {"base_encoder": adapter_config.get("base_model_name_or_path")}
-    from peft import PeftConfig
 
     return {"base_encoder": PeftConfig.from_pretrained(adapter_name_or_path, **location).base_model_name_or_path}
 
@@ -205,8 +203,6 @@ def load_lora(
 ):
     """Rebuild the keplm model of an adapter around its base encoder checkpoint and apply the adapter; returns the
     ``PeftModel``. ``base_model_name_or_path`` overrides the base recorded in the adapter."""
-    from peft import PeftModel
-
     location = pinned_location(adapter_name_or_path, kwargs)
     model, base = _rebuild_base(adapter_name_or_path, base_model_name_or_path, dtype, location)
     peft_model = PeftModel.from_pretrained(model, adapter_name_or_path, **location)
@@ -289,15 +285,12 @@ class PeftBaseModel:
 
 def is_adapter(name_or_path: str | os.PathLike, location: dict) -> bool:
     """Whether ``name_or_path`` holds a LoRA adapter (peft's ``adapter_config.json``) and no model weights."""
-    from transformers.utils import find_adapter_config_file
-
     options = {k: v for k, v in location.items() if k != "subfolder"}
     if find_adapter_config_file(str(name_or_path), **options) is None:
         return False
     weights = ("model.safetensors", "model.safetensors.index.json")
     if os.path.isdir(name_or_path):
         return not any(Path(name_or_path, name).is_file() for name in weights)
-    from huggingface_hub import file_exists
 
     try:
         return not any(

@@ -8,6 +8,7 @@ from functools import partial
 
 import torch
 from torch import nn
+from torch_geometric.utils import scatter
 from transformers import (
     AutoModel,
     AutoModelForQuestionAnswering,
@@ -36,6 +37,7 @@ from .base import (
 from .entity_memory import NULL_ENTITY_INDEX, EntityEmbedding, EntityMemory
 from .families import encoder_blocks, initializer_range, text_encoder
 from .kfm import KnowledgeFeatureModulation, apply_modulation, gather_modulation
+from .relational_retrieval import RelationalAttentionConv, RelationalRetrieval
 
 logger = logging.getLogger(__name__)
 
@@ -118,7 +120,6 @@ def node_context(hidden_states: torch.Tensor, token_node_index: torch.Tensor, nu
     hidden = hidden_states.reshape(-1, hidden_states.shape[-1])
     index = token_node_index.reshape(-1)
     index = torch.where(index >= 0, index, num_nodes)  # tokens outside mentions go to a discarded extra row
-    from torch_geometric.utils import scatter  # imported on use: torch-geometric costs ~2 s of `import keplm`
 
     return scatter(hidden, index, dim=0, dim_size=num_nodes + 1, reduce="mean")[:num_nodes]
 
@@ -128,7 +129,6 @@ class KalaKnowledgeLayer(nn.Module):
 
     def __init__(self, config: KalaConfig):
         super().__init__()
-        from .relational_retrieval import RelationalRetrieval  # torch-geometric, imported when a model is built
 
         hidden = config.encoder_config.hidden_size
         self.retrieval = (
@@ -278,8 +278,6 @@ class KalaPreTrainedModel(KeplmPreTrainedModel):
 
     @torch.no_grad()
     def _init_weights(self, module):
-        from .relational_retrieval import RelationalAttentionConv
-
         super()._init_weights(module)
         std = initializer_range(self.config.encoder_config)
         # transformers.initialization's functions leave a weight loaded from a checkpoint as it is

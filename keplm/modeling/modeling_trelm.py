@@ -289,8 +289,6 @@ class TrelmForMaskedLM(TrelmPreTrainedModel):
         return model
 
     def load_base_mlm_head(self, path) -> bool:
-        from transformers import AutoModelForMaskedLM
-
         try:
             base, info = AutoModelForMaskedLM.from_pretrained(path, output_loading_info=True)
         except (OSError, ValueError) as error:

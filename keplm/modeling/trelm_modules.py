@@ -5,6 +5,7 @@ its negative sampler, and the knowledge-augmented memory bank (3.2, eq. 4–8). 
 from __future__ import annotations
 
 import torch
+import torch.distributed as dist
 from torch import nn
 
 
@@ -175,8 +176,6 @@ class NegativeSampler(nn.Module):
 def gather_rows(*tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
     """Each tensor's rows from every process, concatenated in rank order (the tensors as they are outside a
     multi-process run). The tensors of one call have the same number of rows; processes may have different numbers."""
-    import torch.distributed as dist
-
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
         return tensors
     world = dist.get_world_size()

@@ -19,7 +19,11 @@ import contextlib
 from collections.abc import Iterable, Iterator
 
 import torch
+import transformers
 from torch import nn
+from transformers.integrations import is_deepspeed_zero3_enabled
+
+from keplm.registration import auto_class_name
 
 
 def is_partitioned(parameters: Iterable[nn.Parameter]) -> bool:
@@ -29,8 +33,6 @@ def is_partitioned(parameters: Iterable[nn.Parameter]) -> bool:
 
 def zero3_enabled() -> bool:
     """Whether transformers builds models under ZeRO-3 now (a live ZeRO-3 DeepSpeed config)."""
-    from transformers.integrations import is_deepspeed_zero3_enabled
-
     return bool(is_deepspeed_zero3_enabled())
 
 
@@ -64,9 +66,6 @@ def construct(cls, config):
     ``cls`` is registered under (``keplm.registration.register_method``)."""
     if not zero3_enabled():
         return cls(config)
-    import transformers
-
-    from keplm.registration import auto_class_name
 
     name = auto_class_name(cls, getattr(config, "model_type", None))
     if name is None:

@@ -10,6 +10,7 @@ import torch
 from transformers import PreTrainedTokenizerBase
 
 from keplm.knowledge.assets import KnowledgeAssets
+from keplm.knowledge.loaders import load_kg
 
 from .processing_utils import KeplmProcessor
 
@@ -72,8 +73,6 @@ class TrelmProcessor(KeplmProcessor):
         the KG that has a vector gets an entity row, so it is injected (TRELM has no trained per-entity weight:
         :meth:`~keplm.modeling.modeling_trelm.TrelmPreTrainedModel.extend_entity_vocabulary`). The report adds
         ``entity_rows_added``."""
-        from keplm.knowledge.loaders import load_kg
-
         if isinstance(kg, (str, os.PathLike)):
             kg = load_kg(kg)
         self._check_same_vectors(kg)

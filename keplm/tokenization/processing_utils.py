@@ -16,6 +16,8 @@ import logging
 import os
 from pathlib import Path
 
+import torch
+from datasets.fingerprint import Hasher
 from transformers import AutoConfig, AutoTokenizer, PreTrainedTokenizerBase
 
 from keplm.file_utils import (
@@ -28,7 +30,9 @@ from keplm.file_utils import (
 from keplm.io_utils import named_json_errors, read_json
 from keplm.knowledge.annotation import KnowledgeAnnotation
 from keplm.knowledge.assets import KnowledgeAssets
+from keplm.knowledge.graph import KnowledgeGraph
 from keplm.knowledge.linker import EntityLinker, link_dataset
+from keplm.knowledge.loaders import load_kg
 from keplm.push_utils import PROCESSOR_FILES, push_folder
 
 from .alignment import char_spans_to_token_spans
@@ -117,9 +121,6 @@ class KeplmProcessor(TaskFeatures):
         or a ``load_kg`` spec. The vocabularies stay (the model's tables are indexed by them), so ``model`` (if
         given) takes the same assets; the next ``save_pretrained`` / ``push_to_hub`` of both writes the new
         ``knowledge/`` with its new KG hash. Returns (and logs) :meth:`KnowledgeAssets.kg_change`'s report."""
-        from keplm.knowledge.graph import KnowledgeGraph
-        from keplm.knowledge.loaders import load_kg
-
         if isinstance(kg, (str, os.PathLike)):
             kg = load_kg(kg)
         if not isinstance(kg, KnowledgeGraph):
@@ -150,8 +151,6 @@ class KeplmProcessor(TaskFeatures):
 
     def signature(self) -> dict:
         """Everything about the processor that determines its features (for ``datasets`` cache fingerprints)."""
-        from datasets.fingerprint import Hasher
-
         assets = self.knowledge_assets
         return {
             "processor": type(self).__name__,
@@ -293,8 +292,6 @@ class KeplmProcessor(TaskFeatures):
         """One example's features as a batch of one, in PyTorch tensors: the keys of every declared sequence family
         gain a batch dimension; a declared graph stays one graph (nodes, ``[2, E]`` edges, per-edge values), as the
         collator would batch a single example."""
-        import torch
-
         token_keys = {key for family in self.sequence_families.values() for key in family}
         graph_keys = set(self.graph_schema.keys) if self.graph_schema is not None else set()
         tensors = {}

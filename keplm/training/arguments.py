@@ -16,8 +16,11 @@ import sys
 from dataclasses import dataclass, field, fields
 from typing import ClassVar, Literal
 
+import accelerate.utils as accelerate_utils
 import torch
 from transformers import HfArgumentParser, Seq2SeqTrainingArguments, TrainingArguments
+
+from keplm.knowledge.linker import linker_settings
 
 from .engines import asks_for_deepspeed
 from .option_checks import check_option_values
@@ -123,8 +126,6 @@ class LinkingArguments:
     def linker_kwargs(self, **base) -> dict:
         """The :class:`~keplm.knowledge.EntityLinker` settings of these arguments (``base`` first; ``hops`` only
         when it is not the linker's default, so default settings keep their cache fingerprints)."""
-        from keplm.knowledge.linker import linker_settings
-
         if self.link_hops < 0:
             raise ValueError(f"--link_hops must be >= 0, got {self.link_hops}")
         if self.link_hops != 1:
@@ -291,7 +292,6 @@ def _has_accelerator() -> bool:
     """Whether accelerate would find a device for a distributed backend (the devices its state checks)."""
     if torch.cuda.is_available():
         return True
-    import accelerate.utils as accelerate_utils
 
     checks = (
         "is_torch_xla_available",

@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import torch
 from torch import nn
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+from torch.distributed.fsdp import fully_shard
+
+from keplm.modeling.base import ExtraLayers, encoder_layers
 
 
 def _blocks(model: nn.Module) -> list[nn.Module]:
     """The transformer blocks of the model's encoders and of its extra layers (``ExtraLayers``), each once."""
-    from keplm.modeling.base import ExtraLayers, encoder_layers
-
     blocks = []
     for encoder in getattr(model, "named_encoders", dict)().values():
         blocks.extend(encoder_layers(encoder))
@@ -38,8 +40,6 @@ def shard_model(model: nn.Module, **fully_shard_kwargs) -> nn.Module:
     ``reshard_after_forward``, ``mp_policy``, ... as ``fully_shard`` takes them) and return it. Needs an initialised
     process group; a ValueError for a model with sparse embedding tables, whose sparse gradients FSDP2 cannot
     reduce."""
-    from torch.distributed.fsdp import fully_shard
-
     blockers = model.sharding_blockers("FSDP") if hasattr(model, "sharding_blockers") else []
     if blockers:
         raise ValueError(f"FSDP2 cannot shard this {type(model).__name__}: {'; '.join(blockers)}")
@@ -64,8 +64,6 @@ def full_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
     """The whole (unsharded) state dict of a model sharded by :func:`shard_model`, on CPU: a collective call (every
     process calls it); process 0 gets it (the others an empty dict) and passes it to
     ``save_pretrained(folder, state_dict=...)``."""
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-
     return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
 
 

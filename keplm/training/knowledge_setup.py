@@ -9,12 +9,14 @@ steps are in its run recipe (``keplm.training.recipes``).
 from __future__ import annotations
 
 import logging
+import os
 
 from transformers import AutoConfig
 
 from keplm.configuration import KeplmConfig
 from keplm.io_utils import fingerprinted_map
 from keplm.knowledge import load_kg
+from keplm.modeling.lora import add_lora, load_lora
 from keplm.tokenization import KeplmProcessor
 
 from .arguments import ModelArguments
@@ -84,7 +86,6 @@ def maybe_add_lora(model, model_args: ModelArguments):
     """``--lora_r``: LoRA adapters on the encoder (peft), the knowledge modules and head trained fully."""
     if model_args.lora_r is None:
         return model
-    from keplm.modeling.lora import add_lora
 
     peft_model = add_lora(
         model,
@@ -107,11 +108,7 @@ def maybe_add_lora(model, model_args: ModelArguments):
 def load_for_inference(model_dir: str, auto_class, base_model_name_or_path: str | None = None):
     """A saved model through its Auto class, or a saved LoRA adapter rebuilt on its base encoder (``load_lora``;
     ``base_model_name_or_path`` overrides the encoder the adapter names)."""
-    import os
-
     if os.path.isfile(os.path.join(model_dir, "adapter_config.json")):
-        from keplm.modeling.lora import load_lora
-
         return load_lora(model_dir, base_model_name_or_path)
     return auto_class.from_pretrained(model_dir)
 

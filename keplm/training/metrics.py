@@ -15,7 +15,9 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 
 import numpy as np
+import seqeval.scheme as seqeval_scheme
 from scipy import stats
+from seqeval.metrics import accuracy_score, classification_report
 from sklearn import metrics as sklearn_metrics
 
 __all__ = [
@@ -54,8 +56,6 @@ def ner_metrics(
     ``mode=None`` is the conlleval-compatible default (as in HF ``run_ner``); pass ``mode="strict"``
     and ``scheme="IOB2"`` for strict matching. Per-type F1 is reported as ``"{TYPE}_f1"``.
     """
-    from seqeval.metrics import accuracy_score, classification_report
-
     if len(predictions) != len(references):
         raise ValueError(f"ner_metrics: {len(predictions)} predicted sequences vs {len(references)} references")
     preds = [list(p) for p in predictions]
@@ -65,8 +65,6 @@ def ner_metrics(
             raise ValueError(f"ner_metrics: sequence {i} has {len(p)} predicted tags vs {len(r)} reference tags")
     scheme_cls = None
     if scheme is not None:
-        import seqeval.scheme as seqeval_scheme
-
         scheme_cls = getattr(seqeval_scheme, scheme.upper(), None)
         if scheme_cls is None:
             raise ValueError(f"ner_metrics: unknown seqeval scheme {scheme!r}")

@@ -15,6 +15,7 @@ import math
 import torch
 from torch import nn
 from torch.optim.lr_scheduler import LambdaLR
+from transformers import get_scheduler
 
 
 def sparse_parameters(model: nn.Module) -> list[nn.Parameter]:
@@ -177,8 +178,6 @@ def warmup_step_count(warmup_steps: float, num_training_steps: int) -> int:
 def _warmup_factor(name, warmup: int, num_training_steps: int, scheduler_kwargs: dict | None):
     """The factor function of transformers' ``get_scheduler(name)`` with ``warmup`` steps (built on a probe
     optimizer), or None when that schedule is not a ``LambdaLR`` that starts below its peak during a warm-up."""
-    from transformers import get_scheduler
-
     probe = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=1.0)
     scheduler = get_scheduler(
         name,

@@ -10,10 +10,15 @@ import time
 from dataclasses import dataclass, field
 from typing import ClassVar, Literal
 
+from datasets.fingerprint import Hasher
 from transformers import TrainerCallback
 
 from keplm.io_utils import fingerprinted_map
+from keplm.knowledge.annotation import KnowledgeAnnotation
+from keplm.knowledge.importance import select_important, semantic_importance
 from keplm.metric_units import METRIC_UNIT, METRIC_UNIT_KEY
+
+from .probing import probe
 
 logger = logging.getLogger(__name__)
 
@@ -198,9 +203,6 @@ class ImportanceScorer:
         self.encoder, self.tokenizer, self.max_length = encoder.eval(), tokenizer, max_length
 
     def __call__(self, batch: dict) -> dict:
-        from keplm.knowledge.annotation import KnowledgeAnnotation
-        from keplm.knowledge.importance import semantic_importance
-
         annotations = [KnowledgeAnnotation.from_dict(a) for a in batch["knowledge"]]
         return {
             "si_scores": semantic_importance(
@@ -221,10 +223,6 @@ def add_importance(
 ):
     """The corpus with ``important`` flags per mention (:func:`keplm.knowledge.importance.select_important`) and
     the selection report. SI scores are computed once per corpus and start encoder (cached by datasets)."""
-    from datasets.fingerprint import Hasher
-
-    from keplm.knowledge.importance import select_important
-
     if args.injection_selection in ("si", "si_long_tail"):
         signature = {
             "encoder": encoder_name,
@@ -326,8 +324,6 @@ class ProbeCallback(TrainerCallback):
             self.measure(model, state, args)
 
     def measure(self, model, state, args) -> dict:
-        from .probing import probe
-
         started = time.perf_counter()
         train_seconds = self.clock.elapsed()
         was_training = model.training

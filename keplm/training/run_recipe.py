@@ -23,6 +23,7 @@ from transformers import (
     AutoModelForTokenClassification,
 )
 
+from keplm.data.collator import KeplmDataCollator
 from keplm.io_utils import read_json
 from keplm.registration import REGISTERED_METHODS, RUN_RECIPES
 
@@ -91,8 +92,6 @@ class RunRecipe:
         return {}
 
     def collator(self, processor, model, data_args):
-        from keplm.data.collator import KeplmDataCollator
-
         return KeplmDataCollator.from_processor(processor, model, pad_to_multiple_of=data_args.pad_to_multiple_of)
 
     def before_training(self, model, features: dict, collator, training_args) -> None:
@@ -121,8 +120,6 @@ class RunRecipe:
 
 def recipe_class(model_type: str) -> type[RunRecipe]:
     """The run recipe a method registered (``register_method(..., run_recipe=...)``), imported on first use."""
-    import keplm.modeling  # noqa: F401  (keplm's own methods register their recipes when imported)
-
     if model_type not in RUN_RECIPES:
         trainable = sorted(RUN_RECIPES)
         raise ValueError(f"model type {model_type!r} has no run recipe: the task scripts train {trainable}")

@@ -21,7 +21,7 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from keplm.data import limit_samples, load_qa_dataset
 from keplm.metric_units import METRIC_UNIT, METRIC_UNIT_KEY
 
-from .knowledge_setup import maybe_add_lora
+from .knowledge_setup import featurize, maybe_add_lora
 from .metrics import squad_references, squad_v1_metrics
 from .model_card import KeplmModelCardData
 from .subsets import subset_metrics
@@ -139,8 +139,6 @@ def linked_share(dataset) -> float:
 
 def build_features(raw, make_featurizer, data_args, training_args: TrainingArguments) -> dict:
     """``{split: features}`` for the requested splits; ``make_featurizer(split)`` gives the map function."""
-    from .knowledge_setup import featurize
-
     features = {}
     for split, flag in SPLIT_FLAGS:
         if not getattr(training_args, flag):

@@ -20,7 +20,15 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
+from safetensors import safe_open
+from safetensors.torch import save_file
 from torch import nn
+from torch.distributed.fsdp import FSDPModule
+from torch.distributed.tensor import DTensor
+from transformers import AutoConfig
+
+from keplm.knowledge.assets import KnowledgeAssets
+from keplm.registration import REGISTERED_METHODS
 
 INDEX = "sharded_index.json"
 FORMAT = "keplm-sharded-1"
@@ -32,8 +40,6 @@ def shard_file(rank: int, world_size: int) -> str:
 
 def _sharded_rows(name: str, value) -> torch.Tensor | None:
     """This process's rows of a DTensor sharded along dim 0 (FSDP2's layout), or None for a plain tensor."""
-    from torch.distributed.tensor import DTensor
-
     if not isinstance(value, DTensor):
         return None
     placements = value.placements
@@ -47,8 +53,6 @@ def _sharded_rows(name: str, value) -> torch.Tensor | None:
 
 def _model_class(model: nn.Module) -> type:
     """The model's own class: FSDP2 swaps in a subclass (``FSDP<name>``) of it and ``FSDPModule``."""
-    from torch.distributed.fsdp import FSDPModule
-
     cls = type(model)
     if isinstance(model, FSDPModule):
         cls = next(base for base in cls.__bases__ if not issubclass(base, FSDPModule))
@@ -58,8 +62,6 @@ def _model_class(model: nn.Module) -> type:
 def save_sharded(model: nn.Module, folder: str | os.PathLike) -> None:
     """Write ``model``'s state as a sharded checkpoint in ``folder``: a collective call (every process calls it, each
     writes its own file; process 0 the rest)."""
-    from safetensors.torch import save_file
-
     folder = Path(folder)
     rank, world_size = dist.get_rank(), dist.get_world_size()
     local, rows, replicated = {}, {}, {}
@@ -118,8 +120,6 @@ def read_index(folder: str | os.PathLike) -> dict:
 def load_sharded(model: nn.Module, folder: str | os.PathLike) -> None:
     """Load a sharded checkpoint into ``model``, sharded as the saving run was (same number of processes): each
     process reads its own rows. A collective call."""
-    from safetensors import safe_open
-
     index = read_index(folder)
     rank, world_size = dist.get_rank(), dist.get_world_size()
     if index["world_size"] != world_size:
@@ -153,13 +153,6 @@ def consolidate_sharded(folder: str | os.PathLike, output_dir: str | os.PathLike
     """Write an ordinary checkpoint (``save_pretrained``: safetensors, config, ``knowledge/``) of the sharded
     checkpoint in ``folder`` to ``output_dir``, in one process; returns the model. ``model_class``: default the
     saved model's class among those its method registered."""
-    from safetensors import safe_open
-    from transformers import AutoConfig
-
-    import keplm.modeling  # noqa: F401  (every method registers its models)
-    from keplm.knowledge.assets import KnowledgeAssets
-    from keplm.registration import REGISTERED_METHODS
-
     index, folder = read_index(folder), Path(folder)
     config = AutoConfig.from_pretrained(folder)
     if model_class is None:

@@ -18,7 +18,12 @@ import glob
 import logging
 import os
 
+from keplm.modeling.entity_memory import EntityMemory
+from keplm.modeling.sharded_entity_memory import ShardedEntityMemory
+
 from .engines import asked_engines
+from .optim import CombinedOptimizer
+from .sharded_memory import clip_grad_norm_, gather_entity_memory_state, shard_entity_memory
 from .state import has_state, load_state, save_state
 
 logger = logging.getLogger(__name__)
@@ -29,8 +34,6 @@ SHARD_STATE = "optimizer_shard_{rank}"
 
 def _sharded(model) -> dict:
     """``{qualified name: ShardedEntityMemory}`` of ``model`` (through any wrapper: they are modules too)."""
-    from keplm.modeling.sharded_entity_memory import ShardedEntityMemory
-
     if model is None:
         return {}
     return {name: module for name, module in model.named_modules() if isinstance(module, ShardedEntityMemory)}
@@ -39,8 +42,6 @@ def _sharded(model) -> dict:
 def shard_for_training(model, args) -> None:
     """What ``--shard_entity_memory`` does at the Trainer's construction: shard ``model``'s entity memories in place
     when the run has more than one process; a ValueError for what cannot work with sharded tables."""
-    from keplm.modeling.entity_memory import EntityMemory
-
     wanted = bool(getattr(args, "shard_entity_memory", False))
     already = _sharded(model)
     if model is None or not (wanted or already):
@@ -75,8 +76,6 @@ def shard_for_training(model, args) -> None:
             "--sparse_entity_memory, or without --shard_entity_memory"
         )
     if memories:
-        from .sharded_memory import shard_entity_memory
-
         shard_entity_memory(model)
     for name, memory in _sharded(model).items():
         logger.info(
@@ -93,8 +92,6 @@ def shard_for_training(model, args) -> None:
 def _optimizers(optimizer) -> list:
     """The torch optimizers inside the (accelerate-wrapped, possibly combined) ``optimizer``, in the order of
     ``CombinedOptimizer.state_dict``'s nesting."""
-    from .optim import CombinedOptimizer
-
     inner = getattr(optimizer, "optimizer", optimizer)  # accelerate's AcceleratedOptimizer
     return [inner.main, *inner.others] if isinstance(inner, CombinedOptimizer) else [inner]
 
@@ -134,7 +131,6 @@ class ShardedMemoryTraining:
         step: whether the model has sharded tables is decided once, at the Trainer's construction."""
         if not self._has_sharded_tables:
             return super().clip_gradients(model, max_norm)
-        from .sharded_memory import clip_grad_norm_
 
         self.accelerator.unscale_gradients()
         return clip_grad_norm_(model, max_norm)
@@ -144,7 +140,6 @@ class ShardedMemoryTraining:
         (``gather_entity_memory_state``) and process 0 writes an ordinary checkpoint (with ``knowledge/``)."""
         if not self._sharded_tables() or self.is_deepspeed_enabled or self.is_fsdp_enabled:
             return super().save_model(output_dir, _internal_call)
-        from .sharded_memory import gather_entity_memory_state
 
         state = gather_entity_memory_state(self.model)  # a collective: rank 0 gets the whole state, the others {}
         output_dir = output_dir if output_dir is not None else self.args.output_dir

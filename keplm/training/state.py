@@ -15,6 +15,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
 
 STATE_SUFFIXES = (".json", ".safetensors")
 
@@ -65,8 +67,6 @@ def _decode(value, tensors: dict):
 
 def save_state(state, directory: str | os.PathLike, name: str) -> None:
     """Write ``state`` as ``<directory>/<name>.json`` + ``<name>.safetensors``."""
-    from safetensors.torch import save_file
-
     tensors: dict[str, torch.Tensor] = {}
     structure = _encode(state, tensors, name)
     Path(directory).mkdir(parents=True, exist_ok=True)
@@ -86,9 +86,6 @@ def has_state(directory: str | os.PathLike, name: str) -> bool:
 
 def load_state(directory: str | os.PathLike, name: str):
     """The state :func:`save_state` wrote; FileNotFoundError naming the missing file."""
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
-
     for suffix in STATE_SUFFIXES:
         if not os.path.isfile(os.path.join(directory, name + suffix)):
             raise FileNotFoundError(f"training state file {os.path.join(directory, name + suffix)} is missing")

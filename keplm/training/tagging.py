@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import logging
 
+import datasets
+
 logger = logging.getLogger(__name__)
 
 
@@ -92,8 +94,6 @@ def align_labels_to_model(raw, label_list: list[str], config):
 
     Data that uses only some of the model's labels, or orders them differently, is legitimate; labels the model
     does not know are a ValueError naming them. Returns ``(raw, the model's label list)``."""
-    import datasets
-
     model_labels = [config.id2label[i] for i in range(config.num_labels)]
     unknown = sorted(set(label_list) - set(model_labels))
     if unknown:

@@ -11,10 +11,14 @@ from pathlib import Path
 
 import torch
 from transformers import EarlyStoppingCallback, Trainer
+from transformers.trainer_utils import HubStrategy, SaveStrategy
+from transformers.utils.hub import PushInProgress, hf_api
 
-from keplm.file_utils import portable_paths
+from keplm.file_utils import ASSETS_DIR, portable_paths
+from keplm.hub.card import write_model_card
 from keplm.io_utils import read_json, write_json_whole
 from keplm.knowledge.assets import assets_conflict
+from keplm.modeling.lora import save_lora
 from keplm.push_utils import (
     LOADING_PATTERNS,
     MODEL_FILES,
@@ -229,8 +233,6 @@ class KeplmTrainer(ShardedMemoryTraining, TrainerOverrides, Trainer):
         if not self.args.should_save:
             return
         if callable(getattr(self.model, "get_base_model", None)):
-            from keplm.modeling.lora import save_lora  # a LoRA model: the adapter with its config and assets
-
             # pushed runs name their Hub repo as the adapter's base model, so that the Auto classes load the repo
             save_lora(self.model, output_dir, repo_id=self.hub_model_id if self.args.push_to_hub else None)
         pickled = os.path.join(output_dir, "training_args.bin")
@@ -256,8 +258,6 @@ class KeplmTrainer(ShardedMemoryTraining, TrainerOverrides, Trainer):
         commit, nested ``knowledge/`` included), but no pickle is ever uploaded; a LoRA run's adapter gets a second
         commit that pins its base files (:func:`keplm.push_utils.pin_adapter_base`), whose ``CommitInfo`` (or
         future) is returned."""
-        from transformers.utils.hub import hf_api
-
         self.callback_handler.on_push_begin(self.args, self.state, self.control)
         model_name = kwargs.pop("model_name", None)
         if model_name is None and self.args.should_save:
@@ -290,11 +290,6 @@ class KeplmTrainer(ShardedMemoryTraining, TrainerOverrides, Trainer):
         ``knowledge/`` and the processor are copied to ``output_dir`` and uploaded in the background, with the
         training arguments as JSON; files that are pickles (the stock optimizer/scheduler/RNG state) are not
         uploaded."""
-        from transformers.trainer_utils import HubStrategy, SaveStrategy
-        from transformers.utils.hub import PushInProgress, hf_api
-
-        from keplm.file_utils import ASSETS_DIR
-
         if not self.is_world_process_zero() or self.args.hub_strategy == HubStrategy.END:
             return
         if not self.args.hub_always_push and self.push_in_progress is not None and not self.push_in_progress.is_done():
@@ -437,7 +432,6 @@ class KeplmTrainer(ShardedMemoryTraining, TrainerOverrides, Trainer):
         """
         if not self.is_world_process_zero():
             return
-        from keplm.hub.card import write_model_card
 
         if not self.card_data.hyperparameters:  # no training ran: the arguments as they stand
             self.card_data.record_arguments(self)

@@ -19,9 +19,11 @@ import random
 
 import numpy as np
 import torch
+from accelerate.utils import DeepSpeedSchedulerWrapper
 from torch.utils.data import SequentialSampler
 from transformers.trainer import OPTIMIZER_NAME, SCHEDULER_NAME
 from transformers.trainer_utils import has_length
+from transformers.utils import is_torch_xla_available
 
 from .optim import clip_grad_norm_sparse_
 from .state import has_state, load_state, require_state, save_state
@@ -94,20 +96,14 @@ class TrainerOverrides:
 
     def _plain_checkpoints(self) -> bool:
         """Whether the checkpoint state is the Trainer's own (not DeepSpeed's, FSDP's or XLA's, which keep theirs)."""
-        from transformers.utils import is_torch_xla_available
-
         return not (self.is_deepspeed_enabled or self.is_fsdp_enabled or is_torch_xla_available())
 
     def _rng_is_ours(self) -> bool:
         """Whether keplm writes the RNG states (every engine but XLA, whose Trainer path keeps its own)."""
-        from transformers.utils import is_torch_xla_available
-
         return not is_torch_xla_available()
 
     def _scheduler_is_ours(self) -> bool:
         """Under DeepSpeed, whether the Trainer's scheduler is one DeepSpeed does not save with its checkpoint."""
-        from accelerate.utils import DeepSpeedSchedulerWrapper
-
         return self.is_deepspeed_enabled and not isinstance(self.lr_scheduler, DeepSpeedSchedulerWrapper)
 
     def _save_optimizer_and_scheduler(self, output_dir: str) -> None:

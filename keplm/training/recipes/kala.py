@@ -18,11 +18,14 @@ from transformers import AutoTokenizer
 
 from keplm.configuration import DEFAULT_KFM_LAYERS
 from keplm.data import TEXT_COLUMNS
+from keplm.data.collator import KeplmDataCollator
 from keplm.knowledge import KNOWLEDGE_FEATURE, KnowledgeAnnotation, KnowledgeAssets, load_kg, read_kala_annotations
 from keplm.modeling.modeling_kala import ENTITY_MEMORY_OPTIMIZERS
 from keplm.tokenization import KalaProcessor, KeplmProcessor
+from keplm.training.optim import schedule_has_warmup
 
 from ..arguments import LinkingArguments, ModelArguments, split_paths
+from ..entity_init import initialize_entity_memory_from_encoder
 from ..knowledge_setup import checkpoint_processor, is_keplm_checkpoint
 from ..run_recipe import RunRecipe
 from ..runtime import flatten, linked_share
@@ -193,8 +196,6 @@ class KnowledgeArguments(LinkingArguments):
     def parameter_group_options(self, lr_scheduler_type="linear", lr_scheduler_kwargs: dict | None = None) -> dict:
         """The KALA model's training options (``KalaPreTrainedModel.parameter_groups``) set on the command line, the
         knowledge warm-up defaulting to :data:`DEFAULT_KNOWLEDGE_WARMUP` where ``lr_scheduler_type`` has warm-ups."""
-        from keplm.training.optim import schedule_has_warmup
-
         knowledge_lr = self.knowledge_learning_rate
         if not self.uses_knowledge or (knowledge_lr is not None and knowledge_lr <= 0):
             knowledge_lr = None  # the encoder's rate; a baseline has no knowledge modules to give a rate
@@ -402,8 +403,6 @@ def build_model(
 
 def build_collator(processor, model, data_args, knowledge_args):
     """The collator of the processor's features for ``model`` (graph batching only if the model reads one)."""
-    from keplm.data.collator import KeplmDataCollator
-
     return KeplmDataCollator.from_processor(
         processor,
         model,
@@ -415,8 +414,6 @@ def build_collator(processor, model, data_args, knowledge_args):
 def maybe_initialize_entity_memory(model, features, collator, knowledge_args, training_args) -> None:
     """``--init_entity_memory``: KALA appendix B.1, before training."""
     if knowledge_args.init_entity_memory and training_args.do_train:
-        from ..entity_init import initialize_entity_memory_from_encoder
-
         initialize_entity_memory_from_encoder(
             model.to(training_args.device),
             features["train"],

@@ -12,7 +12,8 @@ from transformers import AutoTokenizer
 
 from keplm.knowledge import KnowledgeAssets, load_kg
 from keplm.tokenization import KeplmProcessor
-from keplm.tokenization.roof_knowledge import knowledge_statistics
+from keplm.tokenization.processing_roof_transformer import RoofTransformerProcessor
+from keplm.tokenization.roof_knowledge import add_triples_column, knowledge_statistics, read_triple_lists
 
 from ..arguments import LinkingArguments, ModelArguments, split_paths
 from ..knowledge_setup import checkpoint_processor, is_keplm_checkpoint
@@ -112,9 +113,6 @@ def prepare_roof_knowledge(model_args: ModelArguments, roof_args, raw, text_colu
     """The Roof-Transformer processor (a checkpoint's, or the base tokenizer with ``--kg`` and the selection and
     verbalisation settings) and the splits with what selection reads: the linked ``knowledge`` columns of their
     text columns (one linking pass per split), or the ``--triple_files`` lists."""
-    from keplm.tokenization.processing_roof_transformer import RoofTransformerProcessor
-    from keplm.tokenization.roof_knowledge import add_triples_column, read_triple_lists
-
     path = model_args.model_name_or_path
     if is_keplm_checkpoint(path, **model_args.hub_kwargs()):
         processor = checkpoint_processor(
