@@ -22,7 +22,9 @@ if os.environ.get("CI"):
 
 # pytest-xdist's workers share the machine's cores: each worker, and every process its tests launch, runs its share
 # of intra-op threads. Two workers on two cores with two threads each spend their time waiting on each other (a
-# tiny-model test took 16 s alone and 129 s in the full suite, 2026-11-29).
+# tiny-model test took 16 s alone and 129 s in the full suite, 2026-11-29). This is the suite's one thread rule: a run
+# without -n keeps torch's default (four tiny-model modules: 28.7-29.8 s of pytest time with two threads, 28.7-33.3 s
+# with one, on a quiet 2-core machine, 2026-11-29).
 _WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
 if _WORKERS > 1:
     _CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
@@ -120,16 +122,6 @@ def tiny_encoder_config(tokenizer, layers: int = 2, hidden: int = 32) -> BertCon
 def encoder_config(tokenizer):
     torch.manual_seed(0)
     return tiny_encoder_config(tokenizer)
-
-
-@pytest.fixture(scope="module")
-def single_thread():
-    """One intra-op thread for a module's tests (``pytestmark = pytest.mark.usefixtures("single_thread")``): tiny
-    models gain nothing from threads, and on a busy 2-core machine 2-thread ops crawl."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")

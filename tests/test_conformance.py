@@ -24,8 +24,6 @@ from keplm.registration import REGISTERED_METHODS
 from .conformance_cases import CASES, Ingredients
 from .conftest import tiny_encoder_config
 
-pytestmark = pytest.mark.usefixtures("single_thread")  # tests/conftest.py: tiny models, a busy machine
-
 
 @pytest.fixture(params=CASES, ids=[case.id for case in CASES])
 def case(request):

@@ -29,7 +29,6 @@ from tests.conftest import tiny_encoder_config
 from tests.docs_blocks import DATA, Parsed, commands, program, run_script
 from tests.test_run_scripts import load_script, ner_args, write_tiny_files
 
-pytestmark = pytest.mark.usefixtures("single_thread")  # tests/conftest.py
 needs_data = pytest.mark.skipif(not DATA.is_dir(), reason="../shared/data is absent")
 
 

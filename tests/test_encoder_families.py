@@ -24,8 +24,6 @@ from keplm.modeling.knowledge_routing import KnowledgeRouter, RoutedLinear
 from .test_kala_model import TEXTS, assert_gradients_reach, batch_of
 from .test_roof_model import KNOWLEDGE, _batch, _processor
 
-pytestmark = pytest.mark.usefixtures("single_thread")
-
 #: model types and any config fields their tiny version needs
 FAMILIES = {
     "bert": {},

@@ -1,8 +1,7 @@
 """Tests of the harness's experiments tool (python -m harness.experiments): its presets give command lines the run
 scripts parse, and TAPT (KALA's fifth system) pretrains on the run's own training text, then fine-tunes as vanilla.
 
-The tiny files come from test_run_scripts.py's module-scoped ``tiny`` fixture; conftest's ``single_thread`` fixture
-keeps the runs on one thread.
+The tiny files come from test_run_scripts.py's module-scoped ``tiny`` fixture.
 """
 
 from __future__ import annotations
@@ -15,8 +14,6 @@ from keplm.training.recipes.kala import KnowledgeArguments
 from .test_run_scripts import ARTICLES, ROOT, SYSTEMS, read_json
 
 KALA_NER = (ModelArguments, NerDataArguments, KnowledgeArguments, KeplmTrainingArguments)
-
-pytestmark = pytest.mark.usefixtures("single_thread")  # tests/conftest.py
 
 
 def test_experiment_presets_build_valid_run_script_commands(monkeypatch, tmp_path):

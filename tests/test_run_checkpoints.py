@@ -17,8 +17,6 @@ from tests.test_run_scripts import (
     read_json,
 )
 
-pytestmark = pytest.mark.usefixtures("single_thread")  # tests/conftest.py
-
 
 def test_run_ner_reloads_its_checkpoint(tiny, tmp_path):
     """A saved KALA checkpoint is a valid --model_name_or_path: same processor/assets, same eval metrics."""

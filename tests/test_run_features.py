@@ -4,7 +4,6 @@ fingerprinted), the entity vocabulary and its initialisation, word tags, evaluat
 from __future__ import annotations
 
 import datasets
-import pytest
 import torch
 from transformers import pipeline
 
@@ -19,8 +18,6 @@ from keplm.training.recipes.kala import KnowledgeArguments, add_knowledge, build
 from tests.test_run_scripts import (
     CONLL,
 )
-
-pytestmark = pytest.mark.usefixtures("single_thread")  # tests/conftest.py
 
 
 def _processor_and_features(tiny, system="relational", **knowledge):

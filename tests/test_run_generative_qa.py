@@ -17,8 +17,6 @@ from .run_args import QUIET_RUN
 from .seq2seq_fixtures import seq2seq_tokenizer, t5_config
 from .test_run_scripts import ARTICLES, load_script, read_json, write_tiny_files
 
-pytestmark = pytest.mark.usefixtures("single_thread")
-
 
 @pytest.fixture(scope="module")
 def tiny_t5(tmp_path_factory, tokenizer, kg) -> dict[str, str]:

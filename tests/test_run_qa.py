@@ -16,8 +16,6 @@ from tests.test_run_scripts import (
     read_json,
 )
 
-pytestmark = pytest.mark.usefixtures("single_thread")  # tests/conftest.py
-
 
 @pytest.mark.parametrize("system", SYSTEMS)
 def test_run_qa_end_to_end(tiny, tmp_path, system):

@@ -114,9 +114,6 @@ def write_tiny_files(root: Path, tokenizer, kg) -> dict[str, str]:
     return {"model": str(model_dir), "kg": str(kg_dir), "conll": str(conll_dir), "squad": str(squad_file)}
 
 
-pytestmark = pytest.mark.usefixtures("single_thread")  # tests/conftest.py
-
-
 def load_script(name: str):
     spec = importlib.util.spec_from_file_location(f"keplm_test_{name}", ROOT / "run_scripts" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)

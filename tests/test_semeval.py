@@ -25,8 +25,6 @@ from .run_args import QUIET_RUN
 from .test_run_scripts import load_script
 from .test_trelm import kge_assets, make_model  # noqa: F401
 
-pytestmark = pytest.mark.usefixtures("single_thread")  # tests/conftest.py
-
 # a toy task the label of which the words decide: "capital of" (e1 in e2), "lives in" (e1 goes to e2), else Other
 TOY = [
     ("<e1>paris</e1> is the capital of <e2>france</e2> .", "Member-Collection(e1,e2)"),

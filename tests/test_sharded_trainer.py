@@ -29,8 +29,6 @@ from .test_ddp import launch, torchrun
 from .test_kala_model import make_model
 from .test_run_scripts import linked_ner_inputs
 
-pytestmark = pytest.mark.usefixtures("single_thread")  # tests/conftest.py
-
 
 def _run(tmp_path: Path, tiny: dict, out: Path, *extra: str) -> tuple[dict[int, tuple[float, float]], str]:
     """run_ner.py in 2 torchrun processes (4 steps, logged every step): ``{step: (loss, gradient norm)}`` and the

@@ -20,8 +20,6 @@ from keplm.training.pretraining import MemoryDecayCallback
 from .run_args import cpu_training_args
 from .test_trelm import ANNOTATION, TEXT, features, make_model, with_kge
 
-pytestmark = pytest.mark.usefixtures("single_thread")
-
 #: two examples with three CKA targets: "new" and "york" (tokens 0 and 1 of the tail Q60), "germany" (token 0)
 TEXTS = ["john visited paris in new york .", "berlin is in germany"]
 ANNOTATIONS = [
