@@ -101,7 +101,7 @@ def build_model(system: str, preset: Preset, seed: int = 0) -> torch.nn.Module:
     from transformers import BertForQuestionAnswering
 
     from keplm.configuration.configuration_kala import KalaConfig
-    from keplm.modeling.modeling_kala import KalaForQuestionAnswering
+    from keplm.modeling.modeling_kala_heads import KalaForQuestionAnswering
 
     torch.manual_seed(seed)
     system, preset = system_preset(system, preset)

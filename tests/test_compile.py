@@ -18,7 +18,7 @@ from transformers import BertConfig
 from keplm import KalaProcessor
 from keplm.configuration.configuration_kala import KalaConfig
 from keplm.data.collator import KeplmDataCollator
-from keplm.modeling.modeling_kala import KalaForQuestionAnswering
+from keplm.modeling.modeling_kala_heads import KalaForQuestionAnswering
 
 LENGTH = 24
 #: (nodes, edges) of the two features of each batch; padded to multiples of 8 -> 16, 32 and 48 nodes

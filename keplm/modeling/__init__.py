@@ -1,12 +1,7 @@
 from .base import ExtraLayers, KeplmPreTrainedModel, ParameterGroup
-from .modeling_kala import (
-    KalaForConditionalGeneration,
-    KalaForQuestionAnswering,
-    KalaForTokenClassification,
-    KalaModel,
-    KalaModelOutput,
-    KalaPreTrainedModel,
-)
+from .modeling_kala import KalaModel, KalaModelOutput, KalaPreTrainedModel
+from .modeling_kala_generation import KalaForConditionalGeneration
+from .modeling_kala_heads import KalaForQuestionAnswering, KalaForTokenClassification  # registers KALA
 from .modeling_relation_extraction import (
     KeplmForRelationExtraction,
     RelationExtractionOutput,

@@ -9,20 +9,13 @@ from functools import partial
 import torch
 from torch import nn
 from torch_geometric.utils import scatter
-from transformers import (
-    AutoModel,
-    AutoModelForQuestionAnswering,
-    AutoModelForSeq2SeqLM,
-    AutoModelForTokenClassification,
-)
+from transformers import AutoModel
 from transformers import initialization as init
 from transformers.modeling_outputs import BaseModelOutput
 from transformers.utils import can_return_tuple
 
 from keplm.configuration.configuration_kala import KalaConfig
 from keplm.knowledge.assets import KnowledgeAssets
-from keplm.registration import register_method
-from keplm.tokenization.processing_kala import KalaProcessor
 
 from .base import (
     RAW_TEXT_HINT,
@@ -513,32 +506,12 @@ def _skippable(state: _KnowledgeState, device: torch.device) -> bool:
     )
 
 
-# the task heads and the encoder-decoder head live in their own files (they read the classes above, so they are
-# imported here, after them)
-from .modeling_kala_generation import KalaForConditionalGeneration  # noqa: E402
-from .modeling_kala_heads import KalaForQuestionAnswering, KalaForTokenClassification  # noqa: E402
-
-register_method(
-    KalaConfig,
-    {
-        AutoModel: KalaModel,
-        AutoModelForTokenClassification: KalaForTokenClassification,
-        AutoModelForQuestionAnswering: KalaForQuestionAnswering,
-        AutoModelForSeq2SeqLM: KalaForConditionalGeneration,
-    },
-    processor=KalaProcessor,
-    run_recipe="keplm.training.recipes.kala:KalaRunRecipe",
-)
-
 __all__ = [
     "ENTITY_MEMORY_OPTIMIZERS",
     "KNOWLEDGE_OPTIMIZERS",
     "KalaModel",
     "KalaModelOutput",
     "KalaPreTrainedModel",
-    "KalaForTokenClassification",
-    "KalaForQuestionAnswering",
-    "KalaForConditionalGeneration",
     "entity_dropout",
     "node_context",
 ]

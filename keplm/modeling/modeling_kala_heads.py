@@ -1,16 +1,27 @@
-"""KALA's task heads (Kang et al., 2022): token classification (NER) and extractive QA over :class:`KalaModel`."""
+"""KALA's task heads (Kang et al., 2022): token classification (NER) and extractive QA over :class:`KalaModel`, and
+KALA's registration with the Auto classes (these heads, the encoder-decoder head of ``modeling_kala_generation.py``
+and the bare :class:`KalaModel`)."""
 
 from __future__ import annotations
 
 import torch
 from torch import nn
+from transformers import (
+    AutoModel,
+    AutoModelForQuestionAnswering,
+    AutoModelForSeq2SeqLM,
+    AutoModelForTokenClassification,
+)
 from transformers.modeling_outputs import QuestionAnsweringModelOutput, TokenClassifierOutput
 from transformers.utils import can_return_tuple
 
 from keplm.configuration.configuration_kala import KalaConfig
+from keplm.registration import register_method
+from keplm.tokenization.processing_kala import KalaProcessor
 
 from .heads import check_labels, check_span_positions, classification_head
 from .modeling_kala import KalaModel, KalaPreTrainedModel
+from .modeling_kala_generation import KalaForConditionalGeneration
 
 
 def _knowledge_kwargs(entity_token_map, node_entity_ids, edge_index, edge_relation_ids) -> dict:
@@ -124,5 +135,17 @@ class KalaForQuestionAnswering(KalaPreTrainedModel):
             attentions=outputs.attentions,
         )
 
+
+register_method(
+    KalaConfig,
+    {
+        AutoModel: KalaModel,
+        AutoModelForTokenClassification: KalaForTokenClassification,
+        AutoModelForQuestionAnswering: KalaForQuestionAnswering,
+        AutoModelForSeq2SeqLM: KalaForConditionalGeneration,
+    },
+    processor=KalaProcessor,
+    run_recipe="keplm.training.recipes.kala:KalaRunRecipe",
+)
 
 __all__ = ["KalaForTokenClassification", "KalaForQuestionAnswering"]
