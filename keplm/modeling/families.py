@@ -169,6 +169,11 @@ def ffn_paths(block: nn.Module) -> tuple[nn.Module, tuple[nn.Module, str], tuple
     return hook_module, linears[0], linears[1]
 
 
+def encoder_prefix(model: nn.Module, name: str) -> str:
+    """The parameter-name prefix of encoder ``name`` in ``model`` (with the base-model prefix if any)."""
+    return f"{model.base_model_prefix}.{name}" if model.base_model is not model else name
+
+
 __all__ = [
     "MODULATED_NORMS",
     "PRE_LN_BLOCKS",
@@ -183,4 +188,5 @@ __all__ = [
     "encoder_blocks",
     "modulated_norms",
     "ffn_paths",
+    "encoder_prefix",
 ]

@@ -25,6 +25,7 @@ import logging
 import os
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from huggingface_hub import file_exists
@@ -38,7 +39,10 @@ from keplm.knowledge.assets import KnowledgeAssets, save_knowledge_assets
 from keplm.push_utils import MODEL_FILES, push_folder
 from keplm.registration import auto_class_name, registered_model_class
 
-from .base import KeplmPreTrainedModel, _prefixed
+from .families import encoder_prefix
+
+if TYPE_CHECKING:
+    from .base import KeplmPreTrainedModel
 
 logger = logging.getLogger(__name__)
 #: attention projections of BERT-like encoders that get adapters by default
@@ -74,7 +78,7 @@ def fully_trained_modules(model: KeplmPreTrainedModel) -> list[str]:
 
     Modules are wrapped where they hold parameters, not at containers such as ``ModuleDict``: a wrapped module is
     only called, never indexed, so the model's code runs unchanged around the wrappers."""
-    encoders = tuple(f"{_prefixed(model, name)}" for name in model.named_encoders())
+    encoders = tuple(f"{encoder_prefix(model, name)}" for name in model.named_encoders())
     names: list[str] = []
     for name, module in model.named_modules():
         if not name or any(name == e or name.startswith(f"{e}.") for e in encoders):
@@ -99,7 +103,7 @@ def add_lora(
     weights are frozen. ``base_model_name_or_path`` (default: where the encoders were loaded from) is recorded
     so that :func:`load_lora` can rebuild the model."""
     targets = tuple(target_modules or DEFAULT_TARGET_MODULES)
-    encoders = "|".join(re.escape(_prefixed(model, name)) for name in model.named_encoders())
+    encoders = "|".join(re.escape(encoder_prefix(model, name)) for name in model.named_encoders())
     pattern = rf"^(?:{encoders})\..*\.(?:{'|'.join(re.escape(t) for t in targets)})$"
     encoder_modules = [name for name, _ in model.named_modules() if re.match(rf"^(?:{encoders})\.", name)]
     unmatched = [t for t in targets if not any(name.endswith(f".{t}") for name in encoder_modules)]
