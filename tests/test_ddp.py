@@ -61,7 +61,9 @@ def launch(command: list[str], tmp_path: Path, env: dict[str, str] | None = None
         log = result.stdout + result.stderr
         if result.returncode == 0 or not gloo_exit_abort(log) or attempt:
             break
-        warnings.warn(f"a launch aborted in gloo's teardown after training; again:\n{log[-1500:]}", stacklevel=2)
+        warnings.warn(
+            f"a launch aborted in gloo's teardown after training, launched again:\n{log[-1500:]}", stacklevel=2
+        )
     assert result.returncode == 0, log[-6000:]
     return log
 
