@@ -124,6 +124,9 @@ class KnowledgeTask:
     qa_contexts_per_entity: int = 8
     informative: dict[str, tuple[str, str, str]] = field(default_factory=dict)  # entity id -> its typing fact
 
+    def __post_init__(self):
+        self.informative = {k: tuple(v) for k, v in self.informative.items()}  # read back from JSON: lists
+
     # ------------------------------------------------------------------ knowledge graphs
     def members(self, groups) -> set[str]:
         """Ids of the entities of ``groups``, with the bridges of those groups (``two_hop`` tasks)."""
@@ -323,8 +326,6 @@ def read_task_json(cls, path: str):
         data = json.load(f)
     data["entities"] = [TaskEntity(**e) for e in data["entities"]]
     data["facts"] = [tuple(f) for f in data["facts"]]
-    if "informative" in data:
-        data["informative"] = {k: tuple(v) for k, v in data["informative"].items()}
     return cls(**data)
 
 

@@ -78,7 +78,7 @@ def fully_trained_modules(model: KeplmPreTrainedModel) -> list[str]:
 
     Modules are wrapped where they hold parameters, not at containers such as ``ModuleDict``: a wrapped module is
     only called, never indexed, so the model's code runs unchanged around the wrappers."""
-    encoders = tuple(f"{encoder_prefix(model, name)}" for name in model.named_encoders())
+    encoders = tuple(encoder_prefix(model, name) for name in model.named_encoders())
     names: list[str] = []
     for name, module in model.named_modules():
         if not name or any(name == e or name.startswith(f"{e}.") for e in encoders):
