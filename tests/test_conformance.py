@@ -320,3 +320,15 @@ def test_eager_and_sdpa_attention_give_the_same_outputs(case, built):
     model.set_attn_implementation("eager")
     eager = outputs(model, batch)
     torch.testing.assert_close(eager, sdpa, rtol=1e-4, atol=1e-5)
+
+
+def test_token_ids_beyond_the_vocabulary_are_refused_by_name(case, built):
+    """A token id the encoder has no embedding for (ids from another model's tokenizer) is a ValueError naming
+    ``input_ids`` and the vocabulary size, not an index error inside the embedding."""
+    model, processor = built
+    batch = case.batch(processor, model)
+    vocab_size = model.config.encoder_config.vocab_size
+    batch["input_ids"] = batch["input_ids"].clone()
+    batch["input_ids"][0, 1] = vocab_size
+    with pytest.raises(ValueError, match=rf"input_ids must lie in \[0, {vocab_size}\)"):
+        model(**batch)

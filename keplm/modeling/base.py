@@ -99,6 +99,17 @@ def check_index_range(tensor: torch.Tensor | None, low: int, high: int, message:
         raise ValueError(message.format(low=low, high=high))
 
 
+def check_input_ids(input_ids: torch.Tensor | None, config) -> None:
+    """ValueError if a token id lies outside the encoder's vocabulary (``config.encoder_config.vocab_size``): ids
+    made by another model's tokenizer would otherwise fail as an index error deep in the embedding."""
+    check_index_range(
+        input_ids,
+        0,
+        config.encoder_config.vocab_size,
+        "input_ids must lie in [0, {high}), the encoder's vocabulary: were they made by another model's tokenizer?",
+    )
+
+
 class ExtraLayers(nn.ModuleList):
     """Transformer layers of an encoder's own class stacked on top of its output (a ``ModuleList`` of them).
 
@@ -520,4 +531,5 @@ __all__ = [
     "encoder_layers",
     "layer_norms",
     "check_index_range",
+    "check_input_ids",
 ]

@@ -24,6 +24,7 @@ from .base import (
     ParameterGroup,
     build_encoder,
     check_index_range,
+    check_input_ids,
     layer_norms,
     output_flags,
 )
@@ -438,12 +439,7 @@ class KalaModel(KalaPreTrainedModel):
         edge_relation_ids (`torch.LongTensor` of shape `(num_edges,)`): relation id of each edge.
         """
         ref = input_ids if input_ids is not None else inputs_embeds[..., 0]
-        check_index_range(
-            input_ids,
-            0,
-            self.config.encoder_config.vocab_size,
-            "input_ids must lie in [0, {high}), the encoder's vocabulary: were they made by another model's tokenizer?",
-        )
+        check_input_ids(input_ids, self.config)
         state = self._knowledge_state(
             ref.shape, ref.device, entity_token_map, node_entity_ids, edge_index, edge_relation_ids
         )

@@ -23,7 +23,7 @@ from keplm.knowledge.annotation import KnowledgeAnnotation, Triplet
 from keplm.registration import register_method
 from keplm.tokenization.processing_relation_extraction import RelationExtractionProcessor
 
-from .base import KeplmPreTrainedModel, ParameterGroup, build_encoder, check_index_range, output_flags
+from .base import KeplmPreTrainedModel, ParameterGroup, build_encoder, check_index_range, check_input_ids, output_flags
 from .families import hidden_dropout
 from .heads import check_labels
 from .modeling_kala import node_context
@@ -178,12 +178,7 @@ class KeplmForRelationExtraction(KeplmPreTrainedModel):
             -100 = ignored). A pair with several gold relations appears once per relation.
         """
         ref = input_ids if input_ids is not None else inputs_embeds[..., 0]
-        check_index_range(
-            input_ids,
-            0,
-            self.config.encoder_config.vocab_size,
-            "input_ids must lie in [0, {high}), the encoder's vocabulary: were they made by another model's tokenizer?",
-        )
+        check_input_ids(input_ids, self.config)
         num_entities = self._check_inputs(ref.shape, entity_token_map, node_entity_ids, edge_index, edge_labels)
         encoder_kwargs = {"token_type_ids": token_type_ids} if token_type_ids is not None else {}
         output_attentions, output_hidden_states = output_flags(self.config, output_attentions, output_hidden_states)

@@ -23,7 +23,7 @@ from .base import (
     KeplmPreTrainedModel,
     ParameterGroup,
     build_encoder,
-    check_index_range,
+    check_input_ids,
     output_flags,
 )
 from .heads import check_labels, check_span_positions, classification_head
@@ -261,12 +261,7 @@ class RoofTransformerModel(RoofTransformerPreTrainedModel):
             raise ValueError("Roof-Transformer needs input_ids")
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
-        check_index_range(
-            input_ids,
-            0,
-            self.config.encoder_config.vocab_size,
-            "input_ids must lie in [0, {high}), the encoder's vocabulary: were they made by another model's tokenizer?",
-        )
+        check_input_ids(input_ids, self.config)
         text = self._encode_text(input_ids, attention_mask, token_type_ids)
         if not self.config.uses_knowledge:
             return RoofTransformerModelOutput(

@@ -19,7 +19,7 @@ from keplm.knowledge.assets import KnowledgeAssets
 from keplm.registration import register_method
 from keplm.tokenization.processing_trelm import TrelmProcessor
 
-from .base import KeplmPreTrainedModel, build_encoder, check_index_range, output_flags
+from .base import KeplmPreTrainedModel, build_encoder, check_index_range, check_input_ids, output_flags
 from .heads import check_labels
 from .knowledge_routing import KnowledgeRouter, RoutedLinear
 from .trelm_modules import ContrastiveKnowledgeLoss, KnowledgeInjection, MemoryBank, NegativeSampler
@@ -192,14 +192,7 @@ class TrelmModel(TrelmPreTrainedModel):
             token belongs to within its example, −1 elsewhere.
         inject_mask (`torch.BoolTensor` of shape `(batch_size, sequence_length)`): tokens of important entities.
         """
-        if input_ids is not None:
-            check_index_range(
-                input_ids,
-                0,
-                self.config.encoder_config.vocab_size,
-                "input_ids must lie in [0, {high}),"
-                " the encoder's vocabulary: were they made by another model's tokenizer?",
-            )
+        check_input_ids(input_ids, self.config)
         if attention_mask is None and input_ids is not None:
             attention_mask = torch.ones_like(input_ids)
         knowledge = entity_ids is not None and self.injection is not None

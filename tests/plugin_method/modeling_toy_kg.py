@@ -12,7 +12,7 @@ from transformers import AutoModelForTokenClassification, AutoTokenizer
 from transformers.modeling_outputs import TokenClassifierOutput
 
 from keplm.knowledge import KnowledgeAssets, load_kg
-from keplm.modeling.base import KeplmPreTrainedModel, build_encoder
+from keplm.modeling.base import KeplmPreTrainedModel, build_encoder, check_input_ids
 from keplm.registration import register_method
 from keplm.training.run_recipe import RunRecipe
 
@@ -53,6 +53,7 @@ class ToyKgForTokenClassification(KeplmPreTrainedModel):
     def forward(
         self, input_ids=None, attention_mask=None, token_type_ids=None, entity_ids=None, labels=None, **kwargs
     ) -> TokenClassifierOutput:
+        check_input_ids(input_ids, self.config)
         hidden = self.encoder(
             input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids
         ).last_hidden_state
