@@ -22,7 +22,6 @@ import logging
 from pathlib import Path
 
 import transformers
-from transformers import set_seed
 
 from keplm.training import runtime
 from keplm.training.arguments import (
@@ -52,9 +51,7 @@ def main(args: list[str] | None = None) -> dict:
         (ModelArguments, GenerativeQaDataArguments, recipe_class.arguments, KeplmSeq2SeqTrainingArguments), rest
     )
     recipe = recipe_class(model_type, model_args, method_args, TASK)
-    runtime.setup_logging(training_args)
-    runtime.clear_earlier_run(training_args, model_args.model_name_or_path)
-    set_seed(training_args.seed)
+    runtime.start_run(training_args, model_args.model_name_or_path)
     if training_args.generation_max_length is None:
         training_args.generation_max_length = data_args.max_answer_length
 

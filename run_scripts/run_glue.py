@@ -22,7 +22,6 @@ from pathlib import Path
 
 import datasets
 import transformers
-from transformers import set_seed
 
 from keplm.data import limit_samples
 from keplm.data.glue import count_examples_cut, glue_task, load_glue_dataset, task_of_dataset
@@ -90,9 +89,7 @@ def main(args: list[str] | None = None) -> dict:
         (ModelArguments, GlueDataArguments, recipe_class.arguments, KeplmTrainingArguments), rest
     )
     recipe = recipe_class(model_type, model_args, method_args, "sequence_classification")
-    runtime.setup_logging(training_args)
-    runtime.clear_earlier_run(training_args, model_args.model_name_or_path)
-    set_seed(training_args.seed)
+    runtime.start_run(training_args, model_args.model_name_or_path)
     raw = load_data(data_args)
     named = data_args.task_name or data_args.dataset_name
     # files without a GLUE task name: the task is what the files hold (their text columns and labels)

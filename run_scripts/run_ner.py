@@ -20,7 +20,7 @@ from pathlib import Path
 
 import datasets
 import transformers
-from transformers import AutoModelForTokenClassification, AutoProcessor, pipeline, set_seed
+from transformers import AutoModelForTokenClassification, AutoProcessor, pipeline
 
 from keplm.data import get_label_list, load_ner_dataset
 from keplm.training import runtime
@@ -62,9 +62,7 @@ def main(args: list[str] | None = None) -> dict:
         (ModelArguments, NerDataArguments, recipe_class.arguments, KeplmTrainingArguments), rest
     )
     recipe = recipe_class(model_type, model_args, method_args, "ner")
-    runtime.setup_logging(training_args)
-    runtime.clear_earlier_run(training_args, model_args.model_name_or_path)
-    set_seed(training_args.seed)
+    runtime.start_run(training_args, model_args.model_name_or_path)
 
     raw = load_data(data_args)
     runtime.check_splits(raw, training_args)

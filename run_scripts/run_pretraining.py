@@ -27,7 +27,7 @@ import sys
 from pathlib import Path
 
 import transformers
-from transformers import AutoModel, AutoTokenizer, set_seed
+from transformers import AutoModel, AutoTokenizer
 
 from keplm import TrelmForMaskedLM, TrelmProcessor
 from keplm.data.collator import KeplmDataCollator
@@ -125,9 +125,7 @@ def main(args: list[str] | None = None) -> dict:
     model_args, data_args, trelm_args, training_args = parse_args(
         (ModelArguments, PretrainingDataArguments, TrelmArguments, KeplmTrainingArguments), args
     )
-    runtime.setup_logging(training_args)
-    runtime.clear_earlier_run(training_args, model_args.model_name_or_path)
-    set_seed(training_args.seed)
+    runtime.start_run(training_args, model_args.model_name_or_path)
     path = model_args.model_name_or_path
     with training_args.main_process_first(desc="corpus"):
         corpus = load_pretraining_corpus(

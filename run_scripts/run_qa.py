@@ -22,7 +22,6 @@ import logging
 from pathlib import Path
 
 import transformers
-from transformers import set_seed
 
 from keplm.training import runtime
 from keplm.training.arguments import KeplmTrainingArguments, ModelArguments, QaDataArguments, parse_args
@@ -44,9 +43,7 @@ def main(args: list[str] | None = None) -> dict:
         (ModelArguments, QaDataArguments, recipe_class.arguments, KeplmTrainingArguments), rest
     )
     recipe = recipe_class(model_type, model_args, method_args, "qa")
-    runtime.setup_logging(training_args)
-    runtime.clear_earlier_run(training_args, model_args.model_name_or_path)
-    set_seed(training_args.seed)
+    runtime.start_run(training_args, model_args.model_name_or_path)
 
     raw, data_report = runtime.load_qa_splits(data_args)
     runtime.check_splits(raw, training_args, runtime.QA_SPLIT_HINT)

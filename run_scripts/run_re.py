@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 import datasets
 import transformers
-from transformers import AutoTokenizer, PreTrainedConfig, TrainingArguments, set_seed
+from transformers import AutoTokenizer, PreTrainedConfig, TrainingArguments
 
 from keplm.configuration.configuration_relation_extraction import RelationExtractionConfig
 from keplm.data import limit_samples
@@ -179,11 +179,9 @@ def main(args: list[str] | None = None) -> dict:
     model_args, data_args, training_args = parse_args(
         (RelationModelArguments, RelationDataArguments, KeplmTrainingArguments), args
     )
-    runtime.setup_logging(training_args)
-    runtime.clear_earlier_run(training_args, model_args.model_name_or_path)
     if training_args.label_names is None:
         training_args.label_names = ["edge_labels"]
-    set_seed(training_args.seed)
+    runtime.start_run(training_args, model_args.model_name_or_path)
 
     splits = load_splits(data_args, training_args)
     model = build_model(model_args, splits, training_args)

@@ -29,7 +29,6 @@ from transformers import (
     AutoModelForSequenceClassification,
     AutoTokenizer,
     DataCollatorWithPadding,
-    set_seed,
 )
 
 from keplm.configuration.configuration_trelm import TrelmConfig
@@ -101,9 +100,7 @@ def main(args: list[str] | None = None) -> dict:
     model_args, data_args, training_args = parse_args(
         (ModelArguments, RelationClassificationDataArguments, KeplmTrainingArguments), args
     )
-    runtime.setup_logging(training_args)
-    runtime.clear_earlier_run(training_args, model_args.model_name_or_path)
-    set_seed(training_args.seed)
+    runtime.start_run(training_args, model_args.model_name_or_path)
     raw = load_semeval2010_task8(
         data_args.dataset_name,
         train_file=data_args.train_file,

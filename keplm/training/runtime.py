@@ -240,6 +240,14 @@ def resuming(resume_from_checkpoint) -> bool:
     return resume_from_checkpoint not in (None, False, "", "False", "false")
 
 
+def start_run(training_args: TrainingArguments, model_name_or_path: str | None = None) -> None:
+    """A run script's first steps, as HF's example scripts take them: logging (:func:`setup_logging`), an earlier
+    run's outputs removed (:func:`clear_earlier_run`), the seed set."""
+    setup_logging(training_args)
+    clear_earlier_run(training_args, model_name_or_path)
+    transformers.set_seed(training_args.seed)
+
+
 def clear_earlier_run(training_args: TrainingArguments, model_name_or_path: str | None = None) -> list[str]:
     """Before a training run that is not resumed, remove what an earlier run left in ``--output_dir``
     (:data:`RUN_OUTPUTS`, logged as a warning; a folder without :data:`RUN_MARKERS` is no run's and is left alone),
@@ -443,6 +451,7 @@ __all__ = [
     "qa_predict_results",
     "qa_train_evaluate_predict",
     "setup_logging",
+    "start_run",
     "warn_single_process_launch",
     "linked_share",
     "flatten",
