@@ -13,9 +13,8 @@ from transformers import AutoModelForSeq2SeqLM, T5ForConditionalGeneration
 
 from keplm import KalaForConditionalGeneration, KalaProcessor
 
-from .run_args import QUIET_RUN
 from .seq2seq_fixtures import seq2seq_tokenizer, t5_config
-from .test_run_scripts import ARTICLES, load_script, read_json, write_tiny_files
+from .test_run_scripts import ARTICLE_SPLIT, ARTICLES, load_script, read_json, tiny_run_args, write_tiny_files
 
 
 @pytest.fixture(scope="module")
@@ -31,42 +30,12 @@ def tiny_t5(tmp_path_factory, tokenizer, kg) -> dict[str, str]:
 
 def generative_qa_args(tiny, out, *extra) -> list[str]:
     return [
-        "--model_name_or_path",
-        tiny["model"],
-        "--dataset_name",
-        tiny["squad"],
-        "--output_dir",
-        str(out),
-        "--split_by_article",
-        "2",
-        "1",
-        "1",
-        "--kg",
-        tiny["kg"],
-        "--system",
-        "relational",
-        "--max_seq_length",
-        "64",
-        "--max_answer_length",
-        "6",
-        "--max_steps",
-        "3",
-        "--per_device_train_batch_size",
-        "4",
-        "--per_device_eval_batch_size",
-        "3",
-        "--learning_rate",
-        "1e-3",
-        "--optim",
-        "adafactor",
-        "--knowledge_optimizer",
-        "adamw",
-        "--knowledge_learning_rate",
-        "1e-3",
-        "--generation_num_beams",
-        "2",
-        *QUIET_RUN,
-        "--use_cpu",
+        *tiny_run_args(tiny, "squad", out),
+        *ARTICLE_SPLIT,
+        *("--kg", tiny["kg"], "--system", "relational"),
+        *("--max_seq_length", "64", "--max_answer_length", "6", "--per_device_eval_batch_size", "3"),
+        *("--learning_rate", "1e-3", "--optim", "adafactor"),
+        *("--knowledge_optimizer", "adamw", "--knowledge_learning_rate", "1e-3", "--generation_num_beams", "2"),
         *extra,
     ]
 

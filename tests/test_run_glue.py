@@ -9,7 +9,7 @@ import json
 import pytest
 
 from .run_args import QUIET_RUN
-from .test_run_scripts import load_script, write_tiny_files
+from .test_run_scripts import ARTICLE_SPLIT, load_script, tiny_run_args, write_tiny_files
 
 PAIRS = [
     ("paris is the capital of france .", "paris is in france .", 0),
@@ -107,38 +107,10 @@ def test_run_glue_systems(glue_files, tmp_path, extra):
 
 def _roof_qa_args(tiny, out, *extra):
     return [
-        "--model_type",
-        "roof_transformer",
-        "--model_name_or_path",
-        tiny["model"],
-        "--dataset_name",
-        tiny["squad"],
-        "--output_dir",
-        str(out),
-        "--kg",
-        tiny["kg"],
-        "--split_by_article",
-        "2",
-        "1",
-        "1",
-        "--selection",
-        "no_tail",
-        "--max_seq_length",
-        "32",
-        "--doc_stride",
-        "8",
-        "--max_knowledge_length",
-        "24",
-        "--fusion_layers",
-        "1",
-        "--max_steps",
-        "3",
-        "--per_device_train_batch_size",
-        "4",
-        "--per_device_eval_batch_size",
-        "3",
-        *QUIET_RUN,
-        "--use_cpu",
+        *("--model_type", "roof_transformer"),  # first: a test drops it to read the type from a checkpoint
+        *tiny_run_args(tiny, "squad", out),
+        *("--kg", tiny["kg"], *ARTICLE_SPLIT, "--selection", "no_tail", "--max_seq_length", "32", "--doc_stride", "8"),
+        *("--max_knowledge_length", "24", "--fusion_layers", "1", "--per_device_eval_batch_size", "3"),
         *extra,
     ]
 

@@ -3,11 +3,11 @@ helpers every run-script test uses.
 
 A tiny BERT checkpoint (conftest's tokenizer + a 4-layer BertConfig), the conftest KG saved as a keplm KG
 directory, and tiny CoNLL / SQuAD files are written to a temporary directory; the scripts run in-process
-through their ``main(args)``. The tiny files, the ``tiny`` fixture and the helpers here (load_script, ner_args,
-qa_args, read_json, _conll_dir, CONLL, ARTICLES, SYSTEMS, ROOT) are imported by other test modules: run_qa.py is
-tested in test_run_qa.py, fine-tuning from a checkpoint in test_run_checkpoints.py, the featurizer, entity-memory,
-tagging and Trainer pieces in test_run_features.py, run_ner's training and linking options in
-test_run_ner_options.py, and python -m harness.experiments kala in
+through their ``main(args)``. The tiny files, the ``tiny`` fixture and the helpers here (load_script, tiny_run_args,
+ner_args, qa_args, run_ner_main, read_json, _conll_dir, CONLL, ARTICLES, ARTICLE_SPLIT, SYSTEMS, ROOT) are imported
+by other test modules: run_qa.py is tested in test_run_qa.py, fine-tuning from a checkpoint in
+test_run_checkpoints.py, the featurizer, entity-memory, tagging and Trainer pieces in test_run_features.py, run_ner's
+training and linking options in test_run_ner_options.py, and python -m harness.experiments kala in
 test_experiments_script.py.
 """
 
@@ -83,6 +83,8 @@ ARTICLES = [
         [("who lives in new york ?", "mary"), ("where is new york ?", "usa")],
     ),
 ]
+#: ARTICLES split for the QA scripts: two articles to train on, one to validate, one to test
+ARTICLE_SPLIT = ("--split_by_article", "2", "1", "1")
 
 
 # ---------------------------------------------------------------------------------------------- fixtures
@@ -130,31 +132,27 @@ def linked_ner_inputs(tiny, out=None) -> list[str]:
     return [*args, "--system", "relational", "--knowledge", "link", "--kg", tiny["kg"], "--do_train"]
 
 
-def ner_args(tiny, out, system="relational", *extra) -> list[str]:
-    args = [
-        "--model_name_or_path",
-        tiny["model"],
-        "--dataset_name",
-        tiny["conll"],
-        "--output_dir",
-        str(out),
-        "--system",
-        system,
-        "--max_steps",
-        "3",
-        "--per_device_train_batch_size",
-        "4",
-        "--per_device_eval_batch_size",
-        "2",
-        "--learning_rate",
-        "1e-3",
-        *QUIET_RUN,
-        "--use_cpu",
-        *extra,
+def tiny_run_args(tiny, dataset: str, out) -> list[str]:
+    """A run script's inputs for the tiny model on the tiny ``dataset`` file (``tiny[dataset]``: "conll" or "squad"),
+    writing to ``out``: three quiet CPU steps of batch 4. The script's and the test's options follow."""
+    return [
+        *("--model_name_or_path", tiny["model"], "--dataset_name", tiny[dataset], "--output_dir", str(out)),
+        *("--max_steps", "3", "--per_device_train_batch_size", "4", *QUIET_RUN, "--use_cpu"),
     ]
-    if "--knowledge" not in extra:  # baselines too: the KG defines the seen/unseen test subsets
+
+
+def _kala_args(tiny, dataset: str, out, system: str, *options) -> list[str]:
+    """KALA's ``system`` in a tiny run (``tiny_run_args``) with ``options``, linked against the tiny KG unless the
+    options choose the knowledge: baselines too, the KG defines the seen/unseen test subsets."""
+    args = [*tiny_run_args(tiny, dataset, out), "--system", system, *options]
+    if "--knowledge" not in options:
         args += ["--knowledge", "link", "--kg", tiny["kg"]]
     return args
+
+
+def ner_args(tiny, out, system="relational", *extra) -> list[str]:
+    conll = ("--per_device_eval_batch_size", "2", "--learning_rate", "1e-3")
+    return _kala_args(tiny, "conll", out, system, *conll, *extra)
 
 
 def read_json(path) -> dict:
@@ -162,56 +160,30 @@ def read_json(path) -> dict:
 
 
 def qa_args(tiny, out, system="relational", *extra) -> list[str]:
-    args = [
-        "--model_name_or_path",
-        tiny["model"],
-        "--dataset_name",
-        tiny["squad"],
-        "--output_dir",
-        str(out),
-        "--system",
-        system,
-        "--split_by_article",
-        "2",
-        "1",
-        "1",
-        "--max_seq_length",
-        "32",
-        "--doc_stride",
-        "8",
-        "--max_steps",
-        "3",
-        "--per_device_train_batch_size",
-        "4",
-        "--per_device_eval_batch_size",
-        "3",
-        *QUIET_RUN,
-        "--use_cpu",
-        *extra,
-    ]
-    if "--knowledge" not in extra:  # baselines too: the KG defines the seen/unseen test subsets
-        args += ["--knowledge", "link", "--kg", tiny["kg"]]
-    return args
+    squad = (*ARTICLE_SPLIT, "--max_seq_length", "32", "--doc_stride", "8", "--per_device_eval_batch_size", "3")
+    return _kala_args(tiny, "squad", out, system, *squad, *extra)
+
+
+def run_ner_main(tiny, out, system="relational", *extra) -> dict:
+    """run_ner.py's ``main`` (the script loaded afresh) on ``ner_args(tiny, out, system, *extra)``."""
+    return load_script("run_ner").main(ner_args(tiny, out, system, *extra))
 
 
 # ---------------------------------------------------------------------------------------------- NER
 @pytest.mark.parametrize("system", SYSTEMS)
 def test_run_ner_end_to_end(tiny, tmp_path, system):
     out = tmp_path / system
-    run_ner = load_script("run_ner")
-    results = run_ner.main(
-        ner_args(
-            tiny,
-            out,
-            system,
-            "--do_train",
-            "--do_eval",
-            "--do_predict",
-            "--tag_text",
-            "john visited paris and unknownia",
-            "--max_predict_samples",
-            "2",
-        )
+    results = run_ner_main(
+        tiny,
+        out,
+        system,
+        "--do_train",
+        "--do_eval",
+        "--do_predict",
+        "--tag_text",
+        "john visited paris and unknownia",
+        "--max_predict_samples",
+        "2",
     )
     all_results = read_json(out / "all_results.json")
     for key in (
@@ -263,24 +235,21 @@ def test_run_ner_pushes_to_the_hub_without_pickles(tiny, tmp_path, hub_server):
     reaches the Hub, neither in the final push nor in the checkpoint pushes."""
     from huggingface_hub import HfApi, ModelCard
 
-    run_ner = load_script("run_ner")
-    run_ner.main(
-        ner_args(
-            tiny,
-            tmp_path / "out",
-            "relational",
-            "--do_train",
-            "--do_eval",
-            "--push_to_hub",
-            "--hub_model_id",
-            "org/ner-run",
-            "--save_strategy",
-            "steps",
-            "--save_steps",
-            "2",
-            "--hub_strategy",
-            "checkpoint",
-        )
+    run_ner_main(
+        tiny,
+        tmp_path / "out",
+        "relational",
+        "--do_train",
+        "--do_eval",
+        "--push_to_hub",
+        "--hub_model_id",
+        "org/ner-run",
+        "--save_strategy",
+        "steps",
+        "--save_steps",
+        "2",
+        "--hub_strategy",
+        "checkpoint",
     )
     files = set(HfApi().list_repo_files("org/ner-run"))
     assert {
@@ -311,12 +280,9 @@ def test_run_ner_pushes_to_the_hub_without_pickles(tiny, tmp_path, hub_server):
 def test_run_ner_with_lora_trains_adapters_and_reloads_them(tiny, tmp_path):
     """--lora_r trains LoRA adapters on the encoder with the knowledge modules in full; the output folder holds the
     adapter, the keplm config and knowledge/, and --tag_text reloads it onto its base."""
-    run_ner = load_script("run_ner")
     out = tmp_path / "lora"
-    results = run_ner.main(
-        ner_args(
-            tiny, out, "relational", "--do_train", "--do_eval", "--lora_r", "4", "--tag_text", "john lives in paris ."
-        )
+    results = run_ner_main(
+        tiny, out, "relational", "--do_train", "--do_eval", "--lora_r", "4", "--tag_text", "john lives in paris ."
     )
     assert (out / "adapter_model.safetensors").is_file() and (out / "adapter_config.json").is_file()
     assert (out / "config.json").is_file() and (out / "knowledge" / "kg" / "triples.tsv").is_file()
@@ -358,19 +324,16 @@ def test_run_ner_with_kala_annotations(tiny, tmp_path):
     path = tmp_path / "train_annotations.json"
     write_kala_annotations(annotations, path)
     out = tmp_path / "out"
-    run_ner = load_script("run_ner")
-    run_ner.main(
-        ner_args(
-            tiny,
-            out,
-            "relational",
-            "--knowledge",
-            "annotations",
-            "--annotation_files",
-            f"train={path}",
-            "--do_train",
-            "--do_eval",
-        )
+    run_ner_main(
+        tiny,
+        out,
+        "relational",
+        "--knowledge",
+        "annotations",
+        "--annotation_files",
+        f"train={path}",
+        "--do_train",
+        "--do_eval",
     )
     processor = KalaProcessor.from_pretrained(out)
     assert processor.knowledge_assets.entity_vocab == ["[NULL]", "90"]
