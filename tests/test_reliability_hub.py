@@ -17,7 +17,7 @@ from keplm import KalaForTokenClassification
 from keplm.knowledge import KnowledgeAssets, KnowledgeGraph
 
 from .test_kala_model import make_model
-from .test_run_scripts import ROOT, load_script, ner_args
+from .test_run_scripts import ROOT, load_script, ner_args, run_ner_main
 
 
 def larger_kg(kg: KnowledgeGraph) -> KnowledgeGraph:
@@ -265,26 +265,23 @@ def test_a_run_scripts_lora_push_loads_through_the_auto_class(hub_server, tiny, 
 
     from keplm.modeling.lora import load_lora
 
-    run_ner = load_script("run_ner")
     out = tmp_path / "lora"
-    run_ner.main(
-        ner_args(
-            tiny,
-            out,
-            "relational",
-            "--do_train",
-            "--max_steps",
-            "1",
-            "--lora_r",
-            "4",
-            "--push_to_hub",
-            "--hub_model_id",
-            "org/ner-lora",
-            "--save_strategy",
-            "steps",
-            "--save_steps",
-            "1",
-        )
+    run_ner_main(
+        tiny,
+        out,
+        "relational",
+        "--do_train",
+        "--max_steps",
+        "1",
+        "--lora_r",
+        "4",
+        "--push_to_hub",
+        "--hub_model_id",
+        "org/ner-lora",
+        "--save_strategy",
+        "steps",
+        "--save_steps",
+        "1",
     )
     # every push (the checkpoint's, the Trainer's final save and push) pins the adapter's base files right after it
     titles = [commit.title for commit in hub_server.repos["model", "org/ner-lora"].commits.values()]

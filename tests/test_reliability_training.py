@@ -16,7 +16,7 @@ from keplm.training.trainer import KeplmTrainer
 
 from .conftest import tiny_encoder_config
 from .test_kala_model import make_model
-from .test_run_scripts import load_script, ner_args, read_json
+from .test_run_scripts import load_script, ner_args, read_json, run_ner_main
 
 
 def _bigger_tokenizer(tokenizer, tmp_path):
@@ -132,18 +132,16 @@ def test_a_bad_kg_with_a_baseline_fails_before_training(tiny, tmp_path):
     subsets of every system), before any training step or output."""
     out = tmp_path / "out"
     with pytest.raises(FileNotFoundError, match="no-such-kg"):
-        load_script("run_ner").main(
-            ner_args(
-                tiny,
-                out,
-                "vanilla",
-                "--do_train",
-                "--do_predict",
-                "--knowledge",
-                "link",
-                "--kg",
-                f"tsv:{tmp_path / 'no-such-kg.tsv'}",
-            )
+        run_ner_main(
+            tiny,
+            out,
+            "vanilla",
+            "--do_train",
+            "--do_predict",
+            "--knowledge",
+            "link",
+            "--kg",
+            f"tsv:{tmp_path / 'no-such-kg.tsv'}",
         )
     assert not (out / "trainer_state.json").exists() and not (out / "model.safetensors").exists()
 
@@ -156,7 +154,7 @@ def test_a_baseline_run_reads_its_kg_once_and_says_so(tiny, tmp_path, monkeypatc
     original = setup.load_kg
     monkeypatch.setattr(setup, "load_kg", lambda spec, *a, **k: loads.append(spec) or original(spec, *a, **k))
     with caplog.at_level(logging.INFO, logger="keplm"):
-        load_script("run_ner").main(ner_args(tiny, tmp_path / "out", "vanilla", "--do_train", "--do_predict"))
+        run_ner_main(tiny, tmp_path / "out", "vanilla", "--do_train", "--do_predict")
     assert loads == [tiny["kg"]]
     assert any("Loading the knowledge graph" in r.getMessage() for r in caplog.records)
 
@@ -172,7 +170,7 @@ def test_max_seq_length_beyond_the_encoders_positions_fails_before_featurizing(t
 
     out = tmp_path / "out"
     with pytest.raises(ValueError, match="--max_seq_length 256 exceeds the 128 text tokens"):
-        load_script("run_ner").main(ner_args(tiny, out, "relational", "--do_train", "--max_seq_length", "256"))
+        run_ner_main(tiny, out, "relational", "--do_train", "--max_seq_length", "256")
     assert not (out / "trainer_state.json").exists()
     bert = SimpleNamespace(config=SimpleNamespace(max_position_embeddings=128))  # a plain encoder (no keplm config)
     check_max_seq_length(128, bert)
@@ -311,7 +309,7 @@ def test_saved_configs_and_training_arguments_hold_no_machine_path(tiny, tmp_pat
     (tmp_path / "cwd").mkdir()
     monkeypatch.chdir(tmp_path / "cwd")
     out = tmp_path / "absolute-out"  # outside the working directory: cut to its last component
-    load_script("run_ner").main(ner_args(tiny, out, "relational", "--do_train"))
+    run_ner_main(tiny, out, "relational", "--do_train")
     config_text = (out / "config.json").read_text()
     assert os.path.isabs(tiny["model"]) and tiny["model"] not in config_text and "_name_or_path" not in config_text
     saved_args = read_json(out / "training_args.json")

@@ -16,7 +16,7 @@ from keplm.training.arguments import parse_args
 from keplm.training.metrics import ner_metrics
 from keplm.training.recipes.kala import KnowledgeArguments
 from tests.test_reliability_linking import SPACY_MODEL, needs_spacy
-from tests.test_run_scripts import CONLL, KALA_ARGUMENTS, load_script, ner_args, qa_args, read_json
+from tests.test_run_scripts import CONLL, KALA_ARGUMENTS, load_script, ner_args, qa_args, read_json, run_ner_main
 
 
 @pytest.mark.slow
@@ -24,26 +24,23 @@ def test_run_ner_fused_adamw_compile_and_graph_padding(tiny, tmp_path):
     """optim=adamw_torch_fused and torch_compile (aot_eager: no C++ toolchain needed) with padded graphs, and the
     entity memory (dense gradients) on row-wise AdaGrad."""
     out = tmp_path / "compiled"
-    run_ner = load_script("run_ner")
-    run_ner.main(
-        ner_args(
-            tiny,
-            out,
-            "relational",
-            "--do_train",
-            "--do_eval",
-            "--optim",
-            "adamw_torch_fused",
-            "--torch_compile",
-            "--torch_compile_backend",
-            "aot_eager",
-            "--graph_pad_to_multiple_of",
-            "8",
-            "--pad_to_multiple_of",
-            "8",
-            "--entity_memory_optimizer",
-            "rowwise_adagrad",
-        )
+    run_ner_main(
+        tiny,
+        out,
+        "relational",
+        "--do_train",
+        "--do_eval",
+        "--optim",
+        "adamw_torch_fused",
+        "--torch_compile",
+        "--torch_compile_backend",
+        "aot_eager",
+        "--graph_pad_to_multiple_of",
+        "8",
+        "--pad_to_multiple_of",
+        "8",
+        "--entity_memory_optimizer",
+        "rowwise_adagrad",
     )
     results = read_json(out / "all_results.json")
     assert torch.isfinite(torch.tensor(results["train_loss"]))
@@ -54,24 +51,22 @@ def test_run_ner_sparse_entity_memory_with_rowwise_adagrad(tiny, tmp_path):
     """--sparse_entity_memory through the Trainer: gradient clipping (max_grad_norm 1.0 by default) takes the
     sparse table gradient, and row-wise AdaGrad trains the table; --knowledge_warmup_steps reaches the schedule."""
     out = tmp_path / "sparse"
-    load_script("run_ner").main(
-        ner_args(
-            tiny,
-            out,
-            "relational",
-            "--do_train",
-            "--sparse_entity_memory",
-            "--entity_memory_optimizer",
-            "rowwise_adagrad",
-            "--entity_memory_learning_rate",
-            "0.05",
-            "--max_grad_norm",
-            "0.01",
-            "--knowledge_warmup_steps",
-            "2",
-            "--logging_steps",
-            "1",
-        )
+    run_ner_main(
+        tiny,
+        out,
+        "relational",
+        "--do_train",
+        "--sparse_entity_memory",
+        "--entity_memory_optimizer",
+        "rowwise_adagrad",
+        "--entity_memory_learning_rate",
+        "0.05",
+        "--max_grad_norm",
+        "0.01",
+        "--knowledge_warmup_steps",
+        "2",
+        "--logging_steps",
+        "1",
     )
     results = read_json(out / "all_results.json")
     assert torch.isfinite(torch.tensor(results["train_loss"]))
@@ -84,21 +79,19 @@ def test_run_ner_writes_metrics_in_percent(tiny, tmp_path):
     """Every results file and the log history hold seqeval's scores in percent (``metric_unit``): the word-level
     test scores are those of the written predictions, x 100; the counts stay counts."""
     out = tmp_path / "ner"
-    load_script("run_ner").main(
-        ner_args(
-            tiny,
-            out,
-            "vanilla",
-            "--do_train",
-            "--do_eval",
-            "--do_predict",
-            "--max_predict_samples",
-            "2",
-            "--eval_strategy",
-            "steps",
-            "--eval_steps",
-            "3",
-        )
+    run_ner_main(
+        tiny,
+        out,
+        "vanilla",
+        "--do_train",
+        "--do_eval",
+        "--do_predict",
+        "--max_predict_samples",
+        "2",
+        "--eval_strategy",
+        "steps",
+        "--eval_steps",
+        "3",
     )
     results = read_json(out / "all_results.json")
     for name in ("all", "train", "eval", "predict"):
@@ -176,9 +169,7 @@ def test_run_ner_links_through_the_spacy_filter(tiny, tmp_path):
     """--spacy_model reaches the linker of a run script: the saved processor (what the reloaded model links at
     inference) links only inside spaCy's entities of the chosen labels; "city", a KG name, is no longer a mention."""
     out = tmp_path / "spacy"
-    load_script("run_ner").main(
-        ner_args(tiny, out, "relational", "--do_train", "--spacy_model", SPACY_MODEL, "--spacy_labels", "GPE", "LOC")
-    )
+    run_ner_main(tiny, out, "relational", "--do_train", "--spacy_model", SPACY_MODEL, "--spacy_labels", "GPE", "LOC")
     config = read_json(out / "processor_config.json")
     assert config["linker_kwargs"]["spacy_model"] == SPACY_MODEL
     assert config["linker_kwargs"]["spacy_labels"] == ["GPE", "LOC"]
