@@ -10,7 +10,6 @@ import torch
 from transformers import AutoConfig
 
 from keplm import (
-    KalaConfig,
     KalaForTokenClassification,
     KalaModel,
     RoofTransformerConfig,
@@ -21,7 +20,7 @@ from keplm.modeling.base import build_encoder
 from keplm.modeling.families import PRE_LN_BLOCKS, encoder_blocks, modulated_norms
 from keplm.modeling.knowledge_routing import KnowledgeRouter, RoutedLinear
 
-from .test_kala_model import TEXTS, assert_gradients_reach, batch_of
+from .test_kala_model import TEXTS, assert_gradients_reach, batch_of, relational_kala
 from .test_roof_model import KNOWLEDGE, _batch, _processor
 
 #: model types and any config fields their tiny version needs
@@ -74,22 +73,7 @@ def family_config(tokenizer, model_type: str):
 
 
 def kala(cls, tokenizer, assets, model_type: str, **kwargs):
-    config = KalaConfig(
-        encoder_config=family_config(tokenizer, model_type),
-        retrieval_mode="relational",
-        entity_vocab_size=assets.num_entities,
-        num_relations=assets.num_relations,
-        entity_dropout=0.0,
-        **kwargs,
-    )
-    model = cls(config).eval()
-    with torch.no_grad():  # visible values in the new weights: zero biases would hide a missing term
-        for name, parameter in model.named_parameters():
-            if "knowledge_layers" in name:
-                parameter.normal_(0, 0.3)
-        model.base_model.entity_memory.embeddings.weight[1:].normal_(0, 1.0)
-    model.set_knowledge_assets(assets)
-    return model
+    return relational_kala(cls, family_config(tokenizer, model_type), assets, **kwargs)
 
 
 @pytest.mark.parametrize("model_type", FAMILIES)

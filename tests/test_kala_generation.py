@@ -17,11 +17,11 @@ from transformers import (
 )
 from transformers.modeling_outputs import Seq2SeqLMOutput
 
-from keplm import KalaConfig, KalaForConditionalGeneration, KalaProcessor
+from keplm import KalaForConditionalGeneration, KalaProcessor
 from keplm.modeling.families import encoder_blocks, modulated_norms, text_encoder
 
 from .seq2seq_fixtures import SEQ2SEQ_CONFIGS, seq2seq_tokenizer
-from .test_kala_model import assert_gradients_reach, batch_of
+from .test_kala_model import assert_gradients_reach, batch_of, relational_kala
 
 TEXTS = ["john visited paris and unknownia in france .", "berlin is a city", "mary works for acme bank in london ."]
 NO_ENTITY = "who works for acme bank ?"
@@ -39,22 +39,8 @@ def processor(s2s_tokenizer, assets):
 
 def make_generator(tokenizer, assets, family: str, **kwargs) -> KalaForConditionalGeneration:
     torch.manual_seed(0)
-    config = KalaConfig(
-        encoder_config=SEQ2SEQ_CONFIGS[family](len(tokenizer)),
-        retrieval_mode="relational",
-        entity_vocab_size=assets.num_entities,
-        num_relations=assets.num_relations,
-        entity_dropout=0.0,
-        **{"kfm_layers": [0, 1], **kwargs},
-    )
-    model = KalaForConditionalGeneration(config).eval()
-    with torch.no_grad():  # visible values in the new weights: zero biases would hide a missing term
-        for name, parameter in model.named_parameters():
-            if "knowledge_layers" in name:
-                parameter.normal_(0, 0.3)
-        model.kala.entity_memory.embeddings.weight[1:].normal_(0, 1.0)
-    model.set_knowledge_assets(assets)
-    return model
+    encoder_config = SEQ2SEQ_CONFIGS[family](len(tokenizer))
+    return relational_kala(KalaForConditionalGeneration, encoder_config, assets, **{"kfm_layers": [0, 1], **kwargs})
 
 
 def targets(tokenizer, answers):

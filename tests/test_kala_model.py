@@ -41,6 +41,33 @@ def make_model(cls, tokenizer, assets, mode="relational", **kwargs):
     return model
 
 
+def make_knowledge_visible(model):
+    """Random values in KALA's knowledge layers and in the entity memory's rows but the null one: the zero-initialised
+    biases would hide a missing term. Returns ``model``."""
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if "knowledge_layers" in name:
+                parameter.normal_(0, 0.3)
+        model.base_model.entity_memory.embeddings.weight[1:].normal_(0, 1.0)
+    return model
+
+
+def relational_kala(cls, encoder_config, assets, **kwargs):
+    """KALA relational of class ``cls`` over ``encoder_config`` without entity dropout, in eval mode, its knowledge
+    weights visible (``make_knowledge_visible``), reading ``assets``."""
+    config = KalaConfig(
+        encoder_config=encoder_config,
+        retrieval_mode="relational",
+        entity_vocab_size=assets.num_entities,
+        num_relations=assets.num_relations,
+        entity_dropout=0.0,
+        **kwargs,
+    )
+    model = make_knowledge_visible(cls(config).eval())
+    model.set_knowledge_assets(assets)
+    return model
+
+
 def batch_of(processor, texts, **collator_kwargs):
     collator = KeplmDataCollator.from_processor(
         processor, entity_vocab_size=processor.knowledge_assets.num_entities, **collator_kwargs
@@ -480,27 +507,21 @@ def test_a_tag_or_class_id_outside_the_label_set_is_a_value_error_naming_it(toke
         model(**batch, labels=labels)
     labels[0, 2] = 0
     assert model(**batch, labels=labels).loss is not None
-    roof = RoofTransformerForSequenceClassification(
-        RoofTransformerConfig(
+
+    def text_only_roof(num_labels: int):  # no knowledge encoding or fusion: the label check needs the text alone
+        config = RoofTransformerConfig(
             encoder_config=tiny_encoder_config(tokenizer),
             fusion_layers=1,
             max_knowledge_length=40,
-            num_labels=2,
+            num_labels=num_labels,
             knowledge_encoding="none",
             fusion="none",
         )
-    )
+        return RoofTransformerForSequenceClassification(config)
+
+    roof = text_only_roof(2)
     inputs = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
     with pytest.raises(ValueError, match=r"labels hold id -1 outside \[0, 2\)"):
         roof(**inputs, labels=torch.tensor([-1]))
-    regression = RoofTransformerForSequenceClassification(
-        RoofTransformerConfig(
-            encoder_config=tiny_encoder_config(tokenizer),
-            fusion_layers=1,
-            max_knowledge_length=40,
-            num_labels=1,
-            knowledge_encoding="none",
-            fusion="none",
-        )
-    )
+    regression = text_only_roof(1)
     assert regression(**inputs, labels=torch.tensor([3.5])).loss is not None

