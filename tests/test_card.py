@@ -121,6 +121,23 @@ def _qa_model(tokenizer, assets):
     return model.eval()
 
 
+def _relational_ner_spec(**fields) -> ModelCardSpec:
+    """The card spec of a KALA relational NER model compared with vanilla fine-tuning (test F1 over 3 seeds);
+    ``fields`` set the rest."""
+    return ModelCardSpec(
+        model_type="kala",
+        architecture="KalaForTokenClassification",
+        auto_class="AutoModelForTokenClassification",
+        task="token-classification",
+        system="relational",
+        comparison={
+            "vanilla fine-tuning": [ResultRow("test", {"f1": Score(85.9, 0.4, 3)})],
+            "KALA relational": [ResultRow("test", {"f1": Score(86.3, 0.2, 3)})],
+        },
+        **fields,
+    )
+
+
 def _urls(text: str) -> list[str]:
     return [url.rstrip(".,;:") for url in URL.findall(text)]
 
@@ -257,19 +274,7 @@ def test_results_over_seeds_are_mean_and_sample_std():
     assert score.value == pytest.approx(statistics.mean(values))
     assert score.std == pytest.approx(statistics.stdev(values)) and score.runs == 3
     assert score.cell() == f"{statistics.mean(values):.2f} ± {statistics.stdev(values):.2f}"
-    spec = ModelCardSpec(
-        model_type="kala",
-        architecture="KalaForTokenClassification",
-        auto_class="AutoModelForTokenClassification",
-        pipeline_tag="token-classification",
-        task="token-classification",
-        system="relational",
-        results=list(rows.values()),
-        comparison={
-            "vanilla fine-tuning": [ResultRow("test", {"f1": Score(85.9, 0.4, 3)})],
-            "KALA relational": [ResultRow("test", {"f1": Score(86.3, 0.2, 3)})],
-        },
-    )
+    spec = _relational_ner_spec(pipeline_tag="token-classification", results=list(rows.values()))
     text = str(render_model_card(spec))
     assert "mean ± sample std over 3 seeds" in text
     assert "| test | F1 | 85.90 ± 0.40 | **86.30 ± 0.20** |" in text and "**KALA relational** (this model)" in text
@@ -436,17 +441,7 @@ def test_figures_are_written_next_to_the_card_and_linked(tmp_path, tokenizer, as
     assert list(tables) == [1] and tuple(tables[1].shape) == (assets.num_entities - 1, 4, model.config.hidden_size)
     assert figures.curves_from_log_history(LOG_HISTORY).keys() == {"loss", "learning_rate", "eval_f1"}
 
-    spec = ModelCardSpec(
-        model_type="kala",
-        architecture="KalaForTokenClassification",
-        auto_class="AutoModelForTokenClassification",
-        task="token-classification",
-        system="relational",
-        comparison={
-            "vanilla fine-tuning": [ResultRow("test", {"f1": Score(85.9, 0.4, 3)})],
-            "KALA relational": [ResultRow("test", {"f1": Score(86.3, 0.2, 3)})],
-        },
-    )
+    spec = _relational_ner_spec()
     cards.add_figures(spec, tmp_path / "cards" / "figures" / "x", tmp_path / "cards")
     assert [f.path for f in spec.figures] == ["figures/x/systems.png"]
     assert "![systems compared](figures/x/systems.png)" in str(render_model_card(spec))

@@ -14,6 +14,8 @@ from keplm.knowledge import KnowledgeGraph
 from keplm.knowledge.kge import check_kge_settings, kge_vectors, split_triples, train_kge
 
 FAST = dict(dim=16, epochs=20, batch_size=32, progress=False)
+#: the kept-vectors runs: small, every triple in training (none held out); each sets its epochs and seed
+SMALL_NO_HELD_OUT = dict(dim=16, batch_size=32, valid_fraction=0.0, progress=False)
 
 
 def clustered_kg() -> KnowledgeGraph:
@@ -265,27 +267,15 @@ def grown_kg(kg: KnowledgeGraph) -> KnowledgeGraph:
 
 @pytest.mark.parametrize("model", ["transe", "distmult", "complex", "rotate"])
 def test_kept_vectors_stay_exactly_and_only_new_entities_train(kg, model):
-    old, _ = train_kge(kg, model=model, dim=16, epochs=5, batch_size=32, valid_fraction=0.0, seed=0, progress=False)
+    old, _ = train_kge(kg, model=model, epochs=5, seed=0, **SMALL_NO_HELD_OUT)
     grown = grown_kg(kg)
-    new, report = train_kge(
-        grown,
-        model=model,
-        dim=16,
-        epochs=5,
-        batch_size=32,
-        valid_fraction=0.0,
-        seed=3,
-        progress=False,
-        keep_vectors=old,
-    )
+    new, report = train_kge(grown, model=model, epochs=5, seed=3, keep_vectors=old, **SMALL_NO_HELD_OUT)
     for entity in kg.entity_ids:
         kept = new.entity_vectors[grown.entity_index(entity)]
         assert np.array_equal(kept, old.entity_vectors[kg.entity_index(entity)])
     assert report["kept_vectors"]["entities"] == kg.num_entities and report["kept_vectors"]["trained"] == 3
     assert report["kept_vectors"]["source_content_hash"] == old.content_hash()
-    fresh, _ = train_kge(
-        grown, model=model, dim=16, epochs=5, batch_size=32, valid_fraction=0.0, seed=3, progress=False
-    )
+    fresh, _ = train_kge(grown, model=model, epochs=5, seed=3, **SMALL_NO_HELD_OUT)
     rows = [grown.entity_index(e) for e in ("new_a", "new_b", "new_c")]
     assert np.isfinite(new.entity_vectors[rows]).all()
     assert not np.array_equal(new.entity_vectors[rows], fresh.entity_vectors[rows])  # trained against kept rows
@@ -388,9 +378,7 @@ def test_kept_vectors_hold_their_values_at_every_training_step(kg, monkeypatch):
 
     from keplm.knowledge import kge
 
-    old, _ = train_kge(
-        kg, model="distmult", dim=16, epochs=2, batch_size=32, valid_fraction=0.0, seed=0, progress=False
-    )
+    old, _ = train_kge(kg, model="distmult", epochs=2, seed=0, **SMALL_NO_HELD_OUT)
     grown = grown_kg(kg)
     rows = torch.tensor([grown.entity_index(e) for e in kg.entity_ids])
     stored = torch.tensor(np.asarray(old.entity_vectors, dtype=np.float32))
@@ -405,15 +393,5 @@ def test_kept_vectors_hold_their_values_at_every_training_step(kg, monkeypatch):
         return Spy
 
     monkeypatch.setattr(kge, "_model_class", spying)
-    train_kge(
-        grown,
-        model="distmult",
-        dim=16,
-        epochs=3,
-        batch_size=32,
-        valid_fraction=0.0,
-        seed=3,
-        progress=False,
-        keep_vectors=old,
-    )
+    train_kge(grown, model="distmult", epochs=3, seed=3, keep_vectors=old, **SMALL_NO_HELD_OUT)
     assert len(drift) > 3 and max(drift) == 0.0
