@@ -99,6 +99,14 @@ def assets(kg):
     return make_assets(kg)
 
 
+@pytest.fixture(scope="module")
+def kge_assets(kg):
+    """The toy KG's assets with KG embeddings, for TRELM (``tests/test_trelm.with_kge``), once per test module."""
+    from tests.test_trelm import with_kge
+
+    return with_kge(kg)
+
+
 @pytest.fixture()
 def processor(tokenizer, assets):
     """A KALA processor over the tiny tokenizer and the toy KG's assets."""

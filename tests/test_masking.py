@@ -15,7 +15,6 @@ from keplm.data.collator import KeplmDataCollator
 from keplm.data.masking import MaskedLMCollator, MaskingEpochCallback
 
 from .distributed_helpers import spawn_two
-from .test_trelm import kge_assets  # noqa: F401  (fixture)
 
 SENTENCES = [
     ("john visited paris in france .", ("paris", "Q90"), ("france", "Q142")),
@@ -68,7 +67,7 @@ def per_example(batch, lengths, padding_side="right") -> list[tuple[list[int], l
     return out
 
 
-def test_an_example_gets_the_same_masks_in_any_batch_position_or_padding(tokenizer, kge_assets):  # noqa: F811
+def test_an_example_gets_the_same_masks_in_any_batch_position_or_padding(tokenizer, kge_assets):
     rows = make_rows(tokenizer, kge_assets)
     lengths = [len(r["input_ids"]) for r in rows]
     assert len(set(lengths)) == len(rows)  # every batch below pads some row differently
@@ -85,7 +84,7 @@ def test_an_example_gets_the_same_masks_in_any_batch_position_or_padding(tokeniz
     assert masked > len(rows)  # MLM targets beyond the CKA targets
 
 
-def test_masks_change_with_the_epoch_and_the_seed_and_repeat_with_both(tokenizer, kge_assets):  # noqa: F811
+def test_masks_change_with_the_epoch_and_the_seed_and_repeat_with_both(tokenizer, kge_assets):
     rows = make_rows(tokenizer, kge_assets)
     lengths = [len(r["input_ids"]) for r in rows]
     collator = make_collator(tokenizer, kge_assets)
@@ -105,7 +104,7 @@ def test_masks_change_with_the_epoch_and_the_seed_and_repeat_with_both(tokenizer
         collator.set_epoch(-1)
 
 
-def test_masking_epoch_callback_follows_the_trainer_epoch_and_refuses_persistent_workers(tokenizer, kge_assets):  # noqa: F811
+def test_masking_epoch_callback_follows_the_trainer_epoch_and_refuses_persistent_workers(tokenizer, kge_assets):
     collator = make_collator(tokenizer, kge_assets)
     callback = MaskingEpochCallback(collator)
     args = SimpleNamespace(dataloader_num_workers=2, dataloader_persistent_workers=False)
@@ -156,7 +155,7 @@ def _worker(rank: int, port: int, rows: list[dict], collator: MaskedLMCollator, 
 
 
 @pytest.mark.slow
-def test_two_processes_mask_a_global_batch_as_one_process_does(tokenizer, kge_assets):  # noqa: F811
+def test_two_processes_mask_a_global_batch_as_one_process_does(tokenizer, kge_assets):
     rows = make_rows(tokenizer, kge_assets)
     lengths = [len(r["input_ids"]) for r in rows]
     collator = make_collator(tokenizer, kge_assets, seed=42)

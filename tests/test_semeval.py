@@ -23,7 +23,7 @@ from keplm.training.metrics import semeval_task8_metrics
 
 from .run_args import QUIET_RUN
 from .test_run_scripts import load_script
-from .test_trelm import kge_assets, make_model  # noqa: F401
+from .test_trelm import make_model
 
 # a toy task the label of which the words decide: "capital of" (e1 in e2), "lives in" (e1 goes to e2), else Other
 TOY = [
@@ -136,7 +136,7 @@ def test_official_score_counts_a_wrong_direction_as_predicted_and_not_correct():
 def test_run_script_fine_tunes_a_trelm_checkpoint_and_learns_a_toy_task(
     tmp_path,
     tokenizer,
-    kge_assets,  # noqa: F811
+    kge_assets,
     caplog,
 ):
     caplog.set_level(logging.INFO)

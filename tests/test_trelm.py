@@ -27,11 +27,6 @@ ANNOTATION = {
 }
 
 
-@pytest.fixture(scope="module")
-def kge_assets(kg):
-    return with_kge(kg)
-
-
 def with_kge(kg) -> KnowledgeAssets:
     """The toy KG with 4-d KG embeddings, and an entity vocabulary over its entities but Q999."""
     vectors = np.random.default_rng(0).normal(size=(kg.num_entities, 4)).astype(np.float32)

@@ -18,7 +18,7 @@ from keplm.data.masking import MaskedLMCollator
 from keplm.training.pretraining import MemoryDecayCallback
 
 from .run_args import cpu_training_args
-from .test_trelm import ANNOTATION, TEXT, features, make_model, with_kge
+from .test_trelm import ANNOTATION, TEXT, features, make_model
 
 #: two examples with three CKA targets: "new" and "york" (tokens 0 and 1 of the tail Q60), "germany" (token 0)
 TEXTS = ["john visited paris in new york .", "berlin is in germany"]
@@ -38,11 +38,6 @@ ANNOTATIONS = [
         "triplets": [{"h": "Q64", "r": "P17", "t": "Q183"}],
     },
 ]
-
-
-@pytest.fixture(scope="module")
-def kge_assets(kg):
-    return with_kge(kg)
 
 
 def _batch(tokenizer, assets, texts=TEXTS, annotations=ANNOTATIONS):
