@@ -21,8 +21,9 @@ from importlib.metadata import PackageNotFoundError, distribution, packages_dist
 from pathlib import Path
 
 from huggingface_hub import constants, hf_hub_download, snapshot_download
-from huggingface_hub.errors import EntryNotFoundError, LocalEntryNotFoundError
+from huggingface_hub.errors import EntryNotFoundError, HFValidationError, LocalEntryNotFoundError
 from huggingface_hub.file_download import repo_folder_name
+from huggingface_hub.utils import validate_repo_id
 
 #: version of every keplm file format (knowledge assets and KG); bumped when a saved layout changes
 FORMAT_VERSION = 1
@@ -80,6 +81,24 @@ def portable_checkpoint(name_or_path: str | os.PathLike) -> str:
             return f"pip:{names[0]}"
     path = Path(value)
     return f"./{path.relative_to(Path.cwd()).as_posix()}" if path.is_relative_to(Path.cwd()) else f".../{path.name}"
+
+
+def resolve_checkpoint(name_or_path: str | os.PathLike, option: str = "--model_name_or_path") -> str:
+    """A checkpoint named on the command line, checked before any data is read: ``pip:<distribution>`` becomes the
+    folder that package ships (:func:`pip_checkpoint`); an existing path or a Hub id stays as it is; anything else
+    can only be a missing local folder, a FileNotFoundError naming it (not a Hub-id error at model loading)."""
+    value = os.fspath(name_or_path)
+    if value.startswith("pip:"):
+        return pip_checkpoint(value)
+    if os.path.exists(value):
+        return value
+    try:
+        validate_repo_id(value)
+    except HFValidationError:
+        raise FileNotFoundError(
+            f"{option} {value!r}: no such folder, and not a Hub id (name or org/name) or pip:<package>"
+        ) from None
+    return value
 
 
 def pip_checkpoint(spec: str) -> str:

@@ -31,7 +31,7 @@ from keplm.training.arguments import (
     parse_args,
 )
 from keplm.training.knowledge_setup import Featurizer
-from keplm.training.run_recipe import choose_recipe
+from keplm.training.run_recipe import MethodChoice, choose_recipe
 from keplm.training.trainer_seq2seq import GenerativeQuestionAnsweringTrainer
 
 #: this project's card facts (its datasets' public names, the MiniLM package), for the model card
@@ -46,9 +46,16 @@ def main(args: list[str] | None = None) -> dict:
     """Train / evaluate / predict one method (``--model_type``, default: the checkpoint's, else KALA) on generative
     QA: its run recipe prepares the knowledge and builds the encoder-decoder model; inputs, generated answers and
     EM/F1 are the task's."""
-    model_type, recipe_class, rest = choose_recipe(args, default="kala")
-    model_args, data_args, method_args, training_args = parse_args(
-        (ModelArguments, GenerativeQaDataArguments, recipe_class.arguments, KeplmSeq2SeqTrainingArguments), rest
+    model_type, recipe_class = choose_recipe(args, default="kala")
+    _, model_args, data_args, method_args, training_args = parse_args(
+        (
+            MethodChoice,
+            ModelArguments,
+            GenerativeQaDataArguments,
+            recipe_class.arguments,
+            KeplmSeq2SeqTrainingArguments,
+        ),
+        args,
     )
     recipe = recipe_class(model_type, model_args, method_args, TASK)
     runtime.start_run(training_args, model_args.model_name_or_path)

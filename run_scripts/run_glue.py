@@ -29,7 +29,7 @@ from keplm.training import runtime
 from keplm.training.arguments import DataArguments, KeplmTrainingArguments, ModelArguments, parse_args
 from keplm.training.compute_metrics import GlueComputeMetrics
 from keplm.training.knowledge_setup import Featurizer
-from keplm.training.run_recipe import choose_recipe
+from keplm.training.run_recipe import MethodChoice, choose_recipe
 from keplm.training.trainer import KeplmTrainer
 
 #: this project's card facts (its datasets' public names, the MiniLM package), for the model card
@@ -84,9 +84,9 @@ def check_labelled(raw, training_args) -> None:
 def main(args: list[str] | None = None) -> dict:
     """Train / evaluate / predict one method (``--model_type``, default: the checkpoint's, else Roof-Transformer) on
     a GLUE task or sentence (pair) classification files; the task's metric scores it."""
-    model_type, recipe_class, rest = choose_recipe(args, default="roof_transformer")
-    model_args, data_args, method_args, training_args = parse_args(
-        (ModelArguments, GlueDataArguments, recipe_class.arguments, KeplmTrainingArguments), rest
+    model_type, recipe_class = choose_recipe(args, default="roof_transformer")
+    _, model_args, data_args, method_args, training_args = parse_args(
+        (MethodChoice, ModelArguments, GlueDataArguments, recipe_class.arguments, KeplmTrainingArguments), args
     )
     recipe = recipe_class(model_type, model_args, method_args, "sequence_classification")
     runtime.start_run(training_args, model_args.model_name_or_path)

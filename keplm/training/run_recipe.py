@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 from transformers import (
@@ -24,6 +25,7 @@ from transformers import (
 )
 
 from keplm.data.collator import KeplmDataCollator
+from keplm.file_utils import resolve_checkpoint
 from keplm.io_utils import read_json
 from keplm.registration import REGISTERED_METHODS, RUN_RECIPES
 
@@ -37,6 +39,22 @@ TASK_AUTO_CLASSES = {
     "sequence_classification": AutoModelForSequenceClassification,
     "generative_qa": AutoModelForSeq2SeqLM,
 }
+
+
+@dataclass
+class MethodChoice:
+    """The task scripts' first option group: which method trains (:func:`choose_recipe` reads it first)."""
+
+    _argument_group_name = "method"  # the --help group
+
+    model_type: str | None = field(
+        default=None,
+        metadata={
+            "help": "The method: kala, roof_transformer or an installed plug-in's model type; unset, a keplm "
+            "checkpoint's own, else the script's (roof_transformer for run_glue.py, kala for the others). "
+            "--help with it lists that method's options."
+        },
+    )
 
 
 class RunRecipe:
@@ -131,20 +149,19 @@ def recipe_class(model_type: str) -> type[RunRecipe]:
     return recipe
 
 
-def choose_recipe(args: list[str] | dict | None, default: str) -> tuple[str, type[RunRecipe], list[str] | dict]:
-    """``(model_type, recipe class, remaining arguments)``: ``--model_type`` (or ``"model_type"`` in a JSON settings
-    file), else the type of a keplm checkpoint passed as ``--model_name_or_path``, else ``default``."""
+def choose_recipe(args: list[str] | dict | None, default: str) -> tuple[str, type[RunRecipe]]:
+    """``(model_type, recipe class)``: ``--model_type`` (:class:`MethodChoice`, or ``"model_type"`` in a JSON settings
+    file or dict), else the type of a keplm checkpoint passed as ``--model_name_or_path``, else ``default``. The
+    arguments stay whole for the script's full parser (-h included: every option of that method)."""
     if isinstance(args, dict):
-        argv = None
-        settings = dict(args)
+        settings = args
     else:
         argv = sys.argv[1:] if args is None else list(args)
         settings = read_json(argv[0]) if len(argv) == 1 and argv[0].endswith(".json") else None
     if settings is not None:
-        model_type, rest = settings.pop("model_type", None), settings
-        path, hub_kwargs = settings.get("model_name_or_path"), {}
+        model_type, path, hub_kwargs = settings.get("model_type"), settings.get("model_name_or_path"), {}
     else:
-        # only what picks the method; -h and the rest stay for the full parser (every option of that method)
+        # only what picks the method
         parser = argparse.ArgumentParser(add_help=False)
         for option, default_value in (
             ("--model_type", None),
@@ -157,26 +174,11 @@ def choose_recipe(args: list[str] | dict | None, default: str) -> tuple[str, typ
         known, _ = parser.parse_known_args(argv)
         model_type, path = known.model_type, known.model_name_or_path
         hub_kwargs = {"revision": known.model_revision, "token": known.token, "cache_dir": known.cache_dir}
-        rest = _without_option(argv, "--model_type")
     if model_type is None and path:
+        path = resolve_checkpoint(path)
         if is_keplm_checkpoint(path, **hub_kwargs):
             model_type = AutoConfig.from_pretrained(path, **hub_kwargs).model_type
-    model_type = model_type or default
-    recipe = recipe_class(model_type)
-    return model_type, recipe, rest
+    return model_type or default, recipe_class(model_type or default)
 
 
-def _without_option(argv: list[str], option: str) -> list[str]:
-    """``argv`` without ``option VALUE`` / ``option=VALUE``."""
-    rest, skip = [], False
-    for arg in argv:
-        if skip:
-            skip = False
-        elif arg == option:
-            skip = True
-        elif not arg.startswith(f"{option}="):
-            rest.append(arg)
-    return rest
-
-
-__all__ = ["TASK_AUTO_CLASSES", "RunRecipe", "choose_recipe", "recipe_class"]
+__all__ = ["TASK_AUTO_CLASSES", "MethodChoice", "RunRecipe", "choose_recipe", "recipe_class"]
