@@ -24,7 +24,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import sys
 from dataclasses import asdict, dataclass, field
 
 import torch
@@ -104,16 +103,10 @@ class ProbeArguments:
 
 
 def setup_logging(level: str) -> None:
-    """HF example-script logging on stdout at ``level``."""
-    logging.basicConfig(
-        format="%(asctime)s - %(levelname)s - %(name)s - %(message)s",
-        datefmt="%m/%d/%Y %H:%M:%S",
-        handlers=[logging.StreamHandler(sys.stdout)],
-    )
+    """The run scripts' logging (``runtime.log_at``: no config dumps) at ``level``, this module's logger included."""
     numeric = logging.getLevelName(level.upper())
-    for name in ("keplm", "__main__", __name__):
-        logging.getLogger(name).setLevel(numeric)
-    transformers.utils.logging.set_verbosity(numeric)
+    runtime.log_at(numeric)
+    logger.setLevel(numeric)
 
 
 def load_masked_lm(model_args: ModelArguments, probe_args: ProbeArguments):

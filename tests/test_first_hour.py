@@ -35,6 +35,18 @@ def test_config_dumps_only_at_debug(tmp_path, restore_levels, log_level, config_
     assert logging.getLogger("transformers.trainer").isEnabledFor(logging.INFO)
 
 
+@pytest.mark.parametrize("log_level, config_dumps", [("info", False), ("debug", True)])
+def test_run_probe_logs_like_the_other_run_scripts(restore_levels, log_level, config_dumps):
+    """run_probe.py (its own ``--log_level``, no TrainingArguments) gets the same log set-up: its INFO lines without
+    transformers' config and weights-file dumps, which ``--log_level debug`` shows."""
+    from .test_probe import load_run_probe
+
+    load_run_probe().setup_logging(log_level)
+    for name in QUIET_BELOW_DEBUG:
+        assert logging.getLogger(name).isEnabledFor(logging.INFO) is config_dumps
+    assert logging.getLogger("keplm").isEnabledFor(logging.INFO)
+
+
 def test_new_modules_of_a_model_built_on_an_encoder_are_info_not_warning(tmp_path, tokenizer, caplog):
     """Building on an encoder always makes new modules: said at INFO; a warning only for missing encoder weights."""
     BertModel(tiny_encoder_config(tokenizer), add_pooling_layer=False).save_pretrained(tmp_path / "enc")
@@ -54,17 +66,18 @@ def test_new_modules_of_a_model_built_on_an_encoder_are_info_not_warning(tmp_pat
     ],
 )
 def test_help_shows_every_option_grouped_the_methods_before_training(script, method_group, capsys):
-    """--help lists the model, data, the method's and the training options in that order, with defaults (the
-    script's first parser, which picks the method, leaves -h to the full one)."""
+    """--help lists the method choice (--model_type), the model, data, the method's and the training options in that
+    order, with defaults (the script's first parser, which picks the method, leaves -h to the full one)."""
     from .test_run_scripts import load_script
 
     with pytest.raises(SystemExit):
         load_script(script).main(["--help"])
     shown = capsys.readouterr().out
     groups = [line for line in shown.splitlines() if line and not line.startswith(" ") and line.endswith(":")]
-    assert groups[1:3] == ["model:", "data:"] and groups[3].startswith(method_group)
-    assert groups[4].startswith("training (transformers.TrainingArguments")
-    assert "--num_train_epochs" in shown and "--system" in shown and "(default: main)" in shown
+    assert groups[1:4] == ["method:", "model:", "data:"] and groups[4].startswith(method_group)
+    assert groups[5].startswith("training (transformers.TrainingArguments")
+    assert "--model_type" in shown and "--num_train_epochs" in shown and "--system" in shown
+    assert "(default: main)" in shown
 
 
 def test_deepspeed_does_not_warn_about_a_missing_accelerator_on_cpu(tmp_path):

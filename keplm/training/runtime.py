@@ -44,14 +44,20 @@ QUIET_BELOW_DEBUG = (
 
 def setup_logging(training_args: TrainingArguments) -> None:
     """HF example-script logging: INFO on the main process, warnings elsewhere."""
+    if training_args.should_log:  # as HF's scripts: INFO on the main process unless --log_level says otherwise
+        transformers.utils.logging.set_verbosity_info()
+    log_at(training_args.get_process_log_level())
+    warn_single_process_launch()
+
+
+def log_at(level: int) -> None:
+    """A script's log on stdout at ``level`` (keplm, the script, datasets and transformers), without the config and
+    weights-file dumps (:data:`QUIET_BELOW_DEBUG`) unless ``level`` is DEBUG."""
     logging.basicConfig(
         format="%(asctime)s - %(levelname)s - %(name)s - %(message)s",
         datefmt="%m/%d/%Y %H:%M:%S",
         handlers=[logging.StreamHandler(sys.stdout)],
     )
-    if training_args.should_log:  # as HF's scripts: INFO on the main process unless --log_level says otherwise
-        transformers.utils.logging.set_verbosity_info()
-    level = training_args.get_process_log_level()
     logging.getLogger("keplm").setLevel(level)
     logger.setLevel(level)
     logging.getLogger("__main__").setLevel(level)
@@ -61,7 +67,6 @@ def setup_logging(training_args: TrainingArguments) -> None:
         logging.getLogger(name).setLevel(level if level <= logging.DEBUG else max(level, logging.WARNING))
     transformers.utils.logging.enable_default_handler()
     transformers.utils.logging.enable_explicit_format()
-    warn_single_process_launch()
 
 
 def warn_single_process_launch(environ=None) -> bool:
@@ -451,6 +456,7 @@ __all__ = [
     "qa_predict_results",
     "qa_train_evaluate_predict",
     "setup_logging",
+    "log_at",
     "start_run",
     "warn_single_process_launch",
     "linked_share",
