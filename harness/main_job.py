@@ -104,19 +104,20 @@ def report(cfg: dict, durations: dict[str, float], total: float) -> dict:
         ("train loss", "train_loss"),
     ]
     width = max(12, *(len(s) for s in cfg["systems"]))
+    label_width = max(len(label) for label, _ in rows) + 2
     print(
         f"\nCoNLL-2003: {cfg['train']} train / {cfg['eval']} validation / "
         f"{cfg['predict']} test sentences, {cfg['epochs']} epochs, MiniLM-L6 encoder, KG {cfg['kg']}"
     )
-    print(f"{'':22}" + "".join(f"{s:>{width + 2}}" for s in cfg["systems"]))
+    print(f"{'':{label_width}}" + "".join(f"{s:>{width + 2}}" for s in cfg["systems"]))
     for label, key in rows:
         # P/R/F1 in percent: the record's metric_unit, or seqeval's fractions for records written before it
         scale = {s: 1.0 if key == "train_loss" else percent_factor(results[s], "fraction") for s in cfg["systems"]}
         print(
-            f"{label:22}"
+            f"{label:{label_width}}"
             + "".join(f"{scale[s] * results[s].get(key, float('nan')):>{width + 2}.2f}" for s in cfg["systems"])
         )
-    print(f"{'wall time (s)':22}" + "".join(f"{durations[s]:>{width + 2}.0f}" for s in cfg["systems"]))
+    print(f"{'wall time (s)':{label_width}}" + "".join(f"{durations[s]:>{width + 2}.0f}" for s in cfg["systems"]))
     sizes = {
         s: (results[s].get("predict_seen_examples"), results[s].get("predict_unseen_examples")) for s in cfg["systems"]
     }

@@ -3,7 +3,8 @@ the docs' tables give them.
 
 The metric functions (:mod:`keplm.training.metrics`) keep the conventions of their
 Hub namesakes (``squad`` in percent; ``seqeval``, ``glue`` and P@k as fractions); what the Trainer logs and the run
-scripts write goes through :func:`to_percent`, and every results file says its unit under ``metric_unit``.
+scripts write goes through :func:`to_percent`, and every results file says its unit under ``metric_unit``. Data
+statistics written beside the metrics (``*_linked_share``) are not scores and stay fractions of 1.
 
 Records written before that key existed (the committed ``runs/`` and ``results/runs/``) hold fractions, except the
 SQuAD ones: readers turn a record into percent with :func:`percent_factor` and the old unit of its task.
