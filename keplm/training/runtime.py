@@ -42,6 +42,18 @@ QUIET_BELOW_DEBUG = (
 )
 
 
+class DropBelowWarning(logging.Filter):
+    """Lets a logger's WARNING and ERROR records through, not its INFO dumps. A filter, not ``setLevel``: transformers
+    checks the TP plan of every model it loads, warning "The following layers were not sharded", whenever
+    ``transformers.modeling_utils``'s own level is WARNING or above."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno >= logging.WARNING
+
+
+_DROP_BELOW_WARNING = DropBelowWarning()
+
+
 def setup_logging(training_args: TrainingArguments) -> None:
     """HF example-script logging: INFO on the main process, warnings elsewhere."""
     if training_args.should_log:  # as HF's scripts: INFO on the main process unless --log_level says otherwise
@@ -64,7 +76,10 @@ def log_at(level: int) -> None:
     datasets.utils.logging.set_verbosity(level)
     transformers.utils.logging.set_verbosity(level)
     for name in QUIET_BELOW_DEBUG:  # their INFO lines dump whole configs: shown with --log_level debug
-        logging.getLogger(name).setLevel(level if level <= logging.DEBUG else max(level, logging.WARNING))
+        if level <= logging.DEBUG:
+            logging.getLogger(name).removeFilter(_DROP_BELOW_WARNING)
+        else:
+            logging.getLogger(name).addFilter(_DROP_BELOW_WARNING)
     transformers.utils.logging.enable_default_handler()
     transformers.utils.logging.enable_explicit_format()
 
