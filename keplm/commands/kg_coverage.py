@@ -19,6 +19,7 @@ import argparse
 import json
 import logging
 
+from keplm.commands import HOPS_HELP, KG_SPEC_HELP, MAX_NEIGHBORS_HELP
 from keplm.commands.build_kg import gold_spans
 from keplm.data import load_ner_dataset
 from keplm.io_utils import replaced_folder
@@ -41,9 +42,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--kg",
         required=True,
-        help="a keplm.knowledge.load_kg spec, e.g. fb15k237:<dir>, hpo:, tsv:<file>, or several joined by '+'",
+        help=f"the KG to link --data against: {KG_SPEC_HELP}",
     )
-    parser.add_argument("--splits", nargs="+", default=None, help="default: every split of --data")
+    parser.add_argument("--splits", nargs="+", default=None, help="splits to measure (unset: every split of --data)")
     parser.add_argument(
         "--train_size",
         type=int,
@@ -51,13 +52,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="read this many training sentences (as --max_train_samples), drawn with "
         "--train_sample_seed when given, else the first ones",
     )
-    parser.add_argument("--train_sample_seed", type=int, default=None)
+    parser.add_argument(
+        "--train_sample_seed",
+        type=int,
+        default=None,
+        help="with --train_size: draw the training sentences at random with this seed (as the run scripts' option)",
+    )
     parser.add_argument("--link_case_sensitive", action="store_true", help="as the run scripts' option")
-    parser.add_argument("--hops", type=int, default=1)
-    parser.add_argument("--max_neighbors_per_entity", type=int, default=8, help="as the run scripts' option")
-    parser.add_argument("--num_proc", type=int, default=None)
+    parser.add_argument("--hops", type=int, default=1, help=HOPS_HELP)
+    parser.add_argument("--max_neighbors_per_entity", type=int, default=8, help=MAX_NEIGHBORS_HELP)
+    parser.add_argument(
+        "--num_proc", type=int, default=None, help="processes that link each split (datasets.map; unset: this process)"
+    )
     parser.add_argument("--output_dir", default=None, help="write kg_coverage.json and kg_coverage.png here")
-    parser.add_argument("--no_plot", action="store_true")
+    parser.add_argument("--no_plot", action="store_true", help="do not draw kg_coverage.png")
 
 
 def measure(dataset, kg, linker_kwargs: dict, num_proc: int | None = None) -> dict:

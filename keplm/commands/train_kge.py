@@ -27,6 +27,7 @@ from pathlib import Path
 
 import torch
 
+from keplm.commands import KG_SPEC_HELP
 from keplm.data.lama import read_fact_keys
 from keplm.data.pretraining import kg_without_facts
 from keplm.file_utils import KG_CONFIG_NAME
@@ -87,20 +88,40 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--kg",
         required=True,
-        help=(
-            "KG spec for keplm.knowledge.load_kg: fb15k237:<dir>, wn18rr:<dir>, trex:<dir or file>, tsv:<file>, "
-            "jsonl:<file>, pretrained:<dir> (a saved KG folder), or several joined by '+'"
-        ),
+        help=f"the KG whose entities and relations are embedded: {KG_SPEC_HELP}",
     )
     parser.add_argument("--output_dir", required=True, help="where the KG with its vectors and kge_report.json go")
     parser.add_argument("--model", default="transe", help=KGE_MODEL_HELP)
     parser.add_argument("--dim", type=int, default=128, help="stored vector width (complex/rotate: even)")
     parser.add_argument("--epochs", type=int, default=50, help="passes over the training triples")
     parser.add_argument("--batch_size", type=int, default=1000, help="training triples per step")
-    parser.add_argument("--lr", type=float, default=None, help="default: torch_geometric's FB15k-237 example's")
-    parser.add_argument("--weight_decay", type=float, default=None)
-    parser.add_argument("--margin", type=float, default=None, help="transe, distmult, rotate (default: the model's)")
-    parser.add_argument("--p_norm", type=float, default=None, help="transe's norm (default 1)")
+    parser.add_argument(
+        "--lr",
+        type=float,
+        default=None,
+        help="learning rate (unset: torch_geometric's FB15k-237 example's for --model)",
+    )
+    parser.add_argument(
+        "--weight_decay",
+        type=float,
+        default=None,
+        help="optimizer weight decay; above 0 needs --dense (unset: torch_geometric's FB15k-237 example's for "
+        "--model with --dense, else 0)",
+    )
+    parser.add_argument(
+        "--margin",
+        type=float,
+        default=None,
+        help="transe's and distmult's ranking-loss margin, rotate's score margin; complex has none (unset: 9 for "
+        "rotate, else torch_geometric's default, 1)",
+    )
+    parser.add_argument(
+        "--p_norm",
+        type=float,
+        default=None,
+        help="transe only: the p of its L-p distance and of its stored vectors' normalisation (unset: "
+        "torch_geometric's default, 1)",
+    )
     parser.add_argument(
         "--valid_fraction",
         type=float,
@@ -131,14 +152,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             "entities (same --model and --dim as that run)"
         ),
     )
-    parser.add_argument("--seed", type=int, default=42)
-    parser.add_argument("--device", default="cpu")
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=42,
+        help="seeds the held-out triples and the ranked sample, the initialisation, shuffling and negative sampling "
+        "(deterministic on CPU)",
+    )
+    parser.add_argument("--device", default="cpu", help="torch device to train on, e.g. cpu, cuda, cuda:1")
     parser.add_argument(
         "--dense",
         action="store_true",
         help=(
-            "dense embedding gradients (Adam/Adagrad with weight decay, as torch_geometric's example); default: sparse "
-            "gradients, only the batch's rows updated (SparseAdam), many times faster on a large KG"
+            "dense embedding gradients (Adam/Adagrad with weight decay, as torch_geometric's example); without it: "
+            "sparse gradients, only the batch's rows updated (SparseAdam), many times faster on a large KG"
         ),
     )
     parser.add_argument(
