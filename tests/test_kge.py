@@ -225,6 +225,9 @@ def test_cli_writes_the_kg_folder_and_report(kg, tmp_path, capsys):
     assert set(report["seconds"]) == {"load_kg", "train", "rank", "total"}  # training and ranking timed apart
     printed = capsys.readouterr().out
     assert "# KG embeddings" in printed and "| 13 |" in printed and "TransE dim 8" in printed
+    # the report times training as the log does, the ranking apart
+    assert f"in {report['seconds']['train']:.1f}s of training" in printed
+    assert f"(ranking the held-out triples: {report['seconds']['rank']:.1f}s)" in printed
     # the same settings give the same vectors through the command as through the function
     direct, _ = train_kge(kg, dim=8, epochs=3, batch_size=64, valid_fraction=0.1, seed=5, progress=False)
     assert np.array_equal(direct.entity_vectors, loaded.entity_vectors)

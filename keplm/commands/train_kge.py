@@ -52,7 +52,8 @@ def report_markdown(report: dict) -> str:
         f"{report['torch_geometric_class']} dim {report['dim']} ({report['vectors']}), {report['epochs']} epochs, "
         f"batch {report['batch_size']}, {report['optimizer']} lr {report['lr']:g}, seed {report['seed']}, "
         f"{report['device']}: loss {report['losses'][0]:.4f} -> {report['losses'][-1]:.4f} in "
-        f"{report['seconds']['total']:.1f}s",
+        f"{report['seconds']['train']:.1f}s of training (ranking the held-out triples: "
+        f"{report['seconds']['rank']:.1f}s)",
     ]
     excluded = report.get("excluded_facts")
     kept = report.get("kept_vectors")
