@@ -74,11 +74,16 @@ def test_a_warmup_of_1_is_one_step_and_a_value_below_1_a_share():
     assert warmup_step_count(0.25, 10) == 3 and warmup_step_count(0.5, 100) == 50
 
 
-def test_model_type_is_taken_out_of_the_arguments_in_both_forms():
-    from keplm.training.run_recipe import _without_option
+@pytest.mark.parametrize("argv", [["--model_type", "roof_transformer"], ["--model_type=roof_transformer"]])
+def test_model_type_is_read_in_both_forms(argv):
+    """The recipe choice and the scripts' full parse (``MethodChoice``) both read ``--model_type X`` and
+    ``--model_type=X``; the other arguments are left to the full parse."""
+    from keplm.training.arguments import parse_args
+    from keplm.training.run_recipe import MethodChoice, choose_recipe
 
-    argv = ["--model_type", "kala", "--do_train", "--model_type=trelm", "--output_dir", "out"]
-    assert _without_option(argv, "--model_type") == ["--do_train", "--output_dir", "out"]
+    assert choose_recipe([*argv, "--do_train"], "kala")[0] == "roof_transformer"
+    (choice,) = parse_args((MethodChoice,), argv)
+    assert choice.model_type == "roof_transformer"
 
 
 def test_a_span_found_in_two_overlapping_windows_keeps_its_higher_score():
