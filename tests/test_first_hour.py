@@ -106,6 +106,26 @@ def test_help_shows_every_option_grouped_the_methods_before_training(script, met
     assert "(default: main)" in shown
 
 
+def test_a_run_without_an_accelerator_pins_no_memory_and_so_gets_no_pin_memory_warning(tmp_path, monkeypatch):
+    """Pinned memory only speeds copies to an accelerator: on a CPU run torch warned, for every data loader, that
+    ``pin_memory`` pins nothing. keplm's training arguments turn it off there, and keep it where an accelerator is."""
+    import warnings
+
+    import torch
+
+    from keplm.training import arguments
+
+    monkeypatch.setattr(arguments, "_has_accelerator", lambda: False)  # a machine without GPUs, --use_cpu not given
+    args = KeplmTrainingArguments(output_dir=str(tmp_path), report_to="none")
+    assert args.dataloader_pin_memory is False
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        list(torch.utils.data.DataLoader([torch.zeros(2)], pin_memory=args.dataloader_pin_memory))
+    assert not [w for w in caught if "pin_memory" in str(w.message)]
+    monkeypatch.setattr(arguments, "_has_accelerator", lambda: True)
+    assert KeplmTrainingArguments(output_dir=str(tmp_path), report_to="none").dataloader_pin_memory is True
+
+
 def test_deepspeed_does_not_warn_about_a_missing_accelerator_on_cpu(tmp_path):
     """accelerate imports DeepSpeed (installed by the set-up) when the Trainer is built, and on a machine without
     accelerators DeepSpeed warned on every run "Setting accelerator to CPU. If you have GPU ...": parse_args tells

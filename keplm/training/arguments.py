@@ -372,6 +372,10 @@ class KeplmTrainingArguments(TrainingArguments):
         super().__post_init__()
         check_option_values(self)  # also when built in code, not parsed
         self._gather_whole_weights_at_save()
+        if self.dataloader_pin_memory and not _has_accelerator():
+            # pinned memory speeds copies to an accelerator; without one torch warns, for every data loader, that it
+            # pins nothing (transformers turns it off under --use_cpu only)
+            self.dataloader_pin_memory = False
         if self.do_train and self.max_steps <= 0 and self.num_train_epochs <= 0:
             raise ValueError(
                 f"--num_train_epochs {self.num_train_epochs:g} with --do_train trains nothing (and would save an "
