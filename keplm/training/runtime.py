@@ -15,7 +15,7 @@ import torch
 import transformers
 from accelerate import PartialState
 from safetensors import SafetensorError, safe_open
-from transformers import TrainingArguments
+from transformers import TrainerState, TrainingArguments
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from keplm.data import limit_samples, load_qa_dataset
@@ -379,17 +379,19 @@ def train_and_save(trainer, training_args: TrainingArguments, num_samples: int, 
     assets) to ``output_dir``; the train metrics gain ``extra_metrics`` (e.g. the linked-mention share of the training
     split)."""
     checkpoint = resume_checkpoint(training_args.resume_from_checkpoint, training_args.output_dir)
+    # the step the Trainer resumes from, read before training may rotate the checkpoint away (--save_total_limit)
+    state_file = os.path.join(checkpoint or "", TRAINER_STATE_NAME)
+    resumed_from = (
+        TrainerState.load_from_json(state_file).global_step if checkpoint and os.path.isfile(state_file) else 0
+    )
     train_result = trainer.train(resume_from_checkpoint=checkpoint)
     trainer.save_model()
     # the stock train_loss averages the steps this run trained: after a resume, not the whole run (say which steps)
-    resumed_from = getattr(trainer, "_initial_global_step", 0) or 0
-    extra_metrics["train_loss_steps"] = trainer.state.global_step - resumed_from
+    extra_metrics["train_loss_steps"] = trained = trainer.state.global_step - resumed_from
     if resumed_from:
         extra_metrics["train_resumed_from_step"] = resumed_from
         logger.info(
-            "train_loss covers the %d steps after the checkpoint's step %d, not the whole run",
-            trainer.state.global_step - resumed_from,
-            resumed_from,
+            "train_loss covers the %d steps after the checkpoint's step %d, not the whole run", trained, resumed_from
         )
     metrics = record(trainer, "train", dict(train_result.metrics, train_samples=num_samples, **extra_metrics))
     trainer.save_state()
