@@ -44,32 +44,24 @@ class _MetricCallable:
     ``batch_eval_metrics=True``, where each call adds one batch and the last one (``compute_result=True``)
     computes. The batches are kept in memory: the Trainer already gathered them across processes."""
 
-    compute_kwargs: dict
-
-    def _inputs(self, eval_prediction) -> dict:
+    def _inputs(self, eval_prediction) -> tuple[list, list]:
+        """``(predictions, references)`` of one Trainer output, as the metric function takes them."""
         raise NotImplementedError
 
-    def _metric(self, predictions, references, **kwargs) -> dict[str, float]:
+    def _metric(self, predictions: list, references: list) -> dict[str, float]:
         raise NotImplementedError
-
-    def _postprocess(self, result: dict[str, float]) -> dict[str, float]:
-        return result
-
-    def _result(self, predictions, references) -> dict[str, float]:
-        # the metric functions compute fractions; the run scripts report percent
-        return to_percent(self._postprocess(self._metric(predictions, references, **self.compute_kwargs)))
 
     def __call__(self, eval_prediction, compute_result: bool | None = None) -> dict[str, float]:
-        inputs = self._inputs(eval_prediction)
-        if compute_result is None:
-            return self._result(inputs["predictions"], inputs["references"])
-        batches = self.__dict__.setdefault("_batches", {"predictions": [], "references": []})
-        for key in batches:
-            batches[key].extend(inputs[key])
-        if not compute_result:
-            return {}
-        self._batches = {"predictions": [], "references": []}
-        return self._result(batches["predictions"], batches["references"])
+        predictions, references = self._inputs(eval_prediction)
+        if compute_result is not None:
+            kept = self.__dict__.setdefault("_kept", ([], []))
+            kept[0].extend(predictions)
+            kept[1].extend(references)
+            if not compute_result:
+                return {}
+            (predictions, references), self._kept = kept, ([], [])
+        # the metric functions compute fractions; the run scripts report percent
+        return to_percent(self._metric(predictions, references))
 
 
 class NerComputeMetrics(_MetricCallable):
@@ -87,19 +79,18 @@ class NerComputeMetrics(_MetricCallable):
     ):
         self.label_list = list(label_list)
         self.ignore_index = ignore_index
-        self.compute_kwargs = {"mode": mode, "scheme": scheme, "per_type": per_type}
+        self.options = {"mode": mode, "scheme": scheme, "per_type": per_type}
 
-    def _metric(self, predictions, references, **kwargs) -> dict[str, float]:
-        return ner_metrics(predictions, references, **kwargs)
+    def _metric(self, predictions, references) -> dict[str, float]:
+        return ner_metrics(predictions, references, **self.options)
 
-    def _inputs(self, eval_prediction) -> dict:
-        predictions, references = align_ner_predictions(
+    def _inputs(self, eval_prediction) -> tuple[list, list]:
+        return align_ner_predictions(
             _to_numpy(_logits(eval_prediction.predictions)),
             _to_numpy(eval_prediction.label_ids),
             self.label_list,
             ignore_index=self.ignore_index,
         )
-        return {"predictions": predictions, "references": references}
 
 
 def word_level_scores(predictions, references) -> dict[str, float]:
@@ -117,13 +108,15 @@ class GlueComputeMetrics(_MetricCallable):
     def __init__(self, task: str, combined_score: bool = True):
         self.task = task
         glue_metrics(task, [0, 1], [0, 1])  # an unknown task is an error now, not at the first evaluation
-        self.compute_kwargs = {}
         self.combined_score = combined_score
 
     def _metric(self, predictions, references) -> dict[str, float]:
-        return glue_metrics(self.task, predictions, references)
+        result = glue_metrics(self.task, predictions, references)
+        if self.combined_score and len(result) > 1:
+            result["combined_score"] = float(np.mean(list(result.values())))
+        return result
 
-    def _inputs(self, eval_prediction) -> dict:
+    def _inputs(self, eval_prediction) -> tuple[list, list]:
         predictions = _to_numpy(_logits(eval_prediction.predictions))
         references = _to_numpy(eval_prediction.label_ids)
         if self.task == "stsb":
@@ -131,12 +124,7 @@ class GlueComputeMetrics(_MetricCallable):
                 predictions = predictions[..., 0]  # the (batch, 1) output of a regression head
         elif predictions.ndim > 1:
             predictions = predictions.argmax(axis=-1)
-        return {"predictions": predictions.reshape(-1).tolist(), "references": references.reshape(-1).tolist()}
-
-    def _postprocess(self, result: dict[str, float]) -> dict[str, float]:
-        if self.combined_score and len(result) > 1:
-            result = {**result, "combined_score": float(np.mean(list(result.values())))}
-        return result
+        return predictions.reshape(-1).tolist(), references.reshape(-1).tolist()
 
 
 class RelationClassificationComputeMetrics(_MetricCallable):
@@ -145,20 +133,18 @@ class RelationClassificationComputeMetrics(_MetricCallable):
 
     def __init__(self, id2label: Mapping[int, str], relations=None):
         self.id2label = {int(i): name for i, name in id2label.items()}
-        self.compute_kwargs = {"relations": list(relations) if relations is not None else None}
+        self.relations = list(relations) if relations is not None else None
 
-    def _metric(self, predictions, references, relations=None) -> dict[str, float]:
-        return semeval_task8_metrics(list(predictions), list(references), relations=relations)
+    def _metric(self, predictions, references) -> dict[str, float]:
+        return semeval_task8_metrics(predictions, references, relations=self.relations)
 
-    def _inputs(self, eval_prediction) -> dict:
+    def _inputs(self, eval_prediction) -> tuple[list, list]:
         predictions = _to_numpy(_logits(eval_prediction.predictions))
         if predictions.ndim > 1:
             predictions = predictions.argmax(axis=-1)
         references = _to_numpy(eval_prediction.label_ids)
-        return {
-            "predictions": [self.id2label[int(i)] for i in predictions.reshape(-1)],
-            "references": [self.id2label[int(i)] for i in references.reshape(-1)],
-        }
+        label = self.id2label
+        return [label[int(i)] for i in predictions.reshape(-1)], [label[int(i)] for i in references.reshape(-1)]
 
 
 class FactMetrics:

@@ -77,24 +77,16 @@ def ner_metrics(
         "accuracy": float(accuracy_score(refs, preds)) if any(refs) else 0.0,
     }
     if per_type:
-        for name, scores in report.items():
-            if name in ("macro avg", "weighted avg"):
-                continue
-            result[f"{name}_f1"] = float(scores["f1-score"])
+        result.update({f"{name}_f1": float(s["f1-score"]) for name, s in report.items() if not name.endswith(" avg")})
     return result
 
 
 def _label_name(id2label, index: int) -> str:
-    if isinstance(id2label, Mapping):
-        if index in id2label:
-            return id2label[index]
-        if str(index) in id2label:
-            return id2label[str(index)]
-        raise ValueError(f"align_ner_predictions: label id {index} not in id2label")
+    """``id2label[index]`` of a label list or a mapping with int or str keys (a config read from JSON)."""
     try:
-        return id2label[index]
-    except IndexError:
-        raise ValueError(f"align_ner_predictions: label id {index} out of range for {len(id2label)} labels") from None
+        return id2label[str(index) if isinstance(id2label, Mapping) and index not in id2label else index]
+    except (KeyError, IndexError):
+        raise ValueError(f"align_ner_predictions: label id {index} is none of the {len(id2label)} labels") from None
 
 
 def align_ner_predictions(
@@ -295,9 +287,16 @@ def glue_metrics(task: str, predictions, references) -> dict[str, float]:
 # --------------------------------------------------------------------------- SemEval-2010 Task 8
 
 
-def _relation_and_direction(label: str) -> tuple[str, str]:
-    relation, _, direction = label.partition("(")
-    return relation, direction
+def _relation(label: str) -> str:
+    """The relation of a SemEval label, without its direction: ``Cause-Effect`` of ``Cause-Effect(e1,e2)``."""
+    return label.partition("(")[0]
+
+
+def _precision_recall_f1(correct: int, predicted: int, gold: int) -> tuple[float, float, float]:
+    """Precision, recall and F1 from counts (0.0 where a denominator is 0)."""
+    precision = correct / predicted if predicted else 0.0
+    recall = correct / gold if gold else 0.0
+    return precision, recall, 2 * precision * recall / (precision + recall) if precision + recall else 0.0
 
 
 def semeval_task8_metrics(
@@ -313,33 +312,23 @@ def semeval_task8_metrics(
         raise ValueError(f"semeval_task8_metrics: {len(predictions)} predictions vs {len(references)} references")
     if not references:
         raise ValueError("semeval_task8_metrics: no examples given")
-    found = {_relation_and_direction(label)[0] for label in (*predictions, *references)} - {other}
+    found = {_relation(label) for label in (*predictions, *references)} - {other}
     if relations is not None and found - set(relations):
         raise ValueError(f"semeval_task8_metrics: labels of unknown relations {sorted(found - set(relations))}")
     relations = list(relations) if relations is not None else sorted(found)
     counts = {relation: Counter() for relation in relations}
     for predicted, gold in zip(predictions, references):
-        predicted_relation, gold_relation = _relation_and_direction(predicted)[0], _relation_and_direction(gold)[0]
+        predicted_relation, gold_relation = _relation(predicted), _relation(gold)
         if predicted_relation != other:
             counts[predicted_relation]["predicted"] += 1
         if gold_relation != other:
             counts[gold_relation]["gold"] += 1
             counts[gold_relation]["correct"] += predicted == gold
-
-    def f1(p: float, r: float) -> float:
-        return 2 * p * r / (p + r) if p + r else 0.0
-
-    per_relation = {}
-    for relation, c in counts.items():
-        p = c["correct"] / c["predicted"] if c["predicted"] else 0.0
-        r = c["correct"] / c["gold"] if c["gold"] else 0.0
-        per_relation[relation] = f1(p, r)
-    total = {key: sum(c[key] for c in counts.values()) for key in ("correct", "predicted", "gold")}
-    micro_p = total["correct"] / total["predicted"] if total["predicted"] else 0.0
-    micro_r = total["correct"] / total["gold"] if total["gold"] else 0.0
+    keys = ("correct", "predicted", "gold")
+    per_relation = {relation: _precision_recall_f1(*(c[key] for key in keys))[2] for relation, c in counts.items()}
     return {
         "macro_f1": float(np.mean(list(per_relation.values()))) if per_relation else 0.0,
-        "micro_f1": f1(micro_p, micro_r),
+        "micro_f1": _precision_recall_f1(*(sum(c[key] for c in counts.values()) for key in keys))[2],
         "accuracy": sum(p == g for p, g in zip(predictions, references)) / len(references),
         **{f"f1_{relation}": value for relation, value in per_relation.items()},
     }
@@ -399,9 +388,7 @@ def precision_at_k(
 def fact_scores(predicted: set, gold: set) -> dict[str, float]:
     """Precision, recall and F1 of a set of predicted facts against the gold set."""
     correct = len(predicted & gold)
-    precision = correct / len(predicted) if predicted else 0.0
-    recall = correct / len(gold) if gold else 0.0
-    f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+    precision, recall, f1 = _precision_recall_f1(correct, len(predicted), len(gold))
     return {
         "precision": precision,
         "recall": recall,
