@@ -42,6 +42,22 @@ from .trainer_overrides import TrainerOverrides, unwrap
 logger = logging.getLogger(__name__)
 
 
+def upload_model_folder(folder: str, repo_id: str, commit_message: str, token, revision, blocking: bool):
+    """One commit of ``folder``'s model files (:data:`~keplm.push_utils.LOADING_PATTERNS`, no pickle) to ``repo_id``,
+    replacing the repo's model and processor files (the repo serves this push); a future unless ``blocking``."""
+    return hf_api().upload_folder(
+        repo_id=repo_id,
+        folder_path=folder,
+        commit_message=commit_message,
+        token=token,
+        run_as_future=not blocking,
+        allow_patterns=list(LOADING_PATTERNS),
+        ignore_patterns=list(PICKLE_PATTERNS),
+        delete_patterns=list(dict.fromkeys(MODEL_FILES + PROCESSOR_FILES)),
+        revision=revision,
+    )
+
+
 class KeplmTrainer(ShardedMemoryTraining, TrainerOverrides, Trainer):
     """``Trainer`` for keplm models; what it adds to the stock one:
 
@@ -118,6 +134,7 @@ class KeplmTrainer(ShardedMemoryTraining, TrainerOverrides, Trainer):
         )
         self.add_callback(KeplmCardCallback(self))
         self._losses_finite = None  # every training step's loss finite since the last log (a device tensor)
+        self._extra_logs = {}  # the model's numbers since the last log: before_training_step reports, logged_losses
         self._sparse_gradients = False  # set by create_optimizer: whether any trained table has sparse gradients
         self._has_sharded_tables = bool(self._sharded_tables())  # row-sharded entity memories: decided once
 
@@ -179,9 +196,9 @@ class KeplmTrainer(ShardedMemoryTraining, TrainerOverrides, Trainer):
         blockers = model.sharding_blockers(engine) if hasattr(model, "sharding_blockers") else []
         if blockers:
             raise ValueError(f"{type(model).__name__} cannot train under {engine}: {'; '.join(blockers)}")
-        own = [group for group in groups if group.optimizer is not None and group.parameters]
+        own = next((group for group in groups if group.optimizer is not None and group.parameters), None)
         sparse = {id(p) for p in sparse_parameters(model)}
-        if not own and not sparse:
+        if own is None and not sparse:
             return
         why = (
             "FSDP2 holds every parameter as a sharded DTensor, which this optimizer cannot step, and FSDP's "
@@ -190,15 +207,11 @@ class KeplmTrainer(ShardedMemoryTraining, TrainerOverrides, Trainer):
             else "DeepSpeed drives one optimizer of its own over dense gradients"
         )
         options = ", ".join(f"{k}={v!r}" for k, v in sorted(self.parameter_group_options.items())) or "none"
-        if own:
-            what = (
-                f"parameter group {own[0].name!r} trains with an optimizer of its own ({own[0].optimizer!r})"
-                if not sparse
-                else f"parameter group {own[0].name!r} has sparse gradients and an optimizer of "
-                f"its own ({own[0].optimizer!r})"
-            )
-        else:
+        if own is None:
             what = "embedding tables with sparse gradients (nn.Embedding(sparse=True))"
+        else:
+            how = "has sparse gradients and an optimizer" if sparse else "trains with an optimizer"
+            what = f"parameter group {own.name!r} {how} of its own ({own.optimizer!r})"
         names = [name for name, p in model.named_parameters() if id(p) in sparse]
         raise ValueError(
             f"{what} cannot train under {engine}: {why}. Train it with the Trainer's optimizer instead: change the "
@@ -235,15 +248,13 @@ class KeplmTrainer(ShardedMemoryTraining, TrainerOverrides, Trainer):
         if callable(getattr(self.model, "get_base_model", None)):
             # pushed runs name their Hub repo as the adapter's base model, so that the Auto classes load the repo
             save_lora(self.model, output_dir, repo_id=self.hub_model_id if self.args.push_to_hub else None)
-        pickled = os.path.join(output_dir, "training_args.bin")
-        if os.path.exists(pickled):
-            os.remove(pickled)
+        Path(output_dir, "training_args.bin").unlink(missing_ok=True)
         self._write_training_args(output_dir)
 
     def _write_training_args(self, output_dir: str) -> None:
         """``training_args.json``: the arguments as JSON (not a pickle), absolute paths made portable."""
-        with open(os.path.join(output_dir, "training_args.json"), "w", encoding="utf-8") as f:
-            json.dump(portable_paths(json.loads(self.args.to_json_string())), f, indent=2)
+        arguments = portable_paths(json.loads(self.args.to_json_string()))
+        Path(output_dir, "training_args.json").write_text(json.dumps(arguments, indent=2), encoding="utf-8")
 
     def push_to_hub(
         self,
@@ -272,17 +283,7 @@ class KeplmTrainer(ShardedMemoryTraining, TrainerOverrides, Trainer):
         if self.push_in_progress is not None and not self.push_in_progress.is_done():  # the checkpoint push first
             self.push_in_progress.wait_until_done()
         revision = revision if revision is not None else self.args.hub_revision
-        commit = hf_api().upload_folder(
-            repo_id=self.hub_model_id,
-            folder_path=self.args.output_dir,
-            commit_message=commit_message,
-            token=token,
-            run_as_future=not blocking,
-            allow_patterns=list(LOADING_PATTERNS),
-            ignore_patterns=list(PICKLE_PATTERNS),
-            delete_patterns=list(dict.fromkeys(MODEL_FILES + PROCESSOR_FILES)),  # the repo serves this push
-            revision=revision,
-        )
+        commit = upload_model_folder(self.args.output_dir, self.hub_model_id, commit_message, token, revision, blocking)
         return pin_after(commit, self.args.output_dir, self.hub_model_id, token, revision, blocking)  # a LoRA adapter
 
     def push_checkpoint(self, checkpoint_folder: str) -> None:
@@ -311,22 +312,13 @@ class KeplmTrainer(ShardedMemoryTraining, TrainerOverrides, Trainer):
             if self.args.save_strategy == SaveStrategy.STEPS
             else f"epoch {int(self.state.epoch)}"
         )
-        jobs = [
-            hf_api().upload_folder(
-                repo_id=self.hub_model_id,
-                folder_path=output_dir,
-                allow_patterns=list(LOADING_PATTERNS),
-                ignore_patterns=list(PICKLE_PATTERNS),
-                delete_patterns=list(dict.fromkeys(MODEL_FILES + PROCESSOR_FILES)),
-                commit_message=f"Training in progress, {step}",
-                token=self.args.hub_token,
-                run_as_future=True,
-                revision=self.args.hub_revision,
-            )
-        ]
-        pinned = pin_after(jobs[0], output_dir, self.hub_model_id, self.args.hub_token, self.args.hub_revision, False)
-        if pinned is not jobs[0]:  # a LoRA adapter: its base files pinned once the push is done
-            jobs.append(pinned)
+        token, revision = self.args.hub_token, self.args.hub_revision
+        commit = upload_model_folder(
+            output_dir, self.hub_model_id, f"Training in progress, {step}", token, revision, False
+        )
+        # a LoRA adapter: its base files pinned once the push is done
+        pinned = pin_after(commit, output_dir, self.hub_model_id, token, revision, False)
+        jobs = [commit] if pinned is commit else [commit, pinned]
         if self.args.hub_strategy in (HubStrategy.CHECKPOINT, HubStrategy.ALL_CHECKPOINTS):
             path_in_repo = (
                 "last-checkpoint" if self.args.hub_strategy == HubStrategy.CHECKPOINT else Path(checkpoint_folder).name
@@ -337,10 +329,10 @@ class KeplmTrainer(ShardedMemoryTraining, TrainerOverrides, Trainer):
                     folder_path=checkpoint_folder,
                     path_in_repo=path_in_repo,
                     commit_message=f"Training in progress, {step}, checkpoint",
-                    token=self.args.hub_token,
+                    token=token,
                     ignore_patterns=list(PICKLE_PATTERNS),
                     run_as_future=True,
-                    revision=self.args.hub_revision,
+                    revision=revision,
                 )
             )
         if self.push_in_progress is None or self.push_in_progress.is_done():
@@ -380,18 +372,10 @@ class KeplmTrainer(ShardedMemoryTraining, TrainerOverrides, Trainer):
                 f"{self.args.learning_rate:g}): check the inputs (e.g. non-finite KG vectors) or lower the learning "
                 "rate"
             )
-        if "loss" in logs and getattr(self, "_extra_logs", None):  # training logs: the model's own losses beside it
+        if "loss" in logs and self._extra_logs:  # training logs: the model's own losses beside it
             logs = {**logs, **{name: round(sum(v) / len(v), 4) for name, v in self._extra_logs.items() if v}}
             self._extra_logs = {}
         super().log(logs, start_time)
-
-    @property
-    def _extra_logs(self) -> dict:
-        return self.__dict__.setdefault("_extra_log_values", {})
-
-    @_extra_logs.setter
-    def _extra_logs(self, value: dict) -> None:
-        self.__dict__["_extra_log_values"] = value
 
     def save_metrics(self, split, metrics, combined=True):
         """As the stock ``save_metrics`` (``{split}_results.json``, merged into ``all_results.json``, by process 0),
@@ -448,7 +432,7 @@ class KeplmTrainer(ShardedMemoryTraining, TrainerOverrides, Trainer):
             base_model=finetuned_from,
             base_model_id=getattr(self.args, "base_model_id", None),
             dataset=dataset if isinstance(dataset, str) else None,
-            repo_id=getattr(self, "hub_model_id", None) or self.args.hub_model_id,
+            repo_id=self.hub_model_id or self.args.hub_model_id,
         )
         write_model_card(self.args.output_dir, card)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 from transformers.trainer_utils import PredictionOutput
 
@@ -14,6 +15,14 @@ from .trainer import KeplmTrainer
 
 #: columns of evaluation features used by post-processing only (not model inputs)
 POSTPROCESSING_COLUMNS = ("example_id", "offset_mapping")
+
+
+def save_predictions(args, prefix: str, predictions: dict) -> None:
+    """``{prefix}_predictions.json`` (``{id: answer}``) in ``output_dir``, by the process that saves."""
+    if args.should_save:
+        os.makedirs(args.output_dir, exist_ok=True)
+        text = json.dumps(predictions, indent=2, ensure_ascii=False)
+        Path(args.output_dir, f"{prefix}_predictions.json").write_text(text, encoding="utf-8")
 
 
 def _model_features(features):
@@ -51,12 +60,8 @@ class QuestionAnsweringTrainer(KeplmTrainer):
             disable_tqdm=self.args.disable_tqdm,
         )
         scores = squad_v1_metrics(predictions, squad_references(examples))
-        metrics = {f"{prefix}_{k}": v for k, v in scores.items()}
-        if self.args.should_save:
-            os.makedirs(self.args.output_dir, exist_ok=True)
-            with open(os.path.join(self.args.output_dir, f"{prefix}_predictions.json"), "w", encoding="utf-8") as f:
-                json.dump(predictions, f, indent=2, ensure_ascii=False)
-        return predictions, metrics
+        save_predictions(self.args, prefix, predictions)
+        return predictions, {f"{prefix}_{k}": v for k, v in scores.items()}
 
     def evaluation_loop(
         self, dataloader, description, prediction_loss_only=None, ignore_keys=None, metric_key_prefix: str = "eval"
@@ -106,4 +111,4 @@ class QuestionAnsweringTrainer(KeplmTrainer):
         return PredictionOutput(predictions=self.last_predictions, label_ids=None, metrics=output.metrics)
 
 
-__all__ = ["QuestionAnsweringTrainer", "POSTPROCESSING_COLUMNS"]
+__all__ = ["QuestionAnsweringTrainer", "POSTPROCESSING_COLUMNS", "save_predictions"]

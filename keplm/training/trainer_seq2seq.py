@@ -5,15 +5,13 @@ no-pickle checkpoints, keplm's card), and its generative-QA variant (answers gen
 
 from __future__ import annotations
 
-import json
-import os
-
 import numpy as np
 from transformers import Seq2SeqTrainer
 from transformers.trainer_utils import PredictionOutput
 
 from .metrics import squad_references, squad_v1_metrics
 from .trainer import KeplmTrainer
+from .trainer_qa import save_predictions
 
 
 class KeplmSeq2SeqTrainer(KeplmTrainer, Seq2SeqTrainer):
@@ -49,11 +47,7 @@ class GenerativeQuestionAnsweringTrainer(KeplmSeq2SeqTrainer):
                     "needs one feature per example, in the examples' order"
                 )
             self.last_predictions = dict(zip(map(str, examples["id"]), texts))
-            if self.args.should_save:
-                os.makedirs(self.args.output_dir, exist_ok=True)
-                path = os.path.join(self.args.output_dir, f"{prefix}_predictions.json")
-                with open(path, "w", encoding="utf-8") as f:
-                    json.dump(self.last_predictions, f, indent=2, ensure_ascii=False)
+            save_predictions(self.args, prefix, self.last_predictions)
             return squad_v1_metrics(self.last_predictions, squad_references(examples))
 
         return score
