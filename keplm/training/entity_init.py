@@ -55,11 +55,11 @@ def initialize_entity_memory_from_encoder(
     try:
         for batch in tqdm(loader, desc="Initialising entity memory", disable=disable_tqdm):
             token_map = batch["entity_token_map"].to(device)
-            if not (token_map >= 0).any():
+            in_mention = token_map >= 0
+            if not in_mention.any():
                 continue
             inputs = {k: batch[k].to(device) for k in _ENCODER_INPUTS if k in batch}
             hidden = encoder(**inputs, return_dict=True).last_hidden_state.float()
-            in_mention = token_map >= 0
             rows = batch["node_entity_ids"].to(device)[token_map[in_mention]]
             sums.index_add_(0, rows, hidden[in_mention])
             counts.index_add_(0, rows, torch.ones_like(rows, dtype=counts.dtype))

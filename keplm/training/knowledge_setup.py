@@ -94,13 +94,11 @@ def maybe_add_lora(model, model_args: ModelArguments):
         dropout=model_args.lora_dropout,
         target_modules=model_args.lora_target_modules,
     )
-    trainable = sum(p.numel() for p in peft_model.parameters() if p.requires_grad)
     logger.info(
         "LoRA r=%d on %s: %d of %d parameters train",
         model_args.lora_r,
         model_args.lora_target_modules,
-        trainable,
-        sum(p.numel() for p in peft_model.parameters()),
+        *peft_model.get_nb_trainable_parameters(),
     )
     return peft_model
 

@@ -148,8 +148,7 @@ class KeplmCardCallback(TrainerCallback):
     def on_evaluate(self, args, state, control, metrics=None, **kwargs):
         self.card_data.record_metrics(metrics)
 
-    def on_predict(self, args, state, control, metrics=None, **kwargs):
-        self.card_data.record_metrics(metrics)
+    on_predict = on_evaluate
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if logs and "train_runtime" in logs:

@@ -79,19 +79,14 @@ def clip_grad_norm_sparse_(parameters, max_norm: float) -> torch.Tensor:
     ``sparse_entity_memory`` table), which torch's version rejects. A sparse gradient is coalesced first (rows
     that occur twice add up), then counts with its stored values. Returns the total norm before clipping."""
     parameters = [p for p in parameters if p.grad is not None]
-    if not parameters:
-        return torch.tensor(0.0)
     for p in parameters:
         if p.grad.is_sparse:
             p.grad = p.grad.coalesce()
-    dense = [p.grad for p in parameters if not p.grad.is_sparse]
-    values = [p.grad._values() for p in parameters if p.grad.is_sparse]
-    norms = [*(torch._foreach_norm(dense, 2.0) if dense else ()), *(v.norm(2.0) for v in values)]
-    device = parameters[0].grad.device
-    total = torch.stack([n.float().to(device) for n in norms]).norm(2.0)
-    scale = (max_norm / (total + 1e-6)).clamp(max=1.0)
-    if dense:
-        torch._foreach_mul_(dense, scale.to(dense[0].dtype))
+    dense = [p for p in parameters if not p.grad.is_sparse]
+    values = [p.grad.values() for p in parameters if p.grad.is_sparse]
+    total = torch.nn.utils.get_total_norm([*(p.grad for p in dense), *values], 2.0)
+    torch.nn.utils.clip_grads_with_norm_(dense, max_norm, total)  # torch's (foreach) scaling of the dense gradients
+    scale = (max_norm / (total + 1e-6)).clamp(max=1.0)  # the same factor for the sparse ones' values
     for v in values:
         v.mul_(scale.to(v.dtype))
     return total

@@ -56,9 +56,7 @@ def parse_interval(text: str) -> tuple[float, float, bool, bool]:
 def in_interval(value: float, text: str) -> bool:
     """Whether ``value`` lies in the interval ``text`` (NaN lies in none)."""
     low, high, low_closed, high_closed = parse_interval(text)
-    above = value >= low if low_closed else value > low
-    below = value <= high if high_closed else value < high
-    return above and below
+    return (value >= low if low_closed else value > low) and (value <= high if high_closed else value < high)
 
 
 def declared_ranges(cls: type) -> dict[str, str]:
@@ -69,20 +67,15 @@ def declared_ranges(cls: type) -> dict[str, str]:
     return ranges
 
 
-def _ranges(parsed) -> Iterable[tuple[str, str | None]]:
-    """``(option, interval or None)`` for every field of one parsed argument dataclass."""
-    ranges = declared_ranges(type(parsed))
-    for spec in dataclasses.fields(parsed):
-        yield spec.name, ranges.get(spec.name)
-
-
 def check_option_values(*parsed) -> None:
     """ValueError naming the first option of ``parsed`` (argument dataclass instances) that is NaN or lies outside
     its interval; an option left unset (None) is not checked. A list option is checked element by element."""
     for arguments in parsed:
         if not dataclasses.is_dataclass(arguments):
             continue
-        for name, interval in _ranges(arguments):
+        ranges = declared_ranges(type(arguments))
+        for spec in dataclasses.fields(arguments):
+            name, interval = spec.name, ranges.get(spec.name)
             value = getattr(arguments, name, None)
             values = value if isinstance(value, (list, tuple)) else [value]
             for item in values:

@@ -82,9 +82,8 @@ def summarize(
             "kept": kept[relation],
             "facts_kept": kept_facts[relation],
             "skipped": dict(sorted(skipped.get(relation, Counter()).items())),
+            **{f"precision_at_{k}": scores.get(f"{relation}_precision_at_{k}") for k in ks},
         }
-        for k in ks:
-            row[f"precision_at_{k}"] = scores.get(f"{relation}_precision_at_{k}")
         templates = sorted({t for f in facts if f["relation"] == relation for t in f["templates"]})
         if by_template and len(templates) > 1:
             row["templates"] = {
@@ -93,21 +92,18 @@ def summarize(
             }
         per_relation[relation] = row
     totals = Counter(skip["reason"] for skip in skips)
-    result = {f"precision_at_{k}": scores.get(f"precision_at_{k}") for k in ks}
-    result.update({f"precision_at_{k}_micro": scores.get(f"precision_at_{k}_micro") for k in ks})
-    result.update(
-        {
-            "num_relations": len(facts_per_relation),
-            "num_relations_scored": len(kept),
-            "num_facts": len(facts),
-            "num_queries": sum(queries_per_relation.values()),
-            "num_queries_kept": len(queries),
-            "num_facts_kept": sum(kept_facts.values()),
-            "skipped": {r: totals[r] for r in SKIP_REASONS if totals[r]},
-            "per_relation": per_relation,
-        }
-    )
-    return result
+    return {
+        **{f"precision_at_{k}": scores.get(f"precision_at_{k}") for k in ks},
+        **{f"precision_at_{k}_micro": scores.get(f"precision_at_{k}_micro") for k in ks},
+        "num_relations": len(facts_per_relation),
+        "num_relations_scored": len(kept),
+        "num_facts": len(facts),
+        "num_queries": sum(queries_per_relation.values()),
+        "num_queries_kept": len(queries),
+        "num_facts_kept": sum(kept_facts.values()),
+        "skipped": {r: totals[r] for r in SKIP_REASONS if totals[r]},
+        "per_relation": per_relation,
+    }
 
 
 def probe(

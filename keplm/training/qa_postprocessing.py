@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections import OrderedDict, defaultdict
+from collections import defaultdict
 from collections.abc import Mapping
 
 import numpy as np
@@ -71,19 +71,16 @@ def _feature_candidates(start, end, offsets, max_context, n_best_size, max_answe
     span_len = top_ends[None, :] - top_starts[:, None] + 1
     ok = (span_len >= 1) & (span_len <= max_answer_length)
     rows, cols = np.nonzero(ok)
-    out = []
-    for r, c in zip(rows, cols):
-        s, e = top_starts[r], top_ends[c]
-        out.append(
-            {
-                "score": float(start[s] + end[e]),
-                "start_logit": float(start[s]),
-                "end_logit": float(end[e]),
-                "start": int(char_starts[s]),
-                "end": int(char_ends[e]),
-            }
-        )
-    return out
+    return [
+        {
+            "score": float(start[s] + end[e]),
+            "start_logit": float(start[s]),
+            "end_logit": float(end[e]),
+            "start": int(char_starts[s]),
+            "end": int(char_ends[e]),
+        }
+        for s, e in zip(top_starts[rows], top_ends[cols])
+    ]
 
 
 def postprocess_qa_predictions(
@@ -130,8 +127,8 @@ def postprocess_qa_predictions(
             raise ValueError(f"postprocess_qa_predictions: feature {f_idx} refers to unknown example {qid!r}")
         features_per_example[index_of[qid]].append(f_idx)
 
-    predictions: OrderedDict[str, str] = OrderedDict()
-    nbest: OrderedDict[str, list[dict]] = OrderedDict()
+    predictions: dict[str, str] = {}
+    nbest: dict[str, list[dict]] = {}
     for ex_idx, qid in enumerate(tqdm(example_ids, desc="QA post-processing", disable=disable_tqdm)):
         context = contexts[ex_idx]
         candidates: dict[tuple[int, int], dict] = {}

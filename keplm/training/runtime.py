@@ -22,7 +22,7 @@ from keplm.data import limit_samples, load_qa_dataset
 from keplm.metric_units import METRIC_UNIT, METRIC_UNIT_KEY
 
 from .knowledge_setup import featurize, maybe_add_lora
-from .metrics import squad_references, squad_v1_metrics
+from .metrics import squad_v1_metrics
 from .model_card import KeplmModelCardData
 from .subsets import subset_metrics
 
@@ -42,16 +42,11 @@ QUIET_BELOW_DEBUG = (
 )
 
 
-class DropBelowWarning(logging.Filter):
-    """Lets a logger's WARNING and ERROR records through, not its INFO dumps. A filter, not ``setLevel``: transformers
-    checks the TP plan of every model it loads, warning "The following layers were not sharded", whenever
-    ``transformers.modeling_utils``'s own level is WARNING or above."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return record.levelno >= logging.WARNING
-
-
-_DROP_BELOW_WARNING = DropBelowWarning()
+def drop_below_warning(record: logging.LogRecord) -> bool:
+    """A logging filter that lets a logger's WARNING and ERROR records through, not its INFO dumps. A filter, not
+    ``setLevel``: transformers checks the TP plan of every model it loads, warning "The following layers were not
+    sharded", whenever ``transformers.modeling_utils``'s own level is WARNING or above."""
+    return record.levelno >= logging.WARNING
 
 
 def setup_logging(training_args: TrainingArguments) -> None:
@@ -76,10 +71,11 @@ def log_at(level: int) -> None:
     datasets.utils.logging.set_verbosity(level)
     transformers.utils.logging.set_verbosity(level)
     for name in QUIET_BELOW_DEBUG:  # their INFO lines dump whole configs: shown with --log_level debug
+        quiet = logging.getLogger(name)
         if level <= logging.DEBUG:
-            logging.getLogger(name).removeFilter(_DROP_BELOW_WARNING)
+            quiet.removeFilter(drop_below_warning)
         else:
-            logging.getLogger(name).addFilter(_DROP_BELOW_WARNING)
+            quiet.addFilter(drop_below_warning)
     transformers.utils.logging.enable_default_handler()
     transformers.utils.logging.enable_explicit_format()
 
@@ -344,23 +340,17 @@ def resume_checkpoint(resume_from_checkpoint, output_dir: str) -> str | None:
     if not resuming(resume_from_checkpoint):
         return None
     if resume_from_checkpoint in (True, "True", "true", "last"):
-        found = {  # step -> folder
-            int(path.name.rsplit("-", 1)[1]): path
+        numbered = [
+            path
             for path in Path(output_dir).glob(f"{PREFIX_CHECKPOINT_DIR}-*")
             if path.is_dir() and path.name.rsplit("-", 1)[1].isdigit()
-        }
-        complete = []
-        for step in sorted(found):
-            problem = checkpoint_problem(found[step])
+        ]
+        for path in sorted(numbered, key=lambda path: int(path.name.rsplit("-", 1)[1]), reverse=True):  # newest first
+            problem = checkpoint_problem(path)
             if problem is None:
-                complete.append(found[step])
-            else:
-                logger.warning("%s: %s; not resumed from", found[step], problem)
-        if not complete:
-            raise ValueError(
-                f"--resume_from_checkpoint {resume_from_checkpoint}: no complete checkpoint in {output_dir}"
-            )
-        return str(complete[-1])
+                return str(path)
+            logger.warning("%s: %s; not resumed from", path, problem)
+        raise ValueError(f"--resume_from_checkpoint {resume_from_checkpoint}: no complete checkpoint in {output_dir}")
     path = Path(resume_from_checkpoint)
     problem = checkpoint_problem(path) if path.is_dir() else None
     if problem is not None:
@@ -428,14 +418,12 @@ def qa_predict_results(recipe, raw, predictions: dict) -> dict:
     metrics = recipe.split_results(raw, "test", "predict")
     counts = recipe.unseen_entity_counts(raw, "test")
     if counts is not None:
-        ids = [str(i) for i in raw["test"]["id"]]
         predictions = {str(k): v for k, v in predictions.items()}
-        references = {str(k): v for k, v in squad_references(raw["test"]).items()}
         metrics.update(
             subset_metrics(
                 lambda p, r: squad_v1_metrics(dict(enumerate(p)), dict(enumerate(r))),
-                [predictions.get(i, "") for i in ids],
-                [references[i] for i in ids],
+                [predictions.get(str(i), "") for i in raw["test"]["id"]],
+                [answers["text"] for answers in raw["test"]["answers"]],
                 counts,
                 "predict",
             )

@@ -64,16 +64,16 @@ def save_sharded(model: nn.Module, folder: str | os.PathLike) -> None:
     writes its own file; process 0 the rest)."""
     folder = Path(folder)
     rank, world_size = dist.get_rank(), dist.get_world_size()
-    local, rows, replicated = {}, {}, {}
+    local, shapes, replicated = {}, {}, {}
     for name, value in model.state_dict().items():
         piece = _sharded_rows(name, value)
         if piece is None:
             replicated[name] = value
-            continue
-        local[name] = piece.detach().cpu().contiguous().clone()  # clones: tied weights are separate entries
-        rows[name] = (list(value.shape), str(value.dtype).removeprefix("torch."), piece.shape[0])
+        else:
+            local[name] = piece.detach().cpu().contiguous().clone()  # clones: tied weights are separate entries
+            shapes[name] = list(value.shape)
     every_rows = [None] * world_size
-    dist.all_gather_object(every_rows, {name: count for name, (_, _, count) in rows.items()})
+    dist.all_gather_object(every_rows, {name: local[name].shape[0] for name in shapes})
     if rank == 0:
         folder.mkdir(parents=True, exist_ok=True)
         local.update({name: value.detach().cpu().contiguous().clone() for name, value in replicated.items()})
@@ -83,7 +83,7 @@ def save_sharded(model: nn.Module, folder: str | os.PathLike) -> None:
         tensors = {
             name: {"shape": list(value.shape), "file": shard_file(0, world_size)} for name, value in replicated.items()
         }
-        for name, (shape, _, _) in rows.items():
+        for name, shape in shapes.items():
             start, shards = 0, []
             for process, counts in enumerate(every_rows):
                 shards.append([shard_file(process, world_size), start, start + counts[name]])
@@ -91,14 +91,10 @@ def save_sharded(model: nn.Module, folder: str | os.PathLike) -> None:
             if start != shape[0]:
                 raise ValueError(f"the processes' rows of {name} add up to {start}, not its {shape[0]}")
             tensors[name] = {"shape": shape, "shards": shards}
-        index = {
-            "format": FORMAT,
-            "world_size": world_size,
-            "model_class": _model_class(model).__name__,
-            "tensors": tensors,
-        }
+        class_name = _model_class(model).__name__
+        index = {"format": FORMAT, "world_size": world_size, "model_class": class_name, "tensors": tensors}
         (folder / INDEX).write_text(json.dumps(index, indent=1))
-        model.config.architectures = [_model_class(model).__name__]
+        model.config.architectures = [class_name]
         model.config.save_pretrained(folder)
         assets = getattr(model, "knowledge_assets", None)
         if assets is not None:

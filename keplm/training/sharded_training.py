@@ -17,13 +17,13 @@ from __future__ import annotations
 import glob
 import logging
 import os
+from pathlib import Path
 
 from keplm.modeling.entity_memory import EntityMemory
-from keplm.modeling.sharded_entity_memory import ShardedEntityMemory
 
 from .engines import asked_engines
 from .optim import CombinedOptimizer
-from .sharded_memory import clip_grad_norm_, gather_entity_memory_state, shard_entity_memory
+from .sharded_memory import clip_grad_norm_, gather_entity_memory_state, shard_entity_memory, sharded_memories
 from .state import has_state, load_state, save_state
 
 logger = logging.getLogger(__name__)
@@ -32,19 +32,13 @@ logger = logging.getLogger(__name__)
 SHARD_STATE = "optimizer_shard_{rank}"
 
 
-def _sharded(model) -> dict:
-    """``{qualified name: ShardedEntityMemory}`` of ``model`` (through any wrapper: they are modules too)."""
-    if model is None:
-        return {}
-    return {name: module for name, module in model.named_modules() if isinstance(module, ShardedEntityMemory)}
-
-
 def shard_for_training(model, args) -> None:
     """What ``--shard_entity_memory`` does at the Trainer's construction: shard ``model``'s entity memories in place
     when the run has more than one process; a ValueError for what cannot work with sharded tables."""
-    wanted = bool(getattr(args, "shard_entity_memory", False))
-    already = _sharded(model)
-    if model is None or not (wanted or already):
+    if model is None:
+        return
+    wanted, already = bool(getattr(args, "shard_entity_memory", False)), sharded_memories(model)
+    if not (wanted or already):
         return
     memories = [name for name, module in model.named_modules() if isinstance(module, EntityMemory)]
     if wanted and not memories and not already:
@@ -77,7 +71,7 @@ def shard_for_training(model, args) -> None:
         )
     if memories:
         shard_entity_memory(model)
-    for name, memory in _sharded(model).items():
+    for name, memory in sharded_memories(model).items():
         logger.info(
             "--shard_entity_memory: %s holds rows [%d, %d) of %d here (process %d of %d)",
             name,
@@ -116,7 +110,7 @@ class ShardedMemoryTraining:
     """Mixin of :class:`keplm.training.trainer.KeplmTrainer` (``Trainer`` methods come after it in the MRO)."""
 
     def _sharded_tables(self) -> dict:
-        return _sharded(self.model)
+        return sharded_memories(self.model) if self.model is not None else {}
 
     def _shard_meta(self) -> dict:
         return {
@@ -193,11 +187,7 @@ class ShardedMemoryTraining:
                 "--shard_entity_memory, or start a new run from its weights (--model_name_or_path)"
             )
         saved = load_state(checkpoint, name) if has_state(checkpoint, name) else None
-        count = (
-            saved["world_size"]
-            if saved is not None
-            else int(load_state(checkpoint, os.path.basename(saved_sharded[0])[: -len(".json")])["world_size"])
-        )
+        count = (saved or load_state(checkpoint, Path(saved_sharded[0]).stem))["world_size"]
         if count != self.args.world_size:
             raise ValueError(
                 f"cannot resume from {checkpoint} with {self.args.world_size} processes: its sharded "

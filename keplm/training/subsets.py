@@ -23,8 +23,8 @@ def subset_metrics(
     if not len(predictions) == len(references) == len(counts):
         raise ValueError(f"{len(predictions)} predictions, {len(references)} references, {len(counts)} counts")
     out = {}
-    for name, keep in ((names[0], lambda c: c < threshold), (names[1], lambda c: c >= threshold)):
-        index = [i for i, c in enumerate(counts) if keep(c)]
+    for name, unseen in zip(names, (False, True)):
+        index = [i for i, c in enumerate(counts) if (c >= threshold) == unseen]
         out[f"{prefix}_{name}_examples"] = len(index)
         if index:
             metrics = metric_fn([predictions[i] for i in index], [references[i] for i in index])
