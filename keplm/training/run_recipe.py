@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import ClassVar
 
 from transformers import (
@@ -29,7 +29,7 @@ from keplm.file_utils import resolve_checkpoint
 from keplm.io_utils import read_json
 from keplm.registration import REGISTERED_METHODS, RUN_RECIPES
 
-from .arguments import ModelArguments
+from .arguments import ModelArguments, option
 from .knowledge_setup import is_keplm_checkpoint
 
 #: the task scripts' tasks and the Auto class each one trains
@@ -47,13 +47,11 @@ class MethodChoice:
 
     _argument_group_name = "method"  # the --help group
 
-    model_type: str | None = field(
-        default=None,
-        metadata={
-            "help": "The method: kala, roof_transformer or an installed plug-in's model type; unset, a keplm "
-            "checkpoint's own, else the script's (roof_transformer for run_glue.py, kala for the others). "
-            "--help with it lists that method's options."
-        },
+    model_type: str | None = option(
+        None,
+        "The method: kala, roof_transformer or an installed plug-in's model type; unset, a keplm "
+        "checkpoint's own, else the script's (roof_transformer for run_glue.py, kala for the others). "
+        "--help with it lists that method's options.",
     )
 
 
@@ -163,14 +161,9 @@ def choose_recipe(args: list[str] | dict | None, default: str) -> tuple[str, typ
     else:
         # only what picks the method
         parser = argparse.ArgumentParser(add_help=False)
-        for option, default_value in (
-            ("--model_type", None),
-            ("--model_name_or_path", None),
-            ("--cache_dir", None),
-            ("--model_revision", "main"),
-            ("--token", None),
-        ):
-            parser.add_argument(option, default=default_value)
+        for option in ("--model_type", "--model_name_or_path", "--cache_dir", "--token"):
+            parser.add_argument(option)
+        parser.add_argument("--model_revision", default="main")
         known, _ = parser.parse_known_args(argv)
         model_type, path = known.model_type, known.model_name_or_path
         hub_kwargs = {"revision": known.model_revision, "token": known.token, "cache_dir": known.cache_dir}

@@ -11,7 +11,7 @@ memory's initialisation (appendix B.1), the knowledge modules' parameter groups 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import ClassVar, Literal
 
 from transformers import AutoTokenizer
@@ -24,7 +24,7 @@ from keplm.modeling.modeling_kala import ENTITY_MEMORY_OPTIMIZERS
 from keplm.tokenization import KalaProcessor, KeplmProcessor
 from keplm.training.optim import schedule_has_warmup
 
-from ..arguments import LinkingArguments, ModelArguments, split_paths
+from ..arguments import LinkingArguments, ModelArguments, option, split_paths
 from ..entity_init import initialize_entity_memory_from_encoder
 from ..knowledge_setup import checkpoint_processor, is_keplm_checkpoint
 from ..run_recipe import RunRecipe
@@ -58,130 +58,95 @@ class KnowledgeArguments(LinkingArguments):
         "knowledge_weight_decay": "[0, inf)",
     }
 
-    knowledge: Literal["link", "annotations", "none"] = field(
-        default="link",
-        metadata={
-            "help": "Where entity mentions and facts come from: 'link' (dictionary-link the text against --kg), "
-            "'annotations' (precomputed KALA JSON, --annotation_files) or 'none' (no knowledge)."
-        },
+    knowledge: Literal["link", "annotations", "none"] = option(
+        "link",
+        "Where entity mentions and facts come from: 'link' (dictionary-link the text against --kg), "
+        "'annotations' (precomputed KALA JSON, --annotation_files) or 'none' (no knowledge).",
     )
-    kg: str | None = field(
-        default=None,
-        metadata={
-            "help": "Knowledge graph spec for keplm.knowledge.load_kg, e.g. 'fb15k237:<dir>' or 'trex:<dir>'. "
-            "With a keplm checkpoint: a knowledge update without retraining (the checkpoint's vocabularies, "
-            "this graph; processor.update_knowledge)."
-        },
+    kg: str | None = option(
+        None,
+        "Knowledge graph spec for keplm.knowledge.load_kg, e.g. 'fb15k237:<dir>' or 'trex:<dir>'. "
+        "With a keplm checkpoint: a knowledge update without retraining (the checkpoint's vocabularies, "
+        "this graph; processor.update_knowledge).",
     )
-    annotation_files: list[str] | None = field(
-        default=None,
-        metadata={
-            "help": "KALA annotation JSON per split as SPLIT=PATH (train=..., validation=..., test=...), "
-            "keyed by example id."
-        },
+    annotation_files: list[str] | None = option(
+        None, "KALA annotation JSON per split as SPLIT=PATH (train=..., validation=..., test=...), keyed by example id."
     )
-    system: Literal["vanilla", "more_params", "pointwise", "relational"] = field(
-        default="relational",
-        metadata={
-            "help": "vanilla fine-tuning, more_params (+1 transformer layer, no knowledge), pointwise (entity "
-            "memory only) or relational (KALA: entity memory + relational retrieval)."
-        },
+    system: Literal["vanilla", "more_params", "pointwise", "relational"] = option(
+        "relational",
+        "vanilla fine-tuning, more_params (+1 transformer layer, no knowledge), pointwise (entity "
+        "memory only) or relational (KALA: entity memory + relational retrieval).",
     )
-    kfm_layers: list[int] | None = field(
-        default=None,
-        metadata={"help": "Encoder layers with knowledge modulation (negative = from the end); default per task."},
+    kfm_layers: list[int] | None = option(
+        None, "Encoder layers with knowledge modulation (negative = from the end); default per task."
     )
-    relation_message: Literal["entity", "composition"] = field(
-        default="composition",
-        metadata={
-            "help": "What a KG neighbour sends in relational retrieval: 'composition' (the neighbour's vector "
-            "composed with the fact's relation, e_j + W_m r_ij; keplm's default) or 'entity' (KALA eq. 3: "
-            "the neighbour's vector only, the relation weighs it). docs/knowledge_checks.md has the "
-            "measurements."
-        },
+    relation_message: Literal["entity", "composition"] = option(
+        "composition",
+        "What a KG neighbour sends in relational retrieval: 'composition' (the neighbour's vector "
+        "composed with the fact's relation, e_j + W_m r_ij; keplm's default) or 'entity' (KALA eq. 3: "
+        "the neighbour's vector only, the relation weighs it). docs/knowledge_checks.md has the "
+        "measurements.",
     )
-    entity_dropout: float = field(
-        default=0.3,
-        metadata={
-            "help": "In training, the share of mentioned entities that read the null row as unseen ones do, so "
-            "the model learns to represent a mention from its KG neighbours (keplm's default; the paper has "
-            "0)."
-        },
+    entity_dropout: float = option(
+        0.3,
+        "In training, the share of mentioned entities that read the null row as unseen ones do, so "
+        "the model learns to represent a mention from its KG neighbours (keplm's default; the paper has "
+        "0).",
     )
-    entity_min_count: int = field(
-        default=1, metadata={"help": "Entities mentioned fewer times in training are treated as unseen (null)."}
+    entity_min_count: int = option(1, "Entities mentioned fewer times in training are treated as unseen (null).")
+    max_entities: int | None = option(None, "Keep at most this many frequent entities.")
+    max_neighbors_per_entity: int = option(8, "KG facts to outside neighbours kept per linked entity ('link' mode).")
+    init_entity_memory: bool = option(
+        False, "Initialise the entity memory with the encoder's mean mention states (KALA appendix B.1)."
     )
-    max_entities: int | None = field(default=None, metadata={"help": "Keep at most this many frequent entities."})
-    max_neighbors_per_entity: int = field(
-        default=8, metadata={"help": "KG facts to outside neighbours kept per linked entity ('link' mode)."}
+    knowledge_learning_rate: float | None = option(
+        5e-4,
+        "Learning rate of KALA's knowledge modules (entity memory, KFM, relational retrieval), "
+        "which start from random weights: at the encoder's rate they barely move in a short fine-tuning "
+        "and the model ignores its KG (docs/knowledge_checks.md). 0: --learning_rate. Knowledge systems "
+        "only.",
     )
-    init_entity_memory: bool = field(
-        default=False,
-        metadata={"help": "Initialise the entity memory with the encoder's mean mention states (KALA appendix B.1)."},
+    graph_pad_to_multiple_of: int | None = option(
+        None, "Pad batched graph nodes/edges to a multiple of this (fewer shapes for torch_compile)."
     )
-    knowledge_learning_rate: float | None = field(
-        default=5e-4,
-        metadata={
-            "help": "Learning rate of KALA's knowledge modules (entity memory, KFM, relational retrieval), "
-            "which start from random weights: at the encoder's rate they barely move in a short fine-tuning "
-            "and the model ignores its KG (docs/knowledge_checks.md). 0: --learning_rate. Knowledge systems "
-            "only."
-        },
+    sparse_entity_memory: bool = option(
+        False,
+        "Sparse entity-memory gradients updated by SparseAdam (lazy Adam) or row-wise AdaGrad "
+        "(--entity_memory_optimizer), no weight decay on the memory: much cheaper steps with large "
+        "memories. Single process or gloo DDP; under --torch_compile the lookup falls back to eager.",
     )
-    graph_pad_to_multiple_of: int | None = field(
-        default=None,
-        metadata={"help": "Pad batched graph nodes/edges to a multiple of this (fewer shapes for torch_compile)."},
+    entity_memory_optimizer: str = option(
+        "adam",
+        "Optimizer of the entity memory: 'adam' (the Trainer's optimizer; SparseAdam with "
+        "--sparse_entity_memory) or 'rowwise_adagrad' (its own optimizer, one accumulator per row: the "
+        "table's optimizer state shrinks from 8 B per weight to 4 B per row; with dense gradients the "
+        "model still compiles with --torch_compile).",
+        choices=list(ENTITY_MEMORY_OPTIMIZERS),
     )
-    sparse_entity_memory: bool = field(
-        default=False,
-        metadata={
-            "help": "Sparse entity-memory gradients updated by SparseAdam (lazy Adam) or row-wise AdaGrad "
-            "(--entity_memory_optimizer), no weight decay on the memory: much cheaper steps with large "
-            "memories. Single process or gloo DDP; under --torch_compile the lookup falls back to eager."
-        },
-    )
-    entity_memory_optimizer: str = field(
-        default="adam",
-        metadata={
-            "help": "Optimizer of the entity memory: 'adam' (the Trainer's optimizer; SparseAdam with "
-            "--sparse_entity_memory) or 'rowwise_adagrad' (its own optimizer, one accumulator per row: the "
-            "table's optimizer state shrinks from 8 B per weight to 4 B per row; with dense gradients the "
-            "model still compiles with --torch_compile).",
-            "choices": list(ENTITY_MEMORY_OPTIMIZERS),
-        },
-    )
-    entity_memory_learning_rate: float | None = field(
-        default=None,
-        metadata={
-            "help": "Learning rate of the entity memory when it has its own optimizer (SparseAdam or "
-            "row-wise AdaGrad; default: --knowledge_learning_rate, else "
-            "--learning_rate). Row-wise AdaGrad usually wants a larger one than Adam."
-        },
+    entity_memory_learning_rate: float | None = option(
+        None,
+        "Learning rate of the entity memory when it has its own optimizer (SparseAdam or "
+        "row-wise AdaGrad; default: --knowledge_learning_rate, else "
+        "--learning_rate). Row-wise AdaGrad usually wants a larger one than Adam.",
     )
 
-    knowledge_warmup_steps: float | None = field(
-        default=None,
-        metadata={
-            "help": "A warm-up of the knowledge modules' own (entity memory, KFM, relational retrieval) in the "
-            "--lr_scheduler_type schedule: >= 1 steps, < 1 a share of the training steps, as --warmup_steps. "
-            f"Default: {DEFAULT_KNOWLEDGE_WARMUP} (half the steps) with a schedule that has warm-ups (linear, "
-            "cosine, ...), which keeps the 5e-4 knowledge rate from hurting noisy real data "
-            "(docs/knowledge_checks.md); with other schedules none. Knowledge systems only."
-        },
+    knowledge_warmup_steps: float | None = option(
+        None,
+        "A warm-up of the knowledge modules' own (entity memory, KFM, relational retrieval) in the "
+        "--lr_scheduler_type schedule: >= 1 steps, < 1 a share of the training steps, as --warmup_steps. "
+        f"Default: {DEFAULT_KNOWLEDGE_WARMUP} (half the steps) with a schedule that has warm-ups (linear, "
+        "cosine, ...), which keeps the 5e-4 knowledge rate from hurting noisy real data "
+        "(docs/knowledge_checks.md); with other schedules none. Knowledge systems only.",
     )
 
-    knowledge_optimizer: str | None = field(
-        default=None,
-        metadata={
-            "help": "'adamw': the knowledge modules train with an AdamW of their own (at "
-            "--knowledge_learning_rate and --knowledge_weight_decay) instead of in the Trainer's optimizer: the "
-            "paper's T5 setup with --optim adafactor for the rest (KALA 5.6). Knowledge systems only.",
-            "choices": ["adamw"],
-        },
+    knowledge_optimizer: str | None = option(
+        None,
+        "'adamw': the knowledge modules train with an AdamW of their own (at "
+        "--knowledge_learning_rate and --knowledge_weight_decay) instead of in the Trainer's optimizer: the "
+        "paper's T5 setup with --optim adafactor for the rest (KALA 5.6). Knowledge systems only.",
+        choices=["adamw"],
     )
-    knowledge_weight_decay: float = field(
-        default=0.01, metadata={"help": "Weight decay of --knowledge_optimizer adamw (paper: 0.01)."}
-    )
+    knowledge_weight_decay: float = option(0.01, "Weight decay of --knowledge_optimizer adamw (paper: 0.01).")
 
     def __post_init__(self):
         if self.knowledge == "annotations" and not self.annotation_files:
@@ -316,11 +281,9 @@ def attach_annotations(
             missing[:5],
         )
     column = [annotations[i].to_dict() if i in annotations else EMPTY_ANNOTATION for i in ids]
-    features = dataset.features.copy()
-    features["knowledge"] = KNOWLEDGE_FEATURE
     if "knowledge" in dataset.column_names:
         dataset = dataset.remove_columns("knowledge")
-    return dataset.add_column("knowledge", column, feature=features["knowledge"])
+    return dataset.add_column("knowledge", column, feature=KNOWLEDGE_FEATURE)
 
 
 def training_entity_ids(train_dataset, task: str) -> list[str]:
@@ -401,28 +364,6 @@ def build_model(
     )
 
 
-def build_collator(processor, model, data_args, knowledge_args):
-    """The collator of the processor's features for ``model`` (graph batching only if the model reads one)."""
-    return KeplmDataCollator.from_processor(
-        processor,
-        model,
-        pad_to_multiple_of=data_args.pad_to_multiple_of,
-        graph_pad_to_multiple_of=knowledge_args.graph_pad_to_multiple_of,
-    )
-
-
-def maybe_initialize_entity_memory(model, features, collator, knowledge_args, training_args) -> None:
-    """``--init_entity_memory``: KALA appendix B.1, before training."""
-    if knowledge_args.init_entity_memory and training_args.do_train:
-        initialize_entity_memory_from_encoder(
-            model.to(training_args.device),
-            features["train"],
-            collator,
-            training_args.per_device_eval_batch_size,
-            disable_tqdm=training_args.disable_tqdm,
-        )
-
-
 def knowledge_coverage(processor, raw, uses_knowledge: bool) -> dict:
     """Per split, how the linked entity ids meet the KG and the entity memory (unknown ids apart from unseen ones,
     ``KalaProcessor.entity_coverage``), flattened for the results JSON; empty when the model reads no knowledge."""
@@ -463,10 +404,24 @@ class KalaRunRecipe(RunRecipe):
         return {"question_annotation_column": None} if self.task in ("qa", "generative_qa") else {}
 
     def collator(self, processor, model, data_args):
-        return build_collator(processor, model, data_args, self.args)
+        """The collator of the processor's features for ``model`` (graph batching only if the model reads one)."""
+        return KeplmDataCollator.from_processor(
+            processor,
+            model,
+            pad_to_multiple_of=data_args.pad_to_multiple_of,
+            graph_pad_to_multiple_of=self.args.graph_pad_to_multiple_of,
+        )
 
     def before_training(self, model, features, collator, training_args) -> None:
-        maybe_initialize_entity_memory(model, features, collator, self.args, training_args)
+        """``--init_entity_memory``: KALA appendix B.1, before training."""
+        if self.args.init_entity_memory and training_args.do_train:
+            initialize_entity_memory_from_encoder(
+                model.to(training_args.device),
+                features["train"],
+                collator,
+                training_args.per_device_eval_batch_size,
+                disable_tqdm=training_args.disable_tqdm,
+            )
 
     def parameter_group_options(self, training_args) -> dict:
         return self.args.parameter_group_options(training_args.lr_scheduler_type, training_args.lr_scheduler_kwargs)

@@ -5,7 +5,7 @@ the selection statistics."""
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import ClassVar, Literal
 
 from transformers import AutoTokenizer
@@ -15,7 +15,7 @@ from keplm.tokenization import KeplmProcessor
 from keplm.tokenization.processing_roof_transformer import RoofTransformerProcessor
 from keplm.tokenization.roof_knowledge import add_triples_column, knowledge_statistics, read_triple_lists
 
-from ..arguments import LinkingArguments, ModelArguments, split_paths
+from ..arguments import LinkingArguments, ModelArguments, option, split_paths
 from ..knowledge_setup import checkpoint_processor, is_keplm_checkpoint
 from ..run_recipe import RunRecipe
 
@@ -36,57 +36,45 @@ class RoofArguments(LinkingArguments):
         "num_text_encoders": "[1, inf)",
     }
 
-    system: Literal["bert", "bert_with_knowledge", "roof"] = field(
-        default="roof",
-        metadata={
-            "help": "bert (one encoder alone), bert_with_knowledge (one encoder reading the verbalised knowledge "
-            "after the text) or roof (TASK + KB encoders fused by a roof)."
-        },
+    system: Literal["bert", "bert_with_knowledge", "roof"] = option(
+        "roof",
+        "bert (one encoder alone), bert_with_knowledge (one encoder reading the verbalised knowledge "
+        "after the text) or roof (TASK + KB encoders fused by a roof).",
     )
-    kg: str | None = field(
-        default=None,
-        metadata={
-            "help": "Knowledge graph spec for keplm.knowledge.load_kg, e.g. 'trex:../shared/data/lama' or "
-            "'fb15k237:<dir>+trex:<dir>'. With a keplm checkpoint: a knowledge update without retraining."
-        },
+    kg: str | None = option(
+        None,
+        "Knowledge graph spec for keplm.knowledge.load_kg, e.g. 'trex:../shared/data/lama' or "
+        "'fb15k237:<dir>+trex:<dir>'. With a keplm checkpoint: a knowledge update without retraining.",
     )
-    triple_files: list[str] | None = field(
-        default=None,
-        metadata={
-            "help": "Precomputed triple lists per split as SPLIT=PATH (JSON {example id: [[h, r, t], ...]}), "
-            "instead of selecting triples from --kg."
-        },
+    triple_files: list[str] | None = option(
+        None,
+        "Precomputed triple lists per split as SPLIT=PATH (JSON {example id: [[h, r, t], ...]}), "
+        "instead of selecting triples from --kg.",
     )
-    selection: Literal["has_tail", "no_tail"] = field(
-        default="has_tail", metadata={"help": "Select triples whose head (has_tail: and tail) occur in the passage."}
+    selection: Literal["has_tail", "no_tail"] = option(
+        "has_tail", "Select triples whose head (has_tail: and tail) occur in the passage."
     )
-    verbalization: Literal["exp0", "exp1", "exp2"] = field(default="exp2", metadata={"help": "Triple verbalisation."})
-    max_knowledge_length: int = field(default=511, metadata={"help": "Knowledge tokens after [CLS] (paper: 511)."})
-    fusion: Literal["transformer", "transformer_random", "lstm", "linear"] = field(
-        default="transformer",
-        metadata={
-            "help": "The roof: transformer layers copied from the encoder's last "
-            "--fusion_layers layers, random ones, an LSTM or a linear layer."
-        },
+    verbalization: Literal["exp0", "exp1", "exp2"] = option("exp2", "Triple verbalisation.")
+    max_knowledge_length: int = option(511, "Knowledge tokens after [CLS] (paper: 511).")
+    fusion: Literal["transformer", "transformer_random", "lstm", "linear"] = option(
+        "transformer",
+        "The roof: transformer layers copied from the encoder's last "
+        "--fusion_layers layers, random ones, an LSTM or a linear layer.",
     )
-    fusion_layers: int = field(default=3, metadata={"help": "Depth of a transformer roof (paper: 3 GLUE, 4 QA)."})
-    segmentation: Literal["type1", "type2", "none"] = field(
-        default="type2",
-        metadata={
-            "help": "Segment types (paper 4.5); 'none' (every token type 0) for encoders with "
-            "one token type (RoBERTa, XLM-R checkpoints)."
-        },
+    fusion_layers: int = option(3, "Depth of a transformer roof (paper: 3 GLUE, 4 QA).")
+    segmentation: Literal["type1", "type2", "none"] = option(
+        "type2",
+        "Segment types (paper 4.5); 'none' (every token type 0) for encoders with "
+        "one token type (RoBERTa, XLM-R checkpoints).",
     )
-    cached_knowledge_encoder: bool = field(
-        default=False, metadata={"help": "Frozen KB encoder whose per-triple encodings are cached (paper 4.4)."}
+    cached_knowledge_encoder: bool = option(
+        False, "Frozen KB encoder whose per-triple encodings are cached (paper 4.4)."
     )
-    knowledge_cache_dir: str | None = field(
-        default=None, metadata={"help": "Where cached encodings live (default $KEPLM_CACHE/knowledge_encodings)."}
+    knowledge_cache_dir: str | None = option(
+        None, "Where cached encodings live (default $KEPLM_CACHE/knowledge_encodings)."
     )
-    fusion_lr_multiplier: float = field(
-        default=10.0, metadata={"help": "Learning rate of the roof as a multiple of the encoders' (paper: 10)."}
-    )
-    num_text_encoders: int = field(default=1, metadata={"help": "Text encoders for texts longer than one window."})
+    fusion_lr_multiplier: float = option(10.0, "Learning rate of the roof as a multiple of the encoders' (paper: 10).")
+    num_text_encoders: int = option(1, "Text encoders for texts longer than one window.")
 
     @property
     def uses_knowledge(self) -> bool:
@@ -113,11 +101,9 @@ def prepare_roof_knowledge(model_args: ModelArguments, roof_args, raw, text_colu
     """The Roof-Transformer processor (a checkpoint's, or the base tokenizer with ``--kg`` and the selection and
     verbalisation settings) and the splits with what selection reads: the linked ``knowledge`` columns of their
     text columns (one linking pass per split), or the ``--triple_files`` lists."""
-    path = model_args.model_name_or_path
-    if is_keplm_checkpoint(path, **model_args.hub_kwargs()):
-        processor = checkpoint_processor(
-            path, roof_args.kg if roof_args.uses_knowledge else None, **model_args.hub_kwargs()
-        )
+    path, hub = model_args.model_name_or_path, model_args.hub_kwargs()
+    if is_keplm_checkpoint(path, **hub):
+        processor = checkpoint_processor(path, roof_args.kg if roof_args.uses_knowledge else None, **hub)
     else:
         kg = None
         if roof_args.uses_knowledge and roof_args.kg:
@@ -125,7 +111,7 @@ def prepare_roof_knowledge(model_args: ModelArguments, roof_args, raw, text_colu
             kg = load_kg(roof_args.kg)
             logger.info("Loaded %r", kg)
         processor = RoofTransformerProcessor(
-            AutoTokenizer.from_pretrained(path, **model_args.hub_kwargs()),
+            AutoTokenizer.from_pretrained(path, **hub),
             KnowledgeAssets(kg=kg),
             selection=roof_args.selection,
             verbalization=roof_args.verbalization,
@@ -151,12 +137,10 @@ def prepare_roof_knowledge(model_args: ModelArguments, roof_args, raw, text_colu
 
 def build_roof_model(model_class, model_args: ModelArguments, roof_args, processor: KeplmProcessor, **config_kwargs):
     """A Roof-Transformer (or baseline) model around ``model_name_or_path``, or the keplm checkpoint itself."""
-    path = model_args.model_name_or_path
-    if is_keplm_checkpoint(path, **model_args.hub_kwargs()):
+    path, hub = model_args.model_name_or_path, model_args.hub_kwargs()
+    if is_keplm_checkpoint(path, **hub):
         # the processor's assets, loaded from the same checkpoint, when they are the checkpoint's: one KG per process
-        model = model_class.from_pretrained(
-            path, knowledge_assets=processor.knowledge_assets, **model_args.hub_kwargs()
-        )
+        model = model_class.from_pretrained(path, knowledge_assets=processor.knowledge_assets, **hub)
         if roof_args.kg and getattr(model, "knowledge_assets", None) is not None:
             model.set_knowledge_assets(processor.knowledge_assets)  # prepare_roof_knowledge's knowledge update
     else:
