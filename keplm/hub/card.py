@@ -44,7 +44,6 @@ from . import figures as fig
 
 # the facts and the renderer, re-exported: ``keplm.hub.card`` is the module every caller imports from
 from .card_facts import (  # noqa: F401
-    AUTO_CLASSES,
     KG_SOURCES,
     LIBRARY_NAME,
     PIPELINE_TAGS,
@@ -102,13 +101,11 @@ def knowledge_facts_from_model(
     kg: str | None = None,
 ) -> KnowledgeFacts:
     """What a live model carries (its knowledge assets), with the run's settings and subset sizes if known."""
-    assets = getattr(model, "knowledge_assets", None)
-    if assets is None and processor is not None:
-        assets = getattr(processor, "knowledge_assets", None)
+    assets = getattr(model, "knowledge_assets", None) or getattr(processor, "knowledge_assets", None)
     graph = getattr(assets, "kg", None)
     args = dict(knowledge_args or {})
     metrics = metrics or {}
-    counts = list(getattr(assets, "entity_counts", None) or [])[1:] if assets is not None else None
+    counts = list(getattr(assets, "entity_counts", None) or [])[1:]
     linker = getattr(processor, "linker_kwargs", None) or {}
     case_sensitive = args.get("link_case_sensitive")
     if case_sensitive is None and "lowercase" in linker:
@@ -295,18 +292,14 @@ def add_figures(
             "(pip install 'keplm[reports]' to draw them)"
         )
         return []
-    figures_dir, card_dir = Path(figures_dir), Path(card_dir)
-    added: list[Figure] = []
-
-    def link(path: Path) -> str:
-        return Path(os.path.relpath(path, card_dir)).as_posix()
-
+    figures_dir = Path(figures_dir)
+    drawn: list[tuple[Path, str]] = []  # (the PNG, its caption)
     counts = spec.knowledge.entity_counts
     if spec.uses_knowledge and counts and any(c > 0 for c in counts):
         path = fig.entity_frequency_figure(counts, figures_dir / fig.ENTITY_FREQUENCY_PNG)
-        added.append(
-            Figure(
-                link(path),
+        drawn.append(
+            (
+                path,
                 "Entity memory: training mentions per entity (log-log rank/frequency and "
                 "histogram). Most rows are rare entities that few training examples update "
                 "(KALA appendix, Fig. 13-14).",
@@ -331,9 +324,9 @@ def add_figures(
                     f"the {total:,} entity-memory rows v, from rows [{held[0]:,}, {held[1]:,}) (those this "
                     "process holds of the row-sharded table)"
                 )
-            added.append(
-                Figure(
-                    link(path),
+            drawn.append(
+                (
+                    path,
                     f"KFM modulation magnitudes: {rows} (null row left "
                     "out) through each KFM layer's four MLPs, mean |h(v)| per row; γ = 1 + h(v), "
                     "β = h(v). The pointwise view of the memory: with relational retrieval the vector "
@@ -343,25 +336,21 @@ def add_figures(
     if log_history:
         try:
             path = fig.training_curves_figure(log_history, figures_dir / fig.TRAINING_CURVES_PNG)
-            added.append(
-                Figure(
-                    link(path), "Training loss and learning rate per optimizer step (from the Trainer's log history)."
-                )
-            )
+            drawn.append((path, "Training loss and learning rate per optimizer step (from the Trainer's log history)."))
         except ValueError as error:
             logger.info("no training-curve figure: %s", error)
     groups = _comparison_groups(spec)
     runs = max((s.runs for rows in spec.comparison.values() for r in rows for s in r.scores.values()), default=1)
     if groups and runs > 1:
-        label = "F1 (%)"
-        path = fig.comparison_figure(groups, figures_dir / fig.COMPARISON_PNG, label, _own_label(spec), runs)
-        added.append(
-            Figure(
-                link(path),
+        path = fig.comparison_figure(groups, figures_dir / fig.COMPARISON_PNG, "F1 (%)", _own_label(spec), runs)
+        drawn.append(
+            (
+                path,
                 "Test F1 of the systems compared, mean ± std over seeds (this model in red). "
                 "Overlapping whiskers: differences within seed noise.",
             )
         )
+    added = [Figure(Path(os.path.relpath(path, card_dir)).as_posix(), caption) for path, caption in drawn]
     spec.figures.extend(added)
     return added
 

@@ -20,7 +20,6 @@ from .card_facts import (
     KG_SOURCES,
     LIBRARY_NAME,
     ModelCardSpec,
-    ResultRow,
     _hub_id,
     _package_of,
     describe_path,
@@ -36,15 +35,14 @@ def _own_label(spec: ModelCardSpec) -> str | None:
 
 
 def _comparison_groups(spec: ModelCardSpec) -> dict[str, dict[str, tuple[float, float | None]]]:
-    if len(spec.comparison) < 2:
-        return {}
+    """``{row label: {system: (mean, std)}}`` of the test F1 (whole test split, then its unseen subset) of the
+    systems compared, where more than one system has it."""
     groups: dict[str, dict[str, tuple[float, float | None]]] = {}
-    for split, subset, title in (("test", None, "test"), ("test", "unseen", "test, unseen subset")):
+    for subset in (None, "unseen"):
         for system, rows in spec.comparison.items():
             for row in rows:
-                if row.split == split and row.subset == subset and "f1" in row.scores:
-                    score = row.scores["f1"]
-                    groups.setdefault(title, {})[system] = (score.value, score.std)
+                if (row.split, row.subset) == ("test", subset) and "f1" in row.scores:
+                    groups.setdefault(row.label, {})[system] = (row.scores["f1"].value, row.scores["f1"].std)
     return {k: v for k, v in groups.items() if len(v) > 1}
 
 
@@ -197,25 +195,19 @@ def _comparison_table(spec: ModelCardSpec, info) -> list[str]:
     header = [f"**{s}** (this model)" if s == own else s for s in systems]
     lines.append("| split | metric | " + " | ".join(header) + " |")
     lines.append("|---|---|" + "---:|" * len(systems))
-    keys = [k for k, _ in info.metrics if k in ("f1", "exact_match", "p@1")]
-    order = [(r.split, r.subset) for r in spec.comparison[systems[0]]]
-    for split, subset in order:
-        for key in keys:
-            values = {}
-            for system in systems:
-                row = next((r for r in spec.comparison[system] if (r.split, r.subset) == (split, subset)), None)
-                if row is not None and key in row.scores:
-                    values[system] = row.scores[key]
+    keys = [(key, name) for key, name in info.metrics if key in ("f1", "exact_match", "p@1")]
+    for row in spec.comparison[systems[0]]:
+        where = (row.split, row.subset)
+        same = {s: next((r.scores for r in spec.comparison[s] if (r.split, r.subset) == where), {}) for s in systems}
+        for key, name in keys:
+            values = {s: same[s][key] for s in systems if key in same[s]}
             if not values:
                 continue
-            best = max(values, key=lambda s: values[s].value)
-            cells = []
-            for system in systems:
-                score = values.get(system)
-                text = score.cell() if score else ""
-                cells.append(f"**{text}**" if system == best and text else text)
-            label = ResultRow(split, {}, subset).label
-            lines.append(f"| {label} | {dict(info.metrics)[key]} | " + " | ".join(cells) + " |")
+            best = max(values, key=lambda s: values[s].value)  # in bold
+            cells = [
+                f"**{values[s].cell()}**" if s == best else values[s].cell() if s in values else "" for s in systems
+            ]
+            lines.append(f"| {row.label} | {name} | " + " | ".join(cells) + " |")
     lines.append("")
     if spec.comparison_note:
         lines += [spec.comparison_note, ""]
@@ -391,17 +383,15 @@ def _lines(lines: list[str]) -> str:
     return "\n".join(lines).strip()
 
 
-def _loading(spec: ModelCardSpec) -> dict:
+def _load_model(spec: ModelCardSpec) -> str:
     """The usage snippet's model line: the Auto class (for a LoRA adapter, the base encoder named in
     ``keplm_adapter.json`` with the adapter merged, :mod:`keplm.modeling.lora`)."""
     load = f"{spec.auto_class}.from_pretrained({_q(_repo(spec))})"
     if spec.lora:
-        return {
-            "lora": True,
-            "load_model": f"{load}  # base encoder + this LoRA adapter, merged (keplm.modeling.lora.load_lora: "
-            "the peft model, to train on)",
-        }
-    return {"lora": False, "load_model": load}
+        load += (
+            "  # base encoder + this LoRA adapter, merged (keplm.modeling.lora.load_lora: the peft model, to train on)"
+        )
+    return load
 
 
 def template_values(spec: ModelCardSpec) -> dict:
@@ -431,7 +421,8 @@ def template_values(spec: ModelCardSpec) -> dict:
         "task": spec.task,
         "repo": _q(_repo(spec)),
         "example_text": _q(text) if text else None,
-        **_loading(spec),
+        "lora": spec.lora,
+        "load_model": _load_model(spec),
         "links_raw_text": spec.uses_knowledge and spec.knowledge.mode != "annotations",
         "usage_notes": _lines(card.usage_notes(spec)),
         "intended_use": _INTENDED_USE.get(spec.task or "", "the task it was trained for"),
@@ -474,7 +465,6 @@ def card_data_for(spec: ModelCardSpec) -> ModelCardData:
         tags.append("ner")
     tags += [KG_SOURCES[kind].tag for kind in kg_parts(spec.knowledge.kg_spec) if spec.uses_knowledge]
     tags = list(dict.fromkeys([*tags, *spec.tags]))
-    name = _title(spec)
     return ModelCardData(
         library_name=LIBRARY_NAME,
         pipeline_tag=spec.pipeline_tag,
@@ -484,7 +474,7 @@ def card_data_for(spec: ModelCardSpec) -> ModelCardData:
         base_model=spec.base_model_id
         or (_hub_id(spec.base_model) if spec.base_model and not _package_of(spec.base_model) else None),
         datasets=[hub for hub in (dataset_hub, *(info.more_hub_ids if info else ())) if hub] or None,
-        model_name=name,
+        model_name=_title(spec),
         eval_results=eval_results_for(spec) or None,
     )
 

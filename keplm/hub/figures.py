@@ -44,11 +44,12 @@ def _pyplot():
     return plt
 
 
-def _save(figure, path: Path) -> Path:
+def _save(figure, path: Path, dpi: int = 110, **layout) -> Path:
+    """Write ``figure`` as a PNG without software-version metadata (``layout``: ``tight_layout``'s arguments)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    figure.tight_layout()
-    figure.savefig(path, dpi=110, metadata={"Software": None})
+    figure.tight_layout(**layout)
+    figure.savefig(path, dpi=dpi, metadata={"Software": None})
     _pyplot().close(figure)
     return path
 
@@ -75,10 +76,10 @@ def entity_frequency_figure(
     rank_axis.set_ylabel("training mentions")
     rank_axis.set_title("rank / frequency")
     buckets = np.bincount(np.frexp(frequencies.astype(np.float64))[1] - 1)  # floor(log2(frequency)), exact
-    keys = list(range(len(buckets)))
+    keys = range(len(buckets))
     labels = [f"{2**k}" if k == 0 else f"{2**k}-{2 ** (k + 1) - 1}" for k in keys]
-    hist_axis.bar(range(len(keys)), buckets.tolist(), color="tab:blue")
-    hist_axis.set_xticks(range(len(keys)), labels, rotation=45, ha="right", fontsize=8)
+    hist_axis.bar(keys, buckets.tolist(), color="tab:blue")
+    hist_axis.set_xticks(keys, labels, rotation=45, ha="right", fontsize=8)
     hist_axis.set_xlabel("training mentions")
     hist_axis.set_ylabel("entities")
     once = int((frequencies == 1).sum())
@@ -216,28 +217,21 @@ def training_curves_figure(log_history: Sequence[dict], path) -> Path:
     if not curves.get("loss"):
         raise ValueError("the log history has no training loss")
     evals = [key for key in curves if key.startswith("eval_")]
-    panels = 2 + bool(evals) if "learning_rate" in curves else 1 + bool(evals)
+    panels = [  # (title, curves, marker)
+        ("training loss", ["loss"], "." if len(curves["loss"]) < 30 else None),
+        ("learning rate", ["learning_rate"], None),
+        ("evaluation", evals, "."),
+    ]
+    panels = [panel for panel in panels if panel[1] and panel[1][0] in curves]
     plt = _pyplot()
-    figure, axes = plt.subplots(1, panels, figsize=(4.2 * panels, 3.2), squeeze=False)
-    axes = list(axes[0])
-    steps, values = zip(*curves["loss"])
-    axes[0].plot(steps, values, marker="." if len(steps) < 30 else None)
-    axes[0].set_title("training loss")
-    axes[0].set_xlabel("step")
-    index = 1
-    if "learning_rate" in curves:
-        steps, values = zip(*curves["learning_rate"])
-        axes[index].plot(steps, values)
-        axes[index].set_title("learning rate")
-        axes[index].set_xlabel("step")
-        index += 1
+    figure, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.2), squeeze=False)
+    for axis, (title, keys, marker) in zip(axes[0], panels):
+        for key in keys:
+            axis.plot(*zip(*curves[key]), marker=marker, label=key.removeprefix("eval_"))
+        axis.set_title(title)
+        axis.set_xlabel("step")
     if evals:
-        for key in evals:
-            steps, values = zip(*curves[key])
-            axes[index].plot(steps, values, marker=".", label=key[len("eval_") :])
-        axes[index].set_title("evaluation")
-        axes[index].set_xlabel("step")
-        axes[index].legend(fontsize=7)
+        axes[0][-1].legend(fontsize=7)
     return _save(figure, path)
 
 
@@ -258,12 +252,10 @@ def comparison_figure(
     plt = _pyplot()
     figure, axes = plt.subplots(1, len(groups), figsize=(3.6 * len(groups), 3.0), squeeze=False)
     for axis, (group, systems) in zip(axes[0], groups.items()):
-        names = list(systems)
-        for i, name in enumerate(names):
-            mean, std = systems[name]
+        for i, (name, (mean, std)) in enumerate(systems.items()):
             color = "tab:red" if name == highlight else "tab:blue"
             axis.errorbar([mean], [i], xerr=[std or 0.0], fmt="o", color=color, capsize=3)
-        axis.set_yticks(range(len(names)), names, fontsize=8)
+        axis.set_yticks(range(len(systems)), list(systems), fontsize=8)
         axis.invert_yaxis()
         axis.set_title(group, fontsize=9)
         axis.set_xlabel(metric_label)
