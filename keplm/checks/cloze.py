@@ -37,6 +37,7 @@ import copy
 import json
 import os
 import random
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -47,9 +48,12 @@ from keplm.data.lama import build_queries, common_vocab_ids, predict_top_k
 from keplm.knowledge.graph import KnowledgeGraph
 from keplm.modeling.modeling_trelm import TrelmForMaskedLM
 
-from .synthetic import TaskEntity, invented_words, read_task_json, write_jsonl_kg, write_task_json
+from .synthetic import TaskEntity, invented_words, read_task_json, write_jsonl, write_jsonl_kg, write_task_json
 
 CLOZE_GROUPS = ("train", "unseen", "added")
+#: the groups of the KG of training time and of the updated KG
+_KG_GROUPS = ("object", "train", "unseen")
+_KG_UPDATED_GROUPS = ("object", *CLOZE_GROUPS)
 NOISE_RELATION = "R_noise"
 
 #: relation id -> (KG name, objects, templates). Every object is one word piece of BERT's uncased vocabulary (and
@@ -129,13 +133,10 @@ def fill(template: str, subject: str, obj: str) -> tuple[str, tuple[int, int], t
     if template.count("[X]") != 1 or template.count("[Y]") != 1:
         raise ValueError(f"cloze template {template!r} needs exactly one [X] and one [Y]")
     x, y = template.index("[X]"), template.index("[Y]")
-    if x < y:
-        text = template[:x] + subject + template[x + 3 : y] + obj + template[y + 3 :]
-        start_y = y + len(subject) - 3
-        return text, (x, x + len(subject)), (start_y, start_y + len(obj))
-    text = template[:y] + obj + template[y + 3 : x] + subject + template[x + 3 :]
-    start_x = x + len(obj) - 3
-    return text, (start_x, start_x + len(subject)), (y, y + len(obj))
+    start_x = x + (len(obj) - 3 if y < x else 0)  # the later placeholder moves by the earlier one's change in length
+    start_y = y + (len(subject) - 3 if x < y else 0)
+    text = re.sub(r"\[[XY]\]", lambda found: subject if found[0] == "[X]" else obj, template)
+    return text, (start_x, start_x + len(subject)), (start_y, start_y + len(obj))
 
 
 @dataclass
@@ -171,12 +172,12 @@ class ClozeTask:
     def kg(self) -> KnowledgeGraph:
         """The KG of training time: every fact of the training and unseen subjects (the unseen subjects' only
         here), none of the added subjects'."""
-        return self._kg(("object", "train", "unseen"))
+        return self._kg(_KG_GROUPS)
 
     @property
     def kg_updated(self) -> KnowledgeGraph:
         """The KG after the update: the added subjects and their facts too."""
-        return self._kg(("object", *CLOZE_GROUPS))
+        return self._kg(_KG_UPDATED_GROUPS)
 
     def _kg(self, groups) -> KnowledgeGraph:
         keep = {e.id: e.name for e in self.entities if e.group in groups}
@@ -238,20 +239,15 @@ class ClozeTask:
         ``cloze_task.json``; returns the paths by name."""
         directory = os.fspath(directory)
         os.makedirs(os.path.join(directory, "cloze"), exist_ok=True)
-        paths = {
-            "kg": os.path.join(directory, "kg.jsonl"),
-            "kg_updated": os.path.join(directory, "kg_updated.jsonl"),
-            "corpus": os.path.join(directory, "corpus.json"),
-            "task": os.path.join(directory, "cloze_task.json"),
-        }
-        write_jsonl_kg(paths["kg"], self, ("object", "train", "unseen"))
-        write_jsonl_kg(paths["kg_updated"], self, ("object", *CLOZE_GROUPS))
+        files = {"kg": "kg.jsonl", "kg_updated": "kg_updated.jsonl", "corpus": "corpus.json", "task": "cloze_task.json"}
+        files.update({f"cloze/test_{group}": f"cloze/test_{group}.jsonl" for group in CLOZE_GROUPS})
+        paths = {name: os.path.join(directory, file) for name, file in files.items()}
+        write_jsonl_kg(paths["kg"], self, _KG_GROUPS)
+        write_jsonl_kg(paths["kg_updated"], self, _KG_UPDATED_GROUPS)
         with open(paths["corpus"], "w", encoding="utf-8") as f:
             json.dump(self.corpus(), f, indent=0)
         for group in CLOZE_GROUPS:
-            paths[f"cloze/test_{group}"] = os.path.join(directory, "cloze", f"test_{group}.jsonl")
-            with open(paths[f"cloze/test_{group}"], "w", encoding="utf-8") as f:
-                f.writelines(json.dumps(row) + "\n" for row in self.queries(group))
+            write_jsonl(paths[f"cloze/test_{group}"], self.queries(group))
         write_task_json(self, paths["task"])
         return paths
 
@@ -295,11 +291,14 @@ def make_cloze_task(
     rng = random.Random(seed)
     relations = rng.sample(sorted(CLOZE_RELATIONS), num_relations)
     taken = {word for _, objects, _ in CLOZE_RELATIONS.values() for word in objects}
-    entities, objects, facts = [], {}, []
-    for relation in relations:
-        for word in rng.sample(CLOZE_RELATIONS[relation][1], objects_per_relation):
-            objects.setdefault(relation, []).append(TaskEntity(f"O_{word}", word, -1, "object"))
-    entities.extend(o for relation in relations for o in objects[relation])
+    objects = {
+        relation: [
+            TaskEntity(f"O_{word}", word, -1, "object")
+            for word in rng.sample(CLOZE_RELATIONS[relation][1], objects_per_relation)
+        ]
+        for relation in relations
+    }
+    entities, facts = [o for relation in relations for o in objects[relation]], []
 
     def deal(group: str, count: int, draw: random.Random) -> None:
         subjects = [

@@ -100,23 +100,11 @@ class SensitivityReport:
 
 # ---------------------------------------------------------------------------------------------- task adapters
 class _Adapter:
-    """How one task shape links its examples, makes features from annotations and reads the predictions."""
-
-    annotation_columns = ("knowledge",)
+    """How one task shape links its examples (``link``), makes features from annotations (``features``) and reads
+    the predictions (``probabilities(outputs, batch, feature_index, annotation, fact)``)."""
 
     def __init__(self, processor, max_length: int):
         self.processor, self.max_length = processor, max_length
-
-    def link(self, example: dict) -> dict:
-        raise NotImplementedError
-
-    def features(self, example: dict) -> list[dict]:
-        raise NotImplementedError
-
-    def probabilities(
-        self, outputs, batch: dict, feature_index: int, annotation: dict, fact: dict | None
-    ) -> torch.Tensor:
-        raise NotImplementedError
 
 
 class _NerAdapter(_Adapter):
@@ -166,28 +154,20 @@ class _ClassificationAdapter(_Adapter):
         return {"sentence": text, "knowledge": self.processor.link(text).to_dict()}
 
     def features(self, example: dict) -> list[dict]:
-        if "sentence1" in example:
-            if example.get("fact_column") is None:
-                raise ValueError(
-                    f"{type(self.processor).__name__} reads each text's own annotation, so a sentence "
-                    "pair's facts cannot be edited as one passage: check single texts"
-                )
-            columns = ("sentence1", "sentence2")
-            out = self.processor.prepare_pair_features(
-                {**{c: [example[c]] for c in columns}, **_fact_column(example)},
-                text_columns=columns,
-                label_column=None,
-                annotation_columns=(None, None),
-                max_length=self.max_length,
+        pair = "sentence1" in example
+        if pair and example.get("fact_column") is None:
+            raise ValueError(
+                f"{type(self.processor).__name__} reads each text's own annotation, so a sentence "
+                "pair's facts cannot be edited as one passage: check single texts"
             )
-        else:
-            out = self.processor.prepare_pair_features(
-                {"sentence": [example["sentence"]], "knowledge": [example["knowledge"]], **_fact_column(example)},
-                text_columns=("sentence",),
-                label_column=None,
-                annotation_columns=("knowledge",),
-                max_length=self.max_length,
-            )
+        columns = ("sentence1", "sentence2") if pair else ("sentence",)
+        out = self.processor.prepare_pair_features(
+            {**{c: [example[c]] for c in (*columns, "knowledge")}, **_fact_column(example)},
+            text_columns=columns,
+            label_column=None,
+            annotation_columns=(None, None) if pair else ("knowledge",),  # a pair's facts: the fact column's
+            max_length=self.max_length,
+        )
         return [{k: v[0] for k, v in out.items() if not k.startswith("num_")}]
 
     def probabilities(self, outputs, batch, feature_index, annotation, fact):
@@ -325,8 +305,7 @@ def knowledge_sensitivity(
         )
     adapter = _ADAPTERS[task](processor, max_length)
     assets = processor.knowledge_assets
-    reserved = set(assets.relation_vocab[:2])
-    relations = [r for r in assets.relation_vocab if r not in reserved] or list(processor.kg.relation_ids)
+    relations = assets.relation_vocab[2:] or list(processor.kg.relation_ids)  # the two reserved ids left out
     memory_entities = [e for e in assets.entity_vocab[1:] if processor.kg.has_entity(e)]
     entities = memory_entities or list(processor.kg.entity_ids)
     collator = KeplmDataCollator.from_processor(processor, model)

@@ -29,42 +29,22 @@ import os
 import random
 from dataclasses import asdict, dataclass, field
 
+from keplm.io_utils import read_json
 from keplm.knowledge.graph import KnowledgeGraph
 
 KINDS = ("neighbour", "relation", "two_hop")
 GROUPS = ("train", "unseen", "added")
+#: the groups of the KG of training time (``kg_train``) and of the KG after the update (``kg_full``)
+KG_TRAIN_GROUPS = ("anchor", "train", "unseen")
+KG_FULL_GROUPS = (*KG_TRAIN_GROUPS, "added")
 #: group of a ``two_hop`` entity's bridge: its entity's group and this suffix
 BRIDGE_SUFFIX = "_bridge"
 #: labels of the types (NER tags B-/I-<label>) and of the anchors
 TYPE_LABELS = ("PER", "ORG", "MISC", "EVT", "PRD", "ART")
 ANCHOR_LABEL = "LOC"
 
-_ONSETS = (
-    "b",
-    "d",
-    "f",
-    "g",
-    "k",
-    "l",
-    "m",
-    "n",
-    "p",
-    "r",
-    "s",
-    "t",
-    "v",
-    "z",
-    "br",
-    "dr",
-    "gl",
-    "kr",
-    "pl",
-    "st",
-    "tr",
-    "vl",
-    "zh",
-)
-_VOWELS = ("a", "e", "i", "o", "u", "ae", "ou", "ei")
+_ONSETS = tuple("b d f g k l m n p r s t v z br dr gl kr pl st tr vl zh".split())
+_VOWELS = tuple("a e i o u ae ou ei".split())
 _CODAS = ("", "", "n", "r", "l", "s", "m", "th", "x")
 
 #: type-neutral sentence templates; ``{e}`` is the entity. Each task draws its own subset.
@@ -144,12 +124,12 @@ class KnowledgeTask:
     @property
     def kg_train(self) -> KnowledgeGraph:
         """The KG of training time: anchors, training and unseen entities, without the added entities."""
-        return self._kg(("anchor", "train", "unseen"))
+        return self._kg(KG_TRAIN_GROUPS)
 
     @property
     def kg_full(self) -> KnowledgeGraph:
         """The KG after the update: the added entities and their facts too."""
-        return self._kg(("anchor", "train", "unseen", "added"))
+        return self._kg(KG_FULL_GROUPS)
 
     def group(self, name: str) -> list[TaskEntity]:
         return [e for e in self.entities if e.group == name]
@@ -255,15 +235,10 @@ class KnowledgeTask:
         """Write ``kg_train.jsonl``, ``kg_full.jsonl``, ``task.json`` and ``ner/``, ``qa/``, ``classification/``
         (one JSON-lines file per split); returns the paths by name."""
         directory = os.fspath(directory)
-        paths = {
-            "kg_train": os.path.join(directory, "kg_train.jsonl"),
-            "kg_full": os.path.join(directory, "kg_full.jsonl"),
-        }
         os.makedirs(directory, exist_ok=True)
-        for name, groups in (
-            ("kg_train", ("anchor", "train", "unseen")),
-            ("kg_full", ("anchor", "train", "unseen", "added")),
-        ):
+        paths = {}
+        for name, groups in (("kg_train", KG_TRAIN_GROUPS), ("kg_full", KG_FULL_GROUPS)):
+            paths[name] = os.path.join(directory, f"{name}.jsonl")
             write_jsonl_kg(paths[name], self, groups)
         for shape, splits in (
             ("ner", self.ner_splits()),
@@ -273,11 +248,11 @@ class KnowledgeTask:
             os.makedirs(os.path.join(directory, shape), exist_ok=True)
             for split, rows in splits.items():
                 path = os.path.join(directory, shape, f"{split}.json" if shape == "qa" else f"{split}.jsonl")
-                with open(path, "w", encoding="utf-8") as f:
-                    if shape == "qa":  # SQuAD v1.1's layout, which run_qa.py reads
+                if shape == "qa":  # SQuAD v1.1's layout, which run_qa.py reads
+                    with open(path, "w", encoding="utf-8") as f:
                         json.dump(squad_payload(rows), f)
-                    else:
-                        f.writelines(json.dumps(row) + "\n" for row in rows)
+                else:
+                    write_jsonl(path, rows)
                 paths[f"{shape}/{split}"] = path
         paths["task"] = os.path.join(directory, "task.json")
         write_task_json(self, paths["task"])
@@ -322,8 +297,7 @@ def read_task_json(cls, path: str):
     """The task of class ``cls`` that :func:`write_task_json` wrote to ``path``."""
     if not os.path.isfile(path):
         raise FileNotFoundError(f"{path} not found: write the task with {cls.__name__}.write first")
-    with open(path, encoding="utf-8") as f:
-        data = json.load(f)
+    data = read_json(path)
     data["entities"] = [TaskEntity(**e) for e in data["entities"]]
     data["facts"] = [tuple(f) for f in data["facts"]]
     return cls(**data)
@@ -339,18 +313,23 @@ def group_members(entities, groups) -> set[str]:
     return {e.id for e in entities if e.group.removesuffix(BRIDGE_SUFFIX) in groups}
 
 
+def write_jsonl(path: str, rows) -> None:
+    """``rows`` (dicts) as a JSON-lines file."""
+    with open(path, "w", encoding="utf-8") as f:
+        f.writelines(json.dumps(row) + "\n" for row in rows)
+
+
 def write_jsonl_kg(path: str, task: KnowledgeTask, groups) -> None:
     """The task's KG restricted to ``groups`` in ``load_jsonl_kg``'s format (``jsonl:<path>``)."""
     keep = group_members(task.entities, groups)
-    with open(path, "w", encoding="utf-8") as f:
-        for rid, name in task.relation_names.items():
-            f.write(json.dumps({"type": "relation", "id": rid, "name": name}) + "\n")
-        for e in task.entities:
-            if e.id in keep:
-                f.write(json.dumps({"type": "entity", "id": e.id, "name": e.name}) + "\n")
-        for h, r, t in task.facts:
-            if h in keep and t in keep:
-                f.write(json.dumps({"h": h, "r": r, "t": t}) + "\n")
+    write_jsonl(
+        path,
+        [
+            *({"type": "relation", "id": rid, "name": name} for rid, name in task.relation_names.items()),
+            *({"type": "entity", "id": e.id, "name": e.name} for e in task.entities if e.id in keep),
+            *({"h": h, "r": r, "t": t} for h, r, t in task.facts if h in keep and t in keep),
+        ],
+    )
 
 
 def make_knowledge_task(
