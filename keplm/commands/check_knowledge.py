@@ -28,7 +28,7 @@ from keplm.commands import KG_SPEC_HELP
 from keplm.data.glue import load_glue_dataset
 from keplm.data.ner import load_ner_dataset
 from keplm.data.squad import load_qa_dataset
-from keplm.hub.figures import _pyplot, matplotlib_available
+from keplm.hub.figures import _pyplot, _save, matplotlib_available
 from keplm.io_utils import progress, replaced_folder
 from keplm.tokenization.processing_utils import KeplmProcessor
 
@@ -112,7 +112,7 @@ def check_data_path(path: str) -> None:
         not os.path.isabs(path)
         and not path.startswith(".")
         and path.count("/") == 1
-        and (not path.endswith((".txt", ".json", ".jsonl", ".gz")))
+        and not path.endswith((".txt", ".json", ".jsonl", ".gz"))
     )
     if not looks_like_hub_id:
         raise FileNotFoundError(f"--data {path}: no such file or folder")
@@ -140,6 +140,7 @@ def read_examples(
     path: str, split: str, text_column: str | None, task: str, limit: int, split_by_article: list[int] | None = None
 ) -> list[dict]:
     """The first ``limit`` examples of ``path`` as dicts the counterfactual measure reads."""
+    text_key = "sentence" if task == "classification" else "text"  # the key of one text
     if os.path.isfile(path) and path.endswith(".txt"):
         if task == "qa":
             raise ValueError(
@@ -151,8 +152,7 @@ def read_examples(
             texts = [line.strip() for line in f if line.strip()]
         if not texts:
             raise ValueError(f"{path} holds no text")
-        key = "sentence" if task == "classification" else "text"
-        return [{key: t} for t in texts[:limit]]
+        return [{text_key: t} for t in texts[:limit]]
     data = load_task_split(path, split, task, split_by_article)
     if data is None and os.path.isfile(path):
         data = datasets.load_dataset("json", data_files=path, split="train")
@@ -164,11 +164,7 @@ def read_examples(
     if text_column is not None:
         if text_column not in columns:
             raise ValueError(f"--text_column {text_column!r} is not a column of {path} ({columns})")
-        key = (
-            "tokens"
-            if task == "ner" and isinstance(data[0][text_column], list)
-            else ("sentence" if task == "classification" else "text")
-        )
+        key = "tokens" if task == "ner" and isinstance(data[0][text_column], list) else text_key
         return [{key: row[text_column]} for row in data]
     if task == "qa":
         missing = {"question", "context"} - set(columns)
@@ -179,8 +175,7 @@ def read_examples(
         return [{"sentence1": row["sentence1"], "sentence2": row["sentence2"]} for row in data]
     for column in wanted:
         if column in columns:
-            key = column if column != "text" else ("sentence" if task == "classification" else "text")
-            return [{key: row[column]} for row in data]
+            return [{text_key if column == "text" else column: row[column]} for row in data]
     raise ValueError(f"{path} has none of the columns {list(wanted)} ({columns}): pass --text_column")
 
 
@@ -210,9 +205,7 @@ def plot(summary: dict, path: str) -> str | None:
     fig.suptitle(
         f"Knowledge sensitivity: {summary['examples_with_facts']} of {summary['examples']} examples with facts"
     )
-    fig.tight_layout(rect=(0, 0.1, 1, 1))  # room for the legend below
-    fig.savefig(path, dpi=100, metadata={"Software": None})
-    plt.close(fig)
+    _save(fig, path, dpi=100, rect=(0, 0.1, 1, 1))  # room for the legend below
     return path
 
 
@@ -279,7 +272,6 @@ def run(args: argparse.Namespace) -> dict:
     with replaced_folder(out, REPORT_NAME, "check-knowledge") as staging:  # whole or not at all
         (staging / REPORT_NAME).write_text(json.dumps(summary, indent=1))
         drawn = plot(summary, str(staging / PLOT_NAME)) if summary["per_relation"] else None
-    figure = out / PLOT_NAME if drawn else None
     print(markdown(summary))
-    print(f"\nReport: {out / REPORT_NAME}" + (f"; plot: {figure}" if figure else ""))
+    print(f"\nReport: {out / REPORT_NAME}" + (f"; plot: {out / PLOT_NAME}" if drawn else ""))
     return summary

@@ -20,8 +20,9 @@ import json
 import logging
 
 from keplm.commands import HOPS_HELP, KG_SPEC_HELP, MAX_NEIGHBORS_HELP
-from keplm.commands.build_kg import gold_spans
+from keplm.commands.build_kg import kg_summary, ner_gold_spans
 from keplm.data import load_ner_dataset
+from keplm.hub.figures import _pyplot, _save
 from keplm.io_utils import replaced_folder
 from keplm.knowledge.annotation import KnowledgeAnnotation
 from keplm.knowledge.coverage import gold_texts, split_coverage, unseen_coverage
@@ -39,11 +40,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         required=True,
         help="NER data as run_ner.py reads it: a CoNLL folder or file, or a datasets Hub id (tokens, ner_tags)",
     )
-    parser.add_argument(
-        "--kg",
-        required=True,
-        help=f"the KG to link --data against: {KG_SPEC_HELP}",
-    )
+    parser.add_argument("--kg", required=True, help=f"the KG to link --data against: {KG_SPEC_HELP}")
     parser.add_argument("--splits", nargs="+", default=None, help="splits to measure (unset: every split of --data)")
     parser.add_argument(
         "--train_size",
@@ -86,11 +83,8 @@ def measure(dataset, kg, linker_kwargs: dict, num_proc: int | None = None) -> di
             num_proc=num_proc,
             desc=f"Linking {split}",
         )
-        names = data.features["ner_tags"].feature.names
         texts = [" ".join(tokens) for tokens in linked["tokens"]]
-        gold = [
-            gold_spans(tokens, [names[i] for i in tags]) for tokens, tags in zip(linked["tokens"], linked["ner_tags"])
-        ]
+        gold = ner_gold_spans(linked, data.features["ner_tags"].feature.names)
         annotations = [KnowledgeAnnotation.from_dict(k) for k in linked["knowledge"]]
         parts[split] = (annotations, texts, gold)
         splits[split] = split_coverage(annotations, texts, gold, relation_names)
@@ -98,12 +92,7 @@ def measure(dataset, kg, linker_kwargs: dict, num_proc: int | None = None) -> di
         ambiguous = sum(linker.ambiguous_occurrences(mentions).values())
         splits[split]["ambiguous_alias_share"] = ambiguous / len(mentions) if mentions else 0.0
     report = {
-        "kg": {
-            "entities": kg.num_entities,
-            "relations": kg.num_relations,
-            "triples": kg.num_triples,
-            "content_hash": kg.content_hash(),
-        },
+        "kg": kg_summary(kg),
         "linker": dict(linker_kwargs),
         "splits": splits,
         "ambiguity_rule": linker.ambiguity_rule,
@@ -157,12 +146,7 @@ def report_markdown(report: dict) -> str:
 
 def plot(report: dict, path) -> None:
     """Left: the coverage shares per split; right: the relations reaching the first split's mentions."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    figure, (left, right) = plt.subplots(1, 2, figsize=(11, 3.8))
+    figure, (left, right) = _pyplot().subplots(1, 2, figsize=(11, 3.8))
     keys = [
         ("gold entities\nlinked", lambda r, s: r["gold_linking"]["recall"]),
         ("links on a\ngold entity", lambda r, s: r["gold_linking"]["precision"]),
@@ -186,9 +170,7 @@ def plot(report: dict, path) -> None:
     right.barh([name[:40] for _, name, _, _ in reversed(relations)], [100 * s for *_, s in reversed(relations)])
     right.set_xlabel(f"% of the facts reaching {splits[-1]} mentions")
     right.set_title("Relations reaching mentions")
-    figure.tight_layout()
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
+    _save(figure, path, dpi=120)
 
 
 def run(args: argparse.Namespace) -> dict:
