@@ -306,12 +306,12 @@ def knowledge_sensitivity(
     adapter = _ADAPTERS[task](processor, max_length)
     assets = processor.knowledge_assets
     relations = assets.relation_vocab[2:] or list(processor.kg.relation_ids)  # the two reserved ids left out
-    memory_entities = [e for e in assets.entity_vocab[1:] if processor.kg.has_entity(e)]
-    entities = memory_entities or list(processor.kg.entity_ids)
+    entities = [e for e in assets.entity_vocab[1:] if processor.kg.has_entity(e)] or list(processor.kg.entity_ids)
     collator = KeplmDataCollator.from_processor(processor, model)
     rng = random.Random(seed)
     model.eval()
-    report = SensitivityReport(task, len(examples), 0, relation_names=_relation_names(processor.kg))
+    relation_names = dict(zip(processor.kg.relation_ids, processor.kg.relation_names))
+    report = SensitivityReport(task, len(examples), 0, relation_names=relation_names)
     iterator = progress(examples) if progress is not None else examples
     for number, example in enumerate(iterator):
         linked = adapter.link(example)
@@ -349,10 +349,8 @@ def knowledge_sensitivity(
 
 
 def _predict(model, collator, adapter, linked: dict):
-    features = adapter.features(linked)
-    batch = collator(features)
-    outputs = model(**{k: v for k, v in batch.items() if k not in ("labels",)})
-    return outputs, batch
+    batch = collator(adapter.features(linked))
+    return model(**{k: v for k, v in batch.items() if k != "labels"}), batch
 
 
 def _read(adapter, prediction, annotation, fact) -> torch.Tensor:
@@ -362,10 +360,6 @@ def _read(adapter, prediction, annotation, fact) -> torch.Tensor:
     rows = [adapter.probabilities(outputs, batch, i, annotation, fact) for i in range(batch["input_ids"].shape[0])]
     width = max(row.shape[-1] for row in rows)
     return torch.cat([torch.nn.functional.pad(row, (0, width - row.shape[-1])) for row in rows])
-
-
-def _relation_names(kg) -> dict[str, str]:
-    return dict(zip(kg.relation_ids, kg.relation_names))
 
 
 __all__ = [

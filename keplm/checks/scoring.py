@@ -60,8 +60,8 @@ def ner_accuracy(model, processor, task: KnowledgeTask, rows: list[dict]) -> flo
 
 
 def _gold_types(task: KnowledgeTask, rows: list[dict]) -> list[str]:
-    by_id = {e.id: e for e in task.entities}
-    return [ANCHOR_LABEL if by_id[r["entity"]].type < 0 else task.labels[by_id[r["entity"]].type] for r in rows]
+    labels = {e.id: ANCHOR_LABEL if e.type < 0 else task.labels[e.type] for e in task.entities}
+    return [labels[r["entity"]] for r in rows]
 
 
 def retarget_fact(task: KnowledgeTask, entity_id: str, rng: random.Random) -> tuple[tuple[str, str, str], str]:
@@ -69,12 +69,11 @@ def retarget_fact(task: KnowledgeTask, entity_id: str, rng: random.Random) -> tu
     type's (``relation`` tasks) or the anchor for one of another type (``neighbour`` tasks; ``two_hop`` tasks: the
     bridge's anchor)."""
     h, r, t = task.informative[entity_id]
-    by_id = {e.id: e for e in task.entities}
-    own = by_id[entity_id].type
+    own = next(e.type for e in task.entities if e.id == entity_id)
     other = rng.choice([i for i in range(len(task.labels)) if i != own])
     if task.kind == "relation":
         return (h, f"R_{task.labels[other]}", t), task.labels[other]
-    anchors = [a.id for a in task.entities if a.group == "anchor"]
+    anchors = [a.id for a in task.group("anchor")]
     per_type = len(anchors) // len(task.labels)
     return (h, r, rng.choice(anchors[other * per_type : (other + 1) * per_type])), task.labels[other]
 

@@ -135,14 +135,17 @@ class KnowledgeTask:
         return [e for e in self.entities if e.group == name]
 
     # ------------------------------------------------------------------ NER
-    def _ner_row(self, entity: TaskEntity, template: str, index: int) -> dict:
+    def _add_ner_row(self, rows: list[dict], entity: TaskEntity, template: str) -> None:
+        """Append ``template`` about ``entity`` to ``rows``, tagged and numbered."""
         before, _, after = template.partition("{e}")
         tokens = [*before.split(), entity.name, *after.split()]
         position = len(before.split())
         label = ANCHOR_LABEL if entity.type < 0 else self.labels[entity.type]
         tags = ["O"] * len(tokens)
         tags[position] = f"B-{label}"
-        return {"id": str(index), "tokens": tokens, "ner_tags": tags, "entity": entity.id, "entity_word": position}
+        rows.append(
+            {"id": str(len(rows)), "tokens": tokens, "ner_tags": tags, "entity": entity.id, "entity_word": position}
+        )
 
     def ner_splits(self) -> dict[str, list[dict]]:
         """``train`` (training entities in ``sentences_per_entity`` sentences each, anchors too), ``validation`` and
@@ -156,16 +159,14 @@ class KnowledgeTask:
         for entity in self.group("train"):
             chosen = rng.sample(templates, min(len(templates), self.sentences_per_entity + 1))
             for template in chosen[:-1]:
-                splits["train"].append(self._ner_row(entity, template, len(splits["train"])))
-            held_out = "validation" if rng.random() < 0.3 else "test_seen"
-            splits[held_out].append(self._ner_row(entity, chosen[-1], len(splits[held_out])))
+                self._add_ner_row(splits["train"], entity, template)
+            self._add_ner_row(splits["validation" if rng.random() < 0.3 else "test_seen"], entity, chosen[-1])
         for anchor in self.group("anchor"):
             for template in ANCHOR_TEMPLATES[: self.sentences_per_entity]:
-                splits["train"].append(self._ner_row(anchor, template, len(splits["train"])))
+                self._add_ner_row(splits["train"], anchor, template)
         for group in ("unseen", "added"):
-            rows = splits[f"test_{group}"]
             for entity in self.group(group):
-                rows.append(self._ner_row(entity, rng.choice(templates), len(rows)))
+                self._add_ner_row(splits[f"test_{group}"], entity, rng.choice(templates))
         rng.shuffle(splits["train"])
         return splits
 
@@ -216,19 +217,14 @@ class KnowledgeTask:
     # ------------------------------------------------------------------ sentence classification
     def classification_splits(self) -> dict[str, list[dict]]:
         """One sentence per NER row whose entity is typed: ``sentence``, ``label`` (the type's index)."""
-        by_id = {e.id: e for e in self.entities}
-        out = {}
-        for split, rows in self.ner_splits().items():
-            out[split] = [
-                {
-                    "idx": i,
-                    "sentence": " ".join(row["tokens"]),
-                    "label": by_id[row["entity"]].type,
-                    "entity": row["entity"],
-                }
-                for i, row in enumerate(r for r in rows if by_id[r["entity"]].type >= 0)
+        types = {e.id: e.type for e in self.entities}
+        return {
+            split: [
+                {"idx": i, "sentence": " ".join(row["tokens"]), "label": types[row["entity"]], "entity": row["entity"]}
+                for i, row in enumerate(r for r in rows if types[r["entity"]] >= 0)
             ]
-        return out
+            for split, rows in self.ner_splits().items()
+        }
 
     # ------------------------------------------------------------------ files
     def write(self, directory: str | os.PathLike) -> dict[str, str]:
@@ -365,8 +361,10 @@ def make_knowledge_task(
     rng = random.Random(seed)
     taken: set[str] = set()
     labels = list(TYPE_LABELS[:num_types])
-    anchor_names = invented_words(anchors_per_type * num_types, rng, taken)
-    anchors = [TaskEntity(f"A{i}", name, -1, "anchor") for i, name in enumerate(anchor_names)]
+    anchors = [
+        TaskEntity(f"A{i}", name, -1, "anchor")
+        for i, name in enumerate(invented_words(anchors_per_type * num_types, rng, taken))
+    ]
     entities: list[TaskEntity] = list(anchors)
     counts = {"train": train_per_type, "unseen": unseen_per_type, "added": added_per_type}
     for group in GROUPS:
@@ -385,29 +383,27 @@ def make_knowledge_task(
     for entity in entities:
         if entity.type < 0:
             continue
-        if kind == "two_hop":  # entity -> its own bridge -> an anchor of its type; the bridge's fact types it
-            name = invented_words(1, rng, taken)[0]
-            bridge = TaskEntity(f"B{len(bridges)}", name, -1, entity.group + BRIDGE_SUFFIX)
-            bridges.append(bridge)
-            facts.append((entity.id, "R_via", bridge.id))
-            anchor = anchors[entity.type * anchors_per_type + rng.randrange(anchors_per_type)]
-            fact = (bridge.id, "R_link", anchor.id)
-        elif kind == "neighbour":
-            anchor = anchors[entity.type * anchors_per_type + rng.randrange(anchors_per_type)]
-            fact = (entity.id, "R_link", anchor.id)
-        else:
+        if kind == "relation":
             fact = (entity.id, f"R_{labels[entity.type]}", rng.choice(anchors).id)
+        else:  # linked to an anchor of its type: the entity itself, or (two_hop) its own bridge, which it links to
+            linked = entity
+            if kind == "two_hop":
+                name = invented_words(1, rng, taken)[0]
+                linked = TaskEntity(f"B{len(bridges)}", name, -1, entity.group + BRIDGE_SUFFIX)
+                bridges.append(linked)
+                facts.append((entity.id, "R_via", linked.id))
+            anchor = anchors[entity.type * anchors_per_type + rng.randrange(anchors_per_type)]
+            fact = (linked.id, "R_link", anchor.id)
         informative[entity.id] = fact
         facts.append(fact)
         facts.extend((entity.id, "R_noise", rng.choice(anchors).id) for _ in range(noise_facts))
-    templates = rng.sample(NER_TEMPLATES, num_templates)
     return KnowledgeTask(
         kind,
         labels,
         entities + bridges,
         facts,
         relation_names,
-        templates,
+        rng.sample(NER_TEMPLATES, num_templates),
         seed,
         sentences_per_entity,
         qa_contexts_per_entity,

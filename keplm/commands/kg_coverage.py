@@ -41,27 +41,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="NER data as run_ner.py reads it: a CoNLL folder or file, or a datasets Hub id (tokens, ner_tags)",
     )
     parser.add_argument("--kg", required=True, help=f"the KG to link --data against: {KG_SPEC_HELP}")
-    parser.add_argument("--splits", nargs="+", default=None, help="splits to measure (unset: every split of --data)")
+    parser.add_argument("--splits", nargs="+", help="splits to measure (unset: every split of --data)")
     parser.add_argument(
         "--train_size",
         type=int,
-        default=None,
         help="read this many training sentences (as --max_train_samples), drawn with "
         "--train_sample_seed when given, else the first ones",
     )
     parser.add_argument(
         "--train_sample_seed",
         type=int,
-        default=None,
         help="with --train_size: draw the training sentences at random with this seed (as the run scripts' option)",
     )
     parser.add_argument("--link_case_sensitive", action="store_true", help="as the run scripts' option")
     parser.add_argument("--hops", type=int, default=1, help=HOPS_HELP)
     parser.add_argument("--max_neighbors_per_entity", type=int, default=8, help=MAX_NEIGHBORS_HELP)
     parser.add_argument(
-        "--num_proc", type=int, default=None, help="processes that link each split (datasets.map; unset: this process)"
+        "--num_proc", type=int, help="processes that link each split (datasets.map; unset: this process)"
     )
-    parser.add_argument("--output_dir", default=None, help="write kg_coverage.json and kg_coverage.png here")
+    parser.add_argument("--output_dir", help="write kg_coverage.json and kg_coverage.png here")
     parser.add_argument("--no_plot", action="store_true", help="do not draw kg_coverage.png")
 
 

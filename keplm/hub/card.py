@@ -33,7 +33,6 @@ import re
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
 
 import torch
 from huggingface_hub import ModelCard
@@ -103,7 +102,7 @@ def knowledge_facts_from_model(
     """What a live model carries (its knowledge assets), with the run's settings and subset sizes if known."""
     assets = getattr(model, "knowledge_assets", None) or getattr(processor, "knowledge_assets", None)
     graph = getattr(assets, "kg", None)
-    args = dict(knowledge_args or {})
+    args = knowledge_args or {}
     metrics = metrics or {}
     counts = list(getattr(assets, "entity_counts", None) or [])[1:]
     linker = getattr(processor, "linker_kwargs", None) or {}
@@ -135,14 +134,12 @@ def knowledge_hyperparameters(knowledge_args: dict | None, card: MethodCard | No
     """The run's knowledge options that the method's card lists (``card.knowledge_options``), for the card's
     hyper-parameter table beside the training arguments."""
     card = card if card is not None else MethodCard()
-    values: dict[str, Any] = {}
-    for label, name in card.knowledge_options:
-        value = (knowledge_args or {}).get(name)
-        if value not in (None, False, [], "") or (
-            name in card.stated_when_false and knowledge_args and name in knowledge_args
-        ):
-            values[label] = value
-    return values
+    args = knowledge_args or {}
+    return {
+        label: args.get(name)
+        for label, name in card.knowledge_options
+        if args.get(name) not in (None, False, [], "") or (name in card.stated_when_false and name in args)
+    }
 
 
 def lora_target_names(target_modules) -> list[str]:
@@ -189,18 +186,22 @@ def spec_from_model(
     values = config.to_dict()
     encoder_config = getattr(config, "encoder_config", None)
     uses_knowledge = bool(getattr(config, "uses_knowledge_assets", False))
+    task = pipeline_tag or card.task
     labels = None
     if pipeline_tag == "token-classification" and getattr(config, "id2label", None):
         labels = [config.id2label[i] for i in sorted(config.id2label)]
     metrics = dict(metrics or {})
     if isinstance(command, (list, tuple)):
         command = format_command(command, facts.command_aliases)
-    training = TrainingFacts(dataset=dataset, dataset_info=facts.dataset(dataset), command=command)
-    for split, key in (("train", "train_samples"), ("validation", "eval_samples"), ("test", "predict_samples")):
-        if isinstance(metrics.get(key), (int, float)):
-            training.examples[split] = int(metrics[key])
-    training.hyperparameters = knowledge_hyperparameters(knowledge_args, card)
-    training.date = datetime.now(timezone.utc).strftime("%Y-%m-%d")
+    splits = (("train", "train_samples"), ("validation", "eval_samples"), ("test", "predict_samples"))
+    training = TrainingFacts(
+        dataset=dataset,
+        dataset_info=facts.dataset(dataset),
+        examples={split: int(metrics[key]) for split, key in splits if isinstance(metrics.get(key), (int, float))},
+        hyperparameters=knowledge_hyperparameters(knowledge_args, card),
+        command=command,
+        date=datetime.now(timezone.utc).strftime("%Y-%m-%d"),
+    )
     kfm = list(getattr(config, "kfm_layer_indices", []) or [])
     try:
         num_parameters = int(model.num_parameters())
@@ -222,7 +223,7 @@ def spec_from_model(
         architecture=type(model).__name__,
         auto_class=auto_class,
         pipeline_tag=pipeline_tag,
-        task=pipeline_tag or card.task,
+        task=task,
         processor_class=type(processor).__name__ if processor is not None else None,
         system=card.system(config),
         uses_knowledge=uses_knowledge,
@@ -253,7 +254,7 @@ def spec_from_model(
             test_unseen=_examples(metrics, "test", "unseen"),
         ),
         training=training,
-        results=results_from_runs([metrics], pipeline_tag or card.task),
+        results=results_from_runs([metrics], task),
         raw_metrics=raw,
         versions=framework_versions(),
         example_text=example_text,

@@ -55,7 +55,7 @@ def _fmt(value) -> str:
     if isinstance(value, int):
         return f"{value:,}"
     if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(str(v) for v in value) + "]"
+        return f"[{', '.join(map(str, value))}]"
     return str(value)
 
 
@@ -108,14 +108,15 @@ def _repo(spec: ModelCardSpec) -> str:
 
 def _method_intro(spec: ModelCardSpec) -> list[str]:
     """The method's paragraph under the first sentence, its paper linked where the method gives a URL."""
-    paper = method_card(spec.model_type).paper
+    card = method_card(spec.model_type)
+    paper = card.paper
     cite = f"[{paper.title}]({paper.url})" if paper and paper.url else (f"*{paper.title}*" if paper else None)
     venue = (
         f" ({', '.join(a.split()[-1] for a in paper.authors[:1])} et al., {paper.venue})"
         if paper and paper.venue
         else ""
     )
-    return method_card(spec.model_type).intro(spec, cite, venue)
+    return card.intro(spec, cite, venue)
 
 
 def _what(spec: ModelCardSpec) -> str:
@@ -151,22 +152,18 @@ def _results(spec: ModelCardSpec) -> list[str]:
     info = spec.task_info
     if info is None or not (spec.results or spec.comparison):
         return []
-    lines = []
     runs = max((s.runs for r in spec.results for s in r.scores.values()), default=1)
     dataset = _dataset_name(spec) or "the evaluation data"
-    lines.append(
-        f"On {dataset}: {info.metric_note}"
-        + (f"; mean ± sample std over {runs} seeds" if runs > 1 else "; one run")
-        + "."
-    )
+    seeds = f"mean ± sample std over {runs} seeds" if runs > 1 else "one run"
+    intro = f"On {dataset}: {info.metric_note}; {seeds}."
     if spec.knowledge.test_unseen is not None:
         unit = _unit(spec)
-        lines[-1] += (
+        intro += (
             f" The *unseen subset* holds the test {unit} with at least 3 linked entities that never "
             "occur in the training data (KALA §5.4), the *seen subset* the others; "
             f"{_fmt(spec.knowledge.test_unseen)} and {_fmt(spec.knowledge.test_seen)} {unit} here."
         )
-    lines.append("")
+    lines = [intro, ""]
     if spec.results:
         metrics = [(k, name) for k, name in info.metrics if any(k in r.scores for r in spec.results)]
         counted = any(r.examples is not None for r in spec.results)  # the examples column only where known
@@ -175,7 +172,7 @@ def _results(spec: ModelCardSpec) -> list[str]:
         for row in spec.results:
             cells = [row.scores[k].cell() if k in row.scores else "" for k, _ in metrics]
             count = (f"{_fmt(row.examples) if row.examples is not None else ''} | ") if counted else ""
-            lines.append(f"| {row.label} | {count}" + " | ".join(cells) + " |")
+            lines.append(f"| {row.label} | {count}{' | '.join(cells)} |")
         lines.append("")
     if len(spec.comparison) > 1:
         lines += _comparison_table(spec, info)
@@ -207,7 +204,7 @@ def _comparison_table(spec: ModelCardSpec, info) -> list[str]:
             cells = [
                 f"**{values[s].cell()}**" if s == best else values[s].cell() if s in values else "" for s in systems
             ]
-            lines.append(f"| {row.label} | {name} | " + " | ".join(cells) + " |")
+            lines.append(f"| {row.label} | {name} | {' | '.join(cells)} |")
     lines.append("")
     if spec.comparison_note:
         lines += [spec.comparison_note, ""]
@@ -328,7 +325,7 @@ def _knowledge_notes(spec: ModelCardSpec) -> list[str]:
         used, total = spec.modulation_rows or (0, 0)
         sample = f" (computed on a sample of {used:,} of {total:,} rows)" if used < total else ""
         lines += [
-            f"Median over entity-memory rows of the mean modulation magnitude{sample}: " + "; ".join(parts) + ".",
+            f"Median over entity-memory rows of the mean modulation magnitude{sample}: {'; '.join(parts)}.",
             "",
         ]
     if spec.knowledge.note:
@@ -363,7 +360,7 @@ def _training_run(spec: ModelCardSpec) -> str:
         t.wall_time,
     ]
     facts = [fact for fact in facts if fact]
-    return "Run: " + ", ".join(facts) + "." if facts else ""
+    return f"Run: {', '.join(facts)}." if facts else ""
 
 
 def _figures(spec: ModelCardSpec, where: str) -> list[dict]:

@@ -161,12 +161,10 @@ def kfm_modulation_table(model, max_rows: int | None = None, seed: int = 0) -> d
 
 def modulation_summary(tables: dict) -> dict[int, dict[str, float]]:
     """Per KFM layer: the median over entity rows of mean |h_k(v)| for k = γ₁ − 1, β₁, γ₂ − 1, β₂."""
-    summary = {}
-    for layer, table in tables.items():
-        magnitude = table.abs().mean(dim=-1)  # [rows, 4]
-        medians = magnitude.median(dim=0).values.tolist()
-        summary[layer] = dict(zip(("gamma1", "beta1", "gamma2", "beta2"), medians))
-    return summary
+    return {
+        layer: dict(zip(("gamma1", "beta1", "gamma2", "beta2"), table.abs().mean(dim=-1).median(dim=0).values.tolist()))
+        for layer, table in tables.items()
+    }
 
 
 def modulation_figure(tables: dict, path, num_layers: int | None = None, total_rows: int | None = None) -> Path:
