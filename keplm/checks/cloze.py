@@ -61,7 +61,7 @@ NOISE_RELATION = "R_noise"
 CLOZE_RELATIONS: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
     "R_colour": (
         "favourite colour",
-        ("red", "blue", "green", "yellow", "black", "white", "brown", "pink"),
+        tuple("red blue green yellow black white brown pink".split()),
         (
             "[X] likes the colour [Y] .",
             "The favourite colour of [X] is [Y] .",
@@ -72,7 +72,7 @@ CLOZE_RELATIONS: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
     ),
     "R_city": (
         "lives in",
-        ("paris", "london", "berlin", "tokyo", "rome", "madrid", "moscow", "chicago"),
+        tuple("paris london berlin tokyo rome madrid moscow chicago".split()),
         (
             "[X] lives in [Y] .",
             "[X] has a flat in [Y] .",
@@ -83,7 +83,7 @@ CLOZE_RELATIONS: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
     ),
     "R_instrument": (
         "plays the",
-        ("piano", "guitar", "violin", "drums", "flute", "trumpet", "harp", "cello"),
+        tuple("piano guitar violin drums flute trumpet harp cello".split()),
         (
             "[X] plays the [Y] .",
             "[X] practises the [Y] every day .",
@@ -94,7 +94,7 @@ CLOZE_RELATIONS: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
     ),
     "R_pet": (
         "has a pet",
-        ("dog", "cat", "horse", "rabbit", "fox", "wolf", "bear", "sheep"),
+        tuple("dog cat horse rabbit fox wolf bear sheep".split()),
         (
             "[X] has a pet [Y] .",
             "The pet of [X] is a [Y] .",
@@ -105,7 +105,7 @@ CLOZE_RELATIONS: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
     ),
     "R_language": (
         "speaks",
-        ("french", "german", "spanish", "english", "italian", "russian", "japanese", "dutch"),
+        tuple("french german spanish english italian russian japanese dutch".split()),
         (
             "[X] speaks [Y] .",
             "[X] writes letters in [Y] .",
@@ -116,7 +116,7 @@ CLOZE_RELATIONS: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
     ),
     "R_food": (
         "eats",
-        ("bread", "rice", "soup", "cheese", "fish", "meat", "apples", "eggs"),
+        tuple("bread rice soup cheese fish meat apples eggs".split()),
         (
             "[X] eats [Y] .",
             "The favourite food of [X] is [Y] .",
@@ -203,8 +203,8 @@ class ClozeTask:
                 examples[f"cloze-{len(examples)}"] = {
                     "text": text,
                     "entities": [
-                        {"text": subject.name, "start": x[0], "end": x[1], "id": subject.id},
-                        {"text": obj.name, "start": y[0], "end": y[1], "id": obj.id},
+                        {"text": e.name, "start": start, "end": end, "id": e.id}
+                        for e, (start, end) in ((subject, x), (obj, y))
                     ],
                     "triplets": [{"h": subject.id, "r": relation, "t": obj.id}],
                 }
@@ -237,7 +237,6 @@ class ClozeTask:
         """Write ``kg.jsonl`` (``load_jsonl_kg``'s format: the KG of training time), ``kg_updated.jsonl`` (with the
         added subjects), ``corpus.json`` (the annotation corpus), ``cloze/test_<group>.jsonl`` (the queries) and
         ``cloze_task.json``; returns the paths by name."""
-        directory = os.fspath(directory)
         os.makedirs(os.path.join(directory, "cloze"), exist_ok=True)
         files = {"kg": "kg.jsonl", "kg_updated": "kg_updated.jsonl", "corpus": "corpus.json", "task": "cloze_task.json"}
         files.update({f"cloze/test_{group}": f"cloze/test_{group}.jsonl" for group in CLOZE_GROUPS})
@@ -254,7 +253,7 @@ class ClozeTask:
 
 def load_cloze_task(directory: str | os.PathLike) -> ClozeTask:
     """The task :meth:`ClozeTask.write` wrote to ``directory`` (its ``cloze_task.json``)."""
-    return read_task_json(ClozeTask, os.path.join(os.fspath(directory), "cloze_task.json"))
+    return read_task_json(ClozeTask, os.path.join(directory, "cloze_task.json"))
 
 
 def make_cloze_task(
@@ -400,32 +399,28 @@ def cloze_predictions(
     if not reads_knowledge(model):
         top = predict_top_k(model, tokenizer, queries, 1, batch_size, vocab, progress=False)
     else:
+        subjects = subjects if subjects is not None else [row["sub_uri"] for row in rows]
         texts, annotations = [], []
         for query in queries:
             row = rows[query["fact"]]
             text, (start, end), _ = fill(query["template"], row["sub_label"], tokenizer.mask_token)
-            entity = subjects[query["fact"]] if subjects is not None else row["sub_uri"]
             texts.append(text)
-            annotations.append(
-                {"entities": [{"text": row["sub_label"], "start": start, "end": end, "id": entity}], "triplets": []}
-            )
+            mention = {"text": row["sub_label"], "start": start, "end": end, "id": subjects[query["fact"]]}
+            annotations.append({"entities": [mention], "triplets": []})
         features = processor.prepare_pretraining_features(
             {"text": texts, "knowledge": annotations}, max_length=max_length, knowledge_targets=False
         )
         inputs = ("input_ids", "attention_mask", "token_type_ids", "entity_ids", "mention_token_map", "inject_mask")
+        examples = [{k: features[k][i] for k in inputs if k in features} for i in range(len(queries))]
         collator = KeplmDataCollator.from_processor(processor, model)
-        restrict = torch.full((model.lm_head.decoder.out_features,), float("-inf"))
-        restrict[vocab] = 0.0
         device = next(model.parameters()).device
         top = []
-        for start in range(0, len(queries), batch_size):
-            chunk = range(start, min(start + batch_size, len(queries)))
-            batch = collator([{k: features[k][i] for k in inputs if k in features} for i in chunk])
-            batch = {k: v.to(device) for k, v in batch.items()}
+        for start in range(0, len(examples), batch_size):
+            batch = {k: v.to(device) for k, v in collator(examples[start : start + batch_size]).items()}
             hidden = model.trelm(**batch).last_hidden_state
             at, col = (batch["input_ids"] == tokenizer.mask_token_id).nonzero(as_tuple=True)
-            logits = model.lm_head(hidden[at, col]).float().cpu() + restrict
-            top.extend([[i] for i in logits.argmax(-1).tolist()])
+            best = model.lm_head(hidden[at, col])[:, vocab].argmax(-1)  # among the candidates (sorted ids)
+            top.extend([[vocab[i]] for i in best.tolist()])
     predicted: list[str | None] = [None] * len(rows)
     for query, ids in zip(queries, top):
         predicted[query["fact"]] = tokenizer.convert_ids_to_tokens(ids[0])
@@ -493,8 +488,7 @@ def kge_neighbour_accuracy(kg: KnowledgeGraph, task: ClozeTask, group: str = "un
     vectors = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
     train = [e.id for e in task.group("train")]
     queried = [e.id for e in task.group(group)]
-    train_rows = vectors[[kg.entity_index(e) for e in train]]
-    similarity = vectors[[kg.entity_index(e) for e in queried]] @ train_rows.T
+    similarity = vectors[[kg.entity_index(e) for e in queried]] @ vectors[[kg.entity_index(e) for e in train]].T
     if group == "train":
         np.fill_diagonal(similarity, -np.inf)
     nearest = [train[j] for j in similarity.argmax(1)]

@@ -117,7 +117,7 @@ class _NerAdapter(_Adapter):
 
     def features(self, example: dict) -> list[dict]:
         out = self.processor.prepare_ner_features(
-            {"tokens": [example["tokens"]], "knowledge": [example["knowledge"]], **_fact_column(example)},
+            _batch_of_one(example, ("tokens", "knowledge")),
             label_column=None,
             max_length=self.max_length,
         )
@@ -125,14 +125,13 @@ class _NerAdapter(_Adapter):
 
     def probabilities(self, outputs, batch, feature_index, annotation, fact):
         """Class probabilities of the first token of each mention of the fact's ends (every mention without one)."""
-        ends = None if fact is None else {fact["h"], fact["t"]}
         token_map = batch["entity_token_map"][feature_index]
         probs = outputs.logits[feature_index].float().softmax(-1)
         first = torch.ones_like(token_map, dtype=torch.bool)
         first[1:] = token_map[1:] != token_map[:-1]
         rows = (token_map >= 0) & first
-        if ends is not None and batch["input_ids"].shape[0] == 1:
-            rows &= _mention_tokens_of(annotation, ends, self.processor, batch, feature_index)
+        if fact is not None and batch["input_ids"].shape[0] == 1:
+            rows &= _mention_tokens_of(annotation, {fact["h"], fact["t"]}, token_map)
         return probs[rows]
 
 
@@ -145,10 +144,7 @@ class _ClassificationAdapter(_Adapter):
         if "sentence1" in example and "sentence2" in example:
             texts = (example["sentence1"], example["sentence2"])
             annotations = [self.processor.link(text).to_dict() for text in texts]
-            merged = {
-                "entities": [m for a in annotations for m in a.get("entities", [])],
-                "triplets": [f for a in annotations for f in a.get("triplets", [])],
-            }
+            merged = {key: [item for a in annotations for item in a.get(key, [])] for key in ("entities", "triplets")}
             return {"sentence1": texts[0], "sentence2": texts[1], "knowledge": merged}
         text = example.get("sentence", example.get("text"))
         return {"sentence": text, "knowledge": self.processor.link(text).to_dict()}
@@ -162,7 +158,7 @@ class _ClassificationAdapter(_Adapter):
             )
         columns = ("sentence1", "sentence2") if pair else ("sentence",)
         out = self.processor.prepare_pair_features(
-            {**{c: [example[c]] for c in (*columns, "knowledge")}, **_fact_column(example)},
+            _batch_of_one(example, (*columns, "knowledge")),
             text_columns=columns,
             label_column=None,
             annotation_columns=(None, None) if pair else ("knowledge",),  # a pair's facts: the fact column's
@@ -186,10 +182,7 @@ class _QaAdapter(_Adapter):
 
     def features(self, example: dict) -> list[dict]:
         out = self.processor.prepare_qa_features(
-            {
-                **{key: [example[key]] for key in ("id", "question", "context", "knowledge", "question_knowledge")},
-                **_fact_column(example),
-            },
+            _batch_of_one(example, ("id", "question", "context", "knowledge", "question_knowledge")),
             max_length=self.max_length,
             doc_stride=min(128, self.max_length // 2),
             training=False,
@@ -199,28 +192,26 @@ class _QaAdapter(_Adapter):
 
     def probabilities(self, outputs, batch, feature_index, annotation, fact):
         mask = batch["attention_mask"][feature_index].bool()
-        start = outputs.start_logits[feature_index][mask].float().softmax(-1)
-        end = outputs.end_logits[feature_index][mask].float().softmax(-1)
-        return torch.stack([start, end])
+        ends = (outputs.start_logits, outputs.end_logits)
+        return torch.stack([logits[feature_index][mask].float().softmax(-1) for logits in ends])
 
 
-def _fact_column(example: dict) -> dict:
-    """The facts as the feature column the processor reads them from, when that is not the annotation
-    (``KeplmProcessor.facts_read``)."""
-    column = example.get("fact_column")
-    if column is None:
-        return {}
-    return {column: [[[f["h"], f["r"], f["t"]] for f in example["knowledge"]["triplets"]]]}
+def _batch_of_one(example: dict, columns) -> dict:
+    """``example``'s ``columns`` as a batch of one, with its facts as the feature column the processor reads them
+    from when that is not the annotation (``KeplmProcessor.facts_read``)."""
+    batch = {column: [example[column]] for column in columns}
+    if example.get("fact_column") is not None:
+        batch[example["fact_column"]] = [[[f["h"], f["r"], f["t"]] for f in example["knowledge"]["triplets"]]]
+    return batch
 
 
 _ADAPTERS = {"ner": _NerAdapter, "classification": _ClassificationAdapter, "qa": _QaAdapter}
 
 
-def _mention_tokens_of(annotation, ends, processor, batch, feature_index) -> torch.Tensor:
-    """Tokens of the feature whose mention is one of the entity ids ``ends``. KALA numbers a feature's graph nodes
-    mentions first, one per distinct id (one per id-less mention), in annotation order (``build_graph``), and a
-    one-feature batch keeps that numbering."""
-    token_map = batch["entity_token_map"][feature_index]
+def _mention_tokens_of(annotation, ends, token_map) -> torch.Tensor:
+    """Tokens of the feature (``token_map``: its ``entity_token_map``) whose mention is one of the entity ids ``ends``.
+    KALA numbers a feature's graph nodes mentions first, one per distinct id (one per id-less mention), in annotation
+    order (``build_graph``), and a one-feature batch keeps that numbering."""
     node_of, nodes = {}, 0
     wanted = torch.zeros_like(token_map, dtype=torch.bool)
     for mention in annotation.get("entities", []):
@@ -312,13 +303,12 @@ def knowledge_sensitivity(
     model.eval()
     relation_names = dict(zip(processor.kg.relation_ids, processor.kg.relation_names))
     report = SensitivityReport(task, len(examples), 0, relation_names=relation_names)
-    iterator = progress(examples) if progress is not None else examples
-    for number, example in enumerate(iterator):
+    for number, example in enumerate(progress(examples) if progress is not None else examples):
         linked = adapter.link(example)
         annotation = linked["knowledge"]
         annotation["triplets"], linked["fact_column"] = processor.facts_read(annotation)
-        mentioned = {m.get("id") for m in annotation.get("entities", []) if m.get("id") is not None}
-        facts = [i for i, f in enumerate(annotation.get("triplets", [])) if f["h"] in mentioned or f["t"] in mentioned]
+        mentioned = {m.get("id") for m in annotation.get("entities", [])}  # facts' ends are ids, never None
+        facts = [i for i, f in enumerate(annotation["triplets"]) if f["h"] in mentioned or f["t"] in mentioned]
         if not facts:
             continue
         report.examples_with_facts += 1

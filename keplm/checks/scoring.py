@@ -42,21 +42,18 @@ def ner_type_predictions(
             with_knowledge=with_knowledge,
             annotation_column="knowledge" if annotations is not None else None,
         )
-        word_ids = [processor.tokenizer(r["tokens"], is_split_into_words=True).word_ids() for r in chunk]
         batch = collator([{k: v[i] for k, v in features.items()} for i in range(len(chunk))])
-        logits = model(**batch).logits
-        for i, row in enumerate(chunk):
-            position = word_ids[i].index(row["entity_word"])
-            label = id2label[int(logits[i, position].argmax())]
-            types.append(label.split("-", 1)[-1] if label != "O" else "O")
+        for row, logits in zip(chunk, model(**batch).logits):
+            word_ids = processor.tokenizer(row["tokens"], is_split_into_words=True).word_ids()
+            label = id2label[int(logits[word_ids.index(row["entity_word"])].argmax())]
+            types.append(label.split("-", 1)[-1])  # "O" stays "O"
     return types
 
 
 def ner_accuracy(model, processor, task: KnowledgeTask, rows: list[dict]) -> float:
     """Share of rows whose entity gets its own type."""
-    gold = _gold_types(task, rows)
     predicted = ner_type_predictions(model, processor, rows)
-    return sum(p == g for p, g in zip(predicted, gold)) / max(1, len(rows))
+    return sum(p == g for p, g in zip(predicted, _gold_types(task, rows))) / max(1, len(rows))
 
 
 def _gold_types(task: KnowledgeTask, rows: list[dict]) -> list[str]:
@@ -86,9 +83,9 @@ def follow_rate(model, processor, task: KnowledgeTask, rows: list[dict], seed: i
     for row in rows:
         annotation = processor.link(" ".join(row["tokens"])).to_dict()
         fact, target = retarget_fact(task, row["entity"], rng)
-        original = list(task.informative[row["entity"]])
+        original = task.informative[row["entity"]]
         annotation["triplets"] = [
-            dict(zip("hrt", fact)) if [f["h"], f["r"], f["t"]] == original else f for f in annotation["triplets"]
+            dict(zip("hrt", fact)) if (f["h"], f["r"], f["t"]) == original else f for f in annotation["triplets"]
         ]
         annotations.append(annotation)
         targets.append(target)

@@ -40,7 +40,7 @@ KG_FULL_GROUPS = (*KG_TRAIN_GROUPS, "added")
 #: group of a ``two_hop`` entity's bridge: its entity's group and this suffix
 BRIDGE_SUFFIX = "_bridge"
 #: labels of the types (NER tags B-/I-<label>) and of the anchors
-TYPE_LABELS = ("PER", "ORG", "MISC", "EVT", "PRD", "ART")
+TYPE_LABELS = tuple("PER ORG MISC EVT PRD ART".split())
 ANCHOR_LABEL = "LOC"
 
 _ONSETS = tuple("b d f g k l m n p r s t v z br dr gl kr pl st tr vl zh".split())
@@ -114,10 +114,9 @@ class KnowledgeTask:
 
     def _kg(self, groups) -> KnowledgeGraph:
         keep = self.members(groups)
-        names = {e.id: e.name for e in self.entities if e.id in keep}
         return KnowledgeGraph.from_triples(
             [f for f in self.facts if f[0] in keep and f[2] in keep],
-            entity_names=names,
+            entity_names={e.id: e.name for e in self.entities if e.id in keep},
             relation_names=self.relation_names,
         )
 
@@ -230,7 +229,6 @@ class KnowledgeTask:
     def write(self, directory: str | os.PathLike) -> dict[str, str]:
         """Write ``kg_train.jsonl``, ``kg_full.jsonl``, ``task.json`` and ``ner/``, ``qa/``, ``classification/``
         (one JSON-lines file per split); returns the paths by name."""
-        directory = os.fspath(directory)
         os.makedirs(directory, exist_ok=True)
         paths = {}
         for name, groups in (("kg_train", KG_TRAIN_GROUPS), ("kg_full", KG_FULL_GROUPS)):
@@ -301,7 +299,7 @@ def read_task_json(cls, path: str):
 
 def load_knowledge_task(directory: str | os.PathLike) -> KnowledgeTask:
     """The task :meth:`KnowledgeTask.write` wrote to ``directory`` (its ``task.json``)."""
-    return read_task_json(KnowledgeTask, os.path.join(os.fspath(directory), "task.json"))
+    return read_task_json(KnowledgeTask, os.path.join(directory, "task.json"))
 
 
 def group_members(entities, groups) -> set[str]:
@@ -366,10 +364,9 @@ def make_knowledge_task(
         for i, name in enumerate(invented_words(anchors_per_type * num_types, rng, taken))
     ]
     entities: list[TaskEntity] = list(anchors)
-    counts = {"train": train_per_type, "unseen": unseen_per_type, "added": added_per_type}
-    for group in GROUPS:
+    for group, count in zip(GROUPS, (train_per_type, unseen_per_type, added_per_type)):
         for type_index in range(num_types):
-            for name in invented_words(counts[group], rng, taken):
+            for name in invented_words(count, rng, taken):
                 entities.append(TaskEntity(f"E{len(entities)}", name, type_index, group))
     relation_words = invented_words(num_types + 2, rng, taken, syllables=(1, 2))
     if kind == "neighbour":

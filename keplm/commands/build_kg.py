@@ -17,7 +17,6 @@ import argparse
 import json
 import logging
 import time
-from pathlib import Path
 
 from keplm.commands import HOPS_HELP, KG_SPEC_HELP, MAX_NEIGHBORS_HELP
 from keplm.data import TEXT_COLUMNS, load_ner_dataset, load_qa_dataset
@@ -77,7 +76,6 @@ def build_knowledge(
     plot: bool = True,
 ) -> dict:
     """Annotate every split, write KALA JSON per split and the reports; return the report dict."""
-    output_dir = Path(output_dir)
     column, words = TEXT_COLUMNS[task]
     splits = list(splits or dataset)
     missing = [split for split in splits if split not in dataset]
@@ -88,7 +86,6 @@ def build_knowledge(
             raise ValueError(f"the {split} split of the dataset is empty: nothing to link")
     # written beside output_dir and swapped in whole: an interrupted run leaves the earlier output as it was
     with replaced_folder(output_dir, "report.json", "build-kg") as staging:
-        annotate = relation_extractor.annotate if relation_extractor is not None else None
         linker_kwargs = dict(linker_kwargs or {})
         linker = EntityLinker(kg, **linker_kwargs)  # one automaton for the main process and the alias report
         timings, annotated, texts = {}, {}, []
@@ -101,14 +98,16 @@ def build_knowledge(
                 column,
                 split_into_words=words,
                 linker=linker,
-                annotate=annotate,
+                annotate=getattr(relation_extractor, "annotate", None),
                 annotate_signature=repr(relation_extractor),
                 num_proc=num_proc,
                 desc=f"Linking {split}",
             )
             timings[split] = time.perf_counter() - start
-            annotations = {str(i): KnowledgeAnnotation.from_dict(k) for i, k in zip(data["id"], data["knowledge"])}
-            write_kala_annotations(annotations, staging / f"{split}.json")
+            write_kala_annotations(
+                {str(i): KnowledgeAnnotation.from_dict(k) for i, k in zip(data["id"], data["knowledge"])},
+                staging / f"{split}.json",
+            )
             if task == "qa":  # the report counts every context once, not once per question
                 data = data.select(sorted({c: i for i, c in reversed(list(enumerate(data["context"])))}.values()))
             annotated[split] = data
@@ -152,9 +151,9 @@ def alias_filter_report(linker: EntityLinker, texts, mentions=()) -> dict:
     report["top_dropped"] = [
         [alias, count, linker._dropped[alias]] for alias, count in occurrences.most_common(TOP_DROPPED)
     ]
-    report["dropped_occurrences"] = int(sum(occurrences.values()))
+    report["dropped_occurrences"] = occurrences.total()
     ambiguous = linker.ambiguous_occurrences(mentions)
-    report["ambiguous_occurrences"] = int(sum(ambiguous.values()))
+    report["ambiguous_occurrences"] = ambiguous.total()
     report["top_ambiguous"] = [
         [alias, count, [linker.kg.entity_ids[i] for i in linker.candidates(alias)]]
         for alias, count in ambiguous.most_common(TOP_DROPPED)
@@ -188,11 +187,11 @@ def report_markdown(report: dict) -> str:
         "| split | examples | mentions/example | char coverage | facts/example | seconds |",
         "|---|---|---|---|---|---|",
     ]
-    for split, r in report["linking"].items():
-        lines.append(
-            f"| {split} | {r['examples']} | {r['mentions_per_example']:.2f} | {r['character_coverage']:.1%} "
-            f"| {r['facts_per_example']:.1f} | {report['seconds'][split]:.1f} |"
-        )
+    lines += [
+        f"| {split} | {r['examples']} | {r['mentions_per_example']:.2f} | {r['character_coverage']:.1%} "
+        f"| {r['facts_per_example']:.1f} | {report['seconds'][split]:.1f} |"
+        for split, r in report["linking"].items()
+    ]
     knowledge = report["knowledge"]
     lines += [
         "",
@@ -203,22 +202,21 @@ def report_markdown(report: dict) -> str:
         "| split | contexts | entities | unseen in train | contexts with 3+ unseen | facts/context (max) |",
         "|---|---|---|---|---|---|",
     ]
-    for split, r in knowledge["splits"].items():
-        lines.append(
-            f"| {split} | {r['contexts']} | {r['entities']} | {r['unseen_entities']} | "
-            f"{r['contexts_with_3+_unseen']} | {r['facts_per_context_mean']:.1f} "
-            f"({r['facts_per_context_max']}) |"
-        )
+    lines += [
+        f"| {split} | {r['contexts']} | {r['entities']} | {r['unseen_entities']} | "
+        f"{r['contexts_with_3+_unseen']} | {r['facts_per_context_mean']:.1f} ({r['facts_per_context_max']}) |"
+        for split, r in knowledge["splits"].items()
+    ]
     for split, r in report["linking"].items():
         if "gold_entities_linked" in r:
             shares = ", ".join(f"{k} {v['share']:.0%}" for k, v in r["gold_entities_linked"].items())
-            lines.append(f"\nGold entities overlapped by a linked mention ({split}): {shares}")
             gold = r["gold_linking"]
-            lines.append(
+            lines += [
+                f"\nGold entities overlapped by a linked mention ({split}): {shares}",
                 f"Linking against gold entities ({split}): precision {gold['precision']:.1%} "
                 f"({gold['mentions_on_gold']} of {r['mentions']} mentions on a gold entity), recall "
-                f"{gold['recall']:.1%} (of {gold['gold_entities']} gold entities)"
-            )
+                f"{gold['recall']:.1%} (of {gold['gold_entities']} gold entities)",
+            ]
     merged = {
         k: v
         for k, v in (report["kg"].get("merged_on_load") or {}).items()
@@ -330,8 +328,9 @@ def run(args: argparse.Namespace) -> dict:
     if args.task == "ner":
         dataset = load_ner_dataset(args.dataset)
     else:
-        split = tuple(args.split_by_article) if args.split_by_article else None
-        dataset = load_qa_dataset(args.dataset, split_by_article=split, fix_answer_starts=args.fix_answer_starts)
+        dataset = load_qa_dataset(
+            args.dataset, split_by_article=args.split_by_article, fix_answer_starts=args.fix_answer_starts
+        )
     kg = load_kg(args.kg)
     linker_kwargs = linker_settings(
         args.link_case_sensitive,

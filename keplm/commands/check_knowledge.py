@@ -65,7 +65,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--task",
-        choices=list(TASKS),
+        choices=TASKS,
         help="the task the model predicts (unset: read from its architecture)",
     )
     parser.add_argument(
@@ -125,7 +125,7 @@ def load_task_split(path: str, split: str, task: str, split_by_article: list[int
     if task == "ner":
         data = load_ner_dataset(path)
     elif task == "qa":
-        data = load_qa_dataset(path, split_by_article=tuple(split_by_article) if split_by_article else None)
+        data = load_qa_dataset(path, split_by_article=split_by_article)
     else:
         data = load_glue_dataset(path)
     if split not in data:
@@ -156,7 +156,6 @@ def read_examples(
     elif data is None:
         data = datasets.load_dataset(path, split=split)
     data = data.take(limit)
-    wanted = {"ner": ("tokens", "text"), "classification": ("sentence", "text"), "qa": ("question",)}[task]
     columns = data.column_names
     if text_column is not None:
         if text_column not in columns:
@@ -170,6 +169,7 @@ def read_examples(
         return data.select_columns(["question", "context"]).to_list()
     if task == "classification" and {"sentence1", "sentence2"} <= set(columns):
         return data.select_columns(["sentence1", "sentence2"]).to_list()
+    wanted = ("tokens" if task == "ner" else "sentence", "text")
     for column in wanted:
         if column in columns:
             return [{text_key if column == "text" else column: row[column]} for row in data]
@@ -181,13 +181,12 @@ def plot(summary: dict, path: str) -> str | None:
     if not matplotlib_available():
         logger.info("matplotlib is not installed (pip install keplm[reports]): no plot")
         return None
-    plt = _pyplot()
     relations = sorted(
         summary["per_relation"].items(),
-        key=lambda kv: -sum(v["edits"] for k, v in kv[1].items() if isinstance(v, dict)),
+        key=lambda kv: -sum(v["edits"] for v in kv[1].values() if isinstance(v, dict)),
     )[:15]
     edits = sorted({e for _, stats in relations for e, v in stats.items() if isinstance(v, dict)})
-    fig, axes = plt.subplots(1, 2, figsize=(11, 0.45 * max(4, len(relations)) + 1.8), sharey=True)
+    fig, axes = _pyplot().subplots(1, 2, figsize=(11, 0.45 * max(4, len(relations)) + 1.8), sharey=True)
     width = 0.8 / max(1, len(edits))
     for ax, metric, title in zip(axes, ("flip_rate", "mean_shift"), ("prediction flips", "mean shift (TV)")):
         for k, edit in enumerate(edits):
@@ -213,14 +212,15 @@ def markdown(summary: dict) -> str:
         "| relation | edit | edits | flip rate | mean shift |",
         "|---|---|---:|---:|---:|",
     ]
-    for edit, stats in summary["overall"].items():
-        lines.append(f"| (all) | {edit} | {stats['edits']} | {stats['flip_rate']:.3f} | {stats['mean_shift']:.3f} |")
-    for by_edit in summary["per_relation"].values():
+    groups = [
+        ("(all)", summary["overall"]),
+        *((by_edit["name"], by_edit) for by_edit in summary["per_relation"].values()),
+    ]
+    for name, by_edit in groups:
         for edit, stats in by_edit.items():
-            if isinstance(stats, dict):
+            if isinstance(stats, dict):  # not the relation's name
                 lines.append(
-                    f"| {by_edit['name']} | {edit} | {stats['edits']} | {stats['flip_rate']:.3f} | "
-                    f"{stats['mean_shift']:.3f} |"
+                    f"| {name} | {edit} | {stats['edits']} | {stats['flip_rate']:.3f} | {stats['mean_shift']:.3f} |"
                 )
     return "\n".join(lines)
 

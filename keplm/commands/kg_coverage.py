@@ -87,7 +87,7 @@ def measure(dataset, kg, linker_kwargs: dict, num_proc: int | None = None) -> di
         parts[split] = (annotations, texts, gold)
         splits[split] = split_coverage(annotations, texts, gold, relation_names)
         mentions = [m.text for a in annotations for m in a.entities if m.id is not None]
-        ambiguous = sum(linker.ambiguous_occurrences(mentions).values())
+        ambiguous = linker.ambiguous_occurrences(mentions).total()
         splits[split]["ambiguous_alias_share"] = ambiguous / len(mentions) if mentions else 0.0
     report = {
         "kg": kg_summary(kg),
@@ -115,24 +115,23 @@ def report_markdown(report: dict) -> str:
         "linked mentions with a fact | ambiguous-alias links |",
         "|---|---:|---:|---:|---:|---:|---:|",
     ]
-    for split, r in report["splits"].items():
-        gold = r.get("gold_linking", {})
-        lines.append(
-            f"| {split} | {r['examples']} | {gold.get('recall', 0):.1%} | {gold.get('precision', 0):.1%} | "
-            f"{r['facts_per_linked_mention']:.2f} | {r['linked_mentions_with_facts']:.1%} | "
-            f"{r['ambiguous_alias_share']:.1%} |"
-        )
+    lines += [
+        f"| {split} | {r['examples']} | {r.get('gold_linking', {}).get('recall', 0):.1%} | "
+        f"{r.get('gold_linking', {}).get('precision', 0):.1%} | {r['facts_per_linked_mention']:.2f} | "
+        f"{r['linked_mentions_with_facts']:.1%} | {r['ambiguous_alias_share']:.1%} |"
+        for split, r in report["splits"].items()
+    ]
     if report.get("unseen"):
         lines += [
             "",
             "| split | gold entities | unseen in training | of those linked | of those with facts |",
             "|---|---:|---:|---:|---:|",
         ]
-        for split, r in report["unseen"].items():
-            lines.append(
-                f"| {split} | {r['gold_entities']} | {r['unseen_share']:.1%} | {r['unseen_linked_share']:.1%} "
-                f"| {r['unseen_with_facts_share']:.1%} |"
-            )
+        lines += [
+            f"| {split} | {r['gold_entities']} | {r['unseen_share']:.1%} | {r['unseen_linked_share']:.1%} "
+            f"| {r['unseen_with_facts_share']:.1%} |"
+            for split, r in report["unseen"].items()
+        ]
     for split, r in report["splits"].items():
         top = ", ".join(f"{name} {share:.0%}" for _, name, _, share in r["relations_reaching_mentions"][:8])
         lines.append(
@@ -145,21 +144,20 @@ def report_markdown(report: dict) -> str:
 def plot(report: dict, path) -> None:
     """Left: the coverage shares per split; right: the relations reaching the first split's mentions."""
     figure, (left, right) = _pyplot().subplots(1, 2, figsize=(11, 3.8))
-    keys = [
-        ("gold entities\nlinked", lambda r, s: r["gold_linking"]["recall"]),
-        ("links on a\ngold entity", lambda r, s: r["gold_linking"]["precision"]),
-        ("linked mentions\nwith a fact", lambda r, s: r["linked_mentions_with_facts"]),
-        (
-            "unseen test entities\nwith facts",
-            lambda r, s: report.get("unseen", {}).get(s, {}).get("unseen_with_facts_share", float("nan")),
-        ),
-    ]
+    names = (
+        "gold entities\nlinked",
+        "links on a\ngold entity",
+        "linked mentions\nwith a fact",
+        "unseen test entities\nwith facts",
+    )
     splits = list(report["splits"])
     width = 0.8 / len(splits)
     for i, split in enumerate(splits):
-        values = [100 * get(report["splits"][split], split) for _, get in keys]
-        left.bar([k + i * width for k in range(len(keys))], values, width, label=split)
-    left.set_xticks([k + 0.4 - width / 2 for k in range(len(keys))], [name for name, _ in keys], fontsize=8)
+        r = report["splits"][split]
+        unseen = report.get("unseen", {}).get(split, {}).get("unseen_with_facts_share", float("nan"))
+        values = (r["gold_linking"]["recall"], r["gold_linking"]["precision"], r["linked_mentions_with_facts"], unseen)
+        left.bar([k + i * width for k in range(len(names))], [100 * v for v in values], width, label=split)
+    left.set_xticks([k + 0.4 - width / 2 for k in range(len(names))], names, fontsize=8)
     left.set_ylabel("%")
     left.set_ylim(0, 100)
     left.legend(fontsize=8)
@@ -185,12 +183,7 @@ def run(args: argparse.Namespace) -> dict:
         args.link_case_sensitive, hops=args.hops, max_neighbors_per_entity=args.max_neighbors_per_entity
     )
     report = measure(dataset, kg, linker_kwargs, args.num_proc)
-    report["settings"] = {
-        "data": args.data,
-        "kg": args.kg,
-        "train_size": args.train_size,
-        "train_sample_seed": args.train_sample_seed,
-    }
+    report["settings"] = {name: getattr(args, name) for name in ("data", "kg", "train_size", "train_sample_seed")}
     print(report_markdown(report))
     if args.output_dir:
         with replaced_folder(args.output_dir, REPORT_NAME, "kg-coverage") as staging:  # whole or not at all

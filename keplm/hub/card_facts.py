@@ -9,7 +9,6 @@ come from its :class:`~keplm.configuration.method_card.MethodCard`).
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shlex
@@ -21,6 +20,7 @@ from typing import Any
 
 from keplm import registration
 from keplm.configuration.method_card import method_card
+from keplm.io_utils import read_json
 from keplm.metric_units import percent_factor
 
 LIBRARY_NAME = "keplm"
@@ -83,7 +83,7 @@ class CardFacts:
     def from_json(cls, path: str | os.PathLike) -> CardFacts:
         """The facts of a JSON file with the fields of this class (``datasets`` as objects of
         :class:`DatasetInfo`'s fields)."""
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        data = read_json(path)
         datasets = {
             key: DatasetInfo(**{**value, "more_hub_ids": tuple(value.get("more_hub_ids", ()))})
             for key, value in data.get("datasets", {}).items()
@@ -97,9 +97,9 @@ class CardFacts:
         if not value:
             return None
         for info in self.datasets.values():
-            if info.hub_id and value == info.hub_id:
+            if value == info.hub_id:
                 return info
-        for part in reversed(Path(str(value)).parts):
+        for part in reversed(Path(value).parts):
             key = self.dataset_aliases.get(part.lower(), part.lower())
             if key in self.datasets:
                 return self.datasets[key]
@@ -116,7 +116,7 @@ class CardFacts:
 
 def _base_model_key(value: str | None) -> str | None:
     """The key of :attr:`CardFacts.base_models` for a base model path or ``pip:<package>``: its package or folder."""
-    return (_package_of(str(value)) or Path(str(value)).name) if value else None
+    return (_package_of(str(value)) or Path(value).name) if value else None
 
 
 def kg_parts(spec: str | None) -> list[str]:
@@ -140,14 +140,12 @@ def kg_parts(spec: str | None) -> list[str]:
 
 def kg_spec_name(spec: str | None) -> str | None:
     """The ``--kg`` spec's name without paths (``fb15k237+trex``), as the card prints it."""
-    kinds = kg_parts(spec)
-    return "+".join(kinds) if kinds else None
+    return "+".join(kg_parts(spec)) or None
 
 
 def kg_source_name(spec: str | None) -> str | None:
     """A reader's name of the KG a spec loads: ``FB15k-237 + T-REx``."""
-    kinds = kg_parts(spec)
-    return " + ".join(KG_SOURCES[k].name for k in kinds) if kinds else None
+    return " + ".join(KG_SOURCES[k].name for k in kg_parts(spec)) or None
 
 
 # ============================================================================================ names without paths
@@ -165,7 +163,7 @@ def _hub_id(value: str | None) -> str | None:
 def _package_of(value: str) -> str | None:
     """The pip distribution a path inside ``site-packages`` or a ``pip:<name>`` spec points into."""
     if value.startswith("pip:"):
-        return value[len("pip:") :]
+        return value.removeprefix("pip:")
     parts = Path(value).parts
     if "site-packages" in parts and parts.index("site-packages") + 1 < len(parts):
         return parts[parts.index("site-packages") + 1].replace("_", "-")
@@ -203,15 +201,13 @@ def portable_argument(token: str) -> str:
         return token
     package = _package_of(token)
     if package:
-        return "pip:" + package
+        return f"pip:{package}"
     try:
-        return (
-            os.path.relpath(token, os.getcwd())
-            if Path(token).resolve().is_relative_to(Path.cwd())
-            else f".../{Path(token).name}"
-        )
-    except ValueError:
-        return f".../{Path(token).name}"
+        if Path(token).resolve().is_relative_to(Path.cwd()):
+            return os.path.relpath(token)
+    except ValueError:  # on another drive (Windows)
+        pass
+    return f".../{Path(token).name}"
 
 
 def format_command(argv: Sequence[str], aliases: Mapping[str, str] | None = None) -> str:
@@ -339,7 +335,7 @@ _PREFIXES = (
 def _split_key(key: str) -> tuple[str, str | None, str] | None:
     for prefix, split, subset in _PREFIXES:
         if key.startswith(prefix):
-            return split, subset, key[len(prefix) :]
+            return split, subset, key.removeprefix(prefix)
     return None
 
 

@@ -77,7 +77,7 @@ def _title(spec: ModelCardSpec) -> str:
 
 
 def _is_ner(spec: ModelCardSpec) -> bool:
-    return bool(spec.labels) and any(label.startswith(("B-", "I-")) for label in spec.labels)
+    return any(label.startswith(("B-", "I-")) for label in spec.labels or ())
 
 
 def _task_phrase(spec: ModelCardSpec) -> str:
@@ -167,8 +167,11 @@ def _results(spec: ModelCardSpec) -> list[str]:
     if spec.results:
         metrics = [(k, name) for k, name in info.metrics if any(k in r.scores for r in spec.results)]
         counted = any(r.examples is not None for r in spec.results)  # the examples column only where known
-        lines.append("| split | " + ("examples | " if counted else "") + " | ".join(name for _, name in metrics) + " |")
-        lines.append("|---|" + ("---:|" if counted else "") + "---:|" * len(metrics))
+        names = " | ".join(name for _, name in metrics)
+        lines += [
+            f"| split | {'examples | ' if counted else ''}{names} |",
+            f"|---|{'---:|' if counted else ''}{'---:|' * len(metrics)}",
+        ]
         for row in spec.results:
             cells = [row.scores[k].cell() if k in row.scores else "" for k, _ in metrics]
             count = (f"{_fmt(row.examples) if row.examples is not None else ''} | ") if counted else ""
@@ -190,8 +193,7 @@ def _comparison_table(spec: ModelCardSpec, info) -> list[str]:
         "",
     ]
     header = [f"**{s}** (this model)" if s == own else s for s in systems]
-    lines.append("| split | metric | " + " | ".join(header) + " |")
-    lines.append("|---|---|" + "---:|" * len(systems))
+    lines += [f"| split | metric | {' | '.join(header)} |", "|---|---|" + "---:|" * len(systems)]
     keys = [(key, name) for key, name in info.metrics if key in ("f1", "exact_match", "p@1")]
     for row in spec.comparison[systems[0]]:
         where = (row.split, row.subset)
@@ -365,13 +367,12 @@ def _training_run(spec: ModelCardSpec) -> str:
 
 def _figures(spec: ModelCardSpec, where: str) -> list[dict]:
     """The figures of one section (``results``: systems compared, ``training``: curves, ``knowledge``: the rest)."""
-    kinds = {"systems.png": "results", "training_curves.png": "training"}
-    alts = {"results": "systems compared", "training": "training curves"}
+    kinds = {"systems.png": ("results", "systems compared"), "training_curves.png": ("training", "training curves")}
     out = []
     for figure in spec.figures:
-        kind = next((v for k, v in kinds.items() if figure.path.endswith(k)), "knowledge")
+        other = ("knowledge", Path(figure.path).stem.replace("_", " "))
+        kind, alt = next((v for k, v in kinds.items() if figure.path.endswith(k)), other)
         if kind == where:
-            alt = alts.get(kind) or Path(figure.path).stem.replace("_", " ")
             out.append({"alt": alt, "path": figure.path, "caption": figure.caption})
     return out
 
@@ -395,7 +396,6 @@ def template_values(spec: ModelCardSpec) -> dict:
     """What the card template (``templates/modelcard_template.md``) fills in: every value computed from ``spec``."""
     card = method_card(spec.model_type)
     info = spec.training.dataset_info
-    paper = card.paper
     text = spec.example_text or (
         "Barack Obama met Angela Merkel in Berlin ." if spec.task == "token-classification" else None
     )
@@ -444,7 +444,7 @@ def template_values(spec: ModelCardSpec) -> dict:
         "versions": list(spec.versions.items()),
         "versions_note": spec.versions_note,
         "provenance": spec.provenance,
-        "paper": paper,
+        "paper": card.paper,
         "raw_metrics": raw,
         "raw_metrics_title": spec.raw_metrics_title,
     }
@@ -454,7 +454,6 @@ def card_data_for(spec: ModelCardSpec) -> ModelCardData:
     """The card's YAML metadata (``ModelCardData``) with the model-index of the spec's own results."""
     info = spec.training.dataset_info
     dataset_hub = _hub_id(spec.training.dataset) if not info else info.hub_id
-    language = spec.language or (info.language if info else None)
     tags = [LIBRARY_NAME, spec.model_type, "knowledge-enhanced", *method_card(spec.model_type).tags(spec)]
     if spec.task == "relation-extraction":
         tags.append("relation-extraction")
@@ -465,7 +464,7 @@ def card_data_for(spec: ModelCardSpec) -> ModelCardData:
     return ModelCardData(
         library_name=LIBRARY_NAME,
         pipeline_tag=spec.pipeline_tag,
-        language=language,
+        language=spec.language or (info.language if info else None),
         license=spec.license,
         tags=tags,
         base_model=spec.base_model_id

@@ -69,8 +69,7 @@ def entity_frequency_figure(
     ranks = np.arange(1, frequencies.size + 1)
     if frequencies.size > max_points:
         ranks = np.unique(np.geomspace(1, frequencies.size, max_points).round().astype(np.int64))
-    plt = _pyplot()
-    figure, (rank_axis, hist_axis) = plt.subplots(1, 2, figsize=(9, 3.4))
+    figure, (rank_axis, hist_axis) = _pyplot().subplots(1, 2, figsize=(9, 3.4))
     rank_axis.loglog(ranks, frequencies[ranks - 1], marker=".", linestyle="none", markersize=3)
     rank_axis.set_xlabel("entity rank")
     rank_axis.set_ylabel("training mentions")
@@ -142,8 +141,7 @@ def kfm_modulation_table(model, max_rows: int | None = None, seed: int = 0) -> d
     if memory is None:
         return {}
     weight = memory.table.detach()  # the whole table, or this process's rows of a sharded one
-    held = held_entity_memory_rows(model)
-    first = 1 if held is None or held[0] == 0 else 0  # the null row (global row 0) is left out
+    first = int(getattr(memory, "start", 0) == 0)  # the null row (global row 0) is left out
     chosen = sample_rows(weight.shape[0] - first, CARD_SAMPLE_ROWS if max_rows is None else max_rows, seed)
     rows = weight[first:] if chosen is None else weight[torch.as_tensor(chosen + first, device=weight.device)]
     if rows.shape[0] == 0:
@@ -172,8 +170,7 @@ def modulation_figure(tables: dict, path, num_layers: int | None = None, total_r
     ``total_rows``: the memory's rows when the tables hold a sample of them (said in the title)."""
     if not tables:
         raise ValueError("no KFM layer to plot")
-    plt = _pyplot()
-    figure, axes = plt.subplots(1, len(tables), figsize=(max(6.0, 4.2 * len(tables)), 3.6), squeeze=False)
+    figure, axes = _pyplot().subplots(1, len(tables), figsize=(max(6.0, 4.2 * len(tables)), 3.6), squeeze=False)
     for axis, (layer, table) in zip(axes[0], tables.items()):
         magnitude = table.abs().mean(dim=-1).numpy()  # [rows, 4]
         high = float(magnitude.max()) or 1.0
@@ -200,7 +197,7 @@ def curves_from_log_history(log_history: Sequence[dict]) -> dict[str, list[tuple
         if step is None:
             continue
         for key, value in entry.items():
-            if not isinstance(value, (int, float)) or isinstance(value, bool) or key in ("step", "epoch"):
+            if not isinstance(value, (int, float)) or isinstance(value, bool):
                 continue
             if key in ("loss", "learning_rate") or (
                 key.startswith("eval_") and not key.endswith(("runtime", "per_second", "samples"))
@@ -221,8 +218,7 @@ def training_curves_figure(log_history: Sequence[dict], path) -> Path:
         ("evaluation", evals, "."),
     ]
     panels = [panel for panel in panels if panel[1] and panel[1][0] in curves]
-    plt = _pyplot()
-    figure, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.2), squeeze=False)
+    figure, axes = _pyplot().subplots(1, len(panels), figsize=(4.2 * len(panels), 3.2), squeeze=False)
     for axis, (title, keys, marker) in zip(axes[0], panels):
         for key in keys:
             axis.plot(*zip(*curves[key]), marker=marker, label=key.removeprefix("eval_"))
@@ -247,8 +243,7 @@ def comparison_figure(
     """
     if not groups:
         raise ValueError("nothing to compare")
-    plt = _pyplot()
-    figure, axes = plt.subplots(1, len(groups), figsize=(3.6 * len(groups), 3.0), squeeze=False)
+    figure, axes = _pyplot().subplots(1, len(groups), figsize=(3.6 * len(groups), 3.0), squeeze=False)
     for axis, (group, systems) in zip(axes[0], groups.items()):
         for i, (name, (mean, std)) in enumerate(systems.items()):
             color = "tab:red" if name == highlight else "tab:blue"
