@@ -37,6 +37,7 @@ import copy
 import json
 import os
 import random
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -47,9 +48,12 @@ from keplm.data.lama import build_queries, common_vocab_ids, predict_top_k
 from keplm.knowledge.graph import KnowledgeGraph
 from keplm.modeling.modeling_trelm import TrelmForMaskedLM
 
-from .synthetic import TaskEntity, invented_words, read_task_json, write_jsonl_kg, write_task_json
+from .synthetic import TaskEntity, invented_words, read_task_json, write_jsonl, write_jsonl_kg, write_task_json
 
 CLOZE_GROUPS = ("train", "unseen", "added")
+#: the groups of the KG of training time and of the updated KG
+_KG_GROUPS = ("object", "train", "unseen")
+_KG_UPDATED_GROUPS = ("object", *CLOZE_GROUPS)
 NOISE_RELATION = "R_noise"
 
 #: relation id -> (KG name, objects, templates). Every object is one word piece of BERT's uncased vocabulary (and
@@ -57,7 +61,7 @@ NOISE_RELATION = "R_noise"
 CLOZE_RELATIONS: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
     "R_colour": (
         "favourite colour",
-        ("red", "blue", "green", "yellow", "black", "white", "brown", "pink"),
+        tuple("red blue green yellow black white brown pink".split()),
         (
             "[X] likes the colour [Y] .",
             "The favourite colour of [X] is [Y] .",
@@ -68,7 +72,7 @@ CLOZE_RELATIONS: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
     ),
     "R_city": (
         "lives in",
-        ("paris", "london", "berlin", "tokyo", "rome", "madrid", "moscow", "chicago"),
+        tuple("paris london berlin tokyo rome madrid moscow chicago".split()),
         (
             "[X] lives in [Y] .",
             "[X] has a flat in [Y] .",
@@ -79,7 +83,7 @@ CLOZE_RELATIONS: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
     ),
     "R_instrument": (
         "plays the",
-        ("piano", "guitar", "violin", "drums", "flute", "trumpet", "harp", "cello"),
+        tuple("piano guitar violin drums flute trumpet harp cello".split()),
         (
             "[X] plays the [Y] .",
             "[X] practises the [Y] every day .",
@@ -90,7 +94,7 @@ CLOZE_RELATIONS: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
     ),
     "R_pet": (
         "has a pet",
-        ("dog", "cat", "horse", "rabbit", "fox", "wolf", "bear", "sheep"),
+        tuple("dog cat horse rabbit fox wolf bear sheep".split()),
         (
             "[X] has a pet [Y] .",
             "The pet of [X] is a [Y] .",
@@ -101,7 +105,7 @@ CLOZE_RELATIONS: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
     ),
     "R_language": (
         "speaks",
-        ("french", "german", "spanish", "english", "italian", "russian", "japanese", "dutch"),
+        tuple("french german spanish english italian russian japanese dutch".split()),
         (
             "[X] speaks [Y] .",
             "[X] writes letters in [Y] .",
@@ -112,7 +116,7 @@ CLOZE_RELATIONS: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
     ),
     "R_food": (
         "eats",
-        ("bread", "rice", "soup", "cheese", "fish", "meat", "apples", "eggs"),
+        tuple("bread rice soup cheese fish meat apples eggs".split()),
         (
             "[X] eats [Y] .",
             "The favourite food of [X] is [Y] .",
@@ -129,13 +133,10 @@ def fill(template: str, subject: str, obj: str) -> tuple[str, tuple[int, int], t
     if template.count("[X]") != 1 or template.count("[Y]") != 1:
         raise ValueError(f"cloze template {template!r} needs exactly one [X] and one [Y]")
     x, y = template.index("[X]"), template.index("[Y]")
-    if x < y:
-        text = template[:x] + subject + template[x + 3 : y] + obj + template[y + 3 :]
-        start_y = y + len(subject) - 3
-        return text, (x, x + len(subject)), (start_y, start_y + len(obj))
-    text = template[:y] + obj + template[y + 3 : x] + subject + template[x + 3 :]
-    start_x = x + len(obj) - 3
-    return text, (start_x, start_x + len(subject)), (y, y + len(obj))
+    start_x = x + (len(obj) - 3 if y < x else 0)  # the later placeholder moves by the earlier one's change in length
+    start_y = y + (len(subject) - 3 if x < y else 0)
+    text = re.sub(r"\[[XY]\]", lambda found: subject if found[0] == "[X]" else obj, template)
+    return text, (start_x, start_x + len(subject)), (start_y, start_y + len(obj))
 
 
 @dataclass
@@ -171,12 +172,12 @@ class ClozeTask:
     def kg(self) -> KnowledgeGraph:
         """The KG of training time: every fact of the training and unseen subjects (the unseen subjects' only
         here), none of the added subjects'."""
-        return self._kg(("object", "train", "unseen"))
+        return self._kg(_KG_GROUPS)
 
     @property
     def kg_updated(self) -> KnowledgeGraph:
         """The KG after the update: the added subjects and their facts too."""
-        return self._kg(("object", *CLOZE_GROUPS))
+        return self._kg(_KG_UPDATED_GROUPS)
 
     def _kg(self, groups) -> KnowledgeGraph:
         keep = {e.id: e.name for e in self.entities if e.group in groups}
@@ -202,8 +203,8 @@ class ClozeTask:
                 examples[f"cloze-{len(examples)}"] = {
                     "text": text,
                     "entities": [
-                        {"text": subject.name, "start": x[0], "end": x[1], "id": subject.id},
-                        {"text": obj.name, "start": y[0], "end": y[1], "id": obj.id},
+                        {"text": e.name, "start": start, "end": end, "id": e.id}
+                        for e, (start, end) in ((subject, x), (obj, y))
                     ],
                     "triplets": [{"h": subject.id, "r": relation, "t": obj.id}],
                 }
@@ -236,29 +237,23 @@ class ClozeTask:
         """Write ``kg.jsonl`` (``load_jsonl_kg``'s format: the KG of training time), ``kg_updated.jsonl`` (with the
         added subjects), ``corpus.json`` (the annotation corpus), ``cloze/test_<group>.jsonl`` (the queries) and
         ``cloze_task.json``; returns the paths by name."""
-        directory = os.fspath(directory)
         os.makedirs(os.path.join(directory, "cloze"), exist_ok=True)
-        paths = {
-            "kg": os.path.join(directory, "kg.jsonl"),
-            "kg_updated": os.path.join(directory, "kg_updated.jsonl"),
-            "corpus": os.path.join(directory, "corpus.json"),
-            "task": os.path.join(directory, "cloze_task.json"),
-        }
-        write_jsonl_kg(paths["kg"], self, ("object", "train", "unseen"))
-        write_jsonl_kg(paths["kg_updated"], self, ("object", *CLOZE_GROUPS))
+        files = {"kg": "kg.jsonl", "kg_updated": "kg_updated.jsonl", "corpus": "corpus.json", "task": "cloze_task.json"}
+        files.update({f"cloze/test_{group}": f"cloze/test_{group}.jsonl" for group in CLOZE_GROUPS})
+        paths = {name: os.path.join(directory, file) for name, file in files.items()}
+        write_jsonl_kg(paths["kg"], self, _KG_GROUPS)
+        write_jsonl_kg(paths["kg_updated"], self, _KG_UPDATED_GROUPS)
         with open(paths["corpus"], "w", encoding="utf-8") as f:
             json.dump(self.corpus(), f, indent=0)
         for group in CLOZE_GROUPS:
-            paths[f"cloze/test_{group}"] = os.path.join(directory, "cloze", f"test_{group}.jsonl")
-            with open(paths[f"cloze/test_{group}"], "w", encoding="utf-8") as f:
-                f.writelines(json.dumps(row) + "\n" for row in self.queries(group))
+            write_jsonl(paths[f"cloze/test_{group}"], self.queries(group))
         write_task_json(self, paths["task"])
         return paths
 
 
 def load_cloze_task(directory: str | os.PathLike) -> ClozeTask:
     """The task :meth:`ClozeTask.write` wrote to ``directory`` (its ``cloze_task.json``)."""
-    return read_task_json(ClozeTask, os.path.join(os.fspath(directory), "cloze_task.json"))
+    return read_task_json(ClozeTask, os.path.join(directory, "cloze_task.json"))
 
 
 def make_cloze_task(
@@ -295,11 +290,14 @@ def make_cloze_task(
     rng = random.Random(seed)
     relations = rng.sample(sorted(CLOZE_RELATIONS), num_relations)
     taken = {word for _, objects, _ in CLOZE_RELATIONS.values() for word in objects}
-    entities, objects, facts = [], {}, []
-    for relation in relations:
-        for word in rng.sample(CLOZE_RELATIONS[relation][1], objects_per_relation):
-            objects.setdefault(relation, []).append(TaskEntity(f"O_{word}", word, -1, "object"))
-    entities.extend(o for relation in relations for o in objects[relation])
+    objects = {
+        relation: [
+            TaskEntity(f"O_{word}", word, -1, "object")
+            for word in rng.sample(CLOZE_RELATIONS[relation][1], objects_per_relation)
+        ]
+        for relation in relations
+    }
+    entities, facts = [o for relation in relations for o in objects[relation]], []
 
     def deal(group: str, count: int, draw: random.Random) -> None:
         subjects = [
@@ -401,32 +399,28 @@ def cloze_predictions(
     if not reads_knowledge(model):
         top = predict_top_k(model, tokenizer, queries, 1, batch_size, vocab, progress=False)
     else:
+        subjects = subjects if subjects is not None else [row["sub_uri"] for row in rows]
         texts, annotations = [], []
         for query in queries:
             row = rows[query["fact"]]
             text, (start, end), _ = fill(query["template"], row["sub_label"], tokenizer.mask_token)
-            entity = subjects[query["fact"]] if subjects is not None else row["sub_uri"]
             texts.append(text)
-            annotations.append(
-                {"entities": [{"text": row["sub_label"], "start": start, "end": end, "id": entity}], "triplets": []}
-            )
+            mention = {"text": row["sub_label"], "start": start, "end": end, "id": subjects[query["fact"]]}
+            annotations.append({"entities": [mention], "triplets": []})
         features = processor.prepare_pretraining_features(
             {"text": texts, "knowledge": annotations}, max_length=max_length, knowledge_targets=False
         )
         inputs = ("input_ids", "attention_mask", "token_type_ids", "entity_ids", "mention_token_map", "inject_mask")
+        examples = [{k: features[k][i] for k in inputs if k in features} for i in range(len(queries))]
         collator = KeplmDataCollator.from_processor(processor, model)
-        restrict = torch.full((model.lm_head.decoder.out_features,), float("-inf"))
-        restrict[vocab] = 0.0
         device = next(model.parameters()).device
         top = []
-        for start in range(0, len(queries), batch_size):
-            chunk = range(start, min(start + batch_size, len(queries)))
-            batch = collator([{k: features[k][i] for k in inputs if k in features} for i in chunk])
-            batch = {k: v.to(device) for k, v in batch.items()}
+        for start in range(0, len(examples), batch_size):
+            batch = {k: v.to(device) for k, v in collator(examples[start : start + batch_size]).items()}
             hidden = model.trelm(**batch).last_hidden_state
             at, col = (batch["input_ids"] == tokenizer.mask_token_id).nonzero(as_tuple=True)
-            logits = model.lm_head(hidden[at, col]).float().cpu() + restrict
-            top.extend([[i] for i in logits.argmax(-1).tolist()])
+            best = model.lm_head(hidden[at, col])[:, vocab].argmax(-1)  # among the candidates (sorted ids)
+            top.extend([[vocab[i]] for i in best.tolist()])
     predicted: list[str | None] = [None] * len(rows)
     for query, ids in zip(queries, top):
         predicted[query["fact"]] = tokenizer.convert_ids_to_tokens(ids[0])
@@ -494,8 +488,7 @@ def kge_neighbour_accuracy(kg: KnowledgeGraph, task: ClozeTask, group: str = "un
     vectors = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
     train = [e.id for e in task.group("train")]
     queried = [e.id for e in task.group(group)]
-    train_rows = vectors[[kg.entity_index(e) for e in train]]
-    similarity = vectors[[kg.entity_index(e) for e in queried]] @ train_rows.T
+    similarity = vectors[[kg.entity_index(e) for e in queried]] @ vectors[[kg.entity_index(e) for e in train]].T
     if group == "train":
         np.fill_diagonal(similarity, -np.inf)
     nearest = [train[j] for j in similarity.argmax(1)]

@@ -100,23 +100,11 @@ class SensitivityReport:
 
 # ---------------------------------------------------------------------------------------------- task adapters
 class _Adapter:
-    """How one task shape links its examples, makes features from annotations and reads the predictions."""
-
-    annotation_columns = ("knowledge",)
+    """How one task shape links its examples (``link``), makes features from annotations (``features``) and reads
+    the predictions (``probabilities(outputs, batch, feature_index, annotation, fact)``)."""
 
     def __init__(self, processor, max_length: int):
         self.processor, self.max_length = processor, max_length
-
-    def link(self, example: dict) -> dict:
-        raise NotImplementedError
-
-    def features(self, example: dict) -> list[dict]:
-        raise NotImplementedError
-
-    def probabilities(
-        self, outputs, batch: dict, feature_index: int, annotation: dict, fact: dict | None
-    ) -> torch.Tensor:
-        raise NotImplementedError
 
 
 class _NerAdapter(_Adapter):
@@ -129,7 +117,7 @@ class _NerAdapter(_Adapter):
 
     def features(self, example: dict) -> list[dict]:
         out = self.processor.prepare_ner_features(
-            {"tokens": [example["tokens"]], "knowledge": [example["knowledge"]], **_fact_column(example)},
+            _batch_of_one(example, ("tokens", "knowledge")),
             label_column=None,
             max_length=self.max_length,
         )
@@ -137,14 +125,13 @@ class _NerAdapter(_Adapter):
 
     def probabilities(self, outputs, batch, feature_index, annotation, fact):
         """Class probabilities of the first token of each mention of the fact's ends (every mention without one)."""
-        ends = None if fact is None else {fact["h"], fact["t"]}
         token_map = batch["entity_token_map"][feature_index]
         probs = outputs.logits[feature_index].float().softmax(-1)
         first = torch.ones_like(token_map, dtype=torch.bool)
         first[1:] = token_map[1:] != token_map[:-1]
         rows = (token_map >= 0) & first
-        if ends is not None and batch["input_ids"].shape[0] == 1:
-            rows &= _mention_tokens_of(annotation, ends, self.processor, batch, feature_index)
+        if fact is not None and batch["input_ids"].shape[0] == 1:
+            rows &= _mention_tokens_of(annotation, {fact["h"], fact["t"]}, token_map)
         return probs[rows]
 
 
@@ -157,37 +144,26 @@ class _ClassificationAdapter(_Adapter):
         if "sentence1" in example and "sentence2" in example:
             texts = (example["sentence1"], example["sentence2"])
             annotations = [self.processor.link(text).to_dict() for text in texts]
-            merged = {
-                "entities": [m for a in annotations for m in a.get("entities", [])],
-                "triplets": [f for a in annotations for f in a.get("triplets", [])],
-            }
+            merged = {key: [item for a in annotations for item in a.get(key, [])] for key in ("entities", "triplets")}
             return {"sentence1": texts[0], "sentence2": texts[1], "knowledge": merged}
         text = example.get("sentence", example.get("text"))
         return {"sentence": text, "knowledge": self.processor.link(text).to_dict()}
 
     def features(self, example: dict) -> list[dict]:
-        if "sentence1" in example:
-            if example.get("fact_column") is None:
-                raise ValueError(
-                    f"{type(self.processor).__name__} reads each text's own annotation, so a sentence "
-                    "pair's facts cannot be edited as one passage: check single texts"
-                )
-            columns = ("sentence1", "sentence2")
-            out = self.processor.prepare_pair_features(
-                {**{c: [example[c]] for c in columns}, **_fact_column(example)},
-                text_columns=columns,
-                label_column=None,
-                annotation_columns=(None, None),
-                max_length=self.max_length,
+        pair = "sentence1" in example
+        if pair and example.get("fact_column") is None:
+            raise ValueError(
+                f"{type(self.processor).__name__} reads each text's own annotation, so a sentence "
+                "pair's facts cannot be edited as one passage: check single texts"
             )
-        else:
-            out = self.processor.prepare_pair_features(
-                {"sentence": [example["sentence"]], "knowledge": [example["knowledge"]], **_fact_column(example)},
-                text_columns=("sentence",),
-                label_column=None,
-                annotation_columns=("knowledge",),
-                max_length=self.max_length,
-            )
+        columns = ("sentence1", "sentence2") if pair else ("sentence",)
+        out = self.processor.prepare_pair_features(
+            _batch_of_one(example, (*columns, "knowledge")),
+            text_columns=columns,
+            label_column=None,
+            annotation_columns=(None, None) if pair else ("knowledge",),  # a pair's facts: the fact column's
+            max_length=self.max_length,
+        )
         return [{k: v[0] for k, v in out.items() if not k.startswith("num_")}]
 
     def probabilities(self, outputs, batch, feature_index, annotation, fact):
@@ -206,10 +182,7 @@ class _QaAdapter(_Adapter):
 
     def features(self, example: dict) -> list[dict]:
         out = self.processor.prepare_qa_features(
-            {
-                **{key: [example[key]] for key in ("id", "question", "context", "knowledge", "question_knowledge")},
-                **_fact_column(example),
-            },
+            _batch_of_one(example, ("id", "question", "context", "knowledge", "question_knowledge")),
             max_length=self.max_length,
             doc_stride=min(128, self.max_length // 2),
             training=False,
@@ -219,28 +192,26 @@ class _QaAdapter(_Adapter):
 
     def probabilities(self, outputs, batch, feature_index, annotation, fact):
         mask = batch["attention_mask"][feature_index].bool()
-        start = outputs.start_logits[feature_index][mask].float().softmax(-1)
-        end = outputs.end_logits[feature_index][mask].float().softmax(-1)
-        return torch.stack([start, end])
+        ends = (outputs.start_logits, outputs.end_logits)
+        return torch.stack([logits[feature_index][mask].float().softmax(-1) for logits in ends])
 
 
-def _fact_column(example: dict) -> dict:
-    """The facts as the feature column the processor reads them from, when that is not the annotation
-    (``KeplmProcessor.facts_read``)."""
-    column = example.get("fact_column")
-    if column is None:
-        return {}
-    return {column: [[[f["h"], f["r"], f["t"]] for f in example["knowledge"]["triplets"]]]}
+def _batch_of_one(example: dict, columns) -> dict:
+    """``example``'s ``columns`` as a batch of one, with its facts as the feature column the processor reads them
+    from when that is not the annotation (``KeplmProcessor.facts_read``)."""
+    batch = {column: [example[column]] for column in columns}
+    if example.get("fact_column") is not None:
+        batch[example["fact_column"]] = [[[f["h"], f["r"], f["t"]] for f in example["knowledge"]["triplets"]]]
+    return batch
 
 
 _ADAPTERS = {"ner": _NerAdapter, "classification": _ClassificationAdapter, "qa": _QaAdapter}
 
 
-def _mention_tokens_of(annotation, ends, processor, batch, feature_index) -> torch.Tensor:
-    """Tokens of the feature whose mention is one of the entity ids ``ends``. KALA numbers a feature's graph nodes
-    mentions first, one per distinct id (one per id-less mention), in annotation order (``build_graph``), and a
-    one-feature batch keeps that numbering."""
-    token_map = batch["entity_token_map"][feature_index]
+def _mention_tokens_of(annotation, ends, token_map) -> torch.Tensor:
+    """Tokens of the feature (``token_map``: its ``entity_token_map``) whose mention is one of the entity ids ``ends``.
+    KALA numbers a feature's graph nodes mentions first, one per distinct id (one per id-less mention), in annotation
+    order (``build_graph``), and a one-feature batch keeps that numbering."""
     node_of, nodes = {}, 0
     wanted = torch.zeros_like(token_map, dtype=torch.bool)
     for mention in annotation.get("entities", []):
@@ -325,21 +296,19 @@ def knowledge_sensitivity(
         )
     adapter = _ADAPTERS[task](processor, max_length)
     assets = processor.knowledge_assets
-    reserved = set(assets.relation_vocab[:2])
-    relations = [r for r in assets.relation_vocab if r not in reserved] or list(processor.kg.relation_ids)
-    memory_entities = [e for e in assets.entity_vocab[1:] if processor.kg.has_entity(e)]
-    entities = memory_entities or list(processor.kg.entity_ids)
+    relations = assets.relation_vocab[2:] or list(processor.kg.relation_ids)  # the two reserved ids left out
+    entities = [e for e in assets.entity_vocab[1:] if processor.kg.has_entity(e)] or list(processor.kg.entity_ids)
     collator = KeplmDataCollator.from_processor(processor, model)
     rng = random.Random(seed)
     model.eval()
-    report = SensitivityReport(task, len(examples), 0, relation_names=_relation_names(processor.kg))
-    iterator = progress(examples) if progress is not None else examples
-    for number, example in enumerate(iterator):
+    relation_names = dict(zip(processor.kg.relation_ids, processor.kg.relation_names))
+    report = SensitivityReport(task, len(examples), 0, relation_names=relation_names)
+    for number, example in enumerate(progress(examples) if progress is not None else examples):
         linked = adapter.link(example)
         annotation = linked["knowledge"]
         annotation["triplets"], linked["fact_column"] = processor.facts_read(annotation)
-        mentioned = {m.get("id") for m in annotation.get("entities", []) if m.get("id") is not None}
-        facts = [i for i, f in enumerate(annotation.get("triplets", [])) if f["h"] in mentioned or f["t"] in mentioned]
+        mentioned = {m.get("id") for m in annotation.get("entities", [])}  # facts' ends are ids, never None
+        facts = [i for i, f in enumerate(annotation["triplets"]) if f["h"] in mentioned or f["t"] in mentioned]
         if not facts:
             continue
         report.examples_with_facts += 1
@@ -370,10 +339,8 @@ def knowledge_sensitivity(
 
 
 def _predict(model, collator, adapter, linked: dict):
-    features = adapter.features(linked)
-    batch = collator(features)
-    outputs = model(**{k: v for k, v in batch.items() if k not in ("labels",)})
-    return outputs, batch
+    batch = collator(adapter.features(linked))
+    return model(**{k: v for k, v in batch.items() if k != "labels"}), batch
 
 
 def _read(adapter, prediction, annotation, fact) -> torch.Tensor:
@@ -383,10 +350,6 @@ def _read(adapter, prediction, annotation, fact) -> torch.Tensor:
     rows = [adapter.probabilities(outputs, batch, i, annotation, fact) for i in range(batch["input_ids"].shape[0])]
     width = max(row.shape[-1] for row in rows)
     return torch.cat([torch.nn.functional.pad(row, (0, width - row.shape[-1])) for row in rows])
-
-
-def _relation_names(kg) -> dict[str, str]:
-    return dict(zip(kg.relation_ids, kg.relation_names))
 
 
 __all__ = [

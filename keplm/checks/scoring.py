@@ -42,26 +42,23 @@ def ner_type_predictions(
             with_knowledge=with_knowledge,
             annotation_column="knowledge" if annotations is not None else None,
         )
-        word_ids = [processor.tokenizer(r["tokens"], is_split_into_words=True).word_ids() for r in chunk]
         batch = collator([{k: v[i] for k, v in features.items()} for i in range(len(chunk))])
-        logits = model(**batch).logits
-        for i, row in enumerate(chunk):
-            position = word_ids[i].index(row["entity_word"])
-            label = id2label[int(logits[i, position].argmax())]
-            types.append(label.split("-", 1)[-1] if label != "O" else "O")
+        for row, logits in zip(chunk, model(**batch).logits):
+            word_ids = processor.tokenizer(row["tokens"], is_split_into_words=True).word_ids()
+            label = id2label[int(logits[word_ids.index(row["entity_word"])].argmax())]
+            types.append(label.split("-", 1)[-1])  # "O" stays "O"
     return types
 
 
 def ner_accuracy(model, processor, task: KnowledgeTask, rows: list[dict]) -> float:
     """Share of rows whose entity gets its own type."""
-    gold = _gold_types(task, rows)
     predicted = ner_type_predictions(model, processor, rows)
-    return sum(p == g for p, g in zip(predicted, gold)) / max(1, len(rows))
+    return sum(p == g for p, g in zip(predicted, _gold_types(task, rows))) / max(1, len(rows))
 
 
 def _gold_types(task: KnowledgeTask, rows: list[dict]) -> list[str]:
-    by_id = {e.id: e for e in task.entities}
-    return [ANCHOR_LABEL if by_id[r["entity"]].type < 0 else task.labels[by_id[r["entity"]].type] for r in rows]
+    labels = {e.id: ANCHOR_LABEL if e.type < 0 else task.labels[e.type] for e in task.entities}
+    return [labels[r["entity"]] for r in rows]
 
 
 def retarget_fact(task: KnowledgeTask, entity_id: str, rng: random.Random) -> tuple[tuple[str, str, str], str]:
@@ -69,12 +66,11 @@ def retarget_fact(task: KnowledgeTask, entity_id: str, rng: random.Random) -> tu
     type's (``relation`` tasks) or the anchor for one of another type (``neighbour`` tasks; ``two_hop`` tasks: the
     bridge's anchor)."""
     h, r, t = task.informative[entity_id]
-    by_id = {e.id: e for e in task.entities}
-    own = by_id[entity_id].type
+    own = next(e.type for e in task.entities if e.id == entity_id)
     other = rng.choice([i for i in range(len(task.labels)) if i != own])
     if task.kind == "relation":
         return (h, f"R_{task.labels[other]}", t), task.labels[other]
-    anchors = [a.id for a in task.entities if a.group == "anchor"]
+    anchors = [a.id for a in task.group("anchor")]
     per_type = len(anchors) // len(task.labels)
     return (h, r, rng.choice(anchors[other * per_type : (other + 1) * per_type])), task.labels[other]
 
@@ -87,9 +83,9 @@ def follow_rate(model, processor, task: KnowledgeTask, rows: list[dict], seed: i
     for row in rows:
         annotation = processor.link(" ".join(row["tokens"])).to_dict()
         fact, target = retarget_fact(task, row["entity"], rng)
-        original = list(task.informative[row["entity"]])
+        original = task.informative[row["entity"]]
         annotation["triplets"] = [
-            dict(zip("hrt", fact)) if [f["h"], f["r"], f["t"]] == original else f for f in annotation["triplets"]
+            dict(zip("hrt", fact)) if (f["h"], f["r"], f["t"]) == original else f for f in annotation["triplets"]
         ]
         annotations.append(annotation)
         targets.append(target)

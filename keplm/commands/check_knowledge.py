@@ -23,12 +23,12 @@ from pathlib import Path
 import datasets
 import transformers
 
-from keplm.checks.counterfactual import EDITS, TASKS, knowledge_sensitivity, task_of
+from keplm.checks.counterfactual import _TASK_OF_ARCHITECTURE, EDITS, TASKS, knowledge_sensitivity, task_of
 from keplm.commands import KG_SPEC_HELP
 from keplm.data.glue import load_glue_dataset
 from keplm.data.ner import load_ner_dataset
 from keplm.data.squad import load_qa_dataset
-from keplm.hub.figures import _pyplot, matplotlib_available
+from keplm.hub.figures import _pyplot, _save, matplotlib_available
 from keplm.io_utils import progress, replaced_folder
 from keplm.tokenization.processing_utils import KeplmProcessor
 
@@ -55,20 +55,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--split_by_article",
         type=int,
         nargs=3,
-        default=None,
         metavar=("TRAIN", "VAL", "TEST"),
         help="QA: split one SQuAD file by article as run_qa.py does (e.g. 38 5 5)",
     )
-    parser.add_argument("--text_column", default=None, help="the column holding the text, if not the defaults")
+    parser.add_argument("--text_column", help="the column holding the text, if not the defaults")
     parser.add_argument(
         "--kg",
-        default=None,
         help=f"check against this KG instead of the model's (unset: the model's own): {KG_SPEC_HELP}",
     )
     parser.add_argument(
         "--task",
-        default=None,
-        choices=list(TASKS),
+        choices=TASKS,
         help="the task the model predicts (unset: read from its architecture)",
     )
     parser.add_argument(
@@ -98,9 +95,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--output_dir", required=True, help="where knowledge_sensitivity.json and knowledge_sensitivity.png go"
     )
-    parser.add_argument("--revision", default=None, help="Hub revision of --model (a branch, tag or commit)")
+    parser.add_argument("--revision", help="Hub revision of --model (a branch, tag or commit)")
     parser.add_argument(
-        "--token", default=None, help="Hub token for a private --model (unset: huggingface_hub's saved login, if any)"
+        "--token", help="Hub token for a private --model (unset: huggingface_hub's saved login, if any)"
     )
 
 
@@ -112,7 +109,7 @@ def check_data_path(path: str) -> None:
         not os.path.isabs(path)
         and not path.startswith(".")
         and path.count("/") == 1
-        and (not path.endswith((".txt", ".json", ".jsonl", ".gz")))
+        and not path.endswith((".txt", ".json", ".jsonl", ".gz"))
     )
     if not looks_like_hub_id:
         raise FileNotFoundError(f"--data {path}: no such file or folder")
@@ -128,7 +125,7 @@ def load_task_split(path: str, split: str, task: str, split_by_article: list[int
     if task == "ner":
         data = load_ner_dataset(path)
     elif task == "qa":
-        data = load_qa_dataset(path, split_by_article=tuple(split_by_article) if split_by_article else None)
+        data = load_qa_dataset(path, split_by_article=split_by_article)
     else:
         data = load_glue_dataset(path)
     if split not in data:
@@ -140,6 +137,7 @@ def read_examples(
     path: str, split: str, text_column: str | None, task: str, limit: int, split_by_article: list[int] | None = None
 ) -> list[dict]:
     """The first ``limit`` examples of ``path`` as dicts the counterfactual measure reads."""
+    text_key = "sentence" if task == "classification" else "text"  # the key of one text
     if os.path.isfile(path) and path.endswith(".txt"):
         if task == "qa":
             raise ValueError(
@@ -151,36 +149,30 @@ def read_examples(
             texts = [line.strip() for line in f if line.strip()]
         if not texts:
             raise ValueError(f"{path} holds no text")
-        key = "sentence" if task == "classification" else "text"
-        return [{key: t} for t in texts[:limit]]
+        return [{text_key: t} for t in texts[:limit]]
     data = load_task_split(path, split, task, split_by_article)
     if data is None and os.path.isfile(path):
         data = datasets.load_dataset("json", data_files=path, split="train")
     elif data is None:
         data = datasets.load_dataset(path, split=split)
-    data = data.select(range(min(limit, len(data))))
-    wanted = {"ner": ("tokens", "text"), "classification": ("sentence", "text"), "qa": ("question",)}[task]
+    data = data.take(limit)
     columns = data.column_names
     if text_column is not None:
         if text_column not in columns:
             raise ValueError(f"--text_column {text_column!r} is not a column of {path} ({columns})")
-        key = (
-            "tokens"
-            if task == "ner" and isinstance(data[0][text_column], list)
-            else ("sentence" if task == "classification" else "text")
-        )
+        key = "tokens" if task == "ner" and isinstance(data[0][text_column], list) else text_key
         return [{key: row[text_column]} for row in data]
     if task == "qa":
         missing = {"question", "context"} - set(columns)
         if missing:
             raise ValueError(f"{path}: QA examples need the columns question and context; missing {sorted(missing)}")
-        return [{"question": row["question"], "context": row["context"]} for row in data]
+        return data.select_columns(["question", "context"]).to_list()
     if task == "classification" and {"sentence1", "sentence2"} <= set(columns):
-        return [{"sentence1": row["sentence1"], "sentence2": row["sentence2"]} for row in data]
+        return data.select_columns(["sentence1", "sentence2"]).to_list()
+    wanted = ("tokens" if task == "ner" else "sentence", "text")
     for column in wanted:
         if column in columns:
-            key = column if column != "text" else ("sentence" if task == "classification" else "text")
-            return [{key: row[column]} for row in data]
+            return [{text_key if column == "text" else column: row[column]} for row in data]
     raise ValueError(f"{path} has none of the columns {list(wanted)} ({columns}): pass --text_column")
 
 
@@ -189,30 +181,27 @@ def plot(summary: dict, path: str) -> str | None:
     if not matplotlib_available():
         logger.info("matplotlib is not installed (pip install keplm[reports]): no plot")
         return None
-    plt = _pyplot()
     relations = sorted(
         summary["per_relation"].items(),
-        key=lambda kv: -sum(v["edits"] for k, v in kv[1].items() if isinstance(v, dict)),
+        key=lambda kv: -sum(v["edits"] for v in kv[1].values() if isinstance(v, dict)),
     )[:15]
     edits = sorted({e for _, stats in relations for e, v in stats.items() if isinstance(v, dict)})
-    fig, axes = plt.subplots(1, 2, figsize=(11, 0.45 * max(4, len(relations)) + 1.8), sharey=True)
+    fig, axes = _pyplot().subplots(1, 2, figsize=(11, 0.45 * max(4, len(relations)) + 1.8), sharey=True)
     width = 0.8 / max(1, len(edits))
-    for ax, metric, title in ((axes[0], "flip_rate", "prediction flips"), (axes[1], "mean_shift", "mean shift (TV)")):
+    for ax, metric, title in zip(axes, ("flip_rate", "mean_shift"), ("prediction flips", "mean shift (TV)")):
         for k, edit in enumerate(edits):
             values = [stats.get(edit, {}).get(metric, 0.0) for _, stats in relations]
             ax.barh([i + k * width for i in range(len(relations))], values, height=width, label=edit)
         ax.set_xlim(0, 1)
         ax.set_title(title)
-    axes[0].set_yticks([i + width * (len(edits) - 1) / 2 for i in range(len(relations))])
-    axes[0].set_yticklabels([stats["name"][:40] for _, stats in relations])
+    ticks = [i + width * (len(edits) - 1) / 2 for i in range(len(relations))]
+    axes[0].set_yticks(ticks, [stats["name"][:40] for _, stats in relations])
     axes[0].invert_yaxis()
     fig.legend(*axes[0].get_legend_handles_labels(), title="edit", loc="lower center", ncol=len(edits))
     fig.suptitle(
         f"Knowledge sensitivity: {summary['examples_with_facts']} of {summary['examples']} examples with facts"
     )
-    fig.tight_layout(rect=(0, 0.1, 1, 1))  # room for the legend below
-    fig.savefig(path, dpi=100, metadata={"Software": None})
-    plt.close(fig)
+    _save(fig, path, dpi=100, rect=(0, 0.1, 1, 1))  # room for the legend below
     return path
 
 
@@ -223,14 +212,15 @@ def markdown(summary: dict) -> str:
         "| relation | edit | edits | flip rate | mean shift |",
         "|---|---|---:|---:|---:|",
     ]
-    for edit, stats in summary["overall"].items():
-        lines.append(f"| (all) | {edit} | {stats['edits']} | {stats['flip_rate']:.3f} | {stats['mean_shift']:.3f} |")
-    for by_edit in summary["per_relation"].values():
+    groups = [
+        ("(all)", summary["overall"]),
+        *((by_edit["name"], by_edit) for by_edit in summary["per_relation"].values()),
+    ]
+    for name, by_edit in groups:
         for edit, stats in by_edit.items():
-            if isinstance(stats, dict):
+            if isinstance(stats, dict):  # not the relation's name
                 lines.append(
-                    f"| {by_edit['name']} | {edit} | {stats['edits']} | {stats['flip_rate']:.3f} | "
-                    f"{stats['mean_shift']:.3f} |"
+                    f"| {name} | {edit} | {stats['edits']} | {stats['flip_rate']:.3f} | {stats['mean_shift']:.3f} |"
                 )
     return "\n".join(lines)
 
@@ -241,15 +231,8 @@ def run(args: argparse.Namespace) -> dict:
     hub = {k: v for k, v in (("revision", args.revision), ("token", args.token)) if v is not None}
     config = transformers.AutoConfig.from_pretrained(args.model, **hub)
     task = args.task or task_of(config)
-    auto_class = getattr(
-        transformers,
-        {
-            "ner": "AutoModelForTokenClassification",
-            "qa": "AutoModelForQuestionAnswering",
-            "classification": "AutoModelForSequenceClassification",
-        }[task],
-    )
-    model = auto_class.from_pretrained(args.model, **hub)
+    head = next(suffix for suffix, predicted in _TASK_OF_ARCHITECTURE.items() if predicted == task)
+    model = getattr(transformers, f"AutoModelFor{head}").from_pretrained(args.model, **hub)
     processor = KeplmProcessor.from_pretrained(
         args.model, knowledge_assets=getattr(model, "knowledge_assets", None), **hub
     )
@@ -279,7 +262,6 @@ def run(args: argparse.Namespace) -> dict:
     with replaced_folder(out, REPORT_NAME, "check-knowledge") as staging:  # whole or not at all
         (staging / REPORT_NAME).write_text(json.dumps(summary, indent=1))
         drawn = plot(summary, str(staging / PLOT_NAME)) if summary["per_relation"] else None
-    figure = out / PLOT_NAME if drawn else None
     print(markdown(summary))
-    print(f"\nReport: {out / REPORT_NAME}" + (f"; plot: {figure}" if figure else ""))
+    print(f"\nReport: {out / REPORT_NAME}" + (f"; plot: {out / PLOT_NAME}" if drawn else ""))
     return summary

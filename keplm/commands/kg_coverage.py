@@ -20,8 +20,9 @@ import json
 import logging
 
 from keplm.commands import HOPS_HELP, KG_SPEC_HELP, MAX_NEIGHBORS_HELP
-from keplm.commands.build_kg import gold_spans
+from keplm.commands.build_kg import kg_summary, ner_gold_spans
 from keplm.data import load_ner_dataset
+from keplm.hub.figures import _pyplot, _save
 from keplm.io_utils import replaced_folder
 from keplm.knowledge.annotation import KnowledgeAnnotation
 from keplm.knowledge.coverage import gold_texts, split_coverage, unseen_coverage
@@ -39,32 +40,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         required=True,
         help="NER data as run_ner.py reads it: a CoNLL folder or file, or a datasets Hub id (tokens, ner_tags)",
     )
-    parser.add_argument(
-        "--kg",
-        required=True,
-        help=f"the KG to link --data against: {KG_SPEC_HELP}",
-    )
-    parser.add_argument("--splits", nargs="+", default=None, help="splits to measure (unset: every split of --data)")
+    parser.add_argument("--kg", required=True, help=f"the KG to link --data against: {KG_SPEC_HELP}")
+    parser.add_argument("--splits", nargs="+", help="splits to measure (unset: every split of --data)")
     parser.add_argument(
         "--train_size",
         type=int,
-        default=None,
         help="read this many training sentences (as --max_train_samples), drawn with "
         "--train_sample_seed when given, else the first ones",
     )
     parser.add_argument(
         "--train_sample_seed",
         type=int,
-        default=None,
         help="with --train_size: draw the training sentences at random with this seed (as the run scripts' option)",
     )
     parser.add_argument("--link_case_sensitive", action="store_true", help="as the run scripts' option")
     parser.add_argument("--hops", type=int, default=1, help=HOPS_HELP)
     parser.add_argument("--max_neighbors_per_entity", type=int, default=8, help=MAX_NEIGHBORS_HELP)
     parser.add_argument(
-        "--num_proc", type=int, default=None, help="processes that link each split (datasets.map; unset: this process)"
+        "--num_proc", type=int, help="processes that link each split (datasets.map; unset: this process)"
     )
-    parser.add_argument("--output_dir", default=None, help="write kg_coverage.json and kg_coverage.png here")
+    parser.add_argument("--output_dir", help="write kg_coverage.json and kg_coverage.png here")
     parser.add_argument("--no_plot", action="store_true", help="do not draw kg_coverage.png")
 
 
@@ -86,24 +81,16 @@ def measure(dataset, kg, linker_kwargs: dict, num_proc: int | None = None) -> di
             num_proc=num_proc,
             desc=f"Linking {split}",
         )
-        names = data.features["ner_tags"].feature.names
         texts = [" ".join(tokens) for tokens in linked["tokens"]]
-        gold = [
-            gold_spans(tokens, [names[i] for i in tags]) for tokens, tags in zip(linked["tokens"], linked["ner_tags"])
-        ]
+        gold = ner_gold_spans(linked, data.features["ner_tags"].feature.names)
         annotations = [KnowledgeAnnotation.from_dict(k) for k in linked["knowledge"]]
         parts[split] = (annotations, texts, gold)
         splits[split] = split_coverage(annotations, texts, gold, relation_names)
         mentions = [m.text for a in annotations for m in a.entities if m.id is not None]
-        ambiguous = sum(linker.ambiguous_occurrences(mentions).values())
+        ambiguous = linker.ambiguous_occurrences(mentions).total()
         splits[split]["ambiguous_alias_share"] = ambiguous / len(mentions) if mentions else 0.0
     report = {
-        "kg": {
-            "entities": kg.num_entities,
-            "relations": kg.num_relations,
-            "triples": kg.num_triples,
-            "content_hash": kg.content_hash(),
-        },
+        "kg": kg_summary(kg),
         "linker": dict(linker_kwargs),
         "splits": splits,
         "ambiguity_rule": linker.ambiguity_rule,
@@ -128,24 +115,23 @@ def report_markdown(report: dict) -> str:
         "linked mentions with a fact | ambiguous-alias links |",
         "|---|---:|---:|---:|---:|---:|---:|",
     ]
-    for split, r in report["splits"].items():
-        gold = r.get("gold_linking", {})
-        lines.append(
-            f"| {split} | {r['examples']} | {gold.get('recall', 0):.1%} | {gold.get('precision', 0):.1%} | "
-            f"{r['facts_per_linked_mention']:.2f} | {r['linked_mentions_with_facts']:.1%} | "
-            f"{r['ambiguous_alias_share']:.1%} |"
-        )
+    lines += [
+        f"| {split} | {r['examples']} | {r.get('gold_linking', {}).get('recall', 0):.1%} | "
+        f"{r.get('gold_linking', {}).get('precision', 0):.1%} | {r['facts_per_linked_mention']:.2f} | "
+        f"{r['linked_mentions_with_facts']:.1%} | {r['ambiguous_alias_share']:.1%} |"
+        for split, r in report["splits"].items()
+    ]
     if report.get("unseen"):
         lines += [
             "",
             "| split | gold entities | unseen in training | of those linked | of those with facts |",
             "|---|---:|---:|---:|---:|",
         ]
-        for split, r in report["unseen"].items():
-            lines.append(
-                f"| {split} | {r['gold_entities']} | {r['unseen_share']:.1%} | {r['unseen_linked_share']:.1%} "
-                f"| {r['unseen_with_facts_share']:.1%} |"
-            )
+        lines += [
+            f"| {split} | {r['gold_entities']} | {r['unseen_share']:.1%} | {r['unseen_linked_share']:.1%} "
+            f"| {r['unseen_with_facts_share']:.1%} |"
+            for split, r in report["unseen"].items()
+        ]
     for split, r in report["splits"].items():
         top = ", ".join(f"{name} {share:.0%}" for _, name, _, share in r["relations_reaching_mentions"][:8])
         lines.append(
@@ -157,27 +143,21 @@ def report_markdown(report: dict) -> str:
 
 def plot(report: dict, path) -> None:
     """Left: the coverage shares per split; right: the relations reaching the first split's mentions."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    figure, (left, right) = plt.subplots(1, 2, figsize=(11, 3.8))
-    keys = [
-        ("gold entities\nlinked", lambda r, s: r["gold_linking"]["recall"]),
-        ("links on a\ngold entity", lambda r, s: r["gold_linking"]["precision"]),
-        ("linked mentions\nwith a fact", lambda r, s: r["linked_mentions_with_facts"]),
-        (
-            "unseen test entities\nwith facts",
-            lambda r, s: report.get("unseen", {}).get(s, {}).get("unseen_with_facts_share", float("nan")),
-        ),
-    ]
+    figure, (left, right) = _pyplot().subplots(1, 2, figsize=(11, 3.8))
+    names = (
+        "gold entities\nlinked",
+        "links on a\ngold entity",
+        "linked mentions\nwith a fact",
+        "unseen test entities\nwith facts",
+    )
     splits = list(report["splits"])
     width = 0.8 / len(splits)
     for i, split in enumerate(splits):
-        values = [100 * get(report["splits"][split], split) for _, get in keys]
-        left.bar([k + i * width for k in range(len(keys))], values, width, label=split)
-    left.set_xticks([k + 0.4 - width / 2 for k in range(len(keys))], [name for name, _ in keys], fontsize=8)
+        r = report["splits"][split]
+        unseen = report.get("unseen", {}).get(split, {}).get("unseen_with_facts_share", float("nan"))
+        values = (r["gold_linking"]["recall"], r["gold_linking"]["precision"], r["linked_mentions_with_facts"], unseen)
+        left.bar([k + i * width for k in range(len(names))], [100 * v for v in values], width, label=split)
+    left.set_xticks([k + 0.4 - width / 2 for k in range(len(names))], names, fontsize=8)
     left.set_ylabel("%")
     left.set_ylim(0, 100)
     left.legend(fontsize=8)
@@ -186,9 +166,7 @@ def plot(report: dict, path) -> None:
     right.barh([name[:40] for _, name, _, _ in reversed(relations)], [100 * s for *_, s in reversed(relations)])
     right.set_xlabel(f"% of the facts reaching {splits[-1]} mentions")
     right.set_title("Relations reaching mentions")
-    figure.tight_layout()
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
+    _save(figure, path, dpi=120)
 
 
 def run(args: argparse.Namespace) -> dict:
@@ -205,12 +183,7 @@ def run(args: argparse.Namespace) -> dict:
         args.link_case_sensitive, hops=args.hops, max_neighbors_per_entity=args.max_neighbors_per_entity
     )
     report = measure(dataset, kg, linker_kwargs, args.num_proc)
-    report["settings"] = {
-        "data": args.data,
-        "kg": args.kg,
-        "train_size": args.train_size,
-        "train_sample_seed": args.train_sample_seed,
-    }
+    report["settings"] = {name: getattr(args, name) for name in ("data", "kg", "train_size", "train_sample_seed")}
     print(report_markdown(report))
     if args.output_dir:
         with replaced_folder(args.output_dir, REPORT_NAME, "kg-coverage") as staging:  # whole or not at all

@@ -38,6 +38,21 @@ from keplm.knowledge.loaders import load_kg
 KGE_MODEL_HELP = f"one of {', '.join(sorted(KGE_MODELS))}"
 
 REPORT_NAME = "kge_report.json"
+#: the options passed to :func:`~keplm.knowledge.kge.train_kge` as its arguments of the same names
+SAME_NAME_OPTIONS = (
+    "model",
+    "dim",
+    "epochs",
+    "batch_size",
+    "lr",
+    "weight_decay",
+    "margin",
+    "p_norm",
+    "valid_fraction",
+    "max_eval_triples",
+    "seed",
+    "device",
+)
 
 
 def report_markdown(report: dict) -> str:
@@ -99,27 +114,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--lr",
         type=float,
-        default=None,
         help="learning rate (unset: torch_geometric's FB15k-237 example's for --model)",
     )
     parser.add_argument(
         "--weight_decay",
         type=float,
-        default=None,
         help="optimizer weight decay; above 0 needs --dense (unset: torch_geometric's FB15k-237 example's for "
         "--model with --dense, else 0)",
     )
     parser.add_argument(
         "--margin",
         type=float,
-        default=None,
         help="transe's and distmult's ranking-loss margin, rotate's score margin; complex has none (unset: 9 for "
         "rotate, else torch_geometric's default, 1)",
     )
     parser.add_argument(
         "--p_norm",
         type=float,
-        default=None,
         help="transe only: the p of its L-p distance and of its stored vectors' normalisation (unset: "
         "torch_geometric's default, 1)",
     )
@@ -138,7 +149,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--exclude_facts",
         nargs="+",
-        default=None,
         help=(
             "fact-key TSV files (sub_uri<TAB>predicate_id<TAB>obj_uri, e.g. run_pretraining's held_out_facts.tsv): "
             "their triples are removed from the KG before training, so the embeddings cannot encode them"
@@ -146,7 +156,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--keep_vectors_from",
-        default=None,
         help=(
             "a `keplm train-kge` output folder (or KG spec with vectors): its entities keep their vectors and only the "
             "KG's other entities (and the relations) are trained, so a model trained on those vectors can read the new "
@@ -170,7 +179,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         ),
     )
     parser.add_argument(
-        "--num_threads", type=int, default=None, help="torch CPU threads (1 avoids thread contention on a busy machine)"
+        "--num_threads", type=int, help="torch CPU threads (1 avoids thread contention on a busy machine)"
     )
     parser.add_argument("--no_progress", action="store_true", help="no progress bars")
 
@@ -220,18 +229,7 @@ def run(args: argparse.Namespace) -> dict:
     load_seconds = time.perf_counter() - start
     kg, report = train_kge(
         kg,
-        model=args.model,
-        dim=args.dim,
-        epochs=args.epochs,
-        batch_size=args.batch_size,
-        lr=args.lr,
-        weight_decay=args.weight_decay,
-        margin=args.margin,
-        p_norm=args.p_norm,
-        valid_fraction=args.valid_fraction,
-        max_eval_triples=args.max_eval_triples,
-        seed=args.seed,
-        device=args.device,
+        **{name: getattr(args, name) for name in SAME_NAME_OPTIONS},
         sparse=not args.dense,
         progress=not args.no_progress,
         keep_vectors=keep,

@@ -33,7 +33,6 @@ import re
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
 
 import torch
 from huggingface_hub import ModelCard
@@ -44,7 +43,6 @@ from . import figures as fig
 
 # the facts and the renderer, re-exported: ``keplm.hub.card`` is the module every caller imports from
 from .card_facts import (  # noqa: F401
-    AUTO_CLASSES,
     KG_SOURCES,
     LIBRARY_NAME,
     PIPELINE_TAGS,
@@ -102,13 +100,11 @@ def knowledge_facts_from_model(
     kg: str | None = None,
 ) -> KnowledgeFacts:
     """What a live model carries (its knowledge assets), with the run's settings and subset sizes if known."""
-    assets = getattr(model, "knowledge_assets", None)
-    if assets is None and processor is not None:
-        assets = getattr(processor, "knowledge_assets", None)
+    assets = getattr(model, "knowledge_assets", None) or getattr(processor, "knowledge_assets", None)
     graph = getattr(assets, "kg", None)
-    args = dict(knowledge_args or {})
+    args = knowledge_args or {}
     metrics = metrics or {}
-    counts = list(getattr(assets, "entity_counts", None) or [])[1:] if assets is not None else None
+    counts = list(getattr(assets, "entity_counts", None) or [])[1:]
     linker = getattr(processor, "linker_kwargs", None) or {}
     case_sensitive = args.get("link_case_sensitive")
     if case_sensitive is None and "lowercase" in linker:
@@ -138,14 +134,12 @@ def knowledge_hyperparameters(knowledge_args: dict | None, card: MethodCard | No
     """The run's knowledge options that the method's card lists (``card.knowledge_options``), for the card's
     hyper-parameter table beside the training arguments."""
     card = card if card is not None else MethodCard()
-    values: dict[str, Any] = {}
-    for label, name in card.knowledge_options:
-        value = (knowledge_args or {}).get(name)
-        if value not in (None, False, [], "") or (
-            name in card.stated_when_false and knowledge_args and name in knowledge_args
-        ):
-            values[label] = value
-    return values
+    args = knowledge_args or {}
+    return {
+        label: args.get(name)
+        for label, name in card.knowledge_options
+        if args.get(name) not in (None, False, [], "") or (name in card.stated_when_false and name in args)
+    }
 
 
 def lora_target_names(target_modules) -> list[str]:
@@ -192,18 +186,22 @@ def spec_from_model(
     values = config.to_dict()
     encoder_config = getattr(config, "encoder_config", None)
     uses_knowledge = bool(getattr(config, "uses_knowledge_assets", False))
+    task = pipeline_tag or card.task
     labels = None
     if pipeline_tag == "token-classification" and getattr(config, "id2label", None):
         labels = [config.id2label[i] for i in sorted(config.id2label)]
     metrics = dict(metrics or {})
     if isinstance(command, (list, tuple)):
         command = format_command(command, facts.command_aliases)
-    training = TrainingFacts(dataset=dataset, dataset_info=facts.dataset(dataset), command=command)
-    for split, key in (("train", "train_samples"), ("validation", "eval_samples"), ("test", "predict_samples")):
-        if isinstance(metrics.get(key), (int, float)):
-            training.examples[split] = int(metrics[key])
-    training.hyperparameters = knowledge_hyperparameters(knowledge_args, card)
-    training.date = datetime.now(timezone.utc).strftime("%Y-%m-%d")
+    splits = (("train", "train_samples"), ("validation", "eval_samples"), ("test", "predict_samples"))
+    training = TrainingFacts(
+        dataset=dataset,
+        dataset_info=facts.dataset(dataset),
+        examples={split: int(metrics[key]) for split, key in splits if isinstance(metrics.get(key), (int, float))},
+        hyperparameters=knowledge_hyperparameters(knowledge_args, card),
+        command=command,
+        date=datetime.now(timezone.utc).strftime("%Y-%m-%d"),
+    )
     kfm = list(getattr(config, "kfm_layer_indices", []) or [])
     try:
         num_parameters = int(model.num_parameters())
@@ -225,7 +223,7 @@ def spec_from_model(
         architecture=type(model).__name__,
         auto_class=auto_class,
         pipeline_tag=pipeline_tag,
-        task=pipeline_tag or card.task,
+        task=task,
         processor_class=type(processor).__name__ if processor is not None else None,
         system=card.system(config),
         uses_knowledge=uses_knowledge,
@@ -256,7 +254,7 @@ def spec_from_model(
             test_unseen=_examples(metrics, "test", "unseen"),
         ),
         training=training,
-        results=results_from_runs([metrics], pipeline_tag or card.task),
+        results=results_from_runs([metrics], task),
         raw_metrics=raw,
         versions=framework_versions(),
         example_text=example_text,
@@ -295,18 +293,14 @@ def add_figures(
             "(pip install 'keplm[reports]' to draw them)"
         )
         return []
-    figures_dir, card_dir = Path(figures_dir), Path(card_dir)
-    added: list[Figure] = []
-
-    def link(path: Path) -> str:
-        return Path(os.path.relpath(path, card_dir)).as_posix()
-
+    figures_dir = Path(figures_dir)
+    drawn: list[tuple[Path, str]] = []  # (the PNG, its caption)
     counts = spec.knowledge.entity_counts
     if spec.uses_knowledge and counts and any(c > 0 for c in counts):
         path = fig.entity_frequency_figure(counts, figures_dir / fig.ENTITY_FREQUENCY_PNG)
-        added.append(
-            Figure(
-                link(path),
+        drawn.append(
+            (
+                path,
                 "Entity memory: training mentions per entity (log-log rank/frequency and "
                 "histogram). Most rows are rare entities that few training examples update "
                 "(KALA appendix, Fig. 13-14).",
@@ -331,9 +325,9 @@ def add_figures(
                     f"the {total:,} entity-memory rows v, from rows [{held[0]:,}, {held[1]:,}) (those this "
                     "process holds of the row-sharded table)"
                 )
-            added.append(
-                Figure(
-                    link(path),
+            drawn.append(
+                (
+                    path,
                     f"KFM modulation magnitudes: {rows} (null row left "
                     "out) through each KFM layer's four MLPs, mean |h(v)| per row; γ = 1 + h(v), "
                     "β = h(v). The pointwise view of the memory: with relational retrieval the vector "
@@ -343,25 +337,21 @@ def add_figures(
     if log_history:
         try:
             path = fig.training_curves_figure(log_history, figures_dir / fig.TRAINING_CURVES_PNG)
-            added.append(
-                Figure(
-                    link(path), "Training loss and learning rate per optimizer step (from the Trainer's log history)."
-                )
-            )
+            drawn.append((path, "Training loss and learning rate per optimizer step (from the Trainer's log history)."))
         except ValueError as error:
             logger.info("no training-curve figure: %s", error)
     groups = _comparison_groups(spec)
     runs = max((s.runs for rows in spec.comparison.values() for r in rows for s in r.scores.values()), default=1)
     if groups and runs > 1:
-        label = "F1 (%)"
-        path = fig.comparison_figure(groups, figures_dir / fig.COMPARISON_PNG, label, _own_label(spec), runs)
-        added.append(
-            Figure(
-                link(path),
+        path = fig.comparison_figure(groups, figures_dir / fig.COMPARISON_PNG, "F1 (%)", _own_label(spec), runs)
+        drawn.append(
+            (
+                path,
                 "Test F1 of the systems compared, mean ± std over seeds (this model in red). "
                 "Overlapping whiskers: differences within seed noise.",
             )
         )
+    added = [Figure(Path(os.path.relpath(path, card_dir)).as_posix(), caption) for path, caption in drawn]
     spec.figures.extend(added)
     return added
 

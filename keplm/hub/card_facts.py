@@ -9,7 +9,6 @@ come from its :class:`~keplm.configuration.method_card.MethodCard`).
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shlex
@@ -21,6 +20,7 @@ from typing import Any
 
 from keplm import registration
 from keplm.configuration.method_card import method_card
+from keplm.io_utils import read_json
 from keplm.metric_units import percent_factor
 
 LIBRARY_NAME = "keplm"
@@ -83,18 +83,13 @@ class CardFacts:
     def from_json(cls, path: str | os.PathLike) -> CardFacts:
         """The facts of a JSON file with the fields of this class (``datasets`` as objects of
         :class:`DatasetInfo`'s fields)."""
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        data = read_json(path)
         datasets = {
             key: DatasetInfo(**{**value, "more_hub_ids": tuple(value.get("more_hub_ids", ()))})
             for key, value in data.get("datasets", {}).items()
         }
-        return cls(
-            datasets,
-            dict(data.get("dataset_aliases", {})),
-            dict(data.get("base_models", {})),
-            dict(data.get("command_aliases", {})),
-            dict(data.get("base_model_ids", {})),
-        )
+        mappings = ("dataset_aliases", "base_models", "command_aliases", "base_model_ids")
+        return cls(datasets, **{name: dict(data.get(name, {})) for name in mappings})
 
     def dataset(self, value: str | None) -> DatasetInfo | None:
         """The facts of a dataset given as a local path (any folder or file name on it), a short name or its Hub
@@ -102,9 +97,9 @@ class CardFacts:
         if not value:
             return None
         for info in self.datasets.values():
-            if info.hub_id and value == info.hub_id:
+            if value == info.hub_id:
                 return info
-        for part in reversed(Path(str(value)).parts):
+        for part in reversed(Path(value).parts):
             key = self.dataset_aliases.get(part.lower(), part.lower())
             if key in self.datasets:
                 return self.datasets[key]
@@ -112,16 +107,16 @@ class CardFacts:
 
     def base_model(self, value: str | None) -> str | None:
         """What the base model at ``value`` (a path, ``pip:<package>``) holds, if the facts say."""
-        if not value:
-            return None
-        name = _package_of(str(value)) or Path(str(value)).name
-        return self.base_models.get(name)
+        return self.base_models.get(_base_model_key(value))
 
     def base_model_id(self, value: str | None) -> str | None:
         """The Hub id the base model at ``value`` (a path, ``pip:<package>``) copies, if the facts say."""
-        if not value:
-            return None
-        return self.base_model_ids.get(_package_of(str(value)) or Path(str(value)).name)
+        return self.base_model_ids.get(_base_model_key(value))
+
+
+def _base_model_key(value: str | None) -> str | None:
+    """The key of :attr:`CardFacts.base_models` for a base model path or ``pip:<package>``: its package or folder."""
+    return (_package_of(str(value)) or Path(value).name) if value else None
 
 
 def kg_parts(spec: str | None) -> list[str]:
@@ -145,14 +140,12 @@ def kg_parts(spec: str | None) -> list[str]:
 
 def kg_spec_name(spec: str | None) -> str | None:
     """The ``--kg`` spec's name without paths (``fb15k237+trex``), as the card prints it."""
-    kinds = kg_parts(spec)
-    return "+".join(kinds) if kinds else None
+    return "+".join(kg_parts(spec)) or None
 
 
 def kg_source_name(spec: str | None) -> str | None:
     """A reader's name of the KG a spec loads: ``FB15k-237 + T-REx``."""
-    kinds = kg_parts(spec)
-    return " + ".join(KG_SOURCES[k].name for k in kinds) if kinds else None
+    return " + ".join(KG_SOURCES[k].name for k in kg_parts(spec)) or None
 
 
 # ============================================================================================ names without paths
@@ -170,7 +163,7 @@ def _hub_id(value: str | None) -> str | None:
 def _package_of(value: str) -> str | None:
     """The pip distribution a path inside ``site-packages`` or a ``pip:<name>`` spec points into."""
     if value.startswith("pip:"):
-        return value[len("pip:") :]
+        return value.removeprefix("pip:")
     parts = Path(value).parts
     if "site-packages" in parts and parts.index("site-packages") + 1 < len(parts):
         return parts[parts.index("site-packages") + 1].replace("_", "-")
@@ -208,15 +201,13 @@ def portable_argument(token: str) -> str:
         return token
     package = _package_of(token)
     if package:
-        return "pip:" + package
+        return f"pip:{package}"
     try:
-        return (
-            os.path.relpath(token, os.getcwd())
-            if Path(token).resolve().is_relative_to(Path.cwd())
-            else f".../{Path(token).name}"
-        )
-    except ValueError:
-        return f".../{Path(token).name}"
+        if Path(token).resolve().is_relative_to(Path.cwd()):
+            return os.path.relpath(token)
+    except ValueError:  # on another drive (Windows)
+        pass
+    return f".../{Path(token).name}"
 
 
 def format_command(argv: Sequence[str], aliases: Mapping[str, str] | None = None) -> str:
@@ -224,23 +215,13 @@ def format_command(argv: Sequence[str], aliases: Mapping[str, str] | None = None
     (``sys.executable``) is written ``python``, and a token in ``aliases`` (e.g. ``pip:<package>``) as the shell
     text given for it (:attr:`CardFacts.command_aliases`)."""
     tokens = [str(token) for token in argv]
-    if tokens and (os.path.basename(tokens[0]).startswith("python")):
+    if tokens and os.path.basename(tokens[0]).startswith("python"):
         tokens[0] = "python"
     quoted = [shlex.quote(portable_argument(token)) for token in tokens]
     return " ".join((aliases or {}).get(q, q) for q in quoted)
 
 
 # ============================================================================================ Auto classes, tasks
-#: the Auto classes a keplm model can be registered with, most specific first
-AUTO_CLASSES = (
-    "AutoModelForTokenClassification",
-    "AutoModelForQuestionAnswering",
-    "AutoModelForSequenceClassification",
-    "AutoModelForMaskedLM",
-    "AutoModelForSeq2SeqLM",
-    "AutoModel",
-)
-
 #: the Hub's pipeline tag of each Auto class (``AutoModel`` has none a keplm model fits)
 PIPELINE_TAGS = {
     "AutoModelForTokenClassification": "token-classification",
@@ -354,7 +335,7 @@ _PREFIXES = (
 def _split_key(key: str) -> tuple[str, str | None, str] | None:
     for prefix, split, subset in _PREFIXES:
         if key.startswith(prefix):
-            return split, subset, key[len(prefix) :]
+            return split, subset, key.removeprefix(prefix)
     return None
 
 
@@ -365,18 +346,18 @@ def results_from_runs(runs: Sequence[dict], task: str | None) -> list[ResultRow]
     info = TASKS.get(task or "")
     if info is None or not runs:
         return []
+    percents = []  # per run: (split, subset, metric) -> its first numeric value, in percent
+    for metrics in runs:
+        factor, found = percent_factor(metrics, info.legacy_unit), {}
+        for key, value in metrics.items():
+            if isinstance(value, (int, float)):
+                found.setdefault(_split_key(key), factor * float(value))
+        percents.append(found)
     rows = []
     for split, subset in (("validation", None), ("test", None), ("test", "seen"), ("test", "unseen")):
         scores = {}
         for metric, _ in info.metrics:
-            values = []
-            for metrics in runs:
-                factor = percent_factor(metrics, info.legacy_unit)
-                for key, value in metrics.items():
-                    parsed = _split_key(key)
-                    if parsed == (split, subset, metric) and isinstance(value, (int, float)):
-                        values.append(factor * float(value))
-                        break
+            values = [found[split, subset, metric] for found in percents if (split, subset, metric) in found]
             if values:
                 std = statistics.stdev(values) if len(values) > 1 else None
                 scores[metric] = Score(statistics.mean(values), std, len(values))
@@ -386,14 +367,10 @@ def results_from_runs(runs: Sequence[dict], task: str | None) -> list[ResultRow]
 
 
 def _examples(metrics: dict, split: str, subset: str | None) -> int | None:
-    candidates = {
-        ("validation", None): ("eval_samples",),
-        ("test", None): ("predict_samples", "test_samples"),
-        ("test", "seen"): ("predict_seen_examples", "test_seen_examples"),
-        ("test", "unseen"): ("predict_unseen_examples", "test_unseen_examples"),
-    }[(split, subset)]
-    for key in candidates:
-        if isinstance(metrics.get(key), (int, float)):
+    """The examples a run scored on a split (``<prefix>samples``) or a subset (``<prefix>examples``)."""
+    for prefix, *where in _PREFIXES:
+        key = prefix + ("examples" if subset else "samples")
+        if where == [split, subset] and isinstance(metrics.get(key), (int, float)):
             return int(metrics[key])
     return None
 
@@ -427,11 +404,15 @@ class KnowledgeFacts:
 
     def __post_init__(self):
         counts = [int(c) for c in (self.entity_counts or []) if c and c > 0]
-        if counts:
-            self.train_entities = self.train_entities if self.train_entities is not None else len(counts)
-            self.train_mentions = self.train_mentions if self.train_mentions is not None else sum(counts)
-            self.seen_once = self.seen_once if self.seen_once is not None else sum(c == 1 for c in counts)
-            self.max_frequency = self.max_frequency if self.max_frequency is not None else max(counts)
+        if counts:  # the statistics not given, from the counts
+            for name, value in (
+                ("train_entities", len(counts)),
+                ("train_mentions", sum(counts)),
+                ("seen_once", sum(c == 1 for c in counts)),
+                ("max_frequency", max(counts)),
+            ):
+                if getattr(self, name) is None:
+                    setattr(self, name, value)
 
 
 @dataclass

@@ -20,7 +20,6 @@ from .card_facts import (
     KG_SOURCES,
     LIBRARY_NAME,
     ModelCardSpec,
-    ResultRow,
     _hub_id,
     _package_of,
     describe_path,
@@ -36,15 +35,14 @@ def _own_label(spec: ModelCardSpec) -> str | None:
 
 
 def _comparison_groups(spec: ModelCardSpec) -> dict[str, dict[str, tuple[float, float | None]]]:
-    if len(spec.comparison) < 2:
-        return {}
+    """``{row label: {system: (mean, std)}}`` of the test F1 (whole test split, then its unseen subset) of the
+    systems compared, where more than one system has it."""
     groups: dict[str, dict[str, tuple[float, float | None]]] = {}
-    for split, subset, title in (("test", None, "test"), ("test", "unseen", "test, unseen subset")):
+    for subset in (None, "unseen"):
         for system, rows in spec.comparison.items():
             for row in rows:
-                if row.split == split and row.subset == subset and "f1" in row.scores:
-                    score = row.scores["f1"]
-                    groups.setdefault(title, {})[system] = (score.value, score.std)
+                if (row.split, row.subset) == ("test", subset) and "f1" in row.scores:
+                    groups.setdefault(row.label, {})[system] = (row.scores["f1"].value, row.scores["f1"].std)
     return {k: v for k, v in groups.items() if len(v) > 1}
 
 
@@ -57,7 +55,7 @@ def _fmt(value) -> str:
     if isinstance(value, int):
         return f"{value:,}"
     if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(str(v) for v in value) + "]"
+        return f"[{', '.join(map(str, value))}]"
     return str(value)
 
 
@@ -79,7 +77,7 @@ def _title(spec: ModelCardSpec) -> str:
 
 
 def _is_ner(spec: ModelCardSpec) -> bool:
-    return bool(spec.labels) and any(label.startswith(("B-", "I-")) for label in spec.labels)
+    return any(label.startswith(("B-", "I-")) for label in spec.labels or ())
 
 
 def _task_phrase(spec: ModelCardSpec) -> str:
@@ -110,14 +108,15 @@ def _repo(spec: ModelCardSpec) -> str:
 
 def _method_intro(spec: ModelCardSpec) -> list[str]:
     """The method's paragraph under the first sentence, its paper linked where the method gives a URL."""
-    paper = method_card(spec.model_type).paper
+    card = method_card(spec.model_type)
+    paper = card.paper
     cite = f"[{paper.title}]({paper.url})" if paper and paper.url else (f"*{paper.title}*" if paper else None)
     venue = (
         f" ({', '.join(a.split()[-1] for a in paper.authors[:1])} et al., {paper.venue})"
         if paper and paper.venue
         else ""
     )
-    return method_card(spec.model_type).intro(spec, cite, venue)
+    return card.intro(spec, cite, venue)
 
 
 def _what(spec: ModelCardSpec) -> str:
@@ -153,31 +152,30 @@ def _results(spec: ModelCardSpec) -> list[str]:
     info = spec.task_info
     if info is None or not (spec.results or spec.comparison):
         return []
-    lines = []
     runs = max((s.runs for r in spec.results for s in r.scores.values()), default=1)
     dataset = _dataset_name(spec) or "the evaluation data"
-    lines.append(
-        f"On {dataset}: {info.metric_note}"
-        + (f"; mean ± sample std over {runs} seeds" if runs > 1 else "; one run")
-        + "."
-    )
+    seeds = f"mean ± sample std over {runs} seeds" if runs > 1 else "one run"
+    intro = f"On {dataset}: {info.metric_note}; {seeds}."
     if spec.knowledge.test_unseen is not None:
         unit = _unit(spec)
-        lines[-1] += (
+        intro += (
             f" The *unseen subset* holds the test {unit} with at least 3 linked entities that never "
             "occur in the training data (KALA §5.4), the *seen subset* the others; "
             f"{_fmt(spec.knowledge.test_unseen)} and {_fmt(spec.knowledge.test_seen)} {unit} here."
         )
-    lines.append("")
+    lines = [intro, ""]
     if spec.results:
         metrics = [(k, name) for k, name in info.metrics if any(k in r.scores for r in spec.results)]
         counted = any(r.examples is not None for r in spec.results)  # the examples column only where known
-        lines.append("| split | " + ("examples | " if counted else "") + " | ".join(name for _, name in metrics) + " |")
-        lines.append("|---|" + ("---:|" if counted else "") + "---:|" * len(metrics))
+        names = " | ".join(name for _, name in metrics)
+        lines += [
+            f"| split | {'examples | ' if counted else ''}{names} |",
+            f"|---|{'---:|' if counted else ''}{'---:|' * len(metrics)}",
+        ]
         for row in spec.results:
             cells = [row.scores[k].cell() if k in row.scores else "" for k, _ in metrics]
             count = (f"{_fmt(row.examples) if row.examples is not None else ''} | ") if counted else ""
-            lines.append(f"| {row.label} | {count}" + " | ".join(cells) + " |")
+            lines.append(f"| {row.label} | {count}{' | '.join(cells)} |")
         lines.append("")
     if len(spec.comparison) > 1:
         lines += _comparison_table(spec, info)
@@ -195,27 +193,20 @@ def _comparison_table(spec: ModelCardSpec, info) -> list[str]:
         "",
     ]
     header = [f"**{s}** (this model)" if s == own else s for s in systems]
-    lines.append("| split | metric | " + " | ".join(header) + " |")
-    lines.append("|---|---|" + "---:|" * len(systems))
-    keys = [k for k, _ in info.metrics if k in ("f1", "exact_match", "p@1")]
-    order = [(r.split, r.subset) for r in spec.comparison[systems[0]]]
-    for split, subset in order:
-        for key in keys:
-            values = {}
-            for system in systems:
-                row = next((r for r in spec.comparison[system] if (r.split, r.subset) == (split, subset)), None)
-                if row is not None and key in row.scores:
-                    values[system] = row.scores[key]
+    lines += [f"| split | metric | {' | '.join(header)} |", "|---|---|" + "---:|" * len(systems)]
+    keys = [(key, name) for key, name in info.metrics if key in ("f1", "exact_match", "p@1")]
+    for row in spec.comparison[systems[0]]:
+        where = (row.split, row.subset)
+        same = {s: next((r.scores for r in spec.comparison[s] if (r.split, r.subset) == where), {}) for s in systems}
+        for key, name in keys:
+            values = {s: same[s][key] for s in systems if key in same[s]}
             if not values:
                 continue
-            best = max(values, key=lambda s: values[s].value)
-            cells = []
-            for system in systems:
-                score = values.get(system)
-                text = score.cell() if score else ""
-                cells.append(f"**{text}**" if system == best and text else text)
-            label = ResultRow(split, {}, subset).label
-            lines.append(f"| {label} | {dict(info.metrics)[key]} | " + " | ".join(cells) + " |")
+            best = max(values, key=lambda s: values[s].value)  # in bold
+            cells = [
+                f"**{values[s].cell()}**" if s == best else values[s].cell() if s in values else "" for s in systems
+            ]
+            lines.append(f"| {row.label} | {name} | {' | '.join(cells)} |")
     lines.append("")
     if spec.comparison_note:
         lines += [spec.comparison_note, ""]
@@ -336,7 +327,7 @@ def _knowledge_notes(spec: ModelCardSpec) -> list[str]:
         used, total = spec.modulation_rows or (0, 0)
         sample = f" (computed on a sample of {used:,} of {total:,} rows)" if used < total else ""
         lines += [
-            f"Median over entity-memory rows of the mean modulation magnitude{sample}: " + "; ".join(parts) + ".",
+            f"Median over entity-memory rows of the mean modulation magnitude{sample}: {'; '.join(parts)}.",
             "",
         ]
     if spec.knowledge.note:
@@ -371,18 +362,17 @@ def _training_run(spec: ModelCardSpec) -> str:
         t.wall_time,
     ]
     facts = [fact for fact in facts if fact]
-    return "Run: " + ", ".join(facts) + "." if facts else ""
+    return f"Run: {', '.join(facts)}." if facts else ""
 
 
 def _figures(spec: ModelCardSpec, where: str) -> list[dict]:
     """The figures of one section (``results``: systems compared, ``training``: curves, ``knowledge``: the rest)."""
-    kinds = {"systems.png": "results", "training_curves.png": "training"}
-    alts = {"results": "systems compared", "training": "training curves"}
+    kinds = {"systems.png": ("results", "systems compared"), "training_curves.png": ("training", "training curves")}
     out = []
     for figure in spec.figures:
-        kind = next((v for k, v in kinds.items() if figure.path.endswith(k)), "knowledge")
+        other = ("knowledge", Path(figure.path).stem.replace("_", " "))
+        kind, alt = next((v for k, v in kinds.items() if figure.path.endswith(k)), other)
         if kind == where:
-            alt = alts.get(kind) or Path(figure.path).stem.replace("_", " ")
             out.append({"alt": alt, "path": figure.path, "caption": figure.caption})
     return out
 
@@ -391,24 +381,21 @@ def _lines(lines: list[str]) -> str:
     return "\n".join(lines).strip()
 
 
-def _loading(spec: ModelCardSpec) -> dict:
+def _load_model(spec: ModelCardSpec) -> str:
     """The usage snippet's model line: the Auto class (for a LoRA adapter, the base encoder named in
     ``keplm_adapter.json`` with the adapter merged, :mod:`keplm.modeling.lora`)."""
     load = f"{spec.auto_class}.from_pretrained({_q(_repo(spec))})"
     if spec.lora:
-        return {
-            "lora": True,
-            "load_model": f"{load}  # base encoder + this LoRA adapter, merged (keplm.modeling.lora.load_lora: "
-            "the peft model, to train on)",
-        }
-    return {"lora": False, "load_model": load}
+        load += (
+            "  # base encoder + this LoRA adapter, merged (keplm.modeling.lora.load_lora: the peft model, to train on)"
+        )
+    return load
 
 
 def template_values(spec: ModelCardSpec) -> dict:
     """What the card template (``templates/modelcard_template.md``) fills in: every value computed from ``spec``."""
     card = method_card(spec.model_type)
     info = spec.training.dataset_info
-    paper = card.paper
     text = spec.example_text or (
         "Barack Obama met Angela Merkel in Berlin ." if spec.task == "token-classification" else None
     )
@@ -431,7 +418,8 @@ def template_values(spec: ModelCardSpec) -> dict:
         "task": spec.task,
         "repo": _q(_repo(spec)),
         "example_text": _q(text) if text else None,
-        **_loading(spec),
+        "lora": spec.lora,
+        "load_model": _load_model(spec),
         "links_raw_text": spec.uses_knowledge and spec.knowledge.mode != "annotations",
         "usage_notes": _lines(card.usage_notes(spec)),
         "intended_use": _INTENDED_USE.get(spec.task or "", "the task it was trained for"),
@@ -456,7 +444,7 @@ def template_values(spec: ModelCardSpec) -> dict:
         "versions": list(spec.versions.items()),
         "versions_note": spec.versions_note,
         "provenance": spec.provenance,
-        "paper": paper,
+        "paper": card.paper,
         "raw_metrics": raw,
         "raw_metrics_title": spec.raw_metrics_title,
     }
@@ -466,7 +454,6 @@ def card_data_for(spec: ModelCardSpec) -> ModelCardData:
     """The card's YAML metadata (``ModelCardData``) with the model-index of the spec's own results."""
     info = spec.training.dataset_info
     dataset_hub = _hub_id(spec.training.dataset) if not info else info.hub_id
-    language = spec.language or (info.language if info else None)
     tags = [LIBRARY_NAME, spec.model_type, "knowledge-enhanced", *method_card(spec.model_type).tags(spec)]
     if spec.task == "relation-extraction":
         tags.append("relation-extraction")
@@ -474,17 +461,16 @@ def card_data_for(spec: ModelCardSpec) -> ModelCardData:
         tags.append("ner")
     tags += [KG_SOURCES[kind].tag for kind in kg_parts(spec.knowledge.kg_spec) if spec.uses_knowledge]
     tags = list(dict.fromkeys([*tags, *spec.tags]))
-    name = _title(spec)
     return ModelCardData(
         library_name=LIBRARY_NAME,
         pipeline_tag=spec.pipeline_tag,
-        language=language,
+        language=spec.language or (info.language if info else None),
         license=spec.license,
         tags=tags,
         base_model=spec.base_model_id
         or (_hub_id(spec.base_model) if spec.base_model and not _package_of(spec.base_model) else None),
         datasets=[hub for hub in (dataset_hub, *(info.more_hub_ids if info else ())) if hub] or None,
-        model_name=name,
+        model_name=_title(spec),
         eval_results=eval_results_for(spec) or None,
     )
 

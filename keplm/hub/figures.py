@@ -44,11 +44,12 @@ def _pyplot():
     return plt
 
 
-def _save(figure, path: Path) -> Path:
+def _save(figure, path: Path, dpi: int = 110, **layout) -> Path:
+    """Write ``figure`` as a PNG without software-version metadata (``layout``: ``tight_layout``'s arguments)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    figure.tight_layout()
-    figure.savefig(path, dpi=110, metadata={"Software": None})
+    figure.tight_layout(**layout)
+    figure.savefig(path, dpi=dpi, metadata={"Software": None})
     _pyplot().close(figure)
     return path
 
@@ -68,17 +69,16 @@ def entity_frequency_figure(
     ranks = np.arange(1, frequencies.size + 1)
     if frequencies.size > max_points:
         ranks = np.unique(np.geomspace(1, frequencies.size, max_points).round().astype(np.int64))
-    plt = _pyplot()
-    figure, (rank_axis, hist_axis) = plt.subplots(1, 2, figsize=(9, 3.4))
+    figure, (rank_axis, hist_axis) = _pyplot().subplots(1, 2, figsize=(9, 3.4))
     rank_axis.loglog(ranks, frequencies[ranks - 1], marker=".", linestyle="none", markersize=3)
     rank_axis.set_xlabel("entity rank")
     rank_axis.set_ylabel("training mentions")
     rank_axis.set_title("rank / frequency")
     buckets = np.bincount(np.frexp(frequencies.astype(np.float64))[1] - 1)  # floor(log2(frequency)), exact
-    keys = list(range(len(buckets)))
+    keys = range(len(buckets))
     labels = [f"{2**k}" if k == 0 else f"{2**k}-{2 ** (k + 1) - 1}" for k in keys]
-    hist_axis.bar(range(len(keys)), buckets.tolist(), color="tab:blue")
-    hist_axis.set_xticks(range(len(keys)), labels, rotation=45, ha="right", fontsize=8)
+    hist_axis.bar(keys, buckets.tolist(), color="tab:blue")
+    hist_axis.set_xticks(keys, labels, rotation=45, ha="right", fontsize=8)
     hist_axis.set_xlabel("training mentions")
     hist_axis.set_ylabel("entities")
     once = int((frequencies == 1).sum())
@@ -141,8 +141,7 @@ def kfm_modulation_table(model, max_rows: int | None = None, seed: int = 0) -> d
     if memory is None:
         return {}
     weight = memory.table.detach()  # the whole table, or this process's rows of a sharded one
-    held = held_entity_memory_rows(model)
-    first = 1 if held is None or held[0] == 0 else 0  # the null row (global row 0) is left out
+    first = int(getattr(memory, "start", 0) == 0)  # the null row (global row 0) is left out
     chosen = sample_rows(weight.shape[0] - first, CARD_SAMPLE_ROWS if max_rows is None else max_rows, seed)
     rows = weight[first:] if chosen is None else weight[torch.as_tensor(chosen + first, device=weight.device)]
     if rows.shape[0] == 0:
@@ -160,12 +159,10 @@ def kfm_modulation_table(model, max_rows: int | None = None, seed: int = 0) -> d
 
 def modulation_summary(tables: dict) -> dict[int, dict[str, float]]:
     """Per KFM layer: the median over entity rows of mean |h_k(v)| for k = γ₁ − 1, β₁, γ₂ − 1, β₂."""
-    summary = {}
-    for layer, table in tables.items():
-        magnitude = table.abs().mean(dim=-1)  # [rows, 4]
-        medians = magnitude.median(dim=0).values.tolist()
-        summary[layer] = dict(zip(("gamma1", "beta1", "gamma2", "beta2"), medians))
-    return summary
+    return {
+        layer: dict(zip(("gamma1", "beta1", "gamma2", "beta2"), table.abs().mean(dim=-1).median(dim=0).values.tolist()))
+        for layer, table in tables.items()
+    }
 
 
 def modulation_figure(tables: dict, path, num_layers: int | None = None, total_rows: int | None = None) -> Path:
@@ -173,8 +170,7 @@ def modulation_figure(tables: dict, path, num_layers: int | None = None, total_r
     ``total_rows``: the memory's rows when the tables hold a sample of them (said in the title)."""
     if not tables:
         raise ValueError("no KFM layer to plot")
-    plt = _pyplot()
-    figure, axes = plt.subplots(1, len(tables), figsize=(max(6.0, 4.2 * len(tables)), 3.6), squeeze=False)
+    figure, axes = _pyplot().subplots(1, len(tables), figsize=(max(6.0, 4.2 * len(tables)), 3.6), squeeze=False)
     for axis, (layer, table) in zip(axes[0], tables.items()):
         magnitude = table.abs().mean(dim=-1).numpy()  # [rows, 4]
         high = float(magnitude.max()) or 1.0
@@ -201,7 +197,7 @@ def curves_from_log_history(log_history: Sequence[dict]) -> dict[str, list[tuple
         if step is None:
             continue
         for key, value in entry.items():
-            if not isinstance(value, (int, float)) or isinstance(value, bool) or key in ("step", "epoch"):
+            if not isinstance(value, (int, float)) or isinstance(value, bool):
                 continue
             if key in ("loss", "learning_rate") or (
                 key.startswith("eval_") and not key.endswith(("runtime", "per_second", "samples"))
@@ -216,28 +212,20 @@ def training_curves_figure(log_history: Sequence[dict], path) -> Path:
     if not curves.get("loss"):
         raise ValueError("the log history has no training loss")
     evals = [key for key in curves if key.startswith("eval_")]
-    panels = 2 + bool(evals) if "learning_rate" in curves else 1 + bool(evals)
-    plt = _pyplot()
-    figure, axes = plt.subplots(1, panels, figsize=(4.2 * panels, 3.2), squeeze=False)
-    axes = list(axes[0])
-    steps, values = zip(*curves["loss"])
-    axes[0].plot(steps, values, marker="." if len(steps) < 30 else None)
-    axes[0].set_title("training loss")
-    axes[0].set_xlabel("step")
-    index = 1
-    if "learning_rate" in curves:
-        steps, values = zip(*curves["learning_rate"])
-        axes[index].plot(steps, values)
-        axes[index].set_title("learning rate")
-        axes[index].set_xlabel("step")
-        index += 1
+    panels = [  # (title, curves, marker)
+        ("training loss", ["loss"], "." if len(curves["loss"]) < 30 else None),
+        ("learning rate", ["learning_rate"], None),
+        ("evaluation", evals, "."),
+    ]
+    panels = [panel for panel in panels if panel[1] and panel[1][0] in curves]
+    figure, axes = _pyplot().subplots(1, len(panels), figsize=(4.2 * len(panels), 3.2), squeeze=False)
+    for axis, (title, keys, marker) in zip(axes[0], panels):
+        for key in keys:
+            axis.plot(*zip(*curves[key]), marker=marker, label=key.removeprefix("eval_"))
+        axis.set_title(title)
+        axis.set_xlabel("step")
     if evals:
-        for key in evals:
-            steps, values = zip(*curves[key])
-            axes[index].plot(steps, values, marker=".", label=key[len("eval_") :])
-        axes[index].set_title("evaluation")
-        axes[index].set_xlabel("step")
-        axes[index].legend(fontsize=7)
+        axes[0][-1].legend(fontsize=7)
     return _save(figure, path)
 
 
@@ -255,15 +243,12 @@ def comparison_figure(
     """
     if not groups:
         raise ValueError("nothing to compare")
-    plt = _pyplot()
-    figure, axes = plt.subplots(1, len(groups), figsize=(3.6 * len(groups), 3.0), squeeze=False)
+    figure, axes = _pyplot().subplots(1, len(groups), figsize=(3.6 * len(groups), 3.0), squeeze=False)
     for axis, (group, systems) in zip(axes[0], groups.items()):
-        names = list(systems)
-        for i, name in enumerate(names):
-            mean, std = systems[name]
+        for i, (name, (mean, std)) in enumerate(systems.items()):
             color = "tab:red" if name == highlight else "tab:blue"
             axis.errorbar([mean], [i], xerr=[std or 0.0], fmt="o", color=color, capsize=3)
-        axis.set_yticks(range(len(names)), names, fontsize=8)
+        axis.set_yticks(range(len(systems)), list(systems), fontsize=8)
         axis.invert_yaxis()
         axis.set_title(group, fontsize=9)
         axis.set_xlabel(metric_label)
