@@ -14,7 +14,7 @@ import datasets
 
 from keplm.io_utils import iter_jsonl, open_text
 
-from .splits import SPLITS, find_split_files, is_local_data, limit_samples, resolve_data_file
+from .splits import SPLITS, is_local_data, limit_samples, local_split_files
 
 __all__ = [
     "read_conll",
@@ -209,29 +209,11 @@ def load_ner_dataset(
     seeds = {"train": train_sample_seed}
     limits = {"train": max_train_samples, "validation": max_eval_samples, "test": max_test_samples}
     explicit = {"train": train_file, "validation": validation_file, "test": test_file}
-    directory = None
-    files: dict[str, str] = {}
-    is_local = is_local_data(name_or_path, "NER data")
-    if not is_local:
+    if not is_local_data(name_or_path, "NER data"):
         return limit_samples(
             _load_hub(name_or_path, tokens_column, tags_column, label_list, **load_kwargs), limits, seeds
         )
-
-    if name_or_path is not None:
-        name_or_path = os.fspath(name_or_path)
-        if os.path.isdir(name_or_path):
-            directory = name_or_path
-            files.update(find_split_files(directory))
-        else:
-            files["train"] = name_or_path
-    for split, path in explicit.items():
-        resolved = resolve_data_file(path, directory, "NER data")
-        if resolved is not None:
-            files[split] = resolved
-    if not files:
-        where = name_or_path if name_or_path is not None else "the *_file arguments"
-        raise FileNotFoundError(f"No train/validation/test CoNLL files found in {where}")
-
+    files = local_split_files(name_or_path, explicit, "NER data", by_name=False)
     split_rows = {split: _read_split(files[split], tag_column) for split in SPLITS if split in files}
     for split, rows in split_rows.items():
         if not rows:
