@@ -79,25 +79,20 @@ class KnowledgeGraph:
         if len(self.relation_names) != m:
             raise ValueError(f"relation_names has {len(self.relation_names)} items, expected {m}")
 
-        if triples is None:
+        arr = np.asarray(triples if triples is not None else [])
+        if arr.size == 0:
             arr = np.zeros((0, 3), dtype=np.int64)
-        else:
-            arr = np.asarray(triples)
-            if arr.size == 0:
-                arr = np.zeros((0, 3), dtype=np.int64)
-            if arr.ndim != 2 or arr.shape[1] != 3:
-                raise ValueError(f"triples must have shape [T, 3], got {arr.shape}")
-            if not np.issubdtype(arr.dtype, np.integer):
-                raise ValueError(f"triples must be integer indices, got dtype {arr.dtype}")
-            arr = arr.astype(np.int64, copy=True)
-        if len(arr):
-            for col, bound, what in ((0, n, "head"), (1, m, "relation"), (2, n, "tail")):
-                bad = np.nonzero((arr[:, col] < 0) | (arr[:, col] >= bound))[0]
-                if len(bad):
-                    raise ValueError(
-                        f"triple {int(bad[0])} has {what} index {int(arr[bad[0], col])} out of range [0, {bound})"
-                    )
-        self.triples = arr
+        if arr.ndim != 2 or arr.shape[1] != 3:
+            raise ValueError(f"triples must have shape [T, 3], got {arr.shape}")
+        if not np.issubdtype(arr.dtype, np.integer):
+            raise ValueError(f"triples must be integer indices, got dtype {arr.dtype}")
+        for col, bound, what in ((0, n, "head"), (1, m, "relation"), (2, n, "tail")):
+            bad = np.nonzero((arr[:, col] < 0) | (arr[:, col] >= bound))[0]
+            if len(bad):
+                raise ValueError(
+                    f"triple {int(bad[0])} has {what} index {int(arr[bad[0], col])} out of range [0, {bound})"
+                )
+        self.triples = arr.astype(np.int64, copy=True)
 
         if entity_vectors is not None:
             entity_vectors = np.asarray(entity_vectors)
@@ -202,7 +197,7 @@ class KnowledgeGraph:
         return self.triples[np.sort(tri)]
 
     def _check_idxs(self, entity_idxs) -> np.ndarray:
-        arr = np.asarray(list(entity_idxs) if not isinstance(entity_idxs, np.ndarray) else entity_idxs)
+        arr = np.asarray(entity_idxs if isinstance(entity_idxs, np.ndarray) else list(entity_idxs))
         if arr.size == 0:
             return np.zeros(0, dtype=np.int64)
         if not np.issubdtype(arr.dtype, np.integer):
@@ -231,18 +226,13 @@ class KnowledgeGraph:
             other, tri = self._rows(e)
             picked.append(tri[known[other]])
         frontier = seeds
-        cap = max_neighbors_per_entity
         for _ in range(hops):
             new: list[np.ndarray] = []
             for e in frontier:
                 other, tri = self._rows(e)
-                outside = np.nonzero(~known[other])[0]
-                if cap is not None:
-                    outside = outside[:cap]
+                outside = np.nonzero(~known[other])[0][:max_neighbors_per_entity]
                 picked.append(tri[outside])
                 new.append(other[outside])
-            if not new:
-                break
             frontier = np.unique(np.concatenate(new))
             known[frontier] = True
             if frontier.size == 0:
@@ -290,12 +280,8 @@ class KnowledgeGraph:
     def content_hash(self) -> str:
         """sha256 over ids, names, aliases, relations, triples (and vectors if any); computed once per graph (a
         KnowledgeGraph is not changed in place: every operation that edits one builds a new graph)."""
-        cached = self.__dict__.get("_content_hash")
-        if cached is None:
-            cached = self.__dict__["_content_hash"] = self._compute_content_hash()
-        return cached
-
-    def _compute_content_hash(self) -> str:
+        if "_content_hash" in self.__dict__:
+            return self._content_hash
         h = hashlib.sha256()
         meta = {
             "entity_ids": self.entity_ids,
@@ -312,7 +298,8 @@ class KnowledgeGraph:
             v = v.astype(v.dtype.newbyteorder("<"), copy=False)
             h.update(f"\x00vectors:{v.dtype.str}:{list(v.shape)}".encode())
             h.update(v.tobytes())
-        return h.hexdigest()
+        self._content_hash = h.hexdigest()
+        return self._content_hash
 
     def save_pretrained(self, directory) -> None:
         for what, ids in (("entity", self.entity_ids), ("relation", self.relation_ids)):
