@@ -49,8 +49,8 @@ def _new_report(spec: str, kind: str) -> dict:
     }
 
 
-def _skip(report: dict, reason: str) -> None:
-    report["skipped"][reason] = report["skipped"].get(reason, 0) + 1
+def _skip(report: dict, reason: str, count: int = 1) -> None:
+    report["skipped"][reason] = report["skipped"].get(reason, 0) + count
 
 
 class _Collector:
@@ -168,7 +168,7 @@ def read_trex_examples(
             if not fact["sub_uri"] or not fact["obj_uri"]:  # no key: neither held out nor seen, counted
                 report["facts_without_ids"] += 1
                 report["read"] += len(fact["evidences"])
-                report["skipped"]["no_ids"] = report["skipped"].get("no_ids", 0) + len(fact["evidences"])
+                _skip(report, "no_ids", len(fact["evidences"]))
                 continue
             facts.append(fact)
             key = (str(fact["sub_uri"]), fact["relation"], str(fact["obj_uri"]))
@@ -186,34 +186,8 @@ def read_trex_examples(
 
 # --------------------------------------------------------------------------- FewRel
 
-_NO_SPACE_BEFORE = {
-    ",",
-    ".",
-    ";",
-    ":",
-    "!",
-    "?",
-    ")",
-    "]",
-    "}",
-    "%",
-    "'",
-    "''",
-    "”",
-    "’",
-    "...",
-    "..",
-    "'s",
-    "'S",
-    "’s",
-    "n't",
-    "'re",
-    "'ve",
-    "'ll",
-    "'d",
-    "'m",
-}
-_NO_SPACE_AFTER = {"(", "[", "{", "$", "£", "#", "``", "“", "‘"}
+_NO_SPACE_BEFORE = set(", . ; : ! ? ) ] } % ' '' ” ’ ... .. 's 'S ’s n't 're 've 'll 'd 'm".split())
+_NO_SPACE_AFTER = set("( [ { $ £ # `` “ ‘".split())
 _JOINERS = {"-", "–", "—", "/"}  # "four - lane" -> "four-lane", "1987 – 1990" -> "1987–1990"
 
 

@@ -30,6 +30,7 @@ from collections.abc import Iterable, Sequence
 
 import datasets
 import torch
+from torch.nn.utils.rnn import pad_sequence
 from tqdm.auto import tqdm
 
 from keplm.io_utils import iter_jsonl, open_text
@@ -337,14 +338,8 @@ def object_token_id(tokenizer, obj_label: str, leading_space: bool = True) -> tu
 
 def common_vocab_ids(tokenizer, words: Iterable[str]) -> tuple[list[int], int]:
     """Token ids of the single-token ``words`` of a common vocabulary, and how many words were not one token."""
-    ids, dropped = set(), 0
-    for word in words:
-        token_id, _ = object_token_id(tokenizer, word)
-        if token_id is None:
-            dropped += 1
-        else:
-            ids.add(token_id)
-    return sorted(ids), dropped
+    found = [object_token_id(tokenizer, word)[0] for word in words]
+    return sorted({token_id for token_id in found if token_id is not None}), found.count(None)
 
 
 def read_common_vocab(path: str | os.PathLike) -> list[str]:
@@ -434,21 +429,17 @@ def predict_top_k(
         output["last_hidden_state"] = picked
         return output
 
-    base = model.base_model if head_at_mask_only and model.base_model is not model else None
-    hook = base.register_forward_hook(mask_states_only) if base is not None else None
+    hooked = head_at_mask_only and model.base_model is not model
+    hook = model.base_model.register_forward_hook(mask_states_only) if hooked else None
     order = sorted(range(len(queries)), key=lambda i: len(queries[i]["input_ids"]))  # less padding
     results: list[list[int]] = [[] for _ in queries]
     try:
         for start in tqdm(range(0, len(order), batch_size), desc="Probing", disable=not progress, unit="batch"):
             batch_index = order[start : start + batch_size]
-            width = max(len(queries[i]["input_ids"]) for i in batch_index)
-            input_ids = torch.full((len(batch_index), width), pad_id, dtype=torch.long)
-            attention_mask = torch.zeros_like(input_ids)
-            for row, i in enumerate(batch_index):  # right padding: the encoder's positions start at 0
-                ids = queries[i]["input_ids"]
-                input_ids[row, : len(ids)] = torch.as_tensor(ids)
-                attention_mask[row, : len(ids)] = 1
-            input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
+            rows_ids = [torch.tensor(queries[i]["input_ids"]) for i in batch_index]
+            # right padding: the encoder's positions start at 0
+            input_ids = pad_sequence(rows_ids, batch_first=True, padding_value=pad_id).to(device)
+            attention_mask = pad_sequence([torch.ones_like(ids) for ids in rows_ids], batch_first=True).to(device)
             rows, cols = (input_ids == tokenizer.mask_token_id).nonzero(as_tuple=True)
             positions.update(rows=rows, cols=cols, shape=input_ids.shape)
             logits = model(input_ids=input_ids, attention_mask=attention_mask).logits

@@ -239,15 +239,12 @@ def _load_hub(name, tokens_column, tags_column, label_list, **load_kwargs) -> da
         if len(dsd[split]) == 0:
             raise ValueError(f"Hub dataset {name!r}: the {split} split is empty")
         columns = dsd[split].column_names
+        for column in (tokens_column, tags_column):
+            if column not in columns:
+                raise ValueError(f"Hub dataset {name!r} split {split!r} has no column {column!r}: {columns}")
         renames = {old: new for old, new in ((tokens_column, "tokens"), (tags_column, "ner_tags")) if old != new}
-        for old in renames:
-            if old not in columns:
-                raise ValueError(f"Hub dataset {name!r} split {split!r} has no column {old!r}: {columns}")
         if renames:
             dsd[split] = dsd[split].rename_columns(renames)
-        for needed in ("tokens", "ner_tags"):
-            if needed not in dsd[split].column_names:
-                raise ValueError(f"Hub dataset {name!r} split {split!r} has no column {needed!r}")
         if "id" not in dsd[split].column_names:
             dsd[split] = dsd[split].add_column("id", [str(i) for i in range(len(dsd[split]))])
     first = next(iter(dsd.values()))

@@ -105,6 +105,7 @@ class KnowledgeAssets:
         ``unknown_examples``. Returns a JSON-ready dict.
         """
         kg = self.kg
+        unknown = 0 if kg is not None else None  # counted against a KG only
 
         def empty() -> dict:
             return {
@@ -112,8 +113,8 @@ class KnowledgeAssets:
                 "without_id": 0,
                 "in_memory": 0,
                 "unseen": 0,
-                "unknown": 0 if kg is not None else None,
-                "unknown_in_memory": 0 if kg is not None else None,
+                "unknown": unknown,
+                "unknown_in_memory": unknown,
                 "unknown_examples": [],
             }
 
@@ -121,10 +122,14 @@ class KnowledgeAssets:
         has_relations = len(self.relation_vocab) > 2  # beyond the reserved ids: the model reads relation ids
         relations = report["fact_relations"] = {
             "total": 0,
-            "unknown": 0 if kg is not None else None,
+            "unknown": unknown,
             "outside_vocabulary": 0 if has_relations else None,
             "unknown_examples": [],
         }
+
+        def unknown_example(part: dict, value: str) -> None:
+            if len(part["unknown_examples"]) < max_examples and value not in part["unknown_examples"]:
+                part["unknown_examples"].append(value)
 
         def count(part: dict, entity_id) -> None:
             part["total"] += 1
@@ -137,8 +142,7 @@ class KnowledgeAssets:
             if kg is not None and not kg.has_entity(entity_id):
                 part["unknown"] += 1
                 part["unknown_in_memory"] += in_memory
-                if len(part["unknown_examples"]) < max_examples and entity_id not in part["unknown_examples"]:
-                    part["unknown_examples"].append(entity_id)
+                unknown_example(part, entity_id)
             elif not in_memory:
                 part["unseen"] += 1
 
@@ -157,11 +161,7 @@ class KnowledgeAssets:
                     relations["outside_vocabulary"] += 1
                 if kg is not None and not kg.has_relation(relation):
                     relations["unknown"] += 1
-                    if (
-                        len(relations["unknown_examples"]) < max_examples
-                        and relation not in relations["unknown_examples"]
-                    ):
-                        relations["unknown_examples"].append(relation)
+                    unknown_example(relations, relation)
         return report
 
     def with_kg(self, kg: KnowledgeGraph | None) -> KnowledgeAssets:

@@ -272,8 +272,7 @@ def train_kge(
     ranked_idx = valid_idx
     if max_eval_triples is not None and len(valid_idx) > max_eval_triples:
         ranked_idx = np.sort(np.random.default_rng(seed).choice(valid_idx, max_eval_triples, replace=False))
-    triples = torch.as_tensor(kg.triples, dtype=torch.long, device=device)
-    train, ranked = triples[torch.as_tensor(train_idx)], triples[torch.as_tensor(ranked_idx)]
+    train, ranked = (torch.as_tensor(kg.triples[idx], device=device) for idx in (train_idx, ranked_idx))
     hidden = dim // 2 if name in _COMPLEX_VALUED else dim
     rows, kept = kept_rows(kg, keep_vectors, dim) if keep_vectors is not None else (None, None)
 
@@ -394,7 +393,7 @@ def train_kge(
         "losses": losses,
         "metrics": metrics,
         "seconds": {"train": train_seconds, "rank": rank_seconds, "total": seconds},
-        "versions": {"torch": torch.__version__, "torch_geometric": _version("torch_geometric")},
+        "versions": {"torch": torch.__version__, "torch_geometric": version("torch_geometric")},
     }
     return out, report
 
@@ -435,10 +434,6 @@ _VECTOR_DESCRIPTION = {
     "complex": "[real, imaginary] entity embedding halves concatenated",
     "rotate": "[real, imaginary] entity embedding halves concatenated",
 }
-
-
-def _version(package: str) -> str:
-    return version(package)
 
 
 class KGEVectors(NamedTuple):
