@@ -87,10 +87,7 @@ class _Collector:
         self.report["kept"] += 1
         for mention in entities:  # non-overlapping mentions only (the KALA processor expects them)
             spans = example["entities"]
-            if any(
-                m["start"] == mention["start"] and m["end"] == mention["end"] and m["id"] == mention["id"]
-                for m in spans
-            ):
+            if mention in spans:  # the same span of the same text and entity
                 continue
             if any(m["start"] < mention["end"] and mention["start"] < m["end"] for m in spans):
                 self.report["mentions_dropped_overlap"] += 1

@@ -139,24 +139,20 @@ def glue_features(
 
 # ---------------------------------------------------------------------------------------------- raw task folders
 def _tsv_lines(path: str, quoted: bool = False):
-    """``(line number, fields)`` of a TSV file, BOM removed; ``quoted``: CSV quoting (RTE's HF export)."""
+    """``(line number, fields)`` of a TSV file (``open_text`` drops a BOM); ``quoted``: CSV quoting (RTE's HF
+    export)."""
     with open_text(path) as handle:
-        try:
-            if quoted:
-                reader = csv.reader(handle, delimiter="\t")
-                for fields in reader:
-                    if fields:
-                        if reader.line_num == 1 and fields[0].startswith("\ufeff"):
-                            fields[0] = fields[0][1:]
-                        yield reader.line_num, fields
-                return
+        if not quoted:
             for line_no, line in enumerate(handle, 1):
-                line = line.rstrip("\r\n")
-                if line_no == 1:
-                    line = line.lstrip("\ufeff")
                 if line.strip():
-                    yield line_no, line.split("\t")
-        except (UnicodeDecodeError, csv.Error) as err:
+                    yield line_no, line.rstrip("\r\n").split("\t")
+            return
+        reader = csv.reader(handle, delimiter="\t")
+        try:
+            for fields in reader:
+                if fields:
+                    yield reader.line_num, fields
+        except csv.Error as err:
             raise ValueError(f"{path}: unreadable ({err})") from err
 
 

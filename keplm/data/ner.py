@@ -59,39 +59,30 @@ def read_conll(path: str | os.PathLike, tag_column: int = -1) -> list[dict]:
             tags.clear()
 
     with open_text(path) as handle:
-        try:
-            for line_no, raw in enumerate(handle, start=1):
-                line = raw.rstrip("\r\n")
-                if not line.strip():
-                    flush()
-                    continue
-                if line.startswith("-DOCSTART-"):
-                    flush()
-                    continue
-                parts = _split_line(line)
-                if len(parts) < 2:
-                    raise ValueError(
-                        f"{path}, line {line_no}: expected at least 2 columns (token and tag), got {line!r}"
-                    )
-                if columns is None:
-                    columns = (len(parts), line_no)
-                elif len(parts) != columns[0]:
-                    raise ValueError(
-                        f"{path}, line {line_no}: {len(parts)} columns in {line!r}, but the file's first token "
-                        f"line ({columns[1]}) has {columns[0]}; every token line must have the same columns "
-                        "(token ... tag; tab-separate tokens that contain spaces)"
-                    )
-                try:
-                    tag = parts[tag_column]
-                except IndexError:
-                    raise ValueError(
-                        f"{path}, line {line_no}: tag_column={tag_column} out of range for "
-                        f"{len(parts)} columns in {line!r}"
-                    ) from None
-                tokens.append(parts[0])
-                tags.append(tag)
-        except UnicodeDecodeError as err:
-            raise ValueError(f"{path}: not valid UTF-8 text ({err})") from err
+        for line_no, raw in enumerate(handle, start=1):
+            line = raw.rstrip("\r\n")
+            if not line.strip() or line.startswith("-DOCSTART-"):
+                flush()
+                continue
+            parts = _split_line(line)
+            if len(parts) < 2:
+                raise ValueError(f"{path}, line {line_no}: expected at least 2 columns (token and tag), got {line!r}")
+            if columns is None:
+                columns = (len(parts), line_no)
+            elif len(parts) != columns[0]:
+                raise ValueError(
+                    f"{path}, line {line_no}: {len(parts)} columns in {line!r}, but the file's first token "
+                    f"line ({columns[1]}) has {columns[0]}; every token line must have the same columns "
+                    "(token ... tag; tab-separate tokens that contain spaces)"
+                )
+            try:
+                tag = parts[tag_column]
+            except IndexError:
+                raise ValueError(
+                    f"{path}, line {line_no}: tag_column={tag_column} out of range for {len(parts)} columns in {line!r}"
+                ) from None
+            tokens.append(parts[0])
+            tags.append(tag)
     flush()
     return sentences
 

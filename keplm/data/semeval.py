@@ -204,8 +204,7 @@ def mark_entities(sentence: str, e1: tuple[int, int], e2: tuple[int, int], marke
     for position, _, text in events:
         pieces += [sentence[last:position], text]
         last = position
-    sentence = "".join(pieces) + sentence[last:]
-    return sentence
+    return "".join(pieces) + sentence[last:]
 
 
 __all__ = [

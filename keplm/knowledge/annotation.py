@@ -202,25 +202,13 @@ class KnowledgeAnnotation:
             missing = [k for k in ("h", "r", "t") if k not in t]
             if missing:
                 raise ValueError(f"triplet {i} is missing {missing}: {t!r}")
-            triplets.append(
-                Triplet(
-                    h=_id_str(t["h"], f"triplet {i} h"),
-                    r=_id_str(t["r"], f"triplet {i} r"),
-                    t=_id_str(t["t"], f"triplet {i} t"),
-                )
-            )
+            triplets.append(Triplet(*(_id_str(t[key], f"triplet {i} {key}") for key in "hrt")))
         return cls(entities=entities, triplets=triplets)
 
     def entity_ids(self) -> list[str]:
         """Unique ids of mentions, then of triplet heads/tails, in first-seen order."""
-        seen: dict[str, None] = {}
-        for m in self.entities:
-            if m.id is not None:
-                seen.setdefault(m.id, None)
-        for t in self.triplets:
-            seen.setdefault(t.h, None)
-            seen.setdefault(t.t, None)
-        return list(seen)
+        mentioned = [m.id for m in self.entities if m.id is not None]
+        return list(dict.fromkeys([*mentioned, *(end for t in self.triplets for end in (t.h, t.t))]))
 
 
 def read_kala_annotations(path) -> dict[str, KnowledgeAnnotation]:

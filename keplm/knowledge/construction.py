@@ -13,6 +13,7 @@ from transformers import AutoModel, AutoTokenizer
 
 from .annotation import KnowledgeAnnotation
 from .graph import KnowledgeGraph
+from .importance import sentence_representation
 
 
 class ContextSimilarityRanker:
@@ -53,9 +54,7 @@ class ContextSimilarityRanker:
         batch = self.tokenizer(texts, padding=True, truncation=True, max_length=128, return_tensors="pt")
         batch = batch.to(self.device)
         with torch.no_grad():
-            states = self.model(**batch).last_hidden_state
-        mask = batch["attention_mask"].unsqueeze(-1).to(states.dtype)
-        pooled = (states * mask).sum(1) / mask.sum(1).clamp(min=1)
+            pooled = sentence_representation(self.model, batch["input_ids"], batch["attention_mask"])
         return torch.nn.functional.normalize(pooled, dim=-1).cpu().numpy()
 
     def describe(self, entity: int) -> str:

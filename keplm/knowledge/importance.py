@@ -92,7 +92,7 @@ def select_important(
     flat = np.array([s for row in scores for s in row], dtype=np.float64)
     finite = flat[np.isfinite(flat)]
     si_threshold = float(np.quantile(finite, si_quantile)) if finite.size else float("inf")
-    entity_counts = np.array([c for c in counts.values()], dtype=np.float64)
+    entity_counts = np.array(list(counts.values()), dtype=np.float64)
     tail_threshold = float(np.quantile(entity_counts, long_tail_quantile)) if entity_counts.size else 0.0
     flags, selected = [], 0
     for row_scores, row_ids in zip(scores, entity_ids):

@@ -156,7 +156,7 @@ def load_trex(paths_or_directory, include_autoprompt: bool = True) -> KnowledgeG
         files = []
         if os.path.isdir(os.path.join(root, "TREx")):
             files += _jsonl_files(os.path.join(root, "TREx"))
-            if include_autoprompt and os.path.isdir(os.path.join(root, "autoprompt_trex_train_dev")):
+            if include_autoprompt:  # a missing folder has no files
                 files += _jsonl_files(os.path.join(root, "autoprompt_trex_train_dev"))
         else:
             files = [f for f in _jsonl_files(root) if _PID_RE.match(os.path.basename(f))]
@@ -298,10 +298,11 @@ def _load_one(spec: str) -> KnowledgeGraph:
     if os.path.isdir(spec):
         if os.path.isfile(os.path.join(spec, KG_CONFIG_NAME)):
             return KnowledgeGraph.from_pretrained(spec)
-        if find_file(spec, "entity2text.txt", required=False) and find_file(spec, "train.txt", required=False):
-            return load_fb15k237(spec)
-        if find_file(spec, "entity2text.txt", required=False) and find_file(spec, "train.tsv", required=False):
-            return load_wn18rr(spec)
+        if find_file(spec, "entity2text.txt", required=False):
+            if find_file(spec, "train.txt", required=False):
+                return load_fb15k237(spec)
+            if find_file(spec, "train.tsv", required=False):
+                return load_wn18rr(spec)
         if os.path.isdir(os.path.join(spec, "TREx")) or any(
             _PID_RE.match(os.path.basename(f)) for f in _jsonl_files(spec)
         ):
