@@ -158,17 +158,17 @@ class KeplmDataCollator:
         batch: dict[str, torch.Tensor] = {}
         shifts = {}
         for family in self.sequence_families:
+            family_keys = [k for k in keys if self._family_of.get(k) == family and k not in scalars]
             if family in keys:
-                family_keys = [k for k in keys if self._family_of.get(k) == family and k not in scalars]
                 shifts[family] = self._pad_family(features, family, family_keys, batch)
-            elif any(self._family_of.get(k) == family and k not in scalars for k in keys):
+            elif family_keys:
                 raise ValueError(f"features have fields of the {family!r} family but no {family!r}")
         for key in keys:
             if key in batch or key in schema_keys:
                 continue
             values = torch.tensor([f[key] for f in features])
             family = self.position_keys.get(key)
-            if family is not None and family in shifts:
+            if family in shifts:
                 values = torch.where(values >= 0, values + shifts[family], values)
             batch[key] = values
         if self.graph:

@@ -424,8 +424,7 @@ def count_examples_cut(tokenizer, dataset, text_columns: Sequence[str], max_leng
     """Examples of ``dataset`` whose ``[CLS] s1 [SEP] s2 [SEP]`` (one or two ``text_columns``) is longer than
     ``max_length`` tokens: what a cut at ``--max_seq_length`` hides from the model."""
     cut = 0
-    for start in range(0, len(dataset), batch_size):
-        rows = dataset[start : start + batch_size]
+    for rows in dataset.iter(batch_size):
         texts = [rows[column] for column in text_columns]
         encoded = tokenizer(*texts, truncation=False, add_special_tokens=True)
         cut += sum(len(ids) > max_length for ids in encoded["input_ids"])

@@ -222,8 +222,7 @@ def load_probe(
     default templates (LAMA's ``relations.jsonl``; ParaRel's patterns for ``pararel``)."""
     data_dir = os.fspath(data_dir)
     lama = os.path.join(data_dir, "lama")
-    default_templates = os.path.join(lama, "relations", "relations.jsonl")
-    limit = {"relations": relations, "max_facts_per_relation": max_facts_per_relation}
+    default_templates = lama_relations = os.path.join(lama, "relations", "relations.jsonl")
     if probe == "lama_trex":
         files = _relation_files(os.path.join(lama, "TREx"))
     elif probe in ("autoprompt_dev", "autoprompt_train"):
@@ -241,15 +240,15 @@ def load_probe(
         raise ValueError(f"unknown probe {probe!r}: use one of {list(PROBES)}, a folder of P*.jsonl files or a file")
     if not files:
         raise FileNotFoundError(f"probe {probe!r}: no fact files found (data_dir={data_dir})")
-    facts = read_fact_files(files, **limit)
+    facts = read_fact_files(files, relations, max_facts_per_relation)
     templates, labels = read_templates(templates_file or default_templates)
     if probe == "pararel":
         trex = os.path.join(lama, "TREx")
         if os.path.isdir(trex):
             filled = attach_uris(facts, read_fact_files(_relation_files(trex), relations=relations))
             logger.info("ParaRel: Wikidata ids for %d of %d facts from the LAMA T-REx uuids", filled, len(facts))
-        if not templates_file and os.path.isfile(os.path.join(lama, "relations", "relations.jsonl")):
-            labels = read_templates(os.path.join(lama, "relations", "relations.jsonl"))[1]
+        if not templates_file and os.path.isfile(lama_relations):
+            labels = read_templates(lama_relations)[1]
     facts, skipped = attach_templates(facts, templates)
     if relations:
         skipped.update(
@@ -373,22 +372,21 @@ def build_queries(
             target, reason = cache[key]
             if target is not None and allowed is not None and target not in allowed:
                 reason = "not_in_common_vocab"
+            query = {"fact": index, "relation": fact["relation"], "template": template}
             if reason is not None:
-                skips.append({"fact": index, "relation": fact["relation"], "template": template, "reason": reason})
+                skips.append({**query, "reason": reason})
                 continue
             text = fill_template(template, fact["sub_label"], tokenizer.mask_token, fact["relation"])
-            candidates.append(
-                {"fact": index, "relation": fact["relation"], "template": template, "text": text, "target_id": target}
-            )
+            candidates.append((query, text, target))
     if not candidates:  # every query skipped (the tokenizer refuses an empty batch)
         return [], skips
-    encoded = tokenizer([q["text"] for q in candidates], truncation=True, max_length=max_length)["input_ids"]
+    encoded = tokenizer([text for _, text, _ in candidates], truncation=True, max_length=max_length)["input_ids"]
     queries = []
-    for query, ids in zip(candidates, encoded):
+    for (query, text, target), ids in zip(candidates, encoded):
         if ids.count(tokenizer.mask_token_id) != 1:
-            skips.append({**{k: query[k] for k in ("fact", "relation", "template")}, "reason": "truncated"})
+            skips.append({**query, "reason": "truncated"})
             continue
-        queries.append({**query, "input_ids": ids})
+        queries.append({**query, "text": text, "target_id": target, "input_ids": ids})
     return queries, skips
 
 

@@ -84,20 +84,9 @@ def check_answers(context: str, answers: dict, fix: str | None = None) -> tuple[
 
 
 def _answer_report(where: str, fix: str | None) -> dict:
-    return {
-        "file": where,
-        "fix": fix,
-        "questions": 0,
-        "answers": 0,
-        "mismatched": 0,
-        "moved": 0,
-        "dropped": 0,
-        "questions_dropped": 0,
-        "mismatched_ids": [],
-        "moved_ids": [],
-        "dropped_ids": [],
-        "questions_dropped_ids": [],
-    }
+    kinds = ("mismatched", "moved", "dropped", "questions_dropped")  # counted, and the first question ids of each
+    report = {"file": where, "fix": fix, "questions": 0, "answers": 0, **dict.fromkeys(kinds, 0)}
+    return report | {f"{kind}_ids": [] for kind in kinds}
 
 
 def _note(report: dict, key: str, question_id: str) -> None:

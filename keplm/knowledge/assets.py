@@ -12,6 +12,7 @@ import hashlib
 import json
 import os
 import shutil
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -212,19 +213,16 @@ class KnowledgeAssets:
         Entities seen fewer than ``min_count`` times (and beyond the ``max_entities`` most frequent) are left
         out and will be treated as unseen (null) entities.
         """
-        counts: dict[str, int] = {}
-        for entity in entity_ids:
-            if entity is not None and entity != NULL_ENTITY:
-                counts[entity] = counts.get(entity, 0) + 1
+        counts = Counter(entity for entity in entity_ids if entity is not None and entity != NULL_ENTITY)
         ranked = sorted((e for e, c in counts.items() if c >= min_count), key=lambda e: (-counts[e], e))
         if max_entities is not None:
             ranked = ranked[:max_entities]
-        relations = sorted(set(relation_ids) - {SELF_RELATION, UNKNOWN_RELATION})
-        if kg is not None:
-            relations = sorted(set(relations) | set(kg.relation_ids))
+        relations = (set(relation_ids) - {SELF_RELATION, UNKNOWN_RELATION}) | set(
+            kg.relation_ids if kg is not None else ()
+        )
         return cls(
             entity_vocab=[NULL_ENTITY, *ranked],
-            relation_vocab=[SELF_RELATION, UNKNOWN_RELATION, *relations],
+            relation_vocab=[SELF_RELATION, UNKNOWN_RELATION, *sorted(relations)],
             entity_counts=[0, *(counts[e] for e in ranked)],
             kg=kg,
         )

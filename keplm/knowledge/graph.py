@@ -250,9 +250,8 @@ class KnowledgeGraph:
         remap = np.full(self.num_entities, -1, dtype=np.int64)
         remap[idxs] = np.arange(len(idxs), dtype=np.int64)
         keep = (remap[self.triples[:, 0]] >= 0) & (remap[self.triples[:, 2]] >= 0)
-        sub = self.triples[keep].copy()
-        sub[:, 0] = remap[sub[:, 0]]
-        sub[:, 2] = remap[sub[:, 2]]
+        sub = self.triples[keep]
+        sub[:, [0, 2]] = remap[sub[:, [0, 2]]]
         return KnowledgeGraph(
             [self.entity_ids[i] for i in idxs],
             self.relation_ids,

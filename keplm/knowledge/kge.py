@@ -107,12 +107,12 @@ def split_triples(triples: np.ndarray, valid_fraction: float, seed: int) -> tupl
     order = np.random.default_rng(seed).permutation(num)
     if target == 0:
         return np.sort(order), np.zeros(0, dtype=np.int64)
-    heads, relations, tails = (triples[:, i] for i in range(3))
+    heads, relations, tails = triples.T
     entity_uses = np.bincount(np.concatenate([heads, tails]))  # a self-loop uses its entity twice
     relation_uses = np.bincount(relations)
-    valid = []
+    valid, rows = [], triples.tolist()
     for i in order.tolist():
-        h, r, t = int(heads[i]), int(relations[i]), int(tails[i])
+        h, r, t = rows[i]
         needed = 2 if h == t else 1  # uses the triple takes from its entity (h == t) or from each of h and t
         if relation_uses[r] > 1 and entity_uses[h] > needed and entity_uses[t] > needed:
             entity_uses[h] -= 1
@@ -279,8 +279,7 @@ def train_kge(
     # fork_rng: the seed governs initialisation, shuffling and negative sampling without touching the caller's RNG
     with torch.random.fork_rng(devices=[device.index or 0] if device.type == "cuda" else []):
         torch.manual_seed(seed)
-        kge = _model_class(name)(kg.num_entities, kg.num_relations, hidden, sparse=sparse, **model_kwargs)
-        kge = kge.to(device)
+        kge = _model_class(name)(kg.num_entities, kg.num_relations, hidden, sparse=sparse, **model_kwargs).to(device)
         if rows is not None:
             rows, kept = torch.as_tensor(rows, device=device), torch.as_tensor(kept, device=device)
             _set_vectors(name, kge, rows, kept)

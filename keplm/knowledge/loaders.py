@@ -204,13 +204,11 @@ def load_jsonl_kg(path) -> KnowledgeGraph:
     for _, lineno, obj in iter_jsonl(path):
         kind = obj.get("type", "triple")
         where = (path, lineno)
+        if kind in ("entity", "relation") and obj.get("id") in (None, ""):
+            raise ValueError(f"{path}:{lineno}: {kind} line needs an 'id'")
         if kind == "entity":
-            if obj.get("id") in (None, ""):
-                raise ValueError(f"{path}:{lineno}: entity line needs an 'id'")
             b.declare_entity(str(obj["id"]), obj.get("name"), obj.get("aliases"), where)
         elif kind == "relation":
-            if obj.get("id") in (None, ""):
-                raise ValueError(f"{path}:{lineno}: relation line needs an 'id'")
             b.declare_relation(str(obj["id"]), obj.get("name"), where)
         elif kind == "triple":
             if any(obj.get(k) in (None, "") for k in ("h", "r", "t")):
