@@ -27,6 +27,7 @@ import os
 import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 
 import datasets
 import torch
@@ -220,16 +221,15 @@ def load_probe(
     ``P*.jsonl(.gz)`` fact files or one such file). Returns ``{"name", "facts", "relation_labels",
     "skipped_relations"}``; ``templates_file`` (relations.jsonl or a ParaRel patterns folder) overrides the
     default templates (LAMA's ``relations.jsonl``; ParaRel's patterns for ``pararel``)."""
-    data_dir = os.fspath(data_dir)
-    lama = os.path.join(data_dir, "lama")
-    default_templates = lama_relations = os.path.join(lama, "relations", "relations.jsonl")
+    lama = Path(data_dir, "lama")
+    default_templates = lama_relations = lama / "relations" / "relations.jsonl"
     if probe == "lama_trex":
-        files = _relation_files(os.path.join(lama, "TREx"))
+        files = _relation_files(lama / "TREx")
     elif probe in ("autoprompt_dev", "autoprompt_train"):
-        files = _relation_files(os.path.join(lama, "autoprompt_trex_train_dev"), "_" + probe.split("_")[1])
+        files = _relation_files(lama / "autoprompt_trex_train_dev", "_" + probe.split("_")[1])
     elif probe == "pararel":
-        files = _relation_files(os.path.join(data_dir, "pararel", "trex_lms_vocab"))
-        default_templates = os.path.join(data_dir, "pararel", "patterns")
+        files = _relation_files(Path(data_dir, "pararel", "trex_lms_vocab"))
+        default_templates = Path(data_dir, "pararel", "patterns")
     elif os.path.isdir(probe):
         files = _relation_files(probe, None) or sorted(
             os.path.join(probe, n) for n in os.listdir(probe) if n.endswith((".jsonl", ".jsonl.gz"))
@@ -243,11 +243,10 @@ def load_probe(
     facts = read_fact_files(files, relations, max_facts_per_relation)
     templates, labels = read_templates(templates_file or default_templates)
     if probe == "pararel":
-        trex = os.path.join(lama, "TREx")
-        if os.path.isdir(trex):
-            filled = attach_uris(facts, read_fact_files(_relation_files(trex), relations=relations))
+        if (lama / "TREx").is_dir():
+            filled = attach_uris(facts, read_fact_files(_relation_files(lama / "TREx"), relations=relations))
             logger.info("ParaRel: Wikidata ids for %d of %d facts from the LAMA T-REx uuids", filled, len(facts))
-        if not templates_file and os.path.isfile(lama_relations):
+        if not templates_file and lama_relations.is_file():
             labels = read_templates(lama_relations)[1]
     facts, skipped = attach_templates(facts, templates)
     if relations:

@@ -40,6 +40,7 @@ import time
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import datasets
 import numpy as np
@@ -171,14 +172,15 @@ class PretrainingCorpus:
         """Write ``seen_facts.tsv`` and ``held_out_facts.tsv`` (``keplm.data.lama.write_fact_keys``; the first is
         what ``run_scripts/run_probe.py --seen_fact_keys`` reads), ``corpus_report.json`` and, with
         ``save_dataset``, the dataset (``save_to_disk`` in ``dataset/``)."""
-        directory = os.fspath(directory)
-        os.makedirs(directory, exist_ok=True)
-        write_fact_keys(os.path.join(directory, "seen_facts.tsv"), self.seen_keys)
-        write_fact_keys(os.path.join(directory, "held_out_facts.tsv"), self.held_out_keys)
-        with open(os.path.join(directory, "corpus_report.json"), "w", encoding="utf-8") as f:
-            json.dump(self.report, f, indent=2, ensure_ascii=False)
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        write_fact_keys(directory / "seen_facts.tsv", self.seen_keys)
+        write_fact_keys(directory / "held_out_facts.tsv", self.held_out_keys)
+        (directory / "corpus_report.json").write_text(
+            json.dumps(self.report, indent=2, ensure_ascii=False), encoding="utf-8"
+        )
         if save_dataset:
-            self.dataset.save_to_disk(os.path.join(directory, "dataset"))
+            self.dataset.save_to_disk(directory / "dataset")
 
 
 def _relation_sort_key(relation: str):

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from collections.abc import Iterable
+from pathlib import Path
 
 import numpy as np
 from safetensors.numpy import load_file, save_file
@@ -301,25 +301,26 @@ class KnowledgeGraph:
         return self._content_hash
 
     def save_pretrained(self, directory) -> None:
+        directory = Path(directory)
         for what, ids in (("entity", self.entity_ids), ("relation", self.relation_ids)):
             bad = next((x for x in ids if "\t" in x or "\n" in x or "\r" in x), None)
             if bad is not None:
                 raise ValueError(f"{what} id {bad!r} contains a tab or newline and cannot be saved to TSV")
-        os.makedirs(directory, exist_ok=True)
-        with open(os.path.join(directory, KG_ENTITIES_NAME), "w", encoding="utf-8") as f:
+        directory.mkdir(parents=True, exist_ok=True)
+        with open(directory / KG_ENTITIES_NAME, "w", encoding="utf-8") as f:
             for eid, name, aliases in zip(self.entity_ids, self.entity_names, self.entity_aliases):
                 f.write(json.dumps({"id": eid, "name": name, "aliases": aliases}, ensure_ascii=False) + "\n")
-        with open(os.path.join(directory, KG_RELATIONS_NAME), "w", encoding="utf-8") as f:
+        with open(directory / KG_RELATIONS_NAME, "w", encoding="utf-8") as f:
             for rid, name in zip(self.relation_ids, self.relation_names):
                 f.write(json.dumps({"id": rid, "name": name}, ensure_ascii=False) + "\n")
         ents, rels = self.entity_ids, self.relation_ids
-        with open(os.path.join(directory, KG_TRIPLES_NAME), "w", encoding="utf-8") as f:
+        with open(directory / KG_TRIPLES_NAME, "w", encoding="utf-8") as f:
             f.writelines(f"{ents[h]}\t{rels[r]}\t{ents[t]}\n" for h, r, t in self.triples.tolist())
-        vec_path = os.path.join(directory, KG_VECTORS_NAME)
+        vec_path = directory / KG_VECTORS_NAME
         if self.entity_vectors is not None:
             save_file({_VECTORS_KEY: np.ascontiguousarray(self.entity_vectors)}, vec_path)
-        elif os.path.exists(vec_path):
-            os.remove(vec_path)
+        else:
+            vec_path.unlink(missing_ok=True)
         config = {
             "format_version": FORMAT_VERSION,
             "num_entities": self.num_entities,
@@ -327,33 +328,33 @@ class KnowledgeGraph:
             "num_triples": self.num_triples,
             "content_hash": self.content_hash(),
         }
-        with open(os.path.join(directory, KG_CONFIG_NAME), "w", encoding="utf-8") as f:
+        with open(directory / KG_CONFIG_NAME, "w", encoding="utf-8") as f:
             json.dump(config, f, indent=2)
             f.write("\n")
 
     @classmethod
     def from_pretrained(cls, directory, verify_hash: bool = True) -> KnowledgeGraph:
-        directory = os.fspath(directory)
-        if not os.path.isdir(directory):
+        directory = Path(directory)
+        if not directory.is_dir():
             raise FileNotFoundError(f"knowledge graph directory not found: {directory}")
         for name in (KG_CONFIG_NAME, KG_ENTITIES_NAME, KG_RELATIONS_NAME, KG_TRIPLES_NAME):
-            if not os.path.isfile(os.path.join(directory, name)):
+            if not (directory / name).is_file():
                 raise FileNotFoundError(f"missing {name} in knowledge graph directory {directory}")
-        config_path = os.path.join(directory, KG_CONFIG_NAME)
+        config_path = directory / KG_CONFIG_NAME
         config = read_json(config_path)
         if not isinstance(config, dict):
             raise ValueError(f"{config_path}: expected a JSON object, got {type(config).__name__}")
         check_format_version(config, config_path)
 
         ent_ids, ent_names, ent_aliases = [], [], []
-        for path, lineno, obj in iter_jsonl(os.path.join(directory, KG_ENTITIES_NAME)):
+        for path, lineno, obj in iter_jsonl(directory / KG_ENTITIES_NAME):
             if not isinstance(obj.get("id"), str):
                 raise ValueError(f"{path}:{lineno}: entity line needs a string 'id'")
             ent_ids.append(obj["id"])
             ent_names.append(obj.get("name", obj["id"]))
             ent_aliases.append(alias_list(obj.get("aliases"), f"{path}:{lineno}"))
         rel_ids, rel_names = [], []
-        for path, lineno, obj in iter_jsonl(os.path.join(directory, KG_RELATIONS_NAME)):
+        for path, lineno, obj in iter_jsonl(directory / KG_RELATIONS_NAME):
             if not isinstance(obj.get("id"), str):
                 raise ValueError(f"{path}:{lineno}: relation line needs a string 'id'")
             rel_ids.append(obj["id"])
@@ -362,7 +363,7 @@ class KnowledgeGraph:
         r_index = _check_unique(rel_ids, "relation")
 
         triples = []
-        tpath = os.path.join(directory, KG_TRIPLES_NAME)
+        tpath = directory / KG_TRIPLES_NAME
         with open(tpath, encoding="utf-8") as f:
             for lineno, line in enumerate(f, 1):
                 line = line.rstrip("\r\n")
@@ -377,8 +378,8 @@ class KnowledgeGraph:
                     raise ValueError(f"{tpath}:{lineno}: unknown id {e.args[0]!r}") from None
 
         vectors = None
-        vec_path = os.path.join(directory, KG_VECTORS_NAME)
-        if os.path.isfile(vec_path):
+        vec_path = directory / KG_VECTORS_NAME
+        if vec_path.is_file():
             tensors = load_file(vec_path)
             if _VECTORS_KEY not in tensors:
                 raise ValueError(f"{vec_path}: no tensor named {_VECTORS_KEY!r}")

@@ -153,9 +153,8 @@ def load_trex(paths_or_directory, include_autoprompt: bool = True) -> KnowledgeG
     jsonl files. First label seen is the name, other labels become aliases; duplicate facts are dropped."""
     if isinstance(paths_or_directory, (str, os.PathLike)) and os.path.isdir(paths_or_directory):
         root = os.fspath(paths_or_directory)
-        files = []
         if os.path.isdir(os.path.join(root, "TREx")):
-            files += _jsonl_files(os.path.join(root, "TREx"))
+            files = _jsonl_files(os.path.join(root, "TREx"))
             if include_autoprompt:  # a missing folder has no files
                 files += _jsonl_files(os.path.join(root, "autoprompt_trex_train_dev"))
         else:
@@ -182,16 +181,14 @@ def load_trex(paths_or_directory, include_autoprompt: bool = True) -> KnowledgeG
             pid = obj.get("predicate_id") or file_pid
             if not sub or not obj_uri or not pid:
                 raise ValueError(f"{path}:{lineno}: need sub_uri, obj_uri and predicate_id (or a P*.jsonl file name)")
-            sub, obj_uri = str(sub), str(obj_uri)
-            b.add(sub, str(pid), obj_uri, where=(path, lineno))
-            for eid, label in ((sub, obj.get("sub_label")), (obj_uri, obj.get("obj_label"))):
-                if label:
-                    b.set_name(eid, label, (path, lineno))
+            b.add(str(sub), str(pid), str(obj_uri), where=(path, lineno))
+            b.set_name(str(sub), obj.get("sub_label"), (path, lineno))  # a missing or empty label names nothing
+            b.set_name(str(obj_uri), obj.get("obj_label"), (path, lineno))
     rel_path = _find_relations_jsonl(search_dirs)
     if rel_path is not None:
         for path, lineno, obj in iter_jsonl(rel_path):
-            if obj.get("relation") in b.r_index and obj.get("label"):
-                b.set_relation_name(obj["relation"], obj["label"], (path, lineno))
+            if obj.get("relation") in b.r_index:
+                b.set_relation_name(obj["relation"], obj.get("label"), (path, lineno))
     return b.build()
 
 
