@@ -111,17 +111,18 @@ class KeplmDataCollator:
         if schema is not None:
             defaults["graph_schema"] = schema
         defaults["graph"] = schema is not None
-        if model is not None and getattr(model.config, "is_encoder_decoder", False):
-            # an encoder-decoder's labels are the target sequence, a family of their own (padded with -100)
-            families = {
-                family: tuple(k for k in keys if k != "labels")
-                for family, keys in defaults["sequence_families"].items()
-            }
-            defaults["sequence_families"] = {**families, "labels": ("labels",)}
         if model is not None:
-            defaults["graph"] = bool(getattr(model.config, "reads_graph", False))
-            if defaults["graph"] and getattr(model.config, "uses_knowledge_assets", False):
-                defaults["entity_vocab_size"] = model.config.entity_vocab_size
+            config = model.config
+            if getattr(config, "is_encoder_decoder", False):
+                # an encoder-decoder's labels are the target sequence, a family of their own (padded with -100)
+                families = {
+                    family: tuple(k for k in keys if k != "labels")
+                    for family, keys in defaults["sequence_families"].items()
+                }
+                defaults["sequence_families"] = {**families, "labels": ("labels",)}
+            defaults["graph"] = bool(getattr(config, "reads_graph", False))
+            if defaults["graph"] and getattr(config, "uses_knowledge_assets", False):
+                defaults["entity_vocab_size"] = config.entity_vocab_size
             if kwargs.get("padding_side", defaults["padding_side"]) == "left" and _absolute_positions(model):
                 if "position_ids" not in inspect.signature(model.forward).parameters:
                     raise ValueError(

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from keplm.io_utils import progress, read_json
 from keplm.knowledge.annotation import KnowledgeAnnotation
 
-from . import load_ner_dataset, load_qa_dataset
+from . import limit_samples, load_ner_dataset, load_qa_dataset
 from .lama import _relation_files, read_fact_file
 
 logger = logging.getLogger(__name__)
@@ -383,11 +383,7 @@ def read_task_examples(path: str, task_and_options: str, spec: str | None = None
         rows = [(str(i), " ".join(tokens)) for i, tokens in zip(data["train"]["id"], data["train"]["tokens"])]
     else:
         data = load_qa_dataset(path, split_by_article=options["articles"])
-        train = (
-            data["train"]
-            if options["first"] is None
-            else data["train"].select(range(min(options["first"], len(data["train"]))))
-        )
+        train = limit_samples(data, {"train": options["first"]})["train"]
         rows = list(zip(map(str, train["id"]), train["context"]))
     collector = _Collector("task", report)
     for example_id, text in rows:

@@ -235,7 +235,7 @@ def load_pretraining_corpus(
     probe_keys = {(str(f["sub_uri"]), f["relation"], str(f["obj_uri"])) for f in probe_facts}
     sampled = sample_held_out(probe_keys, held_out_fraction, seed)
     # an example expressing a held-out fact goes, and so does every other example with the same text
-    removed_texts = {ex["text"] for examples in groups for ex in examples if any(f in sampled for f in ex["facts"])}
+    removed_texts = {ex["text"] for examples in groups for ex in examples if not sampled.isdisjoint(ex["facts"])}
     kept, ids = [], set()
     for group, (examples, report) in enumerate(zip(groups, reports)):
         report["held_out"] = report["held_out_triplets_removed"] = 0

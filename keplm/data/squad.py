@@ -220,12 +220,7 @@ def squad_article_split(
     sizes = {"train": n_train, "validation": validation_articles, "test": test_articles}
     if min(sizes.values()) < 0 or sum(sizes.values()) > len(order):
         raise ValueError(f"Cannot split {len(order)} articles of {source} into {sizes}")
-    assignment: dict[int, str] = {}
-    start = 0
-    for split, size in sizes.items():
-        for article in order[start : start + size]:
-            assignment[article] = split
-        start += size
+    assignment = dict(zip(order, (split for split, size in sizes.items() for _ in range(size))))  # in file order
     out, made = {}, []
     for split, size in sizes.items():
         if size > 0:
@@ -303,36 +298,35 @@ def load_qa_dataset(
     if explicit_option and len(files) > 1:
         raise ValueError(f"split_by_article splits one file, but {len(files)} were found: {files}")
 
-    splits: dict[str, datasets.Dataset] = {}
     if len(files) == 1:
         (path,) = files.values()
         rows, report["answer_starts"]["file"] = read_squad_json(path, fix_answer_starts, return_report=True)
         if not rows:
             raise ValueError(f"{path} holds no question")
         report["files"] = {"file": path}
-        articles = len({row["article_index"] for row in rows})
         if split_option is not None:
             dsd = squad_article_split(rows, *split_option, source=path)
             report["article_split"] = {
                 split: {"articles": len(set(data["article_index"])), "questions": len(data)}
                 for split, data in dsd.items()
             }
-            return (dsd, report) if return_report else dsd
-        logger.info(
-            "%s: one file and no split_by_article: all its %d questions (%d articles) are the train split",
-            path,
-            len(rows),
-            articles,
-        )
-        splits["train"] = _to_dataset(rows)
+        else:
+            logger.info(
+                "%s: one file and no split_by_article: all its %d questions (%d articles) are the train split",
+                path,
+                len(rows),
+                len({row["article_index"] for row in rows}),
+            )
+            dsd = datasets.DatasetDict({"train": _to_dataset(rows)})
     else:
+        splits = {}
         for split in (s for s in SPLITS if s in files):
             rows, report["answer_starts"][split] = read_squad_json(files[split], fix_answer_starts, return_report=True)
             if not rows:
                 raise ValueError(f"the {split} split is empty: {files[split]} holds no question")
             splits[split] = _to_dataset(rows)
         report["files"] = dict(files)
-    dsd = datasets.DatasetDict(splits)
+        dsd = datasets.DatasetDict(splits)
     return (dsd, report) if return_report else dsd
 
 

@@ -180,10 +180,9 @@ class KnowledgeAssets:
         old_facts = set(old.fact_ids()) if old is not None else set()
         new_facts = set(kg.fact_ids())
         added = sorted(new_entities - old_entities)
-        known_relations = set(self.relation_vocab)
         # a vocabulary of the reserved ids alone: a model without relation embeddings (e.g. one reading names)
         has_relations = len(self.relation_vocab) > 2
-        unknown_relation_facts = [f for f in new_facts if has_relations and f[1] not in known_relations]
+        unknown_relation_facts = [f for f in new_facts if has_relations and f[1] not in self._relation_rows]
         return {
             "entities_added": len(added),
             "entities_removed": len(old_entities - new_entities),
@@ -260,17 +259,14 @@ class KnowledgeAssets:
             if key in ("format_version", "vocab_hash", "kg_hash", "counts_hash")
         ):
             return reuse
-        for name in (ENTITY_VOCAB_NAME, RELATION_VOCAB_NAME):
+        vocab = {}
+        for name, key in ((ENTITY_VOCAB_NAME, "entities"), (RELATION_VOCAB_NAME, "relations")):
             if not (directory / name).is_file():
                 raise FileNotFoundError(f"knowledge asset {directory / name} is missing")
-        entity_data = read_json(directory / ENTITY_VOCAB_NAME)
-        relation_data = read_json(directory / RELATION_VOCAB_NAME)
-        for name, data, key in (
-            (ENTITY_VOCAB_NAME, entity_data, "entities"),
-            (RELATION_VOCAB_NAME, relation_data, "relations"),
-        ):
-            if not isinstance(data, dict) or not isinstance(data.get(key), list):
+            vocab[key] = read_json(directory / name)
+            if not isinstance(vocab[key], dict) or not isinstance(vocab[key].get(key), list):
                 raise ValueError(f"{directory / name}: expected a JSON object with a {key!r} list")
+        entity_data, relation_data = vocab["entities"], vocab["relations"]
         kg = None
         kg_dir = directory / KG_DIR
         if config.get("kg_hash"):

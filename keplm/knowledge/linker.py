@@ -316,11 +316,9 @@ class EntityLinker:
         if self.mention_filter is not None and matches:
             matches = self.mention_filter(text, matches)
         mentions = [EntityMention(text[s:e], s, e, kg.entity_ids[i]) for s, e, i in matches]
-        triplets = []
-        if matches:
-            trip = kg.triples_among([i for _, _, i in matches], self.hops, self.max_neighbors_per_entity)
-            ents, rels = kg.entity_ids, kg.relation_ids
-            triplets = [Triplet(ents[h], rels[r], ents[t]) for h, r, t in trip.tolist()]
+        trip = kg.triples_among([i for _, _, i in matches], self.hops, self.max_neighbors_per_entity)
+        ents, rels = kg.entity_ids, kg.relation_ids
+        triplets = [Triplet(ents[h], rels[r], ents[t]) for h, r, t in trip.tolist()]
         return KnowledgeAnnotation(entities=mentions, triplets=triplets)
 
     def link_tokens(self, tokens: list[str]) -> KnowledgeAnnotation:
