@@ -242,9 +242,10 @@ def _mrpc_test(directory: str) -> list[dict]:
     labels_path = find_file(directory, "msr_paraphrase_test.txt", required=False)
     if labels_path is None:
         raise FileNotFoundError(f"{directory}: no msr_paraphrase_test.txt(.gz) with the labels of the MRPC test set")
-    labels = {}
-    for row in _read_rows(labels_path, _MRPC_HEADER, 5, {"_id1": 1, "_id2": 2}, 0):
-        labels[(row["_id1"], row["_id2"])] = row["label"]
+    labels = {
+        (row["_id1"], row["_id2"]): row["label"]
+        for row in _read_rows(labels_path, _MRPC_HEADER, 5, {"_id1": 1, "_id2": 2}, 0)
+    }
     for row in rows:
         key = (row.pop("_id1"), row.pop("_id2"))
         if key not in labels:

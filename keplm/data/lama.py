@@ -285,7 +285,7 @@ def read_fact_keys(path: str | os.PathLike) -> set[tuple[str, str, str]]:
             parts = line.rstrip("\n").split("\t")
             if len(parts) != 3 or not all(parts):
                 raise ValueError(f"{path}:{lineno}: expected sub_uri<TAB>predicate_id<TAB>obj_uri")
-            keys.add((parts[0], parts[1], parts[2]))
+            keys.add(tuple(parts))
     return keys
 
 

@@ -159,8 +159,7 @@ def load_semeval2010_task8(
             raise FileNotFoundError(
                 f"{source}: not a folder of the SemEval-2010 Task 8 release (pass a file as train_file / test_file)"
             )
-        files = release_files(source)
-        splits = {split: read_semeval_file(path) for split, path in files.items()}
+        splits = {split: read_semeval_file(path) for split, path in release_files(source).items()}
     elif source is not None and not (train_file or validation_file or test_file):
         splits = _from_hub(source, **hub_kwargs)
     else:

@@ -143,7 +143,7 @@ class KnowledgeAnnotation:
             if m.id is not None and (not isinstance(m.id, str) or not m.id):
                 raise ValueError(f"mention {i} ({m.text!r}): id must be a non-empty string or None, got {m.id!r}")
         for i, tr in enumerate(self.triplets):
-            for key in ("h", "r", "t"):
+            for key in "hrt":
                 val = getattr(tr, key)
                 if not isinstance(val, str) or not val:
                     raise ValueError(f"triplet {i}: {key} must be a non-empty string id, got {val!r}")
@@ -199,7 +199,7 @@ class KnowledgeAnnotation:
             )
         triplets = []
         for i, t in enumerate(d.get("triplets") or []):
-            missing = [k for k in ("h", "r", "t") if k not in t]
+            missing = [k for k in "hrt" if k not in t]
             if missing:
                 raise ValueError(f"triplet {i} is missing {missing}: {t!r}")
             triplets.append(Triplet(*(_id_str(t[key], f"triplet {i} {key}") for key in "hrt")))

@@ -74,7 +74,7 @@ class KnowledgeAssets:
 
     def entity_row(self, entity_id: str | None) -> int:
         """Entity-memory row of an entity id; unknown (unseen in training) entities map to the null row 0."""
-        return self._entity_rows.get(entity_id, 0) if entity_id is not None else 0
+        return self._entity_rows.get(entity_id, 0)
 
     def with_entities(self, entity_ids: Iterable[str]) -> KnowledgeAssets:
         """A copy whose vocabulary also has rows (appended, count 0) for those of ``entity_ids`` that the KG holds and

@@ -189,7 +189,8 @@ class KnowledgeGraph:
         if not 0 <= idx < self.num_entities:
             raise ValueError(f"entity index {entity_idx} out of range [0, {self.num_entities})")
         indptr, other, tri = self._csr
-        return other[indptr[idx] : indptr[idx + 1]], tri[indptr[idx] : indptr[idx + 1]]
+        rows = slice(indptr[idx], indptr[idx + 1])
+        return other[rows], tri[rows]
 
     def neighbors(self, entity_idx: int) -> np.ndarray:
         """Triples (h, r, t) touching ``entity_idx`` as head or tail, [k, 3] int64."""

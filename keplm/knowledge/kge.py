@@ -183,10 +183,10 @@ def tail_ranks(model, head, rel, tail, batch_size: int, progress: bool = False):
 
 def _evaluate(model, triples, batch_size: int, progress: bool) -> dict:
     """Raw tail-ranking metrics of ``triples`` from one ranking pass (:func:`tail_ranks`)."""
-    ranks = tail_ranks(model, triples[:, 0], triples[:, 1], triples[:, 2], batch_size, progress)
+    ranks = tail_ranks(model, *triples.unbind(1), batch_size, progress)
     return {
         "protocol": METRIC_PROTOCOL,
-        "triples": int(len(triples)),
+        "triples": len(triples),
         "mean_rank": float(ranks.mean()) + 1.0,
         "mrr": float((1.0 / (ranks + 1)).mean()),
         "hits@1": float((ranks < 1).double().mean()),
@@ -301,9 +301,7 @@ def train_kge(
             device,
         )
         loader = kge.loader(
-            train[:, 0],
-            train[:, 1],
-            train[:, 2],
+            *train.unbind(1),
             batch_size=batch_size,
             shuffle=True,
             generator=torch.Generator().manual_seed(seed),
@@ -371,10 +369,10 @@ def train_kge(
         "valid_fraction": valid_fraction,
         "triples": {
             "total": kg.num_triples,
-            "train": int(len(train_idx)),
-            "valid": int(len(valid_idx)),
+            "train": len(train_idx),
+            "valid": len(valid_idx),
             "valid_requested": requested,
-            "ranked": int(len(ranked_idx)),
+            "ranked": len(ranked_idx),
         },
         "kg": {
             "entities": kg.num_entities,
@@ -385,8 +383,8 @@ def train_kge(
         "kept_vectors": None
         if rows is None
         else {
-            "entities": int(len(rows)),
-            "trained": kg.num_entities - int(len(rows)),
+            "entities": len(rows),
+            "trained": kg.num_entities - len(rows),
             "source_content_hash": keep_vectors.content_hash(),
         },
         "losses": losses,

@@ -253,8 +253,7 @@ class EntityLinker:
 
     def candidates(self, surface: str) -> tuple[int, ...]:
         """Entity indices sharing this alias, best prior first (empty if unknown)."""
-        key = self._alias_key(surface)
-        return self._candidates.get(key, ()) if key is not None else ()
+        return self._candidates.get(self._alias_key(surface), ())
 
     def _normalize(self, s: str) -> str:
         return _lower_same_length(s) if self.lowercase else s
