@@ -313,21 +313,17 @@ def _load_hub(name: str, task: GlueTask | None, text_columns, label_column, idx_
         ) from err
     if not isinstance(dsd, datasets.DatasetDict):
         dsd = datasets.DatasetDict({"train": dsd})
+    names = task.text_columns if task else ()
     for split in list(dsd):
         columns = dsd[split].column_names
         renames = {
             old: new
-            for old, new in (
-                *zip(text_columns or (), task.text_columns if task else ()),
-                (label_column, "label"),
-                (idx_column, "idx"),
-            )
+            for old, new in (*zip(text_columns or (), names), (label_column, "label"), (idx_column, "idx"))
             if old != new and old in columns
         }
         if renames:
             dsd[split] = dsd[split].rename_columns(renames)
-        needed = [*(task.text_columns if task else ()), "label"]
-        missing = [c for c in needed if c not in dsd[split].column_names]
+        missing = [c for c in (*names, "label") if c not in dsd[split].column_names]
         if missing:
             raise ValueError(
                 f"Hub dataset {name!r} split {split!r} lacks {missing} (columns: {columns}); "

@@ -65,8 +65,7 @@ def parse_tagged_sentence(text: str, where: str = "sentence") -> dict:
         last = start + len(tag)
         spans[tag] = sum(map(len, plain))
     plain.append(text[last:])
-    sentence = "".join(plain)
-    row = {"sentence": sentence}
+    row = {"sentence": "".join(plain)}
     for name in ("e1", "e2"):
         begin, end = spans[f"<{name}>"], spans[f"</{name}>"]
         if end <= begin:
