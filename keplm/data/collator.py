@@ -111,17 +111,18 @@ class KeplmDataCollator:
         if schema is not None:
             defaults["graph_schema"] = schema
         defaults["graph"] = schema is not None
-        if model is not None and getattr(model.config, "is_encoder_decoder", False):
-            # an encoder-decoder's labels are the target sequence, a family of their own (padded with -100)
-            families = {
-                family: tuple(k for k in keys if k != "labels")
-                for family, keys in defaults["sequence_families"].items()
-            }
-            defaults["sequence_families"] = {**families, "labels": ("labels",)}
         if model is not None:
-            defaults["graph"] = bool(getattr(model.config, "reads_graph", False))
-            if defaults["graph"] and getattr(model.config, "uses_knowledge_assets", False):
-                defaults["entity_vocab_size"] = model.config.entity_vocab_size
+            config = model.config
+            if getattr(config, "is_encoder_decoder", False):
+                # an encoder-decoder's labels are the target sequence, a family of their own (padded with -100)
+                families = {
+                    family: tuple(k for k in keys if k != "labels")
+                    for family, keys in defaults["sequence_families"].items()
+                }
+                defaults["sequence_families"] = {**families, "labels": ("labels",)}
+            defaults["graph"] = bool(getattr(config, "reads_graph", False))
+            if defaults["graph"] and getattr(config, "uses_knowledge_assets", False):
+                defaults["entity_vocab_size"] = config.entity_vocab_size
             if kwargs.get("padding_side", defaults["padding_side"]) == "left" and _absolute_positions(model):
                 if "position_ids" not in inspect.signature(model.forward).parameters:
                     raise ValueError(
@@ -158,17 +159,17 @@ class KeplmDataCollator:
         batch: dict[str, torch.Tensor] = {}
         shifts = {}
         for family in self.sequence_families:
+            family_keys = [k for k in keys if self._family_of.get(k) == family and k not in scalars]
             if family in keys:
-                family_keys = [k for k in keys if self._family_of.get(k) == family and k not in scalars]
                 shifts[family] = self._pad_family(features, family, family_keys, batch)
-            elif any(self._family_of.get(k) == family and k not in scalars for k in keys):
+            elif family_keys:
                 raise ValueError(f"features have fields of the {family!r} family but no {family!r}")
         for key in keys:
             if key in batch or key in schema_keys:
                 continue
             values = torch.tensor([f[key] for f in features])
             family = self.position_keys.get(key)
-            if family is not None and family in shifts:
+            if family in shifts:
                 values = torch.where(values >= 0, values + shifts[family], values)
             batch[key] = values
         if self.graph:

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from keplm.io_utils import progress, read_json
 from keplm.knowledge.annotation import KnowledgeAnnotation
 
-from . import load_ner_dataset, load_qa_dataset
+from . import limit_samples, load_ner_dataset, load_qa_dataset
 from .lama import _relation_files, read_fact_file
 
 logger = logging.getLogger(__name__)
@@ -49,8 +49,8 @@ def _new_report(spec: str, kind: str) -> dict:
     }
 
 
-def _skip(report: dict, reason: str) -> None:
-    report["skipped"][reason] = report["skipped"].get(reason, 0) + 1
+def _skip(report: dict, reason: str, count: int = 1) -> None:
+    report["skipped"][reason] = report["skipped"].get(reason, 0) + count
 
 
 class _Collector:
@@ -87,10 +87,7 @@ class _Collector:
         self.report["kept"] += 1
         for mention in entities:  # non-overlapping mentions only (the KALA processor expects them)
             spans = example["entities"]
-            if any(
-                m["start"] == mention["start"] and m["end"] == mention["end"] and m["id"] == mention["id"]
-                for m in spans
-            ):
+            if mention in spans:  # the same span of the same text and entity
                 continue
             if any(m["start"] < mention["end"] and mention["start"] < m["end"] for m in spans):
                 self.report["mentions_dropped_overlap"] += 1
@@ -168,7 +165,7 @@ def read_trex_examples(
             if not fact["sub_uri"] or not fact["obj_uri"]:  # no key: neither held out nor seen, counted
                 report["facts_without_ids"] += 1
                 report["read"] += len(fact["evidences"])
-                report["skipped"]["no_ids"] = report["skipped"].get("no_ids", 0) + len(fact["evidences"])
+                _skip(report, "no_ids", len(fact["evidences"]))
                 continue
             facts.append(fact)
             key = (str(fact["sub_uri"]), fact["relation"], str(fact["obj_uri"]))
@@ -186,34 +183,8 @@ def read_trex_examples(
 
 # --------------------------------------------------------------------------- FewRel
 
-_NO_SPACE_BEFORE = {
-    ",",
-    ".",
-    ";",
-    ":",
-    "!",
-    "?",
-    ")",
-    "]",
-    "}",
-    "%",
-    "'",
-    "''",
-    "”",
-    "’",
-    "...",
-    "..",
-    "'s",
-    "'S",
-    "’s",
-    "n't",
-    "'re",
-    "'ve",
-    "'ll",
-    "'d",
-    "'m",
-}
-_NO_SPACE_AFTER = {"(", "[", "{", "$", "£", "#", "``", "“", "‘"}
+_NO_SPACE_BEFORE = set(", . ; : ! ? ) ] } % ' '' ” ’ ... .. 's 'S ’s n't 're 've 'll 'd 'm".split())
+_NO_SPACE_AFTER = set("( [ { $ £ # `` “ ‘".split())
 _JOINERS = {"-", "–", "—", "/"}  # "four - lane" -> "four-lane", "1987 – 1990" -> "1987–1990"
 
 
@@ -412,11 +383,7 @@ def read_task_examples(path: str, task_and_options: str, spec: str | None = None
         rows = [(str(i), " ".join(tokens)) for i, tokens in zip(data["train"]["id"], data["train"]["tokens"])]
     else:
         data = load_qa_dataset(path, split_by_article=options["articles"])
-        train = (
-            data["train"]
-            if options["first"] is None
-            else data["train"].select(range(min(options["first"], len(data["train"]))))
-        )
+        train = limit_samples(data, {"train": options["first"]})["train"]
         rows = list(zip(map(str, train["id"]), train["context"]))
     collector = _Collector("task", report)
     for example_id, text in rows:

@@ -51,22 +51,23 @@ DOCRED_FEATURES = datasets.Features(
 
 def docred_document_to_row(doc: dict) -> dict:
     """One DocRED-schema document as a row (``text``, char spans per entity mention, types, facts)."""
-    sentence_starts = np.cumsum([0] + [len(s) for s in doc["sents"]])
-    words = [w for sentence in doc["sents"] for w in sentence]
+    sents, title = doc["sents"], doc.get("title")
+    sentence_starts = np.cumsum([0] + [len(s) for s in sents])
+    words = [w for sentence in sents for w in sentence]
     offsets = word_offsets(words)
     text = " ".join(words)
     spans, names, types = [], [], []
     for e, entity in enumerate(doc["vertexSet"]):
         if not entity:
-            raise ValueError(f"{doc.get('title')!r}: entity {e} has no mentions")
+            raise ValueError(f"{title!r}: entity {e} has no mentions")
         mention_spans = []
         for mention in entity:
             sent_id, (start, end) = mention["sent_id"], mention["pos"]
-            if not 0 <= sent_id < len(doc["sents"]) or not 0 <= start < end <= len(doc["sents"][sent_id]):
-                length = len(doc["sents"][sent_id]) if 0 <= sent_id < len(doc["sents"]) else None
+            length = len(sents[sent_id]) if 0 <= sent_id < len(sents) else None
+            if length is None or not 0 <= start < end <= length:
                 raise ValueError(
-                    f"{doc.get('title')!r}: entity {e} mention pos {mention['pos']} is outside its sentence "
-                    f"(sent_id {sent_id} of {len(doc['sents'])} sentences, {length} words)"
+                    f"{title!r}: entity {e} mention pos {mention['pos']} is outside its sentence "
+                    f"(sent_id {sent_id} of {len(sents)} sentences, {length} words)"
                 )
             first, last = sentence_starts[sent_id] + start, sentence_starts[sent_id] + end - 1
             mention_spans.append([int(offsets[first, 0]), int(offsets[last, 1])])
@@ -77,7 +78,7 @@ def docred_document_to_row(doc: dict) -> dict:
     for label in doc.get("labels", []):
         h, t = int(label["h"]), int(label["t"])
         if not (0 <= h < len(spans) and 0 <= t < len(spans)):
-            raise ValueError(f"{doc.get('title')!r}: fact {label} names an entity outside 0..{len(spans) - 1}")
+            raise ValueError(f"{title!r}: fact {label} names an entity outside 0..{len(spans) - 1}")
         facts.append({"h": h, "t": t, "r": str(label["r"])})
     return {
         "title": doc.get("title", ""),

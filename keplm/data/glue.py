@@ -39,7 +39,7 @@ import datasets
 from keplm.io_utils import find_file, open_text
 
 from .glue_files import encode_labels, infer_label_names, read_table, table_rows
-from .splits import SPLITS, find_split_files, is_local_data, limit_samples, resolve_data_file, split_of_file
+from .splits import SPLITS, is_local_data, limit_samples, local_split_files
 
 __all__ = [
     "GlueTask",
@@ -100,6 +100,13 @@ def glue_task(name: str | GlueTask) -> GlueTask:
     return GLUE_TASKS[key]
 
 
+def _known_task(name: str) -> GlueTask | None:
+    try:
+        return glue_task(name)
+    except ValueError:
+        return None
+
+
 def task_of_dataset(dataset_dict: datasets.DatasetDict, name: str = "custom") -> GlueTask:
     """The task of GLUE-like data loaded from files without a task name: its text columns (``sentence``, or
     ``sentence1`` and ``sentence2``) and label names as loaded, scored like SST-2 (accuracy) or, for float labels,
@@ -132,24 +139,20 @@ def glue_features(
 
 # ---------------------------------------------------------------------------------------------- raw task folders
 def _tsv_lines(path: str, quoted: bool = False):
-    """``(line number, fields)`` of a TSV file, BOM removed; ``quoted``: CSV quoting (RTE's HF export)."""
+    """``(line number, fields)`` of a TSV file (``open_text`` drops a BOM); ``quoted``: CSV quoting (RTE's HF
+    export)."""
     with open_text(path) as handle:
-        try:
-            if quoted:
-                reader = csv.reader(handle, delimiter="\t")
-                for fields in reader:
-                    if fields:
-                        if reader.line_num == 1 and fields[0].startswith("\ufeff"):
-                            fields[0] = fields[0][1:]
-                        yield reader.line_num, fields
-                return
+        if not quoted:
             for line_no, line in enumerate(handle, 1):
-                line = line.rstrip("\r\n")
-                if line_no == 1:
-                    line = line.lstrip("\ufeff")
                 if line.strip():
-                    yield line_no, line.split("\t")
-        except (UnicodeDecodeError, csv.Error) as err:
+                    yield line_no, line.rstrip("\r\n").split("\t")
+            return
+        reader = csv.reader(handle, delimiter="\t")
+        try:
+            for fields in reader:
+                if fields:
+                    yield reader.line_num, fields
+        except csv.Error as err:
             raise ValueError(f"{path}: unreadable ({err})") from err
 
 
@@ -213,18 +216,16 @@ def _read_rows(
 
 
 _MRPC_HEADER = ("Quality", "#1 ID", "#2 ID", "#1 String", "#2 String")
-_STSB_HEADER = (
-    "index",
-    "genre",
-    "filename",
-    "year",
-    "old_index",
-    "source1",
-    "source2",
-    "sentence1",
-    "sentence2",
-    "score",
-)
+_STSB_HEADER = tuple("index genre filename year old_index source1 source2 sentence1 sentence2 score".split())
+
+#: the raw train / dev (and RTE's test) files of each task but CoLA: their header, number of fields, the fields of the
+#: text columns, of the label and of the index (None: the row number), and how they are read (:func:`_read_rows`)
+_RAW_FORMATS = {
+    "sst2": (("sentence", "label"), 2, {"sentence": 0}, 1, None, {}),
+    "mrpc": (_MRPC_HEADER, 5, {"sentence1": 3, "sentence2": 4}, 0, None, {}),
+    "stsb": (_STSB_HEADER, 10, {"sentence1": 7, "sentence2": 8}, 9, 0, {"regression": True}),
+    "rte": (("sentence1", "sentence2", "label", "idx"), 4, {"sentence1": 0, "sentence2": 1}, 2, 3, {"quoted": True}),
+}
 
 
 def _mrpc_test(directory: str) -> list[dict]:
@@ -232,7 +233,7 @@ def _mrpc_test(directory: str) -> list[dict]:
     path = find_file(directory, "test.tsv")
     rows = _read_rows(
         path,
-        ("index", "#1 ID", "#2 ID", "#1 String", "#2 String"),
+        ("index", *_MRPC_HEADER[1:]),
         5,
         {"sentence1": 3, "sentence2": 4, "_id1": 1, "_id2": 2},
         None,
@@ -241,9 +242,10 @@ def _mrpc_test(directory: str) -> list[dict]:
     labels_path = find_file(directory, "msr_paraphrase_test.txt", required=False)
     if labels_path is None:
         raise FileNotFoundError(f"{directory}: no msr_paraphrase_test.txt(.gz) with the labels of the MRPC test set")
-    labels = {}
-    for row in _read_rows(labels_path, _MRPC_HEADER, 5, {"_id1": 1, "_id2": 2}, 0):
-        labels[(row["_id1"], row["_id2"])] = row["label"]
+    labels = {
+        (row["_id1"], row["_id2"]): row["label"]
+        for row in _read_rows(labels_path, _MRPC_HEADER, 5, {"_id1": 1, "_id2": 2}, 0)
+    }
     for row in rows:
         key = (row.pop("_id1"), row.pop("_id2"))
         if key not in labels:
@@ -276,37 +278,16 @@ def read_glue_task_dir(
         splits["validation"] = [row for name in choices[cola_validation] for row in cola(name)]
         for i, row in enumerate(splits["validation"]):
             row["idx"] = i
-    elif task.name == "sst2":
-        for split, name in (("train", "train.tsv"), ("validation", "dev.tsv")):
-            splits[split] = _read_rows(find_file(directory, name), ("sentence", "label"), 2, {"sentence": 0}, 1)
-    elif task.name == "mrpc":
-        for split, name in (("train", "train.tsv"), ("validation", "dev.tsv")):
-            splits[split] = _read_rows(find_file(directory, name), _MRPC_HEADER, 5, {"sentence1": 3, "sentence2": 4}, 0)
-        splits["test"] = _mrpc_test(directory)
-    elif task.name == "stsb":
-        for split, name in (("train", "train.tsv"), ("validation", "dev.tsv")):
+    else:
+        header, num_fields, text, label, idx, options = _RAW_FORMATS[task.name]
+        files = {"train": "train.tsv", "validation": "dev.tsv", **({"test": "test.tsv"} if task.name == "rte" else {})}
+        for split, name in files.items():
+            allowed = (-1,) if split == "test" else (0, 1)  # RTE's test labels are hidden
             splits[split] = _read_rows(
-                find_file(directory, name),
-                _STSB_HEADER,
-                10,
-                {"sentence1": 7, "sentence2": 8},
-                9,
-                idx=0,
-                regression=True,
+                find_file(directory, name), header, num_fields, text, label, idx, **options, allowed=allowed
             )
-    elif task.name == "rte":
-        for split, name in (("train", "train.tsv"), ("validation", "dev.tsv"), ("test", "test.tsv")):
-            allowed = (-1,) if split == "test" else (0, 1)
-            splits[split] = _read_rows(
-                find_file(directory, name),
-                ("sentence1", "sentence2", "label", "idx"),
-                4,
-                {"sentence1": 0, "sentence2": 1},
-                2,
-                idx=3,
-                quoted=True,
-                allowed=allowed,
-            )
+        if task.name == "mrpc":
+            splits["test"] = _mrpc_test(directory)
     return splits
 
 
@@ -332,21 +313,17 @@ def _load_hub(name: str, task: GlueTask | None, text_columns, label_column, idx_
         ) from err
     if not isinstance(dsd, datasets.DatasetDict):
         dsd = datasets.DatasetDict({"train": dsd})
+    names = task.text_columns if task else ()
     for split in list(dsd):
         columns = dsd[split].column_names
         renames = {
             old: new
-            for old, new in (
-                *zip(text_columns or (), task.text_columns if task else ()),
-                (label_column, "label"),
-                (idx_column, "idx"),
-            )
+            for old, new in (*zip(text_columns or (), names), (label_column, "label"), (idx_column, "idx"))
             if old != new and old in columns
         }
         if renames:
             dsd[split] = dsd[split].rename_columns(renames)
-        needed = [*(task.text_columns if task else ()), "label"]
-        missing = [c for c in needed if c not in dsd[split].column_names]
+        missing = [c for c in (*names, "label") if c not in dsd[split].column_names]
         if missing:
             raise ValueError(
                 f"Hub dataset {name!r} split {split!r} lacks {missing} (columns: {columns}); "
@@ -396,51 +373,23 @@ def load_glue_dataset(
     explicit = {"train": train_file, "validation": validation_file, "test": test_file}
     path = os.fspath(task_or_path) if task_or_path is not None else None
     if not is_local_data(path, "GLUE data"):
-        named = None
-        if "/" not in path and os.sep not in path:  # a bare task name, not a Hub id "owner/name"
-            try:
-                named = glue_task(path)
-            except ValueError:
-                named = None
-        if named is not None and (task is None or task == named):
-            task = named
-            if data_dir is None:
-                return limit_samples(
-                    _load_hub(GLUE_HUB_ID, task, None, label_column, idx_column, **load_kwargs), limits
-                )
-            path = os.path.join(os.fspath(data_dir), task.directory)
-            if not os.path.isdir(path):
-                raise FileNotFoundError(f"no GLUE task folder {path}")
-        else:
+        named = _known_task(path) if "/" not in path and os.sep not in path else None  # not a Hub id "owner/name"
+        if named is None or task not in (None, named):
             return limit_samples(_load_hub(path, task, text_columns, label_column, idx_column, **load_kwargs), limits)
+        task = named
+        if data_dir is None:
+            return limit_samples(_load_hub(GLUE_HUB_ID, task, None, label_column, idx_column, **load_kwargs), limits)
+        path = os.path.join(os.fspath(data_dir), task.directory)
+        if not os.path.isdir(path):
+            raise FileNotFoundError(f"no GLUE task folder {path}")
 
-    files: dict[str, str] = {}
-    directory = None
     if path is not None and os.path.isdir(path):
-        directory = path
-        if task is None:
-            try:
-                task = glue_task(path)
-            except ValueError:
-                task = None
-        raw = (
-            task is not None
-            and not any(explicit.values())
-            and text_columns is None
-            and (find_file(path, "in_domain_train.tsv" if task.name == "cola" else "train.tsv", required=False))
-        )
-        if raw:
+        task = task or _known_task(path)
+        raw = task is not None and not any(explicit.values()) and text_columns is None
+        if raw and find_file(path, "in_domain_train.tsv" if task.name == "cola" else "train.tsv", required=False):
             split_rows = read_glue_task_dir(path, task, cola_validation)
             return limit_samples(_to_dataset_dict(split_rows, glue_features(task)), limits)
-        files.update(find_split_files(path, extensions=(".csv", ".tsv", ".json", ".jsonl")))
-    elif path is not None:
-        files[split_of_file(os.path.basename(path)) or "train"] = path
-    for split, name in explicit.items():
-        resolved = resolve_data_file(name, directory, "GLUE data")
-        if resolved is not None:
-            files[split] = resolved
-    if not files:
-        raise FileNotFoundError(f"no train/validation/test files found in {path or 'the *_file arguments'}")
+    files = local_split_files(path, explicit, "GLUE data", extensions=(".csv", ".tsv", ".json", ".jsonl"))
 
     if task is not None:
         names = task.text_columns
@@ -449,11 +398,10 @@ def load_glue_dataset(
             raise ValueError(f"{task.name} has {len(names)} text columns {list(names)}, got {list(text_columns)}")
         label_names = task.label_names
     else:
-        text_columns = tuple(text_columns) if text_columns is not None else None
         if text_columns is None:
             first = read_table(next(iter(files.values())))
-            keys = first[0][1].keys() if first else ()
-            text_columns = ("sentence1", "sentence2") if "sentence1" in keys else ("sentence",)
+            text_columns = ("sentence1", "sentence2") if first and "sentence1" in first[0][1] else ("sentence",)
+        text_columns = tuple(text_columns)
         if len(text_columns) not in (1, 2):
             raise ValueError(f"text_columns must name one or two columns, got {list(text_columns)}")
         names = ("sentence",) if len(text_columns) == 1 else ("sentence1", "sentence2")
@@ -473,8 +421,7 @@ def count_examples_cut(tokenizer, dataset, text_columns: Sequence[str], max_leng
     """Examples of ``dataset`` whose ``[CLS] s1 [SEP] s2 [SEP]`` (one or two ``text_columns``) is longer than
     ``max_length`` tokens: what a cut at ``--max_seq_length`` hides from the model."""
     cut = 0
-    for start in range(0, len(dataset), batch_size):
-        rows = dataset[start : start + batch_size]
+    for rows in dataset.iter(batch_size):
         texts = [rows[column] for column in text_columns]
         encoded = tokenizer(*texts, truncation=False, add_special_tokens=True)
         cut += sum(len(ids) > max_length for ids in encoded["input_ids"])

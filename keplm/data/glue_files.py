@@ -16,7 +16,7 @@ import math
 import os
 from collections.abc import Sequence
 
-from keplm.io_utils import open_text
+from keplm.io_utils import iter_jsonl, open_text
 
 logger = logging.getLogger(__name__)
 
@@ -45,20 +45,13 @@ def read_table(path: str) -> list[tuple[str, dict]]:
         raise ValueError(f"{path}: unsupported file type {suffix!r}; use .csv, .tsv, .json or .jsonl")
     with open_text(path) as handle:
         text = handle.read()
-    if text.lstrip().startswith("["):
-        try:
-            items = json.loads(text)
-        except json.JSONDecodeError as err:
-            raise ValueError(f"{path}:{err.lineno}: invalid JSON ({err.msg})") from None
-        records = [(f"{path}[{i}]", item) for i, item in enumerate(items)]
-    else:
-        records = []
-        for line_no, line in enumerate(text.splitlines(), 1):
-            if line.strip():
-                try:
-                    records.append((f"{path}:{line_no}", json.loads(line)))
-                except json.JSONDecodeError as err:
-                    raise ValueError(f"{path}:{line_no}: invalid JSON ({err.msg})") from None
+    if not text.lstrip().startswith("["):  # JSON lines, each checked to be an object
+        return [(f"{path}:{line_no}", record) for _, line_no, record in iter_jsonl(path)]
+    try:
+        items = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path}:{err.lineno}: invalid JSON ({err.msg})") from None
+    records = [(f"{path}[{i}]", item) for i, item in enumerate(items)]
     for where, record in records:
         if not isinstance(record, dict):
             raise ValueError(f"{where}: expected a JSON object, got {type(record).__name__}")
@@ -95,7 +88,7 @@ def encode_labels(split_rows: dict[str, list[dict]], label_names: Sequence[str] 
     for rows in split_rows.values():
         for row in rows:
             value = row["label"]
-            if value is None or value == "" or value == -1 or value == "-1":
+            if value in (None, "", -1, "-1"):
                 row["label"] = -1 if label_names is not None else math.nan
                 continue
             if label_names is None:

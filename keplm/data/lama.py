@@ -27,9 +27,11 @@ import os
 import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 
 import datasets
 import torch
+from torch.nn.utils.rnn import pad_sequence
 from tqdm.auto import tqdm
 
 from keplm.io_utils import iter_jsonl, open_text
@@ -219,17 +221,15 @@ def load_probe(
     ``P*.jsonl(.gz)`` fact files or one such file). Returns ``{"name", "facts", "relation_labels",
     "skipped_relations"}``; ``templates_file`` (relations.jsonl or a ParaRel patterns folder) overrides the
     default templates (LAMA's ``relations.jsonl``; ParaRel's patterns for ``pararel``)."""
-    data_dir = os.fspath(data_dir)
-    lama = os.path.join(data_dir, "lama")
-    default_templates = os.path.join(lama, "relations", "relations.jsonl")
-    limit = {"relations": relations, "max_facts_per_relation": max_facts_per_relation}
+    lama = Path(data_dir, "lama")
+    default_templates = lama_relations = lama / "relations" / "relations.jsonl"
     if probe == "lama_trex":
-        files = _relation_files(os.path.join(lama, "TREx"))
+        files = _relation_files(lama / "TREx")
     elif probe in ("autoprompt_dev", "autoprompt_train"):
-        files = _relation_files(os.path.join(lama, "autoprompt_trex_train_dev"), "_" + probe.split("_")[1])
+        files = _relation_files(lama / "autoprompt_trex_train_dev", "_" + probe.split("_")[1])
     elif probe == "pararel":
-        files = _relation_files(os.path.join(data_dir, "pararel", "trex_lms_vocab"))
-        default_templates = os.path.join(data_dir, "pararel", "patterns")
+        files = _relation_files(Path(data_dir, "pararel", "trex_lms_vocab"))
+        default_templates = Path(data_dir, "pararel", "patterns")
     elif os.path.isdir(probe):
         files = _relation_files(probe, None) or sorted(
             os.path.join(probe, n) for n in os.listdir(probe) if n.endswith((".jsonl", ".jsonl.gz"))
@@ -240,15 +240,14 @@ def load_probe(
         raise ValueError(f"unknown probe {probe!r}: use one of {list(PROBES)}, a folder of P*.jsonl files or a file")
     if not files:
         raise FileNotFoundError(f"probe {probe!r}: no fact files found (data_dir={data_dir})")
-    facts = read_fact_files(files, **limit)
+    facts = read_fact_files(files, relations, max_facts_per_relation)
     templates, labels = read_templates(templates_file or default_templates)
     if probe == "pararel":
-        trex = os.path.join(lama, "TREx")
-        if os.path.isdir(trex):
-            filled = attach_uris(facts, read_fact_files(_relation_files(trex), relations=relations))
+        if (lama / "TREx").is_dir():
+            filled = attach_uris(facts, read_fact_files(_relation_files(lama / "TREx"), relations=relations))
             logger.info("ParaRel: Wikidata ids for %d of %d facts from the LAMA T-REx uuids", filled, len(facts))
-        if not templates_file and os.path.isfile(os.path.join(lama, "relations", "relations.jsonl")):
-            labels = read_templates(os.path.join(lama, "relations", "relations.jsonl"))[1]
+        if not templates_file and lama_relations.is_file():
+            labels = read_templates(lama_relations)[1]
     facts, skipped = attach_templates(facts, templates)
     if relations:
         skipped.update(
@@ -286,7 +285,7 @@ def read_fact_keys(path: str | os.PathLike) -> set[tuple[str, str, str]]:
             parts = line.rstrip("\n").split("\t")
             if len(parts) != 3 or not all(parts):
                 raise ValueError(f"{path}:{lineno}: expected sub_uri<TAB>predicate_id<TAB>obj_uri")
-            keys.add((parts[0], parts[1], parts[2]))
+            keys.add(tuple(parts))
     return keys
 
 
@@ -337,14 +336,8 @@ def object_token_id(tokenizer, obj_label: str, leading_space: bool = True) -> tu
 
 def common_vocab_ids(tokenizer, words: Iterable[str]) -> tuple[list[int], int]:
     """Token ids of the single-token ``words`` of a common vocabulary, and how many words were not one token."""
-    ids, dropped = set(), 0
-    for word in words:
-        token_id, _ = object_token_id(tokenizer, word)
-        if token_id is None:
-            dropped += 1
-        else:
-            ids.add(token_id)
-    return sorted(ids), dropped
+    found = [object_token_id(tokenizer, word)[0] for word in words]
+    return sorted({token_id for token_id in found if token_id is not None}), found.count(None)
 
 
 def read_common_vocab(path: str | os.PathLike) -> list[str]:
@@ -378,22 +371,21 @@ def build_queries(
             target, reason = cache[key]
             if target is not None and allowed is not None and target not in allowed:
                 reason = "not_in_common_vocab"
+            query = {"fact": index, "relation": fact["relation"], "template": template}
             if reason is not None:
-                skips.append({"fact": index, "relation": fact["relation"], "template": template, "reason": reason})
+                skips.append({**query, "reason": reason})
                 continue
             text = fill_template(template, fact["sub_label"], tokenizer.mask_token, fact["relation"])
-            candidates.append(
-                {"fact": index, "relation": fact["relation"], "template": template, "text": text, "target_id": target}
-            )
+            candidates.append((query, text, target))
     if not candidates:  # every query skipped (the tokenizer refuses an empty batch)
         return [], skips
-    encoded = tokenizer([q["text"] for q in candidates], truncation=True, max_length=max_length)["input_ids"]
+    encoded = tokenizer([text for _, text, _ in candidates], truncation=True, max_length=max_length)["input_ids"]
     queries = []
-    for query, ids in zip(candidates, encoded):
+    for (query, text, target), ids in zip(candidates, encoded):
         if ids.count(tokenizer.mask_token_id) != 1:
-            skips.append({**{k: query[k] for k in ("fact", "relation", "template")}, "reason": "truncated"})
+            skips.append({**query, "reason": "truncated"})
             continue
-        queries.append({**query, "input_ids": ids})
+        queries.append({**query, "text": text, "target_id": target, "input_ids": ids})
     return queries, skips
 
 
@@ -434,21 +426,17 @@ def predict_top_k(
         output["last_hidden_state"] = picked
         return output
 
-    base = model.base_model if head_at_mask_only and model.base_model is not model else None
-    hook = base.register_forward_hook(mask_states_only) if base is not None else None
+    hooked = head_at_mask_only and model.base_model is not model
+    hook = model.base_model.register_forward_hook(mask_states_only) if hooked else None
     order = sorted(range(len(queries)), key=lambda i: len(queries[i]["input_ids"]))  # less padding
     results: list[list[int]] = [[] for _ in queries]
     try:
         for start in tqdm(range(0, len(order), batch_size), desc="Probing", disable=not progress, unit="batch"):
             batch_index = order[start : start + batch_size]
-            width = max(len(queries[i]["input_ids"]) for i in batch_index)
-            input_ids = torch.full((len(batch_index), width), pad_id, dtype=torch.long)
-            attention_mask = torch.zeros_like(input_ids)
-            for row, i in enumerate(batch_index):  # right padding: the encoder's positions start at 0
-                ids = queries[i]["input_ids"]
-                input_ids[row, : len(ids)] = torch.as_tensor(ids)
-                attention_mask[row, : len(ids)] = 1
-            input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
+            rows_ids = [torch.tensor(queries[i]["input_ids"]) for i in batch_index]
+            # right padding: the encoder's positions start at 0
+            input_ids = pad_sequence(rows_ids, batch_first=True, padding_value=pad_id).to(device)
+            attention_mask = pad_sequence([torch.ones_like(ids) for ids in rows_ids], batch_first=True).to(device)
             rows, cols = (input_ids == tokenizer.mask_token_id).nonzero(as_tuple=True)
             positions.update(rows=rows, cols=cols, shape=input_ids.shape)
             logits = model(input_ids=input_ids, attention_mask=attention_mask).logits

@@ -14,7 +14,7 @@ import datasets
 
 from keplm.io_utils import iter_jsonl, open_text
 
-from .splits import SPLITS, find_split_files, is_local_data, limit_samples, resolve_data_file
+from .splits import SPLITS, is_local_data, limit_samples, local_split_files
 
 __all__ = [
     "read_conll",
@@ -59,39 +59,30 @@ def read_conll(path: str | os.PathLike, tag_column: int = -1) -> list[dict]:
             tags.clear()
 
     with open_text(path) as handle:
-        try:
-            for line_no, raw in enumerate(handle, start=1):
-                line = raw.rstrip("\r\n")
-                if not line.strip():
-                    flush()
-                    continue
-                if line.startswith("-DOCSTART-"):
-                    flush()
-                    continue
-                parts = _split_line(line)
-                if len(parts) < 2:
-                    raise ValueError(
-                        f"{path}, line {line_no}: expected at least 2 columns (token and tag), got {line!r}"
-                    )
-                if columns is None:
-                    columns = (len(parts), line_no)
-                elif len(parts) != columns[0]:
-                    raise ValueError(
-                        f"{path}, line {line_no}: {len(parts)} columns in {line!r}, but the file's first token "
-                        f"line ({columns[1]}) has {columns[0]}; every token line must have the same columns "
-                        "(token ... tag; tab-separate tokens that contain spaces)"
-                    )
-                try:
-                    tag = parts[tag_column]
-                except IndexError:
-                    raise ValueError(
-                        f"{path}, line {line_no}: tag_column={tag_column} out of range for "
-                        f"{len(parts)} columns in {line!r}"
-                    ) from None
-                tokens.append(parts[0])
-                tags.append(tag)
-        except UnicodeDecodeError as err:
-            raise ValueError(f"{path}: not valid UTF-8 text ({err})") from err
+        for line_no, raw in enumerate(handle, start=1):
+            line = raw.rstrip("\r\n")
+            if not line.strip() or line.startswith("-DOCSTART-"):
+                flush()
+                continue
+            parts = _split_line(line)
+            if len(parts) < 2:
+                raise ValueError(f"{path}, line {line_no}: expected at least 2 columns (token and tag), got {line!r}")
+            if columns is None:
+                columns = (len(parts), line_no)
+            elif len(parts) != columns[0]:
+                raise ValueError(
+                    f"{path}, line {line_no}: {len(parts)} columns in {line!r}, but the file's first token "
+                    f"line ({columns[1]}) has {columns[0]}; every token line must have the same columns "
+                    "(token ... tag; tab-separate tokens that contain spaces)"
+                )
+            try:
+                tag = parts[tag_column]
+            except IndexError:
+                raise ValueError(
+                    f"{path}, line {line_no}: tag_column={tag_column} out of range for {len(parts)} columns in {line!r}"
+                ) from None
+            tokens.append(parts[0])
+            tags.append(tag)
     flush()
     return sentences
 
@@ -209,29 +200,11 @@ def load_ner_dataset(
     seeds = {"train": train_sample_seed}
     limits = {"train": max_train_samples, "validation": max_eval_samples, "test": max_test_samples}
     explicit = {"train": train_file, "validation": validation_file, "test": test_file}
-    directory = None
-    files: dict[str, str] = {}
-    is_local = is_local_data(name_or_path, "NER data")
-    if not is_local:
+    if not is_local_data(name_or_path, "NER data"):
         return limit_samples(
             _load_hub(name_or_path, tokens_column, tags_column, label_list, **load_kwargs), limits, seeds
         )
-
-    if name_or_path is not None:
-        name_or_path = os.fspath(name_or_path)
-        if os.path.isdir(name_or_path):
-            directory = name_or_path
-            files.update(find_split_files(directory))
-        else:
-            files["train"] = name_or_path
-    for split, path in explicit.items():
-        resolved = resolve_data_file(path, directory, "NER data")
-        if resolved is not None:
-            files[split] = resolved
-    if not files:
-        where = name_or_path if name_or_path is not None else "the *_file arguments"
-        raise FileNotFoundError(f"No train/validation/test CoNLL files found in {where}")
-
+    files = local_split_files(name_or_path, explicit, "NER data", by_name=False)
     split_rows = {split: _read_split(files[split], tag_column) for split in SPLITS if split in files}
     for split, rows in split_rows.items():
         if not rows:
@@ -257,15 +230,12 @@ def _load_hub(name, tokens_column, tags_column, label_list, **load_kwargs) -> da
         if len(dsd[split]) == 0:
             raise ValueError(f"Hub dataset {name!r}: the {split} split is empty")
         columns = dsd[split].column_names
+        for column in (tokens_column, tags_column):
+            if column not in columns:
+                raise ValueError(f"Hub dataset {name!r} split {split!r} has no column {column!r}: {columns}")
         renames = {old: new for old, new in ((tokens_column, "tokens"), (tags_column, "ner_tags")) if old != new}
-        for old in renames:
-            if old not in columns:
-                raise ValueError(f"Hub dataset {name!r} split {split!r} has no column {old!r}: {columns}")
         if renames:
             dsd[split] = dsd[split].rename_columns(renames)
-        for needed in ("tokens", "ner_tags"):
-            if needed not in dsd[split].column_names:
-                raise ValueError(f"Hub dataset {name!r} split {split!r} has no column {needed!r}")
         if "id" not in dsd[split].column_names:
             dsd[split] = dsd[split].add_column("id", [str(i) for i in range(len(dsd[split]))])
     first = next(iter(dsd.values()))

@@ -40,6 +40,7 @@ import time
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import datasets
 import numpy as np
@@ -171,14 +172,15 @@ class PretrainingCorpus:
         """Write ``seen_facts.tsv`` and ``held_out_facts.tsv`` (``keplm.data.lama.write_fact_keys``; the first is
         what ``run_scripts/run_probe.py --seen_fact_keys`` reads), ``corpus_report.json`` and, with
         ``save_dataset``, the dataset (``save_to_disk`` in ``dataset/``)."""
-        directory = os.fspath(directory)
-        os.makedirs(directory, exist_ok=True)
-        write_fact_keys(os.path.join(directory, "seen_facts.tsv"), self.seen_keys)
-        write_fact_keys(os.path.join(directory, "held_out_facts.tsv"), self.held_out_keys)
-        with open(os.path.join(directory, "corpus_report.json"), "w", encoding="utf-8") as f:
-            json.dump(self.report, f, indent=2, ensure_ascii=False)
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        write_fact_keys(directory / "seen_facts.tsv", self.seen_keys)
+        write_fact_keys(directory / "held_out_facts.tsv", self.held_out_keys)
+        (directory / "corpus_report.json").write_text(
+            json.dumps(self.report, indent=2, ensure_ascii=False), encoding="utf-8"
+        )
         if save_dataset:
-            self.dataset.save_to_disk(os.path.join(directory, "dataset"))
+            self.dataset.save_to_disk(directory / "dataset")
 
 
 def _relation_sort_key(relation: str):
@@ -233,7 +235,7 @@ def load_pretraining_corpus(
     probe_keys = {(str(f["sub_uri"]), f["relation"], str(f["obj_uri"])) for f in probe_facts}
     sampled = sample_held_out(probe_keys, held_out_fraction, seed)
     # an example expressing a held-out fact goes, and so does every other example with the same text
-    removed_texts = {ex["text"] for examples in groups for ex in examples if any(f in sampled for f in ex["facts"])}
+    removed_texts = {ex["text"] for examples in groups for ex in examples if not sampled.isdisjoint(ex["facts"])}
     kept, ids = [], set()
     for group, (examples, report) in enumerate(zip(groups, reports)):
         report["held_out"] = report["held_out_triplets_removed"] = 0
@@ -295,16 +297,17 @@ def load_pretraining_corpus(
         "probe_facts_unseen_by_cap": len(capped_keys),
         "relations": list(relations) if relations else None,
     }
-    dataset = datasets.Dataset.from_dict(
-        {
-            "id": [ex["id"] for ex in kept],
-            "text": [ex["text"] for ex in kept],
-            "source": [ex["source"] for ex in kept],
-            "knowledge": [
-                {"entities": ex["entities"], "triplets": [dict(zip("hrt", t)) for t in ex["triplets"]]} for ex in kept
-            ],
-            "facts": [[dict(zip("hrt", f)) for f in ex["facts"]] for ex in kept],
-        },
+    dataset = datasets.Dataset.from_list(
+        [
+            {
+                "id": ex["id"],
+                "text": ex["text"],
+                "source": ex["source"],
+                "knowledge": {"entities": ex["entities"], "triplets": [dict(zip("hrt", t)) for t in ex["triplets"]]},
+                "facts": [dict(zip("hrt", f)) for f in ex["facts"]],
+            }
+            for ex in kept
+        ],
         features=CORPUS_FEATURES,
     )
     report["seconds"] = round(time.perf_counter() - start_time, 1)

@@ -65,8 +65,7 @@ def parse_tagged_sentence(text: str, where: str = "sentence") -> dict:
         last = start + len(tag)
         spans[tag] = sum(map(len, plain))
     plain.append(text[last:])
-    sentence = "".join(plain)
-    row = {"sentence": sentence}
+    row = {"sentence": "".join(plain)}
     for name in ("e1", "e2"):
         begin, end = spans[f"<{name}>"], spans[f"</{name}>"]
         if end <= begin:
@@ -159,8 +158,7 @@ def load_semeval2010_task8(
             raise FileNotFoundError(
                 f"{source}: not a folder of the SemEval-2010 Task 8 release (pass a file as train_file / test_file)"
             )
-        files = release_files(source)
-        splits = {split: read_semeval_file(path) for split, path in files.items()}
+        splits = {split: read_semeval_file(path) for split, path in release_files(source).items()}
     elif source is not None and not (train_file or validation_file or test_file):
         splits = _from_hub(source, **hub_kwargs)
     else:
@@ -204,8 +202,7 @@ def mark_entities(sentence: str, e1: tuple[int, int], e2: tuple[int, int], marke
     for position, _, text in events:
         pieces += [sentence[last:position], text]
         last = position
-    sentence = "".join(pieces) + sentence[last:]
-    return sentence
+    return "".join(pieces) + sentence[last:]
 
 
 __all__ = [

@@ -68,6 +68,29 @@ def resolve_data_file(path: str | None, directory: str | None, what: str = "data
     raise FileNotFoundError(f"{what} file not found: {path}")
 
 
+def local_split_files(
+    path, explicit: dict[str, str | None], what: str, extensions: tuple[str, ...] | None = None, by_name: bool = True
+) -> dict[str, str]:
+    """``{split: file}`` of local data: a folder's files (:func:`find_split_files`) or one file (in the split its name
+    announces, else train; ``by_name=False``: train), then the ``explicit`` ``{split: file}`` paths, as given or
+    relative to the folder. A FileNotFoundError when that makes no file."""
+    files, directory = {}, None
+    if path is not None:
+        path = os.fspath(path)
+        if os.path.isdir(path):
+            directory = path
+            files.update(find_split_files(path, extensions))
+        else:
+            files[(split_of_file(os.path.basename(path)) if by_name else None) or "train"] = path
+    for split, name in explicit.items():
+        resolved = resolve_data_file(name, directory, what)
+        if resolved is not None:
+            files[split] = resolved
+    if not files:
+        raise FileNotFoundError(f"no train/validation/test {what} files found in {path or 'the *_file arguments'}")
+    return files
+
+
 #: what a Hub dataset id looks like (``name`` or ``namespace/name``); data file endings that no Hub id has
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?$")
 _FILE_ENDINGS = (".txt", ".conll", ".json", ".jsonl", ".tsv", ".csv", ".gz", ".parquet")
@@ -107,4 +130,12 @@ def limit_samples(splits: dict, limits: dict[str, int | None], seeds: dict[str, 
     return splits
 
 
-__all__ = ["SPLITS", "split_of_file", "find_split_files", "resolve_data_file", "limit_samples", "is_local_data"]
+__all__ = [
+    "SPLITS",
+    "split_of_file",
+    "find_split_files",
+    "resolve_data_file",
+    "local_split_files",
+    "limit_samples",
+    "is_local_data",
+]

@@ -10,7 +10,7 @@ import datasets
 
 from keplm.io_utils import read_json
 
-from .splits import SPLITS, find_split_files, is_local_data, resolve_data_file, split_of_file
+from .splits import SPLITS, is_local_data, local_split_files
 
 __all__ = [
     "read_squad_json",
@@ -69,45 +69,45 @@ def check_answers(context: str, answers: dict, fix: str | None = None) -> tuple[
     kept_texts, kept_starts = [], []
     mismatched = moved = dropped = 0
     for text, start in zip(texts, starts):
-        if text and context[start : start + len(text)] == text and start >= 0:
-            kept_texts.append(text)
-            kept_starts.append(start)
-            continue
-        mismatched += 1
-        if fix is None:
-            kept_texts.append(text)
-            kept_starts.append(start)
-            continue
-        found = _occurrences(context, text) if text else []
-        if not found:
-            dropped += 1
-            continue
+        if not (text and start >= 0 and context[start : start + len(text)] == text):
+            mismatched += 1
+            if fix is not None:
+                found = _occurrences(context, text) if text else []
+                if not found:
+                    dropped += 1
+                    continue
+                start = min(found, key=lambda position: (abs(position - start), position))
+                moved += 1
         kept_texts.append(text)
-        kept_starts.append(min(found, key=lambda position: (abs(position - start), position)))
-        moved += 1
+        kept_starts.append(start)
     return {"text": kept_texts, "answer_start": kept_starts}, mismatched, moved, dropped
 
 
 def _answer_report(where: str, fix: str | None) -> dict:
-    return {
-        "file": where,
-        "fix": fix,
-        "questions": 0,
-        "answers": 0,
-        "mismatched": 0,
-        "moved": 0,
-        "dropped": 0,
-        "questions_dropped": 0,
-        "mismatched_ids": [],
-        "moved_ids": [],
-        "dropped_ids": [],
-        "questions_dropped_ids": [],
-    }
+    kinds = ("mismatched", "moved", "dropped", "questions_dropped")  # counted, and the first question ids of each
+    report = {"file": where, "fix": fix, "questions": 0, "answers": 0, **dict.fromkeys(kinds, 0)}
+    return report | {f"{kind}_ids": [] for kind in kinds}
 
 
 def _note(report: dict, key: str, question_id: str) -> None:
     if len(report[key]) < _SHOWN:
         report[key].append(question_id)
+
+
+def _check_question(report: dict, question_id: str, context: str, answers: dict, fix: str | None) -> dict | None:
+    """:func:`check_answers` of one question, counted in ``report``; its answers, or None when it lost them all."""
+    fixed, mismatched, moved, dropped = check_answers(context, answers, fix)
+    report["questions"] += 1
+    report["answers"] += len(answers["text"])
+    for key, count in (("mismatched", mismatched), ("moved", moved), ("dropped", dropped)):
+        report[key] += count
+        if count:
+            _note(report, f"{key}_ids", question_id)
+    if answers["text"] and not fixed["text"]:
+        report["questions_dropped"] += 1
+        _note(report, "questions_dropped_ids", question_id)
+        return None
+    return fixed
 
 
 def _finish_answer_report(report: dict) -> dict:
@@ -178,16 +178,8 @@ def read_squad_json(path: str | os.PathLike, fix_answer_starts: str | None = Non
                         f"{path}: question {question_id!r}: bad answer ({error!r}); each answer needs "
                         "'text' and an integer 'answer_start'"
                     ) from None
-                answers, mismatched, moved, dropped = check_answers(context, given, fix_answer_starts)
-                report["questions"] += 1
-                report["answers"] += len(given["text"])
-                for key, count in (("mismatched", mismatched), ("moved", moved), ("dropped", dropped)):
-                    report[key] += count
-                    if count:
-                        _note(report, f"{key}_ids", question_id)
-                if given["text"] and not answers["text"]:
-                    report["questions_dropped"] += 1
-                    _note(report, "questions_dropped_ids", question_id)
+                answers = _check_question(report, question_id, context, given, fix_answer_starts)
+                if answers is None:
                     continue
                 rows.append(
                     {
@@ -223,22 +215,12 @@ def squad_article_split(
     beyond the articles that hold questions are a ValueError naming ``source`` (the file).
     """
     source = source or "the SQuAD rows"
-    order: list[int] = []
-    seen = set()
-    for row in rows:
-        if row["article_index"] not in seen:
-            seen.add(row["article_index"])
-            order.append(row["article_index"])
+    order = list(dict.fromkeys(row["article_index"] for row in rows))
     n_train = len(order) - validation_articles - test_articles if train_articles is None else train_articles
     sizes = {"train": n_train, "validation": validation_articles, "test": test_articles}
     if min(sizes.values()) < 0 or sum(sizes.values()) > len(order):
         raise ValueError(f"Cannot split {len(order)} articles of {source} into {sizes}")
-    assignment: dict[int, str] = {}
-    start = 0
-    for split, size in sizes.items():
-        for article in order[start : start + size]:
-            assignment[article] = split
-        start += size
+    assignment = dict(zip(order, (split for split, size in sizes.items() for _ in range(size))))  # in file order
     out, made = {}, []
     for split, size in sizes.items():
         if size > 0:
@@ -312,53 +294,39 @@ def load_qa_dataset(
             dsd[split], report["answer_starts"][split] = _check_dataset_answers(dsd[split], where, fix_answer_starts)
         return (dsd, report) if return_report else dsd
 
-    files: dict[str, str] = {}
-    directory = None
-    if name_or_path is not None:
-        name_or_path = os.fspath(name_or_path)
-        if os.path.isdir(name_or_path):
-            directory = name_or_path
-            files.update(find_split_files(directory, extensions=(".json",)))
-        else:
-            files[split_of_file(os.path.basename(name_or_path)) or "train"] = name_or_path
-    for split, path in explicit.items():
-        if path is not None:
-            files[split] = resolve_data_file(path, directory, "SQuAD")
-    if not files:
-        raise FileNotFoundError(f"No SQuAD JSON files found in {name_or_path or 'the *_file arguments'}")
+    files = local_split_files(name_or_path, explicit, "SQuAD", extensions=(".json",))
     if explicit_option and len(files) > 1:
         raise ValueError(f"split_by_article splits one file, but {len(files)} were found: {files}")
 
-    splits: dict[str, datasets.Dataset] = {}
     if len(files) == 1:
         (path,) = files.values()
         rows, report["answer_starts"]["file"] = read_squad_json(path, fix_answer_starts, return_report=True)
         if not rows:
             raise ValueError(f"{path} holds no question")
         report["files"] = {"file": path}
-        articles = len({row["article_index"] for row in rows})
         if split_option is not None:
             dsd = squad_article_split(rows, *split_option, source=path)
             report["article_split"] = {
                 split: {"articles": len(set(data["article_index"])), "questions": len(data)}
                 for split, data in dsd.items()
             }
-            return (dsd, report) if return_report else dsd
-        logger.info(
-            "%s: one file and no split_by_article: all its %d questions (%d articles) are the train split",
-            path,
-            len(rows),
-            articles,
-        )
-        splits["train"] = _to_dataset(rows)
+        else:
+            logger.info(
+                "%s: one file and no split_by_article: all its %d questions (%d articles) are the train split",
+                path,
+                len(rows),
+                len({row["article_index"] for row in rows}),
+            )
+            dsd = datasets.DatasetDict({"train": _to_dataset(rows)})
     else:
+        splits = {}
         for split in (s for s in SPLITS if s in files):
             rows, report["answer_starts"][split] = read_squad_json(files[split], fix_answer_starts, return_report=True)
             if not rows:
                 raise ValueError(f"the {split} split is empty: {files[split]} holds no question")
             splits[split] = _to_dataset(rows)
         report["files"] = dict(files)
-    dsd = datasets.DatasetDict(splits)
+        dsd = datasets.DatasetDict(splits)
     return (dsd, report) if return_report else dsd
 
 
@@ -369,19 +337,11 @@ def _check_dataset_answers(dataset: datasets.Dataset, where: str, fix: str | Non
         return dataset, report
     keep, changed = [], {}
     for index, (question_id, context, answers) in enumerate(zip(dataset["id"], dataset["context"], dataset["answers"])):
-        fixed, mismatched, moved, dropped = check_answers(context, answers, fix)
-        report["questions"] += 1
-        report["answers"] += len(answers["text"])
-        for key, count in (("mismatched", mismatched), ("moved", moved), ("dropped", dropped)):
-            report[key] += count
-            if count:
-                _note(report, f"{key}_ids", str(question_id))
-        if answers["text"] and not fixed["text"]:
-            report["questions_dropped"] += 1
-            _note(report, "questions_dropped_ids", str(question_id))
+        fixed = _check_question(report, str(question_id), context, answers, fix)
+        if fixed is None:
             continue
         keep.append(index)
-        if moved or dropped:
+        if fixed["answer_start"] != answers["answer_start"]:  # an answer moved or dropped
             changed[index] = fixed
     _finish_answer_report(report)
     if changed:

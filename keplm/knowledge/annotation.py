@@ -143,7 +143,7 @@ class KnowledgeAnnotation:
             if m.id is not None and (not isinstance(m.id, str) or not m.id):
                 raise ValueError(f"mention {i} ({m.text!r}): id must be a non-empty string or None, got {m.id!r}")
         for i, tr in enumerate(self.triplets):
-            for key in ("h", "r", "t"):
+            for key in "hrt":
                 val = getattr(tr, key)
                 if not isinstance(val, str) or not val:
                     raise ValueError(f"triplet {i}: {key} must be a non-empty string id, got {val!r}")
@@ -199,28 +199,16 @@ class KnowledgeAnnotation:
             )
         triplets = []
         for i, t in enumerate(d.get("triplets") or []):
-            missing = [k for k in ("h", "r", "t") if k not in t]
+            missing = [k for k in "hrt" if k not in t]
             if missing:
                 raise ValueError(f"triplet {i} is missing {missing}: {t!r}")
-            triplets.append(
-                Triplet(
-                    h=_id_str(t["h"], f"triplet {i} h"),
-                    r=_id_str(t["r"], f"triplet {i} r"),
-                    t=_id_str(t["t"], f"triplet {i} t"),
-                )
-            )
+            triplets.append(Triplet(*(_id_str(t[key], f"triplet {i} {key}") for key in "hrt")))
         return cls(entities=entities, triplets=triplets)
 
     def entity_ids(self) -> list[str]:
         """Unique ids of mentions, then of triplet heads/tails, in first-seen order."""
-        seen: dict[str, None] = {}
-        for m in self.entities:
-            if m.id is not None:
-                seen.setdefault(m.id, None)
-        for t in self.triplets:
-            seen.setdefault(t.h, None)
-            seen.setdefault(t.t, None)
-        return list(seen)
+        mentioned = [m.id for m in self.entities if m.id is not None]
+        return list(dict.fromkeys([*mentioned, *(end for t in self.triplets for end in (t.h, t.t))]))
 
 
 def read_kala_annotations(path) -> dict[str, KnowledgeAnnotation]:

@@ -12,6 +12,7 @@ import hashlib
 import json
 import os
 import shutil
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -73,7 +74,7 @@ class KnowledgeAssets:
 
     def entity_row(self, entity_id: str | None) -> int:
         """Entity-memory row of an entity id; unknown (unseen in training) entities map to the null row 0."""
-        return self._entity_rows.get(entity_id, 0) if entity_id is not None else 0
+        return self._entity_rows.get(entity_id, 0)
 
     def with_entities(self, entity_ids: Iterable[str]) -> KnowledgeAssets:
         """A copy whose vocabulary also has rows (appended, count 0) for those of ``entity_ids`` that the KG holds and
@@ -105,6 +106,7 @@ class KnowledgeAssets:
         ``unknown_examples``. Returns a JSON-ready dict.
         """
         kg = self.kg
+        unknown = 0 if kg is not None else None  # counted against a KG only
 
         def empty() -> dict:
             return {
@@ -112,8 +114,8 @@ class KnowledgeAssets:
                 "without_id": 0,
                 "in_memory": 0,
                 "unseen": 0,
-                "unknown": 0 if kg is not None else None,
-                "unknown_in_memory": 0 if kg is not None else None,
+                "unknown": unknown,
+                "unknown_in_memory": unknown,
                 "unknown_examples": [],
             }
 
@@ -121,10 +123,14 @@ class KnowledgeAssets:
         has_relations = len(self.relation_vocab) > 2  # beyond the reserved ids: the model reads relation ids
         relations = report["fact_relations"] = {
             "total": 0,
-            "unknown": 0 if kg is not None else None,
+            "unknown": unknown,
             "outside_vocabulary": 0 if has_relations else None,
             "unknown_examples": [],
         }
+
+        def unknown_example(part: dict, value: str) -> None:
+            if len(part["unknown_examples"]) < max_examples and value not in part["unknown_examples"]:
+                part["unknown_examples"].append(value)
 
         def count(part: dict, entity_id) -> None:
             part["total"] += 1
@@ -137,8 +143,7 @@ class KnowledgeAssets:
             if kg is not None and not kg.has_entity(entity_id):
                 part["unknown"] += 1
                 part["unknown_in_memory"] += in_memory
-                if len(part["unknown_examples"]) < max_examples and entity_id not in part["unknown_examples"]:
-                    part["unknown_examples"].append(entity_id)
+                unknown_example(part, entity_id)
             elif not in_memory:
                 part["unseen"] += 1
 
@@ -157,11 +162,7 @@ class KnowledgeAssets:
                     relations["outside_vocabulary"] += 1
                 if kg is not None and not kg.has_relation(relation):
                     relations["unknown"] += 1
-                    if (
-                        len(relations["unknown_examples"]) < max_examples
-                        and relation not in relations["unknown_examples"]
-                    ):
-                        relations["unknown_examples"].append(relation)
+                    unknown_example(relations, relation)
         return report
 
     def with_kg(self, kg: KnowledgeGraph | None) -> KnowledgeAssets:
@@ -179,10 +180,9 @@ class KnowledgeAssets:
         old_facts = set(old.fact_ids()) if old is not None else set()
         new_facts = set(kg.fact_ids())
         added = sorted(new_entities - old_entities)
-        known_relations = set(self.relation_vocab)
         # a vocabulary of the reserved ids alone: a model without relation embeddings (e.g. one reading names)
         has_relations = len(self.relation_vocab) > 2
-        unknown_relation_facts = [f for f in new_facts if has_relations and f[1] not in known_relations]
+        unknown_relation_facts = [f for f in new_facts if has_relations and f[1] not in self._relation_rows]
         return {
             "entities_added": len(added),
             "entities_removed": len(old_entities - new_entities),
@@ -212,19 +212,16 @@ class KnowledgeAssets:
         Entities seen fewer than ``min_count`` times (and beyond the ``max_entities`` most frequent) are left
         out and will be treated as unseen (null) entities.
         """
-        counts: dict[str, int] = {}
-        for entity in entity_ids:
-            if entity is not None and entity != NULL_ENTITY:
-                counts[entity] = counts.get(entity, 0) + 1
+        counts = Counter(entity for entity in entity_ids if entity is not None and entity != NULL_ENTITY)
         ranked = sorted((e for e, c in counts.items() if c >= min_count), key=lambda e: (-counts[e], e))
         if max_entities is not None:
             ranked = ranked[:max_entities]
-        relations = sorted(set(relation_ids) - {SELF_RELATION, UNKNOWN_RELATION})
-        if kg is not None:
-            relations = sorted(set(relations) | set(kg.relation_ids))
+        relations = (set(relation_ids) - {SELF_RELATION, UNKNOWN_RELATION}) | set(
+            kg.relation_ids if kg is not None else ()
+        )
         return cls(
             entity_vocab=[NULL_ENTITY, *ranked],
-            relation_vocab=[SELF_RELATION, UNKNOWN_RELATION, *relations],
+            relation_vocab=[SELF_RELATION, UNKNOWN_RELATION, *sorted(relations)],
             entity_counts=[0, *(counts[e] for e in ranked)],
             kg=kg,
         )
@@ -262,17 +259,14 @@ class KnowledgeAssets:
             if key in ("format_version", "vocab_hash", "kg_hash", "counts_hash")
         ):
             return reuse
-        for name in (ENTITY_VOCAB_NAME, RELATION_VOCAB_NAME):
+        vocab = {}
+        for name, key in ((ENTITY_VOCAB_NAME, "entities"), (RELATION_VOCAB_NAME, "relations")):
             if not (directory / name).is_file():
                 raise FileNotFoundError(f"knowledge asset {directory / name} is missing")
-        entity_data = read_json(directory / ENTITY_VOCAB_NAME)
-        relation_data = read_json(directory / RELATION_VOCAB_NAME)
-        for name, data, key in (
-            (ENTITY_VOCAB_NAME, entity_data, "entities"),
-            (RELATION_VOCAB_NAME, relation_data, "relations"),
-        ):
-            if not isinstance(data, dict) or not isinstance(data.get(key), list):
+            vocab[key] = read_json(directory / name)
+            if not isinstance(vocab[key], dict) or not isinstance(vocab[key].get(key), list):
                 raise ValueError(f"{directory / name}: expected a JSON object with a {key!r} list")
+        entity_data, relation_data = vocab["entities"], vocab["relations"]
         kg = None
         kg_dir = directory / KG_DIR
         if config.get("kg_hash"):

@@ -165,6 +165,7 @@ def merge_kgs(kgs, align_by_name: bool = True) -> KnowledgeGraph:
     if any(kg.entity_vectors is not None for kg in kgs):
         raise ValueError("cannot merge knowledge graphs that carry entity vectors; merge before adding vectors")
     e_index: dict[str, int] = {}
+    ids: list[str] = []  # the first id given to a merged entity names it
     names: list[str] = []
     aliases: list[list[str]] = []
     r_index: dict[str, int] = {}
@@ -180,6 +181,7 @@ def merge_kgs(kgs, align_by_name: bool = True) -> KnowledgeGraph:
                 idx = by_name[name]
             if idx is None:
                 idx = e_index[eid] = len(names)
+                ids.append(eid)
                 names.append(name)
                 aliases.append([])
             else:
@@ -189,7 +191,7 @@ def merge_kgs(kgs, align_by_name: bool = True) -> KnowledgeGraph:
                 by_name[name] = None
             elif name not in by_name:
                 by_name[name] = idx
-            for alias in ([name] if name != names[idx] else []) + kg.entity_aliases[i]:
+            for alias in [name, *kg.entity_aliases[i]]:
                 if alias != names[idx] and alias not in aliases[idx]:
                     aliases[idx].append(alias)
         r_map = np.empty(kg.num_relations, dtype=np.int64)
@@ -206,10 +208,6 @@ def merge_kgs(kgs, align_by_name: bool = True) -> KnowledgeGraph:
         _, first = np.unique(triples, axis=0, return_index=True)
         shared = len(triples) - len(first)
         triples = triples[np.sort(first)]
-    ids = [""] * len(names)
-    for eid, idx in e_index.items():  # the first id given to a merged entity names it
-        if not ids[idx]:
-            ids[idx] = eid
     merged = KnowledgeGraph(
         ids, list(r_index), triples, entity_names=names, entity_aliases=aliases, relation_names=rel_names
     )

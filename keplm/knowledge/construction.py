@@ -13,6 +13,7 @@ from transformers import AutoModel, AutoTokenizer
 
 from .annotation import KnowledgeAnnotation
 from .graph import KnowledgeGraph
+from .importance import sentence_representation
 
 
 class ContextSimilarityRanker:
@@ -53,9 +54,7 @@ class ContextSimilarityRanker:
         batch = self.tokenizer(texts, padding=True, truncation=True, max_length=128, return_tensors="pt")
         batch = batch.to(self.device)
         with torch.no_grad():
-            states = self.model(**batch).last_hidden_state
-        mask = batch["attention_mask"].unsqueeze(-1).to(states.dtype)
-        pooled = (states * mask).sum(1) / mask.sum(1).clamp(min=1)
+            pooled = sentence_representation(self.model, batch["input_ids"], batch["attention_mask"])
         return torch.nn.functional.normalize(pooled, dim=-1).cpu().numpy()
 
     def describe(self, entity: int) -> str:
@@ -153,9 +152,9 @@ def linking_report(
         covered += sum(sum(not c.isspace() for c in text[m.start : m.end]) for m in annotation.entities)
     report = {
         "examples": len(texts),
-        "mentions": int(sum(mentions)),
+        "mentions": sum(mentions),
         "mentions_per_example": float(np.mean(mentions)) if mentions else 0.0,
-        "examples_with_mentions": int(sum(m > 0 for m in mentions)),
+        "examples_with_mentions": sum(m > 0 for m in mentions),
         "character_coverage": covered / total if total else 0.0,
         "facts_per_example": float(np.mean([len(a.triplets) for a in annotations])) if annotations else 0.0,
     }
@@ -175,8 +174,8 @@ def linking_report(
         report["gold_linking"] = {
             "precision": on_gold / report["mentions"] if report["mentions"] else 0.0,
             "recall": sum(found.values()) / gold_total if gold_total else 0.0,
-            "mentions_on_gold": int(on_gold),
-            "gold_entities": int(gold_total),
+            "mentions_on_gold": on_gold,
+            "gold_entities": gold_total,
         }
     return report
 
@@ -191,11 +190,11 @@ def knowledge_report(
     frequencies = sorted(train_counts.values(), reverse=True)
     report: dict = {
         "train_entities": len(train_counts),
-        "train_mentions": int(sum(frequencies)),
+        "train_mentions": sum(frequencies),
         "entity_frequency": {
-            "max": frequencies[0] if frequencies else 0,
+            "max": max(frequencies, default=0),
             "median": float(np.median(frequencies)) if frequencies else 0.0,
-            "seen_once": int(sum(f == 1 for f in frequencies)),
+            "seen_once": sum(f == 1 for f in frequencies),
             "histogram_log2": _log2_histogram(frequencies),
         },
         "splits": {},
@@ -210,9 +209,9 @@ def knowledge_report(
             "contexts": len(split_annotations),
             "entities": len(entities),
             "unseen_entities": len(entities - set(train_counts)),
-            f"contexts_with_{unseen_threshold}+_unseen": int(sum(u >= unseen_threshold for u in unseen_per_context)),
+            f"contexts_with_{unseen_threshold}+_unseen": sum(u >= unseen_threshold for u in unseen_per_context),
             "facts_per_context_mean": float(np.mean(facts)) if facts else 0.0,
-            "facts_per_context_max": int(max(facts)) if facts else 0,
+            "facts_per_context_max": max(facts, default=0),
         }
     report["_frequencies"] = frequencies
     return report

@@ -21,12 +21,7 @@ TOP_RELATIONS = 15
 
 def facts_by_entity(annotation: KnowledgeAnnotation) -> Counter:
     """Facts of an example per entity id they touch (head or tail)."""
-    counts: Counter = Counter()
-    for fact in annotation.triplets:
-        counts[fact.h] += 1
-        if fact.t != fact.h:
-            counts[fact.t] += 1
-    return counts
+    return Counter(entity for fact in annotation.triplets for entity in {fact.h, fact.t})  # a self-loop once
 
 
 def _overlapping(mentions, start: int, end: int):

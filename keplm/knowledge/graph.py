@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from collections.abc import Iterable
+from pathlib import Path
 
 import numpy as np
 from safetensors.numpy import load_file, save_file
@@ -79,25 +79,20 @@ class KnowledgeGraph:
         if len(self.relation_names) != m:
             raise ValueError(f"relation_names has {len(self.relation_names)} items, expected {m}")
 
-        if triples is None:
+        arr = np.asarray(triples if triples is not None else [])
+        if arr.size == 0:
             arr = np.zeros((0, 3), dtype=np.int64)
-        else:
-            arr = np.asarray(triples)
-            if arr.size == 0:
-                arr = np.zeros((0, 3), dtype=np.int64)
-            if arr.ndim != 2 or arr.shape[1] != 3:
-                raise ValueError(f"triples must have shape [T, 3], got {arr.shape}")
-            if not np.issubdtype(arr.dtype, np.integer):
-                raise ValueError(f"triples must be integer indices, got dtype {arr.dtype}")
-            arr = arr.astype(np.int64, copy=True)
-        if len(arr):
-            for col, bound, what in ((0, n, "head"), (1, m, "relation"), (2, n, "tail")):
-                bad = np.nonzero((arr[:, col] < 0) | (arr[:, col] >= bound))[0]
-                if len(bad):
-                    raise ValueError(
-                        f"triple {int(bad[0])} has {what} index {int(arr[bad[0], col])} out of range [0, {bound})"
-                    )
-        self.triples = arr
+        if arr.ndim != 2 or arr.shape[1] != 3:
+            raise ValueError(f"triples must have shape [T, 3], got {arr.shape}")
+        if not np.issubdtype(arr.dtype, np.integer):
+            raise ValueError(f"triples must be integer indices, got dtype {arr.dtype}")
+        for col, bound, what in ((0, n, "head"), (1, m, "relation"), (2, n, "tail")):
+            bad = np.nonzero((arr[:, col] < 0) | (arr[:, col] >= bound))[0]
+            if len(bad):
+                raise ValueError(
+                    f"triple {int(bad[0])} has {what} index {int(arr[bad[0], col])} out of range [0, {bound})"
+                )
+        self.triples = arr.astype(np.int64, copy=True)
 
         if entity_vectors is not None:
             entity_vectors = np.asarray(entity_vectors)
@@ -194,7 +189,8 @@ class KnowledgeGraph:
         if not 0 <= idx < self.num_entities:
             raise ValueError(f"entity index {entity_idx} out of range [0, {self.num_entities})")
         indptr, other, tri = self._csr
-        return other[indptr[idx] : indptr[idx + 1]], tri[indptr[idx] : indptr[idx + 1]]
+        rows = slice(indptr[idx], indptr[idx + 1])
+        return other[rows], tri[rows]
 
     def neighbors(self, entity_idx: int) -> np.ndarray:
         """Triples (h, r, t) touching ``entity_idx`` as head or tail, [k, 3] int64."""
@@ -202,7 +198,7 @@ class KnowledgeGraph:
         return self.triples[np.sort(tri)]
 
     def _check_idxs(self, entity_idxs) -> np.ndarray:
-        arr = np.asarray(list(entity_idxs) if not isinstance(entity_idxs, np.ndarray) else entity_idxs)
+        arr = np.asarray(entity_idxs if isinstance(entity_idxs, np.ndarray) else list(entity_idxs))
         if arr.size == 0:
             return np.zeros(0, dtype=np.int64)
         if not np.issubdtype(arr.dtype, np.integer):
@@ -231,18 +227,13 @@ class KnowledgeGraph:
             other, tri = self._rows(e)
             picked.append(tri[known[other]])
         frontier = seeds
-        cap = max_neighbors_per_entity
         for _ in range(hops):
             new: list[np.ndarray] = []
             for e in frontier:
                 other, tri = self._rows(e)
-                outside = np.nonzero(~known[other])[0]
-                if cap is not None:
-                    outside = outside[:cap]
+                outside = np.nonzero(~known[other])[0][:max_neighbors_per_entity]
                 picked.append(tri[outside])
                 new.append(other[outside])
-            if not new:
-                break
             frontier = np.unique(np.concatenate(new))
             known[frontier] = True
             if frontier.size == 0:
@@ -260,9 +251,8 @@ class KnowledgeGraph:
         remap = np.full(self.num_entities, -1, dtype=np.int64)
         remap[idxs] = np.arange(len(idxs), dtype=np.int64)
         keep = (remap[self.triples[:, 0]] >= 0) & (remap[self.triples[:, 2]] >= 0)
-        sub = self.triples[keep].copy()
-        sub[:, 0] = remap[sub[:, 0]]
-        sub[:, 2] = remap[sub[:, 2]]
+        sub = self.triples[keep]
+        sub[:, [0, 2]] = remap[sub[:, [0, 2]]]
         return KnowledgeGraph(
             [self.entity_ids[i] for i in idxs],
             self.relation_ids,
@@ -290,12 +280,8 @@ class KnowledgeGraph:
     def content_hash(self) -> str:
         """sha256 over ids, names, aliases, relations, triples (and vectors if any); computed once per graph (a
         KnowledgeGraph is not changed in place: every operation that edits one builds a new graph)."""
-        cached = self.__dict__.get("_content_hash")
-        if cached is None:
-            cached = self.__dict__["_content_hash"] = self._compute_content_hash()
-        return cached
-
-    def _compute_content_hash(self) -> str:
+        if "_content_hash" in self.__dict__:
+            return self._content_hash
         h = hashlib.sha256()
         meta = {
             "entity_ids": self.entity_ids,
@@ -312,28 +298,30 @@ class KnowledgeGraph:
             v = v.astype(v.dtype.newbyteorder("<"), copy=False)
             h.update(f"\x00vectors:{v.dtype.str}:{list(v.shape)}".encode())
             h.update(v.tobytes())
-        return h.hexdigest()
+        self._content_hash = h.hexdigest()
+        return self._content_hash
 
     def save_pretrained(self, directory) -> None:
+        directory = Path(directory)
         for what, ids in (("entity", self.entity_ids), ("relation", self.relation_ids)):
             bad = next((x for x in ids if "\t" in x or "\n" in x or "\r" in x), None)
             if bad is not None:
                 raise ValueError(f"{what} id {bad!r} contains a tab or newline and cannot be saved to TSV")
-        os.makedirs(directory, exist_ok=True)
-        with open(os.path.join(directory, KG_ENTITIES_NAME), "w", encoding="utf-8") as f:
+        directory.mkdir(parents=True, exist_ok=True)
+        with open(directory / KG_ENTITIES_NAME, "w", encoding="utf-8") as f:
             for eid, name, aliases in zip(self.entity_ids, self.entity_names, self.entity_aliases):
                 f.write(json.dumps({"id": eid, "name": name, "aliases": aliases}, ensure_ascii=False) + "\n")
-        with open(os.path.join(directory, KG_RELATIONS_NAME), "w", encoding="utf-8") as f:
+        with open(directory / KG_RELATIONS_NAME, "w", encoding="utf-8") as f:
             for rid, name in zip(self.relation_ids, self.relation_names):
                 f.write(json.dumps({"id": rid, "name": name}, ensure_ascii=False) + "\n")
         ents, rels = self.entity_ids, self.relation_ids
-        with open(os.path.join(directory, KG_TRIPLES_NAME), "w", encoding="utf-8") as f:
+        with open(directory / KG_TRIPLES_NAME, "w", encoding="utf-8") as f:
             f.writelines(f"{ents[h]}\t{rels[r]}\t{ents[t]}\n" for h, r, t in self.triples.tolist())
-        vec_path = os.path.join(directory, KG_VECTORS_NAME)
+        vec_path = directory / KG_VECTORS_NAME
         if self.entity_vectors is not None:
             save_file({_VECTORS_KEY: np.ascontiguousarray(self.entity_vectors)}, vec_path)
-        elif os.path.exists(vec_path):
-            os.remove(vec_path)
+        else:
+            vec_path.unlink(missing_ok=True)
         config = {
             "format_version": FORMAT_VERSION,
             "num_entities": self.num_entities,
@@ -341,33 +329,33 @@ class KnowledgeGraph:
             "num_triples": self.num_triples,
             "content_hash": self.content_hash(),
         }
-        with open(os.path.join(directory, KG_CONFIG_NAME), "w", encoding="utf-8") as f:
+        with open(directory / KG_CONFIG_NAME, "w", encoding="utf-8") as f:
             json.dump(config, f, indent=2)
             f.write("\n")
 
     @classmethod
     def from_pretrained(cls, directory, verify_hash: bool = True) -> KnowledgeGraph:
-        directory = os.fspath(directory)
-        if not os.path.isdir(directory):
+        directory = Path(directory)
+        if not directory.is_dir():
             raise FileNotFoundError(f"knowledge graph directory not found: {directory}")
         for name in (KG_CONFIG_NAME, KG_ENTITIES_NAME, KG_RELATIONS_NAME, KG_TRIPLES_NAME):
-            if not os.path.isfile(os.path.join(directory, name)):
+            if not (directory / name).is_file():
                 raise FileNotFoundError(f"missing {name} in knowledge graph directory {directory}")
-        config_path = os.path.join(directory, KG_CONFIG_NAME)
+        config_path = directory / KG_CONFIG_NAME
         config = read_json(config_path)
         if not isinstance(config, dict):
             raise ValueError(f"{config_path}: expected a JSON object, got {type(config).__name__}")
         check_format_version(config, config_path)
 
         ent_ids, ent_names, ent_aliases = [], [], []
-        for path, lineno, obj in iter_jsonl(os.path.join(directory, KG_ENTITIES_NAME)):
+        for path, lineno, obj in iter_jsonl(directory / KG_ENTITIES_NAME):
             if not isinstance(obj.get("id"), str):
                 raise ValueError(f"{path}:{lineno}: entity line needs a string 'id'")
             ent_ids.append(obj["id"])
             ent_names.append(obj.get("name", obj["id"]))
             ent_aliases.append(alias_list(obj.get("aliases"), f"{path}:{lineno}"))
         rel_ids, rel_names = [], []
-        for path, lineno, obj in iter_jsonl(os.path.join(directory, KG_RELATIONS_NAME)):
+        for path, lineno, obj in iter_jsonl(directory / KG_RELATIONS_NAME):
             if not isinstance(obj.get("id"), str):
                 raise ValueError(f"{path}:{lineno}: relation line needs a string 'id'")
             rel_ids.append(obj["id"])
@@ -376,7 +364,7 @@ class KnowledgeGraph:
         r_index = _check_unique(rel_ids, "relation")
 
         triples = []
-        tpath = os.path.join(directory, KG_TRIPLES_NAME)
+        tpath = directory / KG_TRIPLES_NAME
         with open(tpath, encoding="utf-8") as f:
             for lineno, line in enumerate(f, 1):
                 line = line.rstrip("\r\n")
@@ -391,8 +379,8 @@ class KnowledgeGraph:
                     raise ValueError(f"{tpath}:{lineno}: unknown id {e.args[0]!r}") from None
 
         vectors = None
-        vec_path = os.path.join(directory, KG_VECTORS_NAME)
-        if os.path.isfile(vec_path):
+        vec_path = directory / KG_VECTORS_NAME
+        if vec_path.is_file():
             tensors = load_file(vec_path)
             if _VECTORS_KEY not in tensors:
                 raise ValueError(f"{vec_path}: no tensor named {_VECTORS_KEY!r}")

@@ -43,13 +43,12 @@ def semantic_importance(
     """SI of every mention of every text (eq. 1): the sentence with the mention replaced by one mask token against
     the original, under ``encoder`` (the pre-training start checkpoint, in eval mode). Returns one list per text,
     aligned with its annotation's entities. All variants of a batch of texts run in batches of ``batch_size``."""
-    variants, owners = [], []
-    for i, (text, annotation) in enumerate(zip(texts, annotations)):
-        variants.append(text)
-        owners.append((i, None))
-        for k, mention in enumerate(annotation.entities):
-            variants.append(f"{text[: mention.start]}{tokenizer.mask_token}{text[mention.end :]}")
-            owners.append((i, k))
+    starts, variants = [], []  # each text's row, then a row per mention with that mention masked
+    for text, annotation in zip(texts, annotations):
+        starts.append(len(variants))
+        variants += [text, *(f"{text[: m.start]}{tokenizer.mask_token}{text[m.end :]}" for m in annotation.entities)]
+    if not variants:
+        return []
     device = next(encoder.parameters()).device
     representations = []
     for start in range(0, len(variants), batch_size):
@@ -59,19 +58,15 @@ def semantic_importance(
             max_length=max_length,
             padding=True,
             return_tensors="pt",
-        )
+        ).to(device)
         representations.append(
-            sentence_representation(encoder, encoding["input_ids"].to(device), encoding["attention_mask"].to(device))
-            .float()
-            .cpu()
+            sentence_representation(encoder, encoding["input_ids"], encoding["attention_mask"]).float().cpu()
         )
-    representations = torch.cat(representations) if representations else torch.zeros(0)
-    scores = [[0.0] * len(a.entities) for a in annotations]
-    originals = {i: representations[row] for row, (i, k) in enumerate(owners) if k is None}
-    for row, (i, k) in enumerate(owners):
-        if k is not None:
-            scores[i][k] = float(importance_score(originals[i], representations[row]))
-    return scores
+    representations = torch.cat(representations)
+    return [
+        [float(importance_score(representations[row], representations[row + k])) for k in range(1, len(a.entities) + 1)]
+        for row, a in zip(starts, annotations)
+    ]
 
 
 def select_important(
@@ -92,7 +87,7 @@ def select_important(
     flat = np.array([s for row in scores for s in row], dtype=np.float64)
     finite = flat[np.isfinite(flat)]
     si_threshold = float(np.quantile(finite, si_quantile)) if finite.size else float("inf")
-    entity_counts = np.array([c for c in counts.values()], dtype=np.float64)
+    entity_counts = np.array(list(counts.values()), dtype=np.float64)
     tail_threshold = float(np.quantile(entity_counts, long_tail_quantile)) if entity_counts.size else 0.0
     flags, selected = [], 0
     for row_scores, row_ids in zip(scores, entity_ids):

@@ -107,12 +107,12 @@ def split_triples(triples: np.ndarray, valid_fraction: float, seed: int) -> tupl
     order = np.random.default_rng(seed).permutation(num)
     if target == 0:
         return np.sort(order), np.zeros(0, dtype=np.int64)
-    heads, relations, tails = (triples[:, i] for i in range(3))
+    heads, relations, tails = triples.T
     entity_uses = np.bincount(np.concatenate([heads, tails]))  # a self-loop uses its entity twice
     relation_uses = np.bincount(relations)
-    valid = []
+    valid, rows = [], triples.tolist()
     for i in order.tolist():
-        h, r, t = int(heads[i]), int(relations[i]), int(tails[i])
+        h, r, t = rows[i]
         needed = 2 if h == t else 1  # uses the triple takes from its entity (h == t) or from each of h and t
         if relation_uses[r] > 1 and entity_uses[h] > needed and entity_uses[t] > needed:
             entity_uses[h] -= 1
@@ -183,10 +183,10 @@ def tail_ranks(model, head, rel, tail, batch_size: int, progress: bool = False):
 
 def _evaluate(model, triples, batch_size: int, progress: bool) -> dict:
     """Raw tail-ranking metrics of ``triples`` from one ranking pass (:func:`tail_ranks`)."""
-    ranks = tail_ranks(model, triples[:, 0], triples[:, 1], triples[:, 2], batch_size, progress)
+    ranks = tail_ranks(model, *triples.unbind(1), batch_size, progress)
     return {
         "protocol": METRIC_PROTOCOL,
-        "triples": int(len(triples)),
+        "triples": len(triples),
         "mean_rank": float(ranks.mean()) + 1.0,
         "mrr": float((1.0 / (ranks + 1)).mean()),
         "hits@1": float((ranks < 1).double().mean()),
@@ -272,16 +272,14 @@ def train_kge(
     ranked_idx = valid_idx
     if max_eval_triples is not None and len(valid_idx) > max_eval_triples:
         ranked_idx = np.sort(np.random.default_rng(seed).choice(valid_idx, max_eval_triples, replace=False))
-    triples = torch.as_tensor(kg.triples, dtype=torch.long, device=device)
-    train, ranked = triples[torch.as_tensor(train_idx)], triples[torch.as_tensor(ranked_idx)]
+    train, ranked = (torch.as_tensor(kg.triples[idx], device=device) for idx in (train_idx, ranked_idx))
     hidden = dim // 2 if name in _COMPLEX_VALUED else dim
     rows, kept = kept_rows(kg, keep_vectors, dim) if keep_vectors is not None else (None, None)
 
     # fork_rng: the seed governs initialisation, shuffling and negative sampling without touching the caller's RNG
     with torch.random.fork_rng(devices=[device.index or 0] if device.type == "cuda" else []):
         torch.manual_seed(seed)
-        kge = _model_class(name)(kg.num_entities, kg.num_relations, hidden, sparse=sparse, **model_kwargs)
-        kge = kge.to(device)
+        kge = _model_class(name)(kg.num_entities, kg.num_relations, hidden, sparse=sparse, **model_kwargs).to(device)
         if rows is not None:
             rows, kept = torch.as_tensor(rows, device=device), torch.as_tensor(kept, device=device)
             _set_vectors(name, kge, rows, kept)
@@ -303,9 +301,7 @@ def train_kge(
             device,
         )
         loader = kge.loader(
-            train[:, 0],
-            train[:, 1],
-            train[:, 2],
+            *train.unbind(1),
             batch_size=batch_size,
             shuffle=True,
             generator=torch.Generator().manual_seed(seed),
@@ -373,10 +369,10 @@ def train_kge(
         "valid_fraction": valid_fraction,
         "triples": {
             "total": kg.num_triples,
-            "train": int(len(train_idx)),
-            "valid": int(len(valid_idx)),
+            "train": len(train_idx),
+            "valid": len(valid_idx),
             "valid_requested": requested,
-            "ranked": int(len(ranked_idx)),
+            "ranked": len(ranked_idx),
         },
         "kg": {
             "entities": kg.num_entities,
@@ -387,14 +383,14 @@ def train_kge(
         "kept_vectors": None
         if rows is None
         else {
-            "entities": int(len(rows)),
-            "trained": kg.num_entities - int(len(rows)),
+            "entities": len(rows),
+            "trained": kg.num_entities - len(rows),
             "source_content_hash": keep_vectors.content_hash(),
         },
         "losses": losses,
         "metrics": metrics,
         "seconds": {"train": train_seconds, "rank": rank_seconds, "total": seconds},
-        "versions": {"torch": torch.__version__, "torch_geometric": _version("torch_geometric")},
+        "versions": {"torch": torch.__version__, "torch_geometric": version("torch_geometric")},
     }
     return out, report
 
@@ -435,10 +431,6 @@ _VECTOR_DESCRIPTION = {
     "complex": "[real, imaginary] entity embedding halves concatenated",
     "rotate": "[real, imaginary] entity embedding halves concatenated",
 }
-
-
-def _version(package: str) -> str:
-    return version(package)
 
 
 class KGEVectors(NamedTuple):

@@ -122,14 +122,11 @@ class EntityLinker:
         dropped: dict[str, str] = {}  # alias key -> the first reason it was dropped for
         self._drop_counts = dict.fromkeys(DROP_REASONS, 0)  # (alias, entity) pairs dropped, by reason
         for idx in range(kg.num_entities):
-            surfaces = [kg.entity_names[idx], *kg.entity_aliases[idx]]
-            for surface in surfaces:
-                key = self._alias_key(surface)
-                reason = self._drop_reason(surface, key, idx in excluded)
+            for surface in [kg.entity_names[idx], *kg.entity_aliases[idx]]:
+                key, reason = self._screen(surface)
+                reason = reason or self._filter_reason(surface, key, idx in excluded)
                 if reason is not None:
                     self._drop_counts[reason] += 1
-                    if key is None and isinstance(surface, str):
-                        key = self._normalize(" ".join(surface.split()))
                     if key:
                         dropped.setdefault(key, reason)
                     continue
@@ -158,11 +155,7 @@ class EntityLinker:
             )
         }
         self.num_aliases = len(self._candidates)
-        self._automaton = ahocorasick.Automaton()
-        for key in self._candidates:
-            self._automaton.add_word(key, (key, len(key)))
-        if self._candidates:
-            self._automaton.make_automaton()
+        self._automaton = _automaton(self._candidates) if self._candidates else None
 
     # ------------------------------------------------------------------ alias filters
     @staticmethod
@@ -207,15 +200,8 @@ class EntityLinker:
                 stack.extend(children.get(node, ()))
         return found
 
-    def _drop_reason(self, surface, key: str | None, excluded: bool) -> str | None:
-        """Why ``surface`` is not an alias of its entity (None: it is)."""
-        if key is None:
-            if not isinstance(surface, str):
-                return "not_text"
-            normal = self._normalize(" ".join(surface.split()))
-            return (
-                "too_short" if len(normal) < self.min_alias_length or not _HAS_LETTER_RE.search(normal) else "stopwords"
-            )
+    def _filter_reason(self, surface: str, key: str, excluded: bool) -> str | None:
+        """Which optional filter drops the alias ``surface`` (one :meth:`_screen` lets through); None: none."""
         if excluded:
             return "excluded_branch"
         if _lower_same_length(key) in self.drop_aliases:
@@ -254,51 +240,44 @@ class EntityLinker:
     def ambiguous_occurrences(self, mentions: Iterable[str]) -> Counter:
         """How often each ambiguous alias occurs among linked ``mentions`` (their surface texts, as the annotations
         hold them): the mentions that :attr:`ambiguity_rule` decided."""
-        counts: Counter = Counter()
-        for surface in mentions:
-            key = self._alias_key(surface)
-            if len(self._candidates.get(key, ())) > 1:
-                counts[key] += 1
-        return counts
+        return Counter(key for key in map(self._alias_key, mentions) if len(self._candidates.get(key, ())) > 1)
 
     def dropped_alias_occurrences(self, texts: Iterable[str], reasons=_FILTER_REASONS) -> Counter:
         """How often the aliases the filters dropped (``reasons``) occur in ``texts`` (word-bounded, as the linker
         would have matched them): what the filters kept out of the annotations."""
         keys = [key for key, reason in self._dropped.items() if reason in reasons]
-        counts: Counter = Counter()
         if not keys:
-            return counts
-        automaton = ahocorasick.Automaton()
-        for key in keys:
-            automaton.add_word(key, (key, len(key)))
-        automaton.make_automaton()
-        for text in texts:
-            norm = self._normalize(text)
-            for last, (key, length) in automaton.iter(norm):
-                start, end = last - length + 1, last + 1
-                if inside_word(text, start, end):
-                    continue
-                counts[key] += 1
-        return counts
+            return Counter()
+        automaton = _automaton(keys)
+        return Counter(key for text in texts for _, _, key in self._word_matches(automaton, text))
 
     def candidates(self, surface: str) -> tuple[int, ...]:
         """Entity indices sharing this alias, best prior first (empty if unknown)."""
-        key = self._alias_key(surface)
-        return self._candidates.get(key, ()) if key is not None else ()
+        return self._candidates.get(self._alias_key(surface), ())
 
     def _normalize(self, s: str) -> str:
         return _lower_same_length(s) if self.lowercase else s
 
-    def _alias_key(self, surface) -> str | None:
+    def _screen(self, surface) -> tuple[str | None, str | None]:
+        """``(key, reason)``: the surface normalised (None: not text) and why it cannot be an alias (None: it can)."""
         if not isinstance(surface, str):
-            return None
+            return None, "not_text"
         key = self._normalize(" ".join(surface.split()))
         if len(key) < self.min_alias_length or not _HAS_LETTER_RE.search(key):
-            return None
-        words = _WORD_RE.findall(key.lower())
-        if all(w in self.stopwords for w in words) and not self._is_acronym(surface):
-            return None  # a stopword alias ("us", "who") is only linked as an acronym written in capitals
-        return key
+            return key, "too_short"
+        if all(w in self.stopwords for w in _WORD_RE.findall(key.lower())) and not self._is_acronym(surface):
+            return key, "stopwords"  # a stopword alias ("us", "who") is only linked as an acronym written in capitals
+        return key, None
+
+    def _alias_key(self, surface) -> str | None:
+        key, reason = self._screen(surface)
+        return key if reason is None else None
+
+    def _word_matches(self, automaton, text: str):
+        """``(start, end, key)`` of every word-bounded match of ``automaton``'s keys in ``text``."""
+        for last, (key, length) in automaton.iter(self._normalize(text)):
+            if not inside_word(text, last - length + 1, last + 1):
+                yield last - length + 1, last + 1, key
 
     def _is_acronym(self, surface: str) -> bool:
         surface = " ".join(surface.split())
@@ -309,21 +288,16 @@ class EntityLinker:
         entities sharing the alias the ranker (or the degree prior) picks one."""
         if self.num_aliases == 0 or not text:
             return []
-        norm = self._normalize(text)
-        cands = []
-        for last, (key, length) in self._automaton.iter(norm):
-            start, end = last - length + 1, last + 1
-            if inside_word(text, start, end):
-                continue
-            if key in self._acronyms and text[start:end] not in self._acronyms[key]:
-                continue
-            cands.append((start, -length, key))
-        cands.sort()
+        cands = sorted(
+            (start, -end, key)
+            for start, end, key in self._word_matches(self._automaton, text)
+            if key not in self._acronyms or text[start:end] in self._acronyms[key]
+        )
         out = []
         pos = 0
-        for start, neg_len, key in cands:
+        for start, neg_end, key in cands:
             if start >= pos:
-                end = start - neg_len
+                end = -neg_end
                 entities = self._candidates[key]
                 best = entities[0]
                 if self.ranker is not None and len(entities) > 1:
@@ -341,11 +315,9 @@ class EntityLinker:
         if self.mention_filter is not None and matches:
             matches = self.mention_filter(text, matches)
         mentions = [EntityMention(text[s:e], s, e, kg.entity_ids[i]) for s, e, i in matches]
-        triplets = []
-        if matches:
-            trip = kg.triples_among([i for _, _, i in matches], self.hops, self.max_neighbors_per_entity)
-            ents, rels = kg.entity_ids, kg.relation_ids
-            triplets = [Triplet(ents[h], rels[r], ents[t]) for h, r, t in trip.tolist()]
+        trip = kg.triples_among([i for _, _, i in matches], self.hops, self.max_neighbors_per_entity)
+        ents, rels = kg.entity_ids, kg.relation_ids
+        triplets = [Triplet(ents[h], rels[r], ents[t]) for h, r, t in trip.tolist()]
         return KnowledgeAnnotation(entities=mentions, triplets=triplets)
 
     def link_tokens(self, tokens: list[str]) -> KnowledgeAnnotation:
@@ -372,6 +344,15 @@ class EntityLinker:
             f"EntityLinker(kg={self.kg!r}, aliases={self.num_aliases}, lowercase={self.lowercase}, "
             f"hops={self.hops}, max_neighbors_per_entity={self.max_neighbors_per_entity}{filters})"
         )
+
+
+def _automaton(keys: Iterable[str]) -> ahocorasick.Automaton:
+    """An Aho-Corasick automaton of (at least one) ``keys``, each found as ``(key, its length)``."""
+    automaton = ahocorasick.Automaton()
+    for key in keys:
+        automaton.add_word(key, (key, len(key)))
+    automaton.make_automaton()
+    return automaton
 
 
 def linker_settings(

@@ -153,10 +153,9 @@ def load_trex(paths_or_directory, include_autoprompt: bool = True) -> KnowledgeG
     jsonl files. First label seen is the name, other labels become aliases; duplicate facts are dropped."""
     if isinstance(paths_or_directory, (str, os.PathLike)) and os.path.isdir(paths_or_directory):
         root = os.fspath(paths_or_directory)
-        files = []
         if os.path.isdir(os.path.join(root, "TREx")):
-            files += _jsonl_files(os.path.join(root, "TREx"))
-            if include_autoprompt and os.path.isdir(os.path.join(root, "autoprompt_trex_train_dev")):
+            files = _jsonl_files(os.path.join(root, "TREx"))
+            if include_autoprompt:  # a missing folder has no files
                 files += _jsonl_files(os.path.join(root, "autoprompt_trex_train_dev"))
         else:
             files = [f for f in _jsonl_files(root) if _PID_RE.match(os.path.basename(f))]
@@ -182,16 +181,14 @@ def load_trex(paths_or_directory, include_autoprompt: bool = True) -> KnowledgeG
             pid = obj.get("predicate_id") or file_pid
             if not sub or not obj_uri or not pid:
                 raise ValueError(f"{path}:{lineno}: need sub_uri, obj_uri and predicate_id (or a P*.jsonl file name)")
-            sub, obj_uri = str(sub), str(obj_uri)
-            b.add(sub, str(pid), obj_uri, where=(path, lineno))
-            for eid, label in ((sub, obj.get("sub_label")), (obj_uri, obj.get("obj_label"))):
-                if label:
-                    b.set_name(eid, label, (path, lineno))
+            b.add(str(sub), str(pid), str(obj_uri), where=(path, lineno))
+            b.set_name(str(sub), obj.get("sub_label"), (path, lineno))  # a missing or empty label names nothing
+            b.set_name(str(obj_uri), obj.get("obj_label"), (path, lineno))
     rel_path = _find_relations_jsonl(search_dirs)
     if rel_path is not None:
         for path, lineno, obj in iter_jsonl(rel_path):
-            if obj.get("relation") in b.r_index and obj.get("label"):
-                b.set_relation_name(obj["relation"], obj["label"], (path, lineno))
+            if obj.get("relation") in b.r_index:
+                b.set_relation_name(obj["relation"], obj.get("label"), (path, lineno))
     return b.build()
 
 
@@ -204,13 +201,11 @@ def load_jsonl_kg(path) -> KnowledgeGraph:
     for _, lineno, obj in iter_jsonl(path):
         kind = obj.get("type", "triple")
         where = (path, lineno)
+        if kind in ("entity", "relation") and obj.get("id") in (None, ""):
+            raise ValueError(f"{path}:{lineno}: {kind} line needs an 'id'")
         if kind == "entity":
-            if obj.get("id") in (None, ""):
-                raise ValueError(f"{path}:{lineno}: entity line needs an 'id'")
             b.declare_entity(str(obj["id"]), obj.get("name"), obj.get("aliases"), where)
         elif kind == "relation":
-            if obj.get("id") in (None, ""):
-                raise ValueError(f"{path}:{lineno}: relation line needs an 'id'")
             b.declare_relation(str(obj["id"]), obj.get("name"), where)
         elif kind == "triple":
             if any(obj.get(k) in (None, "") for k in ("h", "r", "t")):
@@ -298,10 +293,11 @@ def _load_one(spec: str) -> KnowledgeGraph:
     if os.path.isdir(spec):
         if os.path.isfile(os.path.join(spec, KG_CONFIG_NAME)):
             return KnowledgeGraph.from_pretrained(spec)
-        if find_file(spec, "entity2text.txt", required=False) and find_file(spec, "train.txt", required=False):
-            return load_fb15k237(spec)
-        if find_file(spec, "entity2text.txt", required=False) and find_file(spec, "train.tsv", required=False):
-            return load_wn18rr(spec)
+        if find_file(spec, "entity2text.txt", required=False):
+            if find_file(spec, "train.txt", required=False):
+                return load_fb15k237(spec)
+            if find_file(spec, "train.tsv", required=False):
+                return load_wn18rr(spec)
         if os.path.isdir(os.path.join(spec, "TREx")) or any(
             _PID_RE.match(os.path.basename(f)) for f in _jsonl_files(spec)
         ):
