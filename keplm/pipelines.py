@@ -65,6 +65,11 @@ PASSTHROUGH = (
 )
 
 
+def _given(**params) -> dict:
+    """The parameters a pipeline call set (``None``: the method's default)."""
+    return {key: value for key, value in params.items() if value is not None}
+
+
 class _KeplmPipeline:
     """What keplm's pipelines share: the processor (loaded with the model unless given), model-aware batching."""
 
@@ -86,9 +91,6 @@ class _KeplmPipeline:
         model = getattr(self.model, "get_base_model", lambda: self.model)()  # a LoRA adapter: the model inside
         if self.model_mapping is not None and type(model.config) not in self.model_mapping:
             raise ValueError(f"the {self.task} pipeline cannot run {type(model).__name__}: no model for its task")
-
-    def _forward(self, inputs: dict) -> dict:
-        return self._run_model(inputs)
 
     def _max_length(self, max_length: int | None, default: int) -> int:
         """The token limit of one input: the caller's, which the model's positions must hold (else a ValueError naming
@@ -128,59 +130,40 @@ class _KeplmPipeline:
                 batch[key] = items[0][key] if unbatched else [item[key] for item in items]
         return batch
 
-    def _loader(self, dataset, num_workers: int, batch_size: int) -> DataLoader:
-        return DataLoader(
-            dataset,
-            num_workers=num_workers,
-            batch_size=batch_size,
-            collate_fn=partial(self._collate, unbatched=batch_size == 1),
-        )
-
-    def _run_model(self, inputs: dict) -> dict:
-        """Model outputs first (the pipeline reads the batch size from the first value), then pass-through."""
-        model_inputs = {k: v for k, v in inputs.items() if k not in PASSTHROUGH}
-        outputs = self.model(**model_inputs)
-        result = {
-            key: getattr(outputs, key)
-            for key in ("logits", "start_logits", "end_logits")
-            if getattr(outputs, key, None) is not None
-        }
-        result["attention_mask"] = model_inputs["attention_mask"]
-        result.update({k: v for k, v in inputs.items() if k in PASSTHROUGH})
-        return result
-
-
-class _OneFeaturePipeline(_KeplmPipeline):
-    """Pipelines whose input makes one feature (NER on a text, classification of a text or pair): batched by the
-    DataLoader, the outputs unbatched one per input."""
-
     def get_iterator(self, inputs, num_workers, batch_size, preprocess_params, forward_params, postprocess_params):
-        loader = self._loader(PipelineDataset(inputs, self.preprocess, preprocess_params), num_workers, batch_size)
-        model_iterator = PipelineIterator(loader, self.forward, forward_params, loader_batch_size=batch_size)
-        return PipelineIterator(model_iterator, self.postprocess, postprocess_params)
+        """The stock iterators, batched by the DataLoader through keplm's collator: one feature per input unbatched
+        per input, or (a ``ChunkPipeline``: NER windows over a long text, QA stride windows) the features of an input
+        packed back for ``postprocess``."""
+        if isinstance(self, ChunkPipeline):
+            dataset = PipelineChunkIterator(inputs, self.preprocess, preprocess_params)
+            num_workers, model_iterator = min(num_workers, 1), PipelinePackIterator
+        else:
+            dataset, model_iterator = PipelineDataset(inputs, self.preprocess, preprocess_params), PipelineIterator
+        collate = partial(self._collate, unbatched=batch_size == 1)
+        loader = DataLoader(dataset, num_workers=num_workers, batch_size=batch_size, collate_fn=collate)
+        outputs = model_iterator(loader, self.forward, forward_params, loader_batch_size=batch_size)
+        return PipelineIterator(outputs, self.postprocess, postprocess_params)
 
     def run_single(self, inputs, preprocess_params, forward_params, postprocess_params):
-        batch = self._collate([self.preprocess(inputs, **preprocess_params)], unbatched=True)
-        return self.postprocess(self.forward(batch, **forward_params), **postprocess_params)
+        """One input as a batch of one, through keplm's collator."""
+        return next(iter(self.get_iterator([inputs], 0, 1, preprocess_params, forward_params, postprocess_params)))
+
+    def _forward(self, inputs: dict) -> dict:
+        """Model outputs first (the pipeline reads the batch size from the first value), then the token ids and mask
+        and the pass-through values."""
+        outputs = self.model(**{k: v for k, v in inputs.items() if k not in PASSTHROUGH})
+        logits = {key: value for key, value in outputs.items() if key in ("logits", "start_logits", "end_logits")}
+        kept = ("input_ids", "attention_mask", *PASSTHROUGH)
+        return {**logits, **{key: value for key, value in inputs.items() if key in kept}}
 
 
-class _ChunkedPipeline(_KeplmPipeline):
-    """Pipelines whose input may make several features (NER windows over a long text, QA stride windows): the
-    chunks batched by the DataLoader through keplm's collator, packed back per input for ``postprocess``."""
+class _QuestionContextCall:
+    """``pipe(question=..., context=...)`` as ``pipe({"question": ..., "context": ...})``."""
 
-    def get_iterator(self, inputs, num_workers, batch_size, preprocess_params, forward_params, postprocess_params):
-        loader = self._loader(
-            PipelineChunkIterator(inputs, self.preprocess, preprocess_params), min(num_workers, 1), batch_size
-        )
-        model_iterator = PipelinePackIterator(loader, self.forward, forward_params, loader_batch_size=batch_size)
-        return PipelineIterator(model_iterator, self.postprocess, postprocess_params)
-
-    def run_single(self, inputs, preprocess_params, forward_params, postprocess_params):
-        windows = [
-            self.forward(self._collate([feature], unbatched=True), **forward_params)
-            for feature in self.preprocess(inputs, **preprocess_params)
-        ]
-        return self.postprocess(windows, **postprocess_params)
+    def __call__(self, *args, **kwargs):
+        if "question" in kwargs and "context" in kwargs and not args:
+            args = ({"question": kwargs.pop("question"), "context": kwargs.pop("context")},)
+        return super().__call__(*args, **kwargs)
 
 
 def word_windows(word_ids: list[int | None], num_words: int, budget: int, stride: int = 0) -> list[tuple[int, int]]:
@@ -205,7 +188,7 @@ def word_windows(word_ids: list[int | None], num_words: int, budget: int, stride
         start = next_start
 
 
-class KeplmTokenClassificationPipeline(_ChunkedPipeline, TokenClassificationPipeline):
+class KeplmTokenClassificationPipeline(_KeplmPipeline, TokenClassificationPipeline):
     """Named-entity recognition on raw text with a keplm token-classification model (task ``"keplm-ner"``):
     transformers' token-classification pipeline, with the text linked against the processor's KG.
 
@@ -230,17 +213,14 @@ class KeplmTokenClassificationPipeline(_ChunkedPipeline, TokenClassificationPipe
     ):
         if offset_mapping is not None:
             raise ValueError(f"{NER_TASK} finds word offsets itself: pass the text (or its words), not offset_mapping")
-        preprocess = {"is_split_into_words": is_split_into_words, "delimiter": " " if delimiter is None else delimiter}
-        preprocess.update({k: v for k, v in (("max_length", max_length), ("stride", stride)) if v is not None})
-        postprocess = {} if ignore_labels is None else {"ignore_labels": ignore_labels}
-        if aggregation_strategy is not None:
-            if isinstance(aggregation_strategy, str):
-                names = [s.value for s in AggregationStrategy]
-                if aggregation_strategy.lower() not in names:
-                    raise ValueError(f"aggregation_strategy must be one of {names}, got {aggregation_strategy!r}")
-                aggregation_strategy = AggregationStrategy(aggregation_strategy.lower())
-            postprocess["aggregation_strategy"] = aggregation_strategy
-        return preprocess, {}, postprocess
+        if aggregation_strategy is not None:  # a name in any case, or an AggregationStrategy (a str enum)
+            names = [s.value for s in AggregationStrategy]
+            if aggregation_strategy.lower() not in names:
+                raise ValueError(f"aggregation_strategy must be one of {names}, got {aggregation_strategy!r}")
+            aggregation_strategy = AggregationStrategy(aggregation_strategy.lower())
+        preprocess = _given(max_length=max_length, stride=stride, delimiter=delimiter)
+        postprocess = _given(aggregation_strategy=aggregation_strategy, ignore_labels=ignore_labels)
+        return {"is_split_into_words": is_split_into_words, **preprocess}, {}, postprocess
 
     def preprocess(self, sentence, max_length=None, stride=0, is_split_into_words=False, delimiter=" "):
         if is_split_into_words:
@@ -259,7 +239,8 @@ class KeplmTokenClassificationPipeline(_ChunkedPipeline, TokenClassificationPipe
                 f"{NER_TASK} takes a string (or a list of words with is_split_into_words=True), got "
                 f"{type(sentence).__name__}"
             )
-        words, spans = (words, spans) if words else ([""], [(0, 0)])
+        if not words:
+            words, spans = [""], [(0, 0)]
         max_length = self._max_length(max_length, 512)
         budget = max(1, max_length - self.tokenizer.num_special_tokens_to_add(pair=False))
         if stride >= budget:
@@ -287,9 +268,8 @@ class KeplmTokenClassificationPipeline(_ChunkedPipeline, TokenClassificationPipe
             return_special_tokens_mask=True,
         )
         for i, (start, _) in enumerate(windows):
-            feature = {key: values[i] for key, values in features.items()}
             yield {
-                **feature,
+                **{key: values[i] for key, values in features.items()},
                 "sentence": sentence,
                 "offset_mapping": encoding["offset_mapping"][i],
                 "special_tokens_mask": encoding["special_tokens_mask"][i],
@@ -298,9 +278,6 @@ class KeplmTokenClassificationPipeline(_ChunkedPipeline, TokenClassificationPipe
                 "word_to_chars_map": spans,
                 "is_last": i == len(windows) - 1,
             }
-
-    def _forward(self, inputs: dict) -> dict:
-        return {**self._run_model(inputs), "input_ids": inputs["input_ids"]}
 
     def postprocess(self, all_outputs, aggregation_strategy=AggregationStrategy.FIRST, ignore_labels=None):
         """The stock post-processing on each window's own tokens (the collator's padding taken off)."""
@@ -330,7 +307,7 @@ class KeplmTokenClassificationPipeline(_ChunkedPipeline, TokenClassificationPipe
         return entities
 
 
-class KeplmQuestionAnsweringPipeline(_ChunkedPipeline, ChunkPipeline):
+class KeplmQuestionAnsweringPipeline(_QuestionContextCall, _KeplmPipeline, ChunkPipeline):
     """Extractive QA on a raw question and context with a keplm QA model (task ``"keplm-qa"``).
 
     The context is linked with the processor's KG once and cut into stride windows (``max_length``,
@@ -342,18 +319,8 @@ class KeplmQuestionAnsweringPipeline(_ChunkedPipeline, ChunkPipeline):
     def _sanitize_parameters(
         self, max_length=None, doc_stride=None, top_k=None, max_answer_length=None, n_best_size=None, **kwargs
     ):
-        preprocess = {k: v for k, v in (("max_length", max_length), ("doc_stride", doc_stride)) if v is not None}
-        postprocess = {
-            k: v
-            for k, v in (("top_k", top_k), ("max_answer_length", max_answer_length), ("n_best_size", n_best_size))
-            if v is not None
-        }
-        return preprocess, {}, postprocess
-
-    def __call__(self, *args, **kwargs):
-        if "question" in kwargs and "context" in kwargs and not args:
-            args = ({"question": kwargs.pop("question"), "context": kwargs.pop("context")},)
-        return super().__call__(*args, **kwargs)
+        preprocess = _given(max_length=max_length, doc_stride=doc_stride)
+        return preprocess, {}, _given(top_k=top_k, max_answer_length=max_answer_length, n_best_size=n_best_size)
 
     def preprocess(self, example: dict, max_length: int | None = None, doc_stride: int | None = None):
         if not isinstance(example, dict) or not {"question", "context"} <= set(example):
@@ -371,10 +338,11 @@ class KeplmQuestionAnsweringPipeline(_ChunkedPipeline, ChunkPipeline):
         )
         count = len(features["input_ids"])
         for i in range(count):
-            feature = {key: values[i] for key, values in features.items()}
-            feature["context"] = example["context"]
-            feature["is_last"] = i == count - 1
-            yield feature
+            yield {
+                **{key: values[i] for key, values in features.items()},
+                "context": example["context"],
+                "is_last": i == count - 1,
+            }
 
     def postprocess(self, windows: list[dict], top_k: int = 1, max_answer_length: int = 30, n_best_size: int = 20):
         tokens = [w["attention_mask"][0].bool() for w in windows]  # each window's own tokens, whichever padding side
@@ -411,7 +379,7 @@ def whole_word_answers(context: str, candidates: list[dict]) -> list[dict]:
     return sorted(merged.values(), key=lambda a: -a["score"])
 
 
-class KeplmTextClassificationPipeline(_OneFeaturePipeline, TextClassificationPipeline):
+class KeplmTextClassificationPipeline(_KeplmPipeline, TextClassificationPipeline):
     """Sentence or sentence-pair classification (and regression) on raw text with a keplm sequence-classification
     model, e.g. Roof-Transformer (task ``"keplm-text-classification"``): transformers' text-classification pipeline,
     with both texts linked against the processor's KG and the model's knowledge selected from them, as in training.
@@ -424,27 +392,31 @@ class KeplmTextClassificationPipeline(_OneFeaturePipeline, TextClassificationPip
 
     def _sanitize_parameters(self, function_to_apply=None, top_k="", max_length=None):
         _, forward, postprocess = super()._sanitize_parameters(function_to_apply=function_to_apply, top_k=top_k)
-        return ({"max_length": max_length} if max_length is not None else {}), forward, postprocess
+        return _given(max_length=max_length), forward, postprocess
 
     def preprocess(self, inputs, max_length: int | None = None) -> dict:
         max_length = self._max_length(max_length, 512)
         if isinstance(inputs, str):
-            examples, columns = {"sentence": [inputs]}, ("sentence",)
+            examples = {"sentence": [inputs]}
         elif isinstance(inputs, dict) and set(inputs) <= {"text", "text_pair"} and "text" in inputs:
-            pair = inputs.get("text_pair") is not None
-            examples = {"sentence1": [inputs["text"]], **({"sentence2": [inputs["text_pair"]]} if pair else {})}
-            columns = ("sentence1", "sentence2") if pair else ("sentence1",)
+            examples = {"sentence1": [inputs["text"]]}
+            if inputs.get("text_pair") is not None:
+                examples["sentence2"] = [inputs["text_pair"]]
         else:
             raise ValueError(
                 f'{CLASSIFICATION_TASK} takes a string or {{"text": ..., "text_pair": ...}}, got {inputs!r}'
             )
         features = self.processor.prepare_pair_features(
-            examples, text_columns=columns, label_column=None, max_length=max_length, with_knowledge=self.with_knowledge
+            examples,
+            text_columns=tuple(examples),
+            label_column=None,
+            max_length=max_length,
+            with_knowledge=self.with_knowledge,
         )
         return {key: values[0] for key, values in features.items() if not key.startswith("num_")}
 
 
-class KeplmText2TextGenerationPipeline(_OneFeaturePipeline, Pipeline):
+class KeplmText2TextGenerationPipeline(_QuestionContextCall, _KeplmPipeline, Pipeline):
     """Text-to-text generation on raw text with a keplm encoder-decoder model, e.g. KALA on T5 (task
     ``"keplm-text2text"``, transformers' ``text2text-generation`` semantics).
 
@@ -456,13 +428,7 @@ class KeplmText2TextGenerationPipeline(_OneFeaturePipeline, Pipeline):
     """
 
     def _sanitize_parameters(self, max_length=None, **generate_kwargs):
-        preprocess = {"max_length": max_length} if max_length is not None else {}
-        return preprocess, generate_kwargs, {}
-
-    def __call__(self, *args, **kwargs):
-        if "question" in kwargs and "context" in kwargs and not args:
-            args = ({"question": kwargs.pop("question"), "context": kwargs.pop("context")},)
-        return super().__call__(*args, **kwargs)
+        return _given(max_length=max_length), generate_kwargs, {}
 
     def preprocess(self, inputs, max_length: int | None = None) -> dict:
         max_length = self._max_length(max_length, 512)
@@ -495,21 +461,13 @@ def register_pipelines() -> None:
     pipeline registry (``import keplm`` does). Idempotent."""
     if TEXT2TEXT_TASK in PIPELINE_REGISTRY.get_supported_tasks():
         return
-    PIPELINE_REGISTRY.register_pipeline(
-        NER_TASK, pipeline_class=KeplmTokenClassificationPipeline, pt_model=AutoModelForTokenClassification, type="text"
-    )
-    PIPELINE_REGISTRY.register_pipeline(
-        QA_TASK, pipeline_class=KeplmQuestionAnsweringPipeline, pt_model=AutoModelForQuestionAnswering, type="text"
-    )
-    PIPELINE_REGISTRY.register_pipeline(
-        CLASSIFICATION_TASK,
-        pipeline_class=KeplmTextClassificationPipeline,
-        pt_model=AutoModelForSequenceClassification,
-        type="text",
-    )
-    PIPELINE_REGISTRY.register_pipeline(
-        TEXT2TEXT_TASK, pipeline_class=KeplmText2TextGenerationPipeline, pt_model=AutoModelForSeq2SeqLM, type="text"
-    )
+    for task, pipeline_class, model_class in (
+        (NER_TASK, KeplmTokenClassificationPipeline, AutoModelForTokenClassification),
+        (QA_TASK, KeplmQuestionAnsweringPipeline, AutoModelForQuestionAnswering),
+        (CLASSIFICATION_TASK, KeplmTextClassificationPipeline, AutoModelForSequenceClassification),
+        (TEXT2TEXT_TASK, KeplmText2TextGenerationPipeline, AutoModelForSeq2SeqLM),
+    ):
+        PIPELINE_REGISTRY.register_pipeline(task, pipeline_class=pipeline_class, pt_model=model_class, type="text")
 
 
 __all__ = [
