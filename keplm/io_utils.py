@@ -31,11 +31,7 @@ def open_text(path, mode: str = "rt"):
     # reading: "utf-8-sig" drops a byte-order mark at the start (a BOM would otherwise become part of the first
     # field, e.g. a second entity "\ufeffQ90"); without one it reads as "utf-8"
     encoding = "utf-8-sig" if "r" in mode else "utf-8"
-    handle = (
-        gzip.open(path, mode, encoding=encoding)
-        if path.endswith(".gz")
-        else open(path, mode.replace("t", ""), encoding=encoding)
-    )
+    handle = (gzip.open if path.endswith(".gz") else open)(path, mode, encoding=encoding)
     return _NamedDecodeErrors(handle, path) if "r" in mode else handle
 
 
@@ -71,21 +67,6 @@ class _NamedDecodeErrors:
         except UnicodeDecodeError as error:
             raise self._named(error) from None
 
-    def read(self, *args):
-        try:
-            return self._handle.read(*args)
-        except UnicodeDecodeError as error:
-            raise self._named(error) from None
-
-    def readline(self, *args):
-        try:
-            return self._handle.readline(*args)
-        except UnicodeDecodeError as error:
-            raise self._named(error) from None
-
-    def readlines(self, *args):
-        return list(self) if not args else self._handle.readlines(*args)
-
     def __enter__(self):
         self._handle.__enter__()
         return self
@@ -94,13 +75,24 @@ class _NamedDecodeErrors:
         return self._handle.__exit__(*exc)
 
     def __getattr__(self, name):
-        return getattr(self._handle, name)
+        """The file's own attributes, its ``read``, ``readline`` and ``readlines`` raising the named error."""
+        attribute = getattr(self._handle, name)
+        if name not in ("read", "readline", "readlines"):
+            return attribute
+
+        def read(*args):
+            try:
+                return attribute(*args)
+            except UnicodeDecodeError as error:
+                raise self._named(error) from None
+
+        return read
 
 
 def find_file(directory, name: str, required: bool = True) -> str | None:
     """``directory/name`` or its gzipped twin (``name`` given with or without ``.gz``); a FileNotFoundError naming
     both when ``required`` and neither exists, else None."""
-    base = name[:-3] if name.endswith(".gz") else name
+    base = name.removesuffix(".gz")
     for candidate in (base, base + ".gz"):
         path = os.path.join(directory, candidate)
         if os.path.isfile(path):
@@ -272,19 +264,15 @@ def committed_save(target, marker: str, replaces: tuple[str, ...] = ()):
         if not (staging / marker).is_file():
             raise ValueError(f"the save into {target} wrote no {marker}: nothing was moved into the folder")
         (target / marker).unlink(missing_ok=True)  # from here until the end the folder is no loadable save
-        new = {entry.name for entry in staging.iterdir()}
         for pattern in replaces:
             for old in target.glob(pattern):
-                if old.name not in new and old.is_file():
+                if old.is_file() and not (staging / old.name).exists():
                     old.unlink()
         for entry in sorted(staging.iterdir()):
-            destination = target / entry.name
-            if entry.name == marker:
-                continue
             if entry.is_dir():
-                _swap_in(entry, destination)
-            else:
-                os.replace(entry, destination)
+                _swap_in(entry, target / entry.name)
+            elif entry.name != marker:
+                os.replace(entry, target / entry.name)
         os.replace(staging / marker, target / marker)
     finally:
         shutil.rmtree(staging, ignore_errors=True)

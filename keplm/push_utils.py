@@ -8,7 +8,6 @@ with ``HfApi.upload_folder`` (large files through the LFS path, as the Hub decid
 
 from __future__ import annotations
 
-import fnmatch
 import hashlib
 import json
 import logging
@@ -65,26 +64,13 @@ LOADING_PATTERNS = tuple(dict.fromkeys((*MODEL_FILES, *PROCESSOR_FILES, "*.model
 ADAPTER_CONFIG = "adapter_config.json"
 
 
-def adapter_base_to_pin(folder: str | os.PathLike, repo_id: str) -> dict | None:
-    """``adapter_config.json`` of ``folder`` when it names ``repo_id`` itself as the adapter's base model (a keplm
-    adapter saved for that repo, whose base files, config.json, keplm_adapter.json and knowledge/, live beside it):
-    the config :func:`pin_adapter_base` pins after the push. None for anything else."""
-    path = Path(folder, ADAPTER_CONFIG)
-    if not path.is_file():
-        return None
-    recorded = json.loads(path.read_text(encoding="utf-8"))
-    return recorded if recorded.get("base_model_name_or_path") == repo_id else None
-
-
-def pin_adapter_base(repo_id: str, adapter_config: dict | None, commit, token=None, revision: str | None = None):
+def pin_adapter_base(repo_id: str, adapter_config: dict, commit, token=None, revision: str | None = None):
     """The second commit of an adapter push: ``adapter_config.json`` with peft's ``revision`` set to ``commit`` (the
-    push that uploaded the adapter with its base files), so that peft's ``AutoPeftModel*.from_pretrained(repo,
-    revision=R)``, which loads the base at the revision the adapter config names, takes the base files of the same
-    push as the adapter, not those of main. Returns that commit's ``CommitInfo`` (``commit`` itself, or its
-    ``Future``'s result, when there is nothing to pin)."""
+    push that uploaded the adapter with its base files; a ``CommitInfo`` or its ``Future``), so that peft's
+    ``AutoPeftModel*.from_pretrained(repo, revision=R)``, which loads the base at the revision the adapter config
+    names, takes the base files of the same push as the adapter, not those of main. Returns that commit's
+    ``CommitInfo``."""
     commit = commit.result() if hasattr(commit, "result") else commit  # a push run as a future
-    if adapter_config is None:
-        return commit
     pinned = {**adapter_config, "revision": commit.oid}
     return HfApi().upload_file(
         path_or_fileobj=(json.dumps(pinned, indent=2, sort_keys=True) + "\n").encode("utf-8"),
@@ -98,10 +84,13 @@ def pin_adapter_base(repo_id: str, adapter_config: dict | None, commit, token=No
 
 def pin_after(commit, folder, repo_id: str, token=None, revision: str | None = None, blocking: bool = True):
     """:func:`pin_adapter_base` after the push ``commit`` (a ``CommitInfo`` or its ``Future``) of ``folder``, when the
-    folder holds an adapter for ``repo_id`` (read now: the folder may change meanwhile): done at once (``blocking``)
-    or queued as a ``Future`` that waits for the push. ``commit`` itself when there is nothing to pin."""
-    adapter_config = adapter_base_to_pin(folder, repo_id)
-    if adapter_config is None:
+    folder's ``adapter_config.json`` (read now: the folder may change meanwhile) names ``repo_id`` itself as the
+    adapter's base model (a keplm adapter saved for that repo, whose base files, config.json, keplm_adapter.json and
+    knowledge/, live beside it): done at once (``blocking``) or queued as a ``Future`` that waits for the push.
+    ``commit`` itself when there is nothing to pin."""
+    path = Path(folder, ADAPTER_CONFIG)
+    adapter_config = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    if adapter_config.get("base_model_name_or_path") != repo_id:
         return commit
     if blocking:
         return pin_adapter_base(repo_id, adapter_config, commit, token=token, revision=revision)
@@ -111,26 +100,16 @@ def pin_after(commit, folder, repo_id: str, token=None, revision: str | None = N
 def pickled_files(folder: str | os.PathLike) -> list[str]:
     """Paths (relative to ``folder``) of the files whose names mark them as pickles."""
     root = Path(folder)
-    return sorted(
-        str(p.relative_to(root))
-        for p in root.rglob("*")
-        if p.is_file() and any(fnmatch.fnmatch(p.name, pattern) for pattern in PICKLE_PATTERNS)
-    )
-
-
-def repo_has_file(repo_id: str, filename: str, token=None, revision: str | None = None) -> bool:
-    """Whether the Hub repo holds ``filename`` (False for a repo that does not exist yet)."""
-    try:
-        return HfApi().file_exists(repo_id, filename, revision=revision, token=token)
-    except (EntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError):
-        return False
+    return sorted(str(p.relative_to(root)) for pattern in PICKLE_PATTERNS for p in root.rglob(pattern) if p.is_file())
 
 
 def repo_model_type(repo_id: str, token=None, revision: str | None = None) -> str | None:
-    """The ``model_type`` of the model a Hub repo holds (its ``config.json``), or None when it holds none."""
-    if not repo_has_file(repo_id, "config.json", token=token, revision=revision):
+    """The ``model_type`` of the model a Hub repo holds (its ``config.json``), or None when it holds none (or the
+    repo or revision does not exist yet)."""
+    try:
+        path = hf_hub_download(repo_id, "config.json", token=token, revision=revision)
+    except (EntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError):
         return None
-    path = hf_hub_download(repo_id, "config.json", token=token, revision=revision)
     return json.loads(Path(path).read_text(encoding="utf-8")).get("model_type")
 
 
@@ -204,7 +183,7 @@ def push_folder(
     api = HfApi()
     repo_id = api.create_repo(repo_id, private=private, token=token, exist_ok=True).repo_id
     earlier = repo_model_type(repo_id, token=token, revision=revision) if model_type is not None else None
-    if earlier is not None and earlier != model_type:
+    if earlier not in (None, model_type):
         logger.warning(
             "%s holds a %s model: pushing a %s model replaces it, and the earlier model's processor files go too "
             "(push this model's processor, or push with the Trainer)",
@@ -212,7 +191,7 @@ def push_folder(
             earlier,
             model_type,
         )
-        replaces = tuple(dict.fromkeys((*replaces, *PROCESSOR_FILES)))
+        replaces = (*replaces, *PROCESSOR_FILES)
     with tempfile.TemporaryDirectory() as folder:
         save(folder)
         if (
@@ -239,11 +218,9 @@ def push_folder(
 
 __all__ = [
     "push_folder",
-    "adapter_base_to_pin",
     "pin_adapter_base",
     "pin_after",
     "pickled_files",
-    "repo_has_file",
     "repo_model_type",
     "card_is_current",
     "LOADING_PATTERNS",
