@@ -168,13 +168,11 @@ def resolve_folder(name_or_path: str | os.PathLike, folder: str, **kwargs) -> Pa
 def resolve_file(name_or_path: str | os.PathLike, filename: str, **kwargs) -> Path | None:
     """Local ``<dir>/<filename>`` or the file downloaded from a Hub repo; ``None`` when it does not exist."""
     options = hub_kwargs(kwargs)
-    subfolder = options.pop("subfolder", None)
     if os.path.isdir(name_or_path):
-        path = Path(name_or_path, subfolder or "", filename)
+        path = Path(name_or_path, options.get("subfolder", ""), filename)
         return path if path.is_file() else None
-
     try:
-        return Path(hf_hub_download(str(name_or_path), filename, subfolder=subfolder, **options))
+        return Path(hf_hub_download(str(name_or_path), filename, **options))
     except LocalEntryNotFoundError as error:  # the Hub was not asked: not "the repo has no such file"
         cached = Path(
             options.get("cache_dir") or constants.HF_HUB_CACHE,

@@ -35,18 +35,6 @@ def open_text(path, mode: str = "rt"):
     return _NamedDecodeErrors(handle, path) if "r" in mode else handle
 
 
-def first_non_utf8_line(path) -> int | None:
-    """The 1-based number of the first line of a (possibly gzipped) file that is not valid UTF-8; None if all are."""
-    opener = gzip.open if os.fspath(path).endswith(".gz") else open
-    with opener(path, "rb") as f:
-        for lineno, line in enumerate(f, 1):
-            try:
-                line.decode("utf-8")
-            except UnicodeDecodeError:
-                return lineno
-    return None
-
-
 class _NamedDecodeErrors:
     """A text file whose UnicodeDecodeError (raised by the decoder a chunk ahead of the line being read) becomes a
     ValueError naming the file and the first line that is not UTF-8."""
@@ -55,11 +43,16 @@ class _NamedDecodeErrors:
         self._handle, self._path = handle, path
 
     def _named(self, error: UnicodeDecodeError) -> ValueError:
-        line = first_non_utf8_line(self._path)
-        return ValueError(
-            f"{self._path}:{line if line is not None else '?'}: not UTF-8 text ({error.reason}); "
-            "re-encode the file as UTF-8"
-        )
+        """The error naming the file's first line that is not UTF-8 (1-based)."""
+        line = "?"
+        with (gzip.open if self._path.endswith(".gz") else open)(self._path, "rb") as f:
+            for number, raw in enumerate(f, 1):
+                try:
+                    raw.decode("utf-8")
+                except UnicodeDecodeError:
+                    line = number
+                    break
+        return ValueError(f"{self._path}:{line}: not UTF-8 text ({error.reason}); re-encode the file as UTF-8")
 
     def __iter__(self):
         try:
@@ -218,11 +211,11 @@ def replaced_folder(target, owner_file: str, writer: str):
     if target.exists():
         if not target.is_dir():
             raise ValueError(f"{writer}: output_dir {target} is a file, not a folder")
-        if any(target.iterdir()) and not (target / owner_file).is_file():
-            found = sorted(p.name for p in target.iterdir())[:5]
+        found = sorted(p.name for p in target.iterdir())
+        if found and not (target / owner_file).is_file():
             raise ValueError(
                 f"{writer}: output_dir {target} holds files that are not an earlier {writer} output (no {owner_file}; "
-                f"found {found}): it would be replaced whole; use a new or empty folder"
+                f"found {found[:5]}): it would be replaced whole; use a new or empty folder"
             )
     target.parent.mkdir(parents=True, exist_ok=True)
     remove_scratch(target)
@@ -285,8 +278,7 @@ def write_json_whole(path, data, **dump_kwargs) -> None:
     remove_scratch(path)
     partial = _scratch_name(path, "partial")
     try:
-        with open(partial, "w", encoding="utf-8") as f:
-            json.dump(data, f, **dump_kwargs)
+        partial.write_text(json.dumps(data, **dump_kwargs), encoding="utf-8")
         os.replace(partial, path)
     finally:
         partial.unlink(missing_ok=True)

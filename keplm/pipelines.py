@@ -348,10 +348,9 @@ class KeplmQuestionAnsweringPipeline(_QuestionContextCall, _KeplmPipeline, Chunk
         tokens = [w["attention_mask"][0].bool() for w in windows]  # each window's own tokens, whichever padding side
         starts = [w["start_logits"][0][t].float().numpy() for w, t in zip(windows, tokens)]
         ends = [w["end_logits"][0][t].float().numpy() for w, t in zip(windows, tokens)]
-        features = [{"example_id": "0", "offset_mapping": w["offset_mapping"]} for w in windows]
         _, nbest = postprocess_qa_predictions(
             [{"id": "0", "context": windows[0]["context"]}],
-            features,
+            windows,  # each with its example_id and context offset_mapping
             starts,
             ends,
             n_best_size=max(n_best_size, top_k),
@@ -385,14 +384,12 @@ class KeplmTextClassificationPipeline(_KeplmPipeline, TextClassificationPipeline
     with both texts linked against the processor's KG and the model's knowledge selected from them, as in training.
 
     Input: a string, or ``{"text": ..., "text_pair": ...}`` for pairs (GLUE's RTE, MRPC, ...). Outputs, ``top_k``
-    and ``function_to_apply`` are the stock pipeline's (a regression model, STS-B, returns its raw score).
+    and ``function_to_apply`` are the stock pipeline's (a regression model, STS-B, returns its raw score), and so is
+    the parameter handling: ``max_length``, the input's token limit, reaches ``preprocess`` as the stock pipeline's
+    tokenizer keyword arguments do.
     """
 
     model_mapping = MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING
-
-    def _sanitize_parameters(self, function_to_apply=None, top_k="", max_length=None):
-        _, forward, postprocess = super()._sanitize_parameters(function_to_apply=function_to_apply, top_k=top_k)
-        return _given(max_length=max_length), forward, postprocess
 
     def preprocess(self, inputs, max_length: int | None = None) -> dict:
         max_length = self._max_length(max_length, 512)

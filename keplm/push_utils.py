@@ -113,14 +113,14 @@ def repo_model_type(repo_id: str, token=None, revision: str | None = None) -> st
     return json.loads(Path(path).read_text(encoding="utf-8")).get("model_type")
 
 
-def _file_hashes(path: Path) -> tuple[str, str]:
-    """``(git blob id, sha256)`` of a file: what the Hub lists for a regular file and for an LFS file."""
-    blob, sha256 = hashlib.sha1(b"blob %d\0" % path.stat().st_size), hashlib.sha256()
+def _listed_hash(path: Path, lfs) -> str:
+    """What the Hub lists for a file's content: the sha256 of an LFS file (``lfs``: the listing's LFS info), the git
+    blob id of a regular file."""
+    digest = hashlib.sha256() if lfs else hashlib.sha1(b"blob %d\0" % path.stat().st_size)
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
-            blob.update(chunk)
-            sha256.update(chunk)
-    return blob.hexdigest(), sha256.hexdigest()
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def card_is_current(repo_id: str, folder: str | os.PathLike, token=None, revision: str | None = None) -> bool:
@@ -145,10 +145,7 @@ def card_is_current(repo_id: str, folder: str | os.PathLike, token=None, revisio
         if not path.is_file() or name in ("README.md", ADAPTER_CONFIG) or name.startswith("figures/"):
             continue
         entry = listed.get(name)
-        if entry is None:
-            return False
-        blob, sha256 = _file_hashes(path)
-        if (entry.lfs.sha256 if entry.lfs is not None else entry.blob_id) != (sha256 if entry.lfs else blob):
+        if entry is None or _listed_hash(path, entry.lfs) != (entry.lfs.sha256 if entry.lfs else entry.blob_id):
             return False
     return True
 
@@ -196,7 +193,7 @@ def push_folder(
         save(folder)
         if (
             write_card is not None
-            and not os.path.exists(os.path.join(folder, "README.md"))
+            and not Path(folder, "README.md").exists()
             and not card_is_current(repo_id, folder, token=token, revision=revision)
         ):
             write_card(folder)

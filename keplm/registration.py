@@ -54,7 +54,7 @@ def auto_class_name(model_class: type, model_type: str | None) -> str | None:
     ``AutoModel``), or None when it is not registered."""
     _, models, _ = REGISTERED_METHODS.get(model_type, (None, {}, None))
     names = [name for name, registered in models.items() if registered is model_class]
-    return next((name for name in names if name != "AutoModel"), names[0] if names else None)
+    return min(names, key=lambda name: name == "AutoModel", default=None)  # the first that is not AutoModel
 
 
 def registered_model_class(name: str) -> type | None:
@@ -76,15 +76,14 @@ def load_plugins() -> dict[str, str]:
             point.load()
             outcome[point.name] = "loaded"
         except Exception as error:  # a broken plug-in must not stop keplm's own methods
+            outcome[point.name] = f"{type(error).__name__}: {error}"
             logger.error(
-                "keplm plug-in %r (%s, entry point group %s) failed to load: %s: %s",
+                "keplm plug-in %r (%s, entry point group %s) failed to load: %s",
                 point.name,
                 point.value,
                 PLUGIN_GROUP,
-                type(error).__name__,
-                error,
+                outcome[point.name],
             )
-            outcome[point.name] = f"{type(error).__name__}: {error}"
     return outcome
 
 

@@ -58,12 +58,11 @@ def encoder_weights_digest(model: KeplmPreTrainedModel, dtype: str | None = None
     left out too, newly initialised: the loading report warns about them, and the adapter trains them fully or the
     rebuilt model differs anyway), in ``dtype`` (default: the weights' own), so an adapter can tell whether it is
     applied to the encoder it was trained on. None for weights not held here (sharded)."""
-    report = getattr(model, "loading_report", None) or {}
-    skip = {f"{name}.{key}" for name, keys in report.get("encoder_missing", {}).items() for key in keys}
+    missing = (getattr(model, "loading_report", None) or {}).get("encoder_missing", {})
     digest = hashlib.sha256()
     for name, encoder in sorted(model.named_encoders().items()):
         for key, tensor in sorted(encoder.state_dict().items()):
-            if any(part in key for part in ADAPTER_NAME_PARTS) or f"{name}.{key}" in skip:
+            if any(part in key for part in ADAPTER_NAME_PARTS) or key in missing.get(name, ()):
                 continue
             if tensor.numel() == 0:
                 return None
@@ -71,7 +70,7 @@ def encoder_weights_digest(model: KeplmPreTrainedModel, dtype: str | None = None
                 dtype = dtype or str(tensor.dtype).removeprefix("torch.")
                 tensor = tensor.to(getattr(torch, dtype))
             digest.update(f"{name}.{key.replace('.base_layer', '')}:{tuple(tensor.shape)}".encode())
-            digest.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+            digest.update(tensor.cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
     return {"dtype": dtype, "sha256": digest.hexdigest()}
 
 
@@ -104,8 +103,8 @@ def add_lora(
     targets = tuple(target_modules or DEFAULT_TARGET_MODULES)
     encoders = "|".join(re.escape(encoder_prefix(model, name)) for name in model.named_encoders())
     pattern = rf"^(?:{encoders})\..*\.(?:{'|'.join(re.escape(t) for t in targets)})$"
-    encoder_modules = [name for name, _ in model.named_modules() if re.match(rf"^(?:{encoders})\.", name)]
-    unmatched = [t for t in targets if not any(name.endswith(f".{t}") for name in encoder_modules)]
+    matched = [name for name, _ in model.named_modules() if re.match(pattern, name)]
+    unmatched = [t for t in targets if not any(name.endswith(f".{t}") for name in matched)]
     if unmatched:  # one unknown name among known ones would silently train fewer modules than asked
         raise ValueError(
             f"no encoder module ends with {unmatched} (of --lora_target_modules {list(targets)}): choose among the "
@@ -140,7 +139,7 @@ def save_lora(peft_model, save_directory: str | os.PathLike, repo_id: str | None
     if getattr(base, "knowledge_assets", None) is not None:
         save_knowledge_assets(save_directory, base.knowledge_assets)
     adapter_config = Path(save_directory, "adapter_config.json")
-    recorded = json.loads(adapter_config.read_text(encoding="utf-8"))
+    recorded = read_json(adapter_config)
     encoder = recorded.get("base_model_name_or_path")  # the peft config's: add_lora's or load_lora's encoder
     if repo_id is not None and encoder:
         encoder = portable_checkpoint(encoder)  # no machine path goes to the Hub (a packaged encoder: pip:<name>)
