@@ -11,7 +11,7 @@ import logging
 import os
 import shutil
 import uuid
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
 import datasets
@@ -35,7 +35,7 @@ def open_text(path, mode: str = "rt"):
     return _NamedDecodeErrors(handle, path) if "r" in mode else handle
 
 
-class _NamedDecodeErrors:
+class _NamedDecodeErrors(AbstractContextManager):
     """A text file whose UnicodeDecodeError (raised by the decoder a chunk ahead of the line being read) becomes a
     ValueError naming the file and the first line that is not UTF-8."""
 
@@ -59,10 +59,6 @@ class _NamedDecodeErrors:
             yield from self._handle
         except UnicodeDecodeError as error:
             raise self._named(error) from None
-
-    def __enter__(self):
-        self._handle.__enter__()
-        return self
 
     def __exit__(self, *exc):
         return self._handle.__exit__(*exc)

@@ -247,17 +247,12 @@ class KeplmTokenClassificationPipeline(_KeplmPipeline, TokenClassificationPipeli
             raise ValueError(f"stride={stride} must be smaller than the {budget} word tokens a window holds")
         counts = self.tokenizer(words, is_split_into_words=True, add_special_tokens=False).word_ids()
         windows = word_windows(counts, len(words), budget, stride)
-        examples = {"tokens": [words[start:end] for start, end in windows]}
-        annotation_column = None
+        examples = {"tokens": [words[start:end] for start, end in windows]}  # no annotation column: linked
         if self.with_knowledge and self.processor.kg is None:  # e.g. trained on annotation files: nothing to link with
             logger.warning("the processor holds no KG to link raw text against: the text is tagged without knowledge")
-            examples["knowledge"], annotation_column = [KnowledgeAnnotation() for _ in windows], "knowledge"
+            examples["knowledge"] = [KnowledgeAnnotation() for _ in windows]
         features = self.processor.prepare_ner_features(
-            examples,
-            label_column=None,
-            max_length=max_length,
-            annotation_column=annotation_column,
-            with_knowledge=self.with_knowledge,
+            examples, label_column=None, max_length=max_length, with_knowledge=self.with_knowledge
         )
         encoding = self.tokenizer(
             examples["tokens"],
@@ -327,13 +322,11 @@ class KeplmQuestionAnsweringPipeline(_QuestionContextCall, _KeplmPipeline, Chunk
             raise ValueError(f'{QA_TASK} takes {{"question": ..., "context": ...}}, got {example!r}')
         max_length = self._max_length(max_length, 384)
         doc_stride = max_length // 3 if doc_stride is None else doc_stride  # 128 of 384, as transformers' default
-        features = self.processor.prepare_qa_features(
+        features = self.processor.prepare_qa_features(  # no annotation columns: question and context linked
             {"id": ["0"], "question": [example["question"]], "context": [example["context"]]},
             max_length=max_length,
             doc_stride=doc_stride,
             training=False,
-            annotation_column=None,
-            question_annotation_column=None,
             with_knowledge=self.with_knowledge,
         )
         count = len(features["input_ids"])
@@ -432,12 +425,8 @@ class KeplmText2TextGenerationPipeline(_QuestionContextCall, _KeplmPipeline, Pip
         if isinstance(inputs, str):
             return self.processor(inputs, max_length=max_length, with_knowledge=self.with_knowledge)
         if isinstance(inputs, dict) and set(inputs) == {"question", "context"}:
-            features = self.processor.prepare_generative_qa_features(
-                {"question": [inputs["question"]], "context": [inputs["context"]]},
-                max_length=max_length,
-                annotation_column=None,
-                question_annotation_column=None,
-                with_knowledge=self.with_knowledge,
+            features = self.processor.prepare_generative_qa_features(  # no annotation columns: the texts linked
+                {key: [text] for key, text in inputs.items()}, max_length=max_length, with_knowledge=self.with_knowledge
             )
             return {key: values[0] for key, values in features.items()}
         raise ValueError(f'{TEXT2TEXT_TASK} takes a string or {{"question": ..., "context": ...}}, got {inputs!r}')

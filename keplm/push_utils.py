@@ -19,6 +19,8 @@ from pathlib import Path
 from huggingface_hub import HfApi, hf_hub_download
 from huggingface_hub.errors import EntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError
 
+from keplm.io_utils import read_json
+
 logger = logging.getLogger(__name__)
 
 #: file patterns that are Python pickles (``torch.save``, ``pickle``): never uploaded by keplm
@@ -89,7 +91,7 @@ def pin_after(commit, folder, repo_id: str, token=None, revision: str | None = N
     knowledge/, live beside it): done at once (``blocking``) or queued as a ``Future`` that waits for the push.
     ``commit`` itself when there is nothing to pin."""
     path = Path(folder, ADAPTER_CONFIG)
-    adapter_config = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    adapter_config = read_json(path) if path.is_file() else {}
     if adapter_config.get("base_model_name_or_path") != repo_id:
         return commit
     if blocking:
@@ -110,7 +112,7 @@ def repo_model_type(repo_id: str, token=None, revision: str | None = None) -> st
         path = hf_hub_download(repo_id, "config.json", token=token, revision=revision)
     except (EntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError):
         return None
-    return json.loads(Path(path).read_text(encoding="utf-8")).get("model_type")
+    return read_json(path).get("model_type")
 
 
 def _listed_hash(path: Path, lfs) -> str:

@@ -32,7 +32,7 @@ from peft import LoraConfig, PeftConfig, PeftModel, get_peft_model
 from transformers import AutoConfig
 from transformers.utils import find_adapter_config_file, has_file
 
-from keplm.file_utils import pinned_location, pip_checkpoint, portable_checkpoint, resolve_file
+from keplm.file_utils import pinned_location, portable_checkpoint, resolve_checkpoint, resolve_file
 from keplm.io_utils import read_json
 from keplm.knowledge.assets import KnowledgeAssets, save_knowledge_assets
 from keplm.push_utils import MODEL_FILES, push_folder
@@ -82,7 +82,7 @@ def fully_trained_modules(model: KeplmPreTrainedModel) -> list[str]:
     encoders = [encoder_prefix(model, name) for name in model.named_encoders()]
     names: list[str] = []
     for name, module in model.named_modules():  # parents before children: an encoder's or a wrapped module's skipped
-        inside = any(name == outer or name.startswith(f"{outer}.") for outer in (*encoders, *names))
+        inside = any(f"{name}.".startswith(f"{outer}.") for outer in (*encoders, *names))  # it or one of its modules
         if name and not inside and next(module.parameters(recurse=False), None) is not None:
             names.append(name)
     return names
@@ -100,7 +100,7 @@ def add_lora(
     suffixes, default query and value projections), the knowledge modules and head trained fully. The encoder
     weights are frozen. ``base_model_name_or_path`` (default: where the encoders were loaded from) is recorded
     so that :func:`load_lora` can rebuild the model."""
-    targets = tuple(target_modules or DEFAULT_TARGET_MODULES)
+    targets = target_modules or DEFAULT_TARGET_MODULES
     encoders = "|".join(re.escape(encoder_prefix(model, name)) for name in model.named_encoders())
     pattern = rf"^(?:{encoders})\..*\.(?:{'|'.join(re.escape(t) for t in targets)})$"
     matched = [name for name, _ in model.named_modules() if re.match(pattern, name)]
@@ -218,13 +218,13 @@ def _rebuild_base(adapter_name_or_path, base_model_name_or_path, dtype: torch.dt
             f"{adapter_name_or_path} records no base encoder ({BASE_ENCODER_FILE}, adapter_config.json): "
             "pass base_model_name_or_path"
         )
-    if base.startswith("pip:"):
-        base = pip_checkpoint(base)
-    if base.startswith(("/", ".", "~")) and not os.path.exists(os.path.expanduser(base)):
+    try:  # pip:<package> becomes the folder it ships; an existing folder or a Hub id stays
+        base = resolve_checkpoint(base)
+    except FileNotFoundError:
         raise ValueError(
             f"{adapter_name_or_path} names the base encoder {base} ({BASE_ENCODER_FILE}), a folder that "
             "is not on this machine: pass base_model_name_or_path= (its Hub id or a local copy)"
-        )
+        ) from None
     model = _model_class(config)(config)
     model.load_base_encoders(base, dtype=dtype)
     # the encoder the adapter is applied to may not be the one it was trained on (same shapes, other weights: the
