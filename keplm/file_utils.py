@@ -144,10 +144,10 @@ def pinned_location(name_or_path: str | os.PathLike, kwargs: dict) -> dict:
 
 def check_format_version(config: dict, path) -> None:
     """ValueError naming the file and what to do when a saved file has another format version."""
-    version = config.get("format_version")
-    if version != FORMAT_VERSION:
+    if config.get("format_version") != FORMAT_VERSION:
         raise ValueError(
-            f"{path}: format_version {version!r}, but this keplm reads format_version {FORMAT_VERSION}. "
+            f"{path}: format_version {config.get('format_version')!r}, but this keplm reads format_version "
+            f"{FORMAT_VERSION}. "
             "Load it with the keplm release that saved it and save it again, or rebuild the knowledge assets."
         )
 

@@ -214,10 +214,13 @@ class KeplmTokenClassificationPipeline(_KeplmPipeline, TokenClassificationPipeli
         if offset_mapping is not None:
             raise ValueError(f"{NER_TASK} finds word offsets itself: pass the text (or its words), not offset_mapping")
         if aggregation_strategy is not None:  # a name in any case, or an AggregationStrategy (a str enum)
-            names = [s.value for s in AggregationStrategy]
-            if aggregation_strategy.lower() not in names:
-                raise ValueError(f"aggregation_strategy must be one of {names}, got {aggregation_strategy!r}")
-            aggregation_strategy = AggregationStrategy(aggregation_strategy.lower())
+            try:
+                aggregation_strategy = AggregationStrategy(aggregation_strategy.lower())
+            except ValueError:
+                raise ValueError(
+                    f"aggregation_strategy must be one of {[s.value for s in AggregationStrategy]}, got "
+                    f"{aggregation_strategy!r}"
+                ) from None
         preprocess = _given(max_length=max_length, stride=stride, delimiter=delimiter)
         postprocess = _given(aggregation_strategy=aggregation_strategy, ignore_labels=ignore_labels)
         return {"is_split_into_words": is_split_into_words, **preprocess}, {}, postprocess
@@ -296,9 +299,9 @@ class KeplmTokenClassificationPipeline(_KeplmPipeline, TokenClassificationPipeli
         with warnings.catch_warnings():  # the stock guess warns for tokenizers without a sub-word prefix; unused here
             warnings.filterwarnings("ignore", message="Tokenizer does not support real words")
             entities = super().gather_pre_entities(*args, word_ids=word_ids, **kwargs)
-        for entity in entities:
+        for entity in entities:  # a pre-entity is no special token: it has a word
             index = entity["index"]
-            entity["is_subword"] = index > 0 and word_ids[index] is not None and word_ids[index] == word_ids[index - 1]
+            entity["is_subword"] = index > 0 and word_ids[index] == word_ids[index - 1]
         return entities
 
 
@@ -433,9 +436,9 @@ class KeplmText2TextGenerationPipeline(_QuestionContextCall, _KeplmPipeline, Pip
 
     def _forward(self, inputs: dict, **generate_kwargs) -> dict:
         model_inputs = {k: v for k, v in inputs.items() if k not in PASSTHROUGH}
-        batch = model_inputs["input_ids"].shape[0]
         generated = self.model.generate(**model_inputs, **generate_kwargs)
-        return {"output_ids": generated.reshape(batch, -1, generated.shape[-1])}  # [inputs, sequences, length]
+        # [inputs, sequences, length]
+        return {"output_ids": generated.reshape(len(model_inputs["input_ids"]), -1, generated.shape[-1])}
 
     def postprocess(self, outputs: dict) -> list[dict]:
         texts = self.tokenizer.batch_decode(outputs["output_ids"][0], skip_special_tokens=True)

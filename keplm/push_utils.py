@@ -60,7 +60,7 @@ PROCESSOR_FILES = (
 #: what loading a saved model needs, and its card: what a training run's push uploads from its output folder (the
 #: checkpoints' optimizer / scheduler / RNG states and the run's result files stay local unless the user asks for
 #: checkpoints on the Hub, ``hub_strategy``)
-LOADING_PATTERNS = tuple(dict.fromkeys((*MODEL_FILES, *PROCESSOR_FILES, "*.model", "README.md", "figures/**")))
+LOADING_PATTERNS = (*MODEL_FILES, *PROCESSOR_FILES, "*.model", "README.md", "figures/**")
 
 
 ADAPTER_CONFIG = "adapter_config.json"
@@ -130,10 +130,9 @@ def card_is_current(repo_id: str, folder: str | os.PathLike, token=None, revisio
     file of ``folder`` (the card and its figures aside) with the same content, so the push changes nothing the card
     describes (weights, config, knowledge). False for a repo or revision that does not exist yet."""
     try:
-        listed = {
+        listed = {  # files and folders: a file's path is never a folder's
             entry.path: entry
             for entry in HfApi().list_repo_tree(repo_id, recursive=True, revision=revision, token=token)
-            if hasattr(entry, "blob_id")
         }
     except (EntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError):
         return False
@@ -199,8 +198,7 @@ def push_folder(
             and not card_is_current(repo_id, folder, token=token, revision=revision)
         ):
             write_card(folder)
-        pickles = pickled_files(folder)
-        if pickles:
+        if pickles := pickled_files(folder):
             raise ValueError(f"refusing to push pickled files {pickles} to {repo_id}: keplm saves no pickles")
         commit = api.upload_folder(
             repo_id=repo_id,

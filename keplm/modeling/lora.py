@@ -20,7 +20,6 @@ config of the repo and the keplm class loads encoder + adapter.
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import os
 import re
@@ -33,7 +32,7 @@ from transformers import AutoConfig
 from transformers.utils import find_adapter_config_file, has_file
 
 from keplm.file_utils import pinned_location, portable_checkpoint, resolve_checkpoint, resolve_file
-from keplm.io_utils import read_json
+from keplm.io_utils import read_json, write_json_whole
 from keplm.knowledge.assets import KnowledgeAssets, save_knowledge_assets
 from keplm.push_utils import MODEL_FILES, push_folder
 from keplm.registration import auto_class_name, registered_model_class
@@ -136,7 +135,7 @@ def save_lora(peft_model, save_directory: str | os.PathLike, repo_id: str | None
     base = peft_model.get_base_model()
     base.config.architectures = [type(base).__name__]
     base.config.save_pretrained(save_directory)
-    if getattr(base, "knowledge_assets", None) is not None:
+    if base.knowledge_assets is not None:
         save_knowledge_assets(save_directory, base.knowledge_assets)
     adapter_config = Path(save_directory, "adapter_config.json")
     recorded = read_json(adapter_config)
@@ -144,7 +143,7 @@ def save_lora(peft_model, save_directory: str | os.PathLike, repo_id: str | None
     if repo_id is not None and encoder:
         encoder = portable_checkpoint(encoder)  # no machine path goes to the Hub (a packaged encoder: pip:<name>)
     record = {"base_encoder": encoder, "base_encoder_weights": encoder_weights_digest(base)}
-    Path(save_directory, BASE_ENCODER_FILE).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    write_json_whole(Path(save_directory, BASE_ENCODER_FILE), record, indent=2)
     # peft's AutoPeftModel classes rebuild the base with PeftBaseModel, not by loading the keplm class (which would
     # return the model with the adapter already merged)
     recorded["auto_mapping"] = {"base_model_class": PeftBaseModel.__name__, "parent_library": __name__}
@@ -153,7 +152,7 @@ def save_lora(peft_model, save_directory: str | os.PathLike, repo_id: str | None
     # peft's base revision: a push pins it to its own commit (keplm.push_utils.pin_adapter_base); one recorded by an
     # earlier push (an adapter loaded from the Hub) names a commit of that repo, not of this save's base
     recorded["revision"] = None
-    adapter_config.write_text(json.dumps(recorded, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    write_json_whole(adapter_config, recorded, indent=2, sort_keys=True)
 
 
 def push_lora(peft_model, repo_id: str, **kwargs):
@@ -198,10 +197,11 @@ def _rebuild_base(adapter_name_or_path, base_model_name_or_path, dtype: torch.dt
     # keplm_adapter.json (in the adapter's subfolder, if any): the base encoder and its weights' digest; an adapter
     # saved before that file: the base that peft's config records
     path = resolve_file(adapter_name_or_path, BASE_ENCODER_FILE, **location)
-    if path is not None:
-        record = read_json(path)
-    else:
-        record = {"base_encoder": PeftConfig.from_pretrained(adapter_name_or_path, **location).base_model_name_or_path}
+    record = (
+        read_json(path)
+        if path is not None
+        else {"base_encoder": PeftConfig.from_pretrained(adapter_name_or_path, **location).base_model_name_or_path}
+    )
     base = str(base_model_name_or_path or record.get("base_encoder") or "")
     if not base:
         raise ValueError(
@@ -261,8 +261,7 @@ class PeftBaseModel:
 
 def is_adapter(name_or_path: str | os.PathLike, location: dict) -> bool:
     """Whether ``name_or_path`` holds a LoRA adapter (peft's ``adapter_config.json``) and no model weights."""
-    options = {k: v for k, v in location.items() if k != "subfolder"}
-    if find_adapter_config_file(str(name_or_path), **options) is None:
+    if find_adapter_config_file(str(name_or_path), **{**location, "subfolder": ""}) is None:  # the top level's
         return False
     try:
         return not any(
@@ -288,10 +287,10 @@ def load_merged_adapter(
     config = AutoConfig.from_pretrained(adapter_name_or_path, **location)
     saved = _model_class(config)
     if cls is not saved:
-        loader = auto_class_name(saved, config.model_type) or saved.__name__  # its Auto class, if registered under one
         raise ValueError(
             f"{adapter_name_or_path} holds a keplm LoRA adapter of {saved.__name__} (adapter_config.json, no model "
-            f"weights), which {cls.__name__} cannot load: use {loader}.from_pretrained("
+            f"weights), which {cls.__name__} cannot load: use "
+            f"{auto_class_name(saved, config.model_type) or saved.__name__}.from_pretrained("
             f"{str(adapter_name_or_path)!r}) for the model with the adapter merged, or "
             f"keplm.modeling.lora.load_lora({str(adapter_name_or_path)!r}) for the peft model (its base encoder "
             "from adapter_config.json; base_model_name_or_path= to use another)"
