@@ -62,7 +62,7 @@ def portable_paths(value, root: str | os.PathLike | None = None):
         return [portable_paths(item, root) for item in value]
     if not isinstance(value, str) or not os.path.isabs(value):
         return value
-    relative = os.path.relpath(value, root or os.getcwd())
+    relative = os.path.relpath(value, root)  # root None: the working directory
     return os.path.basename(value.rstrip(os.sep)) if relative.startswith(os.pardir) else relative
 
 

@@ -107,10 +107,10 @@ class _KeplmPipeline:
 
     def _init_processor(self, processor):
         if processor is None:
-            commit = getattr(self.model, "source_revision", None)  # the processor from the weights' commit
-            assets = getattr(self.model, "knowledge_assets", None)  # the model's KG, already loaded, is not read again
             processor = KeplmProcessor.from_pretrained(
-                self.model.name_or_path, revision=commit, knowledge_assets=assets
+                self.model.name_or_path,
+                revision=getattr(self.model, "source_revision", None),  # the processor from the weights' commit
+                knowledge_assets=getattr(self.model, "knowledge_assets", None),  # the model's KG, not read again
             )
         if not isinstance(processor, KeplmProcessor):
             raise ValueError(f"keplm pipelines need a keplm processor, got {type(processor).__name__}")
@@ -134,13 +134,15 @@ class _KeplmPipeline:
         """The stock iterators, batched by the DataLoader through keplm's collator: one feature per input unbatched
         per input, or (a ``ChunkPipeline``: NER windows over a long text, QA stride windows) the features of an input
         packed back for ``postprocess``."""
-        if isinstance(self, ChunkPipeline):
-            dataset = PipelineChunkIterator(inputs, self.preprocess, preprocess_params)
-            num_workers, model_iterator = min(num_workers, 1), PipelinePackIterator
-        else:
-            dataset, model_iterator = PipelineDataset(inputs, self.preprocess, preprocess_params), PipelineIterator
-        collate = partial(self._collate, unbatched=batch_size == 1)
-        loader = DataLoader(dataset, num_workers=num_workers, batch_size=batch_size, collate_fn=collate)
+        chunked = isinstance(self, ChunkPipeline)
+        dataset = (PipelineChunkIterator if chunked else PipelineDataset)(inputs, self.preprocess, preprocess_params)
+        loader = DataLoader(
+            dataset,
+            num_workers=min(num_workers, 1) if chunked else num_workers,  # a chunk iterator is read by one worker
+            batch_size=batch_size,
+            collate_fn=partial(self._collate, unbatched=batch_size == 1),
+        )
+        model_iterator = PipelinePackIterator if chunked else PipelineIterator
         outputs = model_iterator(loader, self.forward, forward_params, loader_batch_size=batch_size)
         return PipelineIterator(outputs, self.postprocess, postprocess_params)
 
@@ -221,9 +223,11 @@ class KeplmTokenClassificationPipeline(_KeplmPipeline, TokenClassificationPipeli
                     f"aggregation_strategy must be one of {[s.value for s in AggregationStrategy]}, got "
                     f"{aggregation_strategy!r}"
                 ) from None
-        preprocess = _given(max_length=max_length, stride=stride, delimiter=delimiter)
-        postprocess = _given(aggregation_strategy=aggregation_strategy, ignore_labels=ignore_labels)
-        return {"is_split_into_words": is_split_into_words, **preprocess}, {}, postprocess
+        return (
+            _given(is_split_into_words=is_split_into_words, max_length=max_length, stride=stride, delimiter=delimiter),
+            {},
+            _given(aggregation_strategy=aggregation_strategy, ignore_labels=ignore_labels),
+        )
 
     def preprocess(self, sentence, max_length=None, stride=0, is_split_into_words=False, delimiter=" "):
         if is_split_into_words:
@@ -287,11 +291,11 @@ class KeplmTokenClassificationPipeline(_KeplmPipeline, TokenClassificationPipeli
                     **window,
                     "logits": window["logits"][:, own],
                     "input_ids": window["input_ids"][:, own],
-                    "offset_mapping": torch.tensor([window["offset_mapping"]]),
+                    "offset_mapping": [window["offset_mapping"]],
                     "special_tokens_mask": torch.tensor([window["special_tokens_mask"]]),
                 }
             )
-        return super().postprocess(windows, aggregation_strategy=aggregation_strategy, ignore_labels=ignore_labels)
+        return super().postprocess(windows, aggregation_strategy, ignore_labels)
 
     def gather_pre_entities(self, *args, word_ids=None, **kwargs) -> list[dict]:
         """The stock pre-entities, with a token a sub-word exactly when it continues the word before it (the words

@@ -14,6 +14,7 @@ import logging
 import os
 import tempfile
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 from huggingface_hub import HfApi, hf_hub_download
@@ -75,7 +76,7 @@ def pin_adapter_base(repo_id: str, adapter_config: dict, commit, token=None, rev
     commit = commit.result() if hasattr(commit, "result") else commit  # a push run as a future
     pinned = {**adapter_config, "revision": commit.oid}
     return HfApi().upload_file(
-        path_or_fileobj=(json.dumps(pinned, indent=2, sort_keys=True) + "\n").encode("utf-8"),
+        path_or_fileobj=json.dumps(pinned, indent=2, sort_keys=True).encode(),
         path_in_repo=ADAPTER_CONFIG,
         repo_id=repo_id,
         revision=commit.pr_revision or revision,  # a push opened as a pull request: pin on its branch
@@ -94,9 +95,8 @@ def pin_after(commit, folder, repo_id: str, token=None, revision: str | None = N
     adapter_config = read_json(path) if path.is_file() else {}
     if adapter_config.get("base_model_name_or_path") != repo_id:
         return commit
-    if blocking:
-        return pin_adapter_base(repo_id, adapter_config, commit, token=token, revision=revision)
-    return HfApi().run_as_future(pin_adapter_base, repo_id, adapter_config, commit, token=token, revision=revision)
+    pin = partial(pin_adapter_base, repo_id, adapter_config, commit, token=token, revision=revision)
+    return pin() if blocking else HfApi().run_as_future(pin)
 
 
 def pickled_files(folder: str | os.PathLike) -> list[str]:
@@ -193,7 +193,7 @@ def push_folder(
     with tempfile.TemporaryDirectory() as folder:
         save(folder)
         if (
-            write_card is not None
+            write_card
             and not Path(folder, "README.md").exists()
             and not card_is_current(repo_id, folder, token=token, revision=revision)
         ):

@@ -199,16 +199,16 @@ def _rebuild_base(adapter_name_or_path, base_model_name_or_path, dtype: torch.dt
     path = resolve_file(adapter_name_or_path, BASE_ENCODER_FILE, **location)
     record = (
         read_json(path)
-        if path is not None
+        if path
         else {"base_encoder": PeftConfig.from_pretrained(adapter_name_or_path, **location).base_model_name_or_path}
     )
-    base = str(base_model_name_or_path or record.get("base_encoder") or "")
+    base = base_model_name_or_path or record.get("base_encoder")
     if not base:
         raise ValueError(
             f"{adapter_name_or_path} records no base encoder ({BASE_ENCODER_FILE}, adapter_config.json): "
             "pass base_model_name_or_path"
         )
-    try:  # pip:<package> becomes the folder it ships; an existing folder or a Hub id stays
+    try:  # pip:<package> becomes the folder it ships; an existing folder or a Hub id stays (as a str)
         base = resolve_checkpoint(base)
     except FileNotFoundError:
         raise ValueError(
@@ -261,7 +261,7 @@ class PeftBaseModel:
 
 def is_adapter(name_or_path: str | os.PathLike, location: dict) -> bool:
     """Whether ``name_or_path`` holds a LoRA adapter (peft's ``adapter_config.json``) and no model weights."""
-    if find_adapter_config_file(str(name_or_path), **{**location, "subfolder": ""}) is None:  # the top level's
+    if find_adapter_config_file(name_or_path, **{**location, "subfolder": ""}) is None:  # the top level's
         return False
     try:
         return not any(
@@ -306,12 +306,12 @@ def load_merged_adapter(
 
 def _model_class(config):
     """The model class named in ``config.architectures``, among the registered methods' (keplm's and plug-ins')."""
-    names = config.architectures or []
-    for name in names:
-        found = registered_model_class(name)
-        if found is not None:
+    for name in config.architectures or []:
+        if found := registered_model_class(name):
             return found
-    raise ValueError(f"the adapter's config names no registered keplm model class (architectures={names})")
+    raise ValueError(
+        f"the adapter's config names no registered keplm model class (architectures={config.architectures})"
+    )
 
 
 __all__ = [
