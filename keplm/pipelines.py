@@ -154,9 +154,10 @@ class _KeplmPipeline:
         """Model outputs first (the pipeline reads the batch size from the first value), then the token ids and mask
         and the pass-through values."""
         outputs = self.model(**{k: v for k, v in inputs.items() if k not in PASSTHROUGH})
-        logits = {key: value for key, value in outputs.items() if key in ("logits", "start_logits", "end_logits")}
-        kept = ("input_ids", "attention_mask", *PASSTHROUGH)
-        return {**logits, **{key: value for key, value in inputs.items() if key in kept}}
+        return {
+            **{key: value for key, value in outputs.items() if key in ("logits", "start_logits", "end_logits")},
+            **{key: inputs[key] for key in ("input_ids", "attention_mask", *PASSTHROUGH) if key in inputs},
+        }
 
 
 class _QuestionContextCall:
@@ -283,19 +284,15 @@ class KeplmTokenClassificationPipeline(_KeplmPipeline, TokenClassificationPipeli
 
     def postprocess(self, all_outputs, aggregation_strategy=AggregationStrategy.FIRST, ignore_labels=None):
         """The stock post-processing on each window's own tokens (the collator's padding taken off)."""
-        windows = []
         for window in all_outputs:
             own = window["attention_mask"][0].bool()
-            windows.append(
-                {
-                    **window,
-                    "logits": window["logits"][:, own],
-                    "input_ids": window["input_ids"][:, own],
-                    "offset_mapping": [window["offset_mapping"]],
-                    "special_tokens_mask": torch.tensor([window["special_tokens_mask"]]),
-                }
+            window.update(
+                logits=window["logits"][:, own],
+                input_ids=window["input_ids"][:, own],
+                offset_mapping=[window["offset_mapping"]],
+                special_tokens_mask=torch.tensor([window["special_tokens_mask"]]),
             )
-        return super().postprocess(windows, aggregation_strategy, ignore_labels)
+        return super().postprocess(all_outputs, aggregation_strategy, ignore_labels)
 
     def gather_pre_entities(self, *args, word_ids=None, **kwargs) -> list[dict]:
         """The stock pre-entities, with a token a sub-word exactly when it continues the word before it (the words
@@ -371,10 +368,8 @@ def whole_word_answers(context: str, candidates: list[dict]) -> list[dict]:
         start, end = candidate["start"], candidate["end"]
         if start < end:  # an empty answer (no span in any window) stays empty
             start, end = word_span(context, start, end)
-        answer = merged.setdefault(
-            (start, end), {"answer": context[start:end], "score": 0.0, "start": start, "end": end}
-        )
-        answer["score"] += candidate["probability"]
+        answer = {"answer": context[start:end], "score": 0.0, "start": start, "end": end}
+        merged.setdefault((start, end), answer)["score"] += candidate["probability"]
     return sorted(merged.values(), key=lambda a: -a["score"])
 
 
@@ -439,10 +434,10 @@ class KeplmText2TextGenerationPipeline(_QuestionContextCall, _KeplmPipeline, Pip
         raise ValueError(f'{TEXT2TEXT_TASK} takes a string or {{"question": ..., "context": ...}}, got {inputs!r}')
 
     def _forward(self, inputs: dict, **generate_kwargs) -> dict:
-        model_inputs = {k: v for k, v in inputs.items() if k not in PASSTHROUGH}
-        generated = self.model.generate(**model_inputs, **generate_kwargs)
+        """``generate()`` on the batch: model inputs only (the processor's encodings carry no pass-through values)."""
+        generated = self.model.generate(**inputs, **generate_kwargs)
         # [inputs, sequences, length]
-        return {"output_ids": generated.reshape(len(model_inputs["input_ids"]), -1, generated.shape[-1])}
+        return {"output_ids": generated.reshape(len(inputs["input_ids"]), -1, generated.shape[-1])}
 
     def postprocess(self, outputs: dict) -> list[dict]:
         texts = self.tokenizer.batch_decode(outputs["output_ids"][0], skip_special_tokens=True)

@@ -74,9 +74,8 @@ def pin_adapter_base(repo_id: str, adapter_config: dict, commit, token=None, rev
     names, takes the base files of the same push as the adapter, not those of main. Returns that commit's
     ``CommitInfo``."""
     commit = commit.result() if hasattr(commit, "result") else commit  # a push run as a future
-    pinned = {**adapter_config, "revision": commit.oid}
     return HfApi().upload_file(
-        path_or_fileobj=json.dumps(pinned, indent=2, sort_keys=True).encode(),
+        path_or_fileobj=json.dumps({**adapter_config, "revision": commit.oid}, indent=2, sort_keys=True).encode(),
         path_in_repo=ADAPTER_CONFIG,
         repo_id=repo_id,
         revision=commit.pr_revision or revision,  # a push opened as a pull request: pin on its branch
@@ -109,20 +108,19 @@ def repo_model_type(repo_id: str, token=None, revision: str | None = None) -> st
     """The ``model_type`` of the model a Hub repo holds (its ``config.json``), or None when it holds none (or the
     repo or revision does not exist yet)."""
     try:
-        path = hf_hub_download(repo_id, "config.json", token=token, revision=revision)
+        return read_json(hf_hub_download(repo_id, "config.json", token=token, revision=revision)).get("model_type")
     except (EntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError):
         return None
-    return read_json(path).get("model_type")
 
 
-def _listed_hash(path: Path, lfs) -> str:
-    """What the Hub lists for a file's content: the sha256 of an LFS file (``lfs``: the listing's LFS info), the git
-    blob id of a regular file."""
-    digest = hashlib.sha256() if lfs else hashlib.sha1(b"blob %d\0" % path.stat().st_size)
+def _same_content(path: Path, entry) -> bool:
+    """Whether the file holds what the Hub's listing ``entry`` says: the sha256 of an LFS file, the git blob id of a
+    regular file."""
+    digest = hashlib.sha256() if entry.lfs else hashlib.sha1(b"blob %d\0" % path.stat().st_size)
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             digest.update(chunk)
-    return digest.hexdigest()
+    return digest.hexdigest() == (entry.lfs.sha256 if entry.lfs else entry.blob_id)
 
 
 def card_is_current(repo_id: str, folder: str | os.PathLike, token=None, revision: str | None = None) -> bool:
@@ -146,7 +144,7 @@ def card_is_current(repo_id: str, folder: str | os.PathLike, token=None, revisio
         if not path.is_file() or name in ("README.md", ADAPTER_CONFIG) or name.startswith("figures/"):
             continue
         entry = listed.get(name)
-        if entry is None or _listed_hash(path, entry.lfs) != (entry.lfs.sha256 if entry.lfs else entry.blob_id):
+        if entry is None or not _same_content(path, entry):
             return False
     return True
 
@@ -180,7 +178,7 @@ def push_folder(
     """
     api = HfApi()
     repo_id = api.create_repo(repo_id, private=private, token=token, exist_ok=True).repo_id
-    earlier = repo_model_type(repo_id, token=token, revision=revision) if model_type is not None else None
+    earlier = model_type and repo_model_type(repo_id, token=token, revision=revision)
     if earlier not in (None, model_type):
         logger.warning(
             "%s holds a %s model: pushing a %s model replaces it, and the earlier model's processor files go too "
@@ -208,7 +206,7 @@ def push_folder(
             token=token,
             revision=revision,
             create_pr=create_pr,
-            delete_patterns=list(replaces) or None,
+            delete_patterns=replaces or None,
         )
         return pin_after(commit, folder, repo_id, token=token, revision=revision)
 

@@ -52,7 +52,7 @@ def register_method(
 def auto_class_name(model_class: type, model_type: str | None) -> str | None:
     """The name of the Auto class ``model_class`` is registered under for ``model_type`` (a task's Auto class before
     ``AutoModel``), or None when it is not registered."""
-    _, models, _ = REGISTERED_METHODS.get(model_type, (None, {}, None))
+    models = REGISTERED_METHODS[model_type][1] if model_type in REGISTERED_METHODS else {}
     names = [name for name, registered in models.items() if registered is model_class]
     return min(names, key=lambda name: name == "AutoModel", default=None)  # the first that is not AutoModel
 

@@ -48,7 +48,7 @@ DEFAULT_TARGET_MODULES = ("query", "value")
 #: the adapter's base encoder checkpoint, as keplm records it (``{"base_encoder": ...}``)
 BASE_ENCODER_FILE = "keplm_adapter.json"
 #: parts of peft's parameter names that are the adapter's own, not the base encoder's
-ADAPTER_NAME_PARTS = ("lora_", "modules_to_save", "original_module")
+ADAPTER_NAME_PARTS = re.compile("lora_|modules_to_save|original_module")
 
 
 def encoder_weights_digest(model: KeplmPreTrainedModel, dtype: str | None = None) -> dict | None:
@@ -61,7 +61,7 @@ def encoder_weights_digest(model: KeplmPreTrainedModel, dtype: str | None = None
     digest = hashlib.sha256()
     for name, encoder in sorted(model.named_encoders().items()):
         for key, tensor in sorted(encoder.state_dict().items()):
-            if any(part in key for part in ADAPTER_NAME_PARTS) or key in missing.get(name, ()):
+            if ADAPTER_NAME_PARTS.search(key) or key in missing.get(name, ()):
                 continue
             if tensor.numel() == 0:
                 return None
@@ -244,10 +244,11 @@ class PeftBaseModel:
     the keplm model rebuilt on its base encoder without the adapter, which peft then applies once."""
 
     @classmethod
-    def from_pretrained(cls, pretrained_model_name_or_path, revision: str | None = None, dtype=None, **kwargs):
+    def from_pretrained(cls, pretrained_model_name_or_path, dtype=None, **kwargs):
         """The base of the adapter at ``pretrained_model_name_or_path`` (peft passes the base model that
-        ``adapter_config.json`` names: a pushed adapter names its own repo)."""
-        location = pinned_location(pretrained_model_name_or_path, {**kwargs, "revision": revision})
+        ``adapter_config.json`` names: a pushed adapter names its own repo; ``revision`` and the other Hub keywords
+        in ``kwargs``)."""
+        location = pinned_location(pretrained_model_name_or_path, kwargs)
         if not is_adapter(pretrained_model_name_or_path, location):
             raise ValueError(
                 f"{pretrained_model_name_or_path} is not a keplm LoRA adapter: peft's AutoPeftModel classes load the "
