@@ -82,7 +82,7 @@ def find_file(directory, name: str, required: bool = True) -> str | None:
     """``directory/name`` or its gzipped twin (``name`` given with or without ``.gz``); a FileNotFoundError naming
     both when ``required`` and neither exists, else None."""
     base = name.removesuffix(".gz")
-    for candidate in (base, base + ".gz"):
+    for candidate in (base, f"{base}.gz"):
         path = os.path.join(directory, candidate)
         if os.path.isfile(path):
             return path

@@ -82,14 +82,12 @@ class _KeplmPipeline:
         super().__init__(*args, **kwargs)
         self._init_processor(processor)
 
-    #: the Auto API's mapping for the task, where a stock pipeline checks its model (keplm's register on import)
-    model_mapping = None
-
     def check_model_type(self, supported_models):
-        """The stock pipelines' model check against the Auto API's mapping, which holds keplm's registered models
+        """The stock pipelines' model check (NER's and text classification's, the pipelines that call it) against
+        the class's ``model_mapping``, the Auto API's mapping for the task, which holds keplm's registered models
         (the stock check lists transformers' own names only)."""
         model = getattr(self.model, "get_base_model", lambda: self.model)()  # a LoRA adapter: the model inside
-        if self.model_mapping is not None and type(model.config) not in self.model_mapping:
+        if type(model.config) not in self.model_mapping:
             raise ValueError(f"the {self.task} pipeline cannot run {type(model).__name__}: no model for its task")
 
     def _max_length(self, max_length: int | None, default: int) -> int:
@@ -97,7 +95,7 @@ class _KeplmPipeline:
         both), or ``default`` cut to the model's positions (a 128-position encoder reads 128 tokens, not 512)."""
         positions = getattr(self.model.config, "max_text_length", None)
         if max_length is None:
-            return min(default, positions) if positions else default
+            return min(default, positions or default)
         if positions and max_length > positions:
             raise ValueError(
                 f"max_length={max_length} exceeds the {positions} positions the model's encoder reads: pass "
@@ -142,8 +140,9 @@ class _KeplmPipeline:
             batch_size=batch_size,
             collate_fn=partial(self._collate, unbatched=batch_size == 1),
         )
-        model_iterator = PipelinePackIterator if chunked else PipelineIterator
-        outputs = model_iterator(loader, self.forward, forward_params, loader_batch_size=batch_size)
+        outputs = (PipelinePackIterator if chunked else PipelineIterator)(
+            loader, self.forward, forward_params, loader_batch_size=batch_size
+        )
         return PipelineIterator(outputs, self.postprocess, postprocess_params)
 
     def run_single(self, inputs, preprocess_params, forward_params, postprocess_params):
@@ -250,7 +249,7 @@ class KeplmTokenClassificationPipeline(_KeplmPipeline, TokenClassificationPipeli
         if not words:
             words, spans = [""], [(0, 0)]
         max_length = self._max_length(max_length, 512)
-        budget = max(1, max_length - self.tokenizer.num_special_tokens_to_add(pair=False))
+        budget = max(1, max_length - self.tokenizer.num_special_tokens_to_add())  # one text: no pair
         if stride >= budget:
             raise ValueError(f"stride={stride} must be smaller than the {budget} word tokens a window holds")
         counts = self.tokenizer(words, is_split_into_words=True, add_special_tokens=False).word_ids()
@@ -343,8 +342,8 @@ class KeplmQuestionAnsweringPipeline(_QuestionContextCall, _KeplmPipeline, Chunk
 
     def postprocess(self, windows: list[dict], top_k: int = 1, max_answer_length: int = 30, n_best_size: int = 20):
         tokens = [w["attention_mask"][0].bool() for w in windows]  # each window's own tokens, whichever padding side
-        starts = [w["start_logits"][0][t].float().numpy() for w, t in zip(windows, tokens)]
-        ends = [w["end_logits"][0][t].float().numpy() for w, t in zip(windows, tokens)]
+        starts = [w["start_logits"][0, t].float().numpy() for w, t in zip(windows, tokens)]
+        ends = [w["end_logits"][0, t].float().numpy() for w, t in zip(windows, tokens)]
         _, nbest = postprocess_qa_predictions(
             [{"id": "0", "context": windows[0]["context"]}],
             windows,  # each with its example_id and context offset_mapping

@@ -42,10 +42,10 @@ def register_method(
     AutoConfig.register(model_type, config_class, exist_ok=True)
     for auto_class, model_class in models.items():
         auto_class.register(config_class, model_class, exist_ok=True)
-    if processor is not None:
+    if processor:
         AutoProcessor.register(config_class, processor, exist_ok=True)
     REGISTERED_METHODS[model_type] = (config_class, {a.__name__: m for a, m in models.items()}, processor)
-    if run_recipe is not None:
+    if run_recipe:
         RUN_RECIPES[model_type] = run_recipe
 
 

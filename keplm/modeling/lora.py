@@ -63,7 +63,7 @@ def encoder_weights_digest(model: KeplmPreTrainedModel, dtype: str | None = None
         for key, tensor in sorted(encoder.state_dict().items()):
             if ADAPTER_NAME_PARTS.search(key) or key in missing.get(name, ()):
                 continue
-            if tensor.numel() == 0:
+            if not tensor.numel():
                 return None
             if tensor.is_floating_point():
                 dtype = dtype or str(tensor.dtype).removeprefix("torch.")
