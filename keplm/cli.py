@@ -20,11 +20,6 @@ COMMANDS = {
 }
 
 
-def _chosen_command(argv: list[str]) -> str | None:
-    """The sub-command named in ``argv`` (its first word that is not an option), or None."""
-    return next((word for word in argv if not word.startswith("-")), None)
-
-
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     """The ``keplm`` parser with its sub-commands; only the one ``argv`` chooses (all when ``argv`` is None) gets its
     options, which imports that command's module."""
@@ -32,10 +27,10 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
 
     parser = argparse.ArgumentParser(prog="keplm", description="keplm command-line tools")
     commands = parser.add_subparsers(dest="command", required=True)
-    chosen = _chosen_command(argv) if argv is not None else None
-    shown = {"formatter_class": argparse.ArgumentDefaultsHelpFormatter}  # every option's default in --help
+    chosen = next((word for word in argv or () if not word.startswith("-")), None)  # its first word not an option
     for name, (module, help_text) in COMMANDS.items():
-        sub = commands.add_parser(name, help=help_text, **shown)
+        # every option's default in --help
+        sub = commands.add_parser(name, help=help_text, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
         if argv is None or name == chosen:
             importlib.import_module(f"keplm.commands.{module}").add_arguments(sub)
     return parser

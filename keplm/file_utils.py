@@ -47,10 +47,9 @@ HUB_KWARGS = ("revision", "token", "cache_dir", "local_files_only", "force_downl
 def cache_root() -> Path:
     """The folder of keplm's own caches (knowledge encodings, ``--help`` texts): ``$KEPLM_CACHE``, else
     ``$XDG_CACHE_HOME/keplm``, else ``~/.cache/keplm``."""
-    root = os.environ.get("KEPLM_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "keplm"
+    return Path(
+        os.environ.get("KEPLM_CACHE") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache", "keplm")
     )
-    return Path(root)
 
 
 def portable_paths(value, root: str | os.PathLike | None = None):
@@ -63,7 +62,7 @@ def portable_paths(value, root: str | os.PathLike | None = None):
         return [portable_paths(item, root) for item in value]
     if not isinstance(value, str) or not os.path.isabs(value):
         return value
-    relative = os.path.relpath(value, root or os.getcwd())
+    relative = os.path.relpath(value, root)  # root None: the working directory
     return os.path.basename(value.rstrip(os.sep)) if relative.startswith(os.pardir) else relative
 
 
@@ -71,15 +70,13 @@ def portable_checkpoint(name_or_path: str | os.PathLike) -> str:
     """A checkpoint's name as a pushed file may hold it: a Hub id as it is, a folder inside an installed pip package
     ``pip:<distribution>`` (:func:`pip_checkpoint` finds it again on any machine with the package), a folder inside
     the working directory ``./<relative path>``, any other folder ``.../<name>`` (never read as a Hub id)."""
-    value = str(name_or_path)
-    if not os.path.isabs(value):
-        return value
-    parts = Path(value).parts
-    if "site-packages" in parts and parts.index("site-packages") + 1 < len(parts):
-        names = packages_distributions().get(parts[parts.index("site-packages") + 1], [])
-        if len(names) == 1:
-            return f"pip:{names[0]}"
-    path = Path(value)
+    path = Path(name_or_path)
+    if not path.is_absolute():
+        return str(name_or_path)
+    inside = path.parts[path.parts.index("site-packages") + 1 :] if "site-packages" in path.parts else ()
+    names = packages_distributions().get(inside[0], []) if inside else []
+    if len(names) == 1:
+        return f"pip:{names[0]}"
     return f"./{path.relative_to(Path.cwd()).as_posix()}" if path.is_relative_to(Path.cwd()) else f".../{path.name}"
 
 
@@ -147,10 +144,10 @@ def pinned_location(name_or_path: str | os.PathLike, kwargs: dict) -> dict:
 
 def check_format_version(config: dict, path) -> None:
     """ValueError naming the file and what to do when a saved file has another format version."""
-    version = config.get("format_version")
-    if version != FORMAT_VERSION:
+    if config.get("format_version") != FORMAT_VERSION:
         raise ValueError(
-            f"{path}: format_version {version!r}, but this keplm reads format_version {FORMAT_VERSION}. "
+            f"{path}: format_version {config.get('format_version')!r}, but this keplm reads format_version "
+            f"{FORMAT_VERSION}. "
             "Load it with the keplm release that saved it and save it again, or rebuild the knowledge assets."
         )
 
@@ -162,26 +159,20 @@ def resolve_folder(name_or_path: str | os.PathLike, folder: str, **kwargs) -> Pa
     pass an already resolved commit as ``revision`` so that the folder comes from the same commit as the weights.
     """
     options = hub_kwargs(kwargs)
-    subfolder = options.pop("subfolder", None)
+    prefix = Path(options.pop("subfolder", ""), folder).as_posix()
     if os.path.isdir(name_or_path):
-        root = Path(name_or_path) / subfolder if subfolder else Path(name_or_path)
-        return root / folder
-
-    prefix = f"{subfolder}/{folder}" if subfolder else folder
-    root = snapshot_download(str(name_or_path), allow_patterns=[f"{prefix}/*", f"{prefix}/**"], **options)
-    return Path(root) / prefix
+        return Path(name_or_path, prefix)
+    return Path(snapshot_download(str(name_or_path), allow_patterns=[f"{prefix}/*", f"{prefix}/**"], **options), prefix)
 
 
 def resolve_file(name_or_path: str | os.PathLike, filename: str, **kwargs) -> Path | None:
     """Local ``<dir>/<filename>`` or the file downloaded from a Hub repo; ``None`` when it does not exist."""
     options = hub_kwargs(kwargs)
-    subfolder = options.pop("subfolder", None)
     if os.path.isdir(name_or_path):
-        path = Path(name_or_path, subfolder or "", filename)
+        path = Path(name_or_path, options.get("subfolder", ""), filename)
         return path if path.is_file() else None
-
     try:
-        return Path(hf_hub_download(str(name_or_path), filename, subfolder=subfolder, **options))
+        return Path(hf_hub_download(str(name_or_path), filename, **options))
     except LocalEntryNotFoundError as error:  # the Hub was not asked: not "the repo has no such file"
         cached = Path(
             options.get("cache_dir") or constants.HF_HUB_CACHE,

@@ -11,7 +11,7 @@ import logging
 import os
 import shutil
 import uuid
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
 import datasets
@@ -31,27 +31,11 @@ def open_text(path, mode: str = "rt"):
     # reading: "utf-8-sig" drops a byte-order mark at the start (a BOM would otherwise become part of the first
     # field, e.g. a second entity "\ufeffQ90"); without one it reads as "utf-8"
     encoding = "utf-8-sig" if "r" in mode else "utf-8"
-    handle = (
-        gzip.open(path, mode, encoding=encoding)
-        if path.endswith(".gz")
-        else open(path, mode.replace("t", ""), encoding=encoding)
-    )
+    handle = (gzip.open if path.endswith(".gz") else open)(path, mode, encoding=encoding)
     return _NamedDecodeErrors(handle, path) if "r" in mode else handle
 
 
-def first_non_utf8_line(path) -> int | None:
-    """The 1-based number of the first line of a (possibly gzipped) file that is not valid UTF-8; None if all are."""
-    opener = gzip.open if os.fspath(path).endswith(".gz") else open
-    with opener(path, "rb") as f:
-        for lineno, line in enumerate(f, 1):
-            try:
-                line.decode("utf-8")
-            except UnicodeDecodeError:
-                return lineno
-    return None
-
-
-class _NamedDecodeErrors:
+class _NamedDecodeErrors(AbstractContextManager):
     """A text file whose UnicodeDecodeError (raised by the decoder a chunk ahead of the line being read) becomes a
     ValueError naming the file and the first line that is not UTF-8."""
 
@@ -59,11 +43,16 @@ class _NamedDecodeErrors:
         self._handle, self._path = handle, path
 
     def _named(self, error: UnicodeDecodeError) -> ValueError:
-        line = first_non_utf8_line(self._path)
-        return ValueError(
-            f"{self._path}:{line if line is not None else '?'}: not UTF-8 text ({error.reason}); "
-            "re-encode the file as UTF-8"
-        )
+        """The error naming the file's first line that is not UTF-8 (1-based)."""
+        line = "?"
+        with (gzip.open if self._path.endswith(".gz") else open)(self._path, "rb") as f:
+            for number, raw in enumerate(f, 1):
+                try:
+                    raw.decode("utf-8")
+                except UnicodeDecodeError:
+                    line = number
+                    break
+        return ValueError(f"{self._path}:{line}: not UTF-8 text ({error.reason}); re-encode the file as UTF-8")
 
     def __iter__(self):
         try:
@@ -71,37 +60,29 @@ class _NamedDecodeErrors:
         except UnicodeDecodeError as error:
             raise self._named(error) from None
 
-    def read(self, *args):
-        try:
-            return self._handle.read(*args)
-        except UnicodeDecodeError as error:
-            raise self._named(error) from None
-
-    def readline(self, *args):
-        try:
-            return self._handle.readline(*args)
-        except UnicodeDecodeError as error:
-            raise self._named(error) from None
-
-    def readlines(self, *args):
-        return list(self) if not args else self._handle.readlines(*args)
-
-    def __enter__(self):
-        self._handle.__enter__()
-        return self
-
     def __exit__(self, *exc):
         return self._handle.__exit__(*exc)
 
     def __getattr__(self, name):
-        return getattr(self._handle, name)
+        """The file's own attributes, its ``read``, ``readline`` and ``readlines`` raising the named error."""
+        attribute = getattr(self._handle, name)
+        if name not in ("read", "readline", "readlines"):
+            return attribute
+
+        def read(*args):
+            try:
+                return attribute(*args)
+            except UnicodeDecodeError as error:
+                raise self._named(error) from None
+
+        return read
 
 
 def find_file(directory, name: str, required: bool = True) -> str | None:
     """``directory/name`` or its gzipped twin (``name`` given with or without ``.gz``); a FileNotFoundError naming
     both when ``required`` and neither exists, else None."""
-    base = name[:-3] if name.endswith(".gz") else name
-    for candidate in (base, base + ".gz"):
+    base = name.removesuffix(".gz")
+    for candidate in (base, f"{base}.gz"):
         path = os.path.join(directory, candidate)
         if os.path.isfile(path):
             return path
@@ -226,11 +207,11 @@ def replaced_folder(target, owner_file: str, writer: str):
     if target.exists():
         if not target.is_dir():
             raise ValueError(f"{writer}: output_dir {target} is a file, not a folder")
-        if any(target.iterdir()) and not (target / owner_file).is_file():
-            found = sorted(p.name for p in target.iterdir())[:5]
+        found = sorted(p.name for p in target.iterdir())
+        if found and not (target / owner_file).is_file():
             raise ValueError(
                 f"{writer}: output_dir {target} holds files that are not an earlier {writer} output (no {owner_file}; "
-                f"found {found}): it would be replaced whole; use a new or empty folder"
+                f"found {found[:5]}): it would be replaced whole; use a new or empty folder"
             )
     target.parent.mkdir(parents=True, exist_ok=True)
     remove_scratch(target)
@@ -272,19 +253,15 @@ def committed_save(target, marker: str, replaces: tuple[str, ...] = ()):
         if not (staging / marker).is_file():
             raise ValueError(f"the save into {target} wrote no {marker}: nothing was moved into the folder")
         (target / marker).unlink(missing_ok=True)  # from here until the end the folder is no loadable save
-        new = {entry.name for entry in staging.iterdir()}
         for pattern in replaces:
             for old in target.glob(pattern):
-                if old.name not in new and old.is_file():
+                if old.is_file() and not (staging / old.name).exists():
                     old.unlink()
         for entry in sorted(staging.iterdir()):
-            destination = target / entry.name
-            if entry.name == marker:
-                continue
             if entry.is_dir():
-                _swap_in(entry, destination)
-            else:
-                os.replace(entry, destination)
+                _swap_in(entry, target / entry.name)
+            elif entry.name != marker:
+                os.replace(entry, target / entry.name)
         os.replace(staging / marker, target / marker)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
@@ -297,8 +274,7 @@ def write_json_whole(path, data, **dump_kwargs) -> None:
     remove_scratch(path)
     partial = _scratch_name(path, "partial")
     try:
-        with open(partial, "w", encoding="utf-8") as f:
-            json.dump(data, f, **dump_kwargs)
+        partial.write_text(json.dumps(data, **dump_kwargs), encoding="utf-8")
         os.replace(partial, path)
     finally:
         partial.unlink(missing_ok=True)

@@ -26,11 +26,12 @@ def to_percent(scores: Mapping[str, object]) -> dict[str, object]:
     """``scores`` (fractions, as the formulas return them) in percent: every non-integral number (Python or numpy
     float) is multiplied by 100; integers (counts such as ``num_predicted``), booleans, ``None`` and nested values
     stay as they are."""
-    return {key: 100.0 * float(value) if _is_score(value) else value for key, value in scores.items()}
-
-
-def _is_score(value) -> bool:
-    return isinstance(value, numbers.Real) and not isinstance(value, numbers.Integral)
+    return {
+        key: 100.0 * float(value)
+        if isinstance(value, numbers.Real) and not isinstance(value, numbers.Integral)
+        else value
+        for key, value in scores.items()
+    }
 
 
 def percent_factor(record: Mapping[str, object], legacy_unit: str) -> float:

@@ -65,6 +65,11 @@ PASSTHROUGH = (
 )
 
 
+def _given(**params) -> dict:
+    """The parameters a pipeline call set (``None``: the method's default)."""
+    return {key: value for key, value in params.items() if value is not None}
+
+
 class _KeplmPipeline:
     """What keplm's pipelines share: the processor (loaded with the model unless given), model-aware batching."""
 
@@ -77,25 +82,20 @@ class _KeplmPipeline:
         super().__init__(*args, **kwargs)
         self._init_processor(processor)
 
-    #: the Auto API's mapping for the task, where a stock pipeline checks its model (keplm's register on import)
-    model_mapping = None
-
     def check_model_type(self, supported_models):
-        """The stock pipelines' model check against the Auto API's mapping, which holds keplm's registered models
+        """The stock pipelines' model check (NER's and text classification's, the pipelines that call it) against
+        the class's ``model_mapping``, the Auto API's mapping for the task, which holds keplm's registered models
         (the stock check lists transformers' own names only)."""
         model = getattr(self.model, "get_base_model", lambda: self.model)()  # a LoRA adapter: the model inside
-        if self.model_mapping is not None and type(model.config) not in self.model_mapping:
+        if type(model.config) not in self.model_mapping:
             raise ValueError(f"the {self.task} pipeline cannot run {type(model).__name__}: no model for its task")
-
-    def _forward(self, inputs: dict) -> dict:
-        return self._run_model(inputs)
 
     def _max_length(self, max_length: int | None, default: int) -> int:
         """The token limit of one input: the caller's, which the model's positions must hold (else a ValueError naming
         both), or ``default`` cut to the model's positions (a 128-position encoder reads 128 tokens, not 512)."""
         positions = getattr(self.model.config, "max_text_length", None)
         if max_length is None:
-            return min(default, positions) if positions else default
+            return min(default, positions or default)
         if positions and max_length > positions:
             raise ValueError(
                 f"max_length={max_length} exceeds the {positions} positions the model's encoder reads: pass "
@@ -105,10 +105,10 @@ class _KeplmPipeline:
 
     def _init_processor(self, processor):
         if processor is None:
-            commit = getattr(self.model, "source_revision", None)  # the processor from the weights' commit
-            assets = getattr(self.model, "knowledge_assets", None)  # the model's KG, already loaded, is not read again
             processor = KeplmProcessor.from_pretrained(
-                self.model.name_or_path, revision=commit, knowledge_assets=assets
+                self.model.name_or_path,
+                revision=getattr(self.model, "source_revision", None),  # the processor from the weights' commit
+                knowledge_assets=getattr(self.model, "knowledge_assets", None),  # the model's KG, not read again
             )
         if not isinstance(processor, KeplmProcessor):
             raise ValueError(f"keplm pipelines need a keplm processor, got {type(processor).__name__}")
@@ -128,59 +128,44 @@ class _KeplmPipeline:
                 batch[key] = items[0][key] if unbatched else [item[key] for item in items]
         return batch
 
-    def _loader(self, dataset, num_workers: int, batch_size: int) -> DataLoader:
-        return DataLoader(
+    def get_iterator(self, inputs, num_workers, batch_size, preprocess_params, forward_params, postprocess_params):
+        """The stock iterators, batched by the DataLoader through keplm's collator: one feature per input unbatched
+        per input, or (a ``ChunkPipeline``: NER windows over a long text, QA stride windows) the features of an input
+        packed back for ``postprocess``."""
+        chunked = isinstance(self, ChunkPipeline)
+        dataset = (PipelineChunkIterator if chunked else PipelineDataset)(inputs, self.preprocess, preprocess_params)
+        loader = DataLoader(
             dataset,
-            num_workers=num_workers,
+            num_workers=min(num_workers, 1) if chunked else num_workers,  # a chunk iterator is read by one worker
             batch_size=batch_size,
             collate_fn=partial(self._collate, unbatched=batch_size == 1),
         )
-
-    def _run_model(self, inputs: dict) -> dict:
-        """Model outputs first (the pipeline reads the batch size from the first value), then pass-through."""
-        model_inputs = {k: v for k, v in inputs.items() if k not in PASSTHROUGH}
-        outputs = self.model(**model_inputs)
-        result = {
-            key: getattr(outputs, key)
-            for key in ("logits", "start_logits", "end_logits")
-            if getattr(outputs, key, None) is not None
-        }
-        result["attention_mask"] = model_inputs["attention_mask"]
-        result.update({k: v for k, v in inputs.items() if k in PASSTHROUGH})
-        return result
-
-
-class _OneFeaturePipeline(_KeplmPipeline):
-    """Pipelines whose input makes one feature (NER on a text, classification of a text or pair): batched by the
-    DataLoader, the outputs unbatched one per input."""
-
-    def get_iterator(self, inputs, num_workers, batch_size, preprocess_params, forward_params, postprocess_params):
-        loader = self._loader(PipelineDataset(inputs, self.preprocess, preprocess_params), num_workers, batch_size)
-        model_iterator = PipelineIterator(loader, self.forward, forward_params, loader_batch_size=batch_size)
-        return PipelineIterator(model_iterator, self.postprocess, postprocess_params)
-
-    def run_single(self, inputs, preprocess_params, forward_params, postprocess_params):
-        batch = self._collate([self.preprocess(inputs, **preprocess_params)], unbatched=True)
-        return self.postprocess(self.forward(batch, **forward_params), **postprocess_params)
-
-
-class _ChunkedPipeline(_KeplmPipeline):
-    """Pipelines whose input may make several features (NER windows over a long text, QA stride windows): the
-    chunks batched by the DataLoader through keplm's collator, packed back per input for ``postprocess``."""
-
-    def get_iterator(self, inputs, num_workers, batch_size, preprocess_params, forward_params, postprocess_params):
-        loader = self._loader(
-            PipelineChunkIterator(inputs, self.preprocess, preprocess_params), min(num_workers, 1), batch_size
+        outputs = (PipelinePackIterator if chunked else PipelineIterator)(
+            loader, self.forward, forward_params, loader_batch_size=batch_size
         )
-        model_iterator = PipelinePackIterator(loader, self.forward, forward_params, loader_batch_size=batch_size)
-        return PipelineIterator(model_iterator, self.postprocess, postprocess_params)
+        return PipelineIterator(outputs, self.postprocess, postprocess_params)
 
     def run_single(self, inputs, preprocess_params, forward_params, postprocess_params):
-        windows = [
-            self.forward(self._collate([feature], unbatched=True), **forward_params)
-            for feature in self.preprocess(inputs, **preprocess_params)
-        ]
-        return self.postprocess(windows, **postprocess_params)
+        """One input as a batch of one, through keplm's collator."""
+        return next(iter(self.get_iterator([inputs], 0, 1, preprocess_params, forward_params, postprocess_params)))
+
+    def _forward(self, inputs: dict) -> dict:
+        """Model outputs first (the pipeline reads the batch size from the first value), then the token ids and mask
+        and the pass-through values."""
+        outputs = self.model(**{k: v for k, v in inputs.items() if k not in PASSTHROUGH})
+        return {
+            **{key: value for key, value in outputs.items() if key in ("logits", "start_logits", "end_logits")},
+            **{key: inputs[key] for key in ("input_ids", "attention_mask", *PASSTHROUGH) if key in inputs},
+        }
+
+
+class _QuestionContextCall:
+    """``pipe(question=..., context=...)`` as ``pipe({"question": ..., "context": ...})``."""
+
+    def __call__(self, *args, **kwargs):
+        if "question" in kwargs and "context" in kwargs and not args:
+            args = ({"question": kwargs.pop("question"), "context": kwargs.pop("context")},)
+        return super().__call__(*args, **kwargs)
 
 
 def word_windows(word_ids: list[int | None], num_words: int, budget: int, stride: int = 0) -> list[tuple[int, int]]:
@@ -205,7 +190,7 @@ def word_windows(word_ids: list[int | None], num_words: int, budget: int, stride
         start = next_start
 
 
-class KeplmTokenClassificationPipeline(_ChunkedPipeline, TokenClassificationPipeline):
+class KeplmTokenClassificationPipeline(_KeplmPipeline, TokenClassificationPipeline):
     """Named-entity recognition on raw text with a keplm token-classification model (task ``"keplm-ner"``):
     transformers' token-classification pipeline, with the text linked against the processor's KG.
 
@@ -230,17 +215,19 @@ class KeplmTokenClassificationPipeline(_ChunkedPipeline, TokenClassificationPipe
     ):
         if offset_mapping is not None:
             raise ValueError(f"{NER_TASK} finds word offsets itself: pass the text (or its words), not offset_mapping")
-        preprocess = {"is_split_into_words": is_split_into_words, "delimiter": " " if delimiter is None else delimiter}
-        preprocess.update({k: v for k, v in (("max_length", max_length), ("stride", stride)) if v is not None})
-        postprocess = {} if ignore_labels is None else {"ignore_labels": ignore_labels}
-        if aggregation_strategy is not None:
-            if isinstance(aggregation_strategy, str):
-                names = [s.value for s in AggregationStrategy]
-                if aggregation_strategy.lower() not in names:
-                    raise ValueError(f"aggregation_strategy must be one of {names}, got {aggregation_strategy!r}")
+        if aggregation_strategy is not None:  # a name in any case, or an AggregationStrategy (a str enum)
+            try:
                 aggregation_strategy = AggregationStrategy(aggregation_strategy.lower())
-            postprocess["aggregation_strategy"] = aggregation_strategy
-        return preprocess, {}, postprocess
+            except ValueError:
+                raise ValueError(
+                    f"aggregation_strategy must be one of {[s.value for s in AggregationStrategy]}, got "
+                    f"{aggregation_strategy!r}"
+                ) from None
+        return (
+            _given(is_split_into_words=is_split_into_words, max_length=max_length, stride=stride, delimiter=delimiter),
+            {},
+            _given(aggregation_strategy=aggregation_strategy, ignore_labels=ignore_labels),
+        )
 
     def preprocess(self, sentence, max_length=None, stride=0, is_split_into_words=False, delimiter=" "):
         if is_split_into_words:
@@ -259,24 +246,20 @@ class KeplmTokenClassificationPipeline(_ChunkedPipeline, TokenClassificationPipe
                 f"{NER_TASK} takes a string (or a list of words with is_split_into_words=True), got "
                 f"{type(sentence).__name__}"
             )
-        words, spans = (words, spans) if words else ([""], [(0, 0)])
+        if not words:
+            words, spans = [""], [(0, 0)]
         max_length = self._max_length(max_length, 512)
-        budget = max(1, max_length - self.tokenizer.num_special_tokens_to_add(pair=False))
+        budget = max(1, max_length - self.tokenizer.num_special_tokens_to_add())  # one text: no pair
         if stride >= budget:
             raise ValueError(f"stride={stride} must be smaller than the {budget} word tokens a window holds")
         counts = self.tokenizer(words, is_split_into_words=True, add_special_tokens=False).word_ids()
         windows = word_windows(counts, len(words), budget, stride)
-        examples = {"tokens": [words[start:end] for start, end in windows]}
-        annotation_column = None
+        examples = {"tokens": [words[start:end] for start, end in windows]}  # no annotation column: linked
         if self.with_knowledge and self.processor.kg is None:  # e.g. trained on annotation files: nothing to link with
             logger.warning("the processor holds no KG to link raw text against: the text is tagged without knowledge")
-            examples["knowledge"], annotation_column = [KnowledgeAnnotation() for _ in windows], "knowledge"
+            examples["knowledge"] = [KnowledgeAnnotation() for _ in windows]
         features = self.processor.prepare_ner_features(
-            examples,
-            label_column=None,
-            max_length=max_length,
-            annotation_column=annotation_column,
-            with_knowledge=self.with_knowledge,
+            examples, label_column=None, max_length=max_length, with_knowledge=self.with_knowledge
         )
         encoding = self.tokenizer(
             examples["tokens"],
@@ -287,9 +270,8 @@ class KeplmTokenClassificationPipeline(_ChunkedPipeline, TokenClassificationPipe
             return_special_tokens_mask=True,
         )
         for i, (start, _) in enumerate(windows):
-            feature = {key: values[i] for key, values in features.items()}
             yield {
-                **feature,
+                **{key: values[i] for key, values in features.items()},
                 "sentence": sentence,
                 "offset_mapping": encoding["offset_mapping"][i],
                 "special_tokens_mask": encoding["special_tokens_mask"][i],
@@ -299,24 +281,17 @@ class KeplmTokenClassificationPipeline(_ChunkedPipeline, TokenClassificationPipe
                 "is_last": i == len(windows) - 1,
             }
 
-    def _forward(self, inputs: dict) -> dict:
-        return {**self._run_model(inputs), "input_ids": inputs["input_ids"]}
-
     def postprocess(self, all_outputs, aggregation_strategy=AggregationStrategy.FIRST, ignore_labels=None):
         """The stock post-processing on each window's own tokens (the collator's padding taken off)."""
-        windows = []
         for window in all_outputs:
             own = window["attention_mask"][0].bool()
-            windows.append(
-                {
-                    **window,
-                    "logits": window["logits"][:, own],
-                    "input_ids": window["input_ids"][:, own],
-                    "offset_mapping": torch.tensor([window["offset_mapping"]]),
-                    "special_tokens_mask": torch.tensor([window["special_tokens_mask"]]),
-                }
+            window.update(
+                logits=window["logits"][:, own],
+                input_ids=window["input_ids"][:, own],
+                offset_mapping=[window["offset_mapping"]],
+                special_tokens_mask=torch.tensor([window["special_tokens_mask"]]),
             )
-        return super().postprocess(windows, aggregation_strategy=aggregation_strategy, ignore_labels=ignore_labels)
+        return super().postprocess(all_outputs, aggregation_strategy, ignore_labels)
 
     def gather_pre_entities(self, *args, word_ids=None, **kwargs) -> list[dict]:
         """The stock pre-entities, with a token a sub-word exactly when it continues the word before it (the words
@@ -324,13 +299,13 @@ class KeplmTokenClassificationPipeline(_ChunkedPipeline, TokenClassificationPipe
         with warnings.catch_warnings():  # the stock guess warns for tokenizers without a sub-word prefix; unused here
             warnings.filterwarnings("ignore", message="Tokenizer does not support real words")
             entities = super().gather_pre_entities(*args, word_ids=word_ids, **kwargs)
-        for entity in entities:
+        for entity in entities:  # a pre-entity is no special token: it has a word
             index = entity["index"]
-            entity["is_subword"] = index > 0 and word_ids[index] is not None and word_ids[index] == word_ids[index - 1]
+            entity["is_subword"] = index > 0 and word_ids[index] == word_ids[index - 1]
         return entities
 
 
-class KeplmQuestionAnsweringPipeline(_ChunkedPipeline, ChunkPipeline):
+class KeplmQuestionAnsweringPipeline(_QuestionContextCall, _KeplmPipeline, ChunkPipeline):
     """Extractive QA on a raw question and context with a keplm QA model (task ``"keplm-qa"``).
 
     The context is linked with the processor's KG once and cut into stride windows (``max_length``,
@@ -342,48 +317,36 @@ class KeplmQuestionAnsweringPipeline(_ChunkedPipeline, ChunkPipeline):
     def _sanitize_parameters(
         self, max_length=None, doc_stride=None, top_k=None, max_answer_length=None, n_best_size=None, **kwargs
     ):
-        preprocess = {k: v for k, v in (("max_length", max_length), ("doc_stride", doc_stride)) if v is not None}
-        postprocess = {
-            k: v
-            for k, v in (("top_k", top_k), ("max_answer_length", max_answer_length), ("n_best_size", n_best_size))
-            if v is not None
-        }
-        return preprocess, {}, postprocess
-
-    def __call__(self, *args, **kwargs):
-        if "question" in kwargs and "context" in kwargs and not args:
-            args = ({"question": kwargs.pop("question"), "context": kwargs.pop("context")},)
-        return super().__call__(*args, **kwargs)
+        preprocess = _given(max_length=max_length, doc_stride=doc_stride)
+        return preprocess, {}, _given(top_k=top_k, max_answer_length=max_answer_length, n_best_size=n_best_size)
 
     def preprocess(self, example: dict, max_length: int | None = None, doc_stride: int | None = None):
         if not isinstance(example, dict) or not {"question", "context"} <= set(example):
             raise ValueError(f'{QA_TASK} takes {{"question": ..., "context": ...}}, got {example!r}')
         max_length = self._max_length(max_length, 384)
         doc_stride = max_length // 3 if doc_stride is None else doc_stride  # 128 of 384, as transformers' default
-        features = self.processor.prepare_qa_features(
+        features = self.processor.prepare_qa_features(  # no annotation columns: question and context linked
             {"id": ["0"], "question": [example["question"]], "context": [example["context"]]},
             max_length=max_length,
             doc_stride=doc_stride,
             training=False,
-            annotation_column=None,
-            question_annotation_column=None,
             with_knowledge=self.with_knowledge,
         )
         count = len(features["input_ids"])
         for i in range(count):
-            feature = {key: values[i] for key, values in features.items()}
-            feature["context"] = example["context"]
-            feature["is_last"] = i == count - 1
-            yield feature
+            yield {
+                **{key: values[i] for key, values in features.items()},
+                "context": example["context"],
+                "is_last": i == count - 1,
+            }
 
     def postprocess(self, windows: list[dict], top_k: int = 1, max_answer_length: int = 30, n_best_size: int = 20):
         tokens = [w["attention_mask"][0].bool() for w in windows]  # each window's own tokens, whichever padding side
-        starts = [w["start_logits"][0][t].float().numpy() for w, t in zip(windows, tokens)]
-        ends = [w["end_logits"][0][t].float().numpy() for w, t in zip(windows, tokens)]
-        features = [{"example_id": "0", "offset_mapping": w["offset_mapping"]} for w in windows]
+        starts = [w["start_logits"][0, t].float().numpy() for w, t in zip(windows, tokens)]
+        ends = [w["end_logits"][0, t].float().numpy() for w, t in zip(windows, tokens)]
         _, nbest = postprocess_qa_predictions(
             [{"id": "0", "context": windows[0]["context"]}],
-            features,
+            windows,  # each with its example_id and context offset_mapping
             starts,
             ends,
             n_best_size=max(n_best_size, top_k),
@@ -404,47 +367,47 @@ def whole_word_answers(context: str, candidates: list[dict]) -> list[dict]:
         start, end = candidate["start"], candidate["end"]
         if start < end:  # an empty answer (no span in any window) stays empty
             start, end = word_span(context, start, end)
-        answer = merged.setdefault(
-            (start, end), {"answer": context[start:end], "score": 0.0, "start": start, "end": end}
-        )
-        answer["score"] += candidate["probability"]
+        answer = {"answer": context[start:end], "score": 0.0, "start": start, "end": end}
+        merged.setdefault((start, end), answer)["score"] += candidate["probability"]
     return sorted(merged.values(), key=lambda a: -a["score"])
 
 
-class KeplmTextClassificationPipeline(_OneFeaturePipeline, TextClassificationPipeline):
+class KeplmTextClassificationPipeline(_KeplmPipeline, TextClassificationPipeline):
     """Sentence or sentence-pair classification (and regression) on raw text with a keplm sequence-classification
     model, e.g. Roof-Transformer (task ``"keplm-text-classification"``): transformers' text-classification pipeline,
     with both texts linked against the processor's KG and the model's knowledge selected from them, as in training.
 
     Input: a string, or ``{"text": ..., "text_pair": ...}`` for pairs (GLUE's RTE, MRPC, ...). Outputs, ``top_k``
-    and ``function_to_apply`` are the stock pipeline's (a regression model, STS-B, returns its raw score).
+    and ``function_to_apply`` are the stock pipeline's (a regression model, STS-B, returns its raw score), and so is
+    the parameter handling: ``max_length``, the input's token limit, reaches ``preprocess`` as the stock pipeline's
+    tokenizer keyword arguments do.
     """
 
     model_mapping = MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING
 
-    def _sanitize_parameters(self, function_to_apply=None, top_k="", max_length=None):
-        _, forward, postprocess = super()._sanitize_parameters(function_to_apply=function_to_apply, top_k=top_k)
-        return ({"max_length": max_length} if max_length is not None else {}), forward, postprocess
-
     def preprocess(self, inputs, max_length: int | None = None) -> dict:
         max_length = self._max_length(max_length, 512)
         if isinstance(inputs, str):
-            examples, columns = {"sentence": [inputs]}, ("sentence",)
+            examples = {"sentence": [inputs]}
         elif isinstance(inputs, dict) and set(inputs) <= {"text", "text_pair"} and "text" in inputs:
-            pair = inputs.get("text_pair") is not None
-            examples = {"sentence1": [inputs["text"]], **({"sentence2": [inputs["text_pair"]]} if pair else {})}
-            columns = ("sentence1", "sentence2") if pair else ("sentence1",)
+            examples = {"sentence1": [inputs["text"]]}
+            if inputs.get("text_pair") is not None:
+                examples["sentence2"] = [inputs["text_pair"]]
         else:
             raise ValueError(
                 f'{CLASSIFICATION_TASK} takes a string or {{"text": ..., "text_pair": ...}}, got {inputs!r}'
             )
         features = self.processor.prepare_pair_features(
-            examples, text_columns=columns, label_column=None, max_length=max_length, with_knowledge=self.with_knowledge
+            examples,
+            text_columns=tuple(examples),
+            label_column=None,
+            max_length=max_length,
+            with_knowledge=self.with_knowledge,
         )
         return {key: values[0] for key, values in features.items() if not key.startswith("num_")}
 
 
-class KeplmText2TextGenerationPipeline(_OneFeaturePipeline, Pipeline):
+class KeplmText2TextGenerationPipeline(_QuestionContextCall, _KeplmPipeline, Pipeline):
     """Text-to-text generation on raw text with a keplm encoder-decoder model, e.g. KALA on T5 (task
     ``"keplm-text2text"``, transformers' ``text2text-generation`` semantics).
 
@@ -456,34 +419,24 @@ class KeplmText2TextGenerationPipeline(_OneFeaturePipeline, Pipeline):
     """
 
     def _sanitize_parameters(self, max_length=None, **generate_kwargs):
-        preprocess = {"max_length": max_length} if max_length is not None else {}
-        return preprocess, generate_kwargs, {}
-
-    def __call__(self, *args, **kwargs):
-        if "question" in kwargs and "context" in kwargs and not args:
-            args = ({"question": kwargs.pop("question"), "context": kwargs.pop("context")},)
-        return super().__call__(*args, **kwargs)
+        return _given(max_length=max_length), generate_kwargs, {}
 
     def preprocess(self, inputs, max_length: int | None = None) -> dict:
         max_length = self._max_length(max_length, 512)
         if isinstance(inputs, str):
             return self.processor(inputs, max_length=max_length, with_knowledge=self.with_knowledge)
         if isinstance(inputs, dict) and set(inputs) == {"question", "context"}:
-            features = self.processor.prepare_generative_qa_features(
-                {"question": [inputs["question"]], "context": [inputs["context"]]},
-                max_length=max_length,
-                annotation_column=None,
-                question_annotation_column=None,
-                with_knowledge=self.with_knowledge,
+            features = self.processor.prepare_generative_qa_features(  # no annotation columns: the texts linked
+                {key: [text] for key, text in inputs.items()}, max_length=max_length, with_knowledge=self.with_knowledge
             )
             return {key: values[0] for key, values in features.items()}
         raise ValueError(f'{TEXT2TEXT_TASK} takes a string or {{"question": ..., "context": ...}}, got {inputs!r}')
 
     def _forward(self, inputs: dict, **generate_kwargs) -> dict:
-        model_inputs = {k: v for k, v in inputs.items() if k not in PASSTHROUGH}
-        batch = model_inputs["input_ids"].shape[0]
-        generated = self.model.generate(**model_inputs, **generate_kwargs)
-        return {"output_ids": generated.reshape(batch, -1, generated.shape[-1])}  # [inputs, sequences, length]
+        """``generate()`` on the batch: model inputs only (the processor's encodings carry no pass-through values)."""
+        generated = self.model.generate(**inputs, **generate_kwargs)
+        # [inputs, sequences, length]
+        return {"output_ids": generated.reshape(len(inputs["input_ids"]), -1, generated.shape[-1])}
 
     def postprocess(self, outputs: dict) -> list[dict]:
         texts = self.tokenizer.batch_decode(outputs["output_ids"][0], skip_special_tokens=True)
@@ -495,21 +448,13 @@ def register_pipelines() -> None:
     pipeline registry (``import keplm`` does). Idempotent."""
     if TEXT2TEXT_TASK in PIPELINE_REGISTRY.get_supported_tasks():
         return
-    PIPELINE_REGISTRY.register_pipeline(
-        NER_TASK, pipeline_class=KeplmTokenClassificationPipeline, pt_model=AutoModelForTokenClassification, type="text"
-    )
-    PIPELINE_REGISTRY.register_pipeline(
-        QA_TASK, pipeline_class=KeplmQuestionAnsweringPipeline, pt_model=AutoModelForQuestionAnswering, type="text"
-    )
-    PIPELINE_REGISTRY.register_pipeline(
-        CLASSIFICATION_TASK,
-        pipeline_class=KeplmTextClassificationPipeline,
-        pt_model=AutoModelForSequenceClassification,
-        type="text",
-    )
-    PIPELINE_REGISTRY.register_pipeline(
-        TEXT2TEXT_TASK, pipeline_class=KeplmText2TextGenerationPipeline, pt_model=AutoModelForSeq2SeqLM, type="text"
-    )
+    for task, pipeline_class, model_class in (
+        (NER_TASK, KeplmTokenClassificationPipeline, AutoModelForTokenClassification),
+        (QA_TASK, KeplmQuestionAnsweringPipeline, AutoModelForQuestionAnswering),
+        (CLASSIFICATION_TASK, KeplmTextClassificationPipeline, AutoModelForSequenceClassification),
+        (TEXT2TEXT_TASK, KeplmText2TextGenerationPipeline, AutoModelForSeq2SeqLM),
+    ):
+        PIPELINE_REGISTRY.register_pipeline(task, pipeline_class=pipeline_class, pt_model=model_class, type="text")
 
 
 __all__ = [

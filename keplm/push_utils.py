@@ -8,17 +8,19 @@ with ``HfApi.upload_folder`` (large files through the LFS path, as the Hub decid
 
 from __future__ import annotations
 
-import fnmatch
 import hashlib
 import json
 import logging
 import os
 import tempfile
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 from huggingface_hub import HfApi, hf_hub_download
 from huggingface_hub.errors import EntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError
+
+from keplm.io_utils import read_json
 
 logger = logging.getLogger(__name__)
 
@@ -59,35 +61,21 @@ PROCESSOR_FILES = (
 #: what loading a saved model needs, and its card: what a training run's push uploads from its output folder (the
 #: checkpoints' optimizer / scheduler / RNG states and the run's result files stay local unless the user asks for
 #: checkpoints on the Hub, ``hub_strategy``)
-LOADING_PATTERNS = tuple(dict.fromkeys((*MODEL_FILES, *PROCESSOR_FILES, "*.model", "README.md", "figures/**")))
+LOADING_PATTERNS = (*MODEL_FILES, *PROCESSOR_FILES, "*.model", "README.md", "figures/**")
 
 
 ADAPTER_CONFIG = "adapter_config.json"
 
 
-def adapter_base_to_pin(folder: str | os.PathLike, repo_id: str) -> dict | None:
-    """``adapter_config.json`` of ``folder`` when it names ``repo_id`` itself as the adapter's base model (a keplm
-    adapter saved for that repo, whose base files, config.json, keplm_adapter.json and knowledge/, live beside it):
-    the config :func:`pin_adapter_base` pins after the push. None for anything else."""
-    path = Path(folder, ADAPTER_CONFIG)
-    if not path.is_file():
-        return None
-    recorded = json.loads(path.read_text(encoding="utf-8"))
-    return recorded if recorded.get("base_model_name_or_path") == repo_id else None
-
-
-def pin_adapter_base(repo_id: str, adapter_config: dict | None, commit, token=None, revision: str | None = None):
+def pin_adapter_base(repo_id: str, adapter_config: dict, commit, token=None, revision: str | None = None):
     """The second commit of an adapter push: ``adapter_config.json`` with peft's ``revision`` set to ``commit`` (the
-    push that uploaded the adapter with its base files), so that peft's ``AutoPeftModel*.from_pretrained(repo,
-    revision=R)``, which loads the base at the revision the adapter config names, takes the base files of the same
-    push as the adapter, not those of main. Returns that commit's ``CommitInfo`` (``commit`` itself, or its
-    ``Future``'s result, when there is nothing to pin)."""
+    push that uploaded the adapter with its base files; a ``CommitInfo`` or its ``Future``), so that peft's
+    ``AutoPeftModel*.from_pretrained(repo, revision=R)``, which loads the base at the revision the adapter config
+    names, takes the base files of the same push as the adapter, not those of main. Returns that commit's
+    ``CommitInfo``."""
     commit = commit.result() if hasattr(commit, "result") else commit  # a push run as a future
-    if adapter_config is None:
-        return commit
-    pinned = {**adapter_config, "revision": commit.oid}
     return HfApi().upload_file(
-        path_or_fileobj=(json.dumps(pinned, indent=2, sort_keys=True) + "\n").encode("utf-8"),
+        path_or_fileobj=json.dumps({**adapter_config, "revision": commit.oid}, indent=2, sort_keys=True).encode(),
         path_in_repo=ADAPTER_CONFIG,
         repo_id=repo_id,
         revision=commit.pr_revision or revision,  # a push opened as a pull request: pin on its branch
@@ -98,50 +86,41 @@ def pin_adapter_base(repo_id: str, adapter_config: dict | None, commit, token=No
 
 def pin_after(commit, folder, repo_id: str, token=None, revision: str | None = None, blocking: bool = True):
     """:func:`pin_adapter_base` after the push ``commit`` (a ``CommitInfo`` or its ``Future``) of ``folder``, when the
-    folder holds an adapter for ``repo_id`` (read now: the folder may change meanwhile): done at once (``blocking``)
-    or queued as a ``Future`` that waits for the push. ``commit`` itself when there is nothing to pin."""
-    adapter_config = adapter_base_to_pin(folder, repo_id)
-    if adapter_config is None:
+    folder's ``adapter_config.json`` (read now: the folder may change meanwhile) names ``repo_id`` itself as the
+    adapter's base model (a keplm adapter saved for that repo, whose base files, config.json, keplm_adapter.json and
+    knowledge/, live beside it): done at once (``blocking``) or queued as a ``Future`` that waits for the push.
+    ``commit`` itself when there is nothing to pin."""
+    path = Path(folder, ADAPTER_CONFIG)
+    adapter_config = read_json(path) if path.is_file() else {}
+    if adapter_config.get("base_model_name_or_path") != repo_id:
         return commit
-    if blocking:
-        return pin_adapter_base(repo_id, adapter_config, commit, token=token, revision=revision)
-    return HfApi().run_as_future(pin_adapter_base, repo_id, adapter_config, commit, token=token, revision=revision)
+    pin = partial(pin_adapter_base, repo_id, adapter_config, commit, token=token, revision=revision)
+    return pin() if blocking else HfApi().run_as_future(pin)
 
 
 def pickled_files(folder: str | os.PathLike) -> list[str]:
     """Paths (relative to ``folder``) of the files whose names mark them as pickles."""
     root = Path(folder)
-    return sorted(
-        str(p.relative_to(root))
-        for p in root.rglob("*")
-        if p.is_file() and any(fnmatch.fnmatch(p.name, pattern) for pattern in PICKLE_PATTERNS)
-    )
-
-
-def repo_has_file(repo_id: str, filename: str, token=None, revision: str | None = None) -> bool:
-    """Whether the Hub repo holds ``filename`` (False for a repo that does not exist yet)."""
-    try:
-        return HfApi().file_exists(repo_id, filename, revision=revision, token=token)
-    except (EntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError):
-        return False
+    return sorted(str(p.relative_to(root)) for pattern in PICKLE_PATTERNS for p in root.rglob(pattern) if p.is_file())
 
 
 def repo_model_type(repo_id: str, token=None, revision: str | None = None) -> str | None:
-    """The ``model_type`` of the model a Hub repo holds (its ``config.json``), or None when it holds none."""
-    if not repo_has_file(repo_id, "config.json", token=token, revision=revision):
+    """The ``model_type`` of the model a Hub repo holds (its ``config.json``), or None when it holds none (or the
+    repo or revision does not exist yet)."""
+    try:
+        return read_json(hf_hub_download(repo_id, "config.json", token=token, revision=revision)).get("model_type")
+    except (EntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError):
         return None
-    path = hf_hub_download(repo_id, "config.json", token=token, revision=revision)
-    return json.loads(Path(path).read_text(encoding="utf-8")).get("model_type")
 
 
-def _file_hashes(path: Path) -> tuple[str, str]:
-    """``(git blob id, sha256)`` of a file: what the Hub lists for a regular file and for an LFS file."""
-    blob, sha256 = hashlib.sha1(b"blob %d\0" % path.stat().st_size), hashlib.sha256()
+def _same_content(path: Path, entry) -> bool:
+    """Whether the file holds what the Hub's listing ``entry`` says: the sha256 of an LFS file, the git blob id of a
+    regular file."""
+    digest = hashlib.sha256() if entry.lfs else hashlib.sha1(b"blob %d\0" % path.stat().st_size)
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
-            blob.update(chunk)
-            sha256.update(chunk)
-    return blob.hexdigest(), sha256.hexdigest()
+            digest.update(chunk)
+    return digest.hexdigest() == (entry.lfs.sha256 if entry.lfs else entry.blob_id)
 
 
 def card_is_current(repo_id: str, folder: str | os.PathLike, token=None, revision: str | None = None) -> bool:
@@ -149,10 +128,9 @@ def card_is_current(repo_id: str, folder: str | os.PathLike, token=None, revisio
     file of ``folder`` (the card and its figures aside) with the same content, so the push changes nothing the card
     describes (weights, config, knowledge). False for a repo or revision that does not exist yet."""
     try:
-        listed = {
+        listed = {  # files and folders: a file's path is never a folder's
             entry.path: entry
             for entry in HfApi().list_repo_tree(repo_id, recursive=True, revision=revision, token=token)
-            if hasattr(entry, "blob_id")
         }
     except (EntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError):
         return False
@@ -166,10 +144,7 @@ def card_is_current(repo_id: str, folder: str | os.PathLike, token=None, revisio
         if not path.is_file() or name in ("README.md", ADAPTER_CONFIG) or name.startswith("figures/"):
             continue
         entry = listed.get(name)
-        if entry is None:
-            return False
-        blob, sha256 = _file_hashes(path)
-        if (entry.lfs.sha256 if entry.lfs is not None else entry.blob_id) != (sha256 if entry.lfs else blob):
+        if entry is None or not _same_content(path, entry):
             return False
     return True
 
@@ -203,8 +178,8 @@ def push_folder(
     """
     api = HfApi()
     repo_id = api.create_repo(repo_id, private=private, token=token, exist_ok=True).repo_id
-    earlier = repo_model_type(repo_id, token=token, revision=revision) if model_type is not None else None
-    if earlier is not None and earlier != model_type:
+    earlier = model_type and repo_model_type(repo_id, token=token, revision=revision)
+    if earlier not in (None, model_type):
         logger.warning(
             "%s holds a %s model: pushing a %s model replaces it, and the earlier model's processor files go too "
             "(push this model's processor, or push with the Trainer)",
@@ -212,17 +187,16 @@ def push_folder(
             earlier,
             model_type,
         )
-        replaces = tuple(dict.fromkeys((*replaces, *PROCESSOR_FILES)))
+        replaces = (*replaces, *PROCESSOR_FILES)
     with tempfile.TemporaryDirectory() as folder:
         save(folder)
         if (
-            write_card is not None
-            and not os.path.exists(os.path.join(folder, "README.md"))
+            write_card
+            and not Path(folder, "README.md").exists()
             and not card_is_current(repo_id, folder, token=token, revision=revision)
         ):
             write_card(folder)
-        pickles = pickled_files(folder)
-        if pickles:
+        if pickles := pickled_files(folder):
             raise ValueError(f"refusing to push pickled files {pickles} to {repo_id}: keplm saves no pickles")
         commit = api.upload_folder(
             repo_id=repo_id,
@@ -232,18 +206,16 @@ def push_folder(
             token=token,
             revision=revision,
             create_pr=create_pr,
-            delete_patterns=list(replaces) or None,
+            delete_patterns=replaces or None,
         )
         return pin_after(commit, folder, repo_id, token=token, revision=revision)
 
 
 __all__ = [
     "push_folder",
-    "adapter_base_to_pin",
     "pin_adapter_base",
     "pin_after",
     "pickled_files",
-    "repo_has_file",
     "repo_model_type",
     "card_is_current",
     "LOADING_PATTERNS",

@@ -42,19 +42,19 @@ def register_method(
     AutoConfig.register(model_type, config_class, exist_ok=True)
     for auto_class, model_class in models.items():
         auto_class.register(config_class, model_class, exist_ok=True)
-    if processor is not None:
+    if processor:
         AutoProcessor.register(config_class, processor, exist_ok=True)
     REGISTERED_METHODS[model_type] = (config_class, {a.__name__: m for a, m in models.items()}, processor)
-    if run_recipe is not None:
+    if run_recipe:
         RUN_RECIPES[model_type] = run_recipe
 
 
 def auto_class_name(model_class: type, model_type: str | None) -> str | None:
     """The name of the Auto class ``model_class`` is registered under for ``model_type`` (a task's Auto class before
     ``AutoModel``), or None when it is not registered."""
-    _, models, _ = REGISTERED_METHODS.get(model_type, (None, {}, None))
+    models = REGISTERED_METHODS[model_type][1] if model_type in REGISTERED_METHODS else {}
     names = [name for name, registered in models.items() if registered is model_class]
-    return next((name for name in names if name != "AutoModel"), names[0] if names else None)
+    return min(names, key=lambda name: name == "AutoModel", default=None)  # the first that is not AutoModel
 
 
 def registered_model_class(name: str) -> type | None:
@@ -76,15 +76,14 @@ def load_plugins() -> dict[str, str]:
             point.load()
             outcome[point.name] = "loaded"
         except Exception as error:  # a broken plug-in must not stop keplm's own methods
+            outcome[point.name] = f"{type(error).__name__}: {error}"
             logger.error(
-                "keplm plug-in %r (%s, entry point group %s) failed to load: %s: %s",
+                "keplm plug-in %r (%s, entry point group %s) failed to load: %s",
                 point.name,
                 point.value,
                 PLUGIN_GROUP,
-                type(error).__name__,
-                error,
+                outcome[point.name],
             )
-            outcome[point.name] = f"{type(error).__name__}: {error}"
     return outcome
 
 

@@ -20,7 +20,6 @@ config of the repo and the keplm class loads encoder + adapter.
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import os
 import re
@@ -28,13 +27,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
-from huggingface_hub import file_exists
 from peft import LoraConfig, PeftConfig, PeftModel, get_peft_model
 from transformers import AutoConfig
-from transformers.utils import cached_file, find_adapter_config_file, has_file
+from transformers.utils import find_adapter_config_file, has_file
 
-from keplm.file_utils import pinned_location, pip_checkpoint, portable_checkpoint
-from keplm.io_utils import named_json_errors
+from keplm.file_utils import pinned_location, portable_checkpoint, resolve_checkpoint, resolve_file
+from keplm.io_utils import read_json, write_json_whole
 from keplm.knowledge.assets import KnowledgeAssets, save_knowledge_assets
 from keplm.push_utils import MODEL_FILES, push_folder
 from keplm.registration import auto_class_name, registered_model_class
@@ -50,26 +48,28 @@ DEFAULT_TARGET_MODULES = ("query", "value")
 #: the adapter's base encoder checkpoint, as keplm records it (``{"base_encoder": ...}``)
 BASE_ENCODER_FILE = "keplm_adapter.json"
 #: parts of peft's parameter names that are the adapter's own, not the base encoder's
-ADAPTER_NAME_PARTS = ("lora_", "modules_to_save", "original_module")
+ADAPTER_NAME_PARTS = re.compile("lora_|modules_to_save|original_module")
 
 
-def encoder_weights_digest(model: KeplmPreTrainedModel, dtype: str | None = None, skip=()) -> dict | None:
+def encoder_weights_digest(model: KeplmPreTrainedModel, dtype: str | None = None) -> dict | None:
     """``{"dtype", "sha256"}`` of the base encoders' weights in ``model`` (with or without peft's wrappers: adapter
-    weights and fully trained modules left out, ``base_layer`` names unwrapped; ``skip``: more ``encoder.key`` names
-    to leave out), in ``dtype`` (default: the weights' own), so an adapter can tell whether it is applied to the
-    encoder it was trained on. None for weights not held here (sharded)."""
+    weights and fully trained modules left out, ``base_layer`` names unwrapped; weights the base checkpoint lacked
+    left out too, newly initialised: the loading report warns about them, and the adapter trains them fully or the
+    rebuilt model differs anyway), in ``dtype`` (default: the weights' own), so an adapter can tell whether it is
+    applied to the encoder it was trained on. None for weights not held here (sharded)."""
+    missing = (getattr(model, "loading_report", None) or {}).get("encoder_missing", {})
     digest = hashlib.sha256()
     for name, encoder in sorted(model.named_encoders().items()):
         for key, tensor in sorted(encoder.state_dict().items()):
-            if any(part in key for part in ADAPTER_NAME_PARTS) or f"{name}.{key}" in skip:
+            if ADAPTER_NAME_PARTS.search(key) or key in missing.get(name, ()):
                 continue
-            if tensor.numel() == 0:
+            if not tensor.numel():
                 return None
             if tensor.is_floating_point():
                 dtype = dtype or str(tensor.dtype).removeprefix("torch.")
                 tensor = tensor.to(getattr(torch, dtype))
             digest.update(f"{name}.{key.replace('.base_layer', '')}:{tuple(tensor.shape)}".encode())
-            digest.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+            digest.update(tensor.cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
     return {"dtype": dtype, "sha256": digest.hexdigest()}
 
 
@@ -78,14 +78,11 @@ def fully_trained_modules(model: KeplmPreTrainedModel) -> list[str]:
 
     Modules are wrapped where they hold parameters, not at containers such as ``ModuleDict``: a wrapped module is
     only called, never indexed, so the model's code runs unchanged around the wrappers."""
-    encoders = tuple(encoder_prefix(model, name) for name in model.named_encoders())
+    encoders = [encoder_prefix(model, name) for name in model.named_encoders()]
     names: list[str] = []
-    for name, module in model.named_modules():
-        if not name or any(name == e or name.startswith(f"{e}.") for e in encoders):
-            continue
-        if any(name.startswith(f"{wrapped}.") for wrapped in names):
-            continue
-        if next(module.parameters(recurse=False), None) is not None:
+    for name, module in model.named_modules():  # parents before children: an encoder's or a wrapped module's skipped
+        inside = any(f"{name}.".startswith(f"{outer}.") for outer in (*encoders, *names))  # it or one of its modules
+        if name and not inside and next(module.parameters(recurse=False), None) is not None:
             names.append(name)
     return names
 
@@ -102,11 +99,11 @@ def add_lora(
     suffixes, default query and value projections), the knowledge modules and head trained fully. The encoder
     weights are frozen. ``base_model_name_or_path`` (default: where the encoders were loaded from) is recorded
     so that :func:`load_lora` can rebuild the model."""
-    targets = tuple(target_modules or DEFAULT_TARGET_MODULES)
+    targets = target_modules or DEFAULT_TARGET_MODULES
     encoders = "|".join(re.escape(encoder_prefix(model, name)) for name in model.named_encoders())
     pattern = rf"^(?:{encoders})\..*\.(?:{'|'.join(re.escape(t) for t in targets)})$"
-    encoder_modules = [name for name, _ in model.named_modules() if re.match(rf"^(?:{encoders})\.", name)]
-    unmatched = [t for t in targets if not any(name.endswith(f".{t}") for name in encoder_modules)]
+    matched = [name for name, _ in model.named_modules() if re.match(pattern, name)]
+    unmatched = [t for t in targets if not any(name.endswith(f".{t}") for name in matched)]
     if unmatched:  # one unknown name among known ones would silently train fewer modules than asked
         raise ValueError(
             f"no encoder module ends with {unmatched} (of --lora_target_modules {list(targets)}): choose among the "
@@ -138,16 +135,15 @@ def save_lora(peft_model, save_directory: str | os.PathLike, repo_id: str | None
     base = peft_model.get_base_model()
     base.config.architectures = [type(base).__name__]
     base.config.save_pretrained(save_directory)
-    if getattr(base, "knowledge_assets", None) is not None:
+    if base.knowledge_assets is not None:
         save_knowledge_assets(save_directory, base.knowledge_assets)
     adapter_config = Path(save_directory, "adapter_config.json")
-    recorded = json.loads(adapter_config.read_text(encoding="utf-8"))
+    recorded = read_json(adapter_config)
     encoder = recorded.get("base_model_name_or_path")  # the peft config's: add_lora's or load_lora's encoder
     if repo_id is not None and encoder:
         encoder = portable_checkpoint(encoder)  # no machine path goes to the Hub (a packaged encoder: pip:<name>)
-    weights = encoder_weights_digest(base, skip=_new_encoder_weights(base))
-    record = {"base_encoder": encoder, "base_encoder_weights": weights}
-    Path(save_directory, BASE_ENCODER_FILE).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    record = {"base_encoder": encoder, "base_encoder_weights": encoder_weights_digest(base)}
+    write_json_whole(Path(save_directory, BASE_ENCODER_FILE), record, indent=2)
     # peft's AutoPeftModel classes rebuild the base with PeftBaseModel, not by loading the keplm class (which would
     # return the model with the adapter already merged)
     recorded["auto_mapping"] = {"base_model_class": PeftBaseModel.__name__, "parent_library": __name__}
@@ -156,27 +152,7 @@ def save_lora(peft_model, save_directory: str | os.PathLike, repo_id: str | None
     # peft's base revision: a push pins it to its own commit (keplm.push_utils.pin_adapter_base); one recorded by an
     # earlier push (an adapter loaded from the Hub) names a commit of that repo, not of this save's base
     recorded["revision"] = None
-    adapter_config.write_text(json.dumps(recorded, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-
-
-def base_encoder_of(adapter_name_or_path: str | os.PathLike, adapter_config: dict | None = None, **location):
-    """The base encoder checkpoint of a keplm adapter folder or repo: ``keplm_adapter.json``'s, or (an adapter
-    saved before that file) ``adapter_config.json``'s ``base_model_name_or_path``."""
-    return _adapter_record(adapter_name_or_path, adapter_config, **location).get("base_encoder")
-
-
-def _adapter_record(adapter_name_or_path, adapter_config: dict | None = None, **location) -> dict:
-    """``keplm_adapter.json`` of an adapter (base encoder and its weights' digest), or what peft's config records."""
-    subfolder = location.get("subfolder") or ""  # that adapter's own file, not the top level's
-    options = {key: location[key] for key in ("revision", "token", "local_files_only", "cache_dir") if key in location}
-    if has_file(str(adapter_name_or_path), f"{subfolder}/{BASE_ENCODER_FILE}".lstrip("/"), **options):
-        path = cached_file(str(adapter_name_or_path), BASE_ENCODER_FILE, **location)
-        with named_json_errors(path):
-            return json.loads(Path(path).read_text(encoding="utf-8"))
-    if adapter_config is not None:
-        return {"base_encoder": adapter_config.get("base_model_name_or_path")}
-
-    return {"base_encoder": PeftConfig.from_pretrained(adapter_name_or_path, **location).base_model_name_or_path}
+    write_json_whole(adapter_config, recorded, indent=2, sort_keys=True)
 
 
 def push_lora(peft_model, repo_id: str, **kwargs):
@@ -211,49 +187,42 @@ def load_lora(
     model, base = _rebuild_base(adapter_name_or_path, base_model_name_or_path, dtype, location)
     peft_model = PeftModel.from_pretrained(model, adapter_name_or_path, **location)
     for peft_config in peft_model.peft_config.values():
-        peft_config.base_model_name_or_path = str(base)  # not the repo the Hub layout names: a re-save records this
+        peft_config.base_model_name_or_path = base  # not the repo the Hub layout names: a re-save records this
     return peft_model
 
 
 def _rebuild_base(adapter_name_or_path, base_model_name_or_path, dtype: torch.dtype, location: dict):
     """``(model, base encoder)``: the adapter's keplm model on its base encoder's weights, the adapter not applied."""
     config = AutoConfig.from_pretrained(adapter_name_or_path, **location)
-    record = _adapter_record(adapter_name_or_path, **location)
+    # keplm_adapter.json (in the adapter's subfolder, if any): the base encoder and its weights' digest; an adapter
+    # saved before that file: the base that peft's config records
+    path = resolve_file(adapter_name_or_path, BASE_ENCODER_FILE, **location)
+    record = (
+        read_json(path)
+        if path
+        else {"base_encoder": PeftConfig.from_pretrained(adapter_name_or_path, **location).base_model_name_or_path}
+    )
     base = base_model_name_or_path or record.get("base_encoder")
     if not base:
         raise ValueError(
             f"{adapter_name_or_path} records no base encoder ({BASE_ENCODER_FILE}, adapter_config.json): "
             "pass base_model_name_or_path"
         )
-    if str(base).startswith("pip:"):
-        base = pip_checkpoint(str(base))
-    if str(base).startswith(("/", ".", "~")) and not os.path.exists(os.path.expanduser(str(base))):
+    try:  # pip:<package> becomes the folder it ships; an existing folder or a Hub id stays (as a str)
+        base = resolve_checkpoint(base)
+    except FileNotFoundError:
         raise ValueError(
             f"{adapter_name_or_path} names the base encoder {base} ({BASE_ENCODER_FILE}), a folder that "
             "is not on this machine: pass base_model_name_or_path= (its Hub id or a local copy)"
-        )
+        ) from None
     model = _model_class(config)(config)
     model.load_base_encoders(base, dtype=dtype)
-    _check_base_weights(model, record.get("base_encoder_weights"), adapter_name_or_path, base)
-    if getattr(config, "uses_knowledge_assets", False):
-        model.set_knowledge_assets(KnowledgeAssets.from_pretrained(adapter_name_or_path, **location))
-    return model.to(dtype), base
-
-
-def _new_encoder_weights(model) -> set[str]:
-    """``encoder.key`` names of encoder weights its base checkpoint lacked (newly initialised, not the base's: the
-    loading report warns about them, and the adapter trains them fully or the rebuilt model differs anyway)."""
-    report = getattr(model, "loading_report", None) or {}
-    return {f"{name}.{key}" for name, keys in report.get("encoder_missing", {}).items() for key in keys}
-
-
-def _check_base_weights(model, recorded: dict | None, adapter_name_or_path, base) -> None:
-    """Warn when the encoder an adapter is applied to is not the one it was trained on (same shapes, other
-    weights: the adapter then predicts differently from the model that was saved)."""
-    if not recorded:  # an adapter saved before the digest was recorded, or from sharded weights
-        return
-    found = encoder_weights_digest(model, recorded["dtype"], skip=_new_encoder_weights(model))
-    if found is not None and found["sha256"] != recorded["sha256"]:
+    # the encoder the adapter is applied to may not be the one it was trained on (same shapes, other weights: the
+    # adapter then predicts differently from the model that was saved); no digest: an adapter saved before it was
+    # recorded, or from sharded weights
+    recorded = record.get("base_encoder_weights")
+    found = recorded and encoder_weights_digest(model, recorded["dtype"])
+    if found and found["sha256"] != recorded["sha256"]:
         logger.warning(
             "the LoRA adapter %s was trained on other base encoder weights than those of %s (weights digest "
             "%s..., %s records %s...): its predictions will differ from the saved model's. Pass the encoder it was "
@@ -264,6 +233,9 @@ def _check_base_weights(model, recorded: dict | None, adapter_name_or_path, base
             BASE_ENCODER_FILE,
             recorded["sha256"][:12],
         )
+    if getattr(config, "uses_knowledge_assets", False):
+        model.set_knowledge_assets(KnowledgeAssets.from_pretrained(adapter_name_or_path, **location))
+    return model.to(dtype), base
 
 
 class PeftBaseModel:
@@ -272,10 +244,11 @@ class PeftBaseModel:
     the keplm model rebuilt on its base encoder without the adapter, which peft then applies once."""
 
     @classmethod
-    def from_pretrained(cls, pretrained_model_name_or_path, revision: str | None = None, dtype=None, **kwargs):
+    def from_pretrained(cls, pretrained_model_name_or_path, dtype=None, **kwargs):
         """The base of the adapter at ``pretrained_model_name_or_path`` (peft passes the base model that
-        ``adapter_config.json`` names: a pushed adapter names its own repo)."""
-        location = pinned_location(pretrained_model_name_or_path, {**kwargs, "revision": revision})
+        ``adapter_config.json`` names: a pushed adapter names its own repo; ``revision`` and the other Hub keywords
+        in ``kwargs``)."""
+        location = pinned_location(pretrained_model_name_or_path, kwargs)
         if not is_adapter(pretrained_model_name_or_path, location):
             raise ValueError(
                 f"{pretrained_model_name_or_path} is not a keplm LoRA adapter: peft's AutoPeftModel classes load the "
@@ -289,17 +262,12 @@ class PeftBaseModel:
 
 def is_adapter(name_or_path: str | os.PathLike, location: dict) -> bool:
     """Whether ``name_or_path`` holds a LoRA adapter (peft's ``adapter_config.json``) and no model weights."""
-    options = {k: v for k, v in location.items() if k != "subfolder"}
-    if find_adapter_config_file(str(name_or_path), **options) is None:
+    if find_adapter_config_file(name_or_path, **{**location, "subfolder": ""}) is None:  # the top level's
         return False
-    weights = ("model.safetensors", "model.safetensors.index.json")
-    if os.path.isdir(name_or_path):
-        return not any(Path(name_or_path, name).is_file() for name in weights)
-
     try:
         return not any(
-            file_exists(str(name_or_path), name, revision=location.get("revision"), token=location.get("token"))
-            for name in weights
+            has_file(name_or_path, name, revision=location.get("revision"), token=location.get("token"))
+            for name in ("model.safetensors", "model.safetensors.index.json")
         )
     except Exception:  # noqa: BLE001 - offline: the cached adapter config decides
         return True
@@ -322,7 +290,8 @@ def load_merged_adapter(
     if cls is not saved:
         raise ValueError(
             f"{adapter_name_or_path} holds a keplm LoRA adapter of {saved.__name__} (adapter_config.json, no model "
-            f"weights), which {cls.__name__} cannot load: use {_auto_class_name(saved, config)}.from_pretrained("
+            f"weights), which {cls.__name__} cannot load: use "
+            f"{auto_class_name(saved, config.model_type) or saved.__name__}.from_pretrained("
             f"{str(adapter_name_or_path)!r}) for the model with the adapter merged, or "
             f"keplm.modeling.lora.load_lora({str(adapter_name_or_path)!r}) for the peft model (its base encoder "
             "from adapter_config.json; base_model_name_or_path= to use another)"
@@ -336,19 +305,14 @@ def load_merged_adapter(
     return peft_model.merge_and_unload().eval()
 
 
-def _auto_class_name(model_class, config) -> str:
-    """The transformers Auto class that loads ``model_class`` (its own name when none does)."""
-    return auto_class_name(model_class, getattr(config, "model_type", None)) or model_class.__name__
-
-
 def _model_class(config):
     """The model class named in ``config.architectures``, among the registered methods' (keplm's and plug-ins')."""
-    names = config.architectures or []
-    for name in names:
-        found = registered_model_class(name)
-        if found is not None:
+    for name in config.architectures or []:
+        if found := registered_model_class(name):
             return found
-    raise ValueError(f"the adapter's config names no registered keplm model class (architectures={names})")
+    raise ValueError(
+        f"the adapter's config names no registered keplm model class (architectures={config.architectures})"
+    )
 
 
 __all__ = [
@@ -358,7 +322,6 @@ __all__ = [
     "load_lora",
     "load_merged_adapter",
     "is_adapter",
-    "base_encoder_of",
     "PeftBaseModel",
     "BASE_ENCODER_FILE",
     "fully_trained_modules",
