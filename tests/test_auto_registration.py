@@ -56,7 +56,7 @@ PRIVATE = re.compile(
     r"_extra_content|_model_mapping|_LazyAutoMapping|\.supported_tasks\b|sys\.meta_path|"
     r"CONFIG_MAPPING_NAMES|transformers\.models\.auto\.|_commit_hash|_raise_exceptions_for|_memory_tracker|"
     r"_finish_current_push|_maybe_prepare_encoder_kwargs|_prepare_text_encoder_decoder|\._from_config\(|"
-    r"_created_lr_scheduler|self\._save\("
+    r"_created_lr_scheduler|self\._save\(|_initial_global_step"
 )
 
 
