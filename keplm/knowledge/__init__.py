@@ -10,10 +10,10 @@ from .annotation import (
     write_kala_annotations,
 )
 from .assets import KnowledgeAssets, save_knowledge_assets
-from .builder import KnowledgeGraphBuilder, merge_kgs
+from .builder import KnowledgeGraphBuilder
 from .graph import KnowledgeGraph
 from .linker import EntityLinker, link_dataset
-from .loaders import load_fb15k237, load_jsonl_kg, load_kg, load_trex, load_tsv_kg, load_wn18rr
+from .loaders import load_fb15k237, load_jsonl_kg, load_kg, load_trex, load_tsv_kg, load_wn18rr, merge_kgs
 
 __all__ = [
     "KnowledgeGraph",

@@ -1,15 +1,12 @@
-"""Where a knowledge graph's string ids get their positions: :class:`KnowledgeGraphBuilder` (used by every loader
-and :meth:`KnowledgeGraph.from_triples`, with one policy for duplicates: merged and counted) and :func:`merge_kgs`
-(the union of several graphs)."""
+"""Where a knowledge graph's string ids get their positions: :class:`KnowledgeGraphBuilder`, used by every loader
+and :meth:`KnowledgeGraph.from_triples`, with one policy for duplicates: merged and counted. A leaf module: the graph
+is made from it by ``KnowledgeGraph.from_builder``."""
 
 from __future__ import annotations
 
 import logging
-from collections import Counter
 
 import numpy as np
-
-from .graph import KnowledgeGraph, alias_list
 
 logger = logging.getLogger(__name__)
 
@@ -25,14 +22,14 @@ _SHOWN = 5
 
 
 class KnowledgeGraphBuilder:
-    """Accumulates string triples, names and aliases, then builds a :class:`KnowledgeGraph`.
+    """Accumulates string triples, names and aliases for a ``KnowledgeGraph`` (``KnowledgeGraph.from_builder(b)``).
 
     The one place where string ids get their positions (first seen, first indexed) and where duplicates get one
     policy for every loader: **merged and counted**. A repeated fact is kept once; an entity declared again keeps
     its first name, and a different later name becomes an alias (nothing is lost whichever line comes first); a
-    relation keeps its first name. :meth:`build` puts the counts and the first offenders (``file:line``) in
-    ``KnowledgeGraph.build_report`` and logs them at WARNING (at INFO for a source whose files overlap by design,
-    ``expected_duplicates=True``: the LAMA T-REx files repeat facts).
+    relation keeps its first name. The counts and the first offenders (``file:line``) go to the graph's
+    ``build_report`` (:meth:`report`), and :meth:`graph_parts` logs them at WARNING (at INFO for a source whose files
+    overlap by design, ``expected_duplicates=True``: the LAMA T-REx files repeat facts).
     """
 
     def __init__(self, source: str = "knowledge graph", expected_duplicates: bool = False):
@@ -127,20 +124,11 @@ class KnowledgeGraphBuilder:
             "examples": {kind: list(found) for kind, found in self.examples.items() if found},
         }
 
-    def build(self) -> KnowledgeGraph:
-        """The graph; repeated facts are already dropped."""
+    def graph_parts(self) -> dict:
+        """The accumulated graph as :class:`~keplm.knowledge.graph.KnowledgeGraph` arguments (repeated facts already
+        dropped; built by ``KnowledgeGraph.from_builder``); logs what was merged."""
         ents, rels = list(self.e_index), list(self.r_index)
         names = [self.names.get(e, e) for e in ents]
-        aliases = [[a for a in self.aliases.get(e, []) if a != n] for e, n in zip(ents, names)]
-        kg = KnowledgeGraph(
-            ents,
-            rels,
-            np.asarray(self.rows, dtype=np.int64).reshape(-1, 3),
-            entity_names=names,
-            entity_aliases=aliases,
-            relation_names=[self.rel_names.get(r, r) for r in rels],
-        )
-        kg.build_report = self.report()
         merged = {kind: count for kind, count in self.counts.items() if count}
         if merged:
             level = logging.INFO if self.expected_duplicates else logging.WARNING
@@ -151,69 +139,23 @@ class KnowledgeGraphBuilder:
                 ", ".join(f"{count} {DUPLICATE_KINDS[kind]}" for kind, count in merged.items()),
                 {kind: self.examples[kind][:3] for kind in merged},
             )
-        return kg
+        return {
+            "entity_ids": ents,
+            "relation_ids": rels,
+            "triples": np.asarray(self.rows, dtype=np.int64).reshape(-1, 3),
+            "entity_names": names,
+            "entity_aliases": [[a for a in self.aliases.get(e, []) if a != n] for e, n in zip(ents, names)],
+            "relation_names": [self.rel_names.get(r, r) for r in rels],
+        }
 
 
-def merge_kgs(kgs, align_by_name: bool = True) -> KnowledgeGraph:
-    """Union of several KGs (e.g. FB15k-237 names + T-REx Wikidata facts, KALA appendix A's "KG that fits the
-    domain"). Equal ids are one entity/relation. With ``align_by_name``, an entity whose canonical name is held
-    by exactly one entity of the merged graph so far, and by no other entity of its own KG, becomes that entity
-    (its aliases and triples move to it); ambiguous names stay separate entities. Triples are deduplicated."""
-    kgs = list(kgs)
-    if not kgs:
-        raise ValueError("merge_kgs needs at least one knowledge graph")
-    if any(kg.entity_vectors is not None for kg in kgs):
-        raise ValueError("cannot merge knowledge graphs that carry entity vectors; merge before adding vectors")
-    e_index: dict[str, int] = {}
-    ids: list[str] = []  # the first id given to a merged entity names it
-    names: list[str] = []
-    aliases: list[list[str]] = []
-    r_index: dict[str, int] = {}
-    rel_names: list[str] = []
-    by_name: dict[str, int | None] = {}  # canonical name -> merged index (None: ambiguous)
-    rows = []
-    for kg in kgs:
-        own_counts = Counter(kg.entity_names)
-        e_map = np.empty(kg.num_entities, dtype=np.int64)
-        for i, (eid, name) in enumerate(zip(kg.entity_ids, kg.entity_names)):
-            idx = e_index.get(eid)
-            if idx is None and align_by_name and own_counts[name] == 1 and by_name.get(name) is not None:
-                idx = by_name[name]
-            if idx is None:
-                idx = e_index[eid] = len(names)
-                ids.append(eid)
-                names.append(name)
-                aliases.append([])
-            else:
-                e_index.setdefault(eid, idx)
-            e_map[i] = idx
-            if by_name.get(name, idx) != idx or own_counts[name] > 1:
-                by_name[name] = None
-            elif name not in by_name:
-                by_name[name] = idx
-            for alias in [name, *kg.entity_aliases[i]]:
-                if alias != names[idx] and alias not in aliases[idx]:
-                    aliases[idx].append(alias)
-        r_map = np.empty(kg.num_relations, dtype=np.int64)
-        for j, (rid, rname) in enumerate(zip(kg.relation_ids, kg.relation_names)):
-            if rid not in r_index:
-                r_index[rid] = len(rel_names)
-                rel_names.append(rname)
-            r_map[j] = r_index[rid]
-        if kg.num_triples:
-            rows.append(np.stack([e_map[kg.triples[:, 0]], r_map[kg.triples[:, 1]], e_map[kg.triples[:, 2]]], 1))
-    triples = np.concatenate(rows) if rows else np.zeros((0, 3), dtype=np.int64)
-    shared = 0
-    if len(triples):
-        _, first = np.unique(triples, axis=0, return_index=True)
-        shared = len(triples) - len(first)
-        triples = triples[np.sort(first)]
-    merged = KnowledgeGraph(
-        ids, list(r_index), triples, entity_names=names, entity_aliases=aliases, relation_names=rel_names
-    )
-    merged.build_report = {
-        "source": "merge_kgs",
-        "facts_in_several_parts": int(shared),
-        "parts": [kg.build_report for kg in kgs],
-    }
-    return merged
+def alias_list(value, where: str = "aliases") -> list[str]:
+    """Aliases as a list of strings: a string is one alias (``"Paname"``, not five letters), None none; anything
+    else but a list/tuple of strings is a ValueError naming ``where``."""
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, (list, tuple)) and all(isinstance(a, str) for a in value):
+        return list(value)
+    raise ValueError(f"{where}: aliases must be a string or a list of strings, got {value!r}")

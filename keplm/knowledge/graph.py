@@ -31,6 +31,8 @@ from keplm.file_utils import (
 )
 from keplm.io_utils import iter_jsonl, read_json
 
+from .builder import KnowledgeGraphBuilder, alias_list
+
 _VECTORS_KEY = "entity_vectors"
 #: "keep this field" in :meth:`KnowledgeGraph.replace`
 _KEEP = object()
@@ -426,8 +428,6 @@ class KnowledgeGraph:
     ) -> KnowledgeGraph:
         """Build from string triples; ids get indices in first-seen order (triples first, then ids
         that only appear in ``entity_names``/``entity_aliases``/``relation_names``)."""
-        from .builder import KnowledgeGraphBuilder
-
         b = KnowledgeGraphBuilder("from_triples")
         for i, trip in enumerate(triples):
             if len(trip) != 3:
@@ -440,7 +440,15 @@ class KnowledgeGraph:
         b.names = dict(entity_names or {})
         b.aliases = {e: alias_list(a, f"entity_aliases[{e!r}]") for e, a in (entity_aliases or {}).items()}
         b.rel_names = dict(relation_names or {})
-        return b.build()
+        return cls.from_builder(b)
+
+    @classmethod
+    def from_builder(cls, builder: KnowledgeGraphBuilder) -> KnowledgeGraph:
+        """The graph a :class:`~keplm.knowledge.builder.KnowledgeGraphBuilder` accumulated, with what it merged in
+        ``build_report``."""
+        kg = cls(**builder.graph_parts())
+        kg.build_report = builder.report()
+        return kg
 
 
 def non_finite_rows(vectors) -> list[int]:
@@ -449,15 +457,3 @@ def non_finite_rows(vectors) -> list[int]:
     if not np.issubdtype(vectors.dtype, np.floating):
         return []
     return np.nonzero(~np.isfinite(vectors).all(axis=1))[0].tolist()
-
-
-def alias_list(value, where: str = "aliases") -> list[str]:
-    """Aliases as a list of strings: a string is one alias (``"Paname"``, not five letters), None none; anything
-    else but a list/tuple of strings is a ValueError naming ``where``."""
-    if value is None:
-        return []
-    if isinstance(value, str):
-        return [value]
-    if isinstance(value, (list, tuple)) and all(isinstance(a, str) for a in value):
-        return list(value)
-    raise ValueError(f"{where}: aliases must be a string or a list of strings, got {value!r}")

@@ -13,15 +13,27 @@ import logging
 import os
 import re
 import time
+from collections import Counter
+
+import numpy as np
 
 from keplm.file_utils import KG_CONFIG_NAME
 from keplm.io_utils import find_file, iter_jsonl, open_text, progress
 
 from .biomedical import load_hpo
-from .builder import KnowledgeGraphBuilder, merge_kgs
+from .builder import KnowledgeGraphBuilder
 from .graph import KnowledgeGraph
 
-__all__ = ["load_tsv_kg", "load_fb15k237", "load_wn18rr", "load_trex", "load_jsonl_kg", "load_kg", "split_kg_spec"]
+__all__ = [
+    "load_tsv_kg",
+    "load_fb15k237",
+    "load_wn18rr",
+    "load_trex",
+    "load_jsonl_kg",
+    "load_kg",
+    "merge_kgs",
+    "split_kg_spec",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -81,7 +93,7 @@ def load_tsv_kg(triples_paths, entity_names_path=None, relation_names_path=None,
             if key in b.e_index:
                 for a in aliases.split("|"):
                     b.add_alias(key, a)
-    return b.build()
+    return KnowledgeGraph.from_builder(b)
 
 
 _FB_SPLITS = {"train": "train.txt", "valid": "valid.txt", "test": "test.txt"}
@@ -109,7 +121,7 @@ def load_fb15k237(directory, splits=("train", "valid", "test")) -> KnowledgeGrap
     rel_path = find_file(directory, "relation2text.txt", required=False)
     if rel_path is not None:
         _add_names(b, rel_path, relations=True)
-    return b.build()
+    return KnowledgeGraph.from_builder(b)
 
 
 def load_wn18rr(directory) -> KnowledgeGraph:
@@ -126,7 +138,7 @@ def load_wn18rr(directory) -> KnowledgeGraph:
     rel_path = find_file(directory, "relation2text.txt", required=False)
     if rel_path is not None:
         _add_names(b, rel_path, relations=True)
-    return b.build()
+    return KnowledgeGraph.from_builder(b)
 
 
 _PID_RE = re.compile(r"^(P\d+)")
@@ -189,7 +201,7 @@ def load_trex(paths_or_directory, include_autoprompt: bool = True) -> KnowledgeG
         for path, lineno, obj in iter_jsonl(rel_path):
             if obj.get("relation") in b.r_index:
                 b.set_relation_name(obj["relation"], obj.get("label"), (path, lineno))
-    return b.build()
+    return KnowledgeGraph.from_builder(b)
 
 
 def load_jsonl_kg(path) -> KnowledgeGraph:
@@ -213,7 +225,7 @@ def load_jsonl_kg(path) -> KnowledgeGraph:
             b.add(str(obj["h"]), str(obj["r"]), str(obj["t"]), where)
         else:
             raise ValueError(f"{path}:{lineno}: unknown line type {kind!r} (expected entity, relation or triple)")
-    return b.build()
+    return KnowledgeGraph.from_builder(b)
 
 
 _LOAD_KG_FORMS = (
@@ -310,3 +322,68 @@ def _load_one(spec: str) -> KnowledgeGraph:
         if base.endswith((".tsv", ".txt")):
             return load_tsv_kg(spec)
     raise ValueError(f"cannot load knowledge graph from {spec!r}; accepted: {_LOAD_KG_FORMS}")
+
+
+def merge_kgs(kgs, align_by_name: bool = True) -> KnowledgeGraph:
+    """Union of several KGs (e.g. FB15k-237 names + T-REx Wikidata facts, KALA appendix A's "KG that fits the
+    domain"). Equal ids are one entity/relation. With ``align_by_name``, an entity whose canonical name is held
+    by exactly one entity of the merged graph so far, and by no other entity of its own KG, becomes that entity
+    (its aliases and triples move to it); ambiguous names stay separate entities. Triples are deduplicated."""
+    kgs = list(kgs)
+    if not kgs:
+        raise ValueError("merge_kgs needs at least one knowledge graph")
+    if any(kg.entity_vectors is not None for kg in kgs):
+        raise ValueError("cannot merge knowledge graphs that carry entity vectors; merge before adding vectors")
+    e_index: dict[str, int] = {}
+    ids: list[str] = []  # the first id given to a merged entity names it
+    names: list[str] = []
+    aliases: list[list[str]] = []
+    r_index: dict[str, int] = {}
+    rel_names: list[str] = []
+    by_name: dict[str, int | None] = {}  # canonical name -> merged index (None: ambiguous)
+    rows = []
+    for kg in kgs:
+        own_counts = Counter(kg.entity_names)
+        e_map = np.empty(kg.num_entities, dtype=np.int64)
+        for i, (eid, name) in enumerate(zip(kg.entity_ids, kg.entity_names)):
+            idx = e_index.get(eid)
+            if idx is None and align_by_name and own_counts[name] == 1 and by_name.get(name) is not None:
+                idx = by_name[name]
+            if idx is None:
+                idx = e_index[eid] = len(names)
+                ids.append(eid)
+                names.append(name)
+                aliases.append([])
+            else:
+                e_index.setdefault(eid, idx)
+            e_map[i] = idx
+            if by_name.get(name, idx) != idx or own_counts[name] > 1:
+                by_name[name] = None
+            elif name not in by_name:
+                by_name[name] = idx
+            for alias in [name, *kg.entity_aliases[i]]:
+                if alias != names[idx] and alias not in aliases[idx]:
+                    aliases[idx].append(alias)
+        r_map = np.empty(kg.num_relations, dtype=np.int64)
+        for j, (rid, rname) in enumerate(zip(kg.relation_ids, kg.relation_names)):
+            if rid not in r_index:
+                r_index[rid] = len(rel_names)
+                rel_names.append(rname)
+            r_map[j] = r_index[rid]
+        if kg.num_triples:
+            rows.append(np.stack([e_map[kg.triples[:, 0]], r_map[kg.triples[:, 1]], e_map[kg.triples[:, 2]]], 1))
+    triples = np.concatenate(rows) if rows else np.zeros((0, 3), dtype=np.int64)
+    shared = 0
+    if len(triples):
+        _, first = np.unique(triples, axis=0, return_index=True)
+        shared = len(triples) - len(first)
+        triples = triples[np.sort(first)]
+    merged = KnowledgeGraph(
+        ids, list(r_index), triples, entity_names=names, entity_aliases=aliases, relation_names=rel_names
+    )
+    merged.build_report = {
+        "source": "merge_kgs",
+        "facts_in_several_parts": int(shared),
+        "parts": [kg.build_report for kg in kgs],
+    }
+    return merged
