@@ -202,6 +202,25 @@ def test_clip_grad_norm_sparse_equals_torch_clipping_of_the_dense_gradients():
     torch.testing.assert_close(other.grad, reference[1].grad)
 
 
+def test_clip_grad_norm_sparse_totals_half_precision_gradients_in_float32():
+    """float16 gradients whose norms add up past float16's range (65504) still clip by their float32 total, not by an
+    inf total that would scale them all to 0; the returned norm is float32 for every gradient dtype."""
+    from keplm.training.optim import clip_grad_norm_sparse_
+
+    table = torch.nn.Parameter(torch.zeros(5, 4, dtype=torch.float16))
+    table.grad = torch.sparse_coo_tensor(torch.tensor([[0, 2]]), torch.full((2, 4), 3000.0), (5, 4)).half()
+    dense = [torch.nn.Parameter(torch.zeros(100, dtype=torch.float16)) for _ in range(30)]
+    for p in dense:
+        p.grad = torch.full((100,), 3000.0, dtype=torch.float16)
+    got = clip_grad_norm_sparse_([table, *dense], 1.0)
+    want = torch.tensor(3000.0) * (2 * 4 + 30 * 100) ** 0.5
+    assert got.dtype == torch.float32
+    torch.testing.assert_close(got, want, rtol=1e-3, atol=0.0)
+    scaled = float(3000.0 / want)
+    torch.testing.assert_close(dense[0].grad.float(), torch.full((100,), scaled), rtol=1e-2, atol=0.0)
+    torch.testing.assert_close(table.grad.values().float(), torch.full((2, 4), scaled), rtol=1e-2, atol=0.0)
+
+
 @pytest.mark.parametrize("sparse", [True, False])
 def test_entity_memory_optimizer_choice_reaches_the_trainer(tmp_path, tokenizer, assets, sparse):
     """Row-wise AdaGrad takes the entity memory with sparse or dense gradients (dense: the model still compiles);

@@ -319,6 +319,10 @@ def test_corpus_caps_examples_and_fewrel_sentences_of_held_out_facts_go(sources)
     assert capped.held_out_keys == set()
     assert capped.capped_keys == full.seen_keys - capped.seen_keys - {("Q300", "P177", "Q301")} != set()
     assert capped.report["probe_facts_unseen_by_cap"] == len(capped.capped_keys)
+    # a cap of 0 keeps no example: an empty dataset that still has the corpus columns
+    none = load_pretraining_corpus(sources, held_out_fraction=0.0, max_examples=0)
+    assert len(none.dataset) == 0 and none.dataset.features == CORPUS_FEATURES
+    assert none.report["dropped_by_max_examples"] == 11
     held = load_pretraining_corpus(sources, held_out_fraction=0.4, seed=3)
     assert load_pretraining_corpus(sources, held_out_fraction=0.4, seed=3, max_examples=4).held_out_keys == (
         held.held_out_keys

@@ -297,17 +297,17 @@ def load_pretraining_corpus(
         "probe_facts_unseen_by_cap": len(capped_keys),
         "relations": list(relations) if relations else None,
     }
-    dataset = datasets.Dataset.from_list(
-        [
-            {
-                "id": ex["id"],
-                "text": ex["text"],
-                "source": ex["source"],
-                "knowledge": {"entities": ex["entities"], "triplets": [dict(zip("hrt", t)) for t in ex["triplets"]]},
-                "facts": [dict(zip("hrt", f)) for f in ex["facts"]],
-            }
-            for ex in kept
-        ],
+    # columns rather than rows: a cap of 0 examples still gives a dataset with the corpus columns
+    dataset = datasets.Dataset.from_dict(
+        {
+            "id": [ex["id"] for ex in kept],
+            "text": [ex["text"] for ex in kept],
+            "source": [ex["source"] for ex in kept],
+            "knowledge": [
+                {"entities": ex["entities"], "triplets": [dict(zip("hrt", t)) for t in ex["triplets"]]} for ex in kept
+            ],
+            "facts": [[dict(zip("hrt", f)) for f in ex["facts"]] for ex in kept],
+        },
         features=CORPUS_FEATURES,
     )
     report["seconds"] = round(time.perf_counter() - start_time, 1)
