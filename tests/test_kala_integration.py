@@ -219,6 +219,11 @@ def test_clip_grad_norm_sparse_totals_half_precision_gradients_in_float32():
     scaled = float(3000.0 / want)
     torch.testing.assert_close(dense[0].grad.float(), torch.full((100,), scaled), rtol=1e-2, atol=0.0)
     torch.testing.assert_close(table.grad.values().float(), torch.full((2, 4), scaled), rtol=1e-2, atol=0.0)
+    # one gradient whose own norm is past float16's range (100 * 10000^2 > 65504^2)
+    big = torch.nn.Parameter(torch.zeros(100, dtype=torch.float16))
+    big.grad = torch.full((100,), 10000.0, dtype=torch.float16)
+    torch.testing.assert_close(clip_grad_norm_sparse_([big], 1.0), torch.tensor(100000.0), rtol=1e-3, atol=0.0)
+    torch.testing.assert_close(big.grad.float(), torch.full((100,), 0.1), rtol=1e-2, atol=0.0)
 
 
 @pytest.mark.parametrize("sparse", [True, False])

@@ -85,9 +85,9 @@ def clip_grad_norm_sparse_(parameters, max_norm: float) -> torch.Tensor:
     dense = [p for p in parameters if not p.grad.is_sparse]
     values = [p.grad.values() for p in parameters if p.grad.is_sparse]
     grads = [*(p.grad for p in dense), *values]
-    # each gradient's norm in its dtype, their total in float32: a float16 total overflows to inf past 65504 (which
-    # would scale every gradient to 0) and a bfloat16 one keeps 3 significant digits
-    norms = [norm.float() for norm in torch._foreach_norm(grads, 2.0)] if grads else []
+    # every norm in float32: in float16 a norm past 65504 overflows to inf (which would scale every gradient to 0),
+    # in bfloat16 it keeps 3 significant digits
+    norms = [torch.linalg.vector_norm(g, 2.0, dtype=torch.float32) for g in grads]
     total = torch.nn.utils.get_total_norm(norms, 2.0)
     torch.nn.utils.clip_grads_with_norm_(dense, max_norm, total)  # torch's (foreach) scaling of the dense gradients
     scale = (max_norm / (total + 1e-6)).clamp(max=1.0)  # the same factor for the sparse ones' values
