@@ -128,9 +128,10 @@ def card_is_current(repo_id: str, folder: str | os.PathLike, token=None, revisio
     file of ``folder`` (the card and its figures aside) with the same content, so the push changes nothing the card
     describes (weights, config, knowledge). False for a repo or revision that does not exist yet."""
     try:
-        listed = {  # files and folders: a file's path is never a folder's
+        listed = {  # the files (a folder has no blob id): a pushed file at a folder's path is no match
             entry.path: entry
             for entry in HfApi().list_repo_tree(repo_id, recursive=True, revision=revision, token=token)
+            if hasattr(entry, "blob_id")
         }
     except (EntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError):
         return False

@@ -483,3 +483,16 @@ def test_an_unreachable_hub_is_not_reported_as_a_missing_processor_file(tmp_path
     (tmp_path / "models--org--cached" / "snapshots").mkdir(parents=True)
     with pytest.raises(FileNotFoundError, match="has no processor_config.json"):
         KalaProcessor.from_pretrained("org/cached", local_files_only=True, cache_dir=str(tmp_path))
+
+
+def test_card_is_current_is_false_where_the_repo_holds_a_folder_at_a_pushed_files_path(tmp_path, monkeypatch):
+    """A file of the pushed folder whose path is a folder in the repo is not the same file: the card is not current
+    (no error reading the folder entry as a file)."""
+    from huggingface_hub.hf_api import RepoFile, RepoFolder
+
+    from keplm.push_utils import card_is_current
+
+    (tmp_path / "knowledge").write_text("a file here, a folder on the Hub")
+    listing = [RepoFile(path="README.md", size=1, oid="0"), RepoFolder(path="knowledge", oid="1")]
+    monkeypatch.setattr(HfApi, "list_repo_tree", lambda self, *args, **kwargs: iter(listing))
+    assert card_is_current("org/repo", tmp_path) is False
