@@ -35,6 +35,18 @@ def open_text(path, mode: str = "rt"):
     return _NamedDecodeErrors(handle, path) if "r" in mode else handle
 
 
+def first_non_utf8_line(path) -> int | None:
+    """The 1-based number of the first line of a (possibly gzipped) file that is not valid UTF-8; None if all are."""
+    opener = gzip.open if os.fspath(path).endswith(".gz") else open
+    with opener(path, "rb") as f:
+        for lineno, line in enumerate(f, 1):
+            try:
+                line.decode("utf-8")
+            except UnicodeDecodeError:
+                return lineno
+    return None
+
+
 class _NamedDecodeErrors(AbstractContextManager):
     """A text file whose UnicodeDecodeError (raised by the decoder a chunk ahead of the line being read) becomes a
     ValueError naming the file and the first line that is not UTF-8."""
@@ -44,15 +56,11 @@ class _NamedDecodeErrors(AbstractContextManager):
 
     def _named(self, error: UnicodeDecodeError) -> ValueError:
         """The error naming the file's first line that is not UTF-8 (1-based)."""
-        line = "?"
-        with (gzip.open if self._path.endswith(".gz") else open)(self._path, "rb") as f:
-            for number, raw in enumerate(f, 1):
-                try:
-                    raw.decode("utf-8")
-                except UnicodeDecodeError:
-                    line = number
-                    break
-        return ValueError(f"{self._path}:{line}: not UTF-8 text ({error.reason}); re-encode the file as UTF-8")
+        line = first_non_utf8_line(self._path)
+        return ValueError(
+            f"{self._path}:{line if line is not None else '?'}: not UTF-8 text ({error.reason}); "
+            "re-encode the file as UTF-8"
+        )
 
     def __iter__(self):
         try:

@@ -67,13 +67,26 @@ LOADING_PATTERNS = (*MODEL_FILES, *PROCESSOR_FILES, "*.model", "README.md", "fig
 ADAPTER_CONFIG = "adapter_config.json"
 
 
-def pin_adapter_base(repo_id: str, adapter_config: dict, commit, token=None, revision: str | None = None):
+def adapter_base_to_pin(folder: str | os.PathLike, repo_id: str) -> dict | None:
+    """``adapter_config.json`` of ``folder`` when it names ``repo_id`` itself as the adapter's base model (a keplm
+    adapter saved for that repo, whose base files, config.json, keplm_adapter.json and knowledge/, live beside it):
+    the config :func:`pin_adapter_base` pins after the push. None for anything else."""
+    path = Path(folder, ADAPTER_CONFIG)
+    if not path.is_file():
+        return None
+    recorded = read_json(path)
+    return recorded if recorded.get("base_model_name_or_path") == repo_id else None
+
+
+def pin_adapter_base(repo_id: str, adapter_config: dict | None, commit, token=None, revision: str | None = None):
     """The second commit of an adapter push: ``adapter_config.json`` with peft's ``revision`` set to ``commit`` (the
     push that uploaded the adapter with its base files; a ``CommitInfo`` or its ``Future``), so that peft's
     ``AutoPeftModel*.from_pretrained(repo, revision=R)``, which loads the base at the revision the adapter config
     names, takes the base files of the same push as the adapter, not those of main. Returns that commit's
-    ``CommitInfo``."""
+    ``CommitInfo`` (``commit`` itself, or its ``Future``'s result, when there is nothing to pin)."""
     commit = commit.result() if hasattr(commit, "result") else commit  # a push run as a future
+    if adapter_config is None:
+        return commit
     return HfApi().upload_file(
         path_or_fileobj=json.dumps({**adapter_config, "revision": commit.oid}, indent=2, sort_keys=True).encode(),
         path_in_repo=ADAPTER_CONFIG,
@@ -86,13 +99,11 @@ def pin_adapter_base(repo_id: str, adapter_config: dict, commit, token=None, rev
 
 def pin_after(commit, folder, repo_id: str, token=None, revision: str | None = None, blocking: bool = True):
     """:func:`pin_adapter_base` after the push ``commit`` (a ``CommitInfo`` or its ``Future``) of ``folder``, when the
-    folder's ``adapter_config.json`` (read now: the folder may change meanwhile) names ``repo_id`` itself as the
-    adapter's base model (a keplm adapter saved for that repo, whose base files, config.json, keplm_adapter.json and
-    knowledge/, live beside it): done at once (``blocking``) or queued as a ``Future`` that waits for the push.
-    ``commit`` itself when there is nothing to pin."""
-    path = Path(folder, ADAPTER_CONFIG)
-    adapter_config = read_json(path) if path.is_file() else {}
-    if adapter_config.get("base_model_name_or_path") != repo_id:
+    folder holds an adapter for ``repo_id`` (:func:`adapter_base_to_pin`, read now: the folder may change meanwhile):
+    done at once (``blocking``) or queued as a ``Future`` that waits for the push. ``commit`` itself when there is
+    nothing to pin."""
+    adapter_config = adapter_base_to_pin(folder, repo_id)
+    if adapter_config is None:
         return commit
     pin = partial(pin_adapter_base, repo_id, adapter_config, commit, token=token, revision=revision)
     return pin() if blocking else HfApi().run_as_future(pin)
@@ -102,6 +113,14 @@ def pickled_files(folder: str | os.PathLike) -> list[str]:
     """Paths (relative to ``folder``) of the files whose names mark them as pickles."""
     root = Path(folder)
     return sorted(str(p.relative_to(root)) for pattern in PICKLE_PATTERNS for p in root.rglob(pattern) if p.is_file())
+
+
+def repo_has_file(repo_id: str, filename: str, token=None, revision: str | None = None) -> bool:
+    """Whether the Hub repo holds ``filename`` (False for a repo that does not exist yet)."""
+    try:
+        return HfApi().file_exists(repo_id, filename, revision=revision, token=token)
+    except (EntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError):
+        return False
 
 
 def repo_model_type(repo_id: str, token=None, revision: str | None = None) -> str | None:
@@ -128,9 +147,10 @@ def card_is_current(repo_id: str, folder: str | os.PathLike, token=None, revisio
     file of ``folder`` (the card and its figures aside) with the same content, so the push changes nothing the card
     describes (weights, config, knowledge). False for a repo or revision that does not exist yet."""
     try:
-        listed = {  # files and folders: a file's path is never a folder's
+        listed = {  # the files (a folder has no blob id): a pushed file at a folder's path is no match
             entry.path: entry
             for entry in HfApi().list_repo_tree(repo_id, recursive=True, revision=revision, token=token)
+            if hasattr(entry, "blob_id")
         }
     except (EntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError):
         return False
@@ -213,9 +233,11 @@ def push_folder(
 
 __all__ = [
     "push_folder",
+    "adapter_base_to_pin",
     "pin_adapter_base",
     "pin_after",
     "pickled_files",
+    "repo_has_file",
     "repo_model_type",
     "card_is_current",
     "LOADING_PATTERNS",

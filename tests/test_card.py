@@ -243,6 +243,11 @@ def test_pipeline_tag_comes_from_the_auto_class_not_the_name(tokenizer, assets):
     assert "| test | 28.10 | 19.50 | 50.00 |" in str(card)
 
 
+def test_the_auto_classes_a_card_knows_are_importable_from_the_card_module():
+    """``AUTO_CLASSES`` (most specific first, ``AutoModel`` last) and the pipeline tag of each but ``AutoModel``."""
+    assert cards.AUTO_CLASSES[-1] == "AutoModel" and set(cards.PIPELINE_TAGS) == set(cards.AUTO_CLASSES[:-1])
+
+
 # ---------------------------------------------------------------------------------------------- results
 def test_results_table_uses_reader_metric_names(tokenizer, assets):
     """The results table names F1/Precision/Recall (NER) and EM/F1 (QA) per split and subset, in %; the raw

@@ -331,3 +331,18 @@ def test_check_knowledge_refuses_a_text_file_for_qa_by_name(tmp_path):
     assert read_examples(str(tmp_path / "sentences.txt"), "test", None, "ner", 10) == [
         {"text": "John lives in Paris ."}
     ]
+
+
+def test_check_knowledge_reads_a_split_smaller_than_the_limit_whole(tmp_path, monkeypatch):
+    """--limit above the rows of the data reads them all, also under a datasets release whose ``Dataset.take``
+    raises for more rows than there are (before datasets 5; keplm supports datasets >= 3)."""
+    import datasets
+
+    from keplm.commands.check_knowledge import read_examples
+
+    monkeypatch.setattr(datasets.Dataset, "take", lambda self, n: self.select(range(n)), raising=False)
+    (tmp_path / "rows.jsonl").write_text('{"text": "John lives in Paris ."}\n{"text": "Mary works in London ."}\n')
+    assert read_examples(str(tmp_path / "rows.jsonl"), "train", None, "classification", 10) == [
+        {"sentence": "John lives in Paris ."},
+        {"sentence": "Mary works in London ."},
+    ]

@@ -170,6 +170,18 @@ def test_an_adapter_in_a_subfolder_is_rebuilt_on_the_base_its_subfolder_names(tm
     torch.testing.assert_close(loaded(**batch).logits, expected)
 
 
+def test_base_encoder_of_reads_keplm_adapter_json_else_the_peft_config(tmp_path, base_dir, assets):
+    """``base_encoder_of``: the base encoder an adapter's ``keplm_adapter.json`` names (a subfolder's adapter: its
+    own), else (an adapter saved before that file) ``adapter_config.json``'s, or that of the config passed."""
+    from keplm.modeling.lora import BASE_ENCODER_FILE, base_encoder_of
+
+    save_lora(add_lora(_model(base_dir, assets), r=4, alpha=8, dropout=0.0), tmp_path / "repo" / "ner")
+    assert base_encoder_of(tmp_path / "repo", subfolder="ner") == str(base_dir)
+    (tmp_path / "repo" / "ner" / BASE_ENCODER_FILE).unlink()
+    assert base_encoder_of(tmp_path / "repo" / "ner") == str(base_dir)
+    assert base_encoder_of(tmp_path / "repo" / "ner", {"base_model_name_or_path": "org/base"}) == "org/base"
+
+
 def test_load_lora_builds_the_model_in_the_dtype_asked(tmp_path, base_dir, assets):
     """``load_lora(..., dtype=torch.float64)``: the rebuilt model and its adapter hold float64 weights (the default
     float32), and the adapter's weights are the saved ones."""

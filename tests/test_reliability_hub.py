@@ -483,3 +483,35 @@ def test_an_unreachable_hub_is_not_reported_as_a_missing_processor_file(tmp_path
     (tmp_path / "models--org--cached" / "snapshots").mkdir(parents=True)
     with pytest.raises(FileNotFoundError, match="has no processor_config.json"):
         KalaProcessor.from_pretrained("org/cached", local_files_only=True, cache_dir=str(tmp_path))
+
+
+def test_card_is_current_is_false_where_the_repo_holds_a_folder_at_a_pushed_files_path(tmp_path, monkeypatch):
+    """A file of the pushed folder whose path is a folder in the repo is not the same file: the card is not current
+    (no error reading the folder entry as a file)."""
+    from huggingface_hub.hf_api import RepoFile, RepoFolder
+
+    from keplm.push_utils import card_is_current
+
+    (tmp_path / "knowledge").write_text("a file here, a folder on the Hub")
+    listing = [RepoFile(path="README.md", size=1, oid="0"), RepoFolder(path="knowledge", oid="1")]
+    monkeypatch.setattr(HfApi, "list_repo_tree", lambda self, *args, **kwargs: iter(listing))
+    assert card_is_current("org/repo", tmp_path) is False
+
+
+def test_the_adapter_pin_and_repo_file_helpers(hub_server, tmp_path):
+    """``adapter_base_to_pin``: a folder's adapter_config.json when it names the repo itself as the base, else None;
+    ``pin_adapter_base`` with nothing to pin returns the push's commit; ``repo_has_file``: False for a repo that does
+    not exist yet, then whether the repo holds the file."""
+    from keplm.push_utils import adapter_base_to_pin, pin_adapter_base, repo_has_file
+
+    assert adapter_base_to_pin(tmp_path, "org/helpers") is None
+    (tmp_path / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": "org/helpers", "r": 4}))
+    assert adapter_base_to_pin(tmp_path, "org/helpers") == {"base_model_name_or_path": "org/helpers", "r": 4}
+    assert adapter_base_to_pin(tmp_path, "org/other") is None
+    assert repo_has_file("org/helpers", "config.json") is False
+    api = HfApi()
+    api.create_repo("org/helpers")
+    commit = api.upload_file(path_or_fileobj=b"{}", path_in_repo="config.json", repo_id="org/helpers")
+    assert repo_has_file("org/helpers", "config.json") is True
+    assert repo_has_file("org/helpers", "tokenizer.json") is False
+    assert pin_adapter_base("org/helpers", None, commit) is commit

@@ -132,6 +132,22 @@ def test_bytes_that_are_not_utf8_name_the_file_and_line(tmp_path, name, text):
         read_json(tmp_path / "x.json")
 
 
+def test_first_non_utf8_line_numbers_the_line_from_one(tmp_path):
+    """The helper behind those errors: a (possibly gzipped) file's first line that is not UTF-8, 1-based; None for a
+    clean file."""
+    import gzip
+
+    from keplm.io_utils import first_non_utf8_line
+
+    (tmp_path / "clean.txt").write_bytes("a\nb\u00e9\n".encode())
+    assert first_non_utf8_line(tmp_path / "clean.txt") is None
+    (tmp_path / "bad.txt").write_bytes(b"a\nb\n\xffc\n")
+    assert first_non_utf8_line(tmp_path / "bad.txt") == 3
+    with gzip.open(tmp_path / "bad.txt.gz", "wb") as f:
+        f.write(b"\xe9\n")
+    assert first_non_utf8_line(tmp_path / "bad.txt.gz") == 1
+
+
 def test_a_checkpoint_with_nan_weights_is_refused_at_load_by_name(tmp_path, tokenizer, assets):
     """NaN rows in a saved entity memory (a corrupt file, a diverged run) are a ValueError naming the parameter at
     load, not a model whose NER pipeline silently finds no entity."""

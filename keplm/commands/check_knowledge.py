@@ -155,7 +155,7 @@ def read_examples(
         data = datasets.load_dataset("json", data_files=path, split="train")
     elif data is None:
         data = datasets.load_dataset(path, split=split)
-    data = data.take(limit)
+    data = data.select(range(min(limit, len(data))))  # Dataset.take raises past the last row before datasets 5
     columns = data.column_names
     if text_column is not None:
         if text_column not in columns:

@@ -43,6 +43,7 @@ from . import figures as fig
 
 # the facts and the renderer, re-exported: ``keplm.hub.card`` is the module every caller imports from
 from .card_facts import (  # noqa: F401
+    AUTO_CLASSES,
     KG_SOURCES,
     LIBRARY_NAME,
     PIPELINE_TAGS,

@@ -222,6 +222,16 @@ def format_command(argv: Sequence[str], aliases: Mapping[str, str] | None = None
 
 
 # ============================================================================================ Auto classes, tasks
+#: the Auto classes a keplm model can be registered with, most specific first
+AUTO_CLASSES = (
+    "AutoModelForTokenClassification",
+    "AutoModelForQuestionAnswering",
+    "AutoModelForSequenceClassification",
+    "AutoModelForMaskedLM",
+    "AutoModelForSeq2SeqLM",
+    "AutoModel",
+)
+
 #: the Hub's pipeline tag of each Auto class (``AutoModel`` has none a keplm model fits)
 PIPELINE_TAGS = {
     "AutoModelForTokenClassification": "token-classification",

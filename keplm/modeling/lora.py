@@ -155,6 +155,22 @@ def save_lora(peft_model, save_directory: str | os.PathLike, repo_id: str | None
     write_json_whole(adapter_config, recorded, indent=2, sort_keys=True)
 
 
+def base_encoder_of(adapter_name_or_path: str | os.PathLike, adapter_config: dict | None = None, **location):
+    """The base encoder checkpoint of a keplm adapter folder or repo: ``keplm_adapter.json``'s, or (an adapter
+    saved before that file) ``adapter_config.json``'s ``base_model_name_or_path``."""
+    return _adapter_record(adapter_name_or_path, adapter_config, **location).get("base_encoder")
+
+
+def _adapter_record(adapter_name_or_path, adapter_config: dict | None = None, **location) -> dict:
+    """``keplm_adapter.json`` of an adapter (base encoder and its weights' digest), or what peft's config records."""
+    path = resolve_file(adapter_name_or_path, BASE_ENCODER_FILE, **location)  # in the adapter's subfolder, if any
+    if path is not None:
+        return read_json(path)
+    if adapter_config is not None:
+        return {"base_encoder": adapter_config.get("base_model_name_or_path")}
+    return {"base_encoder": PeftConfig.from_pretrained(adapter_name_or_path, **location).base_model_name_or_path}
+
+
 def push_lora(peft_model, repo_id: str, **kwargs):
     """Upload what :func:`save_lora` writes to ``repo_id`` in one commit (``kwargs`` as ``push_to_hub``'s), with
     keplm's model card (knowledge section included) instead of peft's template card."""
@@ -194,14 +210,7 @@ def load_lora(
 def _rebuild_base(adapter_name_or_path, base_model_name_or_path, dtype: torch.dtype, location: dict):
     """``(model, base encoder)``: the adapter's keplm model on its base encoder's weights, the adapter not applied."""
     config = AutoConfig.from_pretrained(adapter_name_or_path, **location)
-    # keplm_adapter.json (in the adapter's subfolder, if any): the base encoder and its weights' digest; an adapter
-    # saved before that file: the base that peft's config records
-    path = resolve_file(adapter_name_or_path, BASE_ENCODER_FILE, **location)
-    record = (
-        read_json(path)
-        if path
-        else {"base_encoder": PeftConfig.from_pretrained(adapter_name_or_path, **location).base_model_name_or_path}
-    )
+    record = _adapter_record(adapter_name_or_path, **location)
     base = base_model_name_or_path or record.get("base_encoder")
     if not base:
         raise ValueError(
@@ -322,6 +331,7 @@ __all__ = [
     "load_lora",
     "load_merged_adapter",
     "is_adapter",
+    "base_encoder_of",
     "PeftBaseModel",
     "BASE_ENCODER_FILE",
     "fully_trained_modules",
