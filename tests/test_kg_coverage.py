@@ -8,6 +8,7 @@ import json
 import pytest
 
 from keplm.cli import console, main
+from keplm.hub.figures import relation_label
 from keplm.knowledge.annotation import KnowledgeAnnotation
 from keplm.knowledge.coverage import split_coverage, unseen_coverage
 
@@ -59,7 +60,31 @@ def test_coverage_against_a_hand_count(data_and_kg, tmp_path, capsys):
         "unseen_with_facts_share": 2 / 3,
     }
     assert (tmp_path / "out" / "kg_coverage.png").is_file()
-    assert "| test | 4 | 75.0% | 75.0% | 1.50 | 100.0% |" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "| test | 4 | 75.0% | 75.0% | 1.50 | 100.0% |" in out
+    assert "Relations reaching test mentions (2 in all): country 50%, instance of 50%" in out
+
+
+@pytest.mark.parametrize(
+    "name, width, label",
+    [
+        ("/people/person/nationality", 40, "person nationality"),
+        (
+            "/people/marriage_union_type/unions_of_this_type./people/marriage/location_of_ceremony",
+            40,
+            "marriage location of ceremony",
+        ),
+        ("/people/marriage_union_type/unions_of_this_type./people/marriage/location_of_ceremony", 12, "marriage lo…"),
+        ("/location", 40, "location"),
+        ("instance of", 40, "instance of"),
+        ("instance of", 8, "instanc…"),
+        ("/", 40, "/"),
+    ],
+)
+def test_relation_labels_read_as_words(name, width, label):
+    """Plots and summaries show FB15k-237's path names (its relation ids) as their last two parts in words; other
+    names stay as they are; a long label is cut to ``width`` characters with an ellipsis."""
+    assert relation_label(name, width) == label
 
 
 def test_a_smaller_training_set_leaves_more_entities_unseen(data_and_kg, tmp_path):

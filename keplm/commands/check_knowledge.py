@@ -28,7 +28,7 @@ from keplm.commands import KG_SPEC_HELP
 from keplm.data.glue import load_glue_dataset
 from keplm.data.ner import load_ner_dataset
 from keplm.data.squad import load_qa_dataset
-from keplm.hub.figures import _pyplot, _save, matplotlib_available
+from keplm.hub.figures import _pyplot, _save, matplotlib_available, relation_label
 from keplm.io_utils import progress, replaced_folder
 from keplm.tokenization.processing_utils import KeplmProcessor
 
@@ -195,7 +195,7 @@ def plot(summary: dict, path: str) -> str | None:
         ax.set_xlim(0, 1)
         ax.set_title(title)
     ticks = [i + width * (len(edits) - 1) / 2 for i in range(len(relations))]
-    axes[0].set_yticks(ticks, [stats["name"][:40] for _, stats in relations])
+    axes[0].set_yticks(ticks, [relation_label(stats["name"]) for _, stats in relations])
     axes[0].invert_yaxis()
     fig.legend(*axes[0].get_legend_handles_labels(), title="edit", loc="lower center", ncol=len(edits))
     fig.suptitle(

@@ -22,7 +22,7 @@ import logging
 from keplm.commands import HOPS_HELP, KG_SPEC_HELP, MAX_NEIGHBORS_HELP
 from keplm.commands.build_kg import kg_summary, ner_gold_spans
 from keplm.data import load_ner_dataset
-from keplm.hub.figures import _pyplot, _save
+from keplm.hub.figures import _pyplot, _save, relation_label
 from keplm.io_utils import replaced_folder
 from keplm.knowledge.annotation import KnowledgeAnnotation
 from keplm.knowledge.coverage import gold_texts, split_coverage, unseen_coverage
@@ -133,7 +133,9 @@ def report_markdown(report: dict) -> str:
             for split, r in report["unseen"].items()
         ]
     for split, r in report["splits"].items():
-        top = ", ".join(f"{name} {share:.0%}" for _, name, _, share in r["relations_reaching_mentions"][:8])
+        top = ", ".join(
+            f"{relation_label(name)} {share:.0%}" for _, name, _, share in r["relations_reaching_mentions"][:8]
+        )
         lines.append(
             f"\nRelations reaching {split} mentions ({r['distinct_relations_reaching_mentions']} in all): "
             f"{top or 'none'}"
@@ -163,7 +165,9 @@ def plot(report: dict, path) -> None:
     left.legend(fontsize=8)
     left.set_title("What the KG reaches")
     relations = report["splits"][splits[-1]]["relations_reaching_mentions"][:10]
-    right.barh([name[:40] for _, name, _, _ in reversed(relations)], [100 * s for *_, s in reversed(relations)])
+    right.barh(
+        [relation_label(name) for _, name, _, _ in reversed(relations)], [100 * s for *_, s in reversed(relations)]
+    )
     right.set_xlabel(f"% of the facts reaching {splits[-1]} mentions")
     right.set_title("Relations reaching mentions")
     _save(figure, path, dpi=120)

@@ -55,6 +55,17 @@ def _save(figure, path: Path, dpi: int = 110, **layout) -> Path:
 
 
 # --------------------------------------------------------------------------------------------- entity frequency
+def relation_label(name: str, width: int = 40) -> str:
+    """A relation's name as a plot or summary label: a Freebase path (FB15k-237 names its relations by their ids,
+    ``/people/person/nationality``) as its last two parts in words, ``person nationality``, a compound one
+    (``/a/b/c./people/marriage/location_of_ceremony``) by its last path; any other name as it is; cut to ``width``
+    characters with an ellipsis."""
+    if name.startswith("/") and " " not in name:
+        parts = [part for part in name.rsplit("./", 1)[-1].split("/") if part]
+        name = " ".join(parts[-2:]).replace("_", " ") or name
+    return name if len(name) <= width else name[: width - 1] + "…"
+
+
 def entity_frequency_figure(
     counts: Sequence[int], path, title: str = "Entity memory: mentions per entity", max_points: int = 10_000
 ) -> Path:
