@@ -204,6 +204,21 @@ def remove_scratch(target, inside: bool = False) -> list[str]:
     return removed
 
 
+def check_output_folder(target, owner_file: str, writer: str) -> None:
+    """The ValueError :func:`replaced_folder` gives for an output folder it would not replace (a file; a folder
+    holding files but no ``owner_file``), for a command to give before its long work rather than after it."""
+    target = Path(target)
+    if target.exists():
+        if not target.is_dir():
+            raise ValueError(f"output_dir {target} is a file, not a folder")
+        found = sorted(p.name for p in target.iterdir())
+        if found and not (target / owner_file).is_file():
+            raise ValueError(
+                f"output_dir {target} holds files that are not an earlier {writer} output (no {owner_file}; "
+                f"found {found[:5]}): it would be replaced whole; use a new or empty folder"
+            )
+
+
 @contextmanager
 def replaced_folder(target, owner_file: str, writer: str):
     """Write a command's output folder whole or not at all: yields a new folder beside ``target`` (a hidden
@@ -212,15 +227,7 @@ def replaced_folder(target, owner_file: str, writer: str):
     thus never mixes new files with an earlier run's. ``target`` must be absent, empty, or an earlier output of the same
     writer (it holds ``owner_file``): a folder holding other files is refused, naming them, not replaced."""
     target = Path(target)
-    if target.exists():
-        if not target.is_dir():
-            raise ValueError(f"{writer}: output_dir {target} is a file, not a folder")
-        found = sorted(p.name for p in target.iterdir())
-        if found and not (target / owner_file).is_file():
-            raise ValueError(
-                f"{writer}: output_dir {target} holds files that are not an earlier {writer} output (no {owner_file}; "
-                f"found {found[:5]}): it would be replaced whole; use a new or empty folder"
-            )
+    check_output_folder(target, owner_file, writer)
     target.parent.mkdir(parents=True, exist_ok=True)
     remove_scratch(target)
     partial = _scratch_name(target, "partial")

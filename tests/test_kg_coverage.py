@@ -66,25 +66,29 @@ def test_coverage_against_a_hand_count(data_and_kg, tmp_path, capsys):
 
 
 @pytest.mark.parametrize(
-    "name, width, label",
+    "relation_id, name, width, label",
     [
-        ("/people/person/nationality", 40, "person nationality"),
+        ("/people/person/nationality", "people person nationality", 40, "person nationality"),
+        ("/film/actor/film./film/performance/character", None, 40, "actor film character"),
         (
             "/people/marriage_union_type/unions_of_this_type./people/marriage/location_of_ceremony",
+            None,
             40,
-            "marriage location of ceremony",
+            "marriage union type unions of this type…",
         ),
-        ("/people/marriage_union_type/unions_of_this_type./people/marriage/location_of_ceremony", 12, "marriage lo…"),
-        ("/location", 40, "location"),
-        ("instance of", 40, "instance of"),
-        ("instance of", 8, "instanc…"),
-        ("/", 40, "/"),
+        ("/film/actor/film./film/performance/character", None, 12, "actor film …"),
+        ("/location", None, 40, "location"),
+        ("P31", "instance of", 40, "instance of"),
+        ("P31", "instance of", 8, "instanc…"),
+        ("P31", None, 40, "P31"),
+        ("/", None, 40, "/"),
     ],
 )
-def test_relation_labels_read_as_words(name, width, label):
-    """Plots and summaries show FB15k-237's path names (its relation ids) as their last two parts in words; other
-    names stay as they are; a long label is cut to ``width`` characters with an ellipsis."""
-    assert relation_label(name, width) == label
+def test_relation_labels_read_as_words(relation_id, name, width, label):
+    """Plots and summaries show a Freebase path id (FB15k-237's relations) by its type and property in words (a
+    compound one: its first type and property, its last property), any other relation by its name; a long label is
+    cut to ``width`` characters with an ellipsis."""
+    assert relation_label(relation_id, name, width) == label
 
 
 def test_a_smaller_training_set_leaves_more_entities_unseen(data_and_kg, tmp_path):
@@ -135,6 +139,8 @@ def test_split_and_unseen_coverage_by_hand():
     "argument, value, error, message",
     [
         ("--kg", "nope:x", ValueError, "cannot load knowledge graph from 'nope:x'"),
+        ("--kg", "fb15k273:x", ValueError, r"unknown kind 'fb15k273' \(did you mean 'fb15k237'\?\)"),
+        ("--kg", "missing.tsv", ValueError, "'missing.tsv': no such file or folder"),
         ("--kg", "tsv:missing.tsv", FileNotFoundError, "missing.tsv"),
         ("--data", "missing_folder/", FileNotFoundError, "missing_folder"),
         ("--train_size", "0", ValueError, "--train_size must be at least 1"),

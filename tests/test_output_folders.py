@@ -60,6 +60,24 @@ def test_a_folder_of_other_files_is_refused_not_replaced(tmp_path):
             pass
 
 
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["build-kg", "--task", "ner", "--dataset", "missing_data", "--kg", "missing_kg"],
+        ["kg-coverage", "--data", "missing_data", "--kg", "missing_kg"],
+        ["check-knowledge", "--model", "missing_model", "--data", "missing_data"],
+        ["train-kge", "--kg", "missing_kg"],
+    ],
+)
+def test_a_command_refuses_a_folder_of_other_files_before_its_work(tmp_path, command):
+    """Each command checks its --output_dir first: a folder of other files stops it at once (its data, model and KG,
+    all missing here, are not read), not after a long run."""
+    (tmp_path / "notes.txt").write_text("mine")
+    with pytest.raises(ValueError, match=r"output_dir .* holds files that are not an earlier .* output"):
+        main([*command, "--output_dir", str(tmp_path)])
+    assert (tmp_path / "notes.txt").read_text() == "mine"
+
+
 @pytest.fixture()
 def ner_and_kg(tmp_path, kg):
     data = tmp_path / "ner"

@@ -19,3 +19,5 @@ MAX_NEIGHBORS_HELP = (
     "facts to outside neighbours kept per entity at each hop, highest-degree neighbours first (as the run scripts' "
     "--max_neighbors_per_entity)"
 )
+#: ``--num_proc`` of the commands that link data (build-kg, kg-coverage)
+NUM_PROC_HELP = "processes that link each split (datasets.map; 1: this process)"

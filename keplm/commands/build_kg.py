@@ -18,9 +18,9 @@ import json
 import logging
 import time
 
-from keplm.commands import HOPS_HELP, KG_SPEC_HELP, MAX_NEIGHBORS_HELP
+from keplm.commands import HOPS_HELP, KG_SPEC_HELP, MAX_NEIGHBORS_HELP, NUM_PROC_HELP
 from keplm.data import TEXT_COLUMNS, load_ner_dataset, load_qa_dataset
-from keplm.io_utils import replaced_folder
+from keplm.io_utils import check_output_folder, replaced_folder
 from keplm.knowledge.annotation import KnowledgeAnnotation, write_kala_annotations
 from keplm.knowledge.construction import knowledge_report, linking_report, plot_entity_frequency
 from keplm.knowledge.linker import EntityLinker, link_dataset, linker_settings
@@ -269,9 +269,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="where <split>.json (KALA annotations), report.json, report.md and entity_frequency.png go",
     )
     parser.add_argument("--splits", nargs="*", help="splits to annotate (unset: every split)")
-    parser.add_argument(
-        "--num_proc", type=int, default=1, help="processes that link each split (datasets.map; 1: this process)"
-    )
+    parser.add_argument("--num_proc", type=int, default=1, help=NUM_PROC_HELP)
     parser.add_argument("--hops", type=int, default=1, help=HOPS_HELP)
     parser.add_argument("--max_neighbors_per_entity", type=int, default=8, help=MAX_NEIGHBORS_HELP)
     parser.add_argument(
@@ -325,6 +323,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> dict:
+    check_output_folder(args.output_dir, "report.json", "build-kg")
     if args.task == "ner":
         dataset = load_ner_dataset(args.dataset)
     else:

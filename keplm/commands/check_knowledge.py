@@ -29,7 +29,7 @@ from keplm.data.glue import load_glue_dataset
 from keplm.data.ner import load_ner_dataset
 from keplm.data.squad import load_qa_dataset
 from keplm.hub.figures import _pyplot, _save, matplotlib_available, relation_label
-from keplm.io_utils import progress, replaced_folder
+from keplm.io_utils import check_output_folder, progress, replaced_folder
 from keplm.tokenization.processing_utils import KeplmProcessor
 
 logger = logging.getLogger(__name__)
@@ -195,7 +195,7 @@ def plot(summary: dict, path: str) -> str | None:
         ax.set_xlim(0, 1)
         ax.set_title(title)
     ticks = [i + width * (len(edits) - 1) / 2 for i in range(len(relations))]
-    axes[0].set_yticks(ticks, [relation_label(stats["name"]) for _, stats in relations])
+    axes[0].set_yticks(ticks, [relation_label(relation, stats["name"]) for relation, stats in relations])
     axes[0].invert_yaxis()
     fig.legend(*axes[0].get_legend_handles_labels(), title="edit", loc="lower center", ncol=len(edits))
     fig.suptitle(
@@ -227,6 +227,7 @@ def markdown(summary: dict) -> str:
 
 def run(args: argparse.Namespace) -> dict:
     start = time.time()
+    check_output_folder(args.output_dir, REPORT_NAME, "check-knowledge")
     check_data_path(args.data)
     hub = {k: v for k, v in (("revision", args.revision), ("token", args.token)) if v is not None}
     config = transformers.AutoConfig.from_pretrained(args.model, **hub)

@@ -19,11 +19,11 @@ import argparse
 import json
 import logging
 
-from keplm.commands import HOPS_HELP, KG_SPEC_HELP, MAX_NEIGHBORS_HELP
+from keplm.commands import HOPS_HELP, KG_SPEC_HELP, MAX_NEIGHBORS_HELP, NUM_PROC_HELP
 from keplm.commands.build_kg import kg_summary, ner_gold_spans
 from keplm.data import load_ner_dataset
 from keplm.hub.figures import _pyplot, _save, relation_label
-from keplm.io_utils import replaced_folder
+from keplm.io_utils import check_output_folder, replaced_folder
 from keplm.knowledge.annotation import KnowledgeAnnotation
 from keplm.knowledge.coverage import gold_texts, split_coverage, unseen_coverage
 from keplm.knowledge.linker import EntityLinker, link_dataset, linker_settings
@@ -56,14 +56,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--link_case_sensitive", action="store_true", help="as the run scripts' option")
     parser.add_argument("--hops", type=int, default=1, help=HOPS_HELP)
     parser.add_argument("--max_neighbors_per_entity", type=int, default=8, help=MAX_NEIGHBORS_HELP)
-    parser.add_argument(
-        "--num_proc", type=int, help="processes that link each split (datasets.map; unset: this process)"
-    )
+    parser.add_argument("--num_proc", type=int, default=1, help=NUM_PROC_HELP)
     parser.add_argument("--output_dir", help="write kg_coverage.json and kg_coverage.png here")
     parser.add_argument("--no_plot", action="store_true", help="do not draw kg_coverage.png")
 
 
-def measure(dataset, kg, linker_kwargs: dict, num_proc: int | None = None) -> dict:
+def measure(dataset, kg, linker_kwargs: dict, num_proc: int = 1) -> dict:
     """The coverage report of a NER DatasetDict against ``kg`` (linked as the run scripts link)."""
     linker = EntityLinker(kg, **linker_kwargs)
     relation_names = dict(zip(kg.relation_ids, kg.relation_names))
@@ -134,7 +132,7 @@ def report_markdown(report: dict) -> str:
         ]
     for split, r in report["splits"].items():
         top = ", ".join(
-            f"{relation_label(name)} {share:.0%}" for _, name, _, share in r["relations_reaching_mentions"][:8]
+            f"{relation_label(rid, name)} {share:.0%}" for rid, name, _, share in r["relations_reaching_mentions"][:8]
         )
         lines.append(
             f"\nRelations reaching {split} mentions ({r['distinct_relations_reaching_mentions']} in all): "
@@ -149,8 +147,8 @@ def plot(report: dict, path) -> None:
     names = (
         "gold entities\nlinked",
         "links on a\ngold entity",
-        "linked mentions\nwith a fact",
-        "unseen test entities\nwith facts",
+        "linked\nmentions\nwith a fact",
+        "unseen\nentities\nwith facts",
     )
     splits = list(report["splits"])
     width = 0.8 / len(splits)
@@ -166,7 +164,8 @@ def plot(report: dict, path) -> None:
     left.set_title("What the KG reaches")
     relations = report["splits"][splits[-1]]["relations_reaching_mentions"][:10]
     right.barh(
-        [relation_label(name) for _, name, _, _ in reversed(relations)], [100 * s for *_, s in reversed(relations)]
+        [relation_label(rid, name) for rid, name, _, _ in reversed(relations)],
+        [100 * s for *_, s in reversed(relations)],
     )
     right.set_xlabel(f"% of the facts reaching {splits[-1]} mentions")
     right.set_title("Relations reaching mentions")
@@ -176,8 +175,10 @@ def plot(report: dict, path) -> None:
 def run(args: argparse.Namespace) -> dict:
     if args.train_size is not None and args.train_size < 1:
         raise ValueError(f"--train_size must be at least 1, got {args.train_size}")
-    kg = load_kg(args.kg)  # a bad spec or a missing folder: load_kg's ValueError / FileNotFoundError
+    if args.output_dir:
+        check_output_folder(args.output_dir, REPORT_NAME, "kg-coverage")
     dataset = load_ner_dataset(args.data, max_train_samples=args.train_size, train_sample_seed=args.train_sample_seed)
+    kg = load_kg(args.kg)  # a bad spec or a missing folder: load_kg's ValueError / FileNotFoundError
     if args.splits:
         missing = [split for split in args.splits if split not in dataset]
         if missing:

@@ -31,7 +31,7 @@ from keplm.commands import KG_SPEC_HELP
 from keplm.data.lama import read_fact_keys
 from keplm.data.pretraining import kg_without_facts
 from keplm.file_utils import KG_CONFIG_NAME
-from keplm.io_utils import replaced_folder
+from keplm.io_utils import check_output_folder, replaced_folder
 from keplm.knowledge.kge import KGE_MODELS, check_kge_settings, train_kge
 from keplm.knowledge.loaders import load_kg
 
@@ -210,7 +210,8 @@ def _keep_vectors(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> dict:
-    # the settings are checked before the (possibly long) KG load
+    # the settings and the output folder are checked before the (possibly long) KG load
+    check_output_folder(args.output_dir, REPORT_NAME, "train-kge")
     check_kge_settings(
         args.model, args.dim, args.epochs, args.batch_size, args.valid_fraction, margin=args.margin, p_norm=args.p_norm
     )

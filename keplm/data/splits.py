@@ -104,7 +104,7 @@ def is_local_data(name_or_path, what: str = "data") -> bool:
         return True
     name = os.fspath(name_or_path)
     if not _HUB_ID.match(name) or name.lower().endswith(_FILE_ENDINGS):
-        raise FileNotFoundError(f"{what} not found: {name!r} is neither a local file or folder nor a Hub dataset id")
+        raise FileNotFoundError(f"{what} not found: {name!r} is not a local file or folder, nor a Hub dataset id")
     return False
 
 

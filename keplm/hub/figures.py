@@ -55,15 +55,17 @@ def _save(figure, path: Path, dpi: int = 110, **layout) -> Path:
 
 
 # --------------------------------------------------------------------------------------------- entity frequency
-def relation_label(name: str, width: int = 40) -> str:
-    """A relation's name as a plot or summary label: a Freebase path (FB15k-237 names its relations by their ids,
-    ``/people/person/nationality``) as its last two parts in words, ``person nationality``, a compound one
-    (``/a/b/c./people/marriage/location_of_ceremony``) by its last path; any other name as it is; cut to ``width``
-    characters with an ellipsis."""
-    if name.startswith("/") and " " not in name:
-        parts = [part for part in name.rsplit("./", 1)[-1].split("/") if part]
-        name = " ".join(parts[-2:]).replace("_", " ") or name
-    return name if len(name) <= width else name[: width - 1] + "…"
+def relation_label(relation_id: str, name: str | None = None, width: int = 40) -> str:
+    """A relation as a plot or summary label: a Freebase path id (FB15k-237's ``/people/person/nationality``) by its
+    type and property in words, ``person nationality``, a compound one by its first type and property and its last
+    property (``/film/actor/film./film/performance/character``: ``actor film character``); any other relation by its
+    ``name`` (else its id); cut to ``width`` characters with an ellipsis."""
+    label = name or relation_id
+    if relation_id.startswith("/") and " " not in relation_id:
+        paths = [path.strip("/").split("/") for path in relation_id.split("./")]
+        words = [*paths[0][-2:], *(paths[-1][-1:] if len(paths) > 1 else [])]
+        label = " ".join(words).replace("_", " ") or label
+    return label if len(label) <= width else label[: width - 1] + "…"
 
 
 def entity_frequency_figure(

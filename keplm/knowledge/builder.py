@@ -134,10 +134,12 @@ class KnowledgeGraphBuilder:
             level = logging.INFO if self.expected_duplicates else logging.WARNING
             logger.log(
                 level,
-                "%s: merged duplicates %s (e.g. %s)",
+                "%s: merged duplicates %s",
                 self.source,
-                ", ".join(f"{count} {DUPLICATE_KINDS[kind]}" for kind, count in merged.items()),
-                {kind: self.examples[kind][:3] for kind in merged},
+                "; ".join(
+                    f"{count} {DUPLICATE_KINDS[kind]}, e.g. {' | '.join(self.examples[kind][:3])}"
+                    for kind, count in merged.items()
+                ),
             )
         return {
             "entity_ids": ents,

@@ -8,6 +8,7 @@ Every path may point to a plain or a gzip-compressed file; for the dataset folde
 
 from __future__ import annotations
 
+import difflib
 import glob
 import logging
 import os
@@ -321,7 +322,13 @@ def _load_one(spec: str) -> KnowledgeGraph:
             return load_jsonl_kg(spec)
         if base.endswith((".tsv", ".txt")):
             return load_tsv_kg(spec)
-    raise ValueError(f"cannot load knowledge graph from {spec!r}; accepted: {_LOAD_KG_FORMS}")
+    problem = ""
+    if sep and re.fullmatch(r"[A-Za-z][\w-]+", prefix):  # a kind it does not know ("fb15k273:<dir>"), not a path
+        close = difflib.get_close_matches(prefix.lower(), _LOADERS, n=1)
+        problem = f": unknown kind {prefix!r}" + (f" (did you mean {close[0]!r}?)" if close else "")
+    elif not os.path.exists(spec):
+        problem = ": no such file or folder"
+    raise ValueError(f"cannot load knowledge graph from {spec!r}{problem}; accepted: {_LOAD_KG_FORMS}")
 
 
 def merge_kgs(kgs, align_by_name: bool = True) -> KnowledgeGraph:
