@@ -113,14 +113,17 @@ def processor(tokenizer, assets):
     return KalaProcessor(tokenizer, assets)
 
 
-def tiny_encoder_config(tokenizer, layers: int = 2, hidden: int = 32) -> BertConfig:
+def tiny_encoder_config(
+    tokenizer=None, layers: int = 2, hidden: int = 32, *, vocab_size: int | None = None, max_positions: int = 128
+) -> BertConfig:
+    """A tiny BERT config without dropout; its vocabulary is ``tokenizer``'s, or ``vocab_size`` ids without one."""
     return BertConfig(
-        vocab_size=len(tokenizer),
+        vocab_size=len(tokenizer) if vocab_size is None else vocab_size,
         hidden_size=hidden,
         num_hidden_layers=layers,
         num_attention_heads=2,
         intermediate_size=48,
-        max_position_embeddings=128,
+        max_position_embeddings=max_positions,
         hidden_dropout_prob=0.0,
         attention_probs_dropout_prob=0.0,
     )

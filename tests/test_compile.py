@@ -13,12 +13,13 @@ import os
 import numpy as np
 import pytest
 import torch
-from transformers import BertConfig
 
 from keplm import KalaProcessor
 from keplm.configuration.configuration_kala import KalaConfig
 from keplm.data.collator import KeplmDataCollator
 from keplm.modeling.modeling_kala_heads import KalaForQuestionAnswering
+
+from .conftest import tiny_encoder_config
 
 LENGTH = 24
 #: (nodes, edges) of the two features of each batch; padded to multiples of 8 -> 16, 32 and 48 nodes
@@ -27,16 +28,7 @@ GRAPH_SIZES = [((5, 4), (6, 3)), ((14, 9), (13, 10)), ((20, 14), (22, 12))]
 
 def _model() -> KalaForQuestionAnswering:
     torch.manual_seed(0)
-    encoder = BertConfig(
-        vocab_size=64,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=48,
-        max_position_embeddings=64,
-        hidden_dropout_prob=0.0,
-        attention_probs_dropout_prob=0.0,
-    )
+    encoder = tiny_encoder_config(vocab_size=64, max_positions=64)
     # entity_dropout off: compiled and eager draws differ, and these tests compare the two step for step
     config = KalaConfig(
         encoder_config=encoder,
