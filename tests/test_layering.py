@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import ast
 import graphlib
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -209,3 +211,21 @@ def test_no_keplm_module_imports_one_that_imports_it():
         list(graphlib.TopologicalSorter(module_imports()).static_order())
     except graphlib.CycleError as error:
         pytest.fail(f"import cycle: {' -> '.join(error.args[1])}")
+
+
+def test_keplm_imports_where_deepspeed_is_not_installed():
+    """``import keplm`` works without the optional DeepSpeed (accelerate then leaves its DeepSpeed names out of
+    ``accelerate.utils``): a fresh process in which the package metadata of deepspeed is missing."""
+    code = (
+        "import importlib.metadata as m\n"
+        "real = m.metadata\n"
+        "def metadata(name):\n"
+        "    if name == 'deepspeed':\n"
+        "        raise m.PackageNotFoundError(name)\n"
+        "    return real(name)\n"
+        "m.metadata = metadata\n"
+        "import accelerate.utils, keplm\n"
+        "assert not hasattr(accelerate.utils, 'DeepSpeedSchedulerWrapper')\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]

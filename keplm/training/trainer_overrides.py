@@ -19,7 +19,9 @@ import random
 
 import numpy as np
 import torch
-from accelerate.utils import DeepSpeedSchedulerWrapper
+
+# from its module: accelerate.utils exports it only where deepspeed is installed
+from accelerate.utils.deepspeed import DeepSpeedSchedulerWrapper
 from torch.utils.data import SequentialSampler
 from transformers.trainer import OPTIMIZER_NAME, SCHEDULER_NAME
 from transformers.trainer_utils import has_length
