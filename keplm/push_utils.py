@@ -17,7 +17,7 @@ from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
-from huggingface_hub import HfApi, hf_hub_download
+from huggingface_hub import HfApi, RepoFile, hf_hub_download
 from huggingface_hub.errors import EntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError
 
 from keplm.io_utils import read_json
@@ -147,10 +147,10 @@ def card_is_current(repo_id: str, folder: str | os.PathLike, token=None, revisio
     file of ``folder`` (the card and its figures aside) with the same content, so the push changes nothing the card
     describes (weights, config, knowledge). False for a repo or revision that does not exist yet."""
     try:
-        listed = {  # the files (a folder has no blob id): a pushed file at a folder's path is no match
+        listed = {  # the files only: a pushed file at a folder's path is no match
             entry.path: entry
             for entry in HfApi().list_repo_tree(repo_id, recursive=True, revision=revision, token=token)
-            if hasattr(entry, "blob_id")
+            if isinstance(entry, RepoFile)
         }
     except (EntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError):
         return False

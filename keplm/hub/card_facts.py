@@ -222,16 +222,6 @@ def format_command(argv: Sequence[str], aliases: Mapping[str, str] | None = None
 
 
 # ============================================================================================ Auto classes, tasks
-#: the Auto classes a keplm model can be registered with, most specific first
-AUTO_CLASSES = (
-    "AutoModelForTokenClassification",
-    "AutoModelForQuestionAnswering",
-    "AutoModelForSequenceClassification",
-    "AutoModelForMaskedLM",
-    "AutoModelForSeq2SeqLM",
-    "AutoModel",
-)
-
 #: the Hub's pipeline tag of each Auto class (``AutoModel`` has none a keplm model fits)
 PIPELINE_TAGS = {
     "AutoModelForTokenClassification": "token-classification",
@@ -240,6 +230,9 @@ PIPELINE_TAGS = {
     "AutoModelForMaskedLM": "fill-mask",
     "AutoModelForSeq2SeqLM": "text2text-generation",
 }
+
+#: the Auto classes a keplm model can be registered with, most specific first
+AUTO_CLASSES = (*PIPELINE_TAGS, "AutoModel")
 
 
 @dataclass(frozen=True)
